@@ -1,0 +1,34 @@
+# The README's commands.  Everything installs into .venv; nothing else on the machine changes
+# (`.ci/run` installs the Debian packages the tests need).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: all install test bench demo check clean
+
+all: test
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: install
+	$(BIN)/logwatch rules check -q
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/run.py
+
+demo: install
+	$(BIN)/logwatch demo
+
+check: install
+	$(BIN)/logwatch rules check
+
+clean:
+	rm -rf $(VENV) .pytest_cache bench/out

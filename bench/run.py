@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""`make bench`: logwatch against the baselines, side by side in one run.
+
+replay: generates the 2,000,000-line SGLang log of the core issue
+  (genlog.py --lines 2000000 --seed 1 --tp 8 --crash oom --restarts 2), checks that
+  `logwatch replay --json` reports what the generator's truth file says, then times, in
+  interleaved rounds, `logwatch replay --json`, `mtail --one_shot` (Debian mtail, the tuned
+  program sglang.mtail) and `LC_ALL=C grep -c -E` over 21 markers.  Prints medians, peak RSS
+  and the ratios; the machine is shared and noisy, so only ratios from one run mean much.
+
+Results go to bench/out/results.json; BENCHMARKS.md records them with the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = HERE / "out"
+GENLOG_ARGS = ["--lines", "2000000", "--seed", "1", "--tp", "8", "--crash", "oom",
+               "--restarts", "2"]
+# The markers a person would grep for (DESIGN.md "Measured costs": grep -c -E over 21 markers)
+GREP_MARKERS = [
+    "server_args=", "Init torch distributed begin", "Load weight begin", "Load weight end",
+    "checkpoint shards:", "KV Cache is allocated", "Memory pool end", "Running FlashInfer autotune",
+    "FlashInfer autotune completed", "Capture cuda graph begin", "Capturing batches",
+    "Capture cuda graph end", "max_total_num_tokens=", "Uvicorn running on",
+    "The server is fired up", "Prefill batch", "Decode batch", "hit an exception",
+    "Traceback \\(most recent call last\\)", "OutOfMemoryError", "Received sigquit",
+]
+
+
+def run_measured(cmd: list[str], env: dict[str, str] | None = None,
+                 stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, bytes]:
+    """Wall seconds, peak RSS (KiB) and stdout of one child process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE if stdout is None else stdout,
+                            stderr=subprocess.DEVNULL, env=env)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode not in (0, 1):  # grep -c exits 1 when it counts 0
+        raise SystemExit(f"bench: {' '.join(cmd)} exited {proc.returncode}")
+    return elapsed, int(usage.ru_maxrss), out
+
+
+def ensure_mtail() -> str:
+    found = shutil.which("mtail")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("bench: installing Debian package mtail ...", file=sys.stderr)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "mtail"], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        found = shutil.which("mtail")
+    if not found:
+        raise SystemExit("bench: mtail not found; install the Debian package: apt-get install mtail")
+    return found
+
+
+def generate(log: Path, truth: Path) -> None:
+    stamp = OUT / "genlog.args"
+    if log.exists() and truth.exists() and stamp.exists() and \
+            stamp.read_text() == " ".join(GENLOG_ARGS):
+        return
+    OUT.mkdir(parents=True, exist_ok=True)
+    print(f"bench: generating {log} ...", file=sys.stderr)
+    with open(log, "wb") as f:
+        subprocess.run([sys.executable, str(HERE / "genlog.py"), *GENLOG_ARGS,
+                        "--truth", str(truth)], stdout=f, check=True)
+    stamp.write_text(" ".join(GENLOG_ARGS))
+
+
+def check_replay(doc: dict, truth: dict) -> None:
+    problems = []
+    if doc["phase"] != "crashed":
+        problems.append(f"phase {doc['phase']}")
+    if not doc["crash"] or doc["crash"]["reason"] != "cuda_oom":
+        problems.append(f"crash {doc['crash'] and doc['crash']['reason']}")
+    if doc["startups"] != truth["phase"]["server_args"]:
+        problems.append(f"startups {doc['startups']}")
+    if (doc["shards_loaded"], doc["shards_total"]) != (truth["shards_loaded"],
+                                                       truth["shards_total"]):
+        problems.append(f"shards {doc['shards_loaded']}/{doc['shards_total']}")
+    if doc["lines"] != truth["lines"]:
+        problems.append(f"lines {doc['lines']}")
+    if problems:
+        raise SystemExit("bench: replay disagrees with the genlog truth: " + ", ".join(problems))
+
+
+def bench_replay(rounds: int) -> dict:
+    log, truth_path = OUT / "genlog-2M.log", OUT / "genlog-2M.truth.json"
+    generate(log, truth_path)
+    truth = json.loads(truth_path.read_text())
+    mtail = ensure_mtail()
+    logwatch = [sys.executable, "-m", "logwatch", "replay", "--json", str(log)]
+    _, _, out = run_measured(logwatch, stdout=None)
+    check_replay(json.loads(out), truth)
+    env_c = {**os.environ, "LC_ALL": "C"}
+    cmds = {
+        "logwatch": (logwatch, None),
+        "mtail": ([mtail, "--one_shot", "--one_shot_format=json", "--logtostderr",
+                   "--progs", str(HERE / "sglang.mtail"), "--logs", str(log)], None),
+        "grep": (["grep", "-c", "-E", "|".join(GREP_MARKERS), str(log)], env_c),
+    }
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    rss: dict[str, list[int]] = {k: [] for k in cmds}
+    for r in range(rounds):
+        for name, (cmd, env) in cmds.items():
+            t, m, _ = run_measured(cmd, env=env)
+            times[name].append(t)
+            rss[name].append(m)
+        print(f"bench: round {r + 1}/{rounds}: " + ", ".join(
+            f"{k} {v[-1]:.2f}s" for k, v in times.items()), file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "file": {"path": str(log), "bytes": log.stat().st_size, "lines": truth["lines"]},
+        "rounds": rounds,
+        "median_seconds": med,
+        "peak_rss_mib": {k: round(max(v) / 1024, 1) for k, v in rss.items()},
+        "mtail_over_logwatch": round(med["mtail"] / med["logwatch"], 1),
+        "logwatch_over_grep": round(med["logwatch"] / med["grep"], 1),
+    }
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "kernel": platform.release(), "date": time.strftime("%Y-%m-%d")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=["replay"], action="append",
+                    help="run only these sections (default: all)")
+    args = ap.parse_args()
+    sections = args.only or ["replay"]
+    results: dict = {"machine": machine()}
+    if "replay" in sections:
+        results["replay"] = r = bench_replay(args.rounds)
+        print("\nreplay of a 2,000,000-line SGLang log "
+              f"({r['file']['bytes'] / 1e6:.0f} MB), median of {r['rounds']} rounds:")
+        for k in ("logwatch", "mtail", "grep"):
+            print(f"  {k:<9} {r['median_seconds'][k]:7.2f} s   peak RSS {r['peak_rss_mib'][k]:7.1f} MiB")
+        print(f"  logwatch is {r['mtail_over_logwatch']}x faster than mtail and "
+              f"{r['logwatch_over_grep']}x the time of grep")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

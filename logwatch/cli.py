@@ -1,0 +1,183 @@
+"""The `logwatch` command line.
+
+Exit codes are part of the interface (DESIGN.md): 0 ready / success, 1 crashed or stopped
+(`watch`) or problems found, 2 usage or configuration error, 3 timed out or stalled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from . import __version__
+from .replay import replay_file
+from .rulecheck import check_samples, pack_warnings, test_lines
+from .rulepack import PackError, load_pack, shipped_pack_names
+from .summary import human, summary, timeline
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+
+MAIN_HELP = """\
+Watch LLM inference servers (SGLang, vLLM) start up and serve, from their logs.
+
+examples:
+  logwatch replay server.log                 what happened in a finished log
+  logwatch replay --json --timeline *.log    one JSON object per file, phase timeline
+  logwatch rules check                       validate the shipped rule packs
+  logwatch rules check my-pack.yaml          validate your own pack (exit 2 if broken)
+  logwatch rules test sglang server.log      which rule matched which line
+  logwatch demo                              a simulated server, watched live
+"""
+
+REPLAY_HELP = """\
+Run finished logs through the rules as fast as possible and print the outcome: the phase the
+server ended in (launching, downloading, loading_shards, allocating, autotune, cuda_graph,
+ready, crashed, stopped), the crash reason and its root-cause line, shard counts, durations.
+
+exit status: 0 when every file was read (whatever the servers did), 2 on a usage error.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="logwatch", description=MAIN_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"logwatch {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    r = sub.add_parser("replay", help="run finished logs through the rules",
+                       description=REPLAY_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("files", nargs="+", metavar="FILE", help="log files to read")
+    r.add_argument("--rules", default="auto", metavar="PACK",
+                   help="rule pack name (%s), a .yaml path, or auto (default: detect from "
+                        "the first lines)" % ", ".join(shipped_pack_names()))
+    r.add_argument("--json", action="store_true",
+                   help="one JSON object per file, one per line (DESIGN.md schema)")
+    r.add_argument("--timeline", action="store_true",
+                   help="each phase of the last startup with its start time and duration")
+    r.set_defaults(func=cmd_replay)
+
+    d = sub.add_parser("demo", help="the embedded default: a simulated server, watched live",
+                       description="A simulated SGLang server writes a realistic startup log "
+                                   "(download, shards, autotune, CUDA graphs, ready, serving) into "
+                                   "a temp file; logwatch follows it live. No GPU needed.")
+    d.add_argument("--crash", action="store_true", help="end in a CUDA OOM during graph capture")
+    d.add_argument("--speed", type=float, default=0.5,
+                   help="pause multiplier of the simulation (default 0.5: ~30 s to ready)")
+    d.set_defaults(func=cmd_demo)
+
+    rules = sub.add_parser("rules", help="validate and test rule packs",
+                           description="Rule packs are data (rules/*.yaml); test them like code.")
+    rsub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
+    rsub.required = True
+    c = rsub.add_parser("check", help="validate packs and prove their samples",
+                        description="Load each pack (schema, regexes, phases, reasons) and check "
+                                    "that every sample line matches its rule. Exit 2 on the "
+                                    "first broken pack, with a message naming file, rule, key.")
+    c.add_argument("packs", nargs="*", metavar="PACK",
+                   help="pack names or .yaml paths (default: every shipped pack)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no warnings, only errors")
+    c.set_defaults(func=cmd_rules_check)
+    t = rsub.add_parser("test", help="show which rule matched each line of a log",
+                        description="Print every line of FILE with the rule that matched it; "
+                                    "lines no rule matched are marked '-'.")
+    t.add_argument("pack", metavar="PACK", help="pack name or .yaml path")
+    t.add_argument("file", metavar="FILE", help="a log file")
+    t.add_argument("--unmatched", action="store_true", help="print only lines no rule matched")
+    t.add_argument("--matched", action="store_true", help="print only lines a rule matched")
+    t.set_defaults(func=cmd_rules_test)
+    return p
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    if args.rules != "auto":
+        load_pack(args.rules)  # fail early, before reading any file
+    status = EXIT_OK
+    for path in args.files:
+        try:
+            pipe = replay_file(path, args.rules)
+        except OSError as e:
+            print(f"logwatch: {path}: {e.strerror}", file=sys.stderr)
+            status = EXIT_USAGE
+            continue
+        doc = summary(path, pipe)
+        if args.json:
+            print(json.dumps(doc, ensure_ascii=False), flush=True)
+        else:
+            print(human(doc))
+        if args.timeline:
+            out = sys.stderr if args.json else sys.stdout
+            print(timeline(pipe.state), file=out, flush=True)
+    return status
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run
+    return run(speed=args.speed, crash=args.crash, out=lambda s: print(s, flush=True))
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    names = args.packs or shipped_pack_names()
+    failed = False
+    reported: set[str] = set()
+    for name in names:
+        pack = load_pack(name)
+        problems = check_samples(pack)
+        for prob in problems:
+            if str(prob) in reported:
+                continue
+            reported.add(str(prob))
+            print(f"logwatch: {prob}", file=sys.stderr)
+        if problems:
+            failed = True
+            continue
+        if not args.quiet:
+            for w in pack_warnings(pack):
+                print(f"warning: {w}", file=sys.stderr)
+        n = sum(len(r.samples) for r in pack.rules)
+        print(f"{pack.path}: ok ({len(pack.rules)} rules, {n} samples)")
+    return EXIT_USAGE if failed else EXIT_OK
+
+
+def cmd_rules_test(args: argparse.Namespace) -> int:
+    pack = load_pack(args.pack)
+    counts: dict[str, int] = {}
+    unmatched = 0
+    with open(args.file, "rb") as f:
+        for v in test_lines(pack, f):
+            if v.rule is None:
+                unmatched += 1
+            else:
+                counts[v.rule] = counts.get(v.rule, 0) + 1
+            if (args.unmatched and v.rule) or (args.matched and not v.rule):
+                continue
+            print(f"{v.line_number:>7} {v.rule or '-':<22} {v.text[:300]}")
+    total = sum(counts.values()) + unmatched
+    print(f"\n{total} lines: {total - unmatched} matched, {unmatched} unmatched", file=sys.stderr)
+    for rid, n in sorted(counts.items(), key=lambda kv: -kv[1]):
+        print(f"  {rid:<24} {n}", file=sys.stderr)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except PackError as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except FileNotFoundError as e:
+        print(f"logwatch: {e.filename}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""Required literals of a regex: the prefilter that lets lines no rule can match cost nothing.
+
+`required_literals(pattern)` returns a set of strings such that every match of `pattern`
+contains at least one of them (or None when no useful set exists).  The block scanner looks
+only for these literals (one linear pass of RE2 over a whole chunk) and runs the real `regex`
+patterns on the few lines they occur in.  The analysis walks the parse tree of Python's own
+regex parser: runs of literals are joined, small alternations and character classes
+(`[.,]`, `(?:begin|end)`) are expanded, optional parts break a run, and a group that is
+required contributes its own best set.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from dataclasses import dataclass
+
+try:  # Python 3.11+: the parser lives in re._parser
+    from re import _parser as sre_parse  # type: ignore[attr-defined]
+    from re import _constants as sre_c  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - older layouts
+    import sre_constants as sre_c  # type: ignore[no-redef]
+    import sre_parse  # type: ignore[no-redef]
+
+# `regex`-module constructs `re` parses differently or not at all (POSIX classes, \p{..},
+# branch reset, version flags, fuzzy matching, \m \M \G \X word/grapheme anchors).
+_REGEX_ONLY = re.compile(r"\[\[:|\\[pPNXmMG]|\(\?\||\(\?[a-zA-Z]*V[01]|\{[eids]<")
+
+MIN_LITERAL = 3      # shorter literals would occur on nearly every line
+MAX_SET = 24         # cap on alternatives kept while expanding
+MAX_CLASS = 6        # a character class up to this size is expanded
+
+_LIT = sre_c.LITERAL
+_IN = sre_c.IN
+_BRANCH = sre_c.BRANCH
+_SUB = sre_c.SUBPATTERN
+_REPEATS = (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT, getattr(sre_c, "POSSESSIVE_REPEAT", None))
+_AT = sre_c.AT
+_ASSERT = sre_c.ASSERT
+_ASSERT_NOT = sre_c.ASSERT_NOT
+_ATOMIC = getattr(sre_c, "ATOMIC_GROUP", None)
+
+
+@dataclass(frozen=True)
+class Literals:
+    """Any match contains one of `strings` (compared case-insensitively if `ignore_case`)."""
+
+    strings: frozenset[str]
+    ignore_case: bool = False
+
+    @property
+    def score(self) -> tuple[int, int]:
+        return (min(len(s) for s in self.strings), -len(self.strings))
+
+
+@functools.lru_cache(maxsize=1024)
+def required_literals(pattern: str) -> Literals | None:
+    """The best required-literal set of `pattern`, or None if it has none worth using."""
+    if _REGEX_ONLY.search(pattern):
+        return None  # syntax the `regex` module reads differently from `re`: no guessing
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # e.g. "possible nested set" for [[:digit:]]
+            tree = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - `regex`-only syntax: no prefilter, the rule runs everywhere
+        return None
+    ignore_case = bool(tree.state.flags & re.IGNORECASE) or _has_inline_ignorecase(tree)
+    exact, best = _seq(list(tree))
+    candidates = [c for c in (exact, best) if c]
+    candidates = [c for c in candidates if min(len(s) for s in c) >= MIN_LITERAL]
+    if not candidates:
+        return None
+    chosen = max(candidates, key=lambda c: (min(len(s) for s in c), -len(c)))
+    strings = frozenset(s.lower() if ignore_case else s for s in chosen)
+    if any("\n" in s or "\r" in s for s in strings):
+        return None
+    return Literals(strings, ignore_case)
+
+
+def _has_inline_ignorecase(tree: object) -> bool:
+    for op, av in _walk(tree):
+        if op is _SUB and av[1] & re.IGNORECASE:
+            return True
+    return False
+
+
+def _walk(items: object):  # type: ignore[no-untyped-def]
+    for op, av in items:  # type: ignore[attr-defined]
+        yield op, av
+        if op is _SUB:
+            yield from _walk(av[3])
+        elif op is _BRANCH:
+            for alt in av[1]:
+                yield from _walk(alt)
+        elif op in _REPEATS and op is not None:
+            yield from _walk(av[2])
+        elif op in (_ASSERT, _ASSERT_NOT):
+            yield from _walk(av[1])
+        elif _ATOMIC is not None and op is _ATOMIC:
+            yield from _walk(av)
+
+
+Set = frozenset[str]
+EMPTY: Set = frozenset({""})
+
+
+@dataclass(frozen=True)
+class _Info:
+    """What a node guarantees: `exact` (all it can match, if few), `best` (a required set
+    inside it), `prefix` / `suffix` (exact sets every match starts / ends with)."""
+
+    exact: Set | None
+    best: Set | None
+    prefix: Set
+    suffix: Set
+
+
+def _exact(e: Set) -> _Info:
+    return _Info(e, None, e, e)
+
+
+_OPAQUE = _Info(None, None, EMPTY, EMPTY)
+
+
+def _better(a: Set | None, b: Set | None) -> Set | None:
+    if not a:
+        return b
+    if not b:
+        return a
+    ka = (min(len(s) for s in a), -len(a))
+    kb = (min(len(s) for s in b), -len(b))
+    return a if ka >= kb else b
+
+
+def _product(a: Set, b: Set) -> Set | None:
+    if len(a) * len(b) > MAX_SET:
+        return None
+    return frozenset(x + y for x in a for y in b)
+
+
+def _seq(items: list) -> tuple[Set | None, Set | None]:  # type: ignore[type-arg]
+    info = _seq_info(items)
+    return info.exact, _better(info.best, info.exact)
+
+
+def _seq_info(items: list) -> _Info:  # type: ignore[type-arg]
+    """Walk a sequence keeping the current run of exactly-known text.
+
+    When joining would exceed MAX_SET alternatives the sequence stops being exactly known:
+    what was accumulated so far is still a valid prefix (and a candidate), and a new run
+    starts at the node that overflowed.
+    """
+    run: Set = EMPTY
+    best: Set | None = None
+    prefix: Set | None = None  # set once the sequence is no longer exactly known
+    for op, av in items:
+        node = _node(op, av)
+        best = _better(best, node.best)
+        if node.exact is not None:
+            joined = _product(run, node.exact)
+            if joined is not None:
+                run = joined
+                continue
+            best = _better(best, run)
+            if prefix is None:
+                prefix = run
+            run = node.exact
+            continue
+        head = _product(run, node.prefix)
+        if head is None:
+            best = _better(best, _better(run, node.prefix))
+            if prefix is None:
+                prefix = run
+        else:
+            best = _better(best, head)
+            if prefix is None:
+                prefix = head
+        run = node.suffix
+    best = _better(best, run)
+    if prefix is None:  # every node was exact and the product stayed small
+        return _Info(run, best, run, run)
+    return _Info(None, best, prefix, run)
+
+
+def _union(sets: list[Set]) -> Set | None:
+    out: set[str] = set()
+    for s in sets:
+        out |= s
+    return frozenset(out) if len(out) <= MAX_SET else None
+
+
+def _node(op: object, av: object) -> _Info:
+    if op is _LIT:
+        return _exact(frozenset({chr(av)}))  # type: ignore[arg-type]
+    if op is _IN:
+        chars = []
+        for iop, iav in av:  # type: ignore[attr-defined]
+            if iop is not _LIT:
+                return _OPAQUE
+            chars.append(chr(iav))
+        return _exact(frozenset(chars)) if len(chars) <= MAX_CLASS else _OPAQUE
+    if op is _SUB:
+        return _seq_info(list(av[3]))  # type: ignore[index]
+    if _ATOMIC is not None and op is _ATOMIC:
+        return _seq_info(list(av))  # type: ignore[arg-type]
+    if op is _BRANCH:
+        alts = [_seq_info(list(alt)) for alt in av[1]]  # type: ignore[index]
+        exact = _union([a.exact for a in alts]) if all(a.exact is not None for a in alts) else None  # type: ignore[misc]
+        choices = [_better(a.best, a.exact) for a in alts]
+        best = None
+        if all(c and min(len(s) for s in c) >= MIN_LITERAL for c in choices):
+            best = _union(choices)  # type: ignore[arg-type]
+        prefix = _union([a.prefix for a in alts]) or EMPTY
+        suffix = _union([a.suffix for a in alts]) or EMPTY
+        if exact is not None:
+            return _Info(exact, best, exact, exact)
+        return _Info(None, best, prefix, suffix)
+    if op in _REPEATS and op is not None:
+        lo, hi, sub = av  # type: ignore[misc]
+        if lo == 0:
+            return _OPAQUE
+        info = _seq_info(list(sub))
+        if info.exact is not None and lo == hi and lo <= 8:
+            acc: Set | None = EMPTY
+            for _ in range(lo):
+                acc = _product(acc, info.exact) if acc is not None else None
+            if acc is not None:
+                return _exact(acc)
+        return _Info(None, _better(info.best, info.exact), info.prefix, info.suffix)
+    if op is _AT:
+        return _exact(EMPTY)
+    if op is _ASSERT:
+        info = _seq_info(list(av[1]))  # type: ignore[index]
+        # a lookaround consumes nothing, but what it requires must be in the line
+        return _Info(EMPTY, _better(info.best, info.exact), EMPTY, EMPTY)
+    if op is _ASSERT_NOT:
+        return _exact(EMPTY)
+    return _OPAQUE

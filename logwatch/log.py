@@ -1,0 +1,30 @@
+"""The daemon's own logs: structlog, key=value on a terminal, JSON lines otherwise."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+
+def setup(level: str = "info", json: bool | None = None) -> None:
+    if json is None:
+        json = not sys.stderr.isatty()
+    renderer = (structlog.processors.JSONRenderer() if json
+                else structlog.dev.ConsoleRenderer(colors=False))
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            getattr(logging, level.upper(), logging.INFO)),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def get(name: str) -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(name)

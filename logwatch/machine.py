@@ -1,0 +1,526 @@
+"""The startup state machine: matched lines -> phases, epochs, progress, crash, ready, stall.
+
+Pure: `StartupMachine.step(state, observation, now)` and `tick(state, now)` update `state`
+in place and return the events that happened; no I/O, no clock of their own (`now` is the
+wall clock of the caller, `Observation.log_time` the server's own timestamp if it had one).
+
+Only the generic meaning of phases lives here; the engine knowledge comes from the pack:
+* phases move forward in the pack's order; a marker of an earlier phase (another TP rank
+  printing the same milestone late) changes nothing, a later one may skip phases;
+* a rule with `reenter` may step back into an earlier phase while the current one is still
+  empty (download bars after `Load weight begin`, before the first shard);
+* a restart marker starts a new epoch, unless the startup is still launching and has not
+  printed that marker yet (vLLM prints a version line, then its args: one startup);
+* a crash keeps collecting evidence after it began: the root-cause line is the exception
+  line with the most specific reason (the first among equals, or the last of a chained
+  exception), not the `Traceback` header, the engine's announcement or the trailing SIGQUIT;
+  the reason is the most specific one found in cause lines, then announcements, then hints
+  seen shortly before, then the pack's default for the phase it crashed in;
+* tentative crash evidence (a bare traceback during startup) is retracted when a later
+  phase marker shows the server carried on;
+* serving stats lines are serving traffic only once the server is ready (SGLang's warmup
+  request prints them before); in a log that shows no startup at all they mean ready.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .rulepack import (
+    CRASHED, READY, SPECIFIC_RANK, STOPPED, TERMINAL, WAITING, Rule, RulePack, reason_rank,
+)
+
+HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still classifies it
+RATE_SMOOTHING = 0.3          # EWMA weight of a new shard-rate sample
+DEFAULT_STALL_AFTER = 300.0
+
+
+@dataclass(slots=True)
+class Observation:
+    """A rule that fired on a line, as the machine sees it."""
+
+    rule: Rule
+    fields: dict[str, str]
+    text: str
+    line_number: int = 0
+    log_time: float | None = None
+    log_stamp: str | None = None
+    own_time: bool = True      # False: log_time was carried forward from an earlier line
+
+
+# -- state --------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class PhaseEntry:
+    phase: str
+    at: float                  # wall clock when observed
+    log_time: float | None     # server timestamp when it had one
+    log_stamp: str | None = None
+
+
+@dataclass(slots=True)
+class ProgressState:
+    """A named counter such as `shards`: k/N with a smoothed rate (items per second)."""
+
+    current: int
+    total: int
+    rate: float | None = None
+    updated_at: float = 0.0
+    updated_log: float | None = None   # only when the frame had its own timestamp
+
+    def remaining_seconds(self, now: float | None = None) -> float | None:
+        if self.rate is None or self.rate <= 0 or self.total <= 0:
+            return None
+        left = max(self.total - self.current, 0) / self.rate
+        if now is not None and self.current < self.total:
+            left -= max(now - self.updated_at, 0.0)
+        return max(left, 0.0)
+
+
+@dataclass(slots=True)
+class Evidence:
+    reason: str
+    line: str
+    line_number: int
+
+    @property
+    def rank(self) -> int:
+        return reason_rank(self.reason)
+
+
+@dataclass(slots=True)
+class Crash:
+    """What is known about a crash; refined while its traceback is still arriving."""
+
+    reason: str
+    during: str
+    line: str
+    line_number: int
+    at: float
+    log_time: float | None
+    excerpt: list[str] = field(default_factory=list)
+    confirmed: bool = False
+    cause: Evidence | None = None
+    marker: Evidence | None = None          # the first engine announcement
+    marker_reason: Evidence | None = None   # the most specific announcement
+    chain_pending: bool = False
+
+    def to_json(self) -> dict[str, object]:
+        return {"reason": self.reason, "during": self.during, "line": self.line,
+                "line_number": self.line_number, "excerpt": list(self.excerpt)}
+
+
+@dataclass(slots=True)
+class State:
+    phase: str = WAITING
+    epoch: int = 0
+    startups: int = 0
+    history: list[PhaseEntry] = field(default_factory=list)  # this epoch, in order
+    restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
+    progress: dict[str, ProgressState] = field(default_factory=dict)
+    phase_progress: bool = False          # a progress event since the current phase began
+    crash: Crash | None = None
+    ready_line: str | None = None
+    ready_at: float | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    hints: dict[str, Evidence] = field(default_factory=dict)
+    last_activity: float | None = None
+    last_log_time: float | None = None
+    stalled: bool = False
+    lines_seen: int = 0
+
+    @property
+    def phases_seen(self) -> list[str]:
+        out: list[str] = []
+        for e in self.history:
+            if e.phase not in out:
+                out.append(e.phase)
+        return out
+
+    @property
+    def phase_entered(self) -> PhaseEntry | None:
+        return self.history[-1] if self.history else None
+
+    def durations(self) -> dict[str, float]:
+        """Seconds spent in each phase of this epoch (server clock if it has one)."""
+        use_log = bool(self.history) and all(e.log_time is not None for e in self.history)
+        out: dict[str, float] = {}
+        for cur, nxt in zip(self.history, self.history[1:]):
+            a = cur.log_time if use_log else cur.at
+            b = nxt.log_time if use_log else nxt.at
+            if a is not None and b is not None:
+                out[cur.phase] = round(out.get(cur.phase, 0.0) + max(b - a, 0.0), 3)
+        if self.history and self.phase not in (READY, *TERMINAL):
+            cur = self.history[-1]
+            a = cur.log_time if use_log else cur.at
+            b = self.last_log_time if use_log else self.last_activity
+            if a is not None and b is not None:
+                out[cur.phase] = round(out.get(cur.phase, 0.0) + max(b - a, 0.0), 3)
+        return out
+
+    def epoch_start(self) -> PhaseEntry | None:
+        return self.history[0] if self.history else None
+
+
+# -- events -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class PhaseChanged:
+    epoch: int
+    old: str
+    new: str
+    at: float
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Restarted:
+    epoch: int
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Ready:
+    epoch: int
+    took: float | None
+    slowest_phase: str | None
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Crashed:
+    epoch: int
+    crash: Crash
+
+
+@dataclass(frozen=True, slots=True)
+class CrashUpdated:
+    epoch: int
+    crash: Crash
+
+
+@dataclass(frozen=True, slots=True)
+class CrashRetracted:
+    epoch: int
+    phase: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    epoch: int
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Stalled:
+    epoch: int
+    phase: str
+    silent_for: float
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    epoch: int
+    counter: str
+    current: int
+    total: int
+    rate: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class StatsUpdated:
+    epoch: int
+    values: dict[str, float]
+
+
+Event = (PhaseChanged | Restarted | Ready | Crashed | CrashUpdated | CrashRetracted | Stopped
+         | Stalled | Progress | StatsUpdated)
+
+
+# -- the machine --------------------------------------------------------------------------------
+
+def parse_rate(text: str | None) -> float | None:
+    """tqdm's rate field -> items per second (`3.13it/s` -> 3.13, `10.19s/it` -> 0.098)."""
+    if not text:
+        return None
+    t = text.strip()
+    try:
+        if t.endswith("s/it"):
+            v = float(t[:-4])
+            return 1.0 / v if v > 0 else None
+        if t.endswith("it/s"):
+            return float(t[:-4])
+    except ValueError:
+        return None
+    return None
+
+
+class StartupMachine:
+    def __init__(self, pack: RulePack, stall_after: float | None = None) -> None:
+        self.pack = pack
+        self.stall_after = stall_after
+        self._startup = set(pack.startup_phases)
+
+    # -- public API -------------------------------------------------------------------------
+    def note_activity(self, state: State, now: float) -> None:
+        """New bytes arrived (any line, matched or not): the log is alive."""
+        state.last_activity = now
+        state.stalled = False
+
+    def step(self, state: State, obs: Observation, now: float) -> list[Event]:
+        rule = obs.rule
+        if obs.log_time is not None:
+            state.last_log_time = obs.log_time
+        events: list[Event] = []
+        if rule.restart:
+            self._restart(state, obs, now, events)
+        if state.phase == CRASHED:
+            self._while_crashed(state, obs, now, events)
+            return events
+        if state.phase == STOPPED:
+            return events
+        if rule.when is not None and state.phase not in rule.when:
+            return events
+        if rule.stop:
+            self._enter(state, STOPPED, obs, now, events)
+            events.append(Stopped(state.epoch, obs.text))
+            return events
+        if rule.crash:
+            self._crash(state, obs, now, events)
+            return events
+        if rule.hint:
+            ev = Evidence(rule.hint, obs.text, obs.line_number)
+            state.hints.setdefault(rule.hint, ev)
+        if rule.phase:
+            self._advance(state, rule, obs, now, events)
+        if rule.progress:
+            self._progress(state, rule.progress, obs, now, events)
+        if rule.stats:
+            self._stats(state, obs, now, events)
+        return events
+
+    def tick(self, state: State, now: float) -> list[Event]:
+        """Time passed without new lines: a startup phase silent too long is stalled."""
+        if state.stalled or state.phase not in self._startup or state.last_activity is None:
+            return []
+        budget = self.stall_budget(state.phase)
+        silent = now - state.last_activity
+        if silent >= budget:
+            state.stalled = True
+            return [Stalled(state.epoch, state.phase, silent)]
+        return []
+
+    def stall_budget(self, phase: str) -> float:
+        if self.stall_after is not None:
+            return self.stall_after
+        return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
+
+    def startup_eta(self, state: State, now: float | None = None) -> float:
+        """Seconds until ready: shards left at the current rate (NaN when unknown)."""
+        if state.phase == READY:
+            return 0.0
+        shards = state.progress.get("shards")
+        if state.phase == "loading_shards" and shards is not None:
+            left = shards.remaining_seconds(now)
+            if left is not None:
+                return left
+        return math.nan
+
+    # -- transitions ------------------------------------------------------------------------
+    def _entry(self, phase: str, obs: Observation, now: float) -> PhaseEntry:
+        return PhaseEntry(phase, now, obs.log_time, obs.log_stamp)
+
+    def _enter(self, state: State, phase: str, obs: Observation, now: float,
+               events: list[Event]) -> None:
+        old = state.phase
+        if old == WAITING and phase != READY and phase not in TERMINAL and state.epoch == 0:
+            state.epoch = 1
+            state.startups += 1
+        state.phase = phase
+        state.phase_progress = False
+        state.history.append(self._entry(phase, obs, now))
+        events.append(PhaseChanged(state.epoch, old, phase, now, obs.text))
+
+    def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        rid = obs.rule.id
+        if state.phase == WAITING or (state.phase == self._first_phase()
+                                      and rid not in state.restart_rules):
+            # the first args dump / version line of a startup that is still launching (a
+            # launch prints several kinds: vLLM's version line, then its args)
+            state.restart_rules.add(rid)
+            if state.phase == WAITING:
+                self._enter(state, self._first_phase(), obs, now, events)
+            return
+        # a new startup in the same log
+        startups, epoch = state.startups, state.epoch
+        fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
+                      last_activity=state.last_activity, last_log_time=state.last_log_time,
+                      lines_seen=state.lines_seen)
+        for slot in State.__slots__:  # type: ignore[attr-defined]
+            setattr(state, slot, getattr(fresh, slot))
+        state.history.append(self._entry(self._first_phase(), obs, now))
+        state.phase = self._first_phase()
+        events.append(Restarted(state.epoch, obs.text))
+        events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text))
+
+    def _first_phase(self) -> str:
+        return self.pack.phases[0]
+
+    def _advance(self, state: State, rule: Rule, obs: Observation, now: float,
+                 events: list[Event]) -> None:
+        target = rule.phase
+        assert target is not None
+        cur_i = self.pack.phase_index(state.phase)
+        new_i = self.pack.phase_index(target)
+        if new_i > cur_i:
+            self._enter(state, target, obs, now, events)
+            if target == READY:
+                self._ready(state, obs, now, events)
+        elif new_i < cur_i and rule.reenter and not state.phase_progress and state.phase != READY:
+            # the current phase was entered too early and is still empty: correct it
+            if state.history and state.history[-1].phase == state.phase and \
+                    sum(1 for e in state.history if e.phase == state.phase) == 1:
+                state.history.pop()
+            old = state.phase
+            state.phase = target
+            state.phase_progress = False
+            state.history.append(self._entry(target, obs, now))
+            events.append(PhaseChanged(state.epoch, old, target, now, obs.text))
+
+    def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        state.ready_line = obs.text
+        state.ready_at = now
+        start = state.epoch_start()
+        took: float | None = None
+        if start is not None and start.phase != READY:
+            if start.log_time is not None and obs.log_time is not None:
+                took = max(obs.log_time - start.log_time, 0.0)
+            else:
+                took = max(now - start.at, 0.0)
+        durations = state.durations()
+        slowest = max(durations, key=lambda p: durations[p]) if durations else None
+        state.stalled = False
+        events.append(Ready(state.epoch, took, slowest, obs.text))
+
+    def _progress(self, state: State, name: str, obs: Observation, now: float,
+                  events: list[Event]) -> None:
+        if state.phase == READY:
+            return  # e.g. a LoRA or weight update after startup: not startup progress
+        try:
+            cur = int(obs.fields["current"])
+            total = int(obs.fields["total"])
+        except (KeyError, ValueError):
+            return
+        prev = state.progress.get(name)
+        rate = parse_rate(obs.fields.get("rate"))
+        own_log = obs.log_time if obs.own_time else None
+        if rate is None and prev is not None and cur > prev.current:
+            if own_log is not None and prev.updated_log is not None:
+                dt = own_log - prev.updated_log
+            else:
+                dt = now - prev.updated_at
+            if dt > 0:
+                rate = (cur - prev.current) / dt
+        if rate is not None and prev is not None and prev.rate is not None and prev.total == total:
+            rate = RATE_SMOOTHING * rate + (1 - RATE_SMOOTHING) * prev.rate
+        state.progress[name] = ProgressState(cur, total, rate if rate is not None else
+                                             (prev.rate if prev and prev.total == total else None),
+                                             now, own_log)
+        state.phase_progress = True
+        events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
+
+    def _stats(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        if state.phase == WAITING:
+            # a log that starts while the server is already serving
+            self._enter(state, READY, obs, now, events)
+            self._ready(state, obs, now, events)
+        if state.phase != READY:
+            return  # warmup batches before ready are not serving traffic
+        values: dict[str, float] = {}
+        scale = obs.rule.scale
+        for k, v in obs.fields.items():
+            try:
+                x = float(v.rstrip("%"))
+            except ValueError:
+                continue
+            values[k] = x * scale.get(k, 1.0)
+        if values:
+            state.stats.update(values)
+            events.append(StatsUpdated(state.epoch, values))
+
+    # -- crashes ----------------------------------------------------------------------------
+    def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        rule = obs.rule
+        assert rule.crash is not None
+        during = state.phase
+        crash = Crash(reason=rule.crash, during=during, line=obs.text,
+                      line_number=obs.line_number, at=now, log_time=obs.log_time)
+        self._enter(state, CRASHED, obs, now, events)
+        state.crash = crash
+        self._evidence(state, crash, rule, rule.crash, obs)
+        events.append(Crashed(state.epoch, crash))
+
+    def _while_crashed(self, state: State, obs: Observation, now: float,
+                       events: list[Event]) -> None:
+        crash = state.crash
+        rule = obs.rule
+        if crash is None:
+            return
+        if rule.chain:
+            crash.chain_pending = True
+            return
+        if rule.crash or rule.hint:
+            before = (crash.reason, crash.line, crash.confirmed)
+            self._evidence(state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
+            if (crash.reason, crash.line, crash.confirmed) != before:
+                events.append(CrashUpdated(state.epoch, crash))
+            return
+        if crash.confirmed or not rule.phase or rule.phase == crash.during:
+            return
+        if self.pack.phase_index(rule.phase) > self.pack.phase_index(crash.during):
+            # the startup carried on: the traceback was not fatal
+            state.crash = None
+            state.history = [e for e in state.history if e.phase != CRASHED]
+            state.phase = crash.during
+            events.append(CrashRetracted(state.epoch, crash.during))
+            self._advance(state, rule, obs, now, events)
+
+    def _evidence(self, state: State, crash: Crash, rule: Rule, reason: str,
+                  obs: Observation) -> None:
+        ev = Evidence(reason, obs.text, obs.line_number)
+        if rule.hint:
+            state.hints.setdefault(reason, ev)
+        elif rule.marker:
+            if crash.marker is None:
+                crash.marker = ev
+            if crash.marker_reason is None or ev.rank > crash.marker_reason.rank:
+                crash.marker_reason = ev
+        else:
+            best = crash.cause
+            if best is None or ev.rank > best.rank or (ev.rank == best.rank and crash.chain_pending):
+                crash.cause = ev
+            crash.chain_pending = False
+        if rule.crash and (not rule.tentative or reason_rank(reason) == SPECIFIC_RANK):
+            crash.confirmed = True
+        crash.reason = self._reason(state, crash)
+        line = crash.cause or crash.marker
+        if line is not None:
+            crash.line, crash.line_number = line.line, line.line_number
+
+    def _reason(self, state: State, crash: Crash) -> str:
+        if crash.cause is not None and crash.cause.rank == SPECIFIC_RANK:
+            return crash.cause.reason
+        if crash.marker_reason is not None and crash.marker_reason.rank == SPECIFIC_RANK:
+            return crash.marker_reason.reason
+        first_line = min(e.line_number for e in (crash.cause, crash.marker) if e is not None) \
+            if (crash.cause or crash.marker) else 0
+        hints = [h for h in state.hints.values()
+                 if h.rank == SPECIFIC_RANK and first_line - h.line_number <= HINT_WINDOW_LINES]
+        if hints:
+            return min(hints, key=lambda h: h.line_number).reason
+        by_phase = self.pack.crash_by_phase.get(crash.during)
+        if by_phase:
+            return by_phase
+        generic = [e for e in (crash.cause, crash.marker_reason) if e is not None]
+        return max(generic, key=lambda e: e.rank).reason if generic else "unknown"

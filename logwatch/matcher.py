@@ -1,0 +1,244 @@
+"""Matching: which rule (if any) a line fires, for single lines and for whole blocks.
+
+`match_line` is the definition: a line an `ignore` pattern matches fires no rule; otherwise
+rules are tried in pack order, a rule whose required literals are absent is skipped without
+running its regex, and the first match wins.
+
+`scan` applies that definition to a block without looking at most of its lines.  One RE2 pass
+over the block's raw bytes finds every occurrence of the literals of the non-stats rules; only
+the segments they occur in are decoded and matched.  Stats rules (`stats:`), whose lines are
+the bulk of a serving log, are found between those hits with a second RE2: every occurrence
+in exact mode (live), or only the first and last of each run in `collapse_stats` mode
+(replay), which is enough because a stats match only sets gauges (last value wins) or, as
+the first serving line of a log that shows no startup, marks it ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import re2
+
+from .lines import Block, iter_segments, segment_bounds, segment_text, split_glued
+from .rulepack import Rule, RulePack
+
+
+@dataclass(slots=True)
+class Hit:
+    """A rule that fired on a line."""
+
+    rule: Rule
+    fields: dict[str, str]
+    text: str
+    line_number: int
+    offset: int
+    block_pos: int  # start of the segment in the block
+
+
+def _rx_literal(lit: str, ignore_case: bool) -> str:
+    esc = re2.escape(lit) if hasattr(re2, "escape") else _escape(lit)
+    return f"(?i:{esc})" if ignore_case else esc
+
+
+def _escape(lit: str) -> str:
+    return "".join("\\" + c if not (c.isalnum() or c == " " or ord(c) > 127) else c for c in lit)
+
+
+class Matcher:
+    """A compiled rule pack."""
+
+    def __init__(self, pack: RulePack, max_line_bytes: int = 64 * 1024) -> None:
+        self.pack = pack
+        self.max_line_bytes = max_line_bytes
+        self.rules = pack.rules
+        self._checks: list[tuple[Rule, tuple[str, ...] | None, bool]] = []
+        for r in self.rules:
+            lits = tuple(sorted(r.literals.strings)) if r.literals else None
+            self._checks.append((r, lits, bool(r.literals and r.literals.ignore_case)))
+        self.unfiltered = [r for r in self.rules if r.literals is None]
+        self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
+        rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
+        self._rare_rx = self._alternation(rare)
+        self._stats_rx = self._alternation(self.stats_rules)
+        self._stats_maxlen = max((len(s.encode("utf-8")) for r in self.stats_rules
+                                  for s in r.literals.strings), default=0)  # type: ignore[union-attr]
+
+    @staticmethod
+    def _alternation(rules: list[Rule]) -> object | None:
+        parts = sorted({_rx_literal(s, r.literals.ignore_case)  # type: ignore[union-attr]
+                        for r in rules for s in r.literals.strings})  # type: ignore[union-attr]
+        if not parts:
+            return None
+        opts = re2.Options()
+        opts.max_mem = 64 << 20
+        return re2.compile("|".join(parts).encode("utf-8"), opts)
+
+    # -- one line ------------------------------------------------------------------------------
+    def match_line(self, text: str) -> tuple[Rule, dict[str, str]] | None:
+        lower: str | None = None
+        ignored: bool | None = None  # evaluated once, when a rule's literal is first present
+        for rule, lits, ci in self._checks:
+            if lits is not None:
+                if ci:
+                    if lower is None:
+                        lower = text.lower()
+                    hay = lower
+                else:
+                    hay = text
+                for s in lits:
+                    if s in hay:
+                        break
+                else:
+                    continue
+            if ignored is None:
+                ignored = any(rx.search(text) for rx in self.pack.ignore)
+            if ignored:
+                return None
+            m = rule.regex.search(text)
+            if m is not None:
+                return rule, {k: v for k, v in m.groupdict().items() if v is not None}
+        return None
+
+    def match_all(self, text: str) -> list[Rule]:
+        """Every rule whose pattern matches (for `rules test` diagnostics)."""
+        return [r for r in self.rules if r.regex.search(text)]
+
+    # -- a block -------------------------------------------------------------------------------
+    def scan(self, block: Block, collapse_stats: bool = False) -> Iterator[Hit]:
+        """The hits of a block, in order."""
+        if self.unfiltered:
+            yield from self._scan_every_line(block)
+            return
+        scan = _BlockScan(self, block, collapse_stats)
+        cursor = 0        # end of the last segment that fired a rule (stats gaps start here)
+        examined = 0      # end of the last segment looked at
+        if self._rare_rx is not None:
+            for m in self._rare_rx.finditer(block.data):
+                pos = m.start()
+                if pos < examined:
+                    continue  # another literal on a segment already looked at
+                s, e = segment_bounds(block.data, pos)
+                examined = e
+                found = scan.match_segment(s, e)
+                if not found:
+                    continue  # a literal but no rule: it does not interrupt a run of stats
+                yield from scan.stats_between(cursor, s)
+                yield from scan.output(scan.emit(s, found))
+                cursor = e
+        yield from scan.stats_between(cursor, len(block.data))
+        yield from scan.flush()
+        scan.finish()
+
+    def _scan_every_line(self, block: Block) -> Iterator[Hit]:
+        data = block.data
+        for start, end, line_no in iter_segments(block):
+            text = segment_text(data[start:end], self.max_line_bytes)
+            for part in split_glued(text):
+                found = self.match_line(part)
+                if found is not None:
+                    yield Hit(found[0], found[1], part, line_no, block.raw_offset(start), start)
+
+
+class _BlockScan:
+    """Position bookkeeping for one `Matcher.scan` (line numbers are counted incrementally)."""
+
+    def __init__(self, matcher: Matcher, block: Block, collapse: bool) -> None:
+        self.m = matcher
+        self.block = block
+        self.collapse = collapse
+        self.pending: Hit | None = None
+        self.data = block.data
+        self.line_pos = 0
+        self.line_no = block.line_number
+        self.in_run = False   # the last hit emitted was a stats hit (a run is open)
+
+    def finish(self) -> None:
+        """Record the block's newline count (counted up to the last hit already)."""
+        self.block.newline_count = (self.line_no - self.block.line_number
+                                    + self.data.count(b"\n", self.line_pos))
+
+    def match_segment(self, start: int, end: int) -> list[tuple[Rule, dict[str, str], str]]:
+        """The rules a segment fires (a glued record counts separately)."""
+        text = segment_text(self.data[start:end], self.m.max_line_bytes)
+        out = []
+        for part in split_glued(text):
+            found = self.m.match_line(part)
+            if found is not None:
+                out.append((found[0], found[1], part))
+        return out
+
+    def emit(self, start: int, found: list[tuple[Rule, dict[str, str], str]]) -> list[Hit]:
+        """Hits for a segment at `start` (segments must be emitted in order)."""
+        self.line_no += self.data.count(b"\n", self.line_pos, start)
+        self.line_pos = start
+        offset = self.block.raw_offset(start)
+        return [Hit(rule, fields, text, self.line_no, offset, start)
+                for rule, fields, text in found]
+
+    def output(self, hits: list[Hit]) -> Iterator[Hit]:
+        """Pass hits on; when collapsing, hold back a run's stats hits but its first and last."""
+        if not self.collapse:
+            yield from hits
+            return
+        for hit in hits:
+            if hit.rule.stats is None:
+                yield from self.flush()
+                self.in_run = False
+                yield hit
+            elif not self.in_run:
+                self.in_run = True
+                yield hit
+            else:
+                self.pending = hit  # the last of the run so far
+
+    def flush(self) -> Iterator[Hit]:
+        if self.pending is not None:
+            yield self.pending
+            self.pending = None
+
+    def stats_between(self, lo: int, hi: int) -> Iterator[Hit]:
+        """Stats hits in [lo, hi): every one, or when collapsing only the first (unless a run
+        is already open) and the last."""
+        rx = self.m._stats_rx
+        if rx is None or lo >= hi:
+            return
+        pos = lo
+        while pos < hi and not (self.collapse and self.in_run):
+            found = rx.search(self.data, pos, hi)
+            if found is None:
+                return
+            s, e = segment_bounds(self.data, found.start())
+            pos = e + 1
+            matched = self.match_segment(s, e)
+            if matched:
+                yield from self.output(self.emit(s, matched))
+        if self.collapse and pos < hi:
+            last = self._last(pos, hi)
+            if last is not None:
+                yield from self.output(self.emit(last[0], self.match_segment(*last)))
+
+    def _last(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """The last segment in [lo, hi) that a stats rule matches.
+
+        Searched backwards in growing windows (stats lines are dense where they occur);
+        consecutive windows overlap by the longest literal so none is cut in two.
+        """
+        data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 16
+        overlap = self.m._stats_maxlen
+        while end > lo:
+            start = max(lo, end - width)
+            best = -1
+            for found in rx.finditer(data, start, end):  # type: ignore[union-attr]
+                best = found.start()
+            if best < 0:
+                if start == lo:
+                    return None
+                end, width = min(start + overlap, end), width * 4
+                continue
+            s, e = segment_bounds(data, best)
+            text = segment_text(data[s:e], self.m.max_line_bytes)
+            if any(self.m.match_line(p) for p in split_glued(text)):
+                return s, e
+            end = s
+        return None

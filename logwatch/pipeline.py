@@ -1,0 +1,186 @@
+"""One target's pipeline: bytes -> framing -> rules -> machine, with the crash excerpt.
+
+`LogPipeline.feed(chunk, now)` is the whole per-target hot path, shared by `replay`, `watch`
+and the daemon; sources only decide where the bytes come from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
+from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
+from .matcher import Hit, Matcher
+from .rulepack import RulePack
+from .timestamps import LogClock
+
+EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
+EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
+EXCERPT_MAX_LINE_CHARS = 2000
+EXCERPT_MAX_CHARS = 24_000
+_TAIL_KEEP = 32 * 1024     # bytes of the previous block kept for "lines before"
+
+
+@dataclass(slots=True)
+class Counters:
+    bytes: int = 0
+    lines: int = 0
+    hits: int = 0
+
+
+def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
+    """Physical lines as a terminal shows them: the last `\\r` frame of each, decoded."""
+    out: list[str] = []
+    for physical in raw.split(b"\n"):
+        frames = [f for f in physical.split(b"\r") if f.strip()]
+        if not frames:
+            continue
+        text = segment_text(frames[-1], max_line_bytes)
+        for part in split_glued(text):
+            part = part.rstrip()
+            if part:
+                out.append(part[:EXCERPT_MAX_LINE_CHARS])
+    return out
+
+
+class ExcerptCollector:
+    """Builds `Crash.excerpt`: the lines before the crash and the traceback after it.
+
+    Works on the raw block bytes (the excerpt needs every line, not only the matched ones)
+    and keeps an unfinished physical line across blocks, so the excerpt does not depend on
+    where the input was split.
+    """
+
+    def __init__(self) -> None:
+        self.prev_tail = b""
+        self.target: list[str] | None = None
+        self.chars = 0
+        self.pending = b""   # an unfinished physical line of the "after" part
+
+    def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
+        line_start = block.data.rfind(b"\n", 0, seg_start) + 1
+        if line_start == 0:
+            before_raw = self.prev_tail + block.data[:seg_start]
+            cut = before_raw.rfind(b"\n") + 1
+            before_raw, head = before_raw[:cut], before_raw[cut:]
+        else:
+            before_raw = self.prev_tail + block.data[:line_start]
+            head = block.data[line_start:seg_start]
+        before = excerpt_lines(before_raw)[-EXCERPT_BEFORE:]
+        excerpt.clear()
+        self.target = excerpt
+        self.chars = 0
+        for line in before:
+            self._add(line)
+        # the crash's own physical line, from its start (frames before the crash segment too)
+        self.pending = b""
+        self._take(head + block.data[seg_start:])
+
+    def stop(self) -> None:
+        self.target = None
+        self.pending = b""
+
+    def continue_block(self, block: Block) -> None:
+        if self.target is not None:
+            self._take(block.data)
+
+    def end_block(self, block: Block) -> None:
+        data = block.data
+        if len(data) >= _TAIL_KEEP:
+            self.prev_tail = data[-_TAIL_KEEP:]
+        else:
+            self.prev_tail = (self.prev_tail + data)[-_TAIL_KEEP:]
+
+    def finish(self) -> None:
+        """End of input: the unfinished last line belongs to the excerpt too."""
+        if self.target is not None and self.pending:
+            for line in excerpt_lines(self.pending):
+                if not self._add(line):
+                    break
+        self.stop()
+
+    def _take(self, raw: bytes) -> None:
+        if self.target is None:
+            return
+        # bounded: look at no more bytes than the lines still wanted can hold
+        room = EXCERPT_MAX_LINES - len(self.target)
+        data = self.pending + raw[: room * EXCERPT_MAX_LINE_CHARS * 2]
+        cut = data.rfind(b"\n") + 1
+        self.pending = data[cut:][-EXCERPT_MAX_LINE_CHARS * 4:]
+        for line in excerpt_lines(data[:cut]):
+            if not self._add(line):
+                self.stop()
+                return
+
+    def _add(self, line: str) -> bool:
+        assert self.target is not None
+        if len(self.target) >= EXCERPT_MAX_LINES or self.chars + len(line) > EXCERPT_MAX_CHARS:
+            return False
+        self.target.append(line)
+        self.chars += len(line)
+        return True
+
+
+class LogPipeline:
+    """Framing, matching and the startup machine for one log."""
+
+    def __init__(self, pack: RulePack, *, collapse_stats: bool = False,
+                 stall_after: float | None = None,
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+                 offset: int = 0, line_number: int = 1) -> None:
+        self.pack = pack
+        self.framer = Framer(offset=offset, line_number=line_number,
+                             max_line_bytes=max_line_bytes)
+        self.matcher = Matcher(pack, max_line_bytes)
+        self.machine = StartupMachine(pack, stall_after)
+        self.state = State()
+        self.clock = LogClock(pack.timestamps)
+        self.collapse_stats = collapse_stats
+        self.counters = Counters()
+        self.rule_matches: dict[str, int] = {}
+        self.excerpt = ExcerptCollector()
+        self._partial_counted = False
+
+    def feed(self, chunk: bytes, now: float) -> list[Event]:
+        self.counters.bytes += len(chunk)
+        if chunk:
+            self.machine.note_activity(self.state, now)
+        block = self.framer.feed(chunk, now)
+        return self._block(block, now) if block is not None else []
+
+    def finish(self, now: float) -> list[Event]:
+        """End of input: the unfinished last line counts as a line."""
+        block = self.framer.flush(now)
+        events = self._block(block, now) if block is not None else []
+        if block is not None and block.data and not block.data.endswith(b"\n"):
+            self.counters.lines += 1
+        self.excerpt.finish()
+        return events
+
+    def tick(self, now: float) -> list[Event]:
+        return self.machine.tick(self.state, now)
+
+    def _block(self, block: Block, now: float) -> list[Event]:
+        self.excerpt.continue_block(block)
+        events: list[Event] = []
+        for hit in self.matcher.scan(block, self.collapse_stats):
+            events.extend(self._hit(hit, block, now))
+        self.counters.lines += block.newlines()
+        self.excerpt.end_block(block)
+        return events
+
+    def _hit(self, hit: Hit, block: Block, now: float) -> list[Event]:
+        self.counters.hits += 1
+        rid = hit.rule.id
+        self.rule_matches[rid] = self.rule_matches.get(rid, 0) + 1
+        stamp = self.clock.stamp(hit.text)
+        obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
+                          stamp.seconds if stamp else None, stamp.text if stamp else None,
+                          own_time=bool(stamp and stamp.own))
+        events = self.machine.step(self.state, obs, now)
+        for ev in events:
+            if isinstance(ev, Crashed):
+                self.excerpt.start(ev.crash.excerpt, block, hit.block_pos)
+            elif isinstance(ev, (Restarted, CrashRetracted)):
+                self.excerpt.stop()
+        return events

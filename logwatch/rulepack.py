@@ -1,0 +1,592 @@
+"""Rule packs: engine knowledge as data (`rules/*.yaml`), loaded and validated.
+
+A pack declares its phases in order, `detect` patterns for `--rules auto`, timestamp formats,
+`ignore` patterns (lines no rule may match, e.g. traceback source lines that quote an error
+message), and ordered rules.  Each rule is a `regex` pattern with named groups and one or more actions:
+
+  phase: P          enter phase P (forward only; a later marker may skip phases)
+  progress: NAME    a named counter (`current`, `total`, optional `rate` groups)
+  crash: REASON     the server crashed (DESIGN.md reason vocabulary)
+  hint: REASON      classifies a crash that follows, without being one
+  restart: true     a new startup epoch
+  stats: serving    numeric groups become serving gauges
+  stop: true        clean shutdown
+  chain: true       "During handling of the above exception": the next cause line supersedes
+
+and modifiers: `when` (phases the rule acts in), `marker` (a crash announcement, not a
+root-cause line), `tentative` (crash evidence that a later phase marker can retract),
+`reenter` (may step back into an earlier, still empty phase), `scale` (multiply a field),
+`prefilter` (explicit literals when none can be derived from the pattern).
+
+Every problem is reported as one `PackError` naming the file, the rule id and the key.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import regex
+import yaml
+
+from .literals import Literals, required_literals
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
+
+WAITING = "waiting"
+CRASHED = "crashed"
+STOPPED = "stopped"
+READY = "ready"
+TERMINAL = (CRASHED, STOPPED)
+
+CRASH_REASONS = (
+    "cuda_oom", "host_oom_killed", "kv_cache_too_small", "nccl_error", "distributed_error",
+    "import_error", "bad_argument", "hub_download_failed", "weight_loading_error",
+    "warmup_failed", "port_in_use", "child_process_died", "python_exception", "unknown",
+)
+# Generic reasons, least to most informative; every other reason is specific.
+GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
+SPECIFIC_RANK = len(GENERIC_REASONS)
+
+ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain")
+MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "scale", "prefilter", "samples",
+                 "description", "before", "after")
+RULE_KEYS = ("id", "pattern") + ACTION_KEYS + MODIFIER_KEYS
+PACK_KEYS = ("name", "extends", "description", "phases", "detect", "timestamps", "ignore",
+             "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after")
+TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
+REGEX_FLAGS = regex.V0
+
+
+def reason_rank(reason: str) -> int:
+    """0..2 for the generic reasons, SPECIFIC_RANK for every specific one."""
+    try:
+        return GENERIC_REASONS.index(reason)
+    except ValueError:
+        return SPECIFIC_RANK
+
+
+class PackError(Exception):
+    """A broken pack: one message naming the file, the rule and the key."""
+
+    def __init__(self, path: str, message: str, rule: str | None = None,
+                 key: str | None = None) -> None:
+        self.path, self.rule, self.key, self.message = path, rule, key, message
+        where = path
+        if rule is not None:
+            where += f": rule '{rule}'"
+        if key is not None:
+            where += f": {key}"
+        super().__init__(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A real log line a rule must match (or, with `matches: false`, must not)."""
+
+    line: str
+    fields: dict[str, str] | None = None
+    matches: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class Rule:
+    id: str
+    pattern: str
+    regex: Any  # regex.Pattern[str]
+    source: str
+    phase: str | None = None
+    progress: str | None = None
+    crash: str | None = None
+    hint: str | None = None
+    restart: bool = False
+    stats: str | None = None
+    stop: bool = False
+    chain: bool = False
+    when: frozenset[str] | None = None
+    marker: bool = False
+    tentative: bool = False
+    reenter: bool = False
+    scale: dict[str, float] = field(default_factory=dict)
+    literals: Literals | None = None
+    samples: tuple[Sample, ...] = ()
+    description: str = ""
+
+    @property
+    def actions(self) -> list[str]:
+        return [k for k in ACTION_KEYS if getattr(self, k) not in (None, False)]
+
+
+@dataclass(frozen=True)
+class TimestampFormat:
+    """A timestamp in a line: named groups Y m d H M S f (any of Y, m, d may be missing)."""
+
+    regex: Any
+    pattern: str
+
+
+@dataclass(frozen=True)
+class DetectPattern:
+    regex: Any
+    weight: float
+
+
+@dataclass(frozen=True)
+class RulePack:
+    name: str
+    path: str
+    phases: tuple[str, ...]
+    rules: tuple[Rule, ...]
+    detect: tuple[DetectPattern, ...] = ()
+    timestamps: tuple[TimestampFormat, ...] = ()
+    ignore: tuple[Any, ...] = ()
+    crash_by_phase: dict[str, str] = field(default_factory=dict)
+    typical_seconds: dict[str, float] = field(default_factory=dict)
+    stall_after: dict[str, float] = field(default_factory=dict)
+    description: str = ""
+
+    def phase_index(self, phase: str) -> int:
+        """Order of a phase: waiting first, the pack's phases, then the terminal ones."""
+        if phase == WAITING:
+            return -1
+        try:
+            return self.phases.index(phase)
+        except ValueError:
+            return len(self.phases) + TERMINAL.index(phase)
+
+    @property
+    def startup_phases(self) -> tuple[str, ...]:
+        """The phases before ready (where a silent log means a stall)."""
+        if READY in self.phases:
+            return self.phases[: self.phases.index(READY)]
+        return self.phases
+
+    def rule(self, rule_id: str) -> Rule:
+        for r in self.rules:
+            if r.id == rule_id:
+                return r
+        raise KeyError(rule_id)
+
+
+# ----------------------------------------------------------------------------------------------
+# Locating packs
+
+def shipped_dir() -> Path:
+    """Where the packs shipped with logwatch live (installed package data or the checkout)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "packs", here.parent / "rules"):
+        if candidate.is_dir() and any(candidate.glob("*.yaml")):
+            return candidate
+    return here.parent / "rules"
+
+
+def search_path() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get("LOGWATCH_RULES_PATH", "").split(os.pathsep) if p]
+    return extra + [shipped_dir()]
+
+
+def shipped_pack_names() -> list[str]:
+    names: list[str] = []
+    for d in search_path():
+        for p in sorted(d.glob("*.yaml")):
+            if p.stem not in names:
+                names.append(p.stem)
+    return names
+
+
+def resolve_pack_path(spec: str) -> Path:
+    """A pack name (`sglang`) or a path to a YAML file."""
+    p = Path(spec).expanduser()
+    if p.suffix in (".yaml", ".yml") or os.sep in spec or p.is_file():
+        if not p.is_file():
+            raise PackError(spec, "no such rule pack file")
+        return p
+    for d in search_path():
+        cand = d / f"{spec}.yaml"
+        if cand.is_file():
+            return cand
+    known = ", ".join(shipped_pack_names()) or "none"
+    raise PackError(spec, f"unknown rule pack (known: {known}; or give a path to a .yaml file)")
+
+
+def load_pack(spec: str) -> RulePack:
+    path = resolve_pack_path(spec)
+    st = path.stat()
+    return _load_cached(str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_cached(path: str, mtime_ns: int, size: int) -> RulePack:
+    """Packs are immutable: a file is parsed again only when it changed (SIGHUP reloads)."""
+    return _load(Path(path), ())
+
+
+def load_all_shipped() -> list[RulePack]:
+    return [load_pack(n) for n in shipped_pack_names()]
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing and validation
+
+def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
+    src = str(path)
+    real = str(path.resolve())
+    if real in chain:
+        raise PackError(src, f"extends itself through {' -> '.join(chain + (real,))}",
+                        key="extends")
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = yaml.load(f, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+    except yaml.YAMLError as e:
+        raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
+    except UnicodeDecodeError as e:
+        raise PackError(src, f"not UTF-8 text (byte {e.start}); save the pack as UTF-8") from None
+    except OSError as e:
+        raise PackError(src, f"cannot read: {e.strerror}") from None
+    if not isinstance(doc, dict):
+        raise PackError(src, "a rule pack is a mapping with at least 'name' and 'rules'")
+    _no_unknown(src, doc, PACK_KEYS, None, "pack")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise PackError(src, "missing or empty", key="name")
+
+    base: RulePack | None = None
+    if doc.get("extends"):
+        ext = doc["extends"]
+        if not isinstance(ext, str):
+            raise PackError(src, "must be a pack name or a path", key="extends")
+        looks_like_path = ext.endswith((".yaml", ".yml")) or "/" in ext or os.sep in ext
+        rel = path.parent / Path(ext).expanduser()
+        try:
+            ext_path = resolve_pack_path(str(rel) if looks_like_path and not
+                                         Path(ext).expanduser().is_absolute() else ext)
+        except PackError as e:
+            raise PackError(src, f"'{ext}': {e.message}", key="extends") from None
+        base = _load(ext_path, chain + (real,))
+
+    phases = _phases(src, doc, base)
+    rules_doc = doc.get("rules")
+    if rules_doc is None and base is None:
+        raise PackError(src, "missing (a pack needs at least one rule)", key="rules")
+    if rules_doc is not None and not isinstance(rules_doc, list):
+        raise PackError(src, "must be a list of rules", key="rules")
+    own = [_rule(src, i, r, phases) for i, r in enumerate(rules_doc or [])]
+    rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
+    if base is not None and phases != base.phases:
+        for r in rules:
+            for p in ([r.phase] if r.phase else []) + sorted(r.when or ()):
+                if p not in phases and p != WAITING and p not in TERMINAL:
+                    raise PackError(src, f"inherited from {r.source} uses phase '{p}', which "
+                                    f"this pack's phases do not list; add the phase, or "
+                                    f"override or disable the rule",
+                                    rule=r.id, key="phase" if p == r.phase else "when")
+    if not rules:
+        raise PackError(src, "the pack has no rules", key="rules")
+
+    detect = _detect(src, doc.get("detect")) if "detect" in doc else (base.detect if base else ())
+    timestamps = (_timestamps(src, doc.get("timestamps")) if "timestamps" in doc
+                  else (base.timestamps if base else ()))
+    ignore = tuple(base.ignore) if base else ()
+    if doc.get("ignore") is not None:
+        if not isinstance(doc["ignore"], list):
+            raise PackError(src, "must be a list of patterns", key="ignore")
+        ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
+    crash_by_phase = dict(base.crash_by_phase) if base else {}
+    crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
+                                     reason=True))
+    typical = dict(base.typical_seconds) if base else {}
+    typical.update(_phase_map(src, doc.get("typical_seconds"), phases, "typical_seconds"))
+    stall = dict(base.stall_after) if base else {}
+    stall.update(_phase_map(src, doc.get("stall_after"), phases, "stall_after"))
+    return RulePack(
+        name=name, path=src, phases=phases, rules=tuple(rules), detect=detect,
+        timestamps=timestamps, ignore=ignore, crash_by_phase=crash_by_phase, typical_seconds=typical,
+        stall_after=stall, description=str(doc.get("description") or ""),
+    )
+
+
+def _no_unknown(src: str, d: dict[str, Any], allowed: Iterable[str], rule: str | None,
+                what: str) -> None:
+    for k in d:
+        if k not in allowed:
+            raise PackError(src, f"unknown key in {what} (allowed: {', '.join(allowed)})",
+                            rule=rule, key=str(k))
+
+
+def _phases(src: str, doc: dict[str, Any], base: RulePack | None) -> tuple[str, ...]:
+    if "phases" not in doc:
+        if base is None:
+            raise PackError(src, "missing (the pack's phases, in order)", key="phases")
+        return base.phases
+    ph = doc["phases"]
+    if not isinstance(ph, list) or not ph or not all(isinstance(p, str) and p for p in ph):
+        raise PackError(src, "must be a non-empty list of phase names", key="phases")
+    for p in ph:
+        if p in TERMINAL or p == WAITING:
+            raise PackError(src, f"'{p}' is implicit; list only the startup phases and "
+                            "'ready'", key="phases")
+    if len(set(ph)) != len(ph):
+        raise PackError(src, "a phase is listed twice", key="phases")
+    return tuple(ph)
+
+
+def _compile(src: str, pattern: Any, rule: str | None, key: str) -> Any:
+    if not isinstance(pattern, str) or not pattern:
+        raise PackError(src, "missing or not a string", rule=rule, key=key)
+    try:
+        return _regex(pattern)
+    except regex.error as e:
+        raise PackError(src, f"invalid regex: {e}", rule=rule, key=key) from None
+
+
+@functools.lru_cache(maxsize=1024)
+def _regex(pattern: str) -> Any:
+    return regex.compile(pattern, REGEX_FLAGS)
+
+
+def _when(src: str, rid: str, value: Any, phases: tuple[str, ...]) -> frozenset[str] | None:
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names:
+        raise PackError(src, "must be a phase, a list of phases, 'startup' or 'serving'",
+                        rule=rid, key="when")
+    out: set[str] = set()
+    for n in names:
+        if n == "startup":
+            out |= {WAITING, *phases[: phases.index(READY)]} if READY in phases else {WAITING, *phases}
+        elif n == "serving":
+            out.add(READY)
+        elif n in phases or n == WAITING or n in TERMINAL:
+            out.add(n)
+        else:
+            raise PackError(src, f"unknown phase '{n}' (phases: {', '.join(phases)})",
+                            rule=rid, key="when")
+    return frozenset(out)
+
+
+def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
+    if not isinstance(d, dict):
+        raise PackError(src, f"rule #{index + 1} is not a mapping", key="rules")
+    rid = d.get("id")
+    if not isinstance(rid, str) or not rid:
+        raise PackError(src, f"rule #{index + 1} has no 'id'", key="id")
+    _no_unknown(src, d, RULE_KEYS, rid, "rule")
+    rx = _compile(src, d.get("pattern"), rid, "pattern")
+    actions = [k for k in ACTION_KEYS if d.get(k) not in (None, False)]
+    if not actions:
+        raise PackError(src, f"no action (one of: {', '.join(ACTION_KEYS)})", rule=rid)
+
+    phase = d.get("phase")
+    if phase is not None:
+        if phase in TERMINAL:
+            raise PackError(src, f"'{phase}' is entered with "
+                            f"{'crash: REASON' if phase == CRASHED else 'stop: true'}",
+                            rule=rid, key="phase")
+        if phase not in phases:
+            raise PackError(src, f"unknown phase '{phase}' (phases: {', '.join(phases)})",
+                            rule=rid, key="phase")
+    for key in ("crash", "hint"):
+        v = d.get(key)
+        if v is not None and v not in CRASH_REASONS:
+            raise PackError(src, f"unknown crash reason '{v}' (known: {', '.join(CRASH_REASONS)})",
+                            rule=rid, key=key)
+    if d.get("crash") and d.get("hint"):
+        raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
+    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter"):
+        if key in d and not isinstance(d[key], bool):
+            raise PackError(src, "must be true or false", rule=rid, key=key)
+    for key in ("progress", "stats"):
+        if key in d and (not isinstance(d[key], str) or not d[key]):
+            raise PackError(src, "must be a name", rule=rid, key=key)
+    groups = set(rx.groupindex)
+    if d.get("progress") and not {"current", "total"} <= groups:
+        raise PackError(src, "a progress rule needs named groups 'current' and 'total' in its "
+                        "pattern", rule=rid, key="progress")
+    if d.get("stats") and not groups:
+        raise PackError(src, "a stats rule needs named groups (the values it records)",
+                        rule=rid, key="stats")
+    scale = d.get("scale") or {}
+    if not isinstance(scale, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) for k, v in scale.items()):
+        raise PackError(src, "must map a field name to a number", rule=rid, key="scale")
+    for k in scale:
+        if k not in groups:
+            raise PackError(src, f"'{k}' is not a named group of the pattern", rule=rid, key="scale")
+    if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
+        raise PackError(src, "only applies to crash rules", rule=rid,
+                        key="marker" if d.get("marker") else "tentative")
+
+    literals = _prefilter(src, rid, d.get("prefilter"), d["pattern"])
+    samples = _samples(src, rid, d.get("samples"))
+    return Rule(
+        id=rid, pattern=d["pattern"], regex=rx, source=src, phase=phase,
+        progress=d.get("progress"), crash=d.get("crash"), hint=d.get("hint"),
+        restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
+        chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
+        marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
+        reenter=bool(d.get("reenter")), scale={k: float(v) for k, v in scale.items()},
+        literals=literals, samples=samples, description=str(d.get("description") or ""),
+    )
+
+
+def _prefilter(src: str, rid: str, value: Any, pattern: str) -> Literals | None:
+    if value is None:
+        return required_literals(pattern)
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(
+            isinstance(s, str) and s and "\n" not in s and "\r" not in s for s in items):
+        raise PackError(src, "must be a literal string or a list of them", rule=rid,
+                        key="prefilter")
+    return Literals(frozenset(items))
+
+
+def _samples(src: str, rid: str, value: Any) -> tuple[Sample, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of {line, fields}", rule=rid, key="samples")
+    out = []
+    for i, s in enumerate(value):
+        if isinstance(s, str):
+            out.append(Sample(s))
+            continue
+        if not isinstance(s, dict) or not isinstance(s.get("line"), str):
+            raise PackError(src, f"sample #{i + 1} needs a 'line' string", rule=rid, key="samples")
+        for k in s:
+            if k not in ("line", "fields", "matches"):
+                raise PackError(src, f"sample #{i + 1}: unknown key '{k}'", rule=rid,
+                                key="samples")
+        fields = s.get("fields")
+        if fields is not None and not isinstance(fields, dict):
+            raise PackError(src, f"sample #{i + 1}: fields must be a mapping", rule=rid,
+                            key="samples")
+        out.append(Sample(s["line"], {str(k): str(v) for k, v in (fields or {}).items()} or None,
+                          bool(s.get("matches", True))))
+    return tuple(out)
+
+
+def _merge_rules(src: str, base: RulePack | None, own: list[Rule], raw: list[Any],
+                 disable: Any) -> list[Rule]:
+    seen: set[str] = set()
+    for r in own:
+        if r.id in seen:
+            raise PackError(src, "duplicate rule id", rule=r.id, key="id")
+        seen.add(r.id)
+    if base is None:
+        if disable:
+            raise PackError(src, "only a pack that extends another can disable rules",
+                            key="disable")
+        return own
+    rules = list(base.rules)
+    ids = [r.id for r in rules]
+    if disable is not None:
+        if not isinstance(disable, list):
+            raise PackError(src, "must be a list of rule ids", key="disable")
+        for rid in disable:
+            if rid not in ids:
+                raise PackError(src, f"no rule '{rid}' in {base.name}", key="disable")
+        rules = [r for r in rules if r.id not in disable]
+    front: list[Rule] = []
+    for r, d in zip(own, raw):
+        ids = [x.id for x in rules]
+        if r.id in ids:  # override in place
+            rules[ids.index(r.id)] = r
+            continue
+        anchor_key = "before" if d.get("before") else "after" if d.get("after") else None
+        if anchor_key is None:
+            front.append(r)  # a user's new rules take precedence over the shipped ones
+            continue
+        anchor = d[anchor_key]
+        if anchor not in ids:
+            raise PackError(src, f"no rule '{anchor}' to place this one {anchor_key}",
+                            rule=r.id, key=anchor_key)
+        pos = ids.index(anchor) + (1 if anchor_key == "after" else 0)
+        rules.insert(pos, r)
+    return front + rules
+
+
+def _detect(src: str, value: Any) -> tuple[DetectPattern, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of patterns", key="detect")
+    out = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            out.append(DetectPattern(_compile(src, item, None, f"detect[{i}]"), 1.0))
+        elif isinstance(item, dict) and "pattern" in item:
+            w = item.get("weight", 1.0)
+            if not isinstance(w, (int, float)) or w <= 0:
+                raise PackError(src, "weight must be a positive number", key=f"detect[{i}]")
+            out.append(DetectPattern(_compile(src, item["pattern"], None, f"detect[{i}]"), float(w)))
+        else:
+            raise PackError(src, "a pattern or {pattern, weight}", key=f"detect[{i}]")
+    return tuple(out)
+
+
+def _timestamps(src: str, value: Any) -> tuple[TimestampFormat, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of patterns with named groups Y m d H M S f",
+                        key="timestamps")
+    out = []
+    for i, item in enumerate(value):
+        rx = _compile(src, item, None, f"timestamps[{i}]")
+        groups = set(rx.groupindex)
+        if not {"H", "M", "S"} <= groups or not groups <= set(TIMESTAMP_GROUPS):
+            raise PackError(src, "needs named groups H, M, S (and optionally Y, m, d, f)",
+                            key=f"timestamps[{i}]")
+        out.append(TimestampFormat(rx, item))
+    return tuple(out)
+
+
+def _phase_map(src: str, value: Any, phases: tuple[str, ...], key: str,
+               reason: bool = False) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PackError(src, "must map a phase to a value", key=key)
+    out: dict[str, Any] = {}
+    for p, v in value.items():
+        if p not in phases and p != WAITING:
+            raise PackError(src, f"unknown phase '{p}'", key=key)
+        if reason:
+            if v not in CRASH_REASONS:
+                raise PackError(src, f"unknown crash reason '{v}'", key=f"{key}.{p}")
+            out[p] = v
+        else:
+            secs = parse_duration(v) if isinstance(v, str) else v
+            if not isinstance(secs, (int, float)) or secs < 0:
+                raise PackError(src, "must be seconds or a duration like 5m", key=f"{key}.{p}")
+            out[p] = float(secs)
+    return out
+
+
+_DURATION_RE = regex.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
+                             r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+)ms)?\s*$")
+
+
+def parse_duration(text: str | float | int) -> float:
+    """`90`, `90s`, `5m`, `1h30m`, `250ms` -> seconds. Raises ValueError."""
+    if isinstance(text, (int, float)):
+        if text < 0:
+            raise ValueError("negative duration")
+        return float(text)
+    t = text.strip()
+    try:
+        v = float(t)
+        if v < 0:
+            raise ValueError("negative duration")
+        return v
+    except ValueError:
+        pass
+    m = _DURATION_RE.match(t)
+    if not t or not m or not any(m.groups()):
+        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m)")
+    h, mi, s, ms = m.groups()
+    return float(h or 0) * 3600 + float(mi or 0) * 60 + float(s or 0) + float(ms or 0) / 1000

@@ -1,0 +1,661 @@
+"""Framing (logwatch/lines.py): chunks -> blocks -> lines.
+
+The central property: how the bytes of a log are cut into chunks must not change the lines it
+yields (text and physical line number), nor, at pipeline level, the outcome (`summary()`).
+Plus robustness against hostile input (huge lines, NULs, invalid UTF-8, floods of `\\r`) with
+bounded memory, and unit tests of the helpers.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+from hypothesis import HealthCheck, Phase, assume, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES, ROOT
+from logwatch.lines import (
+    Block,
+    Framer,
+    clean_bytes,
+    iter_lines,
+    segment_bounds,
+    segment_text,
+    split_glued,
+    strip_ansi,
+)
+from logwatch.pipeline import LogPipeline
+from logwatch.rulepack import load_pack
+from logwatch.summary import summary
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                       HealthCheck.data_too_large])
+
+# Properties that are costly to shrink report a failure as found (no shrinking keeps them fast);
+# the deterministic tests next to them hold the minimal cases.
+NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+
+FIXTURE_FILES = sorted(FIXTURES.glob("*.log"))
+FIXTURE_NAMES = [p.stem for p in FIXTURE_FILES]
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+def frame(chunks, max_line_bytes=65536, framer=None):
+    """Feed chunks through a Framer (then flush); return (lines, blocks, framer)."""
+    f = framer or Framer(max_line_bytes=max_line_bytes)
+    blocks = []
+    for i, c in enumerate(chunks):
+        b = f.feed(c, float(i))
+        if b is not None:
+            blocks.append(b)
+    b = f.flush(float(len(chunks)))
+    if b is not None:
+        blocks.append(b)
+    lines = [ln for blk in blocks for ln in iter_lines(blk, f.max_line_bytes)]
+    return lines, blocks, f
+
+
+def split_at(data: bytes, cuts) -> list[bytes]:
+    cuts = sorted(set(c for c in cuts if 0 <= c <= len(data)))
+    out, prev = [], 0
+    for c in cuts:
+        out.append(data[prev:c])
+        prev = c
+    out.append(data[prev:])
+    return out
+
+
+_SEP = re.compile(rb"[\r\n]")
+
+
+def reference_lines(data: bytes, max_line_bytes: int):
+    """An independent framing of a whole input: (text, offset, line_number) per line."""
+    out = []
+    line_number, start = 1, 0
+    bounds = [(m.start(), data[m.start()]) for m in _SEP.finditer(data)]
+    bounds.append((len(data), None))
+    for end, sep in bounds:
+        if end > start:
+            raw = clean_bytes(data[start:end][:max_line_bytes])  # cap raw bytes, then clean
+            text = raw.decode("utf-8", "replace")
+            for part in split_glued(text):
+                if part.strip():
+                    out.append((part, start, line_number))
+        if sep == 0x0A:
+            line_number += 1
+        start = end + 1
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def genlog(seed: int, *extra: str, lines: int = 3000) -> bytes:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "genlog.py"), "--lines", str(lines),
+         "--seed", str(seed), *extra],
+        capture_output=True, check=True).stdout
+
+
+GENLOG_ARGS = {
+    1: ("--restarts", "1", "--crash", "oom"),
+    2: ("--tp", "4", "--dp", "2", "--crash", "nccl"),
+    3: (),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# strategies
+
+FIXTURE_LINES = sorted({ln for p in FIXTURE_FILES for ln in p.read_bytes().splitlines(True)})
+GEN_LINES = sorted(set(re.split(rb"(?<=[\r\n])", genlog(1, *GENLOG_ARGS[1])[:60000])) - {b""})
+ANSI = [b"\x1b[1;36m", b"\x1b[0;0m", b"\x1b[0m", b"\x1b[?25l", b"\x1b[2K", b"\x1bM", b"\x1b[",
+        b"\x1b"]
+UTF8 = ["é", "█", "▏", "中文", "😀", "\ufffd"]
+UTF8_BYTES = [s.encode() for s in UTF8] + [s.encode()[:1] for s in UTF8[1:]] + [
+    "█".encode()[1:], b"\xff", b"\xc3", b"\xed\xa0\x80"]
+TQDM = [
+    b"Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+    b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend",
+    "Loading safetensors checkpoint shards:   2% Completed | 1/58 [00:00<00:56,  1.01it/s]"
+    "Traceback (most recent call last):".encode(),
+    "Capturing batches (bs=216 avail_mem=10.30 GB):  40%|████      | 21/52 [00:03<00:04,  "
+    "7.40it/s]".encode(),
+    b"\rLoading safetensors checkpoint shards:  48% Completed | 40/83 [00:14<00:13,  3.13it/s]",
+]
+
+piece = st.one_of(
+    st.binary(max_size=24),
+    st.sampled_from(FIXTURE_LINES),
+    st.sampled_from(GEN_LINES),
+    st.sampled_from([b"\r", b"\n", b"\r\n", b"\n\r", b"\r\r", b"\n\n"]),
+    st.sampled_from(ANSI),
+    st.sampled_from(UTF8_BYTES),
+    st.sampled_from(TQDM),
+    st.just(b"\x00"),
+    st.integers(1, 200).map(lambda n: b"x" * n),
+)
+log_bytes = st.lists(piece, max_size=40).map(b"".join)
+
+# Real lines only (crash lines, tracebacks, bars), joined by separators with many `\r`s.
+REAL_LINES = sorted({ln.rstrip(b"\r\n") for ln in FIXTURE_LINES + GEN_LINES} - {b""})
+real_log = st.lists(
+    st.tuples(st.one_of(st.sampled_from(REAL_LINES), st.sampled_from(TQDM)),
+              st.sampled_from([b"\n", b"\n", b"\r", b"\r", b"\r", b"\r\n", b""])),
+    min_size=3, max_size=40).map(lambda pairs: b"".join(a + b for a, b in pairs))
+
+
+def chunkings(data: bytes):
+    """Random splits; half the cut points right after a `\\r`/`\\n` (where reads often end)."""
+    after_sep = [m.end() for m in _SEP.finditer(data)]
+    cut = st.integers(0, len(data))
+    if after_sep:
+        cut = st.one_of(cut, st.sampled_from(after_sep))
+    return st.lists(cut, max_size=25).map(lambda cuts: split_at(data, cuts))
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. chunking invariance of framing
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64, 5])
+@settings(max_examples=200, **SETTINGS)
+@given(data=st.data())
+def test_chunking_does_not_change_lines(max_line_bytes, data):
+    raw = data.draw(log_bytes, "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    assert b"".join(chunks) == raw
+    whole, _, _ = frame([raw], max_line_bytes)
+    split, _, _ = frame(chunks, max_line_bytes)
+    assert [(ln.text, ln.line_number) for ln in split] == \
+        [(ln.text, ln.line_number) for ln in whole]
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64])
+@settings(max_examples=200, **SETTINGS)
+@given(raw=log_bytes)
+def test_one_chunk_matches_independent_reference(max_line_bytes, raw):
+    lines, blocks, f = frame([raw], max_line_bytes)
+    assert [(ln.text, ln.offset, ln.line_number) for ln in lines] == \
+        reference_lines(raw, max_line_bytes) or any(b.cleaned for b in blocks)
+    assert [(ln.text, ln.line_number) for ln in lines] == \
+        [(t, n) for t, _, n in reference_lines(raw, max_line_bytes)]
+    assert f.consumed_offset == len(raw)
+    assert f.line_number == raw.count(b"\n") + 1
+    for ln in lines:
+        assert "\x00" not in ln.text and ln.text.strip()
+        assert "\n" not in ln.text and "\r" not in ln.text
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64])
+@settings(max_examples=200, **NO_SHRINK)
+@given(data=st.data())
+def test_line_offsets_point_into_input_whatever_the_chunking(max_line_bytes, data):
+    """A line's offset is the byte offset of its segment in the log, however it arrived
+    (exact whenever no ANSI code or NUL had to be removed from its block)."""
+    raw = data.draw(log_bytes, "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    lines, blocks, f = frame(chunks, max_line_bytes)
+    ref = reference_lines(raw, max_line_bytes)
+    assert [(ln.text, ln.line_number) for ln in lines] == [(t, n) for t, _, n in ref]
+    if not any(b.cleaned for b in blocks):
+        assert [ln.offset for ln in lines] == [o for _, o, _ in ref]
+    assert f.consumed_offset == len(raw)
+    pos = 0
+    for b in blocks:  # blocks tile the input: each starts where the previous one ended
+        assert b.offset == pos
+        pos += len(b.data) + b.cut_bytes
+    assert pos == len(raw)
+
+
+def test_offset_of_line_after_a_line_cut_across_chunks():
+    """Minimal case: a 100-byte line (cap 64) split across two chunks, then a short line."""
+    raw = b"a" * 100 + b"\nbc\n"
+    lines, _, _ = frame([raw[:70], raw[70:]], max_line_bytes=64)
+    assert [(ln.text, ln.line_number) for ln in lines] == [("a" * 64, 1), ("bc", 2)]
+    assert raw[lines[1].offset:].startswith(b"bc")
+    assert lines[1].offset == 101
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(data=st.data())
+def test_cut_bytes_counted_whatever_the_chunking(data):
+    """Bytes dropped by the cap are counted the same way whether the line arrived whole or not."""
+    raw = data.draw(log_bytes, "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    _, _, whole = frame([raw], 64)
+    _, blocks, split = frame(chunks, 64)
+    # a block's cut_bytes also counts the ANSI codes and NULs cleaned out of it
+    assert split.cut_bytes_total <= sum(b.cut_bytes for b in blocks)
+    assert sum(len(b.data) + b.cut_bytes for b in blocks) == len(raw)
+    assert split.cut_bytes_total == whole.cut_bytes_total
+    assert split.lines_cut_total == whole.lines_cut_total
+
+
+def test_cut_counted_for_a_long_line_that_arrives_in_one_chunk():
+    f = Framer(max_line_bytes=64)
+    block = f.feed(b"a" * 100 + b"\n", 0.0)
+    assert [ln.text for ln in iter_lines(block, 64)] == ["a" * 64]
+    assert f.cut_bytes_total == 36
+    assert f.lines_cut_total == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. chunking invariance of the pipeline outcome
+
+def run_pipeline(pack, chunks, collapse):
+    pipe = LogPipeline(pack, collapse_stats=collapse)
+    for c in chunks:
+        pipe.feed(c, 1000.0)
+    pipe.finish(1000.0)
+    return summary("log", pipe)
+
+
+def assert_same_summary(got, want):
+    """Equal summaries; the crash excerpt compared last, so a failure says which part differs."""
+    def without_excerpt(doc):
+        doc = dict(doc)
+        if doc["crash"]:
+            doc["crash"] = {k: v for k, v in doc["crash"].items() if k != "excerpt"}
+        return doc
+    assert without_excerpt(got) == without_excerpt(want)
+    if want["crash"]:
+        assert got["crash"]["excerpt"] == want["crash"]["excerpt"]
+
+
+def pack_for(name: str):
+    return load_pack(name.split("-")[0])
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["exact", "collapse"])
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+@settings(max_examples=40, **NO_SHRINK)
+@given(data=st.data())
+def test_fixture_summary_independent_of_chunking(name, collapse, data):
+    raw = (FIXTURES / f"{name}.log").read_bytes()
+    pack = pack_for(name)
+    chunks = data.draw(chunkings(raw), "chunks")
+    whole = run_pipeline(pack, [raw], collapse)
+    assert whole["lines"] >= raw.count(b"\n")
+    assert_same_summary(run_pipeline(pack, chunks, collapse), whole)
+
+
+def test_fixture_summary_byte_by_byte():
+    """The most extreme chunking: one byte at a time, for every fixture."""
+    for p in FIXTURE_FILES:
+        raw = p.read_bytes()
+        pack = pack_for(p.stem)
+        whole = run_pipeline(pack, [raw], False)
+        assert_same_summary(run_pipeline(pack, [raw[i:i + 1] for i in range(len(raw))], False),
+                            whole)
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["exact", "collapse"])
+@pytest.mark.parametrize("pack_name", ["sglang", "vllm"])
+@settings(max_examples=150, **NO_SHRINK)
+@given(data=st.data())
+def test_synthetic_log_summary_independent_of_chunking(pack_name, collapse, data):
+    """Real lines (fixtures, genlog, tqdm frames), alone or mixed with noise, in random chunks."""
+    raw = data.draw(st.one_of(real_log, real_log, log_bytes), "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    pack = load_pack(pack_name)
+    whole = run_pipeline(pack, [raw], collapse)
+    assert whole["lines"] >= raw.count(b"\n")
+    assert_same_summary(run_pipeline(pack, chunks, collapse), whole)
+
+
+def test_crash_excerpt_independent_of_chunking():
+    """Minimal case: a `\\r` frame inside the traceback, the chunk boundary right after it."""
+    raw = (b"[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=8)\n"
+           b"Traceback (most recent call last):\n"
+           b"frame 1\rframe 2\n"
+           b"torch.OutOfMemoryError: CUDA out of memory. Tried\n")
+    pack = load_pack("sglang")
+    whole = run_pipeline(pack, [raw], False)
+    assert whole["crash"]["reason"] == "cuda_oom"
+    # a terminal shows the physical line `frame 1\rframe 2` as its last frame only
+    assert "frame 1" not in whole["crash"]["excerpt"]
+    assert "frame 2" in whole["crash"]["excerpt"]
+    cut = raw.index(b"frame 2")
+    split = run_pipeline(pack, [raw[:cut], raw[cut:]], False)
+    assert split["crash"]["excerpt"] == whole["crash"]["excerpt"]
+
+
+@pytest.mark.parametrize("collapse", [False, True], ids=["exact", "collapse"])
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+@settings(max_examples=8, **NO_SHRINK)
+@given(data=st.data())
+def test_genlog_summary_independent_of_chunking(seed, collapse, data):
+    raw = genlog(seed, *GENLOG_ARGS[seed])
+    pack = load_pack("sglang")
+    n = data.draw(st.integers(1, 40), "n_cuts")
+    cuts = data.draw(st.lists(st.integers(0, len(raw)), min_size=n, max_size=n), "cuts")
+    whole = run_pipeline(pack, [raw], collapse)
+    assert whole["lines"] == 3000 and whole["startups"] >= 1
+    assert_same_summary(run_pipeline(pack, split_at(raw, cuts), collapse), whole)
+
+
+@pytest.mark.parametrize("size", [1 << 16, 4096, 97])
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_genlog_summary_fixed_chunk_sizes(seed, size):
+    raw = genlog(seed, *GENLOG_ARGS[seed])
+    pack = load_pack("sglang")
+    whole = run_pipeline(pack, [raw], False)
+    chunks = [raw[i:i + size] for i in range(0, len(raw), size)]
+    assert_same_summary(run_pipeline(pack, chunks, False), whole)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. robustness
+
+def _peak(fn):
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        result = fn()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_ten_megabyte_line_in_64k_chunks_bounded_memory():
+    mlb, chunk = 65536, 65536
+    payload = b"x" * chunk
+    total = 10 * 1024 * 1024
+
+    def run():
+        f = Framer(max_line_bytes=mlb)
+        texts, numbers, blocks = [], [], 0
+        for _ in range(total // chunk):
+            b = f.feed(payload, 0.0)
+            assert b is None  # nothing complete yet
+        for b in (f.feed(b"\nafter\n", 0.0), f.flush(0.0)):
+            if b is not None:
+                blocks += 1
+                for ln in iter_lines(b, mlb):
+                    texts.append(len(ln.text))
+                    numbers.append(ln.line_number)
+        return f, texts, numbers, blocks
+
+    (f, texts, numbers, blocks), peak = _peak(run)
+    assert texts == [mlb, 5]
+    assert numbers == [1, 2]
+    assert blocks == 1
+    assert f.cut_bytes_total == total - mlb
+    assert f.lines_cut_total == 1
+    assert f.consumed_offset == total + len(b"\nafter\n")
+    assert peak < 3 * mlb + chunk, peak
+
+
+def test_ten_megabyte_line_through_the_pipeline_bounded_memory():
+    mlb, chunk = 65536, 65536
+    payload = b"y" * chunk
+    total = 10 * 1024 * 1024
+    pack = load_pack("sglang")
+
+    def run():
+        pipe = LogPipeline(pack)
+        pipe.feed(b"[2026-01-01 00:00:00] server_args=ServerArgs(tp_size=8)\n", 0.0)
+        for _ in range(total // chunk):
+            pipe.feed(payload, 0.0)
+        pipe.feed(b"\n", 0.0)
+        pipe.finish(0.0)
+        return pipe
+
+    pipe, peak = _peak(run)
+    doc = summary("big", pipe)
+    assert doc["lines"] == 2
+    assert doc["phase"] == "launching"
+    assert pipe.framer.cut_bytes_total == total - mlb
+    assert peak < 3 * mlb + chunk, peak
+
+
+def test_nul_bytes_are_dropped():
+    raw = b"ab\x00c\x00\n\x00\x00\n\x00\rok\x00\n"
+    lines, _, _ = frame([raw])
+    assert [(ln.text, ln.line_number) for ln in lines] == [("abc", 1), ("ok", 3)]
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(raw, 0.0)
+    pipe.finish(0.0)
+    assert summary("nul", pipe)["lines"] == 3
+
+
+def test_invalid_utf8_becomes_replacement_char():
+    raw = b"caf\xc3 \xff\xfe ok\n\xed\xa0\x80x\n"
+    lines, _, _ = frame([raw])
+    assert [ln.text for ln in lines] == ["caf\ufffd \ufffd\ufffd ok", "\ufffd\ufffd\ufffdx"]
+    # a valid multi-byte character split across chunks is not damaged
+    raw = "é█😀\n".encode()
+    for i in range(1, len(raw)):
+        lines, _, _ = frame([raw[:i], raw[i:]])
+        assert [ln.text for ln in lines] == ["é█😀"], i
+
+
+def test_cap_inside_a_multibyte_character():
+    raw = "ab█\n".encode()  # █ is 3 bytes; a cap of 3 keeps one of them
+    for chunks in ([raw], [raw[:3], raw[3:]], [raw[:4], raw[4:]]):
+        lines, _, _ = frame(chunks, max_line_bytes=3)
+        assert [ln.text for ln in lines] == ["ab\ufffd"]
+
+
+def test_hundred_thousand_carriage_return_frames_on_one_line():
+    n = 100_000
+    raw = b"".join(b"frame %d\r" % i for i in range(n)) + b"\nnext\n"
+
+    def run():
+        f = Framer()
+        count, first, last_text, numbers = 0, None, None, set()
+        for i in range(0, len(raw), 65536):
+            b = f.feed(raw[i:i + 65536], 0.0)
+            if b is None:
+                continue
+            for ln in iter_lines(b):
+                if ln.text == "next":
+                    assert ln.line_number == 2
+                    continue
+                count += 1
+                first = first or ln.text
+                last_text = ln.text
+                numbers.add(ln.line_number)
+        return count, first, last_text, numbers
+
+    count, first, last_text, numbers = run()
+    assert count == n
+    assert (first, last_text) == ("frame 0", f"frame {n - 1}")
+    assert numbers == {1}
+    pipe = LogPipeline(load_pack("sglang"))
+    for i in range(0, len(raw), 65536):
+        pipe.feed(raw[i:i + 65536], 0.0)
+    pipe.finish(0.0)
+    assert summary("cr", pipe)["lines"] == 2
+
+
+def test_empty_input():
+    f = Framer()
+    assert f.feed(b"", 0.0) is None
+    assert f.flush(0.0) is None
+    assert f.consumed_offset == 0 and f.line_number == 1
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"", 0.0)
+    pipe.finish(0.0)
+    doc = summary("empty", pipe)
+    assert doc["lines"] == 0
+    assert doc["phase"] == "waiting"
+    assert doc["crash"] is None and doc["startups"] == 0
+
+
+def test_only_newlines():
+    raw = b"\n" * 1000
+    lines, blocks, f = frame([raw[:333], raw[333:]])
+    assert lines == []
+    assert f.line_number == 1001
+    assert f.consumed_offset == 1000
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(raw, 0.0)
+    pipe.finish(0.0)
+    doc = summary("nl", pipe)
+    assert doc["lines"] == 1000
+    assert doc["phase"] == "waiting"
+
+
+def test_only_carriage_returns_and_whitespace():
+    raw = b"\r\r\r  \r\t\r\r\n\r\n"
+    lines, _, f = frame([raw])
+    assert lines == []
+    assert f.line_number == 3
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. unit tests
+
+def test_ansi_codes_are_stripped():
+    raw = (b"\x1b[1;36m(VllmWorker pid=1)\x1b[0;0m INFO 03-10 10:00:00 [gpu_model_runner.py:1] "
+           b"Loading model\n")
+    lines, _, _ = frame([raw])
+    assert [ln.text for ln in lines] == [
+        "(VllmWorker pid=1) INFO 03-10 10:00:00 [gpu_model_runner.py:1] Loading model"]
+    assert strip_ansi("\x1b[31mred\x1b[0m and \x1b[?25lplain") == "red and plain"
+    assert strip_ansi("no escapes [1;36m here") == "no escapes [1;36m here"
+
+
+def test_ansi_code_split_across_chunks():
+    raw = b"\x1b[1;36mtag\x1b[0m rest\n"
+    for i in range(1, len(raw)):
+        lines, _, _ = frame([raw[:i], raw[i:]])
+        assert [ln.text for ln in lines] == ["tag rest"], i
+
+
+def test_crlf_gives_no_empty_lines():
+    raw = b"first\r\nsecond\r\n\r\nthird\r\n"
+    for chunks in ([raw], [raw[:6], raw[6:]], [bytes([c]) for c in raw]):
+        lines, _, _ = frame(chunks)
+        assert [(ln.text, ln.line_number) for ln in lines] == [
+            ("first", 1), ("second", 2), ("third", 4)]
+
+
+def test_cr_terminated_frames_released_before_newline():
+    f = Framer()
+    f1 = b"Loading safetensors checkpoint shards:  25% Completed | 1/4 [00:01<00:03,  1.00it/s]"
+    f2 = b"Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02,  1.00it/s]"
+    b1 = f.feed(b"\r" + f1 + b"\r", 0.0)
+    assert b1 is not None and f.pending == b""
+    assert [(ln.text, ln.line_number) for ln in iter_lines(b1)] == [(f1.decode(), 1)]
+    # a frame without its terminator is held, not released
+    assert f.feed(f2[:30], 1.0) is None
+    assert f.pending == f2[:30]
+    b2 = f.feed(f2[30:] + b"\r", 2.0)
+    assert [(ln.text, ln.line_number, ln.received_at) for ln in iter_lines(b2)] == [
+        (f2.decode(), 1, 2.0)]
+    b3 = f.feed(b"done\n", 3.0)
+    assert [(ln.text, ln.line_number) for ln in iter_lines(b3)] == [("done", 1)]
+    b4 = f.feed(b"next\n", 4.0)
+    assert [(ln.text, ln.line_number) for ln in iter_lines(b4)] == [("next", 2)]
+
+
+def test_unfinished_line_held_until_complete_or_flush():
+    f = Framer()
+    assert f.feed(b"partial", 0.0) is None
+    assert f.pending == b"partial"
+    b = f.feed(b" line\nnext", 1.0)
+    assert [ln.text for ln in iter_lines(b)] == ["partial line"]
+    assert f.pending == b"next"
+    last = f.flush(2.0)
+    assert [(ln.text, ln.line_number, ln.offset) for ln in iter_lines(last)] == [("next", 2, 13)]
+    assert f.flush(3.0) is None
+
+
+def test_framer_resumes_at_offset_and_line_number():
+    f = Framer(offset=1000, line_number=41)
+    lines, _, _ = frame([b"a\nb\rc\n"], framer=f)
+    assert [(ln.text, ln.offset, ln.line_number) for ln in lines] == [
+        ("a", 1000, 41), ("b", 1002, 42), ("c", 1004, 42)]
+
+
+def test_segment_bounds():
+    data = b"alpha\nbeta gamma\ndelta"
+    assert segment_bounds(data, 0) == (0, 5)
+    assert segment_bounds(data, 3) == (0, 5)
+    assert segment_bounds(data, 6) == (6, 16)
+    assert segment_bounds(data, 12) == (6, 16)
+    assert segment_bounds(data, 20) == (17, 22)
+    data = b"x\rframe1\rframe2\nline\r\nend"
+    assert segment_bounds(data, 2) == (2, 8)
+    assert segment_bounds(data, 5) == (2, 8)
+    assert segment_bounds(data, 9) == (9, 15)
+    assert segment_bounds(data, 17) == (16, 20)
+    assert segment_bounds(data, 23) == (22, 25)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(data=st.binary(min_size=1, max_size=60), pos=st.integers(0, 59))
+def test_segment_bounds_property(data, pos):
+    pos %= len(data)
+    assume(data[pos] not in b"\r\n")
+    s, e = segment_bounds(data, pos)
+    assert s <= pos < e <= len(data)
+    assert b"\r" not in data[s:e] and b"\n" not in data[s:e]
+    assert s == 0 or data[s - 1] in b"\r\n"
+    assert e == len(data) or data[e] in b"\r\n"
+
+
+@pytest.mark.parametrize("line", [
+    "[2026-03-17 07:16:46 TP0] Decode batch. #running-req: 2, gen throughput (token/s): 447.31",
+    "INFO:     127.0.0.1:52 - \"POST /generate HTTP/1.1\" 200 OK [speed 3.2 it/s] done",
+    "Loading safetensors checkpoint shards: 100% Completed | 58/58 [00:10<00:00,  5.80it/s]",
+    "Loading safetensors checkpoint shards: 100% Completed | 58/58 [00:10<00:00,  5.80it/s]   ",
+    "Capturing batches (bs=1 avail_mem=10.30 GB): 100%|██████████| 52/52 [00:07<00:00,  7.40it/s]",
+    "DeepGEMM warmup:  40%|████      | 4/10 [00:30<00:45,  7.50s/it]",
+    "values = [1, 2, 3] and rate 5 it/s [x]",
+    "speed [12.5 tok/s] and [3.2 it/s] (not tqdm tails)",
+    "Processed prompts: 100%|██████████| 1/1 [00:00<00:00,  2.01it/s, est. speed input: 10.05 "
+    "toks/s, output: 20.10 toks/s]",
+    "[2026-03-17 07:16:46 TP0] job [00:01] finished at 3.2 it/s]",
+    "plain line without brackets",
+])
+def test_split_glued_leaves_ordinary_lines_alone(line):
+    assert split_glued(line) == [line]
+
+
+def test_split_glued_splits_records_glued_after_a_tqdm_frame():
+    assert split_glued(
+        "Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+        "[2026-03-17 07:16:46 TP0] Initializing SGLangBackend") == [
+        "Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]",
+        "[2026-03-17 07:16:46 TP0] Initializing SGLangBackend"]
+    assert split_glued(
+        "Loading safetensors checkpoint shards:   2% Completed | 1/58 [00:00<00:56,  1.01it/s]"
+        "Traceback (most recent call last):") == [
+        "Loading safetensors checkpoint shards:   2% Completed | 1/58 [00:00<00:56,  1.01it/s]",
+        "Traceback (most recent call last):"]
+    # framing applies it, both lines on the same physical line and at the segment's offset
+    raw = (b"x\nCompiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+           b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend\n")
+    lines, _, _ = frame([raw])
+    assert [(ln.text[:9], ln.offset, ln.line_number) for ln in lines] == [
+        ("x", 0, 1), ("Compiling", 2, 2), ("[2026-03-", 2, 2)]
+
+
+def test_segment_text():
+    assert segment_text(b"\x1b[1mbold\x1b[0m\x00 end") == "bold end"
+    assert segment_text(b"abcdef", 3) == "abc"
+    assert segment_text(b"\xff") == "\ufffd"
+
+
+def test_line_offsets_equal_segment_offsets():
+    raw = b"zero\r\none\rtwo\n\nthree\x1b[0m\rfour"
+    lines, _, _ = frame([raw[:7], raw[7:15], raw[15:]])
+    got = [(ln.text, ln.offset, ln.line_number) for ln in lines]
+    assert got == [("zero", 0, 1), ("one", 6, 2), ("two", 10, 2), ("three", 15, 4),
+                   ("four", 25, 4)]
+    for text, off, _ in got:
+        assert raw[off:].startswith(text.encode())
+
+
+def test_block_newlines():
+    b = Block(b"a\nb\rc\n", 0, 1, 0.0)
+    assert b.newlines() == 2
+    assert b.newlines() == 2

@@ -1,0 +1,265 @@
+"""Required literals: every string a pattern matches contains one of the literals returned.
+
+The prefilter skips a rule on a line that contains none of its literals, so a literal that is
+not really required makes a rule silently miss lines.  The property is checked with
+hypothesis over every pattern of the shipped packs (and some synthetic ones), plus exact
+expectations for a few.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import regex
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from logwatch.literals import MIN_LITERAL, Literals, required_literals
+from logwatch.matcher import Matcher
+from logwatch.rulepack import REGEX_FLAGS, load_pack
+
+
+def _shipped_patterns() -> list[str]:
+    out: list[str] = []
+    for name in ("base", "sglang", "vllm"):
+        for r in load_pack(name).rules:
+            if r.pattern not in out:
+                out.append(r.pattern)
+    return out
+
+
+def _generable(pattern: str) -> bool:
+    """`from_regex` works on it (Python `re` syntax, nothing hypothesis rejects)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            re.compile(pattern)
+            st.from_regex(pattern).validate()
+    except Exception:  # noqa: BLE001 - filtered out up front, counted below
+        return False
+    return True
+
+
+SHIPPED = _shipped_patterns()
+COVERED = [p for p in SHIPPED if _generable(p)]
+
+SYNTHETIC = [
+    r"Load weight (?:begin|end)\. avail",
+    r"Load weight(?: begin)? done\.",
+    r"foo(?:bar)?bazqux",
+    r"(?i)cuda (?:error|failure): out of memory",
+    r"(?i:shutting down) server",
+    r"(?:Killed|Terminated) process \d+ \((?P<name>\w+)\)",
+    r"x{3}yz[.,]done",
+    r"(?:abc)+def",
+    r"Capture (?:cuda|CUDA) graph (?:begin|end)\.",
+    r"(ab|cd)(ef|gh)(ij|kl)(mn|op)(qr|st)(uv|wx)",
+    r"(?:^|\] )(?P<exc>\w+Error): ",
+    r"Exception in (?P<component>(?:Model|Controller)(?:Tp|Dp|Pp)"
+    r"(?:Server|Single|Multi|Worker|Manager)):",
+    r"ERR(?P<code>[ab][cd][ef][gh][ij])",
+    r"(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|omicron|pi"
+    r"|rho|sigma|tau|upsilon|phi|chi|psi|omega) failed",
+]
+
+
+def contains_one(lits: Literals, text: str) -> bool:
+    hay = text.lower() if lits.ignore_case else text
+    return any(s in hay for s in lits.strings)
+
+
+def test_most_shipped_patterns_are_covered() -> None:
+    assert len(SHIPPED) >= 60
+    assert len(COVERED) >= 0.9 * len(SHIPPED), sorted(set(SHIPPED) - set(COVERED))
+
+
+def test_every_shipped_pattern_has_literals() -> None:
+    assert [p for p in SHIPPED if required_literals(p) is None] == []
+
+
+PROPERTY = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+
+def _check_property(pattern: str, text: str) -> None:
+    lits = required_literals(pattern)
+    assume(lits is not None)
+    # the rule runs with the `regex` module; from_regex follows `re`
+    assume(regex.compile(pattern, REGEX_FLAGS).search(text) is not None)
+    assert lits is not None
+    assert contains_one(lits, text), (sorted(lits.strings), text)
+
+
+@pytest.mark.parametrize("pattern", COVERED)
+@PROPERTY
+@given(data=st.data())
+def test_shipped_pattern_matches_contain_a_literal(pattern: str, data: st.DataObject) -> None:
+    text = data.draw(st.from_regex(pattern), label="line")
+    _check_property(pattern, text)
+
+
+@pytest.mark.parametrize("pattern", SYNTHETIC)
+@PROPERTY
+@given(data=st.data())
+def test_synthetic_pattern_matches_contain_a_literal(pattern: str, data: st.DataObject) -> None:
+    text = data.draw(st.from_regex(pattern), label="line")
+    lits = required_literals(pattern)
+    if lits is None:
+        return
+    _check_property(pattern, text)
+
+
+@PROPERTY
+@given(data=st.data())
+def test_packs_route_every_line_their_rules_match(data: st.DataObject) -> None:
+    """End to end: a line some rule matches is routed to a rule by the prefilter path too."""
+    name = data.draw(st.sampled_from(["sglang", "vllm"]), label="pack")
+    pack = load_pack(name)
+    rules = [r for r in pack.rules if r.pattern in COVERED]
+    rule = data.draw(st.sampled_from(rules), label="rule")
+    text = data.draw(st.from_regex(rule.pattern), label="line")
+    assume("\n" not in text and "\r" not in text)
+    assume(rule.regex.search(text) is not None)
+    assume(not any(rx.search(text) for rx in pack.ignore))
+    assert Matcher(pack).match_line(text) is not None, (rule.id, text)
+
+
+# ----------------------------------------------------------------------------------------------
+# Exact expectations
+
+def test_alternation_expands_to_full_strings() -> None:
+    lits = required_literals(r"Load weight (?:begin|end)\. avail")
+    assert lits == Literals(frozenset({"Load weight begin. avail", "Load weight end. avail"}))
+    assert lits.ignore_case is False
+
+
+def test_small_class_and_alternation() -> None:
+    lits = required_literals(r"Capture (?:cuda|CUDA) graph begin\.")
+    assert lits is not None
+    assert lits.strings == {"Capture cuda graph begin.", "Capture CUDA graph begin."}
+
+
+def test_no_literal_worth_using() -> None:
+    assert required_literals(r"\d+%") is None
+    assert required_literals(r"ab|cd") is None  # shorter than MIN_LITERAL
+    assert required_literals(r"(?:abcdef)?\d+") is None  # optional only
+    assert required_literals(r"\w+: \d+") is None
+
+
+def test_case_insensitive_flag() -> None:
+    lits = required_literals(r"(?i)CUDA Error: out of memory")
+    assert lits is not None
+    assert lits.ignore_case is True
+    assert lits.strings == {"cuda error: out of memory"}
+    assert contains_one(lits, "RuntimeError: CUDA ERROR: Out Of Memory")
+
+
+def test_scoped_case_insensitive_flag() -> None:
+    lits = required_literals(r"(?i:shutting down) now")
+    assert lits is not None and lits.ignore_case is True
+    assert contains_one(lits, "SHUTTING DOWN now")
+
+
+def test_case_sensitive_by_default() -> None:
+    lits = required_literals(r"Shutting down")
+    assert lits is not None and lits.ignore_case is False
+    assert not contains_one(lits, "shutting down")
+
+
+def test_optional_part_is_not_required() -> None:
+    lits = required_literals(r"Load weight(?: begin)? done\.")
+    assert lits is not None
+    assert lits.strings == {"Load weight"}
+    for line in ("Load weight done.", "Load weight begin done."):
+        assert contains_one(lits, line)
+
+
+def test_optional_group_between_runs() -> None:
+    lits = required_literals(r"Memory pool(?: end)?\. avail mem=")
+    assert lits is not None
+    for line in ("Memory pool. avail mem=1", "Memory pool end. avail mem=1"):
+        assert contains_one(lits, line)
+    assert all(" end" not in s for s in lits.strings)
+
+
+def test_required_group_contributes() -> None:
+    lits = required_literals(r"\d+ (?P<what>Scheduler|Detokenizer) hit an exception")
+    assert lits is not None
+    assert all(len(s) >= MIN_LITERAL for s in lits.strings)
+    assert contains_one(lits, "1 Scheduler hit an exception")
+    assert contains_one(lits, "2 Detokenizer hit an exception")
+
+
+def test_lookahead_content_is_in_the_line() -> None:
+    pattern = r"Decode batch(?=.*?gen throughput \(token/s\): (?P<tput>[\d.]+))"
+    line = "[10:00:00 TP0] Decode batch. #running-req: 2, gen throughput (token/s): 447.31"
+    assert regex.search(pattern, line)
+    lits = required_literals(pattern)
+    assert lits is not None and contains_one(lits, line)
+    assert required_literals(r"(?!abcdef)\d+") is None  # a negative lookahead requires nothing
+
+
+def test_literal_with_newline_is_refused() -> None:
+    assert required_literals("foo\nbar") is None
+
+
+def test_invalid_pattern_gives_none() -> None:
+    assert required_literals(r"(unclosed") is None
+
+
+def test_many_alternatives() -> None:
+    words = [f"word{i:02d}" for i in range(40)]
+    pattern = "(?:" + "|".join(words) + ") failed hard"
+    lits = required_literals(pattern)
+    assert lits is not None
+    for w in words:
+        assert contains_one(lits, f"{w} failed hard")
+
+
+def test_alternatives_multiplied_inside_a_group() -> None:
+    """2 x 3 x 5 = 30 combinations (more than MAX_SET) inside a named group, after a literal.
+    The literals returned must still occur in a line the pattern matches."""
+    pattern = (r"Exception in (?P<component>(?:Model|Controller)(?:Tp|Dp|Pp)"
+               r"(?:Server|Single|Multi|Worker|Manager)):")
+    line = "[10:00:30 TP0] Exception in ModelTpServer:"
+    assert regex.search(pattern, line)
+    lits = required_literals(pattern)
+    assert lits is None or contains_one(lits, line), sorted(lits.strings)
+
+
+def test_regex_module_syntax_is_respected() -> None:
+    """Rules run with the `regex` module, where `[[:digit:]]` is a POSIX class; literals
+    derived under `re`'s reading of the same text must not exclude what `regex` matches."""
+    pattern = r"Error code [[:digit:]]+ reported"
+    line = "Error code 42 reported"
+    assert regex.compile(pattern, REGEX_FLAGS).search(line)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # re: "Possible nested set"
+        lits = required_literals(pattern)
+    assert lits is None or contains_one(lits, line), sorted(lits.strings)
+
+
+def test_regex_only_syntax_gives_none_or_valid_literals() -> None:
+    pattern = r"\p{Lu}\w+ died unexpectedly"
+    line = "Ωmega died unexpectedly"
+    assert regex.compile(pattern, REGEX_FLAGS).search(line)
+    lits = required_literals(pattern)
+    assert lits is None or contains_one(lits, line)
+
+
+def test_shipped_rule_literals_are_in_their_samples() -> None:
+    for name in ("sglang", "vllm"):
+        for r in load_pack(name).rules:
+            for s in r.samples:
+                if s.matches:
+                    assert contains_one(r.literals, s.line), (r.id, s.line)
+
+
+def test_exact_literals_of_a_shipped_rule() -> None:
+    r = load_pack("sglang").rule("load_weight_end")
+    assert r.literals == Literals(frozenset({"Load weight end."}))
+    r = load_pack("sglang").rule("ready")
+    assert r.literals is not None
+    assert r.literals.strings == {"The server is fired up and ready to roll!"}

@@ -1,0 +1,953 @@
+"""The startup state machine, driven the realistic way: log bytes through `LogPipeline`.
+
+Every test feeds real-looking SGLang / vLLM lines (shapes from shared/reference/markers.md
+sections 1.2, 1.3, 2.2, 2.3) with an explicit wall clock `now`, then checks the events and
+`pipe.state`.  No sleeps: time is a parameter.  A few tests call `StartupMachine.step`
+directly with hand-made `Observation`s to pin the pure contract.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from logwatch.machine import (
+    CrashRetracted, Crashed, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
+    Stalled, StartupMachine, State, StatsUpdated, Stopped, parse_rate,
+)
+from logwatch.pipeline import EXCERPT_MAX_LINES, LogPipeline
+from logwatch.rulepack import load_pack
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+class Log:
+    """A pipeline plus a wall clock: `feed` lines (each its own chunk, `step` seconds apart)."""
+
+    def __init__(self, engine: str = "sglang", now: float = 1000.0, **kw: object) -> None:
+        self.pack = load_pack(engine)
+        self.pipe = LogPipeline(self.pack, **kw)
+        self.now = now
+        self.events: list[object] = []
+        self.lines = 0  # physical lines fed so far
+
+    @property
+    def state(self) -> State:
+        return self.pipe.state
+
+    def feed(self, *lines: str, step: float = 1.0, now: float | None = None) -> list[object]:
+        """Feed whole lines (`\\n` appended); return the events they produced."""
+        if now is not None:
+            self.now = now
+        out: list[object] = []
+        for i, line in enumerate(lines):
+            if i:
+                self.now += step
+            out.extend(self.pipe.feed(line.encode("utf-8") + b"\n", now=self.now))
+            self.lines += line.count("\n") + 1
+        self.now += step
+        self.events.extend(out)
+        return out
+
+    def feed_chunk(self, data: bytes, now: float | None = None) -> list[object]:
+        if now is not None:
+            self.now = now
+        out = self.pipe.feed(data, now=self.now)
+        self.lines += data.count(b"\n")
+        self.events.extend(out)
+        return out
+
+    def tick(self, now: float) -> list[object]:
+        return self.pipe.tick(now)
+
+
+def of(events: list[object], kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+def phase_changes(events: list[object]) -> list[tuple[str, str]]:
+    return [(e.old, e.new) for e in of(events, PhaseChanged)]
+
+
+# Real-looking SGLang lines (markers.md 1.2), 2025-10-06, TP=8.
+def sg(t: str, msg: str, tag: str | None = "TP0") -> str:
+    return f"[2025-10-06 {t}{' ' + tag if tag else ''}] {msg}"
+
+
+SG_ARGS = sg("10:00:00", "server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tokenizer_path="
+             "'Qwen/Qwen3-8B', tokenizer_mode='auto', tp_size=8, mem_fraction_static=0.88)", None)
+SG_LAUNCH_CMD = "+ python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 8 --port 30000"
+SG_DIST_BEGIN = "Init torch distributed begin."
+SG_LOAD_BEGIN = "Load weight begin. avail mem=78.50 GB"
+SG_LOAD_END = ("Load weight end. type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=70.93 GB, "
+               "mem usage=7.19 GB.")
+SG_KV = "KV Cache is allocated. #tokens: 1921184, K size: 25.66 GB, V size: 25.66 GB"
+SG_MEMPOOL_END = "Memory pool end. avail mem=18.91 GB"
+SG_AUTOTUNE = "Running FlashInfer autotune..."
+SG_CAPTURE_BEGIN = ("Capture cuda graph begin. This can take up to several minutes. "
+                    "avail mem=12.01 GB")
+SG_CAPTURE_END = ("Capture cuda graph end. Time elapsed: 11.39 s. mem usage=1.00 GB. "
+                  "avail mem=11.17 GB.")
+SG_READY = "The server is fired up and ready to roll!"
+SG_PREFILL_WARMUP = ("Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, "
+                     "token usage: 0.00, #running-req: 0, #queue-req: 0, ")
+SG_DECODE = ("Decode batch, #running-req: 31, #token: 40512, token usage: 0.09, cuda graph: True, "
+             "gen throughput (token/s): 2874.12, #queue-req: 3")
+SG_EXC = "Scheduler hit an exception: Traceback (most recent call last):"
+SG_SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
+            "total capacity of 79.15 GiB of which 1.02 GiB is free. Process 145053 has 78.10 GiB "
+            "memory in use.")
+TB_FRAMES = [
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/managers/scheduler.py", '
+    'line 2890, in run_scheduler_process',
+    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank)",
+    '  File "/usr/local/lib/python3.12/dist-packages/sglang/srt/model_executor/'
+    'cuda_graph_runner.py", line 380, in capture',
+    "    graph, output_buffers = self.capture_one_batch_size(bs, forward)",
+]
+
+
+def shard(cur: int, total: int, rate: str = "3.13it/s") -> str:
+    pct = int(100 * cur / total)
+    return (f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {cur}/{total} "
+            f"[00:14<00:13,  {rate}]")
+
+
+def sglang_to(log: Log, phase: str) -> None:
+    """Drive an SGLang startup (TP0 only) up to `phase`."""
+    steps = {
+        "launching": [SG_ARGS, sg("10:00:05", SG_DIST_BEGIN)],
+        "loading_shards": [sg("10:00:10", SG_LOAD_BEGIN), shard(1, 4)],
+        "allocating": [sg("10:00:40", SG_LOAD_END), sg("10:00:41", SG_KV)],
+        "autotune": [sg("10:00:42", SG_AUTOTUNE)],
+        "cuda_graph": [sg("10:00:50", SG_CAPTURE_BEGIN)],
+        "ready": [sg("10:01:05", SG_CAPTURE_END), sg("10:01:10", SG_READY, None)],
+    }
+    for name, lines in steps.items():
+        log.feed(*lines)
+        if name == phase:
+            break
+    assert log.state.phase == phase
+
+
+# Real-looking vLLM V1 lines (markers.md 2.2).
+def vl(proc: str, t: str, src: str, msg: str) -> str:
+    return f"({proc} pid={'1' if proc == 'APIServer' else '2'}) INFO 10-03 {t} [{src}] {msg}"
+
+
+VLLM_STARTUP = [
+    vl("APIServer", "10:00:00", "api_server.py:1839", "vLLM API server version 0.11.0"),
+    vl("APIServer", "10:00:00", "utils.py:233",
+       "non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 1}"),
+    vl("EngineCore_DP0", "10:00:05", "core.py:77",
+       "Initializing a V1 LLM engine (v0.11.0) with config: model='Qwen/Qwen3-8B'"),
+    vl("EngineCore_DP0", "10:00:10", "gpu_model_runner.py:2602", "Starting to load model Qwen/Qwen3-8B..."),
+    "(EngineCore_DP0 pid=2) Loading safetensors checkpoint shards:  40% Completed | 2/5 "
+    "[00:02<00:03,  1.03it/s]",
+    "(EngineCore_DP0 pid=2) Loading safetensors checkpoint shards: 100% Completed | 5/5 "
+    "[00:05<00:00,  1.01it/s]",
+    vl("EngineCore_DP0", "10:00:20", "backends.py:548",
+       "Using cache directory: /root/.cache/vllm/torch_compile_cache/abc/rank_0_0/backbone "
+       "for vLLM's torch.compile"),
+    vl("EngineCore_DP0", "10:00:30", "monitor.py:34", "torch.compile takes 7.14 s in total"),
+    vl("EngineCore_DP0", "10:00:31", "gpu_worker.py:298", "Available KV cache memory: 16.23 GiB"),
+    vl("EngineCore_DP0", "10:00:31", "kv_cache_utils.py:1087", "GPU KV cache size: 425,424 tokens"),
+    "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  34%|███▍      | 23/67 "
+    "[00:02<00:04,  8.92it/s]",
+    vl("EngineCore_DP0", "10:00:40", "gpu_model_runner.py:3480",
+       "Graph capturing finished in 7 secs, took 0.95 GiB"),
+]
+VLLM_API_START = vl("APIServer", "10:00:45", "api_server.py:1912",
+                    "Starting vLLM API server 0 on http://0.0.0.0:8000")
+VLLM_ROUTES = vl("APIServer", "10:00:45", "launcher.py:34", "Available routes are:")
+VLLM_STARTUP_COMPLETE = "(APIServer pid=1) INFO:     Application startup complete."
+VLLM_STATS = vl("APIServer", "10:05:00", "loggers.py:127",
+                "Engine 000: Avg prompt throughput: 1520.4 tokens/s, Avg generation throughput: "
+                "2874.1 tokens/s, Running: 31 reqs, Waiting: 2 reqs, GPU KV cache usage: 9.1%, "
+                "Prefix cache hit rate: 42.0%")
+
+
+# -- phase order --------------------------------------------------------------------------------
+
+def test_full_sglang_startup_walks_every_phase_in_order():
+    log = Log()
+    sglang_to(log, "ready")
+    assert phase_changes(log.events) == [
+        ("waiting", "launching"), ("launching", "loading_shards"),
+        ("loading_shards", "allocating"), ("allocating", "autotune"),
+        ("autotune", "cuda_graph"), ("cuda_graph", "ready"),
+    ]
+    assert log.state.phases_seen == ["launching", "loading_shards", "allocating", "autotune",
+                                     "cuda_graph", "ready"]
+    assert log.state.startups == 1 and log.state.epoch == 1
+    assert log.state.crash is None
+
+
+def test_interleaved_ranks_do_not_flap_the_phase():
+    log = Log()
+    log.feed(SG_ARGS)
+    ranks = [f"TP{i}" for i in range(8)]
+    log.feed(*[sg("10:00:05", SG_DIST_BEGIN, r) for r in ranks])
+    log.feed(*[sg("10:00:10", SG_LOAD_BEGIN, r) for r in ranks])
+    # the weight-load end and the KV pool of the fast ranks interleave with slow ranks still
+    # printing earlier milestones; then capture begins on some ranks while others allocate
+    mixed = []
+    for i, r in enumerate(ranks):
+        mixed.append(sg("10:00:40", SG_LOAD_END, r))
+        mixed.append(sg("10:00:40", SG_LOAD_BEGIN, ranks[(i + 3) % 8]))
+        mixed.append(sg("10:00:41", SG_DIST_BEGIN, ranks[(i + 5) % 8]))
+    for i, r in enumerate(ranks):
+        mixed.append(sg("10:00:50", SG_CAPTURE_BEGIN, r))
+        mixed.append(sg("10:00:50", SG_MEMPOOL_END, ranks[(i + 1) % 8]))
+        mixed.append(sg("10:00:50", SG_LOAD_END, ranks[(i + 2) % 8]))
+    ev = log.feed(*mixed)
+    assert phase_changes(ev) == [("loading_shards", "allocating"), ("allocating", "cuda_graph")]
+    assert log.state.phase == "cuda_graph"
+    assert log.state.phases_seen == ["launching", "loading_shards", "allocating", "cuda_graph"]
+    assert [e.phase for e in log.state.history] == log.state.phases_seen  # no repeats
+    assert log.state.startups == 1
+
+
+def test_later_marker_skips_phases():
+    log = Log()
+    log.feed(SG_ARGS)
+    ev = log.feed(sg("10:00:50", SG_CAPTURE_BEGIN, "TP3"))
+    assert phase_changes(ev) == [("launching", "cuda_graph")]
+    assert log.state.phases_seen == ["launching", "cuda_graph"]
+
+
+def test_earlier_marker_after_later_one_changes_nothing():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    before = (log.state.phase, list(log.state.phases_seen), len(log.state.history))
+    ev = log.feed(sg("10:00:51", SG_LOAD_END, "TP5"), sg("10:00:51", SG_KV, "TP6"),
+                  sg("10:00:52", SG_AUTOTUNE, "TP7"), sg("10:00:52", SG_DIST_BEGIN, "TP1"))
+    assert ev == []
+    assert (log.state.phase, log.state.phases_seen, len(log.state.history)) == before
+
+
+def test_vllm_autotune_comes_before_allocating():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP[:2])
+    ev = log.feed(*VLLM_STARTUP[2:])
+    assert phase_changes(ev) == [
+        ("launching", "loading_shards"), ("loading_shards", "autotune"),
+        ("autotune", "allocating"), ("allocating", "cuda_graph")]
+    assert log.state.phase == "cuda_graph"
+    assert log.state.phases_seen[-4:] == ["loading_shards", "autotune", "allocating", "cuda_graph"]
+
+
+def test_vllm_kv_cache_then_torch_compile_stays_allocating():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP[:4])
+    log.feed(vl("EngineCore_DP0", "10:00:31", "gpu_worker.py:298", "Available KV cache memory: 16.23 GiB"))
+    assert log.state.phase == "allocating"
+    ev = log.feed(vl("EngineCore_DP0", "10:00:32", "monitor.py:34", "torch.compile takes 7.14 s in total"))
+    assert of(ev, PhaseChanged) == []
+    assert log.state.phase == "allocating"
+
+
+def test_pure_step_moves_forward_only():
+    pack = load_pack("sglang")
+    m = StartupMachine(pack)
+    st = State()
+
+    def obs(rule_id: str, text: str, n: int) -> Observation:
+        return Observation(pack.rule(rule_id), {}, text, n)
+
+    ev = m.step(st, obs("server_args", SG_ARGS, 1), now=10.0)
+    assert st.phase == "launching" and of(ev, PhaseChanged)[0].new == "launching"
+    ev = m.step(st, obs("capture_begin", SG_CAPTURE_BEGIN, 2), now=11.0)
+    assert st.phase == "cuda_graph" and of(ev, PhaseChanged)[0].at == 11.0
+    ev = m.step(st, obs("load_weight_end", SG_LOAD_END, 3), now=12.0)
+    assert ev == [] and st.phase == "cuda_graph"
+    ev = m.step(st, obs("ready", SG_READY, 4), now=20.0)
+    r = of(ev, Ready)
+    assert st.phase == "ready" and len(r) == 1 and r[0].took == pytest.approx(10.0)
+
+
+# -- readiness ----------------------------------------------------------------------------------
+
+def test_sglang_uvicorn_up_is_not_ready():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    ev = log.feed(
+        sg("10:01:05", SG_CAPTURE_END),
+        sg("10:01:06", "max_total_num_tokens=2261377, chunked_prefill_size=16384, "
+           "max_prefill_tokens=16384, max_running_requests=4096, context_len=128000, "
+           "available_gpu_mem=37.06 GB", None),
+        sg("10:01:07", "INFO:     Started server process [271469]", None),
+        sg("10:01:07", "INFO:     Waiting for application startup.", None),
+        sg("10:01:07", "INFO:     Application startup complete.", None),
+        sg("10:01:07", "INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)",
+           None),
+        sg("10:01:08", 'INFO:     127.0.0.1:40318 - "GET /model_info HTTP/1.1" 200 OK', None),
+    )
+    assert of(ev, Ready) == []
+    assert log.state.phase == "cuda_graph"
+    assert log.state.ready_line is None
+    ev = log.feed(sg("10:01:10", SG_READY, None))
+    assert len(of(ev, Ready)) == 1
+    assert log.state.phase == "ready"
+    assert log.state.ready_line is not None and SG_READY in log.state.ready_line
+
+
+@pytest.mark.parametrize("line", [VLLM_STARTUP_COMPLETE, VLLM_API_START, VLLM_ROUTES])
+def test_vllm_ready_markers(line):
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP)
+    ev = log.feed(line)
+    ready = of(ev, Ready)
+    assert len(ready) == 1 and ready[0].line == line
+    assert log.state.phase == "ready"
+    assert log.state.ready_line == line
+
+
+def test_vllm_ready_once_for_api_start_routes_and_startup_complete():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP)
+    ev = log.feed(VLLM_API_START, VLLM_ROUTES,
+                  "(APIServer pid=1) INFO 10-03 10:00:45 [launcher.py:42] Route: /v1/chat/completions, "
+                  "Methods: POST",
+                  "(APIServer pid=1) INFO:     Started server process [1]",
+                  "(APIServer pid=1) INFO:     Waiting for application startup.",
+                  VLLM_STARTUP_COMPLETE)
+    assert len(of(ev, Ready)) == 1
+    assert log.state.phase == "ready"
+    assert log.state.phases_seen.count("ready") == 1
+
+
+def test_ready_took_uses_log_timestamps():
+    log = Log(now=5000.0)
+    # wall clock: 4 s for the whole startup; the server's clock says 150 s
+    log.feed(SG_ARGS, now=5000.0)
+    log.feed(sg("10:00:10", SG_LOAD_BEGIN), now=5001.0)
+    log.feed(sg("10:01:40", SG_LOAD_END), now=5002.0)
+    ev = log.feed(sg("10:02:30", SG_READY, None), now=5004.0)
+    ready = of(ev, Ready)
+    assert len(ready) == 1
+    assert ready[0].took == pytest.approx(150.0)
+    assert ready[0].slowest_phase == "loading_shards"  # 90 s by the log's clock
+
+
+def test_ready_took_falls_back_to_wall_clock_without_timestamps():
+    log = Log()
+    log.feed("server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1)", now=200.0)
+    log.feed("Load weight begin. avail mem=78.50 GB", now=210.0)
+    ev = log.feed(SG_READY, now=242.5)
+    ready = of(ev, Ready)
+    assert len(ready) == 1 and ready[0].took == pytest.approx(42.5)
+
+
+def test_vllm_ready_took_from_envelope_timestamps():
+    log = Log("vllm", now=0.0)
+    log.feed(*VLLM_STARTUP, step=0.001)
+    ev = log.feed(VLLM_API_START, step=0.001)   # 10:00:45 vs version line at 10:00:00
+    ready = of(ev, Ready)
+    assert len(ready) == 1 and ready[0].took == pytest.approx(45.0)
+
+
+# -- warmup and serving stats -------------------------------------------------------------------
+
+def test_warmup_batches_before_ready_are_not_serving_stats():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    ev = log.feed(sg("10:01:05", SG_CAPTURE_END),
+                  sg("10:01:07", "INFO:     Application startup complete.", None),
+                  sg("10:01:08", 'INFO:     127.0.0.1:40318 - "POST /generate HTTP/1.1" 200 OK', None),
+                  sg("10:01:08", SG_PREFILL_WARMUP),
+                  sg("10:01:09", SG_DECODE))
+    assert of(ev, StatsUpdated) == []
+    assert of(ev, Ready) == []
+    assert log.state.stats == {}
+    assert log.state.phase == "cuda_graph"
+
+
+def test_serving_stats_after_ready_update_state():
+    log = Log()
+    sglang_to(log, "ready")
+    ev = log.feed(sg("10:05:00", SG_DECODE))
+    upd = of(ev, StatsUpdated)
+    assert len(upd) == 1
+    st = log.state.stats
+    assert st["gen_throughput"] == pytest.approx(2874.12)
+    assert st["running_requests"] == 31
+    assert st["queued_requests"] == 3
+    assert st["token_usage"] == pytest.approx(0.09)
+    log.feed(sg("10:05:01", SG_DECODE.replace("#running-req: 31", "#running-req: 7")
+                .replace("(token/s): 2874.12", "(token/s): 100.50")))
+    assert log.state.stats["running_requests"] == 7
+    assert log.state.stats["gen_throughput"] == pytest.approx(100.5)
+    assert log.state.phase == "ready"
+
+
+def test_log_without_startup_is_ready_at_first_serving_line():
+    log = Log()
+    ev = log.feed(sg("12:00:00", 'INFO:     10.0.0.7:51234 - "POST /v1/chat/completions HTTP/1.1" '
+                     '200 OK', None),
+                  sg("12:00:01", SG_DECODE, "DP0 TP0 EP0"))
+    assert len(of(ev, Ready)) == 1
+    assert log.state.phase == "ready"
+    assert log.state.phases_seen == ["ready"]
+    assert log.state.startups == 0
+    assert log.state.stats["running_requests"] == 31
+
+
+def test_vllm_stats_kv_usage_is_a_ratio():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP, VLLM_STARTUP_COMPLETE)
+    ev = log.feed(VLLM_STATS)
+    assert len(of(ev, StatsUpdated)) == 1
+    st = log.state.stats
+    assert st["token_usage"] == pytest.approx(0.091)
+    assert st["gen_throughput"] == pytest.approx(2874.1)
+    assert st["running_requests"] == 31
+    assert st["queued_requests"] == 2
+
+
+def test_vllm_stats_before_ready_are_ignored():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP)
+    ev = log.feed(VLLM_STATS)
+    assert of(ev, StatsUpdated) == [] and log.state.stats == {}
+    assert log.state.phase == "cuda_graph"
+
+
+# -- epochs -------------------------------------------------------------------------------------
+
+def test_second_args_dump_is_a_new_startup():
+    log = Log()
+    sglang_to(log, "loading_shards")
+    assert log.state.progress
+    ev = log.feed(sg("10:05:00", "server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=4)",
+                     None))
+    assert len(of(ev, Restarted)) == 1
+    assert log.state.startups == 2 and log.state.epoch == 2
+    assert log.state.phase == "launching"
+    assert log.state.phases_seen == ["launching"]
+    assert log.state.progress == {}
+    assert of(ev, Restarted)[0].epoch == 2
+
+
+def test_launch_command_echo_then_args_is_one_startup():
+    log = Log()
+    ev = log.feed(SG_LAUNCH_CMD, SG_ARGS, sg("10:00:05", SG_DIST_BEGIN))
+    assert of(ev, Restarted) == []
+    assert log.state.startups == 1 and log.state.epoch == 1
+    assert log.state.phases_seen == ["launching"]
+    # ... but a second args dump after that is a restart
+    ev = log.feed(SG_ARGS)
+    assert len(of(ev, Restarted)) == 1 and log.state.startups == 2
+
+
+def test_new_epoch_after_crash():
+    log = Log()
+    sglang_to(log, "allocating")
+    log.feed(sg("10:00:45", SG_EXC), *TB_FRAMES, OOM_LINE, sg("10:00:46", SG_SIGQUIT, None))
+    assert log.state.phase == "crashed"
+    ev = log.feed(SG_LAUNCH_CMD, sg("10:10:00", "server_args=ServerArgs(model_path='x')", None))
+    assert len(of(ev, Restarted)) == 1
+    assert log.state.startups == 2
+    assert log.state.phase == "launching"
+    assert log.state.crash is None
+    assert log.state.phases_seen == ["launching"]
+    sglang_to_ready = log.feed(sg("10:10:10", SG_LOAD_BEGIN), sg("10:11:00", SG_READY, None))
+    assert len(of(sglang_to_ready, Ready)) == 1
+
+
+def test_new_epoch_after_clean_stop():
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("11:00:00", "SIGTERM received. signum=None frame=None. Draining requests and "
+                "shutting down...", None))
+    assert log.state.phase == "stopped"
+    ev = log.feed(SG_ARGS)
+    assert len(of(ev, Restarted)) == 1
+    assert log.state.phase == "launching"
+    assert log.state.startups == 2
+    assert log.state.ready_line is None
+
+
+@pytest.mark.parametrize("platform_line", [False, True])
+def test_vllm_version_then_args_is_one_startup(platform_line):
+    # markers.md 2.2 rows 1-3: one launch prints the platform line, the version, then the args
+    log = Log("vllm")
+    if platform_line:
+        log.feed("INFO 10-03 10:00:00 [__init__.py:216] Automatically detected platform cuda.")
+    log.feed(*VLLM_STARTUP[:3])
+    assert log.state.startups == 1 and of(log.events, Restarted) == []
+    log.feed(VLLM_STARTUP[0])
+    assert log.state.startups == 2 and len(of(log.events, Restarted)) == 1
+
+
+# -- crashes ------------------------------------------------------------------------------------
+
+def _oom_during_capture(log: Log) -> int:
+    """Feed an OOM crash during capture; return the 1-based line number of the OOM line."""
+    sglang_to(log, "cuda_graph")
+    log.feed("Capturing batches (bs=216 avail_mem=10.30 GB):  40%|████      | 21/52 "
+             "[00:03<00:04,  7.40it/s]")
+    log.feed(sg("10:00:58", SG_EXC), *TB_FRAMES)
+    oom_no = log.lines + 1
+    log.feed(OOM_LINE, "", sg("10:00:59", SG_SIGQUIT, None))
+    return oom_no
+
+
+def test_scheduler_oom_crash():
+    log = Log()
+    oom_no = _oom_during_capture(log)
+    crashed = of(log.events, Crashed)
+    assert len(crashed) == 1
+    c = log.state.crash
+    assert c is not None and log.state.phase == "crashed"
+    assert c.reason == "cuda_oom"
+    assert c.during == "cuda_graph"
+    assert c.line == OOM_LINE
+    assert c.line_number == oom_no
+    assert c.confirmed
+    # the excerpt: the lines before, the announcement and the traceback, bounded
+    ex = c.excerpt
+    assert any(SG_CAPTURE_BEGIN in x for x in ex)
+    assert any(SG_EXC in x for x in ex)
+    assert any("cuda_graph_runner.py" in x for x in ex)
+    assert OOM_LINE in ex
+    assert len(ex) <= EXCERPT_MAX_LINES
+    assert log.state.phases_seen[-2:] == ["cuda_graph", "crashed"]
+
+
+def test_crash_line_number_counts_physical_lines_in_one_chunk():
+    log = Log()
+    lines = [SG_ARGS, sg("10:00:05", SG_DIST_BEGIN), sg("10:00:10", SG_LOAD_BEGIN),
+             "\r".join(shard(i, 4) for i in range(5)),      # one physical line, five frames
+             sg("10:00:40", SG_LOAD_END), sg("10:00:41", SG_KV),
+             sg("10:00:58", SG_EXC), *TB_FRAMES, OOM_LINE, sg("10:00:59", SG_SIGQUIT, None)]
+    log.feed_chunk(("\n".join(lines) + "\n").encode())
+    c = log.state.crash
+    assert c is not None and c.reason == "cuda_oom"
+    assert c.line_number == lines.index(OOM_LINE) + 1
+    assert c.during == "allocating"
+
+
+def test_crash_line_is_not_header_or_sigquit_even_when_oom_comes_last():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    ev = log.feed(sg("10:00:58", SG_EXC))
+    assert len(of(ev, Crashed)) == 1
+    assert log.state.crash.line.endswith(SG_EXC)
+    ev = log.feed(*TB_FRAMES, OOM_LINE)
+    assert len(of(ev, CrashUpdated)) == 1
+    assert log.state.crash.line == OOM_LINE and log.state.crash.reason == "cuda_oom"
+    ev = log.feed(sg("10:00:59", SG_SIGQUIT, None))
+    assert of(ev, Crashed) == []
+    assert log.state.crash.line == OOM_LINE and log.state.crash.reason == "cuda_oom"
+
+
+def test_excerpt_bounded_for_huge_traceback_in_one_chunk():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    frames = []
+    for i in range(5000):
+        frames.append(f'  File "/x/sglang/srt/layers/recurse.py", line {i}, in f{i}')
+        frames.append(f"    return f{i + 1}(x)")
+    data = "\n".join([sg("10:00:58", SG_EXC), *frames, OOM_LINE, sg("10:00:59", SG_SIGQUIT, None)])
+    start = log.lines
+    log.feed_chunk((data + "\n").encode())
+    c = log.state.crash
+    assert c is not None and c.reason == "cuda_oom" and c.line == OOM_LINE
+    assert c.line_number == start + 1 + len(frames) + 1
+    assert 0 < len(c.excerpt) <= EXCERPT_MAX_LINES
+    assert any(SG_EXC in x for x in c.excerpt)
+    assert sum(len(x) for x in c.excerpt) <= 24_000
+
+
+def test_excerpt_bounded_for_huge_traceback_fed_line_by_line():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    frames = [f'  File "/x/recurse.py", line {i}, in f' for i in range(10_000)]
+    log.feed(sg("10:00:58", SG_EXC), *frames, OOM_LINE, step=0.0)
+    c = log.state.crash
+    assert c.reason == "cuda_oom"
+    assert len(c.excerpt) <= EXCERPT_MAX_LINES
+    assert any(SG_CAPTURE_BEGIN in x for x in c.excerpt)  # the lines before are kept
+
+
+def test_kv_cache_too_small():
+    log = Log()
+    sglang_to(log, "allocating")
+    line = ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.88")
+    log.feed(sg("10:00:42", SG_EXC),
+             '  File "/sglang/srt/model_executor/model_runner.py", line 1500, in init_memory_pool',
+             '    raise RuntimeError(',
+             line, sg("10:00:43", SG_SIGQUIT, None))
+    c = log.state.crash
+    assert c.reason == "kv_cache_too_small"
+    assert c.line == line
+    assert c.during == "allocating"
+
+
+def test_first_of_two_ranks_identical_exceptions_is_kept():
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    oom0 = OOM_LINE
+    oom1 = OOM_LINE.replace("GPU 0", "GPU 1").replace("145053", "145054")
+    log.feed(sg("10:00:58", SG_EXC, "TP0"), *TB_FRAMES)
+    first_no = log.lines + 1
+    log.feed(oom0, sg("10:00:58", SG_EXC, "TP1"), *TB_FRAMES, oom1,
+             sg("10:00:59", SG_SIGQUIT, None))
+    c = log.state.crash
+    assert c.reason == "cuda_oom"
+    assert c.line == oom0
+    assert c.line_number == first_no
+    assert len(of(log.events, Crashed)) == 1
+
+
+def test_chained_exception_later_line_of_equal_specificity_wins():
+    log = Log()
+    sglang_to(log, "allocating")
+    nccl = "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+    log.feed(sg("10:00:42", SG_EXC), *TB_FRAMES, nccl, "",
+             "During handling of the above exception, another exception occurred:", "",
+             "Traceback (most recent call last):", *TB_FRAMES)
+    assert log.state.crash.reason == "nccl_error" and log.state.crash.line == nccl
+    oom_no = log.lines + 1
+    log.feed(OOM_LINE, sg("10:00:43", SG_SIGQUIT, None))
+    c = log.state.crash
+    assert c.reason == "cuda_oom"
+    assert c.line == OOM_LINE and c.line_number == oom_no
+
+
+def test_chained_generic_exceptions_last_one_wins():
+    log = Log()
+    sglang_to(log, "allocating")
+    log.feed(sg("10:00:42", SG_EXC), *TB_FRAMES, "KeyError: 'model.layers.0.weight'", "",
+             "The above exception was the direct cause of the following exception:", "",
+             "Traceback (most recent call last):", *TB_FRAMES,
+             "ValueError: cannot build the memory pool", sg("10:00:43", SG_SIGQUIT, None))
+    c = log.state.crash
+    assert c.reason == "python_exception"
+    assert c.line == "ValueError: cannot build the memory pool"
+
+
+def test_unchained_later_generic_exception_does_not_replace_first():
+    log = Log()
+    sglang_to(log, "allocating")
+    log.feed(sg("10:00:42", SG_EXC), *TB_FRAMES, "KeyError: 'model.layers.0.weight'",
+             sg("10:00:42", SG_EXC, "TP1"), *TB_FRAMES, "ValueError: something else")
+    assert log.state.crash.line == "KeyError: 'model.layers.0.weight'"
+
+
+def test_nccl_warn_hint_classifies_a_generic_crash():
+    log = Log()
+    log.feed(SG_ARGS, sg("10:00:05", SG_DIST_BEGIN, "TP7"))
+    log.feed("h100-15:139:1092 [7] socket.c:485 NCCL WARN socketStartConnect: Connect to "
+             "10.0.0.82<38455> failed : Software caused connection abort")
+    assert log.state.phase == "launching" and log.state.crash is None
+    log.feed(sg("10:00:20", SG_EXC, "TP7"), *TB_FRAMES,
+             "RuntimeError: Connection reset by peer", sg("10:00:21", SG_SIGQUIT, None))
+    c = log.state.crash
+    assert c.reason == "nccl_error"
+    assert c.line == "RuntimeError: Connection reset by peer"
+    assert c.during == "launching"
+
+
+def test_announcement_only_during_loading_shards_is_weight_loading_error():
+    log = Log()
+    sglang_to(log, "loading_shards")
+    log.feed(sg("10:00:20", SG_EXC, "TP3"))
+    c = log.state.crash
+    assert c.reason == "weight_loading_error"
+    assert c.during == "loading_shards"
+    assert SG_EXC in c.line
+
+
+def test_sigquit_alone_is_child_process_died():
+    log = Log()
+    sglang_to(log, "allocating")
+    ev = log.feed(sg("10:00:45", SG_SIGQUIT, None))
+    assert len(of(ev, Crashed)) == 1
+    c = log.state.crash
+    assert c.reason == "child_process_died"
+    assert c.during == "allocating"
+    assert SG_SIGQUIT in c.line
+
+
+@pytest.mark.parametrize("phase", ["launching", "loading_shards"])
+def test_scheduler_killed_is_host_oom(phase):
+    log = Log()
+    sglang_to(log, phase)
+    line = ("RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code "
+            "is -9 (SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to "
+            "check.")
+    log.feed("Traceback (most recent call last):",
+             '  File "/usr/local/lib/python3.12/dist-packages/sglang/launch_server.py", line 32, '
+             'in <module>',
+             "    run_server(server_args)")
+    no = log.lines + 1
+    log.feed(line)
+    c = log.state.crash
+    assert c.reason == "host_oom_killed"
+    assert c.line == line and c.line_number == no
+    assert c.during == phase
+    assert c.confirmed
+
+
+def test_crash_to_json_shape():
+    log = Log()
+    _oom_during_capture(log)
+    doc = log.state.crash.to_json()
+    assert set(doc) == {"reason", "during", "line", "line_number", "excerpt"}
+    assert doc["reason"] == "cuda_oom" and isinstance(doc["excerpt"], list)
+
+
+# -- tentative crashes --------------------------------------------------------------------------
+
+def test_bare_traceback_during_loading_is_retracted_when_startup_goes_on():
+    log = Log()
+    sglang_to(log, "loading_shards")
+    ev = log.feed("Traceback (most recent call last):",
+                  '  File "/usr/lib/python3.12/site-packages/transformers/utils/hub.py", line 1, in x',
+                  "ValueError: x")
+    assert len(of(ev, Crashed)) == 1
+    assert log.state.phase == "crashed"
+    assert not log.state.crash.confirmed
+    ev = log.feed(sg("10:00:40", SG_LOAD_END))
+    retracted = of(ev, CrashRetracted)
+    assert len(retracted) == 1 and retracted[0].phase == "loading_shards"
+    assert log.state.phase == "allocating"
+    assert log.state.crash is None
+    assert "crashed" not in log.state.phases_seen
+    assert log.state.phases_seen == ["launching", "loading_shards", "allocating"]
+    sglang_to(log, "ready")
+
+
+def test_confirmed_crash_is_not_retracted_by_a_late_rank_marker():
+    log = Log()
+    sglang_to(log, "loading_shards")
+    log.feed(sg("10:00:20", SG_EXC, "TP1"), *TB_FRAMES, OOM_LINE)
+    ev = log.feed(sg("10:00:40", SG_LOAD_END, "TP0"))   # a healthy rank finishes loading
+    assert of(ev, CrashRetracted) == []
+    assert log.state.phase == "crashed"
+    assert log.state.crash.reason == "cuda_oom"
+
+
+def test_bare_exception_after_ready_is_not_a_crash():
+    log = Log()
+    sglang_to(log, "ready")
+    ev = log.feed("Traceback (most recent call last):",
+                  '  File "/sglang/srt/entrypoints/http_server.py", line 10, in generate',
+                  "ValueError: x",
+                  sg("10:05:00", "ERROR:    Exception in ASGI application", None))
+    assert of(ev, Crashed) == []
+    assert log.state.phase == "ready"
+    assert log.state.crash is None
+
+
+# -- stop ---------------------------------------------------------------------------------------
+
+def test_vllm_shutdown_is_stopped():
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP, VLLM_STARTUP_COMPLETE)
+    line = vl("APIServer", "12:00:00", "launcher.py:100", "[shutdown] API server: shutdown triggered")
+    ev = log.feed(line)
+    assert [e.line for e in of(ev, Stopped)] == [line]
+    assert log.state.phase == "stopped"
+    assert log.state.crash is None
+    ev = log.feed("(APIServer pid=1) INFO:     Shutting down",
+                  "(APIServer pid=1) INFO:     Finished server process [1]")
+    assert ev == [] and log.state.phase == "stopped"
+
+
+def test_sglang_sigterm_is_stopped():
+    log = Log()
+    sglang_to(log, "ready")
+    ev = log.feed(sg("11:00:00", "SIGTERM received. signum=None frame=None. Draining requests and "
+                     "shutting down...", None))
+    assert len(of(ev, Stopped)) == 1
+    assert log.state.phase == "stopped"
+    # the tree is then killed: nothing after this is a crash
+    ev = log.feed(sg("11:00:01", SG_SIGQUIT, None))
+    assert of(ev, Crashed) == [] and log.state.phase == "stopped"
+
+
+def test_uvicorn_shutdown_after_crash_keeps_crashed():
+    log = Log()
+    _oom_during_capture(log)
+    ev = log.feed(sg("10:01:00", "INFO:     Shutting down", None),
+                  sg("10:01:00", "INFO:     Waiting for application shutdown.", None),
+                  sg("10:01:00", "INFO:     Application shutdown complete.", None),
+                  sg("10:01:00", "INFO:     Finished server process [271469]", None))
+    assert of(ev, Stopped) == []
+    assert log.state.phase == "crashed"
+    assert log.state.crash.reason == "cuda_oom"
+
+
+def test_uvicorn_shutdown_after_announcement_only_crash_keeps_crashed():
+    log = Log()
+    sglang_to(log, "allocating")
+    log.feed(sg("10:00:45", SG_SIGQUIT, None))
+    log.feed(sg("10:01:00", "INFO:     Shutting down", None))
+    assert log.state.phase == "crashed"
+    assert log.state.crash.reason == "child_process_died"
+
+
+# -- progress and ETA ---------------------------------------------------------------------------
+
+def test_shard_bar_progress_rate_and_eta():
+    log = Log()
+    sglang_to(log, "launching")
+    log.feed(sg("10:00:10", SG_LOAD_BEGIN))
+    t0 = 2000.0
+    ev = log.feed_chunk(("\r" + shard(40, 83, "3.13it/s") + "\r").encode(), now=t0)
+    prog = of(ev, Progress)
+    assert len(prog) == 1 and (prog[0].counter, prog[0].current, prog[0].total) == ("shards", 40, 83)
+    p = log.state.progress["shards"]
+    assert (p.current, p.total) == (40, 83)
+    assert p.rate == pytest.approx(3.13)
+    assert p.remaining_seconds(t0) == pytest.approx(43 / 3.13)
+    assert p.remaining_seconds(t0 + 5) == pytest.approx(43 / 3.13 - 5)
+    assert p.remaining_seconds(t0 + 5) < p.remaining_seconds(t0)
+    assert p.remaining_seconds(t0 + 1000) == 0.0
+    assert log.pipe.machine.startup_eta(log.state, t0) == pytest.approx(43 / 3.13)
+    # a second frame: the rate is smoothed between the old and the new sample
+    log.feed_chunk((shard(41, 83, "4.00it/s") + "\r").encode(), now=t0 + 0.3)
+    p = log.state.progress["shards"]
+    assert p.current == 41
+    assert 3.13 < p.rate < 4.0
+    assert log.state.phase == "loading_shards"
+
+
+def test_shard_bar_seconds_per_item_rate():
+    log = Log()
+    sglang_to(log, "launching")
+    log.feed(sg("10:00:10", SG_LOAD_BEGIN))
+    log.feed("Loading safetensors checkpoint shards:  98% Completed | 159/163 [31:48<00:40, 10.19s/it]")
+    p = log.state.progress["shards"]
+    assert (p.current, p.total) == (159, 163)
+    assert p.rate == pytest.approx(0.098, abs=1e-3)
+    assert p.remaining_seconds(p.updated_at) == pytest.approx(4 * 10.19, rel=1e-3)
+
+
+def test_parse_rate():
+    assert parse_rate("3.13it/s") == pytest.approx(3.13)
+    assert parse_rate(" 10.19s/it") == pytest.approx(1 / 10.19)
+    assert parse_rate("?it/s") is None
+    assert parse_rate(None) is None
+
+
+def test_first_shard_frame_has_no_rate_and_no_eta():
+    log = Log()
+    sglang_to(log, "launching")
+    log.feed(sg("10:00:10", SG_LOAD_BEGIN))
+    log.feed("Loading safetensors checkpoint shards:   0% Completed | 0/8 [00:00<?, ?it/s]", now=3000.0)
+    p = log.state.progress["shards"]
+    assert (p.current, p.total, p.rate) == (0, 8, None)
+    assert p.remaining_seconds(3000.0) is None
+    assert math.isnan(log.pipe.machine.startup_eta(log.state, 3000.0))
+    log.feed(shard(2, 8, "2.00it/s"), now=3001.0)
+    p = log.state.progress["shards"]
+    assert p.rate == pytest.approx(2.0)
+    assert log.pipe.machine.startup_eta(log.state, 3001.0) == pytest.approx(3.0)
+
+
+def test_pure_progress_rate_derived_from_log_time():
+    pack = load_pack("sglang")
+    m = StartupMachine(pack)
+    st = State()
+    m.step(st, Observation(pack.rule("server_args"), {}, SG_ARGS, 1, 0.0), now=50.0)
+    bar = pack.rule("capture_bar")   # no `rate` group: the rate comes from the clock
+    m.step(st, Observation(bar, {"current": "0", "total": "52"}, "f0", 2, 100.0), now=50.0)
+    ev = m.step(st, Observation(bar, {"current": "10", "total": "52"}, "f1", 3, 105.0), now=50.0)
+    p = st.progress["cuda_graph"]
+    assert p.rate == pytest.approx(2.0)          # by the log's clock, not the (frozen) wall clock
+    assert of(ev, Progress)[0].rate == pytest.approx(2.0)
+    assert p.remaining_seconds() == pytest.approx(21.0)
+
+
+def test_shard_bar_after_ready_does_not_change_progress():
+    log = Log()
+    sglang_to(log, "ready")
+    before = log.state.progress["shards"]
+    ev = log.feed(shard(1, 2, "1.00it/s"))
+    assert of(ev, Progress) == [] and of(ev, PhaseChanged) == []
+    p = log.state.progress["shards"]
+    assert (p.current, p.total, p.rate) == (before.current, before.total, before.rate)
+    assert log.state.phase == "ready"
+    assert log.pipe.machine.startup_eta(log.state, log.now) == 0.0
+
+
+def test_download_bar_after_load_begin_reenters_downloading():
+    log = Log()
+    log.feed(SG_ARGS, sg("10:00:05", SG_DIST_BEGIN), sg("10:00:10", SG_LOAD_BEGIN))
+    assert log.state.phase == "loading_shards"
+    ev = log.feed("model-00001-of-00004.safetensors:  45%|████▌     | 2.24G/4.98G [00:20<00:24, 112MB/s]")
+    assert phase_changes(ev) == [("loading_shards", "downloading")]
+    assert log.state.phase == "downloading"
+    log.feed("model-00002-of-00004.safetensors: 100%|██████████| 4.98G/4.98G [00:41<00:00, 120MB/s]")
+    ev = log.feed(shard(0, 4, "?it/s"))
+    assert phase_changes(ev) == [("downloading", "loading_shards")]
+    assert log.state.phases_seen == ["launching", "downloading", "loading_shards"]
+    # once shards are loading, a straggling download bar does not move the phase back
+    ev = log.feed(shard(1, 4), "model-00004-of-00004.safetensors:  99%|█████████▉| 4.9G/4.98G "
+                  "[00:41<00:00, 120MB/s]")
+    assert of(ev, PhaseChanged) == []
+    assert log.state.phase == "loading_shards"
+
+
+# -- stall --------------------------------------------------------------------------------------
+
+def test_stall_fires_once_after_silence():
+    log = Log(stall_after=5.0)
+    log.feed(SG_ARGS, now=100.0)
+    assert log.tick(104.9) == []
+    ev = log.tick(105.0)
+    assert len(ev) == 1 and isinstance(ev[0], Stalled)
+    assert ev[0].phase == "launching" and ev[0].silent_for == pytest.approx(5.0)
+    assert log.state.stalled
+    assert log.tick(106.0) == [] and log.tick(500.0) == []
+    # new bytes (any line, even one no rule matches) re-arm the detector
+    log.feed("some unrelated chatter from a library", now=501.0)
+    assert not log.state.stalled
+    assert log.tick(505.0) == []
+    ev = log.tick(506.5)
+    assert len(ev) == 1 and ev[0].silent_for == pytest.approx(5.5)
+
+
+def test_partial_line_bytes_count_as_activity():
+    log = Log(stall_after=5.0)
+    log.feed(SG_ARGS, now=100.0)
+    assert len(log.tick(106.0)) == 1
+    log.feed_chunk(b"Loading safetensors checkpoint", now=107.0)   # no separator yet
+    assert log.tick(111.0) == []
+    assert len(log.tick(112.0)) == 1
+
+
+def test_no_stall_when_ready_or_crashed():
+    ready = Log(stall_after=5.0)
+    sglang_to(ready, "ready")
+    assert ready.tick(ready.now + 10_000) == []
+    crashed = Log(stall_after=5.0)
+    sglang_to(crashed, "allocating")
+    crashed.feed(sg("10:00:45", SG_SIGQUIT, None))
+    assert crashed.state.phase == "crashed"
+    assert crashed.tick(crashed.now + 10_000) == []
+    stopped = Log(stall_after=5.0)
+    sglang_to(stopped, "ready")
+    stopped.feed(sg("11:00:00", "SIGTERM received. signum=None frame=None. Draining requests and "
+                    "shutting down...", None))
+    assert stopped.tick(stopped.now + 10_000) == []
+
+
+def test_no_stall_before_any_line():
+    log = Log(stall_after=5.0)
+    assert log.tick(10_000.0) == []
+
+
+def test_stall_budget_from_pack_per_phase():
+    log = Log()   # no override: the pack's per-phase budgets (base.yaml stall_after)
+    log.feed(SG_ARGS, now=0.0)
+    assert log.tick(599.0) == []
+    ev = log.tick(600.0)   # launching: 10m
+    assert len(ev) == 1 and ev[0].phase == "launching"

@@ -1,0 +1,357 @@
+"""Block scan (Matcher.scan) against its definition: `match_line` on every line of `iter_lines`.
+
+Exact mode must yield exactly the per-line reference's (rule id, text, line_number) sequence.
+Collapse mode must yield the same sequence with every run of consecutive stats-rule hits (no
+other hit in between) reduced to its first and last hit.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES, ROOT
+from logwatch.lines import Block, Framer, iter_lines
+from logwatch.matcher import Matcher
+from logwatch.rulepack import load_pack
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                       HealthCheck.data_too_large])
+# costly to shrink: a failure is reported as found (the deterministic cases below are minimal)
+NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+PACKS = ["sglang", "vllm"]
+FIXTURE_FILES = sorted(FIXTURES.glob("*.log"))
+
+
+@functools.lru_cache(maxsize=None)
+def matcher(name: str) -> Matcher:
+    return Matcher(load_pack(name))
+
+
+@functools.lru_cache(maxsize=None)
+def genlog(seed: int, *extra: str, lines: int = 3000) -> bytes:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "genlog.py"), "--lines", str(lines),
+         "--seed", str(seed), *extra],
+        capture_output=True, check=True).stdout
+
+
+GENLOG_ARGS = {
+    1: ("--restarts", "1", "--crash", "oom"),
+    2: ("--tp", "4", "--dp", "2", "--crash", "nccl"),
+    3: (),
+}
+
+
+def block(data: bytes, offset: int = 0, line_number: int = 1) -> Block:
+    return Block(data, offset, line_number, 0.0)
+
+
+def framed(data: bytes) -> Block:
+    """A block as the pipeline gets it: through the Framer (which removes ANSI codes, NULs)."""
+    from logwatch.lines import Framer
+    f = Framer()
+    b = f.feed(data, 0.0)
+    assert b is not None and f.flush(0.0) is None
+    return b
+
+
+def reference(m: Matcher, blk: Block) -> list[tuple]:
+    """(rule, text, line_number, offset) of every line `match_line` matches, in order."""
+    out = []
+    for ln in iter_lines(blk, m.max_line_bytes):
+        found = m.match_line(ln.text)
+        if found is not None:
+            out.append((found[0], ln.text, ln.line_number, ln.offset))
+    return out
+
+
+def key(hits) -> list[tuple[str, str, int]]:
+    return [(h[0].id, h[1], h[2]) for h in hits]
+
+
+def scanned(m: Matcher, blk: Block, collapse: bool = False) -> list[tuple]:
+    return [(h.rule, h.text, h.line_number, h.offset) for h in m.scan(blk, collapse)]
+
+
+def collapse_runs(hits: list[tuple]) -> list[tuple]:
+    """Keep only the first and last hit of each run of consecutive stats-rule hits."""
+    out: list[tuple] = []
+    i = 0
+    while i < len(hits):
+        if not hits[i][0].stats:
+            out.append(hits[i])
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(hits) and hits[j + 1][0].stats:
+            j += 1
+        out.append(hits[i])
+        if j > i:
+            out.append(hits[j])
+        i = j + 1
+    return out
+
+
+def check_block(m: Matcher, blk: Block) -> list[tuple]:
+    """Assert exact and collapse mode against the reference; return the reference."""
+    ref = reference(m, blk)
+    # a fresh Block each time: scan records the newline count on the block
+    exact = scanned(m, Block(blk.data, blk.offset, blk.line_number, 0.0))
+    assert key(exact) == key(ref)
+    assert [h[3] for h in exact] == [h[3] for h in ref]  # offsets too
+    collapsed = scanned(m, Block(blk.data, blk.offset, blk.line_number, 0.0), True)
+    assert key(collapsed) == key(collapse_runs(ref))
+    return ref
+
+
+def framed_blocks(data: bytes, size: int) -> list[Block]:
+    f = Framer()
+    out = []
+    for i in range(0, len(data), size):
+        b = f.feed(data[i:i + size], 0.0)
+        if b is not None:
+            out.append(b)
+    b = f.flush(0.0)
+    if b is not None:
+        out.append(b)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# exact mode on real logs
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_exact_scan_equals_reference_on_fixture(path, pack):
+    m = matcher(pack)
+    data = path.read_bytes()
+    ref = reference(m, block(data))
+    got = scanned(m, block(data))
+    assert key(got) == key(ref)
+    assert [h[3] for h in got] == [h[3] for h in ref]
+    if path.stem.startswith(pack):
+        assert ref, "a fixture of this engine fires at least one rule"
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_exact_scan_equals_reference_on_framed_fixture(path, pack):
+    """The same through the Framer, in small chunks (blocks start mid physical line)."""
+    m = matcher(pack)
+    data = path.read_bytes()
+    whole = key(reference(m, block(data)))
+    pieces = []
+    for b in framed_blocks(data, 37):
+        got = scanned(m, b)
+        assert key(got) == key(reference(m, b))
+        pieces += key(got)
+    assert pieces == whole
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_exact_scan_equals_reference_on_genlog(seed, pack):
+    m = matcher(pack)
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    ref = reference(m, block(data))
+    got = scanned(m, block(data))
+    assert key(got) == key(ref)
+    assert [h[3] for h in got] == [h[3] for h in ref]
+    if pack == "sglang":
+        ids = {h[0].id for h in ref}
+        assert {"server_args", "load_weight_begin", "decode_batch", "ready"} <= ids
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_exact_scan_equals_reference_on_framed_genlog(seed, pack):
+    m = matcher(pack)
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    whole = key(reference(m, block(data)))
+    pieces = []
+    for b in framed_blocks(data, 4093):
+        got = scanned(m, b)
+        assert key(got) == key(reference(m, b))
+        pieces += key(got)
+        # the scan records the block's newline count; it must be right
+        assert b.newlines() == b.data.count(b"\n")
+    assert pieces == whole
+
+
+# ----------------------------------------------------------------------------------------------
+# generated logs: real lines shuffled and glued with random separators
+
+def _lines_of(data: bytes) -> list[bytes]:
+    return [ln for ln in re.split(rb"[\r\n]+", data) if ln.strip()]
+
+
+POOL = sorted({ln for p in FIXTURE_FILES for ln in _lines_of(p.read_bytes())}
+              | set(_lines_of(genlog(1, *GENLOG_ARGS[1])[:200_000]))
+              | set(_lines_of(genlog(2, *GENLOG_ARGS[2])[-60_000:])))
+STATS_POOL = [ln for ln in POOL if any(s in ln for s in (b"Decode batch", b"Prefill batch",
+                                                           b"Avg generation throughput"))]
+SEPARATORS = [b"\n", b"\n", b"\n", b"\r", b"\r\n", b"\n\n", b"", b" ", b"\x1b[0m\n",
+              b"\r\x1b[1;36m"]
+
+line_st = st.one_of(st.sampled_from(POOL), st.sampled_from(STATS_POOL))
+log_st = st.lists(st.tuples(line_st, st.sampled_from(SEPARATORS)), max_size=60).map(
+    lambda pairs: b"".join(a + b for a, b in pairs))
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@settings(max_examples=200, **SETTINGS)
+@given(data=log_st, line_number=st.integers(1, 10_000), offset=st.integers(0, 10**9))
+def test_exact_scan_equals_reference_on_generated_logs(pack, data, line_number, offset):
+    m = matcher(pack)
+    blk = block(data, offset, line_number)
+    ref = reference(m, blk)
+    got = scanned(m, block(data, offset, line_number))
+    assert key(got) == key(ref)
+    assert [h[3] for h in got] == [h[3] for h in ref]
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@settings(max_examples=200, **NO_SHRINK)
+@given(data=log_st)
+def test_collapse_scan_keeps_first_and_last_of_each_stats_run(pack, data):
+    m = matcher(pack)
+    ref = reference(m, block(data))
+    got = scanned(m, block(data), True)
+    assert key(got) == key(collapse_runs(ref))
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_collapse_scan_on_genlog(seed, pack):
+    m = matcher(pack)
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    ref = reference(m, block(data))
+    got = scanned(m, block(data), True)
+    assert key(got) == key(collapse_runs(ref))
+    if pack == "sglang":
+        assert len(got) < len(ref)  # there is something to collapse in a serving log
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_collapse_scan_on_fixture(path, pack):
+    check_block(matcher(pack), block(path.read_bytes()))
+
+
+# ----------------------------------------------------------------------------------------------
+# deterministic cases
+
+DECODE = (b"[2026-11-30 10:07:52 TP0] Decode batch. #running-req: 2, #token: 4078, "
+          b"token usage: 0.00, gen throughput (token/s): 447.31, #queue-req: 0\n")
+
+
+def test_collapse_simple_run():
+    m = matcher("sglang")
+    data = b"".join(DECODE.replace(b"447.31", b"%d.00" % i) for i in range(10))
+    got = scanned(m, block(data), True)
+    assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 10)]
+    assert "gen throughput (token/s): 9.00" in got[-1][1]
+
+
+def test_collapse_run_interrupted_by_a_real_hit():
+    m = matcher("sglang")
+    data = DECODE * 3 + b"[2026-11-30 10:07:53] The server is fired up and ready to roll!\n" \
+        + DECODE * 3
+    got = scanned(m, block(data), True)
+    assert [(h[0].id, h[2]) for h in got] == [
+        ("decode_batch", 1), ("decode_batch", 3), ("ready", 4), ("decode_batch", 5),
+        ("decode_batch", 7)]
+
+
+def test_collapse_run_not_broken_by_a_line_that_only_contains_a_rule_literal():
+    """A line with a rule's literal (`Error`) that fires no rule is not a hit: the run goes on."""
+    m = matcher("sglang")
+    noise = b"[2026-11-30 10:07:52] WARNING: some Error here\n"
+    assert m.match_line(noise.decode().strip()) is None
+    data = DECODE * 3 + noise + DECODE * 3
+    got = scanned(m, block(data), True)
+    assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 7)]
+
+
+def test_collapse_run_starting_in_a_segment_with_another_rules_literal():
+    """A stats record glued after a tqdm frame starts the run; the next lines continue it."""
+    m = matcher("sglang")
+    bar = ("Capturing batches (bs=1 avail_mem=10.83 GB): 100%|██████████| 4/4 "
+           "[00:24<00:00,  6.04s/it]").encode()
+    data = bar + DECODE * 4
+    ref = reference(m, block(data))
+    assert [(h[0].id, h[2]) for h in ref] == [("capture_bar", 1)] + [
+        ("decode_batch", i) for i in (1, 2, 3, 4)]
+    got = scanned(m, block(data), True)
+    assert [(h[0].id, h[2]) for h in got] == [
+        ("capture_bar", 1), ("decode_batch", 1), ("decode_batch", 4)]
+
+
+def test_scan_finds_a_literal_split_by_a_nul_byte():
+    """The reference drops NULs before matching, so the scan must find this line too."""
+    m = matcher("sglang")
+    data = b"[2025-03-10 10:00:10 TP0] Load weight be\x00gin. avail mem=78.50 GB\n"
+    ref = reference(m, framed(data))
+    assert key(ref) == [("load_weight_begin",
+                         "[2025-03-10 10:00:10 TP0] Load weight begin. avail mem=78.50 GB", 1)]
+    assert key(scanned(m, framed(data))) == key(ref)
+
+
+def test_scan_finds_a_literal_split_by_an_ansi_code():
+    """uvicorn with colours prints the URL in bold, inside the `ready` rule's literal."""
+    m = matcher("vllm")
+    data = b"INFO:     Uvicorn running on \x1b[1mhttp://0.0.0.0:8000\x1b[0m (Press CTRL+C to quit)\n"
+    ref = reference(m, framed(data))
+    assert [h[0].id for h in ref] == ["ready"]
+    assert key(scanned(m, framed(data))) == key(ref)
+
+
+def test_scan_ansi_coloured_vllm_tag():
+    m = matcher("vllm")
+    line = (b"\x1b[1;36m(VllmWorker pid=1)\x1b[0;0m INFO 03-10 10:00:00 [loader.py:1] "
+            b"Loading weights took 10.5 seconds\n")
+    data = b"x\n" + line * 2
+    check_block(m, block(data))
+
+
+def test_scan_glued_record_after_tqdm_frame():
+    m = matcher("sglang")
+    data = ("Loading safetensors checkpoint shards:   2% Completed | 1/58 [00:00<00:56,  1.01it/s]"
+            "Traceback (most recent call last):\n").encode()
+    ref = check_block(m, block(data, 500, 7))
+    assert [(h[0].id, h[2], h[3]) for h in ref] == [("shard_bar", 7, 500), ("traceback", 7, 500)]
+
+
+def test_scan_line_numbers_with_cr_frames_and_offset_block():
+    m = matcher("sglang")
+    bar = ("\rLoading safetensors checkpoint shards:  %d%% Completed | %d/4 [00:01<00:03,  "
+           "1.00it/s]")
+    data = ("".join(bar % (25 * i, i) for i in range(1, 5)) + "\n" + "x\r\n" * 3
+            + "[2025-10-06 10:00:22] The server is fired up and ready to roll!\n").encode()
+    ref = check_block(m, block(data, 10, 100))
+    assert [(h[0].id, h[2]) for h in ref] == [("shard_bar", 100)] * 4 + [("ready", 104)]
+
+
+def test_scan_of_a_capped_line():
+    """A literal beyond the cap is invisible to both the scan and the reference."""
+    m = Matcher(load_pack("sglang"), max_line_bytes=64)
+    data = b"y" * 100 + b" The server is fired up and ready to roll!\nThe server is fired up " \
+        b"and ready to roll!\n"
+    ref = check_block(m, block(data))
+    assert [(h[0].id, h[2]) for h in ref] == [("ready", 2)]
+
+
+def test_scan_empty_and_separator_only_blocks():
+    m = matcher("sglang")
+    for data in (b"", b"\n\n\n", b"\r\r\n", b"\x00\n"):
+        b = block(data)
+        assert list(m.scan(b)) == []
+        assert list(m.scan(block(data), True)) == []
+        assert b.newlines() == data.count(b"\n")
