@@ -14,7 +14,7 @@ from typing import Sequence
 from . import __version__
 from .replay import replay_file
 from .rulecheck import check_samples, pack_warnings, test_lines
-from .rulepack import PackError, load_pack, shipped_pack_names
+from .rulepack import PackError, load_pack, parse_duration, shipped_pack_names
 from .summary import human, summary, timeline
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -23,12 +23,29 @@ MAIN_HELP = """\
 Watch LLM inference servers (SGLang, vLLM) start up and serve, from their logs.
 
 examples:
+  logwatch watch ssh://gpu-node/root/server.log   follow a startup live until ready / crashed
   logwatch replay server.log                 what happened in a finished log
   logwatch replay --json --timeline *.log    one JSON object per file, phase timeline
   logwatch rules check                       validate the shipped rule packs
   logwatch rules check my-pack.yaml          validate your own pack (exit 2 if broken)
   logwatch rules test sglang server.log      which rule matched which line
   logwatch demo                              a simulated server, watched live
+"""
+
+WATCH_HELP = """\
+Follow one log live until the server is ready or dead: the replacement for running
+`ssh host "sleep 30 && tail -30 server.log"` by hand for ten minutes.
+
+  logwatch watch /root/sglang-server.log
+  logwatch watch ssh://root@gpu-node-1/root/sglang-server.log --timeout 30m
+  logwatch watch 'cmd:docker logs -f sglang' --json
+
+It starts at the latest startup in the log (not at its end, not at its first byte), shows
+the phase, the shard bar with rate and ETA and the last line, and on a crash the reason and
+the root-cause line with the traceback.
+
+exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage error (bad
+target, refused host key, unreadable file).
 """
 
 REPLAY_HELP = """\
@@ -59,6 +76,33 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeline", action="store_true",
                    help="each phase of the last startup with its start time and duration")
     r.set_defaults(func=cmd_replay)
+
+    w = sub.add_parser("watch", help="follow one log live until the server is ready or dead",
+                       description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    w.add_argument("target", metavar="TARGET",
+                   help="a local path, ssh://[user@]host[:port]/abs/path, - (stdin), or "
+                        "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang')")
+    w.add_argument("--rules", default="auto", metavar="PACK",
+                   help="rule pack name, .yaml path, or auto (default)")
+    w.add_argument("--timeout", type=_duration, metavar="DURATION",
+                   help="give up (exit 3) if not ready or crashed by then, e.g. 20m")
+    w.add_argument("--stall-after", type=_duration, metavar="DURATION",
+                   help="exit 3 when a startup phase prints nothing for this long "
+                        "(default: per phase, 10m to 30m)")
+    w.add_argument("--json", action="store_true",
+                   help="print the summary object at exit (live display goes to stderr)")
+    w.add_argument("--from-start", action="store_true",
+                   help="read the log from byte 0 instead of from its latest startup")
+    w.add_argument("--poll", action="store_true",
+                   help="poll the file instead of using inotify (NFS and other filesystems)")
+    g = w.add_argument_group("ssh (defaults come from ~/.ssh/config and ~/.ssh/known_hosts)")
+    g.add_argument("-i", "--ssh-key", action="append", metavar="FILE",
+                   help="identity file (repeatable)")
+    g.add_argument("--known-hosts", metavar="FILE", help="known_hosts file to verify the host key")
+    g.add_argument("--ssh-config", metavar="FILE", help="an OpenSSH client config file")
+    g.add_argument("--insecure-no-host-key-check", action="store_true",
+                   help="do not verify the host key (insecure; warns)")
+    w.set_defaults(func=cmd_watch)
 
     d = sub.add_parser("demo", help="the embedded default: a simulated server, watched live",
                        description="A simulated SGLang server writes a realistic startup log "
@@ -112,6 +156,31 @@ def cmd_replay(args: argparse.Namespace) -> int:
             out = sys.stderr if args.json else sys.stdout
             print(timeline(pipe.state), file=out, flush=True)
     return status
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from . import log
+    from .sources.ssh import SSHOptions
+    from .watch import WatchOptions, run_watch
+    log.setup("warning")
+    known = "none" if args.insecure_no_host_key_check else args.known_hosts
+    ssh = SSHOptions(known_hosts=known,
+                     client_keys=tuple(args.ssh_key) if args.ssh_key else None,
+                     config=(args.ssh_config,) if args.ssh_config else None)
+    if args.rules != "auto":
+        load_pack(args.rules)
+    opts = WatchOptions(args.target, args.rules, args.timeout, args.stall_after, args.json,
+                        ssh, args.poll, args.from_start)
+    return asyncio.run(run_watch(opts))
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

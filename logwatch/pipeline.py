@@ -157,6 +157,23 @@ class LogPipeline:
         self.excerpt.finish()
         return events
 
+    def start_at(self, offset: int, line_number: int) -> None:
+        """Before the first byte: frame from this position of the log."""
+        self.framer = Framer(offset=offset, line_number=line_number,
+                             max_line_bytes=self.framer.max_line_bytes)
+
+    def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
+        """The source moved to another file (rotation, truncation): close the old one's last
+        line and frame the new one from `offset`; the server's state carries on."""
+        block = self.framer.flush(now)
+        events = self._block(block, now) if block is not None else []
+        if block is not None and block.data and not block.data.endswith(b"\n"):
+            self.counters.lines += 1
+        self.excerpt.finish()
+        self.framer = Framer(offset=offset, line_number=line_number,
+                             max_line_bytes=self.framer.max_line_bytes)
+        return events
+
     def tick(self, now: float) -> list[Event]:
         return self.machine.tick(self.state, now)
 

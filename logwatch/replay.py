@@ -18,9 +18,14 @@ CHUNK = 2 << 20
 DETECT_BYTES = 1 << 20
 
 
-def detect_pack(head: bytes, packs: Iterable[RulePack]) -> RulePack | None:
-    """The pack whose `detect` patterns best match the first lines (None if none does)."""
+def detect_pack(head: bytes, packs: Iterable[RulePack],
+                complete_lines: bool = False) -> RulePack | None:
+    """The pack whose `detect` patterns best match the first lines (None if none does).
+
+    `complete_lines`: ignore a last line that may still be incomplete (live input)."""
     packs = list(packs)
+    if complete_lines:
+        head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
     lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
     best: tuple[float, int] | None = None
     chosen: RulePack | None = None

@@ -1,0 +1,196 @@
+"""One target followed live: source events -> `LogPipeline`, with the position to save.
+
+Used by `logwatch watch` and by each target of the daemon.  The follower checks the
+source's promise (every byte once, in order) at every chunk and counts any break of it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import log
+from .lines import segment_text
+from .machine import Event
+from .pipeline import LogPipeline
+from .replay import detect_pack
+from .rulepack import RulePack
+from .sources.base import TAIL_BYTES, Data, FileIdentity, Opened, Position, Source, SourceState, digest
+
+_ROLL = 64 * 1024 + TAIL_BYTES
+
+
+@dataclass(slots=True)
+class SourceStatus:
+    up: bool = False
+    message: str = "starting"
+    fatal: bool = False
+    reconnects: int = 0
+    files: int = 0               # files opened (rotations + 1)
+    bytes: int = 0
+    gaps: int = 0                # bytes the source skipped (should stay 0)
+    overlaps: int = 0            # bytes the source repeated (dropped here; should stay 0)
+    last_data_at: float | None = None
+    history: list[str] = field(default_factory=list)
+
+
+DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
+DETECT_WAIT = 2.0           # ... or this many seconds after the first bytes
+
+
+class Follower:
+    """Feeds one source into a pipeline.  With `pack=None` (`--rules auto`) it holds the
+    first bytes back until the pack's `detect` patterns recognise the engine."""
+
+    def __init__(self, name: str, source: Source, make_pipeline: Callable[[RulePack], LogPipeline],
+                 pack: RulePack | None, candidates: list[RulePack] | None = None,
+                 on_events: Callable[[list[Event]], None] | None = None) -> None:
+        self.name = name
+        self.source = source
+        self.make_pipeline = make_pipeline
+        self.candidates = candidates or []
+        self.pipe: LogPipeline | None = make_pipeline(pack) if pack is not None else None
+        self.on_events = on_events or (lambda evs: None)
+        self.status = SourceStatus()
+        self.identity: FileIdentity | None = None
+        self.next_offset: int | None = None
+        self.last_line: str = ""
+        self._roll = b""   # the last raw bytes received (for the tail hash of a position)
+        self._held: list[object] = []
+        self._head = b""
+        self._held_since: float | None = None
+        self._detect_at = 1
+        self._detect_tried = 0.0
+        self.log = log.get("follow").bind(target=name)
+
+    @property
+    def pack(self) -> RulePack | None:
+        return self.pipe.pack if self.pipe is not None else None
+
+    def decide_pack(self, now: float | None = None) -> list[Event]:
+        """Pick the pack now (from what was held back, SGLang if nothing matched)."""
+        if self.pipe is not None:
+            return []
+        found = detect_pack(self._head, self.candidates)
+        if found is None:
+            found = next((p for p in self.candidates if p.name == "sglang"), self.candidates[0])
+        self.pipe = self.make_pipeline(found)
+        self.log.info("rule pack chosen", pack=found.name)
+        held, self._held, self._head = self._held, [], b""
+        events: list[Event] = []
+        for ev in held:
+            events += self.handle(ev, now)
+        return events
+
+    def tick(self, now: float) -> list[Event]:
+        if self.pipe is None:
+            if self._held_since is not None and now - self._held_since >= DETECT_WAIT:
+                return self.decide_pack(now)
+            return []
+        events = self.pipe.tick(now)
+        if events:
+            self.on_events(events)
+        return events
+
+    def position(self) -> Position | None:
+        """Where to resume: after the last complete line handed to the rules."""
+        if self.next_offset is None or self.pipe is None:
+            return None
+        consumed = self.pipe.framer.consumed_offset
+        held = self.next_offset - consumed
+        tail_sha = None
+        if 0 <= held and held + min(consumed, TAIL_BYTES) <= len(self._roll):
+            end = len(self._roll) - held
+            tail_sha = digest(self._roll[max(0, end - min(consumed, TAIL_BYTES)):end])
+        return Position(consumed, self.pipe.framer.line_number, self.identity, tail_sha,
+                        self.source.name)
+
+    def handle(self, ev: object, now: float | None = None) -> list[Event]:
+        now = time.time() if now is None else now
+        if self.pipe is None and not isinstance(ev, SourceState):
+            self._held.append(ev)
+            if isinstance(ev, Data):
+                self._head += ev.data[: DETECT_BYTES - len(self._head)]
+                if self._held_since is None:
+                    self._held_since = now
+                if len(self._head) >= DETECT_BYTES:
+                    return self.decide_pack(now)
+                if len(self._head) >= self._detect_at or now - self._detect_tried >= 0.25:
+                    # throttled: a try per 8 KiB or quarter second, not one per chunk
+                    self._detect_at, self._detect_tried = len(self._head) + 8192, now
+                    if detect_pack(self._head, self.candidates, complete_lines=True) is not None:
+                        return self.decide_pack(now)
+            return []
+        events: list[Event] = []
+        if isinstance(ev, Data):
+            if self.next_offset is not None and ev.offset != self.next_offset:
+                events += self._mismatch(ev, now)
+                return events
+            self.status.bytes += len(ev.data)
+            self.status.last_data_at = now
+            self.next_offset = ev.offset + len(ev.data)
+            self._roll = (self._roll + ev.data)[-_ROLL:]
+            self._note_last_line(ev.data)
+            assert self.pipe is not None
+            events += self.pipe.feed(ev.data, now)
+        elif isinstance(ev, Opened):
+            assert self.pipe is not None
+            self.identity = ev.identity
+            if ev.new_file or self.next_offset is None:
+                self.status.files += 1
+                if self.next_offset is None:
+                    self.pipe.start_at(ev.offset, ev.line_number)
+                else:
+                    events += self.pipe.new_file(ev.offset, ev.line_number, now)
+                self._roll = b""
+                self.next_offset = ev.offset
+            elif ev.offset != self.next_offset:
+                self.log.warning("source resumed at another offset", expected=self.next_offset,
+                                 got=ev.offset)
+                events += self.pipe.new_file(ev.offset, ev.line_number, now)
+                self.next_offset = ev.offset
+            self.status.history.append(f"{ev.reason} @ {ev.offset}")
+            del self.status.history[:-20]
+        elif isinstance(ev, SourceState):
+            if self.status.up and not ev.up:
+                self.status.reconnects += 1
+            self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
+        if events:
+            self.on_events(events)
+        return events
+
+    def _note_last_line(self, data: bytes) -> None:
+        """The last complete line, as a terminal would show it (for the live display)."""
+        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        while end > 0:
+            start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
+            seg = data[start:end].strip()
+            if seg:
+                self.last_line = segment_text(seg[:2000])
+                return
+            end = start - 1
+
+    def finish(self, now: float | None = None) -> list[Event]:
+        """The source ended: decide the pack if still undecided, close the last line."""
+        now = time.time() if now is None else now
+        events = self.decide_pack(now) if self.pipe is None and self._held else []
+        if self.pipe is not None:
+            events += self.pipe.finish(now)
+        if events:
+            self.on_events(events)
+        return events
+
+    def _mismatch(self, ev: Data, now: float) -> list[Event]:
+        assert self.next_offset is not None
+        if ev.offset < self.next_offset:
+            skip = min(self.next_offset - ev.offset, len(ev.data))
+            self.status.overlaps += skip
+            rest = ev.data[skip:]
+            if not rest:
+                return []
+            return self.handle(Data(rest, ev.offset + skip), now)
+        self.status.gaps += ev.offset - self.next_offset
+        self.log.error("bytes missing in the source", expected=self.next_offset, got=ev.offset)
+        self.next_offset = ev.offset
+        return self.handle(ev, now)

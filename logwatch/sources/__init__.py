@@ -1,0 +1,49 @@
+"""Sources: where a target's bytes come from.
+
+TARGET forms (DESIGN.md): a local path, `ssh://[user@]host[:port]/absolute/path`, `-` for
+stdin, and `cmd:COMMAND` for a command whose output is the log (`cmd:docker logs -f NAME`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..rulepack import RulePack
+from .base import Data, FileIdentity, Opened, Position, Source, SourceError, SourceEvent, SourceState
+from .command import CommandSource, StdinSource
+from .local import LocalFileSource
+from .ssh import SSHFileSource, SSHOptions, SSHPool, SSHTarget
+from .start import latest_startup_in_file
+
+__all__ = ["Data", "FileIdentity", "Opened", "Position", "Source", "SourceError", "SourceEvent",
+           "SourceState", "make_source", "source_kind"]
+
+
+def source_kind(target: str) -> str:
+    if target == "-":
+        return "stdin"
+    if target.startswith("ssh://"):
+        return "ssh"
+    if target.startswith("cmd:"):
+        return "command"
+    return "file"
+
+
+def make_source(target: str, *, pack: RulePack | None = None, start: Position | None = None,
+                ssh: dict[str, Any] | SSHOptions | None = None, pool: SSHPool | None = None,
+                poll: bool = False, name: str | None = None) -> Source:
+    """Build the source for a TARGET string.  `pack` finds the latest startup on first attach."""
+    kind = source_kind(target)
+    if kind == "stdin":
+        return StdinSource()
+    if kind == "command":
+        cmd = target[len("cmd:"):].strip()
+        if not cmd:
+            raise SourceError("cmd: needs a command, e.g. cmd:docker logs -f sglang")
+        return CommandSource(cmd, name=name)
+    if kind == "ssh":
+        opts = ssh if isinstance(ssh, SSHOptions) else SSHOptions.from_dict(ssh)
+        return SSHFileSource(target, options=opts, start=start, pack=pack, pool=pool, name=name)
+    finder = (lambda path: latest_startup_in_file(pack, path)) if pack is not None else None
+    return LocalFileSource(target, start=start, find_start=finder, use_inotify=not poll,
+                           name=name)

@@ -1,0 +1,118 @@
+"""What every source yields, and how a file is recognised again.
+
+A source is an async iterator of `SourceEvent`s: `Opened` when it starts reading a file
+(or a stream) at an offset, `Data` with the bytes at an offset, `SourceState` when it goes
+up or down (connected, waiting, reconnecting, with the reason).  Sources reopen and
+reconnect by themselves and never drop or repeat a byte of a file they can still see;
+consumers only feed `Data` to the pipeline and remember the offset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from typing import Any, AsyncIterator, Protocol
+
+HEAD_BYTES = 1024      # the identity of a file: a hash of its first bytes (plus dev/inode)
+TAIL_BYTES = 256       # and a hash of the bytes just before a saved offset
+
+
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """Recognises a file again: device+inode where known (local), plus a hash of its head."""
+
+    dev: int | None
+    ino: int | None
+    head_len: int
+    head_sha: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FileIdentity":
+        return cls(d.get("dev"), d.get("ino"), int(d["head_len"]), str(d["head_sha"]))
+
+    def matches(self, dev: int | None, ino: int | None, head: bytes) -> bool:
+        """Is a file with this dev/inode whose first bytes are `head` (at least `head_len` of
+        them) the file this identity was taken from?"""
+        if self.dev is not None and dev is not None and (self.dev, self.ino) != (dev, ino):
+            return False
+        if len(head) < self.head_len:
+            return False
+        return digest(head[: self.head_len]) == self.head_sha
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha1(data, usedforsecurity=False).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a target's reading stopped: byte offset + line number in an identified file."""
+
+    offset: int
+    line_number: int
+    identity: FileIdentity | None
+    tail_sha: str | None        # hash of the TAIL_BYTES before `offset`
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"offset": self.offset, "line_number": self.line_number,
+                "identity": self.identity.to_json() if self.identity else None,
+                "tail_sha": self.tail_sha, "source": self.source}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Position":
+        ident = d.get("identity")
+        return cls(int(d["offset"]), int(d.get("line_number", 1)),
+                   FileIdentity.from_json(ident) if ident else None,
+                   d.get("tail_sha"), str(d.get("source", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    """Reading (re)starts: at `offset` / `line_number` of a file, for `reason`:
+    attach (first time), resume (saved position), rotated, truncated, recreated,
+    reconnected (same file, after a connection loss), restarted (a command ran again)."""
+
+    offset: int
+    line_number: int
+    identity: FileIdentity | None
+    reason: str
+    new_file: bool  # False: the same byte stream continues (resume, reconnected)
+
+
+@dataclass(frozen=True, slots=True)
+class Data:
+    data: bytes
+    offset: int     # offset of data[0] in the current file
+
+
+@dataclass(frozen=True, slots=True)
+class SourceState:
+    """up: reading; down: waiting for the file, reconnecting, or failed (`fatal`)."""
+
+    up: bool
+    message: str
+    fatal: bool = False
+
+
+SourceEvent = Opened | Data | SourceState
+
+
+class Source(Protocol):
+    name: str
+
+    def events(self) -> AsyncIterator[SourceEvent]: ...
+
+    async def close(self) -> None: ...
+
+
+class SourceError(Exception):
+    """A source that cannot work as configured (bad URL, refused host key, no permission)."""
+
+
+def identity_of(dev: int | None, ino: int | None, head: bytes) -> FileIdentity:
+    head = head[:HEAD_BYTES]
+    return FileIdentity(dev, ino, len(head), digest(head))

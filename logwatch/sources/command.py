@@ -1,0 +1,177 @@
+"""Logs that come from a command (`docker logs -f NAME`, `kubectl logs -f POD`,
+`journalctl -fu UNIT`) or from stdin.
+
+A command that exits is started again with backoff.  Most of these commands print the log
+again from some point when restarted (`docker logs -f` from the start, `journalctl -f` its
+last lines); to avoid reading the same lines twice, the new output is compared with what
+was already read (see `_Resync`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+from typing import AsyncIterator
+
+from .. import log
+from .base import Data, Opened, SourceEvent, SourceState
+from .ssh import Backoff
+
+OVERLAP_PROBE = 512          # bytes of the previous output looked for in the new one
+OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
+
+
+class CommandSource:
+    def __init__(self, command: str | list[str], *, name: str | None = None,
+                 restart: bool = True) -> None:
+        self.argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not self.argv:
+            raise ValueError("empty command")
+        self.name = name or "cmd:" + " ".join(self.argv)
+        self.restart = restart
+        self.log = log.get("source.command").bind(command=self.name)
+        self._proc: asyncio.subprocess.Process | None = None
+        self._closed = False
+        self.restarts = 0
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._proc is not None and self._proc.returncode is None:
+            try:
+                self._proc.terminate()
+            except ProcessLookupError:
+                pass
+
+    async def events(self) -> AsyncIterator[SourceEvent]:
+        backoff = Backoff(base=1.0, cap=30.0)
+        offset = 0                # bytes of this stream handed on so far
+        head = b""                # the first bytes of the previous run's output
+        tail = b""                # its last bytes
+        first = True
+        while not self._closed:
+            try:
+                self._proc = await asyncio.create_subprocess_exec(
+                    *self.argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                    stdin=asyncio.subprocess.DEVNULL)
+            except (FileNotFoundError, PermissionError) as e:
+                yield SourceState(False, f"cannot run {self.argv[0]}: {e.strerror}", fatal=True)
+                return
+            assert self._proc.stdout is not None
+            yield SourceState(True, f"running {self.name}")
+            if first:
+                yield Opened(0, 1, None, "attach", True)
+                first = False
+            skip_state = _Resync(head, tail, offset) if offset else None
+            run_head = b""
+            started = asyncio.get_running_loop().time()
+            while True:
+                chunk = await self._proc.stdout.read(1 << 16)
+                if not chunk:
+                    break
+                if len(run_head) < 4096:
+                    run_head += chunk[: 4096 - len(run_head)]
+                if skip_state is not None:
+                    chunk = skip_state.feed(chunk)
+                    if skip_state.done:
+                        skip_state = None
+                    if not chunk:
+                        continue
+                yield Data(chunk, offset)
+                offset += len(chunk)
+                tail = (tail + chunk)[-OVERLAP_PROBE:]
+            if skip_state is not None:
+                rest = skip_state.flush()
+                if rest:
+                    yield Data(rest, offset)
+                    offset += len(rest)
+                    tail = (tail + rest)[-OVERLAP_PROBE:]
+            code = await self._proc.wait()
+            if run_head and not head:
+                head = run_head  # the first run's first bytes
+            if self._closed or not self.restart:
+                return
+            if asyncio.get_running_loop().time() - started > 60:
+                backoff.reset()
+            delay = backoff.next()
+            self.restarts += 1
+            yield SourceState(False, f"{self.argv[0]} exited with {code}; restarting in {delay:.1f}s")
+            await asyncio.sleep(delay)
+
+
+class _Resync:
+    """Drops the part of a restarted command's output that was already read.
+
+    Two shapes: the command prints everything again (`docker logs -f`): its output starts
+    with the same bytes as the first run, so exactly the `seen` bytes already read are
+    skipped; or it prints the last lines again (`journalctl -f`): the last bytes read are
+    looked for in the first megabyte and reading resumes after them.  Otherwise nothing is
+    skipped (better a line twice than a line lost)."""
+
+    def __init__(self, head: bytes, tail: bytes, seen: int) -> None:
+        self.head, self.tail, self.seen = head, tail, seen
+        self.buf = b""
+        self.done = False
+        self.skipping: int | None = None   # bytes still to drop in full-replay mode
+
+    def feed(self, chunk: bytes) -> bytes:
+        if self.skipping is not None:
+            if len(chunk) <= self.skipping:
+                self.skipping -= len(chunk)
+                return b""
+            out = chunk[self.skipping:]
+            self.skipping = None
+            self.done = True
+            return out
+        self.buf += chunk
+        n = min(len(self.head), len(self.buf))
+        if self.head and n >= min(len(self.head), 256) and self.buf[:n] == self.head[:n]:
+            if len(self.buf) < len(self.head):
+                return b""  # not sure yet
+            self.skipping = self.seen
+            data, self.buf = self.buf, b""
+            return self.feed(data)
+        if len(self.tail) >= 64:
+            i = self.buf.rfind(self.tail)
+            if i >= 0:
+                self.done = True
+                out, self.buf = self.buf[i + len(self.tail):], b""
+                return out
+        if len(self.buf) >= OVERLAP_WINDOW:
+            return self.flush()
+        return b""
+
+    def flush(self) -> bytes:
+        self.done = True
+        out, self.buf = self.buf, b""
+        if out and self.head.startswith(out) and len(out) <= self.seen:
+            return b""  # a short log printed again, all of it already read
+        return out
+
+
+class StdinSource:
+    name = "-"
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+
+    async def events(self) -> AsyncIterator[SourceEvent]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 20)
+        protocol = asyncio.StreamReaderProtocol(reader)
+        await loop.connect_read_pipe(lambda: protocol, os.fdopen(sys.stdin.fileno(), "rb", 0,
+                                                                 closefd=False))
+        yield SourceState(True, "reading stdin")
+        yield Opened(0, 1, None, "attach", True)
+        offset = 0
+        while not self._closed:
+            chunk = await reader.read(1 << 16)
+            if not chunk:
+                yield SourceState(False, "stdin closed")
+                return
+            yield Data(chunk, offset)
+            offset += len(chunk)

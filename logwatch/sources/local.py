@@ -1,0 +1,242 @@
+"""A local log file, followed like `tail -F`, without losing or repeating a byte.
+
+* The file may not exist yet: wait for it.
+* Rename rotation: the open descriptor still reads the old file, so it is drained to its end
+  before the new file at the path is opened (from byte 0).
+* Truncation (copytruncate, `> file`): the file is shorter than our offset, or the bytes just
+  before our offset changed: restart at byte 0 of it.  What the writer appended between our
+  last read and the truncation is lost; nothing else is.
+* Delete and recreate: like a rotation once the new file appears.
+* Wakeups come from inotify through watchdog; a poll every `poll_interval` is the safety net
+  (and the only mechanism when watchdog is unavailable or `poll=True`, e.g. on NFS).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from .. import log
+from .base import (
+    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceEvent, SourceState,
+    digest, identity_of,
+)
+
+READ_SIZE = 1 << 20
+StartFinder = Callable[[str], tuple[int, int]]
+
+
+class _Watcher:
+    """One watchdog observer for the process; sources register the directory of their file."""
+
+    _lock = threading.Lock()
+    _observer = None  # type: ignore[var-annotated]
+    _failed = False
+
+    @classmethod
+    def subscribe(cls, path: Path, wake: Callable[[], None]) -> Callable[[], None] | None:
+        try:
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+        except ImportError:  # pragma: no cover - watchdog is a dependency
+            return None
+        target = str(path)
+
+        class Handler(FileSystemEventHandler):  # type: ignore[misc]
+            def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                if event.src_path == target or getattr(event, "dest_path", None) == target:
+                    wake()
+
+        with cls._lock:
+            if cls._failed:
+                return None
+            try:
+                if cls._observer is None:
+                    obs = Observer()
+                    obs.daemon = True
+                    obs.start()
+                    cls._observer = obs
+                watch = cls._observer.schedule(Handler(), str(path.parent), recursive=False)
+            except (OSError, RuntimeError) as e:  # no inotify, too many watches, no dir yet
+                log.get("source.local").info("inotify unavailable, polling", path=target,
+                                             error=str(e))
+                return None
+        observer = cls._observer
+
+        def unsubscribe() -> None:
+            with cls._lock:
+                try:
+                    observer.unschedule(watch)
+                except (KeyError, ValueError, RuntimeError):
+                    pass
+        return unsubscribe
+
+
+class LocalFileSource:
+    def __init__(self, path: str, *, start: Position | None = None,
+                 find_start: StartFinder | None = None, poll_interval: float | None = None,
+                 use_inotify: bool = True, name: str | None = None) -> None:
+        self.path = Path(path).expanduser()
+        self.name = name or str(self.path)
+        self.start = start
+        self.find_start = find_start
+        self.use_inotify = use_inotify
+        self.poll_interval = poll_interval
+        self.log = log.get("source.local").bind(path=str(self.path))
+        self._wake = asyncio.Event()
+        self._closed = False
+        self._unsubscribe: Callable[[], None] | None = None
+        self.rotations = 0
+        self.truncations = 0
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+        if self._unsubscribe:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _subscribe(self) -> None:
+        if self._unsubscribe is not None or not self.use_inotify or not self.path.parent.is_dir():
+            return
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(self._wake.set)
+
+        self._unsubscribe = _Watcher.subscribe(self.path, wake)
+
+    async def _sleep(self) -> None:
+        interval = self.poll_interval or (1.0 if self._unsubscribe else 0.1)
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=interval)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def events(self) -> AsyncIterator[SourceEvent]:
+        first = True
+        reason_next = "attach"
+        waiting_said = False
+        while not self._closed:
+            self._subscribe()
+            try:
+                f = open(self.path, "rb")
+            except FileNotFoundError:
+                if not waiting_said:
+                    yield SourceState(False, f"waiting for {self.path} to appear")
+                    waiting_said = True
+                await self._sleep()
+                continue
+            except PermissionError as e:
+                yield SourceState(False, f"cannot read {self.path}: {e.strerror}", fatal=True)
+                return
+            except IsADirectoryError:
+                yield SourceState(False, f"{self.path} is a directory, not a log file", fatal=True)
+                return
+            waiting_said = False
+            with f:
+                st = os.fstat(f.fileno())
+                head = os.pread(f.fileno(), HEAD_BYTES, 0)
+                ident = identity_of(st.st_dev, st.st_ino, head)
+                offset, line_number, reason, new_file = 0, 1, reason_next, True
+                if first:
+                    first = False
+                    offset, line_number, reason, new_file = self._initial(f, st, head)
+                yield SourceState(True, f"reading {self.path}")
+                yield Opened(offset, line_number, ident, reason, new_file)
+                async for ev in self._follow(f, ident, offset):
+                    if isinstance(ev, str):
+                        reason_next = ev
+                        break
+                    yield ev
+
+    def _initial(self, f, st, head: bytes) -> tuple[int, int, str, bool]:  # type: ignore[no-untyped-def]
+        saved = self.start
+        if saved is not None and saved.identity is not None and \
+                saved.identity.matches(st.st_dev, st.st_ino, head) and \
+                saved.offset <= st.st_size and self._tail_ok(f.fileno(), saved):
+            return saved.offset, saved.line_number, "resume", False
+        if saved is not None:
+            self.log.info("saved position does not fit this file (replaced): starting at the "
+                          "latest startup in it", saved_offset=saved.offset)
+        if self.find_start is not None:
+            off, line = self.find_start(str(self.path))
+            return off, line, "attach", True
+        return 0, 1, "attach", True
+
+    @staticmethod
+    def _tail_ok(fd: int, saved: Position) -> bool:
+        if saved.tail_sha is None or saved.offset == 0:
+            return True
+        lo = max(0, saved.offset - TAIL_BYTES)
+        return digest(os.pread(fd, saved.offset - lo, lo)) == saved.tail_sha
+
+    async def _follow(self, f, ident: FileIdentity, offset: int) -> AsyncIterator[SourceEvent | str]:  # type: ignore[no-untyped-def]
+        fd = f.fileno()
+        last = os.pread(fd, min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) if offset else b""
+        while not self._closed:
+            size = os.fstat(fd).st_size
+            if size < offset or (last and os.pread(fd, len(last), offset - len(last)) != last):
+                self.truncations += 1
+                self.log.warning("log truncated: reading it again from the start",
+                                 offset=offset, size=size)
+                offset, last = 0, b""
+                head = os.pread(fd, HEAD_BYTES, 0)
+                st = os.fstat(fd)
+                ident = identity_of(st.st_dev, st.st_ino, head)
+                yield Opened(0, 1, ident, "truncated", True)
+                continue
+            while True:
+                chunk = os.pread(fd, READ_SIZE, offset)
+                if not chunk:
+                    break
+                yield Data(chunk, offset)
+                offset += len(chunk)
+                last = (last + chunk)[-TAIL_BYTES:]
+                if len(chunk) < READ_SIZE:
+                    break
+            # has the path moved on to another file?
+            try:
+                pst = os.stat(self.path)
+            except FileNotFoundError:
+                pst = None
+            except OSError:
+                pst = None
+            if pst is not None and (pst.st_dev, pst.st_ino) != (ident.dev, ident.ino):
+                # drain what the old file still holds, then switch
+                while True:
+                    chunk = os.pread(fd, READ_SIZE, offset)
+                    if not chunk:
+                        break
+                    yield Data(chunk, offset)
+                    offset += len(chunk)
+                self.rotations += 1
+                self.log.info("log rotated: following the new file", old_size=offset)
+                yield "rotated"
+                return
+            if pst is None and not getattr(self, "_gone_said", False):
+                self._gone_said = True
+                yield SourceState(True, f"{self.path} was deleted; draining it, waiting for a new one")
+            if pst is not None:
+                self._gone_said = False
+            await self._sleep()
+            if pst is None:
+                # deleted: a new file at the path ends this one
+                try:
+                    os.stat(self.path)
+                except FileNotFoundError:
+                    continue
+                while True:
+                    chunk = os.pread(fd, READ_SIZE, offset)
+                    if not chunk:
+                        break
+                    yield Data(chunk, offset)
+                    offset += len(chunk)
+                self._gone_said = False
+                self.rotations += 1
+                yield "recreated"
+                return

@@ -1,0 +1,489 @@
+"""A log on another machine, read over SSH by byte offset (SFTP), with nothing installed there.
+
+Why SFTP reads and not a remote `tail -F`: a read names its offset, so after any reconnect
+the next byte is exactly the one after the last byte received (no loss, no repeat), and an
+open SFTP handle keeps reading a file that was renamed away, so a rotation is drained to its
+end before the new file is opened.  Stock OpenSSH serves SFTP; the first attach also runs
+`grep` there to find the latest startup without downloading the whole log.
+
+* `~/.ssh/config`, `~/.ssh/known_hosts` and `~/.ssh/id_*` apply as with OpenSSH (asyncssh),
+  overridden by explicit options.  Host keys are verified: an unknown or changed key is
+  refused with a message saying how to trust it; `known_hosts: none` turns verification off
+  and warns every time.
+* Keepalives detect a dead peer; reconnects back off exponentially with jitter.
+* Targets on the same host share one connection and one SFTP session (`SSHPool`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import posixpath
+import random
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+from urllib.parse import unquote, urlsplit
+
+import asyncssh
+
+from .. import log
+from ..rulepack import RulePack
+from .base import (
+    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceError, SourceEvent,
+    SourceState, digest, identity_of,
+)
+from .start import StartupFinder, is_restart_line, restart_matcher
+
+READ_SIZE = 256 * 1024
+IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    host: str
+    path: str
+    user: str | None = None
+    port: int | None = None
+
+    @classmethod
+    def parse(cls, url: str) -> "SSHTarget":
+        """`ssh://[user@]host[:port]/absolute/path`."""
+        parts = urlsplit(url)
+        if parts.scheme != "ssh" or not parts.hostname:
+            raise SourceError(f"not an ssh:// URL: {url!r} (use ssh://[user@]host[:port]/abs/path)")
+        path = unquote(parts.path)
+        if not path.startswith("/") or path == "/":
+            raise SourceError(f"{url!r}: the path must be absolute, e.g. ssh://host/var/log/x.log")
+        try:
+            port = parts.port
+        except ValueError:
+            raise SourceError(f"{url!r}: bad port") from None
+        return cls(parts.hostname, path, unquote(parts.username) if parts.username else None, port)
+
+    def __str__(self) -> str:
+        who = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"ssh://{who}{self.host}{port}{self.path}"
+
+
+@dataclass(frozen=True)
+class SSHOptions:
+    """Explicit settings; anything left None comes from ~/.ssh/config and OpenSSH defaults."""
+
+    known_hosts: str | None = None        # a path; "none" disables host key checking (warns)
+    client_keys: tuple[str, ...] | None = None
+    config: tuple[str, ...] | None = None
+    username: str | None = None
+    port: int | None = None
+    connect_timeout: float = 15.0
+    keepalive_interval: float = 5.0
+    keepalive_count_max: int = 3
+    poll_interval: float = 0.1            # SFTP poll while the log is active
+    idle_poll_interval: float = 0.5       # ... and after 10 s without new bytes
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "SSHOptions":
+        d = dict(d or {})
+        keys = d.pop("client_keys", None)
+        cfg = d.pop("config", None)
+        return cls(client_keys=tuple(keys) if keys is not None else None,
+                   config=tuple([cfg] if isinstance(cfg, str) else cfg) if cfg is not None else None,
+                   **d)
+
+
+def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
+    kw: dict[str, Any] = {
+        "connect_timeout": opts.connect_timeout,
+        "keepalive_interval": opts.keepalive_interval,
+        "keepalive_count_max": opts.keepalive_count_max,
+    }
+    user = target.user or opts.username
+    if user:
+        kw["username"] = user
+    port = target.port or opts.port
+    if port:
+        kw["port"] = port
+    if opts.known_hosts is not None:
+        kh = opts.known_hosts
+        kw["known_hosts"] = None if kh.lower() == "none" else _expand(kh)
+    if opts.client_keys is not None:
+        kw["client_keys"] = [_expand(k) for k in opts.client_keys]
+    if opts.config is not None:
+        kw["config"] = [_expand(c) for c in opts.config]
+    return kw
+
+
+def _expand(p: str) -> str:
+    import os
+    return os.path.expanduser(p)
+
+
+class SSHPool:
+    """Shares one SSH connection and SFTP session per (user, host, port, options)."""
+
+    def __init__(self) -> None:
+        self._conns: dict[tuple[Any, ...], tuple[asyncssh.SSHClientConnection, Any]] = {}
+        self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
+        self.connects = 0
+
+    @staticmethod
+    def key(target: SSHTarget, opts: SSHOptions) -> tuple[Any, ...]:
+        return (target.user, target.host, target.port, opts)
+
+    async def get(self, target: SSHTarget, opts: SSHOptions) -> tuple[Any, Any]:
+        key = self.key(target, opts)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            have = self._conns.get(key)
+            if have is not None and not have[0].is_closed():
+                return have
+            if opts.known_hosts is not None and opts.known_hosts.lower() == "none":
+                log.get("source.ssh").warning("host key verification is OFF for this target "
+                                              "(known_hosts: none): anyone on the path can read "
+                                              "your logs", host=target.host)
+            conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
+            try:
+                sftp = await conn.start_sftp_client()
+            except BaseException:
+                conn.close()
+                raise
+            self.connects += 1
+            self._conns[key] = (conn, sftp)
+            return conn, sftp
+
+    def drop(self, target: SSHTarget, opts: SSHOptions, conn: Any) -> None:
+        key = self.key(target, opts)
+        have = self._conns.get(key)
+        if have is not None and have[0] is conn:
+            del self._conns[key]
+        try:
+            conn.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    async def close(self) -> None:
+        for conn, _ in list(self._conns.values()):
+            conn.close()
+        for conn, _ in list(self._conns.values()):
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 2.0)
+            except (asyncio.TimeoutError, Exception):  # noqa: BLE001
+                pass
+        self._conns.clear()
+
+
+_DEFAULT_POOL: SSHPool | None = None
+
+
+def default_pool() -> SSHPool:
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = SSHPool()
+    return _DEFAULT_POOL
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with full jitter, reset after a healthy period."""
+
+    base: float = 0.5
+    cap: float = 30.0
+    attempt: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def next(self) -> float:
+        delay = min(self.cap, self.base * (2 ** self.attempt))
+        self.attempt += 1
+        return delay / 2 + self.rng.uniform(0, delay / 2)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
+
+
+def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
+    if isinstance(e, asyncssh.HostKeyNotVerifiable):
+        where = opts.known_hosts or "~/.ssh/known_hosts"
+        port = f"-p {target.port} " if target.port else ""
+        return (f"host key of {target.host} is not trusted ({e.reason}); check its "
+                f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
+                f">> {where}`), or set known_hosts: none to skip verification (insecure)")
+    if isinstance(e, asyncssh.PermissionDenied):
+        return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
+                "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
+    if isinstance(e, asyncssh.Error):
+        return f"{type(e).__name__}: {e.reason}"
+    return f"{type(e).__name__}: {e}"
+
+
+class SSHFileSource:
+    def __init__(self, url: str, *, options: SSHOptions | None = None,
+                 start: Position | None = None, pack: RulePack | None = None,
+                 pool: SSHPool | None = None, name: str | None = None) -> None:
+        self.target = SSHTarget.parse(url)
+        self.opts = options or SSHOptions()
+        self.name = name or str(self.target)
+        self.start = start
+        self.pack = pack
+        self.pool = pool or default_pool()
+        self.log = log.get("source.ssh").bind(target=str(self.target))
+        self._closed = False
+        self._wake = asyncio.Event()
+        self.offset: int | None = None      # next byte to read in the current file
+        self.ident: FileIdentity | None = None
+        self._last = b""                    # bytes just before `offset`
+        self.rotations = 0
+        self.truncations = 0
+        self.reconnects = 0
+
+    async def close(self) -> None:
+        self._closed = True
+        self._wake.set()
+
+    async def events(self) -> AsyncIterator[SourceEvent]:
+        backoff = Backoff()
+        waiting_said = False
+        while not self._closed:
+            try:
+                conn, sftp = await self.pool.get(self.target, self.opts)
+            except _FATAL as e:
+                yield SourceState(False, explain(e, self.target, self.opts), fatal=True)
+                return
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+                delay = backoff.next()
+                yield SourceState(False, f"cannot connect: {explain(e, self.target, self.opts)}; "
+                                         f"retrying in {delay:.1f}s")
+                await self._sleep(delay)
+                continue
+            healthy_since = time.monotonic()
+            try:
+                async for ev in self._follow(conn, sftp):
+                    if isinstance(ev, SourceState) and not ev.up and not ev.fatal:
+                        waiting_said = True
+                    elif waiting_said and isinstance(ev, (Data, Opened)):
+                        waiting_said = False
+                    yield ev
+                    if isinstance(ev, SourceState) and ev.fatal:
+                        return
+                return
+            except (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError) as e:
+                if self._closed:
+                    return
+                self.pool.drop(self.target, self.opts, conn)
+                if time.monotonic() - healthy_since > 2:
+                    backoff.reset()  # it was working: come back fast (but never hammer)
+                delay = backoff.next()
+                self.reconnects += 1
+                yield SourceState(False, f"connection lost ({explain(e, self.target, self.opts)}); "
+                                         f"reconnecting in {delay:.1f}s")
+                await self._sleep(delay)
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+
+    async def _open(self, sftp: Any) -> AsyncIterator[SourceEvent | Any]:
+        """Open the path, waiting (with a message) while it does not exist."""
+        said = False
+        while not self._closed:
+            try:
+                f = await sftp.open(self.target.path, "rb")
+                yield f
+                return
+            except asyncssh.SFTPNoSuchFile:
+                parent = posixpath.dirname(self.target.path) or "/"
+                try:
+                    await sftp.stat(parent)
+                except asyncssh.SFTPNoSuchFile:
+                    yield SourceState(False, f"no such directory on {self.target.host}: {parent}",
+                                      fatal=True)
+                    return
+                if not said:
+                    yield SourceState(False, f"waiting for {self.target.path} to appear on "
+                                             f"{self.target.host}")
+                    said = True
+                await self._sleep(1.0)
+            except asyncssh.SFTPPermissionDenied:
+                yield SourceState(False, f"permission denied reading {self.target.path} on "
+                                         f"{self.target.host}", fatal=True)
+                return
+            except asyncssh.SFTPFailure as e:
+                yield SourceState(False, f"cannot open {self.target.path} on "
+                                         f"{self.target.host}: {e.reason}", fatal=True)
+                return
+
+    async def _follow(self, conn: Any, sftp: Any) -> AsyncIterator[SourceEvent]:
+        f = None
+        async for item in self._open(sftp):
+            if isinstance(item, SourceState):
+                yield item
+                if item.fatal:
+                    return
+            else:
+                f = item
+        if f is None:
+            return
+        try:
+            attrs = await f.stat()
+            if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
+                yield SourceState(False, f"{self.target.path} is a directory", fatal=True)
+                return
+            head = await f.read(HEAD_BYTES, 0)
+            ident = identity_of(None, None, head)
+            yield SourceState(True, f"reading {self.target}")
+            if self.offset is not None and self.ident is not None:
+                # a reconnect: the same file (head and the bytes before our offset)?
+                if self.ident.matches(None, None, head) and attrs.size >= self.offset and \
+                        await self._tail_ok(f, self.offset, self._last):
+                    yield Opened(self.offset, 0, self.ident, "reconnected", False)
+                else:
+                    self.log.warning("the log changed while disconnected (rotated or replaced):"
+                                     " reading the new file from its start")
+                    self.rotations += 1
+                    self.offset, self.ident, self._last = 0, ident, b""
+                    yield Opened(0, 1, ident, "rotated", True)
+            else:
+                offset, line, reason, new_file = await self._initial(conn, f, attrs, head)
+                self.offset, self.ident = offset, ident
+                self._last = await f.read(min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) \
+                    if offset else b""
+                yield Opened(offset, line, ident, reason, new_file)
+            async for ev in self._read_loop(sftp, f):
+                yield ev
+        finally:
+            try:
+                await f.close()
+            except (OSError, asyncssh.Error):
+                pass
+
+    async def _tail_ok(self, f: Any, offset: int, last: bytes) -> bool:
+        if not last:
+            return True
+        got = await f.read(len(last), offset - len(last))
+        return got == last
+
+    async def _initial(self, conn: Any, f: Any, attrs: Any, head: bytes) -> tuple[int, int, str, bool]:
+        saved = self.start
+        if saved is not None and saved.identity is not None and \
+                saved.identity.matches(None, None, head) and saved.offset <= attrs.size:
+            lo = max(0, saved.offset - TAIL_BYTES)
+            before = await f.read(saved.offset - lo, lo) if saved.offset else b""
+            if saved.tail_sha is None or digest(before) == saved.tail_sha:
+                return saved.offset, saved.line_number, "resume", False
+        if saved is not None:
+            self.log.info("saved position does not fit this file (replaced): starting at the "
+                          "latest startup in it")
+        if self.pack is None:
+            return 0, 1, "attach", True
+        off, line = await self._find_start(conn, f)
+        return off, line, "attach", True
+
+    async def _find_start(self, conn: Any, f: Any) -> tuple[int, int]:
+        """The latest startup: `grep -b -n` on the remote side, verified here."""
+        matcher = restart_matcher(self.pack) if self.pack else None
+        if matcher is None:
+            return 0, 1
+        lits = sorted({s for r in matcher.rules for s in (r.literals.strings if r.literals else ())})
+        if lits and not any(r.literals and r.literals.ignore_case for r in matcher.rules):
+            cmd = ("LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
+                   + f" -- {shlex.quote(self.target.path)} | tail -n 50")
+            try:
+                res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None), 60)
+                out = res.stdout or b""
+                if res.exit_status in (0, 1):
+                    for raw in reversed(out.splitlines()):
+                        lineno, _, rest = raw.partition(b":")
+                        off, _, text = rest.partition(b":")
+                        if lineno.isdigit() and off.isdigit() and \
+                                is_restart_line(self.pack, text.decode("utf-8", "replace")):  # type: ignore[arg-type]
+                            return int(off), int(lineno)
+                    return 0, 1
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+                self.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
+        finder = StartupFinder(self.pack)  # type: ignore[arg-type]
+        pos = 0
+        while True:
+            data = await f.read(4 << 20, pos)
+            if not data:
+                return finder.result()
+            finder.feed(data)
+            pos += len(data)
+
+    async def _read_loop(self, sftp: Any, f: Any) -> AsyncIterator[SourceEvent]:
+        assert self.offset is not None and self.ident is not None
+        last_check = time.monotonic()
+        last_data = time.monotonic()
+        while not self._closed:
+            attrs = await f.stat()
+            size = attrs.size or 0
+            if size < self.offset or (self._last and size >= self.offset and
+                                      time.monotonic() - last_check > IDENTITY_EVERY and
+                                      not await self._tail_ok(f, self.offset, self._last)):
+                self.truncations += 1
+                self.log.warning("log truncated: reading it again from the start")
+                head = await f.read(HEAD_BYTES, 0)
+                self.offset, self.ident, self._last = 0, identity_of(None, None, head), b""
+                yield Opened(0, 1, self.ident, "truncated", True)
+                continue
+            got_any = False
+            while size > self.offset:
+                data = await f.read(min(READ_SIZE, size - self.offset), self.offset)
+                if not data:
+                    break
+                yield Data(data, self.offset)
+                self.offset += len(data)
+                self._last = (self._last + data)[-TAIL_BYTES:]
+                got_any = True
+            now = time.monotonic()
+            if got_any:
+                last_data = now
+            if now - last_check > IDENTITY_EVERY:
+                last_check = now
+                rotated = await self._rotated(sftp, size)
+                if rotated:
+                    # drain the old file (the handle still reads it), then switch
+                    while True:
+                        data = await f.read(READ_SIZE, self.offset)
+                        if not data:
+                            break
+                        yield Data(data, self.offset)
+                        self.offset += len(data)
+                    self.rotations += 1
+                    self.log.info("log rotated: following the new file")
+                    self.offset, self.ident, self._last = None, None, b""
+                    nf = await sftp.open(self.target.path, "rb")
+                    await f.close()
+                    f = nf
+                    head = await f.read(HEAD_BYTES, 0)
+                    self.offset, self.ident = 0, identity_of(None, None, head)
+                    yield Opened(0, 1, self.ident, "rotated", True)
+                    continue
+            idle = now - last_data > 10
+            await self._sleep(self.opts.idle_poll_interval if idle else self.opts.poll_interval)
+
+    async def _rotated(self, sftp: Any, handle_size: int) -> bool:
+        """Is the path now another file than the one our handle reads?"""
+        try:
+            pattrs = await sftp.stat(self.target.path)
+        except asyncssh.SFTPNoSuchFile:
+            return False  # deleted: keep draining the handle until a new file appears
+        if pattrs.size == handle_size:
+            return False
+        try:
+            nf = await sftp.open(self.target.path, "rb")
+        except asyncssh.SFTPNoSuchFile:
+            return False
+        try:
+            head = await nf.read(HEAD_BYTES, 0)
+        finally:
+            await nf.close()
+        assert self.ident is not None
+        if len(head) < self.ident.head_len:
+            return (pattrs.size or 0) < handle_size
+        return not self.ident.matches(None, None, head)
