@@ -29,7 +29,20 @@ examples:
   logwatch rules check                       validate the shipped rule packs
   logwatch rules check my-pack.yaml          validate your own pack (exit 2 if broken)
   logwatch rules test sglang server.log      which rule matched which line
+  logwatch run -c logwatch.yaml              the daemon: many targets, /metrics, alerts
   logwatch demo                              a simulated server, watched live
+"""
+
+RUN_HELP = """\
+Run the daemon: every target of the config file followed at once, Prometheus metrics at
+/metrics, a JSON status at /api/status and a status page at / (127.0.0.1:9105 by default).
+
+  logwatch run -c /etc/logwatch/logwatch.yaml
+  logwatch run -c logwatch.yaml --check       validate only (exit 2 with file and key path)
+
+SIGHUP reloads the config and the rule packs (added targets start, removed ones stop, changed
+ones restart from where they were); SIGTERM / SIGINT stop cleanly.  Positions, the startup
+history and the alert state live in state_dir and survive restarts.
 """
 
 WATCH_HELP = """\
@@ -104,13 +117,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify the host key (insecure; warns)")
     w.set_defaults(func=cmd_watch)
 
-    d = sub.add_parser("demo", help="the embedded default: a simulated server, watched live",
+    run = sub.add_parser("run", help="the daemon: every target of the config, metrics on :9105",
+                         description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("-c", "--config", default="logwatch.yaml", metavar="FILE",
+                     help="the config file (default: ./logwatch.yaml)")
+    run.add_argument("--check", action="store_true",
+                     help="only validate the config and its rule packs, then exit (0 ok, 2 bad)")
+    run.set_defaults(func=cmd_run)
+
+    d = sub.add_parser("demo", help="the embedded default: a simulated server and the daemon",
                        description="A simulated SGLang server writes a realistic startup log "
-                                   "(download, shards, autotune, CUDA graphs, ready, serving) into "
-                                   "a temp file; logwatch follows it live. No GPU needed.")
+                                   "(download, shards, autotune, CUDA graphs, ready, serving; "
+                                   "about a minute) into a temp directory, and the daemon watches "
+                                   "it with metrics and the status page on 127.0.0.1:9105. "
+                                   "No GPU, no SGLang, no network.")
     d.add_argument("--crash", action="store_true", help="end in a CUDA OOM during graph capture")
-    d.add_argument("--speed", type=float, default=0.5,
-                   help="pause multiplier of the simulation (default 0.5: ~30 s to ready)")
+    d.add_argument("--speed", type=float, default=1.0,
+                   help="pause multiplier of the simulation (default 1: about a minute)")
+    d.add_argument("--linger", type=_duration, default=10.0, metavar="DURATION",
+                   help="keep the daemon up this long after the simulation (default 10s)")
+    d.add_argument("--forever", action="store_true", help="keep the daemon running until Ctrl-C")
     d.set_defaults(func=cmd_demo)
 
     rules = sub.add_parser("rules", help="validate and test rule packs",
@@ -165,6 +191,22 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .config import ConfigError, load_config
+    from .daemon import run_daemon
+    if args.check:
+        try:
+            cfg = load_config(args.config)
+        except (ConfigError, PackError) as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        print(f"{args.config}: ok ({len(cfg.targets)} targets, {len(cfg.alerts)} alert sinks)")
+        return EXIT_OK
+    return asyncio.run(run_daemon(args.config))
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -184,8 +226,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run
-    return run(speed=args.speed, crash=args.crash, out=lambda s: print(s, flush=True))
+    import asyncio
+
+    from . import log
+    from .demo import run_demo
+    log.setup("warning")
+    return asyncio.run(run_demo(speed=args.speed, crash=args.crash, linger=args.linger,
+                                forever=args.forever, out=lambda s: print(s, flush=True)))
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

@@ -1,58 +1,105 @@
-"""`logwatch demo`: the embedded default.  A simulated SGLang server writes a realistic
-startup log into a temp file and logwatch follows it live, printing each phase change, the
-shard progress with its ETA, and the verdict.  No GPU, no SGLang, no network."""
+"""`logwatch demo` (and `make demo`): the embedded default.
+
+A simulated SGLang server writes a realistic startup log (download, shards, autotune, CUDA
+graphs, ready, serving; about a minute) into a temp directory, and the daemon watches it
+exactly as it would a real one, with metrics, the status page and the JSON status on
+127.0.0.1:9105 (the next free port if that one is taken).  No GPU, no SGLang, no network.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import math
+import socket
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from .machine import Crashed, PhaseChanged, Progress, Ready
-from .pipeline import LogPipeline
-from .rulepack import CRASHED, READY, STOPPED, load_pack
+from .config import parse_config
+from .daemon import Daemon
+from .machine import Crashed, Event, PhaseChanged, Progress, Ready
 from .simulate import write
 from .summary import fmt_duration
 
 
-def run(speed: float = 0.5, crash: bool = False, out=print) -> int:  # type: ignore[no-untyped-def]
+def free_port(preferred: int = 9105) -> int:
+    for port in (preferred, 0):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return s.getsockname()[1]
+            except OSError:
+                continue
+    raise OSError("no free port")
+
+
+async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0,
+                   forever: bool = False, out: Callable[[str], None] = print) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="logwatch-demo-"))
     log = tmp / "sglang-server.log"
     log.touch()
-    out(f"demo: a simulated SGLang server is writing {log}")
+    port = free_port()
+    cfg = parse_config({
+        "listen": f"127.0.0.1:{port}",
+        "state_dir": str(tmp / "state"),
+        "targets": [{"name": "demo-sglang", "source": str(log), "rules": "sglang",
+                     "labels": {"model": "Qwen3-235B-A22B-FP8"}}],
+    }, str(tmp / "logwatch.yaml"))
+    daemon = Daemon(cfg, str(tmp / "logwatch.yaml"))
+    base = f"http://127.0.0.1:{port}"
+    last_progress = [0.0]
+    verdict: list[str] = []
+
+    def show(runner, events: list[Event]) -> None:  # type: ignore[no-untyped-def]
+        now = time.time()
+        for ev in events:
+            if isinstance(ev, PhaseChanged):
+                out(f"  phase {ev.new}")
+            elif isinstance(ev, Progress) and ev.counter == "shards" and \
+                    (now - last_progress[0] > 2.0 or ev.current == ev.total):
+                last_progress[0] = now
+                eta = runner.eta(now)
+                out(f"    shards {ev.current}/{ev.total}"
+                    + ("" if math.isnan(eta) else f", startup ETA {fmt_duration(eta)}"))
+            elif isinstance(ev, Ready):
+                verdict.append("ready")
+                out(f"  READY in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")
+            elif isinstance(ev, Crashed):
+                verdict.append("crashed")
+
+    daemon.observers.append(show)
+    await daemon.start()
+    out(f"logwatch demo: a simulated SGLang server writes {log}")
+    out(f"  metrics      {base}/metrics")
+    out(f"  status page  {base}/")
+    out(f"  status JSON  {base}/api/status")
+    stop = threading.Event()
     writer = threading.Thread(target=write, args=(log,), daemon=True,
-                              kwargs={"speed": speed, "crash": "oom" if crash else None})
+                              kwargs={"speed": speed, "crash": "oom" if crash else None,
+                                      "stop": stop.is_set})
     writer.start()
-    pipe = LogPipeline(load_pack("sglang"))
-    last_progress = 0.0
-    with open(log, "rb") as f:
-        while True:
-            chunk = f.read(1 << 16)
-            now = time.time()
-            if not chunk:
-                if not writer.is_alive():
-                    pipe.finish(now)
-                    break
-                time.sleep(0.05)
-                continue
-            for ev in pipe.feed(chunk, now):
-                if isinstance(ev, PhaseChanged):
-                    out(f"  phase {ev.new}")
-                elif isinstance(ev, Progress) and ev.counter == "shards" and \
-                        (now - last_progress > 1.0 or ev.current == ev.total):
-                    last_progress = now
-                    eta = pipe.machine.startup_eta(pipe.state, now)
-                    out(f"    shards {ev.current}/{ev.total}"
-                        + (f", ETA {fmt_duration(eta)}" if eta == eta else ""))
-                elif isinstance(ev, Ready):
-                    out(f"ready in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")
-                elif isinstance(ev, Crashed):
-                    out("crashed")
-            if pipe.state.phase in (READY, CRASHED, STOPPED) and not writer.is_alive():
-                break
-    st = pipe.state
-    if st.crash:
-        out(f"crashed: {st.crash.reason} during {st.crash.during}\n  {st.crash.line}")
-        return 1
-    return 0 if st.phase == READY else 1
+    serve = asyncio.create_task(daemon.serve())
+    try:
+        while writer.is_alive():
+            await asyncio.sleep(0.2)
+        await asyncio.sleep(1.0)
+        runner = daemon.runners["demo-sglang"]
+        st = runner.pipe.state if runner.pipe else None
+        if st is not None and st.crash is not None:
+            await asyncio.sleep(1.0)
+            out(f"  CRASHED: {st.crash.reason} during {st.crash.during}: {st.crash.line}")
+        if forever:
+            out("the daemon keeps running (Ctrl-C to stop)")
+            await serve
+        else:
+            out(f"the daemon stays up {linger:g}s more for a look at {base}/ (logwatch demo "
+                "--forever keeps it running)")
+            await asyncio.sleep(linger)
+    finally:
+        stop.set()
+        daemon.request_stop()
+        await serve
+        await daemon.shutdown()
+    return 0 if (st is not None and st.phase == "ready") else 1

@@ -257,7 +257,7 @@ def parse_rate(text: str | None) -> float | None:
 
 
 class StartupMachine:
-    def __init__(self, pack: RulePack, stall_after: float | None = None) -> None:
+    def __init__(self, pack: RulePack, stall_after: float | dict[str, float] | None = None) -> None:
         self.pack = pack
         self.stall_after = stall_after
         self._startup = set(pack.startup_phases)
@@ -312,7 +312,12 @@ class StartupMachine:
         return []
 
     def stall_budget(self, phase: str) -> float:
-        if self.stall_after is not None:
+        """Seconds of silence that make `phase` stalled: the target's setting (one value or
+        per phase), else the pack's per-phase default."""
+        if isinstance(self.stall_after, dict):
+            if phase in self.stall_after:
+                return self.stall_after[phase]
+        elif self.stall_after is not None:
             return self.stall_after
         return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
 
@@ -524,3 +529,49 @@ class StartupMachine:
             return by_phase
         generic = [e for e in (crash.cause, crash.marker_reason) if e is not None]
         return max(generic, key=lambda e: e.rank).reason if generic else "unknown"
+
+
+# -- checkpoints --------------------------------------------------------------------------------
+
+def state_to_json(state: State) -> dict[str, object]:
+    """The whole machine state as JSON (a daemon restart continues from it)."""
+    import dataclasses
+
+    def conv(v: object) -> object:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, dict):
+            return {str(k): conv(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [conv(x) for x in v]
+        if isinstance(v, set):
+            return sorted(v)  # type: ignore[type-var]
+        return v
+
+    return conv(state)  # type: ignore[return-value]
+
+
+def state_from_json(d: dict[str, object]) -> State:
+    def ev(x: object) -> Evidence | None:
+        return Evidence(**x) if isinstance(x, dict) else None  # type: ignore[arg-type]
+
+    crash = None
+    c = d.get("crash")
+    if isinstance(c, dict):
+        crash = Crash(**{**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),  # type: ignore[arg-type]
+                         "marker_reason": ev(c.get("marker_reason")),
+                         "excerpt": list(c.get("excerpt") or [])})
+    st = State(
+        phase=str(d.get("phase", WAITING)), epoch=int(d.get("epoch", 0)),  # type: ignore[arg-type]
+        startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
+        history=[PhaseEntry(**e) for e in d.get("history", [])],  # type: ignore[arg-type, union-attr]
+        restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
+        progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
+        phase_progress=bool(d.get("phase_progress", False)), crash=crash,
+        ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]
+        stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
+        hints={k: Evidence(**v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
+        last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
+        stalled=bool(d.get("stalled", False)), lines_seen=int(d.get("lines_seen", 0)),  # type: ignore[arg-type]
+    )
+    return st

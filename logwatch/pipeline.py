@@ -26,6 +26,7 @@ class Counters:
     bytes: int = 0
     lines: int = 0
     hits: int = 0
+    lines_cut_before: int = 0   # lines cut by the framers of earlier files
 
 
 def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
@@ -170,9 +171,14 @@ class LogPipeline:
         if block is not None and block.data and not block.data.endswith(b"\n"):
             self.counters.lines += 1
         self.excerpt.finish()
+        self.counters.lines_cut_before += self.framer.lines_cut_total
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=self.framer.max_line_bytes)
         return events
+
+    @property
+    def lines_cut(self) -> int:
+        return self.counters.lines_cut_before + self.framer.lines_cut_total
 
     def tick(self, now: float) -> list[Event]:
         return self.machine.tick(self.state, now)

@@ -28,15 +28,17 @@ def default_state_dir() -> Path:
     return Path(base) / "logwatch"
 
 
-def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
-    """Write-then-rename so a reader (or a crash) never sees half a file."""
+def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> None:
+    """Write-then-rename so a reader (or a crash) never sees half a file.  `durable` also
+    fsyncs the file and its directory (survives power loss, not only a killed process)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(doc, f, separators=(",", ":"))
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -44,6 +46,8 @@ def atomic_write_json(path: Path, doc: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
+    if not durable:
+        return
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -84,10 +88,11 @@ class PositionStore:
                              target=target, file=str(p), error=str(e))
             return None, {}
 
-    def save(self, target: str, position: Position, extra: dict[str, Any] | None = None) -> None:
+    def save(self, target: str, position: Position, extra: dict[str, Any] | None = None,
+             durable: bool = True) -> None:
         atomic_write_json(self.path(target), {"version": VERSION, "target": target,
                                               "position": position.to_json(),
-                                              "extra": extra or {}})
+                                              "extra": extra or {}}, durable=durable)
 
     def forget(self, target: str) -> None:
         try:

@@ -1,0 +1,2 @@
+"""Alerts: crash, stall, ready, slow-start and restart notifications to Slack, webhooks and
+Alertmanager (issue 5)."""

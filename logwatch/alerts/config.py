@@ -1,0 +1,45 @@
+"""The `alerts:` section of logwatch.yaml: one entry per sink."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+SINK_TYPES = ("slack", "webhook", "alertmanager")
+KINDS = ("crashed", "stalled", "slow", "ready", "restarted", "phase")
+SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "labels", "secret_env",
+             "timeout", "max_attempts", "max_age", "rate_limit", "slow_factor")
+
+
+def validate_alerts(cfg: "Config") -> None:
+    from ..config import ConfigError
+    names: set[str] = set()
+    for i, a in enumerate(cfg.alerts):
+        key = f"alerts[{i}]"
+        for k in a:
+            if k not in SINK_KEYS:
+                raise ConfigError(cfg.path, f"{key}.{k}", f"unknown key (allowed: {', '.join(SINK_KEYS)})")
+        t = a.get("type")
+        if t not in SINK_TYPES:
+            raise ConfigError(cfg.path, f"{key}.type", f"one of {', '.join(SINK_TYPES)}")
+        if bool(a.get("url")) == bool(a.get("url_env")):
+            raise ConfigError(cfg.path, f"{key}.url", "give exactly one of url or url_env "
+                              "(url_env: the name of an environment variable holding the URL)")
+        if a.get("url"):
+            u = urlsplit(str(a["url"]))
+            if u.scheme not in ("http", "https") or not u.netloc:
+                raise ConfigError(cfg.path, f"{key}.url", "not an http(s) URL")
+        on = a.get("on", list(KINDS[:3]))
+        if not isinstance(on, list) or not on or any(k not in KINDS for k in on):
+            raise ConfigError(cfg.path, f"{key}.on", f"a list of: {', '.join(KINDS)}")
+        name = str(a.get("name") or f"{t}-{i}")
+        if name in names:
+            raise ConfigError(cfg.path, f"{key}.name", f"duplicate sink name {name!r}")
+        names.add(name)
+        sel = a.get("targets")
+        if sel is not None and not (isinstance(sel, dict) and all(isinstance(v, str) for v in sel.values())):
+            raise ConfigError(cfg.path, f"{key}.targets", "a mapping of label (or name) to a "
+                              "value or regex, e.g. {model: 'GLM-.*'}")

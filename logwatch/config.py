@@ -1,0 +1,224 @@
+"""`logwatch.yaml`: the daemon's configuration, loaded and validated in one place.
+
+Every problem is one `ConfigError` naming the file and the key path
+(`logwatch.yaml: targets[2].stall_after: not a duration: '5x' ...`); `logwatch run` exits 2.
+Secrets are never in this file's values that get logged: webhook URLs can come from the
+environment (`url_env`) and are shown redacted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .positions import default_state_dir
+from .rulepack import PackError, load_pack, parse_duration
+from .sources import SourceError, source_kind
+from .sources.ssh import SSHOptions, SSHTarget
+
+TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
+TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "ssh", "poll", "from_start")
+SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
+            "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+RESERVED_LABELS = {"target", "engine", "source", "phase", "reason", "rule", "sink", "kind", "le",
+                   "counter"}
+
+
+class ConfigError(Exception):
+    def __init__(self, path: str, key: str, message: str) -> None:
+        self.path, self.key, self.message = path, key, message
+        super().__init__(f"{path}: {key}: {message}" if key else f"{path}: {message}")
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    name: str
+    source: str
+    rules: str = "auto"
+    labels: dict[str, str] = field(default_factory=dict)
+    stall_after: float | dict[str, float] | None = None
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    poll: bool = False
+    from_start: bool = False
+
+    @property
+    def kind(self) -> str:
+        return source_kind(self.source)
+
+    def stall_budget(self) -> float | None:
+        return self.stall_after if isinstance(self.stall_after, float) else None
+
+
+@dataclass(frozen=True)
+class Config:
+    path: str
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 9105
+    state_dir: Path = field(default_factory=default_state_dir)
+    targets: tuple[TargetConfig, ...] = ()
+    alerts: tuple[dict[str, Any], ...] = ()
+    log_level: str = "info"
+    checkpoint_interval: float = 1.0
+
+    def target(self, name: str) -> TargetConfig:
+        for t in self.targets:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def load_config(path: str | Path) -> Config:
+    p = str(path)
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(p, "", "no such file (see deploy/logwatch.example.yaml)") from None
+    except OSError as e:
+        raise ConfigError(p, "", f"cannot read: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(p, "", "not UTF-8 text") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(p, "", f"not valid YAML: {e}".replace("\n", " ")) from None
+    return parse_config(doc, p)
+
+
+def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
+    if doc is None:
+        doc = {}
+    if not isinstance(doc, dict):
+        raise ConfigError(path, "", "the config is a mapping (listen, state_dir, targets, alerts)")
+    _keys(path, "", doc, TOP_KEYS)
+    host, port = _listen(path, doc.get("listen", "127.0.0.1:9105"))
+    state_dir = Path(os.path.expanduser(str(doc.get("state_dir") or default_state_dir())))
+    defaults = doc.get("defaults") or {}
+    if not isinstance(defaults, dict):
+        raise ConfigError(path, "defaults", "must be a mapping of target keys")
+    _keys(path, "defaults", defaults, tuple(k for k in TARGET_KEYS if k not in ("name", "source")))
+    raw_targets = doc.get("targets") or []
+    if not isinstance(raw_targets, list):
+        raise ConfigError(path, "targets", "must be a list of targets")
+    targets: list[TargetConfig] = []
+    seen: dict[str, int] = {}
+    for i, t in enumerate(raw_targets):
+        key = f"targets[{i}]"
+        if not isinstance(t, dict):
+            raise ConfigError(path, key, "a target is a mapping with at least name and source")
+        merged = {**{k: v for k, v in defaults.items() if k != "ssh"}, **t}
+        if "ssh" in defaults or "ssh" in t:
+            merged["ssh"] = {**(defaults.get("ssh") or {}), **(t.get("ssh") or {})}
+        tc = _target(path, key, merged, t)
+        if tc.name in seen:
+            raise ConfigError(path, f"{key}.name", f"duplicate target name {tc.name!r} "
+                              f"(also targets[{seen[tc.name]}])")
+        seen[tc.name] = i
+        targets.append(tc)
+    alerts = doc.get("alerts") or []
+    if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
+        raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
+    level = str(doc.get("log_level", "info")).lower()
+    if level not in ("debug", "info", "warning", "error"):
+        raise ConfigError(path, "log_level", "one of debug, info, warning, error")
+    ck = doc.get("checkpoint", {}) or {}
+    if not isinstance(ck, dict):
+        raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
+    _keys(path, "checkpoint", ck, ("interval",))
+    interval = _duration(path, "checkpoint.interval", ck.get("interval", "1s"))
+    cfg = Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
+    from .alerts.config import validate_alerts  # the alert schema lives with the alerts
+    validate_alerts(cfg)
+    return cfg
+
+
+def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    for k in d:
+        if k not in allowed:
+            key = f"{where}.{k}" if where else str(k)
+            raise ConfigError(path, key, f"unknown key (allowed: {', '.join(allowed)})")
+
+
+def _listen(path: str, value: Any) -> tuple[str, int]:
+    text = str(value)
+    host, _, port = text.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(path, "listen", f"not HOST:PORT: {text!r} (e.g. 127.0.0.1:9105)")
+    return host, int(port)
+
+
+def _duration(path: str, key: str, value: Any) -> float:
+    try:
+        return parse_duration(value)
+    except (ValueError, TypeError):
+        raise ConfigError(path, key, f"not a duration: {value!r} (use e.g. 30s, 5m, 1h)") from None
+
+
+def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> TargetConfig:
+    _keys(path, key, own, TARGET_KEYS)
+    name = t.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ConfigError(path, f"{key}.name", "missing or not a simple name "
+                          "(letters, digits, . _ : -; at most 128)")
+    source = t.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise ConfigError(path, f"{key}.source", "missing (a path, ssh://[user@]host[:port]/abs/path, "
+                          "cmd:COMMAND or -)")
+    if source == "-":
+        raise ConfigError(path, f"{key}.source", "stdin (-) is for `logwatch watch`, not the daemon")
+    if source_kind(source) == "ssh":
+        try:
+            SSHTarget.parse(source)
+        except SourceError as e:
+            raise ConfigError(path, f"{key}.source", str(e)) from None
+    elif source_kind(source) == "command" and not source[4:].strip():
+        raise ConfigError(path, f"{key}.source", "cmd: needs a command")
+    elif source_kind(source) == "file" and not os.path.isabs(os.path.expanduser(source)):
+        raise ConfigError(path, f"{key}.source", f"use an absolute path: {source!r}")
+    rules = t.get("rules", "auto")
+    if not isinstance(rules, str):
+        raise ConfigError(path, f"{key}.rules", "a pack name, a .yaml path or auto")
+    if rules != "auto":
+        try:
+            load_pack(rules)
+        except PackError as e:
+            raise ConfigError(path, f"{key}.rules", str(e)) from None
+    labels = t.get("labels") or {}
+    if not isinstance(labels, dict):
+        raise ConfigError(path, f"{key}.labels", "a mapping of label names to values")
+    for lk, lv in labels.items():
+        if not isinstance(lk, str) or not _LABEL.match(lk) or lk in RESERVED_LABELS:
+            raise ConfigError(path, f"{key}.labels.{lk}", "not a usable Prometheus label name "
+                              f"([a-zA-Z_][a-zA-Z0-9_]*, not one of {', '.join(sorted(RESERVED_LABELS))})")
+        if not isinstance(lv, (str, int, float, bool)):
+            raise ConfigError(path, f"{key}.labels.{lk}", "a label value is a string")
+    stall: float | dict[str, float] | None = None
+    if t.get("stall_after") is not None:
+        sv = t["stall_after"]
+        if isinstance(sv, dict):
+            stall = {str(ph): _duration(path, f"{key}.stall_after.{ph}", d) for ph, d in sv.items()}
+        else:
+            stall = _duration(path, f"{key}.stall_after", sv)
+    ssh_doc = t.get("ssh") or {}
+    if not isinstance(ssh_doc, dict):
+        raise ConfigError(path, f"{key}.ssh", "a mapping (known_hosts, client_keys, ...)")
+    _keys(path, f"{key}.ssh", ssh_doc, SSH_KEYS)
+    try:
+        ssh = SSHOptions.from_dict({k: (_duration(path, f"{key}.ssh.{k}", v)
+                                        if k in ("connect_timeout", "keepalive_interval",
+                                                 "poll_interval", "idle_poll_interval") else v)
+                                    for k, v in ssh_doc.items()})
+    except TypeError as e:
+        raise ConfigError(path, f"{key}.ssh", str(e)) from None
+    for flag in ("poll", "from_start"):
+        if flag in t and not isinstance(t[flag], bool):
+            raise ConfigError(path, f"{key}.{flag}", "true or false")
+    return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
+                        bool(t.get("poll", False)), bool(t.get("from_start", False)))

@@ -1,0 +1,221 @@
+"""`logwatch run`: every target of the config in one asyncio process.
+
+Each target is its own task (source -> framing -> rules -> machine); a slow or failing
+target never delays the others.  One ticker drives stall detection, crash settling and
+checkpoints.  SIGHUP reloads the config and the rule packs: added targets start, removed
+ones stop, changed ones (config or pack) restart from their checkpoint; nothing is alerted
+twice.  SIGTERM / SIGINT stop cleanly, writing every checkpoint durably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from . import log
+from .config import Config, ConfigError, TargetConfig, load_config
+from .machine import Event
+from .positions import PositionStore
+from .rulepack import PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path
+from .sources.ssh import SSHPool
+from .target import TargetRunner
+
+TICK = 0.5
+
+
+def restart_pack(packs: list[RulePack]) -> RulePack:
+    """Every shipped pack's restart markers (the latest startup of an `auto` target)."""
+    rules = tuple(r for p in packs for r in p.rules if r.restart)
+    return dataclasses.replace(packs[0], name="auto", rules=rules)
+
+
+def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:
+    """Changes when the target's pack files change (a reload restarts the target then)."""
+    if cfg.rules == "auto":
+        from .rulepack import search_path
+        files = sorted(p for d in search_path() for p in Path(d).glob("*.yaml"))
+    else:
+        files = [resolve_pack_path(cfg.rules)]
+        try:
+            pack = load_pack(cfg.rules)
+            files += [Path(r.source) for r in pack.rules]
+        except PackError:
+            pass
+    sig = []
+    for f in sorted(set(files)):
+        try:
+            st = f.stat()
+            sig.append((str(f), st.st_mtime_ns, st.st_size))
+        except OSError:
+            sig.append((str(f), None, None))
+    return tuple(sig)
+
+
+class Daemon:
+    def __init__(self, config: Config, config_path: str) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.log = log.get("daemon")
+        self.store = PositionStore(config.state_dir)
+        self.pool = SSHPool()
+        self.runners: dict[str, TargetRunner] = {}
+        self.signatures: dict[str, tuple[Any, ...]] = {}
+        self.stopping = False
+        self._stop = asyncio.Event()
+        self._reload = asyncio.Event()
+        self._site: web.TCPSite | None = None
+        self._runner: web.AppRunner | None = None
+        self.alerts: Any = None
+        self.observers: list[Any] = []   # extra (runner, events) callbacks, e.g. the demo's
+        self.candidates: list[RulePack] = []
+        self.start_pack: RulePack | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._load_packs()
+        from .alerts.router import AlertRouter
+        self.alerts = AlertRouter(self.config, self.config.state_dir)
+        await self.alerts.start()
+        from .http import make_app
+        app = make_app(self)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self._site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port)
+        await self._site.start()
+        for t in self.config.targets:
+            self._start_target(t)
+        self.log.info("logwatch running", listen=f"http://{self.config.listen_host}:"
+                      f"{self.config.listen_port}", targets=len(self.runners),
+                      state_dir=str(self.config.state_dir))
+
+    def _load_packs(self) -> None:
+        self.candidates = [p for p in load_all_shipped() if p.detect]
+        self.start_pack = restart_pack(self.candidates)
+
+    def _start_target(self, cfg: TargetConfig) -> None:
+        assert self.start_pack is not None
+        try:
+            runner = TargetRunner(cfg, store=self.store, state_dir=self.config.state_dir,
+                                  candidates=self.candidates, start_pack=self.start_pack,
+                                  pool=self.pool, on_events=self._on_events,
+                                  checkpoint_interval=self.config.checkpoint_interval)
+        except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
+            self.log.error("target not started", target=cfg.name, error=str(e))
+            return
+        self.runners[cfg.name] = runner
+        self.signatures[cfg.name] = pack_signature(cfg)
+        runner.start()
+
+    async def _stop_target(self, name: str) -> None:
+        runner = self.runners.pop(name, None)
+        self.signatures.pop(name, None)
+        if runner is not None:
+            await runner.stop()
+
+    def _on_events(self, runner: TargetRunner, events: list[Event]) -> None:
+        if self.alerts is not None:
+            self.alerts.observe(runner, events)
+        for observe in self.observers:
+            observe(runner, events)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def request_reload(self) -> None:
+        self._reload.set()
+
+    async def serve(self) -> None:
+        """Tick until asked to stop; reload on request."""
+        while not self._stop.is_set():
+            try:
+                await asyncio.wait_for(self._stop.wait(), timeout=TICK)
+            except asyncio.TimeoutError:
+                pass
+            now = time.time()
+            for r in list(self.runners.values()):
+                try:
+                    events = r.tick(now)
+                    if events:
+                        self._on_events(r, events)
+                except Exception as e:  # noqa: BLE001
+                    self.log.exception("tick failed", target=r.name, error=repr(e))
+            if self.alerts is not None:
+                self.alerts.tick(now, list(self.runners.values()))
+            if self._reload.is_set():
+                self._reload.clear()
+                await self.reload()
+
+    async def reload(self) -> None:
+        try:
+            new = load_config(self.config_path)
+        except (ConfigError, PackError) as e:
+            self.log.error("reload failed: keeping the running config", error=str(e))
+            return
+        if (new.listen_host, new.listen_port) != (self.config.listen_host, self.config.listen_port):
+            self.log.warning("listen address changes need a restart; keeping the old one")
+        if new.state_dir != self.config.state_dir:
+            self.log.warning("state_dir changes need a restart; keeping the old one")
+            new = dataclasses.replace(new, state_dir=self.config.state_dir)
+        self._load_packs()
+        old = {t.name: t for t in self.config.targets}
+        fresh = {t.name: t for t in new.targets}
+        removed = [n for n in old if n not in fresh]
+        added = [n for n in fresh if n not in old]
+        changed = [n for n in fresh if n in old and n in self.runners and
+                   (fresh[n] != old[n] or pack_signature(fresh[n]) != self.signatures.get(n))]
+        self.config = new
+        for n in removed + changed:
+            await self._stop_target(n)
+        for n in changed + added:
+            self._start_target(fresh[n])
+        for n in fresh:  # a target that failed to start before gets another try
+            if n not in self.runners:
+                self._start_target(fresh[n])
+        if self.alerts is not None:
+            self.alerts.reconfigure(new)
+        self.log.info("reloaded", added=added, removed=removed, restarted=changed,
+                      targets=len(self.runners))
+
+    async def shutdown(self) -> None:
+        self.stopping = True
+        for name in list(self.runners):
+            await self._stop_target(name)
+        if self.alerts is not None:
+            await self.alerts.stop()
+        await self.pool.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.log.info("logwatch stopped")
+
+
+async def run_daemon(config_path: str) -> int:
+    try:
+        cfg = load_config(config_path)
+    except (ConfigError, PackError) as e:
+        print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
+        return 2
+    log.setup(cfg.log_level)
+    daemon = Daemon(cfg, config_path)
+    loop = asyncio.get_running_loop()
+    for sig, handler in ((signal.SIGHUP, daemon.request_reload),
+                         (signal.SIGTERM, daemon.request_stop),
+                         (signal.SIGINT, daemon.request_stop)):
+        loop.add_signal_handler(sig, handler)
+    try:
+        await daemon.start()
+    except OSError as e:
+        print(f"logwatch: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {e.strerror}",
+              file=__import__("sys").stderr, flush=True)
+        await daemon.shutdown()
+        return 2
+    try:
+        await daemon.serve()
+    finally:
+        await daemon.shutdown()
+    return 0

@@ -1,0 +1,133 @@
+"""Startup history and the startup ETA.
+
+Each finished startup (ready or crashed) of a target leaves its phase durations in
+`state_dir/history/TARGET.json` (the last 20, tagged with the target's `model` label).  The
+ETA while starting is:
+
+    remaining shards at the current (smoothed) rate            while loading shards
+  + what is typically left of the current phase                otherwise
+  + the typical duration of every phase still ahead
+
+where "typical" is the median over past startups of the same model on this target (a phase
+a startup skipped counts as 0 s), and the pack's `typical_seconds` on a first start.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .machine import State
+from .positions import atomic_write_json
+from .rulepack import READY, WAITING, RulePack
+
+KEEP = 20
+VERSION = 1
+
+
+@dataclass
+class StartupRecord:
+    at: float
+    model: str
+    outcome: str
+    phases: dict[str, float]
+    total: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": self.at, "model": self.model, "outcome": self.outcome,
+                "phases": self.phases, "total": self.total}
+
+
+class StartupHistory:
+    def __init__(self, state_dir: str | Path, target: str, model: str = "") -> None:
+        from .positions import _SAFE
+        self.path = Path(state_dir).expanduser() / "history" / (_SAFE.sub("_", target) + ".json")
+        self.model = model
+        self.records: list[StartupRecord] = []
+        self._typical: dict[str, float] | None = None
+        self.load()
+
+    def load(self) -> None:
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            if doc.get("version") != VERSION:
+                return
+            self.records = [StartupRecord(float(r["at"]), str(r.get("model", "")),
+                                          str(r["outcome"]), {k: float(v) for k, v in r["phases"].items()},
+                                          r.get("total"))
+                            for r in doc.get("startups", [])]
+        except (OSError, ValueError, KeyError, TypeError):
+            self.records = []
+        self._typical = None
+
+    def record(self, state: State, outcome: str) -> StartupRecord | None:
+        """Remember a finished startup (called once, when it became ready or crashed)."""
+        durations = {p: d for p, d in state.durations().items() if p not in (READY, WAITING)}
+        if not durations:
+            return None
+        rec = StartupRecord(time.time(), self.model, outcome, durations,
+                            round(sum(durations.values()), 3))
+        self.records = (self.records + [rec])[-KEEP:]
+        self._typical = None
+        atomic_write_json(self.path, {"version": VERSION,
+                                      "startups": [r.to_json() for r in self.records]})
+        return rec
+
+    def typical(self) -> dict[str, float]:
+        """Median seconds per phase over the ready startups of this model (any if none)."""
+        if self._typical is None:
+            ready = [r for r in self.records if r.outcome == READY]
+            same = [r for r in ready if r.model == self.model] or ready
+            phases = {p for r in same for p in r.phases}
+            self._typical = {p: statistics.median([r.phases.get(p, 0.0) for r in same])
+                             for p in phases}
+        return self._typical
+
+
+def startup_eta(pack: RulePack, state: State, now: float,
+                typical: dict[str, float] | None = None) -> float:
+    """Seconds until ready (0 when ready, NaN when there is nothing to base it on)."""
+    phase = state.phase
+    if phase == READY:
+        return 0.0
+    if phase not in pack.startup_phases:
+        return math.nan
+    typ = typical if typical else {}
+    defaults = pack.typical_seconds
+    have_history = bool(typ)
+
+    def typical_of(p: str) -> float | None:
+        if have_history:
+            return typ.get(p, 0.0)
+        return defaults.get(p)
+
+    eta = 0.0
+    known = False
+    shards = state.progress.get("shards")
+    entered = state.phase_entered
+    elapsed = max(0.0, now - entered.at) if entered is not None else 0.0
+    if phase == "loading_shards" and shards is not None and shards.remaining_seconds(now) is not None:
+        eta += shards.remaining_seconds(now)  # type: ignore[operator]
+        known = True
+    else:
+        t = typical_of(phase)
+        if t is not None:
+            eta += max(t - elapsed, 0.0)
+            known = True
+    idx = pack.phases.index(phase)
+    for p in pack.phases[idx + 1:]:
+        if p == READY:
+            break
+        t = typical_of(p)
+        if t is None:
+            if not have_history:
+                return eta if known else math.nan
+            continue
+        eta += t
+        known = True
+    return eta if known else math.nan

@@ -1,0 +1,64 @@
+"""The daemon's HTTP endpoint (aiohttp, 127.0.0.1:9105 by default).
+
+/metrics      Prometheus exposition (text format 0.0.4)
+/healthz      200 "ok" while the daemon runs (503 once it is shutting down)
+/api/status   JSON: every target's phase, progress, ETA, durations, last crash, source
+/             the status page (a fleet view polling /api/status)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from . import __version__
+from .metrics import LogwatchCollector
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+
+def make_app(daemon: "Daemon") -> web.Application:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LogwatchCollector(daemon))
+
+    async def metrics(_: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        if daemon.stopping:
+            return web.Response(status=503, text="stopping\n")
+        return web.Response(text="ok\n")
+
+    async def status(_: web.Request) -> web.Response:
+        now = time.time()
+        doc = {"version": __version__, "now": now, "config": daemon.config_path,
+               "targets": [r.status_json(now) for r in daemon.runners.values()]}
+        return web.Response(text=json.dumps(_finite(doc)), content_type="application/json")
+
+    async def index(_: web.Request) -> web.Response:
+        from .page import PAGE
+        return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/api/status", status)
+    app.router.add_get("/", index)
+    return app
+
+
+def _finite(o: object) -> object:
+    """JSON has no NaN: unknown numbers are null."""
+    if isinstance(o, float) and o != o:
+        return None
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_finite(v) for v in o]
+    return o
