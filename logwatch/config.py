@@ -65,7 +65,7 @@ class Config:
     targets: tuple[TargetConfig, ...] = ()
     alerts: tuple[dict[str, Any], ...] = ()
     log_level: str = "info"
-    checkpoint_interval: float = 1.0
+    checkpoint_interval: float = 5.0
 
     def target(self, name: str) -> TargetConfig:
         for t in self.targets:
@@ -131,7 +131,7 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     if not isinstance(ck, dict):
         raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
     _keys(path, "checkpoint", ck, ("interval",))
-    interval = _duration(path, "checkpoint.interval", ck.get("interval", "1s"))
+    interval = _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
     cfg = Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
     from .alerts.config import validate_alerts  # the alert schema lives with the alerts
     validate_alerts(cfg)

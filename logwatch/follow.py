@@ -18,7 +18,7 @@ from .replay import detect_pack
 from .rulepack import RulePack
 from .sources.base import TAIL_BYTES, Data, FileIdentity, Opened, Position, Source, SourceState, digest
 
-_ROLL = 64 * 1024 + TAIL_BYTES
+_ROLL = 4096 + TAIL_BYTES   # enough for the tail hash unless a held partial line is huge
 
 
 @dataclass(slots=True)
@@ -56,7 +56,7 @@ class Follower:
         self.identity: FileIdentity | None = None
         self.next_offset: int | None = None
         self.last_line: str = ""
-        self._roll = b""   # the last raw bytes received (for the tail hash of a position)
+        self._roll = bytearray()  # the last raw bytes received (tail hash of a position)
         self._held: list[object] = []
         self._head = b""
         self._held_since: float | None = None
@@ -102,7 +102,7 @@ class Follower:
         tail_sha = None
         if 0 <= held and held + min(consumed, TAIL_BYTES) <= len(self._roll):
             end = len(self._roll) - held
-            tail_sha = digest(self._roll[max(0, end - min(consumed, TAIL_BYTES)):end])
+            tail_sha = digest(bytes(self._roll[max(0, end - min(consumed, TAIL_BYTES)):end]))
         return Position(consumed, self.pipe.framer.line_number, self.identity, tail_sha,
                         self.source.name)
 
@@ -130,7 +130,9 @@ class Follower:
             self.status.bytes += len(ev.data)
             self.status.last_data_at = now
             self.next_offset = ev.offset + len(ev.data)
-            self._roll = (self._roll + ev.data)[-_ROLL:]
+            self._roll += ev.data
+            if len(self._roll) > 2 * _ROLL:  # trimmed now and then, not copied per chunk
+                del self._roll[:-_ROLL]
             self._note_last_line(ev.data)
             assert self.pipe is not None
             events += self.pipe.feed(ev.data, now)
@@ -143,7 +145,7 @@ class Follower:
                     self.pipe.start_at(ev.offset, ev.line_number)
                 else:
                     events += self.pipe.new_file(ev.offset, ev.line_number, now)
-                self._roll = b""
+                self._roll = bytearray()
                 self.next_offset = ev.offset
             elif ev.offset != self.next_offset:
                 self.log.warning("source resumed at another offset", expected=self.next_offset,

@@ -20,6 +20,7 @@ from typing import Iterator
 
 import re2
 
+from .literals import required_literals
 from .lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .rulepack import Rule, RulePack
 
@@ -45,6 +46,21 @@ def _escape(lit: str) -> str:
     return "".join("\\" + c if not (c.isalnum() or c == " " or ord(c) > 127) else c for c in lit)
 
 
+_SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
+
+
+def shared_matcher(pack: RulePack, max_line_bytes: int = 64 * 1024) -> "Matcher":
+    """One compiled matcher per pack (hundreds of targets share it; it holds no state)."""
+    key = id(pack)
+    have = _SHARED.get(key)
+    if have is None or have[0] is not pack or have[1] != max_line_bytes:
+        have = (pack, max_line_bytes, Matcher(pack, max_line_bytes))
+        _SHARED[key] = have
+        if len(_SHARED) > 64:  # reloads make new packs: forget the oldest
+            _SHARED.pop(next(iter(_SHARED)))
+    return have[2]
+
+
 class Matcher:
     """A compiled rule pack."""
 
@@ -56,8 +72,14 @@ class Matcher:
         for r in self.rules:
             lits = tuple(sorted(r.literals.strings)) if r.literals else None
             self._checks.append((r, lits, bool(r.literals and r.literals.ignore_case)))
+        # ignore patterns get a literal prefilter too (most candidate lines skip the regex)
+        self._ignore = []
+        for rx in pack.ignore:
+            lit = required_literals(rx.pattern)
+            self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None, rx))
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
+        self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare_rx = self._alternation(rare)
         self._stats_rx = self._alternation(self.stats_rules)
@@ -75,10 +97,12 @@ class Matcher:
         return re2.compile("|".join(parts).encode("utf-8"), opts)
 
     # -- one line ------------------------------------------------------------------------------
-    def match_line(self, text: str) -> tuple[Rule, dict[str, str]] | None:
+    def match_line(self, text: str, stats_only: bool = False) -> tuple[Rule, dict[str, str]] | None:
+        """The first rule that matches `text`.  `stats_only`: the caller knows no other
+        rule's literal is in the line (a gap between hits), so only stats rules are tried."""
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
-        for rule, lits, ci in self._checks:
+        for rule, lits, ci in (self._stats_checks if stats_only else self._checks):
             if lits is not None:
                 if ci:
                     if lower is None:
@@ -92,7 +116,8 @@ class Matcher:
                 else:
                     continue
             if ignored is None:
-                ignored = any(rx.search(text) for rx in self.pack.ignore)
+                ignored = any((lits is None or any(x in text for x in lits)) and
+                              rx.search(text) is not None for lits, rx in self._ignore)
             if ignored:
                 return None
             m = rule.regex.search(text)
@@ -158,12 +183,13 @@ class _BlockScan:
         self.block.newline_count = (self.line_no - self.block.line_number
                                     + self.data.count(b"\n", self.line_pos))
 
-    def match_segment(self, start: int, end: int) -> list[tuple[Rule, dict[str, str], str]]:
+    def match_segment(self, start: int, end: int,
+                      stats_only: bool = False) -> list[tuple[Rule, dict[str, str], str]]:
         """The rules a segment fires (a glued record counts separately)."""
         text = segment_text(self.data[start:end], self.m.max_line_bytes)
         out = []
         for part in split_glued(text):
-            found = self.m.match_line(part)
+            found = self.m.match_line(part, stats_only)
             if found is not None:
                 out.append((found[0], found[1], part))
         return out
@@ -210,13 +236,13 @@ class _BlockScan:
                 return
             s, e = segment_bounds(self.data, found.start())
             pos = e + 1
-            matched = self.match_segment(s, e)
+            matched = self.match_segment(s, e, stats_only=True)
             if matched:
                 yield from self.output(self.emit(s, matched))
         if self.collapse and pos < hi:
             last = self._last(pos, hi)
             if last is not None:
-                yield from self.output(self.emit(last[0], self.match_segment(*last)))
+                yield from self.output(self.emit(last[0], self.match_segment(*last, stats_only=True)))
 
     def _last(self, lo: int, hi: int) -> tuple[int, int] | None:
         """The last segment in [lo, hi) that a stats rule matches.
@@ -238,7 +264,7 @@ class _BlockScan:
                 continue
             s, e = segment_bounds(data, best)
             text = segment_text(data[s:e], self.m.max_line_bytes)
-            if any(self.m.match_line(p) for p in split_glued(text)):
+            if any(self.m.match_line(p, stats_only=True) for p in split_glued(text)):
                 return s, e
             end = s
         return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
 from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
-from .matcher import Hit, Matcher
+from .matcher import Hit, shared_matcher
 from .rulepack import RulePack
 from .timestamps import LogClock
 
@@ -18,7 +18,7 @@ EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
 EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
 EXCERPT_MAX_LINE_CHARS = 2000
 EXCERPT_MAX_CHARS = 24_000
-_TAIL_KEEP = 32 * 1024     # bytes of the previous block kept for "lines before"
+_TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
 
 
 @dataclass(slots=True)
@@ -132,7 +132,7 @@ class LogPipeline:
         self.pack = pack
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=max_line_bytes)
-        self.matcher = Matcher(pack, max_line_bytes)
+        self.matcher = shared_matcher(pack, max_line_bytes)
         self.machine = StartupMachine(pack, stall_after)
         self.state = State()
         self.clock = LogClock(pack.timestamps)

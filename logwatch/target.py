@@ -81,7 +81,7 @@ class TargetRunner:
     def __init__(self, cfg: TargetConfig, *, store: PositionStore, state_dir: Any,
                  candidates: list[RulePack], start_pack: RulePack, pool: SSHPool,
                  on_events: Callable[["TargetRunner", list[Event]], None] | None = None,
-                 checkpoint_interval: float = 1.0) -> None:
+                 checkpoint_interval: float = 5.0) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.store = store
@@ -173,7 +173,6 @@ class TargetRunner:
                     getattr(self.log, level)("source", up=ev.up, message=ev.message)
                     if ev.fatal:
                         return
-                self._sync_counters()
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - one target's failure never stops the others
@@ -248,6 +247,7 @@ class TargetRunner:
             self.dirty = True
 
     def tick(self, now: float) -> list[Event]:
+        self._sync_counters()
         events: list[Event] = []
         if self.follower is not None:
             events = self.follower.tick(now)

@@ -33,6 +33,7 @@ class LogClock:
     def __init__(self, formats: tuple[TimestampFormat, ...]) -> None:
         self.formats = formats
         self.last: Stamp | None = None
+        self._last_raw: str | None = None
         self._year = _YEAR_DEFAULT   # the last explicit year seen (for MM-DD stamps)
         self._year_offset = 0        # New Year crossings since then
         self._midnight = 0.0         # the last date seen (for time-only stamps)
@@ -43,11 +44,15 @@ class LogClock:
             m = fmt.regex.search(text)
             if m is None:
                 continue
+            raw = m.group(0)
+            if raw == self._last_raw and self.last is not None:
+                return self.last  # the same second as the previous line: nothing to compute
             try:
                 secs = self._seconds(m.groupdict())
             except (ValueError, OverflowError):
                 continue
             self.last = Stamp(secs, _stamp_text(m.groupdict()))
+            self._last_raw = raw
             return self.last
         if self.last is None:
             return None

@@ -26,15 +26,18 @@ from .base import (
 )
 
 READ_SIZE = 1 << 20
+CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
 StartFinder = Callable[[str], tuple[int, int]]
 
 
 class _Watcher:
-    """One watchdog observer for the process; sources register the directory of their file."""
+    """One watchdog observer for the process and one watch per directory; an event is
+    dispatched by path to the sources following that file (a dict lookup, so a directory
+    holding hundreds of logs costs one call per event, not one per source)."""
 
     _lock = threading.Lock()
     _observer = None  # type: ignore[var-annotated]
-    _failed = False
+    _dirs: dict[str, tuple[object, dict[str, list[Callable[[], None]]]]] = {}
 
     @classmethod
     def subscribe(cls, path: Path, wake: Callable[[], None]) -> Callable[[], None] | None:
@@ -43,35 +46,48 @@ class _Watcher:
             from watchdog.observers import Observer
         except ImportError:  # pragma: no cover - watchdog is a dependency
             return None
-        target = str(path)
-
-        class Handler(FileSystemEventHandler):  # type: ignore[misc]
-            def on_any_event(self, event):  # type: ignore[no-untyped-def]
-                if event.src_path == target or getattr(event, "dest_path", None) == target:
-                    wake()
-
+        target, directory = str(path), str(path.parent)
         with cls._lock:
-            if cls._failed:
-                return None
-            try:
-                if cls._observer is None:
-                    obs = Observer()
-                    obs.daemon = True
-                    obs.start()
-                    cls._observer = obs
-                watch = cls._observer.schedule(Handler(), str(path.parent), recursive=False)
-            except (OSError, RuntimeError) as e:  # no inotify, too many watches, no dir yet
-                log.get("source.local").info("inotify unavailable, polling", path=target,
-                                             error=str(e))
-                return None
-        observer = cls._observer
+            entry = cls._dirs.get(directory)
+            if entry is None:
+                by_path: dict[str, list[Callable[[], None]]] = {}
+
+                class Handler(FileSystemEventHandler):  # type: ignore[misc]
+                    def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                        for p in (event.src_path, getattr(event, "dest_path", None)):
+                            for cb in by_path.get(p, ()) if p else ():
+                                cb()
+                try:
+                    if cls._observer is None:
+                        obs = Observer()
+                        obs.daemon = True
+                        obs.start()
+                        cls._observer = obs
+                    watch = cls._observer.schedule(Handler(), directory, recursive=False)
+                except (OSError, RuntimeError) as e:  # no inotify, too many watches, no dir yet
+                    log.get("source.local").info("inotify unavailable, polling", path=target,
+                                                 error=str(e))
+                    return None
+                entry = (watch, by_path)
+                cls._dirs[directory] = entry
+            entry[1].setdefault(target, []).append(wake)
 
         def unsubscribe() -> None:
             with cls._lock:
-                try:
-                    observer.unschedule(watch)
-                except (KeyError, ValueError, RuntimeError):
-                    pass
+                e = cls._dirs.get(directory)
+                if e is None:
+                    return
+                cbs = e[1].get(target, [])
+                if wake in cbs:
+                    cbs.remove(wake)
+                if not cbs:
+                    e[1].pop(target, None)
+                if not e[1]:
+                    del cls._dirs[directory]
+                    try:
+                        cls._observer.unschedule(e[0])  # type: ignore[union-attr]
+                    except (KeyError, ValueError, RuntimeError):
+                        pass
         return unsubscribe
 
 
@@ -110,11 +126,14 @@ class LocalFileSource:
         self._unsubscribe = _Watcher.subscribe(self.path, wake)
 
     async def _sleep(self) -> None:
+        """Until a wakeup (inotify) or the poll interval, whichever comes first."""
         interval = self.poll_interval or (1.0 if self._unsubscribe else 0.1)
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=interval)
-        except asyncio.TimeoutError:
-            pass
+        if not self._wake.is_set():
+            timer = asyncio.get_running_loop().call_later(interval, self._wake.set)
+            try:
+                await self._wake.wait()
+            finally:
+                timer.cancel()
         self._wake.clear()
 
     async def events(self) -> AsyncIterator[SourceEvent]:
@@ -178,9 +197,16 @@ class LocalFileSource:
     async def _follow(self, f, ident: FileIdentity, offset: int) -> AsyncIterator[SourceEvent | str]:  # type: ignore[no-untyped-def]
         fd = f.fileno()
         last = os.pread(fd, min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) if offset else b""
+        checked = 0.0
+        loop = asyncio.get_running_loop()
         while not self._closed:
             size = os.fstat(fd).st_size
-            if size < offset or (last and os.pread(fd, len(last), offset - len(last)) != last):
+            now = loop.time()
+            check = now - checked >= CHECK_EVERY or size < offset
+            if check:
+                checked = now
+            if size < offset or (check and last and
+                                 os.pread(fd, len(last), offset - len(last)) != last):
                 self.truncations += 1
                 self.log.warning("log truncated: reading it again from the start",
                                  offset=offset, size=size)
@@ -199,11 +225,12 @@ class LocalFileSource:
                 last = (last + chunk)[-TAIL_BYTES:]
                 if len(chunk) < READ_SIZE:
                     break
+            if not check:
+                await self._sleep()
+                continue
             # has the path moved on to another file?
             try:
                 pst = os.stat(self.path)
-            except FileNotFoundError:
-                pst = None
             except OSError:
                 pst = None
             if pst is not None and (pst.st_dev, pst.st_ino) != (ident.dev, ident.ino):

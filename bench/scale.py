@@ -1,0 +1,145 @@
+"""Scale: N targets in one daemon, each log growing by 20 lines/s.
+
+A writer process appends SGLang-like serving lines to N files at 20 lines/s each; the
+daemon (`logwatch run`, a real subprocess) follows them (local files, or SSH through one
+local sshd).  Measured over the steady window: the daemon's CPU share (user+system seconds
+per wall second, of one core), its peak RSS, and lines lost = lines written - lines the
+daemon counted (`logwatch_lines_total`, read from /metrics once the writers stopped).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+WRITER = r"""
+import sys, time, random
+paths = sys.argv[1].split(",")
+rate, seconds = float(sys.argv[2]), float(sys.argv[3])
+files = [open(p, "a", buffering=1) for p in paths]
+rng = random.Random(1)
+n = 0
+t0 = time.monotonic()
+step = 1.0 / rate
+tick = 0
+while True:
+    target = t0 + tick * step
+    now = time.monotonic()
+    if target - t0 >= seconds:
+        break
+    if target > now:
+        time.sleep(target - now)
+    for f in files:
+        f.write("[2026-12-02 10:00:00 TP0] Decode batch, #running-req: %d, #token: %d, token usage: 0.%02d, "
+                "cuda graph: True, gen throughput (token/s): %.2f, #queue-req: 0\n"
+                % (rng.randint(1, 300), rng.randint(1000, 90000), rng.randint(0, 99), rng.uniform(500, 5000)))
+    tick += 1
+for f in files:
+    f.close()
+print(tick)
+"""
+
+HEADER = ("[2026-12-02 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+          "[2026-12-02 10:00:30] The server is fired up and ready to roll!\n")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def metric_sum(port: int, name: str) -> float:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", body, re.M))
+
+
+def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        paths = [tmp / f"t{i:04d}.log" for i in range(n)]
+        for p in paths:
+            p.write_text(HEADER)
+        port = free_port()
+        lines = ["listen: 127.0.0.1:%d" % port, f"state_dir: {tmp / 'state'}", "log_level: warning",
+                 "targets:"]
+        server = None
+        if kind == "ssh":
+            sys.path.insert(0, str(ROOT / "tests"))
+            from sshd import SSHD
+            server = SSHD(tmp / "sshd").__enter__()
+            ssh = (f"    ssh: {{known_hosts: {server.known_hosts}, client_keys: [{server.client_key}]}}")
+        for i, p in enumerate(paths):
+            src = server.url(str(p)) if server else str(p)
+            lines += [f"  - name: t{i:04d}", f"    source: {src}", "    rules: sglang"]
+            if server:
+                lines.append(ssh)
+        cfg = tmp / "logwatch.yaml"
+        cfg.write_text("\n".join(lines) + "\n")
+        daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # every target read its header
+                try:
+                    if metric_sum(port, "logwatch_lines_total") >= 2 * n:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline or daemon.poll() is not None:
+                    raise SystemExit(f"scale: daemon not ready (n={n}, {kind})")
+                time.sleep(0.2)
+            writer = subprocess.Popen([sys.executable, "-c", WRITER, ",".join(map(str, paths)),
+                                       str(rate), str(seconds)], stdout=subprocess.PIPE, text=True)
+            time.sleep(min(5.0, seconds / 4))  # measure the steady window
+            c0, t0 = cpu_seconds(daemon.pid), time.monotonic()
+            out, _ = writer.communicate(timeout=seconds + 60)
+            c1, t1 = cpu_seconds(daemon.pid), time.monotonic()
+            ticks = int(out.strip())
+            written = 2 * n + ticks * n
+            deadline = time.monotonic() + 60
+            counted = 0.0
+            while time.monotonic() < deadline:
+                counted = metric_sum(port, "logwatch_lines_total")
+                if counted >= written:
+                    break
+                time.sleep(0.5)
+            return {"targets": n, "kind": kind, "lines_per_s": rate * n,
+                    "cpu_share": round((c1 - c0) / (t1 - t0), 3),
+                    "peak_rss_mib": round(peak_rss_mib(daemon.pid), 1),
+                    "lines_written": written, "lines_lost": int(written - counted)}
+        finally:
+            daemon.terminate()
+            try:
+                daemon.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+            if server is not None:
+                server.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    kind = sys.argv[2] if len(sys.argv) > 2 else "file"
+    print(run(n, kind, seconds=float(sys.argv[3]) if len(sys.argv) > 3 else 20.0))
