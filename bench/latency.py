@@ -52,7 +52,8 @@ async def measure(source: Any, path: Path, n: int, pace: float) -> dict[str, flo
     writer: subprocess.Popen[bytes] | None = None
     buf = b""
     deadline = time.monotonic() + n * pace + 60
-    async for ev in source.events():
+    events = source.events()
+    async for ev in events:
         follower.handle(ev)
         if writer is None and getattr(ev, "reason", None):
             writer = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n), str(pace)])
@@ -68,6 +69,7 @@ async def measure(source: Any, path: Path, n: int, pace: float) -> dict[str, flo
                 break
         if time.monotonic() > deadline:
             break
+    await events.aclose()
     await source.close()
     if writer is not None:
         writer.wait(timeout=30)
@@ -87,10 +89,10 @@ def local(n: int = 1000, pace: float = 0.01) -> dict[str, float]:
 
 def ssh(n: int = 1000, pace: float = 0.01) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from sshd import SSHD  # the test suite's throwaway OpenSSH server on 127.0.0.1
+    from sshd import SSHServer  # the test suite's throwaway OpenSSH server on 127.0.0.1
 
     from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
-    with tempfile.TemporaryDirectory() as d, SSHD(Path(d) / "sshd") as server:
+    with tempfile.TemporaryDirectory() as d, SSHServer(str(Path(d) / "sshd")) as server:
         path = Path(d) / "latency.log"
         path.write_text("")
         opts = SSHOptions(known_hosts=str(server.known_hosts), client_keys=(str(server.client_key),))

@@ -8,6 +8,9 @@ replay: generates the 2,000,000-line SGLang log of the core issue
   program sglang.mtail) and `LC_ALL=C grep -c -E` over 21 markers.  Prints medians, peak RSS
   and the ratios; the machine is shared and noisy, so only ratios from one run mean much.
 
+latency: bench/latency.py (a line appended -> processed by the watcher, local and SSH).
+scale: bench/scale.py (N targets in one daemon, 20 lines/s each: CPU, RSS, lines lost).
+
 Results go to bench/out/results.json; BENCHMARKS.md records them with the machine.
 """
 
@@ -26,6 +29,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
 OUT = HERE / "out"
 GENLOG_ARGS = ["--lines", "2000000", "--seed", "1", "--tp", "8", "--crash", "oom",
                "--restarts", "2"]
@@ -150,10 +154,12 @@ def machine() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["replay"], action="append",
+    ap.add_argument("--only", choices=["replay", "latency", "scale"], action="append",
                     help="run only these sections (default: all)")
+    ap.add_argument("--scale-seconds", type=float, default=30.0,
+                    help="writing time per scale run (default 30)")
     args = ap.parse_args()
-    sections = args.only or ["replay"]
+    sections = args.only or ["replay", "latency", "scale"]
     results: dict = {"machine": machine()}
     if "replay" in sections:
         results["replay"] = r = bench_replay(args.rounds)
@@ -163,6 +169,25 @@ def main() -> int:
             print(f"  {k:<9} {r['median_seconds'][k]:7.2f} s   peak RSS {r['peak_rss_mib'][k]:7.1f} MiB")
         print(f"  logwatch is {r['mtail_over_logwatch']}x faster than mtail and "
               f"{r['logwatch_over_grep']}x the time of grep")
+    if "latency" in sections:
+        import latency
+        results["latency"] = lat = {"local": latency.local(), "ssh": latency.ssh()}
+        print("\nlatency, line appended -> processed, 1,000 lines at 100/s:")
+        for k, v in lat.items():
+            print(f"  {k:<6} p50 {v['p50_ms']:7.2f} ms   p99 {v['p99_ms']:7.2f} ms   max {v['max_ms']:7.2f} ms")
+    if "scale" in sections:
+        import scale
+        runs = []
+        for kind, ns in (("file", (50, 200, 500)), ("ssh", (50, 200))):
+            for n in ns:
+                r = scale.run(n, kind, seconds=args.scale_seconds)
+                runs.append(r)
+                print(f"bench: scale {kind} n={n}: {r}", file=sys.stderr)
+        results["scale"] = runs
+        print("\nscale, N targets each appending 20 lines/s, one daemon:")
+        for r in runs:
+            print(f"  {r['kind']:<5} N={r['targets']:<4} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
+                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   lines lost {r['lines_lost']}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     return 0

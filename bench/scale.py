@@ -87,8 +87,8 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0) -
         server = None
         if kind == "ssh":
             sys.path.insert(0, str(ROOT / "tests"))
-            from sshd import SSHD
-            server = SSHD(tmp / "sshd").__enter__()
+            from sshd import SSHServer
+            server = SSHServer(str(tmp / "sshd")).__enter__()
             ssh = (f"    ssh: {{known_hosts: {server.known_hosts}, client_keys: [{server.client_key}]}}")
         for i, p in enumerate(paths):
             src = server.url(str(p)) if server else str(p)

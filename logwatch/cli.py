@@ -139,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--forever", action="store_true", help="keep the daemon running until Ctrl-C")
     d.set_defaults(func=cmd_demo)
 
+    al = sub.add_parser("alerts", help="check the alert wiring",
+                        description="Alerts go to the sinks of the config (Slack, webhooks, "
+                                    "Alertmanager).")
+    asub = al.add_subparsers(dest="alerts_command", metavar="ACTION")
+    asub.required = True
+    at = asub.add_parser("test", help="send a sample alert to every sink",
+                         description="Send one sample alert (marked [test]) to every sink of the "
+                                     "config and report what each answered. Exit 1 if any failed.")
+    at.add_argument("-c", "--config", default="logwatch.yaml", metavar="FILE")
+    at.add_argument("--kind", default="crashed",
+                    choices=["crashed", "stalled", "slow", "ready", "restarted", "phase"])
+    at.set_defaults(func=cmd_alerts_test)
+
     rules = sub.add_parser("rules", help="validate and test rule packs",
                            description="Rule packs are data (rules/*.yaml); test them like code.")
     rsub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
@@ -233,6 +246,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
     log.setup("warning")
     return asyncio.run(run_demo(speed=args.speed, crash=args.crash, linger=args.linger,
                                 forever=args.forever, out=lambda s: print(s, flush=True)))
+
+
+def cmd_alerts_test(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .alerts.testsend import send_test
+    from .config import ConfigError, load_config
+    try:
+        cfg = load_config(args.config)
+    except (ConfigError, PackError) as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(send_test(cfg, args.kind, out=lambda s: print(s, flush=True)))
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

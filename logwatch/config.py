@@ -124,6 +124,8 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     alerts = doc.get("alerts") or []
     if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
         raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
+    # YAML 1.1 reads a bare `on:` key as the boolean true: it means the `on` list here
+    alerts = [{("on" if k is True else k): v for k, v in a.items()} for a in alerts]
     level = str(doc.get("log_level", "info")).lower()
     if level not in ("debug", "info", "warning", "error"):
         raise ConfigError(path, "log_level", "one of debug, info, warning, error")

@@ -103,7 +103,8 @@ class Follower:
         if 0 <= held and held + min(consumed, TAIL_BYTES) <= len(self._roll):
             end = len(self._roll) - held
             tail_sha = digest(bytes(self._roll[max(0, end - min(consumed, TAIL_BYTES)):end]))
-        return Position(consumed, self.pipe.framer.line_number, self.identity, tail_sha,
+        ident = getattr(self.source, "current_identity", None) or self.identity
+        return Position(consumed, self.pipe.framer.line_number, ident, tail_sha,
                         self.source.name)
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:

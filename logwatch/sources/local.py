@@ -107,6 +107,7 @@ class LocalFileSource:
         self._unsubscribe: Callable[[], None] | None = None
         self.rotations = 0
         self.truncations = 0
+        self.current_identity: FileIdentity | None = None
 
     async def close(self) -> None:
         self._closed = True
@@ -196,6 +197,7 @@ class LocalFileSource:
 
     async def _follow(self, f, ident: FileIdentity, offset: int) -> AsyncIterator[SourceEvent | str]:  # type: ignore[no-untyped-def]
         fd = f.fileno()
+        self.current_identity = ident
         last = os.pread(fd, min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) if offset else b""
         checked = 0.0
         loop = asyncio.get_running_loop()
@@ -214,6 +216,7 @@ class LocalFileSource:
                 head = os.pread(fd, HEAD_BYTES, 0)
                 st = os.fstat(fd)
                 ident = identity_of(st.st_dev, st.st_ino, head)
+                self.current_identity = ident
                 yield Opened(0, 1, ident, "truncated", True)
                 continue
             while True:
@@ -225,6 +228,10 @@ class LocalFileSource:
                 last = (last + chunk)[-TAIL_BYTES:]
                 if len(chunk) < READ_SIZE:
                     break
+            if ident.head_len < HEAD_BYTES and offset > ident.head_len:
+                # opened while shorter than an identity head: complete the identity now
+                ident = identity_of(ident.dev, ident.ino, os.pread(fd, HEAD_BYTES, 0))
+                self.current_identity = ident
             if not check:
                 await self._sleep()
                 continue

@@ -125,7 +125,13 @@ class SSHPool:
     def __init__(self) -> None:
         self._conns: dict[tuple[Any, ...], tuple[asyncssh.SSHClientConnection, Any]] = {}
         self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
+        self._exec: dict[tuple[Any, ...], asyncio.Semaphore] = {}
         self.connects = 0
+
+    def exec_slot(self, target: SSHTarget, opts: SSHOptions) -> asyncio.Semaphore:
+        """Remote commands share the connection's session limit (OpenSSH MaxSessions is 10
+        by default): at most a few at once per connection."""
+        return self._exec.setdefault(self.key(target, opts), asyncio.Semaphore(4))
 
     @staticmethod
     def key(target: SSHTarget, opts: SSHOptions) -> tuple[Any, ...]:
@@ -242,6 +248,11 @@ class SSHFileSource:
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+
+    @property
+    def current_identity(self) -> FileIdentity | None:
+        """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
+        return self.ident
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff()
@@ -394,7 +405,8 @@ class SSHFileSource:
             cmd = ("LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
                    + f" -- {shlex.quote(self.target.path)} | tail -n 50")
             try:
-                res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None), 60)
+                async with self.pool.exec_slot(self.target, self.opts):
+                    res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None), 60)
                 out = res.stdout or b""
                 if res.exit_status in (0, 1):
                     for raw in reversed(out.splitlines()):
@@ -422,24 +434,38 @@ class SSHFileSource:
         while not self._closed:
             attrs = await f.stat()
             size = attrs.size or 0
-            if size < self.offset or (self._last and size >= self.offset and
-                                      time.monotonic() - last_check > IDENTITY_EVERY and
-                                      not await self._tail_ok(f, self.offset, self._last)):
-                self.truncations += 1
-                self.log.warning("log truncated: reading it again from the start")
-                head = await f.read(HEAD_BYTES, 0)
-                self.offset, self.ident, self._last = 0, identity_of(None, None, head), b""
-                yield Opened(0, 1, self.ident, "truncated", True)
-                continue
+            rewritten = size < self.offset
             got_any = False
-            while size > self.offset:
-                data = await f.read(min(READ_SIZE, size - self.offset), self.offset)
+            while not rewritten and size > self.offset:
+                # every read starts with the bytes before our offset: if they changed, the
+                # file was truncated and rewritten (checked for free, in the same request)
+                back = len(self._last)
+                data = await f.read(min(READ_SIZE, size - self.offset) + back,
+                                    self.offset - back)
+                if data[:back] != self._last:
+                    rewritten = True
+                    break
+                data = data[back:]
                 if not data:
                     break
                 yield Data(data, self.offset)
                 self.offset += len(data)
                 self._last = (self._last + data)[-TAIL_BYTES:]
                 got_any = True
+            if rewritten or (self._last and time.monotonic() - last_check > IDENTITY_EVERY and
+                             not await self._tail_ok(f, self.offset, self._last)):
+                self.truncations += 1
+                self.log.warning("log truncated: reading it again from the start")
+                head = await f.read(HEAD_BYTES, 0)
+                self.offset, self.ident, self._last = 0, identity_of(None, None, head), b""
+                yield Opened(0, 1, self.ident, "truncated", True)
+                continue
+            if self.ident.head_len < HEAD_BYTES and self.offset > self.ident.head_len:
+                # the file was shorter than an identity head when opened: complete it now
+                head = await f.read(HEAD_BYTES, 0)
+                if head[: self.ident.head_len] == b"" or \
+                        self.ident.matches(None, None, head):
+                    self.ident = identity_of(None, None, head)
             now = time.monotonic()
             if got_any:
                 last_data = now

@@ -1,0 +1,87 @@
+"""What an alert is, independent of where it goes.
+
+An alert is identified by `key` = target + startup + kind (+ phase for `phase` alerts):
+the same key is sent once firing and, for kinds that resolve, once resolved.  The key
+survives restarts (it is built from the startup's first observation time, kept in the
+target's checkpoint), so neither a SIGHUP nor a daemon restart sends anything twice.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+FIRING, RESOLVED = "firing", "resolved"
+# kinds that stay open until something resolves them (Alertmanager needs the resolution)
+RESOLVABLE = ("crashed", "stalled", "slow")
+SCHEMA_VERSION = 1
+EXCERPT_LINES = 30
+EXCERPT_CHARS = 6000
+
+
+@dataclass
+class Alert:
+    key: str
+    kind: str                 # crashed | stalled | slow | ready | restarted | phase
+    status: str               # firing | resolved
+    target: str
+    engine: str
+    labels: dict[str, str]
+    epoch: int
+    summary: str
+    details: dict[str, Any] = field(default_factory=dict)
+    starts_at: float = field(default_factory=time.time)
+    ends_at: float | None = None
+    generator_url: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Alert":
+        return cls(**d)
+
+    @property
+    def excerpt(self) -> list[str]:
+        ex = self.details.get("excerpt") or []
+        out, chars = [], 0
+        for line in ex[-EXCERPT_LINES:]:
+            line = line[:500]
+            if chars + len(line) > EXCERPT_CHARS:
+                break
+            out.append(line)
+            chars += len(line)
+        return out
+
+    def resolved(self, why: str, now: float | None = None) -> "Alert":
+        now = time.time() if now is None else now
+        return Alert(self.key, self.kind, RESOLVED, self.target, self.engine, dict(self.labels),
+                     self.epoch, f"resolved: {self.summary} ({why})",
+                     {**self.details, "resolved_by": why}, self.starts_at, now,
+                     self.generator_url)
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def webhook_body(alert: Alert) -> dict[str, Any]:
+    """The documented, versioned JSON of the generic webhook (README "Alert payloads")."""
+    return {
+        "version": SCHEMA_VERSION,
+        "kind": alert.kind,
+        "status": alert.status,
+        "target": alert.target,
+        "engine": alert.engine,
+        "labels": alert.labels,
+        "epoch": alert.epoch,
+        "summary": alert.summary,
+        "details": {k: v for k, v in alert.details.items() if k != "excerpt"},
+        "excerpt": alert.excerpt,
+        "starts_at": iso(alert.starts_at),
+        "ends_at": iso(alert.ends_at) if alert.ends_at else None,
+        "dedupe_key": alert.key,
+        "generator_url": alert.generator_url,
+    }

@@ -1,0 +1,215 @@
+"""Sinks: thin adapters that turn an `Alert` into one HTTP request, and a response into
+ok / retry (with an optional delay) / give up.
+
+* Slack incoming webhook: Block Kit; every piece of log text is escaped (`&`, `<`, `>`) so a
+  log line cannot ping `<!channel>` or forge a link, and cut to Slack's limits; 429 honours
+  Retry-After.
+* Generic webhook: the versioned JSON of `model.webhook_body`; optional HMAC-SHA256 of the
+  body in `X-Logwatch-Signature: sha256=<hex>`, keyed by a secret from the environment.
+* Alertmanager v2: `POST /api/v2/alerts`; firing alerts carry endsAt 24 h ahead (so they stay
+  open without re-sending), resolved ones endsAt = now.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from .model import FIRING, RESOLVED, Alert, iso, webhook_body
+
+SLACK_TEXT = 3000      # a section's text
+SLACK_HEADER = 150     # a header's plain text
+FIRING_TTL = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Request:
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    retry: bool
+    delay: float | None = None     # seconds the receiver asked us to wait (Retry-After)
+    message: str = ""
+
+
+def classify(status: int, headers: dict[str, str], body: str = "") -> Outcome:
+    if 200 <= status < 300:
+        return Outcome(True, False, message=str(status))
+    retry_after = _retry_after(headers.get("Retry-After") or headers.get("retry-after"))
+    if status == 429 or status >= 500 or status == 408:
+        return Outcome(False, True, retry_after, f"HTTP {status}")
+    return Outcome(False, False, message=f"HTTP {status}: {body[:200]}")
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+class Sink:
+    type = "sink"
+
+    def __init__(self, name: str, spec: dict[str, Any]) -> None:
+        self.name = name
+        self.spec = spec
+        self.kinds = tuple(spec.get("on") or ("crashed", "stalled", "ready"))
+        self.selector = {k: re.compile(v) for k, v in (spec.get("targets") or {}).items()}
+        self.timeout = float(spec.get("timeout", 10))
+        self.max_attempts = int(spec.get("max_attempts", 8))
+        self.max_age = float(spec.get("max_age", 3600))
+
+    def url(self) -> str:
+        if self.spec.get("url"):
+            return str(self.spec["url"])
+        env = str(self.spec.get("url_env"))
+        value = os.environ.get(env, "")
+        if not value:
+            raise LookupError(f"environment variable {env} is not set")
+        return value
+
+    def wants(self, alert: Alert) -> bool:
+        if alert.kind not in self.kinds:
+            return False
+        fields = {"name": alert.target, "target": alert.target, "engine": alert.engine,
+                  **alert.labels}
+        return all(k in fields and rx.fullmatch(str(fields[k])) for k, rx in self.selector.items())
+
+    def request(self, alert: Alert) -> Request:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """How the sink shows in logs: never the URL (it can hold a token)."""
+        where = f"${self.spec['url_env']}" if self.spec.get("url_env") else _redact(str(self.spec.get("url")))
+        return f"{self.type} {self.name} -> {where}"
+
+
+def _redact(url: str) -> str:
+    m = re.match(r"^(https?://[^/]+)", url)
+    return (m.group(1) + "/…") if m else "…"
+
+
+# -- Slack -------------------------------------------------------------------------------------
+
+def slack_escape(text: str) -> str:
+    """Slack's own rule: only &, < and > are control characters in message text."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _code(lines: list[str], budget: int) -> str:
+    body = "\n".join(slack_escape(ln).replace("```", "`\u200b``") for ln in lines)
+    body = body[-(budget - 8):] if len(body) > budget - 8 else body
+    return f"```{body}```"
+
+
+class SlackSink(Sink):
+    type = "slack"
+    ICON = {"crashed": ":red_circle:", "stalled": ":hourglass:", "slow": ":snail:",
+            "ready": ":large_green_circle:", "restarted": ":arrows_counterclockwise:",
+            "phase": ":arrow_right:"}
+
+    def request(self, alert: Alert) -> Request:
+        icon = ":white_check_mark:" if alert.status == RESOLVED else self.ICON.get(alert.kind, "")
+        title = _cut(f"{alert.target}: {alert.summary}", SLACK_HEADER - 4)
+        blocks: list[dict[str, Any]] = [
+            {"type": "section", "text": {"type": "mrkdwn",
+                                         "text": _cut(f"{icon} *{slack_escape(title)}*", SLACK_TEXT)}},
+        ]
+        line = alert.details.get("line")
+        if line and alert.status == FIRING:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn",
+                                                       "text": _cut("root cause: " + _code([line], SLACK_TEXT - 20), SLACK_TEXT)}})
+        if alert.excerpt and alert.status == FIRING:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn",
+                                                       "text": _code(alert.excerpt, SLACK_TEXT)}})
+        ctx = [f"engine {alert.engine}", f"startup #{alert.epoch}"] + \
+              [f"{k}={v}" for k, v in sorted(alert.labels.items())]
+        blocks.append({"type": "context", "elements": [
+            {"type": "mrkdwn", "text": _cut(slack_escape(" · ".join(ctx)), SLACK_TEXT)}]})
+        body = {"text": _cut(slack_escape(f"{alert.target}: {alert.summary}"), 3000),
+                "blocks": blocks}
+        return Request(self.url(), json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+# -- generic webhook ---------------------------------------------------------------------------
+
+class WebhookSink(Sink):
+    type = "webhook"
+
+    def request(self, alert: Alert) -> Request:
+        body = json.dumps(webhook_body(alert), ensure_ascii=False).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "logwatch",
+                   "X-Logwatch-Event": alert.kind}
+        env = self.spec.get("secret_env")
+        if env:
+            secret = os.environ.get(str(env), "")
+            if not secret:
+                raise LookupError(f"environment variable {env} (the HMAC secret) is not set")
+            sig = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+            headers["X-Logwatch-Signature"] = f"sha256={sig}"
+        return Request(self.url(), body, headers)
+
+
+# -- Alertmanager ------------------------------------------------------------------------------
+
+ALERTNAMES = {"crashed": "LogwatchCrashed", "stalled": "LogwatchStalled",
+              "slow": "LogwatchSlowStartup", "ready": "LogwatchReady",
+              "restarted": "LogwatchRestarted", "phase": "LogwatchPhase"}
+
+
+def am_labels(alert: Alert) -> dict[str, str]:
+    labels = {"alertname": ALERTNAMES.get(alert.kind, "Logwatch"), "target": alert.target,
+              "engine": alert.engine, "kind": alert.kind,
+              "reason": str(alert.details.get("reason") or ""), "source": "logwatch"}
+    for k, v in alert.labels.items():
+        labels.setdefault(k, v)
+    return labels
+
+
+class AlertmanagerSink(Sink):
+    type = "alertmanager"
+
+    def request(self, alert: Alert) -> Request:
+        base = self.url().rstrip("/")
+        annotations = {"summary": alert.summary,
+                       "excerpt": "\n".join(alert.excerpt),
+                       "root_cause": str(alert.details.get("line") or "")}
+        ends = alert.ends_at if alert.status == RESOLVED else alert.starts_at + FIRING_TTL
+        item = {"labels": am_labels(alert),
+                "annotations": {k: v for k, v in annotations.items() if v},
+                "startsAt": iso(alert.starts_at), "endsAt": iso(ends or time.time())}
+        if alert.generator_url:
+            item["generatorURL"] = alert.generator_url
+        return Request(f"{base}/api/v2/alerts", json.dumps([item]).encode(),
+                       {"Content-Type": "application/json"})
+
+
+SINKS = {"slack": SlackSink, "webhook": WebhookSink, "alertmanager": AlertmanagerSink}
+
+
+def make_sinks(specs: tuple[dict[str, Any], ...] | list[dict[str, Any]]) -> list[Sink]:
+    return [SINKS[s["type"]](str(s.get("name") or f"{s['type']}-{i}"), s)
+            for i, s in enumerate(specs)]

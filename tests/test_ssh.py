@@ -1,0 +1,937 @@
+"""The SSH source against a real OpenSSH server on 127.0.0.1 (tests/sshd.py).
+
+Every wait polls a condition with a deadline; no sleep stands in for synchronisation.  The
+fault test is the acceptance criterion: 100,000 lines written while the connection is dropped
+eleven times (ten killed sessions, one sshd restart) arrive exactly once, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from conftest import ROOT
+from logwatch.follow import Follower
+from logwatch.pipeline import LogPipeline
+from logwatch.rulepack import load_pack
+from logwatch.sources.base import Data, Opened, Position, SourceState
+from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
+from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+USER = getpass.getuser()
+POLL = 0.02   # how often a wait looks at its condition
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+
+def ssh_opts(server: SSHServer, known_hosts: str | os.PathLike[str] | None = None,
+             **kw: Any) -> SSHOptions:
+    return SSHOptions(known_hosts=str(known_hosts or server.known_hosts),
+                      client_keys=(str(server.client_key),), **kw)
+
+
+def run(coro: Awaitable[Any], timeout: float = 50.0) -> Any:
+    async def bounded() -> Any:
+        return await asyncio.wait_for(coro, timeout)
+    return asyncio.run(bounded())
+
+
+class Collector:
+    """Consumes `source.events()` in a task: keeps every event, the bytes of each file opened,
+    and every break of the offset promise (a Data not at the previous offset + length)."""
+
+    def __init__(self, source: SSHFileSource, follower: Follower | None = None) -> None:
+        self.source = source
+        self.follower = follower
+        self.events: list[Any] = []
+        self.files: list[tuple[Opened, bytearray]] = []
+        self.errors: list[str] = []
+        self.next_offset: int | None = None
+        self.up_since: float | None = None
+        self.data_since_up = False
+        self.downs = 0
+        self.ended = False
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self) -> "Collector":
+        self.task = asyncio.create_task(self._pump())
+        return self
+
+    async def _pump(self) -> None:
+        try:
+            async for ev in self.source.events():
+                self.events.append(ev)
+                if self.follower is not None:
+                    self.follower.handle(ev)
+                if isinstance(ev, Opened):
+                    if not ev.new_file and self.next_offset is not None and \
+                            ev.offset != self.next_offset:
+                        self.errors.append(f"{ev.reason} at {ev.offset}, expected {self.next_offset}")
+                    if ev.new_file or not self.files:
+                        self.files.append((ev, bytearray()))
+                    self.next_offset = ev.offset
+                elif isinstance(ev, Data):
+                    if ev.offset != self.next_offset:
+                        self.errors.append(f"Data at {ev.offset} ({len(ev.data)} bytes), "
+                                           f"expected {self.next_offset}")
+                    if not self.files:
+                        self.errors.append("Data before any Opened")
+                        self.files.append((Opened(ev.offset, 1, None, "?", True), bytearray()))
+                    self.files[-1][1].extend(ev.data)
+                    self.next_offset = ev.offset + len(ev.data)
+                    self.data_since_up = True
+                elif isinstance(ev, SourceState):
+                    if ev.up:
+                        self.up_since = time.monotonic()
+                        self.data_since_up = False
+                    else:
+                        self.up_since = None
+                        if not ev.fatal:
+                            self.downs += 1
+        finally:
+            self.ended = True
+
+    # views
+    def states(self) -> list[SourceState]:
+        return [e for e in self.events if isinstance(e, SourceState)]
+
+    def opened(self) -> list[Opened]:
+        return [e for e in self.events if isinstance(e, Opened)]
+
+    def fatal(self) -> SourceState | None:
+        return next((e for e in self.states() if e.fatal), None)
+
+    def data(self, index: int = -1) -> bytes:
+        return bytes(self.files[index][1]) if self.files else b""
+
+    def describe(self) -> str:
+        tail = [e if not isinstance(e, Data) else f"Data({len(e.data)}B @ {e.offset})"
+                for e in self.events[-12:]]
+        return f"{len(self.events)} events, last: {tail}; errors: {self.errors[:5]}"
+
+    async def wait(self, cond: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if self.ended and not cond():
+                raise AssertionError(f"the source ended before {what}: {self.describe()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out ({timeout}s) waiting for {what}: {self.describe()}")
+            await asyncio.sleep(POLL)
+
+    async def wait_end(self, timeout: float = 20.0) -> None:
+        assert self.task is not None
+        await asyncio.wait_for(asyncio.shield(self.task), timeout)
+
+    async def stop(self) -> None:
+        await self.source.close()
+        if self.task is not None:
+            try:
+                await asyncio.wait_for(self.task, 15)
+            except asyncio.TimeoutError:
+                self.task.cancel()
+                raise AssertionError(f"the source did not end after close(): {self.describe()}")
+
+
+def make_source(server: SSHServer, path: str | os.PathLike[str], pool: SSHPool | None = None,
+                **kw: Any) -> SSHFileSource:
+    options = kw.pop("options", None) or ssh_opts(server)
+    return SSHFileSource(server.url(path), options=options, pool=pool or SSHPool(), **kw)
+
+
+def make_follower(source: SSHFileSource) -> Follower:
+    return Follower(source.name, source, lambda p: LogPipeline(p), load_pack("sglang"), [])
+
+
+def numbered(i: int) -> bytes:
+    """Line i: `line 000001 ...`, 63 to 99 bytes."""
+    return (f"line {i:06d} " + "abcdefghijklmnopqrstuvwxyz0123456789" * 3)[: 62 + i % 37].encode() + b"\n"
+
+
+def cli(*args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float]:
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, "-m", "logwatch", *args], cwd=ROOT,
+                         capture_output=True, text=True, timeout=timeout,
+                         stdin=subprocess.DEVNULL)
+    return res, time.monotonic() - t0
+
+
+# ----------------------------------------------------------------------------------------------
+# a. the acceptance criterion: 100,000 lines through 11 dropped connections
+
+N_LINES = 100_000
+WRITE_SECONDS = 24.0
+BATCH = 200
+KILLS = 10                # session kills ...
+RESTART_AT = 5            # ... and one sshd restart, as fault number 5 (of 11)
+# How long the source has been reading again before the next fault: alternately a short while
+# (two drops in a row: its backoff grows) and > 2 s (it then resets its backoff).
+HEALTHY_BEFORE_FAULT = (0.3, 2.2)
+
+
+class Writer(threading.Thread):
+    """Appends N_LINES numbered lines at a steady pace over WRITE_SECONDS, flushed per batch."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.written = 0
+        self.error: BaseException | None = None
+        self.stop_flag = threading.Event()
+
+    def run(self) -> None:
+        try:
+            batches = N_LINES // BATCH
+            interval = WRITE_SECONDS / batches
+            t0 = time.monotonic()
+            with open(self.path, "ab") as f:
+                for b in range(batches):
+                    # pacing (not synchronisation): batch b is due at t0 + b * interval
+                    if self.stop_flag.wait(max(0.0, t0 + b * interval - time.monotonic())):
+                        return
+                    f.write(b"".join(numbered(i) for i in range(b * BATCH + 1, (b + 1) * BATCH + 1)))
+                    f.flush()
+                    self.written = (b + 1) * BATCH
+        except BaseException as e:  # noqa: BLE001
+            self.error = e
+
+
+def test_fault_tolerance_100k_lines_through_dropped_connections(sshd_server: SSHServer,
+                                                                 tmp_path: Path) -> None:
+    server = sshd_server
+    path = tmp_path / "server.log"
+    path.write_bytes(b"")
+    pool = SSHPool()
+    source = make_source(server, path, pool=pool, options=ssh_opts(server, poll_interval=0.05,
+                                                                   keepalive_interval=2.0))
+    follower = make_follower(source)
+    writer = Writer(path)
+    faults: list[tuple[str, int, int]] = []   # (kind, lines written then, sessions killed)
+
+    async def inject(col: Collector) -> None:
+        for k in range(KILLS + 1):
+            healthy = HEALTHY_BEFORE_FAULT[k % 2]
+            # the source is connected and has read since (for `healthy` seconds)
+            await col.wait(lambda: not writer.is_alive() or (
+                           col.up_since is not None and col.data_since_up and
+                           time.monotonic() - col.up_since >= healthy),
+                           f"the source to be up and reading before fault {k}", timeout=30)
+            assert writer.is_alive(), f"the writer ended before fault {k}: {faults}"
+            if k == RESTART_AT:
+                await asyncio.to_thread(server.restart)
+                faults.append(("restart", writer.written, -1))
+            else:
+                n = await asyncio.to_thread(server.kill_sessions)
+                assert n > 0, "no sshd session process to kill"
+                faults.append(("kill", writer.written, n))
+            col.up_since = None   # dropped: wait for the next "up"
+
+    async def main() -> Collector:
+        col = Collector(source, follower).start()
+        await col.wait(lambda: bool(col.opened()), "the first Opened")
+        writer.start()
+        try:
+            await inject(col)
+            await col.wait(lambda: not writer.is_alive(), "the writer to finish", timeout=40)
+            assert writer.error is None, writer.error
+            size = path.stat().st_size
+            await col.wait(lambda: col.next_offset == size, f"all {size} bytes", timeout=30)
+        finally:
+            writer.stop_flag.set()
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main(), timeout=100)
+    expected = path.read_bytes()
+
+    # the offsets: every Data right after the previous one, across every reconnect
+    assert col.errors == [], col.errors[:10]
+    opened = col.opened()
+    assert opened[0].reason == "attach" and opened[0].offset == 0
+    assert {o.reason for o in opened[1:]} == {"reconnected"}, [o.reason for o in opened]
+    assert len(col.files) == 1
+    got = col.data()
+    assert len(got) == len(expected)
+    assert got == expected
+    lines = got.split(b"\n")
+    assert lines[-1] == b""
+    assert len(lines) - 1 == N_LINES
+    for i, line in enumerate(lines[:-1], 1):
+        if line + b"\n" != numbered(i):
+            raise AssertionError(f"line {i} is {line[:40]!r}")
+
+    # the follower saw the same stream: no gap, no overlap
+    st = follower.status
+    assert st.gaps == 0 and st.overlaps == 0, st
+    assert st.bytes == len(expected)
+    assert follower.pipe is not None and follower.pipe.counters.lines == N_LINES
+
+    # the faults really happened while writing, and each one cost exactly one reconnect
+    assert [f[0] for f in faults].count("kill") == KILLS and len(faults) == KILLS + 1, faults
+    during = [f for f in faults if f[1] < N_LINES]
+    assert len(during) >= KILLS, f"faults after the writer ended: {faults}"
+    assert source.reconnects >= KILLS + 1, (source.reconnects, faults)
+    assert st.reconnects >= KILLS + 1, st
+    assert col.downs >= KILLS + 1
+    assert len(opened) - 1 >= KILLS + 1
+
+
+# ----------------------------------------------------------------------------------------------
+# b. host keys
+
+def _other_host_key(tmp_path: Path) -> str:
+    key = tmp_path / "other_host_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                   check=True, capture_output=True, timeout=30)
+    kind, blob = Path(str(key) + ".pub").read_text().split()[:2]
+    return f"{kind} {blob}"
+
+
+async def _first_fatal(server: SSHServer, path: Path, known_hosts: Path,
+                       timeout: float = 15) -> tuple[SourceState, float]:
+    pool = SSHPool()
+    source = make_source(server, path, pool=pool, options=ssh_opts(server, known_hosts))
+    col = Collector(source).start()
+    t0 = time.monotonic()
+    try:
+        await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=timeout)
+        await col.wait_end(5)   # a fatal state ends the source
+    finally:
+        await col.stop()
+        await pool.close()
+    assert not any(isinstance(e, (Data, Opened)) for e in col.events), col.describe()
+    fatal = col.fatal()
+    assert fatal is not None
+    return fatal, time.monotonic() - t0
+
+
+def test_unknown_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+
+    fatal, took = run(_first_fatal(server, log_file, empty))
+    msg = fatal.message
+    assert "host key" in msg and "127.0.0.1" in msg, msg
+    assert str(empty) in msg, msg                                 # where to add it
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1" in msg, msg  # how
+    assert took < 10
+
+    res, took = cli("watch", server.url(log_file), "--known-hosts", str(empty),
+                    "-i", str(server.client_key), "--timeout", "20")
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "host key" in res.stderr and "ssh-keyscan" in res.stderr and str(empty) in res.stderr, \
+        res.stderr
+    assert took < 12, f"took {took:.1f}s with --timeout 20"
+
+    # the advice works: ssh-keyscan as suggested, then the same source reads the log
+    scan = subprocess.run(["ssh-keyscan", "-p", str(server.port), "-t", "ed25519", "127.0.0.1"],
+                          capture_output=True, text=True, timeout=30)
+    assert scan.returncode == 0 and server.host_public_key() in scan.stdout, scan
+    with open(empty, "a") as f:
+        f.write(scan.stdout)
+
+    async def trusted() -> bytes:
+        pool = SSHPool()
+        col = Collector(make_source(server, log_file, pool=pool,
+                                    options=ssh_opts(server, empty))).start()
+        try:
+            await col.wait(lambda: col.data() == b"hello\n", "the log after trusting the key")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col.data()
+    assert run(trusted()) == b"hello\n"
+
+
+def test_changed_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    changed = tmp_path / "known_hosts_changed"
+    changed.write_text(f"[127.0.0.1]:{server.port} {_other_host_key(tmp_path)}\n")
+
+    fatal, took = run(_first_fatal(server, log_file, changed))
+    assert "host key" in fatal.message and str(changed) in fatal.message, fatal.message
+    assert took < 10
+
+    res, took = cli("watch", server.url(log_file), "--known-hosts", str(changed),
+                    "-i", str(server.client_key), "--timeout", "20")
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "host key" in res.stderr, res.stderr
+    assert took < 12
+
+
+# ----------------------------------------------------------------------------------------------
+# c. missing directory, unreadable file
+
+def test_missing_directory_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    missing_dir = tmp_path / "no-such-dir"
+    target = missing_dir / "server.log"
+    fatal, took = run(_first_fatal(server, target, server.known_hosts))
+    assert str(missing_dir) in fatal.message and "no such directory" in fatal.message, fatal
+    assert took < 10
+
+    res, took = cli("watch", server.url(target), "--known-hosts", str(server.known_hosts),
+                    "-i", str(server.client_key), "--timeout", "20")
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert str(missing_dir) in res.stderr, res.stderr
+    assert took < 12
+
+
+def _make_test_user() -> str | None:
+    """A throwaway non-root account that sshd accepts (unlocked, with a shell)."""
+    if shutil.which("useradd") is None:
+        return None
+    name = f"lwt{os.getpid() % 100000}"
+    res = subprocess.run(["useradd", "-M", "-N", "-p", "*", "-s", "/bin/sh", "-d", "/nonexistent",
+                          name], capture_output=True, text=True, timeout=30)
+    return name if res.returncode == 0 else None
+
+
+def test_unreadable_file_is_fatal_permission_denied(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    # a directory the sshd user can traverse, with a file only its owner can read
+    secret_dir = server.dir / "secret"
+    secret_dir.mkdir(mode=0o755)
+    secret_dir.chmod(0o755)
+    target = secret_dir / "server.log"
+    target.write_bytes(b"[2026-01-01 10:00:00] server_args=ServerArgs(model_path='x')\n")
+
+    user: str | None = None
+    if os.geteuid() != 0:
+        target.chmod(0)                       # unreadable for us, the sshd user
+    else:
+        user = _make_test_user()              # root reads everything: log in as someone else
+        target.chmod(0o600)
+    try:
+        if os.geteuid() == 0 and user is None:
+            # no way to be refused here: root reads a 0600 file, and so does the source
+            pool = SSHPool()
+
+            async def read_as_root() -> bytes:
+                col = Collector(make_source(server, target, pool=pool)).start()
+                try:
+                    await col.wait(lambda: col.data() == target.read_bytes(), "the file")
+                finally:
+                    await col.stop()
+                    await pool.close()
+                return col.data()
+            assert run(read_as_root()) == target.read_bytes()
+            return
+
+        url = server.url(target, user)
+
+        async def refused() -> SourceState:
+            pool = SSHPool()
+            source = SSHFileSource(url, options=ssh_opts(server), pool=pool)
+            col = Collector(source).start()
+            try:
+                await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
+            finally:
+                await col.stop()
+                await pool.close()
+            assert not any(isinstance(e, Data) for e in col.events)
+            fatal = col.fatal()
+            assert fatal is not None
+            return fatal
+        fatal = run(refused())
+        assert "permission denied" in fatal.message.lower() and str(target) in fatal.message, fatal
+
+        res, took = cli("watch", url, "--known-hosts", str(server.known_hosts),
+                        "-i", str(server.client_key), "--timeout", "20")
+        assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+        assert "permission denied" in res.stderr.lower(), res.stderr
+        assert took < 12
+    finally:
+        if user is not None:
+            server.kill_sessions()
+            subprocess.run(["userdel", user], capture_output=True, timeout=30)
+
+
+def test_directory_instead_of_a_file_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
+    fatal, took = run(_first_fatal(sshd_server, tmp_path, sshd_server.known_hosts))
+    assert "directory" in fatal.message and str(tmp_path) in fatal.message, fatal
+    assert took < 10
+
+
+def test_rejected_client_key_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    stranger = tmp_path / "stranger_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
+                   check=True, capture_output=True, timeout=30)
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+
+    async def main() -> tuple[SourceState, float]:
+        pool = SSHPool()
+        options = SSHOptions(known_hosts=str(server.known_hosts), client_keys=(str(stranger),))
+        col = Collector(make_source(server, log_file, pool=pool, options=options)).start()
+        t0 = time.monotonic()
+        try:
+            await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
+        finally:
+            await col.stop()
+            await pool.close()
+        fatal = col.fatal()
+        assert fatal is not None
+        return fatal, time.monotonic() - t0
+
+    fatal, took = run(main())
+    assert "authentication" in fatal.message and "127.0.0.1" in fatal.message, fatal
+    assert took < 10
+
+    res, took = cli("watch", server.url(log_file), "--known-hosts", str(server.known_hosts),
+                    "-i", str(stranger), "--timeout", "20")
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert "authentication" in res.stderr, res.stderr
+    assert took < 12
+
+
+# ----------------------------------------------------------------------------------------------
+# d. a file that appears later
+
+def test_missing_file_waits_then_reads(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    target = tmp_path / "later.log"
+    content = b"".join(numbered(i) for i in range(1, 51))
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool)).start()
+        try:
+            await col.wait(lambda: any(not s.up for s in col.states()), "a waiting state")
+            waiting = next(s for s in col.states() if not s.up)
+            assert not waiting.fatal, waiting
+            assert "waiting for" in waiting.message and str(target) in waiting.message, waiting
+            assert "appear" in waiting.message
+            tmp = tmp_path / "later.tmp"
+            tmp.write_bytes(content)
+            os.replace(tmp, target)
+            await col.wait(lambda: col.data() == content, "the content of the new file")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.fatal() is None
+    assert col.errors == []
+    first = col.opened()[0]
+    assert first.offset == 0 and first.reason == "attach"
+
+
+# ----------------------------------------------------------------------------------------------
+# e. resume from a saved position, and not into another file
+
+def test_resume_at_saved_position_and_not_in_a_replaced_file(sshd_server: SSHServer,
+                                                             tmp_path: Path) -> None:
+    server = sshd_server
+    target = tmp_path / "server.log"
+    part1 = b"".join(numbered(i) for i in range(1, 3001))
+    target.write_bytes(part1)
+
+    async def first_run() -> Position:
+        pool = SSHPool()
+        source = make_source(server, target, pool=pool)
+        follower = make_follower(source)
+        col = Collector(source, follower).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(part1), "the first part")
+        finally:
+            await col.stop()
+            await pool.close()
+        pos = follower.position()
+        assert pos is not None
+        return pos
+
+    pos = run(first_run())
+    assert pos.identity is not None and pos.tail_sha is not None
+    assert 0 < pos.offset <= len(part1)
+    assert part1[:pos.offset].count(b"\n") + 1 == pos.line_number
+
+    part2 = b"".join(numbered(i) for i in range(3001, 4001))
+    with open(target, "ab") as f:
+        f.write(part2)
+    whole = part1 + part2
+
+    async def resumed(start: Position, pack: bool) -> Collector:
+        pool = SSHPool()
+        source = make_source(server, target, pool=pool, start=start,
+                             pack=load_pack("sglang") if pack else None)
+        col = Collector(source).start()
+        size = target.stat().st_size
+        try:
+            await col.wait(lambda: col.next_offset == size and bool(col.files), "the whole file")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(resumed(pos, pack=True))
+    first = col.opened()[0]
+    assert first.reason == "resume" and not first.new_file, first
+    assert first.offset == pos.offset and first.line_number == pos.line_number
+    assert col.data() == whole[pos.offset:]
+    assert col.errors == []
+
+    # the same path now holds another file (a different head): no resume into it
+    other = b"".join(b"other " + numbered(i) for i in range(1, 5001))
+    tmp = tmp_path / "server.tmp"
+    tmp.write_bytes(other)
+    os.replace(tmp, target)
+    col = run(resumed(pos, pack=False))
+    first = col.opened()[0]
+    assert first.reason == "attach" and first.new_file and first.offset == 0, first
+    assert col.data() == other
+
+
+def test_no_resume_when_bytes_before_offset_changed(sshd_server: SSHServer,
+                                                    tmp_path: Path) -> None:
+    """Same first KiB, other bytes before the saved offset: the tail hash refuses the resume."""
+    server = sshd_server
+    target = tmp_path / "server.log"
+    old = b"".join(numbered(i) for i in range(1, 2001))
+    target.write_bytes(old)
+    offset = len(old)
+
+    async def first_run() -> Position:
+        pool = SSHPool()
+        source = make_source(server, target, pool=pool)
+        follower = make_follower(source)
+        col = Collector(source, follower).start()
+        try:
+            await col.wait(lambda: col.next_offset == offset, "the file")
+        finally:
+            await col.stop()
+            await pool.close()
+        pos = follower.position()
+        assert pos is not None and pos.offset == offset
+        return pos
+
+    saved = run(first_run())
+    new = old[:offset - 500] + b"X" * 499 + b"\n" + b"tail of another file\n"
+    assert new[:1024] == old[:1024] and len(new) > offset
+    target.write_bytes(new)
+
+    async def second() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool, start=saved)).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(new), "the whole new file")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(second())
+    first = col.opened()[0]
+    assert first.reason == "attach" and first.offset == 0, first
+    assert col.data() == new
+
+
+# ----------------------------------------------------------------------------------------------
+# f. first attach: the latest startup
+
+def _two_startups() -> tuple[bytes, int, int]:
+    lines = [b"[2026-01-01 09:59:59] some old noise"]
+    lines += [b"[2026-01-01 10:00:00] server_args=ServerArgs(model_path='x')"]
+    lines += [f"[2026-01-01 10:00:{i:02d}] old startup line {i}".encode() for i in range(1, 40)]
+    lines += [b"[2026-01-01 10:00:41] Received sigquit from a child process. It usually means the child failed."]
+    lines += [b"[2026-01-01 11:00:00] a line before the restart"]
+    second_line = len(lines) + 1
+    second_offset = sum(len(x) + 1 for x in lines)
+    lines += [b"[2026-01-01 11:00:01] server_args=ServerArgs(model_path='x')"]
+    lines += [f"[2026-01-01 11:00:{i:02d}] new startup line {i}".encode() for i in range(2, 30)]
+    return b"\n".join(lines) + b"\n", second_offset, second_line
+
+
+def test_first_attach_starts_at_latest_startup(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    # a path the remote grep must receive quoted
+    d = tmp_path / "dir with space"
+    d.mkdir()
+    target = d / "it's a server.log"
+    content, off, line = _two_startups()
+    target.write_bytes(content)
+    assert content[off:].startswith(b"[2026-01-01 11:00:01] server_args=")
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool, pack=load_pack("sglang"))).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(content), "the log from its start")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    first = col.opened()[0]
+    assert first.reason == "attach"
+    assert (first.offset, first.line_number) == (off, line)
+    assert col.data() == content[off:]
+
+
+# ----------------------------------------------------------------------------------------------
+# g. rotation and truncation while connected
+
+def test_rotation_by_rename_while_connected(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    target = tmp_path / "server.log"
+    rotated = tmp_path / "server.log.1"
+    old_a = b"".join(numbered(i) for i in range(1, 501))
+    old_b = b"".join(b"late " + numbered(i) for i in range(501, 601))  # written after the rename
+    new = b"".join(b"new " + numbered(i) for i in range(1, 301))
+
+    async def main() -> tuple[Collector, Follower]:
+        pool = SSHPool()
+        source = make_source(server, target, pool=pool)
+        follower = make_follower(source)
+        col = Collector(source, follower).start()
+        old_writer = open(target, "ab")
+        try:
+            old_writer.write(old_a)
+            old_writer.flush()
+            await col.wait(lambda: col.next_offset == len(old_a), "the old file")
+            os.rename(target, rotated)
+            old_writer.write(old_b)          # the writer still holds the old file
+            old_writer.flush()
+            with open(target, "wb") as nf:
+                nf.write(new)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == new,
+                           "the new file after the rotation")
+        finally:
+            old_writer.close()
+            await col.stop()
+            await pool.close()
+        return col, follower
+
+    col, follower = run(main())
+    assert col.errors == []
+    assert [(o.reason, o.offset) for o in col.opened()] == [("attach", 0), ("rotated", 0)]
+    assert col.opened()[1].new_file
+    assert col.data(0) == old_a + old_b      # drained to its end
+    assert col.data(1) == new                # then the new one, from byte 0
+    assert follower.status.gaps == 0 and follower.status.overlaps == 0
+    assert follower.status.files == 2
+
+
+def test_rotation_of_a_file_that_was_empty_at_attach(sshd_server: SSHServer,
+                                                     tmp_path: Path) -> None:
+    """A log created empty (`server > log`) and watched from then on, later rotated."""
+    server = sshd_server
+    target = tmp_path / "server.log"
+    rotated = tmp_path / "server.log.1"
+    target.write_bytes(b"")
+    old = b"".join(numbered(i) for i in range(1, 201))
+    new = b"".join(b"new " + numbered(i) for i in range(1, 101))
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool)).start()
+        try:
+            await col.wait(lambda: bool(col.opened()), "the first Opened")
+            with open(target, "ab") as f:
+                f.write(old)
+            await col.wait(lambda: col.next_offset == len(old), "the old content")
+            os.rename(target, rotated)
+            target.write_bytes(new)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == new,
+                           "the new file after the rotation", timeout=10)
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert [o.reason for o in col.opened()] == ["attach", "rotated"]
+    assert col.data(0) == old and col.data(1) == new
+
+
+def test_truncation_while_connected(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    target = tmp_path / "server.log"
+    old = b"".join(numbered(i) for i in range(1, 1001))
+    new = b"".join(b"after truncation " + numbered(i) for i in range(1, 101))
+    assert len(new) < len(old)
+    target.write_bytes(old)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool)).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(old), "the old content")
+            with open(target, "r+b") as f:     # copytruncate: truncate in place, write again
+                f.truncate(0)
+                f.write(new)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == new,
+                           "the content written after the truncation")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.errors == []
+    assert [(o.reason, o.offset) for o in col.opened()] == [("attach", 0), ("truncated", 0)]
+    assert col.data(0) == old and col.data(1) == new
+
+
+def test_truncation_then_rewrite_past_the_old_offset(sshd_server: SSHServer,
+                                                     tmp_path: Path) -> None:
+    """Truncated, then more than the old size written before the next poll (`> log` and a
+    restart that prints a lot at once): still a new file read from byte 0."""
+    server = sshd_server
+    target = tmp_path / "server.log"
+    old = b"".join(numbered(i) for i in range(1, 101))
+    new = b"".join(b"after truncation " + numbered(i) for i in range(1, 301))
+    assert len(new) > len(old)
+    target.write_bytes(old)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool)).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(old), "the old content")
+            with open(target, "r+b") as f:
+                f.truncate(0)
+                f.write(new)
+            await col.wait(lambda: col.next_offset == len(new) and len(col.files) == 2
+                           and col.data() == new,
+                           "the new content from byte 0", timeout=8)
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert [(o.reason, o.offset) for o in col.opened()] == [("attach", 0), ("truncated", 0)]
+    assert col.data(1) == new
+
+
+def test_silent_connection_is_detected_by_keepalive(sshd_server: SSHServer,
+                                                    tmp_path: Path) -> None:
+    """The server side stops answering without closing the TCP connection (SIGSTOP): the
+    keepalives notice, the source reconnects, and the bytes written meanwhile arrive once."""
+    server = sshd_server
+    target = tmp_path / "server.log"
+    part1 = b"".join(numbered(i) for i in range(1, 101))
+    part2 = b"".join(numbered(i) for i in range(101, 201))
+    target.write_bytes(part1)
+    options = ssh_opts(server, keepalive_interval=1.0, keepalive_count_max=2)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, target, pool=pool, options=options)).start()
+        try:
+            await col.wait(lambda: col.next_offset == len(part1), "the first part")
+            frozen = await asyncio.to_thread(server.freeze_sessions)
+            assert frozen
+            with open(target, "ab") as f:
+                f.write(part2)
+            # 1 s x 2 unanswered keepalives, then a reconnect with backoff: well under 15 s
+            await col.wait(lambda: col.next_offset == len(part1 + part2),
+                           "the second part after the silent drop", timeout=15)
+        finally:
+            await asyncio.to_thread(server.kill_sessions)
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.errors == []
+    assert col.data() == part1 + part2
+    assert [o.reason for o in col.opened()] == ["attach", "reconnected"]
+    assert col.source.reconnects == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# h. one connection per host
+
+def test_sources_on_one_host_share_a_connection(sshd_server: SSHServer, tmp_path: Path) -> None:
+    server = sshd_server
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_bytes(b"a1\n")
+    b.write_bytes(b"b1\n")
+    pool = SSHPool()
+
+    async def main() -> None:
+        ca = Collector(make_source(server, a, pool=pool)).start()
+        cb = Collector(make_source(server, b, pool=pool)).start()
+        try:
+            await ca.wait(lambda: ca.data() == b"a1\n", "a")
+            await cb.wait(lambda: cb.data() == b"b1\n", "b")
+            assert pool.connects == 1
+            with open(a, "ab") as f:
+                f.write(b"a2\n")
+            with open(b, "ab") as f:
+                f.write(b"b2\n")
+            await ca.wait(lambda: ca.data() == b"a1\na2\n", "a2")
+            await cb.wait(lambda: cb.data() == b"b1\nb2\n", "b2")
+            assert pool.connects == 1
+
+            # the connection drops: both come back, again on one shared connection
+            assert await asyncio.to_thread(server.kill_sessions) > 0
+            with open(a, "ab") as f:
+                f.write(b"a3\n")
+            with open(b, "ab") as f:
+                f.write(b"b3\n")
+            await ca.wait(lambda: ca.data() == b"a1\na2\na3\n", "a3 after the drop")
+            await cb.wait(lambda: cb.data() == b"b1\nb2\nb3\n", "b3 after the drop")
+            assert ca.source.reconnects == 1 and cb.source.reconnects == 1
+            assert pool.connects == 2
+            assert ca.errors == [] and cb.errors == []
+        finally:
+            await ca.stop()
+            await cb.stop()
+            await pool.close()
+
+    run(main())
+
+
+# ----------------------------------------------------------------------------------------------
+# i. the CLI on a simulated server
+
+def _watch_simulated(server: SSHServer, tmp_path: Path, *sim_args: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    target = tmp_path / "sglang.log"
+    target.write_bytes(b"")
+    sim = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(target),
+                            "--speed", "0.05", *sim_args], cwd=ROOT,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        res, took = cli("watch", server.url(target), "--known-hosts", str(server.known_hosts),
+                        "-i", str(server.client_key), "--timeout", "45", timeout=55)
+    finally:
+        try:
+            sim.wait(timeout=30)
+        finally:
+            if sim.poll() is None:
+                sim.kill()
+                sim.wait()
+    assert sim.returncode == 0, sim.stderr.read() if sim.stderr else sim.returncode
+    return res, took
+
+
+def test_cli_watch_ssh_until_ready(sshd_server: SSHServer, tmp_path: Path) -> None:
+    res, took = _watch_simulated(sshd_server, tmp_path)
+    assert res.returncode == 0, (res.returncode, res.stdout[-3000:], res.stderr[-3000:])
+    assert "ready" in res.stdout.lower(), res.stdout
+
+
+def test_cli_watch_ssh_crash_oom(sshd_server: SSHServer, tmp_path: Path) -> None:
+    res, took = _watch_simulated(sshd_server, tmp_path, "--crash", "oom")
+    assert res.returncode == 1, (res.returncode, res.stdout[-3000:], res.stderr[-3000:])
+    assert "torch.OutOfMemoryError: CUDA out of memory" in res.stdout, res.stdout
