@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -121,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                          description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("-c", "--config", default="logwatch.yaml", metavar="FILE",
                      help="the config file (default: ./logwatch.yaml)")
+    run.add_argument("--shard", metavar="K/N", default=os.environ.get("LOGWATCH_SHARD"),
+                     help="run only the targets whose name hashes to shard K of N (0-based); "
+                          "ordinal/N takes K from a StatefulSet pod name (logwatch-3 -> 3); "
+                          "env LOGWATCH_SHARD")
     run.add_argument("--check", action="store_true",
                      help="only validate the config and its rule packs, then exit (0 ok, 2 bad)")
     run.set_defaults(func=cmd_run)
@@ -207,8 +212,15 @@ def _duration(text: str) -> float:
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .config import ConfigError, load_config
+    from .config import ConfigError, load_config, parse_shard
     from .daemon import run_daemon
+    shard = None
+    if args.shard:
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return EXIT_USAGE
     if args.check:
         try:
             cfg = load_config(args.config)
@@ -217,7 +229,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         print(f"{args.config}: ok ({len(cfg.targets)} targets, {len(cfg.alerts)} alert sinks)")
         return EXIT_OK
-    return asyncio.run(run_daemon(args.config))
+    return asyncio.run(run_daemon(args.config, shard))
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

@@ -224,3 +224,36 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
             raise ConfigError(path, f"{key}.{flag}", "true or false")
     return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
                         bool(t.get("poll", False)), bool(t.get("from_start", False)))
+
+
+def shard_of(name: str, shards: int) -> int:
+    """The shard a target belongs to: a stable hash of its name (adding or removing other
+    targets never moves it; only changing N does)."""
+    import hashlib
+    return int(hashlib.sha1(name.encode("utf-8")).hexdigest()[:15], 16) % shards
+
+
+def parse_shard(spec: str, hostname: str | None = None) -> tuple[int, int]:
+    """`K/N` (0-based K), or `ordinal/N`: K from a StatefulSet pod name (`logwatch-3` -> 3)."""
+    k, _, n = spec.partition("/")
+    if not n.isdigit() or int(n) < 1:
+        raise ValueError(f"--shard wants K/N, e.g. 0/4 or ordinal/4: {spec!r}")
+    if k == "ordinal":
+        import socket
+        host = hostname or os.environ.get("HOSTNAME") or socket.gethostname()
+        m = re.search(r"-(\d+)$", host)
+        if not m:
+            raise ValueError(f"--shard ordinal/N: the host name {host!r} does not end in -NUMBER "
+                             "(a StatefulSet pod name)")
+        k = m.group(1)
+    if not k.isdigit() or int(k) >= int(n):
+        raise ValueError(f"--shard {spec!r}: K must be 0..{int(n) - 1}")
+    return int(k), int(n)
+
+
+def select_shard(cfg: Config, shard: tuple[int, int] | None) -> Config:
+    if shard is None:
+        return cfg
+    k, n = shard
+    import dataclasses
+    return dataclasses.replace(cfg, targets=tuple(t for t in cfg.targets if shard_of(t.name, n) == k))

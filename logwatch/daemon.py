@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from . import log
-from .config import Config, ConfigError, TargetConfig, load_config
+from .config import Config, ConfigError, TargetConfig, load_config, select_shard
 from .machine import Event
 from .positions import PositionStore
 from .rulepack import PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path
@@ -58,8 +58,10 @@ def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:
 
 
 class Daemon:
-    def __init__(self, config: Config, config_path: str) -> None:
-        self.config = config
+    def __init__(self, config: Config, config_path: str,
+                 shard: tuple[int, int] | None = None) -> None:
+        self.shard = shard
+        self.config = select_shard(config, shard)
         self.config_path = config_path
         self.log = log.get("daemon")
         self.store = PositionStore(config.state_dir)
@@ -153,7 +155,7 @@ class Daemon:
 
     async def reload(self) -> None:
         try:
-            new = load_config(self.config_path)
+            new = select_shard(load_config(self.config_path), self.shard)
         except (ConfigError, PackError) as e:
             self.log.error("reload failed: keeping the running config", error=str(e))
             return
@@ -194,14 +196,17 @@ class Daemon:
         self.log.info("logwatch stopped")
 
 
-async def run_daemon(config_path: str) -> int:
+async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> int:
     try:
         cfg = load_config(config_path)
     except (ConfigError, PackError) as e:
         print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
         return 2
     log.setup(cfg.log_level)
-    daemon = Daemon(cfg, config_path)
+    daemon = Daemon(cfg, config_path, shard)
+    if shard is not None:
+        daemon.log.info("sharded", shard=f"{shard[0]}/{shard[1]}",
+                        targets=len(daemon.config.targets), of=len(cfg.targets))
     loop = asyncio.get_running_loop()
     for sig, handler in ((signal.SIGHUP, daemon.request_reload),
                          (signal.SIGTERM, daemon.request_stop),

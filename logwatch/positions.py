@@ -80,10 +80,12 @@ class PositionStore:
                              target=target, file=str(p), error=str(e))
             return None, {}
         try:
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
             if doc.get("version") != VERSION:
                 raise ValueError(f"unknown version {doc.get('version')!r}")
             return Position.from_json(doc["position"]), dict(doc.get("extra") or {})
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             self.log.warning("position file corrupt, starting at the latest startup",
                              target=target, file=str(p), error=str(e))
             return None, {}

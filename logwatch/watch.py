@@ -121,6 +121,9 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
                 code, outcome = EXIT_FAILED, "stopped (clean shutdown)"
                 break
             if phase == CRASHED and settle_until is not None and time.monotonic() >= settle_until:
+                # nothing more is coming: an unfinished last line (the exception message
+                # without its newline) is all there is of it, so read it as a line
+                follower.finish(time.time())
                 code, outcome = EXIT_FAILED, "crashed"
                 break
             if any(isinstance(e, Stalled) for e in events):

@@ -19,7 +19,7 @@ from .. import log
 from .base import Data, Opened, SourceEvent, SourceState
 from .ssh import Backoff
 
-OVERLAP_PROBE = 512          # bytes of the previous output looked for in the new one
+OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
 
 
@@ -67,7 +67,19 @@ class CommandSource:
             run_head = b""
             started = asyncio.get_running_loop().time()
             while True:
-                chunk = await self._proc.stdout.read(1 << 16)
+                if skip_state is not None:
+                    try:  # a pause in the output settles the resync
+                        chunk = await asyncio.wait_for(self._proc.stdout.read(1 << 16), 0.5)
+                    except asyncio.TimeoutError:
+                        rest = skip_state.settle()
+                        skip_state = None
+                        if rest:
+                            yield Data(rest, offset)
+                            offset += len(rest)
+                            tail = (tail + rest)[-OVERLAP_PROBE:]
+                        continue
+                else:
+                    chunk = await self._proc.stdout.read(1 << 16)
                 if not chunk:
                     break
                 if len(run_head) < 4096:
@@ -105,9 +117,10 @@ class _Resync:
 
     Two shapes: the command prints everything again (`docker logs -f`): its output starts
     with the same bytes as the first run, so exactly the `seen` bytes already read are
-    skipped; or it prints the last lines again (`journalctl -f`): the last bytes read are
-    looked for in the first megabyte and reading resumes after them.  Otherwise nothing is
-    skipped (better a line twice than a line lost)."""
+    skipped; or it prints the last lines again (`journalctl -f`, `tail -n N -f`): the longest
+    start of the new output (in whole lines) that the old output ended with is skipped.
+    Decided once the output pauses or exceeds what was kept of the old one.  Otherwise
+    nothing is skipped (better a line twice than a line lost)."""
 
     def __init__(self, head: bytes, tail: bytes, seen: int) -> None:
         self.head, self.tail, self.seen = head, tail, seen
@@ -132,22 +145,27 @@ class _Resync:
             self.skipping = self.seen
             data, self.buf = self.buf, b""
             return self.feed(data)
-        if len(self.tail) >= 64:
-            i = self.buf.rfind(self.tail)
-            if i >= 0:
-                self.done = True
-                out, self.buf = self.buf[i + len(self.tail):], b""
-                return out
-        if len(self.buf) >= OVERLAP_WINDOW:
-            return self.flush()
+        if len(self.buf) > len(self.tail) + OVERLAP_WINDOW:
+            return self.settle()
         return b""
 
-    def flush(self) -> bytes:
+    def settle(self) -> bytes:
+        """The output paused: skip the overlap with the end of the old output, if any."""
         self.done = True
-        out, self.buf = self.buf, b""
-        if out and self.head.startswith(out) and len(out) <= self.seen:
+        buf, self.buf = self.buf, b""
+        if self.head and self.head.startswith(buf) and len(buf) <= self.seen:
             return b""  # a short log printed again, all of it already read
-        return out
+        best = 0
+        pos = buf.find(b"\n")
+        while pos >= 0 and pos < len(self.tail) + 1:
+            k = pos + 1
+            if self.tail.endswith(buf[:k]):
+                best = k
+            pos = buf.find(b"\n", k)
+        return buf[best:]
+
+    def flush(self) -> bytes:
+        return self.settle()
 
 
 class StdinSource:
@@ -160,6 +178,21 @@ class StdinSource:
         self._closed = True
 
     async def events(self) -> AsyncIterator[SourceEvent]:
+        import stat
+        fd = sys.stdin.fileno()
+        if stat.S_ISREG(os.fstat(fd).st_mode):  # `< file.log`: a file, not a pipe
+            yield SourceState(True, "reading stdin (a file)")
+            yield Opened(0, 1, None, "attach", True)
+            offset = 0
+            while not self._closed:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    yield SourceState(False, "stdin closed")
+                    return
+                yield Data(chunk, offset)
+                offset += len(chunk)
+                await asyncio.sleep(0)
+            return
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=1 << 20)
         protocol = asyncio.StreamReaderProtocol(reader)

@@ -95,7 +95,8 @@ class LocalFileSource:
     def __init__(self, path: str, *, start: Position | None = None,
                  find_start: StartFinder | None = None, poll_interval: float | None = None,
                  use_inotify: bool = True, name: str | None = None) -> None:
-        self.path = Path(path).expanduser()
+        # absolute, so inotify events (reported under the watched directory) match it
+        self.path = Path(path).expanduser().absolute()
         self.name = name or str(self.path)
         self.start = start
         self.find_start = find_start
@@ -204,11 +205,27 @@ class LocalFileSource:
         while not self._closed:
             size = os.fstat(fd).st_size
             now = loop.time()
-            check = now - checked >= CHECK_EVERY or size < offset
+            check = now - checked >= CHECK_EVERY
             if check:
                 checked = now
-            if size < offset or (check and last and
-                                 os.pread(fd, len(last), offset - len(last)) != last):
+            rewritten = size < offset
+            while not rewritten:
+                # each read starts with the bytes before our offset: if they changed, the file
+                # was truncated and written again (checked in the same syscall, for free)
+                back = len(last)
+                chunk = os.pread(fd, READ_SIZE + back, offset - back)
+                if chunk[:back] != last:
+                    rewritten = True
+                    break
+                chunk = chunk[back:]
+                if not chunk:
+                    break
+                yield Data(chunk, offset)
+                offset += len(chunk)
+                last = (last + chunk)[-TAIL_BYTES:]
+                if len(chunk) < READ_SIZE:
+                    break
+            if rewritten:
                 self.truncations += 1
                 self.log.warning("log truncated: reading it again from the start",
                                  offset=offset, size=size)
@@ -219,15 +236,6 @@ class LocalFileSource:
                 self.current_identity = ident
                 yield Opened(0, 1, ident, "truncated", True)
                 continue
-            while True:
-                chunk = os.pread(fd, READ_SIZE, offset)
-                if not chunk:
-                    break
-                yield Data(chunk, offset)
-                offset += len(chunk)
-                last = (last + chunk)[-TAIL_BYTES:]
-                if len(chunk) < READ_SIZE:
-                    break
             if ident.head_len < HEAD_BYTES and offset > ident.head_len:
                 # opened while shorter than an identity head: complete the identity now
                 ident = identity_of(ident.dev, ident.ino, os.pread(fd, HEAD_BYTES, 0))
@@ -254,7 +262,10 @@ class LocalFileSource:
                 return
             if pst is None and not getattr(self, "_gone_said", False):
                 self._gone_said = True
-                yield SourceState(True, f"{self.path} was deleted; draining it, waiting for a new one")
+                # still linked elsewhere: renamed away (rotation), not deleted
+                self._gone_reason = "rotated" if os.fstat(fd).st_nlink > 0 else "recreated"
+                what = "was rotated away" if self._gone_reason == "rotated" else "was deleted"
+                yield SourceState(True, f"{self.path} {what}; draining it, waiting for a new one")
             if pst is not None:
                 self._gone_said = False
             await self._sleep()
@@ -272,5 +283,5 @@ class LocalFileSource:
                     offset += len(chunk)
                 self._gone_said = False
                 self.rotations += 1
-                yield "recreated"
+                yield getattr(self, "_gone_reason", "recreated")
                 return

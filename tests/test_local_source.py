@@ -1,0 +1,852 @@
+"""Local-file, command and stdin sources, as the follower consumes them.
+
+The promise under test (sources/base.py): a source reopens by itself and never drops or
+repeats a byte of a file it can still see.  The only loss allowed is the copytruncate
+window: what a writer appended after the watcher's last read and before the truncation.
+
+No sleeps are used to synchronise: every wait polls a condition with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import structlog
+
+from logwatch.follow import Follower
+from logwatch.pipeline import LogPipeline
+from logwatch.positions import PositionStore
+from logwatch.rulepack import load_pack
+from logwatch.sources import (
+    Data, Opened, SourceError, SourceState, make_source,
+)
+from logwatch.sources.command import CommandSource
+from logwatch.sources.local import LocalFileSource
+
+SGLANG = load_pack("sglang")
+VLLM = load_pack("vllm")
+
+
+def new_follower(source: Any) -> Follower:
+    return Follower("test", source, lambda p: LogPipeline(p), SGLANG, [])
+
+
+def wait_in_thread(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `pred` from a plain thread until it holds (deadline: AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.005)
+
+
+class Reader:
+    """Runs `source.events()` in a task, keeps every event, feeds a Follower if given."""
+
+    def __init__(self, source: Any, follower: Follower | None = None,
+                 on_event: Callable[[Any], None] | None = None) -> None:
+        self.source = source
+        self.follower = follower
+        self.on_event = on_event
+        self.events: list[Any] = []
+        self.task: asyncio.Task[None] | None = None
+        self.error: BaseException | None = None
+
+    async def __aenter__(self) -> "Reader":
+        self.task = asyncio.create_task(self._pump())
+        return self
+
+    async def _pump(self) -> None:
+        try:
+            async for ev in self.source.events():
+                self.events.append(ev)
+                if self.follower is not None:
+                    self.follower.handle(ev)
+                if self.on_event is not None:
+                    self.on_event(ev)
+        except BaseException as e:  # noqa: BLE001 - surfaced by wait()
+            self.error = e
+            raise
+
+    async def wait(self, pred: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not pred():
+            if self.error is not None:
+                raise AssertionError(f"source failed: {self.error!r}") from self.error
+            assert self.task is not None
+            if self.task.done():
+                raise AssertionError(f"source ended while waiting for {what}; events: "
+                                     f"{self.brief()}")
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {what}; events: "
+                                     f"{self.brief()}")
+            await asyncio.sleep(0.01)
+
+    async def wait_end(self, timeout: float = 10.0) -> None:
+        await self.wait(lambda: self.task is not None and self.task.done(), timeout, "the end")
+
+    def brief(self) -> list[str]:
+        out = []
+        for ev in self.events[-30:]:
+            if isinstance(ev, Data):
+                out.append(f"Data({len(ev.data)}B @ {ev.offset})")
+            else:
+                out.append(repr(ev))
+        return out
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.source.close()
+        assert self.task is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout=2)
+        except asyncio.TimeoutError:
+            self.task.cancel()
+        except BaseException:  # noqa: BLE001 - reported by the test itself
+            pass
+        if not self.task.done():
+            self.task.cancel()
+        try:
+            await self.task
+        except BaseException:  # noqa: BLE001
+            pass
+
+    # views -----------------------------------------------------------------------------------
+    def opened(self) -> list[Opened]:
+        return [e for e in self.events if isinstance(e, Opened)]
+
+    def states(self) -> list[SourceState]:
+        return [e for e in self.events if isinstance(e, SourceState)]
+
+    def data_bytes(self) -> int:
+        return sum(len(e.data) for e in self.events if isinstance(e, Data))
+
+    def segments(self) -> list[tuple[Opened, bytes]]:
+        """The bytes delivered per Opened; asserts each Data continues at the right offset."""
+        segs: list[tuple[Opened, bytearray]] = []
+        for ev in self.events:
+            if isinstance(ev, Opened):
+                segs.append((ev, bytearray()))
+            elif isinstance(ev, Data):
+                assert segs, "Data before any Opened"
+                op, buf = segs[-1]
+                assert ev.offset == op.offset + len(buf), \
+                    f"Data at {ev.offset}, expected {op.offset + len(buf)} ({op.reason})"
+                buf += ev.data
+        return [(op, bytes(b)) for op, b in segs]
+
+    def stream(self) -> bytes:
+        """All bytes of a single-segment source (or of all segments, concatenated)."""
+        return b"".join(b for _, b in self.segments())
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. the fault test: rename rotation x2, copytruncate, delete + recreate, 100,000 lines
+
+N_LINES = 100_000
+BATCH = 100                       # lines per write(2)
+PACE = 0.011                      # seconds between batches: 1000 batches, ~12-15 s in all
+ROTATE1, COPYTRUNC, ROTATE2, RECREATE = 200, 400, 600, 800   # batch indices of the faults
+LINE_RE = re.compile(rb"line (\d{6}) ")
+
+
+def numbered_line(i: int) -> bytes:
+    body = f"line {i:06d} "
+    width = 60 + (i * 7919) % 41          # 60..100 bytes with the newline
+    pad = chr(ord("a") + i % 26) * (width - len(body) - 1)
+    return (body + pad + "\n").encode()
+
+
+class Progress:
+    """What the consumer has seen, read by the writer thread at its sync points."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.max_line = 0
+        self.reasons: list[str] = []
+        self.deleted_seen = False
+
+    def snapshot_reasons(self) -> list[str]:
+        with self.lock:
+            return list(self.reasons)
+
+
+class LineCollector:
+    """Turns Data into line numbers as they arrive (per Opened: no line spans two files)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.partial = b""
+        self.delivered: list[int] = []
+        self.fragments: list[tuple[str, bytes]] = []   # (reason of its segment, bytes)
+        self.reason = ""
+
+    def __call__(self, ev: Any) -> None:
+        if isinstance(ev, Opened):
+            if self.partial:
+                self.fragments.append((self.reason, self.partial))
+            self.partial = b""
+            self.reason = ev.reason
+            with self.progress.lock:
+                self.progress.reasons.append(ev.reason)
+        elif isinstance(ev, SourceState):
+            if "was deleted" in ev.message:
+                with self.progress.lock:
+                    self.progress.deleted_seen = True
+        elif isinstance(ev, Data):
+            buf = self.partial + ev.data
+            cut = buf.rfind(b"\n") + 1
+            self.partial = buf[cut:]
+            nums = [int(m.group(1)) for m in LINE_RE.finditer(buf[:cut])]
+            assert len(nums) == buf[:cut].count(b"\n"), "a line without its number"
+            self.delivered += nums
+            if nums:
+                with self.progress.lock:
+                    self.progress.max_line = max(self.progress.max_line, nums[-1])
+
+
+class FaultyWriter(threading.Thread):
+    """Appends N_LINES numbered lines and does the four faults on the way."""
+
+    def __init__(self, path: Path, progress: Progress) -> None:
+        super().__init__(daemon=True)
+        self.path = path
+        self.progress = progress
+        self.error: BaseException | None = None
+        self.written = 0                      # last line number written
+        self.copytrunc_window: range = range(0)
+        self.done = threading.Event()
+
+    def _open(self) -> int:
+        return os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _write_batch(self, fd: int) -> None:
+        first = self.written + 1
+        last = min(N_LINES, self.written + BATCH)
+        os.write(fd, b"".join(numbered_line(i) for i in range(first, last + 1)))
+        self.written = last
+
+    def _wait_reason(self, reason: str, count: int) -> None:
+        try:
+            wait_in_thread(lambda: self.progress.snapshot_reasons().count(reason) >= count, 20,
+                           f"the source to report Opened(reason={reason!r}) x{count}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; reasons so far: {self.progress.snapshot_reasons()}") from None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - checked by the test
+            self.error = e
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
+        fd = self._open()
+        for b in range(N_LINES // BATCH):
+            if b == ROTATE1:
+                # (a) rename rotation: close, rename to .1, open a new file at the path
+                os.close(fd)
+                os.rename(self.path, f"{self.path}.1")
+                fd = self._open()
+            elif b == COPYTRUNC:
+                self._wait_reason("rotated", 1)
+                # (b) copytruncate.  Sync point: wait until the source has delivered every
+                # line written so far; then write ONE more batch and copy + truncate at once.
+                # Only that batch (the copytruncate window) may be lost.
+                upto = self.written
+                wait_in_thread(lambda: self.progress.max_line >= upto, 20,
+                               f"the source to catch up to line {upto}")
+                self._write_batch(fd)
+                self.copytrunc_window = range(upto + 1, self.written + 1)
+                shutil.copyfile(self.path, f"{self.path}.copy")
+                os.ftruncate(fd, 0)
+            elif b == ROTATE2:
+                self._wait_reason("truncated", 1)
+                os.close(fd)
+                os.rename(self.path, f"{self.path}.2")
+                fd = self._open()
+            elif b == RECREATE:
+                self._wait_reason("rotated", 2)
+                # (c) delete, and create the file again once the source has seen it gone
+                # (if both happened between two looks, it would rightly be a "rotation")
+                os.close(fd)
+                os.unlink(self.path)
+                wait_in_thread(lambda: self.progress.deleted_seen, 20,
+                               "the source to notice the deletion")
+                fd = self._open()
+            if self.written >= N_LINES:
+                break
+            self._write_batch(fd)
+            time.sleep(PACE)   # pacing of the writer, not a synchronisation
+        os.close(fd)
+
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+def test_no_line_lost_or_repeated_through_rotation_truncation_and_recreation(
+        tmp_path: Path, use_inotify: bool) -> None:
+    path = tmp_path / "server.log"
+    progress = Progress()
+    collector = LineCollector(progress)
+    writer = FaultyWriter(path, progress)
+
+    async def main() -> Reader:
+        source = LocalFileSource(str(path), use_inotify=use_inotify)
+        follower = new_follower(source)
+        async with Reader(source, follower, on_event=collector) as reader:
+            writer.start()
+            await reader.wait(lambda: writer.done.is_set(), 60, "the writer to finish")
+            assert writer.error is None, f"writer failed: {writer.error!r}"
+            await reader.wait(lambda: progress.max_line >= N_LINES, 20,
+                              f"line {N_LINES} (last seen {progress.max_line})")
+        assert follower.status.gaps == 0, follower.status
+        assert follower.status.overlaps == 0, follower.status
+        return reader
+
+    reader = run(main())
+    writer.join(5)
+
+    # the reasons: attach, then each fault exactly once as what it is
+    reasons = collections.Counter(op.reason for op in reader.opened())
+    assert reasons == {"attach": 1, "rotated": 2, "truncated": 1, "recreated": 1}, \
+        [f"{op.reason}@{op.offset}" for op in reader.opened()]
+
+    delivered = collector.delivered
+    # no line repeated, strictly in order
+    bad = [(a, b) for a, b in zip(delivered, delivered[1:]) if b <= a]
+    assert not bad, f"lines out of order or repeated (first pairs): {bad[:10]}"
+    # every line present except, possibly, the copytruncate window: the batch written after
+    # the writer's sync point (the source had delivered everything before it) and before the
+    # truncation
+    window = set(writer.copytrunc_window)
+    assert len(window) == BATCH
+    missing = set(range(1, N_LINES + 1)) - set(delivered)
+    assert missing <= window, f"lost outside the copytruncate window: {sorted(missing - window)[:20]}"
+    # a partial line can only be the end of the truncated file, inside the window
+    for reason, frag in collector.fragments:
+        assert reason == "rotated", (reason, frag[:80])      # the file that got truncated
+        m = LINE_RE.match(frag)
+        assert m is None or int(m.group(1)) in window, frag[:80]
+    assert not collector.partial
+
+    # byte-exact: each segment is what that file held
+    segs = reader.segments()
+    assert [op.reason for op, _ in segs] == ["attach", "rotated", "truncated", "rotated",
+                                             "recreated"]
+    assert all(op.offset == 0 for op, _ in segs)
+    assert segs[0][1] == Path(f"{path}.1").read_bytes()
+    assert Path(f"{path}.copy").read_bytes().startswith(segs[1][1])
+    assert segs[2][1] == Path(f"{path}.2").read_bytes()
+    assert segs[4][1] == path.read_bytes()
+    print(f"inotify={use_inotify}: {len(missing)} line(s) lost in the copytruncate window "
+          f"{writer.copytrunc_window.start}..{writer.copytrunc_window.stop - 1}")
+
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+def test_truncation_followed_at_once_by_more_than_was_read(tmp_path: Path,
+                                                           use_inotify: bool) -> None:
+    """`> server.log` (or copytruncate) and the restarted server writes more than the watcher
+    had read before the source looks again: the file is no shorter than our offset, but the
+    bytes before it changed.  The new content must be read from byte 0, not from the old
+    offset (which would hand on the middle of the new file as if it continued the old one
+    and lose its start)."""
+    path = tmp_path / "server.log"
+    old = b"".join(f"old line {i:04d} before the restart\n".encode() for i in range(60))
+    new = b"".join(f"NEW line {i:04d} after the restart!!\n".encode() for i in range(150))
+    assert len(new) > 2 * len(old)
+    path.write_bytes(old)
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify)) as r:
+            await r.wait(lambda: r.data_bytes() == len(old), 5, "the old content")
+            with open(path, "r+b") as f:      # same inode: truncate, then the new server writes
+                f.truncate(0)
+                f.write(new)
+            await r.wait(lambda: r.segments()[-1][1] == new, 5,
+                         "the new content, read from byte 0 after an Opened")
+        return r
+
+    r = run(main())
+    segs = r.segments()
+    assert [(op.reason, op.offset, data) for op, data in segs] == \
+        [("attach", 0, old), ("truncated", 0, new)], \
+        [(op.reason, op.offset, data[:40], len(data)) for op, data in segs]
+
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+def test_rename_rotation_seen_before_the_new_file_exists_is_a_rotation(
+        tmp_path: Path, use_inotify: bool) -> None:
+    """logrotate's `create` mode: rename the log away, create a new one a moment later.  If
+    the source looks in between, the old file is not deleted (it lives on as .1): this is a
+    rotation, not a deletion + recreation."""
+    path = tmp_path / "server.log"
+    path.write_bytes(b"old 1\nold 2\n")
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify)) as r:
+            await r.wait(lambda: r.data_bytes() == 12, 5, "the old file")
+            n_states = len(r.states())
+            with open(path, "ab") as f:
+                f.write(b"old 3\n")       # written just before the rotation
+            os.rename(path, f"{path}.1")
+            # sync point: the source has looked at the path while it was missing
+            await r.wait(lambda: len(r.states()) > n_states, 10,
+                         "the source to notice the path is gone")
+            path.write_bytes(b"new 1\n")
+            await r.wait(lambda: r.data_bytes() == 24, 10, "the new file")
+        return r
+
+    r = run(main())
+    segs = r.segments()
+    assert [s for _, s in segs] == [b"old 1\nold 2\nold 3\n", b"new 1\n"]
+    assert [op.reason for op, _ in segs] == ["attach", "rotated"], \
+        ([op.reason for op, _ in segs], [s.message for s in r.states()])
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. a file that does not exist yet
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+@pytest.mark.parametrize("dir_exists", [True, False], ids=["dir-exists", "no-dir-yet"])
+def test_waits_for_the_file_to_appear(tmp_path: Path, use_inotify: bool, dir_exists: bool) -> None:
+    d = tmp_path / "logs"
+    if dir_exists:
+        d.mkdir()
+    path = d / "server.log"
+
+    async def main() -> None:
+        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify)) as r:
+            await r.wait(lambda: bool(r.states()), 5, "a first state")
+            first = r.states()[0]
+            assert first.up is False and not first.fatal
+            assert first.message == f"waiting for {path} to appear"
+            assert not r.opened()
+            d.mkdir(exist_ok=True)
+            path.write_bytes(b"hello\nworld\n")
+            await r.wait(lambda: r.data_bytes() >= 12, 10, "the data of the new file")
+            op = r.opened()
+            assert len(op) == 1 and op[0].reason == "attach" and op[0].offset == 0
+            assert r.stream() == b"hello\nworld\n"
+            assert r.states()[-1].up
+            # said once, not at every poll
+            assert sum("waiting for" in s.message for s in r.states()) == 1
+
+    run(main())
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. resume from a saved position
+
+def lines_bytes(a: int, b: int, tag: str = "x") -> bytes:
+    return b"".join(f"[2026-01-01 10:00:00] {tag} log line number {i:05d}\n".encode()
+                    for i in range(a, b + 1))
+
+
+async def read_until(source: Any, nbytes: int, follower: Follower | None = None) -> Reader:
+    async with Reader(source, follower) as r:
+        await r.wait(lambda: r.data_bytes() >= nbytes, 10, f"{nbytes} bytes")
+    return r
+
+
+def first_run(tmp_path: Path) -> tuple[Path, bytes, Any]:
+    """Read a file that ends mid-line; save the follower's position; return it loaded."""
+    path = tmp_path / "server.log"
+    part1 = lines_bytes(1, 80) + b"[2026-01-01 10:00:00] x log line num"
+    path.write_bytes(part1)
+    source = LocalFileSource(str(path))
+    follower = new_follower(source)
+    r = run(read_until(source, len(part1), follower))
+    assert r.stream() == part1
+    pos = follower.position()
+    assert pos is not None
+    # after the last complete line, on the line after it
+    assert pos.offset == len(lines_bytes(1, 80)) and pos.line_number == 81
+    assert pos.tail_sha is not None and pos.identity is not None
+    store = PositionStore(tmp_path / "state")
+    store.save(str(path), pos, {"note": "first run"})
+    loaded, extra = store.load(str(path))
+    assert loaded == pos and extra == {"note": "first run"}
+    return path, r.stream(), loaded
+
+
+def test_resume_at_the_saved_offset_without_repeating_or_losing_bytes(tmp_path: Path) -> None:
+    path, got1, pos = first_run(tmp_path)
+    with open(path, "ab") as f:   # the server went on writing while we were away
+        f.write(b"ber 00081\n" + lines_bytes(82, 150))
+    full = path.read_bytes()
+
+    source = LocalFileSource(str(path), start=pos)
+    follower = new_follower(source)
+    r = run(read_until(source, len(full) - pos.offset, follower))
+    op = r.opened()
+    assert len(op) == 1
+    assert (op[0].reason, op[0].offset, op[0].line_number, op[0].new_file) == \
+        ("resume", pos.offset, pos.line_number, False)
+    got2 = r.stream()
+    # what the first run handed to the rules + what the second run read == the file, exactly
+    assert got1[:pos.offset] + got2 == full
+    assert follower.status.gaps == 0 and follower.status.overlaps == 0
+    assert follower.pipe is not None and follower.pipe.framer.line_number == 151
+
+
+def _replace_other_same_size(path: Path, pos: Any) -> None:
+    data = path.read_bytes()
+    new = lines_bytes(1, 200, tag="y")[: len(data)]
+    assert len(new) == len(data) and new[:50] != data[:50]
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(new)
+    os.replace(tmp, path)
+
+
+def _replace_other_bigger(path: Path, pos: Any) -> None:
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(lines_bytes(1, 400, tag="y"))
+    os.replace(tmp, path)
+
+
+def _same_head_other_tail_in_place(path: Path, pos: Any) -> None:
+    """Same inode, same first KiB, different bytes just before the saved offset."""
+    with open(path, "r+b") as f:
+        f.seek(pos.offset - 20)
+        f.write(b"Z" * 19)
+        f.seek(0, os.SEEK_END)
+        f.write(lines_bytes(81, 90))
+
+
+def _same_head_other_tail_new_file(path: Path, pos: Any) -> None:
+    data = bytearray(path.read_bytes())
+    data[pos.offset - 20: pos.offset - 1] = b"Z" * 19
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(bytes(data))
+    os.replace(tmp, path)
+
+
+def _shorter_in_place(path: Path, pos: Any) -> None:
+    """Same inode, same head, now shorter than the saved offset."""
+    with open(path, "r+b") as f:
+        f.truncate(pos.offset - 300)
+
+
+@pytest.mark.parametrize("replace", [
+    _replace_other_same_size, _replace_other_bigger, _same_head_other_tail_in_place,
+    _same_head_other_tail_new_file, _shorter_in_place,
+], ids=lambda f: f.__name__.strip("_"))
+def test_a_replaced_file_is_not_resumed(tmp_path: Path, replace: Callable[[Path, Any], None]) -> None:
+    path, _, pos = first_run(tmp_path)
+    replace(path, pos)
+    full = path.read_bytes()
+    assert len(full) > 1024 + 300   # the head hash covers the first KiB only
+
+    r = run(read_until(LocalFileSource(str(path), start=pos), len(full)))
+    op = r.opened()
+    assert len(op) == 1
+    assert (op[0].reason, op[0].offset, op[0].line_number, op[0].new_file) == ("attach", 0, 1, True)
+    assert r.stream() == full
+
+
+def test_replaced_file_attaches_at_its_latest_startup(tmp_path: Path) -> None:
+    path, _, pos = first_run(tmp_path)
+    first = b"[2026-01-02 09:00:00] server_args=ServerArgs(model_path='a')\n" + lines_bytes(1, 30)
+    second = b"[2026-01-02 09:10:00] server_args=ServerArgs(model_path='b')\n" + lines_bytes(1, 30)
+    tmp = path.with_suffix(".new")
+    tmp.write_bytes(first + second)
+    os.replace(tmp, path)
+    r = run(read_until(make_source(str(path), pack=SGLANG, start=pos), len(second)))
+    op = r.opened()[0]
+    assert (op.reason, op.offset, op.line_number) == ("attach", len(first), 32)
+    assert r.stream() == second
+
+
+CORRUPT = {
+    "garbage": "{not json at all",
+    "empty": "",
+    "binary": "\x00\x00\x00\x00",
+    "wrong-version": '{"version": 99, "target": "t", "position": {"offset": 5, "line_number": 2}}',
+    "no-position": '{"version": 1, "target": "t"}',
+    "position-not-object": '{"version": 1, "position": "abc"}',
+    "offset-not-int": '{"version": 1, "position": {"offset": "ten"}}',
+    "json-list": "[]",
+    "json-null": "null",
+    "identity-not-object": '{"version": 1, "position": {"offset": 1, "identity": "zz"}}',
+}
+
+
+@pytest.mark.parametrize("content", list(CORRUPT.values()), ids=list(CORRUPT))
+def test_corrupt_positions_file_means_first_attach_and_a_warning(tmp_path: Path,
+                                                                 content: str) -> None:
+    store = PositionStore(tmp_path)
+    p = store.path("/var/log/server.log")
+    p.parent.mkdir(parents=True)
+    p.write_text(content, encoding="latin-1")
+    with structlog.testing.capture_logs() as logs:
+        got = store.load("/var/log/server.log")
+    assert got == (None, {})
+    warnings = [e for e in logs if e.get("log_level") == "warning"]
+    assert warnings, logs
+    assert "position file" in warnings[0]["event"]
+
+
+def test_missing_positions_file_is_first_attach_without_warning(tmp_path: Path) -> None:
+    with structlog.testing.capture_logs() as logs:
+        assert PositionStore(tmp_path).load("nothing-here") == (None, {})
+    assert not [e for e in logs if e.get("log_level") == "warning"]
+
+
+def test_positions_are_written_atomically(tmp_path: Path) -> None:
+    from logwatch.sources.base import FileIdentity, Position
+    store = PositionStore(tmp_path / "state")
+    ident = FileIdentity(1, 2, 10, "ab" * 20)
+    pos1 = Position(100, 5, ident, "cd" * 20, "ssh://h/x.log")
+    pos2 = Position(200, 9, ident, None, "ssh://h/x.log")
+    store.save("ssh://h/x.log", pos1)
+    store.save("ssh://h/x.log", pos2, {"epoch": 2})
+    assert [q.name for q in store.dir.iterdir()] == [store.path("ssh://h/x.log").name]
+    assert store.load("ssh://h/x.log") == (pos2, {"epoch": 2})
+    # a write that fails half way leaves the previous checkpoint and no temp file behind
+    with pytest.raises(TypeError):
+        store.save("ssh://h/x.log", pos1, {"bad": object()})
+    assert [q.name for q in store.dir.iterdir()] == [store.path("ssh://h/x.log").name]
+    assert store.load("ssh://h/x.log") == (pos2, {"epoch": 2})
+    store.forget("ssh://h/x.log")
+    assert list(store.dir.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. first attach: at the latest startup
+
+SG_START = "[2026-01-01 10:{m:02d}:00] server_args=ServerArgs(model_path='x')\n"
+VL_START = ("(APIServer pid=1) INFO 10-03 10:{m:02d}:00 [api_server.py:1839] "
+            "vLLM API server version 0.11.0\n")
+
+
+def _startup_file(tmp_path: Path, marker: str | None, n_startups: int) -> tuple[Path, bytes, int, int]:
+    body = []
+    for k in range(n_startups):
+        if marker is not None:
+            body.append(marker.format(m=k))
+        body += [f"[2026-01-01 10:{k:02d}:{s:02d}] startup {k} line {s}\n" for s in range(1, 6)]
+    data = "".join(body).encode()
+    path = tmp_path / "server.log"
+    path.write_bytes(data)
+    if marker is None or n_startups == 0:
+        return path, data, 0, 1
+    last = marker.format(m=n_startups - 1).encode()
+    off = data.rindex(last)
+    return path, data, off, data[:off].count(b"\n") + 1
+
+
+@pytest.mark.parametrize("pack,marker,n", [
+    (SGLANG, SG_START, 2), (SGLANG, SG_START, 3), (SGLANG, SG_START, 1), (SGLANG, None, 2),
+    (VLLM, VL_START, 2), (VLLM, None, 1), (VLLM, SG_START, 2),
+], ids=["sglang-2", "sglang-3", "sglang-1", "sglang-none", "vllm-2", "vllm-none",
+        "vllm-pack-on-sglang-log"])
+def test_first_attach_starts_at_the_latest_startup(tmp_path: Path, pack: Any, marker: str | None,
+                                                   n: int) -> None:
+    path, data, off, line = _startup_file(tmp_path, marker, n)
+    if pack is VLLM and marker is SG_START:
+        off, line = 0, 1       # the vLLM pack has no SGLang marker: read from the start
+    r = run(read_until(make_source(str(path), pack=pack), len(data) - off))
+    op = r.opened()
+    assert len(op) == 1
+    assert (op[0].reason, op[0].offset, op[0].line_number) == ("attach", off, line)
+    assert r.stream() == data[off:]
+    first_data = next(e for e in r.events if isinstance(e, Data))
+    assert first_data.offset == off
+
+
+def test_without_pack_first_attach_reads_from_byte_0(tmp_path: Path) -> None:
+    path, data, _, _ = _startup_file(tmp_path, SG_START, 2)
+    r = run(read_until(make_source(str(path)), len(data)))
+    assert (r.opened()[0].offset, r.opened()[0].line_number) == (0, 1)
+    assert r.stream() == data
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. latency sanity (not a benchmark)
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+def test_an_appended_line_arrives_promptly(tmp_path: Path, use_inotify: bool) -> None:
+    path = tmp_path / "server.log"
+    path.write_bytes(b"first\n")
+
+    async def main() -> None:
+        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify)) as r:
+            await r.wait(lambda: r.data_bytes() == 6, 5, "the first line")
+            t0 = time.monotonic()
+            with open(path, "ab") as f:
+                f.write(b"second line\n")
+            await r.wait(lambda: r.data_bytes() == 18, 5, "the appended line")
+            took = time.monotonic() - t0
+            assert took < 2.0, f"an appended line took {took:.2f}s to arrive"
+            last = [e for e in r.events if isinstance(e, Data)][-1]
+            assert last.data.endswith(b"second line\n") and last.offset + len(last.data) == 18
+
+    run(main())
+
+
+@pytest.mark.parametrize("form", ["absolute", "relative-in-subdir", "bare-name-in-cwd"])
+def test_inotify_wakes_the_source_for_every_path_form(tmp_path: Path, form: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With inotify the wakeup comes from the watcher, not from the safety-net poll (set to
+    30 s here): `logwatch watch server.log` from the log's directory must be as prompt as an
+    absolute path."""
+    (tmp_path / "logs").mkdir()
+    monkeypatch.chdir(tmp_path / "logs" if form == "bare-name-in-cwd" else tmp_path)
+    target = {"absolute": str(tmp_path / "logs" / "server.log"),
+              "relative-in-subdir": "logs/server.log",
+              "bare-name-in-cwd": "server.log"}[form]
+    real = tmp_path / "logs" / "server.log"
+    real.write_bytes(b"first\n")
+
+    async def main() -> None:
+        async with Reader(LocalFileSource(target, poll_interval=30)) as r:
+            await r.wait(lambda: r.data_bytes() == 6, 5, "the first line")
+            with open(real, "ab") as f:
+                f.write(b"second line\n")
+            await r.wait(lambda: r.data_bytes() == 18, 5,
+                         "the appended line (no inotify wakeup: only the 30 s poll would see it)")
+
+    run(main())
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. commands
+
+def test_make_source_cmd_targets() -> None:
+    from logwatch.sources import source_kind
+    from logwatch.sources.command import StdinSource
+    assert [source_kind(t) for t in ("-", "cmd:x", "ssh://h/x.log", "./-", "x.log")] == \
+        ["stdin", "command", "ssh", "file", "file"]
+    assert isinstance(make_source("-"), StdinSource)
+    src = make_source("cmd:docker logs -f 'my server'")
+    assert isinstance(src, CommandSource)
+    assert src.argv == ["docker", "logs", "-f", "my server"]
+    for bad in ("cmd:", "cmd:   "):
+        with pytest.raises(SourceError):
+            make_source(bad)
+
+
+RESTART_RE = re.compile(r"exited with (-?\d+); restarting in ([\d.]+)s")
+
+
+def _restart_states(r: Reader) -> list[re.Match[str]]:
+    return [m for s in r.states() if (m := RESTART_RE.search(s.message))]
+
+
+def test_command_that_exits_is_restarted_with_backoff() -> None:
+    async def main() -> None:
+        src = make_source("cmd:printf 'a\\nb\\n'")
+        async with Reader(src) as r:
+            await r.wait(lambda: len(_restart_states(r)) >= 3, 15, "three restarts")
+            assert src.restarts >= 3
+            delays = [float(m.group(2)) for m in _restart_states(r)[:3]]
+            codes = {m.group(1) for m in _restart_states(r)}
+            # Backoff(base=1) with full jitter: [0.5, 1], [1, 2], [2, 4]
+            assert 0.5 <= delays[0] <= 1.0 and 1.0 <= delays[1] <= 2.0 and 2.0 <= delays[2] <= 4.0, \
+                delays
+            assert codes == {"0"}
+            assert [s.up for s in r.states()[:3]] == [True, False, True]
+            # the same two lines printed each run are handed on once
+            assert r.stream() == b"a\nb\n"
+            assert [(o.reason, o.offset) for o in r.opened()] == [("attach", 0)]
+
+    run(main())
+
+
+def _cmd_run(command: str, runs: int, between: Callable[[int], None] | None = None,
+             timeout: float = 20) -> Reader:
+    """Run a command source until it has exited `runs` times; `between(k)` after the k-th."""
+    async def main() -> Reader:
+        src = make_source(f"cmd:{command}")
+        seen = [0]
+
+        def on_event(ev: Any) -> None:
+            if isinstance(ev, SourceState) and RESTART_RE.search(ev.message):
+                seen[0] += 1
+                if between is not None:
+                    between(seen[0])   # runs before the source sleeps and starts it again
+
+        follower = new_follower(src)
+        async with Reader(src, follower, on_event) as r:
+            await r.wait(lambda: seen[0] >= runs, timeout, f"{runs} runs")
+        assert follower.status.gaps == 0 and follower.status.overlaps == 0
+        return r
+
+    return run(main())
+
+
+def _numbered(a: int, b: int) -> bytes:
+    return b"".join(f"log line {i:04d} of the server, some words to make it longer\n".encode()
+                    for i in range(a, b + 1))
+
+
+def test_command_printing_the_whole_log_again_gives_no_duplicates(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    path.write_bytes(_numbered(1, 200))
+    appended = [200]
+
+    def grow(k: int) -> None:   # the container went on logging while we were not attached
+        with open(path, "ab") as f:
+            f.write(_numbered(appended[0] + 1, appended[0] + 7))
+        appended[0] += 7
+
+    r = _cmd_run(f"sh -c 'cat {path}; sleep 0.2'", 3, grow)
+    # the 3 runs printed 200, 207 and 214 lines; the stream is the log once (through 214)
+    assert r.stream() == _numbered(1, 214)
+
+
+def test_command_printing_the_whole_log_again_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    path.write_bytes(_numbered(1, 3000))   # bigger than a pipe read
+    r = _cmd_run(f"sh -c 'cat {path}; sleep 0.2'", 2)
+    assert r.stream() == _numbered(1, 3000)
+
+
+def test_command_printing_the_last_lines_again_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "server.log"
+    path.write_bytes(_numbered(1, 50))
+    r = _cmd_run(f"tail -n 3 {path}", 3)
+    assert r.stream() == _numbered(48, 50)
+
+
+def test_command_printing_the_last_lines_again_of_a_growing_log(tmp_path: Path) -> None:
+    """`tail -n 3` (like `journalctl -n 10 -f`) restarted after one new line: the new output
+    repeats two lines already read; they must not be handed on twice, the new one must."""
+    path = tmp_path / "server.log"
+    path.write_bytes(_numbered(1, 50))
+    n = [50]
+
+    def grow(k: int) -> None:
+        n[0] += 1
+        with open(path, "ab") as f:
+            f.write(_numbered(n[0], n[0]))
+
+    r = _cmd_run(f"tail -n 3 {path}", 3, grow)
+    # runs printed 48-50, 49-51, 50-52: the stream should be 48..52, each once
+    got = r.stream()
+    assert got == _numbered(48, 52), got.decode()
+
+
+def test_missing_executable_is_fatal() -> None:
+    async def main() -> None:
+        async with Reader(make_source("cmd:/nonexistent/logwatch-no-such-tool -f x")) as r:
+            await r.wait_end(10)
+            states = r.states()
+            assert states and states[-1].fatal and not states[-1].up
+            assert "cannot run /nonexistent/logwatch-no-such-tool" in states[-1].message
+            assert not r.opened()
+
+    run(main())

@@ -1,0 +1,356 @@
+"""`logwatch watch TARGET`, run as a subprocess exactly as users (and CI jobs) run it.
+
+Exit status (DESIGN.md): 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage or
+configuration error.  stdout is not a terminal here, so the output is the plain-line display.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from logwatch.simulate import script
+
+JSON_KEYS = {"file", "engine", "phase", "phases_seen", "startups", "lines", "shards_loaded",
+             "shards_total", "crash", "ready_line", "durations"}
+CRASH_KEYS = {"reason", "during", "line", "line_number", "excerpt"}
+STAMPED = re.compile(r"^\d\d:\d\d:\d\d \S")
+OOM = "torch.OutOfMemoryError: CUDA out of memory"
+
+
+def watch(*args: str, input: str | None = None, stdin: object = subprocess.DEVNULL,
+          timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    kw: dict[str, object] = {"input": input} if input is not None else {"stdin": stdin}
+    return subprocess.run([sys.executable, "-m", "logwatch", "watch", *args], cwd=ROOT,
+                          capture_output=True, text=True, encoding="utf-8", errors="replace",
+                          timeout=timeout, **kw)  # type: ignore[call-overload]
+
+
+def fixture(name: str) -> str:
+    return str((FIXTURES / name).relative_to(ROOT))
+
+
+def one_json(res: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    """stdout holds exactly one JSON object (one line), with DESIGN.md's keys."""
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stdout
+    doc = json.loads(lines[0])
+    assert isinstance(doc, dict) and set(doc) == JSON_KEYS, doc
+    if doc["crash"] is not None:
+        assert set(doc["crash"]) == CRASH_KEYS  # type: ignore[arg-type]
+    return doc
+
+
+def assert_plain(res: subprocess.CompletedProcess[str]) -> None:
+    """Non-tty output: plain lines for CI logs: no ANSI codes, no carriage returns, every
+    line a timestamped message or an indented part of the crash report."""
+    for name, text in (("stdout", res.stdout), ("stderr", res.stderr)):
+        assert "\x1b" not in text, f"ANSI escape in {name}: {text!r}"
+        assert "\r" not in text, f"carriage return in {name}: {text!r}"
+    for ln in res.stdout.splitlines():
+        assert STAMPED.match(ln) or ln.startswith("  "), f"unexpected stdout line: {ln!r}"
+    msgs = [ln[9:] for ln in res.stdout.splitlines() if STAMPED.match(ln)]
+    # no message printed twice in a row (no redraw spam)
+    repeats = [a for a, b in zip(msgs, msgs[1:]) if a == b]
+    assert not repeats, repeats
+
+
+@pytest.fixture
+def simulator(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
+    """Start `python -m logwatch.simulate PATH --speed 0.05 [...]` in the background."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*extra: str) -> tuple[Path, subprocess.Popen[bytes]]:
+        path = tmp_path / f"sim-{len(procs)}.log"
+        p = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(path),
+                              "--speed", "0.05", *extra], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        procs.append(p)
+        return path, p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+        p.wait(timeout=10)
+
+
+# ----------------------------------------------------------------------------------------------
+# a log being written live
+
+@pytest.mark.parametrize("poll", [False, True], ids=["inotify", "poll"])
+def test_ready_on_a_log_being_written(simulator, poll: bool) -> None:  # type: ignore[no-untyped-def]
+    path, sim = simulator()
+    res = watch(str(path), "--timeout", "60s", *(["--poll"] if poll else []))
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    out = res.stdout
+    for phase in ("launching", "loading_shards", "allocating", "autotune", "cuda_graph", "ready"):
+        assert f"phase {phase}" in out, out
+    last = out.splitlines()[-1]
+    assert STAMPED.match(last) and last[9:].startswith("READY"), out
+    assert "Traceback" not in res.stderr
+    assert_plain(res)
+    # it stopped at ready, not at the end of the simulation
+    assert sim.wait(timeout=30) == 0
+
+
+def test_crash_oom_on_a_log_being_written(simulator) -> None:  # type: ignore[no-untyped-def]
+    path, sim = simulator("--crash", "oom")
+    res = watch(str(path), "--timeout", "60s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert sim.wait(timeout=30) == 0
+    file_lines = path.read_bytes().split(b"\n")   # physical lines (a tqdm bar's \r is not one)
+    oom_line_no = next(i for i, ln in enumerate(file_lines, 1) if ln.startswith(OOM.encode()))
+    out = res.stdout
+    assert "phase crashed" in out
+    assert re.search(r"^\d\d:\d\d:\d\d CRASHED: cuda_oom during cuda_graph$", out, re.M), out
+    m = re.search(r"^  root cause \(line (\d+)\): (.*)$", out, re.M)
+    assert m, out
+    assert m.group(2).startswith(OOM) and int(m.group(1)) == oom_line_no
+    # the excerpt: the lines before and through the root cause, as in the file
+    excerpt = [ln[6:] for ln in out.splitlines() if ln.startswith("    | ")]
+    assert "  excerpt:" in out.splitlines()
+    assert any(ln.startswith(OOM) for ln in excerpt), excerpt
+    assert any("Scheduler hit an exception" in ln for ln in excerpt), excerpt
+    assert_plain(res)
+
+
+# ----------------------------------------------------------------------------------------------
+# stalled, timed out, stopped
+
+def _script_text(until: str | None = None) -> str:
+    steps = [s.text for s in script(download=False, start=1.7e9)]
+    if until is not None:
+        last = max(i for i, t in enumerate(steps) if until in t)
+        steps = steps[: last + 1]
+    return "".join(steps)
+
+
+def test_stall_after(tmp_path: Path) -> None:
+    path = tmp_path / "stuck.log"
+    path.write_text(_script_text(until="Load weight begin"), encoding="utf-8")
+    t0 = time.monotonic()
+    res = watch(str(path), "--stall-after", "2s", timeout=60)
+    took = time.monotonic() - t0
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert took < 20, took
+    assert re.search(r"^\d\d:\d\d:\d\d stalled: no new line for .* in loading_shards$",
+                     res.stdout, re.M), res.stdout
+    assert res.stdout.splitlines()[-1].endswith("stalled in loading_shards")
+    assert_plain(res)
+
+
+def test_timeout_while_launching(tmp_path: Path) -> None:
+    path = tmp_path / "launching.log"
+    path.write_text(_script_text(until="server_args="), encoding="utf-8")
+    t0 = time.monotonic()
+    res = watch(str(path), "--timeout", "2s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert time.monotonic() - t0 < 20
+    assert "phase launching" in res.stdout
+    assert res.stdout.splitlines()[-1].endswith("timed out after 2s in launching"), res.stdout
+    assert_plain(res)
+
+
+def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:
+    res = watch(str(tmp_path / "never.log"), "--timeout", "1s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert f"waiting for {tmp_path / 'never.log'} to appear" in res.stdout
+    assert "timed out after 1s in waiting" in res.stdout
+
+
+def test_clean_vllm_stop_exits_1() -> None:
+    res = watch(fixture("vllm-030.log"), "--timeout", "30s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "phase stopped" in res.stdout
+    assert res.stdout.splitlines()[-1].endswith("stopped (clean shutdown)")
+    assert_plain(res)
+
+
+# ----------------------------------------------------------------------------------------------
+# --json
+
+def _two_startups(tmp_path: Path) -> tuple[Path, bytes, int]:
+    old = "".join(s.text for s in script(crash="oom", start=1.7e9))   # an old crashed startup
+    new = "".join(s.text for s in script(start=1.7e9 + 600, serve_lines=5))
+    path = tmp_path / "server.log"
+    path.write_text(old + new, encoding="utf-8")
+    return path, (old + new).encode(), len(old.encode())
+
+
+def test_json_reports_from_the_latest_startup(tmp_path: Path) -> None:
+    path, data, new_at = _two_startups(tmp_path)
+    res = watch(str(path), "--json", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["file"] == str(path) and doc["engine"] == "sglang"
+    assert doc["phase"] == "ready" and doc["crash"] is None
+    assert doc["startups"] == 1          # the old crashed startup is not read
+    assert doc["lines"] == data[new_at:].count(b"\n")
+    assert doc["shards_loaded"] == doc["shards_total"] == 24
+    assert "ready to roll" in str(doc["ready_line"])
+    # the live display went to stderr
+    assert "watching" in res.stderr and "READY" in res.stderr
+    assert "\x1b" not in res.stderr
+
+
+def test_json_from_start_reads_every_startup(tmp_path: Path) -> None:
+    path, data, _ = _two_startups(tmp_path)
+    res = watch(str(path), "--json", "--from-start", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["startups"] == 2 and doc["phase"] == "ready"
+    assert doc["lines"] == data.count(b"\n")
+
+
+def test_json_on_a_crash(simulator) -> None:  # type: ignore[no-untyped-def]
+    path, _ = simulator("--crash", "oom")
+    res = watch(str(path), "--json", "--timeout", "60s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    doc = one_json(res)
+    crash = doc["crash"]
+    assert isinstance(crash, dict)
+    assert (crash["reason"], crash["during"]) == ("cuda_oom", "cuda_graph")
+    assert str(crash["line"]).startswith(OOM)
+    assert any(str(ln).startswith(OOM) for ln in crash["excerpt"])
+
+
+# ----------------------------------------------------------------------------------------------
+# stdin
+
+def test_stdin_pipe() -> None:
+    raw = (FIXTURES / "sglang-027.log").read_bytes()
+    res = watch("-", "--json", input=raw.decode("utf-8"), timeout=60)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["file"] == "-" and doc["phase"] == "crashed"
+    assert doc["crash"]["reason"] == "cuda_oom"  # type: ignore[index]
+    # every physical line once, the unterminated last one included (stdin ended)
+    assert doc["lines"] == raw.count(b"\n") + (not raw.endswith(b"\n"))
+
+
+def test_stdin_pipe_plain_output() -> None:
+    raw = (FIXTURES / "sglang-027.log").read_bytes()
+    res = watch("-", input=raw.decode("utf-8"), timeout=60)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "CRASHED: cuda_oom during cuda_graph" in res.stdout
+    assert re.search(r"^  root cause \(line 12\): torch\.OutOfMemoryError:", res.stdout, re.M)
+    assert_plain(res)
+
+
+def test_stdin_redirected_from_a_file() -> None:
+    """`logwatch watch - < server.log`: stdin is a regular file, not a pipe."""
+    with open(FIXTURES / "sglang-027.log", "rb") as f:
+        res = watch("-", "--json", stdin=f, timeout=60)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["crash"]["reason"] == "cuda_oom"  # type: ignore[index]
+
+
+# ----------------------------------------------------------------------------------------------
+# --rules
+
+def test_rules_vllm_on_a_vllm_crash() -> None:
+    res = watch(fixture("vllm-018.log"), "--rules", "vllm", "--json", "--timeout", "30s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["engine"] == "vllm" and doc["phase"] == "crashed"
+    assert doc["crash"]["reason"] == "cuda_oom"  # type: ignore[index]
+
+
+def test_rules_vllm_on_a_vllm_ready_log() -> None:
+    res = watch(fixture("vllm-027.log"), "--rules", "vllm", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "READY" in res.stdout.splitlines()[-1]
+    assert_plain(res)
+
+
+def test_auto_rules_pick_vllm() -> None:
+    res = watch(fixture("vllm-027.log"), "--json", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert one_json(res)["engine"] == "vllm"
+
+
+# ----------------------------------------------------------------------------------------------
+# usage and configuration errors: exit 2
+
+@pytest.mark.parametrize("args,message", [
+    (["cmd:"], "cmd: needs a command"),
+    (["cmd:   "], "cmd: needs a command"),
+    (["cmd:/nonexistent/logwatch-no-such-tool logs -f x"], "cannot run /nonexistent/logwatch-no-such-tool"),
+    (["tests/fixtures"], "is a directory"),
+    (["x.log", "--rules", "no-such-pack"], "no-such-pack"),
+], ids=["cmd-empty", "cmd-blank", "cmd-missing-executable", "directory", "unknown-pack"])
+def test_bad_target_exits_2(args: list[str], message: str) -> None:
+    res = watch(*args, timeout=60)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("opt", ["--timeout", "--stall-after"])
+def test_bad_duration_exits_2_with_usage(opt: str) -> None:
+    res = watch(fixture("sglang-003.log"), opt, "abc", timeout=60)
+    assert res.returncode == 2
+    assert "usage:" in res.stderr and opt in res.stderr, res.stderr
+    assert res.stdout == ""
+
+
+# ----------------------------------------------------------------------------------------------
+# cmd: targets (commands that terminate; they are restarted, their output is not re-read)
+
+def test_cmd_target_ready() -> None:
+    res = watch(f"cmd:cat {fixture('sglang-003.log')}", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "READY" in res.stdout.splitlines()[-1]
+    assert_plain(res)
+
+
+def test_cmd_target_restarted_without_duplicates_until_timeout() -> None:
+    path = FIXTURES / "sglang-021.log"
+    res = watch(f"cmd:cat {fixture('sglang-021.log')}", "--json", "--timeout", "3s")
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    doc = one_json(res)
+    assert doc["phase"] == "allocating"
+    # cat ran several times; every complete line was read once
+    assert "restarting in" in res.stderr
+    assert doc["lines"] == path.read_bytes().count(b"\n")
+    assert doc["startups"] == 1 and doc["shards_loaded"] == 1
+
+
+@pytest.mark.parametrize("target", ["file", "cmd"])
+def test_crash_whose_root_cause_is_the_unterminated_last_line(target: str) -> None:
+    """sglang-027 ends with `torch.OutOfMemoryError:` and no newline (labelled cuda_oom).
+    Replay and stdin read that last line; a watch that ends on the crash after its settle
+    time should too, instead of reporting the generic traceback header."""
+    t = fixture("sglang-027.log")
+    res = watch(t if target == "file" else f"cmd:cat {t}", "--json", "--timeout", "30s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    crash = one_json(res)["crash"]
+    assert isinstance(crash, dict)
+    assert (crash["reason"], crash["line"], crash["line_number"]) == \
+        ("cuda_oom", "torch.OutOfMemoryError:", 12), crash
+
+
+def test_colour_codes_in_the_log_do_not_reach_the_output(tmp_path: Path) -> None:
+    """A log written with colours (vLLM/SGLang on a tty, `docker logs` of a tty container):
+    the crash report quotes its lines without the escape codes."""
+    text = "".join(s.text for s in script(crash="oom", start=1.7e9, download=False))
+    text = (text.replace("Scheduler hit", "\x1b[31mScheduler hit")
+                .replace("torch.OutOfMemoryError", "\x1b[1;31mtorch.OutOfMemoryError\x1b[0m")
+                .replace("Capture cuda graph begin", "\x1b[32mCapture cuda graph begin\x1b[0m"))
+    path = tmp_path / "colour.log"
+    path.write_text(text, encoding="utf-8")
+    res = watch(str(path), "--timeout", "30s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert re.search(r"^  root cause \(line \d+\): torch\.OutOfMemoryError: CUDA out of memory",
+                     res.stdout, re.M), res.stdout
+    assert_plain(res)
