@@ -4,3 +4,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT))
+
+import os  # noqa: E402
+import stat  # noqa: E402
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _dev_null_intact(request):  # type: ignore[no-untyped-def]
+    """Catch a test (or the code under test) that replaces /dev/null: everything that runs
+    after it would fail in confusing ways."""
+    yield
+    st = os.stat("/dev/null")
+    assert stat.S_ISCHR(st.st_mode), f"{request.node.nodeid} left /dev/null as a regular file"
