@@ -91,9 +91,33 @@ def load_config(path: str | Path) -> Config:
     return parse_config(doc, p)
 
 
+_ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def expand_env(value: Any, path: str = "logwatch.yaml", key: str = "") -> Any:
+    """`${VAR}` / `${VAR:-default}` in string values, from the environment (a DaemonSet's
+    `${NODE_NAME}`, a path per host).  An unset variable without a default is an error."""
+    if isinstance(value, str):
+        def sub(m: re.Match[str]) -> str:
+            v = os.environ.get(m.group(1))
+            if v is None:
+                if m.group(2) is None:
+                    raise ConfigError(path, key, f"environment variable {m.group(1)} is not set "
+                                      "(use ${VAR:-default} for a default)")
+                return m.group(2)
+            return v
+        return _ENV.sub(sub, value)
+    if isinstance(value, list):
+        return [expand_env(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {k: expand_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    return value
+
+
 def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     if doc is None:
         doc = {}
+    doc = expand_env(doc, path)
     if not isinstance(doc, dict):
         raise ConfigError(path, "", "the config is a mapping (listen, state_dir, targets, alerts)")
     _keys(path, "", doc, TOP_KEYS)

@@ -56,6 +56,8 @@ class LogwatchCollector(Collector):
                   labels=["target", "phase"])
         entered = g("logwatch_phase_entered_timestamp_seconds",
                     "when the current phase began (unix time)", labels=["target"])
+        started = g("logwatch_startup_started_timestamp_seconds",
+                    "when the current startup began (unix time; 0 before any)", labels=["target"])
         ready = g("logwatch_ready", "1 when the server is ready (serving)", labels=["target"])
         loaded = g("logwatch_shards_loaded", "checkpoint shards loaded", labels=["target"])
         total = g("logwatch_shards_total", "checkpoint shards to load", labels=["target"])
@@ -95,6 +97,8 @@ class LogwatchCollector(Collector):
                 phase.add_metric([t, p], 1.0 if p == cur else 0.0)
             e = st.phase_entered if st else None
             entered.add_metric([t], e.at if e else r.started_at)
+            first = st.history[0] if st and st.history else None
+            started.add_metric([t], first.at if first is not None else 0.0)
             ready.add_metric([t], 1.0 if cur == READY else 0.0)
             sh = st.progress.get("shards") if st else None
             loaded.add_metric([t], float(sh.current) if sh else 0.0)
@@ -129,7 +133,7 @@ class LogwatchCollector(Collector):
             pos_age.add_metric([t], max(0.0, time.monotonic() - r.last_checkpoint)
                                if r.last_checkpoint else 0.0)
             info.add_metric([t, r.engine, r.cfg.kind], dict(r.cfg.labels))
-        yield from (phase, entered, ready, loaded, total, rate, eta, startups, crashes, hist,
+        yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
                     rotations, cut, rule_errors, pos_age, info)
         router = getattr(self.daemon, "alerts", None)
