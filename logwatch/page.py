@@ -1,25 +1,107 @@
-"""The status page served at `/`: one self-contained HTML document (no external assets)."""
+"""The status page served at `/`: a fleet view in one self-contained HTML document.
 
-PAGE = """<!doctype html>
+No external assets (it works offline, next to the GPUs).  It polls `/api/status` once per
+refresh for all targets (never one request per target), keeps one row per target and only
+rewrites what changed, so 500 targets stay cheap.  Every piece of log text goes through
+`textContent`: log lines are untrusted input and are never parsed as HTML.
+"""
+
+PAGE = r"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>logwatch</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <style>
-body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
-table{border-collapse:collapse;width:100%}th,td{padding:.35em .6em;border-bottom:1px solid #ddd;text-align:left}
-.ready{color:#176f2c;font-weight:600}.crashed{color:#b00020;font-weight:600}.stopped{color:#8a6d00}
+:root{--ok:#1a7f37;--bad:#cf222e;--warn:#9a6700;--mute:#6e7781;--line:#d8dee4}
+*{box-sizing:border-box}
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:#1f2328;background:#f6f8fa}
+header{display:flex;gap:1.5em;align-items:baseline;padding:.8em 1.2em;background:#fff;border-bottom:1px solid var(--line)}
+header h1{font-size:1.2em;margin:0}
+header .counts span{margin-right:1em}
+header a{color:var(--mute)}
+main{padding:1em 1.2em}
+.target{background:#fff;border:1px solid var(--line);border-radius:6px;margin-bottom:.8em;padding:.7em .9em}
+.head{display:grid;grid-template-columns:minmax(10em,1.4fr) 6em 9em minmax(14em,2fr) 8em;gap:.8em;align-items:center}
+.name{font-weight:600;word-break:break-all}
+.engine{color:var(--mute)}
+.phase{font-weight:600}
+.phase.ready{color:var(--ok)}.phase.crashed{color:var(--bad)}.phase.stopped,.phase.stalled{color:var(--warn)}
+.bar{position:relative;height:1.2em;background:#eaeef2;border-radius:3px;overflow:hidden}
+.bar .fill{position:absolute;left:0;top:0;bottom:0;background:#54aeff}
+.bar .txt{position:relative;padding-left:.4em;font-size:.85em;white-space:nowrap}
+.since{color:var(--mute);font-size:.9em;text-align:right}
+.crash{margin-top:.5em;border-left:3px solid var(--bad);padding:.3em .6em;background:#fff5f5}
+.crash .reason{font-weight:600;color:var(--bad)}
+.crash .line,.last,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85em;white-space:pre-wrap;word-break:break-all}
+pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 0}
+.last{color:var(--mute);margin-top:.3em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.timeline{margin-top:.5em;font-size:.8em}
+.tl{display:flex;align-items:center;gap:.5em;margin:.15em 0}
+.tl .label{width:6em;color:var(--mute);flex:none}
+.tl .lane{display:flex;flex:1;height:1.1em;background:#eaeef2;border-radius:2px;overflow:hidden}
+.seg{height:100%;overflow:hidden;white-space:nowrap;color:#fff;font-size:.85em;padding-left:.25em;border-right:1px solid #fff}
+.seg.launching{background:#8c959f}.seg.downloading{background:#bf8700}.seg.loading_shards{background:#0969da}
+.seg.allocating{background:#8250df}.seg.autotune{background:#bc4c00}.seg.cuda_graph{background:#1b7c83}.seg.other{background:#57606a}
+.tl .total{width:5em;text-align:right;color:var(--mute);flex:none}
+.src{font-size:.85em;color:var(--warn)}
+#err{color:var(--bad);padding:0 1.2em}
 </style></head><body>
-<h1>logwatch</h1>
-<p><a href="/metrics">/metrics</a> &middot; <a href="/api/status">/api/status</a></p>
-<table><thead><tr><th>target</th><th>engine</th><th>phase</th><th>shards</th><th>ETA</th><th>last line</th></tr></thead>
-<tbody id="rows"></tbody></table>
+<header><h1>logwatch</h1><div class="counts" id="counts"></div>
+<div><a href="/metrics">/metrics</a> &middot; <a href="/api/status">/api/status</a></div>
+<div id="updated" style="margin-left:auto;color:var(--mute)"></div></header>
+<div id="err"></div>
+<main id="targets"></main>
 <script>
-function td(t,c){const e=document.createElement('td');e.textContent=t==null?'':String(t);if(c)e.className=c;return e}
+"use strict";
+const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
+const rows=new Map();
+function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
+function dur(s){if(s==null||!isFinite(s))return"";s=Math.round(s);if(s<60)return s+"s";const m=Math.floor(s/60),r=s%60;
+  if(m<60)return m+"m"+String(r).padStart(2,"0")+"s";return Math.floor(m/60)+"h"+String(m%60).padStart(2,"0")+"m"}
+function set(node,text){text=text==null?"":String(text);if(node.textContent!==text)node.textContent=text}
+function makeRow(name){
+  const r={root:el("section","target")};r.root.dataset.target=name;
+  const h=el("div","head");r.name=el("div","name",name);r.engine=el("div","engine");r.phase=el("div","phase");
+  r.bar=el("div","bar");r.fill=el("div","fill");r.bartxt=el("span","txt");r.bar.append(r.fill,r.bartxt);
+  r.since=el("div","since");h.append(r.name,r.engine,r.phase,r.bar,r.since);
+  r.src=el("div","src");r.crash=el("div","crash");r.crash.hidden=true;
+  r.reason=el("div","reason");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
+  r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.line,r.det);
+  r.timeline=el("div","timeline");r.last=el("div","last");
+  r.root.append(h,r.src,r.crash,r.timeline,r.last);return r}
+function lane(label,durations,current,total){
+  const row=el("div","tl");row.append(el("span","label",label));const ln=el("div","lane");
+  const sum=Object.values(durations).reduce((a,b)=>a+b,0);
+  for(const [p,d] of Object.entries(durations)){if(!(d>0))continue;
+    const s=el("div","seg "+(PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(sum,1e-9))+"%";
+    s.title=p+" "+dur(d);s.textContent=p+" "+dur(d);ln.append(s)}
+  row.append(ln,el("span","total",total!=null?dur(total):(current||"")));return row}
+function update(r,t,now){
+  set(r.engine,t.engine);set(r.phase,t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":t.phase);
+  r.phase.className="phase "+(t.stalled?"stalled":t.phase);
+  const sh=t.shards,p=t.progress&&t.progress.shards;
+  if(sh&&sh.total){const pct=Math.min(100,100*sh.loaded/sh.total);r.fill.style.width=pct+"%";
+    let txt=sh.loaded+"/"+sh.total+" shards";if(p&&p.rate)txt+=" · "+p.rate.toFixed(2)+"/s";
+    if(t.eta_seconds!=null&&t.phase!=="ready")txt+=" · ETA "+dur(t.eta_seconds);set(r.bartxt,txt)}
+  else{r.fill.style.width="0%";set(r.bartxt,t.eta_seconds!=null&&t.phase!=="ready"&&t.phase!=="waiting"?"ETA "+dur(t.eta_seconds):"")}
+  set(r.since,t.in_phase_seconds!=null?"in phase "+dur(t.in_phase_seconds):"");
+  const s=t.source_state||{};set(r.src,s.up?"":"source: "+(s.message||"down"));
+  if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")");
+    set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
+  const prev=t.previous_startup;
+  const key=JSON.stringify([t.durations,t.phase,prev&&prev.at]);
+  if(r.tlkey!==key){r.tlkey=key;r.timeline.replaceChildren();
+    if(t.durations&&Object.keys(t.durations).length)r.timeline.append(lane("now",t.durations,t.phase,null));
+    if(prev)r.timeline.append(lane("previous",prev.phases,prev.outcome,prev.total))}
+  set(r.last,t.last_line||"")}
 async function refresh(){
-  try{const r=await fetch('/api/status');const d=await r.json();const tb=document.getElementById('rows');tb.replaceChildren();
-    for(const t of d.targets){const tr=document.createElement('tr');
-      tr.append(td(t.name),td(t.engine),td(t.phase,t.phase),td(t.shards?t.shards.loaded+'/'+t.shards.total:''),
-        td(t.eta_seconds==null?'':Math.round(t.eta_seconds)+'s'),td(t.last_line));tb.append(tr)}}catch(e){}
-}
+  let d;try{const res=await fetch("/api/status",{cache:"no-store"});d=await res.json();set(document.getElementById("err"),"")}
+  catch(e){set(document.getElementById("err"),"cannot reach the daemon: "+e);return}
+  const box=document.getElementById("targets"),seen=new Set(),count={};
+  for(const t of d.targets){seen.add(t.name);count[t.phase]=(count[t.phase]||0)+1;
+    let r=rows.get(t.name);if(!r){r=makeRow(t.name);rows.set(t.name,r);box.append(r.root)}update(r,t,d.now)}
+  for(const [n,r] of rows)if(!seen.has(n)){r.root.remove();rows.delete(n)}
+  const c=document.getElementById("counts");c.replaceChildren();c.append(el("span",null,d.targets.length+" targets"));
+  for(const [p,n] of Object.entries(count).sort())c.append(el("span","phase "+p,n+" "+p));
+  set(document.getElementById("updated"),"updated "+new Date(d.now*1000).toLocaleTimeString())}
 refresh();setInterval(refresh,2000);
 </script></body></html>
 """

@@ -281,6 +281,17 @@ class TargetRunner:
         self.dirty = False
 
     # -- views ---------------------------------------------------------------------------------
+    def _previous_startup(self, st: State) -> dict[str, Any] | None:
+        """The last finished startup before the current one (for the page's timeline)."""
+        recs = self.history.records
+        if not recs:
+            return None
+        finished_now = st.phase in ("ready", CRASHED) and st.history and \
+            recs[-1].at >= st.history[0].at
+        if finished_now:
+            return recs[-2].to_json() if len(recs) > 1 else None
+        return recs[-1].to_json()
+
     def eta(self, now: float) -> float:
         pipe = self.pipe
         if pipe is None:
@@ -317,6 +328,7 @@ class TargetRunner:
             "stalled": st.stalled,
             "stats": dict(st.stats),
             "history": [r.to_json() for r in self.history.records[-5:]],
+            "previous_startup": self._previous_startup(st),
             "source_state": {"up": f.status.up if f else False,
                              "message": f.status.message if f else "",
                              "reconnects": self.counters.reconnects,
