@@ -25,7 +25,7 @@ from .machine import (
 from .pipeline import LogPipeline
 from .positions import PositionStore
 from .rulepack import CRASH_REASONS, CRASHED, RulePack, load_pack
-from .sources import SourceState, make_source
+from .sources import Opened, SourceState, make_source
 from .sources.ssh import SSHPool
 
 CRASH_SETTLE = 5.0          # a crash is final (counted, recorded) this long after its last update
@@ -50,6 +50,8 @@ class Counters:
     duration_buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS) + 1))
     duration_sum: float = 0.0
     duration_count: int = 0
+    crash_counted: str = ""      # the startup whose crash was counted last (count it once)
+    bytes_until: int = 0         # offset in the current file up to which bytes are counted
 
     def observe_duration(self, secs: float) -> None:
         for i, b in enumerate(DURATION_BUCKETS):
@@ -104,7 +106,6 @@ class TargetRunner:
         self.restored_state: State | None = None
         self._counted_lines = 0
         self._counted_cut = 0
-        self._counted_bytes = 0
         self._counted_matches: dict[str, int] = {}
         self._seen_startups = 0
         self._setup()
@@ -142,6 +143,8 @@ class TargetRunner:
         if self.restored_state is not None:
             pipe.state = self.restored_state
             self._seen_startups = self.restored_state.startups
+            if pipe.state.phase == CRASHED:  # counted before the restart? (_settle_crash knows)
+                self.pending_crash_until = time.monotonic() + CRASH_SETTLE
             self.restored_state = None
         else:
             self._seen_startups = 0
@@ -164,6 +167,10 @@ class TargetRunner:
         src = self.follower.source
         try:
             async for ev in src.events():
+                if isinstance(ev, Opened) and ev.reason != "resume" and \
+                        (ev.new_file or ev.offset < self.counters.bytes_until):
+                    self._sync_counters()
+                    self.counters.bytes_until = ev.offset  # another file: count from here
                 was_up = self.follower.status.up
                 self.follower.handle(ev)
                 if isinstance(ev, SourceState):
@@ -189,6 +196,8 @@ class TargetRunner:
                 await self.task
             except (asyncio.CancelledError, Exception):  # noqa: BLE001
                 pass
+        if self.pending_crash_until is not None:
+            self._settle_crash()
         self.checkpoint(durable=True)
 
     def _sync_counters(self) -> None:
@@ -210,9 +219,11 @@ class TargetRunner:
                 if n != seen:
                     self.counters.rule_matches[rid] = self.counters.rule_matches.get(rid, 0) + n - seen
                     self._counted_matches[rid] = n
-        if f.status.bytes != self._counted_bytes:
-            self.counters.bytes += f.status.bytes - self._counted_bytes
-            self._counted_bytes = f.status.bytes
+        # every byte of the log once: bytes read again after a restart (the unfinished line
+        # after the saved position) are below `bytes_until` and not counted twice
+        if f.next_offset is not None and f.next_offset > self.counters.bytes_until:
+            self.counters.bytes += f.next_offset - self.counters.bytes_until
+            self.counters.bytes_until = f.next_offset
         self.counters.rotations = max(self.counters.rotations, f.status.files - 1)
 
     def _on_events(self, events: list[Event]) -> None:
@@ -234,17 +245,26 @@ class TargetRunner:
             self._seen_startups = pipe.state.startups
         self.on_events_cb(self, events)
 
+    def _startup_key(self) -> str:
+        st = self.pipe.state if self.pipe else None
+        first = st.history[0].at if st and st.history else 0.0
+        return f"{st.epoch if st else 0}@{first:.3f}"
+
     def _settle_crash(self) -> None:
-        """Count and record a crash once its evidence stopped changing."""
+        """Count and record a crash once its evidence stopped changing (once per startup,
+        also when the daemon stops or restarts while it was settling)."""
         pipe = self.pipe
-        if self.pending_crash_until is None or pipe is None:
-            return
         self.pending_crash_until = None
-        crash = pipe.state.crash
-        if crash is not None and pipe.state.phase == CRASHED:
-            self.counters.crashes[crash.reason] = self.counters.crashes.get(crash.reason, 0) + 1
-            self.history.record(pipe.state, "crashed")
-            self.dirty = True
+        if pipe is None or pipe.state.phase != CRASHED or pipe.state.crash is None:
+            return
+        key = self._startup_key()
+        if self.counters.crash_counted == key:
+            return
+        self.counters.crash_counted = key
+        reason = pipe.state.crash.reason
+        self.counters.crashes[reason] = self.counters.crashes.get(reason, 0) + 1
+        self.history.record(pipe.state, "crashed")
+        self.dirty = True
 
     def tick(self, now: float) -> list[Event]:
         self._sync_counters()

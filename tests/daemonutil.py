@@ -1,0 +1,286 @@
+"""Helpers for the tests that run `logwatch run` as a real subprocess.
+
+The daemon is started exactly as users start it (`python -m logwatch run -c CONFIG`, cwd the
+repository), on a free loopback port, with its state in the test's tmp_path.  Nothing here
+sleeps to synchronise: `wait_for` polls a condition until a deadline and fails with the last
+value it saw.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from logwatch.simulate import script
+
+T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC: fixed log timestamps for generated logs
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
+             interval: float = 0.05, alive: Callable[[], str | None] | None = None) -> Any:
+    """Poll `fn` until it returns something truthy (returned) or the deadline passes.
+    Exceptions count as "not yet" (a port not listening yet).  `alive` returns an error
+    message when waiting is pointless (the daemon exited)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+            if last:
+                return last
+        except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
+            last = e
+        if alive is not None:
+            dead = alive()
+            if dead:
+                raise AssertionError(f"while waiting for {what}: {dead}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval)
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode("utf-8")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode("utf-8", "replace")
+
+
+# -- Prometheus text ------------------------------------------------------------------------
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    from prometheus_client.parser import text_string_to_metric_families
+    out: Samples = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
+    """The one sample of `name` whose labels include `labels` (None if there is none)."""
+    want = set(labels.items())
+    found = [v for (n, ls), v in samples.items() if n == name and want <= ls]
+    assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
+    return found[0] if found else None
+
+
+def targets_in(samples: Samples) -> set[str]:
+    return {v for (_, ls) in samples for k, v in ls if k == "target"}
+
+
+# -- logs -------------------------------------------------------------------------------------
+
+def sim_texts(**kw: Any) -> list[str]:
+    """The simulator's log as the list of texts it writes (fixed timestamps, no pauses)."""
+    kw.setdefault("start", T0)
+    return [s.text for s in script(**kw)]
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+
+
+def count_lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n")
+
+
+def split_at(texts: list[str], marker: str, occurrence: int = 1) -> int:
+    """Index of the step whose text contains `marker` (the n-th occurrence)."""
+    n = 0
+    for i, t in enumerate(texts):
+        if marker in t:
+            n += 1
+            if n == occurrence:
+                return i
+    raise ValueError(marker)
+
+
+# -- the daemon -----------------------------------------------------------------------------
+
+def target_cfg(name: str, source: Path | str, **kw: Any) -> dict[str, Any]:
+    d: dict[str, Any] = {"name": name, "source": str(source), "rules": "sglang"}
+    d.update(kw)
+    return d
+
+
+def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str, Any]],
+                 **extra: Any) -> Path:
+    doc: dict[str, Any] = {"listen": f"127.0.0.1:{port}", "state_dir": str(state_dir),
+                           "checkpoint": {"interval": "1s"}, "targets": targets}
+    doc.update(extra)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+class Daemon:
+    """One `logwatch run -c CONFIG` subprocess; stderr goes to a file (never a full pipe)."""
+
+    def __init__(self, config: Path, port: int, logdir: Path, name: str = "daemon") -> None:
+        self.config = config
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+        self.logdir = logdir
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.runs = 0
+        self.stderr_path = logdir / f"{name}.stderr"
+
+    # process
+    def start(self, wait: bool = True) -> "Daemon":
+        assert self.proc is None or self.proc.poll() is not None
+        self.runs += 1
+        self.stderr_path = self.logdir / f"{self.name}.{self.runs}.stderr"
+        err = open(self.stderr_path, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "logwatch", "run", "-c", str(self.config)], cwd=ROOT,
+                stdin=subprocess.PIPE, stdout=err, stderr=err)
+        finally:
+            err.close()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()  # no stdin (not /dev/null: do not depend on it)
+        if wait:
+            self.wait_healthy()
+        return self
+
+    def stderr(self) -> str:
+        try:
+            return self.stderr_path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def dead(self) -> str | None:
+        if self.proc is not None and self.proc.poll() is not None:
+            return f"daemon exited with {self.proc.returncode}; stderr:\n{self.stderr()[-4000:]}"
+        return None
+
+    def wait_healthy(self, timeout: float = 20.0) -> None:
+        wait_for(lambda: self.get("/healthz")[0] == 200, timeout, "/healthz", alive=self.dead)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout=timeout)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def cleanup(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    # HTTP
+    def get(self, path: str) -> tuple[int, str]:
+        return http_get(self.base + path)
+
+    def metrics(self) -> Samples:
+        code, body = self.get("/metrics")
+        assert code == 200, body
+        return parse_metrics(body)
+
+    def metrics_text(self) -> str:
+        code, body = self.get("/metrics")
+        assert code == 200, body
+        return body
+
+    def status(self) -> dict[str, Any]:
+        code, body = self.get("/api/status")
+        assert code == 200, body
+        return json.loads(body)
+
+    def target(self, name: str) -> dict[str, Any] | None:
+        for t in self.status()["targets"]:
+            if t["name"] == name:
+                return t
+        return None
+
+    def wait_target(self, name: str, pred: Callable[[dict[str, Any]], Any], what: str,
+                    timeout: float = 20.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            t = self.target(name)
+            return t if t is not None and pred(t) else None
+        try:
+            return wait_for(check, timeout, f"{name}: {what}", alive=self.dead)
+        except AssertionError as e:
+            t = None
+            try:
+                t = self.target(name)
+            except Exception:  # noqa: BLE001
+                pass
+            brief = {k: t.get(k) for k in ("phase", "epoch", "startups", "lines", "source_state",
+                                           "shards")} if t else None
+            raise AssertionError(f"{e}\n  target now: {brief}") from None
+
+    def wait_metric(self, name: str, value: float, timeout: float = 20.0, **labels: str) -> None:
+        def check() -> bool:
+            v = sample(self.metrics(), name, **labels)
+            return v is not None and (v == value or (math.isnan(value) and math.isnan(v)))
+        try:
+            wait_for(check, timeout, f"{name}{labels} == {value}", alive=self.dead)
+        except AssertionError as e:
+            got = None
+            try:
+                got = sample(self.metrics(), name, **labels)
+            except Exception:  # noqa: BLE001
+                pass
+            raise AssertionError(f"{e}\n  {name}{labels} is {got}") from None
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
+    """Factory: daemons(config, port) -> Daemon (not started); all killed at teardown."""
+    made: list[Daemon] = []
+
+    def make(config: Path, port: int, name: str = "daemon") -> Daemon:
+        d = Daemon(config, port, tmp_path, name)
+        made.append(d)
+        return d
+
+    yield make
+    for d in made:
+        d.cleanup()
+
+
+def checkpoint(state_dir: Path, target: str) -> dict[str, Any] | None:
+    p = state_dir / "positions" / f"{target}.json"
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+__all__ = ["Daemon", "T0", "append", "checkpoint", "count_lines", "daemons", "free_port",
+           "http_get", "parse_metrics", "sample", "sim_texts", "split_at", "target_cfg",
+           "targets_in", "wait_for", "write_config"]

@@ -1,0 +1,212 @@
+"""`logwatch run -c FILE [--check]` with broken configs: exit 2, one stderr line that names the
+config file and the key path (DESIGN.md, config.py's ConfigError); a good config passes.
+
+Both `--check` and a real `run` are exercised: `run` must refuse the same config before it
+starts anything.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from daemonutil import free_port
+
+
+def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logwatch", "run", *args], cwd=ROOT,
+                          input="", capture_output=True, text=True,
+                          encoding="utf-8", errors="replace", timeout=timeout)
+
+
+def good_doc(tmp_path: Path) -> dict[str, Any]:
+    return {
+        "listen": f"127.0.0.1:{free_port()}",
+        "state_dir": str(tmp_path / "state"),
+        "checkpoint": {"interval": "1s"},
+        "targets": [
+            {"name": "node1", "source": str(tmp_path / "node1.log"), "rules": "sglang",
+             "labels": {"model": "GLM-5", "rack": "r1"}, "stall_after": "5m"},
+            {"name": "node2", "source": "ssh://root@gpu-node-2:2222/root/sglang-server.log",
+             "rules": "auto", "stall_after": {"loading_shards": "10m", "cuda_graph": "15m"},
+             "ssh": {"known_hosts": "~/.ssh/known_hosts", "connect_timeout": "5s"}},
+            {"name": "node3", "source": "cmd:docker logs -f sglang", "rules": "vllm"},
+        ],
+        "alerts": [
+            {"type": "webhook", "url": "http://127.0.0.1:8080/hook",
+             "on": ["crashed", "stalled", "ready", "phase"]},
+            {"type": "slack", "url_env": "SLACK_WEBHOOK_URL", "on": ["crashed", "stalled", "ready"]},
+            {"type": "alertmanager", "url": "http://127.0.0.1:9093", "on": ["crashed", "stalled"]},
+        ],
+    }
+
+
+def write(tmp_path: Path, doc: Any, name: str = "logwatch.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False),
+                 encoding="utf-8")
+    return p
+
+
+def assert_config_error(path: Path, key: str) -> None:
+    """Both `run --check` and `run` exit 2 with one stderr line naming the file and `key`."""
+    for args in (("-c", str(path), "--check"), ("-c", str(path))):
+        res = run(*args)
+        lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+        where = f"`logwatch run {' '.join(args)}`"
+        assert res.returncode == 2, f"{where}: exit {res.returncode}, stderr: {res.stderr!r}"
+        assert len(lines) == 1, f"{where}: expected one stderr line, got: {res.stderr!r}"
+        assert str(path) in lines[0], f"{where}: the file is not named: {lines[0]!r}"
+        assert f" {key}:" in lines[0] or lines[0].split(f"{path}: ", 1)[-1].startswith(f"{key}:"), \
+            f"{where}: the key path {key!r} is not named: {lines[0]!r}"
+        assert "Traceback" not in res.stderr
+        assert res.stdout == "", f"{where}: stdout {res.stdout!r}"
+
+
+def mutate(tmp_path: Path, fn: Any) -> Path:
+    doc = good_doc(tmp_path)
+    fn(doc)
+    return write(tmp_path, doc)
+
+
+def test_good_config_passes_check(tmp_path: Path) -> None:
+    path = write(tmp_path, good_doc(tmp_path))
+    res = run("-c", str(path), "--check")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr == ""
+    assert "ok" in res.stdout and "3 targets" in res.stdout, res.stdout
+
+
+def test_unknown_top_level_key(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d.update(listen_addr="127.0.0.1:1")),
+                        "listen_addr")
+
+
+def test_unknown_target_key(tmp_path: Path) -> None:
+    def f(d: dict[str, Any]) -> None:
+        d["targets"][1]["sorce"] = d["targets"][1].pop("source")
+    assert_config_error(mutate(tmp_path, f), "targets[1].sorce")
+
+
+def test_unknown_nested_keys(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][1]["ssh"].update(knwon_hosts="x")),
+                        "targets[1].ssh.knwon_hosts")
+    assert_config_error(mutate(tmp_path, lambda d: d["checkpoint"].update(every="1s")),
+                        "checkpoint.every")
+    assert_config_error(mutate(tmp_path, lambda d: d["alerts"][0].update(uri="http://x")),
+                        "alerts[0].uri")
+
+
+@pytest.mark.parametrize("value", ["5x", "five minutes", "-5s"])
+def test_bad_duration(tmp_path: Path, value: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(stall_after=value)),
+                        "targets[0].stall_after")
+
+
+def test_bad_duration_per_phase_and_checkpoint(tmp_path: Path) -> None:
+    assert_config_error(
+        mutate(tmp_path, lambda d: d["targets"][1]["stall_after"].update(cuda_graph="15q")),
+        "targets[1].stall_after.cuda_graph")
+    assert_config_error(mutate(tmp_path, lambda d: d["checkpoint"].update(interval="soon")),
+                        "checkpoint.interval")
+
+
+@pytest.mark.parametrize("url", [
+    "ssh:///root/server.log",            # no host
+    "ssh://gpu-node-1",                  # no path
+    "ssh://gpu-node-1/",                 # the root is not a log file
+    "ssh://root@gpu-node-1:port/root/x.log",  # bad port
+])
+def test_bad_ssh_url(tmp_path: Path, url: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][1].update(source=url)),
+                        "targets[1].source")
+
+
+@pytest.mark.parametrize("source", ["logs/server.log", "server.log", "./server.log"])
+def test_relative_file_path(tmp_path: Path, source: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(source=source)),
+                        "targets[0].source")
+
+
+def test_duplicate_target_name(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][2].update(name="node1")),
+                        "targets[2].name")
+
+
+def test_missing_pack(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(rules="nosuchpack")),
+                        "targets[0].rules")
+
+
+@pytest.mark.parametrize("listen", ["localhost", "127.0.0.1:99999", "127.0.0.1:http",
+                                    "127.0.0.1:0", ":"])
+def test_bad_listen(tmp_path: Path, listen: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d.update(listen=listen)), "listen")
+
+
+@pytest.mark.parametrize("label", ["bad-name", "1st", "target", "le"])
+def test_bad_label_name(tmp_path: Path, label: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0]["labels"].update({label: "x"})),
+                        f"targets[0].labels.{label}")
+
+
+def test_bad_alert_sink_type(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["alerts"][0].update(type="pagerduty")),
+                        "alerts[0].type")
+
+
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1/hook", "not a url", "http://"])
+def test_bad_alert_sink_url(tmp_path: Path, url: str) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["alerts"][2].update(url=url)),
+                        "alerts[2].url")
+
+
+def test_alert_sink_without_url(tmp_path: Path) -> None:
+    assert_config_error(mutate(tmp_path, lambda d: d["alerts"][0].pop("url")), "alerts[0].url")
+
+
+def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
+    """No key to name, but still one line naming the file, exit 2."""
+    for path in (write(tmp_path, "targets: [\n  {name: a\n"), tmp_path / "missing.yaml"):
+        for args in (("-c", str(path), "--check"), ("-c", str(path))):
+            res = run(*args)
+            lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+            assert res.returncode == 2, res.stderr
+            assert len(lines) == 1 and str(path) in lines[0], res.stderr
+
+
+def test_listen_port_in_use(tmp_path: Path) -> None:
+    """Another process holds the port: exit 2 with a message naming the address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        doc = good_doc(tmp_path)
+        doc["listen"] = f"127.0.0.1:{port}"
+        path = write(tmp_path, doc)
+        assert run("-c", str(path), "--check").returncode == 0  # the config itself is fine
+        res = run("-c", str(path))
+    assert res.returncode == 2, f"exit {res.returncode}: {res.stderr}"
+    assert "Traceback" not in res.stderr, res.stderr
+    msg = [ln for ln in res.stderr.splitlines() if f"127.0.0.1:{port}" in ln]
+    assert msg, f"no stderr line names 127.0.0.1:{port}: {res.stderr!r}"
+    assert "in use" in msg[0].lower(), f"not a clear message: {msg[0]!r}"
+
+
+def test_unset_environment_variable(tmp_path: Path) -> None:
+    """`${VAR}` with VAR unset (and no default) names the key that uses it."""
+    var = "LOGWATCH_TEST_SURELY_UNSET_VARIABLE"
+    assert var not in __import__("os").environ
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(
+        source=f"/var/log/${{{var}}}/server.log")), "targets[0].source")
+    path = mutate(tmp_path, lambda d: d["targets"][0].update(
+        source=f"/var/log/${{{var}:-node1}}/server.log"))
+    res = run("-c", str(path), "--check")
+    assert res.returncode == 0, res.stderr

@@ -1,0 +1,347 @@
+"""`logwatch run`: the daemon as a real subprocess, read through /metrics, /healthz and
+/api/status.  Reload (SIGHUP), restart after kill -9, clean stop (SIGTERM / SIGINT) and
+broken targets next to healthy ones.
+
+Logs are the simulator's script written by the test in pieces (no pauses: the test decides
+when each piece arrives), so every step is synchronised by polling, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from daemonutil import (
+    Daemon, append, checkpoint, count_lines, daemons, free_port, sample, sim_texts,  # noqa: F401
+    split_at, target_cfg, targets_in, wait_for, write_config,
+)
+
+OOM = "torch.OutOfMemoryError: CUDA out of memory"
+
+
+def lines_of(texts: list[str]) -> int:
+    return sum(t.count("\n") for t in texts)
+
+
+def wait_lines(d: Daemon, name: str, path: Path, timeout: float = 20.0) -> dict[str, Any]:
+    """The target counted exactly the lines of its (no longer growing) log."""
+    n = count_lines(path)
+    t = d.wait_target(name, lambda t: t["lines"] >= n, f"lines >= {n}", timeout)
+    assert t["lines"] == n, f"{name}: {t['lines']} lines counted, the log has {n}"
+    d.wait_metric("logwatch_lines_total", float(n), target=name)
+    return t
+
+
+def wait_checkpoint(state_dir: Path, name: str, pred: Any, what: str,
+                    timeout: float = 15.0) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        ck = checkpoint(state_dir, name)
+        return ck if ck is not None and pred(ck) else None
+    return wait_for(check, timeout, f"checkpoint of {name}: {what}")  # type: ignore[no-any-return]
+
+
+# -- a. SIGHUP ------------------------------------------------------------------------------
+
+def test_sighup_reload(tmp_path: Path, daemons: Any) -> None:
+    a_log, b_log, c_log = (tmp_path / f"{n}.log" for n in "abc")
+    a_log.write_text("".join(sim_texts(seed=1)), encoding="utf-8")
+    c_log.write_text("".join(sim_texts(seed=3)), encoding="utf-8")
+    b = sim_texts(seed=2, serve_lines=60)
+    cut1 = split_at(b, "| 13/24 ") + 1          # B mid-shards at the reload
+    cut2 = split_at(b, "fired up and ready") + 1  # B ready before the bad reload
+    append(b_log, "".join(b[:cut1]))
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = tmp_path / "logwatch.yaml"
+    write_config(cfg, port, state, [target_cfg("A", a_log),
+                                    target_cfg("B", b_log, labels={"model": "m1"})])
+    d: Daemon = daemons(cfg, port).start()
+    d.wait_target("A", lambda t: t["phase"] == "ready", "ready")
+    d.wait_target("B", lambda t: t["phase"] == "loading_shards" and t["shards"]["loaded"] == 12,
+                  "loading_shards 12/24")
+    wait_lines(d, "A", a_log)
+    wait_lines(d, "B", b_log)
+
+    # remove A, add C, change B's labels
+    write_config(cfg, port, state, [target_cfg("B", b_log, labels={"model": "m2", "rack": "r7"}),
+                                    target_cfg("C", c_log)])
+    d.signal(signal.SIGHUP)
+    st = wait_for(lambda: (lambda s: s if {t["name"] for t in s["targets"]} == {"B", "C"} else None)
+                  (d.status()), 20, "targets B and C after SIGHUP", alive=d.dead)
+    b_now = next(t for t in st["targets"] if t["name"] == "B")
+    assert b_now["labels"] == {"model": "m2", "rack": "r7"}
+    # B restarted from its checkpoint: same phase and epoch, same count, not waiting
+    assert b_now["phase"] == "loading_shards" and b_now["epoch"] == 1, b_now
+    assert b_now["startups"] == 1 and b_now["lines"] == lines_of(b[:cut1]), b_now
+    m = d.metrics()
+    assert "A" not in targets_in(m), "series of the removed target A are still exported"
+    assert sample(m, "logwatch_target_info", target="B", model="m2", rack="r7") == 1.0
+    assert sample(m, "logwatch_target_info", target="B", model="m1") is None
+    # C reads its log
+    d.wait_target("C", lambda t: t["phase"] == "ready", "ready")
+    wait_lines(d, "C", c_log)
+    # B continues: every line counted once, still one startup
+    append(b_log, "".join(b[cut1:cut2]))
+    d.wait_target("B", lambda t: t["phase"] == "ready", "ready")
+    t = wait_lines(d, "B", b_log)
+    assert t["startups"] == 1 and t["epoch"] == 1
+    m = d.metrics()
+    assert sample(m, "logwatch_startups_total", target="B") == 1.0
+    assert sample(m, "logwatch_rule_matches_total", target="B", rule="server_args") == 1.0
+    assert sample(m, "logwatch_shards_loaded", target="B") == 24.0
+
+    # an invalid config: the reload fails, the old targets keep running
+    bad = yaml.safe_load(cfg.read_text())
+    bad["targets"] = [{**bad["targets"][0], "stall_after": "5x"}]  # and C removed
+    cfg.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload failed" in d.stderr(), 20, "'reload failed' in the daemon's log",
+             alive=d.dead)
+    assert "targets[0].stall_after" in d.stderr()
+    assert d.get("/healthz")[0] == 200
+    assert {t["name"] for t in d.status()["targets"]} == {"B", "C"}
+    append(b_log, "".join(b[cut2:]))  # serving lines: B still reads
+    wait_lines(d, "B", b_log)
+    assert d.proc is not None and d.proc.poll() is None
+
+
+# -- b. restart after kill -9 ---------------------------------------------------------------
+
+def test_restart_after_kill9_continues(tmp_path: Path, daemons: Any) -> None:
+    """kill -9 mid-log, more lines while the daemon is down, restart: the phase and the
+    counters continue from the checkpoint, no line is counted twice or lost, and the crash
+    at the end of the log is counted once (also across a later restart)."""
+    log = tmp_path / "server.log"
+    texts = sim_texts(crash="oom", seed=4)
+    cut1 = split_at(texts, "| 13/24 ") + 1
+    cut2 = split_at(texts, "Running FlashInfer autotune")
+    cut3 = split_at(texts, "Capture cuda graph begin") + 1
+    append(log, "".join(texts[:cut1]))
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target_cfg("gpu1", log, labels={"model": "Qwen3"})])
+    d: Daemon = daemons(cfg, port).start()
+    d.wait_target("gpu1", lambda t: t["phase"] == "loading_shards", "loading_shards")
+    wait_lines(d, "gpu1", log)
+    n1 = count_lines(log)
+    wait_checkpoint(state, "gpu1", lambda ck: ck["extra"]["counters"]["lines"] == n1 and
+                    ck["extra"]["state"]["phase"] == "loading_shards", f"{n1} lines")
+    d.kill9()
+
+    append(log, "".join(texts[cut1:cut2]))  # written while the daemon is down
+    d.start()
+    first = d.target("gpu1")
+    assert first is not None and first["phase"] != "waiting" and first["epoch"] == 1, first
+    t = d.wait_target("gpu1", lambda t: t["phase"] == "allocating", "allocating")
+    assert t["startups"] == 1
+    wait_lines(d, "gpu1", log)
+
+    append(log, "".join(texts[cut2:cut3]))
+    d.wait_target("gpu1", lambda t: t["phase"] == "cuda_graph", "cuda_graph")
+    wait_lines(d, "gpu1", log)
+    append(log, "".join(texts[cut3:]))
+    t = d.wait_target("gpu1", lambda t: t["phase"] == "crashed", "crashed")
+    assert t["crash"]["reason"] == "cuda_oom" and t["crash"]["during"] == "cuda_graph", t["crash"]
+    wait_lines(d, "gpu1", log)
+    d.wait_metric("logwatch_crashes_total", 1.0, target="gpu1", reason="cuda_oom")
+    m = d.metrics()
+    assert sample(m, "logwatch_startups_total", target="gpu1") == 1.0
+    assert sum(v for (n, ls), v in m.items() if n == "logwatch_crashes_total") == 1.0
+    assert sample(m, "logwatch_rule_matches_total", target="gpu1", rule="server_args") == 1.0
+    assert sample(m, "logwatch_shards_loaded", target="gpu1") == 24.0
+    # the phases of the whole startup, across the restart
+    assert t["phases_seen"][:3] == ["launching", "downloading", "loading_shards"], t["phases_seen"]
+
+    # a clean restart later: nothing counted again
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+    d.start()
+    t = d.wait_target("gpu1", lambda t: t["phase"] == "crashed", "crashed after restart")
+    assert t["lines"] == count_lines(log) and t["startups"] == 1
+    m = d.metrics()
+    assert sample(m, "logwatch_crashes_total", target="gpu1", reason="cuda_oom") == 1.0
+    assert sample(m, "logwatch_lines_total", target="gpu1") == float(count_lines(log))
+
+
+def test_restart_mid_bar_counts_no_byte_twice(tmp_path: Path, daemons: Any) -> None:
+    """Stopped while a tqdm frame is still unfinished (held back by the framer, so the saved
+    position is before it): after the restart the frame is read again from the log, and the
+    byte counter must not count it twice (logwatch_bytes_read_total == the file's size)."""
+    log = tmp_path / "server.log"
+    texts = sim_texts(seed=10)
+    cut = split_at(texts, "| 13/24 ") + 1
+    append(log, "".join(texts[:cut]))
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target_cfg("gpu3", log)])
+    d: Daemon = daemons(cfg, port).start()
+    wait_lines(d, "gpu3", log)
+    d.wait_metric("logwatch_bytes_read_total", float(log.stat().st_size), target="gpu3")
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+    ck = checkpoint(state, "gpu3")
+    assert ck is not None and ck["position"]["offset"] < log.stat().st_size  # the held frame
+    append(log, "".join(texts[cut:]))
+    d.start()
+    d.wait_target("gpu3", lambda t: t["phase"] == "ready", "ready")
+    wait_lines(d, "gpu3", log)
+    m = d.metrics()
+    assert sample(m, "logwatch_shards_loaded", target="gpu3") == 24.0
+    assert sample(m, "logwatch_rule_matches_total", target="gpu3", rule="shard_bar") == 25.0
+    size = log.stat().st_size
+    got = sample(m, "logwatch_bytes_read_total", target="gpu3")
+    assert got == float(size), f"logwatch_bytes_read_total {got}, the log has {size} bytes"
+
+
+@pytest.mark.parametrize("how", ["kill9", "SIGTERM"])
+def test_restart_while_crash_settles_counts_it_once(tmp_path: Path, daemons: Any,
+                                                    how: str) -> None:
+    """The daemon goes away after the crash was seen (and checkpointed) but before it
+    settled and was counted (CRASH_SETTLE, 5 s): after the restart the crash is still
+    counted, once.  kill -9, and a clean stop (e.g. `systemctl restart`) alike."""
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(crash="oom", seed=5)), encoding="utf-8")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target_cfg("gpu2", log)])
+    d: Daemon = daemons(cfg, port).start()
+    if how == "kill9":
+        ck = wait_checkpoint(state, "gpu2", lambda ck: ck["extra"]["state"]["phase"] == "crashed",
+                             "phase crashed")
+        counted = ck["extra"]["counters"]["crashes"]["cuda_oom"]
+        d.kill9()
+    else:
+        d.wait_target("gpu2", lambda t: t["phase"] == "crashed", "crashed")
+        counted = sample(d.metrics(), "logwatch_crashes_total", target="gpu2", reason="cuda_oom")
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0
+        ck = checkpoint(state, "gpu2")
+        assert ck is not None and ck["extra"]["state"]["phase"] == "crashed"
+    assert counted == 0, "the crash settled before the stop: this test needs the settle window"
+    d.start()
+    t = d.wait_target("gpu2", lambda t: t["phase"] == "crashed", "crashed")
+    assert t["lines"] == count_lines(log)
+    d.wait_metric("logwatch_crashes_total", 1.0, target="gpu2", reason="cuda_oom", timeout=12)
+    assert sum(v for (n, ls), v in d.metrics().items() if n == "logwatch_crashes_total") == 1.0
+
+
+# -- c. SIGTERM / SIGINT, /healthz, /api/status ---------------------------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_clean_stop_and_status(tmp_path: Path, daemons: Any, sig: int) -> None:
+    logs = {n: tmp_path / f"{n}.log" for n in ("ok", "boom", "loading")}
+    logs["ok"].write_text("".join(sim_texts(seed=6)), encoding="utf-8")
+    logs["boom"].write_text("".join(sim_texts(crash="oom", seed=7)), encoding="utf-8")
+    partial = sim_texts(seed=8)
+    logs["loading"].write_text("".join(partial[: split_at(partial, "| 7/24 ") + 1]),
+                               encoding="utf-8")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target_cfg(n, p) for n, p in logs.items()])
+    d: Daemon = daemons(cfg, port).start()
+    code, body = d.get("/healthz")
+    assert (code, body.strip()) == (200, "ok")
+    d.wait_target("ok", lambda t: t["phase"] == "ready", "ready")
+    d.wait_target("boom", lambda t: t["phase"] == "crashed", "crashed")
+    d.wait_target("loading", lambda t: (t["shards"] or {}).get("loaded") == 6, "shards 6/24")
+    for n, p in logs.items():
+        wait_lines(d, n, p)
+    before = time.time()
+    doc = d.status()
+    assert isinstance(doc["targets"], list) and len(doc["targets"]) == 3
+    st = {t["name"]: t for t in doc["targets"]}
+    for n, t in st.items():
+        for key in ("phase", "epoch", "progress", "eta_seconds", "durations", "crash",
+                    "source_state", "last_line_at"):
+            assert key in t, f"{n}: /api/status has no {key!r}"
+        assert t["epoch"] == 1
+        assert t["source_state"]["up"] is True
+        assert t["source_state"]["offset"] == logs[n].stat().st_size or n == "loading", \
+            (n, t["source_state"], logs[n].stat().st_size)
+        assert isinstance(t["last_line_at"], float) and before - 60 < t["last_line_at"] <= before + 1
+    ok, boom, loading = st["ok"], st["boom"], st["loading"]
+    assert ok["phase"] == "ready" and ok["eta_seconds"] == 0 and ok["crash"] is None
+    assert ok["durations"]["loading_shards"] > 0 and set(ok["durations"]) >= {
+        "launching", "loading_shards", "allocating", "autotune", "cuda_graph"}, ok["durations"]
+    assert ok["progress"]["shards"]["current"] == ok["progress"]["shards"]["total"] == 24
+    crash = boom["crash"]
+    assert boom["phase"] == "crashed" and crash["reason"] == "cuda_oom", crash
+    assert crash["during"] == "cuda_graph" and crash["line"].startswith(OOM)
+    assert isinstance(crash["excerpt"], list) and any(OOM in ln for ln in crash["excerpt"])
+    assert any("Traceback" in ln for ln in crash["excerpt"]), crash["excerpt"]
+    assert loading["phase"] == "loading_shards" and loading["crash"] is None
+    assert loading["progress"]["shards"] == {**loading["progress"]["shards"],
+                                             "current": 6, "total": 24}
+    assert isinstance(loading["eta_seconds"], (int, float)) and loading["eta_seconds"] > 0
+    # the held back frame "7/24" is not consumed yet: the offset is before it
+    assert 0 < loading["source_state"]["offset"] < logs["loading"].stat().st_size
+
+    d.signal(sig)
+    assert d.wait_exit(timeout=20) == 0, d.stderr()[-3000:]
+    assert "Traceback" not in d.stderr(), d.stderr()[-3000:]
+    for n, p in logs.items():
+        ck = checkpoint(state, n)
+        assert ck is not None, f"no checkpoint for {n} in {state / 'positions'}"
+        assert ck["version"] == 1 and ck["target"] == n
+        assert ck["extra"]["counters"]["lines"] == count_lines(p)
+        assert ck["extra"]["state"]["phase"] == st[n]["phase"]
+        assert ck["position"]["offset"] == st[n]["source_state"]["offset"]
+    assert checkpoint(state, "ok")["position"]["offset"] == logs["ok"].stat().st_size  # type: ignore[index]
+
+
+# -- d. a broken target does not delay the others -------------------------------------------
+
+def test_broken_targets_do_not_delay_healthy_ones(tmp_path: Path, daemons: Any) -> None:
+    closed = free_port()                       # nothing listens here
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # accepts, never speaks SSH
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    try:
+        healthy = tmp_path / "healthy.log"
+        port = free_port()
+        ssh_opts = {"known_hosts": str(tmp_path / "known_hosts"), "connect_timeout": "30s"}
+        (tmp_path / "known_hosts").write_text("", encoding="utf-8")
+        targets = [
+            target_cfg("ssh-closed", f"ssh://root@127.0.0.1:{closed}/var/log/sglang.log",
+                       ssh=ssh_opts),
+            target_cfg("ssh-silent",
+                       f"ssh://root@127.0.0.1:{silent.getsockname()[1]}/var/log/sglang.log",
+                       ssh=ssh_opts),
+            target_cfg("cmd-missing", "cmd:/nonexistent/bin/logwatch-test-no-such-command"),
+            target_cfg("cmd-fails", "cmd:false"),
+            target_cfg("a-directory", str(tmp_path)),
+            target_cfg("healthy", healthy),
+        ]
+        cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", targets)
+        d: Daemon = daemons(cfg, port).start()
+        started = time.monotonic()
+        healthy.write_text("".join(sim_texts(seed=9)), encoding="utf-8")
+        d.wait_target("healthy", lambda t: t["phase"] == "ready", "ready", timeout=10)
+        took = time.monotonic() - started
+        wait_lines(d, "healthy", healthy)
+        assert took < 10
+        st = {t["name"]: t for t in d.status()["targets"]}
+        assert set(st) == {t["name"] for t in targets}
+        for n in ("ssh-closed", "ssh-silent", "cmd-missing", "a-directory"):
+            assert st[n]["source_state"]["up"] is False, (n, st[n]["source_state"])
+            assert st[n]["phase"] == "waiting", (n, st[n]["phase"])
+        m = d.metrics()
+        assert sample(m, "logwatch_source_up", target="healthy") == 1.0
+        assert sample(m, "logwatch_source_up", target="ssh-closed") == 0.0
+        assert sample(m, "logwatch_ready", target="healthy") == 1.0
+        assert math.isnan(sample(m, "logwatch_startup_eta_seconds", target="ssh-closed"))  # type: ignore[arg-type]
+        assert d.get("/healthz")[0] == 200
+        # and it stops cleanly with targets still connecting
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit(timeout=20) == 0, d.stderr()[-3000:]
+    finally:
+        silent.close()

@@ -1,0 +1,267 @@
+"""The startup ETA (history.py): on the second start of a target it is within 20 % of the
+true remaining time.
+
+A recorded startup with known phase durations (launching 30 s, 24 shards in 120 s at an
+uneven pace, allocating 10 s, autotune 40 s, CUDA graphs 60 s: ready at 261 s) is replayed
+twice with `now` following the log's own timestamps.  The first replay leaves its phase
+durations in the target's StartupHistory; during the second, at several points, the ETA is
+compared with the true time left until the ready line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from logwatch.config import TargetConfig
+from logwatch.daemon import restart_pack
+from logwatch.history import StartupHistory, startup_eta
+from logwatch.machine import Ready, Restarted, State
+from logwatch.pipeline import LogPipeline
+from logwatch.positions import PositionStore
+from logwatch.rulepack import READY, load_all_shipped, load_pack
+from logwatch.sources.base import Data, Opened
+from logwatch.sources.ssh import SSHPool
+from logwatch.target import TargetRunner
+
+T0 = 1_767_261_600.0          # 2026-01-01 10:00:00 UTC
+READY_AT = 261.0
+SHARDS = 24
+TOLERANCE = 0.20
+
+
+def stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(T0 + t))
+
+
+def startup(seed: int = 0) -> list[tuple[float, str]]:
+    """(seconds since launch, text written then) of one SGLang startup."""
+    out: list[tuple[float, str]] = []
+
+    def line(t: float, msg: str, tag: str | None = "TP0") -> None:
+        out.append((t, f"[{stamp(t)}{' ' + tag if tag else ''}] {msg}\n"))
+
+    line(0, "server_args=ServerArgs(model_path='Qwen/Qwen3-235B-A22B-FP8', tp_size=1, "
+            "mem_fraction_static=0.88, port=30000)", None)
+    line(2, "Init torch distributed begin.")
+    line(8, "Init torch distributed ends. mem usage=0.41 GB")
+    line(30, "Load weight begin. avail mem=78.50 GB")
+    # 24 shards in 120 s, uneven (3..7 s each), tqdm frames redrawn with \r on one line
+    rng = random.Random(seed)
+    raw = [rng.uniform(3.0, 7.0) for _ in range(SHARDS)]
+    steps = [120.0 * r / sum(raw) for r in raw]
+    t = 30.0
+    out.append((t, f"\rLoading safetensors checkpoint shards:   0% Completed | 0/{SHARDS} "
+                   "[00:00<?, ?it/s]"))
+    for k in range(1, SHARDS + 1):
+        t += steps[k - 1]
+        el = t - 30.0
+        per = el / k
+        rem = per * (SHARDS - k)
+        out.append((t, f"\rLoading safetensors checkpoint shards: {100 * k // SHARDS:3d}% Completed"
+                       f" | {k}/{SHARDS} [{int(el) // 60:02d}:{int(el) % 60:02d}<"
+                       f"{int(rem) // 60:02d}:{int(rem) % 60:02d}, {per:5.2f}s/it]"))
+    out.append((150.0, "\n"))
+    line(151, "Load weight end. elapsed=121.00 s, type=Qwen3MoeForCausalLM, avail mem=17.12 GB, "
+              "mem usage=61.38 GB.")
+    line(155, "KV Cache is allocated. #tokens: 1921184, K size: 5.12 GB, V size: 5.12 GB")
+    line(158, "Memory pool end. avail mem=6.02 GB")
+    line(161, "Running FlashInfer autotune...")
+    line(200, "FlashInfer autotune completed.")
+    line(201, "Capture cuda graph begin. This can take up to several minutes. avail mem=5.80 GB")
+    out.append((205.0, "\r  0%|          | 0/12 [00:00<?, ?it/s]"))
+    for i in range(12):
+        tt = 205.0 + 4.0 * (i + 1)
+        out.append((tt, f"\rCapturing batches (bs={64 - 4 * i} avail_mem=5.50 GB): "
+                        f"{100 * (i + 1) // 12:3d}%|          | {i + 1}/12 [00:{4 * i:02d}<00:10, "
+                        "0.25it/s]"))
+    out.append((253.0, "\n"))
+    line(258, "Capture cuda graph end. Time elapsed: 57.00 s. mem usage=0.61 GB. avail mem=5.19 GB.")
+    line(259, "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)", None)
+    line(260, 'INFO:     127.0.0.1:40318 - "POST /generate HTTP/1.1" 200 OK', None)
+    line(READY_AT, "The server is fired up and ready to roll!", None)
+    return out
+
+
+def shift(steps: list[tuple[float, str]], by: float) -> list[tuple[float, str]]:
+    """The same startup `by` seconds later (its timestamps rewritten)."""
+    out = []
+    for t, text in steps:
+        out.append((t + by, text.replace(stamp(t), stamp(t + by)) if text.startswith("[") else text))
+    return out
+
+
+@pytest.fixture(scope="module")
+def pack():  # type: ignore[no-untyped-def]
+    return load_pack("sglang")
+
+
+def feed_all(pipe: LogPipeline, steps: list[tuple[float, str]]) -> list[object]:
+    events: list[object] = []
+    for t, text in steps:
+        events += pipe.feed(text.encode(), T0 + t)
+    return events
+
+
+def check_point(label: str, eta: float, truth: float) -> str | None:
+    if not math.isfinite(eta) or abs(eta - truth) > TOLERANCE * truth:
+        return f"{label}: ETA {eta:.1f} s, true remaining {truth:.1f} s"
+    return None
+
+
+# (label, seconds since launch) to evaluate the ETA at, besides the shard fractions
+TIMES = [("launching, 10 s in", 10.0), ("launching, 25 s in", 25.0),
+         ("allocating, 5 s in", 156.0), ("autotune, 5 s in", 166.0),
+         ("autotune, 30 s in", 191.0), ("cuda_graph, 10 s in", 211.0),
+         ("cuda_graph, 50 s in", 251.0)]
+
+
+def replay_and_check(steps: list[tuple[float, str]], feed, eta_at, state_of) -> list[str]:  # type: ignore[no-untyped-def]
+    """Feed `steps` (relative times) through `feed(text, now)`; at each point of TIMES and at
+    25 % / 75 % of the shards, compare `eta_at(now)` with the true remaining time."""
+    problems: list[str] = []
+    pending = sorted(TIMES, key=lambda x: x[1])
+    fractions = {SHARDS // 4: "25 % of the shards", 3 * SHARDS // 4: "75 % of the shards"}
+    checked: list[str] = []
+    for t, text in steps:
+        while pending and pending[0][1] < t:
+            label, at = pending.pop(0)
+            p = check_point(label, eta_at(T0 + at), READY_AT - at)
+            checked.append(label)
+            if p:
+                problems.append(p)
+        feed(text, T0 + t)
+        shards = state_of().progress.get("shards")
+        if shards is not None and shards.current in fractions:
+            label = fractions.pop(shards.current)
+            p = check_point(f"{label} (at {t:.0f} s)", eta_at(T0 + t), READY_AT - t)
+            checked.append(label)
+            if p:
+                problems.append(p)
+    assert not fractions and not pending, (fractions, pending)
+    assert len(checked) == len(TIMES) + 2
+    return problems
+
+
+def test_second_start_eta_within_20_percent(tmp_path: Path, pack) -> None:  # type: ignore[no-untyped-def]
+    """LogPipeline + StartupHistory, driven directly: the first startup is recorded, the
+    second (a fresh pipeline, the history read back from state_dir) is checked."""
+    steps = startup(seed=1)
+    history = StartupHistory(tmp_path, "gpu1", "Qwen3-235B")
+    first = LogPipeline(pack)
+    events = feed_all(first, steps)
+    assert first.state.phase == READY and any(isinstance(e, Ready) for e in events)
+    durations = first.state.durations()
+    assert durations == pytest.approx({"launching": 30.0, "loading_shards": 121.0,
+                                       "allocating": 10.0, "autotune": 40.0,
+                                       "cuda_graph": 60.0}, abs=1.0), durations
+    rec = history.record(first.state, "ready")
+    assert rec is not None and rec.total == pytest.approx(READY_AT, abs=1.0)
+
+    again = StartupHistory(tmp_path, "gpu1", "Qwen3-235B")  # as after a daemon restart
+    assert again.typical() == pytest.approx(rec.phases)
+    second = LogPipeline(pack)
+    problems = replay_and_check(
+        steps, lambda text, now: second.feed(text.encode(), now),
+        lambda now: startup_eta(pack, second.state, now, again.typical()),
+        lambda: second.state)
+    assert second.state.phase == READY
+    assert startup_eta(pack, second.state, T0 + READY_AT, again.typical()) == 0.0
+    assert not problems, "\n".join(problems)
+
+
+def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
+    """The daemon's own path: a TargetRunner fed source events records the first startup on
+    ready; a second `server_args=` in the same log starts a new epoch whose ETA
+    (`TargetRunner.eta`, what /metrics and /api/status show) is within 20 %."""
+    candidates = [p for p in load_all_shipped() if p.detect]
+    cfg = TargetConfig(name="gpu1", source=str(tmp_path / "server.log"), rules="sglang",
+                       labels={"model": "Qwen3-235B"})
+    runner = TargetRunner(cfg, store=PositionStore(tmp_path), state_dir=tmp_path,
+                          candidates=candidates, start_pack=restart_pack(candidates),
+                          pool=SSHPool())
+    f = runner.follower
+    assert f is not None and f.pipe is not None
+    offset = [0]
+
+    def feed(text: str, now: float) -> None:
+        data = text.encode()
+        f.handle(Data(data, offset[0]), now)
+        offset[0] += len(data)
+
+    f.handle(Opened(0, 1, None, "attach", True), T0)
+    first = startup(seed=2)
+    for t, text in first:
+        feed(text, T0 + t)
+    assert f.pipe.state.phase == READY
+    assert len(runner.history.records) == 1, "the first startup was not recorded on ready"
+    assert (tmp_path / "history" / "gpu1.json").exists()
+    gap = 600.0
+    second = shift(first, READY_AT + gap)
+    epoch_before = f.pipe.state.epoch
+    problems = replay_and_check(
+        [(t - READY_AT - gap, text) for t, text in second],
+        lambda text, now: feed(text, now + READY_AT + gap),
+        lambda now: runner.eta(now + READY_AT + gap),
+        lambda: f.pipe.state)  # type: ignore[union-attr]
+    assert f.pipe.state.epoch == epoch_before + 1
+    assert f.pipe.state.phase == READY
+    assert not problems, "\n".join(problems)
+
+
+def test_first_start_uses_pack_typical_seconds(tmp_path: Path, pack) -> None:  # type: ignore[no-untyped-def]
+    history = StartupHistory(tmp_path, "new-target")
+    assert history.typical() == {}
+    pipe = LogPipeline(pack)
+    steps = startup()
+    for t, text in steps:
+        if t > 10:
+            break
+        pipe.feed(text.encode(), T0 + t)
+    assert pipe.state.phase == "launching"
+    eta = startup_eta(pack, pipe.state, T0 + 10, history.typical())
+    typ = pack.typical_seconds
+    expected = max(typ["launching"] - 10, 0) + sum(
+        typ.get(p, 0.0) for p in pack.phases[pack.phases.index("launching") + 1:] if p != READY)
+    assert math.isfinite(eta) and eta > 0
+    assert eta == pytest.approx(expected), (eta, expected, typ)
+
+
+def test_ready_is_zero_unknown_is_nan(tmp_path: Path, pack) -> None:  # type: ignore[no-untyped-def]
+    history = StartupHistory(tmp_path, "t")
+    pipe = LogPipeline(pack)
+    feed_all(pipe, startup())
+    assert pipe.state.phase == READY
+    assert startup_eta(pack, pipe.state, T0 + 300, history.typical()) == 0.0
+    assert startup_eta(pack, pipe.state, T0 + 300, {"launching": 5.0}) == 0.0
+    # nothing seen yet (waiting): unknown
+    assert math.isnan(startup_eta(pack, State(), T0, history.typical()))
+    # crashed: no ETA
+    crashed = LogPipeline(pack)
+    feed_all(crashed, startup()[:5])
+    crashed.feed(b"[2026-01-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent "
+                 b"call last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
+                 T0 + 60)
+    assert crashed.state.phase == "crashed"
+    assert math.isnan(startup_eta(pack, crashed.state, T0 + 61, history.typical()))
+    # a pack without typical_seconds and no history: nothing to base it on
+    bare = dataclasses.replace(pack, typical_seconds={})
+    launching = LogPipeline(bare)
+    feed_all(launching, startup()[:2])
+    assert launching.state.phase == "launching"
+    assert math.isnan(startup_eta(bare, launching.state, T0 + 5, {}))
+
+
+def test_restarted_event_in_second_epoch(tmp_path: Path, pack) -> None:  # type: ignore[no-untyped-def]
+    """Sanity of the replay itself: a second args dump in one log is a new epoch."""
+    pipe = LogPipeline(pack)
+    steps = startup()
+    feed_all(pipe, steps)
+    ev = feed_all(pipe, shift(steps, 1000)[:1])
+    assert any(isinstance(e, Restarted) for e in ev)
+    assert pipe.state.epoch == 2 and pipe.state.phase == "launching"
