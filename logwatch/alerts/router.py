@@ -199,6 +199,12 @@ class AlertRouter:
     def tick(self, now: float, runners: list[Any]) -> None:
         by_name = {r.name: r for r in runners}
         mono = time.monotonic()
+        for r in runners:
+            # a crash nobody alerted yet (e.g. the daemon was restarted while it settled)
+            st = r.pipe.state if r.pipe else None
+            if st is not None and st.phase == CRASHED and r.name not in self._pending_crash \
+                    and f"{self._key(r, 'crashed')}|{FIRING}" not in self.store.seen:
+                self._pending_crash[r.name] = (mono + CRASH_SETTLE, st.epoch)
         for name, (deadline, epoch) in list(self._pending_crash.items()):
             if mono < deadline:
                 continue
@@ -275,11 +281,12 @@ class AlertRouter:
         if mark in self.store.seen:
             return
         sinks = [s for s in self.sinks if s.wants(alert)]
+        self.store.seen[mark] = time.time()
         if alert.status == FIRING and not self._allow(alert.target):
             self.dropped += 1
             self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
+            self.store.save()
             return
-        self.store.seen[mark] = time.time()
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = alert.to_json()
         now = time.time()
