@@ -1,5 +1,6 @@
-# The README's commands.  Everything installs into .venv; nothing else on the machine changes
-# (`.ci/run` installs the Debian packages the tests need).
+# The README's commands.  Python packages install into .venv; `make test` also installs the
+# Debian packages the tests run for real (scripts/test-deps.sh: sshd, Prometheus,
+# Alertmanager, Chromium) when they are missing.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -18,6 +19,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: install
+	scripts/test-deps.sh
 	$(BIN)/logwatch rules check -q
 	$(BIN)/python -m pytest -q
 
