@@ -67,7 +67,11 @@ class StartupHistory:
 
     def record(self, state: State, outcome: str) -> StartupRecord | None:
         """Remember a finished startup (called once, when it became ready or crashed)."""
-        durations = {p: d for p, d in state.durations().items() if p not in (READY, WAITING)}
+        return self.record_durations(state.durations(), outcome)
+
+    def record_durations(self, durations: dict[str, float], outcome: str) -> StartupRecord | None:
+        durations = {p: d for p, d in durations.items() if p not in (READY, WAITING, "crashed",
+                                                                     "stopped")}
         if not durations:
             return None
         rec = StartupRecord(time.time(), self.model, outcome, durations,

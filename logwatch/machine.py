@@ -176,8 +176,22 @@ class PhaseChanged:
 
 @dataclass(frozen=True, slots=True)
 class Restarted:
+    """A new startup began; `previous` is how the one before it ended (its consumers may
+    not have finished with it: a crash a moment before the restart is still to be told)."""
+
     epoch: int
     line: str
+    previous: "EpochEnd | None" = None
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEnd:
+    epoch: int
+    phase: str
+    crash: "Crash | None"
+    durations: dict[str, float]
+    started_at: float | None      # wall time of its first phase entry (its identity)
+    log_started: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +372,9 @@ class StartupMachine:
                 self._enter(state, self._first_phase(), obs, now, events)
             return
         # a new startup in the same log
+        first = state.history[0] if state.history else None
+        previous = EpochEnd(state.epoch, state.phase, state.crash, state.durations(),
+                            first.at if first else None, first.log_time if first else None)
         startups, epoch = state.startups, state.epoch
         fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
                       last_activity=state.last_activity, last_log_time=state.last_log_time,
@@ -366,7 +383,7 @@ class StartupMachine:
             setattr(state, slot, getattr(fresh, slot))
         state.history.append(self._entry(self._first_phase(), obs, now))
         state.phase = self._first_phase()
-        events.append(Restarted(state.epoch, obs.text))
+        events.append(Restarted(state.epoch, obs.text, previous))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text))
 
     def _first_phase(self) -> str:

@@ -231,7 +231,7 @@ class TargetRunner:
         pipe = self.pipe
         for ev in events:
             if isinstance(ev, Restarted):
-                self._settle_crash()
+                self._end_of_startup(ev)
             elif isinstance(ev, (Crashed, CrashUpdated)):
                 self.pending_crash_until = time.monotonic() + CRASH_SETTLE
             elif isinstance(ev, CrashRetracted):
@@ -249,6 +249,21 @@ class TargetRunner:
         st = self.pipe.state if self.pipe else None
         first = st.history[0].at if st and st.history else 0.0
         return f"{st.epoch if st else 0}@{first:.3f}"
+
+    def _end_of_startup(self, ev: Restarted) -> None:
+        """A new startup began: count the crash of the one before if it was not yet."""
+        self.pending_crash_until = None
+        prev = ev.previous
+        if prev is None or prev.phase != CRASHED or prev.crash is None:
+            return
+        key = f"{prev.epoch}@{prev.started_at or 0.0:.3f}"
+        if self.counters.crash_counted == key:
+            return
+        self.counters.crash_counted = key
+        reason = prev.crash.reason
+        self.counters.crashes[reason] = self.counters.crashes.get(reason, 0) + 1
+        self.history.record_durations(prev.durations, "crashed")
+        self.dirty = True
 
     def _settle_crash(self) -> None:
         """Count and record a crash once its evidence stopped changing (once per startup,

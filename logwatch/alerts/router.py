@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import random
 import statistics
 import time
@@ -154,10 +155,12 @@ class AlertRouter:
         return f"{runner.name}|{self.startup_id(runner)}|{kind}{('|' + extra) if extra else ''}"
 
     def _alert(self, runner: Any, kind: str, summary: str, details: dict[str, Any],
-               key: str | None = None) -> Alert:
+               key: str | None = None, epoch: int | None = None) -> Alert:
         st = runner.pipe.state if runner.pipe else None
+        if epoch is None:
+            epoch = st.epoch if st else 0
         return Alert(key or self._key(runner, kind), kind, FIRING, runner.name, runner.engine,
-                     dict(runner.cfg.labels), st.epoch if st else 0, summary, details,
+                     dict(runner.cfg.labels), epoch, summary, details,
                      time.time(), None, self.generator_url)
 
     def observe(self, runner: Any, events: list[Event]) -> None:
@@ -179,6 +182,14 @@ class AlertRouter:
                 self._resolve(runner.name, ("stalled", "slow"), "ready")
                 self._resolve(runner.name, ("crashed",), "ready again", exclude=self.startup_id(runner))
             elif isinstance(ev, Restarted):
+                prev = ev.previous
+                if runner.name in self._pending_crash and prev is not None and \
+                        prev.phase == CRASHED and prev.crash is not None:
+                    # the crash had not settled yet: tell it now, as the startup it ended
+                    self._pending_crash.pop(runner.name, None)
+                    sid = f"{prev.epoch}@{prev.started_at or 0.0:.0f}"
+                    self._fire_crash_of(runner, prev.crash, sid, prev.epoch,
+                                        _elapsed(prev.crash, prev.started_at, prev.log_started))
                 self._pending_crash.pop(runner.name, None)
                 self._resolve(runner.name, ("stalled", "slow"), "restarted",
                               exclude=self.startup_id(runner))
@@ -218,30 +229,32 @@ class AlertRouter:
 
     def _fire_crash(self, r: Any) -> None:
         st = r.pipe.state
-        c = st.crash
         start = st.history[0] if st.history else None
-        elapsed = None
-        if start is not None:
-            if start.log_time is not None and c.log_time is not None:
-                elapsed = c.log_time - start.log_time
-            else:
-                elapsed = c.at - start.at
+        self._fire_crash_of(r, st.crash, self.startup_id(r), st.epoch,
+                            _elapsed(st.crash, start.at if start else None,
+                                     start.log_time if start else None))
+
+    def _fire_crash_of(self, r: Any, c: Any, sid: str, epoch: int, elapsed: float | None) -> None:
         after = f" after {fmt_duration(elapsed)}" if elapsed else ""
         summary = f"crashed during {c.during}{after}: {c.reason}"
-        sid = self.startup_id(r)
-        # a crash supersedes a stall of the same startup
-        before = len(self.store.outbox)
-        self.store.outbox = [e for e in self.store.outbox
-                             if not (e["alert"]["kind"] == "stalled" and e["alert"]["target"] == r.name
-                                     and e["alert"]["key"].split("|")[1] == sid
-                                     and e["alert"]["status"] == FIRING)]
-        if len(self.store.outbox) != before:
+        # a crash supersedes a stall of the same startup: an undelivered one is dropped (and
+        # needs no resolution), a delivered one is resolved
+        def undelivered_stall(e: dict[str, Any]) -> bool:
+            a = e["alert"]
+            return a["kind"] == "stalled" and a["target"] == r.name and \
+                a["key"].split("|")[1] == sid and a["status"] == FIRING
+        dropped = {e["alert"]["key"] for e in self.store.outbox if undelivered_stall(e)}
+        if dropped:
+            self.store.outbox = [e for e in self.store.outbox if not undelivered_stall(e)]
+            for key in dropped:
+                self.store.open.pop(key, None)
             self.store.save()
         self._resolve(r.name, ("stalled", "slow"), "crashed", only=sid)
         self.fire(self._alert(r, "crashed", summary,
                               {"reason": c.reason, "during": c.during, "line": c.line,
                                "line_number": c.line_number, "elapsed": elapsed,
-                               "excerpt": list(c.excerpt)}))
+                               "excerpt": list(c.excerpt)},
+                              key=f"{r.name}|{sid}|crashed", epoch=epoch))
 
     def _check_slow(self, r: Any, now: float) -> None:
         pipe = r.pipe
@@ -341,9 +354,10 @@ class AlertRouter:
             async with self._session.post(req.url, data=req.body, headers=req.headers,
                                           timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
                 text = await resp.text()
-                return classify(resp.status, dict(resp.headers), text)
+                return classify(resp.status, dict(resp.headers), scrub_urls(text))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
-            return Outcome(False, True, message=f"{type(e).__name__}: {e}")
+            # client errors quote the URL, which can hold a token: never show its path
+            return Outcome(False, True, message=scrub_urls(f"{type(e).__name__}: {e}"))
 
     def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
         alert = entry["alert"]
@@ -372,3 +386,20 @@ class AlertRouter:
                                  target=alert["target"], kind=alert["kind"],
                                  error=outcome.message, retry_in=round(delay, 1))
         self.store.save()
+
+
+def _elapsed(crash: Any, started_at: float | None, log_started: float | None) -> float | None:
+    """Seconds from the startup's first line to the crash (server clock when it has one)."""
+    if log_started is not None and crash.log_time is not None:
+        return crash.log_time - log_started
+    if started_at is not None:
+        return crash.at - started_at
+    return None
+
+
+_URL = re.compile(r"(https?://[^/\s'\"]+)/[^\s'\"]*")
+
+
+def scrub_urls(text: str) -> str:
+    """Keep scheme and host of URLs, drop path and query (Slack tokens live there)."""
+    return _URL.sub(lambda m: m.group(1) + "/…", text)

@@ -1,0 +1,145 @@
+"""logwatch -> a REAL Alertmanager (Debian's prometheus-alertmanager, installed by .ci/run) ->
+a webhook receiver of the test.  A crashing startup fires LogwatchCrashed with our labels and
+annotations; the next startup becoming ready resolves it, and Alertmanager says so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from alertlib import (
+    OOM_LINE, Receiver, daemons, free_port, http_get, receivers,  # noqa: F401
+    target, wait_for, write_config,
+)
+from conftest import ROOT
+
+ALERTMANAGER = Path("/usr/bin/prometheus-alertmanager")
+
+
+class Alertmanager:
+    def __init__(self, tmp: Path, webhook: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        cfg = tmp / "am.yml"
+        cfg.write_text(yaml.safe_dump({
+            "route": {"receiver": "hook", "group_wait": "1s", "group_interval": "1s",
+                      "repeat_interval": "1h"},
+            "receivers": [{"name": "hook", "webhook_configs": [{"url": webhook,
+                                                                 "send_resolved": True}]}],
+        }))
+        self.log = tmp / "am.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [str(ALERTMANAGER), f"--config.file={cfg}", f"--storage.path={tmp / 'am'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+                 "--log.level=debug"],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        wait_for(lambda: http_get(self.base + "/-/ready")[0] == 200, 20, "Alertmanager ready",
+                 alive=self.dead)
+
+    def dead(self) -> str | None:
+        if self.proc.poll() is not None:
+            return f"alertmanager exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+        return None
+
+    def alerts(self) -> list[dict[str, Any]]:
+        code, body = http_get(self.base + "/api/v2/alerts")
+        assert code == 200, body
+        return json.loads(body)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path, receivers) -> Iterator[tuple[Alertmanager, Receiver]]:
+    assert ALERTMANAGER.exists(), "prometheus-alertmanager is not installed (.ci/run installs it)"
+    rx = receivers()
+    am = Alertmanager(tmp_path, rx.url("/am"))
+    yield am, rx
+    am.stop()
+
+
+def simulate(log: Path, *extra: str) -> None:
+    """The simulator, as a user would run it, appending to `log` (compressed time)."""
+    subprocess.run([sys.executable, "-m", "logwatch.simulate", str(log), "--speed", "0.03",
+                    "--serve-lines", "3", *extra], cwd=ROOT, check=True, timeout=30,
+                   stdin=subprocess.DEVNULL)
+
+
+def notified(rx: Receiver, alertname: str, status: str) -> list[dict[str, Any]]:
+    """Alerts in Alertmanager's notifications with this name and status."""
+    out = []
+    for g in rx.requests(lambda g: g.path == "/am"):
+        for a in g.json.get("alerts", []):
+            if a["labels"].get("alertname") == alertname and a["status"] == status:
+                out.append(a)
+    return out
+
+
+def test_crash_fires_and_ready_resolves_through_a_real_alertmanager(tmp_path, alertmanager, daemons):
+    am, rx = alertmanager
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("glm5-node1", log, labels={"model": "GLM-5-NVFP4"})],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed", "ready"]}])
+    d = daemons(cfg, port).start()
+
+    simulate(log, "--crash", "oom")
+    firing = wait_for(lambda: notified(rx, "LogwatchCrashed", "firing"), 30,
+                      "Alertmanager's firing notification", alive=d.dead)
+    a = firing[0]
+    labels = a["labels"]
+    assert labels["alertname"] == "LogwatchCrashed"
+    assert labels["target"] == "glm5-node1"
+    assert labels["engine"] == "sglang"
+    assert labels["kind"] == "crashed"
+    assert labels["reason"] == "cuda_oom"
+    assert labels["model"] == "GLM-5-NVFP4"
+    assert "cuda_oom" in a["annotations"]["summary"], a["annotations"]
+    assert OOM_LINE in a["annotations"].get("root_cause", ""), a["annotations"]
+    assert a["generatorURL"].startswith(f"http://127.0.0.1:{port}/"), a
+    assert a["startsAt"]
+    note = next(g.json for g in rx.requests(lambda g: g.path == "/am"))
+    assert note["receiver"] == "hook" and note["version"] == "4"
+
+    # Alertmanager's own API lists it, active
+    listed = [x for x in am.alerts() if x["labels"].get("alertname") == "LogwatchCrashed"]
+    assert len(listed) == 1, am.alerts()
+    assert listed[0]["status"]["state"] == "active"
+    assert listed[0]["labels"]["target"] == "glm5-node1"
+    assert listed[0]["labels"]["reason"] == "cuda_oom"
+    assert "cuda_oom" in listed[0]["annotations"]["summary"]
+    assert listed[0]["endsAt"] > listed[0]["startsAt"], "open until resolved"
+
+    # a new startup of the same server becomes ready: the crash is resolved
+    simulate(log)
+    d.wait_target("glm5-node1", lambda t: t["phase"] == "ready", "ready")
+    resolved = wait_for(lambda: notified(rx, "LogwatchCrashed", "resolved"), 30,
+                        "Alertmanager's resolved notification", alive=d.dead)
+    r = resolved[0]
+    assert {k: r["labels"][k] for k in ("alertname", "target", "kind", "reason")} == \
+        {"alertname": "LogwatchCrashed", "target": "glm5-node1", "kind": "crashed",
+         "reason": "cuda_oom"}
+    assert r["startsAt"] == a["startsAt"], "the same alert was resolved"
+    wait_for(lambda: not [x for x in am.alerts() if x["labels"].get("alertname") == "LogwatchCrashed"],
+             15, "the crash to leave Alertmanager's active alerts")
+    # the ready alert went to Alertmanager too (the sink asked for it)
+    wait_for(lambda: notified(rx, "LogwatchReady", "firing"), 15, "the ready notification")
+    assert len({json.dumps(x["labels"], sort_keys=True)
+                for x in notified(rx, "LogwatchCrashed", "firing")}) == 1
