@@ -227,6 +227,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ConfigError, PackError) as e:
             print(f"logwatch: {e}", file=sys.stderr)
             return EXIT_USAGE
+        if shard is not None:
+            from .config import select_shard
+            mine = select_shard(cfg, shard)
+            print(f"{args.config}: ok; shard {shard[0]}/{shard[1]} runs {len(mine.targets)} of "
+                  f"{len(cfg.targets)} targets: {', '.join(t.name for t in mine.targets)}")
+            return EXIT_OK
         print(f"{args.config}: ok ({len(cfg.targets)} targets, {len(cfg.alerts)} alert sinks)")
         return EXIT_OK
     return asyncio.run(run_daemon(args.config, shard))

@@ -22,7 +22,8 @@ from .sources import SourceError, source_kind
 from .sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
-TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "ssh", "poll", "from_start")
+TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
+               "from_start")
 SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
             "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -47,6 +48,7 @@ class TargetConfig:
     ssh: SSHOptions = field(default_factory=SSHOptions)
     poll: bool = False
     from_start: bool = False
+    slow_factor: float = 1.5
 
     @property
     def kind(self) -> str:
@@ -211,6 +213,9 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
     rules = t.get("rules", "auto")
     if not isinstance(rules, str):
         raise ConfigError(path, f"{key}.rules", "a pack name, a .yaml path or auto")
+    if (rules.endswith((".yaml", ".yml")) or "/" in rules) and \
+            not os.path.isabs(os.path.expanduser(rules)):
+        rules = os.path.join(os.path.dirname(os.path.abspath(path)), rules)  # next to the config
     if rules != "auto":
         try:
             load_pack(rules)
@@ -229,9 +234,22 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
     if t.get("stall_after") is not None:
         sv = t["stall_after"]
         if isinstance(sv, dict):
+            known = _known_phases(rules)
+            for ph in sv:
+                if ph not in known:
+                    raise ConfigError(path, f"{key}.stall_after.{ph}", "unknown phase (phases: "
+                                      f"{', '.join(known)})")
             stall = {str(ph): _duration(path, f"{key}.stall_after.{ph}", d) for ph, d in sv.items()}
         else:
             stall = _duration(path, f"{key}.stall_after", sv)
+    slow = t.get("slow_factor", 1.5)
+    try:
+        slow = float(slow)
+    except (TypeError, ValueError):
+        slow = 0.0
+    if not slow > 1.0:
+        raise ConfigError(path, f"{key}.slow_factor", "a number above 1 (a `slow` alert when a "
+                          "startup takes that many times its usual duration)")
     ssh_doc = t.get("ssh") or {}
     if not isinstance(ssh_doc, dict):
         raise ConfigError(path, f"{key}.ssh", "a mapping (known_hosts, client_keys, ...)")
@@ -243,18 +261,44 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
                                     for k, v in ssh_doc.items()})
     except TypeError as e:
         raise ConfigError(path, f"{key}.ssh", str(e)) from None
+    flags = {}
     for flag in ("poll", "from_start"):
-        if flag in t and not isinstance(t[flag], bool):
+        v = t.get(flag, False)
+        if isinstance(v, str):  # `${VAR}` expands to text: read it as YAML would
+            v = {"true": True, "yes": True, "on": True, "1": True,
+                 "false": False, "no": False, "off": False, "0": False, "": False}.get(v.lower(), v)
+        if not isinstance(v, bool):
             raise ConfigError(path, f"{key}.{flag}", "true or false")
+        flags[flag] = v
     return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
-                        bool(t.get("poll", False)), bool(t.get("from_start", False)))
+                        flags["poll"], flags["from_start"], slow)
+
+
+def _known_phases(rules: str) -> list[str]:
+    from .rulepack import TERMINAL, WAITING, load_all_shipped
+    if rules != "auto":
+        try:
+            return list(load_pack(rules).phases)
+        except PackError:
+            pass
+    out: list[str] = []
+    for p in load_all_shipped():
+        out += [ph for ph in p.phases if ph not in out]
+    return [ph for ph in out if ph not in (WAITING, *TERMINAL)]
 
 
 def shard_of(name: str, shards: int) -> int:
-    """The shard a target belongs to: a stable hash of its name (adding or removing other
-    targets never moves it; only changing N does)."""
+    """The shard a target belongs to: jump consistent hash (Lamping & Veach) of a stable hash
+    of its name.  Adding or removing other targets never moves it; going from N to N+1
+    shards moves only the ~1/(N+1) of targets the new shard takes."""
     import hashlib
-    return int(hashlib.sha1(name.encode("utf-8")).hexdigest()[:15], 16) % shards
+    key = int.from_bytes(hashlib.sha1(name.encode("utf-8")).digest()[:8], "big")
+    b, j = -1, 0
+    while j < shards:
+        b = j
+        key = (key * 2862933555777941757 + 1) % (1 << 64)
+        j = int((b + 1) * (float(1 << 31) / float((key >> 33) + 1)))
+    return b
 
 
 def parse_shard(spec: str, hostname: str | None = None) -> tuple[int, int]:

@@ -123,6 +123,8 @@ class TargetRunner:
             pack = next((p for p in self.candidates if p.name == extra["pack"]), None)
         if extra.get("counters"):
             self.counters = Counters.from_json(extra["counters"])
+        if isinstance(extra.get("last_line_at"), (int, float)):
+            self.last_line_at = float(extra["last_line_at"])
         if extra.get("state") and pack is not None and position is not None:
             try:
                 self.restored_state = state_from_json(extra["state"])
@@ -302,6 +304,7 @@ class TargetRunner:
             return
         self._sync_counters()
         extra = {"source": self.cfg.source, "pack": f.pipe.pack.name,
+                 "last_line_at": self.last_line_at,
                  "state": state_to_json(f.pipe.state), "counters": self.counters.to_json(),
                  "saved_at": time.time()}
         try:

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
 KINDS = ("crashed", "stalled", "slow", "ready", "restarted", "phase")
-SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "labels", "secret_env",
-             "timeout", "max_attempts", "max_age", "rate_limit", "slow_factor")
+SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
+             "timeout", "max_attempts", "max_age")
 
 
 def validate_alerts(cfg: "Config") -> None:
@@ -39,6 +39,17 @@ def validate_alerts(cfg: "Config") -> None:
         if name in names:
             raise ConfigError(cfg.path, f"{key}.name", f"duplicate sink name {name!r}")
         names.add(name)
+        from ..rulepack import parse_duration
+        for dk in ("timeout", "max_age"):
+            if dk in a:
+                try:
+                    a[dk] = parse_duration(a[dk])
+                except (ValueError, TypeError):
+                    raise ConfigError(cfg.path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
+                                      "(use e.g. 10s, 1h)") from None
+        if "max_attempts" in a and (not isinstance(a["max_attempts"], int)
+                                    or isinstance(a["max_attempts"], bool) or a["max_attempts"] < 1):
+            raise ConfigError(cfg.path, f"{key}.max_attempts", "a whole number >= 1")
         sel = a.get("targets")
         if sel is not None and not (isinstance(sel, dict) and all(isinstance(v, str) for v in sel.values())):
             raise ConfigError(cfg.path, f"{key}.targets", "a mapping of label (or name) to a "

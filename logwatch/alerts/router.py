@@ -1,8 +1,8 @@
 """The alert router: machine events -> alerts -> per-sink delivery, exactly once.
 
 * Kinds: `crashed` (sent once the crash's evidence settled, ~2 s: its traceback arrives
-  after the announcement), `stalled`, `slow` (the startup overran its history by
-  `slow_factor`), `ready`, `restarted`, `phase`.  `ready` or a new startup resolves
+  after the announcement), `stalled`, `slow` (the startup overran its history by the
+  target's `slow_factor`), `ready`, `restarted`, `phase`.  `ready` or a new startup resolves
   `stalled` / `slow`; a crash drops an undelivered `stalled` of its startup and resolves a
   delivered one; the next startup's `ready` resolves a `crashed`.
 * Dedupe: every (alert key, status) is recorded in `state_dir/alerts/state.json` in the same
@@ -265,8 +265,7 @@ class AlertRouter:
             return
         typical = statistics.median(totals)
         elapsed = now - pipe.state.history[0].at
-        factor = float(next((s.spec.get("slow_factor") for s in self.sinks
-                             if s.spec.get("slow_factor")), SLOW_FACTOR))
+        factor = float(getattr(r.cfg, "slow_factor", SLOW_FACTOR))
         if elapsed > max(typical * factor, SLOW_MIN_SECONDS):
             key = self._key(r, "slow")
             if f"{key}|{FIRING}" in self.store.seen:
