@@ -29,46 +29,14 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from daemonutil import (  # noqa: F401 - shared with the daemon tests
+    append, count_lines, free_port, http_get, sim_texts, split_at, wait_for,
+)
 from logwatch.simulate import script
 
 T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC: fixed log timestamps for generated logs
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 READY_LINE = "The server is fired up and ready to roll!"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
-             interval: float = 0.05, alive: Callable[[], str | None] | None = None) -> Any:
-    """Poll `fn` until it returns something truthy (returned) or the deadline passes."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while True:
-        try:
-            last = fn()
-            if last:
-                return last
-        except (OSError, ValueError, KeyError, TypeError, AssertionError) as e:
-            last = e
-        if alive is not None:
-            dead = alive()
-            if dead:
-                raise AssertionError(f"while waiting for {what}: {dead}")
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval)
-
-
-def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read().decode("utf-8")
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode("utf-8", "replace")
 
 
 # -- HTTP receivers -------------------------------------------------------------------------
@@ -250,31 +218,6 @@ def hook(kind: str | None = None, status: str | None = None,
 
 
 # -- logs -------------------------------------------------------------------------------------
-
-def sim_texts(**kw: Any) -> list[str]:
-    """The simulator's log as the list of texts it writes (fixed timestamps, no pauses)."""
-    kw.setdefault("start", T0)
-    return [s.text for s in script(**kw)]
-
-
-def append(path: Path, text: str) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-
-
-def count_lines(path: Path) -> int:
-    return path.read_bytes().count(b"\n")
-
-
-def split_at(texts: list[str], marker: str, occurrence: int = 1) -> int:
-    n = 0
-    for i, t in enumerate(texts):
-        if marker in t:
-            n += 1
-            if n == occurrence:
-                return i
-    raise ValueError(marker)
 
 
 # -- the daemon -----------------------------------------------------------------------------

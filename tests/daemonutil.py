@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import urllib.parse
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -284,3 +285,66 @@ def checkpoint(state_dir: Path, target: str) -> dict[str, Any] | None:
 __all__ = ["Daemon", "T0", "append", "checkpoint", "count_lines", "daemons", "free_port",
            "http_get", "parse_metrics", "sample", "sim_texts", "split_at", "target_cfg",
            "targets_in", "wait_for", "write_config"]
+
+
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+class Prometheus:
+    """Debian's prometheus on a free loopback port, scraping one daemon every second (and
+    evaluating `rule_file` every second, if given)."""
+
+    def __init__(self, tmp: Path, scrape_port: int, rule_file: Path | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        conf = tmp / "prometheus.yml"
+        doc: dict[str, Any] = {
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": "logwatch", "scrape_interval": "1s",
+                                "scrape_timeout": "1s",
+                                "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}]}],
+        }
+        if rule_file is not None:
+            doc["rule_files"] = [str(rule_file)]
+        conf.write_text(yaml.safe_dump(doc), "utf-8")
+        self.log = tmp / "prometheus.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'prom-data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdin=subprocess.PIPE, stdout=out, stderr=out, cwd=tmp)
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+
+    def dead(self) -> str | None:
+        if self.proc.poll() is not None:
+            return f"prometheus exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
+        return None
+
+    def api(self, path: str, **params: str) -> Any:
+        code, body = http_get(f"{self.base}/api/v1/{path}?" + urllib.parse.urlencode(params))
+        assert code == 200, body
+        doc = json.loads(body)
+        assert doc["status"] == "success", doc
+        return doc["data"]
+
+    def query(self, q: str) -> list[dict[str, Any]]:
+        return self.api("query", query=q)["result"]  # type: ignore[no-any-return]
+
+    def value(self, q: str) -> float | None:
+        r = self.query(q)
+        if len(r) != 1:
+            return None
+        return float(r[0]["value"][1])
+
+    def names(self) -> set[str]:
+        return set(self.api("label/__name__/values"))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)

@@ -33,7 +33,9 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemonutil import Daemon, free_port, http_get, parse_metrics, sample, wait_for, write_config
+from daemonutil import (
+    Daemon, Prometheus, free_port, http_get, parse_metrics, sample, wait_for, write_config,
+)
 from logwatch.alerts.config import SINK_KEYS, SINK_TYPES
 from logwatch.config import (
     SSH_KEYS, TARGET_KEYS, TOP_KEYS, ConfigError, load_config, parse_config, parse_shard,
@@ -257,53 +259,6 @@ class _Hook(BaseHTTPRequestHandler):
 
     def log_message(self, *a: Any) -> None:
         pass
-
-
-class Prometheus:
-    """Debian's prometheus on a free loopback port, scraping one daemon every second and
-    evaluating `rule_file` every second."""
-
-    def __init__(self, tmp: Path, scrape_port: int, rule_file: Path) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        conf = tmp / "prometheus.yml"
-        conf.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(rule_file)],
-            "scrape_configs": [{"job_name": "logwatch", "scrape_interval": "1s",
-                                "scrape_timeout": "1s",
-                                "static_configs": [{"targets": [f"127.0.0.1:{scrape_port}"]}]}],
-        }), "utf-8")
-        self.log = tmp / "prometheus.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'prom-data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
-                stdin=subprocess.DEVNULL, stdout=out, stderr=out, cwd=tmp)
-
-    def dead(self) -> str | None:
-        if self.proc.poll() is not None:
-            return f"prometheus exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
-        return None
-
-    def api(self, path: str, **params: str) -> Any:
-        code, body = http_get(f"{self.base}/api/v1/{path}?" + urllib.parse.urlencode(params))
-        assert code == 200, body
-        doc = json.loads(body)
-        assert doc["status"] == "success", doc
-        return doc["data"]
-
-    def query(self, q: str) -> list[dict[str, Any]]:
-        return self.api("query", query=q)["result"]  # type: ignore[no-any-return]
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

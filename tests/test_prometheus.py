@@ -20,7 +20,7 @@ import pytest
 from conftest import ROOT
 from daemonutil import (
     Daemon, count_lines, daemons, free_port, http_get, sim_texts, split_at, target_cfg,  # noqa: F401 (fixture)
-    wait_for, write_config,
+    Prometheus, wait_for, write_config,
 )
 
 PROMETHEUS = "/usr/bin/prometheus"
@@ -119,62 +119,6 @@ class _Hook(BaseHTTPRequestHandler):
 
     def log_message(self, *a: Any) -> None:
         pass
-
-
-class Prometheus:
-    def __init__(self, tmp: Path, scrape_port: int) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        (tmp / "data").mkdir()
-        conf = tmp / "prometheus.yml"
-        conf.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: logwatch\n"
-            "    scrape_interval: 1s\n"
-            "    scrape_timeout: 1s\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{scrape_port}']}}]\n",
-            encoding="utf-8")
-        self.log = tmp / "prometheus.log"
-        with open(self.log, "wb") as out:
-            self.proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}"],
-                stdin=subprocess.PIPE, stdout=out, stderr=out, cwd=tmp)
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-
-    def dead(self) -> str | None:
-        if self.proc.poll() is not None:
-            return f"prometheus exited {self.proc.returncode}: {self.log.read_text()[-3000:]}"
-        return None
-
-    def query(self, q: str) -> list[dict[str, Any]]:
-        code, body = http_get(f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": q}))
-        assert code == 200, body
-        doc = json.loads(body)
-        assert doc["status"] == "success", doc
-        return doc["data"]["result"]  # type: ignore[no-any-return]
-
-    def value(self, q: str) -> float | None:
-        r = self.query(q)
-        if len(r) != 1:
-            return None
-        return float(r[0]["value"][1])
-
-    def names(self) -> set[str]:
-        code, body = http_get(f"{self.base}/api/v1/label/__name__/values")
-        assert code == 200, body
-        return set(json.loads(body)["data"])
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import asyncio
 import os
 import threading
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Iterator
 
 from .. import log
 from .base import (
@@ -249,15 +249,10 @@ class LocalFileSource:
             except OSError:
                 pst = None
             if pst is not None and (pst.st_dev, pst.st_ino) != (ident.dev, ident.ino):
-                # drain what the old file still holds, then switch
-                while True:
-                    chunk = os.pread(fd, READ_SIZE, offset)
-                    if not chunk:
-                        break
-                    yield Data(chunk, offset)
-                    offset += len(chunk)
+                for ev in _drain(fd, offset):  # what the old file still holds, then switch
+                    yield ev
                 self.rotations += 1
-                self.log.info("log rotated: following the new file", old_size=offset)
+                self.log.info("log rotated: following the new file")
                 yield "rotated"
                 return
             if pst is None and not getattr(self, "_gone_said", False):
@@ -275,13 +270,19 @@ class LocalFileSource:
                     os.stat(self.path)
                 except FileNotFoundError:
                     continue
-                while True:
-                    chunk = os.pread(fd, READ_SIZE, offset)
-                    if not chunk:
-                        break
-                    yield Data(chunk, offset)
-                    offset += len(chunk)
+                for ev in _drain(fd, offset):
+                    yield ev
                 self._gone_said = False
                 self.rotations += 1
                 yield getattr(self, "_gone_reason", "recreated")
                 return
+
+
+def _drain(fd: int, offset: int) -> Iterator[Data]:
+    """Everything a file still holds from `offset` to its end (before leaving it)."""
+    while True:
+        chunk = os.pread(fd, READ_SIZE, offset)
+        if not chunk:
+            return
+        yield Data(chunk, offset)
+        offset += len(chunk)
