@@ -46,6 +46,7 @@ def _escape(lit: str) -> str:
     return "".join("\\" + c if not (c.isalnum() or c == " " or ord(c) > 127) else c for c in lit)
 
 
+PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 _SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
 
 
@@ -67,6 +68,7 @@ class Matcher:
     def __init__(self, pack: RulePack, max_line_bytes: int = 64 * 1024) -> None:
         self.pack = pack
         self.max_line_bytes = max_line_bytes
+        self.errors = 0          # pattern timeouts, all targets using this matcher
         self.rules = pack.rules
         self._checks: list[tuple[Rule, tuple[str, ...] | None, bool]] = []
         for r in self.rules:
@@ -120,7 +122,11 @@ class Matcher:
                               rx.search(text) is not None for lits, rx in self._ignore)
             if ignored:
                 return None
-            m = rule.regex.search(text)
+            try:
+                m = rule.regex.search(text, timeout=PATTERN_TIMEOUT)
+            except TimeoutError:  # a pathological pattern on a pathological line: skip it
+                self.errors += 1
+                continue
             if m is not None:
                 return rule, {k: v for k, v in m.groupdict().items() if v is not None}
         return None

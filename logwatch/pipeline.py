@@ -27,6 +27,7 @@ class Counters:
     lines: int = 0
     hits: int = 0
     lines_cut_before: int = 0   # lines cut by the framers of earlier files
+    rule_errors: int = 0        # rule patterns that timed out on a line
 
 
 def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
@@ -186,8 +187,10 @@ class LogPipeline:
     def _block(self, block: Block, now: float) -> list[Event]:
         self.excerpt.continue_block(block)
         events: list[Event] = []
+        errors_before = self.matcher.errors  # the matcher is shared: count this block's own
         for hit in self.matcher.scan(block, self.collapse_stats):
             events.extend(self._hit(hit, block, now))
+        self.counters.rule_errors += self.matcher.errors - errors_before
         self.counters.lines += block.newlines()
         self.excerpt.end_block(block)
         return events

@@ -106,6 +106,7 @@ class TargetRunner:
         self.restored_state: State | None = None
         self._counted_lines = 0
         self._counted_cut = 0
+        self._counted_errors = 0
         self._counted_matches: dict[str, int] = {}
         self._seen_startups = 0
         self._setup()
@@ -142,6 +143,7 @@ class TargetRunner:
     def _new_pipeline(self, pack: RulePack) -> LogPipeline:
         pipe = LogPipeline(pack, stall_after=self.cfg.stall_after)
         self._counted_lines, self._counted_cut, self._counted_matches = 0, 0, {}
+        self._counted_errors = 0
         if self.restored_state is not None:
             pipe.state = self.restored_state
             self._seen_startups = self.restored_state.startups
@@ -213,6 +215,9 @@ class TargetRunner:
                 self._counted_lines = lines
                 self.last_line_at = time.time()
                 self.dirty = True
+            if pipe.counters.rule_errors != self._counted_errors:
+                self.counters.rule_errors += pipe.counters.rule_errors - self._counted_errors
+                self._counted_errors = pipe.counters.rule_errors
             if pipe.lines_cut != self._counted_cut:
                 self.counters.lines_cut += pipe.lines_cut - self._counted_cut
                 self._counted_cut = pipe.lines_cut

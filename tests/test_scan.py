@@ -355,3 +355,16 @@ def test_scan_empty_and_separator_only_blocks():
         assert list(m.scan(b)) == []
         assert list(m.scan(block(data), True)) == []
         assert b.newlines() == data.count(b"\n")
+
+
+def test_a_rule_pattern_that_times_out_is_skipped_and_counted(monkeypatch) -> None:
+    """Patterns run with a timeout: a line a pattern cannot finish in time fires no rule from
+    that pattern (later rules are still tried) and is counted as a rule error."""
+    import logwatch.matcher as matcher_mod
+    from logwatch.pipeline import LogPipeline
+    monkeypatch.setattr(matcher_mod, "PATTERN_TIMEOUT", 1e-7)
+    pipe = LogPipeline(load_pack("sglang"))
+    line = b"[2026-01-01 10:00:00 TP0] Load weight begin. avail mem=" + b"7" * 2_000_000 + b" GB\n"
+    pipe.feed(line, 0.0)
+    assert pipe.counters.rule_errors >= 1
+    assert pipe.state.phase == "waiting"
