@@ -71,6 +71,9 @@ async def measure(source: Any, path: Path, n: int, pace: float) -> dict[str, flo
             break
     await events.aclose()
     await source.close()
+    pool = getattr(source, "pool", None)
+    if pool is not None:
+        await pool.close()
     if writer is not None:
         writer.wait(timeout=30)
     if len(lat) < n:

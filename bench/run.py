@@ -122,7 +122,9 @@ def bench_replay(rounds: int) -> dict:
     rss: dict[str, list[int]] = {k: [] for k in cmds}
     for r in range(rounds):
         for name, (cmd, env) in cmds.items():
-            t, m, _ = run_measured(cmd, env=env)
+            # output to a pipe, not /dev/null: GNU grep stops at the first match when its
+            # output is /dev/null, which would not be counting at all
+            t, m, _ = run_measured(cmd, env=env, stdout=None)
             times[name].append(t)
             rss[name].append(m)
         print(f"bench: round {r + 1}/{rounds}: " + ", ".join(

@@ -13,6 +13,7 @@ import time
 from typing import TextIO
 
 from .follow import Follower
+from .history import startup_eta
 from .machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from .summary import fmt_duration
 
@@ -23,7 +24,7 @@ def _eta_text(follower: Follower, now: float) -> str:
     pipe = follower.pipe
     if pipe is None:
         return ""
-    eta = pipe.machine.startup_eta(pipe.state, now)
+    eta = startup_eta(pipe.pack, pipe.state, now)
     return "" if math.isnan(eta) else f"ETA {fmt_duration(eta)}"
 
 

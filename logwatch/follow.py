@@ -7,7 +7,7 @@ source's promise (every byte once, in order) at every chunk and counts any break
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from . import log
@@ -32,7 +32,6 @@ class SourceStatus:
     gaps: int = 0                # bytes the source skipped (should stay 0)
     overlaps: int = 0            # bytes the source repeated (dropped here; should stay 0)
     last_data_at: float | None = None
-    history: list[str] = field(default_factory=list)
 
 
 DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
@@ -153,8 +152,6 @@ class Follower:
                                  got=ev.offset)
                 events += self.pipe.new_file(ev.offset, ev.line_number, now)
                 self.next_offset = ev.offset
-            self.status.history.append(f"{ev.reason} @ {ev.offset}")
-            del self.status.history[:-20]
         elif isinstance(ev, SourceState):
             if self.status.up and not ev.up:
                 self.status.reconnects += 1

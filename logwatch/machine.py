@@ -24,7 +24,6 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from .rulepack import (
@@ -128,7 +127,6 @@ class State:
     last_activity: float | None = None
     last_log_time: float | None = None
     stalled: bool = False
-    lines_seen: int = 0
 
     @property
     def phases_seen(self) -> list[str]:
@@ -335,17 +333,6 @@ class StartupMachine:
             return self.stall_after
         return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
 
-    def startup_eta(self, state: State, now: float | None = None) -> float:
-        """Seconds until ready: shards left at the current rate (NaN when unknown)."""
-        if state.phase == READY:
-            return 0.0
-        shards = state.progress.get("shards")
-        if state.phase == "loading_shards" and shards is not None:
-            left = shards.remaining_seconds(now)
-            if left is not None:
-                return left
-        return math.nan
-
     # -- transitions ------------------------------------------------------------------------
     def _entry(self, phase: str, obs: Observation, now: float) -> PhaseEntry:
         return PhaseEntry(phase, now, obs.log_time, obs.log_stamp)
@@ -377,8 +364,7 @@ class StartupMachine:
                             first.at if first else None, first.log_time if first else None)
         startups, epoch = state.startups, state.epoch
         fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
-                      last_activity=state.last_activity, last_log_time=state.last_log_time,
-                      lines_seen=state.lines_seen)
+                      last_activity=state.last_activity, last_log_time=state.last_log_time)
         for slot in State.__slots__:  # type: ignore[attr-defined]
             setattr(state, slot, getattr(fresh, slot))
         state.history.append(self._entry(self._first_phase(), obs, now))
@@ -589,6 +575,6 @@ def state_from_json(d: dict[str, object]) -> State:
         stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
         hints={k: Evidence(**v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
         last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
-        stalled=bool(d.get("stalled", False)), lines_seen=int(d.get("lines_seen", 0)),  # type: ignore[arg-type]
+        stalled=bool(d.get("stalled", False)),
     )
     return st

@@ -131,10 +131,6 @@ class Matcher:
                 return rule, {k: v for k, v in m.groupdict().items() if v is not None}
         return None
 
-    def match_all(self, text: str) -> list[Rule]:
-        """Every rule whose pattern matches (for `rules test` diagnostics)."""
-        return [r for r in self.rules if r.regex.search(text)]
-
     # -- a block -------------------------------------------------------------------------------
     def scan(self, block: Block, collapse_stats: bool = False) -> Iterator[Hit]:
         """The hits of a block, in order."""

@@ -25,7 +25,6 @@ _TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
 class Counters:
     bytes: int = 0
     lines: int = 0
-    hits: int = 0
     lines_cut_before: int = 0   # lines cut by the framers of earlier files
     rule_errors: int = 0        # rule patterns that timed out on a line
 
@@ -196,7 +195,6 @@ class LogPipeline:
         return events
 
     def _hit(self, hit: Hit, block: Block, now: float) -> list[Event]:
-        self.counters.hits += 1
         rid = hit.rule.id
         self.rule_matches[rid] = self.rule_matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text)

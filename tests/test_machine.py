@@ -12,6 +12,8 @@ import math
 
 import pytest
 
+from logwatch.history import startup_eta
+
 from logwatch.machine import (
     CrashRetracted, Crashed, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
     Stalled, StartupMachine, State, StatsUpdated, Stopped, parse_rate,
@@ -810,7 +812,10 @@ def test_shard_bar_progress_rate_and_eta():
     assert p.remaining_seconds(t0 + 5) == pytest.approx(43 / 3.13 - 5)
     assert p.remaining_seconds(t0 + 5) < p.remaining_seconds(t0)
     assert p.remaining_seconds(t0 + 1000) == 0.0
-    assert log.pipe.machine.startup_eta(log.state, t0) == pytest.approx(43 / 3.13)
+    # the startup ETA: these shards, then the pack's typical phases still ahead
+    ahead = sum(log.pipe.pack.typical_seconds.get(ph, 0.0)
+                for ph in ("allocating", "autotune", "cuda_graph"))
+    assert startup_eta(log.pipe.pack, log.state, t0) == pytest.approx(43 / 3.13 + ahead)
     # a second frame: the rate is smoothed between the old and the new sample
     log.feed_chunk((shard(41, 83, "4.00it/s") + "\r").encode(), now=t0 + 0.3)
     p = log.state.progress["shards"]
@@ -845,11 +850,12 @@ def test_first_shard_frame_has_no_rate_and_no_eta():
     p = log.state.progress["shards"]
     assert (p.current, p.total, p.rate) == (0, 8, None)
     assert p.remaining_seconds(3000.0) is None
-    assert math.isnan(log.pipe.machine.startup_eta(log.state, 3000.0))
+    assert startup_eta(log.pipe.pack, log.state, 3000.0, {"loading_shards": 0.0}) == 0.0
     log.feed(shard(2, 8, "2.00it/s"), now=3001.0)
     p = log.state.progress["shards"]
     assert p.rate == pytest.approx(2.0)
-    assert log.pipe.machine.startup_eta(log.state, 3001.0) == pytest.approx(3.0)
+    assert startup_eta(log.pipe.pack, log.state, 3001.0, {"loading_shards": 0.0}) == \
+        pytest.approx(3.0)
 
 
 def test_pure_progress_rate_derived_from_log_time():
@@ -875,7 +881,7 @@ def test_shard_bar_after_ready_does_not_change_progress():
     p = log.state.progress["shards"]
     assert (p.current, p.total, p.rate) == (before.current, before.total, before.rate)
     assert log.state.phase == "ready"
-    assert log.pipe.machine.startup_eta(log.state, log.now) == 0.0
+    assert startup_eta(log.pipe.pack, log.state, log.now) == 0.0
 
 
 def test_download_bar_after_load_begin_reenters_downloading():
