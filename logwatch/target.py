@@ -28,6 +28,7 @@ from .rulepack import CRASH_REASONS, CRASHED, RulePack, load_pack
 from .sources import Opened, SourceState, make_source
 from .sources.ssh import SSHPool
 
+BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
 CRASH_SETTLE = 5.0          # a crash is final (counted, recorded) this long after its last update
 DURABLE_EVERY = 30.0        # fsync checkpoints this often (each write is atomic anyway)
 DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
@@ -136,7 +137,7 @@ class TargetRunner:
                 else position
         source = make_source(self.cfg.source, pack=None if self.cfg.from_start else self.start_pack,
                              start=position, ssh=self.cfg.ssh, pool=self.pool, poll=self.cfg.poll,
-                             name=self.name)
+                             name=self.name, batch_interval=BATCH_INTERVAL)
         self.follower = Follower(self.name, source, self._new_pipeline, pack, self.candidates,
                                  on_events=self._on_events)
 

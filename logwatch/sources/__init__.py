@@ -31,7 +31,7 @@ def source_kind(target: str) -> str:
 
 def make_source(target: str, *, pack: RulePack | None = None, start: Position | None = None,
                 ssh: dict[str, Any] | SSHOptions | None = None, pool: SSHPool | None = None,
-                poll: bool = False, name: str | None = None) -> Source:
+                poll: bool = False, name: str | None = None, batch_interval: float = 0.0) -> Source:
     """Build the source for a TARGET string.  `pack` finds the latest startup on first attach."""
     kind = source_kind(target)
     if kind == "stdin":
@@ -46,4 +46,4 @@ def make_source(target: str, *, pack: RulePack | None = None, start: Position | 
         return SSHFileSource(target, options=opts, start=start, pack=pack, pool=pool, name=name)
     finder = (lambda path: latest_startup_in_file(pack, path)) if pack is not None else None
     return LocalFileSource(target, start=start, find_start=finder, use_inotify=not poll,
-                           name=name)
+                           name=name, batch_interval=batch_interval)
