@@ -24,15 +24,10 @@ from .machine import Event
 from .positions import PositionStore
 from .rulepack import PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path
 from .sources.ssh import SSHPool
+from .sources.start import restart_pack
 from .target import TargetRunner
 
 TICK = 0.5
-
-
-def restart_pack(packs: list[RulePack]) -> RulePack:
-    """Every shipped pack's restart markers (the latest startup of an `auto` target)."""
-    rules = tuple(r for p in packs for r in p.rules if r.restart)
-    return dataclasses.replace(packs[0], name="auto", rules=rules)
 
 
 def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:

@@ -22,6 +22,7 @@ from .pipeline import LogPipeline
 from .rulepack import CRASHED, READY, STOPPED, RulePack, load_all_shipped, load_pack
 from .sources import SourceError, SourceState, make_source
 from .sources.ssh import SSHOptions
+from .sources.start import restart_pack
 from .summary import summary
 
 EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -39,13 +40,6 @@ class WatchOptions:
     ssh: SSHOptions = field(default_factory=SSHOptions)
     poll: bool = False
     from_start: bool = False
-
-
-def restart_pack(packs: list[RulePack]) -> RulePack:
-    """A pack of every shipped pack's restart markers (to find the latest startup under auto)."""
-    import dataclasses
-    rules = tuple(r for p in packs for r in p.rules if r.restart)
-    return dataclasses.replace(packs[0], name="auto", rules=rules)
 
 
 async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:

@@ -13,13 +13,10 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,7 +29,6 @@ from conftest import ROOT
 from daemonutil import (  # noqa: F401 - shared with the daemon tests
     append, count_lines, free_port, http_get, sim_texts, split_at, wait_for,
 )
-from logwatch.simulate import script
 
 T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC: fixed log timestamps for generated logs
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from alertlib import (
-    OOM_LINE, T0, Got, Receiver, append, count_lines, daemons,  # noqa: F401
+from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+    OOM_LINE, T0, Got, Receiver, append, count_lines, daemons,
     free_port, hold, hook, outbox, receivers, sim_texts, split_at, target, wait_for, write_config,
 )
 from conftest import ROOT

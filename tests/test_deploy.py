@@ -24,7 +24,6 @@ import subprocess
 import sys
 import threading
 import tomllib
-import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,7 +33,7 @@ import yaml
 
 from conftest import ROOT
 from daemonutil import (
-    Daemon, Prometheus, free_port, http_get, parse_metrics, sample, wait_for, write_config,
+    Daemon, Prometheus, free_port, http_get, sample, wait_for, write_config,
 )
 from logwatch.alerts.config import SINK_KEYS, SINK_TYPES
 from logwatch.config import (

@@ -8,7 +8,6 @@ directly with hand-made `Observation`s to pin the pure contract.
 
 from __future__ import annotations
 
-import math
 
 import pytest
 

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator

@@ -33,7 +33,7 @@ from ..machine import (
 from ..positions import atomic_write_json
 from ..rulepack import CRASHED
 from ..summary import fmt_duration
-from .model import FIRING, RESOLVED, RESOLVABLE, Alert
+from .model import FIRING, RESOLVABLE, Alert
 from .sinks import Outcome, Request, Sink, classify, make_sinks
 
 CRASH_SETTLE = 2.0

@@ -12,7 +12,7 @@ from ..rulepack import RulePack
 from .base import Data, FileIdentity, Opened, Position, Source, SourceError, SourceEvent, SourceState
 from .command import CommandSource, StdinSource
 from .local import LocalFileSource
-from .ssh import SSHFileSource, SSHOptions, SSHPool, SSHTarget
+from .ssh import SSHFileSource, SSHOptions, SSHPool
 from .start import latest_startup_in_file
 
 __all__ = ["Data", "FileIdentity", "Opened", "Position", "Source", "SourceError", "SourceEvent",

@@ -22,7 +22,7 @@ import random
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator
 from urllib.parse import unquote, urlsplit
 
 import asyncssh

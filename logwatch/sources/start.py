@@ -16,6 +16,13 @@ from ..matcher import Matcher
 from ..rulepack import RulePack
 
 
+def restart_pack(packs: list[RulePack]) -> RulePack:
+    """The restart markers of several packs in one (the latest startup under `--rules auto`,
+    before the engine is known)."""
+    rules = tuple(r for p in packs for r in p.rules if r.restart)
+    return dataclasses.replace(packs[0], name="auto", rules=rules)
+
+
 def restart_matcher(pack: RulePack) -> Matcher | None:
     rules = tuple(r for r in pack.rules if r.restart)
     if not rules:
