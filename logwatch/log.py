@@ -9,6 +9,9 @@ import structlog
 
 
 def setup(level: str = "info", json: bool | None = None) -> None:
+    # watchdog reports a harmless race (a watch removed while inotify was being read) at
+    # ERROR through stdlib logging; nothing for an operator to act on
+    logging.getLogger("watchdog").setLevel(logging.CRITICAL)
     if json is None:
         json = not sys.stderr.isatty()
     renderer = (structlog.processors.JSONRenderer() if json
