@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT))
 
 from logwatch.follow import Follower  # noqa: E402
 from logwatch.pipeline import LogPipeline  # noqa: E402
-from logwatch.rulepack import load_pack  # noqa: E402
+from logwatch.rules.pack import load_pack  # noqa: E402
 from logwatch.sources.base import Data  # noqa: E402
 
 WRITER = r"""

@@ -13,10 +13,12 @@ import sys
 from typing import Sequence
 
 from . import __version__
-from .replay import replay_file
-from .rulecheck import check_samples, pack_warnings, test_lines
-from .rulepack import PackError, load_pack, parse_duration, shipped_pack_names
-from .summary import human, summary, timeline
+from .app.replay import replay_file
+from .rules.check import check_samples, pack_warnings, test_lines
+from .rules.pack import PackError, load_pack, shipped_pack_names
+from .units import parse_duration
+from .sinks.summary import human, summary, timeline
+from .view import pipeline_view
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
@@ -191,14 +193,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"logwatch: {path}: {e.strerror}", file=sys.stderr)
             status = EXIT_USAGE
             continue
-        doc = summary(path, pipe)
+        view = pipeline_view(path, pipe)
+        doc = summary(view)
         if args.json:
             print(json.dumps(doc, ensure_ascii=False), flush=True)
         else:
             print(human(doc))
         if args.timeline:
             out = sys.stderr if args.json else sys.stdout
-            print(timeline(pipe.state), file=out, flush=True)
+            print(timeline(view), file=out, flush=True)
     return status
 
 
@@ -212,8 +215,8 @@ def _duration(text: str) -> float:
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .config import ConfigError, load_config, parse_shard
-    from .daemon import run_daemon
+    from .app.config import ConfigError, load_config, parse_shard
+    from .app.daemon import run_daemon
     shard = None
     if args.shard:
         try:
@@ -228,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"logwatch: {e}", file=sys.stderr)
             return EXIT_USAGE
         if shard is not None:
-            from .config import select_shard
+            from .app.config import select_shard
             mine = select_shard(cfg, shard)
             print(f"{args.config}: ok; shard {shard[0]}/{shard[1]} runs {len(mine.targets)} of "
                   f"{len(cfg.targets)} targets: {', '.join(t.name for t in mine.targets)}")
@@ -243,7 +246,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     from . import log
     from .sources.ssh import SSHOptions
-    from .watch import WatchOptions, run_watch
+    from .app.watch import WatchOptions, run_watch
     log.setup("warning")
     known = "none" if args.insecure_no_host_key_check else args.known_hosts
     ssh = SSHOptions(known_hosts=known,
@@ -260,7 +263,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import asyncio
 
     from . import log
-    from .demo import run_demo
+    from .app.demo import run_demo
     log.setup("warning")
     return asyncio.run(run_demo(speed=args.speed, crash=args.crash, linger=args.linger,
                                 forever=args.forever, out=lambda s: print(s, flush=True)))
@@ -269,8 +272,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_alerts_test(args: argparse.Namespace) -> int:
     import asyncio
 
-    from .alerts.testsend import send_test
-    from .config import ConfigError, load_config
+    from .app.alerttest import send_test
+    from .app.config import ConfigError, load_config
     try:
         cfg = load_config(args.config)
     except (ConfigError, PackError) as e:

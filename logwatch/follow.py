@@ -14,8 +14,8 @@ from . import log
 from .lines import segment_text
 from .machine import Event
 from .pipeline import LogPipeline
-from .replay import detect_pack
-from .rulepack import RulePack
+from .rules.locate import detect_pack
+from .rules.pack import RulePack
 from .sources.base import TAIL_BYTES, Data, FileIdentity, Opened, Position, Source, SourceState, digest
 
 _ROLL = 4096 + TAIL_BYTES   # enough for the tail hash unless a held partial line is huge

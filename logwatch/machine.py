@@ -19,14 +19,22 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
 * tentative crash evidence (a bare traceback during startup) is retracted when a later
   phase marker shows the server carried on;
 * serving stats lines are serving traffic only once the server is ready (SGLang's warmup
-  request prints them before); in a log that shows no startup at all they mean ready.
+  request prints them before); in a log that shows no startup at all they mean ready;
+* a startup is identified by the log itself, never by the clock: `StartupId` = the byte
+  offset of its first line and a hash of that line, so a re-read after a restart, a `kill -9`
+  or a lost checkpoint names the same startup, and alerts, history and counters keyed on it
+  happen once;
+* the machine owns crash settling: a crash is final (`CrashSettled`, once per startup) when
+  its evidence has not changed for the pack's `crash_settle` seconds, when a new startup
+  begins, or when the input ends (`settle`); a settled crash is never retracted or refined.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
-from .rulepack import (
+from .rules.pack import (
     CRASHED, READY, SPECIFIC_RANK, STOPPED, TERMINAL, WAITING, Rule, RulePack, reason_rank,
 )
 
@@ -46,6 +54,17 @@ class Observation:
     log_time: float | None = None
     log_stamp: str | None = None
     own_time: bool = True      # False: log_time was carried forward from an earlier line
+    offset: int = 0            # byte offset of the line's start in the log
+
+
+def startup_id_of(obs: Observation) -> str:
+    """The identity of the startup whose first line is `obs`: `<hash of the line>@<offset>`.
+
+    From the log alone (the line's bytes as framed, and where it is), so the same startup
+    gets the same id whoever reads it, whenever: a daemon restarted after kill -9, a re-read
+    after a lost checkpoint, `replay` of the same file."""
+    h = hashlib.sha1(obs.text.encode("utf-8", "surrogatepass"), usedforsecurity=False)
+    return f"{h.hexdigest()[:12]}@{obs.offset}"
 
 
 # -- state --------------------------------------------------------------------------------------
@@ -127,6 +146,9 @@ class State:
     last_activity: float | None = None
     last_log_time: float | None = None
     stalled: bool = False
+    startup_id: str | None = None         # see startup_id_of (None before the first line)
+    crash_settled: bool = False           # the crash is final (CrashSettled was emitted)
+    crash_changed_at: float | None = None  # wall time its evidence last changed
 
     @property
     def phases_seen(self) -> list[str]:
@@ -170,6 +192,16 @@ class PhaseChanged:
     new: str
     at: float
     line: str
+    startup: str | None         # the StartupId of the startup it belongs to
+
+
+@dataclass(frozen=True, slots=True)
+class StartupBegan:
+    """A startup's first line (counted once per startup; `startup` is its StartupId)."""
+
+    epoch: int
+    startup: str
+    line: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +212,7 @@ class Restarted:
     epoch: int
     line: str
     previous: "EpochEnd | None" = None
+    startup: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +221,9 @@ class EpochEnd:
     phase: str
     crash: "Crash | None"
     durations: dict[str, float]
-    started_at: float | None      # wall time of its first phase entry (its identity)
+    started_at: float | None      # wall time of its first phase entry
     log_started: float | None
+    startup: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,12 +232,25 @@ class Ready:
     took: float | None
     slowest_phase: str | None
     line: str
+    startup: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class Crashed:
     epoch: int
     crash: Crash
+
+
+@dataclass(frozen=True, slots=True)
+class CrashSettled:
+    """The crash of startup `startup` is final: alert it, count it, record it (once)."""
+
+    epoch: int
+    startup: str | None
+    crash: Crash
+    durations: dict[str, float]
+    elapsed: float | None        # seconds from the startup's first line to the crash
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,9 +273,13 @@ class Stopped:
 
 @dataclass(frozen=True, slots=True)
 class Stalled:
+    """A startup phase printed nothing for `silent_for` seconds (over its `budget`)."""
+
     epoch: int
     phase: str
     silent_for: float
+    startup: str | None = None
+    budget: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +297,8 @@ class StatsUpdated:
     values: dict[str, float]
 
 
-Event = (PhaseChanged | Restarted | Ready | Crashed | CrashUpdated | CrashRetracted | Stopped
-         | Stalled | Progress | StatsUpdated)
+Event = (PhaseChanged | StartupBegan | Restarted | Ready | Crashed | CrashUpdated | CrashSettled
+         | CrashRetracted | Stopped | Stalled | Progress | StatsUpdated)
 
 
 # -- the machine --------------------------------------------------------------------------------
@@ -313,15 +364,30 @@ class StartupMachine:
         return events
 
     def tick(self, state: State, now: float) -> list[Event]:
-        """Time passed without new lines: a startup phase silent too long is stalled."""
+        """Time passed: a crash whose evidence stopped changing settles; a startup phase
+        silent too long is stalled."""
+        if state.phase == CRASHED and not state.crash_settled:
+            changed = state.crash_changed_at
+            if changed is None or now - changed >= self.pack.crash_settle:
+                return self.settle(state)
+            return []
         if state.stalled or state.phase not in self._startup or state.last_activity is None:
             return []
         budget = self.stall_budget(state.phase)
         silent = now - state.last_activity
         if silent >= budget:
             state.stalled = True
-            return [Stalled(state.epoch, state.phase, silent)]
+            return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
         return []
+
+    def settle(self, state: State) -> list[Event]:
+        """Make the current crash final now (the input ended, or a new startup begins)."""
+        if state.phase != CRASHED or state.crash is None or state.crash_settled:
+            return []
+        state.crash_settled = True
+        start = state.epoch_start()
+        return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
+                             crash_elapsed(state.crash, start))]
 
     def stall_budget(self, phase: str) -> float:
         """Seconds of silence that make `phase` stalled: the target's setting (one value or
@@ -340,13 +406,16 @@ class StartupMachine:
     def _enter(self, state: State, phase: str, obs: Observation, now: float,
                events: list[Event]) -> None:
         old = state.phase
+        if old == WAITING and state.startup_id is None:
+            state.startup_id = startup_id_of(obs)
         if old == WAITING and phase != READY and phase not in TERMINAL and state.epoch == 0:
             state.epoch = 1
             state.startups += 1
+            events.append(StartupBegan(state.epoch, state.startup_id, obs.text))  # type: ignore[arg-type]
         state.phase = phase
         state.phase_progress = False
         state.history.append(self._entry(phase, obs, now))
-        events.append(PhaseChanged(state.epoch, old, phase, now, obs.text))
+        events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rid = obs.rule.id
@@ -358,19 +427,24 @@ class StartupMachine:
             if state.phase == WAITING:
                 self._enter(state, self._first_phase(), obs, now, events)
             return
-        # a new startup in the same log
+        # a new startup in the same log: the crash of the one before is final now
+        events.extend(self.settle(state))
         first = state.history[0] if state.history else None
         previous = EpochEnd(state.epoch, state.phase, state.crash, state.durations(),
-                            first.at if first else None, first.log_time if first else None)
+                            first.at if first else None, first.log_time if first else None,
+                            state.startup_id)
         startups, epoch = state.startups, state.epoch
         fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
-                      last_activity=state.last_activity, last_log_time=state.last_log_time)
+                      last_activity=state.last_activity, last_log_time=state.last_log_time,
+                      startup_id=startup_id_of(obs))
         for slot in State.__slots__:  # type: ignore[attr-defined]
             setattr(state, slot, getattr(fresh, slot))
         state.history.append(self._entry(self._first_phase(), obs, now))
         state.phase = self._first_phase()
-        events.append(Restarted(state.epoch, obs.text, previous))
-        events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text))
+        sid = state.startup_id
+        events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
+        events.append(Restarted(state.epoch, obs.text, previous, sid))
+        events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
 
     def _first_phase(self) -> str:
         return self.pack.phases[0]
@@ -394,7 +468,7 @@ class StartupMachine:
             state.phase = target
             state.phase_progress = False
             state.history.append(self._entry(target, obs, now))
-            events.append(PhaseChanged(state.epoch, old, target, now, obs.text))
+            events.append(PhaseChanged(state.epoch, old, target, now, obs.text, state.startup_id))
 
     def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         state.ready_line = obs.text
@@ -409,7 +483,7 @@ class StartupMachine:
         durations = state.durations()
         slowest = max(durations, key=lambda p: durations[p]) if durations else None
         state.stalled = False
-        events.append(Ready(state.epoch, took, slowest, obs.text))
+        events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
 
     def _progress(self, state: State, name: str, obs: Observation, now: float,
                   events: list[Event]) -> None:
@@ -466,6 +540,8 @@ class StartupMachine:
                       line_number=obs.line_number, at=now, log_time=obs.log_time)
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
+        state.crash_settled = False
+        state.crash_changed_at = now
         self._evidence(state, crash, rule, rule.crash, obs)
         events.append(Crashed(state.epoch, crash))
 
@@ -473,8 +549,8 @@ class StartupMachine:
                        events: list[Event]) -> None:
         crash = state.crash
         rule = obs.rule
-        if crash is None:
-            return
+        if crash is None or state.crash_settled:
+            return  # a settled crash is final: alerted and counted as it was
         if rule.chain:
             crash.chain_pending = True
             return
@@ -482,6 +558,7 @@ class StartupMachine:
             before = (crash.reason, crash.line, crash.confirmed)
             self._evidence(state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
             if (crash.reason, crash.line, crash.confirmed) != before:
+                state.crash_changed_at = now
                 events.append(CrashUpdated(state.epoch, crash))
             return
         if crash.confirmed or not rule.phase or rule.phase == crash.during:
@@ -489,6 +566,7 @@ class StartupMachine:
         if self.pack.phase_index(rule.phase) > self.pack.phase_index(crash.during):
             # the startup carried on: the traceback was not fatal
             state.crash = None
+            state.crash_changed_at = None
             state.history = [e for e in state.history if e.phase != CRASHED]
             state.phase = crash.during
             events.append(CrashRetracted(state.epoch, crash.during))
@@ -534,6 +612,15 @@ class StartupMachine:
         return max(generic, key=lambda e: e.rank).reason if generic else "unknown"
 
 
+def crash_elapsed(crash: Crash, start: PhaseEntry | None) -> float | None:
+    """Seconds from the startup's first line to the crash (server clock when it has one)."""
+    if start is None:
+        return None
+    if start.log_time is not None and crash.log_time is not None:
+        return max(crash.log_time - start.log_time, 0.0)
+    return max(crash.at - start.at, 0.0)
+
+
 # -- checkpoints --------------------------------------------------------------------------------
 
 def state_to_json(state: State) -> dict[str, object]:
@@ -576,5 +663,8 @@ def state_from_json(d: dict[str, object]) -> State:
         hints={k: Evidence(**v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
         last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
         stalled=bool(d.get("stalled", False)),
+        startup_id=d.get("startup_id"),  # type: ignore[arg-type]
+        crash_settled=bool(d.get("crash_settled", False)),
+        crash_changed_at=d.get("crash_changed_at"),  # type: ignore[arg-type]
     )
     return st

@@ -6,27 +6,18 @@ and the daemon; sources only decide where the bytes come from.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from .counters import Counters, count_events
 from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
 from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
-from .matcher import Hit, shared_matcher
-from .rulepack import RulePack
-from .timestamps import LogClock
+from .rules.matcher import Hit, shared_matcher
+from .rules.pack import CRASHED, RulePack
+from .rules.timestamps import LogClock
 
 EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
 EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
 EXCERPT_MAX_LINE_CHARS = 2000
 EXCERPT_MAX_CHARS = 24_000
 _TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
-
-
-@dataclass(slots=True)
-class Counters:
-    bytes: int = 0
-    lines: int = 0
-    lines_cut_before: int = 0   # lines cut by the framers of earlier files
-    rule_errors: int = 0        # rule patterns that timed out on a line
 
 
 def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
@@ -128,7 +119,8 @@ class LogPipeline:
     def __init__(self, pack: RulePack, *, collapse_stats: bool = False,
                  stall_after: float | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-                 offset: int = 0, line_number: int = 1) -> None:
+                 offset: int = 0, line_number: int = 1,
+                 counters: Counters | None = None) -> None:
         self.pack = pack
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=max_line_bytes)
@@ -137,21 +129,29 @@ class LogPipeline:
         self.state = State()
         self.clock = LogClock(pack.timestamps)
         self.collapse_stats = collapse_stats
-        self.counters = Counters()
-        self.rule_matches: dict[str, int] = {}
+        # the target's own counters (one object, counted here as lines are framed and
+        # matched), or a fresh one for a replay
+        self.counters = counters if counters is not None else Counters()
         self.excerpt = ExcerptCollector()
-        self._partial_counted = False
 
     def feed(self, chunk: bytes, now: float) -> list[Event]:
-        self.counters.bytes += len(chunk)
         if chunk:
             self.machine.note_activity(self.state, now)
+        cut = self.framer.lines_cut_total
         block = self.framer.feed(chunk, now)
-        return self._block(block, now) if block is not None else []
+        self.counters.lines_cut += self.framer.lines_cut_total - cut
+        return self._counted(self._block(block, now)) if block is not None else []
 
     def finish(self, now: float) -> list[Event]:
-        """End of input: the unfinished last line counts as a line."""
+        """End of input: the unfinished last line counts as a line, and a crash is final."""
+        events = self._close_file(now)
+        events += self.machine.settle(self.state)
+        return self._counted(events)
+
+    def _close_file(self, now: float) -> list[Event]:
+        cut = self.framer.lines_cut_total
         block = self.framer.flush(now)
+        self.counters.lines_cut += self.framer.lines_cut_total - cut
         events = self._block(block, now) if block is not None else []
         if block is not None and block.data and not block.data.endswith(b"\n"):
             self.counters.lines += 1
@@ -166,22 +166,29 @@ class LogPipeline:
     def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
         """The source moved to another file (rotation, truncation): close the old one's last
         line and frame the new one from `offset`; the server's state carries on."""
-        block = self.framer.flush(now)
-        events = self._block(block, now) if block is not None else []
-        if block is not None and block.data and not block.data.endswith(b"\n"):
-            self.counters.lines += 1
-        self.excerpt.finish()
-        self.counters.lines_cut_before += self.framer.lines_cut_total
+        events = self._close_file(now)
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=self.framer.max_line_bytes)
-        return events
-
-    @property
-    def lines_cut(self) -> int:
-        return self.counters.lines_cut_before + self.framer.lines_cut_total
+        return self._counted(events)
 
     def tick(self, now: float) -> list[Event]:
-        return self.machine.tick(self.state, now)
+        events: list[Event] = []
+        st = self.state
+        if st.phase == CRASHED and not st.crash_settled and self.framer.pending and \
+                (st.crash_changed_at is None or now - st.crash_changed_at >= self.pack.crash_settle):
+            # the crash is about to be final and the log's last line never got its newline:
+            # a dead server writes nothing more, so that line (often the exception message
+            # itself) is all there is of it; it is read as a line before the crash settles
+            block = self.framer.flush(now)
+            if block is not None:
+                events += self._block(block, now)
+            self.excerpt.finish()
+        return self._counted(events + self.machine.tick(st, now))
+
+    def _counted(self, events: list[Event]) -> list[Event]:
+        if events:
+            count_events(self.counters, events)   # startups, settled crashes, durations
+        return events
 
     def _block(self, block: Block, now: float) -> list[Event]:
         self.excerpt.continue_block(block)
@@ -196,11 +203,13 @@ class LogPipeline:
 
     def _hit(self, hit: Hit, block: Block, now: float) -> list[Event]:
         rid = hit.rule.id
-        self.rule_matches[rid] = self.rule_matches.get(rid, 0) + 1
+        matches = self.counters.rule_matches
+        matches[rid] = matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text)
+        line_start = block.data.rfind(b"\n", 0, hit.block_pos) + 1
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
-                          own_time=bool(stamp and stamp.own))
+                          own_time=bool(stamp and stamp.own), offset=block.raw_offset(line_start))
         events = self.machine.step(self.state, obs, now)
         for ev in events:
             if isinstance(ev, Crashed):

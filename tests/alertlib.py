@@ -1,5 +1,6 @@
-"""Helpers for the alert tests: local HTTP receivers with programmable answers, the real
-daemon as a subprocess, log writing, polling with a deadline.
+"""Helpers for the alert tests: local HTTP receivers with programmable answers, the alert
+tests' config writer; and, re-exported from daemonutil, the real daemon as a subprocess, log
+writing, polling with a deadline.
 
 Nothing here sleeps to synchronise: `wait_for` polls a condition until a deadline and fails
 with the last value it saw.  The only timed waits are `Receiver.assert_quiet` windows, which
@@ -10,11 +11,6 @@ wait for).
 from __future__ import annotations
 
 import json
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -23,14 +19,15 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
-import yaml
 
-from conftest import ROOT
+import daemonutil
+# The daemon wrapper and its fixture are daemonutil's (one wrapper for every test that runs the
+# real daemon, so a fix to starting or polling it reaches them all); re-exported here so that
+# the alert tests import everything they need from one place.
 from daemonutil import (  # noqa: F401 - shared with the daemon tests
-    append, count_lines, free_port, http_get, sim_texts, split_at, wait_for,
+    T0, Daemon, append, count_lines, daemons, free_port, http_get, sim_texts, split_at, wait_for,
 )
 
-T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC: fixed log timestamps for generated logs
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -213,134 +210,20 @@ def hook(kind: str | None = None, status: str | None = None,
     return pred
 
 
-# -- logs -------------------------------------------------------------------------------------
-
-
 # -- the daemon -----------------------------------------------------------------------------
 
 def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str, Any]],
                  alerts: list[dict[str, Any]], **extra: Any) -> Path:
-    doc: dict[str, Any] = {"listen": f"127.0.0.1:{port}", "state_dir": str(state_dir),
-                           "targets": targets, "alerts": alerts}
-    doc.update(extra)
-    # `on:` written as DESIGN.md writes it (a bare YAML key: the loader maps boolean `on`)
-    text = yaml.safe_dump(doc, sort_keys=False, width=1000)
-    text = re.sub(r"^(\s*(?:- )?)'on':", r"\1on:", text, flags=re.M)
-    path.write_text(text, encoding="utf-8")
-    return path
+    """daemonutil's write_config with the `alerts` every alert test has, the daemon's default
+    checkpoint interval (no `checkpoint:` key) and `on:` written as DESIGN.md writes it (a bare
+    YAML key: the loader maps boolean `on`)."""
+    extra.setdefault("checkpoint", None)
+    return daemonutil.write_config(path, port, state_dir, targets, bare_on=True,
+                                   alerts=alerts, **extra)
 
 
-def target(name: str, source: Path, **kw: Any) -> dict[str, Any]:
-    d: dict[str, Any] = {"name": name, "source": str(source), "rules": "sglang"}
-    d.update(kw)
-    return d
-
-
-class Daemon:
-    """One `python -m logwatch run -c CONFIG` subprocess (cwd the repo); output to a file."""
-
-    def __init__(self, config: Path, port: int, logdir: Path, env: dict[str, str] | None = None,
-                 name: str = "daemon") -> None:
-        self.config, self.port, self.logdir, self.name = config, port, logdir, name
-        self.env = {**os.environ, **(env or {})}
-        self.base = f"http://127.0.0.1:{port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-        self.stderr_path = logdir / f"{name}.stderr"
-
-    def start(self, wait: bool = True) -> "Daemon":
-        assert self.proc is None or self.proc.poll() is not None
-        self.runs += 1
-        self.stderr_path = self.logdir / f"{self.name}.{self.runs}.stderr"
-        with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "logwatch", "run", "-c", str(self.config)], cwd=ROOT,
-                stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=self.env)
-        if wait:
-            wait_for(lambda: self.get("/healthz")[0] == 200, 20, "/healthz", alive=self.dead)
-        return self
-
-    def stderr(self) -> str:
-        try:
-            return self.stderr_path.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-
-    def log_events(self) -> list[dict[str, Any]]:
-        out = []
-        for line in self.stderr().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
-
-    def dead(self) -> str | None:
-        if self.proc is not None and self.proc.poll() is not None:
-            return f"daemon exited with {self.proc.returncode}; stderr:\n{self.stderr()[-4000:]}"
-        return None
-
-    def signal(self, sig: int) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(sig)
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> int:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout=20)
-
-    def cleanup(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
-    def get(self, path: str) -> tuple[int, str]:
-        return http_get(self.base + path)
-
-    def metric(self, name: str, **labels: str) -> float | None:
-        from prometheus_client.parser import text_string_to_metric_families
-        code, body = self.get("/metrics")
-        assert code == 200, body
-        found = [s.value for fam in text_string_to_metric_families(body) for s in fam.samples
-                 if s.name == name and set(labels.items()) <= set(s.labels.items())]
-        assert len(found) <= 1, f"{name}{labels}: {len(found)} samples"
-        return found[0] if found else None
-
-    def target(self, name: str) -> dict[str, Any] | None:
-        code, body = self.get("/api/status")
-        assert code == 200, body
-        return next((t for t in json.loads(body)["targets"] if t["name"] == name), None)
-
-    def wait_target(self, name: str, pred: Callable[[dict[str, Any]], Any], what: str,
-                    timeout: float = 20.0) -> dict[str, Any]:
-        def check() -> dict[str, Any] | None:
-            t = self.target(name)
-            return t if t is not None and pred(t) else None
-        return wait_for(check, timeout, f"{name}: {what}", alive=self.dead)
-
-    def wait_lines(self, name: str, n: int, timeout: float = 10.0) -> None:
-        wait_for(lambda: self.metric("logwatch_lines_total", target=name) == n, timeout,
-                 f"logwatch_lines_total{{target={name}}} == {n}", interval=0.02, alive=self.dead)
-
-
-@pytest.fixture
-def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    made: list[Daemon] = []
-
-    def make(config: Path, port: int, env: dict[str, str] | None = None,
-             name: str = "daemon") -> Daemon:
-        d = Daemon(config, port, tmp_path, env, name)
-        made.append(d)
-        return d
-
-    yield make
-    for d in made:
-        d.cleanup()
+# the same target entry as daemonutil's, under the name the alert tests use
+target = daemonutil.target_cfg
 
 
 def alert_state(state_dir: Path) -> dict[str, Any]:

@@ -4,12 +4,17 @@ The daemon is started exactly as users start it (`python -m logwatch run -c CONF
 repository), on a free loopback port, with its state in the test's tmp_path.  Nothing here
 sleeps to synchronise: `wait_for` polls a condition until a deadline and fails with the last
 value it saw.
+
+`Daemon` and the `daemons` fixture are the only wrapper of the daemon process: the alert
+tests get them through alertlib, which re-exports them (there were two copies, which drifted).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import signal
 import socket
 import subprocess
@@ -25,7 +30,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from logwatch.simulate import script
+from logwatch.app.simulate import script
 
 T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC: fixed log timestamps for generated logs
 
@@ -130,30 +135,71 @@ def target_cfg(name: str, source: Path | str, **kw: Any) -> dict[str, Any]:
     return d
 
 
-def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str, Any]],
+CHECKPOINT_1S: dict[str, Any] = {"interval": "1s"}
+
+
+def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str, Any]], *,
+                 checkpoint: dict[str, Any] | None = CHECKPOINT_1S, bare_on: bool = False,
                  **extra: Any) -> Path:
-    doc: dict[str, Any] = {"listen": f"127.0.0.1:{port}", "state_dir": str(state_dir),
-                           "checkpoint": {"interval": "1s"}, "targets": targets}
+    """Write a daemon config listening on 127.0.0.1:`port`; `extra` are more top-level keys
+    (`alerts=[...]`), after `targets`.
+
+    `checkpoint`: by default every 1 s, so that a test that kills the daemon waits for a
+    checkpoint seconds, not the default interval; None leaves the key out (the daemon's
+    default, as the alert tests run it).
+    `bare_on`: write the alerts' `on:` keys bare, as DESIGN.md writes them (PyYAML quotes the
+    key, `'on':`, since bare `on` is a YAML 1.1 boolean; the loader maps the boolean back), and
+    do not wrap long values (width 1000).  alertlib's write_config is this with
+    checkpoint=None, bare_on=True.
+    """
+    doc: dict[str, Any] = {"listen": f"127.0.0.1:{port}", "state_dir": str(state_dir)}
+    if checkpoint is not None:
+        doc["checkpoint"] = checkpoint
+    doc["targets"] = targets
     doc.update(extra)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    if bare_on:
+        text = yaml.safe_dump(doc, sort_keys=False, width=1000)
+        text = re.sub(r"^(\s*(?:- )?)'on':", r"\1on:", text, flags=re.M)
+    else:
+        text = yaml.safe_dump(doc, sort_keys=False)
+    path.write_text(text, encoding="utf-8")
     return path
 
 
 class Daemon:
-    """One `logwatch run -c CONFIG` subprocess; stderr goes to a file (never a full pipe)."""
+    """One `python -m logwatch run -c CONFIG` subprocess (cwd the repository); its stdout and
+    stderr go to a file (never a pipe that could fill up and block it).
 
-    def __init__(self, config: Path, port: int, logdir: Path, name: str = "daemon") -> None:
+    The one wrapper of the real daemon for every test (the daemon, Prometheus, deploy and alert
+    tests: alertlib re-exports it), so that a fix to how the daemon is started or polled
+    reaches all of them.
+
+    `env`: variables set for the daemon, over the test process's own environment (a webhook
+    secret the config names in `secret_env`).  They are merged over `os.environ` at each
+    `start()`, so without `env` the daemon inherits the environment exactly as a plain
+    `Popen` would.  `logdir` is where the output files go, one per start:
+    `<logdir>/<name>.<run>.stderr`.
+    """
+
+    def __init__(self, config: Path, port: int, logdir: Path, env: dict[str, str] | None = None,
+                 name: str = "daemon") -> None:
+        if isinstance(env, str):
+            # the old daemonutil order was Daemon(config, port, logdir, name)
+            raise TypeError(f"Daemon(): env must be a dict, got {env!r}; pass the name as name=")
         self.config = config
         self.port = port
         self.base = f"http://127.0.0.1:{port}"
         self.logdir = logdir
         self.name = name
+        self.env: dict[str, str] = dict(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.stderr_path = logdir / f"{name}.stderr"
 
     # process
     def start(self, wait: bool = True) -> "Daemon":
+        """Start (or restart, after it exited) the daemon; with `wait`, return once /healthz
+        answers 200 (failing at once, with its output, if it exits first)."""
         assert self.proc is None or self.proc.poll() is not None
         self.runs += 1
         self.stderr_path = self.logdir / f"{self.name}.{self.runs}.stderr"
@@ -161,7 +207,7 @@ class Daemon:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "logwatch", "run", "-c", str(self.config)], cwd=ROOT,
-                stdin=subprocess.PIPE, stdout=err, stderr=err)
+                stdin=subprocess.PIPE, stdout=err, stderr=err, env={**os.environ, **self.env})
         finally:
             err.close()
         assert self.proc.stdin is not None
@@ -176,7 +222,18 @@ class Daemon:
         except FileNotFoundError:
             return ""
 
+    def log_events(self) -> list[dict[str, Any]]:
+        """The JSON log events of the current run's output (other lines skipped)."""
+        out = []
+        for line in self.stderr().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
     def dead(self) -> str | None:
+        """An error message if the daemon has exited (for `wait_for(alive=...)`), else None."""
         if self.proc is not None and self.proc.poll() is not None:
             return f"daemon exited with {self.proc.returncode}; stderr:\n{self.stderr()[-4000:]}"
         return None
@@ -191,6 +248,11 @@ class Daemon:
     def wait_exit(self, timeout: float = 20.0) -> int:
         assert self.proc is not None
         return self.proc.wait(timeout=timeout)
+
+    def stop(self) -> int:
+        """SIGTERM, and the exit status (within 20 s)."""
+        self.signal(signal.SIGTERM)
+        return self.wait_exit(20.0)
 
     def kill9(self) -> None:
         assert self.proc is not None
@@ -207,14 +269,16 @@ class Daemon:
         return http_get(self.base + path)
 
     def metrics(self) -> Samples:
-        code, body = self.get("/metrics")
-        assert code == 200, body
-        return parse_metrics(body)
+        return parse_metrics(self.metrics_text())
 
     def metrics_text(self) -> str:
         code, body = self.get("/metrics")
         assert code == 200, body
         return body
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """The one sample of `name` whose labels include `labels` (None if there is none)."""
+        return sample(self.metrics(), name, **labels)
 
     def status(self) -> dict[str, Any]:
         code, body = self.get("/api/status")
@@ -229,6 +293,8 @@ class Daemon:
 
     def wait_target(self, name: str, pred: Callable[[dict[str, Any]], Any], what: str,
                     timeout: float = 20.0) -> dict[str, Any]:
+        """Poll /api/status until target `name` satisfies `pred` (returned); on timeout the
+        error shows the target's state as it is then."""
         def check() -> dict[str, Any] | None:
             t = self.target(name)
             return t if t is not None and pred(t) else None
@@ -258,14 +324,21 @@ class Daemon:
                 pass
             raise AssertionError(f"{e}\n  {name}{labels} is {got}") from None
 
+    def wait_lines(self, name: str, n: int, timeout: float = 10.0) -> None:
+        """Until logwatch_lines_total{target=name} is `n` (polled every 20 ms)."""
+        wait_for(lambda: self.metric("logwatch_lines_total", target=name) == n, timeout,
+                 f"logwatch_lines_total{{target={name}}} == {n}", interval=0.02, alive=self.dead)
+
 
 @pytest.fixture
 def daemons(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    """Factory: daemons(config, port) -> Daemon (not started); all killed at teardown."""
+    """Factory: daemons(config, port, env=None, name="daemon") -> Daemon (not started; its
+    output files in tmp_path); every one made is killed at teardown."""
     made: list[Daemon] = []
 
-    def make(config: Path, port: int, name: str = "daemon") -> Daemon:
-        d = Daemon(config, port, tmp_path, name)
+    def make(config: Path, port: int, env: dict[str, str] | None = None,
+             name: str = "daemon") -> Daemon:
+        d = Daemon(config, port, tmp_path, env, name)
         made.append(d)
         return d
 
@@ -282,9 +355,9 @@ def checkpoint(state_dir: Path, target: str) -> dict[str, Any] | None:
         return None
 
 
-__all__ = ["Daemon", "T0", "append", "checkpoint", "count_lines", "daemons", "free_port",
-           "http_get", "parse_metrics", "sample", "sim_texts", "split_at", "target_cfg",
-           "targets_in", "wait_for", "write_config"]
+__all__ = ["CHECKPOINT_1S", "Daemon", "T0", "append", "checkpoint", "count_lines", "daemons",
+           "free_port", "http_get", "parse_metrics", "sample", "sim_texts", "split_at",
+           "target_cfg", "targets_in", "wait_for", "write_config"]
 
 
 PROMETHEUS = "/usr/bin/prometheus"

@@ -74,7 +74,7 @@ def alertmanager(tmp_path: Path, receivers) -> Iterator[tuple[Alertmanager, Rece
 
 def simulate(log: Path, *extra: str) -> None:
     """The simulator, as a user would run it, appending to `log` (compressed time)."""
-    subprocess.run([sys.executable, "-m", "logwatch.simulate", str(log), "--speed", "0.03",
+    subprocess.run([sys.executable, "-m", "logwatch.app.simulate", str(log), "--speed", "0.03",
                     "--serve-lines", "3", *extra], cwd=ROOT, check=True, timeout=30,
                    stdin=subprocess.DEVNULL)
 

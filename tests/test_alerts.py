@@ -26,7 +26,8 @@ from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
 from conftest import ROOT
 
 WEBHOOK_KEYS = {"version", "kind", "status", "target", "engine", "labels", "epoch", "summary",
-                "details", "excerpt", "starts_at", "ends_at", "dedupe_key", "generator_url"}
+                "details", "excerpt", "starts_at", "ends_at", "dedupe_key", "generator_url",
+                "startup"}
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 
 

@@ -291,7 +291,7 @@ def test_clean_stop_and_status(tmp_path: Path, daemons: Any, sig: int) -> None:
     for n, p in logs.items():
         ck = checkpoint(state, n)
         assert ck is not None, f"no checkpoint for {n} in {state / 'positions'}"
-        assert ck["version"] == 1 and ck["target"] == n
+        assert ck["version"] == 2 and ck["target"] == n
         assert ck["extra"]["counters"]["lines"] == count_lines(p)
         assert ck["extra"]["state"]["phase"] == st[n]["phase"]
         assert ck["position"]["offset"] == st[n]["source_state"]["offset"]

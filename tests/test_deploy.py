@@ -6,7 +6,7 @@
   parses (promtool) and names only metrics that a real daemon exposes; in a real Prometheus
   scraping a real daemon, every panel query returns data and every alert rule evaluates.
 * The example config, the container config and the Kubernetes ConfigMaps load with the
-  real loader (`logwatch.config.load_config`) and `logwatch run --check`.
+  real loader (`logwatch.app.config.load_config`) and `logwatch run --check`.
 * Dockerfile, systemd unit, Kubernetes manifests: the real entrypoint, paths and ports.
 * Sharding (`--shard K/N`): every target in exactly one shard; adding targets moves none.
 """
@@ -35,12 +35,12 @@ from conftest import ROOT
 from daemonutil import (
     Daemon, Prometheus, free_port, http_get, sample, wait_for, write_config,
 )
-from logwatch.alerts.config import SINK_KEYS, SINK_TYPES
-from logwatch.config import (
+from logwatch.sinks.alerts.config import SINK_KEYS, SINK_TYPES
+from logwatch.app.config import (
     SSH_KEYS, TARGET_KEYS, TOP_KEYS, ConfigError, load_config, parse_config, parse_shard,
     select_shard, shard_of,
 )
-from logwatch.positions import default_state_dir
+from logwatch.state.files import default_state_dir
 
 DEPLOY = ROOT / "deploy"
 RULES = DEPLOY / "prometheus" / "logwatch-alerts.yml"
@@ -298,7 +298,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         wait_for(lambda: p.query('logwatch_ready{target="ready-1"} == 0'), 30,
                  "a scrape of the daemon before the logs exist", alive=p.dead)
         for log, extra in ((ready_log, []), (crash_log, ["--crash", "oom"])):
-            res = run_cmd([sys.executable, "-m", "logwatch.simulate", str(log), "--speed", "0",
+            res = run_cmd([sys.executable, "-m", "logwatch.app.simulate", str(log), "--speed", "0",
                            *extra])
             assert res.returncode == 0, res.stderr
 

@@ -18,16 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from logwatch.config import TargetConfig
-from logwatch.daemon import restart_pack
-from logwatch.history import StartupHistory, startup_eta
+from logwatch.app.config import TargetConfig
+from logwatch.app.daemon import restart_pack
+from logwatch.state.history import StartupHistory, startup_eta
 from logwatch.machine import Ready, Restarted, State
 from logwatch.pipeline import LogPipeline
-from logwatch.positions import PositionStore
-from logwatch.rulepack import READY, load_all_shipped, load_pack
+from logwatch.state.positions import PositionStore
+from logwatch.rules.pack import READY, load_all_shipped, load_pack
 from logwatch.sources.base import Data, Opened
 from logwatch.sources.ssh import SSHPool
-from logwatch.target import TargetRunner
+from logwatch.app.target import TargetRunner
 
 T0 = 1_767_261_600.0          # 2026-01-01 10:00:00 UTC
 READY_AT = 261.0
@@ -178,7 +178,7 @@ def test_second_start_eta_within_20_percent(tmp_path: Path, pack) -> None:  # ty
 def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
     """The daemon's own path: a TargetRunner fed source events records the first startup on
     ready; a second `server_args=` in the same log starts a new epoch whose ETA
-    (`TargetRunner.eta`, what /metrics and /api/status show) is within 20 %."""
+    (`TargetRunner.view().eta_seconds`, what /metrics and /api/status show) is within 20 %."""
     candidates = [p for p in load_all_shipped() if p.detect]
     cfg = TargetConfig(name="gpu1", source=str(tmp_path / "server.log"), rules="sglang",
                        labels={"model": "Qwen3-235B"})
@@ -207,7 +207,7 @@ def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
     problems = replay_and_check(
         [(t - READY_AT - gap, text) for t, text in second],
         lambda text, now: feed(text, now + READY_AT + gap),
-        lambda now: runner.eta(now + READY_AT + gap),
+        lambda now: runner.view(now + READY_AT + gap).eta_seconds,
         lambda: f.pipe.state)  # type: ignore[union-attr]
     assert f.pipe.state.epoch == epoch_before + 1
     assert f.pipe.state.phase == READY

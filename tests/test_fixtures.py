@@ -12,9 +12,11 @@ import time
 import pytest
 
 from conftest import FIXTURES
+from logwatch.view import pipeline_view
 from logwatch.pipeline import LogPipeline
-from logwatch.replay import choose_pack, replay_file
-from logwatch.summary import summary
+from logwatch.app.replay import replay_file
+from logwatch.rules.locate import choose_pack
+from logwatch.sinks.summary import summary
 
 CASES = sorted(p.name[: -len(".expect.json")] for p in FIXTURES.glob("*.expect.json"))
 
@@ -44,7 +46,7 @@ def contains_either(a: str | None, b: str | None) -> bool:
 @pytest.mark.parametrize("name", CASES)
 def test_fixture_verdict(name: str) -> None:
     exp = expectation(name)
-    doc = summary(f"{name}.log", replay_file(str(FIXTURES / f"{name}.log")))
+    doc = summary(pipeline_view(f"{name}.log", replay_file(str(FIXTURES / f"{name}.log"))))
     assert doc["engine"] == exp["engine"]
     assert doc["phase"] == exp["final_phase"]
     assert doc["shards_total"] == exp["shards_total"]
@@ -77,6 +79,6 @@ def test_live_path_agrees_with_replay(name: str) -> None:
     for i in range(0, len(data), 97):
         pipe.feed(data[i : i + 97], now)
     pipe.finish(now)
-    live = summary("x", pipe)
-    replayed = summary("x", replay_file(str(FIXTURES / f"{name}.log")))
+    live = summary(pipeline_view("x", pipe))
+    replayed = summary(pipeline_view("x", replay_file(str(FIXTURES / f"{name}.log"))))
     assert live == replayed

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
+from logwatch.view import pipeline_view
 from logwatch.lines import (
     Block,
     Framer,
@@ -30,8 +31,8 @@ from logwatch.lines import (
     strip_ansi,
 )
 from logwatch.pipeline import LogPipeline
-from logwatch.rulepack import load_pack
-from logwatch.summary import summary
+from logwatch.rules.pack import load_pack
+from logwatch.sinks.summary import summary
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                        HealthCheck.data_too_large])
@@ -252,7 +253,7 @@ def run_pipeline(pack, chunks, collapse):
     for c in chunks:
         pipe.feed(c, 1000.0)
     pipe.finish(1000.0)
-    return summary("log", pipe)
+    return summary(pipeline_view("log", pipe))
 
 
 def assert_same_summary(got, want):
@@ -407,7 +408,7 @@ def test_ten_megabyte_line_through_the_pipeline_bounded_memory():
         return pipe
 
     pipe, peak = _peak(run)
-    doc = summary("big", pipe)
+    doc = summary(pipeline_view("big", pipe))
     assert doc["lines"] == 2
     assert doc["phase"] == "launching"
     assert pipe.framer.cut_bytes_total == total - mlb
@@ -421,7 +422,7 @@ def test_nul_bytes_are_dropped():
     pipe = LogPipeline(load_pack("sglang"))
     pipe.feed(raw, 0.0)
     pipe.finish(0.0)
-    assert summary("nul", pipe)["lines"] == 3
+    assert summary(pipeline_view("nul", pipe))["lines"] == 3
 
 
 def test_invalid_utf8_becomes_replacement_char():
@@ -471,7 +472,7 @@ def test_hundred_thousand_carriage_return_frames_on_one_line():
     for i in range(0, len(raw), 65536):
         pipe.feed(raw[i:i + 65536], 0.0)
     pipe.finish(0.0)
-    assert summary("cr", pipe)["lines"] == 2
+    assert summary(pipeline_view("cr", pipe))["lines"] == 2
 
 
 def test_empty_input():
@@ -482,7 +483,7 @@ def test_empty_input():
     pipe = LogPipeline(load_pack("sglang"))
     pipe.feed(b"", 0.0)
     pipe.finish(0.0)
-    doc = summary("empty", pipe)
+    doc = summary(pipeline_view("empty", pipe))
     assert doc["lines"] == 0
     assert doc["phase"] == "waiting"
     assert doc["crash"] is None and doc["startups"] == 0
@@ -497,7 +498,7 @@ def test_only_newlines():
     pipe = LogPipeline(load_pack("vllm"))
     pipe.feed(raw, 0.0)
     pipe.finish(0.0)
-    doc = summary("nl", pipe)
+    doc = summary(pipeline_view("nl", pipe))
     assert doc["lines"] == 1000
     assert doc["phase"] == "waiting"
 

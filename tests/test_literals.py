@@ -16,9 +16,9 @@ import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from logwatch.literals import MIN_LITERAL, Literals, required_literals
-from logwatch.matcher import Matcher
-from logwatch.rulepack import REGEX_FLAGS, load_pack
+from logwatch.rules.literals import MIN_LITERAL, Literals, required_literals
+from logwatch.rules.matcher import Matcher
+from logwatch.rules.pack import REGEX_FLAGS, load_pack
 
 
 def _shipped_patterns() -> list[str]:

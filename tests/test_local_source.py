@@ -22,10 +22,11 @@ from typing import Any, Callable
 import pytest
 import structlog
 
+from logwatch.rules.locate import startup_locator
 from logwatch.follow import Follower
 from logwatch.pipeline import LogPipeline
-from logwatch.positions import PositionStore
-from logwatch.rulepack import load_pack
+from logwatch.state.positions import PositionStore
+from logwatch.rules.pack import load_pack
 from logwatch.sources import (
     Data, Opened, SourceError, SourceState, make_source,
 )
@@ -564,7 +565,7 @@ def test_replaced_file_attaches_at_its_latest_startup(tmp_path: Path) -> None:
     tmp = path.with_suffix(".new")
     tmp.write_bytes(first + second)
     os.replace(tmp, path)
-    r = run(read_until(make_source(str(path), pack=SGLANG, start=pos), len(second)))
+    r = run(read_until(make_source(str(path), locator=startup_locator(SGLANG), start=pos), len(second)))
     op = r.opened()[0]
     assert (op.reason, op.offset, op.line_number) == ("attach", len(first), 32)
     assert r.stream() == second
@@ -658,7 +659,7 @@ def test_first_attach_starts_at_the_latest_startup(tmp_path: Path, pack: Any, ma
     path, data, off, line = _startup_file(tmp_path, marker, n)
     if pack is VLLM and marker is SG_START:
         off, line = 0, 1       # the vLLM pack has no SGLang marker: read from the start
-    r = run(read_until(make_source(str(path), pack=pack), len(data) - off))
+    r = run(read_until(make_source(str(path), locator=startup_locator(pack)), len(data) - off))
     op = r.opened()
     assert len(op) == 1
     assert (op[0].reason, op[0].offset, op[0].line_number) == ("attach", off, line)

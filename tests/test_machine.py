@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 
-from logwatch.history import startup_eta
+from logwatch.state.history import startup_eta
 
 from logwatch.machine import (
     CrashRetracted, Crashed, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
     Stalled, StartupMachine, State, StatsUpdated, Stopped, parse_rate,
 )
 from logwatch.pipeline import EXCERPT_MAX_LINES, LogPipeline
-from logwatch.rulepack import load_pack
+from logwatch.rules.pack import load_pack
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -937,7 +937,9 @@ def test_no_stall_when_ready_or_crashed():
     sglang_to(crashed, "allocating")
     crashed.feed(sg("10:00:45", SG_SIGQUIT, None))
     assert crashed.state.phase == "crashed"
-    assert crashed.tick(crashed.now + 10_000) == []
+    settled = crashed.tick(crashed.now + 10_000)      # the crash settles: no stall, ever
+    assert [type(e).__name__ for e in settled] == ["CrashSettled"]
+    assert crashed.tick(crashed.now + 20_000) == []
     stopped = Log(stall_after=5.0)
     sglang_to(stopped, "ready")
     stopped.feed(sg("11:00:00", "SIGTERM received. signum=None frame=None. Draining requests and "

@@ -72,7 +72,7 @@ def test_status_page_in_chromium(tmp_path: Path) -> None:
             b = page.locator("section[data-target='node-b']")
             expect(a.locator(".phase")).to_have_text("waiting", timeout=15000)
             # now the server starts: the page follows it to ready
-            writer = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(good),
+            writer = subprocess.Popen([sys.executable, "-m", "logwatch.app.simulate", str(good),
                                        "--speed", "0.05"], cwd=ROOT)
             expect(a.locator(".phase")).to_have_text("ready", timeout=30000)
             expect(a.locator(".bar .txt")).to_contain_text("24/24 shards")
@@ -116,7 +116,7 @@ def _ok(port: int) -> bool:
 
 def test_status_endpoint_escapes_nothing_itself_and_page_has_no_external_assets(tmp_path: Path) -> None:
     """The page is self-contained (works offline): no http(s) references to other hosts."""
-    from logwatch.page import PAGE
+    from logwatch.sinks.page import PAGE
     assert "<script src" not in PAGE and "<link" not in PAGE
     assert "http://" not in PAGE and "https://" not in PAGE
     assert "innerHTML" not in PAGE  # every log text goes through textContent

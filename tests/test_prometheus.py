@@ -147,7 +147,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]
                  alive=prom.dead)
         # ... and while the simulator writes the log
         with open(tmp / "simulate.out", "wb") as out:
-            sim = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(log),
+            sim = subprocess.Popen([sys.executable, "-m", "logwatch.app.simulate", str(log),
                                     "--speed", "0.1"], cwd=ROOT, stdin=subprocess.PIPE,
                                    stdout=out, stderr=out)
         assert sim.stdin is not None

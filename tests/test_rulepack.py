@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from logwatch.rulepack import (
+from logwatch.rules.pack import (
     CRASH_REASONS,
     GENERIC_REASONS,
     SPECIFIC_RANK,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
 from logwatch.lines import Block, Framer, iter_lines
-from logwatch.matcher import Matcher
-from logwatch.rulepack import load_pack
+from logwatch.rules.matcher import Matcher
+from logwatch.rules.pack import load_pack
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                        HealthCheck.data_too_large])
@@ -360,7 +360,7 @@ def test_scan_empty_and_separator_only_blocks():
 def test_a_rule_pattern_that_times_out_is_skipped_and_counted(monkeypatch) -> None:
     """Patterns run with a timeout: a line a pattern cannot finish in time fires no rule from
     that pattern (later rules are still tried) and is counted as a rule error."""
-    import logwatch.matcher as matcher_mod
+    import logwatch.rules.matcher as matcher_mod
     from logwatch.pipeline import LogPipeline
     monkeypatch.setattr(matcher_mod, "PATTERN_TIMEOUT", 1e-7)
     pipe = LogPipeline(load_pack("sglang"))

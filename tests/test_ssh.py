@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from conftest import ROOT
+from logwatch.rules.locate import startup_locator
 from logwatch.follow import Follower
 from logwatch.pipeline import LogPipeline
-from logwatch.rulepack import load_pack
+from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
 from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -670,7 +671,7 @@ def test_first_attach_starts_at_latest_startup(sshd_server: SSHServer, tmp_path:
 
     async def main() -> Collector:
         pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool, pack=load_pack("sglang"))).start()
+        col = Collector(make_source(server, target, pool=pool, locator=startup_locator(load_pack("sglang")))).start()
         try:
             await col.wait(lambda: col.next_offset == len(content), "the log from its start")
         finally:
@@ -908,7 +909,7 @@ def test_sources_on_one_host_share_a_connection(sshd_server: SSHServer, tmp_path
 def _watch_simulated(server: SSHServer, tmp_path: Path, *sim_args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     target = tmp_path / "sglang.log"
     target.write_bytes(b"")
-    sim = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(target),
+    sim = subprocess.Popen([sys.executable, "-m", "logwatch.app.simulate", str(target),
                             "--speed", "0.05", *sim_args], cwd=ROOT,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:

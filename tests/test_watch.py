@@ -17,7 +17,7 @@ from typing import Iterator
 import pytest
 
 from conftest import FIXTURES, ROOT
-from logwatch.simulate import script
+from logwatch.app.simulate import script
 
 JSON_KEYS = {"file", "engine", "phase", "phases_seen", "startups", "lines", "shards_loaded",
              "shards_total", "crash", "ready_line", "durations"}
@@ -65,12 +65,12 @@ def assert_plain(res: subprocess.CompletedProcess[str]) -> None:
 
 @pytest.fixture
 def simulator(tmp_path: Path) -> Iterator[callable]:  # type: ignore[valid-type]
-    """Start `python -m logwatch.simulate PATH --speed 0.05 [...]` in the background."""
+    """Start `python -m logwatch.app.simulate PATH --speed 0.05 [...]` in the background."""
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(*extra: str) -> tuple[Path, subprocess.Popen[bytes]]:
         path = tmp_path / f"sim-{len(procs)}.log"
-        p = subprocess.Popen([sys.executable, "-m", "logwatch.simulate", str(path),
+        p = subprocess.Popen([sys.executable, "-m", "logwatch.app.simulate", str(path),
                               "--speed", "0.05", *extra], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         procs.append(p)

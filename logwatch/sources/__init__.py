@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rulepack import RulePack
-from .base import Data, FileIdentity, Opened, Position, Source, SourceError, SourceEvent, SourceState
+from .base import (
+    Data, FileIdentity, Opened, Position, Source, SourceError, SourceEvent, SourceState, StartLocator,
+)
 from .command import CommandSource, StdinSource
 from .local import LocalFileSource
 from .ssh import SSHFileSource, SSHOptions, SSHPool
-from .start import latest_startup_in_file
 
 __all__ = ["Data", "FileIdentity", "Opened", "Position", "Source", "SourceError", "SourceEvent",
-           "SourceState", "make_source", "source_kind"]
+           "SourceState", "StartLocator", "make_source", "source_kind"]
 
 
 def source_kind(target: str) -> str:
@@ -29,10 +29,11 @@ def source_kind(target: str) -> str:
     return "file"
 
 
-def make_source(target: str, *, pack: RulePack | None = None, start: Position | None = None,
+def make_source(target: str, *, locator: StartLocator | None = None, start: Position | None = None,
                 ssh: dict[str, Any] | SSHOptions | None = None, pool: SSHPool | None = None,
                 poll: bool = False, name: str | None = None, batch_interval: float = 0.0) -> Source:
-    """Build the source for a TARGET string.  `pack` finds the latest startup on first attach."""
+    """Build the source for a TARGET string.  `locator` finds the latest startup on first attach
+    (without one, a log met for the first time is read from its start)."""
     kind = source_kind(target)
     if kind == "stdin":
         return StdinSource()
@@ -43,7 +44,7 @@ def make_source(target: str, *, pack: RulePack | None = None, start: Position | 
         return CommandSource(cmd, name=name)
     if kind == "ssh":
         opts = ssh if isinstance(ssh, SSHOptions) else SSHOptions.from_dict(ssh)
-        return SSHFileSource(target, options=opts, start=start, pack=pack, pool=pool, name=name)
-    finder = (lambda path: latest_startup_in_file(pack, path)) if pack is not None else None
+        return SSHFileSource(target, options=opts, start=start, locator=locator, pool=pool, name=name)
+    finder = locator.in_file if locator is not None else None
     return LocalFileSource(target, start=start, find_start=finder, use_inotify=not poll,
                            name=name, batch_interval=batch_interval)

@@ -109,6 +109,27 @@ class Source(Protocol):
     async def close(self) -> None: ...
 
 
+class StartScanner(Protocol):
+    """Fed a log from byte 0, tells where its latest startup begins."""
+
+    def feed(self, chunk: bytes) -> None: ...
+
+    def result(self) -> tuple[int, int]: ...   # (byte offset, line number) of its line
+
+
+class StartLocator(Protocol):
+    """Where to start reading a log met for the first time (given by the rules layer, so
+    that sources need nothing of the rules engine)."""
+
+    grep_literals: tuple[str, ...]   # fixed strings every startup line has (remote grep); ()
+
+    def scanner(self) -> StartScanner: ...
+
+    def is_start_line(self, text: str) -> bool: ...
+
+    def in_file(self, path: str) -> tuple[int, int]: ...
+
+
 class SourceError(Exception):
     """A source that cannot work as configured (bad URL, refused host key, no permission)."""
 

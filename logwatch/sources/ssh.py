@@ -28,12 +28,10 @@ from urllib.parse import unquote, urlsplit
 import asyncssh
 
 from .. import log
-from ..rulepack import RulePack
 from .base import (
     HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceError, SourceEvent,
-    SourceState, digest, identity_of,
+    SourceState, StartLocator, digest, identity_of,
 )
-from .start import StartupFinder, is_restart_line, restart_matcher
 
 READ_SIZE = 256 * 1024
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
@@ -227,13 +225,13 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
 
 class SSHFileSource:
     def __init__(self, url: str, *, options: SSHOptions | None = None,
-                 start: Position | None = None, pack: RulePack | None = None,
+                 start: Position | None = None, locator: StartLocator | None = None,
                  pool: SSHPool | None = None, name: str | None = None) -> None:
         self.target = SSHTarget.parse(url)
         self.opts = options or SSHOptions()
         self.name = name or str(self.target)
         self.start = start
-        self.pack = pack
+        self.locator = locator
         self.pool = pool or default_pool()
         self.log = log.get("source.ssh").bind(target=str(self.target))
         self._closed = False
@@ -390,18 +388,17 @@ class SSHFileSource:
         if saved is not None:
             self.log.info("saved position does not fit this file (replaced): starting at the "
                           "latest startup in it")
-        if self.pack is None:
+        if self.locator is None:
             return 0, 1, "attach", True
         off, line = await self._find_start(conn, f)
         return off, line, "attach", True
 
     async def _find_start(self, conn: Any, f: Any) -> tuple[int, int]:
         """The latest startup: `grep -b -n` on the remote side, verified here."""
-        matcher = restart_matcher(self.pack) if self.pack else None
-        if matcher is None:
-            return 0, 1
-        lits = sorted({s for r in matcher.rules for s in (r.literals.strings if r.literals else ())})
-        if lits and not any(r.literals and r.literals.ignore_case for r in matcher.rules):
+        loc = self.locator
+        assert loc is not None
+        lits = loc.grep_literals
+        if lits:
             cmd = ("LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
                    + f" -- {shlex.quote(self.target.path)} | tail -n 50")
             try:
@@ -413,12 +410,12 @@ class SSHFileSource:
                         lineno, _, rest = raw.partition(b":")
                         off, _, text = rest.partition(b":")
                         if lineno.isdigit() and off.isdigit() and \
-                                is_restart_line(self.pack, text.decode("utf-8", "replace")):  # type: ignore[arg-type]
+                                loc.is_start_line(text.decode("utf-8", "replace")):
                             return int(off), int(lineno)
                     return 0, 1
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
                 self.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
-        finder = StartupFinder(self.pack)  # type: ignore[arg-type]
+        finder = loc.scanner()
         pos = 0
         while True:
             data = await f.read(4 << 20, pos)

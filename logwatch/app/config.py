@@ -16,10 +16,13 @@ from typing import Any
 
 import yaml
 
-from .positions import default_state_dir
-from .rulepack import PackError, load_pack, parse_duration
-from .sources import SourceError, source_kind
-from .sources.ssh import SSHOptions, SSHTarget
+from ..state.files import default_state_dir
+from ..rules.pack import PackError, load_pack
+from ..errors import ConfigError
+from ..sinks.alerts.config import validate_alerts
+from ..units import parse_duration
+from ..sources import SourceError, source_kind
+from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
@@ -30,12 +33,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = {"target", "engine", "source", "phase", "reason", "rule", "sink", "kind", "le",
                    "counter"}
-
-
-class ConfigError(Exception):
-    def __init__(self, path: str, key: str, message: str) -> None:
-        self.path, self.key, self.message = path, key, message
-        super().__init__(f"{path}: {key}: {message}" if key else f"{path}: {message}")
 
 
 @dataclass(frozen=True)
@@ -161,8 +158,7 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     _keys(path, "checkpoint", ck, ("interval",))
     interval = _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
     cfg = Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
-    from .alerts.config import validate_alerts  # the alert schema lives with the alerts
-    validate_alerts(cfg)
+    validate_alerts(cfg.path, cfg.alerts)  # the alert schema lives with the alerts
     return cfg
 
 
@@ -275,7 +271,7 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
 
 
 def _known_phases(rules: str) -> list[str]:
-    from .rulepack import TERMINAL, WAITING, load_all_shipped
+    from ..rules.pack import TERMINAL, WAITING, load_all_shipped
     if rules != "auto":
         try:
             return list(load_pack(rules).phases)

@@ -1,9 +1,10 @@
 """What an alert is, independent of where it goes.
 
-An alert is identified by `key` = target + startup + kind (+ phase for `phase` alerts):
-the same key is sent once firing and, for kinds that resolve, once resolved.  The key
-survives restarts (it is built from the startup's first observation time, kept in the
-target's checkpoint), so neither a SIGHUP nor a daemon restart sends anything twice.
+An alert is identified by `key` = target + StartupId + kind (+ phase for `phase` alerts):
+the same key is sent once firing and, for kinds that resolve, once resolved; `mark` =
+key + status is what is sent once, and the `Idempotency-Key` header of every delivery of
+it.  The StartupId comes from the log itself (machine.startup_id_of), so neither a SIGHUP,
+a restart, a kill -9 nor a lost checkpoint gives the same alert another key.
 """
 
 from __future__ import annotations
@@ -35,13 +36,19 @@ class Alert:
     starts_at: float = field(default_factory=time.time)
     ends_at: float | None = None
     generator_url: str = ""
+    startup: str = ""         # the StartupId the alert is about
+
+    @property
+    def mark(self) -> str:
+        """What is delivered once: this key with this status (the Idempotency-Key)."""
+        return f"{self.key}|{self.status}"
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Alert":
-        return cls(**d)
+        return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     @property
     def excerpt(self) -> list[str]:
@@ -60,7 +67,7 @@ class Alert:
         return Alert(self.key, self.kind, RESOLVED, self.target, self.engine, dict(self.labels),
                      self.epoch, f"resolved: {self.summary} ({why})",
                      {**self.details, "resolved_by": why}, self.starts_at, now,
-                     self.generator_url)
+                     self.generator_url, self.startup)
 
 
 def iso(ts: float) -> str:
@@ -77,6 +84,7 @@ def webhook_body(alert: Alert) -> dict[str, Any]:
         "engine": alert.engine,
         "labels": alert.labels,
         "epoch": alert.epoch,
+        "startup": alert.startup,
         "summary": alert.summary,
         "details": {k: v for k, v in alert.details.items() if k != "excerpt"},
         "excerpt": alert.excerpt,

@@ -48,16 +48,18 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         return Step(pause, prefix + msg + "\n")
 
     ranks = [f"TP{k}" for k in range(tp)]
+
+    def each(pause: float, msg: str) -> Iterator[Step]:
+        """The same line from every TP rank, each `pause` after the one before."""
+        for r in ranks:
+            yield rec(pause, r, msg)
+
     yield rec(0.2, None, f"server_args=ServerArgs(model_path='{MODEL}', tokenizer_path='{MODEL}', "
                          f"tp_size={tp}, mem_fraction_static=0.88, port=30000, host='0.0.0.0')")
-    for r in ranks:
-        yield rec(0.1, r, "Init torch distributed begin.")
-    for r in ranks:
-        yield rec(0.2, r, "sglang is using nccl==2.27.3")
-    for r in ranks:
-        yield rec(0.1, r, "Init torch distributed ends. mem usage=0.41 GB")
-    for r in ranks:
-        yield rec(0.1, r, "Load weight begin. avail mem=78.50 GB")
+    yield from each(0.1, "Init torch distributed begin.")
+    yield from each(0.2, "sglang is using nccl==2.27.3")
+    yield from each(0.1, "Init torch distributed ends. mem usage=0.41 GB")
+    yield from each(0.1, "Load weight begin. avail mem=78.50 GB")
     if download:
         for f in range(1, 4):
             name = f"model-{f:05d}-of-{shards:05d}.safetensors"
@@ -80,19 +82,13 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         yield Step(0.0 if k == 0 else 1 / rate, frame)
         at(0.0 if k == 0 else 1 / rate)
     yield Step(0.0, "\n")
-    for r in ranks:
-        yield rec(0.2, r, f"Load weight end. elapsed={shards / rate:.2f} s, type={ARCH}, "
-                          "avail mem=17.12 GB, mem usage=61.38 GB.")
-    for r in ranks:
-        yield rec(0.3, r, "KV Cache is allocated. #tokens: 1921184, K size: 5.12 GB, V size: 5.12 GB")
-    for r in ranks:
-        yield rec(0.1, r, "Memory pool end. avail mem=6.02 GB")
-    for r in ranks:
-        yield rec(0.3, r, "Running FlashInfer autotune...")
-    for r in ranks:
-        yield rec(2.5, r, "FlashInfer autotune completed.")
-    for r in ranks:
-        yield rec(0.2, r, "Capture cuda graph begin. This can take up to several minutes. avail mem=5.80 GB")
+    yield from each(0.2, f"Load weight end. elapsed={shards / rate:.2f} s, type={ARCH}, "
+                           "avail mem=17.12 GB, mem usage=61.38 GB.")
+    yield from each(0.3, "KV Cache is allocated. #tokens: 1921184, K size: 5.12 GB, V size: 5.12 GB")
+    yield from each(0.1, "Memory pool end. avail mem=6.02 GB")
+    yield from each(0.3, "Running FlashInfer autotune...")
+    yield from each(2.5, "FlashInfer autotune completed.")
+    yield from each(0.2, "Capture cuda graph begin. This can take up to several minutes. avail mem=5.80 GB")
     yield rec(0.0, "TP0", "Capture cuda graph bs [1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64]")
     bss = [64, 56, 48, 40, 32, 24, 16, 12, 8, 4, 2, 1]
     n = len(bss)
@@ -109,8 +105,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         yield Step(0.4, frame)
         at(0.4)
     yield Step(0.0, "\n")
-    for r in ranks:
-        yield rec(0.1, r, "Capture cuda graph end. Time elapsed: 5.10 s. mem usage=0.61 GB. avail mem=5.19 GB.")
+    yield from each(0.1, "Capture cuda graph end. Time elapsed: 5.10 s. mem usage=0.61 GB. avail mem=5.19 GB.")
     yield rec(0.2, "TP0", "max_total_num_tokens=1921184, chunked_prefill_size=8192, max_prefill_tokens=16384, "
                           "max_running_requests=2048, context_len=262144, available_gpu_mem=5.19 GB")
     yield rec(0.3, None, "INFO:     Started server process [48213]")

@@ -32,6 +32,7 @@ from typing import Any, Iterable
 import regex
 import yaml
 
+from ..units import parse_duration
 from .literals import Literals, required_literals
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
@@ -56,7 +57,9 @@ MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "scale", "prefilter",
                  "description", "before", "after")
 RULE_KEYS = ("id", "pattern") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "detect", "timestamps", "ignore",
-             "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after")
+             "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
+             "crash_settle")
+DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
 
@@ -146,6 +149,7 @@ class RulePack:
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
+    crash_settle: float = DEFAULT_CRASH_SETTLE
     description: str = ""
 
     def phase_index(self, phase: str) -> int:
@@ -176,11 +180,11 @@ class RulePack:
 
 def shipped_dir() -> Path:
     """Where the packs shipped with logwatch live (installed package data or the checkout)."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here / "packs", here.parent / "rules"):
+    package = Path(__file__).resolve().parent.parent      # logwatch/
+    for candidate in (package / "packs", package.parent / "rules"):
         if candidate.is_dir() and any(candidate.glob("*.yaml")):
             return candidate
-    return here.parent / "rules"
+    return package.parent / "rules"
 
 
 def search_path() -> list[Path]:
@@ -301,10 +305,17 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     typical.update(_phase_map(src, doc.get("typical_seconds"), phases, "typical_seconds"))
     stall = dict(base.stall_after) if base else {}
     stall.update(_phase_map(src, doc.get("stall_after"), phases, "stall_after"))
+    settle = base.crash_settle if base else DEFAULT_CRASH_SETTLE
+    if doc.get("crash_settle") is not None:
+        try:
+            settle = parse_duration(doc["crash_settle"])
+        except (ValueError, TypeError):
+            raise PackError(src, f"not a duration: {doc['crash_settle']!r} (use e.g. 2s)",
+                            key="crash_settle") from None
     return RulePack(
         name=name, path=src, phases=phases, rules=tuple(rules), detect=detect,
         timestamps=timestamps, ignore=ignore, crash_by_phase=crash_by_phase, typical_seconds=typical,
-        stall_after=stall, description=str(doc.get("description") or ""),
+        stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
     )
 
 
@@ -565,28 +576,3 @@ def _phase_map(src: str, value: Any, phases: tuple[str, ...], key: str,
                 raise PackError(src, "must be seconds or a duration like 5m", key=f"{key}.{p}")
             out[p] = float(secs)
     return out
-
-
-_DURATION_RE = regex.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
-                             r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+)ms)?\s*$")
-
-
-def parse_duration(text: str | float | int) -> float:
-    """`90`, `90s`, `5m`, `1h30m`, `250ms` -> seconds. Raises ValueError."""
-    if isinstance(text, (int, float)):
-        if text < 0:
-            raise ValueError("negative duration")
-        return float(text)
-    t = text.strip()
-    try:
-        v = float(t)
-        if v < 0:
-            raise ValueError("negative duration")
-        return v
-    except ValueError:
-        pass
-    m = _DURATION_RE.match(t)
-    if not t or not m or not any(m.groups()):
-        raise ValueError(f"not a duration: {text!r} (use e.g. 30s, 5m, 1h30m)")
-    h, mi, s, ms = m.groups()
-    return float(h or 0) * 3600 + float(mi or 0) * 60 + float(s or 0) + float(ms or 0) / 1000

@@ -19,9 +19,9 @@ from typing import Callable
 
 from .config import parse_config
 from .daemon import Daemon
-from .machine import Crashed, Event, PhaseChanged, Progress, Ready
+from ..machine import Crashed, Event, PhaseChanged, Progress, Ready
 from .simulate import write
-from .summary import fmt_duration
+from ..units import fmt_duration
 
 
 def free_port(preferred: int = 9105) -> int:
@@ -60,7 +60,7 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
             elif isinstance(ev, Progress) and ev.counter == "shards" and \
                     (now - last_progress[0] > 2.0 or ev.current == ev.total):
                 last_progress[0] = now
-                eta = runner.eta(now)
+                eta = runner.view(now).eta_seconds
                 out(f"    shards {ev.current}/{ev.total}"
                     + ("" if math.isnan(eta) else f", startup ETA {fmt_duration(eta)}"))
             elif isinstance(ev, Ready):
@@ -85,11 +85,10 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         while writer.is_alive():
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)
-        runner = daemon.runners["demo-sglang"]
-        st = runner.pipe.state if runner.pipe else None
-        if st is not None and st.crash is not None:
-            await asyncio.sleep(1.0)
-            out(f"  CRASHED: {st.crash.reason} during {st.crash.during}: {st.crash.line}")
+        view = daemon.runners["demo-sglang"].view(time.time())
+        if view.crash is not None:
+            c = view.crash
+            out(f"  CRASHED: {c['reason']} during {c['during']}: {c['line']}")
         if forever:
             out("the daemon keeps running (Ctrl-C to stop)")
             await serve
@@ -102,4 +101,4 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         daemon.request_stop()
         await serve
         await daemon.shutdown()
-    return 0 if (st is not None and st.phase == "ready") else 1
+    return 0 if view.phase == "ready" else 1

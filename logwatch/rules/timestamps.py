@@ -13,7 +13,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 
-from .rulepack import TimestampFormat
+from .pack import TimestampFormat
 
 _YEAR_DEFAULT = 2000
 _HALF_YEAR = 183 * 86400.0

@@ -4,40 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from .machine import State
-from .pipeline import LogPipeline
-from .rulepack import CRASHED, READY, STOPPED
+from ..rules.pack import CRASHED, READY, STOPPED
+from ..units import fmt_duration
+from ..view import TargetView
 
 
-def summary(name: str, pipe: LogPipeline) -> dict[str, Any]:
-    st = pipe.state
-    shards = st.progress.get("shards")
-    return {
-        "file": name,
-        "engine": pipe.pack.name,
-        "phase": st.phase,
-        "phases_seen": st.phases_seen,
-        "startups": st.startups,
-        "lines": pipe.counters.lines,
-        "shards_loaded": shards.current if shards else None,
-        "shards_total": shards.total if shards else None,
-        "crash": st.crash.to_json() if st.crash else None,
-        "ready_line": st.ready_line,
-        "durations": st.durations(),
-    }
-
-
-def fmt_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
-    m, s = divmod(s, 60)
-    if m < 60:
-        return f"{m}m{s:02d}s"
-    h, m = divmod(m, 60)
-    return f"{h}h{m:02d}m{s:02d}s"
+def summary(view: TargetView) -> dict[str, Any]:
+    """DESIGN.md's `replay --json` / `watch --json` object: the view's status, in the
+    contract's shape and key order."""
+    status = view.to_json()
+    doc = {"file": view.name}
+    doc.update((k, status[k]) for k in ("engine", "phase", "phases_seen", "startups", "lines"))
+    shards = status["shards"] or {}
+    doc["shards_loaded"], doc["shards_total"] = shards.get("loaded"), shards.get("total")
+    doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
+    return doc
 
 
 def human(doc: dict[str, Any]) -> str:
@@ -69,14 +50,14 @@ def human(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def timeline(state: State) -> str:
+def timeline(view: TargetView) -> str:
     """Each phase of the last epoch with its start time and how long it lasted."""
     rows = []
-    dur = state.durations()
-    for e in state.history:
-        when = e.log_stamp or "-"
-        d = dur.get(e.phase) if e.phase in dur else None
-        rows.append(f"  {e.phase:<15} {when:<24} {fmt_duration(d) if d is not None else ''}")
+    dur = view.durations
+    for phase, stamp in view.timeline:
+        when = stamp or "-"
+        d = dur.get(phase) if phase in dur else None
+        rows.append(f"  {phase:<15} {when:<24} {fmt_duration(d) if d is not None else ''}")
     return "\n".join(rows) if rows else "  (no phase seen)"
 
 

@@ -10,21 +10,31 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from . import __version__
-from .metrics import LogwatchCollector
+from .. import __version__
+from ..sinks.metrics import AlertStats, LogwatchCollector
+from ..sinks.page import PAGE
+from ..view import TargetView
 
-if TYPE_CHECKING:
-    from .daemon import Daemon
+
+class Served(Protocol):
+    """What the endpoint shows: the targets' views, the alert delivery, the daemon's state."""
+
+    stopping: bool
+    config_path: str
+
+    def views(self, now: float) -> list[TargetView]: ...
+
+    def alert_stats(self) -> AlertStats | None: ...
 
 
-def make_app(daemon: "Daemon") -> web.Application:
+def make_app(daemon: Served) -> web.Application:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LogwatchCollector(daemon))
+    registry.register(LogwatchCollector(daemon.views, daemon.alert_stats))
 
     async def metrics(_: web.Request) -> web.Response:
         body = generate_latest(registry)
@@ -38,11 +48,10 @@ def make_app(daemon: "Daemon") -> web.Application:
     async def status(_: web.Request) -> web.Response:
         now = time.time()
         doc = {"version": __version__, "now": now, "config": daemon.config_path,
-               "targets": [r.status_json(now) for r in daemon.runners.values()]}
+               "targets": [v.to_json() for v in daemon.views(now)]}
         return web.Response(text=json.dumps(_finite(doc)), content_type="application/json")
 
     async def index(_: web.Request) -> web.Response:
-        from .page import PAGE
         return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
 
     app = web.Application()

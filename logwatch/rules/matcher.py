@@ -21,8 +21,8 @@ from typing import Iterator
 import re2
 
 from .literals import required_literals
-from .lines import Block, iter_segments, segment_bounds, segment_text, split_glued
-from .rulepack import Rule, RulePack
+from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
+from .pack import Rule, RulePack
 
 
 @dataclass(slots=True)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .machine import State
-from .positions import atomic_write_json
-from .rulepack import READY, WAITING, RulePack
+from ..machine import State
+from .files import atomic_write_json, legacy_file_name, target_file_name
+from ..rules.pack import READY, WAITING, RulePack
 
 KEEP = 20
 VERSION = 1
@@ -37,16 +37,18 @@ class StartupRecord:
     outcome: str
     phases: dict[str, float]
     total: float | None
+    startup: str = ""         # its StartupId: a startup is recorded once, whatever re-reads it
 
     def to_json(self) -> dict[str, Any]:
         return {"at": self.at, "model": self.model, "outcome": self.outcome,
-                "phases": self.phases, "total": self.total}
+                "phases": self.phases, "total": self.total, "startup": self.startup}
 
 
 class StartupHistory:
     def __init__(self, state_dir: str | Path, target: str, model: str = "") -> None:
-        from .positions import _SAFE
-        self.path = Path(state_dir).expanduser() / "history" / (_SAFE.sub("_", target) + ".json")
+        folder = Path(state_dir).expanduser() / "history"
+        self.path = folder / (target_file_name(target) + ".json")
+        self._legacy = folder / (legacy_file_name(target) + ".json")   # before version 2
         self.model = model
         self.records: list[StartupRecord] = []
         self._typical: dict[str, float] | None = None
@@ -54,28 +56,32 @@ class StartupHistory:
 
     def load(self) -> None:
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            path = self.path if self.path.exists() or not self._legacy.exists() else self._legacy
+            doc = json.loads(path.read_text(encoding="utf-8"))
             if doc.get("version") != VERSION:
                 return
             self.records = [StartupRecord(float(r["at"]), str(r.get("model", "")),
                                           str(r["outcome"]), {k: float(v) for k, v in r["phases"].items()},
-                                          r.get("total"))
+                                          r.get("total"), str(r.get("startup") or ""))
                             for r in doc.get("startups", [])]
         except (OSError, ValueError, KeyError, TypeError):
             self.records = []
         self._typical = None
 
     def record(self, state: State, outcome: str) -> StartupRecord | None:
-        """Remember a finished startup (called once, when it became ready or crashed)."""
-        return self.record_durations(state.durations(), outcome)
+        """Remember a finished startup (when it became ready or its crash settled)."""
+        return self.record_durations(state.durations(), outcome, state.startup_id or "")
 
-    def record_durations(self, durations: dict[str, float], outcome: str) -> StartupRecord | None:
+    def record_durations(self, durations: dict[str, float], outcome: str,
+                         startup: str = "") -> StartupRecord | None:
         durations = {p: d for p, d in durations.items() if p not in (READY, WAITING, "crashed",
                                                                      "stopped")}
         if not durations:
             return None
+        if startup and any(r.startup == startup for r in self.records):
+            return None   # already recorded (the log was read again after a restart)
         rec = StartupRecord(time.time(), self.model, outcome, durations,
-                            round(sum(durations.values()), 3))
+                            round(sum(durations.values()), 3), startup)
         self.records = (self.records + [rec])[-KEEP:]
         self._typical = None
         atomic_write_json(self.path, {"version": VERSION,

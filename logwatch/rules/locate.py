@@ -1,4 +1,8 @@
-"""Where to start reading a log met for the first time: the latest startup in it.
+"""Which engine wrote a log, and where to start reading one met for the first time.
+
+`detect_pack` picks the pack whose `detect` patterns match the first lines (`--rules auto`).
+`StartupLocator` finds the latest startup in a log; sources get one as their start locator
+(sources/base.py `StartLocator`), so they need nothing from the rules engine.
 
 Not at its end (the watcher would know nothing about the server it joins) and not at byte 0
 (every old crash in a week-long log would be reported again): at the physical line of the
@@ -11,9 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from ..lines import Block, split_glued
-from ..matcher import Matcher
-from ..rulepack import RulePack
+from ..lines import Block, iter_lines, split_glued
+from .matcher import Matcher
+from .pack import RulePack, load_all_shipped, load_pack
 
 
 def restart_pack(packs: list[RulePack]) -> RulePack:
@@ -78,11 +82,6 @@ def latest_startup(pack: RulePack, chunks: Iterable[bytes]) -> tuple[int, int]:
     return finder.result()
 
 
-def latest_startup_in_file(pack: RulePack, path: str) -> tuple[int, int]:
-    with open(path, "rb") as f:
-        return latest_startup(pack, iter(lambda: f.read(4 << 20), b""))
-
-
 def is_restart_line(pack: RulePack, text: str) -> bool:
     """Does this (raw, possibly \\r-joined) line carry a restart marker?"""
     matcher = restart_matcher(pack)
@@ -93,3 +92,62 @@ def is_restart_line(pack: RulePack, text: str) -> bool:
             if matcher.match_line(part) is not None:
                 return True
     return False
+
+
+class StartupLocator:
+    """The latest startup of a log by its pack's restart markers (a source's start locator)."""
+
+    def __init__(self, pack: RulePack) -> None:
+        self.pack = pack
+        matcher = restart_matcher(pack)
+        rules = matcher.rules if matcher is not None else ()
+        lits = sorted({s for r in rules for s in (r.literals.strings if r.literals else ())})
+        # a remote `grep -F` narrows the search unless a marker needs case folding
+        usable = bool(lits) and not any(r.literals and r.literals.ignore_case for r in rules)
+        self.grep_literals: tuple[str, ...] = tuple(lits) if usable else ()
+
+    def scanner(self) -> StartupFinder:
+        return StartupFinder(self.pack)
+
+    def is_start_line(self, text: str) -> bool:
+        return is_restart_line(self.pack, text)
+
+    def in_file(self, path: str) -> tuple[int, int]:
+        with open(path, "rb") as f:
+            return latest_startup(self.pack, iter(lambda: f.read(4 << 20), b""))
+
+
+def startup_locator(pack: RulePack | None) -> StartupLocator | None:
+    """The start locator of a pack; None when it has no restart markers (read from byte 0)."""
+    if pack is None or not any(r.restart for r in pack.rules):
+        return None
+    return StartupLocator(pack)
+
+
+def detect_pack(head: bytes, packs: Iterable[RulePack],
+                complete_lines: bool = False) -> RulePack | None:
+    """The pack whose `detect` patterns best match the first lines (None if none does).
+
+    `complete_lines`: ignore a last line that may still be incomplete (live input)."""
+    packs = list(packs)
+    if complete_lines:
+        head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
+    lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
+    best: tuple[float, int] | None = None
+    chosen: RulePack | None = None
+    for i, pack in enumerate(packs):
+        score = sum(d.weight for d in pack.detect if any(d.regex.search(t) for t in lines))
+        if score > 0 and (best is None or (score, -i) > best):
+            best, chosen = (score, -i), pack
+    return chosen
+
+
+def choose_pack(spec: str, head: bytes) -> RulePack:
+    """`--rules`: a pack name or path, or `auto` (detect; SGLang when nothing matches)."""
+    if spec != "auto":
+        return load_pack(spec)
+    packs = load_all_shipped()
+    found = detect_pack(head, packs)
+    if found is not None:
+        return found
+    return next((p for p in packs if p.name == "sglang"), packs[0])

@@ -18,22 +18,28 @@ from typing import Any
 
 from aiohttp import web
 
-from . import log
+from .. import log
 from .config import Config, ConfigError, TargetConfig, load_config, select_shard
-from .machine import Event
-from .positions import PositionStore
-from .rulepack import PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path
-from .sources.ssh import SSHPool
-from .sources.start import restart_pack
+from ..machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
+from ..state.positions import PositionStore
+from ..rules.pack import (
+    PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
+)
+from ..sources.ssh import SSHPool
+from ..rules.locate import restart_pack
+from ..sinks.alerts.router import AlertRouter
+from ..view import TargetView
+from .http import make_app
 from .target import TargetRunner
 
 TICK = 0.5
+SLOW_CHECK_EVERY = 5.0
+ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged)  # events the policy reads
 
 
 def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:
     """Changes when the target's pack files change (a reload restarts the target then)."""
     if cfg.rules == "auto":
-        from .rulepack import search_path
         files = sorted(p for d in search_path() for p in Path(d).glob("*.yaml"))
     else:
         files = [resolve_pack_path(cfg.rules)]
@@ -68,18 +74,17 @@ class Daemon:
         self._reload = asyncio.Event()
         self._site: web.TCPSite | None = None
         self._runner: web.AppRunner | None = None
-        self.alerts: Any = None
+        self.alerts: AlertRouter | None = None
         self.observers: list[Any] = []   # extra (runner, events) callbacks, e.g. the demo's
         self.candidates: list[RulePack] = []
         self.start_pack: RulePack | None = None
+        self._slow_checked = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
         self._load_packs()
-        from .alerts.router import AlertRouter
         self.alerts = AlertRouter(self.config, self.config.state_dir)
         await self.alerts.start()
-        from .http import make_app
         app = make_app(self)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -101,10 +106,13 @@ class Daemon:
             runner = TargetRunner(cfg, store=self.store, state_dir=self.config.state_dir,
                                   candidates=self.candidates, start_pack=self.start_pack,
                                   pool=self.pool, on_events=self._on_events,
-                                  checkpoint_interval=self.config.checkpoint_interval)
+                                  checkpoint_interval=self.config.checkpoint_interval,
+                                  alert_marks=self.alerts.marks_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             self.log.error("target not started", target=cfg.name, error=str(e))
             return
+        if self.alerts is not None:   # what was alerted stays alerted, whatever file was lost
+            self.alerts.adopt(runner.saved_alert_marks)
         self.runners[cfg.name] = runner
         self.signatures[cfg.name] = pack_signature(cfg)
         runner.start()
@@ -116,10 +124,17 @@ class Daemon:
             await runner.stop()
 
     def _on_events(self, runner: TargetRunner, events: list[Event]) -> None:
-        if self.alerts is not None:
-            self.alerts.observe(runner, events)
+        if self.alerts is not None and any(isinstance(e, ALERTING) for e in events):
+            self.alerts.observe(runner.view(time.time()), events)
         for observe in self.observers:
             observe(runner, events)
+
+    def views(self, now: float) -> list[TargetView]:
+        """Every target's snapshot: what /metrics, /api/status and the page show."""
+        return [r.view(now) for r in list(self.runners.values())]
+
+    def alert_stats(self) -> AlertRouter | None:
+        return self.alerts
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -142,8 +157,10 @@ class Daemon:
                         self._on_events(r, events)
                 except Exception as e:  # noqa: BLE001
                     self.log.exception("tick failed", target=r.name, error=repr(e))
-            if self.alerts is not None:
-                self.alerts.tick(now, list(self.runners.values()))
+            if self.alerts is not None and now - self._slow_checked >= SLOW_CHECK_EVERY:
+                self._slow_checked = now
+                self.alerts.tick(self.views(now),
+                                 {r.name: r.cfg.slow_factor for r in self.runners.values()})
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()

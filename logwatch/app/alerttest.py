@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ..config import Config
-from .model import FIRING, Alert
-from .router import AlertRouter
-from .sinks import make_sinks
+from ..sinks.alerts.model import FIRING, Alert
+from ..sinks.alerts.receivers import make_sinks
+from ..sinks.alerts.router import deliver
+from .config import Config
 
 SAMPLE_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
                "total capacity of 79.11 GiB of which 1.12 GiB is free.")
@@ -41,14 +41,12 @@ async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) 
     if not sinks:
         out(f"{cfg.path}: no alert sinks configured (alerts: [...])")
         return 2
-    router = AlertRouter.__new__(AlertRouter)  # only its delivery step, no state, no workers
     import aiohttp
     failed = 0
-    async with aiohttp.ClientSession() as session:
-        router._session = session
+    async with aiohttp.ClientSession() as session:   # only the delivery step: no outbox
         alert = sample(kind, f"http://{cfg.listen_host}:{cfg.listen_port}/")
         for s in sinks:
-            outcome = await AlertRouter._deliver(router, s, alert)
+            outcome = await deliver(session, s, alert)
             status = "ok" if outcome.ok else "FAILED"
             failed += not outcome.ok
             out(f"{s.describe()}: {status} ({outcome.message})")

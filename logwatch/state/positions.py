@@ -9,53 +9,15 @@ latest startup in the log, never byte 0 of a log full of old crashes, never its 
 from __future__ import annotations
 
 import json
-import os
-import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from . import log
-from .sources.base import Position
+from .. import log
+from ..sources.base import Position
+from .files import atomic_write_json, legacy_file_name, target_file_name
 
-VERSION = 1
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def default_state_dir() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
-                                                            "state")
-    return Path(base) / "logwatch"
-
-
-def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> None:
-    """Write-then-rename so a reader (or a crash) never sees half a file.  `durable` also
-    fsyncs the file and its directory (survives power loss, not only a killed process)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    if not durable:
-        return
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+VERSION = 2
+READABLE = (1, 2)    # version 1: before StartupId (upgraded in place on load)
 
 
 class PositionStore:
@@ -66,13 +28,28 @@ class PositionStore:
         self.log = log.get("positions")
 
     def path(self, target: str) -> Path:
-        return self.dir / (_SAFE.sub("_", target) + ".json")
+        return self.dir / (target_file_name(target) + ".json")
+
+    def _read(self, target: str) -> tuple[Path, Any]:
+        """The checkpoint's path and JSON; a checkpoint written before version 2 (under the
+        old, colliding file name) is read when it names this very target."""
+        p = self.path(target)
+        try:
+            return p, json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            old = self.dir / (legacy_file_name(target) + ".json")
+            if old == p:
+                raise
+            doc = json.loads(old.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("target") != target:
+                raise FileNotFoundError(str(p)) from None
+            return old, doc
 
     def load(self, target: str) -> tuple[Position | None, dict[str, Any]]:
         """The saved position and any extra state saved with it (None, {} if none)."""
         p = self.path(target)
         try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
+            p, doc = self._read(target)
         except FileNotFoundError:
             return None, {}
         except (OSError, ValueError) as e:
@@ -82,7 +59,7 @@ class PositionStore:
         try:
             if not isinstance(doc, dict):
                 raise ValueError("not a JSON object")
-            if doc.get("version") != VERSION:
+            if doc.get("version") not in READABLE:
                 raise ValueError(f"unknown version {doc.get('version')!r}")
             return Position.from_json(doc["position"]), dict(doc.get("extra") or {})
         except (KeyError, TypeError, ValueError, AttributeError) as e:

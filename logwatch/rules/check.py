@@ -11,9 +11,9 @@ import itertools
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator
 
-from .lines import Framer, iter_lines
+from ..lines import Framer, iter_lines
 from .matcher import Matcher
-from .rulepack import RulePack
+from .pack import RulePack
 
 
 @dataclass(frozen=True)

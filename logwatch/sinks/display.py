@@ -12,31 +12,24 @@ import sys
 import time
 from typing import TextIO
 
-from .follow import Follower
-from .history import startup_eta
-from .machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
-from .summary import fmt_duration
+from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
+from ..units import fmt_duration
+from ..view import TargetView
 
 PROGRESS_EVERY = 5.0
 
 
-def _eta_text(follower: Follower, now: float) -> str:
-    pipe = follower.pipe
-    if pipe is None:
-        return ""
-    eta = startup_eta(pipe.pack, pipe.state, now)
+def _eta_text(view: TargetView) -> str:
+    eta = view.eta_seconds
     return "" if math.isnan(eta) else f"ETA {fmt_duration(eta)}"
 
 
-def _progress_text(follower: Follower, now: float) -> str:
-    pipe = follower.pipe
-    if pipe is None:
-        return ""
+def _progress_text(view: TargetView) -> str:
     parts = []
-    for name, p in pipe.state.progress.items():
-        rate = f" {p.rate:.2f}/s" if p.rate else ""
-        parts.append(f"{name} {p.current}/{p.total}{rate}")
-    eta = _eta_text(follower, now)
+    for name, p in view.progress.items():
+        rate = f" {p['rate']:.2f}/s" if p["rate"] else ""
+        parts.append(f"{name} {p['current']}/{p['total']}{rate}")
+    eta = _eta_text(view)
     if eta:
         parts.append(eta)
     return ", ".join(parts)
@@ -56,41 +49,37 @@ class PlainDisplay:
     def start(self) -> None:
         self._say(f"watching {self.target}")
 
-    def update(self, follower: Follower, events: list[Event], now: float) -> None:
-        st = follower.status
-        state = f"{'up' if st.up else 'down'}: {st.message}"
+    def update(self, view: TargetView, events: list[Event], now: float) -> None:
+        state = f"{'up' if view.source_up else 'down'}: {view.source_message}"
         if state != self._last_state:
             self._last_state = state
             self._say(f"source {state}")
-        pipe = follower.pipe
         for ev in events:
             if isinstance(ev, Restarted):
                 self._say(f"new startup (#{ev.epoch}): {ev.line[:160]}")
-            elif isinstance(ev, PhaseChanged) and pipe is not None:
-                took = pipe.state.durations().get(ev.old)
+            elif isinstance(ev, PhaseChanged):
+                took = view.durations.get(ev.old)
                 extra = f" ({ev.old} took {fmt_duration(took)})" if took and ev.old != "waiting" else ""
                 self._say(f"phase {ev.new}{extra}")
             elif isinstance(ev, Progress) and now - self._last_progress >= PROGRESS_EVERY:
                 self._last_progress = now
-                self._say(_progress_text(follower, now))
+                self._say(_progress_text(view))
             elif isinstance(ev, CrashRetracted):
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
 
-    def finish(self, follower: Follower, outcome: str) -> None:
-        pipe = follower.pipe
-        st = pipe.state if pipe else None
-        if st is not None and st.crash is not None:
-            c = st.crash
-            self._say(f"CRASHED: {c.reason} during {c.during}")
-            print(f"  root cause (line {c.line_number}): {c.line}", file=self.out)
-            if c.excerpt:
+    def finish(self, view: TargetView, outcome: str) -> None:
+        if view.crash is not None:
+            c = view.crash
+            self._say(f"CRASHED: {c['reason']} during {c['during']}")
+            print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
+            if c["excerpt"]:
                 print("  excerpt:", file=self.out)
-                for ln in c.excerpt[-40:]:
+                for ln in c["excerpt"][-40:]:
                     print(f"    | {ln}", file=self.out)
-        elif st is not None and st.phase == "ready":
-            d = st.durations()
+        elif view.phase == "ready":
+            d = view.durations
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
             took = sum(v for k, v in d.items() if k != "ready") if d else None
             self._say(f"READY{' in ' + fmt_duration(took) if took else ''}"
@@ -109,60 +98,55 @@ class RichDisplay(PlainDisplay):
         from rich.live import Live
         self.console = Console(file=out)
         self.live = Live(console=self.console, refresh_per_second=4, transient=True)
-        self._follower: Follower | None = None
 
     def start(self) -> None:
         self.live.start()
 
-    def update(self, follower: Follower, events: list[Event], now: float) -> None:
-        self._follower = follower
+    def update(self, view: TargetView, events: list[Event], now: float) -> None:
         for ev in events:  # keep a scrollback of the milestones above the panel
             if isinstance(ev, PhaseChanged):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] phase "
                                         f"[bold]{ev.new}[/]")
             elif isinstance(ev, Restarted):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] new startup #{ev.epoch}")
-        self.live.update(self._render(follower, now))
+        self.live.update(self._render(view, now))
 
-    def _render(self, follower: Follower, now: float):  # type: ignore[no-untyped-def]
+    def _render(self, view: TargetView, now: float):  # type: ignore[no-untyped-def]
         from rich.markup import escape
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         t = Table.grid(padding=(0, 1))
         t.add_column(style="bold", no_wrap=True)
         t.add_column()
-        pipe = follower.pipe
-        st = pipe.state if pipe else None
-        phase = st.phase if st else "waiting"
+        phase = view.phase
         colour = {"ready": "green", "crashed": "red", "stopped": "yellow"}.get(phase, "cyan")
         t.add_row("target", escape(self.target))
-        t.add_row("engine", pipe.pack.name if pipe else "(detecting)")
-        entered = st.phase_entered if st else None
-        since = f"  ({fmt_duration(now - entered.at)})" if entered else ""
+        t.add_row("engine", "(detecting)" if view.engine == "auto" else view.engine)
+        entered = view.phase_entered_at
+        since = f"  ({fmt_duration(now - entered)})" if entered is not None else ""
         t.add_row("phase", f"[{colour}]{phase}[/]{since}")
-        shards = st.progress.get("shards") if st else None
+        shards = view.shards
         if shards and shards.total:
-            bar = ProgressBar(total=shards.total, completed=shards.current, width=30)
+            bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)
             rate = f"{shards.rate:.2f} shards/s" if shards.rate else ""
             g = Table.grid(padding=(0, 1))
-            g.add_row(bar, f"{shards.current}/{shards.total}", rate, _eta_text(follower, now))
+            g.add_row(bar, f"{shards.loaded}/{shards.total}", rate, _eta_text(view))
             t.add_row("shards", g)
-        other = [f"{n} {p.current}/{p.total}" for n, p in (st.progress.items() if st else [])
+        other = [f"{n} {p['current']}/{p['total']}" for n, p in view.progress.items()
                  if n != "shards"]
         if other:
             t.add_row("progress", ", ".join(other))
-        if st:
-            d = st.durations()
-            if d:
-                t.add_row("phases", "  ".join(f"{k} {fmt_duration(v)}" for k, v in d.items()))
-        src = follower.status
-        t.add_row("source", ("[green]up[/] " if src.up else "[yellow]down[/] ") + escape(src.message))
-        t.add_row("last line", escape(follower.last_line[:200]))
+        if view.durations:
+            t.add_row("phases", "  ".join(f"{k} {fmt_duration(v)}"
+                                          for k, v in view.durations.items()))
+        t.add_row("source", ("[green]up[/] " if view.source_up else "[yellow]down[/] ")
+                  + escape(view.source_message))
+        t.add_row("last line", escape(view.last_line[:200]))
         return t
 
-    def finish(self, follower: Follower, outcome: str) -> None:
+    def finish(self, view: TargetView, outcome: str) -> None:
         self.live.stop()
-        super().finish(follower, outcome)
+        super().finish(view, outcome)
 
 
 def make_display(target: str, out: TextIO = sys.stdout) -> PlainDisplay:

@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import math
 import time
-from typing import TYPE_CHECKING, Iterator
+from typing import Callable, Iterator, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily, Metric,
 )
 from prometheus_client.registry import Collector
 
-from .rulepack import CRASH_REASONS, READY, TERMINAL, WAITING
-from .target import DURATION_BUCKETS
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
-
-ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
-              "cuda_graph", READY)
+from ..counters import DURATION_BUCKETS
+from ..rules.pack import CRASH_REASONS, READY
+from ..view import TargetView
 SERVING = {
     "gen_throughput": ("logwatch_gen_throughput_tokens_per_second",
                        "generation throughput from the serving log lines (tokens/s)"),
@@ -34,22 +29,28 @@ SERVING = {
 }
 
 
-def phases_of(runner) -> tuple[str, ...]:  # type: ignore[no-untyped-def]
-    pipe = runner.pipe
-    phases = pipe.pack.phases if pipe else ALL_PHASES
-    return (WAITING, *phases, *TERMINAL)
+class AlertStats(Protocol):
+    """What the alert delivery tells about itself (sent / failed per sink)."""
+
+    def sink_kinds(self) -> dict[str, tuple[str, ...]]: ...
+
+    def sent_counts(self) -> dict[tuple[str, str], int]: ...
+
+    def failure_counts(self) -> dict[str, int]: ...
 
 
 class LogwatchCollector(Collector):
-    def __init__(self, daemon: "Daemon") -> None:
-        self.daemon = daemon
+    def __init__(self, views: Callable[[float], list[TargetView]],
+                 alerts: Callable[[], AlertStats | None] = lambda: None) -> None:
+        self.views = views
+        self.alerts = alerts
 
     def describe(self) -> list[Metric]:
         return []  # no fixed description: collect() runs only at scrape time
 
     def collect(self) -> Iterator[Metric]:
         now = time.time()
-        runners = list(self.daemon.runners.values())
+        views = self.views(now)
         g = GaugeMetricFamily
         c = CounterMetricFamily
         phase = g("logwatch_phase", "1 for the current phase of the target, 0 for the others",
@@ -91,24 +92,21 @@ class LogwatchCollector(Collector):
                     labels=["target"])
         info = InfoMetricFamily("logwatch_target", "static labels of a target",
                                 labels=["target", "engine", "source"])
-        for r in runners:
-            t = r.name
-            pipe = r.pipe
-            st = pipe.state if pipe else None
-            cur = st.phase if st else WAITING
-            for p in phases_of(r):
+        for v in views:
+            t = v.name
+            cur = v.phase
+            for p in v.phases:
                 phase.add_metric([t, p], 1.0 if p == cur else 0.0)
-            e = st.phase_entered if st else None
-            entered.add_metric([t], e.at if e else r.started_at)
-            first = st.history[0] if st and st.history else None
-            started.add_metric([t], first.at if first is not None else 0.0)
+            entered.add_metric([t], v.phase_entered_at if v.phase_entered_at is not None
+                               else v.started_at)
+            started.add_metric([t], v.startup_started_at or 0.0)
             ready.add_metric([t], 1.0 if cur == READY else 0.0)
-            sh = st.progress.get("shards") if st else None
-            loaded.add_metric([t], float(sh.current) if sh else 0.0)
+            sh = v.shards
+            loaded.add_metric([t], float(sh.loaded) if sh else 0.0)
             total.add_metric([t], float(sh.total) if sh else 0.0)
             rate.add_metric([t], float(sh.rate) if sh and sh.rate else 0.0)
-            eta.add_metric([t], r.eta(now))
-            cn = r.counters
+            eta.add_metric([t], v.eta_seconds)
+            cn = v.counters
             startups.add_metric([t], float(cn.startups))
             for reason in CRASH_REASONS:
                 crashes.add_metric([t, reason], float(cn.crashes.get(reason, 0)))
@@ -119,36 +117,33 @@ class LogwatchCollector(Collector):
             buckets.append(("+Inf", float(acc + cn.duration_buckets[-1])))
             hist.add_metric([t], buckets, float(cn.duration_sum))
             lines.add_metric([t], float(cn.lines))
-            rules = pipe.pack.rules if pipe else ()
-            for rule in rules:
-                matches.add_metric([t, rule.id], float(cn.rule_matches.get(rule.id, 0)))
-            f = r.follower
-            up.add_metric([t], 1.0 if f and f.status.up else 0.0)
-            last_line.add_metric([t], r.last_line_at or 0.0)
+            for rid in v.rules:
+                matches.add_metric([t, rid], float(cn.rule_matches.get(rid, 0)))
+            up.add_metric([t], 1.0 if v.source_up else 0.0)
+            last_line.add_metric([t], v.last_line_at or 0.0)
             for k, fam in serving.items():
-                v = st.stats.get(k) if st and cur == READY else None
-                fam.add_metric([t], float(v) if v is not None else math.nan)
+                val = v.stats.get(k) if cur == READY else None
+                fam.add_metric([t], float(val) if val is not None else math.nan)
             bytes_read.add_metric([t], float(cn.bytes))
             reconnects.add_metric([t], float(cn.reconnects))
             rotations.add_metric([t], float(cn.rotations))
             cut.add_metric([t], float(cn.lines_cut))
             rule_errors.add_metric([t], float(cn.rule_errors))
-            pos_age.add_metric([t], max(0.0, time.monotonic() - r.last_checkpoint)
-                               if r.last_checkpoint else 0.0)
-            info.add_metric([t, r.engine, r.cfg.kind], dict(r.cfg.labels))
+            pos_age.add_metric([t], v.checkpoint_age)
+            info.add_metric([t, v.engine, v.kind], dict(v.labels))
         yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
                     rotations, cut, rule_errors, pos_age, info)
-        router = getattr(self.daemon, "alerts", None)
+        stats = self.alerts()
         sent = c("logwatch_alerts_sent", "alerts delivered", labels=["sink", "kind"])
         failed = c("logwatch_alert_failures", "alert deliveries that failed", labels=["sink"])
-        if router is not None:
-            counts = router.sent_counts()
-            fails = router.failure_counts()
-            for sink in router.sinks:  # every configured series exists from the start
-                for kind in sink.kinds:
-                    counts.setdefault((sink.name, kind), 0)
-                fails.setdefault(sink.name, 0)
+        if stats is not None:
+            counts = stats.sent_counts()
+            fails = stats.failure_counts()
+            for sink, kinds in stats.sink_kinds().items():  # every series exists from the start
+                for kind in kinds:
+                    counts.setdefault((sink, kind), 0)
+                fails.setdefault(sink, 0)
             for (sink, kind), n in sorted(counts.items()):
                 sent.add_metric([sink, kind], float(n))
             for sink, n in sorted(fails.items()):

@@ -1,0 +1,259 @@
+"""One live target: its source, follower, pipeline, counters and checkpoints.
+
+The one live loop of logwatch: the daemon runs one per configured target, `watch` one per
+TARGET argument (without a state_dir: no checkpoints, no history).  A target runs as one
+asyncio task that only reads its source and feeds the pipeline; the owner's ticker calls
+`tick()` for stalls, crash settling (the machine's) and checkpoints.
+A checkpoint holds the read position together with the machine state (its StartupId and
+whether its crash settled) and the counters, written at the same moment, so a restarted
+daemon (even after kill -9) continues with the phase and the counters it had, and counts
+no line, startup or crash twice.  Every sink reads the target through `view()`.
+
+Checkpoint format 2 (`extra.format`): the state carries `startup_id`.  A format-1 checkpoint
+(before StartupId) is upgraded in place: its startup keeps the id the alerts of that
+version were keyed on, so nothing is alerted again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from .. import log
+from ..counters import Counters
+from ..follow import Follower
+from ..machine import CrashSettled, Event, Ready, State, state_from_json, state_to_json
+from ..pipeline import LogPipeline
+from ..rules.locate import startup_locator
+from ..rules.pack import CRASHED, RulePack, load_pack
+from ..sources import Data, Opened, SourceState, make_source
+from ..sources.ssh import SSHPool
+from ..state.history import StartupHistory
+from ..state.positions import PositionStore
+from ..view import TargetView, build_view
+from .config import TargetConfig
+
+BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
+DURABLE_EVERY = 30.0        # fsync checkpoints this often (each write is atomic anyway)
+FORMAT = 2                  # checkpoint format (see the module docstring)
+
+
+def upgrade_state(state: State, counters: dict[str, Any]) -> State:
+    """A format-1 machine state: give its startup the id format 1 keyed alerts on
+    (`epoch@first-seen`, whole seconds) and settle its crash if format 1 had counted it."""
+    first = state.history[0].at if state.history else 0.0
+    if state.startup_id is None and state.history:
+        state.startup_id = f"{state.epoch}@{first:.0f}"
+    if state.phase == CRASHED and counters.get("crash_counted") == f"{state.epoch}@{first:.3f}":
+        state.crash_settled = True
+    return state
+
+
+class TargetRunner:
+    def __init__(self, cfg: TargetConfig, *, store: PositionStore | None, state_dir: Any | None,
+                 candidates: list[RulePack], start_pack: RulePack, pool: SSHPool,
+                 on_events: Callable[["TargetRunner", list[Event]], None] | None = None,
+                 checkpoint_interval: float = 5.0,
+                 alert_marks: Callable[[str], dict[str, float]] | None = None,
+                 batch_interval: float = BATCH_INTERVAL) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.store = store
+        self.candidates = candidates
+        self.start_pack = start_pack
+        self.pool = pool
+        self.on_events_cb = on_events or (lambda r, e: None)
+        self.checkpoint_interval = checkpoint_interval
+        self.history = StartupHistory(state_dir, cfg.name, cfg.labels.get("model", "")) \
+            if state_dir is not None else None
+        self.batch_interval = batch_interval
+        self.ended = asyncio.Event()      # the source ended (a command exited, a fatal error)
+        self.stop_reading = False         # set by the owner: the verdict is in (watch)
+        self.log = log.get("target").bind(target=cfg.name)
+        self.counters = Counters()
+        self.task: asyncio.Task[None] | None = None
+        self.follower: Follower | None = None
+        self.last_checkpoint = 0.0
+        self.last_durable = 0.0
+        self.dirty = False
+        self.started_at = time.time()
+        self.last_line_at: float | None = None
+        self.restored_state: State | None = None
+        self.alert_marks = alert_marks
+        self.saved_alert_marks: dict[str, float] = {}   # what its checkpoint says was alerted
+        self._setup()
+
+    # -- setup ---------------------------------------------------------------------------------
+    def _setup(self) -> None:
+        position, extra = self.store.load(self.name) if self.store is not None else (None, {})
+        if extra.get("source") not in (None, self.cfg.source):
+            self.log.info("source changed since the last run: starting afresh")
+            position, extra = None, {}
+        pack: RulePack | None = None
+        if self.cfg.rules != "auto":
+            pack = load_pack(self.cfg.rules)
+        elif extra.get("pack"):
+            pack = next((p for p in self.candidates if p.name == extra["pack"]), None)
+        if extra.get("counters"):
+            self.counters = Counters.from_json(extra["counters"])
+        if isinstance(extra.get("alerts_seen"), dict):
+            self.saved_alert_marks = {str(k): float(v) for k, v in extra["alerts_seen"].items()
+                                      if isinstance(v, (int, float))}
+        if isinstance(extra.get("last_line_at"), (int, float)):
+            self.last_line_at = float(extra["last_line_at"])
+        if extra.get("state") and pack is not None and position is not None:
+            try:
+                self.restored_state = state_from_json(extra["state"])
+                if extra.get("format") != FORMAT:
+                    self.restored_state = upgrade_state(self.restored_state,
+                                                        extra.get("counters") or {})
+            except (TypeError, ValueError, KeyError) as e:
+                self.log.warning("saved machine state unreadable: phase starts over", error=str(e))
+        if self.restored_state is None:
+            position = None if extra.get("state") is None and position is not None and pack is None \
+                else position
+        source = make_source(self.cfg.source,
+                             locator=None if self.cfg.from_start else startup_locator(self.start_pack),
+                             start=position, ssh=self.cfg.ssh, pool=self.pool, poll=self.cfg.poll,
+                             name=self.name, batch_interval=self.batch_interval)
+        self.follower = Follower(self.name, source, self._new_pipeline, pack, self.candidates,
+                                 on_events=self._on_events)
+
+    def _new_pipeline(self, pack: RulePack) -> LogPipeline:
+        pipe = LogPipeline(pack, stall_after=self.cfg.stall_after, counters=self.counters)
+        if self.restored_state is not None:
+            pipe.state = self.restored_state
+            self.restored_state = None
+        return pipe
+
+    @property
+    def pipe(self) -> LogPipeline | None:
+        return self.follower.pipe if self.follower else None
+
+    @property
+    def engine(self) -> str:
+        return self.pipe.pack.name if self.pipe else "auto"
+
+    # -- running -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name=f"target:{self.name}")
+
+    async def _run(self) -> None:
+        assert self.follower is not None
+        src = self.follower.source
+        try:
+            async for ev in src.events():
+                if isinstance(ev, Opened) and ev.reason != "resume" and \
+                        (ev.new_file or ev.offset < self.counters.bytes_until):
+                    self._count_bytes()
+                    self.counters.bytes_until = ev.offset  # another file: count from here
+                was_up = self.follower.status.up
+                self.follower.handle(ev)
+                if isinstance(ev, Data) and ev.data:
+                    self.last_line_at = time.time()
+                    self._count_bytes()
+                if self.stop_reading:
+                    return
+                if isinstance(ev, SourceState):
+                    if was_up and not ev.up:
+                        self.counters.reconnects += 1
+                    level = "warning" if not ev.up else "info"
+                    getattr(self.log, level)("source", up=ev.up, message=ev.message)
+                    if ev.fatal:
+                        return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - one target's failure never stops the others
+            self.log.exception("target failed", error=repr(e))
+            self.follower.status.up = False
+            self.follower.status.fatal = True
+            self.follower.status.message = f"failed: {e!r}"
+        finally:
+            await src.close()
+            self.ended.set()
+
+    def finish(self, now: float) -> None:
+        """The source ended: the unfinished last line is a line, a crash is final."""
+        if self.follower is not None:
+            self.follower.finish(now)
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            try:
+                await self.task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self.checkpoint(durable=True)
+
+    def _count_bytes(self) -> None:
+        """Every byte of the log once: bytes read again after a restart (the unfinished line
+        after the saved position) are below `bytes_until` and not counted twice."""
+        f = self.follower
+        assert f is not None
+        if f.next_offset is not None and f.next_offset > self.counters.bytes_until:
+            self.counters.bytes += f.next_offset - self.counters.bytes_until
+            self.counters.bytes_until = f.next_offset
+            self.dirty = True
+        self.counters.rotations = max(self.counters.rotations, f.status.files - 1)
+
+    def _on_events(self, events: list[Event]) -> None:
+        self.dirty = True
+        pipe = self.pipe
+        for ev in events:
+            if self.history is None:
+                break
+            if isinstance(ev, Ready) and pipe is not None:
+                self.history.record_durations(ev.durations, "ready", ev.startup or "")
+            elif isinstance(ev, CrashSettled):
+                self.history.record_durations(ev.durations, "crashed", ev.startup or "")
+        self.on_events_cb(self, events)
+
+    def tick(self, now: float) -> list[Event]:
+        """Stalls and crash settling (the machine's, through the follower), checkpoints.
+        The events go to the daemon's sinks through `on_events` like those of new lines."""
+        self._count_bytes()
+        if self.follower is not None:
+            self.follower.tick(now)
+        wall = time.monotonic()
+        if self.dirty and wall - self.last_checkpoint >= self.checkpoint_interval:
+            self.checkpoint(durable=wall - self.last_durable >= DURABLE_EVERY)
+        return []
+
+    def checkpoint(self, durable: bool = False) -> None:
+        f = self.follower
+        if f is None or f.pipe is None or self.store is None:
+            return
+        pos = f.position()
+        if pos is None:
+            return
+        self._count_bytes()
+        extra = {"format": FORMAT, "source": self.cfg.source, "pack": f.pipe.pack.name,
+                 "last_line_at": self.last_line_at,
+                 "state": state_to_json(f.pipe.state), "counters": self.counters.to_json(),
+                 "alerts_seen": self.alert_marks(self.name) if self.alert_marks else {},
+                 "saved_at": time.time()}
+        try:
+            self.store.save(self.name, pos, extra, durable=durable)
+        except OSError as e:
+            self.log.error("cannot save the checkpoint", error=str(e))
+            return
+        now = time.monotonic()
+        self.last_checkpoint = now
+        if durable:
+            self.last_durable = now
+        self.dirty = False
+
+    # -- the view ------------------------------------------------------------------------------
+    def view(self, now: float) -> TargetView:
+        f = self.follower
+        pos = f.position() if f else None
+        return build_view(
+            name=self.name, source=self.cfg.source, kind=self.cfg.kind, labels=self.cfg.labels,
+            now=now, pipe=self.pipe, status=f.status if f else None, counters=self.counters,
+            history=self.history, offset=pos.offset if pos else None,
+            line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
+            last_line_at=self.last_line_at, started_at=self.started_at,
+            checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
+            if self.last_checkpoint else 0.0)

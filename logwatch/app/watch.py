@@ -1,0 +1,142 @@
+"""`logwatch watch TARGET`: follow one log until the server is ready or dead.
+
+The replacement for `ssh host "sleep 30 && tail -30 server.log"` run by hand for ten
+minutes.  Exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage or
+configuration error (bad target, refused host key, unreadable file).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from ..machine import Event, Stalled
+from ..rules.locate import restart_pack
+from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
+from ..sinks.display import make_display
+from ..sinks.summary import summary
+from ..sources import SourceError
+from ..sources.ssh import SSHOptions, default_pool
+from ..view import TargetView
+from .config import TargetConfig
+from .target import TargetRunner
+
+EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+TICK = 0.25
+
+
+@dataclass
+class WatchOptions:
+    target: str
+    rules: str = "auto"
+    timeout: float | None = None
+    stall_after: float | None = None
+    json: bool = False
+    ssh: SSHOptions = field(default_factory=SSHOptions)
+    poll: bool = False
+    from_start: bool = False
+
+
+async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
+    """Follow one target on the daemon's live loop (`TargetRunner`, memory only) with a
+    terminal sink, until a verdict."""
+    if opts.rules == "auto":
+        candidates = [p for p in load_all_shipped() if p.detect]
+        start_pack = restart_pack(candidates)
+    else:
+        pack = load_pack(opts.rules)
+        candidates, start_pack = [pack], pack
+    cfg = TargetConfig(name=opts.target, source=opts.target, rules=opts.rules,
+                       stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
+                       from_start=opts.from_start)
+    pending: list[Event] = []
+    wake = asyncio.Event()
+
+    def on_events(runner: TargetRunner, events: list[Event]) -> None:
+        pending.extend(events)
+        wake.set()
+        if _final(runner):
+            runner.stop_reading = True   # the verdict is in: read no further than it
+
+    try:
+        runner = TargetRunner(cfg, store=None, state_dir=None, candidates=candidates,
+                              start_pack=start_pack, pool=default_pool(), on_events=on_events,
+                              batch_interval=0.0)
+    except SourceError as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    display = make_display(opts.target, sys.stderr if opts.json else out)
+    started = time.monotonic()
+    runner.start()
+    display.start()
+    outcome, code = "", EXIT_USAGE
+    try:
+        while True:
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=TICK)
+            except asyncio.TimeoutError:
+                pass
+            wake.clear()
+            now = time.time()
+            ended = runner.ended.is_set() and not runner.stop_reading
+            if ended:
+                runner.finish(now)
+            else:
+                runner.tick(now)
+            events, pending[:] = list(pending), []
+            view = runner.view(now)
+            display.update(view, events, now)
+            status = runner.follower.status if runner.follower else None
+            if ended and status is not None and status.fatal and \
+                    view.phase not in (READY, CRASHED, STOPPED):
+                print(f"logwatch: {opts.target}: {status.message}", file=sys.stderr)
+                code, outcome = EXIT_USAGE, status.message
+                break
+            verdict = _verdict(runner, view, events)
+            if verdict is not None:
+                code, outcome = verdict
+                break
+            if ended:
+                why = status.message if status is not None and status.fatal else "the log ended"
+                code, outcome = EXIT_TIMEOUT, f"{why} in {view.phase}"
+                break
+            if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
+                code, outcome = EXIT_TIMEOUT, f"timed out after {opts.timeout:g}s in {view.phase}"
+                break
+    finally:
+        await runner.stop()
+        await default_pool().close()
+    if runner.pipe is None and runner.follower is not None:
+        runner.follower.decide_pack(time.time())
+    view = runner.view(time.time())
+    display.finish(view, outcome)
+    if opts.json:
+        doc: dict[str, Any] = summary(view)
+        print(json.dumps(doc, ensure_ascii=False), file=out, flush=True)
+    return code
+
+
+def _final(runner: TargetRunner) -> bool:
+    """Ready, stopped, or crashed with the crash settled: nothing later changes the verdict."""
+    pipe = runner.pipe
+    if pipe is None:
+        return False
+    st = pipe.state
+    return st.phase in (READY, STOPPED) or (st.phase == CRASHED and st.crash_settled)
+
+
+def _verdict(runner: TargetRunner, view: TargetView,
+             events: list[Event]) -> tuple[int, str] | None:
+    if view.phase == READY:
+        return EXIT_READY, "ready"
+    if view.phase == STOPPED:
+        return EXIT_FAILED, "stopped (clean shutdown)"
+    if _final(runner):
+        return EXIT_FAILED, "crashed"
+    if any(isinstance(e, Stalled) for e in events):
+        return EXIT_TIMEOUT, f"stalled in {view.phase}"
+    return None

@@ -1,0 +1,74 @@
+"""A target's monotonic counters (the Prometheus counters), persisted in its checkpoint.
+
+One object per target, counted where things happen: the pipeline counts lines, matches,
+rule errors and cut lines as it frames and matches; the live loop counts bytes (once each,
+across restarts), reconnects and rotations; `count_events` counts startups, crashes and
+startup durations from the machine's events.  Saved with the read position and the
+machine state in one atomic checkpoint, so a restart neither loses nor repeats a count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .machine import CrashSettled, Event, Ready, StartupBegan
+from .rules.pack import CRASH_REASONS
+
+DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+                    5400.0, 7200.0, 10800.0)
+
+
+@dataclass
+class Counters:
+    """Monotonic counters of one target (persisted in its checkpoint)."""
+
+    lines: int = 0
+    bytes: int = 0
+    rule_matches: dict[str, int] = field(default_factory=dict)
+    crashes: dict[str, int] = field(default_factory=lambda: {r: 0 for r in CRASH_REASONS})
+    startups: int = 0
+    reconnects: int = 0
+    rotations: int = 0
+    lines_cut: int = 0
+    rule_errors: int = 0
+    duration_buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS) + 1))
+    duration_sum: float = 0.0
+    duration_count: int = 0
+    bytes_until: int = 0         # offset in the current file up to which bytes are counted
+
+    def observe_duration(self, secs: float) -> None:
+        for i, b in enumerate(DURATION_BUCKETS):
+            if secs <= b:
+                self.duration_buckets[i] += 1
+                break
+        else:
+            self.duration_buckets[-1] += 1
+        self.duration_sum += secs
+        self.duration_count += 1
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Counters":
+        c = cls()
+        for k, v in d.items():
+            if hasattr(c, k):
+                setattr(c, k, v)
+        for r in CRASH_REASONS:
+            c.crashes.setdefault(r, 0)
+        if len(c.duration_buckets) != len(DURATION_BUCKETS) + 1:
+            c.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
+        return c
+
+
+def count_events(counters: Counters, events: list[Event]) -> None:
+    """Startups, settled crashes and startup durations, from the machine's events."""
+    for ev in events:
+        if isinstance(ev, StartupBegan):
+            counters.startups += 1
+        elif isinstance(ev, CrashSettled):
+            reason = ev.crash.reason
+            counters.crashes[reason] = counters.crashes.get(reason, 0) + 1
+        elif isinstance(ev, Ready) and ev.took is not None:
+            counters.observe_duration(ev.took)

@@ -1,0 +1,87 @@
+"""The alert outbox: what was decided, what is being sent, what was sent, persisted.
+
+`state_dir/alerts/state.json`, written atomically after every change:
+* `seen`: every alert mark (key + status) ever put in the outbox -> when.  A mark is put in
+  the outbox once; a policy that decides the same alert again (after a restart, a re-read
+  of the log, a SIGHUP) finds it here and does nothing.
+* `outbox`: one entry per (alert, sink) still to deliver.  Two-phase: an entry is marked
+  `sending` and saved before its POST, and removed (recorded in `sent`) after the receiver
+  said yes.  After a kill -9 an entry still `sending` may have arrived or not: it is sent
+  again with the same `Idempotency-Key` (its mark), so a receiver can drop the copy; an
+  entry already removed is never sent again.
+* `open`: alerts that wait for their resolution (crashed, stalled, slow).
+
+An unreadable file is reported with its path and set aside (`state.json.corrupt`); the
+marks the targets' checkpoints carry (`adopt`) keep what was sent from being sent again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ... import log
+from ...state.files import atomic_write_json
+
+VERSION = 2            # 1: without the two-phase `state` of entries (read as queued)
+SEEN_KEEP = 20000
+QUEUED, SENDING = "queued", "sending"
+
+
+class AlertStore:
+    """Dedupe marks, open alerts and the outbox, persisted together."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.path = Path(state_dir).expanduser() / "alerts" / "state.json"
+        self.seen: dict[str, float] = {}
+        self.open: dict[str, dict[str, Any]] = {}
+        self.outbox: list[dict[str, Any]] = []
+        self.log = log.get("alerts")
+        self.load()
+
+    def load(self) -> None:
+        try:
+            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            if not isinstance(doc, dict) or doc.get("version") not in (1, VERSION):
+                raise ValueError(f"unknown version {doc.get('version')!r}"
+                                 if isinstance(doc, dict) else "not a JSON object")
+            self.seen = {str(k): float(v) for k, v in doc.get("seen", {}).items()}
+            self.open = dict(doc.get("open", {}))
+            self.outbox = [dict(e) for e in doc.get("outbox", [])]
+            for e in self.outbox:
+                if e.get("state") == SENDING:
+                    self.log.info("alert delivery interrupted by the last stop: sending it again "
+                                  "with the same Idempotency-Key", mark=e["alert"]["key"])
+                e["state"] = QUEUED
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
+            self.seen, self.open, self.outbox = {}, {}, []
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            try:
+                os.replace(self.path, aside)
+            except OSError:
+                aside = self.path
+            self.log.error("alert state unreadable: starting without it (what the targets' "
+                           "checkpoints record as alerted is not sent again)",
+                           file=str(self.path), kept_as=str(aside), error=str(e))
+
+    def adopt(self, marks: dict[str, float]) -> None:
+        """Marks a target's checkpoint recorded: alerts decided before, never to repeat."""
+        for m, at in marks.items():
+            self.seen.setdefault(m, at)
+
+    def marks_of(self, target: str, keep: int = 64) -> dict[str, float]:
+        """The latest marks of one target (kept in its checkpoint)."""
+        prefix = f"{target}|"
+        mine = sorted(((at, m) for m, at in self.seen.items() if m.startswith(prefix)))[-keep:]
+        return {m: at for at, m in mine}
+
+    def save(self) -> None:
+        if len(self.seen) > SEEN_KEEP:
+            for k in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_KEEP]:  # type: ignore[arg-type]
+                del self.seen[k]
+        atomic_write_json(self.path, {"version": VERSION, "seen": self.seen, "open": self.open,
+                                      "outbox": self.outbox})

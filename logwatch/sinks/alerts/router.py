@@ -1,0 +1,268 @@
+"""The alert router: policy -> outbox -> delivery workers -> receivers, each mark once.
+
+* The policy (policy.py) turns the machine's events into alerts; the router puts each new
+  mark (key + status) in the outbox (outbox.py) in the same atomic write that records it as
+  seen, so a SIGHUP, a restart or a re-read of the log never sends it twice.
+* Delivery: one worker per sink; an entry is marked `sending` (saved) before its POST and
+  removed after the receiver's yes; every attempt carries `Idempotency-Key: <mark>`.
+  Retries with exponential backoff and jitter, bounded attempts and age; 429 / Retry-After
+  honoured.  Nothing here blocks reading logs: the router only appends to the outbox.
+* A per-target token bucket keeps a flapping server from flooding a channel; alerts that
+  no sink takes cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from ... import log
+from ...machine import Event
+from ...view import TargetView
+from .model import FIRING, RESOLVABLE, Alert
+from .outbox import QUEUED, SENDING, AlertStore
+from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
+from .receivers import Outcome, Request, Sink, classify, make_sinks
+
+BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target
+
+
+class AlertRouter:
+    def __init__(self, config: Any, state_dir: Path) -> None:
+        self.log = log.get("alerts")
+        self.store = AlertStore(state_dir)
+        self.sinks: list[Sink] = []
+        self.policy = AlertPolicy(wants_phase=lambda: any("phase" in s.kinds for s in self.sinks))
+        self._sent: dict[tuple[str, str], int] = {}
+        self._failed: dict[str, int] = {}
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._wake: dict[str, asyncio.Event] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._session: Any = None
+        self._ids = itertools.count(int(time.time() * 1000))
+        self.dropped = 0
+        self.reconfigure(config)
+
+    # -- setup ---------------------------------------------------------------------------------
+    def reconfigure(self, config: Any) -> None:
+        self.config = config
+        self.sinks = make_sinks(list(config.alerts))
+        self.policy.generator_url = f"http://{config.listen_host}:{config.listen_port}/"
+        names = {s.name for s in self.sinks}
+        before = len(self.store.outbox)
+        self.store.outbox = [e for e in self.store.outbox if e["sink"] in names]
+        if len(self.store.outbox) != before:
+            self.store.save()
+        if self._session is not None:
+            self._start_workers()
+
+    async def start(self) -> None:
+        import aiohttp
+        self._session = aiohttp.ClientSession()
+        self._start_workers()
+        if self.store.outbox:
+            self.log.info("delivering alerts left from the last run", pending=len(self.store.outbox))
+
+    def _start_workers(self) -> None:
+        for sink in self.sinks:
+            task = self._workers.get(sink.name)
+            if task is None or task.done():
+                self._wake[sink.name] = asyncio.Event()
+                self._workers[sink.name] = asyncio.create_task(self._worker(sink),
+                                                               name=f"alerts:{sink.name}")
+            else:  # the sink object may have changed: the worker looks it up each round
+                self._wake[sink.name].set()
+        for name in list(self._workers):
+            if name not in {s.name for s in self.sinks}:
+                self._workers.pop(name).cancel()
+
+    async def stop(self) -> None:
+        for t in self._workers.values():
+            t.cancel()
+        for t in self._workers.values():
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001
+                pass
+        self._workers.clear()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def sent_counts(self) -> dict[tuple[str, str], int]:
+        return dict(self._sent)
+
+    def failure_counts(self) -> dict[str, int]:
+        return dict(self._failed)
+
+    def sink_kinds(self) -> dict[str, tuple[str, ...]]:
+        return {s.name: tuple(s.kinds) for s in self.sinks}
+
+    # -- events -> alerts ----------------------------------------------------------------------
+    def observe(self, view: TargetView, events: list[Event]) -> None:
+        self._apply(self.policy.observe(view, events))
+
+    def tick(self, views: list[TargetView], slow_factor: dict[str, float]) -> None:
+        for v in views:
+            alert = self.policy.slow(v, slow_factor.get(v.name, SLOW_FACTOR))
+            if alert is not None:
+                self.fire(alert)
+
+    def _apply(self, decisions: list[Decision]) -> None:
+        for d in decisions:
+            if isinstance(d, Resolve):
+                self._resolve(d)
+            else:
+                self.fire(d)
+
+    def _resolve(self, r: Resolve) -> None:
+        if r.drop_undelivered:
+            # superseded (a crash after a stall): an undelivered alert is dropped, and needs
+            # no resolution; a delivered one is resolved below
+            def undelivered(e: dict[str, Any]) -> bool:
+                a = e["alert"]
+                return a["kind"] in r.kinds and a["target"] == r.target and \
+                    startup_of(a["key"]) == (r.only or "-") and a["status"] == FIRING
+            dropped = {e["alert"]["key"] for e in self.store.outbox if undelivered(e)}
+            if dropped:
+                self.store.outbox = [e for e in self.store.outbox if not undelivered(e)]
+                for key in dropped:
+                    self.store.open.pop(key, None)
+                self.store.save()
+        for key, doc in list(self.store.open.items()):
+            if doc["target"] != r.target or doc["kind"] not in r.kinds:
+                continue
+            sid = startup_of(key)
+            if (r.exclude is not None and sid == r.exclude) or \
+                    (r.only is not None and sid != r.only):
+                continue
+            del self.store.open[key]
+            self.fire(Alert.from_json(doc).resolved(r.why))
+
+    def marks_of(self, target: str) -> dict[str, float]:
+        return self.store.marks_of(target)
+
+    def adopt(self, marks: dict[str, float]) -> None:
+        self.store.adopt(marks)
+
+    # -- the outbox ----------------------------------------------------------------------------
+    def fire(self, alert: Alert) -> None:
+        mark = alert.mark
+        if mark in self.store.seen:
+            return
+        sinks = [s for s in self.sinks if s.wants(alert)]
+        self.store.seen[mark] = time.time()
+        if not sinks and alert.kind not in RESOLVABLE:
+            self.store.save()      # decided (never again), but nobody takes it: no token
+            return
+        if alert.status == FIRING and not self._allow(alert.target):
+            self.dropped += 1
+            self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
+            self.store.save()
+            return
+        if alert.kind in RESOLVABLE and alert.status == FIRING:
+            self.store.open[alert.key] = alert.to_json()
+        now = time.time()
+        for s in sinks:
+            self.store.outbox.append({"id": next(self._ids), "sink": s.name, "state": QUEUED,
+                                      "alert": alert.to_json(), "attempts": 0,
+                                      "first_at": now, "next_at": now})
+        self.store.save()
+        self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
+                      summary=alert.summary, sinks=[s.name for s in sinks])
+        for s in sinks:
+            ev = self._wake.get(s.name)
+            if ev is not None:
+                ev.set()
+
+    def _allow(self, target: str) -> bool:
+        now = time.monotonic()
+        tokens, at = self._buckets.get(target, (float(BUCKET_SIZE), now))
+        tokens = min(float(BUCKET_SIZE), tokens + (now - at) / BUCKET_REFILL)
+        if tokens < 1.0:
+            self._buckets[target] = (tokens, now)
+            return False
+        self._buckets[target] = (tokens - 1.0, now)
+        return True
+
+    async def _worker(self, sink: Sink) -> None:
+        wake = self._wake[sink.name]
+        while True:
+            now = time.time()
+            mine = [e for e in self.store.outbox if e["sink"] == sink.name]
+            due = [e for e in mine if e["next_at"] <= now]
+            if not due:
+                wait = min((e["next_at"] for e in mine), default=now + 3600) - now
+                wake.clear()
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=max(0.05, wait))
+                except asyncio.TimeoutError:
+                    pass
+                continue
+            entry = min(due, key=lambda e: e["id"])
+            current = next((s for s in self.sinks if s.name == sink.name), sink)
+            entry["state"] = SENDING         # phase 1: saved before the POST
+            self.store.save()
+            outcome = await deliver(self._session, current, Alert.from_json(entry["alert"]))
+            self._settle(current, entry, outcome)   # phase 2: removed once delivered
+
+    def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
+        alert = entry["alert"]
+        if outcome.ok:
+            self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
+            k = (sink.name, alert["kind"])
+            self._sent[k] = self._sent.get(k, 0) + 1
+            self.log.info("alert delivered", sink=sink.describe(), target=alert["target"],
+                          kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
+        else:
+            entry["attempts"] += 1
+            age = time.time() - entry["first_at"]
+            if not outcome.retry or entry["attempts"] >= sink.max_attempts or age >= sink.max_age:
+                self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
+                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
+                self.log.error("alert not delivered: giving up", sink=sink.describe(),
+                               target=alert["target"], kind=alert["kind"], error=outcome.message,
+                               attempts=entry["attempts"])
+            else:
+                entry["state"] = QUEUED
+                backoff = min(300.0, 2.0 ** entry["attempts"])
+                delay = outcome.delay if outcome.delay is not None else \
+                    backoff / 2 + random.uniform(0, backoff / 2)
+                entry["next_at"] = time.time() + delay
+                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
+                self.log.warning("alert delivery failed: will retry", sink=sink.describe(),
+                                 target=alert["target"], kind=alert["kind"],
+                                 error=outcome.message, retry_in=round(delay, 1))
+        self.store.save()
+
+
+async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
+    """One POST of `alert` to `sink`, with `Idempotency-Key: <mark>` (the same on every
+    attempt and after a restart, so a receiver can drop a copy it already has)."""
+    try:
+        req: Request = sink.request(alert)
+    except LookupError as e:  # a missing secret or URL variable: nothing to retry
+        return Outcome(False, False, message=str(e))
+    import aiohttp
+    headers = {**req.headers, "Idempotency-Key": alert.mark}
+    try:
+        async with session.post(req.url, data=req.body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
+            text = await resp.text()
+            return classify(resp.status, dict(resp.headers), scrub_urls(text))
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+        # client errors quote the URL, which can hold a token: never show its path
+        return Outcome(False, True, message=scrub_urls(f"{type(e).__name__}: {e}"))
+
+
+_URL = re.compile(r"(https?://[^/\s'\"]+)/[^\s'\"]*")
+
+
+def scrub_urls(text: str) -> str:
+    """Keep scheme and host of URLs, drop path and query (Slack tokens live there)."""
+    return _URL.sub(lambda m: m.group(1) + "/…", text)

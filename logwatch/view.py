@@ -1,0 +1,176 @@
+"""`TargetView`: one snapshot of one target, built in one place, read by every sink.
+
+The Prometheus collector, `/api/status`, the status page and the alert policy all read this
+snapshot and nothing else: no sink reaches into a runner's pipeline, follower or history,
+so what the page says and what `/metrics` says can never disagree, and a sink cannot
+change the state it reports.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from .counters import Counters
+from .follow import SourceStatus
+from .machine import State
+from .pipeline import LogPipeline
+from .rules.pack import READY, TERMINAL, WAITING
+from .state.history import StartupHistory, startup_eta
+
+ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
+              "cuda_graph", READY)
+
+
+@dataclass(frozen=True)
+class ShardView:
+    loaded: int
+    total: int
+    rate: float | None
+
+
+@dataclass(frozen=True)
+class TargetView:
+    """What is known about a target at `now` (a copy: safe to keep, never updated)."""
+
+    name: str
+    engine: str                   # the pack's name, "auto" while not yet detected
+    source: str                   # the TARGET string (never secrets: see config)
+    kind: str                     # file | ssh | command | stdin
+    labels: dict[str, str]
+    now: float
+    phase: str = WAITING
+    phases: tuple[str, ...] = (WAITING, *ALL_PHASES, *TERMINAL)   # every phase of the pack
+    epoch: int = 0
+    startup_id: str | None = None
+    phase_entered_at: float | None = None
+    startup_started_at: float | None = None
+    phases_seen: list[str] = field(default_factory=list)
+    timeline: list[tuple[str, str | None]] = field(default_factory=list)  # (phase, log stamp)
+    durations: dict[str, float] = field(default_factory=dict)
+    progress: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shards: ShardView | None = None
+    eta_seconds: float = math.nan
+    ready_line: str | None = None
+    crash: dict[str, Any] | None = None
+    stalled: bool = False
+    stats: dict[str, float] = field(default_factory=dict)
+    rules: tuple[str, ...] = ()    # rule ids of the pack (every match series exists)
+    counters: Counters = field(default_factory=Counters)
+    history: list[dict[str, Any]] = field(default_factory=list)
+    previous_startup: dict[str, Any] | None = None
+    typical_total: float | None = None   # median launch-to-ready of past startups
+    source_up: bool = False
+    source_message: str = ""
+    offset: int | None = None
+    line_number: int | None = None
+    last_line: str = ""
+    last_line_at: float | None = None
+    started_at: float = 0.0        # when this target started being watched
+    checkpoint_age: float = 0.0    # seconds since the checkpoint was written (0: never)
+
+    def to_json(self) -> dict[str, Any]:
+        """The target as `/api/status` shows it."""
+        shards = self.shards
+        eta = self.eta_seconds
+        return {
+            "name": self.name,
+            "engine": self.engine,
+            "source": self.source,
+            "labels": dict(self.labels),
+            "phase": self.phase,
+            "epoch": self.epoch,
+            "startup_id": self.startup_id,
+            "startups": self.counters.startups,
+            "phase_entered_at": self.phase_entered_at,
+            "in_phase_seconds": round(self.now - self.phase_entered_at, 3)
+            if self.phase_entered_at is not None else None,
+            "phases_seen": list(self.phases_seen),
+            "durations": dict(self.durations),
+            "progress": {k: dict(v) for k, v in self.progress.items()},
+            "shards": {"loaded": shards.loaded, "total": shards.total} if shards else None,
+            "eta_seconds": None if eta != eta else round(eta, 1),
+            "ready_line": self.ready_line,
+            "crash": self.crash,
+            "stalled": self.stalled,
+            "stats": dict(self.stats),
+            "history": list(self.history),
+            "previous_startup": self.previous_startup,
+            "source_state": {"up": self.source_up, "message": self.source_message,
+                             "reconnects": self.counters.reconnects,
+                             "offset": self.offset, "line_number": self.line_number},
+            "last_line": self.last_line,
+            "last_line_at": self.last_line_at,
+            "lines": self.counters.lines,
+        }
+
+
+def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | None:
+    """The last finished startup before the current one (for the page's timeline)."""
+    recs = history.records
+    if not recs:
+        return None
+    if st.startup_id is not None and recs[-1].startup == st.startup_id:
+        return recs[-2].to_json() if len(recs) > 1 else None
+    return recs[-1].to_json()
+
+
+def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
+               pipe: LogPipeline | None, status: SourceStatus | None, counters: Counters,
+               history: StartupHistory | None, offset: int | None = None,
+               line_number: int | None = None, last_line: str = "",
+               last_line_at: float | None = None, started_at: float = 0.0,
+               checkpoint_age: float = 0.0) -> TargetView:
+    """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
+    base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
+                      kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
+                      source_up=bool(status and status.up),
+                      source_message=status.message if status else "", offset=offset,
+                      line_number=line_number, last_line=last_line, last_line_at=last_line_at,
+                      started_at=started_at, checkpoint_age=checkpoint_age)
+    if pipe is None:
+        return base
+    st = pipe.state
+    typical = history.typical() if history is not None else None
+    totals = [r.total for r in history.records if r.outcome == READY and r.total] \
+        if history is not None else []
+    entered = st.phase_entered
+    first = st.history[0] if st.history else None
+    shards = st.progress.get("shards")
+    return TargetView(
+        **{**base.__dict__,
+           "phase": st.phase,
+           "phases": (WAITING, *pipe.pack.phases, *TERMINAL),
+           "epoch": st.epoch,
+           "startup_id": st.startup_id,
+           "phase_entered_at": entered.at if entered else None,
+           "startup_started_at": first.at if first else None,
+           "phases_seen": st.phases_seen,
+           "timeline": [(e.phase, e.log_stamp) for e in st.history],
+           "durations": st.durations(),
+           "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
+                            "eta_seconds": p.remaining_seconds(now)}
+                        for k, p in st.progress.items()},
+           "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
+           "eta_seconds": startup_eta(pipe.pack, st, now, typical),
+           "ready_line": st.ready_line,
+           "crash": st.crash.to_json() if st.crash else None,
+           "stalled": st.stalled,
+           "stats": dict(st.stats),
+           "rules": tuple(r.id for r in pipe.pack.rules),
+           "history": [r.to_json() for r in history.records[-5:]] if history else [],
+           "previous_startup": _previous_startup(st, history) if history else None,
+           "typical_total": statistics.median(totals) if totals else None})
+
+
+def pipeline_view(name: str, pipe: LogPipeline, now: float = 0.0) -> TargetView:
+    """The view of a log read without a daemon (`replay`, tests): no source, no history."""
+    return build_view(name=name, source=name, kind="file", labels={}, now=now, pipe=pipe,
+                      status=None, counters=pipe.counters, history=None)
+
+
+def _copy(c: Counters) -> Counters:
+    return copy.deepcopy(c)

@@ -1,0 +1,246 @@
+"""Identity from the log: every startup, crash and alert has one id, whatever the daemon lives
+through.
+
+* SIGKILL 20 times while a log with two startups (ready, then a CUDA OOM) is written: every
+  (startup, kind, status) reaches the receiver under one dedupe key, copies re-sent after a
+  kill inside a delivery carry the same `Idempotency-Key`, and the crash is delivered.
+* A corrupted or truncated checkpoint or outbox: the daemon starts, names the file it could
+  not read, and does not send again an alert that was delivered.
+* The same startup gets the same id from a replay, from a re-read at another offset and
+  after a restart (pure, no daemon).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+    OOM_LINE, Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts,
+    target, wait_for, write_config,
+)
+from logwatch.machine import CrashSettled, StartupBegan
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import load_pack
+
+KINDS = ["crashed", "stalled", "ready", "restarted"]
+
+
+def two_startups() -> list[str]:
+    """Startup 1 becomes ready and serves a little; startup 2 dies of a CUDA OOM."""
+    first = sim_texts(serve_lines=3)
+    second = sim_texts(crash="oom", start=1_767_265_200.0)   # an hour later, same log
+    return first + second
+
+
+def config(tmp_path: Path, rx: Receiver, **extra: Any) -> tuple[Path, int, Path, Path]:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("t1", log, labels={"model": "Qwen3-235B"})],
+                       [{"type": "webhook", "url": rx.url("/hook"), "on": KINDS}],
+                       checkpoint={"interval": "0.2s"}, **extra)
+    return cfg, port, state, log
+
+
+def by_identity(rx: Receiver) -> dict[tuple[str, str, str], set[tuple[str, str | None]]]:
+    """(startup, kind, status) -> the (dedupe_key, Idempotency-Key) pairs it arrived with."""
+    out: dict[tuple[str, str, str], set[tuple[str, str | None]]] = defaultdict(set)
+    for g in rx.requests(hook()):
+        d = g.json
+        out[(d["startup"], d["kind"], d["status"])].add((d["dedupe_key"],
+                                                        g.header("Idempotency-Key")))
+    return out
+
+
+def test_sigkill_20_times_every_alert_has_one_identity(tmp_path: Path, receivers, daemons) -> None:
+    rng = random.Random(10)
+    slow = threading.Event()
+
+    def respond(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        # about one answer in three takes 0.4 s, so that some kills land inside a delivery
+        if slow.is_set() and rng.random() < 0.35:
+            time.sleep(0.4)
+        return 200, {}, b"ok"
+
+    rx = receivers(respond)
+    cfg, port, state, log = config(tmp_path, rx)
+    texts = two_startups()
+    done = threading.Event()
+
+    def writer() -> None:      # ~10 s of log, in steps
+        for i, t in enumerate(texts):
+            append(log, t)
+            if i % 12 == 0:
+                time.sleep(0.1)
+        done.set()
+
+    slow.set()
+    d = daemons(cfg, port)
+    w = threading.Thread(target=writer, daemon=True)
+    w.start()
+    kills = 0
+    in_flight_kills = 0
+    while kills < 20:
+        d.start()
+        time.sleep(rng.uniform(0.05, 0.6))
+        if any(g.status == 0 for g in rx.requests()):
+            in_flight_kills += 1          # a POST was unanswered when the daemon died
+        d.kill9()
+        kills += 1
+    w.join(30)
+    assert done.is_set(), "the writer did not finish"
+    slow.clear()
+    d.start()
+    rx.wait(hook("crashed", "firing"), status=200, timeout=30, alive=d.dead,
+            what="the crash alert after 20 kills")
+    wait_for(lambda: not outbox(state), 20, "the outbox to empty", alive=d.dead)
+    rx.assert_quiet(3.0, what="once everything was delivered")
+
+    ids = by_identity(rx)
+    crashes = [k for k in ids if k[1] == "crashed" and k[2] == "firing"]
+    assert len(crashes) == 1, ids
+    readies = [k for k in ids if k[1] == "ready" and k[2] == "firing"]
+    assert len(readies) == 1, f"one ready (startup 1): {ids}"
+    assert crashes[0][0] != readies[0][0], "the crash belongs to the second startup"
+    for ident, pairs in ids.items():
+        assert len(pairs) == 1, f"{ident} arrived under several keys: {pairs}"
+        (key, idem), = pairs
+        assert idem == f"{key}|{ident[2]}", (ident, key, idem)
+    copies = {k: len(rx.requests(lambda g, k=k: hook(k[1], k[2])(g) and g.json["startup"] == k[0]))
+              for k in ids}
+    crash = rx.requests(hook("crashed", "firing"))[0].json
+    assert crash["details"]["reason"] == "cuda_oom"
+    # the figures of the run (in the issue's note): kills, kills inside a delivery, copies
+    print(f"kills={kills} in_flight={in_flight_kills} alerts={len(ids)} "
+          f"requests={sum(copies.values())} copies={sorted(copies.values())}")
+
+
+def delivered_crash(tmp_path: Path, receivers, daemons):  # type: ignore[no-untyped-def]
+    rx = receivers()
+    cfg, port, state, log = config(tmp_path, rx)
+    d = daemons(cfg, port).start()
+    append(log, "".join(sim_texts(crash="oom")))
+    rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
+    wait_for(lambda: not outbox(state), 10, "the outbox to empty", alive=d.dead)
+    assert d.stop() == 0      # a clean stop writes the last checkpoint
+    return rx, d, state
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+@pytest.mark.parametrize("which", ["positions/t1.json", "alerts/state.json"])
+def test_a_damaged_state_file_is_named_and_nothing_is_sent_again(tmp_path: Path, receivers,
+                                                                 daemons, which: str,
+                                                                 damage: str) -> None:
+    rx, d, state = delivered_crash(tmp_path, receivers, daemons)
+    f = state / which
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"\x00\xffnot json{{")
+    d.start()
+    d.wait_target("t1", lambda t: t["phase"] == "crashed", "crashed again after the restart")
+    wait_for(lambda: str(f) in d.stderr(), 10, f"the daemon naming {f}", alive=d.dead)
+    rx.assert_quiet(4.0, what=f"after the restart with a {damage} {which}")
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+
+
+def test_the_startup_id_comes_from_the_log_not_the_clock() -> None:
+    """Replay at two different times, and a read that starts at the second startup: the
+    second startup has one id in all three."""
+    pack = load_pack("sglang")
+    data = "".join(two_startups()).encode()
+
+    def ids(chunks: list[bytes], offset: int, now: float) -> list[str]:
+        pipe = LogPipeline(pack, offset=offset)
+        evs = []
+        for c in chunks:
+            evs += pipe.feed(c, now)
+        evs += pipe.finish(now)
+        return [e.startup for e in evs if isinstance(e, (StartupBegan, CrashSettled))]
+
+    whole = ids([data], 0, 1000.0)
+    assert len(whole) == 3, whole           # two startups began, one crash settled
+    assert whole[1] == whole[2], "the crash carries its startup's id"
+    split = ids([data[i:i + 777] for i in range(0, len(data), 777)], 0, 99999.0)
+    assert split == whole, "another chunking, another clock: the same ids"
+    second_at = data.index(b"server_args=", data.index(b"server_args=") + 1)
+    second_at = data.rfind(b"\n", 0, second_at) + 1
+    assert ids([data[second_at:]], second_at, 5.0) == whole[1:]
+
+
+def test_a_version_1_state_dir_is_upgraded_in_place_and_nothing_is_sent_again(
+        tmp_path: Path, receivers, daemons) -> None:
+    """A daemon of checkpoint version 1 (startup ids from the clock, `node:1`-style names
+    folded to `node_1`) alerted a crash and stopped; the upgraded daemon continues from its
+    files: the same phase and counters, and the crash is not alerted again."""
+    import json
+    import os
+
+    from logwatch.machine import state_to_json
+    from logwatch.sources.base import TAIL_BYTES, Position, digest, identity_of
+
+    rx = receivers()
+    log = tmp_path / "server.log"
+    data = "".join(sim_texts(crash="oom")).encode()
+    log.write_bytes(data)
+    port = free_port()
+    state = tmp_path / "state"
+    name = "node:1"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target(name, log, labels={"model": "Qwen3-235B"})],
+                       [{"type": "webhook", "url": rx.url("/hook"), "on": KINDS}],
+                       checkpoint={"interval": "0.2s"})
+    # what version 1 left: the machine state of the whole log, without the fields of
+    # version 2, its first phase seen at a clock time, the crash counted under that time
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(data, 1_767_261_700.0)
+    pipe.finish(1_767_261_700.0)
+    doc = state_to_json(pipe.state)
+    for k in ("startup_id", "crash_settled", "crash_changed_at"):
+        doc.pop(k)
+    at = doc["history"][0]["at"]
+    st = os.stat(log)
+    pos = Position(len(data), data.count(b"\n") + 1, identity_of(st.st_dev, st.st_ino, data),
+                   digest(data[-TAIL_BYTES:]), str(log))
+    counters = {"lines": data.count(b"\n"), "startups": 1, "crash_counted": f"1@{at:.3f}",
+                "crashes": {"cuda_oom": 1}, "bytes": len(data), "bytes_until": len(data)}
+    (state / "positions").mkdir(parents=True)
+    (state / "positions" / "node_1.json").write_text(json.dumps(
+        {"version": 1, "target": name, "position": pos.to_json(),
+         "extra": {"source": str(log), "pack": "sglang", "state": doc, "counters": counters}}))
+    (state / "alerts").mkdir()
+    (state / "alerts" / "state.json").write_text(json.dumps(
+        {"version": 1, "seen": {f"{name}|1@{at:.0f}|crashed|firing": at}, "open": {},
+         "outbox": []}))
+
+    d = daemons(cfg, port).start()
+    t = d.wait_target(name, lambda t: t["phase"] == "crashed", "crashed, from the old checkpoint")
+    assert t["source_state"]["offset"] == len(data), "it continued where version 1 stopped"
+    assert d.metric("logwatch_crashes_total", target=name, reason="cuda_oom") == 1.0
+    assert d.metric("logwatch_lines_total", target=name) == float(data.count(b"\n"))
+    rx.assert_quiet(4.0, what="after the upgrade")
+    assert rx.requests() == []
+    assert d.stop() == 0
+    assert (state / "positions" / "node%3A1.json").exists(), "written under the new name"
+
+
+def test_target_names_never_share_a_state_file(tmp_path: Path) -> None:
+    from logwatch.state.files import target_file_name
+    from logwatch.state.positions import PositionStore
+    from logwatch.sources.base import Position
+
+    names = ["node:1", "node_1", "node.1", "node%3A1", "..", "gpü-1"]
+    files = {target_file_name(n) for n in names}
+    assert len(files) == len(names), files
+    assert all("/" not in f and f not in (".", "..") for f in files)
+    store = PositionStore(tmp_path)
+    for i, n in enumerate(names):
+        store.save(n, Position(i, 1, None, None, n))
+    assert [store.load(n)[0].offset for n in names] == list(range(len(names)))  # type: ignore[union-attr]
