@@ -206,23 +206,11 @@ class StartupBegan:
 
 @dataclass(frozen=True, slots=True)
 class Restarted:
-    """A new startup began; `previous` is how the one before it ended (its consumers may
-    not have finished with it: a crash a moment before the restart is still to be told)."""
+    """A new startup began in the same log (a crash of the one before has been settled
+    just before, in the same list of events)."""
 
     epoch: int
     line: str
-    previous: "EpochEnd | None" = None
-    startup: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EpochEnd:
-    epoch: int
-    phase: str
-    crash: "Crash | None"
-    durations: dict[str, float]
-    started_at: float | None      # wall time of its first phase entry
-    log_started: float | None
     startup: str | None = None
 
 
@@ -429,10 +417,6 @@ class StartupMachine:
             return
         # a new startup in the same log: the crash of the one before is final now
         events.extend(self.settle(state))
-        first = state.history[0] if state.history else None
-        previous = EpochEnd(state.epoch, state.phase, state.crash, state.durations(),
-                            first.at if first else None, first.log_time if first else None,
-                            state.startup_id)
         startups, epoch = state.startups, state.epoch
         fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
                       last_activity=state.last_activity, last_log_time=state.last_log_time,
@@ -443,7 +427,7 @@ class StartupMachine:
         state.phase = self._first_phase()
         sid = state.startup_id
         events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
-        events.append(Restarted(state.epoch, obs.text, previous, sid))
+        events.append(Restarted(state.epoch, obs.text, sid))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
 
     def _first_phase(self) -> str:

@@ -8,7 +8,7 @@ change the state it reports.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -173,4 +173,6 @@ def pipeline_view(name: str, pipe: LogPipeline, now: float = 0.0) -> TargetView:
 
 
 def _copy(c: Counters) -> Counters:
-    return copy.deepcopy(c)
+    """A snapshot of the counters (cheap: a scrape copies them for every target)."""
+    return dataclasses.replace(c, rule_matches=dict(c.rule_matches), crashes=dict(c.crashes),
+                               duration_buckets=list(c.duration_buckets))

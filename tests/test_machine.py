@@ -14,7 +14,7 @@ import pytest
 from logwatch.state.history import startup_eta
 
 from logwatch.machine import (
-    CrashRetracted, Crashed, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
+    CrashRetracted, Crashed, CrashSettled, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
     Stalled, StartupMachine, State, StatsUpdated, Stopped, parse_rate,
 )
 from logwatch.pipeline import EXCERPT_MAX_LINES, LogPipeline
@@ -958,3 +958,43 @@ def test_stall_budget_from_pack_per_phase():
     assert log.tick(599.0) == []
     ev = log.tick(600.0)   # launching: 10m
     assert len(ev) == 1 and ev[0].phase == "launching"
+
+
+# -- crash settling: the machine's, once per startup ------------------------------------------
+
+def test_a_crash_settles_once_after_the_packs_window_and_is_final() -> None:
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    log.feed(sg("10:00:45", SG_EXC), *TB_FRAMES)
+    assert log.state.phase == "crashed" and not log.state.crash_settled
+    changed = log.state.crash_changed_at
+    assert changed is not None
+    settle = log.pack.crash_settle
+    assert of(log.tick(changed + settle - 0.1), CrashSettled) == []   # evidence may still come
+    log.feed(OOM_LINE, now=changed + settle - 0.05)                   # ... and it does
+    assert log.state.crash.reason == "cuda_oom"
+    changed = log.state.crash_changed_at
+    assert of(log.tick(changed + settle - 0.1), CrashSettled) == [], "the window restarts"
+    settled = of(log.tick(changed + settle), CrashSettled)
+    assert len(settled) == 1 and settled[0].crash.reason == "cuda_oom"
+    assert settled[0].startup == log.state.startup_id is not None
+    assert log.tick(changed + 10 * settle) == []                      # once
+    log.feed(sg("10:01:00", "RuntimeError: NCCL error: unhandled system error"))
+    assert log.state.crash.reason == "cuda_oom", "a settled crash is not refined"
+    assert log.pipe.counters.crashes["cuda_oom"] == 1
+
+
+def test_a_new_startup_and_the_end_of_input_settle_a_crash_at_once() -> None:
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    log.feed(OOM_LINE)
+    first = log.state.startup_id
+    evs = log.feed(SG_ARGS.replace("10:00:00", "10:05:00"))          # a restart right after
+    settled = of(evs, CrashSettled)
+    assert len(settled) == 1 and settled[0].startup == first
+    assert [type(e).__name__ for e in evs][:2] == ["CrashSettled", "StartupBegan"]
+    assert log.state.startup_id != first
+    log.feed(sg("10:05:10", SG_LOAD_BEGIN), OOM_LINE)
+    done = of(log.pipe.finish(log.now), CrashSettled)
+    assert len(done) == 1 and done[0].startup == log.state.startup_id
+    assert log.pipe.counters.crashes["cuda_oom"] == 2 and log.pipe.counters.startups == 2

@@ -147,9 +147,14 @@ def missing_phases(d):
     return None, "phases"
 
 
+def bad_crash_settle(d):
+    d["crash_settle"] = "soon"
+    return None, "crash_settle"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
-                 unknown_top_level_key, missing_phases]
+                 unknown_top_level_key, missing_phases, bad_crash_settle]
 
 
 @pytest.mark.parametrize("mutate", SCHEMA_ERRORS, ids=lambda f: f.__name__)
@@ -176,6 +181,13 @@ def test_load_pack_raises_pack_error_with_location(tmp_path: Path, mutate) -> No
     assert e.rule == rid
     assert e.key == key
     assert str(e).startswith(e.path)
+
+
+def test_crash_settle_is_read_and_inherited(tmp_path: Path) -> None:
+    assert load_pack("sglang").crash_settle == 2.0          # from base.yaml, through extends
+    doc = minimal_pack()
+    doc["crash_settle"] = "750ms"
+    assert load_pack(str(write(tmp_path, doc))).crash_settle == 0.75
 
 
 def test_rule_without_action(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import time
 from typing import Callable
 
 from ..sinks.alerts.model import FIRING, Alert
+from ..sinks.alerts.policy import alert_key
 from ..sinks.alerts.receivers import make_sinks
 from ..sinks.alerts.router import deliver
 from .config import Config
@@ -31,9 +32,10 @@ def sample(kind: str, generator_url: str) -> Alert:
                "slow": "slow startup: 15m00s and still in cuda_graph (usually ready after 6m40s)",
                "ready": "ready in 4m10s (slowest phase: loading_shards 2m05s)",
                "restarted": "restarted (startup #2)", "phase": "phase loading_shards"}[kind]
-    return Alert(f"logwatch-test|0@{time.time():.0f}|{kind}", kind, FIRING, "logwatch-test",
+    startup = f"test@{time.time():.0f}"
+    return Alert(alert_key("logwatch-test", startup, kind), kind, FIRING, "logwatch-test",
                  "sglang", {"model": "example"}, 1, f"[test] {summary}", details, time.time(),
-                 None, generator_url)
+                 None, generator_url, startup)
 
 
 async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) -> int:

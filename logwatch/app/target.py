@@ -56,7 +56,7 @@ class TargetRunner:
                  on_events: Callable[["TargetRunner", list[Event]], None] | None = None,
                  checkpoint_interval: float = 5.0,
                  alert_marks: Callable[[str], dict[str, float]] | None = None,
-                 batch_interval: float = BATCH_INTERVAL) -> None:
+                 batch_interval: float = BATCH_INTERVAL, log_sources: bool = True) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.store = store
@@ -68,6 +68,7 @@ class TargetRunner:
         self.history = StartupHistory(state_dir, cfg.name, cfg.labels.get("model", "")) \
             if state_dir is not None else None
         self.batch_interval = batch_interval
+        self.log_sources = log_sources    # watch shows the source state on its display instead
         self.ended = asyncio.Event()      # the source ended (a command exited, a fatal error)
         self.stop_reading = False         # set by the owner: the verdict is in (watch)
         self.log = log.get("target").bind(target=cfg.name)
@@ -131,10 +132,6 @@ class TargetRunner:
     def pipe(self) -> LogPipeline | None:
         return self.follower.pipe if self.follower else None
 
-    @property
-    def engine(self) -> str:
-        return self.pipe.pack.name if self.pipe else "auto"
-
     # -- running -------------------------------------------------------------------------------
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"target:{self.name}")
@@ -158,8 +155,9 @@ class TargetRunner:
                 if isinstance(ev, SourceState):
                     if was_up and not ev.up:
                         self.counters.reconnects += 1
-                    level = "warning" if not ev.up else "info"
-                    getattr(self.log, level)("source", up=ev.up, message=ev.message)
+                    if self.log_sources:
+                        level = "warning" if not ev.up else "info"
+                        getattr(self.log, level)("source", up=ev.up, message=ev.message)
                     if ev.fatal:
                         return
         except asyncio.CancelledError:

@@ -65,7 +65,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     try:
         runner = TargetRunner(cfg, store=None, state_dir=None, candidates=candidates,
                               start_pack=start_pack, pool=default_pool(), on_events=on_events,
-                              batch_interval=0.0)
+                              batch_interval=0.0, log_sources=False)
     except SourceError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE
