@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .counters import Counters
-from .follow import SourceStatus
 from .machine import State
 from .pipeline import LogPipeline
 from .rules.pack import READY, TERMINAL, WAITING
@@ -119,7 +118,8 @@ def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | No
 
 
 def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
-               pipe: LogPipeline | None, status: SourceStatus | None, counters: Counters,
+               pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
+               source_message: str = "",
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
@@ -127,8 +127,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
-                      source_up=bool(status and status.up),
-                      source_message=status.message if status else "", offset=offset,
+                      source_up=source_up, source_message=source_message, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age)
     if pipe is None:
@@ -169,7 +168,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
 def pipeline_view(name: str, pipe: LogPipeline, now: float = 0.0) -> TargetView:
     """The view of a log read without a daemon (`replay`, tests): no source, no history."""
     return build_view(name=name, source=name, kind="file", labels={}, now=now, pipe=pipe,
-                      status=None, counters=pipe.counters, history=None)
+                      counters=pipe.counters, history=None)
 
 
 def _copy(c: Counters) -> Counters:

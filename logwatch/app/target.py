@@ -232,11 +232,8 @@ class TargetRunner:
                  "state": state_to_json(f.pipe.state), "counters": self.counters.to_json(),
                  "alerts_seen": self.alert_marks(self.name) if self.alert_marks else {},
                  "saved_at": time.time()}
-        try:
-            self.store.save(self.name, pos, extra, durable=durable)
-        except OSError as e:
-            self.log.error("cannot save the checkpoint", error=str(e))
-            return
+        if not self.store.save(self.name, pos, extra, durable=durable):
+            return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()
         self.last_checkpoint = now
         if durable:
@@ -249,7 +246,8 @@ class TargetRunner:
         pos = f.position() if f else None
         return build_view(
             name=self.name, source=self.cfg.source, kind=self.cfg.kind, labels=self.cfg.labels,
-            now=now, pipe=self.pipe, status=f.status if f else None, counters=self.counters,
+            now=now, pipe=self.pipe, counters=self.counters,
+            source_up=bool(f and f.status.up), source_message=f.status.message if f else "",
             history=self.history, offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,

@@ -19,7 +19,9 @@ from prometheus_client.registry import Collector
 
 from ..counters import DURATION_BUCKETS
 from ..rules.pack import CRASH_REASONS, READY
+from ..state.files import STATE_ERRORS
 from ..view import TargetView
+from .alerts.config import KINDS
 SERVING = {
     "gen_throughput": ("logwatch_gen_throughput_tokens_per_second",
                        "generation throughput from the serving log lines (tokens/s)"),
@@ -37,6 +39,8 @@ class AlertStats(Protocol):
     def sent_counts(self) -> dict[tuple[str, str], int]: ...
 
     def failure_counts(self) -> dict[str, int]: ...
+
+    def dropped_counts(self) -> dict[str, int]: ...
 
 
 class LogwatchCollector(Collector):
@@ -137,7 +141,12 @@ class LogwatchCollector(Collector):
         stats = self.alerts()
         sent = c("logwatch_alerts_sent", "alerts delivered", labels=["sink", "kind"])
         failed = c("logwatch_alert_failures", "alert deliveries that failed", labels=["sink"])
+        dropped = c("logwatch_alerts_dropped", "alerts the per-target rate limit dropped (never "
+                    "crashed ones)", labels=["kind"])
         if stats is not None:
+            drops = stats.dropped_counts()
+            for kind in KINDS:
+                dropped.add_metric([kind], float(drops.get(kind, 0)))
             counts = stats.sent_counts()
             fails = stats.failure_counts()
             for sink, kinds in stats.sink_kinds().items():  # every series exists from the start
@@ -150,6 +159,12 @@ class LogwatchCollector(Collector):
                 failed.add_metric([sink], float(n))
         yield sent
         yield failed
+        yield dropped
+        errors = c("logwatch_state_errors", "writes to state_dir that failed (full or read-only "
+                   "disk), by kind of file", labels=["kind"])
+        for kind, n in sorted(STATE_ERRORS.counts.items()):
+            errors.add_metric([kind], float(n))
+        yield errors
 
 
 def _fmt(b: float) -> str:

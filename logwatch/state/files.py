@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from .. import log
+
 _KEEP = re.compile(r"[A-Za-z0-9_-]")
 _LEGACY = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -63,3 +65,44 @@ def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> 
         pass
 
 
+
+
+class StateErrors:
+    """Writes to state_dir that failed (a full or read-only disk), by kind of file.
+
+    The daemon keeps working from memory: alerts keep flowing, checkpoints are tried again
+    at the next interval.  One log line per kind says what and where, until a write of
+    that kind succeeds again; `logwatch_state_errors_total{kind}` counts every failure."""
+
+    KINDS = ("positions", "alerts", "history")
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {k: 0 for k in self.KINDS}
+        self._reported: set[str] = set()
+        self.log = log.get("state")
+
+    def failed(self, kind: str, path: Path, error: OSError) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if kind not in self._reported:
+            self._reported.add(kind)
+            self.log.error(f"cannot save {kind} state in {path.parent}: "
+                           f"{error.strerror or error}; going on from memory", file=str(path))
+
+    def succeeded(self, kind: str) -> None:
+        if kind in self._reported:
+            self._reported.discard(kind)
+            self.log.info(f"saving {kind} state works again")
+
+
+STATE_ERRORS = StateErrors()   # one per process: every target's files share the disk
+
+
+def save_state(kind: str, path: Path, doc: dict[str, Any], durable: bool = True) -> bool:
+    """`atomic_write_json`, with a failure counted and reported instead of raised."""
+    try:
+        atomic_write_json(path, doc, durable=durable)
+    except OSError as e:
+        STATE_ERRORS.failed(kind, path, e)
+        return False
+    STATE_ERRORS.succeeded(kind)
+    return True

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..machine import State
-from .files import atomic_write_json, legacy_file_name, target_file_name
+from .files import legacy_file_name, save_state, target_file_name
 from ..rules.pack import READY, WAITING, RulePack
 
 KEEP = 20
@@ -84,8 +84,8 @@ class StartupHistory:
                             round(sum(durations.values()), 3), startup)
         self.records = (self.records + [rec])[-KEEP:]
         self._typical = None
-        atomic_write_json(self.path, {"version": VERSION,
-                                      "startups": [r.to_json() for r in self.records]})
+        save_state("history", self.path, {"version": VERSION,
+                                          "startups": [r.to_json() for r in self.records]})
         return rec
 
     def typical(self) -> dict[str, float]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .. import log
 from ..sources.base import Position
-from .files import atomic_write_json, legacy_file_name, target_file_name
+from .files import legacy_file_name, save_state, target_file_name
 
 VERSION = 2
 READABLE = (1, 2)    # version 1: before StartupId (upgraded in place on load)
@@ -68,10 +68,11 @@ class PositionStore:
             return None, {}
 
     def save(self, target: str, position: Position, extra: dict[str, Any] | None = None,
-             durable: bool = True) -> None:
-        atomic_write_json(self.path(target), {"version": VERSION, "target": target,
-                                              "position": position.to_json(),
-                                              "extra": extra or {}}, durable=durable)
+             durable: bool = True) -> bool:
+        """False when the disk refused it (counted in STATE_ERRORS; tried again later)."""
+        return save_state("positions", self.path(target),
+                          {"version": VERSION, "target": target, "position": position.to_json(),
+                           "extra": extra or {}}, durable=durable)
 
     def forget(self, target: str) -> None:
         try:

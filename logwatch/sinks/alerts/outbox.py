@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import log
-from ...state.files import atomic_write_json
+from ...state.files import save_state
 
 VERSION = 2            # 1: without the two-phase `state` of entries (read as queued)
 SEEN_KEEP = 20000
@@ -83,5 +83,5 @@ class AlertStore:
         if len(self.seen) > SEEN_KEEP:
             for k in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_KEEP]:  # type: ignore[arg-type]
                 del self.seen[k]
-        atomic_write_json(self.path, {"version": VERSION, "seen": self.seen, "open": self.open,
-                                      "outbox": self.outbox})
+        save_state("alerts", self.path, {"version": VERSION, "seen": self.seen,
+                                         "open": self.open, "outbox": self.outbox})

@@ -42,6 +42,7 @@ class Outcome:
     retry: bool
     delay: float | None = None     # seconds the receiver asked us to wait (Retry-After)
     message: str = ""
+    unknown: bool = False          # no answer in time: the receiver may have it (or not)
 
 
 def classify(status: int, headers: dict[str, str], body: str = "") -> Outcome:

@@ -7,8 +7,13 @@
   removed after the receiver's yes; every attempt carries `Idempotency-Key: <mark>`.
   Retries with exponential backoff and jitter, bounded attempts and age; 429 / Retry-After
   honoured.  Nothing here blocks reading logs: the router only appends to the outbox.
-* A per-target token bucket keeps a flapping server from flooding a channel; alerts that
-  no sink takes cost nothing.
+* A per-target token bucket keeps a flapping server from flooding a channel; `crashed`
+  and resolutions are never held back by it, alerts that no sink takes cost nothing, and a
+  dropped alert is counted (`logwatch_alerts_dropped_total{kind}`) and not marked sent.
+* A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
+  have processed it): it is sent again with the same Idempotency-Key at most
+  `MAX_UNKNOWN` times, not `max_attempts`.  A Retry-After never pushes a retry past the
+  sink's `max_age`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Outcome, Request, Sink, classify, make_sinks
 
 BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target
+UNLIMITED = ("crashed",)                  # kinds the rate limit never drops
+MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
 
 
 class AlertRouter:
@@ -40,12 +47,12 @@ class AlertRouter:
         self.policy = AlertPolicy(wants_phase=lambda: any("phase" in s.kinds for s in self.sinks))
         self._sent: dict[tuple[str, str], int] = {}
         self._failed: dict[str, int] = {}
+        self._dropped: dict[str, int] = {}
         self._buckets: dict[str, tuple[float, float]] = {}
         self._wake: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._session: Any = None
         self._ids = itertools.count(int(time.time() * 1000))
-        self.dropped = 0
         self.reconfigure(config)
 
     # -- setup ---------------------------------------------------------------------------------
@@ -99,6 +106,9 @@ class AlertRouter:
 
     def failure_counts(self) -> dict[str, int]:
         return dict(self._failed)
+
+    def dropped_counts(self) -> dict[str, int]:
+        return dict(self._dropped)
 
     def sink_kinds(self) -> dict[str, tuple[str, ...]]:
         return {s.name: tuple(s.kinds) for s in self.sinks}
@@ -160,10 +170,11 @@ class AlertRouter:
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
-        if alert.status == FIRING and not self._allow(alert.target):
-            self.dropped += 1
+        if alert.status == FIRING and alert.kind not in UNLIMITED and \
+                not self._allow(alert.target):
+            del self.store.seen[mark]     # not sent: a later decision may send it
+            self._dropped[alert.kind] = self._dropped.get(alert.kind, 0) + 1
             self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
-            self.store.save()
             return
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = alert.to_json()
@@ -221,8 +232,18 @@ class AlertRouter:
                           kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
         else:
             entry["attempts"] += 1
-            age = time.time() - entry["first_at"]
-            if not outcome.retry or entry["attempts"] >= sink.max_attempts or age >= sink.max_age:
+            if outcome.unknown:
+                entry["unknown"] = entry.get("unknown", 0) + 1
+            now = time.time()
+            left = entry["first_at"] + sink.max_age - now
+            if entry.get("unknown", 0) > MAX_UNKNOWN:
+                self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
+                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
+                self.log.error("alert delivery unknown: the receiver did not answer in time; "
+                               "it may have it (each copy had the same Idempotency-Key)",
+                               sink=sink.describe(), target=alert["target"], kind=alert["kind"],
+                               timeout=sink.timeout, copies=entry["attempts"])
+            elif not outcome.retry or entry["attempts"] >= sink.max_attempts or left <= 0:
                 self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
                 self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
                 self.log.error("alert not delivered: giving up", sink=sink.describe(),
@@ -233,7 +254,8 @@ class AlertRouter:
                 backoff = min(300.0, 2.0 ** entry["attempts"])
                 delay = outcome.delay if outcome.delay is not None else \
                     backoff / 2 + random.uniform(0, backoff / 2)
-                entry["next_at"] = time.time() + delay
+                delay = min(delay, left)        # a last try at max_age, never after it
+                entry["next_at"] = now + delay
                 self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
                 self.log.warning("alert delivery failed: will retry", sink=sink.describe(),
                                  target=alert["target"], kind=alert["kind"],
@@ -255,7 +277,9 @@ async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
                                 timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
             text = await resp.text()
             return classify(resp.status, dict(resp.headers), scrub_urls(text))
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
+    except asyncio.TimeoutError:
+        return Outcome(False, True, message=f"no answer within {sink.timeout:g}s", unknown=True)
+    except (aiohttp.ClientError, OSError) as e:
         # client errors quote the URL, which can hold a token: never show its path
         return Outcome(False, True, message=scrub_urls(f"{type(e).__name__}: {e}"))
 

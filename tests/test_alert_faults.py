@@ -1,0 +1,89 @@
+"""Alert delivery under faults: the rate limit never eats a crash, a receiver that answers too
+late gets a bounded number of copies (same Idempotency-Key), Retry-After never outlives
+`max_age`.  A real daemon and real HTTP receivers on loopback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+    Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts, target,
+    wait_for, write_config,
+)
+
+
+def one_target(tmp_path: Path, sink: dict[str, Any]) -> tuple[Path, int, Path, Path]:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("t1", log, labels={"model": "Qwen3-235B"})], [sink])
+    return cfg, port, state, log
+
+
+def crash_loop(n: int) -> str:
+    """`n` startups in one log, each dying of a CUDA OOM (a server in a restart loop)."""
+    return "".join("".join(sim_texts(crash="oom", start=1_767_261_600.0 + 3600 * i, seed=i))
+                   for i in range(n))
+
+
+def test_the_rate_limit_never_drops_a_crash_and_counts_what_it_drops(tmp_path, receivers,
+                                                                     daemons) -> None:
+    rx = receivers()
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed", "restarted"]})
+    d = daemons(cfg, port).start()
+    append(log, crash_loop(25))            # 25 crashes, 24 restarts: more than 20 tokens
+    rx.wait(hook("crashed", "firing"), n=25, timeout=90, alive=d.dead,
+            what="all 25 crash alerts")
+    wait_for(lambda: d.metric("logwatch_alerts_dropped_total", kind="restarted"), 10,
+             "dropped restarted alerts counted", alive=d.dead)
+    rx.assert_quiet(1.0, what="after the last crash")
+    restarted = len(rx.requests(hook("restarted", "firing")))
+    assert 20 <= restarted < 24, "the limit held back restarted alerts (20 tokens, then 1/30s)"
+    assert d.metric("logwatch_alerts_dropped_total", kind="restarted") == float(24 - restarted)
+    assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 0.0
+    assert len(rx.requests(hook("crashed", "firing"))) == 25
+
+
+def test_a_receiver_that_answers_too_late_gets_a_bounded_number_of_copies(tmp_path, receivers,
+                                                                           daemons) -> None:
+    def late(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(1.5)                   # processed, but answered after the sink's timeout
+        return 200, {}, b"ok"
+
+    rx = receivers(late)
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"], "timeout": "0.3s"})
+    d = daemons(cfg, port).start()
+    append(log, "".join(sim_texts(crash="oom")))
+    wait_for(lambda: "alert delivery unknown" in d.stderr(), 60, "the daemon gives up, saying "
+             "the delivery is unknown", alive=d.dead)
+    wait_for(lambda: not outbox(state), 10, "the outbox to empty", alive=d.dead)
+    got = rx.requests(hook("crashed", "firing"))
+    assert len(got) == 3, f"1 + 2 re-sends, not max_attempts (8): {rx.brief()}"
+    assert len({g.header("Idempotency-Key") for g in got}) == 1
+
+
+def test_retry_after_is_capped_by_max_age(tmp_path, receivers, daemons) -> None:
+    first = threading.Event()
+
+    def busy(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        if not first.is_set():
+            first.set()
+            return 429, {"Retry-After": "7200"}, b"slow down"
+        return 200, {}, b"ok"
+
+    rx = receivers(busy)
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"], "max_age": "3s"})
+    d = daemons(cfg, port).start()
+    append(log, "".join(sim_texts(crash="oom")))
+    got = rx.wait(hook("crashed", "firing"), n=2, timeout=20, alive=d.dead,
+                  what="the retry, at max_age rather than after 2 hours")
+    assert got[1].status == 200 and got[1].at - got[0].at < 4.0, rx.brief()
