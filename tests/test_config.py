@@ -210,3 +210,30 @@ def test_unset_environment_variable(tmp_path: Path) -> None:
         source=f"/var/log/${{{var}:-node1}}/server.log"))
     res = run("-c", str(path), "--check")
     assert res.returncode == 0, res.stderr
+
+
+BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] +
+                 [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)] +
+                 ["targets: *a8", ""])      # 9 levels of 9 aliases: 9^9 values expanded
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
+    """`run --check` (and a SIGHUP reload, which loads the same way) must not hang or grow
+    without bound on a "billion laughs" config: exit 2, one line, well within the timeout."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(BOMB, encoding="utf-8")
+    res = run("-c", str(path), "--check", timeout=20)
+    assert res.returncode == 2, res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(path) in lines[0] and "alias" in lines[0], res.stderr
+    pack = tmp_path / "bomb-pack.yaml"
+    pack.write_text("name: bomb\n" + BOMB.replace("targets:", "rules:"), encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "logwatch", "rules", "check", str(pack)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=20)
+    assert res.returncode == 2 and str(pack) in res.stderr and "alias" in res.stderr, res.stderr
+
+
+def test_yaml_anchors_of_ordinary_size_still_work() -> None:
+    from logwatch.yamlload import load_yaml
+    doc = load_yaml("base: &b {stall_after: 5m}\ntargets: [{<<: *b, name: a}, {<<: *b, name: b}]")
+    assert doc["targets"][1] == {"stall_after": "5m", "name": "b"}

@@ -345,3 +345,24 @@ def test_broken_targets_do_not_delay_healthy_ones(tmp_path: Path, daemons: Any) 
         assert d.wait_exit(timeout=20) == 0, d.stderr()[-3000:]
     finally:
         silent.close()
+
+
+def test_secrets_in_sources_are_never_served(tmp_path: Path, daemons: Any, monkeypatch) -> None:
+    """A password in an ssh:// URL and a `${VAR}` in a `cmd:` source: /api/status and the
+    page show the source as written, with the password redacted and the variable unexpanded."""
+    monkeypatch.setenv("LOGWATCH_TEST_TOKEN", "tok-5ecret-value")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("remote", "ssh://deploy:hunter2pass@127.0.0.1:1/var/log/server.log",
+                   ssh={"known_hosts": "none", "connect_timeout": "1s"}),
+        target_cfg("cmd", "cmd:printf 'started%.0s\\n' ${LOGWATCH_TEST_TOKEN}"),
+    ])
+    d: Daemon = daemons(cfg, port).start()
+    d.wait_target("cmd", lambda t: t["lines"] >= 1, "the command's line read")
+    for path in ("/api/status", "/", "/metrics"):
+        code, body = d.get(path)
+        assert code == 200
+        assert "hunter2pass" not in body and "tok-5ecret-value" not in body, path
+    shown = {t["name"]: t["source"] for t in d.status()["targets"]}
+    assert shown == {"remote": "ssh://deploy:***@127.0.0.1:1/var/log/server.log",
+                     "cmd": "cmd:printf 'started%.0s\\n' ${LOGWATCH_TEST_TOKEN}"}

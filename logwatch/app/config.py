@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from ..rules.pack import PackError, load_pack
 from ..errors import ConfigError
 from ..sinks.alerts.config import validate_alerts
 from ..units import parse_duration
+from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.ssh import SSHOptions, SSHTarget
 
@@ -46,6 +47,12 @@ class TargetConfig:
     poll: bool = False
     from_start: bool = False
     slow_factor: float = 1.5
+    shown_source: str = ""    # the source as written (before ${VAR}), password redacted
+
+    @property
+    def display_source(self) -> str:
+        """What the status page and /api/status show: never a secret."""
+        return self.shown_source or redact_url(self.source)
 
     @property
     def kind(self) -> str:
@@ -84,9 +91,11 @@ def load_config(path: str | Path) -> Config:
     except UnicodeDecodeError:
         raise ConfigError(p, "", "not UTF-8 text") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(p, "", f"not valid YAML: {e}".replace("\n", " ")) from None
+    except YAMLTooLarge as e:
+        raise ConfigError(p, "", f"refused: {e}") from None
     return parse_config(doc, p)
 
 
@@ -113,9 +122,18 @@ def expand_env(value: Any, path: str = "logwatch.yaml", key: str = "") -> Any:
     return value
 
 
+_PASSWORD = re.compile(r"^([a-z][a-z0-9+.-]*://[^/@:]*):[^/@]*@", re.I)
+
+
+def redact_url(text: str) -> str:
+    """`ssh://user:secret@host/x` -> `ssh://user:***@host/x` (other text unchanged)."""
+    return _PASSWORD.sub(r"\1:***@", text)
+
+
 def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     if doc is None:
         doc = {}
+    written = doc      # before ${VAR} expansion: what is shown of each source
     doc = expand_env(doc, path)
     if not isinstance(doc, dict):
         raise ConfigError(path, "", "the config is a mapping (listen, state_dir, targets, alerts)")
@@ -139,6 +157,8 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
         if "ssh" in defaults or "ssh" in t:
             merged["ssh"] = {**(defaults.get("ssh") or {}), **(t.get("ssh") or {})}
         tc = _target(path, key, merged, t)
+        raw = written["targets"][i].get("source") if isinstance(written, dict) else None
+        tc = replace(tc, shown_source=redact_url(str(raw if raw else tc.source)))
         if tc.name in seen:
             raise ConfigError(path, f"{key}.name", f"duplicate target name {tc.name!r} "
                               f"(also targets[{seen[tc.name]}])")

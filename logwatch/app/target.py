@@ -245,7 +245,8 @@ class TargetRunner:
         f = self.follower
         pos = f.position() if f else None
         return build_view(
-            name=self.name, source=self.cfg.source, kind=self.cfg.kind, labels=self.cfg.labels,
+            name=self.name, source=self.cfg.display_source, kind=self.cfg.kind,
+            labels=self.cfg.labels,
             now=now, pipe=self.pipe, counters=self.counters,
             source_up=bool(f and f.status.up), source_message=f.status.message if f else "",
             history=self.history, offset=pos.offset if pos else None,

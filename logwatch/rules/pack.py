@@ -33,9 +33,9 @@ import regex
 import yaml
 
 from ..units import parse_duration
+from ..yamlload import YAMLTooLarge, load_yaml
 from .literals import Literals, required_literals
 
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available
 
 WAITING = "waiting"
 CRASHED = "crashed"
@@ -243,9 +243,11 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
                         key="extends")
     try:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.load(f, Loader=_YAML_LOADER)  # noqa: S506 - a safe loader
+            doc = load_yaml(f)
     except yaml.YAMLError as e:
         raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
+    except YAMLTooLarge as e:
+        raise PackError(src, f"refused: {e}") from None
     except UnicodeDecodeError as e:
         raise PackError(src, f"not UTF-8 text (byte {e.start}); save the pack as UTF-8") from None
     except OSError as e:
