@@ -37,6 +37,9 @@ from .config import TargetConfig
 BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
 DURABLE_EVERY = 30.0        # fsync checkpoints this often (each write is atomic anyway)
 FORMAT = 2                  # checkpoint format (see the module docstring)
+SLICE = 64 * 1024           # bytes matched between two yields to the event loop ...
+MIN_SLICE = 4 * 1024        # ... down to this when slices take longer than SLICE_TIME
+SLICE_TIME = 0.05
 
 
 def upgrade_state(state: State, counters: dict[str, Any]) -> State:
@@ -146,7 +149,10 @@ class TargetRunner:
                     self._count_bytes()
                     self.counters.bytes_until = ev.offset  # another file: count from here
                 was_up = self.follower.status.up
-                self.follower.handle(ev)
+                if isinstance(ev, Data) and len(ev.data) > MIN_SLICE:
+                    await self._feed_in_slices(ev)
+                else:
+                    self.follower.handle(ev)
                 if isinstance(ev, Data) and ev.data:
                     self.last_line_at = time.time()
                     self._count_bytes()
@@ -170,6 +176,21 @@ class TargetRunner:
         finally:
             await src.close()
             self.ended.set()
+
+    async def _feed_in_slices(self, ev: Data) -> None:
+        """A big chunk in slices, yielding to the loop between them: one target's hostile
+        log (lines that make patterns work to their timeout) never holds the daemon (its
+        HTTP endpoint, the other targets) for more than about one slice's matching."""
+        assert self.follower is not None
+        i, size = 0, SLICE
+        while i < len(ev.data) and not self.stop_reading:
+            t0 = time.monotonic()
+            self.follower.handle(Data(ev.data[i:i + size], ev.offset + i))
+            i += size
+            # slow slices (hostile lines) get smaller, fast ones grow back
+            size = max(MIN_SLICE, size // 2) if time.monotonic() - t0 > SLICE_TIME \
+                else min(SLICE, size * 2)
+            await asyncio.sleep(0)
 
     def finish(self, now: float) -> None:
         """The source ended: the unfinished last line is a line, a crash is final."""

@@ -15,6 +15,7 @@ the first serving line of a log that shows no startup, marks it ready.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -47,6 +48,7 @@ def _escape(lit: str) -> str:
 
 
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
+LINE_BUDGET = 0.05       # seconds all the patterns together may take on one line
 _SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
 
 
@@ -104,6 +106,7 @@ class Matcher:
         rule's literal is in the line (a gap between hits), so only stats rules are tried."""
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
+        deadline: float | None = None  # the line's budget, from its first regex on
         for rule, lits, ci in (self._stats_checks if stats_only else self._checks):
             if lits is not None:
                 if ci:
@@ -117,13 +120,24 @@ class Matcher:
                         break
                 else:
                     continue
+            if deadline is None:
+                deadline = time.monotonic() + LINE_BUDGET
             if ignored is None:
-                ignored = any((lits is None or any(x in text for x in lits)) and
-                              rx.search(text) is not None for lits, rx in self._ignore)
+                try:
+                    ignored = any((lits is None or any(x in text for x in lits)) and
+                                  rx.search(text, timeout=PATTERN_TIMEOUT) is not None
+                                  for lits, rx in self._ignore)
+                except TimeoutError:
+                    self.errors += 1
+                    ignored = False
             if ignored:
                 return None
+            left = deadline - time.monotonic()
+            if left <= 0:     # a hostile line: no more of its time goes to patterns
+                self.errors += 1
+                return None
             try:
-                m = rule.regex.search(text, timeout=PATTERN_TIMEOUT)
+                m = rule.regex.search(text, timeout=min(PATTERN_TIMEOUT, left))
             except TimeoutError:  # a pathological pattern on a pathological line: skip it
                 self.errors += 1
                 continue

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 from .pack import TimestampFormat
 
+STAMP_WITHIN = 512          # a line's own timestamp is near its start: look no further
+PATTERN_TIMEOUT = 0.01
+
 _YEAR_DEFAULT = 2000
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
@@ -41,7 +44,10 @@ class LogClock:
     def stamp(self, text: str) -> Stamp | None:
         """The timestamp of `text` if it has one, else the last one seen (None before any)."""
         for fmt in self.formats:
-            m = fmt.regex.search(text)
+            try:
+                m = fmt.regex.search(text[:STAMP_WITHIN], timeout=PATTERN_TIMEOUT)
+            except TimeoutError:
+                continue
             if m is None:
                 continue
             raw = m.group(0)

@@ -1,0 +1,67 @@
+"""One hostile log never stalls the daemon: lines that drive patterns to their timeout cost at
+most a bounded time each (`LINE_BUDGET`), are matched in slices between which the event loop
+runs, and are counted in `logwatch_rule_errors_total`; /healthz answers at once and the
+other targets keep their pace.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from daemonutil import (  # noqa: F401 (daemons: the fixture)
+    append, daemons, free_port, http_get, sim_texts, target_cfg, wait_for, write_config,
+)
+
+# a user pack with patterns that backtrack exponentially on the bait lines below
+HOSTILE_PACK = {
+    "name": "hostile", "extends": "sglang",
+    "rules": [{"id": f"bait_{i}", "pattern": f"BAIT{i} .*(?:x|xx)+y", "crash": "unknown",
+               "samples": [f"BAIT{i} xxy"]} for i in range(4)],
+}
+
+
+def test_a_hostile_log_does_not_hold_the_daemon(tmp_path: Path, daemons) -> None:
+    pack = tmp_path / "hostile.yaml"
+    pack.write_text(yaml.safe_dump(HOSTILE_PACK), encoding="utf-8")
+    bad, good = tmp_path / "bad.log", tmp_path / "good.log"
+    bad.write_text("")
+    good.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("bad", bad, rules=str(pack)), target_cfg("good", good)])
+    d = daemons(cfg, port).start()
+    n = 120
+    # every line carries the literal of all four rules: 4 timeouts a line without a budget
+    line = ("BAIT0 BAIT1 BAIT2 BAIT3 " + "x" * 40).encode()
+    line = line + b"x" * (64 * 1024 - len(line) - 1) + b"\n"
+    with open(bad, "ab") as f:
+        f.write(line * n)
+    latencies: list[float] = []
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            code, _ = http_get(f"http://127.0.0.1:{port}/healthz", timeout=30)
+            assert code == 200
+            latencies.append(time.monotonic() - t0)
+            time.sleep(0.02)
+
+    th = threading.Thread(target=probe, daemon=True)
+    th.start()
+    append(good, "".join(sim_texts()))
+    d.wait_target("good", lambda t: t["phase"] == "ready", "the other target ready", timeout=60)
+    wait_for(lambda: d.metric("logwatch_lines_total", target="bad") == float(n), 90,
+             "every hostile line read", alive=d.dead)
+    stop.set()
+    th.join(10)
+    errors = d.metric("logwatch_rule_errors_total", target="bad") or 0
+    assert errors >= n, f"the hostile lines are counted as rule errors: {errors}"
+    assert len(latencies) >= 10
+    worst = max(latencies)
+    print(f"healthz: {len(latencies)} probes, worst {worst * 1000:.0f} ms, rule errors {errors:.0f}")
+    assert worst < 1.0, f"/healthz waited {worst:.2f}s behind the hostile log"
