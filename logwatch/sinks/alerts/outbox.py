@@ -27,6 +27,7 @@ from ...state.files import save_state
 
 VERSION = 2            # 1: without the two-phase `state` of entries (read as queued)
 SEEN_KEEP = 20000
+MARKS_KEPT = 64        # marks per target carried in its checkpoint
 QUEUED, SENDING = "queued", "sending"
 
 
@@ -38,6 +39,7 @@ class AlertStore:
         self.seen: dict[str, float] = {}
         self.open: dict[str, dict[str, Any]] = {}
         self.outbox: list[dict[str, Any]] = []
+        self._recent: dict[str, dict[str, float]] = {}   # target -> its latest marks, in order
         self.log = log.get("alerts")
         self.load()
 
@@ -72,12 +74,27 @@ class AlertStore:
         """Marks a target's checkpoint recorded: alerts decided before, never to repeat."""
         for m, at in marks.items():
             self.seen.setdefault(m, at)
+            self._recent.pop(m.split("|", 1)[0], None)   # rebuilt with them when next read
 
-    def marks_of(self, target: str, keep: int = 64) -> dict[str, float]:
-        """The latest marks of one target (kept in its checkpoint)."""
-        prefix = f"{target}|"
-        mine = sorted(((at, m) for m, at in self.seen.items() if m.startswith(prefix)))[-keep:]
-        return {m: at for at, m in mine}
+    def mark(self, target: str, mark: str, at: float) -> None:
+        """Record a mark as decided (sent, or being sent)."""
+        self.seen[mark] = at
+        mine = self._recent.setdefault(target, {})
+        mine[mark] = at
+        if len(mine) > MARKS_KEPT:
+            del mine[next(iter(mine))]
+
+    def unmark(self, target: str, mark: str) -> None:
+        self.seen.pop(mark, None)
+        self._recent.get(target, {}).pop(mark, None)
+
+    def marks_of(self, target: str) -> dict[str, float]:
+        """The latest marks of one target (kept in its checkpoint, read at every one)."""
+        if target not in self._recent:   # after a load: from `seen`, once
+            prefix = f"{target}|"
+            mine = sorted((at, m) for m, at in self.seen.items() if m.startswith(prefix))
+            self._recent[target] = {m: at for at, m in mine[-MARKS_KEPT:]}
+        return dict(self._recent[target])
 
     def save(self) -> None:
         if len(self.seen) > SEEN_KEEP:

@@ -166,13 +166,13 @@ class AlertRouter:
         if mark in self.store.seen:
             return
         sinks = [s for s in self.sinks if s.wants(alert)]
-        self.store.seen[mark] = time.time()
+        self.store.mark(alert.target, mark, time.time())
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
         if alert.status == FIRING and alert.kind not in UNLIMITED and \
                 not self._allow(alert.target):
-            del self.store.seen[mark]     # not sent: a later decision may send it
+            self.store.unmark(alert.target, mark)   # not sent: a later decision may send it
             self._dropped[alert.kind] = self._dropped.get(alert.kind, 0) + 1
             self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
             return
