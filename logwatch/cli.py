@@ -1,6 +1,6 @@
 """The `logwatch` command line.
 
-Exit codes are part of the interface (DESIGN.md): 0 ready / success, 1 crashed or stopped
+Exit codes are part of the interface (README): 0 ready / success, 1 crashed or stopped
 (`watch`) or problems found, 2 usage or configuration error, 3 timed out or stalled.
 """
 
@@ -61,7 +61,8 @@ the phase, the shard bar with rate and ETA and the last line, and on a crash the
 the root-cause line with the traceback.
 
 exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage error (bad
-target, refused host key, unreadable file).
+target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary is printed
+first).
 """
 
 REPLAY_HELP = """\
@@ -88,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="rule pack name (%s), a .yaml path, or auto (default: detect from "
                         "the first lines)" % ", ".join(shipped_pack_names()))
     r.add_argument("--json", action="store_true",
-                   help="one JSON object per file, one per line (DESIGN.md schema)")
+                   help="one JSON object per file, one per line (schema: README, `logwatch replay`)")
     r.add_argument("--timeline", action="store_true",
                    help="each phase of the last startup with its start time and duration")
     r.set_defaults(func=cmd_replay)

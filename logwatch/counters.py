@@ -14,8 +14,9 @@ from typing import Any
 from .machine import CrashSettled, Event, Ready, StartupBegan
 from .rules.pack import CRASH_REASONS
 
-DURATION_BUCKETS = (30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
-                    5400.0, 7200.0, 10800.0)
+# startups take from half a minute to two hours: fine steps where most of them are
+DURATION_BUCKETS = (30.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 420.0, 600.0, 900.0, 1200.0,
+                    1800.0, 2700.0, 3600.0, 5400.0, 7200.0)
 
 
 @dataclass
@@ -58,7 +59,10 @@ class Counters:
         for r in CRASH_REASONS:
             c.crashes.setdefault(r, 0)
         if len(c.duration_buckets) != len(DURATION_BUCKETS) + 1:
+            # other bucket bounds (an older version): the histogram starts over, whole (a
+            # counter reset to Prometheus), so that its count and sum match its buckets
             c.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
+            c.duration_sum, c.duration_count = 0.0, 0
         return c
 
 

@@ -265,3 +265,30 @@ def test_restarted_event_in_second_epoch(tmp_path: Path, pack) -> None:  # type:
     ev = feed_all(pipe, shift(steps, 1000)[:1])
     assert any(isinstance(e, Restarted) for e in ev)
     assert pipe.state.epoch == 2 and pipe.state.phase == "launching"
+
+
+def test_startup_duration_buckets_resolve_typical_startups() -> None:
+    """Two startups of 100 s and 130 s: Prometheus' histogram_quantile over our buckets gives
+    p50 and p90 near them (the old 120/300/600 buckets gave p90 264 s)."""
+    from logwatch.counters import DURATION_BUCKETS, Counters
+
+    c = Counters()
+    for secs in (100.0, 130.0):
+        c.observe_duration(secs)
+
+    def quantile(q: float) -> float:      # histogram_quantile, as Prometheus computes it
+        cum, acc = [], 0
+        for n in c.duration_buckets[:-1]:
+            acc += n
+            cum.append(acc)
+        rank = q * c.duration_count
+        lo = 0.0
+        for bound, (i, n) in zip(DURATION_BUCKETS, enumerate(cum)):
+            if n >= rank:
+                below = cum[i - 1] if i else 0
+                return lo + (bound - lo) * (rank - below) / (n - below)
+            lo = bound
+        return math.inf
+
+    assert 90 <= quantile(0.5) <= 120 and quantile(0.9) <= 180
+    assert DURATION_BUCKETS[0] == 30 and DURATION_BUCKETS[-1] == 7200

@@ -61,7 +61,8 @@ DESIGN_LABELS = {
     "logwatch_target_info": {"engine", "source", "model"},
     "logwatch_startup_duration_seconds_bucket": {"le"},
 }
-NO_TARGET = {"logwatch_alerts_sent_total", "logwatch_alert_failures_total"}
+NO_TARGET = {"logwatch_alerts_sent_total", "logwatch_alert_failures_total", "logwatch_alerts_dropped_total",
+             "logwatch_state_errors_total"}   # daemon-wide: no target
 
 
 def test_binaries_installed() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -111,7 +112,7 @@ def test_crash_oom_on_a_log_being_written(simulator) -> None:  # type: ignore[no
     oom_line_no = next(i for i, ln in enumerate(file_lines, 1) if ln.startswith(OOM.encode()))
     out = res.stdout
     assert "phase crashed" in out
-    assert re.search(r"^\d\d:\d\d:\d\d CRASHED: cuda_oom during cuda_graph$", out, re.M), out
+    assert re.search(r"^\d\d:\d\d:\d\d CRASHED: cuda_oom during cuda_graph after \S+$", out, re.M), out
     m = re.search(r"^  root cause \(line (\d+)\): (.*)$", out, re.M)
     assert m, out
     assert m.group(2).startswith(OOM) and int(m.group(1)) == oom_line_no
@@ -354,3 +355,36 @@ def test_colour_codes_in_the_log_do_not_reach_the_output(tmp_path: Path) -> None
     assert re.search(r"^  root cause \(line \d+\): torch\.OutOfMemoryError: CUDA out of memory",
                      res.stdout, re.M), res.stdout
     assert_plain(res)
+
+
+def test_the_verdict_ends_with_a_summary_folded_excerpt_and_time_to_crash() -> None:
+    """The crash of a 4-rank startup: `after <time>`, each per-rank milestone once with its
+    count, and the summary block (phases with the total, shards)."""
+    text = "".join(s.text for s in script(crash="oom", download=False, start=1.7e9))
+    res = watch("-", input=text)
+    assert res.returncode == 1, res.stderr
+    out = res.stdout
+    m = re.search(r"CRASHED: cuda_oom during cuda_graph after (\S+)$", out, re.M)
+    assert m and m.group(1) not in ("", "?"), out
+    excerpt = [ln[6:] for ln in out.splitlines() if ln.startswith("    | ")]
+    assert any(ln.endswith("(x4 ranks)") for ln in excerpt), excerpt
+    assert len([ln for ln in excerpt if "Capture cuda graph begin" in ln]) <= 1, excerpt
+    assert re.search(r"^  phases: launching \S+ .* \(total \S+\)$", out, re.M), out
+    assert re.search(r"^  shards: 24/24$", out, re.M), out
+
+
+def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(_script_text(until="Load weight end"))
+    proc = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    for line in proc.stdout:          # the startup was read: now the user presses Ctrl-C
+        if "phase allocating" in line or "phase loading_shards" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, (rest, err)
+    assert re.search(r"^\d\d:\d\d:\d\d interrupted in \w+$", rest, re.M), rest
+    assert "  phases: launching" in rest and "Traceback" not in err, (rest, err)

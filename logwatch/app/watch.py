@@ -2,13 +2,15 @@
 
 The replacement for `ssh host "sleep 30 && tail -30 server.log"` run by hand for ten
 minutes.  Exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage or
-configuration error (bad target, refused host key, unreadable file).
+configuration error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C:
+the summary is printed first).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from .config import TargetConfig
 from .target import TargetRunner
 
 EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130      # Ctrl-C (SIGINT), after the summary, as shells report it
 TICK = 0.25
 
 
@@ -70,6 +73,17 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE
     display = make_display(opts.target, sys.stderr if opts.json else out)
+    interrupted: list[bool] = []
+
+    def on_sigint() -> None:
+        interrupted.append(True)
+        wake.set()
+
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError):  # not the main thread: Ctrl-C stays Python's
+        pass
     started = time.monotonic()
     runner.start()
     display.start()
@@ -82,6 +96,10 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
                 pass
             wake.clear()
             now = time.time()
+            if interrupted:
+                code = EXIT_INTERRUPTED
+                outcome = f"interrupted in {runner.view(now).phase}"
+                break
             ended = runner.ended.is_set() and not runner.stop_reading
             if ended:
                 runner.finish(now)
@@ -108,6 +126,10 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
                 code, outcome = EXIT_TIMEOUT, f"timed out after {opts.timeout:g}s in {view.phase}"
                 break
     finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
         await runner.stop()
         await default_pool().close()
     if runner.pipe is None and runner.follower is not None:

@@ -8,6 +8,7 @@ phase change, progress every few seconds, and the crash with its root-cause line
 from __future__ import annotations
 
 import math
+import re
 import sys
 import time
 from typing import TextIO
@@ -70,23 +71,61 @@ class PlainDisplay:
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
 
     def finish(self, view: TargetView, outcome: str) -> None:
+        d = {k: v for k, v in view.durations.items() if k != "ready"}
+        total = sum(d.values()) if d else None
         if view.crash is not None:
             c = view.crash
-            self._say(f"CRASHED: {c['reason']} during {c['during']}")
+            after = f" after {fmt_duration(total)}" if total else ""
+            self._say(f"CRASHED: {c['reason']} during {c['during']}{after}")
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
             if c["excerpt"]:
                 print("  excerpt:", file=self.out)
-                for ln in c["excerpt"][-40:]:
+                for ln in fold_ranks(c["excerpt"][-60:])[-40:]:
                     print(f"    | {ln}", file=self.out)
         elif view.phase == "ready":
-            d = view.durations
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
-            took = sum(v for k, v in d.items() if k != "ready") if d else None
-            self._say(f"READY{' in ' + fmt_duration(took) if took else ''}"
+            self._say(f"READY{' in ' + fmt_duration(total) if total else ''}"
                       f"{f' (slowest phase: {slow} {fmt_duration(d[slow])})' if slow else ''}")
         else:
             self._say(outcome)
+        for line in summary_block(view):
+            print(f"  {line}", file=self.out)
         self.out.flush()
+
+
+_RANK_PREFIX = re.compile(r"^\[[^\]]*\]\s*|^\((?:\w+ )?(?:rank|pid)=[^)]*\)\s*|"
+                          r"^(?:\w+ )?(?:TP|DP|EP|PP)\d+(?: (?:TP|DP|EP|PP)\d+)*[:|]?\s*")
+
+
+def fold_ranks(lines: list[str]) -> list[str]:
+    """Consecutive lines that differ only in their prefix (time, rank tag: the same
+    milestone from every TP rank) shown once, with how many ranks printed it."""
+    out: list[str] = []
+    run_key, run_n = None, 0
+    for ln in lines:
+        key = _RANK_PREFIX.sub("", ln, count=1)
+        if key and key == run_key:
+            run_n += 1
+            out[-1] = f"{first} (x{run_n} ranks)"
+            continue
+        run_key, run_n, first = key, 1, ln
+        out.append(ln)
+    return out
+
+
+def summary_block(view: TargetView) -> list[str]:
+    """What a person wants at the end: per-phase times, the total, shards, serving speed."""
+    d = {k: v for k, v in view.durations.items() if k != "ready"}
+    out = []
+    if d:
+        out.append("phases: " + " · ".join(f"{k} {fmt_duration(v)}" for k, v in d.items())
+                   + f"  (total {fmt_duration(sum(d.values()))})")
+    if view.shards and view.shards.total:
+        out.append(f"shards: {view.shards.loaded}/{view.shards.total}")
+    tps = view.stats.get("gen_throughput")
+    if tps is not None and view.phase == "ready":
+        out.append(f"serving: {tps:,.0f} tok/s")
+    return out
 
 
 class RichDisplay(PlainDisplay):

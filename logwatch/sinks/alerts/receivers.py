@@ -126,6 +126,9 @@ def _code(lines: list[str], budget: int) -> str:
     return f"```{body}```"
 
 
+LINE_LABEL = {"crashed": "root cause: ", "ready": "ready line: ", "restarted": "startup line: "}
+
+
 class SlackSink(Sink):
     type = "slack"
     ICON = {"crashed": ":red_circle:", "stalled": ":hourglass:", "slow": ":snail:",
@@ -142,7 +145,7 @@ class SlackSink(Sink):
         line = alert.details.get("line")
         if line and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
-                                                       "text": _cut("root cause: " + _code([line], SLACK_TEXT - 20), SLACK_TEXT)}})
+                                                       "text": _cut(LINE_LABEL.get(alert.kind, "line: ") + _code([line], SLACK_TEXT - 20), SLACK_TEXT)}})
         if alert.excerpt and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
                                                        "text": _code(alert.excerpt, SLACK_TEXT)}})
