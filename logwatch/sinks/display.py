@@ -101,7 +101,7 @@ def fold_ranks(lines: list[str]) -> list[str]:
     """Consecutive lines that differ only in their prefix (time, rank tag: the same
     milestone from every TP rank) shown once, with how many ranks printed it."""
     out: list[str] = []
-    run_key, run_n = None, 0
+    run_key, run_n, first = None, 0, ""
     for ln in lines:
         key = _RANK_PREFIX.sub("", ln, count=1)
         if key and key == run_key:
