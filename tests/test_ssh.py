@@ -571,7 +571,7 @@ def test_resume_at_saved_position_and_not_in_a_replaced_file(sshd_server: SSHSer
     async def resumed(start: Position, pack: bool) -> Collector:
         pool = SSHPool()
         source = make_source(server, target, pool=pool, start=start,
-                             pack=load_pack("sglang") if pack else None)
+                             locator=startup_locator(load_pack("sglang")) if pack else None)
         col = Collector(source).start()
         size = target.stat().st_size
         try:
