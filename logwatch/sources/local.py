@@ -1,5 +1,9 @@
 """A local log file, followed like `tail -F`, without losing or repeating a byte.
 
+The follow algorithm (where to start, truncation, rotation, drain) is the `Cursor`'s
+(sources/cursor.py), shared with the SSH source; this module is its I/O: `os.pread` on an
+open descriptor, `os.stat` of the path, and wakeups.  What that algorithm does here:
+
 * The file may not exist yet: wait for it.
 * Rename rotation: the open descriptor still reads the old file, so it is drained to its end
   before the new file at the path is opened (from byte 0).
@@ -17,13 +21,11 @@ import asyncio
 import os
 import threading
 from pathlib import Path
-from typing import AsyncIterator, Callable, Iterator
+from typing import AsyncIterator, Callable
 
 from .. import log
-from .base import (
-    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceEvent, SourceState,
-    digest, identity_of,
-)
+from .base import HEAD_BYTES, FileIdentity, Position, SourceEvent, SourceState
+from .cursor import Cursor, PathFacts, Reopen, drive
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -107,12 +109,24 @@ class LocalFileSource:
         # together (the daemon trades ~this much latency for throughput; `watch` uses 0)
         self.batch_interval = batch_interval
         self.log = log.get("source.local").bind(path=str(self.path))
+        self.cursor = Cursor(str(self.path), saved=start, can_locate=find_start is not None,
+                             read_size=READ_SIZE, check_every=CHECK_EVERY, logger=self.log)
         self._wake = asyncio.Event()
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
-        self.rotations = 0
-        self.truncations = 0
-        self.current_identity: FileIdentity | None = None
+
+    @property
+    def current_identity(self) -> FileIdentity | None:
+        """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
+        return self.cursor.identity
+
+    @property
+    def rotations(self) -> int:
+        return self.cursor.rotations
+
+    @property
+    def truncations(self) -> int:
+        return self.cursor.truncations
 
     async def close(self) -> None:
         self._closed = True
@@ -145,8 +159,6 @@ class LocalFileSource:
         self._wake.clear()
 
     async def events(self) -> AsyncIterator[SourceEvent]:
-        first = True
-        reason_next = "attach"
         waiting_said = False
         while not self._closed:
             self._subscribe()
@@ -166,129 +178,46 @@ class LocalFileSource:
                 return
             waiting_said = False
             with f:
-                st = os.fstat(f.fileno())
-                head = os.pread(f.fileno(), HEAD_BYTES, 0)
-                ident = identity_of(st.st_dev, st.st_ino, head)
-                offset, line_number, reason, new_file = 0, 1, reason_next, True
-                if first:
-                    first = False
-                    offset, line_number, reason, new_file = self._initial(f, st, head)
-                yield SourceState(True, f"reading {self.path}")
-                yield Opened(offset, line_number, ident, reason, new_file)
-                async for ev in self._follow(f, ident, offset):
-                    if isinstance(ev, str):
-                        reason_next = ev
-                        break
-                    yield ev
-
-    def _initial(self, f, st, head: bytes) -> tuple[int, int, str, bool]:  # type: ignore[no-untyped-def]
-        saved = self.start
-        if saved is not None and saved.identity is not None and \
-                saved.identity.matches(st.st_dev, st.st_ino, head) and \
-                saved.offset <= st.st_size and self._tail_ok(f.fileno(), saved):
-            return saved.offset, saved.line_number, "resume", False
-        if saved is not None:
-            self.log.info("saved position does not fit this file (replaced): starting at the "
-                          "latest startup in it", saved_offset=saved.offset)
-        if self.find_start is not None:
-            off, line = self.find_start(str(self.path))
-            return off, line, "attach", True
-        return 0, 1, "attach", True
-
-    @staticmethod
-    def _tail_ok(fd: int, saved: Position) -> bool:
-        if saved.tail_sha is None or saved.offset == 0:
-            return True
-        lo = max(0, saved.offset - TAIL_BYTES)
-        return digest(os.pread(fd, saved.offset - lo, lo)) == saved.tail_sha
-
-    async def _follow(self, f, ident: FileIdentity, offset: int) -> AsyncIterator[SourceEvent | str]:  # type: ignore[no-untyped-def]
-        fd = f.fileno()
-        self.current_identity = ident
-        last = os.pread(fd, min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) if offset else b""
-        checked = 0.0
-        loop = asyncio.get_running_loop()
-        while not self._closed:
-            size = os.fstat(fd).st_size
-            now = loop.time()
-            check = now - checked >= CHECK_EVERY
-            if check:
-                checked = now
-            rewritten = size < offset
-            while not rewritten:
-                # each read starts with the bytes before our offset: if they changed, the file
-                # was truncated and written again (checked in the same syscall, for free)
-                back = len(last)
-                chunk = os.pread(fd, READ_SIZE + back, offset - back)
-                if chunk[:back] != last:
-                    rewritten = True
-                    break
-                chunk = chunk[back:]
-                if not chunk:
-                    break
-                yield Data(chunk, offset)
-                offset += len(chunk)
-                last = (last + chunk)[-TAIL_BYTES:]
-                if len(chunk) < READ_SIZE:
-                    break
-            if rewritten:
-                self.truncations += 1
-                self.log.warning("log truncated: reading it again from the start",
-                                 offset=offset, size=size)
-                offset, last = 0, b""
-                head = os.pread(fd, HEAD_BYTES, 0)
+                fd = f.fileno()
                 st = os.fstat(fd)
-                ident = identity_of(st.st_dev, st.st_ino, head)
-                self.current_identity = ident
-                yield Opened(0, 1, ident, "truncated", True)
-                continue
-            if ident.head_len < HEAD_BYTES and offset > ident.head_len:
-                # opened while shorter than an identity head: complete the identity now
-                ident = identity_of(ident.dev, ident.ino, os.pread(fd, HEAD_BYTES, 0))
-                self.current_identity = ident
-            if not check:
-                await self._sleep()
-                continue
-            # has the path moved on to another file?
-            try:
-                pst = os.stat(self.path)
-            except OSError:
-                pst = None
-            if pst is not None and (pst.st_dev, pst.st_ino) != (ident.dev, ident.ino):
-                for ev in _drain(fd, offset):  # what the old file still holds, then switch
-                    yield ev
-                self.rotations += 1
-                self.log.info("log rotated: following the new file")
-                yield "rotated"
-                return
-            if pst is None and not getattr(self, "_gone_said", False):
-                self._gone_said = True
-                # still linked elsewhere: renamed away (rotation), not deleted
-                self._gone_reason = "rotated" if os.fstat(fd).st_nlink > 0 else "recreated"
-                what = "was rotated away" if self._gone_reason == "rotated" else "was deleted"
-                yield SourceState(True, f"{self.path} {what}; draining it, waiting for a new one")
-            if pst is not None:
-                self._gone_said = False
-            await self._sleep()
-            if pst is None:
-                # deleted: a new file at the path ends this one
-                try:
-                    os.stat(self.path)
-                except FileNotFoundError:
-                    continue
-                for ev in _drain(fd, offset):
-                    yield ev
-                self._gone_said = False
-                self.rotations += 1
-                yield getattr(self, "_gone_reason", "recreated")
-                return
+                yield SourceState(True, f"reading {self.path}")
+                # until the file is left (Reopen: open the path again) or the source closes
+                async for ev in drive(self.cursor, _OpenFile(self, fd), st.st_dev, st.st_ino,
+                                      st.st_size, os.pread(fd, HEAD_BYTES, 0)):
+                    if not isinstance(ev, Reopen):
+                        yield ev
 
 
-def _drain(fd: int, offset: int) -> Iterator[Data]:
-    """Everything a file still holds from `offset` to its end (before leaving it)."""
-    while True:
-        chunk = os.pread(fd, READ_SIZE, offset)
-        if not chunk:
-            return
-        yield Data(chunk, offset)
-        offset += len(chunk)
+class _OpenFile:
+    """The cursor's I/O on one open local file: preads on its descriptor (which still reads
+    it after a rename or unlink), a stat of the path, the source's wakeups."""
+
+    def __init__(self, source: LocalFileSource, fd: int) -> None:
+        self.source = source
+        self.fd = fd
+
+    @property
+    def closed(self) -> bool:
+        return self.source._closed
+
+    async def read(self, pos: int, n: int) -> bytes:
+        return os.pread(self.fd, n, pos)
+
+    async def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    async def look(self, head: bool) -> PathFacts:
+        # dev/inode always answer here: the head is never needed
+        try:
+            st = os.stat(self.source.path)
+        except OSError:
+            # still linked elsewhere: renamed away (rotation), not deleted
+            return PathFacts(False, links=os.fstat(self.fd).st_nlink)
+        return PathFacts(True, st.st_dev, st.st_ino, st.st_size)
+
+    async def locate(self) -> tuple[int, int]:
+        finder = self.source.find_start
+        return finder(str(self.source.path)) if finder is not None else (0, 1)
+
+    async def wait(self, idle: float) -> None:
+        await self.source._sleep()

@@ -12,6 +12,10 @@ end before the new file is opened.  Stock OpenSSH serves SFTP; the first attach 
   and warns every time.
 * Keepalives detect a dead peer; reconnects back off exponentially with jitter.
 * Targets on the same host share one connection and one SFTP session (`SSHPool`).
+
+The follow algorithm (resume / attach / reconnect, truncation, rotation with drain) is the
+`Cursor`'s (sources/cursor.py), shared with the local source; this module is its I/O: SFTP
+reads and stats, reconnects, and the remote grep for the first attach.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ import asyncssh
 
 from .. import log
 from .base import (
-    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceError, SourceEvent,
-    SourceState, StartLocator, digest, identity_of,
+    HEAD_BYTES, Data, FileIdentity, Opened, Position, SourceError, SourceEvent, SourceState,
+    StartLocator,
 )
+from .cursor import Cursor, PathFacts, Reopen, drive
 
 READ_SIZE = 256 * 1024
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
@@ -236,11 +241,9 @@ class SSHFileSource:
         self.log = log.get("source.ssh").bind(target=str(self.target))
         self._closed = False
         self._wake = asyncio.Event()
-        self.offset: int | None = None      # next byte to read in the current file
-        self.ident: FileIdentity | None = None
-        self._last = b""                    # bytes just before `offset`
-        self.rotations = 0
-        self.truncations = 0
+        # where reading stands survives reconnects: the cursor is the source's, not a session's
+        self.cursor = Cursor(self.target.path, saved=start, can_locate=locator is not None,
+                             read_size=READ_SIZE, check_every=IDENTITY_EVERY, logger=self.log)
         self.reconnects = 0
 
     async def close(self) -> None:
@@ -250,7 +253,15 @@ class SSHFileSource:
     @property
     def current_identity(self) -> FileIdentity | None:
         """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
-        return self.ident
+        return self.cursor.identity
+
+    @property
+    def rotations(self) -> int:
+        return self.cursor.rotations
+
+    @property
+    def truncations(self) -> int:
+        return self.cursor.truncations
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff()
@@ -328,70 +339,39 @@ class SSHFileSource:
                 return
 
     async def _follow(self, conn: Any, sftp: Any) -> AsyncIterator[SourceEvent]:
-        f = None
-        async for item in self._open(sftp):
-            if isinstance(item, SourceState):
-                yield item
-                if item.fatal:
-                    return
-            else:
-                f = item
-        if f is None:
-            return
-        try:
-            attrs = await f.stat()
-            if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
-                yield SourceState(False, f"{self.target.path} is a directory", fatal=True)
-                return
-            head = await f.read(HEAD_BYTES, 0)
-            ident = identity_of(None, None, head)
-            yield SourceState(True, f"reading {self.target}")
-            if self.offset is not None and self.ident is not None:
-                # a reconnect: the same file (head and the bytes before our offset)?
-                if self.ident.matches(None, None, head) and attrs.size >= self.offset and \
-                        await self._tail_ok(f, self.offset, self._last):
-                    yield Opened(self.offset, 0, self.ident, "reconnected", False)
+        """Read the path on one connection: open it, let the cursor read it, and open it
+        again when the cursor leaves it (rotation); connection errors propagate."""
+        say_up = True
+        while not self._closed:
+            f = None
+            async for item in self._open(sftp):
+                if isinstance(item, SourceState):
+                    yield item
+                    say_up = True
+                    if item.fatal:
+                        return
                 else:
-                    self.log.warning("the log changed while disconnected (rotated or replaced):"
-                                     " reading the new file from its start")
-                    self.rotations += 1
-                    self.offset, self.ident, self._last = 0, ident, b""
-                    yield Opened(0, 1, ident, "rotated", True)
-            else:
-                offset, line, reason, new_file = await self._initial(conn, f, attrs, head)
-                self.offset, self.ident = offset, ident
-                self._last = await f.read(min(offset, TAIL_BYTES), max(0, offset - TAIL_BYTES)) \
-                    if offset else b""
-                yield Opened(offset, line, ident, reason, new_file)
-            async for ev in self._read_loop(sftp, f):
-                yield ev
-        finally:
+                    f = item
+            if f is None:
+                return
             try:
-                await f.close()
-            except (OSError, asyncssh.Error):
-                pass
-
-    async def _tail_ok(self, f: Any, offset: int, last: bytes) -> bool:
-        if not last:
-            return True
-        got = await f.read(len(last), offset - len(last))
-        return got == last
-
-    async def _initial(self, conn: Any, f: Any, attrs: Any, head: bytes) -> tuple[int, int, str, bool]:
-        saved = self.start
-        if saved is not None and saved.identity is not None and \
-                saved.identity.matches(None, None, head) and saved.offset <= attrs.size:
-            lo = max(0, saved.offset - TAIL_BYTES)
-            before = await f.read(saved.offset - lo, lo) if saved.offset else b""
-            if saved.tail_sha is None or digest(before) == saved.tail_sha:
-                return saved.offset, saved.line_number, "resume", False
-        if saved is not None:
-            self.log.info("saved position does not fit this file (replaced): starting at the "
-                          "latest startup in it")
-        if self.locator is None:
-            return 0, 1, "attach", True
-        off, line = await self._find_start(conn, f)
-        return off, line, "attach", True
+                attrs = await f.stat()
+                if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
+                    yield SourceState(False, f"{self.target.path} is a directory", fatal=True)
+                    return
+                head = await f.read(HEAD_BYTES, 0)
+                if say_up:
+                    yield SourceState(True, f"reading {self.target}")
+                    say_up = False
+                async for ev in drive(self.cursor, _RemoteFile(self, conn, sftp, f), None, None,
+                                      attrs.size or 0, head):
+                    if not isinstance(ev, Reopen):
+                        yield ev
+            finally:
+                try:
+                    await f.close()
+                except (OSError, asyncssh.Error):
+                    pass
 
     async def _find_start(self, conn: Any, f: Any) -> tuple[int, int]:
         """The latest startup: `grep -b -n` on the remote side, verified here."""
@@ -424,89 +404,47 @@ class SSHFileSource:
             finder.feed(data)
             pos += len(data)
 
-    async def _read_loop(self, sftp: Any, f: Any) -> AsyncIterator[SourceEvent]:
-        assert self.offset is not None and self.ident is not None
-        last_check = time.monotonic()
-        last_data = time.monotonic()
-        while not self._closed:
-            attrs = await f.stat()
-            size = attrs.size or 0
-            rewritten = size < self.offset
-            got_any = False
-            while not rewritten and size > self.offset:
-                # every read starts with the bytes before our offset: if they changed, the
-                # file was truncated and rewritten (checked for free, in the same request)
-                back = len(self._last)
-                data = await f.read(min(READ_SIZE, size - self.offset) + back,
-                                    self.offset - back)
-                if data[:back] != self._last:
-                    rewritten = True
-                    break
-                data = data[back:]
-                if not data:
-                    break
-                yield Data(data, self.offset)
-                self.offset += len(data)
-                self._last = (self._last + data)[-TAIL_BYTES:]
-                got_any = True
-            if rewritten or (self._last and time.monotonic() - last_check > IDENTITY_EVERY and
-                             not await self._tail_ok(f, self.offset, self._last)):
-                self.truncations += 1
-                self.log.warning("log truncated: reading it again from the start")
-                head = await f.read(HEAD_BYTES, 0)
-                self.offset, self.ident, self._last = 0, identity_of(None, None, head), b""
-                yield Opened(0, 1, self.ident, "truncated", True)
-                continue
-            if self.ident.head_len < HEAD_BYTES and self.offset > self.ident.head_len:
-                # the file was shorter than an identity head when opened: complete it now
-                head = await f.read(HEAD_BYTES, 0)
-                if head[: self.ident.head_len] == b"" or \
-                        self.ident.matches(None, None, head):
-                    self.ident = identity_of(None, None, head)
-            now = time.monotonic()
-            if got_any:
-                last_data = now
-            if now - last_check > IDENTITY_EVERY:
-                last_check = now
-                rotated = await self._rotated(sftp, size)
-                if rotated:
-                    # drain the old file (the handle still reads it), then switch
-                    while True:
-                        data = await f.read(READ_SIZE, self.offset)
-                        if not data:
-                            break
-                        yield Data(data, self.offset)
-                        self.offset += len(data)
-                    self.rotations += 1
-                    self.log.info("log rotated: following the new file")
-                    self.offset, self.ident, self._last = None, None, b""
-                    nf = await sftp.open(self.target.path, "rb")
-                    await f.close()
-                    f = nf
-                    head = await f.read(HEAD_BYTES, 0)
-                    self.offset, self.ident = 0, identity_of(None, None, head)
-                    yield Opened(0, 1, self.ident, "rotated", True)
-                    continue
-            idle = now - last_data > 10
-            await self._sleep(self.opts.idle_poll_interval if idle else self.opts.poll_interval)
 
-    async def _rotated(self, sftp: Any, handle_size: int) -> bool:
-        """Is the path now another file than the one our handle reads?"""
+class _RemoteFile:
+    """The cursor's I/O on one open SFTP handle (which still reads a file renamed away):
+    reads by offset, stats, a look at the path, the remote grep, the poll pacing."""
+
+    def __init__(self, source: SSHFileSource, conn: Any, sftp: Any, f: Any) -> None:
+        self.source = source
+        self.conn = conn
+        self.sftp = sftp
+        self.f = f
+
+    @property
+    def closed(self) -> bool:
+        return self.source._closed
+
+    async def read(self, pos: int, n: int) -> bytes:
+        data: bytes = await self.f.read(n, pos)
+        return data
+
+    async def size(self) -> int:
+        return (await self.f.stat()).size or 0
+
+    async def look(self, head: bool) -> PathFacts:
+        """The path's size, and its first bytes when asked (SFTP has no inode to compare)."""
+        path = self.source.target.path
         try:
-            pattrs = await sftp.stat(self.target.path)
+            attrs = await self.sftp.stat(path)
+            if not head:
+                return PathFacts(True, size=attrs.size or 0)
+            nf = await self.sftp.open(path, "rb")
         except asyncssh.SFTPNoSuchFile:
-            return False  # deleted: keep draining the handle until a new file appears
-        if pattrs.size == handle_size:
-            return False
+            return PathFacts(False)   # deleted: the handle is read on until a new file appears
         try:
-            nf = await sftp.open(self.target.path, "rb")
-        except asyncssh.SFTPNoSuchFile:
-            return False
-        try:
-            head = await nf.read(HEAD_BYTES, 0)
+            first = await nf.read(HEAD_BYTES, 0)
         finally:
             await nf.close()
-        assert self.ident is not None
-        if len(head) < self.ident.head_len:
-            return (pattrs.size or 0) < handle_size
-        return not self.ident.matches(None, None, head)
+        return PathFacts(True, size=attrs.size or 0, head=first)
+
+    async def locate(self) -> tuple[int, int]:
+        return await self.source._find_start(self.conn, self.f)
+
+    async def wait(self, idle: float) -> None:
+        opts = self.source.opts
+        await self.source._sleep(opts.idle_poll_interval if idle > 10 else opts.poll_interval)

@@ -1,0 +1,426 @@
+"""The follow algorithm of a file source, written once and without I/O.
+
+LocalFileSource (os.pread, watchdog) and SSHFileSource (SFTP) follow a log the same way, so
+that way lives here and the two cannot drift apart.  A `Cursor` holds where reading stands
+(offset, the identity of the file, the bytes just before the offset) and decides, from facts
+its source gives it, what to do next.  It never touches a file, a socket or a clock, so each
+decision is tested with plain bytes (tests/test_cursor.py); the sources keep only their I/O.
+
+The conversation (`drive` runs it; a source only answers what it is asked):
+
+    opened(dev, ino, size, head)    a file was opened at the path
+    -> Read(pos, n)                 read n bytes at pos of that file, then got(data)
+    -> Locate()                     where does its latest startup begin: located(offset, line)
+    -> Look(head)                   what does the path name now: looked(PathFacts)
+    -> Poll() / Wait(idle)          (after the next wakeup) the file's size: poll(size, now)
+    -> Reopen(reason)               the file is left and drained: open the path, opened(...)
+
+after every call, take_events() hands out the Opened / Data / SourceState to yield.
+
+Why it decides what it decides:
+
+* Start: `resume` at a saved Position only if its identity, the file's size and the hash of
+  the bytes before it all fit (a replaced file is never resumed in its middle); otherwise
+  the latest startup (Locate, when the source has a locator); otherwise byte 0.  The same
+  path opened again after a lost connection is `reconnected` if it is still our file up to
+  our offset, else a new file read from byte 0 (`rotated`).
+* Truncation: every read starts with the TAIL_BYTES before our offset; if they changed, or
+  the file is shorter than our offset, it was truncated and written again: `truncated`, from
+  byte 0.  A file that does not grow is re-checked that way every `check_every`.
+* Rotation: every `check_every` the path is looked at.  Another file there (rename rotation,
+  or a new file after a deletion): ours is read to its end first (a descriptor / SFTP handle
+  still reads a renamed or deleted file), then Reopen.  Nothing there: said once, and ours
+  is read on until a file appears.
+* An identity taken while the file was shorter than HEAD_BYTES is completed as the file grows,
+  if its first bytes are still the ones identified.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Protocol
+
+from .. import log
+from .base import (
+    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceEvent, SourceState,
+    digest, identity_of,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Read:
+    """Read `n` bytes at `pos` of the open file; answer `Cursor.got(data)` (fewer bytes at
+    its end, b"" past it)."""
+
+    pos: int
+    n: int
+
+
+@dataclass(frozen=True, slots=True)
+class Locate:
+    """Find where the latest startup begins in the open file; answer `Cursor.located`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Look:
+    """What does the path name now?  Answer `Cursor.looked(PathFacts)`.  `head`: neither
+    dev/inode nor the size told; include the first HEAD_BYTES of the file at the path."""
+
+    head: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Poll:
+    """Give the open file's size now: `Cursor.poll(size, now)`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Wait(Poll):
+    """Nothing to do before the next wakeup (inotify, poll interval); then as Poll.  `idle`:
+    seconds since the last new byte (a source may poll a quiet log less often)."""
+
+    idle: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen:
+    """Our file was left (rotated, recreated) and read to its end: close it and open the
+    path again; `Cursor.opened` then reads the new file from byte 0 for this `reason`."""
+
+    reason: str
+
+
+Action = Read | Locate | Look | Poll | Reopen
+
+
+@dataclass(frozen=True, slots=True)
+class PathFacts:
+    """The answer to Look: what the path names now.  `links` is the link count of the file
+    we read, for a missing path: >0 it was renamed away, 0 deleted, None the source cannot
+    tell (SFTP has no link count: then nothing is said about it)."""
+
+    exists: bool
+    dev: int | None = None
+    ino: int | None = None
+    size: int | None = None
+    head: bytes | None = None
+    links: int | None = None
+
+
+# what a pending Read is for: the answer in got() goes to `_got_<purpose>`
+_READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain"})
+
+
+class Cursor:
+    """Where reading a followed file stands, and what to do next (see the module doc).
+
+    `offset` is the next byte to read, `line_number` the line reading (re)started at (the
+    Opened's), `identity` the file's, `last` the bytes just before `offset`.  `saved`: the
+    Position to resume at; `can_locate`: the source can answer Locate."""
+
+    def __init__(self, path: str, *, saved: Position | None = None, can_locate: bool = False,
+                 read_size: int = 1 << 20, check_every: float = 1.0,
+                 logger: Any | None = None) -> None:
+        self.path = path
+        self.saved = saved
+        self.can_locate = can_locate
+        self.read_size = read_size
+        self.check_every = check_every
+        self.log = logger if logger is not None else log.get("source.cursor").bind(path=path)
+        self.offset: int | None = None       # None: not positioned in any file yet
+        self.line_number = 1
+        self.identity: FileIdentity | None = None
+        self.last = b""
+        self.rotations = 0
+        self.truncations = 0
+        self._events: list[SourceEvent] = []
+        self._doing = ""                     # what the pending Read / Look / Locate is for
+        self._file: FileIdentity | None = None   # identity of the file just opened
+        self._begin: tuple[int, int, str, bool] = (0, 1, "attach", True)
+        self._switch: str | None = None      # Reopen was asked: the next file is a new one
+        self._gone: str | None = None        # the path names nothing: rotated / recreated
+        self._leaving = "rotated"            # why the file being drained is left
+        # the current poll cycle: read, complete the head, verify, look, wait
+        self._size = 0
+        self._now = 0.0
+        self._phase = "done"
+        self._due = False
+        self._got = False
+        self._verified = False
+        self._checked: float | None = None
+        self._data_at: float | None = None
+
+    def take_events(self) -> list[SourceEvent]:
+        """The events decided since the last call, in order."""
+        out, self._events = self._events, []
+        return out
+
+    # opening ------------------------------------------------------------------------------
+
+    def opened(self, dev: int | None, ino: int | None, size: int, head: bytes) -> Action:
+        """A file was opened at the path (first time, after Reopen, after a lost connection):
+        decide where to read it from."""
+        self._doing, self._phase = "", "done"
+        self._file = identity_of(dev, ino, head)
+        self._size = size
+        if self._switch is not None:
+            reason, self._switch = self._switch, None
+            return self._start(0, 1, reason, True)
+        if self.offset is None:
+            saved = self.saved
+            if saved is not None and saved.identity is not None and \
+                    saved.identity.matches(dev, ino, head) and saved.offset <= size:
+                if saved.tail_sha is None or saved.offset == 0:
+                    return self._start(saved.offset, saved.line_number, "resume", False)
+                lo = max(0, saved.offset - TAIL_BYTES)
+                return self._ask(Read(lo, saved.offset - lo), "resume")
+            return self._not_resumed()
+        assert self.identity is not None
+        # opened again after a lost connection: still our file, up to our offset?
+        if self.identity.matches(dev, ino, head) and size >= self.offset:
+            if not self.last:
+                return self._reconnected()
+            return self._ask(Read(self.offset - len(self.last), len(self.last)), "reconnect")
+        return self._replaced()
+
+    def located(self, offset: int, line_number: int) -> Action:
+        """The answer to Locate: the latest startup begins at `offset`, on `line_number`."""
+        self._expect("locate")
+        return self._start(offset, line_number, "attach", True)
+
+    def _got_resume(self, data: bytes) -> Action:
+        assert self.saved is not None
+        if digest(data) == self.saved.tail_sha:
+            return self._start(self.saved.offset, self.saved.line_number, "resume", False, data)
+        return self._not_resumed()
+
+    def _not_resumed(self) -> Action:
+        if self.saved is not None:
+            self.log.info("saved position does not fit this file (replaced): starting at the "
+                          "latest startup in it", saved_offset=self.saved.offset)
+        if self.can_locate:
+            return self._ask(Locate(), "locate")
+        return self._start(0, 1, "attach", True)
+
+    def _got_reconnect(self, data: bytes) -> Action:
+        return self._reconnected() if data == self.last else self._replaced()
+
+    def _reconnected(self) -> Action:
+        assert self.offset is not None
+        self._gone, self._doing = None, ""
+        self._events.append(Opened(self.offset, 0, self.identity, "reconnected", False))
+        return Poll()
+
+    def _replaced(self) -> Action:
+        self.log.warning("the log changed while disconnected (rotated or replaced): reading "
+                         "the new file from its start")
+        self.rotations += 1
+        return self._start(0, 1, "rotated", True)
+
+    def _start(self, offset: int, line_number: int, reason: str, new_file: bool,
+               last: bytes | None = None) -> Action:
+        """Read from `offset` of the file just opened, once the bytes before it are known."""
+        self._begin = (offset, line_number, reason, new_file)
+        if last is None and offset > 0:
+            lo = max(0, offset - TAIL_BYTES)
+            return self._ask(Read(lo, offset - lo), "last")
+        return self._got_last(last or b"")
+
+    def _got_last(self, data: bytes) -> Action:
+        offset, line_number, reason, new_file = self._begin
+        self.offset, self.line_number, self.last = offset, line_number, data[-TAIL_BYTES:]
+        self.identity, self._gone, self._doing = self._file, None, ""
+        self._events.append(Opened(offset, line_number, self.identity, reason, new_file))
+        return Poll()
+
+    # following ----------------------------------------------------------------------------
+
+    def poll(self, size: int, now: float) -> Action:
+        """The open file is `size` bytes long at `now` (monotonic seconds): a new cycle."""
+        if self.offset is None:
+            raise RuntimeError("poll() before the cursor is positioned in a file")
+        self._size, self._now = size, now
+        if self._checked is None:
+            self._checked = now
+        if self._data_at is None:
+            self._data_at = now
+        self._due = now - self._checked >= self.check_every
+        if self._due:
+            self._checked = now
+        self._phase, self._got, self._verified = "read", False, False
+        return self._next()
+
+    def got(self, data: bytes) -> Action:
+        """The answer to Read: the bytes read."""
+        if self._doing not in _READS:
+            raise RuntimeError(f"got() while no Read is pending (doing {self._doing!r})")
+        handler = getattr(self, "_got_" + self._doing)
+        result: Action = handler(data)
+        return result
+
+    def looked(self, facts: PathFacts) -> Action:
+        """The answer to Look: is the path still our file?"""
+        self._expect("look")
+        ident = self.identity
+        assert ident is not None
+        if not facts.exists:
+            if self._gone is None:
+                self._gone = "recreated" if facts.links == 0 else "rotated"
+                if facts.links is not None:
+                    what = "was rotated away" if self._gone == "rotated" else "was deleted"
+                    self._events.append(SourceState(
+                        True, f"{self.path} {what}; draining it, waiting for a new one"))
+            return self._next()
+        if ident.dev is not None and facts.dev is not None:
+            other = (facts.dev, facts.ino) != (ident.dev, ident.ino)
+        elif facts.size == self._size:
+            other = False      # no inode to compare: as long as ours is taken to be ours
+        elif facts.head is None:
+            return self._ask(Look(head=True), "look")
+        elif len(facts.head) < ident.head_len:
+            other = (facts.size or 0) < self._size   # too short to compare heads
+        else:
+            other = not ident.matches(None, None, facts.head)
+        if not other:
+            self._gone = None
+            return self._next()
+        self._leaving = self._gone or "rotated"
+        return self._ask(Read(self.offset or 0, self.read_size), "drain")
+
+    def _next(self) -> Action:
+        """The rest of the cycle: read what is new, complete the head, verify, look, wait."""
+        assert self.offset is not None and self.identity is not None
+        if self._phase == "read":
+            if self._size < self.offset:
+                return self._truncated()
+            if self._size > self.offset:
+                back = len(self.last)
+                n = min(self.read_size, self._size - self.offset)
+                return self._ask(Read(self.offset - back, back + n), "data")
+            self._phase = "head"
+        if self._phase == "head":
+            self._phase = "verify"
+            if self._got and self.identity.head_len < HEAD_BYTES and \
+                    self.offset > self.identity.head_len:
+                return self._ask(Read(0, HEAD_BYTES), "head")
+        if self._phase == "verify":
+            self._phase = "look"
+            if self._due and self.last and not self._verified:
+                return self._ask(Read(self.offset - len(self.last), len(self.last)), "verify")
+        if self._phase == "look":
+            self._phase = "done"
+            if self._due or self._gone is not None:
+                return self._ask(Look(), "look")
+        self._doing = ""
+        return Wait(self._now - (self._data_at if self._data_at is not None else self._now))
+
+    def _got_data(self, data: bytes) -> Action:
+        # the read began with the bytes before our offset: changed means rewritten
+        back = len(self.last)
+        if data[:back] != self.last:
+            return self._truncated()
+        chunk = data[back:]
+        if not chunk:          # shorter than it was a moment ago: the next cycle will tell
+            self._phase = "head"
+            return self._next()
+        self._take(chunk)
+        self._got = self._verified = True
+        return self._next()
+
+    def _got_verify(self, data: bytes) -> Action:
+        if data != self.last:
+            return self._truncated()
+        self._verified = True
+        return self._next()
+
+    def _truncated(self) -> Action:
+        self.truncations += 1
+        self.log.warning("log truncated: reading it again from the start",
+                         offset=self.offset, size=self._size)
+        return self._ask(Read(0, HEAD_BYTES), "truncated")
+
+    def _got_truncated(self, data: bytes) -> Action:
+        assert self.identity is not None
+        self.identity = identity_of(self.identity.dev, self.identity.ino, data)
+        self.offset, self.line_number, self.last = 0, 1, b""
+        self._events.append(Opened(0, 1, self.identity, "truncated", True))
+        self._phase = "read"
+        return self._next()
+
+    def _got_head(self, data: bytes) -> Action:
+        ident = self.identity
+        assert ident is not None
+        if ident.matches(ident.dev, ident.ino, data):   # grown, not replaced: a longer head
+            self.identity = identity_of(ident.dev, ident.ino, data)
+        return self._next()
+
+    def _got_drain(self, data: bytes) -> Action:
+        if data:
+            self._take(data)
+            return self._ask(Read(self.offset or 0, self.read_size), "drain")
+        self.rotations += 1
+        self.log.info("log rotated: following the new file", reason=self._leaving)
+        self._switch, self._gone, self._doing = self._leaving, None, ""
+        return Reopen(self._leaving)
+
+    # helpers ------------------------------------------------------------------------------
+
+    def _take(self, chunk: bytes) -> None:
+        assert self.offset is not None
+        self._events.append(Data(chunk, self.offset))
+        self.offset += len(chunk)
+        self.last = (self.last + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
+        self._data_at = self._now
+
+    def _ask(self, action: Action, doing: str) -> Action:
+        self._doing = doing
+        return action
+
+    def _expect(self, doing: str) -> None:
+        if self._doing != doing:
+            raise RuntimeError(f"answer for {doing!r} while doing {self._doing!r}")
+
+
+class FileIO(Protocol):
+    """What `drive` needs of a source for the file it has open: its I/O, nothing more."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def read(self, pos: int, n: int) -> bytes: ...
+
+    async def size(self) -> int: ...
+
+    async def look(self, head: bool) -> PathFacts: ...
+
+    async def locate(self) -> tuple[int, int]: ...
+
+    async def wait(self, idle: float) -> None: ...
+
+
+async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, size: int,
+                head: bytes) -> AsyncIterator[SourceEvent | Reopen]:
+    """Run `cursor` on the file `io` has just opened (`dev`, `ino`, `size`, `head` of it)
+    until the source closes or the file is left: then a last `Reopen` says why, and the
+    source opens the path again and drives again.  I/O errors propagate (a source that
+    reconnects calls `drive` again: the cursor remembers where it was)."""
+    action = cursor.opened(dev, ino, size, head)
+    while True:
+        for ev in cursor.take_events():
+            yield ev
+        if io.closed:
+            return
+        if isinstance(action, Read):
+            action = cursor.got(await io.read(action.pos, action.n))
+        elif isinstance(action, Look):
+            action = cursor.looked(await io.look(action.head))
+        elif isinstance(action, Locate):
+            action = cursor.located(*await io.locate())
+        elif isinstance(action, Reopen):
+            yield action
+            return
+        else:
+            if isinstance(action, Wait):
+                await io.wait(action.idle)
+            action = cursor.poll(await io.size(), time.monotonic())
