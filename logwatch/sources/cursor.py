@@ -424,3 +424,22 @@ async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, si
             if isinstance(action, Wait):
                 await io.wait(action.idle)
             action = cursor.poll(await io.size(), time.monotonic())
+
+
+class FollowsWithCursor:
+    """What a source that follows a file with a `Cursor` tells about its reading."""
+
+    cursor: Cursor
+
+    @property
+    def current_identity(self) -> FileIdentity | None:
+        """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
+        return self.cursor.identity
+
+    @property
+    def rotations(self) -> int:
+        return self.cursor.rotations
+
+    @property
+    def truncations(self) -> int:
+        return self.cursor.truncations

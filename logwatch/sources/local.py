@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import AsyncIterator, Callable
 
 from .. import log
-from .base import HEAD_BYTES, FileIdentity, Position, SourceEvent, SourceState
-from .cursor import Cursor, PathFacts, Reopen, drive
+from .base import HEAD_BYTES, Position, SourceEvent, SourceState
+from .cursor import Cursor, FollowsWithCursor, PathFacts, Reopen, drive
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -93,7 +93,7 @@ class _Watcher:
         return unsubscribe
 
 
-class LocalFileSource:
+class LocalFileSource(FollowsWithCursor):
     def __init__(self, path: str, *, start: Position | None = None,
                  find_start: StartFinder | None = None, poll_interval: float | None = None,
                  use_inotify: bool = True, name: str | None = None,
@@ -114,19 +114,6 @@ class LocalFileSource:
         self._wake = asyncio.Event()
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
-
-    @property
-    def current_identity(self) -> FileIdentity | None:
-        """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
-        return self.cursor.identity
-
-    @property
-    def rotations(self) -> int:
-        return self.cursor.rotations
-
-    @property
-    def truncations(self) -> int:
-        return self.cursor.truncations
 
     async def close(self) -> None:
         self._closed = True

@@ -33,10 +33,10 @@ import asyncssh
 
 from .. import log
 from .base import (
-    HEAD_BYTES, Data, FileIdentity, Opened, Position, SourceError, SourceEvent, SourceState,
+    HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
-from .cursor import Cursor, PathFacts, Reopen, drive
+from .cursor import Cursor, FollowsWithCursor, PathFacts, Reopen, drive
 
 READ_SIZE = 256 * 1024
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
@@ -228,7 +228,7 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-class SSHFileSource:
+class SSHFileSource(FollowsWithCursor):
     def __init__(self, url: str, *, options: SSHOptions | None = None,
                  start: Position | None = None, locator: StartLocator | None = None,
                  pool: SSHPool | None = None, name: str | None = None) -> None:
@@ -249,19 +249,6 @@ class SSHFileSource:
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
-
-    @property
-    def current_identity(self) -> FileIdentity | None:
-        """The identity of the file being read (its head grows to HEAD_BYTES as it does)."""
-        return self.cursor.identity
-
-    @property
-    def rotations(self) -> int:
-        return self.cursor.rotations
-
-    @property
-    def truncations(self) -> int:
-        return self.cursor.truncations
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff()
