@@ -203,8 +203,12 @@ class _OpenFile:
         return PathFacts(True, st.st_dev, st.st_ino, st.st_size)
 
     async def locate(self) -> tuple[int, int]:
+        # a scan of the whole file (gigabytes, on a first attach): in a thread, so that the
+        # daemon's endpoint and its other targets go on meanwhile
         finder = self.source.find_start
-        return finder(str(self.source.path)) if finder is not None else (0, 1)
+        if finder is None:
+            return 0, 1
+        return await asyncio.to_thread(finder, str(self.source.path))
 
     async def wait(self, idle: float) -> None:
         await self.source._sleep()
