@@ -50,6 +50,11 @@ def one_json(res: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return doc
 
 
+def verdict_line(out: str) -> str:
+    """The verdict: the last timestamped line (the summary block is indented after it)."""
+    return [ln for ln in out.splitlines() if STAMPED.match(ln)][-1]
+
+
 def assert_plain(res: subprocess.CompletedProcess[str]) -> None:
     """Non-tty output: plain lines for CI logs: no ANSI codes, no carriage returns, every
     line a timestamped message or an indented part of the crash report."""
@@ -95,7 +100,7 @@ def test_ready_on_a_log_being_written(simulator, poll: bool) -> None:  # type: i
     out = res.stdout
     for phase in ("launching", "loading_shards", "allocating", "autotune", "cuda_graph", "ready"):
         assert f"phase {phase}" in out, out
-    last = out.splitlines()[-1]
+    last = verdict_line(out)
     assert STAMPED.match(last) and last[9:].startswith("READY"), out
     assert "Traceback" not in res.stderr
     assert_plain(res)
@@ -145,7 +150,7 @@ def test_stall_after(tmp_path: Path) -> None:
     assert took < 20, took
     assert re.search(r"^\d\d:\d\d:\d\d stalled: no new line for .* in loading_shards$",
                      res.stdout, re.M), res.stdout
-    assert res.stdout.splitlines()[-1].endswith("stalled in loading_shards")
+    assert verdict_line(res.stdout).endswith("stalled in loading_shards")
     assert_plain(res)
 
 
@@ -157,7 +162,7 @@ def test_timeout_while_launching(tmp_path: Path) -> None:
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert time.monotonic() - t0 < 20
     assert "phase launching" in res.stdout
-    assert res.stdout.splitlines()[-1].endswith("timed out after 2s in launching"), res.stdout
+    assert verdict_line(res.stdout).endswith("timed out after 2s in launching"), res.stdout
     assert_plain(res)
 
 
@@ -172,7 +177,7 @@ def test_clean_vllm_stop_exits_1() -> None:
     res = watch(fixture("vllm-030.log"), "--timeout", "30s")
     assert res.returncode == 1, (res.stdout, res.stderr)
     assert "phase stopped" in res.stdout
-    assert res.stdout.splitlines()[-1].endswith("stopped (clean shutdown)")
+    assert verdict_line(res.stdout).endswith("stopped (clean shutdown)")
     assert_plain(res)
 
 
@@ -270,7 +275,7 @@ def test_rules_vllm_on_a_vllm_crash() -> None:
 def test_rules_vllm_on_a_vllm_ready_log() -> None:
     res = watch(fixture("vllm-027.log"), "--rules", "vllm", "--timeout", "30s")
     assert res.returncode == 0, (res.stdout, res.stderr)
-    assert "READY" in res.stdout.splitlines()[-1]
+    assert "READY" in verdict_line(res.stdout)
     assert_plain(res)
 
 
@@ -311,7 +316,7 @@ def test_bad_duration_exits_2_with_usage(opt: str) -> None:
 def test_cmd_target_ready() -> None:
     res = watch(f"cmd:cat {fixture('sglang-003.log')}", "--timeout", "30s")
     assert res.returncode == 0, (res.stdout, res.stderr)
-    assert "READY" in res.stdout.splitlines()[-1]
+    assert "READY" in verdict_line(res.stdout)
     assert_plain(res)
 
 
