@@ -64,6 +64,7 @@ class TargetView:
     typical_total: float | None = None   # median launch-to-ready of past startups
     source_up: bool = False
     source_message: str = ""
+    source_fatal: bool = False     # the source gave up (its message says why, once)
     offset: int | None = None
     line_number: int | None = None
     last_line: str = ""
@@ -119,7 +120,7 @@ def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | No
 
 def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
                pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
-               source_message: str = "",
+               source_message: str = "", source_fatal: bool = False,
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
@@ -127,7 +128,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
-                      source_up=source_up, source_message=source_message, offset=offset,
+                      source_up=source_up, source_message=source_message,
+                      source_fatal=source_fatal, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age)
     if pipe is None:

@@ -364,13 +364,20 @@ def test_changed_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> 
     changed.write_text(f"[127.0.0.1]:{server.port} {_other_host_key(tmp_path)}\n")
 
     fatal, took = run(_first_fatal(server, log_file, changed))
-    assert "host key" in fatal.message and str(changed) in fatal.message, fatal.message
+    msg = fatal.message
+    assert "host key" in msg and str(changed) in msg, msg
+    # a changed key is not an unknown one: never the advice to append the new key
+    assert "CHANGED" in msg and f"ssh-keygen -R '[127.0.0.1]:{server.port}'" in msg, msg
+    assert "ssh-keyscan" not in msg and ">>" not in msg, msg
+    assert "SHA256:" in msg, "the trusted key's fingerprint is shown"
     assert took < 10
 
     res, took = cli("watch", server.url(log_file), "--known-hosts", str(changed),
                     "-i", str(server.client_key), "--timeout", "20")
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     assert "host key" in res.stderr, res.stderr
+    said = (res.stdout + res.stderr).count("ssh-keygen -R")
+    assert said == 1, f"the warning was printed {said} times:\n{res.stdout}\n{res.stderr}"
     assert took < 12
 
 

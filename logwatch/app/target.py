@@ -270,6 +270,7 @@ class TargetRunner:
             labels=self.cfg.labels,
             now=now, pipe=self.pipe, counters=self.counters,
             source_up=bool(f and f.status.up), source_message=f.status.message if f else "",
+            source_fatal=bool(f and f.status.fatal),
             history=self.history, offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,

@@ -112,7 +112,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             if ended and status is not None and status.fatal and \
                     view.phase not in (READY, CRASHED, STOPPED):
                 print(f"logwatch: {opts.target}: {status.message}", file=sys.stderr)
-                code, outcome = EXIT_USAGE, status.message
+                code, outcome = EXIT_USAGE, "the source failed (the reason is above)"
                 break
             verdict = _verdict(runner, view, events)
             if verdict is not None:

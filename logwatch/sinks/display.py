@@ -52,7 +52,7 @@ class PlainDisplay:
 
     def update(self, view: TargetView, events: list[Event], now: float) -> None:
         state = f"{'up' if view.source_up else 'down'}: {view.source_message}"
-        if state != self._last_state:
+        if state != self._last_state and not view.source_fatal:  # a fatal one: said at the end
             self._last_state = state
             self._say(f"source {state}")
         for ev in events:

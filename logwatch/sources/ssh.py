@@ -213,9 +213,29 @@ class Backoff:
 _FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
 
 
+def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
+    """The keys `known_hosts` trusts for the target's host (empty: an unknown host)."""
+    try:
+        kh = asyncssh.read_known_hosts(_expand(known_hosts))
+        return list(kh.match(target.host, target.host, target.port)[0])
+    except (OSError, ValueError, asyncssh.Error):
+        return []
+
+
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         where = opts.known_hosts or "~/.ssh/known_hosts"
+        known = known_keys(where, target)
+        if known:
+            # the host is known with another key: a reinstalled host, or someone in between;
+            # appending the new key (the advice for an unknown host) would hide that
+            name = f"[{target.host}]:{target.port}" if target.port else target.host
+            prints = ", ".join(sorted({k.get_fingerprint() for k in known}))
+            return (f"WARNING: the host key of {target.host} has CHANGED: {where} trusts "
+                    f"{prints} for it, and the server presented another key. If the host was "
+                    f"reinstalled, verify its new key out of band, then remove the old one "
+                    f"(`ssh-keygen -R '{name}' -f {where}`) and add the new one; otherwise do "
+                    "not connect: this may be a man-in-the-middle")
         port = f"-p {target.port} " if target.port else ""
         return (f"host key of {target.host} is not trusted ({e.reason}); check its "
                 f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
