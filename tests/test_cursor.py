@@ -37,6 +37,7 @@ class Disk:
     dev_ino: bool = True
     located: tuple[int, int] = (0, 1)
     looks: int = 0
+    heads: int = 0
     reads: list[Read] = field(default_factory=list)
 
     def create(self, data: bytes) -> File:
@@ -60,6 +61,7 @@ class Disk:
         f = self.files[self.at_path]
         if self.dev_ino:
             return PathFacts(True, 1, f.ino, len(f.data))
+        self.heads += head
         return PathFacts(True, size=len(f.data), head=bytes(f.data[:HEAD_BYTES]) if head else None)
 
     def open(self, cur: Cursor) -> tuple[File, Action, list[Any]]:
@@ -304,10 +306,12 @@ def test_rename_rotation_drains_the_old_file_then_reopens() -> None:
     old.data += lines(11, 12)                         # the writer still held the old file
     act, evs = disk.poll(cur, old, 0.2)               # not due: the path is not looked at
     assert isinstance(act, Wait) and disk.looks == 0 and data_of(evs) == lines(11, 12)
-    old.data += lines(13, 14)
-    act, evs = disk.poll(cur, old, 1.5)
+    size = len(old.data)
+    old.data += lines(13, 14)                         # written after the stat below
+    act, evs = disk.answer(cur, cur.poll(size, 1.5), old)
     assert act == Reopen("rotated") and cur.rotations == 1
     assert data_of(evs) == lines(13, 14)              # drained to its end
+    assert disk.reads[-1] == Read(len(old.data), cur.read_size)   # until a read gave b""
     assert cur.identity is not None and cur.identity.ino == old.ino  # until the new one opens
     _, act, evs = disk.open(cur)
     assert opened(evs) == [("rotated", 0, 1, True)] and cur.identity.ino == new.ino
@@ -332,7 +336,7 @@ def test_path_gone_is_said_once_then_a_new_file_ends_ours(how: str, reason: str,
     old.data += lines(11, 11)
     act, evs = disk.poll(cur, old, 1.2)               # not due, but a missing path is watched
     assert disk.looks == looks + 1 and isinstance(act, Wait)
-    assert data_of(evs) == lines(11, 11)              # and ours read on meanwhile
+    assert evs == [Data(lines(11, 11), len(lines(1, 10)))]   # ours read on; said once
     disk.create(b"fresh\n")
     act, evs = disk.poll(cur, old, 1.3)
     assert act == Reopen(reason) and cur.rotations == 1
@@ -349,7 +353,7 @@ def test_without_dev_ino_same_size_is_ours_and_other_head_is_not() -> None:
     disk.open(cur)
     disk.poll(cur, old, 0.0)
     act, evs = disk.poll(cur, old, 1.1)               # same size: no head asked
-    assert isinstance(act, Wait) and not evs
+    assert isinstance(act, Wait) and not evs and disk.looks == 1 and disk.heads == 0
     old.data += lines(41, 41)
     act = cur.poll(len(old.data) - 1, 2.2)            # the path grew after our stat
     act = cur.got(bytes(old.data[cur.offset - TAIL_BYTES: len(old.data) - 1]))  # type: ignore[operator]
