@@ -229,7 +229,7 @@ class TargetRunner:
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "")
         self.on_events_cb(self, events)
 
-    def tick(self, now: float) -> list[Event]:
+    def tick(self, now: float) -> None:
         """Stalls and crash settling (the machine's, through the follower), checkpoints.
         The events go to the daemon's sinks through `on_events` like those of new lines."""
         self._count_bytes()
@@ -238,7 +238,6 @@ class TargetRunner:
         wall = time.monotonic()
         if self.dirty and wall - self.last_checkpoint >= self.checkpoint_interval:
             self.checkpoint(durable=wall - self.last_durable >= DURABLE_EVERY)
-        return []
 
     def checkpoint(self, durable: bool = False) -> None:
         f = self.follower

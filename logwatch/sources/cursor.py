@@ -426,6 +426,18 @@ async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, si
             action = cursor.poll(await io.size(), time.monotonic())
 
 
+class CursorIO:
+    """The base of a source's I/O adapter for `drive`: which source it serves, and whether
+    that source was closed (the conversation ends then)."""
+
+    def __init__(self, source: Any) -> None:
+        self.source = source
+
+    @property
+    def closed(self) -> bool:
+        return bool(self.source._closed)
+
+
 class FollowsWithCursor:
     """What a source that follows a file with a `Cursor` tells about its reading."""
 

@@ -25,7 +25,7 @@ from typing import AsyncIterator, Callable
 
 from .. import log
 from .base import HEAD_BYTES, Position, SourceEvent, SourceState
-from .cursor import Cursor, FollowsWithCursor, PathFacts, Reopen, drive
+from .cursor import Cursor, CursorIO, FollowsWithCursor, PathFacts, Reopen, drive
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -175,17 +175,13 @@ class LocalFileSource(FollowsWithCursor):
                         yield ev
 
 
-class _OpenFile:
+class _OpenFile(CursorIO):
     """The cursor's I/O on one open local file: preads on its descriptor (which still reads
     it after a rename or unlink), a stat of the path, the source's wakeups."""
 
     def __init__(self, source: LocalFileSource, fd: int) -> None:
-        self.source = source
+        super().__init__(source)
         self.fd = fd
-
-    @property
-    def closed(self) -> bool:
-        return self.source._closed
 
     async def read(self, pos: int, n: int) -> bytes:
         return os.pread(self.fd, n, pos)

@@ -36,7 +36,7 @@ from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
-from .cursor import Cursor, FollowsWithCursor, PathFacts, Reopen, drive
+from .cursor import Cursor, CursorIO, FollowsWithCursor, PathFacts, Reopen, drive
 
 READ_SIZE = 256 * 1024
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
@@ -412,19 +412,15 @@ class SSHFileSource(FollowsWithCursor):
             pos += len(data)
 
 
-class _RemoteFile:
+class _RemoteFile(CursorIO):
     """The cursor's I/O on one open SFTP handle (which still reads a file renamed away):
     reads by offset, stats, a look at the path, the remote grep, the poll pacing."""
 
     def __init__(self, source: SSHFileSource, conn: Any, sftp: Any, f: Any) -> None:
-        self.source = source
+        super().__init__(source)
         self.conn = conn
         self.sftp = sftp
         self.f = f
-
-    @property
-    def closed(self) -> bool:
-        return self.source._closed
 
     async def read(self, pos: int, n: int) -> bytes:
         data: bytes = await self.f.read(n, pos)
