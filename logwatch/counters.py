@@ -31,6 +31,8 @@ class Counters:
     reconnects: int = 0
     rotations: int = 0
     lines_cut: int = 0
+    bytes_skipped: int = 0       # bytes a source knows it lost (a lower bound, see Skipped)
+    source_losses: int = 0       # times a source knew it lost part of the log
     rule_errors: int = 0
     duration_buckets: list[int] = field(default_factory=lambda: [0] * (len(DURATION_BUCKETS) + 1))
     duration_sum: float = 0.0

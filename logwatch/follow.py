@@ -16,7 +16,9 @@ from .machine import Event
 from .pipeline import LogPipeline
 from .rules.locate import detect_pack
 from .rules.pack import RulePack
-from .sources.base import TAIL_BYTES, Data, FileIdentity, Opened, Position, Source, SourceState, digest
+from .sources.base import (
+    TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, Source, SourceState, digest,
+)
 
 _ROLL = 4096 + TAIL_BYTES   # enough for the tail hash unless a held partial line is huge
 
@@ -31,6 +33,7 @@ class SourceStatus:
     bytes: int = 0
     gaps: int = 0                # bytes the source skipped (should stay 0)
     overlaps: int = 0            # bytes the source repeated (dropped here; should stay 0)
+    notice: str = ""             # the last loss the source reported (Skipped), for the status
     last_data_at: float | None = None
 
 
@@ -108,7 +111,7 @@ class Follower:
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
         now = time.time() if now is None else now
-        if self.pipe is None and not isinstance(ev, SourceState):
+        if self.pipe is None and not isinstance(ev, (SourceState, Skipped)):
             self._held.append(ev)
             if isinstance(ev, Data):
                 self._head += ev.data[: DETECT_BYTES - len(self._head)]
@@ -152,6 +155,10 @@ class Follower:
                                  got=ev.offset)
                 events += self.pipe.new_file(ev.offset, ev.line_number, now)
                 self.next_offset = ev.offset
+        elif isinstance(ev, Skipped):
+            self.status.notice = ev.message
+            self.log.warning("part of the log could not be read", bytes=ev.nbytes,
+                             message=ev.message)
         elif isinstance(ev, SourceState):
             if self.status.up and not ev.up:
                 self.status.reconnects += 1

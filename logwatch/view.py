@@ -65,6 +65,7 @@ class TargetView:
     source_up: bool = False
     source_message: str = ""
     source_fatal: bool = False     # the source gave up (its message says why, once)
+    source_notice: str = ""        # the last part of the log the source knows it lost
     offset: int | None = None
     line_number: int | None = None
     last_line: str = ""
@@ -101,6 +102,9 @@ class TargetView:
             "previous_startup": self.previous_startup,
             "source_state": {"up": self.source_up, "message": self.source_message,
                              "reconnects": self.counters.reconnects,
+                             "bytes_skipped": self.counters.bytes_skipped,
+                             "losses": self.counters.source_losses,
+                             "notice": self.source_notice,
                              "offset": self.offset, "line_number": self.line_number},
             "last_line": self.last_line,
             "last_line_at": self.last_line_at,
@@ -120,7 +124,7 @@ def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | No
 
 def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
                pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
-               source_message: str = "", source_fatal: bool = False,
+               source_message: str = "", source_fatal: bool = False, source_notice: str = "",
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
@@ -129,7 +133,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
                       source_up=source_up, source_message=source_message,
-                      source_fatal=source_fatal, offset=offset,
+                      source_fatal=source_fatal, source_notice=source_notice, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age)
     if pipe is None:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite runs for real (sshd, Prometheus, Alertmanager, Chromium,
-# systemd-analyze):
+# systemd-analyze, logrotate):
 # installed when missing, never skipped.  Used by `make test` (and so by .ci/run).
 set -euo pipefail
-packages=(openssh-server openssh-client prometheus prometheus-alertmanager chromium systemd)
+packages=(openssh-server openssh-client prometheus prometheus-alertmanager chromium systemd logrotate)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

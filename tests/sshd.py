@@ -74,7 +74,9 @@ def _kill(pid: int, sig: int = signal.SIGKILL) -> bool:
 class SSHServer:
     """An sshd on 127.0.0.1:`port`.  `start()` / `stop()` / `restart()` / `kill_sessions()`."""
 
-    def __init__(self, workdir: str | None = None) -> None:
+    def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp") -> None:
+        """`sftp`: the Subsystem line's command (None: no SFTP subsystem, as on some hardened
+        hosts where a shell works and file transfer does not)."""
         # a directory of its own, world-readable (0755): when sshd runs as root it reads
         # AuthorizedKeysFile as the logging-in user, who may be a non-root test user
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="logwatch-sshd-"))
@@ -91,6 +93,7 @@ class SSHServer:
         self.log_file = self.dir / "sshd.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
+        self.sftp = sftp
         self._keygen()
         self._write_config()
 
@@ -114,7 +117,6 @@ class SSHServer:
         return f"[127.0.0.1]:{self.port} {self.host_public_key()}"
 
     def _write_config(self) -> None:
-        sftp = "internal-sftp"
         self.config.write_text("\n".join([
             f"Port {self.port}",
             "ListenAddress 127.0.0.1",
@@ -127,7 +129,7 @@ class SSHServer:
             "PermitRootLogin prohibit-password",
             "UsePAM no",
             "StrictModes no",
-            f"Subsystem sftp {sftp}",
+            f"Subsystem sftp {self.sftp}" if self.sftp else "",
             "MaxStartups 200",
             "MaxSessions 200",
             "LogLevel ERROR",

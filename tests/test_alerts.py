@@ -288,6 +288,11 @@ def test_kill9_before_delivery_delivers_exactly_once_after_restart(tmp_path, rec
              alive=d.dead)
     if failure == "500-retry-after":    # one attempt failed; the next is due in RETRY_AFTER s
         first = rx.wait(hook("crashed"), answered=True, alive=d.dead)[0]
+        # the answer is saved (queued, due in RETRY_AFTER) before the kill: a kill between the
+        # answer and the save leaves it "sending", which is retried at once after a restart
+        wait_for(lambda: any(e["alert"]["kind"] == "crashed" and e.get("state") == "queued"
+                             and e.get("attempts", 0) >= 1 for e in outbox(state)), 10,
+                 "the failed attempt saved in the outbox", alive=d.dead)
     elif failure == "hanging":          # an attempt is in flight, unanswered
         wait_for(hung.is_set, 10, "an attempt in flight", alive=d.dead)
     else:                               # the attempt was refused: counted as a failure

@@ -450,7 +450,7 @@ class FakeIO:
     async def locate(self) -> tuple[int, int]:
         return self.disk.located
 
-    async def wait(self, idle: float) -> None:
+    async def wait(self, idle: float, within: float | None = None) -> None:
         self.waits += 1
         if self.waits == 2:
             self.disk.rename_away()

@@ -305,7 +305,7 @@ def test_no_line_lost_or_repeated_through_rotation_truncation_and_recreation(
     writer = FaultyWriter(path, progress)
 
     async def main() -> Reader:
-        source = LocalFileSource(str(path), use_inotify=use_inotify)
+        source = LocalFileSource(str(path), use_inotify=use_inotify, rotate_wait=1.0)
         follower = new_follower(source)
         async with Reader(source, follower, on_event=collector) as reader:
             writer.start()
@@ -397,7 +397,8 @@ def test_rename_rotation_seen_before_the_new_file_exists_is_a_rotation(
     path.write_bytes(b"old 1\nold 2\n")
 
     async def main() -> Reader:
-        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify)) as r:
+        async with Reader(LocalFileSource(str(path), use_inotify=use_inotify,
+                                          rotate_wait=1.0)) as r:
             await r.wait(lambda: r.data_bytes() == 12, 5, "the old file")
             n_states = len(r.states())
             with open(path, "ab") as f:

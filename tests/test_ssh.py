@@ -399,6 +399,32 @@ def test_missing_directory_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> N
     assert took < 12
 
 
+def test_server_without_an_sftp_subsystem_is_named_as_such(tmp_path: Path) -> None:
+    """sshd_config without `Subsystem sftp`: a shell works, SFTP does not.  The message
+    names the missing subsystem and the fix, once; watch exits 2 at once."""
+    server = SSHServer(str(tmp_path / "sshd"), sftp=None)
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    with server:
+        shell = subprocess.run(
+            ["ssh", "-p", str(server.port), "-i", str(server.client_key), "-o",
+             f"UserKnownHostsFile={server.known_hosts}", "-o", "BatchMode=yes",
+             f"{server.user}@127.0.0.1", "echo", "shell-works"],
+            capture_output=True, text=True, timeout=30)
+        assert shell.stdout.strip() == "shell-works", shell   # the fault is only SFTP's
+        fatal, took = run(_first_fatal(server, log_file, server.known_hosts))
+        assert "no SFTP subsystem" in fatal.message, fatal.message
+        assert "Subsystem sftp internal-sftp" in fatal.message, fatal.message
+        assert "ChannelOpenError" not in fatal.message
+        assert took < 10
+        res, took = cli("watch", server.url(log_file), "--known-hosts", str(server.known_hosts),
+                        "-i", str(server.client_key), "--timeout", "20")
+    assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
+    assert res.stderr.count("no SFTP subsystem") == 1, res.stderr
+    assert "retrying" not in res.stderr
+    assert took < 12
+
+
 def _make_test_user() -> str | None:
     """A throwaway non-root account that sshd accepts (unlocked, with a shell)."""
     if shutil.which("useradd") is None:

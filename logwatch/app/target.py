@@ -27,7 +27,7 @@ from ..machine import CrashSettled, Event, Ready, State, state_from_json, state_
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, RulePack, load_pack
-from ..sources import Data, Opened, SourceState, make_source
+from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.ssh import SSHPool
 from ..state.history import StartupHistory
 from ..state.positions import PositionStore
@@ -120,7 +120,8 @@ class TargetRunner:
         source = make_source(self.cfg.source,
                              locator=None if self.cfg.from_start else startup_locator(self.start_pack),
                              start=position, ssh=self.cfg.ssh, pool=self.pool, poll=self.cfg.poll,
-                             name=self.name, batch_interval=self.batch_interval)
+                             name=self.name, batch_interval=self.batch_interval,
+                             rotate_wait=self.cfg.rotate_wait)
         self.follower = Follower(self.name, source, self._new_pipeline, pack, self.candidates,
                                  on_events=self._on_events)
 
@@ -158,6 +159,10 @@ class TargetRunner:
                     self._count_bytes()
                 if self.stop_reading:
                     return
+                if isinstance(ev, Skipped):
+                    self.counters.bytes_skipped += ev.nbytes
+                    self.counters.source_losses += 1
+                    self.dirty = True
                 if isinstance(ev, SourceState):
                     if was_up and not ev.up:
                         self.counters.reconnects += 1
@@ -269,7 +274,7 @@ class TargetRunner:
             labels=self.cfg.labels,
             now=now, pipe=self.pipe, counters=self.counters,
             source_up=bool(f and f.status.up), source_message=f.status.message if f else "",
-            source_fatal=bool(f and f.status.fatal),
+            source_fatal=bool(f and f.status.fatal), source_notice=f.status.notice if f else "",
             history=self.history, offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,

@@ -89,6 +89,11 @@ class LogwatchCollector(Collector):
                        labels=["target"])
         rotations = c("logwatch_source_rotations", "log files switched to (rotation, truncation, "
                       "recreation)", labels=["target"])
+        skipped = c("logwatch_bytes_skipped", "log bytes a source knows it could not read (a "
+                    "log rotated away while disconnected, its old file gone): a lower bound",
+                    labels=["target"])
+        losses = c("logwatch_source_losses", "times a source knew it lost part of the log",
+                   labels=["target"])
         cut = c("logwatch_lines_cut", "over-long lines truncated", labels=["target"])
         rule_errors = c("logwatch_rule_errors", "rule evaluations that failed (timeouts)",
                         labels=["target"])
@@ -131,13 +136,15 @@ class LogwatchCollector(Collector):
             bytes_read.add_metric([t], float(cn.bytes))
             reconnects.add_metric([t], float(cn.reconnects))
             rotations.add_metric([t], float(cn.rotations))
+            skipped.add_metric([t], float(cn.bytes_skipped))
+            losses.add_metric([t], float(cn.source_losses))
             cut.add_metric([t], float(cn.lines_cut))
             rule_errors.add_metric([t], float(cn.rule_errors))
             pos_age.add_metric([t], v.checkpoint_age)
             info.add_metric([t, v.engine, v.kind], dict(v.labels))
         yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
-                    rotations, cut, rule_errors, pos_age, info)
+                    rotations, skipped, losses, cut, rule_errors, pos_age, info)
         stats = self.alerts()
         sent = c("logwatch_alerts_sent", "alerts delivered", labels=["sink", "kind"])
         failed = c("logwatch_alert_failures", "alert deliveries that failed", labels=["sink"])

@@ -9,14 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from .base import (
-    Data, FileIdentity, Opened, Position, Source, SourceError, SourceEvent, SourceState, StartLocator,
+    Data, FileIdentity, Opened, Position, Skipped, Source, SourceError, SourceEvent, SourceState,
+    StartLocator,
 )
 from .command import CommandSource, StdinSource
+from .cursor import ROTATE_WAIT
 from .local import LocalFileSource
 from .ssh import SSHFileSource, SSHOptions, SSHPool
 
-__all__ = ["Data", "FileIdentity", "Opened", "Position", "Source", "SourceError", "SourceEvent",
-           "SourceState", "StartLocator", "make_source", "source_kind"]
+__all__ = ["Data", "FileIdentity", "Opened", "Position", "Skipped", "Source", "SourceError",
+           "SourceEvent", "SourceState", "StartLocator", "make_source", "source_kind"]
 
 
 def source_kind(target: str) -> str:
@@ -31,7 +33,8 @@ def source_kind(target: str) -> str:
 
 def make_source(target: str, *, locator: StartLocator | None = None, start: Position | None = None,
                 ssh: dict[str, Any] | SSHOptions | None = None, pool: SSHPool | None = None,
-                poll: bool = False, name: str | None = None, batch_interval: float = 0.0) -> Source:
+                poll: bool = False, name: str | None = None, batch_interval: float = 0.0,
+                rotate_wait: float = ROTATE_WAIT) -> Source:
     """Build the source for a TARGET string.  `locator` finds the latest startup on first attach
     (without one, a log met for the first time is read from its start)."""
     kind = source_kind(target)
@@ -44,7 +47,8 @@ def make_source(target: str, *, locator: StartLocator | None = None, start: Posi
         return CommandSource(cmd, name=name)
     if kind == "ssh":
         opts = ssh if isinstance(ssh, SSHOptions) else SSHOptions.from_dict(ssh)
-        return SSHFileSource(target, options=opts, start=start, locator=locator, pool=pool, name=name)
+        return SSHFileSource(target, options=opts, start=start, locator=locator, pool=pool,
+                             name=name, rotate_wait=rotate_wait)
     finder = locator.in_file if locator is not None else None
     return LocalFileSource(target, start=start, find_start=finder, use_inotify=not poll,
-                           name=name, batch_interval=batch_interval)
+                           name=name, batch_interval=batch_interval, rotate_wait=rotate_wait)

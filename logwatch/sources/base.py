@@ -98,7 +98,17 @@ class SourceState:
     fatal: bool = False
 
 
-SourceEvent = Opened | Data | SourceState
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Bytes the source knows it could not read and never will (a log rotated away while the
+    connection was down, and its old file gone): `nbytes` known unread (a lower bound: 0 when
+    unknown), `message` for the status."""
+
+    nbytes: int
+    message: str
+
+
+SourceEvent = Opened | Data | SourceState | Skipped
 
 
 class Source(Protocol):

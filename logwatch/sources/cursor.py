@@ -14,6 +14,7 @@ The conversation (`drive` runs it; a source only answers what it is asked):
     -> Look(head)                   what does the path name now: looked(PathFacts)
     -> Poll() / Wait(idle)          (after the next wakeup) the file's size: poll(size, now)
     -> Reopen(reason)               the file is left and drained: open the path, opened(...)
+    -> FindRotated(identity, ...)   ours was rotated while we were not reading: found(ok)
 
 after every call, take_events() hands out the Opened / Data / SourceState to yield.
 
@@ -28,9 +29,17 @@ Why it decides what it decides:
   the file is shorter than our offset, it was truncated and written again: `truncated`, from
   byte 0.  A file that does not grow is re-checked that way every `check_every`.
 * Rotation: every `check_every` the path is looked at.  Another file there (rename rotation,
-  or a new file after a deletion): ours is read to its end first (a descriptor / SFTP handle
-  still reads a renamed or deleted file), then Reopen.  Nothing there: said once, and ours
-  is read on until a file appears.
+  or a new file after a deletion): ours is read to its end (a descriptor / SFTP handle still
+  reads a renamed or deleted file), and on while it grows, until it has been quiet for
+  `rotate_wait` seconds (a server reopens its log a moment after logrotate renamed it, and
+  writes to the old one meanwhile); then Reopen.  Nothing there: said once, and ours is read
+  on until a file appears.
+* Rotated while we were not reading (a lost connection, a restart of the daemon): the path
+  names another file, so ours is looked for among the rotated names beside it (FindRotated:
+  the same identity, at least our offset long, the same bytes before our offset).  Found: it
+  is drained from our offset, then the new file is read from byte 0.  Not found: what it held
+  past our offset is lost: a `Skipped` says so (with the bytes known to be unread), and the
+  new file is read from byte 0.
 * An identity taken while the file was shorter than HEAD_BYTES is completed as the file grows,
   if its first bytes are still the ones identified.
 """
@@ -43,8 +52,8 @@ from typing import Any, AsyncIterator, Protocol
 
 from .. import log
 from .base import (
-    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, SourceEvent, SourceState,
-    digest, identity_of,
+    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, SourceEvent,
+    SourceState, digest, identity_of,
 )
 
 
@@ -78,9 +87,12 @@ class Poll:
 @dataclass(frozen=True, slots=True)
 class Wait(Poll):
     """Nothing to do before the next wakeup (inotify, poll interval); then as Poll.  `idle`:
-    seconds since the last new byte (a source may poll a quiet log less often)."""
+    seconds since the last new byte (a source may poll a quiet log less often); `within`:
+    wake by then at the latest (seconds), whatever the poll interval (a rotated file that
+    becomes quiet is left on time)."""
 
     idle: float = 0.0
+    within: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +103,52 @@ class Reopen:
     reason: str
 
 
-Action = Read | Locate | Look | Poll | Reopen
+@dataclass(frozen=True, slots=True)
+class FindRotated:
+    """The path names another file, and ours, `identity`, was left while we were not reading:
+    look for it among the rotated names beside the path (`rotated_names`), a file that
+    `is_ours` (identity, at least `offset` bytes, `tail_sha` the hash of the bytes just before
+    `offset`); answer `Cursor.found(ok)`.  When ok, the source's reads go to that file until
+    the Reopen that follows its drain."""
+
+    identity: FileIdentity
+    offset: int
+    tail_sha: str | None
+
+
+Action = Read | Locate | Look | Poll | Reopen | FindRotated
+
+# names a rotated copy of a log is given beside it: `x.log.1`, `x.log-20261202`, `x.log.old`;
+# compressed ones cannot be read by offset
+_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
+MAX_CANDIDATES = 20
+
+
+def rotated_names(base: str, names: list[str]) -> list[str]:
+    """The names in a directory that may be rotated copies of the log called `base`
+    (logrotate's numbered and dated names, Python's RotatingFileHandler), not compressed."""
+    out = []
+    for n in names:
+        if n == base or not n.startswith(base) or n[len(base)] not in ".-_":
+            continue
+        if n.lower().endswith(_COMPRESSED):
+            continue
+        out.append(n)
+    return sorted(out)[:MAX_CANDIDATES]
+
+
+def is_ours(ask: FindRotated, dev: int | None, ino: int | None, size: int, head: bytes,
+            before: bytes) -> bool:
+    """Is a candidate of FindRotated our file?  `before`: its bytes at `before_range(ask)`."""
+    if size < ask.offset or not ask.identity.matches(dev, ino, head):
+        return False
+    return ask.tail_sha is None or ask.offset == 0 or digest(before) == ask.tail_sha
+
+
+def before_range(ask: FindRotated) -> tuple[int, int]:
+    """(pos, n): the bytes of a candidate `is_ours` compares."""
+    lo = max(0, ask.offset - TAIL_BYTES)
+    return lo, ask.offset - lo
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +167,7 @@ class PathFacts:
 
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
 _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain"})
+ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
 
 
 class Cursor:
@@ -117,16 +175,19 @@ class Cursor:
 
     `offset` is the next byte to read, `line_number` the line reading (re)started at (the
     Opened's), `identity` the file's, `last` the bytes just before `offset`.  `saved`: the
-    Position to resume at; `can_locate`: the source can answer Locate."""
+    Position to resume at; `can_locate`: the source can answer Locate; `can_find`: it can
+    answer FindRotated; `rotate_wait`: how long a rotated file must be quiet to be left."""
 
     def __init__(self, path: str, *, saved: Position | None = None, can_locate: bool = False,
-                 read_size: int = 1 << 20, check_every: float = 1.0,
-                 logger: Any | None = None) -> None:
+                 can_find: bool = False, read_size: int = 1 << 20, check_every: float = 1.0,
+                 rotate_wait: float = 0.0, logger: Any | None = None) -> None:
         self.path = path
         self.saved = saved
         self.can_locate = can_locate
+        self.can_find = can_find
         self.read_size = read_size
         self.check_every = check_every
+        self.rotate_wait = rotate_wait
         self.log = logger if logger is not None else log.get("source.cursor").bind(path=path)
         self.offset: int | None = None       # None: not positioned in any file yet
         self.line_number = 1
@@ -141,6 +202,9 @@ class Cursor:
         self._switch: str | None = None      # Reopen was asked: the next file is a new one
         self._gone: str | None = None        # the path names nothing: rotated / recreated
         self._leaving = "rotated"            # why the file being drained is left
+        self._left = False                   # ours was left: read on until quiet, then Reopen
+        self._drain_after = False            # once positioned, drain (a found rotated file)
+        self._seen = 0                       # the largest size of our file seen
         # the current poll cycle: read, complete the head, verify, look, wait
         self._size = 0
         self._now = 0.0
@@ -164,6 +228,7 @@ class Cursor:
         self._doing, self._phase = "", "done"
         self._file = identity_of(dev, ino, head)
         self._size = size
+        self._left = False
         if self._switch is not None:
             reason, self._switch = self._switch, None
             return self._start(0, 1, reason, True)
@@ -175,6 +240,11 @@ class Cursor:
                     return self._start(saved.offset, saved.line_number, "resume", False)
                 lo = max(0, saved.offset - TAIL_BYTES)
                 return self._ask(Read(lo, saved.offset - lo), "resume")
+            if saved is not None and saved.identity is not None and self.can_find and \
+                    saved.offset > 0:
+                # rotated while the daemon was down?  The rest of ours may be beside the path
+                return self._ask(FindRotated(saved.identity, saved.offset, saved.tail_sha),
+                                 "find_saved")
             return self._not_resumed()
         assert self.identity is not None
         # opened again after a lost connection: still our file, up to our offset?
@@ -182,6 +252,41 @@ class Cursor:
             if not self.last:
                 return self._reconnected()
             return self._ask(Read(self.offset - len(self.last), len(self.last)), "reconnect")
+        return self._left_while_away()
+
+    def found(self, ok: bool) -> Action:
+        """The answer to FindRotated: our file was found (the source reads it now) or not."""
+        if self._doing == "find_saved":
+            saved = self.saved
+            assert saved is not None
+            if not ok:
+                return self._not_resumed()
+            self.log.info("the log was rotated since the position was saved: reading the rest "
+                          "of the rotated file, then the new one", saved_offset=saved.offset)
+            self._file, self._drain_after = saved.identity, True
+            return self._start(saved.offset, saved.line_number, "resume", False)
+        self._expect("find_reconnect")
+        assert self.offset is not None
+        if ok:
+            self.log.info("the log was rotated while disconnected: reading the rest of the "
+                          "rotated file, then the new one", offset=self.offset)
+            self._gone = None
+            self._events.append(Opened(self.offset, 0, self.identity, "reconnected", False))
+            self._leaving, self._left = "rotated", True
+            return self._ask(Read(self.offset, self.read_size), "drain")
+        unread = max(0, self._seen - self.offset)
+        self._events.append(Skipped(unread, (
+            f"{self.path} was rotated while disconnected and the old file was not found beside "
+            f"it (compressed or removed): what it held after byte {self.offset} is lost"
+            + (f" (at least {unread} bytes)" if unread else ""))))
+        return self._replaced()
+
+    def _left_while_away(self) -> Action:
+        if self.can_find:
+            assert self.identity is not None and self.offset is not None
+            return self._ask(FindRotated(self.identity, self.offset,
+                                         digest(self.last) if self.last else None),
+                             "find_reconnect")
         return self._replaced()
 
     def located(self, offset: int, line_number: int) -> Action:
@@ -204,7 +309,7 @@ class Cursor:
         return self._start(0, 1, "attach", True)
 
     def _got_reconnect(self, data: bytes) -> Action:
-        return self._reconnected() if data == self.last else self._replaced()
+        return self._reconnected() if data == self.last else self._left_while_away()
 
     def _reconnected(self) -> Action:
         assert self.offset is not None
@@ -231,7 +336,12 @@ class Cursor:
         offset, line_number, reason, new_file = self._begin
         self.offset, self.line_number, self.last = offset, line_number, data[-TAIL_BYTES:]
         self.identity, self._gone, self._doing = self._file, None, ""
+        self._seen = self._size
         self._events.append(Opened(offset, line_number, self.identity, reason, new_file))
+        if self._drain_after:
+            self._drain_after = False
+            self._leaving, self._left = "rotated", True
+            return self._ask(Read(offset, self.read_size), "drain")
         return Poll()
 
     # following ----------------------------------------------------------------------------
@@ -241,6 +351,7 @@ class Cursor:
         if self.offset is None:
             raise RuntimeError("poll() before the cursor is positioned in a file")
         self._size, self._now = size, now
+        self._seen = max(self._seen, size)
         if self._checked is None:
             self._checked = now
         if self._data_at is None:
@@ -250,6 +361,11 @@ class Cursor:
             self._checked = now
         self._phase, self._got, self._verified = "read", False, False
         return self._next()
+
+    def check_now(self) -> None:
+        """Look at the path (and verify our bytes) in the next cycle, not `check_every` after
+        the last look: the source knows something changed (its directory came back)."""
+        self._checked = float("-inf")
 
     def got(self, data: bytes) -> Action:
         """The answer to Read: the bytes read."""
@@ -285,7 +401,7 @@ class Cursor:
         if not other:
             self._gone = None
             return self._next()
-        self._leaving = self._gone or "rotated"
+        self._leaving, self._left = self._gone or "rotated", True
         return self._ask(Read(self.offset or 0, self.read_size), "drain")
 
     def _next(self) -> Action:
@@ -306,6 +422,9 @@ class Cursor:
                 return self._ask(Read(0, HEAD_BYTES), "head")
         if self._phase == "verify":
             self._phase = "look"
+            if self._left:           # a rotated file: nothing to verify or look at
+                self._phase = "done"
+                return self._leave_when_quiet()
             if self._due and self.last and not self._verified:
                 return self._ask(Read(self.offset - len(self.last), len(self.last)), "verify")
         if self._phase == "look":
@@ -359,9 +478,18 @@ class Cursor:
         if data:
             self._take(data)
             return self._ask(Read(self.offset or 0, self.read_size), "drain")
+        return self._leave_when_quiet()
+
+    def _leave_when_quiet(self) -> Action:
+        """Ours was left and read to its end: Reopen once it has been quiet `rotate_wait`
+        (the writer reopened its log), else read on at the next wakeup."""
+        quiet = self._now - (self._data_at if self._data_at is not None else self._now)
+        if quiet < self.rotate_wait:
+            self._doing = ""
+            return Wait(quiet, within=min(0.5, self.rotate_wait - quiet))
         self.rotations += 1
         self.log.info("log rotated: following the new file", reason=self._leaving)
-        self._switch, self._gone, self._doing = self._leaving, None, ""
+        self._switch, self._gone, self._doing, self._left = self._leaving, None, "", False
         return Reopen(self._leaving)
 
     # helpers ------------------------------------------------------------------------------
@@ -396,7 +524,9 @@ class FileIO(Protocol):
 
     async def locate(self) -> tuple[int, int]: ...
 
-    async def wait(self, idle: float) -> None: ...
+    async def find_rotated(self, ask: FindRotated) -> bool: ...
+
+    async def wait(self, idle: float, within: float | None = None) -> None: ...
 
 
 async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, size: int,
@@ -417,12 +547,14 @@ async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, si
             action = cursor.looked(await io.look(action.head))
         elif isinstance(action, Locate):
             action = cursor.located(*await io.locate())
+        elif isinstance(action, FindRotated):
+            action = cursor.found(await io.find_rotated(action))
         elif isinstance(action, Reopen):
             yield action
             return
         else:
             if isinstance(action, Wait):
-                await io.wait(action.idle)
+                await io.wait(action.idle, action.within)
             action = cursor.poll(await io.size(), time.monotonic())
 
 

@@ -5,14 +5,19 @@ The follow algorithm (where to start, truncation, rotation, drain) is the `Curso
 open descriptor, `os.stat` of the path, and wakeups.  What that algorithm does here:
 
 * The file may not exist yet: wait for it.
-* Rename rotation: the open descriptor still reads the old file, so it is drained to its end
-  before the new file at the path is opened (from byte 0).
+* Rename rotation: the open descriptor still reads the old file, so it is drained to its end,
+  and read on until it has been quiet for `rotate_wait` (the server writes to it until it
+  reopens its log), before the new file at the path is opened (from byte 0).
+* Rotated while the daemon was down: the saved file is found again by dev:inode among the
+  rotated names beside the path (`x.log.1`, `x.log-DATE`), its rest read, then the new file.
 * Truncation (copytruncate, `> file`): the file is shorter than our offset, or the bytes just
   before our offset changed: restart at byte 0 of it.  What the writer appended between our
   last read and the truncation is lost; nothing else is.
 * Delete and recreate: like a rotation once the new file appears.
 * Wakeups come from inotify through watchdog; a poll every `poll_interval` is the safety net
-  (and the only mechanism when watchdog is unavailable or `poll=True`, e.g. on NFS).
+  (and the only mechanism when watchdog is unavailable or `poll=True`, e.g. on NFS).  A
+  directory removed and created again is watched again (an inotify watch dies with its
+  directory).
 """
 
 from __future__ import annotations
@@ -25,7 +30,10 @@ from typing import AsyncIterator, Callable
 
 from .. import log
 from .base import HEAD_BYTES, Position, SourceEvent, SourceState
-from .cursor import Cursor, CursorIO, FollowsWithCursor, PathFacts, Reopen, drive
+from .cursor import (
+    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, PathFacts, Reopen,
+    before_range, drive, is_ours, rotated_names,
+)
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -39,7 +47,23 @@ class _Watcher:
 
     _lock = threading.Lock()
     _observer = None  # type: ignore[var-annotated]
-    _dirs: dict[str, tuple[object, dict[str, list[Callable[[], None]]]]] = {}
+    # directory -> (its watch, the (dev, ino) of the directory watched, callbacks by path)
+    _dirs: dict[str, tuple[object, tuple[int, int], dict[str, list[Callable[[], None]]]]] = {}
+
+    @staticmethod
+    def dir_id(directory: str) -> tuple[int, int] | None:
+        try:
+            st = os.stat(directory)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino
+
+    @classmethod
+    def watching(cls, path: Path) -> tuple[int, int] | None:
+        """The (dev, ino) of the directory the watch for `path` was put on (None: none)."""
+        with cls._lock:
+            entry = cls._dirs.get(str(path.parent))
+            return entry[1] if entry is not None else None
 
     @classmethod
     def subscribe(cls, path: Path, wake: Callable[[], None]) -> Callable[[], None] | None:
@@ -49,13 +73,34 @@ class _Watcher:
         except ImportError:  # pragma: no cover - watchdog is a dependency
             return None
         target, directory = str(path), str(path.parent)
+        now_id = cls.dir_id(directory)
+        if now_id is None:
+            return None
         with cls._lock:
             entry = cls._dirs.get(directory)
+            if entry is not None and entry[1] != now_id:
+                # the directory was removed and made again: its watch died with it
+                try:
+                    cls._observer.unschedule(entry[0])  # type: ignore[union-attr]
+                except (KeyError, ValueError, RuntimeError, OSError):
+                    pass
+                del cls._dirs[directory]
+                old_paths = entry[2]
+                entry = None
+            else:
+                old_paths = {}
             if entry is None:
-                by_path: dict[str, list[Callable[[], None]]] = {}
+                by_path: dict[str, list[Callable[[], None]]] = old_paths
 
                 class Handler(FileSystemEventHandler):  # type: ignore[misc]
                     def on_any_event(self, event):  # type: ignore[no-untyped-def]
+                        if event.src_path == directory:
+                            # the directory itself went (its watch dies with it): every
+                            # source in it wakes, to poll until it is back and watch it again
+                            for cbs in list(by_path.values()):
+                                for cb in list(cbs):
+                                    cb()
+                            return
                         for p in (event.src_path, getattr(event, "dest_path", None)):
                             for cb in by_path.get(p, ()) if p else ():
                                 cb()
@@ -70,21 +115,23 @@ class _Watcher:
                     log.get("source.local").info("inotify unavailable, polling", path=target,
                                                  error=str(e))
                     return None
-                entry = (watch, by_path)
+                entry = (watch, now_id, by_path)
                 cls._dirs[directory] = entry
-            entry[1].setdefault(target, []).append(wake)
+            cbs = entry[2].setdefault(target, [])
+            if wake not in cbs:
+                cbs.append(wake)
 
         def unsubscribe() -> None:
             with cls._lock:
                 e = cls._dirs.get(directory)
                 if e is None:
                     return
-                cbs = e[1].get(target, [])
+                cbs = e[2].get(target, [])
                 if wake in cbs:
                     cbs.remove(wake)
                 if not cbs:
-                    e[1].pop(target, None)
-                if not e[1]:
+                    e[2].pop(target, None)
+                if not e[2]:
                     del cls._dirs[directory]
                     try:
                         cls._observer.unschedule(e[0])  # type: ignore[union-attr]
@@ -97,7 +144,7 @@ class LocalFileSource(FollowsWithCursor):
     def __init__(self, path: str, *, start: Position | None = None,
                  find_start: StartFinder | None = None, poll_interval: float | None = None,
                  use_inotify: bool = True, name: str | None = None,
-                 batch_interval: float = 0.0) -> None:
+                 batch_interval: float = 0.0, rotate_wait: float = ROTATE_WAIT) -> None:
         # absolute, so inotify events (reported under the watched directory) match it
         self.path = Path(path).expanduser().absolute()
         self.name = name or str(self.path)
@@ -110,10 +157,12 @@ class LocalFileSource(FollowsWithCursor):
         self.batch_interval = batch_interval
         self.log = log.get("source.local").bind(path=str(self.path))
         self.cursor = Cursor(str(self.path), saved=start, can_locate=find_start is not None,
-                             read_size=READ_SIZE, check_every=CHECK_EVERY, logger=self.log)
+                             can_find=True, read_size=READ_SIZE, check_every=CHECK_EVERY,
+                             rotate_wait=rotate_wait, logger=self.log)
         self._wake = asyncio.Event()
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
+        self._no_inotify = False         # inotify refused (no support, no watches left)
 
     async def close(self) -> None:
         self._closed = True
@@ -123,20 +172,45 @@ class LocalFileSource(FollowsWithCursor):
             self._unsubscribe = None
 
     def _subscribe(self) -> None:
-        if self._unsubscribe is not None or not self.use_inotify or not self.path.parent.is_dir():
+        """Watch the directory (inotify), again if it was removed and made again since."""
+        if not self.use_inotify or self._no_inotify:
             return
+        here = _Watcher.dir_id(str(self.path.parent))
+        if self._unsubscribe is not None:
+            if here is not None and here == _Watcher.watching(self.path):
+                return
+            self._unsubscribe()          # the directory is gone, or another one now
+            self._unsubscribe = None
+            # what is at the path now is looked at in the next cycle, at once
+            self.cursor.check_now()
+            self._wake.set()
+            if here is not None:
+                self.log.info("the log's directory was made again: watching it again")
+        if here is None:
+            return                       # polled (fast) until the directory exists
         loop = asyncio.get_running_loop()
 
         def wake() -> None:
             loop.call_soon_threadsafe(self._wake.set)
 
         self._unsubscribe = _Watcher.subscribe(self.path, wake)
+        # refused while the directory is there: no inotify here (polled from now on)
+        self._no_inotify = self._unsubscribe is None and \
+            _Watcher.dir_id(str(self.path.parent)) is not None
 
-    async def _sleep(self) -> None:
-        """Until a wakeup (inotify) or the poll interval, whichever comes first."""
+    async def _sleep(self, within: float | None = None) -> None:
+        """Until a wakeup (inotify) or the poll interval (or `within`), whichever comes first."""
+        self._subscribe()
         if self.batch_interval:
             await asyncio.sleep(self.batch_interval)
-        interval = self.poll_interval or (1.0 if self._unsubscribe else 0.1)
+        if self._unsubscribe is not None:
+            interval = self.poll_interval or 1.0
+        elif self.use_inotify and not self._no_inotify:
+            interval = 0.1               # the directory is missing: soon watched (again)
+        else:
+            interval = self.poll_interval or 0.1
+        if within is not None:
+            interval = min(interval, within)
         if not self._wake.is_set():
             timer = asyncio.get_running_loop().call_later(interval, self._wake.set)
             try:
@@ -168,11 +242,15 @@ class LocalFileSource(FollowsWithCursor):
                 fd = f.fileno()
                 st = os.fstat(fd)
                 yield SourceState(True, f"reading {self.path}")
-                # until the file is left (Reopen: open the path again) or the source closes
-                async for ev in drive(self.cursor, _OpenFile(self, fd), st.st_dev, st.st_ino,
-                                      st.st_size, os.pread(fd, HEAD_BYTES, 0)):
-                    if not isinstance(ev, Reopen):
-                        yield ev
+                io = _OpenFile(self, fd)
+                try:
+                    # until the file is left (Reopen: open the path again) or the source closes
+                    async for ev in drive(self.cursor, io, st.st_dev, st.st_ino, st.st_size,
+                                          os.pread(fd, HEAD_BYTES, 0)):
+                        if not isinstance(ev, Reopen):
+                            yield ev
+                finally:
+                    io.close()
 
 
 class _OpenFile(CursorIO):
@@ -182,6 +260,34 @@ class _OpenFile(CursorIO):
     def __init__(self, source: LocalFileSource, fd: int) -> None:
         super().__init__(source)
         self.fd = fd
+        self.found: int | None = None    # a rotated file found again: read instead of fd
+
+    def close(self) -> None:
+        if self.found is not None:
+            os.close(self.found)
+            self.found = None
+
+    async def find_rotated(self, ask: FindRotated) -> bool:
+        """Our file among the rotated names beside the path, by dev:inode, head and tail."""
+        path = self.source.path
+        try:
+            names = rotated_names(path.name, os.listdir(path.parent))
+        except OSError:
+            return False
+        lo, n = before_range(ask)
+        for name in names:
+            try:
+                fd = os.open(path.parent / name, os.O_RDONLY)
+            except OSError:
+                continue
+            st = os.fstat(fd)
+            if is_ours(ask, st.st_dev, st.st_ino, st.st_size, os.pread(fd, HEAD_BYTES, 0),
+                       os.pread(fd, n, lo)):
+                self.close()
+                self.found = self.fd = fd
+                return True
+            os.close(fd)
+        return False
 
     async def read(self, pos: int, n: int) -> bytes:
         return os.pread(self.fd, n, pos)
@@ -206,5 +312,5 @@ class _OpenFile(CursorIO):
             return 0, 1
         return await asyncio.to_thread(finder, str(self.source.path))
 
-    async def wait(self, idle: float) -> None:
-        await self.source._sleep()
+    async def wait(self, idle: float, within: float | None = None) -> None:
+        await self.source._sleep(within)

@@ -36,7 +36,10 @@ from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
-from .cursor import Cursor, CursorIO, FollowsWithCursor, PathFacts, Reopen, drive
+from .cursor import (
+    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, PathFacts, Reopen,
+    before_range, drive, is_ours, rotated_names,
+)
 
 READ_SIZE = 256 * 1024
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
@@ -154,6 +157,12 @@ class SSHPool:
             conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
             try:
                 sftp = await conn.start_sftp_client()
+            except asyncssh.ChannelOpenError as e:
+                conn.close()
+                if e.reason == "Session request failed":
+                    # the session opened, the "sftp" subsystem request was refused
+                    raise NoSFTPSubsystem(target.host) from e
+                raise
             except BaseException:
                 conn.close()
                 raise
@@ -210,7 +219,16 @@ class Backoff:
         self.attempt = 0
 
 
-_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied)
+class NoSFTPSubsystem(Exception):
+    """The server opened a session and refused its `sftp` subsystem (sshd_config without a
+    `Subsystem sftp` line): a shell works, reading files by offset does not."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(host)
+        self.host = host
+
+
+_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, NoSFTPSubsystem)
 
 
 def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
@@ -240,6 +258,11 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
         return (f"host key of {target.host} is not trusted ({e.reason}); check its "
                 f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
                 f">> {where}`), or set known_hosts: none to skip verification (insecure)")
+    if isinstance(e, NoSFTPSubsystem):
+        return (f"the SSH server on {target.host} has no SFTP subsystem (logging in works, "
+                "reading files does not): add `Subsystem sftp internal-sftp` to its "
+                "/etc/ssh/sshd_config and reload sshd, or follow the log with a command "
+                f"source instead (`cmd: ssh {target.host} tail -n +1 -F {target.path}`)")
     if isinstance(e, asyncssh.PermissionDenied):
         return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
                 "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
@@ -251,7 +274,8 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
 class SSHFileSource(FollowsWithCursor):
     def __init__(self, url: str, *, options: SSHOptions | None = None,
                  start: Position | None = None, locator: StartLocator | None = None,
-                 pool: SSHPool | None = None, name: str | None = None) -> None:
+                 pool: SSHPool | None = None, name: str | None = None,
+                 rotate_wait: float = ROTATE_WAIT) -> None:
         self.target = SSHTarget.parse(url)
         self.opts = options or SSHOptions()
         self.name = name or str(self.target)
@@ -263,7 +287,8 @@ class SSHFileSource(FollowsWithCursor):
         self._wake = asyncio.Event()
         # where reading stands survives reconnects: the cursor is the source's, not a session's
         self.cursor = Cursor(self.target.path, saved=start, can_locate=locator is not None,
-                             read_size=READ_SIZE, check_every=IDENTITY_EVERY, logger=self.log)
+                             can_find=True, read_size=READ_SIZE, check_every=IDENTITY_EVERY,
+                             rotate_wait=rotate_wait, logger=self.log)
         self.reconnects = 0
 
     async def close(self) -> None:
@@ -361,6 +386,7 @@ class SSHFileSource(FollowsWithCursor):
                     f = item
             if f is None:
                 return
+            io = _RemoteFile(self, conn, sftp, f)
             try:
                 attrs = await f.stat()
                 if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY:
@@ -370,15 +396,15 @@ class SSHFileSource(FollowsWithCursor):
                 if say_up:
                     yield SourceState(True, f"reading {self.target}")
                     say_up = False
-                async for ev in drive(self.cursor, _RemoteFile(self, conn, sftp, f), None, None,
-                                      attrs.size or 0, head):
+                async for ev in drive(self.cursor, io, None, None, attrs.size or 0, head):
                     if not isinstance(ev, Reopen):
                         yield ev
             finally:
-                try:
-                    await f.close()
-                except (OSError, asyncssh.Error):
-                    pass
+                for handle in {id(f): f, id(io.f): io.f}.values():
+                    try:
+                        await handle.close()
+                    except (OSError, asyncssh.Error):
+                        pass
 
     async def _find_start(self, conn: Any, f: Any) -> tuple[int, int]:
         """The latest startup: `grep -b -n` on the remote side, verified here."""
@@ -448,6 +474,37 @@ class _RemoteFile(CursorIO):
     async def locate(self) -> tuple[int, int]:
         return await self.source._find_start(self.conn, self.f)
 
-    async def wait(self, idle: float) -> None:
+    async def find_rotated(self, ask: FindRotated) -> bool:
+        """Our file among the rotated names beside the path: SFTP has no inode, so by its
+        head, its size and the bytes before our offset."""
+        path = self.source.target.path
+        parent, base = posixpath.split(path)
+        try:
+            names = rotated_names(base, [str(n) for n in await self.sftp.listdir(parent or "/")])
+        except asyncssh.SFTPError:
+            return False
+        lo, n = before_range(ask)
+        for name in names:
+            try:
+                cand = await self.sftp.open(posixpath.join(parent, name), "rb")
+            except asyncssh.SFTPError:
+                continue
+            try:
+                size = (await cand.stat()).size or 0
+                ours = is_ours(ask, None, None, size, await cand.read(HEAD_BYTES, 0),
+                               await cand.read(n, lo) if n else b"")
+            except asyncssh.SFTPError:
+                ours = False
+            if ours:
+                self.f = cand        # read from now on; _follow closes both handles
+                return True
+            try:
+                await cand.close()
+            except (OSError, asyncssh.Error):
+                pass
+        return False
+
+    async def wait(self, idle: float, within: float | None = None) -> None:
         opts = self.source.opts
-        await self.source._sleep(opts.idle_poll_interval if idle > 10 else opts.poll_interval)
+        interval = opts.idle_poll_interval if idle > 10 else opts.poll_interval
+        await self.source._sleep(interval if within is None else min(interval, within))
