@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -59,6 +60,15 @@ Follow one log live until the server is ready or dead: the replacement for runni
 It starts at the latest startup in the log (not at its end, not at its first byte), shows
 the phase, the shard bar with rate and ETA and the last line, and on a crash the reason and
 the root-cause line with the traceback.
+
+A startup that had already ended when watch started (the log's verdict was written before,
+and more than a minute ago: judged from the file's idle time and the log's own clock) is
+history, not news: watch says "the latest startup in this log became ready 23m ago; ...;
+waiting for a new startup" and exits on the NEXT startup's verdict.  --last reports that
+ended startup instead and exits.  While nothing is written, a line a minute says so.
+
+Targets are checked first: scp-style host:/path gets "did you mean ssh://host/path?", and a
+missing directory exits 2 naming it (--wait-for-file waits for it).
 
 exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage error (bad
 target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary is printed
@@ -112,6 +122,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="read the log from byte 0 instead of from its latest startup")
     w.add_argument("--poll", action="store_true",
                    help="poll the file instead of using inotify (NFS and other filesystems)")
+    w.add_argument("--last", action="store_true",
+                   help="report the latest startup in the log as it stands and exit, even if "
+                        "it ended before watch started (by default such a startup is history: "
+                        "watch says so and waits for a new one)")
+    w.add_argument("--wait-for-file", action="store_true",
+                   help="wait for a local log whose directory does not exist yet (default: "
+                        "exit 2 naming the missing directory)")
     g = w.add_argument_group("ssh (defaults come from ~/.ssh/config and ~/.ssh/known_hosts)")
     g.add_argument("-i", "--ssh-key", action="append", metavar="FILE",
                    help="identity file (repeatable)")
@@ -242,6 +259,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     return asyncio.run(run_daemon(args.config, shard))
 
 
+_SCP_STYLE = re.compile(r"^(?:(?P<user>[\w.-]+)@)?(?P<host>[\w.-]+):(?P<path>[/~].*)$")
+
+
+def target_problem(target: str, wait_for_file: bool = False) -> str | None:
+    """A watch TARGET that cannot be what the user meant: scp's `host:/path` (a local file of
+    that name does not exist), or a local path whose directory does not exist."""
+    if target == "-" or target.startswith(("ssh://", "cmd:")):
+        return None
+    if os.path.exists(target):
+        return None
+    m = _SCP_STYLE.match(target)
+    if m:
+        user = f"{m['user']}@" if m["user"] else ""
+        path = m["path"] if m["path"].startswith("/") else "/" + m["path"].lstrip("~/")
+        hint = "" if m["path"].startswith("/") else " (the path must be absolute)"
+        return (f"{target} looks like scp's host:path; did you mean "
+                f"ssh://{user}{m['host']}{path}{hint}?")
+    parent = os.path.dirname(os.path.abspath(os.path.expanduser(target)))
+    if not wait_for_file and not os.path.isdir(parent):
+        return (f"{parent} does not exist (the directory of {os.path.basename(target)}): check "
+                "the path, or pass --wait-for-file to wait for it")
+    return None
+
+
 def cmd_watch(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -255,8 +296,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
                      config=(args.ssh_config,) if args.ssh_config else None)
     if args.rules != "auto":
         load_pack(args.rules)
+    problem = target_problem(args.target, args.wait_for_file)
+    if problem:
+        print(f"logwatch: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     opts = WatchOptions(args.target, args.rules, args.timeout, args.stall_after, args.json,
-                        ssh, args.poll, args.from_start)
+                        ssh, args.poll, args.from_start, last=args.last,
+                        wait_for_file=args.wait_for_file)
     return asyncio.run(run_watch(opts))
 
 

@@ -31,6 +31,44 @@ class ShardView:
     rate: float | None
 
 
+FRESH_WINDOW = 60.0   # a verdict this recent when logwatch attached is still news
+
+
+@dataclass(frozen=True)
+class SeenAtAttach:
+    """The latest startup of a log had already ended when logwatch first read it: history,
+    not news (no alert, and `watch` waits for the next startup).  `ago`: seconds between
+    its verdict and the attach (the file's idle time plus the log's own clock from the
+    verdict line to the last line: no time zone needed); `idle_since`: the file's mtime."""
+
+    phase: str                     # ready | crashed | stopped
+    startup_id: str | None
+    ago: float
+    idle_since: float | None
+    reason: str | None = None      # the crash's, when crashed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "startup_id": self.startup_id, "ago": round(self.ago, 1),
+                "idle_since": self.idle_since, "reason": self.reason}
+
+
+def seen_at_attach(st: State, mtime: float | None, now: float,
+                   fresh: float = FRESH_WINDOW) -> SeenAtAttach | None:
+    """What the bytes before the attach offset told: an ended startup older than `fresh`
+    seconds (SeenAtAttach), or None (nothing ended there, or it just did: news)."""
+    if st.phase not in (READY, *TERMINAL) or not st.history:
+        return None
+    verdict = st.history[-1]
+    gap = 0.0
+    if verdict.log_time is not None and st.last_log_time is not None:
+        gap = max(0.0, st.last_log_time - verdict.log_time)
+    idle = max(0.0, now - mtime) if mtime is not None else 0.0
+    if gap + idle < fresh:
+        return None
+    return SeenAtAttach(st.phase, st.startup_id, gap + idle, mtime,
+                        st.crash.reason if st.crash is not None else None)
+
+
 @dataclass(frozen=True)
 class TargetView:
     """What is known about a target at `now` (a copy: safe to keep, never updated)."""
@@ -72,6 +110,14 @@ class TargetView:
     last_line_at: float | None = None
     started_at: float = 0.0        # when this target started being watched
     checkpoint_age: float = 0.0    # seconds since the checkpoint was written (0: never)
+    catching_up: bool = False      # reading what the log held when logwatch attached
+    seen_at_attach: SeenAtAttach | None = None   # its latest startup had ended before that
+
+    @property
+    def historic(self) -> bool:
+        """The current startup is the one that had ended before logwatch attached."""
+        return self.seen_at_attach is not None and \
+            self.seen_at_attach.startup_id == self.startup_id
 
     def to_json(self) -> dict[str, Any]:
         """The target as `/api/status` shows it."""
@@ -109,6 +155,9 @@ class TargetView:
             "last_line": self.last_line,
             "last_line_at": self.last_line_at,
             "lines": self.counters.lines,
+            "catching_up": self.catching_up,
+            "seen_at_attach": self.seen_at_attach.to_json()
+            if self.seen_at_attach is not None and self.historic else None,
         }
 
 
@@ -128,14 +177,16 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
-               checkpoint_age: float = 0.0) -> TargetView:
+               checkpoint_age: float = 0.0, catching_up: bool = False,
+               seen_at_attach: SeenAtAttach | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
                       source_up=source_up, source_message=source_message,
                       source_fatal=source_fatal, source_notice=source_notice, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
-                      started_at=started_at, checkpoint_age=checkpoint_age)
+                      started_at=started_at, checkpoint_age=checkpoint_age,
+                      catching_up=catching_up, seen_at_attach=seen_at_attach)
     if pipe is None:
         return base
     st = pipe.state

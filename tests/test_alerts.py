@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import re
 import signal
 import socket
@@ -653,3 +654,32 @@ def test_crash_followed_at_once_by_a_restart_is_still_counted(tmp_path, receiver
     rx, d = crash_then_restart_at_once(tmp_path, receivers, daemons)
     assert d.metric("logwatch_startups_total", target="t1") == 2
     assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 1
+
+
+@pytest.mark.parametrize("ended", ["crashed", "ready"])
+def test_a_startup_that_ended_before_the_daemon_attached_is_history(tmp_path, receivers, daemons,
+                                                                    ended):
+    """The log's latest startup ended 36 minutes before the daemon first read it: shown as
+    seen at attach, never alerted; the next startup in the same log is news again."""
+    rx = receivers()
+    cfg, port, state, log = setup(tmp_path, [{"type": "webhook", "url": rx.url("/hook"),
+                                              "on": ["crashed", "ready"]}])
+    append(log, crash_log() if ended == "crashed" else ready_log())
+    old = time.time() - 36 * 60
+    os.utime(log, (old, old))
+    d = daemons(cfg, port).start()
+    t = d.wait_target("t1", lambda t: t.get("seen_at_attach"), "the ended startup, seen at attach")
+    seen = t["seen_at_attach"]
+    assert seen["phase"] == ended and seen["ago"] >= 36 * 60 - 5, seen
+    assert seen["startup_id"] == t["startup_id"]
+    assert t["catching_up"] is False
+    rx.assert_quiet(3.5, what="for a startup that ended before the attach")  # > crash settling
+    assert rx.requests() == []
+
+    append(log, ready_log(start=T0 + 7200))        # the server is launched again
+    got = rx.wait(hook("ready", "firing"), status=200, timeout=20, alive=d.dead)[0]
+    assert got.json["details"]["took"] is not None
+    t = d.wait_target("t1", lambda t: t["phase"] == "ready" and not t["seen_at_attach"],
+                      "the new startup ready")
+    rx.assert_quiet(1.0, what="after the new startup's ready")
+    assert [(g.json["kind"], g.json["status"]) for g in rx.requests()] == [("ready", "firing")]

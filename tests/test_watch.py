@@ -7,6 +7,7 @@ configuration error.  stdout is not a terminal here, so the output is the plain-
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -174,7 +175,7 @@ def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:
 
 
 def test_clean_vllm_stop_exits_1() -> None:
-    res = watch(fixture("vllm-030.log"), "--timeout", "30s")
+    res = watch(fixture("vllm-030.log"), "--timeout", "30s", "--last")
     assert res.returncode == 1, (res.stdout, res.stderr)
     assert "phase stopped" in res.stdout
     assert verdict_line(res.stdout).endswith("stopped (clean shutdown)")
@@ -265,7 +266,7 @@ def test_stdin_redirected_from_a_file() -> None:
 # --rules
 
 def test_rules_vllm_on_a_vllm_crash() -> None:
-    res = watch(fixture("vllm-018.log"), "--rules", "vllm", "--json", "--timeout", "30s")
+    res = watch(fixture("vllm-018.log"), "--rules", "vllm", "--json", "--timeout", "30s", "--last")
     assert res.returncode == 1, (res.stdout, res.stderr)
     doc = one_json(res)
     assert doc["engine"] == "vllm" and doc["phase"] == "crashed"
@@ -273,14 +274,14 @@ def test_rules_vllm_on_a_vllm_crash() -> None:
 
 
 def test_rules_vllm_on_a_vllm_ready_log() -> None:
-    res = watch(fixture("vllm-027.log"), "--rules", "vllm", "--timeout", "30s")
+    res = watch(fixture("vllm-027.log"), "--rules", "vllm", "--timeout", "30s", "--last")
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert "READY" in verdict_line(res.stdout)
     assert_plain(res)
 
 
 def test_auto_rules_pick_vllm() -> None:
-    res = watch(fixture("vllm-027.log"), "--json", "--timeout", "30s")
+    res = watch(fixture("vllm-027.log"), "--json", "--timeout", "30s", "--last")
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert one_json(res)["engine"] == "vllm"
 
@@ -338,7 +339,8 @@ def test_crash_whose_root_cause_is_the_unterminated_last_line(target: str) -> No
     Replay and stdin read that last line; a watch that ends on the crash after its settle
     time should too, instead of reporting the generic traceback header."""
     t = fixture("sglang-027.log")
-    res = watch(t if target == "file" else f"cmd:cat {t}", "--json", "--timeout", "30s")
+    res = watch(t if target == "file" else f"cmd:cat {t}", "--json", "--timeout", "30s",
+                *(["--last"] if target == "file" else []))
     assert res.returncode == 1, (res.stdout, res.stderr)
     crash = one_json(res)["crash"]
     assert isinstance(crash, dict)
@@ -393,3 +395,112 @@ def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
     assert proc.returncode == 130, (rest, err)
     assert re.search(r"^\d\d:\d\d:\d\d interrupted in \w+$", rest, re.M), rest
     assert "  phases: launching" in rest and "Traceback" not in err, (rest, err)
+
+
+# ----------------------------------------------------------------------------------------------
+# a startup that ended before watch started is history, not news
+
+def _old_log(tmp_path: Path, minutes: float, crash: str | None = None) -> Path:
+    path = tmp_path / "server.log"
+    path.write_text(_script_text() if crash is None else
+                    "".join(s.text for s in script(start=1_767_261_600.0, crash=crash)))
+    old = time.time() - minutes * 60
+    os.utime(path, (old, old))
+    return path
+
+
+def test_an_old_ready_log_is_history_not_a_false_ready(tmp_path: Path) -> None:
+    path = _old_log(tmp_path, 23)
+    res = watch(str(path), "--timeout", "3s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    out = res.stdout
+    assert re.search(r"the latest startup in this log became ready 2[34]m\d\ds ago; the log has "
+                     r"been idle since \d\d:\d\d:\d\d; waiting for a new startup", out), out
+    assert "READY" not in out and "phase ready" not in out, out
+    assert "while waiting for a new startup" in verdict_line(out)
+    assert_plain(res)
+
+
+def test_last_reports_the_ended_startup_and_exits(tmp_path: Path) -> None:
+    path = _old_log(tmp_path, 23)
+    res = watch(str(path), "--last", "--timeout", "30s")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "became ready" in res.stdout and verdict_line(res.stdout)[9:].startswith("READY in")
+    crashed = _old_log(tmp_path, 40, crash="oom")
+    res = watch(str(crashed), "--last", "--json", "--timeout", "30s")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert one_json(res)["phase"] == "crashed"
+    assert "crashed (cuda_oom)" in res.stderr and "40m" in res.stderr, res.stderr
+
+
+def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None:
+    """The engineer relaunches the server appending to the same log: watch, started before
+    the new server_args= line, ignores the old ready and exits on the new crash."""
+    path = _old_log(tmp_path, 30)
+    p = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(path), "--timeout",
+                          "60s"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.monotonic() + 30
+        seen = ""
+        assert p.stdout is not None
+        while "waiting for a new startup" not in seen:   # the old one was said: relaunch
+            assert time.monotonic() < deadline and p.poll() is None, seen
+            seen += p.stdout.readline()
+        with open(path, "a") as f:
+            f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    out = seen + out
+    assert p.returncode == 1, (out, err)
+    assert "became ready" in out
+    assert re.search(r"CRASHED: cuda_oom", out), out
+
+
+# ----------------------------------------------------------------------------------------------
+# mistyped targets
+
+@pytest.mark.parametrize("target,hint", [
+    ("gpu-node-1:/root/x.log", "did you mean ssh://gpu-node-1/root/x.log?"),
+    ("root@gpu-node-1:/var/log/sglang.log", "did you mean ssh://root@gpu-node-1/var/log/sglang.log?"),
+])
+def test_scp_style_target_is_refused_with_the_ssh_url(target: str, hint: str) -> None:
+    res = watch(target, "--timeout", "5s", timeout=30)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert hint in res.stderr, res.stderr
+
+
+def test_a_missing_directory_exits_2_unless_waited_for(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent" / "dir"
+    res = watch(str(missing / "x.log"), "--timeout", "5s", timeout=30)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"{missing} does not exist" in res.stderr and "--wait-for-file" in res.stderr
+    res = watch(str(missing / "x.log"), "--wait-for-file", "--timeout", "1s", timeout=30)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+
+
+def test_while_the_log_is_silent_a_line_a_minute_says_so() -> None:
+    """The display's quiet notes (pure: a view and a clock, no minute of waiting)."""
+    import io
+    from logwatch.sinks.display import PlainDisplay
+    from logwatch.view import TargetView
+    out = io.StringIO()
+    disp = PlainDisplay("t", out)
+    now = 10_000.0
+
+    def view(at: float) -> TargetView:
+        return TargetView(name="t", engine="sglang", source="t", kind="file", labels={}, now=at,
+                          phase="loading_shards", source_up=True, source_message="reading t",
+                          last_line="Loading safetensors checkpoint shards:  48% 40/83",
+                          last_line_at=now - 125)
+
+    disp.update(view(now), [], now)
+    disp.update(view(now + 30), [], now + 30)        # not a minute since: nothing more
+    disp.update(view(now + 61), [], now + 61)
+    notes = [ln for ln in out.getvalue().splitlines() if "no new line" in ln]
+    assert len(notes) == 2, out.getvalue()
+    assert notes[0].endswith("no new line for 2m05s; last: Loading safetensors checkpoint "
+                             "shards:  48% 40/83"), notes
+    assert "no new line for 3m06s" in notes[1]

@@ -31,7 +31,7 @@ from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.ssh import SSHPool
 from ..state.history import StartupHistory
 from ..state.positions import PositionStore
-from ..view import TargetView, build_view
+from ..view import SeenAtAttach, TargetView, build_view, seen_at_attach
 from .config import TargetConfig
 
 BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
@@ -86,6 +86,16 @@ class TargetRunner:
         self.restored_state: State | None = None
         self.alert_marks = alert_marks
         self.saved_alert_marks: dict[str, float] = {}   # what its checkpoint says was alerted
+        # a first attach: the bytes before `attach_end` were written before we looked; their
+        # events are held until the end of them says whether they are news (see view.py
+        # seen_at_attach): a startup that had ended is shown as such, never alerted
+        self.attach_end: int | None = None
+        self.attach_mtime: float | None = None
+        self.catching_up = False
+        self.attached = False             # the source has opened the log
+        self._held: list[Event] = []
+        self.seen_at_attach: SeenAtAttach | None = None
+        self.report_history = False       # the owner wants an ended startup's events too
         self._setup()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -145,6 +155,20 @@ class TargetRunner:
         src = self.follower.source
         try:
             async for ev in src.events():
+                if isinstance(ev, Opened):
+                    self.attached = True
+                if isinstance(ev, Opened) and ev.reason == "attach" and ev.size is not None \
+                        and self.attach_end is None and ev.size > ev.offset:
+                    self.attach_end, self.attach_mtime = ev.size, ev.mtime
+                    self.catching_up = True
+                if isinstance(ev, Data) and self.catching_up and self.attach_end is not None \
+                        and ev.offset < self.attach_end < ev.offset + len(ev.data):
+                    # the attach boundary inside a chunk: what came before it is decided first
+                    cut = self.attach_end - ev.offset
+                    await self._feed_in_slices(Data(ev.data[:cut], ev.offset))
+                    self._count_bytes()
+                    self._end_catch_up()
+                    ev = Data(ev.data[cut:], self.attach_end)
                 if isinstance(ev, Opened) and ev.reason != "resume" and \
                         (ev.new_file or ev.offset < self.counters.bytes_until):
                     self._count_bytes()
@@ -157,6 +181,7 @@ class TargetRunner:
                 if isinstance(ev, Data) and ev.data:
                     self.last_line_at = time.time()
                     self._count_bytes()
+                    self._end_catch_up()
                 if self.stop_reading:
                     return
                 if isinstance(ev, Skipped):
@@ -222,6 +247,25 @@ class TargetRunner:
             self.dirty = True
         self.counters.rotations = max(self.counters.rotations, f.status.files - 1)
 
+    def _end_catch_up(self) -> None:
+        """Once the bytes before the attach offset are through the rules: were they news?"""
+        f, pipe = self.follower, self.pipe
+        if not self.catching_up or f is None or pipe is None or self.attach_end is None or \
+                f.next_offset is None or f.next_offset < self.attach_end:
+            return
+        self.catching_up = False
+        held, self._held = self._held, []
+        self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, time.time())
+        if self.seen_at_attach is not None:
+            s = self.seen_at_attach
+            self.log.info("the latest startup in the log had ended before it was read: "
+                          "history, not alerted", phase=s.phase, ago=round(s.ago),
+                          startup=s.startup_id)
+            if not self.report_history:
+                return
+        if held:
+            self.on_events_cb(self, held)
+
     def _on_events(self, events: list[Event]) -> None:
         self.dirty = True
         pipe = self.pipe
@@ -232,6 +276,15 @@ class TargetRunner:
                 self.history.record_durations(ev.durations, "ready", ev.startup or "")
             elif isinstance(ev, CrashSettled):
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "")
+        if self.catching_up:
+            self._held.extend(events)
+            return
+        historic = self.seen_at_attach.startup_id \
+            if self.seen_at_attach and not self.report_history else None
+        if historic is not None:   # what still comes of the ended startup (its crash settling)
+            events = [e for e in events if getattr(e, "startup", None) != historic]
+            if not events:
+                return
         self.on_events_cb(self, events)
 
     def tick(self, now: float) -> None:
@@ -240,6 +293,7 @@ class TargetRunner:
         self._count_bytes()
         if self.follower is not None:
             self.follower.tick(now)
+            self._end_catch_up()
         wall = time.monotonic()
         if self.dirty and wall - self.last_checkpoint >= self.checkpoint_interval:
             self.checkpoint(durable=wall - self.last_durable >= DURABLE_EVERY)
@@ -279,4 +333,5 @@ class TargetRunner:
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,
             checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
-            if self.last_checkpoint else 0.0)
+            if self.last_checkpoint else 0.0, catching_up=self.catching_up,
+            seen_at_attach=self.seen_at_attach)

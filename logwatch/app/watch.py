@@ -9,6 +9,7 @@ the summary is printed first).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import sys
@@ -19,7 +20,7 @@ from typing import Any, TextIO
 from ..machine import Event, Stalled
 from ..rules.locate import restart_pack
 from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
-from ..sinks.display import make_display
+from ..sinks.display import attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
 from ..sources.ssh import SSHOptions, default_pool
@@ -42,6 +43,8 @@ class WatchOptions:
     ssh: SSHOptions = field(default_factory=SSHOptions)
     poll: bool = False
     from_start: bool = False
+    last: bool = False           # report the latest startup in the log as it stands, and exit
+    wait_for_file: bool = False  # a missing directory is waited for, not an error
 
 
 async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
@@ -62,7 +65,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     def on_events(runner: TargetRunner, events: list[Event]) -> None:
         pending.extend(events)
         wake.set()
-        if _final(runner):
+        if _final(runner) and not _historic(runner):
             runner.stop_reading = True   # the verdict is in: read no further than it
 
     try:
@@ -72,6 +75,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     except SourceError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE
+    runner.report_history = opts.last
     display = make_display(opts.target, sys.stderr if opts.json else out)
     interrupted: list[bool] = []
 
@@ -88,6 +92,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     runner.start()
     display.start()
     outcome, code = "", EXIT_USAGE
+    noted = False
     try:
         while True:
             try:
@@ -98,7 +103,7 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             now = time.time()
             if interrupted:
                 code = EXIT_INTERRUPTED
-                outcome = f"interrupted in {runner.view(now).phase}"
+                outcome = f"interrupted {_where(runner.view(now))}"
                 break
             ended = runner.ended.is_set() and not runner.stop_reading
             if ended:
@@ -114,16 +119,23 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
                 print(f"logwatch: {opts.target}: {status.message}", file=sys.stderr)
                 code, outcome = EXIT_USAGE, "the source failed (the reason is above)"
                 break
+            if view.historic and not noted:
+                noted = True
+                display.note(attach_note(view, now, last=opts.last))
+            if opts.last and runner.attached and not runner.catching_up:
+                runner.finish(now)       # the log as it stands: its last line, its crash final
+                code, outcome = _last_verdict(runner, runner.view(now))
+                break
             verdict = _verdict(runner, view, events)
             if verdict is not None:
                 code, outcome = verdict
                 break
             if ended:
                 why = status.message if status is not None and status.fatal else "the log ended"
-                code, outcome = EXIT_TIMEOUT, f"{why} in {view.phase}"
+                code, outcome = EXIT_TIMEOUT, f"{why} {_where(view)}"
                 break
             if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
-                code, outcome = EXIT_TIMEOUT, f"timed out after {opts.timeout:g}s in {view.phase}"
+                code, outcome = EXIT_TIMEOUT, f"timed out after {opts.timeout:g}s {_where(view)}"
                 break
     finally:
         try:
@@ -135,11 +147,34 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     if runner.pipe is None and runner.follower is not None:
         runner.follower.decide_pack(time.time())
     view = runner.view(time.time())
+    if opts.last:        # the ended startup is what was asked for: reported in full
+        view = dataclasses.replace(view, seen_at_attach=None)
     display.finish(view, outcome)
     if opts.json:
         doc: dict[str, Any] = summary(view)
         print(json.dumps(doc, ensure_ascii=False), file=out, flush=True)
     return code
+
+
+def _where(view: TargetView) -> str:
+    return "while waiting for a new startup" if view.historic else f"in {view.phase}"
+
+
+def _historic(runner: TargetRunner) -> bool:
+    """The current startup is the one that had ended before watch attached."""
+    s, pipe = runner.seen_at_attach, runner.pipe
+    return s is not None and pipe is not None and pipe.state.startup_id == s.startup_id
+
+
+def _last_verdict(runner: TargetRunner, view: TargetView) -> tuple[int, str]:
+    """--last: the latest startup as the log has it now."""
+    if view.phase == READY:
+        return EXIT_READY, "ready"
+    if view.phase == STOPPED:
+        return EXIT_FAILED, "stopped (clean shutdown)"
+    if view.phase == CRASHED:
+        return EXIT_FAILED, "crashed"
+    return EXIT_TIMEOUT, f"still starting: {view.phase}"
 
 
 def _final(runner: TargetRunner) -> bool:
@@ -153,6 +188,8 @@ def _final(runner: TargetRunner) -> bool:
 
 def _verdict(runner: TargetRunner, view: TargetView,
              events: list[Event]) -> tuple[int, str] | None:
+    if view.catching_up or view.historic:
+        return None          # what the log held at attach is still being read, or is history
     if view.phase == READY:
         return EXIT_READY, "ready"
     if view.phase == STOPPED:

@@ -25,6 +25,30 @@ def _eta_text(view: TargetView) -> str:
     return "" if math.isnan(eta) else f"ETA {fmt_duration(eta)}"
 
 
+def attach_note(view: TargetView, now: float, last: bool = False) -> str:
+    """What `watch` says of a startup that had ended before it attached (history, not news)."""
+    s = view.seen_at_attach
+    assert s is not None
+    what = {"ready": "became ready", "stopped": "stopped"}.get(
+        s.phase, f"crashed ({s.reason})" if s.reason else "crashed")
+    out = f"the latest startup in this log {what} {fmt_duration(s.ago)} ago"
+    if s.idle_since is not None and now - s.idle_since >= 60:
+        out += f"; the log has been idle since {time.strftime('%H:%M:%S', time.localtime(s.idle_since))}"
+    elif s.idle_since is not None:
+        out += "; the log is still being written"
+    return out + ("" if last else "; waiting for a new startup (--last: report it and exit)")
+
+
+def quiet_note(view: TargetView, now: float) -> str:
+    """While waiting: how long the log has been silent, and its last line."""
+    assert view.last_line_at is not None
+    return (f"no new line for {fmt_duration(now - view.last_line_at)}"
+            f"{'; last: ' + view.last_line[:160] if view.last_line else ''}")
+
+
+QUIET_EVERY = 60.0          # while nothing is written: a line a minute
+
+
 def _progress_text(view: TargetView) -> str:
     parts = []
     for name, p in view.progress.items():
@@ -42,10 +66,25 @@ class PlainDisplay:
         self.out = out
         self._last_progress = 0.0
         self._last_state = ""
+        self._quiet_said = 0.0
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
         print(f"{stamp} {msg}", file=self.out, flush=True)
+
+    def note(self, msg: str) -> None:
+        """A line of its own (above the panel when there is one)."""
+        self._say(msg)
+
+    def _quiet(self, view: TargetView, now: float) -> None:
+        """A line every QUIET_EVERY seconds while the log is silent."""
+        at = view.last_line_at
+        if at is None or now - at < QUIET_EVERY:
+            self._quiet_said = 0.0
+            return
+        if now - max(self._quiet_said, at) >= QUIET_EVERY:
+            self._quiet_said = now
+            self.note(quiet_note(view, now))
 
     def start(self) -> None:
         self._say(f"watching {self.target}")
@@ -69,10 +108,15 @@ class PlainDisplay:
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
+        self._quiet(view, now)
 
     def finish(self, view: TargetView, outcome: str) -> None:
         d = {k: v for k, v in view.durations.items() if k != "ready"}
         total = sum(d.values()) if d else None
+        if view.historic:        # no new startup came: the old one was said at attach
+            self._say(f"{outcome}; no new startup since logwatch attached")
+            self.out.flush()
+            return
         if view.crash is not None:
             c = view.crash
             after = f" after {fmt_duration(total)}" if total else ""
@@ -141,6 +185,10 @@ class RichDisplay(PlainDisplay):
     def start(self) -> None:
         self.live.start()
 
+    def note(self, msg: str) -> None:
+        from rich.markup import escape
+        self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {escape(msg)}")
+
     def update(self, view: TargetView, events: list[Event], now: float) -> None:
         for ev in events:  # keep a scrollback of the milestones above the panel
             if isinstance(ev, PhaseChanged):
@@ -148,6 +196,7 @@ class RichDisplay(PlainDisplay):
                                         f"[bold]{ev.new}[/]")
             elif isinstance(ev, Restarted):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] new startup #{ev.epoch}")
+        self._quiet(view, now)
         self.live.update(self._render(view, now))
 
     def _render(self, view: TargetView, now: float):  # type: ignore[no-untyped-def]
@@ -163,7 +212,12 @@ class RichDisplay(PlainDisplay):
         t.add_row("engine", "(detecting)" if view.engine == "auto" else view.engine)
         entered = view.phase_entered_at
         since = f"  ({fmt_duration(now - entered)})" if entered is not None else ""
-        t.add_row("phase", f"[{colour}]{phase}[/]{since}")
+        if view.historic:
+            t.add_row("phase", "waiting for a new startup [dim](the last one: "
+                      f"{escape(phase)} {fmt_duration(view.seen_at_attach.ago)} ago)[/]"
+                      if view.seen_at_attach else "waiting for a new startup")
+        else:
+            t.add_row("phase", f"[{colour}]{phase}[/]{since}")
         shards = view.shards
         if shards and shards.total:
             bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)
@@ -180,7 +234,9 @@ class RichDisplay(PlainDisplay):
                                           for k, v in view.durations.items()))
         t.add_row("source", ("[green]up[/] " if view.source_up else "[yellow]down[/] ")
                   + escape(view.source_message))
-        t.add_row("last line", escape(view.last_line[:200]))
+        ago = f" [dim]({fmt_duration(now - view.last_line_at)} ago)[/]" \
+            if view.last_line_at is not None and now - view.last_line_at >= 10 else ""
+        t.add_row("last line", escape(view.last_line[:200]) + ago)
         return t
 
     def finish(self, view: TargetView, outcome: str) -> None:

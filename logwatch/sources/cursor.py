@@ -205,6 +205,7 @@ class Cursor:
         self._left = False                   # ours was left: read on until quiet, then Reopen
         self._drain_after = False            # once positioned, drain (a found rotated file)
         self._seen = 0                       # the largest size of our file seen
+        self._mtime: float | None = None     # the opened file's modification time
         # the current poll cycle: read, complete the head, verify, look, wait
         self._size = 0
         self._now = 0.0
@@ -222,10 +223,12 @@ class Cursor:
 
     # opening ------------------------------------------------------------------------------
 
-    def opened(self, dev: int | None, ino: int | None, size: int, head: bytes) -> Action:
+    def opened(self, dev: int | None, ino: int | None, size: int, head: bytes,
+               mtime: float | None = None) -> Action:
         """A file was opened at the path (first time, after Reopen, after a lost connection):
-        decide where to read it from."""
+        decide where to read it from.  `mtime`: its modification time (epoch seconds)."""
         self._doing, self._phase = "", "done"
+        self._mtime = mtime
         self._file = identity_of(dev, ino, head)
         self._size = size
         self._left = False
@@ -337,7 +340,10 @@ class Cursor:
         self.offset, self.line_number, self.last = offset, line_number, data[-TAIL_BYTES:]
         self.identity, self._gone, self._doing = self._file, None, ""
         self._seen = self._size
-        self._events.append(Opened(offset, line_number, self.identity, reason, new_file))
+        attach = reason == "attach"
+        self._events.append(Opened(offset, line_number, self.identity, reason, new_file,
+                                   self._size if attach else None,
+                                   self._mtime if attach else None))
         if self._drain_after:
             self._drain_after = False
             self._leaving, self._left = "rotated", True
@@ -530,12 +536,12 @@ class FileIO(Protocol):
 
 
 async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, size: int,
-                head: bytes) -> AsyncIterator[SourceEvent | Reopen]:
+                head: bytes, mtime: float | None = None) -> AsyncIterator[SourceEvent | Reopen]:
     """Run `cursor` on the file `io` has just opened (`dev`, `ino`, `size`, `head` of it)
     until the source closes or the file is left: then a last `Reopen` says why, and the
     source opens the path again and drives again.  I/O errors propagate (a source that
     reconnects calls `drive` again: the cursor remembers where it was)."""
-    action = cursor.opened(dev, ino, size, head)
+    action = cursor.opened(dev, ino, size, head, mtime)
     while True:
         for ev in cursor.take_events():
             yield ev

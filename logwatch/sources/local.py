@@ -246,7 +246,7 @@ class LocalFileSource(FollowsWithCursor):
                 try:
                     # until the file is left (Reopen: open the path again) or the source closes
                     async for ev in drive(self.cursor, io, st.st_dev, st.st_ino, st.st_size,
-                                          os.pread(fd, HEAD_BYTES, 0)):
+                                          os.pread(fd, HEAD_BYTES, 0), st.st_mtime):
                         if not isinstance(ev, Reopen):
                             yield ev
                 finally:

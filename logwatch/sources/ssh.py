@@ -396,7 +396,8 @@ class SSHFileSource(FollowsWithCursor):
                 if say_up:
                     yield SourceState(True, f"reading {self.target}")
                     say_up = False
-                async for ev in drive(self.cursor, io, None, None, attrs.size or 0, head):
+                async for ev in drive(self.cursor, io, None, None, attrs.size or 0, head,
+                                      attrs.mtime):
                     if not isinstance(ev, Reopen):
                         yield ev
             finally:
