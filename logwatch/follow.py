@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from . import log
-from .lines import segment_text
+from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
 from .rules.locate import detect_pack
@@ -21,6 +21,8 @@ from .sources.base import (
 )
 
 _ROLL = 4096 + TAIL_BYTES   # enough for the tail hash unless a held partial line is huge
+LAST_LINE_CHARS = 2000      # of the last line kept (and of an unfinished one held)
+LAST_LINE_SCAN = 256        # lines looked at, newest first, for the latest meaningful one
 
 
 @dataclass(slots=True)
@@ -28,6 +30,7 @@ class SourceStatus:
     up: bool = False
     message: str = "starting"
     fatal: bool = False
+    error: bool = False          # down because something failed (see SourceState.error)
     reconnects: int = 0
     files: int = 0               # files opened (rotations + 1)
     bytes: int = 0
@@ -58,6 +61,8 @@ class Follower:
         self.identity: FileIdentity | None = None
         self.next_offset: int | None = None
         self.last_line: str = ""
+        self._meaningful = ""       # the latest line that is not a tqdm frame
+        self._partial = b""         # the unfinished last line of the chunks seen so far
         self._roll = bytearray()  # the last raw bytes received (tail hash of a position)
         self._held: list[object] = []
         self._head = b""
@@ -149,6 +154,7 @@ class Follower:
                 else:
                     events += self.pipe.new_file(ev.offset, ev.line_number, now)
                 self._roll = bytearray()
+                self._partial = b""
                 self.next_offset = ev.offset
             elif ev.offset != self.next_offset:
                 self.log.warning("source resumed at another offset", expected=self.next_offset,
@@ -163,20 +169,51 @@ class Follower:
             if self.status.up and not ev.up:
                 self.status.reconnects += 1
             self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
+            self.status.error = not ev.up and (ev.error or ev.fatal)
         if events:
             self.on_events(events)
         return events
 
     def _note_last_line(self, data: bytes) -> None:
-        """The last complete line, as a terminal would show it (for the live display)."""
-        end = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        while end > 0:
-            start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
+        """The latest meaningful line, as the page and the live display show it: the newest
+        line that is not a tqdm frame, unless the newest line is a bar still moving (a
+        finished bar, the 100 % of a download, does not stay there while newer lines
+        arrive).  A frame is whole once its `]` is written, before the `\\r` of the next one,
+        so the unterminated end of a chunk counts when it is a frame; any other unfinished
+        line waits for the chunk that completes it."""
+        if self._partial:
+            data = self._partial + data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        tail = data[cut + 1:]
+        self._partial = tail[:LAST_LINE_CHARS]
+        newest: tuple[str, str | None] | None = None
+        latest: str | None = None
+        seen = 0
+        end, start = len(data), cut + 1
+        while end >= 0 and seen < LAST_LINE_SCAN and latest is None:
+            seen += 1           # segments, empty ones too: "\r\r\r..." is bounded as well
             seg = data[start:end].strip()
             if seg:
-                self.last_line = segment_text(seg[:2000])
-                return
+                for part in reversed(split_glued(segment_text(seg[:LAST_LINE_CHARS]))):
+                    part = part.strip()
+                    kind = progress_frame(part) if part else None
+                    if not part or (end == len(data) and kind is None):
+                        continue    # the unfinished end of the chunk, not a frame
+                    if newest is None:
+                        newest = (part, kind)
+                    if kind is None:
+                        latest = part
+                        break
             end = start - 1
+            if end < 0:
+                break
+            start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
+        if latest is not None:
+            self._meaningful = latest
+        if newest is not None:
+            text, kind = newest
+            self.last_line = text if kind == "moving" or not self._meaningful \
+                else self._meaningful
 
     def finish(self, now: float | None = None) -> list[Event]:
         """The source ended: decide the pack if still undecided, close the last line."""

@@ -23,9 +23,10 @@ DEFAULT_MAX_LINE_BYTES = 64 * 1024
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # The end of a tqdm frame: "[elapsed<remaining, rate]" or "[elapsed, rate]" (+ tqdm's padding),
 # followed by something that is not a separator: a record glued onto the bar.
-_TQDM_TAIL_RE = re.compile(
-    r"\[\d+:\d\d(?::\d\d)?(?:<(?:\d+:\d\d(?::\d\d)?|\?))?, *[^\[\]]{0,40}?(?:/s|/it|it)\] *(?=\S)"
-)
+_TQDM_TAIL = r"\[\d+:\d\d(?::\d\d)?(?:<(?:\d+:\d\d(?::\d\d)?|\?))?, *[^\[\]]{0,40}?(?:/s|/it|it)\]"
+_TQDM_TAIL_RE = re.compile(_TQDM_TAIL + r" *(?=\S)")
+# A whole tqdm frame: "... NN% ... [elapsed<remaining, rate]" and nothing after it.
+_TQDM_FRAME_RE = re.compile(r"(?<!\d)(?P<percent>\d{1,3})%[^%]*?" + _TQDM_TAIL + r"\s*$")
 
 
 @dataclass(slots=True)
@@ -105,6 +106,16 @@ def split_glued(text: str) -> list[str]:
         return [text]
     parts.append(text[start:])
     return [p for p in parts if p.strip()]
+
+
+def progress_frame(text: str) -> str | None:
+    """A tqdm progress frame: "moving" (below 100 %), "done" (100 %); None for any other line."""
+    if "%" not in text or "]" not in text:
+        return None
+    m = _TQDM_FRAME_RE.search(text)
+    if m is None:
+        return None
+    return "done" if int(m.group("percent")) >= 100 else "moving"
 
 
 def segment_bounds(data: bytes, pos: int) -> tuple[int, int]:

@@ -126,7 +126,8 @@ class Crash:
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
-                "line_number": self.line_number, "excerpt": list(self.excerpt)}
+                "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
+                "excerpt": list(self.excerpt)}
 
 
 @dataclass(slots=True)
@@ -181,6 +182,16 @@ class State:
 
     def epoch_start(self) -> PhaseEntry | None:
         return self.history[0] if self.history else None
+
+    def ready_in(self) -> float | None:
+        """Seconds from the startup's first line to ready (None unless ready after a startup
+        that was seen: a log that begins while serving has no launch)."""
+        start = self.epoch_start()
+        if self.phase != READY or start is None or start.phase == READY or \
+                self.history[-1].phase != READY:
+            return None
+        end = self.history[-1]
+        return elapsed_since(start, end.at, end.log_time)
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -457,13 +468,7 @@ class StartupMachine:
     def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         state.ready_line = obs.text
         state.ready_at = now
-        start = state.epoch_start()
-        took: float | None = None
-        if start is not None and start.phase != READY:
-            if start.log_time is not None and obs.log_time is not None:
-                took = max(obs.log_time - start.log_time, 0.0)
-            else:
-                took = max(now - start.at, 0.0)
+        took = state.ready_in()
         durations = state.durations()
         slowest = max(durations, key=lambda p: durations[p]) if durations else None
         state.stalled = False
@@ -596,13 +601,19 @@ class StartupMachine:
         return max(generic, key=lambda e: e.rank).reason if generic else "unknown"
 
 
-def crash_elapsed(crash: Crash, start: PhaseEntry | None) -> float | None:
-    """Seconds from the startup's first line to the crash (server clock when it has one)."""
+def elapsed_since(start: PhaseEntry | None, at: float, log_time: float | None) -> float | None:
+    """Seconds from the startup's first line to a moment seen at `at` (wall) / `log_time`
+    (server clock, used when both have one)."""
     if start is None:
         return None
-    if start.log_time is not None and crash.log_time is not None:
-        return max(crash.log_time - start.log_time, 0.0)
-    return max(crash.at - start.at, 0.0)
+    if start.log_time is not None and log_time is not None:
+        return max(log_time - start.log_time, 0.0)
+    return max(at - start.at, 0.0)
+
+
+def crash_elapsed(crash: Crash, start: PhaseEntry | None) -> float | None:
+    """Seconds from the startup's first line to the crash (server clock when it has one)."""
+    return elapsed_since(start, crash.at, crash.log_time)
 
 
 # -- checkpoints --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 from .counters import Counters
 from .machine import State
 from .pipeline import LogPipeline
-from .rules.pack import READY, TERMINAL, WAITING
+from .rules.pack import CRASHED, READY, TERMINAL, WAITING
 from .state.history import StartupHistory, startup_eta
 
 ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
@@ -85,6 +85,7 @@ class TargetView:
     startup_id: str | None = None
     phase_entered_at: float | None = None
     startup_started_at: float | None = None
+    ready_in: float | None = None  # launch-to-ready seconds of this startup once ready
     phases_seen: list[str] = field(default_factory=list)
     timeline: list[tuple[str, str | None]] = field(default_factory=list)  # (phase, log stamp)
     durations: dict[str, float] = field(default_factory=dict)
@@ -103,6 +104,7 @@ class TargetView:
     source_up: bool = False
     source_message: str = ""
     source_fatal: bool = False     # the source gave up (its message says why, once)
+    source_error: bool = False     # down because something failed (fatal, or retrying)
     source_notice: str = ""        # the last part of the log the source knows it lost
     offset: int | None = None
     line_number: int | None = None
@@ -118,6 +120,18 @@ class TargetView:
         """The current startup is the one that had ended before logwatch attached."""
         return self.seen_at_attach is not None and \
             self.seen_at_attach.startup_id == self.startup_id
+
+    @property
+    def status(self) -> str:
+        """The one word a fleet count puts the target under: `error` (its source failed),
+        `crashed`, `stalled` (counted so, not in the phase it stalled in), else the phase."""
+        if self.source_error:
+            return "error"
+        if self.phase == CRASHED:
+            return CRASHED
+        if self.stalled:
+            return "stalled"
+        return self.phase
 
     def to_json(self) -> dict[str, Any]:
         """The target as `/api/status` shows it."""
@@ -140,13 +154,16 @@ class TargetView:
             "progress": {k: dict(v) for k, v in self.progress.items()},
             "shards": {"loaded": shards.loaded, "total": shards.total} if shards else None,
             "eta_seconds": None if eta != eta else round(eta, 1),
+            "ready_in_seconds": None if self.ready_in is None else round(self.ready_in, 3),
             "ready_line": self.ready_line,
             "crash": self.crash,
             "stalled": self.stalled,
+            "status": self.status,
             "stats": dict(self.stats),
             "history": list(self.history),
             "previous_startup": self.previous_startup,
             "source_state": {"up": self.source_up, "message": self.source_message,
+                             "fatal": self.source_fatal, "error": self.source_error,
                              "reconnects": self.counters.reconnects,
                              "bytes_skipped": self.counters.bytes_skipped,
                              "losses": self.counters.source_losses,
@@ -173,7 +190,8 @@ def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | No
 
 def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
                pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
-               source_message: str = "", source_fatal: bool = False, source_notice: str = "",
+               source_message: str = "", source_fatal: bool = False,
+               source_error: bool = False, source_notice: str = "",
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
@@ -183,7 +201,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
                       source_up=source_up, source_message=source_message,
-                      source_fatal=source_fatal, source_notice=source_notice, offset=offset,
+                      source_fatal=source_fatal, source_error=source_error or source_fatal,
+                      source_notice=source_notice, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age,
                       catching_up=catching_up, seen_at_attach=seen_at_attach)
@@ -204,6 +223,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "startup_id": st.startup_id,
            "phase_entered_at": entered.at if entered else None,
            "startup_started_at": first.at if first else None,
+           "ready_in": st.ready_in(),
            "phases_seen": st.phases_seen,
            "timeline": [(e.phase, e.log_stamp) for e in st.history],
            "durations": st.durations(),

@@ -1,11 +1,15 @@
 """The status page, end to end, in a real headless Chromium (Debian `chromium`, driven by
 Playwright): a person opening `/` sees the phase turn to ready, the shard bar reach k/N, the
-crash reason and root-cause line of a crashed target, and log text shown as text."""
+crash reason and root-cause line of a crashed target, and log text shown as text; the fleet
+counts put broken sources, stalled and crashed targets first, in red; a ready row says how
+long it took and its tokens/s, a crash when it happened, the previous startup how it ended,
+on the same time scale as this one; "last line" is the latest meaningful line."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +20,8 @@ from pathlib import Path
 from playwright.sync_api import expect, sync_playwright
 
 from conftest import FIXTURES, ROOT
+from daemonutil import T0, append, daemons, sim_texts, split_at, target_cfg, write_config  # noqa: F401
+from logwatch.follow import Follower
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts"
@@ -120,3 +126,144 @@ def test_status_endpoint_escapes_nothing_itself_and_page_has_no_external_assets(
     assert "<script src" not in PAGE and "<link" not in PAGE
     assert "http://" not in PAGE and "https://" not in PAGE
     assert "innerHTML" not in PAGE  # every log text goes through textContent
+
+
+# -- issue 12.6: what a row and the header say --------------------------------------------------
+
+def js_dur(s: float) -> str:
+    """The page's `dur()`."""
+    s = int(s + 0.5)
+    if s < 60:
+        return f"{s}s"
+    m, r = divmod(s, 60)
+    return f"{m}m{r:02d}s" if m < 60 else f"{m // 60}h{m % 60:02d}m"
+
+
+def test_status_page_counts_ready_in_crash_time_throughput_previous_and_last_line(
+        tmp_path: Path, daemons) -> None:  # type: ignore[no-untyped-def]
+    assert os.path.exists(CHROMIUM)
+    port = free_port()
+    # restarted: a startup that crashed (cuda_oom in graph capture), then one that is ready
+    # and serving
+    restarted = tmp_path / "restarted.log"
+    restarted.write_text("".join(sim_texts(crash="oom", download=False))
+                         + "".join(sim_texts(start=T0 + 600, serve_lines=12)))
+    crashed = tmp_path / "crashed.log"
+    crashed.write_text("".join(sim_texts(crash="oom", download=False)))
+    # stuck: the download finished, then the shard bar stops at 12/24 and nothing more comes
+    stuck = tmp_path / "stuck.log"
+    texts = sim_texts(shards=24)
+    bar0 = split_at(texts, "checkpoint shards:   0%")
+    stuck.write_text("".join(texts[:bar0]))
+    broken = tmp_path / "a-directory"
+    broken.mkdir()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("restarted", restarted, from_start=True,
+                   labels={"model": "qwen3-235b", "cluster": "eu-1"}),
+        target_cfg("crashed", crashed, from_start=True),
+        target_cfg("stuck", stuck, from_start=True, stall_after="3s"),
+        target_cfg("broken", broken),
+    ])
+    d = daemons(cfg, port).start()
+    d.wait_target("stuck", lambda t: t["phase"] == "downloading", "the download")
+    # the shard bar: one redraw per write, as tqdm writes them ("\rframe", the next frame's
+    # "\r" ends it), each read before the next; then silence at 12/24
+    assert "12/24" in texts[bar0 + 12] and texts[bar0 + 12].startswith("\r")
+    for k in range(13):
+        append(stuck, texts[bar0 + k])
+        if k:
+            d.wait_target("stuck", lambda t, k=k: (t["shards"] or {}).get("loaded") == k - 1,
+                          f"shard frame {k - 1}")
+    st = {t["name"]: t for t in d.status()["targets"]}
+    ready = d.wait_target("restarted", lambda t: t["phase"] == "ready"
+                          and t["previous_startup"] and t["stats"].get("gen_throughput"),
+                          "the restarted target ready with its previous startup")
+    assert ready["ready_in_seconds"] and ready["ready_in_seconds"] > 0
+    prev = ready["previous_startup"]
+    assert prev["outcome"] == "crashed" and prev["reason"] == "cuda_oom"
+    assert st["crashed"]["crash"]["at"] > 0
+    assert st["broken"]["source_state"]["error"] and st["broken"]["status"] == "error"
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"http://127.0.0.1:{port}/")
+        # header: error, stalled, crashed first, in red, each its own element
+        for k in ("error", "stalled", "crashed"):
+            expect(page.locator(f"#count-{k}")).to_have_text(f"1 {k}", timeout=20000)
+            expect(page.locator(f"#count-{k}")).to_have_class("count bad")
+        first = page.locator("#counts > span").evaluate_all("es => es.map(e => e.dataset.count)")
+        assert first[:3] == ["error", "stalled", "crashed"]
+        # the stalled target is counted as stalled, not in its phase; the broken source is no
+        # longer "1 waiting"
+        assert page.locator("#counts [data-count='loading_shards']").count() == 0
+        assert page.locator("#counts [data-count='waiting']").count() == 0
+        expect(page.locator("#count-targets")).to_have_text("4 targets")
+        stuck_row = page.locator("section[data-target='stuck']")
+        expect(stuck_row.locator(".phase")).to_have_text("loading_shards (stalled)")
+        # last line: the moving shard bar, not the finished download bar before it
+        expect(stuck_row.locator(".last")).to_contain_text("12/24")
+        assert "100%" not in stuck_row.locator(".last").text_content()
+        expect(page.locator("section[data-target='broken'] .src")).to_contain_text("is a directory")
+        # the ready row: launch-to-ready, tokens/s, labels
+        r = page.locator("section[data-target='restarted']")
+        expect(r.locator(".since")).to_have_text("ready in " + js_dur(ready["ready_in_seconds"]))
+        tps = d.target("restarted")["stats"]["gen_throughput"]
+        expect(r.locator(".tps")).to_have_text(f"{int(tps + 0.5)} tok/s")
+        expect(r.locator(".labels")).to_have_text("model=qwen3-235b cluster=eu-1")
+        # the previous startup says it crashed, and why
+        expect(r.locator(".tl[data-lane='previous'] .outcome")).to_have_text("crashed: cuda_oom")
+        expect(r.locator(".tl[data-lane='previous'] .outcome")).to_have_class("outcome crashed")
+        # both lanes on one time scale: rendered widths in the ratio of the totals
+        widths = r.locator(".tl").evaluate_all(
+            "ls => ls.map(l => ({lane: l.dataset.lane, lw: l.querySelector('.lane')"
+            ".getBoundingClientRect().width, w: [...l.querySelectorAll('.seg')]"
+            ".reduce((a, s) => a + s.getBoundingClientRect().width, 0)}))")
+        by = {w["lane"]: w for w in widths}
+        now_total = sum(v for v in ready["durations"].values() if v > 0)
+        prev_total = sum(v for v in prev["phases"].values() if v > 0)
+        assert now_total != prev_total
+        want = now_total / prev_total
+        got = by["now"]["w"] / by["previous"]["w"]
+        assert abs(got / want - 1) < 0.05, (by, now_total, prev_total)
+        longer = by["now"] if now_total > prev_total else by["previous"]
+        assert abs(longer["w"] - longer["lw"]) <= 2          # the longer one is full width
+        # the crash box: when it happened
+        c = page.locator("section[data-target='crashed']")
+        at = time.strftime("%H:%M:%S", time.localtime(st["crashed"]["crash"]["at"]))
+        expect(c.locator(".crash .when")).to_have_text(
+            re.compile(r"^crashed " + at + r", \d+[smhd] ago$"))
+        shot = tmp_path / "status.png"
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert shot.exists() and shot.stat().st_size > 0
+
+
+def test_last_line_skips_finished_bars_and_follows_redraws() -> None:
+    """`last_line`: the latest line that is not a tqdm frame, unless the newest line is a
+    bar still moving; a redraw that arrives alone (`\\rframe`, no terminator yet) counts."""
+    class _Src:
+        name = "t"
+
+    f = Follower("t", _Src(), lambda pack: None, None)  # type: ignore[arg-type,return-value]
+    seen = []
+    for chunk in ["[10:00:00 TP0] Load weight begin.\n",
+                  "\rmodel-1.safetensors:  51%|█████     | 2.54G/4.98G [00:02<00:03, 1.2GB/s]",
+                  "\rmodel-1.safetensors: 100%|██████████| 4.98G/4.98G [00:04<00:00, 1.2GB/s]\n",
+                  "\rLoading safetensors checkpoint shards:  50% Completed | 12/24 [00:07<00:07,  1.60it/s]",
+                  "\rLoading safetensors checkpoint shards: 100% Completed | 24/24 [00:15<00:00,  1.60it/s]",
+                  "\n[10:00:20 TP0] Load weight ", "end. elapsed=15 s\n",
+                  "x" * 10 + "\n" + "\rCapturing batches (bs=8 avail_mem=5.80 GB):  40%|████      | 4/10 [00:01<00:01,  2.40it/s]"
+                  "[2026-03-17 07:16:46 TP0] glued after the bar\n"]:
+        f._note_last_line(chunk.encode())
+        seen.append(f.last_line)
+    assert seen == [
+        "[10:00:00 TP0] Load weight begin.",
+        "model-1.safetensors:  51%|█████     | 2.54G/4.98G [00:02<00:03, 1.2GB/s]",
+        "[10:00:00 TP0] Load weight begin.",          # the finished download bar is not kept
+        "Loading safetensors checkpoint shards:  50% Completed | 12/24 [00:07<00:07,  1.60it/s]",
+        "[10:00:00 TP0] Load weight begin.",          # finished: back to the last real line
+        "[10:00:00 TP0] Load weight begin.",          # an unfinished line waits ...
+        "[10:00:20 TP0] Load weight end. elapsed=15 s",   # ... for the chunk that ends it
+        "[2026-03-17 07:16:46 TP0] glued after the bar",
+    ]

@@ -202,6 +202,7 @@ class TargetRunner:
             self.log.exception("target failed", error=repr(e))
             self.follower.status.up = False
             self.follower.status.fatal = True
+            self.follower.status.error = True
             self.follower.status.message = f"failed: {e!r}"
         finally:
             await src.close()
@@ -275,7 +276,8 @@ class TargetRunner:
             if isinstance(ev, Ready) and pipe is not None:
                 self.history.record_durations(ev.durations, "ready", ev.startup or "")
             elif isinstance(ev, CrashSettled):
-                self.history.record_durations(ev.durations, "crashed", ev.startup or "")
+                self.history.record_durations(ev.durations, "crashed", ev.startup or "",
+                                              ev.crash.reason)
         if self.catching_up:
             self._held.extend(events)
             return
@@ -328,7 +330,8 @@ class TargetRunner:
             labels=self.cfg.labels,
             now=now, pipe=self.pipe, counters=self.counters,
             source_up=bool(f and f.status.up), source_message=f.status.message if f else "",
-            source_fatal=bool(f and f.status.fatal), source_notice=f.status.notice if f else "",
+            source_fatal=bool(f and f.status.fatal), source_error=bool(f and f.status.error),
+            source_notice=f.status.notice if f else "",
             history=self.history, offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,

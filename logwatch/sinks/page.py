@@ -16,11 +16,14 @@ body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:0;color:
 header{display:flex;gap:1.5em;align-items:baseline;padding:.8em 1.2em;background:#fff;border-bottom:1px solid var(--line)}
 header h1{font-size:1.2em;margin:0}
 header .counts span{margin-right:1em}
+.count.bad{color:var(--bad);font-weight:600}.count.none{color:var(--mute)}
 header a{color:var(--mute)}
 main{padding:1em 1.2em}
 .target{background:#fff;border:1px solid var(--line);border-radius:6px;margin-bottom:.8em;padding:.7em .9em}
-.head{display:grid;grid-template-columns:minmax(10em,1.4fr) 6em 9em minmax(14em,2fr) 8em;gap:.8em;align-items:center}
+.head{display:grid;grid-template-columns:minmax(10em,1.4fr) 6em 9em minmax(14em,2fr) 8em 7em;gap:.8em;align-items:center}
 .name{font-weight:600;word-break:break-all}
+.labels{color:var(--mute);font-size:.8em;font-weight:400}
+.tps{text-align:right;font-variant-numeric:tabular-nums}
 .engine{color:var(--mute)}
 .phase{font-weight:600}
 .phase.ready{color:var(--ok)}.phase.crashed{color:var(--bad)}.phase.stopped,.phase.stalled{color:var(--warn)}
@@ -30,6 +33,7 @@ main{padding:1em 1.2em}
 .since{color:var(--mute);font-size:.9em;text-align:right}
 .crash{margin-top:.5em;border-left:3px solid var(--bad);padding:.3em .6em;background:#fff5f5}
 .crash .reason{font-weight:600;color:var(--bad)}
+.crash .when{color:var(--mute);font-size:.9em}
 .crash .line,.last,pre{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;font-size:.85em;white-space:pre-wrap;word-break:break-all}
 pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 0}
 .last{color:var(--mute);margin-top:.3em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
@@ -37,11 +41,13 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .tl{display:flex;align-items:center;gap:.5em;margin:.15em 0}
 .tl .label{width:6em;color:var(--mute);flex:none}
 .tl .lane{display:flex;flex:1;height:1.1em;background:#eaeef2;border-radius:2px;overflow:hidden}
-.seg{height:100%;overflow:hidden;white-space:nowrap;color:#fff;font-size:.85em;padding-left:.25em;border-right:1px solid #fff}
+.seg{flex:none;min-width:0;height:100%;overflow:hidden;white-space:nowrap;color:#fff;font-size:.85em;text-indent:.25em;box-shadow:inset -1px 0 #fff}
 .seg.launching{background:#8c959f}.seg.downloading{background:#bf8700}.seg.loading_shards{background:#0969da}
 .seg.allocating{background:#8250df}.seg.autotune{background:#bc4c00}.seg.cuda_graph{background:#1b7c83}.seg.other{background:#57606a}
 .tl .total{width:5em;text-align:right;color:var(--mute);flex:none}
-.src{font-size:.85em;color:var(--warn)}
+.tl .outcome{width:14em;flex:none;color:var(--mute);overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.tl .outcome.crashed{color:var(--bad)}.tl .outcome.ready{color:var(--ok)}
+.src{font-size:.85em;color:var(--warn)}.src.bad{color:var(--bad);font-weight:600}
 #err{color:var(--bad);padding:0 1.2em}
 </style></head><body>
 <header><h1>logwatch</h1><div class="counts" id="counts"></div>
@@ -52,55 +58,70 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 <script>
 "use strict";
 const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
+const BAD=["error","stalled","crashed"];   // counted first, in red
 const rows=new Map();
 function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
 function dur(s){if(s==null||!isFinite(s))return"";s=Math.round(s);if(s<60)return s+"s";const m=Math.floor(s/60),r=s%60;
   if(m<60)return m+"m"+String(r).padStart(2,"0")+"s";return Math.floor(m/60)+"h"+String(m%60).padStart(2,"0")+"m"}
+function ago(s){s=Math.max(0,Math.round(s));if(s<60)return s+"s";if(s<3600)return Math.floor(s/60)+"m";
+  if(s<86400)return Math.floor(s/3600)+"h";return Math.floor(s/86400)+"d"}
+function clock(t){const d=new Date(t*1000);return [d.getHours(),d.getMinutes(),d.getSeconds()].map(x=>String(x).padStart(2,"0")).join(":")}
+function total(durations){return Object.values(durations||{}).reduce((a,b)=>a+(b>0?b:0),0)}
 function set(node,text){text=text==null?"":String(text);if(node.textContent!==text)node.textContent=text}
 function makeRow(name){
   const r={root:el("section","target")};r.root.dataset.target=name;
-  const h=el("div","head");r.name=el("div","name",name);r.engine=el("div","engine");r.phase=el("div","phase");
+  const h=el("div","head");r.name=el("div","name",name);r.labels=el("div","labels");r.name.append(r.labels);
+  r.engine=el("div","engine");r.phase=el("div","phase");
   r.bar=el("div","bar");r.fill=el("div","fill");r.bartxt=el("span","txt");r.bar.append(r.fill,r.bartxt);
-  r.since=el("div","since");h.append(r.name,r.engine,r.phase,r.bar,r.since);
+  r.since=el("div","since");r.tps=el("div","tps");h.append(r.name,r.engine,r.phase,r.bar,r.since,r.tps);
   r.src=el("div","src");r.crash=el("div","crash");r.crash.hidden=true;
-  r.reason=el("div","reason");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
-  r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.line,r.det);
+  r.reason=el("div","reason");r.when=el("div","when");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
+  r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.when,r.line,r.det);
   r.timeline=el("div","timeline");r.last=el("div","last");
   r.root.append(h,r.src,r.crash,r.timeline,r.last);return r}
-function lane(label,durations,current,total){
-  const row=el("div","tl");row.append(el("span","label",label));const ln=el("div","lane");
-  const sum=Object.values(durations).reduce((a,b)=>a+b,0);
+// one lane of the timeline; `scale` (seconds) is the full width, shared by both lanes
+function lane(label,durations,scale,totalText,outcome,outcomeCls){
+  const row=el("div","tl");row.dataset.lane=label;row.append(el("span","label",label));const ln=el("div","lane");
   for(const [p,d] of Object.entries(durations)){if(!(d>0))continue;
-    const s=el("div","seg "+(PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(sum,1e-9))+"%";
+    const s=el("div","seg "+(PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
     s.title=p+" "+dur(d);s.textContent=p+" "+dur(d);ln.append(s)}
-  row.append(ln,el("span","total",total!=null?dur(total):(current||"")));return row}
+  row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function update(r,t,now){
   set(r.engine,t.engine);set(r.phase,t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":t.phase);
   r.phase.className="phase "+(t.stalled?"stalled":t.phase);
+  set(r.labels,Object.entries(t.labels||{}).map(([k,v])=>k+"="+v).join(" "));
   const sh=t.shards,p=t.progress&&t.progress.shards;
   if(sh&&sh.total){const pct=Math.min(100,100*sh.loaded/sh.total);r.fill.style.width=pct+"%";
     let txt=sh.loaded+"/"+sh.total+" shards";if(p&&p.rate)txt+=" · "+p.rate.toFixed(2)+"/s";
     if(t.eta_seconds!=null&&t.phase!=="ready")txt+=" · ETA "+dur(t.eta_seconds);set(r.bartxt,txt)}
   else{r.fill.style.width="0%";set(r.bartxt,t.eta_seconds!=null&&t.phase!=="ready"&&t.phase!=="waiting"?"ETA "+dur(t.eta_seconds):"")}
-  set(r.since,t.in_phase_seconds!=null?"in phase "+dur(t.in_phase_seconds):"");
+  set(r.since,t.phase==="ready"&&t.ready_in_seconds!=null?"ready in "+dur(t.ready_in_seconds)
+    :t.in_phase_seconds!=null?"in phase "+dur(t.in_phase_seconds):"");
+  const g=t.stats&&t.stats.gen_throughput;set(r.tps,t.phase==="ready"&&g!=null?Math.round(g)+" tok/s":"");
   const s=t.source_state||{};set(r.src,s.up?"":"source: "+(s.message||"down"));
+  r.src.className="src"+(s.error?" bad":"");
   if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")");
+    set(r.when,t.crash.at!=null?"crashed "+clock(t.crash.at)+", "+ago(now-t.crash.at)+" ago":"");
     set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
-  const prev=t.previous_startup;
-  const key=JSON.stringify([t.durations,t.phase,prev&&prev.at]);
+  const prev=t.previous_startup,cur=t.durations||{};
+  const key=JSON.stringify([cur,t.phase,t.ready_in_seconds,prev&&prev.at]);
   if(r.tlkey!==key){r.tlkey=key;r.timeline.replaceChildren();
-    if(t.durations&&Object.keys(t.durations).length)r.timeline.append(lane("now",t.durations,t.phase,null));
-    if(prev)r.timeline.append(lane("previous",prev.phases,prev.outcome,prev.total))}
+    const hasCur=Object.keys(cur).length>0,nowT=total(cur),prevT=prev?total(prev.phases):0,scale=Math.max(nowT,prevT);
+    if(hasCur)r.timeline.append(lane("now",cur,scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null));
+    if(prev)r.timeline.append(lane("previous",prev.phases,scale,dur(prev.total!=null?prev.total:prevT),
+      prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome))}
   set(r.last,t.last_line||"")}
 async function refresh(){
   let d;try{const res=await fetch("/api/status",{cache:"no-store"});d=await res.json();set(document.getElementById("err"),"")}
   catch(e){set(document.getElementById("err"),"cannot reach the daemon: "+e);return}
   const box=document.getElementById("targets"),seen=new Set(),count={};
-  for(const t of d.targets){seen.add(t.name);count[t.phase]=(count[t.phase]||0)+1;
+  for(const t of d.targets){seen.add(t.name);const k=t.status||t.phase;count[k]=(count[k]||0)+1;
     let r=rows.get(t.name);if(!r){r=makeRow(t.name);rows.set(t.name,r);box.append(r.root)}update(r,t,d.now)}
   for(const [n,r] of rows)if(!seen.has(n)){r.root.remove();rows.delete(n)}
-  const c=document.getElementById("counts");c.replaceChildren();c.append(el("span",null,d.targets.length+" targets"));
-  for(const [p,n] of Object.entries(count).sort())c.append(el("span","phase "+p,n+" "+p));
+  const c=document.getElementById("counts");c.replaceChildren();
+  for(const k of BAD){const n=count[k]||0,e=el("span","count "+(n?"bad":"none"),n+" "+k);e.id="count-"+k;e.dataset.count=k;e.dataset.n=n;c.append(e)}
+  const tot=el("span","count",d.targets.length+" targets");tot.id="count-targets";c.append(tot);
+  for(const [p,n] of Object.entries(count).sort())if(!BAD.includes(p)){const e=el("span","count phase "+p,n+" "+p);e.dataset.count=p;e.dataset.n=n;c.append(e)}
   set(document.getElementById("updated"),"updated "+new Date(d.now*1000).toLocaleTimeString())}
 refresh();setInterval(refresh,2000);
 </script></body></html>

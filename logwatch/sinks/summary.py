@@ -18,6 +18,9 @@ def summary(view: TargetView) -> dict[str, Any]:
     shards = status["shards"] or {}
     doc["shards_loaded"], doc["shards_total"] = shards.get("loaded"), shards.get("total")
     doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
+    if doc["crash"]:
+        # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
+        doc["crash"] = {k: v for k, v in doc["crash"].items() if k not in ("at", "log_time")}
     return doc
 
 

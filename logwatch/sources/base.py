@@ -97,11 +97,14 @@ class Data:
 
 @dataclass(frozen=True, slots=True)
 class SourceState:
-    """up: reading; down: waiting for the file, reconnecting, or failed (`fatal`)."""
+    """up: reading; down: waiting for the file, reconnecting, or failed (`fatal`).
+    `error`: down because something failed (cannot connect, connection lost, the command
+    exited), not merely waiting for a log to appear; a fatal state is always an error."""
 
     up: bool
     message: str
     fatal: bool = False
+    error: bool = False
 
 
 @dataclass(frozen=True, slots=True)

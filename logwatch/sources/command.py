@@ -108,7 +108,8 @@ class CommandSource:
                 backoff.reset()
             delay = backoff.next()
             self.restarts += 1
-            yield SourceState(False, f"{self.argv[0]} exited with {code}; restarting in {delay:.1f}s")
+            yield SourceState(False, f"{self.argv[0]} exited with {code}; restarting in {delay:.1f}s",
+                              error=True)
             await asyncio.sleep(delay)
 
 

@@ -307,7 +307,7 @@ class SSHFileSource(FollowsWithCursor):
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
                 delay = backoff.next()
                 yield SourceState(False, f"cannot connect: {explain(e, self.target, self.opts)}; "
-                                         f"retrying in {delay:.1f}s")
+                                         f"retrying in {delay:.1f}s", error=True)
                 await self._sleep(delay)
                 continue
             healthy_since = time.monotonic()
@@ -330,7 +330,7 @@ class SSHFileSource(FollowsWithCursor):
                 delay = backoff.next()
                 self.reconnects += 1
                 yield SourceState(False, f"connection lost ({explain(e, self.target, self.opts)}); "
-                                         f"reconnecting in {delay:.1f}s")
+                                         f"reconnecting in {delay:.1f}s", error=True)
                 await self._sleep(delay)
 
     async def _sleep(self, seconds: float) -> None:

@@ -38,10 +38,12 @@ class StartupRecord:
     phases: dict[str, float]
     total: float | None
     startup: str = ""         # its StartupId: a startup is recorded once, whatever re-reads it
+    reason: str = ""          # why it crashed (outcome "crashed"; "" before it was recorded)
 
     def to_json(self) -> dict[str, Any]:
         return {"at": self.at, "model": self.model, "outcome": self.outcome,
-                "phases": self.phases, "total": self.total, "startup": self.startup}
+                "phases": self.phases, "total": self.total, "startup": self.startup,
+                "reason": self.reason}
 
 
 class StartupHistory:
@@ -62,7 +64,8 @@ class StartupHistory:
                 return
             self.records = [StartupRecord(float(r["at"]), str(r.get("model", "")),
                                           str(r["outcome"]), {k: float(v) for k, v in r["phases"].items()},
-                                          r.get("total"), str(r.get("startup") or ""))
+                                          r.get("total"), str(r.get("startup") or ""),
+                                          str(r.get("reason") or ""))
                             for r in doc.get("startups", [])]
         except (OSError, ValueError, KeyError, TypeError):
             self.records = []
@@ -70,10 +73,11 @@ class StartupHistory:
 
     def record(self, state: State, outcome: str) -> StartupRecord | None:
         """Remember a finished startup (when it became ready or its crash settled)."""
-        return self.record_durations(state.durations(), outcome, state.startup_id or "")
+        reason = state.crash.reason if state.crash is not None and outcome != READY else ""
+        return self.record_durations(state.durations(), outcome, state.startup_id or "", reason)
 
     def record_durations(self, durations: dict[str, float], outcome: str,
-                         startup: str = "") -> StartupRecord | None:
+                         startup: str = "", reason: str = "") -> StartupRecord | None:
         durations = {p: d for p, d in durations.items() if p not in (READY, WAITING, "crashed",
                                                                      "stopped")}
         if not durations:
@@ -81,7 +85,7 @@ class StartupHistory:
         if startup and any(r.startup == startup for r in self.records):
             return None   # already recorded (the log was read again after a restart)
         rec = StartupRecord(time.time(), self.model, outcome, durations,
-                            round(sum(durations.values()), 3), startup)
+                            round(sum(durations.values()), 3), startup, reason)
         self.records = (self.records + [rec])[-KEEP:]
         self._typical = None
         save_state("history", self.path, {"version": VERSION,
