@@ -8,7 +8,10 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
 * phases move forward in the pack's order; a marker of an earlier phase (another TP rank
   printing the same milestone late) changes nothing, a later one may skip phases;
 * a rule with `reenter` may step back into an earlier phase while the current one is still
-  empty (download bars after `Load weight begin`, before the first shard);
+  empty (download bars after `Load weight begin`, before the first shard); a phase entered
+  by a `provisional` rule is announced (PhaseChanged) only once confirmed (a later phase, its
+  progress, a crash, PROVISIONAL_FOR seconds): a reenter before that takes its place, from
+  the same moment, and the phases never flip back and forth;
 * a restart marker starts a new epoch, unless the startup is still launching and has not
   printed that marker yet (vLLM prints a version line, then its args: one startup);
 * a crash keeps collecting evidence after it began: the root-cause line is the exception
@@ -41,6 +44,7 @@ from .rules.pack import (
 HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still classifies it
 RATE_SMOOTHING = 0.3          # EWMA weight of a new shard-rate sample
 DEFAULT_STALL_AFTER = 300.0
+PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
 
 
 @dataclass(slots=True)
@@ -150,6 +154,7 @@ class State:
     startup_id: str | None = None         # see startup_id_of (None before the first line)
     crash_settled: bool = False           # the crash is final (CrashSettled was emitted)
     crash_changed_at: float | None = None  # wall time its evidence last changed
+    deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
 
     @property
     def phases_seen(self) -> list[str]:
@@ -335,6 +340,9 @@ class StartupMachine:
         if obs.log_time is not None:
             state.last_log_time = obs.log_time
         events: list[Event] = []
+        if state.deferred is not None and self._confirms(state, rule):
+            events.append(state.deferred)
+            state.deferred = None
         if rule.restart:
             self._restart(state, obs, now, events)
         if state.phase == CRASHED:
@@ -362,9 +370,23 @@ class StartupMachine:
             self._stats(state, obs, now, events)
         return events
 
+    def _confirms(self, state: State, rule: Rule) -> bool:
+        """Does this rule make the provisional phase real (anything but the same phase's
+        marker from another rank, or an earlier phase's reenter that replaces it)?"""
+        if rule.restart or rule.crash or rule.stop:
+            return True
+        if rule.progress and not (rule.phase and rule.reenter):
+            return True
+        if rule.phase is None:
+            return False
+        return self.pack.phase_index(rule.phase) > self.pack.phase_index(state.phase)
+
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase
-        silent too long is stalled."""
+        silent too long is stalled; a provisional phase nothing replaced is announced."""
+        if state.deferred is not None and now - state.deferred.at >= PROVISIONAL_FOR:
+            ev, state.deferred = state.deferred, None
+            return [ev, *self.tick(state, now)]
         if state.phase == CRASHED and not state.crash_settled:
             changed = state.crash_changed_at
             if changed is None or now - changed >= self.pack.crash_settle:
@@ -452,8 +474,18 @@ class StartupMachine:
         new_i = self.pack.phase_index(target)
         if new_i > cur_i:
             self._enter(state, target, obs, now, events)
+            if rule.provisional and events and isinstance(events[-1], PhaseChanged):
+                state.deferred = events.pop()     # announced once confirmed (or replaced)
             if target == READY:
                 self._ready(state, obs, now, events)
+        elif new_i < cur_i and rule.reenter and state.deferred is not None:
+            # the provisional phase is replaced by this earlier one, from the same moment:
+            # announced once, as the phase the startup went into
+            e, old = state.history[-1], state.deferred.old
+            state.history[-1] = PhaseEntry(target, e.at, e.log_time, e.log_stamp)
+            state.phase, state.phase_progress = target, False
+            d, state.deferred = state.deferred, None
+            events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
         elif new_i < cur_i and rule.reenter and not state.phase_progress and state.phase != READY:
             # the current phase was entered too early and is still empty: correct it
             if state.history and state.history[-1].phase == state.phase and \

@@ -145,6 +145,9 @@ class LogPipeline:
     def finish(self, now: float) -> list[Event]:
         """End of input: the unfinished last line counts as a line, and a crash is final."""
         events = self._close_file(now)
+        if self.state.deferred is not None:     # nothing more will replace it
+            events.append(self.state.deferred)
+            self.state.deferred = None
         events += self.machine.settle(self.state)
         return self._counted(events)
 

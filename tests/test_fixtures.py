@@ -82,3 +82,41 @@ def test_live_path_agrees_with_replay(name: str) -> None:
     live = summary(pipeline_view("x", pipe))
     replayed = summary(pipeline_view("x", replay_file(str(FIXTURES / f"{name}.log"))))
     assert live == replayed
+
+
+def _phase_moves(text: bytes, pack_name: str) -> list[tuple[str, str]]:
+    from logwatch.machine import PhaseChanged
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack(pack_name))
+    now = time.time()
+    events = pipe.feed(text, now) + pipe.finish(now)
+    return [(e.old, e.new) for e in events if isinstance(e, PhaseChanged)]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_phases_only_move_forward(name: str) -> None:
+    """In every real log: each phase change goes forward in the pack's order (or ends the
+    startup); a download inside weight loading is no loading_shards -> downloading flip."""
+    from logwatch.rules.pack import load_pack
+    engine = expectation(name)["engine"]
+    order = load_pack(engine).phases
+    for old, new in _phase_moves((FIXTURES / f"{name}.log").read_bytes(), engine):
+        if old in order and new in order:
+            assert order.index(new) > order.index(old), f"{name}: {old} -> {new}"
+
+
+def test_sglang_download_inside_weight_loading_is_one_phase_with_its_own_time() -> None:
+    """The simulator's SGLang startup downloads 3 files (7.5 s of the log's clock, tqdm bars
+    without timestamps) right after `Load weight begin`, then loads 24 shards (15 s)."""
+    from daemonutil import sim_texts
+    from logwatch.rules.pack import load_pack
+    text = "".join(sim_texts()).encode()
+    moves = _phase_moves(text, "sglang")
+    assert ("loading_shards", "downloading") not in moves, moves
+    assert moves[:3] == [("waiting", "launching"), ("launching", "downloading"),
+                         ("downloading", "loading_shards")], moves
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(text, time.time())
+    d = pipe.state.durations()
+    assert 6.0 <= d["downloading"] <= 9.0, d       # 7.5 s in truth
+    assert 13.0 <= d["loading_shards"] <= 17.0, d  # 15.2 s in truth

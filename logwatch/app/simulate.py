@@ -64,10 +64,12 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         for f in range(1, 4):
             name = f"model-{f:05d}-of-{shards:05d}.safetensors"
             frames = []
-            for pct in (0, 23, 51, 78, 100):
+            for i, pct in enumerate((0, 23, 51, 78, 100)):
                 done = 4.98 * pct / 100
                 bar = ("█" * (pct // 10)).ljust(10)
-                frames.append(f"\r{name}: {pct:3d}%|{bar}| {done:.2f}G/4.98G [00:0{pct // 25}<00:03, 1.2GB/s]")
+                # elapsed as tqdm prints it: whole seconds of this file's 0.5 s frames
+                frames.append(f"\r{name}: {pct:3d}%|{bar}| {done:.2f}G/4.98G "
+                              f"[00:{int(i * 0.5):02d}<00:0{2 - int(i * 0.5)}, 1.2GB/s]")
             for i, fr in enumerate(frames):
                 yield Step(0.5, fr + ("\n" if i == len(frames) - 1 else ""))
                 at(0.5)

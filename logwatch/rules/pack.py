@@ -15,7 +15,9 @@ message), and ordered rules.  Each rule is a `regex` pattern with named groups a
 
 and modifiers: `when` (phases the rule acts in), `marker` (a crash announcement, not a
 root-cause line), `tentative` (crash evidence that a later phase marker can retract),
-`reenter` (may step back into an earlier, still empty phase), `scale` (multiply a field),
+`reenter` (may step back into an earlier, still empty phase), `provisional` (the phase it
+enters is announced once confirmed: an earlier phase's `reenter` rule coming first takes its
+place without a flip, e.g. SGLang's download inside weight loading), `scale` (multiply a field),
 `prefilter` (explicit literals when none can be derived from the pattern).
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
@@ -53,7 +55,7 @@ GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
 SPECIFIC_RANK = len(GENERIC_REASONS)
 
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain")
-MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "scale", "prefilter", "samples",
+MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after")
 RULE_KEYS = ("id", "pattern") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "detect", "timestamps", "ignore",
@@ -113,6 +115,7 @@ class Rule:
     marker: bool = False
     tentative: bool = False
     reenter: bool = False
+    provisional: bool = False
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -409,7 +412,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
                             rule=rid, key=key)
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
-    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter"):
+    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -429,6 +432,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
     for k in scale:
         if k not in groups:
             raise PackError(src, f"'{k}' is not a named group of the pattern", rule=rid, key="scale")
+    if d.get("provisional") and not phase:
+        raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
     if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
         raise PackError(src, "only applies to crash rules", rule=rid,
                         key="marker" if d.get("marker") else "tentative")
@@ -441,7 +446,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
         restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
         chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
-        reenter=bool(d.get("reenter")), scale={k: float(v) for k, v in scale.items()},
+        reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")), scale={k: float(v) for k, v in scale.items()},
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

@@ -6,11 +6,18 @@ Y m d H M S f.  Only differences matter, so the value is "seconds since an arbit
 a missing year is taken as 2000 (a leap year, so Feb 29 parses) and bumped when the date
 jumps back by months (a log running over New Year); a missing date is day 0, bumped when the
 time jumps back by hours (a log running over midnight).
+
+Lines without a timestamp are placed by their neighbours: a tqdm bar frame
+(`name:  45%|...| 2.2G/4.9G [00:20<00:24, ...]`) at the time its bar began plus its elapsed
+time, a bar beginning where the clock stands (the last stamped line, or the end of the bar
+before it); other lines at the last stamped line.  So a download bar followed by a shard bar,
+with no stamped line between, each get their own share of the time.
 """
 
 from __future__ import annotations
 
 import calendar
+import re
 from dataclasses import dataclass
 
 from .pack import TimestampFormat
@@ -21,6 +28,9 @@ PATTERN_TIMEOUT = 0.01
 _YEAR_DEFAULT = 2000
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
+# a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
+_TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
+MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 
 
 @dataclass(slots=True)
@@ -40,6 +50,8 @@ class LogClock:
         self._year = _YEAR_DEFAULT   # the last explicit year seen (for MM-DD stamps)
         self._year_offset = 0        # New Year crossings since then
         self._midnight = 0.0         # the last date seen (for time-only stamps)
+        self._now: float | None = None  # where the clock stands (stamps, ends of bars)
+        self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
 
     def stamp(self, text: str) -> Stamp | None:
         """The timestamp of `text` if it has one, else the last one seen (None before any)."""
@@ -52,6 +64,7 @@ class LogClock:
                 continue
             raw = m.group(0)
             if raw == self._last_raw and self.last is not None:
+                self._now = self.last.seconds
                 return self.last  # the same second as the previous line: nothing to compute
             try:
                 secs = self._seconds(m.groupdict())
@@ -59,10 +72,32 @@ class LogClock:
                 continue
             self.last = Stamp(secs, _stamp_text(m.groupdict()))
             self._last_raw = raw
+            self._now = secs
             return self.last
         if self.last is None:
             return None
-        return Stamp(self.last.seconds, self.last.text, own=False)
+        placed = self._bar_time(text)
+        return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
+
+    def _bar_time(self, text: str) -> float | None:
+        """A tqdm frame's time: its bar's start (where the clock stood when the bar first
+        showed) plus its elapsed time."""
+        m = _TQDM.match(text)
+        if m is None or self._now is None:
+            return None
+        elapsed = int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
+        key = m.group(1).strip()
+        bar = self._bars.get(key)
+        if bar is None or elapsed < bar[1] - 2:      # a new bar (or the same one again)
+            if len(self._bars) >= MAX_BARS:
+                self._bars.pop(next(iter(self._bars)))
+            # it began after the last thing the clock knows of: its first frame seen is
+            # its elapsed time after that (0 for a bar seen from its first frame)
+            bar = (self._now, elapsed)
+        start = bar[0]
+        self._bars[key] = (start, elapsed)
+        self._now = max(self._now, start + elapsed)
+        return start + elapsed
 
     def _seconds(self, g: dict[str, str | None]) -> float:
         h, mi, s = int(g["H"] or 0), int(g["M"] or 0), int(g["S"] or 0)
