@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report the latest startup in the log as it stands and exit, even if "
                         "it ended before watch started (by default such a startup is history: "
                         "watch says so and waits for a new one)")
+    w.add_argument("--no-history", action="store_true",
+                   help="do not keep this TARGET's startup durations (by default they are kept "
+                        "in $LOGWATCH_STATE_DIR or ~/.local/state/logwatch, and the next watch "
+                        "of the same TARGET bases its ETA on them)")
     w.add_argument("--wait-for-file", action="store_true",
                    help="wait for a local log whose directory does not exist yet (default: "
                         "exit 2 naming the missing directory)")
@@ -302,7 +306,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     opts = WatchOptions(args.target, args.rules, args.timeout, args.stall_after, args.json,
                         ssh, args.poll, args.from_start, last=args.last,
-                        wait_for_file=args.wait_for_file)
+                        wait_for_file=args.wait_for_file, history=not args.no_history)
     return asyncio.run(run_watch(opts))
 
 

@@ -81,6 +81,17 @@ class PhaseEntry:
     log_stamp: str | None = None
 
 
+def phase_left(typical: float, elapsed: float) -> float:
+    """Seconds left in a phase that usually takes `typical` and has run for `elapsed`: it
+    counts down to a tenth of `typical`, then grows by half of every further second (a phase
+    running late is not about to end: the ETA grows in a stall instead of freezing)."""
+    if typical <= 0:
+        return 0.0             # nothing to scale by (a phase the history never saw)
+    if elapsed <= 0.9 * typical:
+        return typical - elapsed
+    return 0.1 * typical + 0.5 * (elapsed - 0.9 * typical)
+
+
 @dataclass(slots=True)
 class ProgressState:
     """A named counter such as `shards`: k/N with a smoothed rate (items per second)."""
@@ -92,12 +103,17 @@ class ProgressState:
     updated_log: float | None = None   # only when the frame had its own timestamp
 
     def remaining_seconds(self, now: float | None = None) -> float | None:
+        """Seconds until the last item at the current rate, counted down since the last
+        update; once the next item is late, it grows (phase_left): a stalled bar's
+        ETA rises instead of sitting at 0."""
         if self.rate is None or self.rate <= 0 or self.total <= 0:
             return None
-        left = max(self.total - self.current, 0) / self.rate
-        if now is not None and self.current < self.total:
-            left -= max(now - self.updated_at, 0.0)
-        return max(left, 0.0)
+        left_items = max(self.total - self.current, 0)
+        per = 1.0 / self.rate
+        if now is None or left_items == 0:
+            return left_items * per
+        since = max(now - self.updated_at, 0.0)
+        return (left_items - 1) * per + phase_left(per, since)
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .counters import Counters
 from .machine import State
@@ -92,6 +92,7 @@ class TargetView:
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     shards: ShardView | None = None
     eta_seconds: float = math.nan
+    eta_basis: int = 0             # earlier ready startups the ETA comes from (0: rough)
     ready_line: str | None = None
     crash: dict[str, Any] | None = None
     stalled: bool = False
@@ -154,6 +155,7 @@ class TargetView:
             "progress": {k: dict(v) for k, v in self.progress.items()},
             "shards": {"loaded": shards.loaded, "total": shards.total} if shards else None,
             "eta_seconds": None if eta != eta else round(eta, 1),
+            "eta_basis": self.eta_basis,
             "ready_in_seconds": None if self.ready_in is None else round(self.ready_in, 3),
             "ready_line": self.ready_line,
             "crash": self.crash,
@@ -196,7 +198,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
                checkpoint_age: float = 0.0, catching_up: bool = False,
-               seen_at_attach: SeenAtAttach | None = None) -> TargetView:
+               seen_at_attach: SeenAtAttach | None = None,
+               eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
                       kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
@@ -231,7 +234,9 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                             "eta_seconds": p.remaining_seconds(now)}
                         for k, p in st.progress.items()},
            "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
-           "eta_seconds": startup_eta(pipe.pack, st, now, typical),
+           "eta_seconds": eta_smoother(st.phase, startup_eta(pipe.pack, st, now, typical), now)
+           if eta_smoother is not None else startup_eta(pipe.pack, st, now, typical),
+           "eta_basis": history.basis() if history is not None and typical else 0,
            "ready_line": st.ready_line,
            "crash": st.crash.to_json() if st.crash else None,
            "stalled": st.stalled,

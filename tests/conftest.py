@@ -7,6 +7,11 @@ sys.path.insert(0, str(ROOT))
 
 import os  # noqa: E402
 import stat  # noqa: E402
+import tempfile  # noqa: E402
+
+# `logwatch watch` keeps a startup history per TARGET (state/history.py watch_state_dir): the
+# tests' watches keep theirs in a directory of this run, never in the user's home
+os.environ.setdefault("LOGWATCH_STATE_DIR", tempfile.mkdtemp(prefix="logwatch-test-state-"))
 
 import pytest  # noqa: E402
 

@@ -292,3 +292,103 @@ def test_startup_duration_buckets_resolve_typical_startups() -> None:
 
     assert 90 <= quantile(0.5) <= 120 and quantile(0.9) <= 180
     assert DURATION_BUCKETS[0] == 30 and DURATION_BUCKETS[-1] == 7200
+
+
+def _watch_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TargetRunner:
+    """A runner exactly as `logwatch watch TARGET` makes it, its history under tmp_path."""
+    from logwatch.app.watch import WatchOptions, watch_runner
+    monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "watch-state"))
+    return watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang"))
+
+
+def _feeder(runner: TargetRunner):  # type: ignore[no-untyped-def]
+    f = runner.follower
+    assert f is not None
+    offset = [0]
+    f.handle(Opened(0, 1, None, "attach", True), T0)
+
+    def feed(text: str, now: float) -> None:
+        data = text.encode()
+        f.handle(Data(data, offset[0]), now)
+        offset[0] += len(data)
+    return feed
+
+
+def test_watch_second_start_eta_from_its_history(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The acceptance test: the same target watched twice (two `watch` runs, one startup
+    each).  The first leaves its durations in watch's history; during the second the ETA is
+    "from 1 earlier startup" and its median error is within 20 % of the true remaining time
+    (sampled every 5 s of the startup)."""
+    from logwatch.sinks.display import _eta_text
+    first = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(first)
+    for t, text in startup(seed=3):
+        feed(text, T0 + t)
+    assert first.pipe is not None and first.pipe.state.phase == READY
+    assert first.history is not None and len(first.history.records) == 1
+
+    second = _watch_runner(tmp_path, monkeypatch)          # a new process: history read back
+    assert second.history is not None and second.history.basis() == 1
+    feed = _feeder(second)
+    steps = startup(seed=4)
+    errors: list[float] = []
+    texts: list[str] = []
+    i = 0
+    for sample in range(0, int(READY_AT), 5):
+        while i < len(steps) and steps[i][0] <= sample:
+            feed(steps[i][1], T0 + steps[i][0])
+            i += 1
+        view = second.view(T0 + sample)
+        truth = READY_AT - sample
+        if view.phase in ("waiting", READY) or math.isnan(view.eta_seconds):
+            continue
+        assert view.eta_basis == 1
+        errors.append(abs(view.eta_seconds - truth) / truth)
+        texts.append(_eta_text(view))
+    assert len(errors) >= 40
+    errors.sort()
+    median = errors[len(errors) // 2]
+    print(f"watch, 2nd start: median ETA error {median:.1%} over {len(errors)} samples, "
+          f"worst {errors[-1]:.1%}")
+    assert median <= TOLERANCE, f"median ETA error {median:.1%}"
+    assert texts[0].startswith("ready in ~") and texts[0].endswith("(from 1 earlier startup)")
+
+
+def test_without_history_the_eta_says_rough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from logwatch.sinks.display import _eta_text
+    runner = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(runner)
+    for t, text in startup(seed=5)[:10]:
+        feed(text, T0 + t)
+    view = runner.view(T0 + 40)
+    assert view.eta_basis == 0 and _eta_text(view).endswith("(rough)"), _eta_text(view)
+
+
+def test_the_eta_grows_in_a_stall_and_never_jumps_more_than_30_percent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(first)
+    for t, text in startup(seed=6):
+        feed(text, T0 + t)
+    runner = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(runner)
+    steps = startup(seed=7)
+    # up to 10 shards, then nothing more: the server hangs while loading
+    upto = next(i for i, (_, text) in enumerate(steps) if "| 10/24" in text)
+    for t, text in steps[:upto + 1]:
+        feed(text, T0 + t)
+    hung_at = steps[upto][0]
+    etas = [runner.view(T0 + hung_at + s).eta_seconds for s in range(0, 300, 1)]
+    assert etas[-1] > etas[30] > 0, (etas[0], etas[30], etas[-1])   # grows, never freezes
+    jumps = [abs(b - a) / a for a, b in zip(etas, etas[1:]) if a > 0]
+    assert max(jumps) <= 0.30 + 1e-9, max(jumps)
+
+
+def test_eta_smoother_caps_a_jump_within_a_phase() -> None:
+    from logwatch.state.history import EtaSmoother
+    smooth = EtaSmoother()
+    assert smooth("loading_shards", 100.0, 0.0) == 100.0
+    assert smooth("loading_shards", 40.0, 1.0) == pytest.approx(99.0 * 0.7)   # capped
+    assert smooth("allocating", 40.0, 2.0) == 40.0                            # a new phase
+    assert math.isnan(smooth("allocating", math.nan, 3.0))

@@ -29,7 +29,7 @@ from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, RulePack, load_pack
 from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.ssh import SSHPool
-from ..state.history import StartupHistory
+from ..state.history import EtaSmoother, StartupHistory
 from ..state.positions import PositionStore
 from ..view import SeenAtAttach, TargetView, build_view, seen_at_attach
 from .config import TargetConfig
@@ -96,6 +96,7 @@ class TargetRunner:
         self._held: list[Event] = []
         self.seen_at_attach: SeenAtAttach | None = None
         self.report_history = False       # the owner wants an ended startup's events too
+        self.eta = EtaSmoother()
         self._setup()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -337,4 +338,4 @@ class TargetRunner:
             last_line_at=self.last_line_at, started_at=self.started_at,
             checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
             if self.last_checkpoint else 0.0, catching_up=self.catching_up,
-            seen_at_attach=self.seen_at_attach)
+            seen_at_attach=self.seen_at_attach, eta_smoother=self.eta)

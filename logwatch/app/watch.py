@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..machine import Event, Stalled
 from ..rules.locate import restart_pack
@@ -24,6 +24,7 @@ from ..sinks.display import attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
 from ..sources.ssh import SSHOptions, default_pool
+from ..state.history import watch_state_dir
 from ..view import TargetView
 from .config import TargetConfig
 from .target import TargetRunner
@@ -45,11 +46,13 @@ class WatchOptions:
     from_start: bool = False
     last: bool = False           # report the latest startup in the log as it stands, and exit
     wait_for_file: bool = False  # a missing directory is waited for, not an error
+    history: bool = True         # keep / use this TARGET's startup history (watch_state_dir)
 
 
-async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
-    """Follow one target on the daemon's live loop (`TargetRunner`, memory only) with a
-    terminal sink, until a verdict."""
+def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Event]], None]
+                 | None = None) -> TargetRunner:
+    """The target `watch` follows: the daemon's TargetRunner without positions, with the
+    TARGET's startup history (keyed by the TARGET string) unless --no-history."""
     if opts.rules == "auto":
         candidates = [p for p in load_all_shipped() if p.detect]
         start_pack = restart_pack(candidates)
@@ -59,6 +62,16 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     cfg = TargetConfig(name=opts.target, source=opts.target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
                        from_start=opts.from_start)
+    runner = TargetRunner(cfg, store=None, state_dir=watch_state_dir() if opts.history else None,
+                          candidates=candidates, start_pack=start_pack, pool=default_pool(),
+                          on_events=on_events, batch_interval=0.0, log_sources=False)
+    runner.report_history = opts.last
+    return runner
+
+
+async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
+    """Follow one target on the daemon's live loop (`TargetRunner`, memory only) with a
+    terminal sink, until a verdict."""
     pending: list[Event] = []
     wake = asyncio.Event()
 
@@ -69,13 +82,10 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             runner.stop_reading = True   # the verdict is in: read no further than it
 
     try:
-        runner = TargetRunner(cfg, store=None, state_dir=None, candidates=candidates,
-                              start_pack=start_pack, pool=default_pool(), on_events=on_events,
-                              batch_interval=0.0, log_sources=False)
+        runner = watch_runner(opts, on_events)
     except SourceError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE
-    runner.report_history = opts.last
     display = make_display(opts.target, sys.stderr if opts.json else out)
     interrupted: list[bool] = []
 

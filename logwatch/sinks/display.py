@@ -21,8 +21,13 @@ PROGRESS_EVERY = 5.0
 
 
 def _eta_text(view: TargetView) -> str:
+    """"ready in ~1m40s (from 3 earlier startups)"; "(rough)" without history."""
     eta = view.eta_seconds
-    return "" if math.isnan(eta) else f"ETA {fmt_duration(eta)}"
+    if math.isnan(eta):
+        return ""
+    n = view.eta_basis
+    basis = f"from {n} earlier startup{'s' if n != 1 else ''}" if n else "rough"
+    return f"ready in ~{fmt_duration(eta)} ({basis})"
 
 
 def attach_note(view: TargetView, now: float, last: bool = False) -> str:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..machine import State
+from ..machine import State, phase_left
 from .files import legacy_file_name, save_state, target_file_name
 from ..rules.pack import READY, WAITING, RulePack
 
@@ -92,6 +93,11 @@ class StartupHistory:
                                           "startups": [r.to_json() for r in self.records]})
         return rec
 
+    def basis(self) -> int:
+        """How many earlier ready startups `typical` comes from (0: none, the ETA is rough)."""
+        ready = [r for r in self.records if r.outcome == READY]
+        return len([r for r in ready if r.model == self.model] or ready)
+
     def typical(self) -> dict[str, float]:
         """Median seconds per phase over the ready startups of this model (any if none)."""
         if self._typical is None:
@@ -101,6 +107,39 @@ class StartupHistory:
             self._typical = {p: statistics.median([r.phases.get(p, 0.0) for r in same])
                              for p in phases}
         return self._typical
+
+
+def watch_state_dir() -> Path:
+    """Where `watch` keeps its startup history (keyed by the TARGET string), so a second
+    watch of the same server has an ETA from the first: $LOGWATCH_STATE_DIR, else
+    $XDG_STATE_HOME/logwatch, else ~/.local/state/logwatch."""
+    if os.environ.get("LOGWATCH_STATE_DIR"):
+        return Path(os.environ["LOGWATCH_STATE_DIR"]).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or "~/.local/state"
+    return Path(base).expanduser() / "logwatch"
+
+
+MAX_ETA_STEP = 0.30     # an ETA moves at most this fraction between two updates in a phase
+
+
+class EtaSmoother:
+    """Keeps an ETA from jumping: within one phase each value is held to within
+    MAX_ETA_STEP of where the previous one, counted down since, would be."""
+
+    def __init__(self) -> None:
+        self._last: tuple[str, float, float] | None = None   # (phase, eta, at)
+
+    def __call__(self, phase: str, eta: float, now: float) -> float:
+        if math.isnan(eta):
+            self._last = None
+            return eta
+        last = self._last
+        if last is not None and last[0] == phase and eta > 0:
+            expect = max(last[1] - max(now - last[2], 0.0), 0.0)
+            eta = min(max(eta, expect * (1 - MAX_ETA_STEP)), max(expect * (1 + MAX_ETA_STEP),
+                                                                 expect + 1.0))
+        self._last = (phase, eta, now)
+        return eta
 
 
 def startup_eta(pack: RulePack, state: State, now: float,
@@ -131,7 +170,7 @@ def startup_eta(pack: RulePack, state: State, now: float,
     else:
         t = typical_of(phase)
         if t is not None:
-            eta += max(t - elapsed, 0.0)
+            eta += phase_left(t, elapsed)
             known = True
     idx = pack.phases.index(phase)
     for p in pack.phases[idx + 1:]:
