@@ -364,3 +364,22 @@ def test_replay_full_startup(tmp_path: Path) -> None:
                          ("allocating", "10:00:15"), ("cuda_graph", "10:00:20"),
                          ("ready", "10:01:00")]:
         assert re.search(rf"^\s+{phase}\s+2025-10-06 {stamp}", human, re.M), (phase, human)
+
+
+def test_demo_runs_the_readme_case_to_ready() -> None:
+    """`make demo` (`logwatch demo`), fast: the README's case (8 GPUs, 83 shards, a GLM-5-sized
+    model) watched by the daemon to READY, exit 0."""
+    res = subprocess.run([sys.executable, "-m", "logwatch", "demo", "--speed", "0.05",
+                          "--linger", "0"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    out = res.stdout
+    assert "shards 83/83" in out, out
+    assert re.search(r"^  READY in \S+", out, re.M), out
+    phases = re.findall(r"^  phase (\w+)$", out, re.M)
+    assert phases == ["launching", "downloading", "loading_shards", "allocating", "autotune",
+                      "cuda_graph", "ready"], phases
+    log = re.search(r"writes (\S+sglang-server\.log)", out)
+    assert log, out
+    text = Path(log.group(1)).read_text()
+    assert "tp_size=8" in text and "GLM-5" in text
+    assert sorted(set(re.findall(r"\] Load weight begin|(TP\d)\] Load weight begin", text)))[-1] == "TP7"

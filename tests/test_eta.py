@@ -320,7 +320,7 @@ def test_watch_second_start_eta_from_its_history(tmp_path: Path,
     each).  The first leaves its durations in watch's history; during the second the ETA is
     "from 1 earlier startup" and its median error is within 20 % of the true remaining time
     (sampled every 5 s of the startup)."""
-    from logwatch.sinks.display import _eta_text
+    from logwatch.sinks.display import eta_text
     first = _watch_runner(tmp_path, monkeypatch)
     feed = _feeder(first)
     for t, text in startup(seed=3):
@@ -345,7 +345,7 @@ def test_watch_second_start_eta_from_its_history(tmp_path: Path,
             continue
         assert view.eta_basis == 1
         errors.append(abs(view.eta_seconds - truth) / truth)
-        texts.append(_eta_text(view))
+        texts.append(eta_text(view))
     assert len(errors) >= 40
     errors.sort()
     median = errors[len(errors) // 2]
@@ -356,13 +356,13 @@ def test_watch_second_start_eta_from_its_history(tmp_path: Path,
 
 
 def test_without_history_the_eta_says_rough(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from logwatch.sinks.display import _eta_text
+    from logwatch.sinks.display import eta_text
     runner = _watch_runner(tmp_path, monkeypatch)
     feed = _feeder(runner)
     for t, text in startup(seed=5)[:10]:
         feed(text, T0 + t)
     view = runner.view(T0 + 40)
-    assert view.eta_basis == 0 and _eta_text(view).endswith("(rough)"), _eta_text(view)
+    assert view.eta_basis == 0 and eta_text(view).endswith("(rough)"), eta_text(view)
 
 
 def test_the_eta_grows_in_a_stall_and_never_jumps_more_than_30_percent(

@@ -1,7 +1,8 @@
 """`logwatch demo` (and `make demo`): the embedded default.
 
-A simulated SGLang server writes a realistic startup log (download, shards, autotune, CUDA
-graphs, ready, serving; about a minute) into a temp directory, and the daemon watches it
+A simulated SGLang server writes a realistic startup log of the README's case (a GLM-5-sized
+model on 8 GPUs: download, 83 shards, autotune, CUDA graphs, ready, serving; about a minute)
+into a temp directory, and the daemon watches it
 exactly as it would a real one, with metrics, the status page and the JSON status on
 127.0.0.1:9105 (the next free port if that one is taken).  No GPU, no SGLang, no network.
 """
@@ -9,7 +10,6 @@ exactly as it would a real one, with metrics, the status page and the JSON statu
 from __future__ import annotations
 
 import asyncio
-import math
 import socket
 import tempfile
 import threading
@@ -21,7 +21,14 @@ from .config import parse_config
 from .daemon import Daemon
 from ..machine import Crashed, Event, PhaseChanged, Progress, Ready
 from .simulate import write
+from ..sinks.display import eta_text
 from ..units import fmt_duration
+
+
+DEMO_MODEL = "/models/GLM-5-NVFP4"
+# the README's case: a ~400 GB checkpoint in 83 shards on 8 GPUs (TP8), 3.13 shards/s
+DEMO_SERVER = {"tp": 8, "shards": 83, "shard_rate": 3.13, "model": DEMO_MODEL,
+               "arch": "GlmMoeDsaForCausalLM"}
 
 
 def free_port(preferred: int = 9105) -> int:
@@ -45,7 +52,7 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         "listen": f"127.0.0.1:{port}",
         "state_dir": str(tmp / "state"),
         "targets": [{"name": "demo-sglang", "source": str(log), "rules": "sglang",
-                     "labels": {"model": "Qwen3-235B-A22B-FP8"}}],
+                     "labels": {"model": DEMO_MODEL.rsplit("/", 1)[-1]}}],
     }, str(tmp / "logwatch.yaml"))
     daemon = Daemon(cfg, str(tmp / "logwatch.yaml"))
     base = f"http://127.0.0.1:{port}"
@@ -60,9 +67,8 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
             elif isinstance(ev, Progress) and ev.counter == "shards" and \
                     (now - last_progress[0] > 2.0 or ev.current == ev.total):
                 last_progress[0] = now
-                eta = runner.view(now).eta_seconds
-                out(f"    shards {ev.current}/{ev.total}"
-                    + ("" if math.isnan(eta) else f", startup ETA {fmt_duration(eta)}"))
+                eta = eta_text(runner.view(now))
+                out(f"    shards {ev.current}/{ev.total}" + (f", {eta}" if eta else ""))
             elif isinstance(ev, Ready):
                 verdict.append("ready")
                 out(f"  READY in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")
@@ -78,7 +84,7 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
     stop = threading.Event()
     writer = threading.Thread(target=write, args=(log,), daemon=True,
                               kwargs={"speed": speed, "crash": "oom" if crash else None,
-                                      "stop": stop.is_set})
+                                      "stop": stop.is_set, **DEMO_SERVER})
     writer.start()
     serve = asyncio.create_task(daemon.serve())
     try:

@@ -33,7 +33,8 @@ def _stamp(t: float) -> str:
 
 def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines: int = 40,
            seed: int = 0, start: float | None = None, download: bool = True,
-           time_scale: float = 1.0) -> Iterator[Step]:
+           time_scale: float = 1.0, model: str = MODEL, arch: str = ARCH,
+           shard_rate: float = 1.6) -> Iterator[Step]:
     """The log, step by step. Timestamps advance with the pauses times `time_scale`."""
     rng = random.Random(seed)
     clock = [start if start is not None else time.time()]
@@ -54,7 +55,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         for r in ranks:
             yield rec(pause, r, msg)
 
-    yield rec(0.2, None, f"server_args=ServerArgs(model_path='{MODEL}', tokenizer_path='{MODEL}', "
+    yield rec(0.2, None, f"server_args=ServerArgs(model_path='{model}', tokenizer_path='{model}', "
                          f"tp_size={tp}, mem_fraction_static=0.88, port=30000, host='0.0.0.0')")
     yield from each(0.1, "Init torch distributed begin.")
     yield from each(0.2, "sglang is using nccl==2.27.3")
@@ -73,7 +74,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
             for i, fr in enumerate(frames):
                 yield Step(0.5, fr + ("\n" if i == len(frames) - 1 else ""))
                 at(0.5)
-    rate = 1.6
+    rate = shard_rate
     for k in range(shards + 1):
         pct = 100 * k // shards
         el = k / rate
@@ -84,7 +85,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
         yield Step(0.0 if k == 0 else 1 / rate, frame)
         at(0.0 if k == 0 else 1 / rate)
     yield Step(0.0, "\n")
-    yield from each(0.2, f"Load weight end. elapsed={shards / rate:.2f} s, type={ARCH}, "
+    yield from each(0.2, f"Load weight end. elapsed={shards / rate:.2f} s, type={arch}, "
                            "avail mem=17.12 GB, mem usage=61.38 GB.")
     yield from each(0.3, "KV Cache is allocated. #tokens: 1921184, K size: 5.12 GB, V size: 5.12 GB")
     yield from each(0.1, "Memory pool end. avail mem=6.02 GB")

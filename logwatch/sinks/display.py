@@ -20,7 +20,7 @@ from ..view import TargetView
 PROGRESS_EVERY = 5.0
 
 
-def _eta_text(view: TargetView) -> str:
+def eta_text(view: TargetView) -> str:
     """"ready in ~1m40s (from 3 earlier startups)"; "(rough)" without history."""
     eta = view.eta_seconds
     if math.isnan(eta):
@@ -59,7 +59,7 @@ def _progress_text(view: TargetView) -> str:
     for name, p in view.progress.items():
         rate = f" {p['rate']:.2f}/s" if p["rate"] else ""
         parts.append(f"{name} {p['current']}/{p['total']}{rate}")
-    eta = _eta_text(view)
+    eta = eta_text(view)
     if eta:
         parts.append(eta)
     return ", ".join(parts)
@@ -228,7 +228,7 @@ class RichDisplay(PlainDisplay):
             bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)
             rate = f"{shards.rate:.2f} shards/s" if shards.rate else ""
             g = Table.grid(padding=(0, 1))
-            g.add_row(bar, f"{shards.loaded}/{shards.total}", rate, _eta_text(view))
+            g.add_row(bar, f"{shards.loaded}/{shards.total}", rate, eta_text(view))
             t.add_row("shards", g)
         other = [f"{n} {p['current']}/{p['total']}" for n, p in view.progress.items()
                  if n != "shards"]
