@@ -190,6 +190,17 @@ def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | No
     return recs[-1].to_json()
 
 
+def live_durations(st: State, now: float) -> dict[str, float]:
+    """Seconds per phase (the server's clock), the current startup phase at least as long
+    as it has been current by ours: a silent phase (no line, or bars only) keeps counting,
+    so the panel, the page and /api/status show the same growing number as the header."""
+    out = st.durations()
+    entered = st.phase_entered
+    if entered is not None and st.phase not in (READY, *TERMINAL, WAITING):
+        out[st.phase] = round(max(out.get(st.phase, 0.0), now - entered.at), 3)
+    return out
+
+
 def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
                pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
                source_message: str = "", source_fatal: bool = False,
@@ -229,7 +240,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "ready_in": st.ready_in(),
            "phases_seen": st.phases_seen,
            "timeline": [(e.phase, e.log_stamp) for e in st.history],
-           "durations": st.durations(),
+           "durations": live_durations(st, now),
            "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
                             "eta_seconds": p.remaining_seconds(now)}
                         for k, p in st.progress.items()},
