@@ -143,6 +143,7 @@ class Crash:
     marker: Evidence | None = None          # the first engine announcement
     marker_reason: Evidence | None = None   # the most specific announcement
     chain_pending: bool = False
+    marker_tentative: bool = False          # the marker is a bare traceback header
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
@@ -573,7 +574,7 @@ class StartupMachine:
         rule = obs.rule
         assert rule.crash is not None
         during = state.phase
-        crash = Crash(reason=rule.crash, during=during, line=obs.text,
+        crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
                       line_number=obs.line_number, at=now, log_time=obs.log_time)
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
@@ -611,13 +612,15 @@ class StartupMachine:
 
     def _evidence(self, state: State, crash: Crash, rule: Rule, reason: str,
                   obs: Observation) -> None:
-        ev = Evidence(reason, obs.text, obs.line_number)
+        ev = Evidence(reason, obs.text.rstrip(), obs.line_number)
         if rule.hint:
             state.hints.setdefault(reason, ev)
         elif rule.marker:
-            if crash.marker is None:
-                crash.marker = ev
-            if crash.marker_reason is None or ev.rank > crash.marker_reason.rank:
+            if crash.marker is None or (crash.marker_tentative and not rule.tentative):
+                # the first announcement; an engine's own one replaces a bare `Traceback`
+                crash.marker, crash.marker_reason = ev, ev
+                crash.marker_tentative = rule.tentative
+            elif crash.marker_reason is None or ev.rank > crash.marker_reason.rank:
                 crash.marker_reason = ev
         else:
             best = crash.cause
@@ -646,6 +649,11 @@ class StartupMachine:
         if by_phase:
             return by_phase
         generic = [e for e in (crash.cause, crash.marker_reason) if e is not None]
+        if crash.cause is not None and crash.marker_reason is not None and \
+                crash.cause.line_number == crash.marker_reason.line_number:
+            # the exception line IS the engine's announcement ("RuntimeError: Rank 0
+            # scheduler died during initialization"): the announcement says more
+            return crash.marker_reason.reason
         return max(generic, key=lambda e: e.rank).reason if generic else "unknown"
 
 

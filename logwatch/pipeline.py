@@ -132,6 +132,8 @@ class LogPipeline:
         # the target's own counters (one object, counted here as lines are framed and
         # matched), or a fresh one for a replay
         self.counters = counters if counters is not None else Counters()
+        for reason in pack.all_reasons:     # a pack's own reasons exist at 0 too
+            self.counters.crashes.setdefault(reason, 0)
         self.excerpt = ExcerptCollector()
 
     def feed(self, chunk: bytes, now: float) -> list[Event]:

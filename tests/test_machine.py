@@ -631,7 +631,8 @@ def test_chained_generic_exceptions_last_one_wins():
              "Traceback (most recent call last):", *TB_FRAMES,
              "ValueError: cannot build the memory pool", sg("10:00:43", SG_SIGQUIT, None))
     c = log.state.crash
-    assert c.reason == "python_exception"
+    # generic exception lines: the frames (cuda_graph_runner.py) name the cause
+    assert c.reason == "cuda_graph_capture_failed"
     assert c.line == "ValueError: cannot build the memory pool"
 
 
@@ -657,14 +658,33 @@ def test_nccl_warn_hint_classifies_a_generic_crash():
     assert c.during == "launching"
 
 
-def test_announcement_only_during_loading_shards_is_weight_loading_error():
+def test_announcement_only_during_loading_shards_is_python_exception():
+    """Nothing says the weights are at fault (the exception is beyond the window)."""
     log = Log()
     sglang_to(log, "loading_shards")
     log.feed(sg("10:00:20", SG_EXC, "TP3"))
     c = log.state.crash
-    assert c.reason == "weight_loading_error"
+    assert c.reason == "python_exception"
     assert c.during == "loading_shards"
     assert SG_EXC in c.line
+
+
+def test_frames_name_the_cause_of_a_generic_exception():
+    log = Log()
+    sglang_to(log, "loading_shards")
+    log.feed(sg("10:00:20", SG_EXC, "TP3"), "Traceback (most recent call last):",
+             '  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 381, '
+             'in load_model', "    self.load_weights_and_postprocess(model, weights, target_device)",
+             "ValueError: unexpected key")
+    c = log.state.crash
+    assert c.reason == "weight_loading_error" and c.line == "ValueError: unexpected key"
+    # a specific exception line outranks the frames
+    log2 = Log()
+    sglang_to(log2, "loading_shards")
+    log2.feed(sg("10:00:20", SG_EXC, "TP3"), "Traceback (most recent call last):",
+              '  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 381, '
+              'in load_model', "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    assert log2.state.crash.reason == "cuda_oom"
 
 
 def test_sigquit_alone_is_child_process_died():

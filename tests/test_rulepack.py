@@ -36,6 +36,8 @@ DESIGN_REASONS = {
     "cuda_oom", "host_oom_killed", "kv_cache_too_small", "nccl_error", "distributed_error",
     "import_error", "bad_argument", "hub_download_failed", "weight_loading_error",
     "warmup_failed", "port_in_use", "child_process_died", "python_exception", "unknown",
+    # added by the accuracy issue (docs/architecture.md "Crash reasons")
+    "cuda_graph_capture_failed", "autotune_failed", "kernel_compile_failed",
 }
 DESIGN_PHASES = {"launching", "downloading", "loading_shards", "allocating", "autotune",
                  "cuda_graph", "ready"}

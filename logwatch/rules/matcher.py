@@ -1,6 +1,7 @@
 """Matching: which rule (if any) a line fires, for single lines and for whole blocks.
 
-`match_line` is the definition: a line an `ignore` pattern matches fires no rule; otherwise
+`match_line` is the definition: a line an `ignore` pattern matches fires no rule but a
+`frame:` rule (ignore patterns skip traceback lines, frame rules read them); otherwise
 rules are tried in pack order, a rule whose required literals are absent is skipped without
 running its regex, and the first match wins.
 
@@ -130,8 +131,8 @@ class Matcher:
                 except TimeoutError:
                     self.errors += 1
                     ignored = False
-            if ignored:
-                return None
+            if ignored and not rule.frame:
+                continue         # an ignored line (traceback source) fires only frame rules
             left = deadline - time.monotonic()
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1

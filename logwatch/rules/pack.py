@@ -48,7 +48,8 @@ TERMINAL = (CRASHED, STOPPED)
 CRASH_REASONS = (
     "cuda_oom", "host_oom_killed", "kv_cache_too_small", "nccl_error", "distributed_error",
     "import_error", "bad_argument", "hub_download_failed", "weight_loading_error",
-    "warmup_failed", "port_in_use", "child_process_died", "python_exception", "unknown",
+    "warmup_failed", "port_in_use", "cuda_graph_capture_failed", "autotune_failed",
+    "kernel_compile_failed", "child_process_died", "python_exception", "unknown",
 )
 # Generic reasons, least to most informative; every other reason is specific.
 GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
@@ -57,8 +58,9 @@ SPECIFIC_RANK = len(GENERIC_REASONS)
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after")
-RULE_KEYS = ("id", "pattern") + ACTION_KEYS + MODIFIER_KEYS
-PACK_KEYS = ("name", "extends", "description", "phases", "detect", "timestamps", "ignore",
+RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
+PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
+             "ignore",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
@@ -116,6 +118,7 @@ class Rule:
     tentative: bool = False
     reenter: bool = False
     provisional: bool = False
+    frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -154,6 +157,12 @@ class RulePack:
     stall_after: dict[str, float] = field(default_factory=dict)
     crash_settle: float = DEFAULT_CRASH_SETTLE
     description: str = ""
+    reasons: tuple[str, ...] = ()   # crash reasons the pack (or one it extends) declares
+
+    @property
+    def all_reasons(self) -> tuple[str, ...]:
+        """Every crash reason a crash of this pack can have (logwatch_crashes_total{reason})."""
+        return CRASH_REASONS + tuple(r for r in self.reasons if r not in CRASH_REASONS)
 
     def phase_index(self, phase: str) -> int:
         """Order of a phase: waiting first, the pack's phases, then the terminal ones."""
@@ -277,12 +286,14 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         base = _load(ext_path, chain + (real,))
 
     phases = _phases(src, doc, base)
+    reasons = _reasons(src, doc.get("reasons"), base)
     rules_doc = doc.get("rules")
     if rules_doc is None and base is None:
         raise PackError(src, "missing (a pack needs at least one rule)", key="rules")
     if rules_doc is not None and not isinstance(rules_doc, list):
         raise PackError(src, "must be a list of rules", key="rules")
-    own = [_rule(src, i, r, phases) for i, r in enumerate(rules_doc or [])]
+    known = CRASH_REASONS + reasons
+    own = [_rule(src, i, r, phases, known) for i, r in enumerate(rules_doc or [])]
     rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
     if base is not None and phases != base.phases:
         for r in rules:
@@ -305,7 +316,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
-                                     reason=True))
+                                     reasons=known))
     typical = dict(base.typical_seconds) if base else {}
     typical.update(_phase_map(src, doc.get("typical_seconds"), phases, "typical_seconds"))
     stall = dict(base.stall_after) if base else {}
@@ -321,7 +332,35 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         name=name, path=src, phases=phases, rules=tuple(rules), detect=detect,
         timestamps=timestamps, ignore=ignore, crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
+        reasons=reasons,
     )
+
+
+_REASON_NAME = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def _reasons(src: str, value: Any, base: RulePack | None) -> tuple[str, ...]:
+    """`reasons:` names crash reasons of the pack's own, added to the built-in ones (and to
+    those of the pack it extends)."""
+    out = list(base.reasons) if base else []
+    if value is None:
+        return tuple(out)
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of reason names", key="reasons")
+    for i, r in enumerate(value):
+        if not isinstance(r, str) or not _REASON_NAME.match(r):
+            raise PackError(src, f"{r!r} is not a reason name (lower_case_with_underscores)",
+                            key=f"reasons[{i}]")
+        if r not in out and r not in CRASH_REASONS:
+            out.append(r)
+    return tuple(out)
+
+
+def frame_pattern(frame: str) -> str:
+    """A `frame:` rule's pattern: a traceback frame line whose file path or function
+    matches `frame` (the frames name the cause when the exception line does not)."""
+    return rf'File "(?=[^\n]{{0,600}}?(?:{frame}))[^"\n]{{0,500}}", line \d+'
+
 
 
 def _no_unknown(src: str, d: dict[str, Any], allowed: Iterable[str], rule: str | None,
@@ -384,13 +423,26 @@ def _when(src: str, rid: str, value: Any, phases: tuple[str, ...]) -> frozenset[
     return frozenset(out)
 
 
-def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
+def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
+          reasons: tuple[str, ...] = CRASH_REASONS) -> Rule:
     if not isinstance(d, dict):
         raise PackError(src, f"rule #{index + 1} is not a mapping", key="rules")
     rid = d.get("id")
     if not isinstance(rid, str) or not rid:
         raise PackError(src, f"rule #{index + 1} has no 'id'", key="id")
     _no_unknown(src, d, RULE_KEYS, rid, "rule")
+    if d.get("frame") is not None:
+        if d.get("pattern") is not None:
+            raise PackError(src, "a rule has a pattern or a frame, not both", rule=rid,
+                            key="frame")
+        if not isinstance(d["frame"], str) or not d["frame"]:
+            raise PackError(src, "must be a pattern (file path or function names)", rule=rid,
+                            key="frame")
+        _compile(src, d["frame"], rid, "frame")
+        if not d.get("hint"):
+            raise PackError(src, "a frame rule classifies a crash: give it `hint: REASON`",
+                            rule=rid, key="frame")
+        d = {**d, "pattern": frame_pattern(d["frame"])}
     rx = _compile(src, d.get("pattern"), rid, "pattern")
     actions = [k for k in ACTION_KEYS if d.get(k) not in (None, False)]
     if not actions:
@@ -407,9 +459,9 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
                             rule=rid, key="phase")
     for key in ("crash", "hint"):
         v = d.get(key)
-        if v is not None and v not in CRASH_REASONS:
-            raise PackError(src, f"unknown crash reason '{v}' (known: {', '.join(CRASH_REASONS)})",
-                            rule=rid, key=key)
+        if v is not None and v not in reasons:
+            raise PackError(src, f"unknown crash reason '{v}' (known: {', '.join(reasons)}; a "
+                            "pack may declare its own under `reasons:`)", rule=rid, key=key)
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional"):
@@ -446,7 +498,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...]) -> Rule:
         restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
         chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
-        reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")), scale={k: float(v) for k, v in scale.items()},
+        reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
+        frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
@@ -564,7 +617,7 @@ def _timestamps(src: str, value: Any) -> tuple[TimestampFormat, ...]:
 
 
 def _phase_map(src: str, value: Any, phases: tuple[str, ...], key: str,
-               reason: bool = False) -> dict[str, Any]:
+               reasons: tuple[str, ...] | None = None) -> dict[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -573,8 +626,8 @@ def _phase_map(src: str, value: Any, phases: tuple[str, ...], key: str,
     for p, v in value.items():
         if p not in phases and p != WAITING:
             raise PackError(src, f"unknown phase '{p}'", key=key)
-        if reason:
-            if v not in CRASH_REASONS:
+        if reasons is not None:
+            if v not in reasons:
                 raise PackError(src, f"unknown crash reason '{v}'", key=f"{key}.{p}")
             out[p] = v
         else:

@@ -117,7 +117,7 @@ class LogwatchCollector(Collector):
             eta.add_metric([t], v.eta_seconds)
             cn = v.counters
             startups.add_metric([t], float(cn.startups))
-            for reason in CRASH_REASONS:
+            for reason in (*CRASH_REASONS, *(r for r in cn.crashes if r not in CRASH_REASONS)):
                 crashes.add_metric([t, reason], float(cn.crashes.get(reason, 0)))
             buckets, acc = [], 0
             for b, n in zip(DURATION_BUCKETS, cn.duration_buckets):
