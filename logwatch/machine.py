@@ -35,6 +35,7 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 
 from .rules.pack import (
@@ -324,20 +325,21 @@ Event = (PhaseChanged | StartupBegan | Restarted | Ready | Crashed | CrashUpdate
 
 # -- the machine --------------------------------------------------------------------------------
 
+_RATE = re.compile(r"^([\d.]+)\s*(s/|(?![KMGT]?i?B/s)[A-Za-z]*/s$)")   # not bytes/s
+
+
 def parse_rate(text: str | None) -> float | None:
-    """tqdm's rate field -> items per second (`3.13it/s` -> 3.13, `10.19s/it` -> 0.098)."""
+    """tqdm's rate field -> items per second, whatever tqdm's unit (`3.13it/s` -> 3.13,
+    `10.19s/it` -> 0.098, `15.50profile/s`, `1.90s/file`)."""
     if not text:
         return None
-    t = text.strip()
-    try:
-        if t.endswith("s/it"):
-            v = float(t[:-4])
-            return 1.0 / v if v > 0 else None
-        if t.endswith("it/s"):
-            return float(t[:-4])
-    except ValueError:
+    m = _RATE.match(text.strip())
+    if m is None:
         return None
-    return None
+    v = float(m.group(1))
+    if m.group(2) == "s/":          # seconds per item
+        return 1.0 / v if v > 0 else None
+    return v
 
 
 class StartupMachine:

@@ -1029,3 +1029,23 @@ def test_a_new_startup_and_the_end_of_input_settle_a_crash_at_once() -> None:
     done = of(log.pipe.finish(log.now), CrashSettled)
     assert len(done) == 1 and done[0].startup == log.state.startup_id
     assert log.pipe.counters.crashes["cuda_oom"] == 2 and log.pipe.counters.startups == 2
+
+
+def test_every_long_phase_has_its_bar_progress_and_eta():
+    """Files fetched while downloading, the autotuner's bars: progress with a rate, and the
+    ETA of the phase comes from its own bar."""
+    log = Log()
+    sglang_to(log, "launching")
+    log.feed(sg("10:00:10", SG_LOAD_BEGIN))
+    log.feed_chunk(b"\rFetching 83 files:  45%|\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88\xe2\x96\x88"
+                   b"      | 37/83 [01:10<01:27,  1.90s/it]\r", now=3000.0)
+    assert log.state.phase == "downloading"
+    p = log.state.progress["download"]
+    assert (p.current, p.total) == (37, 83) and p.rate == pytest.approx(1 / 1.90)
+    eta = startup_eta(log.pipe.pack, log.state, 3000.0, {"downloading": 1.0})
+    assert eta == pytest.approx(46 * 1.90, rel=0.01)     # the bar, not the 1 s of history
+    log.feed("[AutoTuner]: Tuning fp4_gemm:  50%|█████     | 2/4 [00:00<00:00, 15.50profile/s]",
+             now=3100.0)
+    a = log.state.progress["autotune"]
+    assert log.state.phase == "autotune" and (a.current, a.total) == (2, 4)
+    assert a.rate == pytest.approx(15.5)

@@ -142,6 +142,11 @@ class EtaSmoother:
         return eta
 
 
+def _progress_of(pack: RulePack, phase: str) -> list[str]:
+    """The progress counters the pack's rules report in `phase` (its bars)."""
+    return list(dict.fromkeys(r.progress for r in pack.rules if r.progress and r.phase == phase))
+
+
 def startup_eta(pack: RulePack, state: State, now: float,
                 typical: dict[str, float] | None = None) -> float:
     """Seconds until ready (0 when ready, NaN when there is nothing to base it on)."""
@@ -161,11 +166,17 @@ def startup_eta(pack: RulePack, state: State, now: float,
 
     eta = 0.0
     known = False
-    shards = state.progress.get("shards")
     entered = state.phase_entered
     elapsed = max(0.0, now - entered.at) if entered is not None else 0.0
-    if phase == "loading_shards" and shards is not None and shards.remaining_seconds(now) is not None:
-        eta += shards.remaining_seconds(now)  # type: ignore[operator]
+    # the current phase's own bar (shards, files fetched, autotuner, graph capture), if moving
+    bar_left = next((left for left in (state.progress[n].remaining_seconds(now)
+                                       for n in _progress_of(pack, phase) if n in state.progress)
+                     if left is not None), None)
+    t_phase = typical_of(phase)
+    if bar_left is not None:
+        # the bar is the phase's own clock; a phase that goes on after its bar (capture,
+        # then its end lines) is known from history: whichever ends later
+        eta += max(bar_left, t_phase - elapsed) if have_history and t_phase else bar_left
         known = True
     else:
         t = typical_of(phase)
