@@ -85,6 +85,7 @@ class Matcher:
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
+        self._has_frames = any(r.frame for r in pack.rules)
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare_rx = self._alternation(rare)
         self._stats_rx = self._alternation(self.stats_rules)
@@ -132,6 +133,8 @@ class Matcher:
                     self.errors += 1
                     ignored = False
             if ignored and not rule.frame:
+                if not self._has_frames:
+                    return None
                 continue         # an ignored line (traceback source) fires only frame rules
             left = deadline - time.monotonic()
             if left <= 0:     # a hostile line: no more of its time goes to patterns
