@@ -7,6 +7,7 @@ starts anything.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -20,9 +21,11 @@ from conftest import ROOT
 from daemonutil import free_port
 
 
-def run(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+def run(*args: str, timeout: float = 30,
+        env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **(env_extra or {})}
     return subprocess.run([sys.executable, "-m", "logwatch", "run", *args], cwd=ROOT,
-                          input="", capture_output=True, text=True,
+                          input="", capture_output=True, text=True, env=env,
                           encoding="utf-8", errors="replace", timeout=timeout)
 
 
@@ -237,3 +240,59 @@ def test_yaml_anchors_of_ordinary_size_still_work() -> None:
     from logwatch.yamlload import load_yaml
     doc = load_yaml("base: &b {stall_after: 5m}\ntargets: [{<<: *b, name: a}, {<<: *b, name: b}]")
     assert doc["targets"][1] == {"stall_after": "5m", "name": "b"}
+
+
+# -- all problems at once, YAML positions, sink environment variables -------------------------
+
+def test_every_problem_is_reported_in_one_run(tmp_path: Path) -> None:
+    """Fixing a config one error per run is slow: each target and sink is checked even when
+    another one is broken, one line per problem, exit 2."""
+    def breakit(d: dict[str, Any]) -> None:
+        d["listen"] = "nope"
+        d["targets"][0]["stall_after"] = "5x"
+        d["targets"][1]["bogus"] = 1
+        d["targets"][2]["source"] = "relative.log"
+        d["alerts"][2]["url"] = "ftp://127.0.0.1/x"
+    path = mutate(tmp_path, breakit)
+    for args in (("-c", str(path), "--check"), ("-c", str(path))):
+        res = run(*args)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.splitlines()
+        assert "5 problems" in lines[0], res.stderr
+        keys = ["listen", "targets[0].stall_after", "targets[1].bogus", "targets[2].source",
+                "alerts[2].url"]
+        for key, line in zip(keys, lines[1:]):
+            assert f"{path}: {key}:" in line, (key, line)
+        assert len(lines) == 6 and "Traceback" not in res.stderr
+
+
+def test_at_most_20_problems_are_listed(tmp_path: Path) -> None:
+    doc = good_doc(tmp_path)
+    doc["targets"] = [{"name": f"t{i}", "source": f"rel{i}.log"} for i in range(25)]
+    res = run("-c", str(write(tmp_path, doc)), "--check")
+    lines = res.stderr.splitlines()
+    assert res.returncode == 2 and "25 problems" in lines[0], res.stderr
+    assert len(lines) == 1 + 20 + 1 and "and 5 more" in lines[-1], res.stderr
+
+
+def test_a_yaml_syntax_error_says_line_and_column(tmp_path: Path) -> None:
+    path = write(tmp_path, "listen: 127.0.0.1:9105\ntargets:\n  - name: a\n    source: [x\n")
+    res = run("-c", str(path), "--check")
+    assert res.returncode == 2
+    # PyYAML finds the unclosed flow sequence at the end (line 5), opened at line 4 column 13
+    assert f"{path}:5:1: not valid YAML" in res.stderr, res.stderr
+    assert "line 4, column 13" in res.stderr, res.stderr
+
+
+def test_an_unset_url_env_fails_check_not_the_first_alert(tmp_path: Path) -> None:
+    """`url_env: VAR` with VAR unset used to pass --check and fail at the first crash."""
+    var = "LOGWATCH_TEST_UNSET_SLACK_URL"
+    assert var not in __import__("os").environ
+    assert_config_error(mutate(tmp_path, lambda d: d["alerts"][1].update(url_env=var)),
+                        "alerts[1].url_env")
+    res = run("-c", str(mutate(tmp_path, lambda d: d["alerts"][1].update(url_env=var))),
+              "--check", env_extra={var: "not a url"})
+    assert res.returncode == 2 and "not an http(s) URL" in res.stderr, res.stderr
+    res = run("-c", str(mutate(tmp_path, lambda d: d["alerts"][1].update(url_env=var))),
+              "--check", env_extra={var: "https://hooks.slack.example/T0/B0/x"})
+    assert res.returncode == 0, res.stderr

@@ -29,6 +29,18 @@ PACKS = ["sglang", "vllm"]
 FIXTURE_FILES = sorted(FIXTURES.glob("*.log"))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _unbounded_patterns():
+    """The scan and the reference must agree line for line; the per-line pattern budget is a
+    guard against hostile input, not part of that definition, so a loaded machine must not
+    make one of them time out where the other did not (tests that test the budget set their own)."""
+    import logwatch.rules.matcher as matcher_mod
+    saved = matcher_mod.PATTERN_TIMEOUT, matcher_mod.LINE_BUDGET
+    matcher_mod.PATTERN_TIMEOUT = matcher_mod.LINE_BUDGET = 60.0
+    yield
+    matcher_mod.PATTERN_TIMEOUT, matcher_mod.LINE_BUDGET = saved
+
+
 @functools.lru_cache(maxsize=None)
 def matcher(name: str) -> Matcher:
     return Matcher(load_pack(name))

@@ -1,7 +1,9 @@
 """`logwatch.yaml`: the daemon's configuration, loaded and validated in one place.
 
-Every problem is one `ConfigError` naming the file and the key path
-(`logwatch.yaml: targets[2].stall_after: not a duration: '5x' ...`); `logwatch run` exits 2.
+Every problem is a `ConfigError` naming the file and the key path
+(`logwatch.yaml: targets[2].stall_after: not a duration: '5x' ...`), and all of them are
+reported at once (each target and each sink is checked even when another has a problem; up
+to 20 shown); `logwatch run` exits 2.  YAML syntax errors say line and column.
 Secrets are never in this file's values that get logged: webhook URLs can come from the
 environment (`url_env`) and are shown redacted.
 """
@@ -18,7 +20,7 @@ import yaml
 
 from ..state.files import default_state_dir
 from ..rules.pack import PackError, load_pack
-from ..errors import ConfigError
+from ..errors import ConfigError, ErrorCollector
 from ..sinks.alerts.config import validate_alerts
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
@@ -95,32 +97,55 @@ def load_config(path: str | Path) -> Config:
     try:
         doc = load_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(p, "", f"not valid YAML: {e}".replace("\n", " ")) from None
+        raise yaml_error(p, e) from None
     except YAMLTooLarge as e:
         raise ConfigError(p, "", f"refused: {e}") from None
     return parse_config(doc, p)
 
 
+def yaml_error(path: str, e: yaml.YAMLError) -> ConfigError:
+    """`logwatch.yaml:5:1: not valid YAML: did not find expected ',' or ']' (while parsing a
+    flow sequence started at line 4, column 13)`: where to look first, 1-based as editors
+    count."""
+    if isinstance(e, yaml.MarkedYAMLError) and e.problem_mark is not None:
+        mark = e.problem_mark
+        what = e.problem or "syntax error"
+        if e.context:
+            ctx = e.context
+            if e.context_mark is not None:
+                ctx += f" started at line {e.context_mark.line + 1}, column {e.context_mark.column + 1}"
+            what += f" ({ctx})"
+        return ConfigError(f"{path}:{mark.line + 1}:{mark.column + 1}", "", f"not valid YAML: {what}")
+    return ConfigError(path, "", f"not valid YAML: {e}".replace("\n", " "))
+
+
 _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
-def expand_env(value: Any, path: str = "logwatch.yaml", key: str = "") -> Any:
+def expand_env(value: Any, path: str = "logwatch.yaml", key: str = "",
+               errors: ErrorCollector | None = None) -> Any:
     """`${VAR}` / `${VAR:-default}` in string values, from the environment (a DaemonSet's
-    `${NODE_NAME}`, a path per host).  An unset variable without a default is an error."""
+    `${NODE_NAME}`, a path per host).  An unset variable without a default is an error
+    (raised, or added to `errors` and the text left as written)."""
     if isinstance(value, str):
         def sub(m: re.Match[str]) -> str:
             v = os.environ.get(m.group(1))
             if v is None:
                 if m.group(2) is None:
-                    raise ConfigError(path, key, f"environment variable {m.group(1)} is not set "
+                    err = ConfigError(path, key, f"environment variable {m.group(1)} is not set "
                                       "(use ${VAR:-default} for a default)")
+                    if errors is None:
+                        raise err
+                    errors.add(err)
+                    return m.group(0)
                 return m.group(2)
             return v
         return _ENV.sub(sub, value)
     if isinstance(value, list):
-        return [expand_env(v, path, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [expand_env(v, path, f"{key}[{i}]", errors) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: expand_env(v, path, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        return {k: expand_env(v, path, f"{key}.{k}" if key else str(k), errors)
+                for k, v in value.items()}
     return value
 
 
@@ -135,53 +160,68 @@ def redact_url(text: str) -> str:
 def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     if doc is None:
         doc = {}
+    errors = ErrorCollector()
     written = doc      # before ${VAR} expansion: what is shown of each source
-    doc = expand_env(doc, path)
+    doc = expand_env(doc, path, errors=errors)
     if not isinstance(doc, dict):
         raise ConfigError(path, "", "the config is a mapping (listen, state_dir, targets, alerts)")
-    _keys(path, "", doc, TOP_KEYS)
-    host, port = _listen(path, doc.get("listen", "127.0.0.1:9105"))
+    host, port = "127.0.0.1", 9105
+    with errors.part():
+        _keys(path, "", doc, TOP_KEYS)
+    with errors.part():
+        host, port = _listen(path, doc.get("listen", "127.0.0.1:9105"))
     state_dir = Path(os.path.expanduser(str(doc.get("state_dir") or default_state_dir())))
     defaults = doc.get("defaults") or {}
-    if not isinstance(defaults, dict):
-        raise ConfigError(path, "defaults", "must be a mapping of target keys")
-    _keys(path, "defaults", defaults, tuple(k for k in TARGET_KEYS if k not in ("name", "source")))
+    with errors.part():
+        if not isinstance(defaults, dict):
+            defaults = {}
+            raise ConfigError(path, "defaults", "must be a mapping of target keys")
+        _keys(path, "defaults", defaults, tuple(k for k in TARGET_KEYS if k not in ("name", "source")))
     raw_targets = doc.get("targets") or []
-    if not isinstance(raw_targets, list):
-        raise ConfigError(path, "targets", "must be a list of targets")
+    with errors.part():
+        if not isinstance(raw_targets, list):
+            raw_targets = []
+            raise ConfigError(path, "targets", "must be a list of targets")
     targets: list[TargetConfig] = []
     seen: dict[str, int] = {}
     for i, t in enumerate(raw_targets):
         key = f"targets[{i}]"
-        if not isinstance(t, dict):
-            raise ConfigError(path, key, "a target is a mapping with at least name and source")
-        merged = {**{k: v for k, v in defaults.items() if k != "ssh"}, **t}
-        if "ssh" in defaults or "ssh" in t:
-            merged["ssh"] = {**(defaults.get("ssh") or {}), **(t.get("ssh") or {})}
-        tc = _target(path, key, merged, t)
-        raw = written["targets"][i].get("source") if isinstance(written, dict) else None
-        tc = replace(tc, shown_source=redact_url(str(raw if raw else tc.source)))
-        if tc.name in seen:
-            raise ConfigError(path, f"{key}.name", f"duplicate target name {tc.name!r} "
-                              f"(also targets[{seen[tc.name]}])")
-        seen[tc.name] = i
-        targets.append(tc)
+        with errors.part():
+            if not isinstance(t, dict):
+                raise ConfigError(path, key, "a target is a mapping with at least name and source")
+            merged = {**{k: v for k, v in defaults.items() if k != "ssh"}, **t}
+            if "ssh" in defaults or "ssh" in t:
+                merged["ssh"] = {**(defaults.get("ssh") or {}), **(t.get("ssh") or {})}
+            tc = _target(path, key, merged, t)
+            raw = written["targets"][i].get("source") if isinstance(written, dict) else None
+            tc = replace(tc, shown_source=redact_url(str(raw if raw else tc.source)))
+            if tc.name in seen:
+                raise ConfigError(path, f"{key}.name", f"duplicate target name {tc.name!r} "
+                                  f"(also targets[{seen[tc.name]}])")
+            seen[tc.name] = i
+            targets.append(tc)
     alerts = doc.get("alerts") or []
-    if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
-        raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
+    with errors.part():
+        if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
+            alerts = []
+            raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
     # YAML 1.1 reads a bare `on:` key as the boolean true: it means the `on` list here
     alerts = [{("on" if k is True else k): v for k, v in a.items()} for a in alerts]
     level = str(doc.get("log_level", "info")).lower()
-    if level not in ("debug", "info", "warning", "error"):
-        raise ConfigError(path, "log_level", "one of debug, info, warning, error")
-    ck = doc.get("checkpoint", {}) or {}
-    if not isinstance(ck, dict):
-        raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
-    _keys(path, "checkpoint", ck, ("interval",))
-    interval = _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
-    cfg = Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
-    validate_alerts(cfg.path, cfg.alerts)  # the alert schema lives with the alerts
-    return cfg
+    with errors.part():
+        if level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(path, "log_level", "one of debug, info, warning, error")
+    interval = 5.0
+    with errors.part():
+        ck = doc.get("checkpoint", {}) or {}
+        if not isinstance(ck, dict):
+            raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
+        _keys(path, "checkpoint", ck, ("interval",))
+        interval = _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
+    with errors.part():
+        validate_alerts(path, alerts)  # the alert schema lives with the alerts
+    errors.raise_if_any()
+    return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
 
 
 def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:

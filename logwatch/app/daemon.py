@@ -34,6 +34,9 @@ from .target import TargetRunner
 
 TICK = 0.5
 SLOW_CHECK_EVERY = 5.0
+RETRY_BASE = 10.0     # a failed target is tried again after this, doubling ...
+RETRY_MAX = 300.0     # ... up to this (and counts as healthy again after this long up)
+INF = float("inf")
 ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged)  # events the policy reads
 
 
@@ -79,6 +82,9 @@ class Daemon:
         self.candidates: list[RulePack] = []
         self.start_pack: RulePack | None = None
         self._slow_checked = 0.0
+        # targets that failed (an error while starting, or their loop died): name ->
+        # (failures so far, when to try again); retried with backoff, the others go on
+        self._retry: dict[str, tuple[int, float]] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -109,13 +115,45 @@ class Daemon:
                                   checkpoint_interval=self.config.checkpoint_interval,
                                   alert_marks=self.alerts.marks_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
-            self.log.error("target not started", target=cfg.name, error=str(e))
+            delay = self._schedule_retry(cfg.name, time.time())
+            self.log.error("target not started", target=cfg.name, error=str(e),
+                           retry_in=f"{delay:.0f}s")
             return
         if self.alerts is not None:   # what was alerted stays alerted, whatever file was lost
             self.alerts.adopt(runner.saved_alert_marks)
         self.runners[cfg.name] = runner
         self.signatures[cfg.name] = pack_signature(cfg)
         runner.start()
+
+    def _schedule_retry(self, name: str, now: float) -> float:
+        """Backoff for a target that failed: 10 s, doubling, at most 5 min between tries."""
+        failures = self._retry.get(name, (0, 0.0))[0] + 1
+        delay = min(RETRY_MAX, RETRY_BASE * 2 ** (failures - 1))
+        self._retry[name] = (failures, now + delay)
+        return delay
+
+    async def _retry_failed(self, now: float) -> None:
+        """Isolate and retry: a target whose loop died is restarted (from its checkpoint)
+        after its backoff; one that could not start is started again."""
+        for name, r in list(self.runners.items()):
+            if r.failed_at is not None and self._retry.get(name, (0, INF))[1] == INF:
+                delay = self._schedule_retry(name, now)
+                self.log.warning("target failed: retrying", target=name, retry_in=f"{delay:.0f}s")
+            elif r.failed_at is None and name in self._retry and r.attached \
+                    and now - r.started_at > RETRY_MAX:
+                del self._retry[name]   # healthy for a while: the next failure starts over
+        by_name = {t.name: t for t in self.config.targets}
+        for name, (failures, due) in list(self._retry.items()):
+            runner = self.runners.get(name)
+            if name not in by_name:
+                del self._retry[name]   # removed by a reload
+                continue
+            if due > now or (runner is not None and runner.failed_at is None):
+                continue
+            self._retry[name] = (failures, INF)   # scheduled again only if it fails again
+            await self._stop_target(name)
+            self._start_target(by_name[name])
+            self.log.info("target restarted", target=name, attempt=failures + 1)
 
     async def _stop_target(self, name: str) -> None:
         runner = self.runners.pop(name, None)
@@ -159,6 +197,8 @@ class Daemon:
                 self._slow_checked = now
                 self.alerts.tick(self.views(now),
                                  {r.name: r.cfg.slow_factor for r in self.runners.values()})
+            if self._retry or any(r.failed_at is not None for r in self.runners.values()):
+                await self._retry_failed(now)
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()

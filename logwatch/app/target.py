@@ -75,6 +75,7 @@ class TargetRunner:
         self.ended = asyncio.Event()      # the source ended (a command exited, a fatal error)
         self.stop_reading = False         # set by the owner: the verdict is in (watch)
         self.log = log.get("target").bind(target=cfg.name)
+        self.failed_at: float | None = None   # its loop died of an unexpected error (retried)
         self.counters = Counters()
         self.task: asyncio.Task[None] | None = None
         self.follower: Follower | None = None
@@ -201,6 +202,7 @@ class TargetRunner:
             raise
         except Exception as e:  # noqa: BLE001 - one target's failure never stops the others
             self.log.exception("target failed", error=repr(e))
+            self.failed_at = time.time()
             self.follower.status.up = False
             self.follower.status.fatal = True
             self.follower.status.error = True

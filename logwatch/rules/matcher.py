@@ -16,12 +16,12 @@ the first serving line of a log that shows no startup, marks it ready.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Iterator
 
 import re2
 
+from . import bounded
 from .literals import required_literals
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .pack import Rule, RulePack
@@ -49,7 +49,7 @@ def _escape(lit: str) -> str:
 
 
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
-LINE_BUDGET = 0.05       # seconds all the patterns together may take on one line
+LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
 _SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
 
 
@@ -123,11 +123,11 @@ class Matcher:
                 else:
                     continue
             if deadline is None:
-                deadline = time.monotonic() + LINE_BUDGET
+                deadline = bounded.cpu_clock() + LINE_BUDGET
             if ignored is None:
                 try:
                     ignored = any((lits is None or any(x in text for x in lits)) and
-                                  rx.search(text, timeout=PATTERN_TIMEOUT) is not None
+                                  bounded.search(rx, text, PATTERN_TIMEOUT) is not None
                                   for lits, rx in self._ignore)
                 except TimeoutError:
                     self.errors += 1
@@ -136,12 +136,12 @@ class Matcher:
                 if not self._has_frames:
                     return None
                 continue         # an ignored line (traceback source) fires only frame rules
-            left = deadline - time.monotonic()
+            left = deadline - bounded.cpu_clock()
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1
                 return None
             try:
-                m = rule.regex.search(text, timeout=min(PATTERN_TIMEOUT, left))
+                m = bounded.search(rule.regex, text, min(PATTERN_TIMEOUT, left))
             except TimeoutError:  # a pathological pattern on a pathological line: skip it
                 self.errors += 1
                 continue

@@ -20,6 +20,7 @@ import calendar
 import re
 from dataclasses import dataclass
 
+from . import bounded
 from .pack import TimestampFormat
 
 STAMP_WITHIN = 512          # a line's own timestamp is near its start: look no further
@@ -57,7 +58,7 @@ class LogClock:
         """The timestamp of `text` if it has one, else the last one seen (None before any)."""
         for fmt in self.formats:
             try:
-                m = fmt.regex.search(text[:STAMP_WITHIN], timeout=PATTERN_TIMEOUT)
+                m = bounded.search(fmt.regex, text[:STAMP_WITHIN], PATTERN_TIMEOUT)
             except TimeoutError:
                 continue
             if m is None:

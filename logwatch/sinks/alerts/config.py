@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...errors import ConfigError
+from ...errors import ConfigError, ErrorCollector
 from ...units import parse_duration
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
@@ -15,41 +16,66 @@ SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
 
 
 def validate_alerts(path: str, alerts: list[dict[str, Any]]) -> None:
-    """Check (and normalise durations in) the `alerts:` entries of the config at `path`."""
+    """Check (and normalise durations in) the `alerts:` entries of the config at `path`;
+    every sink is checked, and all the problems are raised together."""
     names: set[str] = set()
+    errors = ErrorCollector()
     for i, a in enumerate(alerts):
-        key = f"alerts[{i}]"
-        for k in a:
-            if k not in SINK_KEYS:
-                raise ConfigError(path, f"{key}.{k}", f"unknown key (allowed: {', '.join(SINK_KEYS)})")
-        t = a.get("type")
-        if t not in SINK_TYPES:
-            raise ConfigError(path, f"{key}.type", f"one of {', '.join(SINK_TYPES)}")
-        if bool(a.get("url")) == bool(a.get("url_env")):
-            raise ConfigError(path, f"{key}.url", "give exactly one of url or url_env "
-                              "(url_env: the name of an environment variable holding the URL)")
-        if a.get("url"):
-            u = urlsplit(str(a["url"]))
-            if u.scheme not in ("http", "https") or not u.netloc:
-                raise ConfigError(path, f"{key}.url", "not an http(s) URL")
-        on = a.get("on", list(KINDS[:3]))
-        if not isinstance(on, list) or not on or any(k not in KINDS for k in on):
-            raise ConfigError(path, f"{key}.on", f"a list of: {', '.join(KINDS)}")
-        name = str(a.get("name") or f"{t}-{i}")
-        if name in names:
-            raise ConfigError(path, f"{key}.name", f"duplicate sink name {name!r}")
-        names.add(name)
-        for dk in ("timeout", "max_age"):
-            if dk in a:
-                try:
-                    a[dk] = parse_duration(a[dk])
-                except (ValueError, TypeError):
-                    raise ConfigError(path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
-                                      "(use e.g. 10s, 1h)") from None
-        if "max_attempts" in a and (not isinstance(a["max_attempts"], int)
-                                    or isinstance(a["max_attempts"], bool) or a["max_attempts"] < 1):
-            raise ConfigError(path, f"{key}.max_attempts", "a whole number >= 1")
-        sel = a.get("targets")
-        if sel is not None and not (isinstance(sel, dict) and all(isinstance(v, str) for v in sel.values())):
-            raise ConfigError(path, f"{key}.targets", "a mapping of label (or name) to a "
-                              "value or regex, e.g. {model: 'GLM-.*'}")
+        with errors.part():
+            _validate_sink(path, f"alerts[{i}]", i, a, names)
+    errors.raise_if_any()
+
+
+def _env_value(path: str, key: str, var: Any) -> str:
+    """The value of the environment variable a sink names (`url_env`, `secret_env`): unset
+    or empty is a config error now, not a failed delivery at the first crash."""
+    value = os.environ.get(str(var), "")
+    if not value.strip():
+        raise ConfigError(path, key, f"environment variable {var} is not set (or empty): set it "
+                          "in the daemon's environment (systemd EnvironmentFile, a Kubernetes "
+                          "Secret)")
+    return value
+
+
+def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[str]) -> None:
+    """One sink entry; stops at its first problem."""
+    for k in a:
+        if k not in SINK_KEYS:
+            raise ConfigError(path, f"{key}.{k}", f"unknown key (allowed: {', '.join(SINK_KEYS)})")
+    t = a.get("type")
+    if t not in SINK_TYPES:
+        raise ConfigError(path, f"{key}.type", f"one of {', '.join(SINK_TYPES)}")
+    if bool(a.get("url")) == bool(a.get("url_env")):
+        raise ConfigError(path, f"{key}.url", "give exactly one of url or url_env "
+                          "(url_env: the name of an environment variable holding the URL)")
+    if a.get("url"):
+        u = urlsplit(str(a["url"]))
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ConfigError(path, f"{key}.url", "not an http(s) URL")
+    if a.get("url_env"):
+        u = urlsplit(_env_value(path, f"{key}.url_env", a["url_env"]).strip())
+        if u.scheme not in ("http", "https") or not u.netloc:
+            raise ConfigError(path, f"{key}.url_env", f"${a['url_env']} is not an http(s) URL")
+    if a.get("secret_env"):
+        _env_value(path, f"{key}.secret_env", a["secret_env"])
+    on = a.get("on", list(KINDS[:3]))
+    if not isinstance(on, list) or not on or any(k not in KINDS for k in on):
+        raise ConfigError(path, f"{key}.on", f"a list of: {', '.join(KINDS)}")
+    name = str(a.get("name") or f"{t}-{i}")
+    if name in names:
+        raise ConfigError(path, f"{key}.name", f"duplicate sink name {name!r}")
+    names.add(name)
+    for dk in ("timeout", "max_age"):
+        if dk in a:
+            try:
+                a[dk] = parse_duration(a[dk])
+            except (ValueError, TypeError):
+                raise ConfigError(path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
+                                  "(use e.g. 10s, 1h)") from None
+    if "max_attempts" in a and (not isinstance(a["max_attempts"], int)
+                                or isinstance(a["max_attempts"], bool) or a["max_attempts"] < 1):
+        raise ConfigError(path, f"{key}.max_attempts", "a whole number >= 1")
+    sel = a.get("targets")
+    if sel is not None and not (isinstance(sel, dict) and all(isinstance(v, str) for v in sel.values())):
+        raise ConfigError(path, f"{key}.targets", "a mapping of label (or name) to a "
+                          "value or regex, e.g. {model: 'GLM-.*'}")

@@ -1,0 +1,65 @@
+"""A target whose loop dies of an unexpected error is isolated and retried: the daemon's
+other targets go on, and the failed one is restarted from its checkpoint after a backoff.
+
+The fault is injected (a source whose first reader raises): it stands for a bug nobody
+knows yet, which is exactly the case the retry exists for; real faults the sources know
+(a missing file, a dropped SSH session) are handled inside the source and never get here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import yaml
+
+from daemonutil import free_port, sim_texts
+import logwatch.app.daemon as daemon_mod
+from logwatch.app.config import load_config
+from logwatch.sources import local as local_mod
+
+
+def test_a_target_that_fails_is_retried_and_the_others_go_on(tmp_path: Path, monkeypatch) -> None:
+    flaky, healthy = tmp_path / "flaky.log", tmp_path / "healthy.log"
+    text = "".join(sim_texts(seed=9))
+    flaky.write_text(text, encoding="utf-8")
+    healthy.write_text(text, encoding="utf-8")
+    cfg_path = tmp_path / "logwatch.yaml"
+    cfg_path.write_text(yaml.safe_dump({
+        "listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "state"),
+        "targets": [{"name": "flaky", "source": str(flaky)},
+                    {"name": "healthy", "source": str(healthy)}]}), encoding="utf-8")
+    monkeypatch.setattr(daemon_mod, "RETRY_BASE", 0.3)
+    real_events = local_mod.LocalFileSource.events
+    calls = {"flaky": 0}
+
+    def events(self):  # type: ignore[no-untyped-def]
+        if str(self.path).endswith("flaky.log"):
+            calls["flaky"] += 1
+            if calls["flaky"] <= 2:        # fails twice, then works
+                raise RuntimeError("injected: a bug nobody knows yet")
+        return real_events(self)
+
+    monkeypatch.setattr(local_mod.LocalFileSource, "events", events)
+
+    async def run() -> dict[str, str]:
+        d = daemon_mod.Daemon(load_config(cfg_path), str(cfg_path))
+        await d.start()
+        serve = asyncio.create_task(d.serve())
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                phases = {v.name: v.phase for v in d.views(time.time())}
+                if phases.get("flaky") == "ready" and phases.get("healthy") == "ready":
+                    return phases
+                await asyncio.sleep(0.05)
+            return {v.name: v.phase for v in d.views(time.time())}
+        finally:
+            d.request_stop()
+            await serve
+            await d.shutdown()
+
+    phases = asyncio.run(run())
+    assert phases == {"flaky": "ready", "healthy": "ready"}
+    assert calls["flaky"] == 3     # failed twice (backoff 0.3 s, 0.6 s), the third run read it
