@@ -60,6 +60,7 @@ class Observation:
     log_stamp: str | None = None
     own_time: bool = True      # False: log_time was carried forward from an earlier line
     offset: int = 0            # byte offset of the line's start in the log
+    proc: str = ""             # the process a wrapper prefix named (compose service ...)
 
 
 def startup_id_of(obs: Observation) -> str:
@@ -159,6 +160,7 @@ class State:
     startups: int = 0
     history: list[PhaseEntry] = field(default_factory=list)  # this epoch, in order
     restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
+    procs: set[str] = field(default_factory=set)  # processes (by prefix) launched in this epoch
     progress: dict[str, ProgressState] = field(default_factory=dict)
     phase_progress: bool = False          # a progress event since the current phase began
     crash: Crash | None = None
@@ -459,11 +461,18 @@ class StartupMachine:
 
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rid = obs.rule.id
+        if obs.proc and state.procs and obs.proc not in state.procs:
+            # another process of the same launch in one stream (prefill + decode servers of
+            # one compose file): it joins this startup; its own restart is a new epoch
+            state.procs.add(obs.proc)
+            return
         if state.phase == WAITING or (state.phase == self._first_phase()
                                       and rid not in state.restart_rules):
             # the first args dump / version line of a startup that is still launching (a
             # launch prints several kinds: vLLM's version line, then its args)
             state.restart_rules.add(rid)
+            if obs.proc:
+                state.procs.add(obs.proc)
             if state.phase == WAITING:
                 self._enter(state, self._first_phase(), obs, now, events)
             return
@@ -471,6 +480,7 @@ class StartupMachine:
         events.extend(self.settle(state))
         startups, epoch = state.startups, state.epoch
         fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
+                      procs={obs.proc} if obs.proc else set(),
                       last_activity=state.last_activity, last_log_time=state.last_log_time,
                       startup_id=startup_id_of(obs))
         for slot in State.__slots__:  # type: ignore[attr-defined]
@@ -709,6 +719,7 @@ def state_from_json(d: dict[str, object]) -> State:
         startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
         history=[PhaseEntry(**e) for e in d.get("history", [])],  # type: ignore[arg-type, union-attr]
         restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
+        procs=set(d.get("procs", [])),  # type: ignore[arg-type]
         progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]

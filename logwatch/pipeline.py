@@ -210,11 +210,12 @@ class LogPipeline:
         rid = hit.rule.id
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
-        stamp = self.clock.stamp(hit.text)
+        stamp = self.clock.stamp(hit.text, hit.wrapped)
         line_start = block.data.rfind(b"\n", 0, hit.block_pos) + 1
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
-                          own_time=bool(stamp and stamp.own), offset=block.raw_offset(line_start))
+                          own_time=bool(stamp and stamp.own), offset=block.raw_offset(line_start),
+                          proc=hit.proc)
         events = self.machine.step(self.state, obs, now)
         for ev in events:
             if isinstance(ev, Crashed):

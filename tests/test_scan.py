@@ -79,8 +79,8 @@ def reference(m: Matcher, blk: Block) -> list[tuple]:
     out = []
     for ln in iter_lines(blk, m.max_line_bytes):
         found = m.match_line(ln.text)
-        if found is not None:
-            out.append((found[0], ln.text, ln.line_number, ln.offset))
+        if found is not None:   # a hit's text is the line without its wrappers (prefixes)
+            out.append((found[0], m.unwrap(ln.text)[0], ln.line_number, ln.offset))
     return out
 
 

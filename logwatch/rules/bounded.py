@@ -27,6 +27,18 @@ def search(rx: Any, text: str, timeout: float) -> Any:
     raise AssertionError("unreachable")
 
 
+def match(rx: Any, text: str, timeout: float) -> Any:
+    """`rx.match(text)` (at the start of `text`), bounded as `search` is."""
+    for attempt in range(_RETRIES + 1):
+        began = time.thread_time()
+        try:
+            return rx.match(text, timeout=timeout)
+        except TimeoutError:
+            if attempt == _RETRIES or time.thread_time() - began >= timeout / 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def cpu_clock() -> float:
     """The clock a line's pattern budget is counted on (this thread's CPU time)."""
     return time.thread_time()

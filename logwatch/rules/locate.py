@@ -16,7 +16,8 @@ import dataclasses
 from typing import Iterable
 
 from ..lines import Block, iter_lines, split_glued
-from .matcher import Matcher
+from . import bounded
+from .matcher import PATTERN_TIMEOUT, Matcher, shared_matcher
 from .pack import RulePack, load_all_shipped, load_pack
 
 
@@ -136,10 +137,19 @@ def detect_pack(head: bytes, packs: Iterable[RulePack],
     best: tuple[float, int] | None = None
     chosen: RulePack | None = None
     for i, pack in enumerate(packs):
-        score = sum(d.weight for d in pack.detect if any(d.regex.search(t) for t in lines))
+        m = shared_matcher(pack)
+        inner = [m.unwrap(t)[0] for t in lines]   # the server's lines, wrappers removed
+        score = sum(d.weight for d in pack.detect if any(_found(d.regex, t) for t in inner))
         if score > 0 and (best is None or (score, -i) > best):
             best, chosen = (score, -i), pack
     return chosen
+
+
+def _found(rx: object, text: str) -> bool:
+    try:
+        return bounded.search(rx, text, PATTERN_TIMEOUT) is not None
+    except TimeoutError:      # a hostile line votes for no pack
+        return False
 
 
 def choose_pack(spec: str, head: bytes) -> RulePack:

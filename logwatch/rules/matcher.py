@@ -37,6 +37,8 @@ class Hit:
     line_number: int
     offset: int
     block_pos: int  # start of the segment in the block
+    wrapped: tuple[str, ...] = ()  # the line as written, and as each wrapper came off it
+    proc: str = ""     # the process a removed prefix named (compose service, Ray actor ...)
 
 
 def _rx_literal(lit: str, ignore_case: bool) -> str:
@@ -50,6 +52,7 @@ def _escape(lit: str) -> str:
 
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
+MAX_WRAPPERS = 4         # prefixes removed from one line at most (kubectl + compose + ...)
 _SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
 
 
@@ -86,6 +89,7 @@ class Matcher:
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
         self._has_frames = any(r.frame for r in pack.rules)
+        self._prefixes = pack.prefixes
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare_rx = self._alternation(rare)
         self._stats_rx = self._alternation(self.stats_rules)
@@ -103,9 +107,36 @@ class Matcher:
         return re2.compile("|".join(parts).encode("utf-8"), opts)
 
     # -- one line ------------------------------------------------------------------------------
-    def match_line(self, text: str, stats_only: bool = False) -> tuple[Rule, dict[str, str]] | None:
+    def unwrap(self, text: str) -> tuple[str, str, tuple[str, ...]]:
+        """`text` without the wrappers the pack's `prefixes` describe, the process the
+        first of them names ("" when none does), and the line as it was before each wrapper
+        came off (empty when none did: the clock looks for a stamp in each, outermost first)."""
+        rx = self._prefixes
+        if rx is None:
+            return text, "", ()
+        proc = ""
+        layers: tuple[str, ...] = ()
+        for _ in range(MAX_WRAPPERS):
+            try:
+                m = bounded.match(rx, text, PATTERN_TIMEOUT)
+            except TimeoutError:
+                self.errors += 1
+                break
+            if m is None or m.end() == 0:
+                break
+            if not proc:
+                proc = (m.groupdict().get("proc") or "").strip()
+            layers += (text,)
+            text = text[m.end():]
+        return text, proc, layers
+
+    def match_line(self, text: str, stats_only: bool = False,
+                   unwrapped: bool = False) -> tuple[Rule, dict[str, str]] | None:
         """The first rule that matches `text`.  `stats_only`: the caller knows no other
-        rule's literal is in the line (a gap between hits), so only stats rules are tried."""
+        rule's literal is in the line (a gap between hits), so only stats rules are tried.
+        `unwrapped`: the caller has removed the prefixes already."""
+        if not unwrapped and self._prefixes is not None:
+            text = self.unwrap(text)[0]
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
         deadline: float | None = None  # the line's budget, from its first regex on
@@ -180,9 +211,22 @@ class Matcher:
         for start, end, line_no in iter_segments(block):
             text = segment_text(data[start:end], self.max_line_bytes)
             for part in split_glued(text):
-                found = self.match_line(part)
+                inner, proc, layers = self.unwrap(part)
+                found = self.match_line(inner, unwrapped=True)
                 if found is not None:
-                    yield Hit(found[0], found[1], part, line_no, block.raw_offset(start), start)
+                    yield Hit(found[0], found[1], inner, line_no, block.raw_offset(start), start,
+                              layers, proc)
+
+
+@dataclass(slots=True)
+class Found:
+    """A rule a part of a segment fired, before its position is known."""
+
+    rule: Rule
+    fields: dict[str, str]
+    text: str
+    wrapped: tuple[str, ...]
+    proc: str
 
 
 class _BlockScan:
@@ -203,24 +247,24 @@ class _BlockScan:
         self.block.newline_count = (self.line_no - self.block.line_number
                                     + self.data.count(b"\n", self.line_pos))
 
-    def match_segment(self, start: int, end: int,
-                      stats_only: bool = False) -> list[tuple[Rule, dict[str, str], str]]:
+    def match_segment(self, start: int, end: int, stats_only: bool = False) -> list[Found]:
         """The rules a segment fires (a glued record counts separately)."""
         text = segment_text(self.data[start:end], self.m.max_line_bytes)
         out = []
         for part in split_glued(text):
-            found = self.m.match_line(part, stats_only)
+            inner, proc, layers = self.m.unwrap(part)
+            found = self.m.match_line(inner, stats_only, unwrapped=True)
             if found is not None:
-                out.append((found[0], found[1], part))
+                out.append(Found(found[0], found[1], inner, layers, proc))
         return out
 
-    def emit(self, start: int, found: list[tuple[Rule, dict[str, str], str]]) -> list[Hit]:
+    def emit(self, start: int, found: list[Found]) -> list[Hit]:
         """Hits for a segment at `start` (segments must be emitted in order)."""
         self.line_no += self.data.count(b"\n", self.line_pos, start)
         self.line_pos = start
         offset = self.block.raw_offset(start)
-        return [Hit(rule, fields, text, self.line_no, offset, start)
-                for rule, fields, text in found]
+        return [Hit(f.rule, f.fields, f.text, self.line_no, offset, start, f.wrapped, f.proc)
+                for f in found]
 
     def output(self, hits: list[Hit]) -> Iterator[Hit]:
         """Pass hits on; when collapsing, hold back a run's stats hits but its first and last."""

@@ -2,7 +2,11 @@
 
 A pack declares its phases in order, `detect` patterns for `--rules auto`, timestamp formats,
 `ignore` patterns (lines no rule may match, e.g. traceback source lines that quote an error
-message), and ordered rules.  Each rule is a `regex` pattern with named groups and one or more actions:
+message), `prefixes` (what other programs put before a server's line: docker compose's
+`svc-1  | `, journald's `Aug 18 14:15:04 host python3[28059]: `, kubectl's RFC 3339 stamp,
+Ray's `(Actor pid=N) `; matched at the start of a line and removed, repeatedly, before the
+timestamps, ignore patterns and rules see it; a `proc` group names the process, so two
+servers interleaved in one stream are told apart), and ordered rules.  Each rule is a `regex` pattern with named groups and one or more actions:
 
   phase: P          enter phase P (forward only; a later marker may skip phases)
   progress: NAME    a named counter (`current`, `total`, optional `rate` groups)
@@ -60,7 +64,7 @@ MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale
                  "description", "before", "after")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
-             "ignore",
+             "ignore", "prefixes",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
@@ -152,6 +156,8 @@ class RulePack:
     detect: tuple[DetectPattern, ...] = ()
     timestamps: tuple[TimestampFormat, ...] = ()
     ignore: tuple[Any, ...] = ()
+    prefixes: Any = None     # one regex: the wrappers other programs put before a line
+    prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -314,6 +320,13 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         if not isinstance(doc["ignore"], list):
             raise PackError(src, "must be a list of patterns", key="ignore")
         ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
+    prefix_src = list(base.prefix_patterns) if base else []
+    if doc.get("prefixes") is not None:
+        if not isinstance(doc["prefixes"], list):
+            raise PackError(src, "must be a list of patterns", key="prefixes")
+        for i, p in enumerate(doc["prefixes"]):
+            _compile(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
+            prefix_src.append(p)
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
                                      reasons=known))
@@ -330,7 +343,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
                             key="crash_settle") from None
     return RulePack(
         name=name, path=src, phases=phases, rules=tuple(rules), detect=detect,
-        timestamps=timestamps, ignore=ignore, crash_by_phase=crash_by_phase, typical_seconds=typical,
+        timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
+        prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons,
     )
@@ -395,6 +409,14 @@ def _compile(src: str, pattern: Any, rule: str | None, key: str) -> Any:
         return _regex(pattern)
     except regex.error as e:
         raise PackError(src, f"invalid regex: {e}", rule=rule, key=key) from None
+
+
+def _prefix_regex(patterns: tuple[str, ...]) -> Any:
+    """The pack's `prefixes` as one alternation, matched at the start of a line (one regex
+    call per line and wrapper; `proc` may name a group in several of them)."""
+    if not patterns:
+        return None
+    return regex.compile("(?:" + "|".join(f"(?:{p})" for p in patterns) + ")", REGEX_FLAGS)
 
 
 @functools.lru_cache(maxsize=1024)

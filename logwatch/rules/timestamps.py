@@ -54,11 +54,15 @@ class LogClock:
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
 
-    def stamp(self, text: str) -> Stamp | None:
-        """The timestamp of `text` if it has one, else the last one seen (None before any)."""
-        for fmt in self.formats:
+    def stamp(self, text: str, wrapped: tuple[str, ...] = ()) -> Stamp | None:
+        """The timestamp of `text` if it has one, else the last one seen (None before any).
+        `wrapped`: the line as written and as each wrapper came off it (`text` is what is
+        left), looked at first, outermost first: a wrapper's own stamp (kubectl's, another
+        logger's) is found first, and a stamp anchored at the start of the server's line
+        (`^[2026-...` behind docker compose's `svc-1  | `) is still found in `text`."""
+        for fmt, where in self._candidates(text, wrapped):
             try:
-                m = bounded.search(fmt.regex, text[:STAMP_WITHIN], PATTERN_TIMEOUT)
+                m = bounded.search(fmt.regex, where[:STAMP_WITHIN], PATTERN_TIMEOUT)
             except TimeoutError:
                 continue
             if m is None:
@@ -79,6 +83,10 @@ class LogClock:
             return None
         placed = self._bar_time(text)
         return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
+
+    def _candidates(self, text: str, wrapped: tuple[str, ...]) -> list[tuple[TimestampFormat, str]]:
+        # the pack's order of formats first (it prefers a stamp with a year), then outermost
+        return [(fmt, where) for fmt in self.formats for where in (*wrapped, text)]
 
     def _bar_time(self, text: str) -> float | None:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
