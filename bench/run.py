@@ -78,6 +78,21 @@ def generate(log: Path, truth: Path) -> None:
     if log.exists() and truth.exists() and stamp.exists() and \
             stamp.read_text() == " ".join(GENLOG_ARGS):
         return
+    if "gpu" in sections:
+        import scale
+        runs = []
+        for gpu in ("off", "on", "off", "on"):   # alternating: the machine's noise shows
+            r = scale.run(200, "ssh", seconds=args.scale_seconds, rate=2.0, gpu=gpu, hosts=True)
+            runs.append(r)
+            print(f"bench: gpu {gpu}: {r}", file=sys.stderr)
+        results["gpu"] = runs
+        print("
+GPU streams: 200 SSH targets, each its own connection, 2 lines/s each, "
+              "nvidia-smi (8 GPUs, every 2 s) on vs off:")
+        for r in runs:
+            print(f"  gpu {r['gpu']:<3} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
+                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   gpu_up {r['gpu_up']:.0f}   "
+                  f"lines lost {r['lines_lost']}")
     OUT.mkdir(parents=True, exist_ok=True)
     print(f"bench: generating {log} ...", file=sys.stderr)
     with open(log, "wb") as f:
@@ -156,12 +171,12 @@ def machine() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["replay", "latency", "scale"], action="append",
+    ap.add_argument("--only", choices=["replay", "latency", "scale", "gpu"], action="append",
                     help="run only these sections (default: all)")
     ap.add_argument("--scale-seconds", type=float, default=30.0,
                     help="writing time per scale run (default 30)")
     args = ap.parse_args()
-    sections = args.only or ["replay", "latency", "scale"]
+    sections = args.only or ["replay", "latency", "scale", "gpu"]
     results: dict = {"machine": machine()}
     if "replay" in sections:
         results["replay"] = r = bench_replay(args.rounds)

@@ -75,7 +75,15 @@ def metric_sum(port: int, name: str) -> float:
     return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", body, re.M))
 
 
-def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0) -> dict[str, float]:
+FAKE_NVSMI = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
+
+
+def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
+        gpu: str = "off", hosts: bool = False) -> dict[str, float]:
+    """`gpu`: "off" (`gpu: false` on every target) or "on" (the replay stand-in of nvidia-smi,
+    8 GPUs, every 2 s).  `hosts` (ssh): each target its own connection, as if on its own host
+    (distinct ssh options key distinct connections), so "on" runs one GPU stream per target;
+    without it every target shares one connection and one stream."""
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         paths = [tmp / f"t{i:04d}.log" for i in range(n)]
@@ -94,7 +102,9 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0) -
             src = server.url(str(p)) if server else str(p)
             lines += [f"  - name: t{i:04d}", f"    source: {src}", "    rules: sglang"]
             if server:
-                lines.append(ssh)
+                lines.append(ssh[:-1] + (f", connect_timeout: {15000 + i}ms}}" if hosts else "}"))
+            lines.append("    gpu: false" if gpu == "off" else
+                         f"    gpu: {{command: 'env FAKE_NVSMI_GPUS=8 {FAKE_NVSMI}', interval: 2s}}")
         cfg = tmp / "logwatch.yaml"
         cfg.write_text("\n".join(lines) + "\n")
         daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
@@ -125,7 +135,8 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0) -
                 if counted >= written:
                     break
                 time.sleep(0.5)
-            return {"targets": n, "kind": kind, "lines_per_s": rate * n,
+            return {"targets": n, "kind": kind, "gpu": gpu, "lines_per_s": rate * n,
+                    "gpu_up": metric_sum(port, "logwatch_gpu_up"),
                     "cpu_share": round((c1 - c0) / (t1 - t0), 3),
                     "peak_rss_mib": round(peak_rss_mib(daemon.pid), 1),
                     "lines_written": written, "lines_lost": int(written - counted)}

@@ -104,6 +104,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each phase of the last startup with its start time and duration")
     r.set_defaults(func=cmd_replay)
 
+    h = sub.add_parser("history", help="every startup in a log: flags, what changed, phases, tok/s",
+                       description=HISTORY_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    h.add_argument("files", nargs="+", metavar="FILE", help="log files to read")
+    h.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
+    h.add_argument("--json", action="store_true",
+                   help="one JSON object per startup per line (fields: README, the launch ledger)")
+    h.set_defaults(func=cmd_history)
+
+    cmp_ = sub.add_parser("compare", help="two startups of a log side by side",
+                          description=COMPARE_HELP,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    cmp_.add_argument("file", metavar="FILE", help="the log file")
+    cmp_.add_argument("a", nargs="?", default="-2", metavar="A",
+                      help="a startup number (1 = the first, -1 = the last; default -2)")
+    cmp_.add_argument("b", nargs="?", default="-1", metavar="B",
+                      help="the other one (default -1: the last)")
+    cmp_.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
+    cmp_.set_defaults(func=cmd_compare)
+
     w = sub.add_parser("watch", help="follow one log live until the server is ready or dead",
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("target", metavar="TARGET",
@@ -126,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="report the latest startup in the log as it stands and exit, even if "
                         "it ended before watch started (by default such a startup is history: "
                         "watch says so and waits for a new one)")
+    w.add_argument("--gpu", default="auto", metavar="auto|off|COMMAND",
+                   help="GPU telemetry beside the log: auto (default) runs nvidia-smi where the "
+                        "log is (over the same SSH connection for ssh://, here for a local file "
+                        "when nvidia-smi is on PATH); off; or the command to run instead "
+                        "(e.g. '/usr/bin/nvidia-smi' or 'sudo -n nvidia-smi')")
     w.add_argument("--no-history", action="store_true",
                    help="do not keep this TARGET's startup durations (by default they are kept "
                         "in $LOGWATCH_STATE_DIR or ~/.local/state/logwatch, and the next watch "
@@ -203,6 +228,43 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--matched", action="store_true", help="print only lines a rule matched")
     t.set_defaults(func=cmd_rules_test)
     return p
+
+
+HISTORY_HELP = """\
+Every startup in a log, one row each: when, outcome, startup time, slowest phase, serving
+throughput (tokens/s p50 after a minute of warm-up), GPU watts, and the flags that changed
+since the launch before (parsed from SGLang's server_args=ServerArgs(...), vLLM's
+non-default args / Namespace(...), or the launch command line).
+
+  logwatch history server.log
+  logwatch history server.log --json | jq .changed
+"""
+
+COMPARE_HELP = """\
+Two startups of one log side by side: each phase with its delta, the startup time, tok/s,
+watts and the flags that differ.  By default the last two.
+
+  logwatch compare server.log          # the last two startups
+  logwatch compare server.log 1 3      # the first and the third
+"""
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from .app.history import run_history
+    if args.rules != "auto":
+        load_pack(args.rules)
+    return run_history(args.files, args.rules, args.json, lambda s: print(s, flush=True))
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .app.history import run_compare
+    if args.rules != "auto":
+        load_pack(args.rules)
+    try:
+        return run_compare(args.file, args.a, args.b, args.rules, lambda s: print(s, flush=True))
+    except LookupError as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -305,9 +367,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
     if problem:
         print(f"logwatch: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    from .sources.gpu import parse_gpu_config
+    try:
+        gpu = parse_gpu_config(args.gpu if args.gpu in ("auto", "off", "false")
+                               else {"command": args.gpu}, where="--gpu")
+    except ValueError as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return EXIT_USAGE
     opts = WatchOptions(args.target, args.rules, args.timeout, args.stall_after, args.json,
                         ssh, args.poll, args.from_start, last=args.last,
-                        wait_for_file=args.wait_for_file, history=not args.no_history)
+                        wait_for_file=args.wait_for_file, history=not args.no_history, gpu=gpu)
     return asyncio.run(run_watch(opts))
 
 

@@ -279,7 +279,8 @@ _ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 
 def clean_bytes(data: bytes) -> bytes:
-    """Remove NUL bytes and ANSI escape sequences (C speed; a no-op on clean input).
+    """Remove NUL bytes and ANSI escape sequences (C speed; a no-op on clean input), and the
+    padding a terminal copy puts where it folded a long line (`unfold_padding`).
 
     Repeated until nothing changes, so cleaning is idempotent and the same whether a line
     arrives whole or in pieces (removing one code can join the bytes of another).
@@ -291,7 +292,57 @@ def clean_bytes(data: bytes) -> bytes:
         if cleaned == data:
             break
         data = cleaned
+    if _PAD_PROBE in data:
+        data = unfold_padding(data)
     return data
+
+
+FOLD_PAD_MIN = 20            # spaces a terminal pads a folded row with, at least
+FOLD_WIDTH_MIN = 40          # the narrowest terminal row taken for a fold
+_PAD_PROBE = b" " * FOLD_PAD_MIN
+# a run of padding between two characters of text (not before a bar's closing `|`)
+_PAD_RUN = re.compile(rb"(?<=[^ \r\n]) {%d,}(?=[^ \r\n|])" % FOLD_PAD_MIN)
+
+
+def unfold_padding(data: bytes) -> bytes:
+    """Rejoin lines a terminal copy hard-wrapped by padding each row to the terminal's width
+    (`... {'embed', 'classify', 'rew                           ard', ...`: 114 characters of
+    text, 27 spaces, the rest): the padding goes, so words and markers are whole again.
+
+    Unambiguous cases only: a run of at least FOLD_PAD_MIN spaces between two non-blank
+    characters (a tqdm bar's run before its closing `|` is not one), and in a segment with
+    several runs, every run ends at a multiple of the first run's end column (the row width).
+    Per segment, so the result does not depend on how the input was split.
+    """
+    out: list[bytes] = []
+    copied = 0
+    runs = [(m.start(), m.end()) for m in _PAD_RUN.finditer(data)]
+    i = 0
+    while i < len(runs):
+        seg_start = max(data.rfind(b"\n", 0, runs[i][0]), data.rfind(b"\r", 0, runs[i][0])) + 1
+        seg_end = _segment_end(data, runs[i][0])
+        j = i
+        while j < len(runs) and runs[j][0] < seg_end:
+            j += 1
+        group = runs[i:j]
+        i = j
+        seg = data[seg_start:seg_end]
+        ends = [len(seg[:e - seg_start].decode("utf-8", "replace")) for _, e in group]
+        width = ends[0]
+        if width < FOLD_WIDTH_MIN or any(e != width * (k + 1) for k, e in enumerate(ends)):
+            continue
+        for s, e in group:
+            out.append(data[copied:s])
+            copied = e
+    if not out:
+        return data
+    out.append(data[copied:])
+    return b"".join(out)
+
+
+def _segment_end(data: bytes, pos: int) -> int:
+    ends = [x for x in (data.find(b"\n", pos), data.find(b"\r", pos)) if x >= 0]
+    return min(ends) if ends else len(data)
 
 
 def cap_segments(data: bytes, cap: int) -> tuple[bytes, int, int, tuple[tuple[int, int], ...]]:

@@ -37,7 +37,9 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
+from .rules.args import parse_args_line
 from .rules.pack import (
     CRASHED, READY, SPECIFIC_RANK, STOPPED, TERMINAL, WAITING, Rule, RulePack, reason_rank,
 )
@@ -161,6 +163,8 @@ class State:
     history: list[PhaseEntry] = field(default_factory=list)  # this epoch, in order
     restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
     procs: set[str] = field(default_factory=set)  # processes (by prefix) launched in this epoch
+    args: dict[str, Any] = field(default_factory=dict)  # the server's arguments (`args:` rules)
+    args_partial: bool = False            # a line of them was cut: what was whole is kept
     progress: dict[str, ProgressState] = field(default_factory=dict)
     phase_progress: bool = False          # a progress event since the current phase began
     crash: Crash | None = None
@@ -319,6 +323,7 @@ class Progress:
 class StatsUpdated:
     epoch: int
     values: dict[str, float]
+    at: float | None = None      # the line's log time (else the wall clock): serving windows
 
 
 Event = (PhaseChanged | StartupBegan | Restarted | Ready | Crashed | CrashUpdated | CrashSettled
@@ -366,6 +371,13 @@ class StartupMachine:
             state.deferred = None
         if rule.restart:
             self._restart(state, obs, now, events)
+        if rule.args:
+            parsed = parse_args_line(obs.text)
+            if parsed is not None and parsed.values:
+                # a new dict (never mutated in place): readers compare it by identity; a
+                # launch command line first, the server's own dump after it wins
+                state.args = {**state.args, **parsed.values}
+                state.args_partial = state.args_partial or parsed.partial
         if state.phase == CRASHED:
             self._while_crashed(state, obs, now, events)
             return events
@@ -572,6 +584,9 @@ class StartupMachine:
         values: dict[str, float] = {}
         scale = obs.rule.scale
         for k, v in obs.fields.items():
+            if v in ("True", "False"):       # a flag of the batch (SGLang's `cuda graph:`)
+                values[k] = 1.0 if v == "True" else 0.0
+                continue
             try:
                 x = float(v.rstrip("%"))
             except ValueError:
@@ -579,7 +594,8 @@ class StartupMachine:
             values[k] = x * scale.get(k, 1.0)
         if values:
             state.stats.update(values)
-            events.append(StatsUpdated(state.epoch, values))
+            events.append(StatsUpdated(state.epoch, values,
+                                       obs.log_time if obs.log_time is not None else now))
 
     # -- crashes ----------------------------------------------------------------------------
     def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
@@ -720,6 +736,8 @@ def state_from_json(d: dict[str, object]) -> State:
         history=[PhaseEntry(**e) for e in d.get("history", [])],  # type: ignore[arg-type, union-attr]
         restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
         procs=set(d.get("procs", [])),  # type: ignore[arg-type]
+        args=dict(d.get("args") or {}),  # type: ignore[call-overload]
+        args_partial=bool(d.get("args_partial", False)),
         progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]

@@ -6,6 +6,8 @@ and the daemon; sources only decide where the bytes come from.
 
 from __future__ import annotations
 
+from typing import Callable
+
 from .counters import Counters, count_events
 from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
 from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
@@ -135,6 +137,9 @@ class LogPipeline:
         for reason in pack.all_reasons:     # a pack's own reasons exist at 0 too
             self.counters.crashes.setdefault(reason, 0)
         self.excerpt = ExcerptCollector()
+        # called with each step's events and the state right after them (the launch ledger
+        # needs the state of that moment, not of the end of a 2 MiB block)
+        self.on_step: Callable[[list[Event], State], None] | None = None
 
     def feed(self, chunk: bytes, now: float) -> list[Event]:
         if chunk:
@@ -150,7 +155,10 @@ class LogPipeline:
         if self.state.deferred is not None:     # nothing more will replace it
             events.append(self.state.deferred)
             self.state.deferred = None
-        events += self.machine.settle(self.state)
+        settled = self.machine.settle(self.state)
+        if settled and self.on_step is not None:
+            self.on_step(settled, self.state)
+        events += settled
         return self._counted(events)
 
     def _close_file(self, now: float) -> list[Event]:
@@ -188,7 +196,10 @@ class LogPipeline:
             if block is not None:
                 events += self._block(block, now)
             self.excerpt.finish()
-        return self._counted(events + self.machine.tick(st, now))
+        ticked = self.machine.tick(st, now)
+        if ticked and self.on_step is not None:
+            self.on_step(ticked, st)
+        return self._counted(events + ticked)
 
     def _counted(self, events: list[Event]) -> list[Event]:
         if events:
@@ -217,6 +228,8 @@ class LogPipeline:
                           own_time=bool(stamp and stamp.own), offset=block.raw_offset(line_start),
                           proc=hit.proc)
         events = self.machine.step(self.state, obs, now)
+        if events and self.on_step is not None:
+            self.on_step(events, self.state)
         for ev in events:
             if isinstance(ev, Crashed):
                 self.excerpt.start(ev.crash.excerpt, block, hit.block_pos)

@@ -115,6 +115,7 @@ class TargetView:
     checkpoint_age: float = 0.0    # seconds since the checkpoint was written (0: never)
     catching_up: bool = False      # reading what the log held when logwatch attached
     seen_at_attach: SeenAtAttach | None = None   # its latest startup had ended before that
+    gpu: dict[str, Any] | None = None  # the host's GPU telemetry (None: gpu off for it)
 
     @property
     def historic(self) -> bool:
@@ -177,7 +178,60 @@ class TargetView:
             "catching_up": self.catching_up,
             "seen_at_attach": self.seen_at_attach.to_json()
             if self.seen_at_attach is not None and self.historic else None,
+            "gpu": self.gpu,
         }
+
+
+GIB = 1024 ** 3
+PREFLIGHT_HELD = 2 * GIB      # memory a GPU holds before a launch that is worth a word
+
+
+def gpu_activity(gpu: dict[str, Any] | None, now: float, window: float = 120.0) -> str:
+    """What the GPUs say about a silent phase, in words for a stall alert: loading (memory
+    still moving), hung (busy but at idle power, memory flat: a collective or graph capture
+    spinning), busy (near the power limit: slow, not hung) or idle.  "" without telemetry."""
+    if not gpu or not gpu.get("up") or not gpu.get("snapshot"):
+        return ""
+    snap = gpu["snapshot"]
+    gpus = snap.get("gpus") or []
+    power = sum(g.get("power_w") or 0.0 for g in gpus)
+    limit = sum(g.get("power_limit_w") or 0.0 for g in gpus)
+    utils = [g["util_ratio"] for g in gpus if g.get("util_ratio") is not None]
+    util = sum(utils) / len(utils) if utils else None
+    recent = [m for t, m in gpu.get("memory_history") or [] if now - t <= window]
+    moved = (max(recent) - min(recent)) if len(recent) >= 2 else 0.0
+    watts = f"{power:.0f} W" + (f" of {limit:.0f} W" if limit else "")
+    span = f"{window / 60:.0f}m"
+    if moved >= 0.5 * GIB:
+        return f"GPU memory still moving ({moved / GIB:.1f} GiB in {span}): loading, not hung"
+    if util is not None and util >= 0.9 and limit and power < 0.35 * limit:
+        return (f"GPU util {util:.0%}, {watts}, memory flat for {span}: likely hung "
+                "(NCCL / graph capture)")
+    if limit and power >= 0.5 * limit:
+        return f"GPUs busy ({watts}): slow, not hung"
+    if util is not None and util < 0.05:
+        return f"GPUs idle ({watts}, util {util:.0%}): waiting on the CPU side, or hung before the GPU"
+    return f"GPU util {util:.0%}, {watts}" if util is not None else f"GPU {watts}"
+
+
+def preflight_held(gpu: dict[str, Any] | None) -> list[tuple[int, float]]:
+    """(GPU index, GiB) of the GPUs that already hold memory: read at a launch, they are
+    another process's (a server that did not exit, a notebook): an OOM waiting to happen."""
+    if not gpu or not gpu.get("up") or not gpu.get("snapshot"):
+        return []
+    return [(int(g.get("index", i)), (g.get("mem_used_bytes") or 0) / GIB)
+            for i, g in enumerate(gpu["snapshot"].get("gpus") or [])
+            if (g.get("mem_used_bytes") or 0) >= PREFLIGHT_HELD]
+
+
+def preflight_text(held: list[tuple[int, float]]) -> str:
+    """"GPU 3 held 76 GiB before launch" (the largest first; at most three named)."""
+    if not held:
+        return ""
+    top = sorted(held, key=lambda x: -x[1])
+    named = ", ".join(f"GPU {i} held {gib:.0f} GiB" for i, gib in top[:3])
+    more = f" (and {len(top) - 3} more)" if len(top) > 3 else ""
+    return f"{named}{more} before launch"
 
 
 def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | None:
@@ -210,6 +264,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                last_line_at: float | None = None, started_at: float = 0.0,
                checkpoint_age: float = 0.0, catching_up: bool = False,
                seen_at_attach: SeenAtAttach | None = None,
+               gpu: dict[str, Any] | None = None,
                eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
@@ -219,7 +274,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                       source_notice=source_notice, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age,
-                      catching_up=catching_up, seen_at_attach=seen_at_attach)
+                      catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu)
     if pipe is None:
         return base
     st = pipe.state

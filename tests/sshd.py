@@ -28,6 +28,20 @@ SSHD = "/usr/sbin/sshd"
 START_TIMEOUT = 15.0
 
 
+def _clear_stale_pyenv_lock() -> None:
+    """The sessions of this sshd run the user's shell, and on machines whose ~/.bashrc runs
+    `pyenv init` every `bash -c` takes pyenv's rehash lock (~/.pyenv/shims/.pyenv-shim).  A
+    session killed at that moment (the tests kill sessions on purpose) leaves the lock behind,
+    and then every later session waits 60 s for it: a machine fault, not the project's.  A
+    lock older than a minute is stale (pyenv itself gives up after 60 s)."""
+    lock = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "shims" / ".pyenv-shim"
+    try:
+        if time.time() - lock.stat().st_mtime > 60:
+            lock.unlink()
+    except OSError:
+        pass
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -141,6 +155,7 @@ class SSHServer:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
+        _clear_stale_pyenv_lock()
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation dir
         self._log = open(self.log_file, "ab")

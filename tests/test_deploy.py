@@ -47,6 +47,7 @@ RULES = DEPLOY / "prometheus" / "logwatch-alerts.yml"
 RULE_TESTS = DEPLOY / "prometheus" / "tests" / "logwatch-alerts.test.yml"
 DASHBOARD = DEPLOY / "grafana" / "logwatch-dashboard.json"
 EXAMPLE = DEPLOY / "logwatch.example.yaml"
+FAKE_NVSMI = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 DOCKER_CONFIG = DEPLOY / "docker" / "logwatch.yaml"
 UNIT = DEPLOY / "systemd" / "logwatch.service"
@@ -273,7 +274,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     cfg = write_config(
         tmp / "logwatch.yaml", port, tmp / "state",
         [{"name": "ready-1", "source": str(ready_log), "rules": "sglang",
-          "labels": {"model": "Qwen3-235B"}},
+          "labels": {"model": "Qwen3-235B"},
+          # GPU telemetry from the replay stand-in of nvidia-smi (a real H200's capture)
+          "gpu": {"command": f"env FAKE_NVSMI_GPUS=2 {FAKE_NVSMI}", "interval": "500ms",
+                  "timeout": "5s"}},
          {"name": "crash-1", "source": str(crash_log), "rules": "auto"},
          {"name": "waiting-1", "source": str(tmp / "never.log"), "rules": "vllm"}],
         alerts=[{"type": "webhook", "name": "hook", "on": ["crashed", "ready", "phase"],
@@ -309,7 +313,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                     and sample(m, "logwatch_crashes_total", target="crash-1",
                                reason="cuda_oom") == 1.0
                     and (sample(m, "logwatch_alert_failures_total", sink="refused") or 0) > 0
-                    and any(n == "logwatch_alerts_sent_total" for n, _ in m))
+                    and any(n == "logwatch_alerts_sent_total" for n, _ in m)
+                    and sample(m, "logwatch_gpu_up", target="ready-1") == 1.0)
         wait_for(settled, 40, "ready-1 ready with 24 shards, crash-1 crashed (cuda_oom), "
                  "alerts sent and failed", alive=d.dead)
         yield {"daemon": d, "prom": prom}

@@ -660,3 +660,29 @@ def test_block_newlines():
     b = Block(b"a\nb\rc\n", 0, 1, 0.0)
     assert b.newlines() == 2
     assert b.newlines() == 2
+
+
+# -- terminal folds (unfold_padding) ----------------------------------------------------------
+
+def test_a_row_padded_by_a_terminal_copy_is_rejoined() -> None:
+    """vllm-213's fold: 114 characters of text, 27 spaces of padding, the rest."""
+    from logwatch.lines import unfold_padding
+    fixture = (FIXTURES / "vllm-213.log").read_bytes()
+    out = unfold_padding(fixture)
+    assert b"{'embed', 'classify', 'reward', 'score', 'generate'}" in out
+    assert b"Initializing a V0 LLM engine (v0.8.3) with config: model='google/gemma-2-2b-it'" in out
+    assert out.count(b"\n") == fixture.count(b"\n")
+    row = b"x" * 100
+    two = b"A " + row[:98] + b" " * 30 + row + b" " * 30 + b"tail\n"   # rows of 130: ends 130, 260
+    assert unfold_padding(two) == b"A " + row[:98] + row + b"tail\n"
+
+
+def test_padding_that_is_not_a_fold_stays() -> None:
+    from logwatch.lines import unfold_padding
+    bar = "Loading safetensors checkpoint shards:  48% Completed |\u2588\u2588" + " " * 30 + \
+        "| 40/83 [00:14<00:13,  3.13it/s]\n"
+    for data in (bar.encode(),                                    # a bar's own blank part
+                 b"short " + b" " * 25 + b"gap\n",                # a row narrower than 40
+                 b"a" * 60 + b" " * 25 + b"b" * 70 + b" " * 25 + b"c\n",  # runs end at 85, 180
+                 b"a" * 60 + b" " * 19 + b"b\n"):                 # fewer than 20 spaces
+        assert unfold_padding(data) == data

@@ -26,11 +26,12 @@ from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.cursor import ROTATE_WAIT
+from ..sources.gpu import GpuConfig, parse_gpu_config
 from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
-               "from_start", "rotate_wait")
+               "from_start", "rotate_wait", "gpu")
 SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
             "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -52,6 +53,7 @@ class TargetConfig:
     slow_factor: float = 1.5
     shown_source: str = ""    # the source as written (before ${VAR}), password redacted
     rotate_wait: float = ROTATE_WAIT   # a rotated file is read until quiet this long
+    gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi beside the log
 
     @property
     def display_source(self) -> str:
@@ -329,8 +331,14 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
             raise ConfigError(path, f"{key}.{flag}", "true or false")
         flags[flag] = v
     rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))
+    try:
+        gpu = parse_gpu_config(t.get("gpu"), where=f"{key}.gpu")
+    except ValueError as e:
+        where, _, msg = str(e).partition(": ")
+        raise ConfigError(path, where, msg) from None
     return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
-                        flags["poll"], flags["from_start"], slow, rotate_wait=rotate_wait)
+                        flags["poll"], flags["from_start"], slow, rotate_wait=rotate_wait,
+                        gpu=gpu)
 
 
 def _known_phases(rules: str) -> list[str]:

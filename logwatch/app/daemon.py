@@ -25,6 +25,7 @@ from ..state.positions import PositionStore
 from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
+from ..sources.gpu import GpuStreams
 from ..sources.ssh import SSHPool
 from ..rules.locate import restart_pack
 from ..sinks.alerts.router import AlertRouter
@@ -70,6 +71,7 @@ class Daemon:
         self.log = log.get("daemon")
         self.store = PositionStore(config.state_dir)
         self.pool = SSHPool()
+        self.gpu_streams = GpuStreams(self.pool)   # one nvidia-smi per host, shared
         self.runners: dict[str, TargetRunner] = {}
         self.signatures: dict[str, tuple[Any, ...]] = {}
         self.stopping = False
@@ -113,7 +115,8 @@ class Daemon:
                                   candidates=self.candidates, start_pack=self.start_pack,
                                   pool=self.pool, on_events=self._on_events,
                                   checkpoint_interval=self.config.checkpoint_interval,
-                                  alert_marks=self.alerts.marks_of if self.alerts else None)
+                                  alert_marks=self.alerts.marks_of if self.alerts else None,
+                                  gpu_streams=self.gpu_streams)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             delay = self._schedule_retry(cfg.name, time.time())
             self.log.error("target not started", target=cfg.name, error=str(e),
@@ -238,6 +241,7 @@ class Daemon:
         self.stopping = True
         for name in list(self.runners):
             await self._stop_target(name)
+        await self.gpu_streams.close()
         if self.alerts is not None:
             await self.alerts.stop()
         await self.pool.close()

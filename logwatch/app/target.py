@@ -23,15 +23,20 @@ from typing import Any, Callable
 from .. import log
 from ..counters import Counters
 from ..follow import Follower
-from ..machine import CrashSettled, Event, Ready, State, state_from_json, state_to_json
+from ..machine import (
+    CrashSettled, Event, Ready, StartupBegan, State, state_from_json, state_to_json,
+)
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, RulePack, load_pack
 from ..sources import Data, Opened, Skipped, SourceState, make_source
-from ..sources.ssh import SSHPool
+from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
+from ..sources.ssh import SSHPool, SSHTarget
 from ..state.history import EtaSmoother, StartupHistory
 from ..state.positions import PositionStore
-from ..view import SeenAtAttach, TargetView, build_view, seen_at_attach
+from ..view import (
+    SeenAtAttach, TargetView, build_view, preflight_held, preflight_text, seen_at_attach,
+)
 from .config import TargetConfig
 
 BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
@@ -59,7 +64,8 @@ class TargetRunner:
                  on_events: Callable[["TargetRunner", list[Event]], None] | None = None,
                  checkpoint_interval: float = 5.0,
                  alert_marks: Callable[[str], dict[str, float]] | None = None,
-                 batch_interval: float = BATCH_INTERVAL, log_sources: bool = True) -> None:
+                 batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
+                 gpu_streams: GpuStreams | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.store = store
@@ -98,6 +104,9 @@ class TargetRunner:
         self.seen_at_attach: SeenAtAttach | None = None
         self.report_history = False       # the owner wants an ended startup's events too
         self.eta = EtaSmoother()
+        self.gpu_streams = gpu_streams    # None: no GPU telemetry (replay, tests)
+        self.gpu: GpuStream | None = None
+        self.preflight: list[tuple[int, float]] = []   # GPUs that held memory at launch
         self._setup()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -151,6 +160,21 @@ class TargetRunner:
     # -- running -------------------------------------------------------------------------------
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"target:{self.name}")
+        self._start_gpu()
+
+    def _start_gpu(self) -> None:
+        """nvidia-smi where the log is (the target's `gpu:`), shared with the host's other
+        targets; a failure here is a GPU status, never the target's."""
+        if self.gpu_streams is None:
+            return
+        where = plan_gpu(self.cfg.gpu, self.cfg.kind)
+        if where is None:
+            return
+        try:
+            ssh = (SSHTarget.parse(self.cfg.source), self.cfg.ssh) if where == "ssh" else None
+            self.gpu = self.gpu_streams.acquire(self.cfg.gpu, ssh)
+        except Exception as e:  # noqa: BLE001 - telemetry never stops the log
+            self.log.warning("gpu telemetry not started", error=str(e))
 
     async def _run(self) -> None:
         assert self.follower is not None
@@ -232,6 +256,9 @@ class TargetRunner:
             self.follower.finish(now)
 
     async def stop(self) -> None:
+        if self.gpu is not None and self.gpu_streams is not None:
+            gpu, self.gpu = self.gpu, None
+            await self.gpu_streams.release(gpu)
         if self.task is not None:
             self.task.cancel()
             try:
@@ -272,6 +299,10 @@ class TargetRunner:
 
     def _on_events(self, events: list[Event]) -> None:
         self.dirty = True
+        if self.gpu is not None and not self.catching_up and \
+                any(isinstance(e, StartupBegan) for e in events):
+            # read live at the launch line: memory the GPUs already hold is not this server's
+            self.preflight = preflight_held(self.gpu.to_dict())
         pipe = self.pipe
         for ev in events:
             if self.history is None:
@@ -340,4 +371,10 @@ class TargetRunner:
             last_line_at=self.last_line_at, started_at=self.started_at,
             checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
             if self.last_checkpoint else 0.0, catching_up=self.catching_up,
-            seen_at_attach=self.seen_at_attach, eta_smoother=self.eta)
+            seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
+            gpu=self._gpu_view())
+
+    def _gpu_view(self) -> dict[str, Any] | None:
+        if self.gpu is None:
+            return None
+        return {**self.gpu.to_dict(), "preflight": preflight_text(self.preflight)}

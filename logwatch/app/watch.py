@@ -23,6 +23,7 @@ from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
 from ..sinks.display import attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
+from ..sources.gpu import GpuConfig, GpuStreams
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
 from ..view import TargetView
@@ -47,6 +48,7 @@ class WatchOptions:
     last: bool = False           # report the latest startup in the log as it stands, and exit
     wait_for_file: bool = False  # a missing directory is waited for, not an error
     history: bool = True         # keep / use this TARGET's startup history (watch_state_dir)
+    gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi where the log is
 
 
 def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Event]], None]
@@ -61,10 +63,11 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Eve
         candidates, start_pack = [pack], pack
     cfg = TargetConfig(name=opts.target, source=opts.target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
-                       from_start=opts.from_start)
+                       from_start=opts.from_start, gpu=opts.gpu)
     runner = TargetRunner(cfg, store=None, state_dir=watch_state_dir() if opts.history else None,
                           candidates=candidates, start_pack=start_pack, pool=default_pool(),
-                          on_events=on_events, batch_interval=0.0, log_sources=False)
+                          on_events=on_events, batch_interval=0.0, log_sources=False,
+                          gpu_streams=GpuStreams(default_pool()))
     runner.report_history = opts.last
     return runner
 

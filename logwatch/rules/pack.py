@@ -61,7 +61,7 @@ SPECIFIC_RANK = len(GENERIC_REASONS)
 
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
-                 "description", "before", "after")
+                 "description", "before", "after", "args")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes",
@@ -123,6 +123,7 @@ class Rule:
     reenter: bool = False
     provisional: bool = False
     frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
+    args: bool = False            # the line holds the server's arguments (rules/args.py)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -522,6 +523,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
         reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
+        args=bool(d.get("args")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

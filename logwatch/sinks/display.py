@@ -65,6 +65,18 @@ def _progress_text(view: TargetView) -> str:
     return ", ".join(parts)
 
 
+def gpu_text(view: TargetView) -> str:
+    """The GPU line of the panel: "GPU x8 250/600 W (42%) · util 97% · SM 1.4/2.0 GHz · not
+    power-capped", or why there is none ("no nvidia-smi on host"); "" when gpu is off."""
+    gpu = view.gpu
+    if not gpu:
+        return ""
+    snap = gpu.get("snapshot")
+    if gpu.get("up") and snap and snap.get("summary"):
+        return str(snap["summary"])
+    return str(gpu.get("status") or "starting")
+
+
 class PlainDisplay:
     def __init__(self, target: str, out: TextIO = sys.stdout) -> None:
         self.target = target
@@ -239,6 +251,9 @@ class RichDisplay(PlainDisplay):
                                           for k, v in view.durations.items()))
         t.add_row("source", ("[green]up[/] " if view.source_up else "[yellow]down[/] ")
                   + escape(view.source_message))
+        gpu = gpu_text(view)
+        if gpu:
+            t.add_row("gpu", escape(gpu))
         ago = f" [dim]({fmt_duration(now - view.last_line_at)} ago)[/]" \
             if view.last_line_at is not None and now - view.last_line_at >= 10 else ""
         t.add_row("last line", escape(view.last_line[:200]) + ago)

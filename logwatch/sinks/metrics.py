@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from prometheus_client.core import (
     CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily, Metric,
@@ -101,6 +101,7 @@ class LogwatchCollector(Collector):
                     labels=["target"])
         info = InfoMetricFamily("logwatch_target", "static labels of a target",
                                 labels=["target", "engine", "source"])
+        gpu_fams = GpuFamilies()
         for v in views:
             t = v.name
             cur = v.phase
@@ -142,6 +143,8 @@ class LogwatchCollector(Collector):
             rule_errors.add_metric([t], float(cn.rule_errors))
             pos_age.add_metric([t], v.checkpoint_age)
             info.add_metric([t, v.engine, v.kind], dict(v.labels))
+            gpu_fams.add(t, v.gpu)
+        yield from gpu_fams.families()
         yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
                     rotations, skipped, losses, cut, rule_errors, pos_age, info)
@@ -172,6 +175,53 @@ class LogwatchCollector(Collector):
         for kind, n in sorted(STATE_ERRORS.counts.items()):
             errors.add_metric([kind], float(n))
         yield errors
+
+
+# logwatch_gpu_*: (name, help, the sample's key, scale to base units)
+GPU_GAUGES = (
+    ("logwatch_gpu_power_watts", "GPU power draw (W)", "power_w", 1.0),
+    ("logwatch_gpu_power_limit_watts", "GPU power limit in force (W)", "power_limit_w", 1.0),
+    ("logwatch_gpu_power_default_limit_watts", "GPU default power limit, the TDP (W)",
+     "power_default_limit_w", 1.0),
+    ("logwatch_gpu_utilization_ratio", "GPU utilisation (0-1)", "util_ratio", 1.0),
+    ("logwatch_gpu_memory_used_bytes", "GPU memory used", "mem_used_bytes", 1.0),
+    ("logwatch_gpu_memory_total_bytes", "GPU memory in all", "mem_total_bytes", 1.0),
+    ("logwatch_gpu_sm_clock_hertz", "GPU SM clock", "sm_clock_hz", 1.0),
+    ("logwatch_gpu_sm_clock_max_hertz", "GPU SM clock maximum", "sm_clock_max_hz", 1.0),
+    ("logwatch_gpu_temperature_celsius", "GPU temperature", "temperature_c", 1.0),
+)
+
+
+class GpuFamilies:
+    """The logwatch_gpu_* families, filled from each target's view (`TargetView.gpu`: its
+    host's stream as a dict).  A value the board does not report is no series, not a 0."""
+
+    def __init__(self) -> None:
+        g = GaugeMetricFamily
+        self.up = g("logwatch_gpu_up", "1 while the target's GPU telemetry (nvidia-smi on its "
+                    "host) answers", labels=["target"])
+        self.gauges = [(g(name, doc, labels=["target", "gpu"]), key, scale)
+                       for name, doc, key, scale in GPU_GAUGES]
+        self.throttled = g("logwatch_gpu_throttled", "1 per clock throttle reason active on "
+                           "the GPU (idle, sw_power_cap, hw_slowdown, ...)",
+                           labels=["target", "gpu", "reason"])
+
+    def add(self, target: str, gpu: dict[str, Any] | None) -> None:
+        if gpu is None:
+            return
+        self.up.add_metric([target], 1.0 if gpu.get("up") else 0.0)
+        snap = gpu.get("snapshot") if gpu.get("up") else None
+        for sample in (snap or {}).get("gpus", ()):
+            idx = str(sample.get("index"))
+            for fam, key, scale in self.gauges:
+                val = sample.get(key)
+                if val is not None:
+                    fam.add_metric([target, idx], float(val) * scale)
+            for reason, on in sorted((sample.get("throttled") or {}).items()):
+                self.throttled.add_metric([target, idx, reason], float(on))
+
+    def families(self) -> list[Metric]:
+        return [self.up, *(f for f, _, _ in self.gauges), self.throttled]
 
 
 def _fmt(b: float) -> str:

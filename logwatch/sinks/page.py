@@ -23,6 +23,8 @@ main{padding:1em 1.2em}
 .head{display:grid;grid-template-columns:minmax(10em,1.4fr) 6em 9em minmax(14em,2fr) 8em 7em;gap:.8em;align-items:center}
 .name{font-weight:600;word-break:break-all}
 .labels{color:var(--mute);font-size:.8em;font-weight:400}
+.gpu{font-size:.85em;color:var(--mute);display:flex;gap:.5em;align-items:center}.gpu.down{color:#c60}.gpu[hidden]{display:none}
+.spark{display:flex;align-items:flex-end;gap:1px;width:120px;height:18px}.spark i{flex:1;background:currentColor;min-width:1px}
 .tps{text-align:right;font-variant-numeric:tabular-nums}
 .engine{color:var(--mute)}
 .phase{font-weight:600}
@@ -78,7 +80,15 @@ function makeRow(name){
   r.reason=el("div","reason");r.when=el("div","when");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
   r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.when,r.line,r.det);
   r.timeline=el("div","timeline");r.last=el("div","last");
-  r.root.append(h,r.src,r.crash,r.timeline,r.last);return r}
+  r.gpu=el("div","gpu");r.gpu.hidden=true;r.gputxt=el("span","gputxt");
+  r.spark=el("div","spark");r.spark.title="total GPU power, last samples (full height: the power limit)";
+  r.gpu.append(r.spark,r.gputxt);
+  r.root.append(h,r.src,r.gpu,r.crash,r.timeline,r.last);return r}
+// the host's total GPU power over its last samples as bars, full height = its power limit
+function spark(box,values,limit){const last=values.slice(-60),top=Math.max(limit||0,...last,1);
+  while(box.children.length>last.length)box.lastChild.remove();
+  while(box.children.length<last.length)box.append(el("i"));
+  last.forEach((v,i)=>{box.children[i].style.height=Math.max(1,100*v/top).toFixed(1)+"%"})}
 // one lane of the timeline; `scale` (seconds) is the full width, shared by both lanes
 function lane(label,durations,scale,totalText,outcome,outcomeCls){
   const row=el("div","tl");row.dataset.lane=label;row.append(el("span","label",label));const ln=el("div","lane");
@@ -110,6 +120,11 @@ function update(r,t,now){
     if(hasCur)r.timeline.append(lane("now",cur,scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null));
     if(prev)r.timeline.append(lane("previous",prev.phases,scale,dur(prev.total!=null?prev.total:prevT),
       prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome))}
+  const gpu=t.gpu;r.gpu.hidden=!gpu;
+  if(gpu){const snap=gpu.up?gpu.snapshot:null;r.gpu.className="gpu"+(snap?"":" down");
+    set(r.gputxt,snap?snap.summary:"GPU: "+(gpu.status||"starting"));
+    let limit=0;if(snap)for(const g of snap.gpus)limit+=g.power_limit_w||0;
+    spark(r.spark,snap?(gpu.power_history_w||[]):[],limit)}
   set(r.last,t.last_line||"")}
 async function refresh(){
   let d;try{const res=await fetch("/api/status",{cache:"no-store"});d=await res.json();set(document.getElementById("err"),"")}

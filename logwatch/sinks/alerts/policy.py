@@ -22,7 +22,7 @@ from typing import Any, Callable
 from ...machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
-from ...view import TargetView
+from ...view import TargetView, gpu_activity
 from .model import FIRING, Alert
 
 SLOW_FACTOR = 1.5
@@ -70,13 +70,16 @@ class AlertPolicy:
             if isinstance(ev, CrashSettled):
                 c = ev.crash
                 after = f" after {fmt_duration(ev.elapsed)}" if ev.elapsed else ""
+                held = (v.gpu or {}).get("preflight") or ""
                 out.append(Resolve(v.name, ("stalled", "slow"), "crashed", only=ev.startup,
                                    drop_undelivered=True))
                 out.append(self._alert(v, "crashed", ev.startup,
-                                       f"crashed during {c.during}{after}: {c.reason}",
+                                       f"crashed during {c.during}{after}: {c.reason}"
+                                       + (f" ({held})" if held else ""),
                                        {"reason": c.reason, "during": c.during, "line": c.line,
                                         "line_number": c.line_number, "elapsed": ev.elapsed,
-                                        "excerpt": list(c.excerpt)}, ev.epoch))
+                                        "excerpt": list(c.excerpt),
+                                        **({"gpu_preflight": held} if held else {})}, ev.epoch))
             elif isinstance(ev, Ready):
                 durations = {k: d for k, d in ev.durations.items() if k != READY}
                 slow = ev.slowest_phase
@@ -95,11 +98,14 @@ class AlertPolicy:
                                        f"restarted (startup #{ev.epoch})", {"line": ev.line},
                                        ev.epoch))
             elif isinstance(ev, Stalled):
+                gpu = gpu_activity(v.gpu, v.now)
                 out.append(self._alert(v, "stalled", ev.startup,
                                        f"stalled in {ev.phase}: no new line for "
-                                       f"{fmt_duration(ev.silent_for)}",
+                                       f"{fmt_duration(ev.silent_for)}"
+                                       + (f"; {gpu}" if gpu else ""),
                                        {"phase": ev.phase, "silent_for": ev.silent_for,
-                                        "stall_after": ev.budget}, ev.epoch))
+                                        "stall_after": ev.budget,
+                                        **({"gpu": gpu} if gpu else {})}, ev.epoch))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
                                        {"phase": ev.new, "previous": ev.old}, ev.epoch,

@@ -1,0 +1,151 @@
+"""`logwatch history` and `logwatch compare`: the launch ledger of a log file.
+
+Every startup in the file becomes a `StartupRecord` (ledger.py): its flags, what changed
+since the launch before, phases, outcome and serving throughput.  The file is read through
+the same pipeline as `replay`, with every serving line matched (not only the first and last
+of each run), since the throughput percentiles need them all.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Callable
+
+from ..ledger import LedgerRecorder, StartupRecord
+from ..pipeline import LogPipeline
+from ..rules.locate import choose_pack
+from ..units import fmt_duration
+from .replay import CHUNK, DETECT_BYTES
+
+
+def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
+    """Every startup in the log at `path`, in order."""
+    with open(path, "rb") as f:
+        head = f.read(DETECT_BYTES)
+        pack = choose_pack(spec, head)
+        pipe = LogPipeline(pack, collapse_stats=False)
+        rec = LedgerRecorder(pack.name)
+        pipe.on_step = rec.observe
+        now = time.time()
+        pipe.feed(head, now)
+        while True:
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            pipe.feed(chunk, now)
+        pipe.finish(now)
+        rec.finish(pipe.state)
+        return rec.records
+
+
+def _short(v: Any, width: int = 24) -> str:
+    text = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def changed_text(changed: dict[str, list[Any]], limit: int = 4) -> str:
+    """"max_running_requests 64 -> 2048, disable_cuda_graph False -> True (+2 more)"."""
+    if not changed:
+        return ""
+    parts = [f"{k} {_short(a)} -> {_short(b)}" for k, (a, b) in list(changed.items())[:limit]]
+    more = f" (+{len(changed) - limit} more)" if len(changed) > limit else ""
+    return ", ".join(parts) + more
+
+
+def _tps(rec: StartupRecord) -> str:
+    g = rec.serving.get("gen_throughput") if rec.serving else None
+    return f"{g['p50']:.0f}" if g and g.get("p50") is not None else "-"
+
+
+def _watts(rec: StartupRecord) -> str:
+    g = rec.gpu or {}
+    if g.get("power_p50_w") is None:
+        return "-"
+    return f"{g['power_p50_w']:.0f}/{g.get('power_limit_w') or 0:.0f}"
+
+
+def history_table(records: list[StartupRecord]) -> str:
+    """One row per startup: when, outcome, startup time, slowest phase, flags changed, tok/s
+    p50, watts p50 / limit."""
+    rows = [("#", "when", "outcome", "startup", "slowest phase", "tok/s p50", "W p50/limit",
+             "flags changed")]
+    for r in records:
+        outcome = r.outcome + (f": {r.reason}" if r.reason else "")
+        slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \
+            if r.slowest_phase and r.slowest_phase in r.durations else "-"
+        rows.append((str(r.index), r.started_stamp or "-", outcome,
+                     fmt_duration(r.startup_seconds) if r.startup_seconds is not None else "-",
+                     slow, _tps(r), _watts(r), changed_text(r.changed) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def compare_text(a: StartupRecord, b: StartupRecord) -> str:
+    """Two startups side by side: flags changed, each phase with its delta, tok/s, watts."""
+    out = [f"startup #{a.index} ({a.started_stamp or '?'}) vs #{b.index} ({b.started_stamp or '?'})"]
+
+    def row(name: str, x: str, y: str, delta: str = "") -> None:
+        out.append(f"  {name:<22} {x:>12}  {y:>12}  {delta}")
+    row("", f"#{a.index}", f"#{b.index}", "delta")
+    row("outcome", a.outcome, b.outcome)
+    for phase in list(dict.fromkeys([*a.durations, *b.durations])):
+        x, y = a.durations.get(phase), b.durations.get(phase)
+        delta = (f"{'+' if y - x >= 0 else '-'}{fmt_duration(abs(y - x))}"
+                 if x is not None and y is not None else "new" if x is None else "gone")
+        row(phase, fmt_duration(x) if x is not None else "-",
+            fmt_duration(y) if y is not None else "-", delta)
+    sx, sy = a.startup_seconds, b.startup_seconds
+    row("startup", fmt_duration(sx) if sx is not None else "-",
+        fmt_duration(sy) if sy is not None else "-",
+        f"{'+' if sy - sx >= 0 else '-'}{fmt_duration(abs(sy - sx))}"
+        if sx is not None and sy is not None else "")
+    ta, tb = _tps(a), _tps(b)
+    ratio = ""
+    if ta != "-" and tb != "-" and float(ta) > 0:
+        ratio = f"x{float(tb) / float(ta):.2f}"
+    row("tok/s p50", ta, tb, ratio)
+    row("W p50/limit", _watts(a), _watts(b))
+    changed = b.changed if b.index == a.index + 1 else None
+    if changed is None:
+        from ..rules.args import changed_args
+        changed = {k: [x, y] for k, (x, y) in changed_args(a.args, b.args).items()}
+    out.append("  flags changed: " + (changed_text(changed, limit=50) or "none"))
+    for line in b.advice:
+        out.append(f"  advice: {line}")
+    return "\n".join(out)
+
+
+def pick(records: list[StartupRecord], ref: str) -> StartupRecord:
+    """A startup by its number (1-based) or from the end (-1: the last)."""
+    try:
+        i = int(ref)
+    except ValueError:
+        raise LookupError(f"not a startup number: {ref!r} (1, 2, ... or -1 for the last)") from None
+    if i == 0 or abs(i) > len(records):
+        raise LookupError(f"no startup {i}: the log has {len(records)}")
+    return records[i - 1] if i > 0 else records[i]
+
+
+def run_history(paths: list[str], spec: str, as_json: bool,
+                out: Callable[[str], None]) -> int:
+    for path in paths:
+        records = ledger_of_file(path, spec)
+        if as_json:
+            for r in records:
+                out(json.dumps({"file": path, **r.to_json()}, ensure_ascii=False))
+        else:
+            if len(paths) > 1:
+                out(f"{path}:")
+            out(history_table(records) if records else "no startup in this log")
+    return 0
+
+
+def run_compare(path: str, a: str, b: str, spec: str, out: Callable[[str], None]) -> int:
+    records = ledger_of_file(path, spec)
+    if len(records) < 2 and (a, b) == ("-2", "-1"):
+        out(f"{path}: {len(records)} startup(s): nothing to compare")
+        return 1
+    out(compare_text(pick(records, a), pick(records, b)))
+    return 0

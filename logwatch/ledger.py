@@ -1,0 +1,284 @@
+"""The launch ledger: one record per startup, with its flags, phases, outcome and serving.
+
+Users compare launches by hand ("I set --max-running-requests 2048 and --disable-cuda-graph:
+880 -> 3,740 tok/s"); the log holds all of it.  `LedgerRecorder` reads the pipeline's events
+(the same events the daemon and `watch` get) and the machine's state, and closes a
+`StartupRecord` when the startup is over: the next startup began, or the input ended.
+Pure: no I/O (the SQLite store is state/ledger.py, the commands app/history.py).
+
+Serving windows: the stats lines after ready, the first `WARMUP` seconds of them marked as
+warm-up and left out of the figures (JIT, graph replays and the first requests are not the
+steady state), unless nothing else was seen.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .machine import CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped
+from .rules.args import changed_args
+from .rules.pack import READY
+
+WARMUP = 60.0          # seconds after ready that are warm-up, not the steady state
+MAX_SAMPLES = 20_000   # serving samples kept per startup (a day of stats lines at 4/s)
+OUTCOMES = ("ready", "crashed", "stopped", "incomplete")
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """The q-quantile (0..1) by linear interpolation; None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return round(xs[lo] + (xs[hi] - xs[lo]) * (pos - lo), 3)
+
+
+@dataclass
+class ServingWindow:
+    """The serving lines of one startup after ready: (log time, values) samples."""
+
+    ready_at: float | None = None
+    samples: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+
+    def add(self, at: float | None, values: dict[str, float]) -> None:
+        if len(self.samples) < MAX_SAMPLES and at is not None:
+            self.samples.append((at, values))
+
+    def summary(self) -> dict[str, Any]:
+        """{gen_throughput: {p50, max}, running_requests, queued_requests, token_usage: {max},
+        no_cuda_graph_share, samples, warmup_samples, warmup_only}."""
+        if not self.samples:
+            return {}
+        start = self.ready_at if self.ready_at is not None else self.samples[0][0]
+        steady = [v for t, v in self.samples if t - start >= WARMUP]
+        warm = len(self.samples) - len(steady)
+        use = steady or [v for _, v in self.samples]
+        out: dict[str, Any] = {"samples": len(use), "warmup_samples": warm,
+                               "warmup_only": not steady}
+        for key in ("gen_throughput", "running_requests", "queued_requests"):
+            xs = [v[key] for v in use if key in v]
+            if key == "gen_throughput":
+                xs = [x for x in xs if x > 0]   # a decode line of an idle server says 0
+            if xs:
+                out[key] = {"p50": percentile(xs, 0.5), "max": max(xs)}
+        usage = [v["token_usage"] for v in use if "token_usage" in v]
+        if usage:
+            out["token_usage"] = {"max": max(usage)}
+        graphs = [v["cuda_graph"] for v in use if "cuda_graph" in v]
+        if graphs:
+            out["no_cuda_graph_share"] = round(sum(1 for g in graphs if g < 0.5) / len(graphs), 3)
+        return out
+
+
+@dataclass
+class StartupRecord:
+    """One startup, as `logwatch history --json` prints it (one object per line)."""
+
+    startup: str | None
+    index: int                        # 1-based, in this source
+    started_at: float | None          # the startup's first line (log time when it has one)
+    engine: str
+    model: str | None
+    args: dict[str, Any]
+    args_partial: bool
+    outcome: str                      # ready | crashed | stopped | incomplete
+    reason: str | None = None
+    durations: dict[str, float] = field(default_factory=dict)
+    startup_seconds: float | None = None
+    slowest_phase: str | None = None
+    serving: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, list[Any]] = field(default_factory=dict)
+    advice: list[str] = field(default_factory=list)
+    gpu: dict[str, Any] | None = None
+    started_stamp: str | None = None  # the first line's timestamp as the log printed it
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def model_of(args: dict[str, Any]) -> str | None:
+    for key in ("model_path", "model", "served_model_name"):
+        v = args.get(key)
+        if isinstance(v, str) and v:
+            return v
+        if isinstance(v, list) and v and isinstance(v[0], str):
+            return v[0]
+    return None
+
+
+def advice_for(args: dict[str, Any], outcome: str, reason: str | None,
+               serving: dict[str, Any]) -> list[str]:
+    """Flag interactions worth a line (the ones users trip on; data would be nicer, but each
+    needs a comparison between two flags, which the packs do not express)."""
+    out: list[str] = []
+    bs, mrr = args.get("cuda_graph_max_bs"), args.get("max_running_requests")
+    if isinstance(bs, (int, float)) and isinstance(mrr, (int, float)) and bs < mrr:
+        out.append(f"batches above {bs:g} run without CUDA graphs (cuda_graph_max_bs {bs:g} < "
+                   f"max_running_requests {mrr:g})")
+    if args.get("disable_cuda_graph") is True or args.get("enforce_eager") is True:
+        which = "disable_cuda_graph" if args.get("disable_cuda_graph") is True else "enforce_eager"
+        out.append(f"CUDA graphs are off ({which}): every decode batch runs eagerly, usually "
+                   "far slower")
+    share = serving.get("no_cuda_graph_share")
+    if isinstance(share, float) and share >= 0.2 and not args.get("disable_cuda_graph"):
+        out.append(f"{share:.0%} of decode batches ran without CUDA graphs")
+    mem = args.get("mem_fraction_static", args.get("gpu_memory_utilization"))
+    if outcome == "crashed" and reason == "cuda_oom" and isinstance(mem, (int, float)) and mem >= 0.9:
+        key = "mem_fraction_static" if "mem_fraction_static" in args else "gpu_memory_utilization"
+        out.append(f"an out-of-memory crash with {key} {mem:g}: leave the activations more "
+                   "room (e.g. 0.85)")
+    return out
+
+
+class LedgerRecorder:
+    """Builds the records of one source from its events, in order.
+
+    `observe(events, state)` after each batch of events; `finish(state)` at the end of the
+    input.  `previous`: the last record of this source known before (the daemon's store),
+    against which the first record's `changed` is computed."""
+
+    def __init__(self, engine: str, previous: StartupRecord | None = None) -> None:
+        self.engine = engine
+        self.records: list[StartupRecord] = []
+        self.previous = previous
+        self._open: StartupRecord | None = None
+        self._serving = ServingWindow()
+        self._seen_args: dict[str, Any] | None = None   # the state's args object last copied
+
+    def observe(self, events: list[Event], state: State) -> list[StartupRecord]:
+        """The records closed by these events (a new startup closes the one before).  Called
+        after each step of the machine (`LogPipeline.on_step`), so `state` is the state right
+        after these events."""
+        closed: list[StartupRecord] = []
+        for ev in events:
+            if isinstance(ev, StartupBegan):
+                if self._open is not None:
+                    closed.append(self._close(state))
+                self._begin(ev, state)
+            elif self._open is None:
+                if isinstance(ev, (Ready, StatsUpdated, CrashSettled, Stopped)):
+                    self._begin(None, state)   # a log that shows no startup line
+                else:
+                    continue
+            if isinstance(ev, Ready):
+                rec = self._open
+                assert rec is not None
+                rec.outcome = "ready"
+                rec.durations = {k: v for k, v in ev.durations.items() if k != READY}
+                rec.startup_seconds = ev.took
+                rec.slowest_phase = ev.slowest_phase
+                self._serving.ready_at = state.last_log_time
+            elif isinstance(ev, StatsUpdated):
+                self._serving.add(ev.at, ev.values)
+            elif isinstance(ev, CrashSettled):
+                rec = self._open
+                assert rec is not None
+                rec.outcome, rec.reason = "crashed", ev.crash.reason
+                rec.durations = dict(ev.durations)
+                rec.startup_seconds = ev.elapsed
+            elif isinstance(ev, Stopped):
+                rec = self._open
+                assert rec is not None
+                if rec.outcome == "incomplete":
+                    rec.outcome = "stopped"
+        rec = self._open
+        if rec is not None and rec.startup == state.startup_id:
+            self._sync_args(rec, state)
+            if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
+                rec.durations = state.durations()
+        return closed
+
+    def finish(self, state: State) -> list[StartupRecord]:
+        """End of input: the open startup is closed as it stands."""
+        if self._open is None:
+            return []
+        return [self._close(state)]
+
+    def current(self, state: State) -> StartupRecord | None:
+        """The open startup's record as it stands (the daemon saves it while it serves)."""
+        if self._open is None:
+            return None
+        rec = StartupRecord(**{**self._open.__dict__})
+        self._complete(rec, state)
+        return rec
+
+    # -- internals -----------------------------------------------------------------------------
+    def _begin(self, ev: StartupBegan | None, state: State) -> None:
+        self._open = StartupRecord(
+            startup=ev.startup if ev is not None else state.startup_id,
+            index=len(self.records) + 1,
+            started_at=state.history[0].log_time if state.history and
+            state.history[0].log_time is not None else
+            (state.history[0].at if state.history else None),
+            engine=self.engine, model=None, args={}, args_partial=False,
+            outcome="incomplete",
+            started_stamp=state.history[0].log_stamp if state.history else None)
+        self._serving = ServingWindow()
+
+    def _sync_args(self, rec: StartupRecord, state: State) -> None:
+        if state.args and state.args is not self._seen_args:
+            self._seen_args = state.args      # the machine replaces the dict when it changes
+            rec.args = dict(state.args)
+            rec.args_partial = state.args_partial
+            rec.model = model_of(rec.args)
+
+    def _complete(self, rec: StartupRecord, state: State) -> None:
+        if rec.outcome == "incomplete" and rec.startup == state.startup_id:
+            rec.durations = state.durations()
+            self._sync_args(rec, state)
+        rec.serving = self._serving.summary() if rec.outcome == "ready" else {}
+        prev = self.records[-1] if self.records else self.previous
+        if prev is not None and prev.args and rec.args:
+            # a cut dump lacks its tail: only the flags both sides show can be compared
+            partial = prev.args_partial or rec.args_partial
+            rec.changed = {k: [a, b] for k, (a, b) in
+                           changed_args(prev.args, rec.args, common_only=partial).items()}
+        rec.advice = advice_for(rec.args, rec.outcome, rec.reason, rec.serving)
+
+    def _close(self, state: State) -> StartupRecord:
+        rec = self._open
+        assert rec is not None
+        self._complete(rec, state)
+        self.records.append(rec)
+        self._open = None
+        return rec
+
+
+def record_from_json(d: dict[str, Any]) -> StartupRecord:
+    """A record read back (the store, `history --json` output)."""
+    known = {f for f in StartupRecord.__dataclass_fields__}
+    return StartupRecord(**{k: v for k, v in d.items() if k in known})
+
+
+def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
+    """`watch` at ready: "vs the previous launch: +2m10s (autotune 41s, new); flags changed:
+    max_running_requests 64 -> 2048, disable_cuda_graph False -> True"."""
+    from .units import fmt_duration
+    parts: list[str] = []
+    a, b = prev.startup_seconds, cur.startup_seconds
+    head = "vs the previous launch"
+    if a is not None and b is not None:
+        sign = "+" if b >= a else "-"
+        notes = [f"{p} {fmt_duration(d)}, new" for p, d in cur.durations.items()
+                 if p not in prev.durations and d >= 1.0]
+        deltas = sorted(((d - prev.durations[p], p) for p, d in cur.durations.items()
+                         if p in prev.durations), key=lambda x: -abs(x[0]))
+        notes += [f"{p} {'+' if dd >= 0 else '-'}{fmt_duration(abs(dd))}"
+                  for dd, p in deltas[:2] if abs(dd) >= max(1.0, 0.1 * abs(b - a))]
+        parts.append(f"{head}: {sign}{fmt_duration(abs(b - a))}"
+                     + (f" ({'; '.join(notes[:2])})" if notes else ""))
+    else:
+        parts.append(f"{head} ({prev.outcome})")
+    changed = changed_args(prev.args, cur.args,
+                           common_only=prev.args_partial or cur.args_partial) \
+        if prev.args and cur.args else {}
+    if changed:
+        flags = ", ".join(f"{k} {x!r} -> {y!r}" for k, (x, y) in list(changed.items())[:6])
+        more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
+        parts.append(f"flags changed: {flags}{more}")
+    elif prev.args and cur.args:
+        parts.append("same flags")
+    return "; ".join(parts)

@@ -1,0 +1,410 @@
+"""Server arguments as data (logwatch/rules/args.py): the launch ledger's "flags changed".
+
+Every real args line of tests/fixtures is found by grep here (so a new fixture is covered
+without editing this file) and must parse with the right key types; the other lines must not
+be mistaken for args.  Cut lines keep exactly their complete entries (checked at every cut
+position), hostile lines end quickly, and `changed_args` reports only the flags that moved.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES
+from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ParsedArgs, changed_args,
+                                 parse_args_line)
+
+# what a careful reader greps for (the brief's list), and the stricter forms that really are
+# args: `launch_server` also occurs in prose and tracebacks (`File ".../launch_server.py"`)
+BROAD = re.compile(r"server_args=|non-default args|args: Namespace\(|vllm serve |launch_server")
+STRICT = {
+    "sglang_server_args": re.compile(r"server_args=(?:ServerArgs\(|\{)"),
+    "vllm_non_default": re.compile(r"non-default args: \{"),
+    "vllm_namespace": re.compile(r"\bargs: Namespace\("),
+    "command_line": re.compile(r"(?<!\S)-m\s+(?:sglang\.launch_server|vllm\.entrypoints\.openai"
+                               r"\.api_server)(?:\s|$)|(?<![\w.-])(?:vllm|sglang) serve[ \t]+[^\s;|&<>`]"),
+}
+# keys whose type is known whatever the engine version (checked when present)
+TYPES: dict[str, type | tuple[type, ...]] = {
+    "model_path": str, "tokenizer_path": str, "model": str, "model_tag": str,
+    "served_model_name": (str, type(None)), "host": (str, type(None)),
+    "tp_size": int, "dp_size": int, "pp_size": int, "ep_size": int, "nnodes": int,
+    "node_rank": int, "port": int, "context_length": (int, type(None)),
+    "tensor_parallel_size": int, "pipeline_parallel_size": int, "max_model_len": int,
+    "chunked_prefill_size": (int, type(None)), "max_running_requests": (int, type(None)),
+    "mem_fraction_static": (float, type(None)), "gpu_memory_utilization": float,
+    "trust_remote_code": bool, "skip_tokenizer_init": bool, "disable_cuda_graph": bool,
+    "disable_radix_cache": bool, "enforce_eager": bool, "is_embedding": bool,
+}
+MODEL_KEYS = ("model_path", "model", "model_tag")
+
+
+def fixture_lines() -> list[tuple[str, int, str]]:
+    out = []
+    for path in sorted(FIXTURES.glob("*.log")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for n, line in enumerate(text.split("\n"), 1):
+            out.append((path.name, n, line))
+    return out
+
+
+LINES = fixture_lines()
+ARG_LINES = [t for t in LINES if any(rx.search(t[2]) for rx in STRICT.values())]
+MENTIONS = [t for t in LINES if BROAD.search(t[2]) and t not in ARG_LINES]
+
+
+def ids(items: list[tuple[str, int, str]]) -> list[str]:
+    return [f"{name}:{n}" for name, n, _ in items]
+
+
+def cpu_bounded(fn: Any, *a: Any, limit: float = 1.0) -> Any:
+    """Run fn, asserting it used less than `limit` s of CPU (not wall time: the machine is shared)."""
+    began = time.process_time()
+    out = fn(*a)
+    used = time.process_time() - began
+    assert used < limit, f"took {used:.2f} s of CPU"
+    return out
+
+
+def expected_source(line: str) -> str:
+    return next(src for src, rx in STRICT.items() if rx.search(line))
+
+
+# ---------------------------------------------------------------------------- real fixture lines
+
+def test_the_fixtures_hold_every_kind_we_rely_on() -> None:
+    kinds = {expected_source(line) for _, _, line in ARG_LINES}
+    assert {"sglang_server_args", "vllm_namespace", "command_line"} <= kinds
+    assert MENTIONS, "prose / traceback lines naming launch_server are the negative cases"
+
+
+@pytest.mark.parametrize("name,n,line", ARG_LINES, ids=ids(ARG_LINES))
+def test_real_args_line_parses_with_typed_keys(name: str, n: int, line: str) -> None:
+    got = cpu_bounded(parse_args_line, line)
+    assert isinstance(got, ParsedArgs)
+    source = expected_source(line)
+    assert got.source == source
+    assert got.values, "no key parsed"
+    for key, typ in TYPES.items():
+        if key in got.values:
+            assert isinstance(got.values[key], typ), (key, got.values[key])
+            if typ is int:
+                assert not isinstance(got.values[key], bool), key
+    assert any(isinstance(got.values.get(k), str) and got.values[k] for k in MODEL_KEYS)
+    json.dumps(got.values)   # the ledger stores and prints them
+    if source != "command_line":
+        closer = "}" if re.search(r"(?:server_args=|non-default args: )\{", line) else ")"
+        assert got.partial == (not line.rstrip().endswith(closer))
+    else:
+        assert not got.partial
+
+
+@pytest.mark.parametrize("name,n,line", MENTIONS, ids=ids(MENTIONS))
+def test_lines_that_only_mention_launch_server_hold_no_args(name: str, n: int, line: str) -> None:
+    assert parse_args_line(line) is None
+
+
+def test_no_other_fixture_line_is_taken_for_args() -> None:
+    wrong = [f"{name}:{n}" for name, n, line in LINES
+             if (name, n, line) not in ARG_LINES and parse_args_line(line) is not None]
+    assert not wrong
+
+
+def test_cut_real_dumps_keep_exactly_their_complete_entries() -> None:
+    """The fixture dumps are themselves cut; cutting them further anywhere keeps a prefix of
+    the same entries with the same values."""
+    dumps = [line for _, _, line in ARG_LINES if expected_source(line) != "command_line"]
+    assert dumps
+    for line in dumps:
+        full = parse_args_line(line)
+        assert full is not None
+        start = re.search(r"(?:ServerArgs\(|Namespace\(|: \{|=\{)", line).end()  # type: ignore[union-attr]
+        for i in range(start, len(line)):
+            got = parse_args_line(line[:i])
+            assert got is not None and got.partial
+            assert list(got.values) == list(full.values)[:len(got.values)]
+            assert all(got.values[k] == full.values[k] for k in got.values)
+
+
+def test_a_command_line_and_the_dump_of_the_same_launch_agree() -> None:
+    """sglang-018: the wrapper echoes `--model X ... --tp 16 ...`, then SGLang dumps ServerArgs."""
+    path = FIXTURES / "sglang-018.log"
+    if not path.exists():
+        pytest.skip("fixture sglang-018.log absent")
+    parsed = [p for line in path.read_text(encoding="utf-8", errors="replace").split("\n")
+              if (p := parse_args_line(line)) is not None]
+    cmd = next(p for p in parsed if p.source == "command_line")
+    dump = next(p for p in parsed if p.source == "sglang_server_args")
+    assert cmd.values["tp_size"] == 16 and cmd.values["model_path"] == "/place/deepseek-r1/weights"
+    common = set(cmd.values) & set(dump.values)
+    assert {"model_path", "context_length", "trust_remote_code", "host", "port"} <= common
+    assert changed_args(cmd.values, dump.values, common_only=True) == {}
+
+
+# ---------------------------------------------------------------------------- the value syntax
+
+DUMP = ("[2025-10-06 10:00:05] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7B-Instruct', "
+        "tp_size=8, mem_fraction_static=0.88, disable_cuda_graph=False, chunked_prefill_size=-1, "
+        "lora_paths=None, cuda_graph_bs=[1, 2, 4, 8], json_model_override_args='{}', "
+        "speculative=SpeculativeConfig(method='eagle', num_tokens=3, draft=None), "
+        "download_dir=PosixPath('/data/hf'), load_format=<LoadFormat.AUTO: 'auto'>, "
+        "dtype=torch.bfloat16, tags={'b', 'a'}, caps=(1, 2.5), one=(7,), scale=1e-05, "
+        "limits={'image': 4, 2: 'two'}, esc='it\\'s a \"q\"\\n\\t\\x41\\u00e9\\\\', dq=\"it's\", "
+        "fn=<function serve at 0x7f3a2c1b0>, odd=1 2 3, inf=inf, random_seed=424242)")
+
+
+def test_a_full_dump_with_every_value_shape() -> None:
+    got = parse_args_line(DUMP)
+    assert got is not None and got.source == "sglang_server_args" and not got.partial
+    v = got.values
+    assert v["model_path"] == "Qwen/Qwen2.5-7B-Instruct"
+    assert v["tp_size"] == 8 and v["mem_fraction_static"] == 0.88
+    assert v["disable_cuda_graph"] is False and v["lora_paths"] is None
+    assert v["chunked_prefill_size"] == -1 and v["scale"] == 1e-05
+    assert v["cuda_graph_bs"] == [1, 2, 4, 8] and v["json_model_override_args"] == "{}"
+    assert v["speculative"] == {"__type__": "SpeculativeConfig", "method": "eagle",
+                                "num_tokens": 3, "draft": None}
+    assert v["download_dir"] == "/data/hf"          # one positional argument: the value itself
+    assert v["load_format"] == "auto"               # enum repr: its value
+    assert v["dtype"] == "torch.bfloat16"
+    assert v["tags"] == ["a", "b"]                  # sets: sorted lists
+    assert v["caps"] == (1, 2.5) and v["one"] == (7,)
+    assert v["limits"] == {"image": 4, 2: "two"}
+    assert v["esc"] == "it's a \"q\"\n\tAé\\" and v["dq"] == "it's"
+    assert v["fn"] == "<function serve at 0x7f3a2c1b0>"   # an object repr: its raw text
+    assert v["odd"] == "1 2 3"                      # unreadable: raw text, the line goes on
+    assert math.isinf(v["inf"]) and v["random_seed"] == 424242
+
+
+def test_nested_reprs() -> None:
+    line = ("INFO 10-06 10:00:05 [utils.py:233] non-default args: {'model': 'm', "
+            "'speculative_config': SpeculativeConfig(method='eagle', "
+            "draft=DraftConfig(path=PosixPath('/d'), layers=[1, (2, 3)], extra={'k': {'j': None}})), "
+            "'compilation_config': {\"level\":3,\"use_inductor\":true,\"cache_dir\":null}, "
+            "'kv': KVTransferConfig('conn', 'role', port=7), 'frozen': frozenset({3, 1}), 'e': set()}")
+    got = parse_args_line(line)
+    assert got is not None and got.source == "vllm_non_default" and not got.partial
+    assert got.values["speculative_config"] == {
+        "__type__": "SpeculativeConfig", "method": "eagle",
+        "draft": {"__type__": "DraftConfig", "path": "/d", "layers": [1, (2, 3)],
+                  "extra": {"k": {"j": None}}}}
+    assert got.values["compilation_config"] == {"level": 3, "use_inductor": True, "cache_dir": None}
+    assert got.values["kv"] == {"__type__": "KVTransferConfig", "__args__": ["conn", "role"], "port": 7}
+    assert got.values["frozen"] == [1, 3] and got.values["e"] == []
+
+
+def test_enum_reprs() -> None:
+    got = parse_args_line("server_args=ServerArgs(load_format=<LoadFormat.AUTO: 'auto'>, "
+                          "level=<CompilationLevel.PIECEWISE: 3>, "
+                          "odd=<Weird.X: not a literal>, fn=<function <lambda> at 0x7f>, tp_size=2)")
+    assert got is not None and not got.partial
+    assert got.values == {"load_format": "auto", "level": 3, "odd": "<Weird.X: not a literal>",
+                          "fn": "<function <lambda> at 0x7f>", "tp_size": 2}
+
+
+def test_every_form_is_found_behind_its_envelope() -> None:
+    cases = {
+        "[2025-10-06 10:00:05 TP0] server_args=ServerArgs(model_path='a', tp_size=8)":
+            ("sglang_server_args", {"model_path": "a", "tp_size": 8}),
+        "[2026-10-30 10:00:00] server_args={'model_path': 'Qwen/Qwen3-8B', 'tp_size': 2}":
+            ("sglang_server_args", {"model_path": "Qwen/Qwen3-8B", "tp_size": 2}),
+        "(APIServer pid=1) INFO 10-03 10:00:00 [utils.py:233] non-default args: "
+        "{'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}\r":
+            ("vllm_non_default", {"model": "Qwen/Qwen3-8B", "tensor_parallel_size": 2}),
+        "INFO 09-03 10:00:05 api_server.py:527] args: Namespace(host=None, port=8000, model='m')":
+            ("vllm_namespace", {"host": None, "port": 8000, "model": "m"}),
+        "\x1b[1;36m(APIServer pid=7)\x1b[0;0m INFO 10-03 10:00:00 [utils.py:233] non-default args: {'a': 1}":
+            ("vllm_non_default", {"a": 1}),
+    }
+    for line, (source, values) in cases.items():
+        got = parse_args_line(line)
+        assert got == ParsedArgs(values, False, source), line
+    for line in ("[2025-10-06 10:00:05] Load weight begin. avail mem=78.12 GB", "",
+                 "  File \"/x/sglang/launch_server.py\", line 69, in <module>",
+                 "    launch_server(server_args)", "Scheduler(server_args, port_args)",
+                 "use `vllm serve` instead", "args: something else"):
+        assert parse_args_line(line) is None, line
+
+
+# ---------------------------------------------------------------------------- cut lines
+
+def test_a_cut_line_keeps_its_complete_keys() -> None:
+    got = parse_args_line("[2025-10-06 10:00:05] server_args=ServerArgs(model_path='x', "
+                          "tp_size=8, mem_fra")
+    assert got == ParsedArgs({"model_path": "x", "tp_size": 8}, True, "sglang_server_args")
+    for tail, keys in (("port=400", ["a"]),                # a number may be cut: not kept
+                       ("host='::", ["a"]),                # inside a string
+                       ("l=[1, [2, 3], ", ["a"]),          # inside a list
+                       ("s=Spec(method='eagle', n", ["a"]),
+                       ("f=<function f at", ["a"]),
+                       ("b=True, ", ["a", "b"]),
+                       ("b=Tru", ["a"])):
+        got = parse_args_line("server_args=ServerArgs(a=1, " + tail)
+        assert got is not None and got.partial and list(got.values) == keys, tail
+    got = parse_args_line("non-default args: {'model': 'm', 'max_model_len': 327")
+    assert got == ParsedArgs({"model": "m"}, True, "vllm_non_default")
+
+
+def test_cut_anywhere_keeps_a_prefix_of_the_full_parse() -> None:
+    full = parse_args_line(DUMP)
+    assert full is not None
+    start = DUMP.index("ServerArgs(") + len("ServerArgs(")
+    for i in range(start, len(DUMP) - 1):
+        got = parse_args_line(DUMP[:i])
+        assert got is not None and got.partial, i
+        assert list(got.values) == list(full.values)[:len(got.values)], DUMP[:i]
+        assert all(repr(got.values[k]) == repr(full.values[k]) for k in got.values), DUMP[:i]
+
+
+# ---------------------------------------------------------------------------- command lines
+
+def test_sglang_command_lines() -> None:
+    got = parse_args_line("+ python3 -m sglang.launch_server --model Qwen/Qwen3-8B --tp 8 --dp 2 "
+                          "--ep-size 4 --pipeline-parallel-size=2 --enable-mixed-chunk "
+                          "--mem-fraction-static 0.85 --max-running-requests=2048 "
+                          "--disable-cuda-graph --trust-remote-code true --cuda-graph-bs 1 2 4 "
+                          "--speculative-config '{\"method\": \"eagle\"}' --host :: "
+                          "--chunked-prefill-size -1 > server.log 2>&1 &")
+    assert got == ParsedArgs({
+        "model_path": "Qwen/Qwen3-8B", "tp_size": 8, "dp_size": 2, "ep_size": 4, "pp_size": 2,
+        "enable_mixed_chunk": True, "mem_fraction_static": 0.85, "max_running_requests": 2048,
+        "disable_cuda_graph": True, "trust_remote_code": True, "cuda_graph_bs": [1, 2, 4],
+        "speculative_config": {"method": "eagle"}, "host": "::", "chunked_prefill_size": -1,
+    }, False, "command_line")
+    got = parse_args_line("sglang serve --model-path m --tp-size 2")
+    assert got is not None and got.values == {"model_path": "m", "tp_size": 2}
+
+
+def test_vllm_command_lines() -> None:
+    got = parse_args_line("$ vllm serve Qwen/Qwen3-8B --tensor-parallel-size 8 --max-model-len 32768 "
+                          "--gpu-memory-utilization=0.9 --enforce-eager --no-enable-prefix-caching "
+                          "-pp 2 --served-model-name \"my model\" | tee vllm.log")
+    assert got == ParsedArgs({
+        "model": "Qwen/Qwen3-8B", "tensor_parallel_size": 8, "max_model_len": 32768,
+        "gpu_memory_utilization": 0.9, "enforce_eager": True, "enable_prefix_caching": False,
+        "pipeline_parallel_size": 2, "served_model_name": "my model",
+    }, False, "command_line")
+    got = parse_args_line("python -u -m vllm.entrypoints.openai.api_server --model m -tp 2")
+    assert got is not None and got.values == {"model": "m", "tensor_parallel_size": 2}
+
+
+def test_a_command_inside_brackets_or_quotes_ends_with_them() -> None:
+    got = parse_args_line("INFO - With image: x, arguments: [python -m sglang.launch_server "
+                          "--model-path /m --port 40024], ports: [40024], envs: {}")
+    assert got is not None and got.values == {"model_path": "/m", "port": 40024}
+    got = parse_args_line("bash -c \"python3 -m sglang.launch_server --model-path /m --tp 2\" && echo ok")
+    assert got is not None and got.values == {"model_path": "/m", "tp_size": 2} and not got.partial
+    got = parse_args_line("ssh gpu1 '/opt/venv/bin/vllm serve m --port 8000' ; date")
+    assert got is not None and got.values == {"model": "m", "port": 8000}
+
+
+def test_a_command_line_and_a_dump_compare_equal_on_the_aliased_keys() -> None:
+    cmd = parse_args_line("python3 -m sglang.launch_server --model-path m --tp 8 --dp 2 --ep 8")
+    dump = parse_args_line("server_args=ServerArgs(model_path='m', tp_size=8, dp_size=2, ep_size=8, "
+                           "port=30000)")
+    assert cmd is not None and dump is not None
+    assert changed_args(cmd.values, dump.values, common_only=True) == {}
+    assert set(cmd.values) <= set(dump.values)
+    vcmd = parse_args_line("vllm serve Qwen/Qwen3-8B -tp 2")
+    vdump = parse_args_line("non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}")
+    assert vcmd is not None and vdump is not None and vcmd.values == vdump.values
+
+
+# ---------------------------------------------------------------------------- hostile input
+
+def test_a_one_megabyte_line_is_read_only_up_to_the_bound() -> None:
+    big = "server_args=ServerArgs(model_path='m', " + "x_flag=1, " * 110_000
+    assert len(big) > 1_000_000
+    got = cpu_bounded(parse_args_line, big)
+    assert got is not None and got.partial and got.values["model_path"] == "m"
+    assert cpu_bounded(parse_args_line, "y" * 1_000_000) is None
+    got = cpu_bounded(parse_args_line, "server_args=ServerArgs(a='" + "z" * 1_000_000 + "')")
+    assert got is not None and got.partial and got.values == {}      # the value passes the bound
+    got = cpu_bounded(parse_args_line, "vllm serve m " + "--flag-a 1 " * 100_000)
+    assert got is not None and got.partial and got.values["model"] == "m"
+    ok = "server_args=ServerArgs(a=1, b='" + "z" * (MAX_INPUT - 100) + "')"
+    got = cpu_bounded(parse_args_line, ok)
+    assert got is not None and not got.partial and len(got.values["b"]) == MAX_INPUT - 100
+
+
+@pytest.mark.parametrize("opener,closer", [("[", "]"), ("(", ")"), ("{", "}"), ("<A.B: ", ">"),
+                                           ("f(", ")"), ("{1: ", "}"), ("[(", ")]")])
+def test_ten_thousand_nested_brackets(opener: str, closer: str) -> None:
+    """Past the depth bound the parse stops where a cut line would: the entries before stay."""
+    for line in ("server_args=ServerArgs(model_path='m', a=" + opener * 10_000 + "1"
+                 + closer * 10_000 + ", b=2)",
+                 "server_args=ServerArgs(model_path='m', a=" + opener * 10_000,
+                 "non-default args: {'model': 'm', 'a': " + opener * 10_000 + "}"):
+        got = cpu_bounded(parse_args_line, line)
+        assert got is not None and got.partial
+        assert list(got.values) == ["model" if "non-default" in line else "model_path"]
+
+
+def test_ten_thousand_nested_object_reprs_are_one_raw_value() -> None:
+    """`<...>` that is not an enum is kept as raw text, never parsed inside: no nesting to bound."""
+    line = "server_args=ServerArgs(a=" + "<" * 10_000 + "x" + ">" * 10_000 + ", b=2)"
+    got = cpu_bounded(parse_args_line, line)
+    assert got is not None and not got.partial and got.values["b"] == 2
+    assert got.values["a"] == "<" * 10_000 + "x" + ">" * 10_000
+    got = cpu_bounded(parse_args_line, "server_args=ServerArgs(b=2, a=" + "<" * 10_000 + "x")
+    assert got is not None and got.partial and got.values == {"b": 2}
+
+
+def test_the_depth_bound_is_exact() -> None:
+    k = MAX_DEPTH - 1     # the dump's own parenthesis is the first level
+    got = parse_args_line("server_args=ServerArgs(a=" + "[" * k + "1" + "]" * k + ", b=2)")
+    assert got is not None and not got.partial and list(got.values) == ["a", "b"]
+    got = parse_args_line("server_args=ServerArgs(a=" + "[" * (k + 1) + "1" + "]" * (k + 1) + ", b=2)")
+    assert got is not None and got.partial and got.values == {}
+
+
+def test_binary_garbage() -> None:
+    import random
+    rng = random.Random(15)
+    soups = ["".join(chr(rng.randrange(0, 0x2FFF)) for _ in range(200_000)),
+             "".join(rng.choice("{}[]()<>,:='\"\\ab1 -.\x00") for _ in range(200_000)),
+             bytes(range(256)).decode("latin-1") * 1000]
+    for soup in soups:
+        for prefix in ("", "server_args=ServerArgs(", "server_args={", "non-default args: {",
+                       "args: Namespace(", "python -m sglang.launch_server ", "vllm serve "):
+            got = cpu_bounded(parse_args_line, prefix + soup, limit=0.5)
+            if prefix:
+                assert got is not None
+                json.dumps(got.values, default=repr)
+    got = parse_args_line("server_args=ServerArgs(a=1, b=" + "\x00\xff\ud800" * 10 + ", c='\\ud800')")
+    assert got is not None and got.values["a"] == 1 and got.values["c"] == "\ufffd"
+    got = parse_args_line("server_args=ServerArgs(a=1, )]}, b=2)")
+    assert got is not None and got.values["a"] == 1
+
+
+# ---------------------------------------------------------------------------- changed_args
+
+def test_changed_args_between_two_launches() -> None:
+    base = ("[2025-10-06 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=8, "
+            "max_running_requests={mrr}, disable_cuda_graph={dcg}, cuda_graph_max_bs=256, "
+            "random_seed={seed}, fn=<function f at 0x{addr}>, port=30000, ratio=nan)")
+    old = parse_args_line(base.format(mrr=64, dcg=False, seed=123456, addr="7f00aa"))
+    new = parse_args_line(base.format(mrr=2048, dcg=True, seed=987654, addr="7f99bb"))
+    assert old is not None and new is not None
+    assert changed_args(old.values, new.values) == {"max_running_requests": (64, 2048),
+                                                    "disable_cuda_graph": (False, True)}
+
+
+def test_changed_args_details() -> None:
+    assert "random_seed" in IGNORED_KEYS and "port" not in IGNORED_KEYS
+    assert changed_args({"a": 1, "gone": "x"}, {"a": 1, "new": True}) == {
+        "new": (None, True), "gone": ("x", None)}
+    assert changed_args({"a": 1, "gone": "x"}, {"a": 1, "new": True}, common_only=True) == {}
+    assert changed_args({"f": False, "z": 0}, {"f": 0, "z": False}) == {"f": (False, 0), "z": (0, False)}
+    assert changed_args({"l": [1, 2], "t": (1,), "n": 8}, {"l": (1, 2), "t": [1], "n": 8.0}) == {}
+    assert changed_args({"d": {"a": [1]}}, {"d": {"a": [2]}}) == {"d": ({"a": [1]}, {"a": [2]})}
+    assert changed_args({"port": 1, "random_seed": 1}, {"port": 2, "random_seed": 2},
+                        ignore=("port",)) == {"random_seed": (1, 2)}
+    assert changed_args({}, {}) == {}

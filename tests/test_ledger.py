@@ -1,0 +1,127 @@
+"""The launch ledger: `logwatch history` / `compare` on a log of two launches whose flags
+differ (the founding case: --max-running-requests 64 -> 2048, --disable-cuda-graph), each
+serving at a steady throughput after a minute of warm-up."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+from daemonutil import sim_texts
+from logwatch.app.history import ledger_of_file
+from logwatch.ledger import advice_for, percentile
+
+T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC (the simulator's clock)
+
+
+def launch(seed: int, start: float, args: str, steady: float, minutes: float = 5.0) -> str:
+    """One launch: the simulator's startup to ready with our server_args, then serving lines
+    every 2 s: 60 s of warm-up at a third of `steady`, then `steady` +-3 %."""
+    texts = sim_texts(seed=seed, start=start, serve_lines=0)
+    texts = [re.sub(r"server_args=ServerArgs\(.*\)", f"server_args=ServerArgs({args})", t)
+             for t in texts]
+    body = "".join(texts)
+    last = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", body, re.M)[-1]
+    import calendar
+    import time as _t
+    t = calendar.timegm(_t.strptime(last, "%Y-%m-%d %H:%M:%S"))
+    rng = random.Random(seed)
+    lines = []
+    for i in range(int(minutes * 30)):
+        t += 2
+        warm = i < 30
+        tps = (steady / 3 if warm else steady) * rng.uniform(0.97, 1.03)
+        stamp = _t.strftime("%Y-%m-%d %H:%M:%S", _t.gmtime(t))
+        lines.append(f"[{stamp} TP0] Decode batch, #running-req: {rng.randint(40, 60)}, #token: "
+                     f"40000, token usage: 0.{rng.randint(10, 40)}, cuda graph: "
+                     f"{'False' if 'disable_cuda_graph=True' in args else 'True'}, "
+                     f"gen throughput (token/s): {tps:.2f}, #queue-req: {rng.randint(0, 3)}\n")
+    return body + "".join(lines)
+
+
+ARGS_1 = ("model_path='zai-org/GLM-5-FP8', tp_size=8, max_running_requests=64, "
+          "disable_cuda_graph=False, cuda_graph_max_bs=256, mem_fraction_static=0.88, "
+          "random_seed=123")
+ARGS_2 = ("model_path='zai-org/GLM-5-FP8', tp_size=8, max_running_requests=2048, "
+          "disable_cuda_graph=True, cuda_graph_max_bs=256, mem_fraction_static=0.88, "
+          "random_seed=456")
+
+
+def two_launches(tmp_path: Path) -> Path:
+    log = tmp_path / "server.log"
+    log.write_text(launch(1, T0, ARGS_1, 880.0) + launch(2, T0 + 3600, ARGS_2, 3740.0),
+                   encoding="utf-8")
+    return log
+
+
+def test_history_json_of_two_launches(tmp_path: Path) -> None:
+    log = two_launches(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    docs = [json.loads(line) for line in res.stdout.splitlines()]
+    assert len(docs) == 2
+    first, second = docs
+    assert first["outcome"] == second["outcome"] == "ready"
+    assert first["model"] == "zai-org/GLM-5-FP8" and first["args"]["tp_size"] == 8
+    assert second["changed"] == {"max_running_requests": [64, 2048],
+                                 "disable_cuda_graph": [False, True]}
+    for doc, steady in ((first, 880.0), (second, 3740.0)):
+        p50 = doc["serving"]["gen_throughput"]["p50"]
+        assert abs(p50 - steady) / steady < 0.05, (p50, steady)
+        assert doc["serving"]["warmup_samples"] >= 25
+        assert doc["durations"] and doc["startup_seconds"] > 0
+        assert set(doc["durations"]) <= {"launching", "downloading", "loading_shards",
+                                         "allocating", "autotune", "cuda_graph"}
+    assert second["serving"]["no_cuda_graph_share"] == 1.0
+    assert any("CUDA graphs are off" in a for a in second["advice"])
+    assert any("batches above 256 run without CUDA graphs" in a for a in second["advice"])
+
+
+def test_history_table_and_compare(tmp_path: Path) -> None:
+    log = two_launches(tmp_path)
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rows = res.stdout.splitlines()
+    assert rows[0].split()[:3] == ["#", "when", "outcome"] and len(rows) == 3
+    assert "max_running_requests 64 -> 2048" in rows[2] and "disable_cuda_graph false -> true" in rows[2]
+    res = subprocess.run([sys.executable, "-m", "logwatch", "compare", str(log)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = res.stdout
+    assert "startup #1" in out and "#2" in out
+    tps = re.search(r"tok/s p50\s+(\d+)\s+(\d+)\s+x([\d.]+)", out)
+    assert tps is not None, out
+    assert abs(int(tps.group(1)) - 880) < 44 and abs(int(tps.group(2)) - 3740) < 187
+    assert "flags changed: max_running_requests 64 -> 2048" in out
+    for phase in ("launching", "loading_shards", "cuda_graph"):
+        assert re.search(rf"^\s+{phase}\s+\S+\s+\S+\s+[+-]", out, re.M), (phase, out)
+    bad = subprocess.run([sys.executable, "-m", "logwatch", "compare", str(log), "1", "7"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 2 and "no startup 7" in bad.stderr
+
+
+def test_a_crashed_and_an_incomplete_startup_are_recorded(tmp_path: Path) -> None:
+    crash = "".join(sim_texts(seed=3, start=T0, crash="oom"))
+    cut = "".join(sim_texts(seed=4, start=T0 + 3600))[:3000]   # stops mid-startup
+    log = tmp_path / "two.log"
+    log.write_text(crash + cut, encoding="utf-8")
+    recs = ledger_of_file(str(log))
+    assert [r.outcome for r in recs] == ["crashed", "incomplete"]
+    assert recs[0].reason == "cuda_oom" and recs[0].serving == {}
+    assert recs[1].durations, recs[1]
+
+
+def test_percentile_and_advice() -> None:
+    assert percentile([], 0.5) is None
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
+    assert advice_for({"mem_fraction_static": 0.92}, "crashed", "cuda_oom", {}) == [
+        "an out-of-memory crash with mem_fraction_static 0.92: leave the activations more room "
+        "(e.g. 0.85)"]
+    assert advice_for({"cuda_graph_max_bs": 512, "max_running_requests": 256}, "ready", None, {}) == []
