@@ -78,21 +78,6 @@ def generate(log: Path, truth: Path) -> None:
     if log.exists() and truth.exists() and stamp.exists() and \
             stamp.read_text() == " ".join(GENLOG_ARGS):
         return
-    if "gpu" in sections:
-        import scale
-        runs = []
-        for gpu in ("off", "on", "off", "on"):   # alternating: the machine's noise shows
-            r = scale.run(200, "ssh", seconds=args.scale_seconds, rate=2.0, gpu=gpu, hosts=True)
-            runs.append(r)
-            print(f"bench: gpu {gpu}: {r}", file=sys.stderr)
-        results["gpu"] = runs
-        print("
-GPU streams: 200 SSH targets, each its own connection, 2 lines/s each, "
-              "nvidia-smi (8 GPUs, every 2 s) on vs off:")
-        for r in runs:
-            print(f"  gpu {r['gpu']:<3} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
-                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   gpu_up {r['gpu_up']:.0f}   "
-                  f"lines lost {r['lines_lost']}")
     OUT.mkdir(parents=True, exist_ok=True)
     print(f"bench: generating {log} ...", file=sys.stderr)
     with open(log, "wb") as f:
@@ -205,6 +190,20 @@ def main() -> int:
         for r in runs:
             print(f"  {r['kind']:<5} N={r['targets']:<4} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
                   f"peak RSS {r['peak_rss_mib']:6.1f} MiB   lines lost {r['lines_lost']}")
+    if "gpu" in sections:
+        import scale
+        runs = []
+        for gpu in ("off", "on", "off", "on"):   # alternating: the machine's noise shows
+            r = scale.run(200, "ssh", seconds=args.scale_seconds, rate=2.0, gpu=gpu, hosts=True)
+            runs.append(r)
+            print(f"bench: gpu {gpu}: {r}", file=sys.stderr)
+        results["gpu"] = runs
+        print("\nGPU streams: 200 SSH targets, each its own connection, 2 lines/s each, "
+              "nvidia-smi (8 GPUs, every 2 s) on vs off:")
+        for r in runs:
+            print(f"  gpu {r['gpu']:<3} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
+                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   gpu_up {r['gpu_up']:.0f}   "
+                  f"lines lost {r['lines_lost']}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     return 0

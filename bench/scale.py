@@ -78,6 +78,22 @@ def metric_sum(port: int, name: str) -> float:
 FAKE_NVSMI = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
 
 
+def replay_command(tmp: Path) -> str:
+    """A light stand-in for `nvidia-smi --query-gpu=... -l 2` on 200 "hosts" that are all this
+    2-core machine: one real sample of the H200 capture (8 GPUs, our query, from the replay
+    tool), printed again every 2 s by `sh` (200 Python replayers would measure their own
+    start-up, not the daemon).  The query arguments the stream appends are ignored."""
+    sample = tmp / "nvsmi-sample.csv"
+    if not sample.exists():
+        from logwatch.sources.gpu import FULL_FIELDS, query_args
+        args = [a for a in query_args(FULL_FIELDS, 2.0) if a not in ("-l", "2")]
+        out = subprocess.run([str(FAKE_NVSMI), *args], capture_output=True, text=True,
+                             env={**os.environ, "FAKE_NVSMI_GPUS": "8"}, check=True).stdout
+        sample.write_text(out)
+    return (f"sh -c 'cat {sample}; while sleep 2; do tail -n +2 {sample}; done' "
+            "nvidia-smi")
+
+
 def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         gpu: str = "off", hosts: bool = False) -> dict[str, float]:
     """`gpu`: "off" (`gpu: false` on every target) or "on" (the replay stand-in of nvidia-smi,
@@ -104,13 +120,13 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
             if server:
                 lines.append(ssh[:-1] + (f", connect_timeout: {15000 + i}ms}}" if hosts else "}"))
             lines.append("    gpu: false" if gpu == "off" else
-                         f"    gpu: {{command: 'env FAKE_NVSMI_GPUS=8 {FAKE_NVSMI}', interval: 2s}}")
+                         f"    gpu: {{command: \"{replay_command(tmp)}\", interval: 2s}}")
         cfg = tmp / "logwatch.yaml"
         cfg.write_text("\n".join(lines) + "\n")
         daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
         try:
-            deadline = time.monotonic() + 60
+            deadline = time.monotonic() + 180    # 200 SSH handshakes on 2 cores take a while
             while True:  # every target read its header
                 try:
                     if metric_sum(port, "logwatch_lines_total") >= 2 * n:

@@ -107,7 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     h = sub.add_parser("history", help="every startup in a log: flags, what changed, phases, tok/s",
                        description=HISTORY_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("files", nargs="+", metavar="FILE", help="log files to read")
+    h.add_argument("files", nargs="*", metavar="FILE", help="log files to read")
+    h.add_argument("-c", "--config", metavar="CONFIG",
+                   help="read the daemon's ledger (state_dir/ledger.sqlite3) instead of a log")
+    h.add_argument("--target", metavar="NAME", help="with -c: the target whose startups to show")
     h.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
     h.add_argument("--json", action="store_true",
                    help="one JSON object per startup per line (fields: README, the launch ledger)")
@@ -238,6 +241,7 @@ non-default args / Namespace(...), or the launch command line).
 
   logwatch history server.log
   logwatch history server.log --json | jq .changed
+  logwatch history -c /etc/logwatch/logwatch.yaml --target glm5-node1   # the daemon's ledger
 """
 
 COMPARE_HELP = """\
@@ -250,10 +254,28 @@ watts and the flags that differ.  By default the last two.
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from .app.history import run_history
+    from .app.history import run_history, run_history_store
+    out = (lambda s: print(s, flush=True))
+    if args.config:
+        from .app.config import ConfigError, load_config
+        if args.files or not args.target:
+            print("logwatch: history -c CONFIG takes --target NAME and no FILE", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            cfg = load_config(args.config)
+        except (ConfigError, PackError) as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        if all(t.name != args.target for t in cfg.targets):
+            print(f"logwatch: {args.config}: no target {args.target!r}", file=sys.stderr)
+            return EXIT_USAGE
+        return run_history_store(cfg.state_dir, args.target, args.json, out)
+    if not args.files:
+        print("logwatch: history needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
+        return EXIT_USAGE
     if args.rules != "auto":
         load_pack(args.rules)
-    return run_history(args.files, args.rules, args.json, lambda s: print(s, flush=True))
+    return run_history(args.files, args.rules, args.json, out)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:

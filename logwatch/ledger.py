@@ -147,6 +147,7 @@ class LedgerRecorder:
         self._open: StartupRecord | None = None
         self._serving = ServingWindow()
         self._seen_args: dict[str, Any] | None = None   # the state's args object last copied
+        self._gpu: list[tuple[float, float, float | None, list[str]]] = []  # while serving
 
     def observe(self, events: list[Event], state: State) -> list[StartupRecord]:
         """The records closed by these events (a new startup closes the one before).  Called
@@ -191,6 +192,25 @@ class LedgerRecorder:
                 rec.durations = state.durations()
         return closed
 
+    def resume(self, rec: StartupRecord) -> None:
+        """Go on with a startup recorded before (a daemon restarted while it served): its
+        outcome, durations and flags stay; serving samples start again."""
+        self._open = StartupRecord(**{**rec.__dict__})
+        self._serving = ServingWindow()
+        self._gpu = []
+
+    def add_gpu(self, snapshot: dict[str, Any]) -> None:
+        """A GPU snapshot (the stream's `to_dict()["snapshot"]`) taken while the open startup
+        serves: the record's `gpu` is summarised from them."""
+        if self._open is None or self._open.outcome != "ready" or len(self._gpu) >= MAX_SAMPLES:
+            return
+        gpus = snapshot.get("gpus") or []
+        power = sum(g.get("power_w") or 0.0 for g in gpus)
+        limit = sum(g.get("power_limit_w") or 0.0 for g in gpus)
+        utils = [g["util_ratio"] for g in gpus if g.get("util_ratio") is not None]
+        reasons = sorted({r for g in gpus for r in g.get("throttle_reasons") or [] if r != "idle"})
+        self._gpu.append((power, limit, sum(utils) / len(utils) if utils else None, reasons))
+
     def finish(self, state: State) -> list[StartupRecord]:
         """End of input: the open startup is closed as it stands."""
         if self._open is None:
@@ -207,6 +227,7 @@ class LedgerRecorder:
 
     # -- internals -----------------------------------------------------------------------------
     def _begin(self, ev: StartupBegan | None, state: State) -> None:
+        self._gpu = []
         self._open = StartupRecord(
             startup=ev.startup if ev is not None else state.startup_id,
             index=len(self.records) + 1,
@@ -237,6 +258,13 @@ class LedgerRecorder:
             rec.changed = {k: [a, b] for k, (a, b) in
                            changed_args(prev.args, rec.args, common_only=partial).items()}
         rec.advice = advice_for(rec.args, rec.outcome, rec.reason, rec.serving)
+        if self._gpu and rec.outcome == "ready":
+            powers = [p for p, _, _, _ in self._gpu]
+            utils = [u for _, _, u, _ in self._gpu if u is not None]
+            rec.gpu = {"samples": len(self._gpu), "power_p50_w": percentile(powers, 0.5),
+                       "power_max_w": max(powers), "power_limit_w": self._gpu[-1][1] or None,
+                       "util_p50": percentile(utils, 0.5),
+                       "throttle_reasons_seen": sorted({r for *_, rs in self._gpu for r in rs})}
 
     def _close(self, state: State) -> StartupRecord:
         rec = self._open

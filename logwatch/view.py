@@ -116,6 +116,8 @@ class TargetView:
     catching_up: bool = False      # reading what the log held when logwatch attached
     seen_at_attach: SeenAtAttach | None = None   # its latest startup had ended before that
     gpu: dict[str, Any] | None = None  # the host's GPU telemetry (None: gpu off for it)
+    last_startup_seconds: float | None = None   # launch to ready of the last ready startup
+    vs_previous: str = ""          # at ready: this launch against the one before (the ledger)
 
     @property
     def historic(self) -> bool:
@@ -179,6 +181,8 @@ class TargetView:
             "seen_at_attach": self.seen_at_attach.to_json()
             if self.seen_at_attach is not None and self.historic else None,
             "gpu": self.gpu,
+            "last_startup_seconds": self.last_startup_seconds,
+            "vs_previous": self.vs_previous or None,
         }
 
 
@@ -265,6 +269,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                checkpoint_age: float = 0.0, catching_up: bool = False,
                seen_at_attach: SeenAtAttach | None = None,
                gpu: dict[str, Any] | None = None,
+               last_startup_seconds: float | None = None, vs_previous: str = "",
                eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
@@ -274,7 +279,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                       source_notice=source_notice, offset=offset,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age,
-                      catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu)
+                      catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu,
+                      last_startup_seconds=last_startup_seconds, vs_previous=vs_previous)
     if pipe is None:
         return base
     st = pipe.state

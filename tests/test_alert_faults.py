@@ -84,6 +84,6 @@ def test_retry_after_is_capped_by_max_age(tmp_path, receivers, daemons) -> None:
                                                   "on": ["crashed"], "max_age": "3s"})
     d = daemons(cfg, port).start()
     append(log, "".join(sim_texts(crash="oom")))
-    got = rx.wait(hook("crashed", "firing"), n=2, timeout=20, alive=d.dead,
+    got = rx.wait(hook("crashed", "firing"), n=2, timeout=20, alive=d.dead, answered=True,
                   what="the retry, at max_age rather than after 2 hours")
     assert got[1].status == 200 and got[1].at - got[0].at < 4.0, rx.brief()

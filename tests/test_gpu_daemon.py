@@ -7,7 +7,10 @@ page carry the telemetry."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -93,3 +96,11 @@ def test_gpu_telemetry_over_ssh_in_metrics_status_and_page(sshd_server: SSHServe
         expect(page.locator("section[data-target='off'] .gpu")).to_be_hidden()
         page.screenshot(path=str(tmp_path / "gpu-page.png"), full_page=True)
         browser.close()
+    # the launch ledger keeps the watts of the serving startup (saved when the daemon stops)
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(timeout=30) == 0
+    db = sqlite3.connect(tmp_path / "state" / "ledger.sqlite3")
+    (doc,) = db.execute("SELECT record FROM startups WHERE target='node1'").fetchone()
+    gpu = json.loads(doc)["gpu"]
+    assert gpu["samples"] >= 1 and gpu["power_limit_w"] == 5600.0, gpu
+    assert 8 * 80 <= gpu["power_p50_w"] <= 8 * 700 and gpu["power_max_w"] >= gpu["power_p50_w"]

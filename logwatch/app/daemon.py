@@ -26,6 +26,7 @@ from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
 from ..sources.gpu import GpuStreams
+from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHPool
 from ..rules.locate import restart_pack
 from ..sinks.alerts.router import AlertRouter
@@ -72,6 +73,7 @@ class Daemon:
         self.store = PositionStore(config.state_dir)
         self.pool = SSHPool()
         self.gpu_streams = GpuStreams(self.pool)   # one nvidia-smi per host, shared
+        self.ledger = LedgerStore(config.state_dir)  # the launch ledger (SQLite)
         self.runners: dict[str, TargetRunner] = {}
         self.signatures: dict[str, tuple[Any, ...]] = {}
         self.stopping = False
@@ -116,7 +118,7 @@ class Daemon:
                                   pool=self.pool, on_events=self._on_events,
                                   checkpoint_interval=self.config.checkpoint_interval,
                                   alert_marks=self.alerts.marks_of if self.alerts else None,
-                                  gpu_streams=self.gpu_streams)
+                                  gpu_streams=self.gpu_streams, ledger=self.ledger)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             delay = self._schedule_retry(cfg.name, time.time())
             self.log.error("target not started", target=cfg.name, error=str(e),
@@ -173,6 +175,12 @@ class Daemon:
     def views(self, now: float) -> list[TargetView]:
         """Every target's snapshot: what /metrics, /api/status and the page show."""
         return [r.view(now) for r in list(self.runners.values())]
+
+    def history(self, target: str) -> list[dict[str, Any]] | None:
+        """The launch ledger of a target (None: no such target)."""
+        if target not in self.runners and all(t.name != target for t in self.config.targets):
+            return None
+        return self.ledger.as_json(target)
 
     def alert_stats(self) -> AlertRouter | None:
         return self.alerts
@@ -242,6 +250,7 @@ class Daemon:
         for name in list(self.runners):
             await self._stop_target(name)
         await self.gpu_streams.close()
+        self.ledger.close()
         if self.alerts is not None:
             await self.alerts.stop()
         await self.pool.close()

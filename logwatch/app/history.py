@@ -9,14 +9,12 @@ of each run), since the throughput percentiles need them all.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, Callable
 
 from ..ledger import LedgerRecorder, StartupRecord
-from ..pipeline import LogPipeline
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
-from .replay import CHUNK, DETECT_BYTES
+from .replay import DETECT_BYTES, replay_stream
 
 
 def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
@@ -24,17 +22,8 @@ def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
     with open(path, "rb") as f:
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
-        pipe = LogPipeline(pack, collapse_stats=False)
         rec = LedgerRecorder(pack.name)
-        pipe.on_step = rec.observe
-        now = time.time()
-        pipe.feed(head, now)
-        while True:
-            chunk = f.read(CHUNK)
-            if not chunk:
-                break
-            pipe.feed(chunk, now)
-        pipe.finish(now)
+        pipe = replay_stream(f, pack, head, collapse_stats=False, on_step=rec.observe)
         rec.finish(pipe.state)
         return rec.records
 
@@ -139,6 +128,23 @@ def run_history(paths: list[str], spec: str, as_json: bool,
             if len(paths) > 1:
                 out(f"{path}:")
             out(history_table(records) if records else "no startup in this log")
+    return 0
+
+
+def run_history_store(state_dir: Any, target: str, as_json: bool,
+                      out: Callable[[str], None]) -> int:
+    """The daemon's ledger of one target (state_dir/ledger.sqlite3)."""
+    from ..state.ledger import LedgerStore
+    store = LedgerStore(state_dir)
+    try:
+        records = store.records(target)
+    finally:
+        store.close()
+    if as_json:
+        for r in records:
+            out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))
+    else:
+        out(history_table(records) if records else f"no startup recorded for {target}")
     return 0
 
 

@@ -3,6 +3,7 @@
 /metrics      Prometheus exposition (text format 0.0.4)
 /healthz      200 "ok" while the daemon runs (503 once it is shutting down)
 /api/status   JSON: every target's phase, progress, ETA, durations, last crash, source
+/api/history  JSON: ?target=NAME, its launch ledger (one record per startup, oldest first)
 /             the status page (a fleet view polling /api/status)
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -30,6 +31,8 @@ class Served(Protocol):
     def views(self, now: float) -> list[TargetView]: ...
 
     def alert_stats(self) -> AlertStats | None: ...
+
+    def history(self, target: str) -> list[dict[str, Any]] | None: ...
 
 
 def make_app(daemon: Served) -> web.Application:
@@ -51,6 +54,14 @@ def make_app(daemon: Served) -> web.Application:
                "targets": [v.to_json() for v in daemon.views(now)]}
         return web.Response(text=json.dumps(_finite(doc)), content_type="application/json")
 
+    async def history(request: web.Request) -> web.Response:
+        name = request.query.get("target", "")
+        recs = daemon.history(name)
+        if recs is None:
+            return web.json_response({"error": f"no target {name!r}"}, status=404)
+        return web.Response(text=json.dumps(_finite({"target": name, "startups": recs})),
+                            content_type="application/json")
+
     async def index(_: web.Request) -> web.Response:
         return web.Response(text=PAGE, content_type="text/html", charset="utf-8")
 
@@ -58,6 +69,7 @@ def make_app(daemon: Served) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/api/status", status)
+    app.router.add_get("/api/history", history)
     app.router.add_get("/", index)
     return app
 

@@ -8,8 +8,9 @@ only the first and the last are matched, which changes no outcome (see matcher.p
 from __future__ import annotations
 
 import time
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
+from ..machine import Event, State
 from ..pipeline import LogPipeline
 from ..rules.locate import choose_pack
 from ..rules.pack import RulePack
@@ -18,8 +19,13 @@ CHUNK = 2 << 20
 DETECT_BYTES = 1 << 20
 
 
-def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"") -> LogPipeline:
-    pipe = LogPipeline(pack, collapse_stats=True)
+def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats: bool = True,
+                  on_step: Callable[[list[Event], State], None] | None = None) -> LogPipeline:
+    """`f` (after `head`, its first bytes) through a pipeline of `pack`.  `collapse_stats`:
+    of a run of serving lines only the first and last are matched; `on_step`: the pipeline's
+    per-step hook (the launch ledger)."""
+    pipe = LogPipeline(pack, collapse_stats=collapse_stats)
+    pipe.on_step = on_step
     now = time.time()
     if head:
         pipe.feed(head, now)

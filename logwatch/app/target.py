@@ -23,16 +23,18 @@ from typing import Any, Callable
 from .. import log
 from ..counters import Counters
 from ..follow import Follower
+from ..ledger import LedgerRecorder, StartupRecord, vs_previous_text
 from ..machine import (
-    CrashSettled, Event, Ready, StartupBegan, State, state_from_json, state_to_json,
+    CrashSettled, Event, Ready, StartupBegan, State, Stopped, state_from_json, state_to_json,
 )
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
-from ..rules.pack import CRASHED, RulePack, load_pack
+from ..rules.pack import CRASHED, READY as READY_PHASE, RulePack, load_pack
 from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
 from ..sources.ssh import SSHPool, SSHTarget
 from ..state.history import EtaSmoother, StartupHistory
+from ..state.ledger import LedgerStore
 from ..state.positions import PositionStore
 from ..view import (
     SeenAtAttach, TargetView, build_view, preflight_held, preflight_text, seen_at_attach,
@@ -41,6 +43,7 @@ from .config import TargetConfig
 
 BATCH_INTERVAL = 0.1        # the daemon reads a growing local log at most 10 times a second
 DURABLE_EVERY = 30.0        # fsync checkpoints this often (each write is atomic anyway)
+LEDGER_EVERY = 60.0   # seconds between saves of a serving startup's ledger record
 FORMAT = 2                  # checkpoint format (see the module docstring)
 SLICE = 64 * 1024           # bytes matched between two yields to the event loop ...
 MIN_SLICE = 4 * 1024        # ... down to this when slices take longer than SLICE_TIME
@@ -65,7 +68,8 @@ class TargetRunner:
                  checkpoint_interval: float = 5.0,
                  alert_marks: Callable[[str], dict[str, float]] | None = None,
                  batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
-                 gpu_streams: GpuStreams | None = None) -> None:
+                 gpu_streams: GpuStreams | None = None,
+                 ledger: LedgerStore | None = None) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.store = store
@@ -107,6 +111,12 @@ class TargetRunner:
         self.gpu_streams = gpu_streams    # None: no GPU telemetry (replay, tests)
         self.gpu: GpuStream | None = None
         self.preflight: list[tuple[int, float]] = []   # GPUs that held memory at launch
+        self.ledger = ledger               # the launch ledger's store (None: not kept)
+        self.recorder: LedgerRecorder | None = None
+        self.last_startup_seconds: float | None = None  # the last startup that got ready
+        self.vs_previous = ""              # at ready: this launch against the one before
+        self._ledger_saved = 0.0
+        self._gpu_seen = -1                # the GPU stream's version last given to the ledger
         self._setup()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -151,7 +161,62 @@ class TargetRunner:
         if self.restored_state is not None:
             pipe.state = self.restored_state
             self.restored_state = None
+        if self.ledger is not None:
+            self.recorder = LedgerRecorder(pack.name, previous=self._previous_record(pipe.state))
+            stored = self._stored_record(pipe.state.startup_id)
+            if stored is not None:        # restarted mid-startup or while serving
+                self.recorder.resume(stored)
+            pipe.on_step = self._ledger_step
         return pipe
+
+    # -- the launch ledger -----------------------------------------------------------------------
+    def _previous_record(self, state: State, exclude: str | None = None) -> StartupRecord | None:
+        """The last recorded startup of this target that is not the current one."""
+        assert self.ledger is not None
+        current = exclude or state.startup_id
+        for rec in reversed(self.ledger.records(self.name, 3)):
+            if rec.startup != current:
+                if rec.outcome == "ready" and self.last_startup_seconds is None:
+                    self.last_startup_seconds = rec.startup_seconds
+                return rec
+        return None
+
+    def _stored_record(self, startup: str | None) -> StartupRecord | None:
+        assert self.ledger is not None
+        if startup is None:
+            return None
+        return next((r for r in reversed(self.ledger.records(self.name, 3))
+                     if r.startup == startup), None)
+
+    def _ledger_step(self, events: list[Event], state: State) -> None:
+        rec = self.recorder
+        if rec is None or self.ledger is None:
+            return
+        for closed in rec.observe(events, state):
+            self._save_record(closed)
+        if any(isinstance(e, (Ready, CrashSettled, Stopped)) for e in events):
+            cur = rec.current(state)
+            if cur is not None:
+                self._save_record(cur)
+                if cur.outcome == "ready" and any(isinstance(e, Ready) for e in events):
+                    prev = self._previous_record(state, exclude=cur.startup)
+                    self.vs_previous = vs_previous_text(prev, cur) if prev is not None else ""
+
+    def _save_record(self, rec: StartupRecord) -> None:
+        assert self.ledger is not None
+        self.ledger.save(self.name, rec)
+        self._ledger_saved = time.monotonic()
+        if rec.outcome == "ready" and rec.startup_seconds is not None:
+            self.last_startup_seconds = rec.startup_seconds
+
+    def save_ledger(self) -> None:
+        """The open startup as it stands (while it serves, and when the target stops)."""
+        pipe = self.pipe
+        if self.recorder is None or self.ledger is None or pipe is None:
+            return
+        cur = self.recorder.current(pipe.state)
+        if cur is not None:
+            self._save_record(cur)
 
     @property
     def pipe(self) -> LogPipeline | None:
@@ -256,6 +321,7 @@ class TargetRunner:
             self.follower.finish(now)
 
     async def stop(self) -> None:
+        self.save_ledger()
         if self.gpu is not None and self.gpu_streams is not None:
             gpu, self.gpu = self.gpu, None
             await self.gpu_streams.release(gpu)
@@ -331,6 +397,14 @@ class TargetRunner:
             self.follower.tick(now)
             self._end_catch_up()
         wall = time.monotonic()
+        if self.recorder is not None and self.pipe is not None and \
+                self.pipe.state.phase == READY_PHASE:
+            gpu = self.gpu
+            if gpu is not None and gpu.up and gpu.latest is not None and gpu.version != self._gpu_seen:
+                self._gpu_seen = gpu.version
+                self.recorder.add_gpu(gpu.latest.to_dict())   # watts while it serves
+            if wall - self._ledger_saved >= LEDGER_EVERY:
+                self.save_ledger()     # the serving figures of a startup still serving
         if self.dirty and wall - self.last_checkpoint >= self.checkpoint_interval:
             self.checkpoint(durable=wall - self.last_durable >= DURABLE_EVERY)
 
@@ -372,7 +446,8 @@ class TargetRunner:
             checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
             if self.last_checkpoint else 0.0, catching_up=self.catching_up,
             seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
-            gpu=self._gpu_view())
+            gpu=self._gpu_view(), last_startup_seconds=self.last_startup_seconds,
+            vs_previous=self.vs_previous)
 
     def _gpu_view(self) -> dict[str, Any] | None:
         if self.gpu is None:

@@ -24,6 +24,7 @@ from ..sinks.display import attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
 from ..sources.gpu import GpuConfig, GpuStreams
+from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
 from ..view import TargetView
@@ -67,7 +68,8 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Eve
     runner = TargetRunner(cfg, store=None, state_dir=watch_state_dir() if opts.history else None,
                           candidates=candidates, start_pack=start_pack, pool=default_pool(),
                           on_events=on_events, batch_interval=0.0, log_sources=False,
-                          gpu_streams=GpuStreams(default_pool()))
+                          gpu_streams=GpuStreams(default_pool()),
+                          ledger=LedgerStore(watch_state_dir()) if opts.history else None)
     runner.report_history = opts.last
     return runner
 

@@ -186,6 +186,8 @@ def summary_block(view: TargetView) -> list[str]:
     tps = view.stats.get("gen_throughput")
     if tps is not None and view.phase == "ready":
         out.append(f"serving: {tps:,.0f} tok/s")
+    if view.vs_previous and view.phase == "ready":
+        out.append(view.vs_previous)
     return out
 
 

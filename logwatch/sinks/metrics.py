@@ -102,6 +102,9 @@ class LogwatchCollector(Collector):
         info = InfoMetricFamily("logwatch_target", "static labels of a target",
                                 labels=["target", "engine", "source"])
         gpu_fams = GpuFamilies()
+        last_startup = g("logwatch_last_startup_seconds", "launch to ready of the target's last "
+                         "startup that got ready (NaN before any; the launch ledger)",
+                         labels=["target"])
         for v in views:
             t = v.name
             cur = v.phase
@@ -144,7 +147,10 @@ class LogwatchCollector(Collector):
             pos_age.add_metric([t], v.checkpoint_age)
             info.add_metric([t, v.engine, v.kind], dict(v.labels))
             gpu_fams.add(t, v.gpu)
+            last_startup.add_metric([t], v.last_startup_seconds
+                                    if v.last_startup_seconds is not None else math.nan)
         yield from gpu_fams.families()
+        yield last_startup
         yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
                     rotations, skipped, losses, cut, rule_errors, pos_age, info)

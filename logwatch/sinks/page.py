@@ -24,6 +24,8 @@ main{padding:1em 1.2em}
 .name{font-weight:600;word-break:break-all}
 .labels{color:var(--mute);font-size:.8em;font-weight:400}
 .gpu{font-size:.85em;color:var(--mute);display:flex;gap:.5em;align-items:center}.gpu.down{color:#c60}.gpu[hidden]{display:none}
+details.launches{font-size:.85em;margin-top:.3em}details.launches table{border-collapse:collapse}
+details.launches td,details.launches th{padding:.1em .6em;text-align:left;border-bottom:1px solid #8883}
 .spark{display:flex;align-items:flex-end;gap:1px;width:120px;height:18px}.spark i{flex:1;background:currentColor;min-width:1px}
 .tps{text-align:right;font-variant-numeric:tabular-nums}
 .engine{color:var(--mute)}
@@ -83,7 +85,22 @@ function makeRow(name){
   r.gpu=el("div","gpu");r.gpu.hidden=true;r.gputxt=el("span","gputxt");
   r.spark=el("div","spark");r.spark.title="total GPU power, last samples (full height: the power limit)";
   r.gpu.append(r.spark,r.gputxt);
-  r.root.append(h,r.src,r.gpu,r.crash,r.timeline,r.last);return r}
+  r.launches=el("details","launches");r.launches.append(el("summary",null,"launches"));
+  r.ltable=el("table");r.launches.append(r.ltable);
+  r.launches.addEventListener("toggle",()=>{if(r.launches.open)launches(name,r.ltable)});
+  r.root.append(h,r.src,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
+// the target's launch ledger (/api/history): when, outcome, startup time, tok/s, flags changed
+async function launches(name,table){
+  let d;try{const res=await fetch("/api/history?target="+encodeURIComponent(name),{cache:"no-store"});d=await res.json()}
+  catch(e){return}
+  table.replaceChildren();const head=el("tr");
+  for(const c of ["#","when","outcome","startup","tok/s p50","flags changed"])head.append(el("th",null,c));table.append(head);
+  for(const s of (d.startups||[]).slice().reverse()){const tr=el("tr");tr.dataset.startup=s.index;
+    const g=s.serving&&s.serving.gen_throughput;
+    const ch=Object.entries(s.changed||{}).map(([k,v])=>k+" "+JSON.stringify(v[0])+" -> "+JSON.stringify(v[1])).join(", ");
+    for(const c of [s.index,s.started_stamp||"",s.outcome+(s.reason?": "+s.reason:""),
+      s.startup_seconds!=null?dur(s.startup_seconds):"",g&&g.p50!=null?Math.round(g.p50):"",ch])tr.append(el("td",null,c));
+    table.append(tr)}}
 // the host's total GPU power over its last samples as bars, full height = its power limit
 function spark(box,values,limit){const last=values.slice(-60),top=Math.max(limit||0,...last,1);
   while(box.children.length>last.length)box.lastChild.remove();

@@ -83,18 +83,20 @@ class LedgerStore:
         try:
             with self._lock:
                 rows = self._conn().execute(
-                    "SELECT record FROM startups WHERE target=? ORDER BY seq DESC LIMIT ?",
+                    "SELECT seq, record FROM startups WHERE target=? ORDER BY seq DESC LIMIT ?",
                     (target, limit)).fetchall()
         except (sqlite3.Error, OSError) as e:
             self._reset()
             STATE_ERRORS.failed("ledger", self.path, e)
             return []
         out = []
-        for (doc,) in reversed(rows):
+        for seq, doc in reversed(rows):
             try:
-                out.append(record_from_json(json.loads(doc)))
+                rec = record_from_json(json.loads(doc))
             except (ValueError, TypeError):
                 continue
+            rec.index = seq      # the target's startup number, across daemon restarts
+            out.append(rec)
         return out
 
     def last(self, target: str) -> StartupRecord | None:
