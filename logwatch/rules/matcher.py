@@ -139,7 +139,7 @@ class Matcher:
             text = self.unwrap(text)[0]
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
-        deadline: float | None = None  # the line's budget, from its first regex on
+        started: float | None = None  # CPU clock at the line's first regex (its budget)
         for rule, lits, ci in (self._stats_checks if stats_only else self._checks):
             if lits is not None:
                 if ci:
@@ -153,8 +153,8 @@ class Matcher:
                         break
                 else:
                     continue
-            if deadline is None:
-                deadline = bounded.cpu_clock() + LINE_BUDGET
+            if started is None:
+                started = bounded.cpu_clock()
             if ignored is None:
                 try:
                     ignored = any((lits is None or any(x in text for x in lits)) and
@@ -167,7 +167,7 @@ class Matcher:
                 if not self._has_frames:
                     return None
                 continue         # an ignored line (traceback source) fires only frame rules
-            left = deadline - bounded.cpu_clock()
+            left = LINE_BUDGET - (bounded.cpu_clock() - started)
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1
                 return None
