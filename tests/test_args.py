@@ -136,8 +136,7 @@ def test_cut_real_dumps_keep_exactly_their_complete_entries() -> None:
 def test_a_command_line_and_the_dump_of_the_same_launch_agree() -> None:
     """sglang-018: the wrapper echoes `--model X ... --tp 16 ...`, then SGLang dumps ServerArgs."""
     path = FIXTURES / "sglang-018.log"
-    if not path.exists():
-        pytest.skip("fixture sglang-018.log absent")
+    assert path.exists(), "tests/fixtures/sglang-018.log is a shipped fixture"
     parsed = [p for line in path.read_text(encoding="utf-8", errors="replace").split("\n")
               if (p := parse_args_line(line)) is not None]
     cmd = next(p for p in parsed if p.source == "command_line")
