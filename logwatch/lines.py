@@ -14,6 +14,7 @@ demand, into `Line`s.  Two consumers exist:
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -58,6 +59,7 @@ class Block:
     cuts: tuple[tuple[int, int], ...] = ()  # (position in data, raw bytes cut so far) per cap
     cleaned: bool = False    # ANSI codes / NULs were removed: inner offsets are approximate
     newline_count: int | None = None  # set by whoever counted them first (see `newlines`)
+    joins: tuple[int, ...] = ()  # positions in data where a terminal fold's newline was removed
 
     def raw_offset(self, pos: int) -> int:
         """The log offset of `data[pos]` (exact unless `cleaned`)."""
@@ -73,6 +75,13 @@ class Block:
         if self.newline_count is None:
             self.newline_count = self.data.count(b"\n")
         return self.newline_count
+
+    def joins_in(self, lo: int, hi: int) -> int:
+        """Physical lines rejoined (`unfold_rows`) at positions in [lo, hi): they still count
+        as lines for numbering."""
+        if not self.joins:
+            return 0
+        return bisect.bisect_left(self.joins, hi) - bisect.bisect_left(self.joins, lo)
 
 
 def strip_ansi(text: str) -> str:
@@ -142,14 +151,22 @@ def iter_segments(block: Block) -> Iterator[tuple[int, int, int]]:
     data = block.data
     line_number = block.line_number
     start = 0
+    joins = block.joins
+    j = 0
     for m in _SEP_RE.finditer(data):
         end = m.start()
         if end > start:
+            while j < len(joins) and joins[j] <= start:  # rows joined into earlier lines
+                line_number += 1
+                j += 1
             yield start, end, line_number
         if data[end] == 0x0A:
             line_number += 1
         start = end + 1
     if start < len(data):
+        while j < len(joins) and joins[j] <= start:
+            line_number += 1
+            j += 1
         yield start, len(data), line_number
 
 
@@ -172,13 +189,16 @@ class Framer:
       still arriving, so memory stays bounded whatever the input.
     * Then cleans each block: ANSI escape codes and NUL bytes are removed before anything
       looks for rule literals, so a colour code inside a message cannot hide it.
+    * Rejoins rows a terminal copy hard-wrapped at a width the stream has shown
+      (`unfold_rows`; `unfold=False` turns that off): a line of exactly that width waits for
+      the next line's first bytes before it is released.
     The result does not depend on how the input was split into chunks.  `consumed_offset` is
     exact in raw log bytes, and so are line offsets (`Block.raw_offset`) unless the block
     had ANSI codes or NULs removed (`Block.cleaned`).
     """
 
     def __init__(self, offset: int = 0, line_number: int = 1,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, unfold: bool = True) -> None:
         self.max_line_bytes = max_line_bytes
         self._tail = b""
         self._tail_raw = 0        # raw log bytes the tail stands for (cleaning shrinks it)
@@ -186,19 +206,23 @@ class Framer:
         self._discarding = False  # inside an over-long line, dropping until its separator
         self._line_number = line_number
         self._prev: Block | None = None  # its newlines are counted lazily, once
+        self._folds = RowFolds(off=not unfold)
+        self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
 
     @property
     def pending(self) -> bytes:
-        """The held, unfinished segment."""
-        return self._tail
+        """The held bytes: a line waiting to show whether it is a terminal fold, then the
+        unfinished segment."""
+        return self._held + self._tail
 
     @property
     def line_number(self) -> int:
         """The physical line number of the next byte to be released."""
         if self._prev is not None:
-            self._line_number = self._prev.line_number + self._prev.newlines()
+            self._line_number = (self._prev.line_number + self._prev.newlines()
+                                 + len(self._prev.joins))
             self._prev = None
         return self._line_number
 
@@ -227,10 +251,12 @@ class Framer:
             self._tail_raw += dropped
             return None
         body = chunk[dropped : last + 1] if dropped or last + 1 < len(chunk) else chunk
-        raw_len = self._tail_raw + dropped + len(body)
+        raw_len = len(self._held) + self._tail_raw + dropped + len(body)
         held_cut = self._tail_raw + dropped - len(self._tail)  # bytes of the tail's line dropped
-        block = self._block(self._tail + body if self._tail else body, raw_len, received_at,
-                            ((len(self._tail), held_cut),) if held_cut else ())
+        head = self._held + self._tail
+        self._held = b""
+        block = self._block(head + body if head else body, raw_len, received_at,
+                            ((len(head), held_cut),) if held_cut else ())
         self._tail, self._tail_raw = b"", 0
         if last + 1 < len(chunk):
             self._hold(chunk[last + 1 :])
@@ -238,15 +264,16 @@ class Framer:
 
     def flush(self, received_at: float) -> Block | None:
         """End of input: release the unfinished last line as a final block."""
-        if not self._tail and not self._tail_raw:
+        if not self._tail and not self._tail_raw and not self._held:
             return None
-        block = self._block(self._tail, self._tail_raw, received_at)
-        self._tail, self._tail_raw = b"", 0
+        block = self._block(self._held + self._tail, len(self._held) + self._tail_raw,
+                            received_at, final=True)
+        self._held, self._tail, self._tail_raw = b"", b"", 0
         self._discarding = False
         return block
 
     def _block(self, data: bytes, raw_len: int, received_at: float,
-               held: tuple[tuple[int, int], ...] = ()) -> Block:
+               held: tuple[tuple[int, int], ...] = (), final: bool = False) -> Block | None:
         capped, cut, lines, cuts = cap_segments(data, self.max_line_bytes)
         if cut:
             self._count_cut(cut)
@@ -255,8 +282,26 @@ class Framer:
             at, extra = held[0]
             cuts = ((at, extra),) + tuple((p, c + extra) for p, c in cuts)
         clean = clean_bytes(capped)
+        cleaned = clean is not capped
+        joins: tuple[int, ...] = ()
+        if not self._folds.off:
+            unfolded, joins, keep = unfold_rows(clean, self._folds, final, self.max_line_bytes)
+            if keep < len(clean):  # its last lines wait for the next (`\n` survives cleaning)
+                start = len(data)
+                for _ in range(clean.count(b"\n", keep)):
+                    start = data.rfind(b"\n", 0, start - 1) + 1
+                if len(data) - start <= self.max_line_bytes:  # it will not be capped again
+                    self._held = data[start:]
+                    raw_len -= len(data) - start
+                else:  # (ANSI codes by the kilobyte in a row: released as it is)
+                    unfolded, joins, keep = unfold_rows(clean, RowFolds(off=True), True)
+            if joins:
+                cuts = _shift_cuts(cuts, joins, cleaned)
+            clean = unfolded
+            if keep == 0 and raw_len == 0:  # all of it waits for the next line
+                return None
         block = Block(clean, self._tail_offset, self.line_number, received_at,
-                      cut_bytes=raw_len - len(clean), cuts=cuts, cleaned=clean is not capped)
+                      cut_bytes=raw_len - len(clean), cuts=cuts, cleaned=cleaned, joins=joins)
         self._prev = block
         self._tail_offset += raw_len
         return block
@@ -392,3 +437,199 @@ def _first_sep(data: bytes) -> int:
     if r < 0:
         return n
     return min(n, r)
+
+
+# -- terminal hard-wraps: a row of exactly N characters, then its continuation ----------------
+
+FOLD_LEARN_LINES = 2000  # lines a stream has to show its row width in; then folds are off
+FOLD_ROWS_TO_LEARN = 2   # fold rows at the stream's longest width that make the width known
+FOLD_ROW_MAX_BYTES = 4096  # a longer line is no terminal row (and is never decoded here)
+# The start of a record in the engines' formats (markers.md): a timestamp or `[digit`, a
+# process tag `(Name pid=` / `(Name rank=`, a level word, a traceback head or frame, journald
+# `Mon DD HH:MM`, a compose `service  | ` prefix, NCCL's `host:pid:tid [gpu]`.  A row of width N followed by one of these
+# is a line that happened to be N long, not a fold.
+_RECORD_HEAD = re.compile(
+    rb"""\s?(?:
+        \[?\d{2,4}[-/:.]\d\d
+      | \[\d
+      | \(\w[\w.:-]*\s+(?:pid|rank|rank_\w+)=
+      | (?:INFO|WARNING|WARN|ERROR|DEBUG|CRITICAL|FATAL)\b
+      | [\w.-]+:\d+:\d+\ \[\d+\]
+      | (?:[A-Za-z.]|[\xd0\xd1][\x80-\xbf]){3,5}\ [\s\d]\d\ \d\d:\d\d
+      | [\w.-]+\s*\|\ 
+    )""", re.X)
+
+# Lines that start a traceback: a record while the width is unknown, often a fold's rest after.
+_CODE_HEAD = re.compile(rb"\s*(?:Traceback \(most|File \")")
+
+
+@dataclass(slots=True)
+class RowFolds:
+    """What a stream has shown of terminal hard-wrapping so far (a copy from a terminal of
+    width N cuts every longer line into rows of exactly N characters).
+
+    The width is learned, not guessed: FOLD_ROWS_TO_LEARN rows of the stream's longest width
+    (>= FOLD_WIDTH_MIN), each followed by a line that does not start a record, and no longer
+    line before them.  A line longer than the width later turns folding off for good (not a
+    terminal copy), and so does a stream that shows no width in its first FOLD_LEARN_LINES.
+    A row is joined only when the width was known before it, so the result depends on the
+    lines so far and the next line's start, never on how the input was split into chunks.
+    """
+
+    width: int | None = None
+    longest: int = 0
+    rows: int = 0              # fold rows seen at `longest`
+    lines: int = 0
+    off: bool = False
+    open_line: bool = False    # the last block ended inside a line (at a `\r`)
+    pending: tuple[int, bytes] | None = None  # the previous block's last line (width, start),
+                                              # its follower unknown
+
+
+def _row_width(line: bytes) -> int | None:
+    """A line's width in characters; None for a line that cannot be a fold row (a `\\r`
+    inside, a tqdm frame, blank)."""
+    if b"\r" in line or not line.strip():
+        return None
+    text = line.decode("utf-8", "replace")
+    if progress_frame(text) is not None:
+        return None
+    return len(text)
+
+
+def _continues(row: bytes, follower: bytes, learned: bool) -> bool:
+    """Whether `follower` reads as the rest of `row` (not a record of its own).
+
+    Never when it starts a record in the engines' formats (`_RECORD_HEAD`) or the way `row`
+    starts (the same first 8 bytes: a repeated prefix).  While the width is being learned,
+    an indented line or a traceback head is not taken as a continuation either; once the
+    stream is known to be a terminal copy, they are (a fold often falls right before one).
+    """
+    if not follower.strip():
+        return False
+    if len(row) >= 8 and follower[:8] == row[:8]:
+        return False
+    if _RECORD_HEAD.match(follower):
+        return False
+    if not learned and (follower[:2].isspace() or follower[:1] == b"\t"
+                        or _CODE_HEAD.match(follower)):
+        return False
+    return progress_frame(follower.decode("utf-8", "replace")) is None
+
+
+def _learn(st: RowFolds, width: int | None, w: int, follows: bool) -> None:
+    st.lines += 1
+    if w > st.longest:
+        st.longest, st.rows = w, 0
+    if width is not None and width == st.longest and width >= FOLD_WIDTH_MIN and follows:
+        st.rows += 1
+        if st.rows >= FOLD_ROWS_TO_LEARN:
+            st.width = width
+            return
+    if st.lines >= FOLD_LEARN_LINES:
+        st.off = True
+
+
+def unfold_rows(data: bytes, st: RowFolds, final: bool,
+                max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> tuple[bytes, tuple[int, ...], int]:
+    """Rejoin rows a terminal hard-wrapped at the stream's learned width (see `RowFolds`).
+
+    `data` is a block of complete segments.  Returns (data, joins, keep): the first `keep`
+    bytes of the input with fold newlines removed, and the positions in the result where they
+    were.  When the width is known and the last line is exactly that wide, that line (with the
+    rows joined into it) is held back, keep < len(data), until the next line shows whether it
+    continues.  Lines with a `\r` (tqdm redraws, CRLF) are never rows: a terminal copy has
+    none.  A stream that shows no width costs one check per block after its first
+    FOLD_LEARN_LINES lines.
+    """
+    if st.off or not data:
+        return data, (), len(data)
+    cut_at: list[int] = []              # position of each fold's line break
+    longest_row = min(FOLD_ROW_MAX_BYTES, max_line_bytes // 4 - 1)  # (a capped line is none)
+    keep = n = len(data)
+    pos = 0
+    chain = -1                          # where the line the last row was joined into starts
+    open_line = st.open_line            # the first line began in the previous block
+    st.open_line = not final and data[-1:] == b"\r"
+    if st.pending is not None:  # the previous block's last line: its follower starts here
+        width, head = st.pending
+        st.pending = None
+        _learn(st, width, width, _continues(head, _first_segment(data, 0), False))
+    while pos < n and not st.off:
+        nl = data.find(b"\n", pos)
+        if nl < 0:  # a `\r`-ended segment (or the flushed tail): a line still open
+            break
+        if nl - pos > longest_row:  # no terminal row is that long: not sliced or decoded
+            line = b""
+            width = None if open_line or data.find(b"\r", pos, nl) >= 0 else FOLD_ROW_MAX_BYTES
+        else:
+            line = data[pos:nl]
+            width = None if open_line else _row_width(line)
+        open_line = False
+        nxt = nl + 1
+        if nxt >= n and not final:  # the follower is not here yet
+            if st.width is not None and width == st.width:
+                keep = chain if chain >= 0 else pos
+                cut_at = [c for c in cut_at if c < keep]
+            elif st.width is None:
+                if width is None:  # not a row: it only counts as a line
+                    _learn(st, None, 0, False)
+                elif line:
+                    st.pending = (width, line[:8])
+                else:
+                    _learn(st, width, width, False)
+            break
+        joined = False
+        if st.width is None:
+            _learn(st, width, 0 if width is None else width,
+                   width is not None and line != b""
+                   and _continues(line, _first_segment(data, nxt), False))
+        elif width is not None and width > st.width:
+            st.off = True
+        elif width == st.width and _continues(line, _first_segment(data, nxt), True):
+            cut_at.append(nl)
+            joined = True
+            if chain < 0:
+                chain = pos
+        if not joined:
+            chain = -1
+        pos = nxt
+    if not cut_at:
+        return (data if keep == n else data[:keep]), (), keep
+    out: list[bytes] = []
+    joins: list[int] = []
+    copied = out_len = 0
+    for at in cut_at:
+        out.append(data[copied:at])
+        out_len += at - copied
+        joins.append(out_len)
+        copied = at + 1
+    out.append(data[copied:keep])
+    return b"".join(out), tuple(joins), keep
+
+
+def _first_segment(data: bytes, pos: int) -> bytes:
+    """The line at `pos` up to its first `\r` or `\n`: all of it a block always holds."""
+    limit = min(len(data), pos + FOLD_ROW_MAX_BYTES)
+    ends = [x for x in (data.find(b"\n", pos, limit), data.find(b"\r", pos, limit)) if x >= 0]
+    return data[pos:min(ends) if ends else limit]
+
+
+def _shift_cuts(cuts: tuple[tuple[int, int], ...], joins: tuple[int, ...],
+                cleaned: bool) -> tuple[tuple[int, int], ...]:
+    """Merge the newlines `unfold_rows` removed into a block's cut list (positions in the
+    joined data, raw bytes missing up to there; a CRLF fold counts one byte)."""
+    if cleaned:  # inner offsets are approximate anyway
+        return cuts
+    out: list[tuple[int, int]] = []
+    k = 0
+    for pos, total in cuts:  # positions before the joins were made
+        while k < len(joins) and joins[k] + k < pos:
+            out.append((joins[k], (out[-1][1] if out else 0) + 1))
+            k += 1
+        out.append((pos - k, total + k))
+    cap_total = cuts[-1][1] if cuts else 0
+    while k < len(joins):
+        out.append((joins[k], cap_total + k + 1))
+        k += 1
+    return tuple(out)

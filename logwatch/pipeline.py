@@ -213,7 +213,7 @@ class LogPipeline:
         for hit in self.matcher.scan(block, self.collapse_stats):
             events.extend(self._hit(hit, block, now))
         self.counters.rule_errors += self.matcher.errors - errors_before
-        self.counters.lines += block.newlines()
+        self.counters.lines += block.newlines() + len(block.joins)
         self.excerpt.end_block(block)
         return events
 

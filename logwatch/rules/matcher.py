@@ -245,6 +245,7 @@ class _BlockScan:
     def finish(self) -> None:
         """Record the block's newline count (counted up to the last hit already)."""
         self.block.newline_count = (self.line_no - self.block.line_number
+                                    - self.block.joins_in(0, self.line_pos)
                                     + self.data.count(b"\n", self.line_pos))
 
     def match_segment(self, start: int, end: int, stats_only: bool = False) -> list[Found]:
@@ -261,6 +262,8 @@ class _BlockScan:
     def emit(self, start: int, found: list[Found]) -> list[Hit]:
         """Hits for a segment at `start` (segments must be emitted in order)."""
         self.line_no += self.data.count(b"\n", self.line_pos, start)
+        if self.block.joins:
+            self.line_no += self.block.joins_in(self.line_pos, start)
         self.line_pos = start
         offset = self.block.raw_offset(start)
         return [Hit(f.rule, f.fields, f.text, self.line_no, offset, start, f.wrapped, f.proc)
