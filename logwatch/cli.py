@@ -67,12 +67,34 @@ history, not news: watch says "the latest startup in this log became ready 23m a
 waiting for a new startup" and exits on the NEXT startup's verdict.  --last reports that
 ended startup instead and exits.  While nothing is written, a line a minute says so.
 
+Several TARGETs are one launch (the nodes of a multi-node TP/PP launch, prefill + decode):
+one row each, one verdict: 0 when all are ready, 1 as soon as one crashed or stopped (named,
+with when), 3 on a stall or timeout; --json prints one object per target, one per line.
+
+  logwatch watch ssh://node-0/srv/sglang.log ssh://node-1/srv/sglang.log --timeout 40m
+
+Ranks: the milestones each rank prints (TP0..TP7, DP/EP/PP, vLLM's Worker_TP3) are followed
+per rank, and a rank that stays behind the others is named ("TP5 still in cuda_graph 4m
+after the other 7 ranks finished it"); a crash says which rank failed first.
+
+The server's own endpoint is probed where the log is (--probe; over the same SSH connection
+for ssh://, as a direct-tcpip channel: no route to the port needed) at the address its log
+printed, on its pack's paths (SGLang, vLLM: /health and /v1/models): the panel shows
+"answering (200 /health, 200 /v1/models, 12 ms)" or "ready in log, not answering".
+
+  logwatch watch ssh://gpu-1/srv/server.log --notify https://hooks.slack.com/services/...
+  logwatch watch server.log --notify bell --serve
+
+--notify sends one message at the verdict (a Slack webhook URL gets Slack's format, any other
+URL the daemon's webhook JSON; `bell` rings the terminal); --serve keeps going after ready
+(tok/s, running / queued, GPU) until Ctrl-C (exit 0) or a crash (exit 1).
+
 Targets are checked first: scp-style host:/path gets "did you mean ssh://host/path?", and a
 missing directory exits 2 naming it (--wait-for-file waits for it).
 
-exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage error (bad
-target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary is printed
-first).
+exit status: 0 ready (all targets), 1 crashed or stopped, 3 timed out or stalled, 2 usage
+error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary
+is printed first).
 """
 
 REPLAY_HELP = """\
@@ -127,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
     cmp_.set_defaults(func=cmd_compare)
 
-    w = sub.add_parser("watch", help="follow one log live until the server is ready or dead",
+    w = sub.add_parser("watch", help="follow a launch live (one or more logs) until ready or dead",
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    w.add_argument("target", metavar="TARGET",
+    w.add_argument("target", metavar="TARGET", nargs="+",
                    help="a local path, ssh://[user@]host[:port]/abs/path, - (stdin), or "
-                        "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang')")
+                        "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang'); several: one launch")
     w.add_argument("--rules", default="auto", metavar="PACK",
                    help="rule pack name, .yaml path, or auto (default)")
     w.add_argument("--timeout", type=_duration, metavar="DURATION",
@@ -154,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "log is (over the same SSH connection for ssh://, here for a local file "
                         "when nvidia-smi is on PATH); off; or the command to run instead "
                         "(e.g. '/usr/bin/nvidia-smi' or 'sudo -n nvidia-smi')")
+    w.add_argument("--probe", default="auto", metavar="auto|off|URL",
+                   help="probe the server's own endpoint: auto (default: the address its log "
+                        "printed, the pack's paths; over SSH for ssh://), off, or a URL as seen "
+                        "from the node (http://127.0.0.1:30000/health)")
+    w.add_argument("--notify", metavar="URL|bell",
+                   help="one message at the verdict: a Slack webhook URL, any webhook URL "
+                        "(the daemon's JSON), or bell")
+    w.add_argument("--serve", action="store_true",
+                   help="after ready keep going (tok/s, running / queued, GPU) until Ctrl-C "
+                        "(exit 0) or a crash (exit 1)")
     w.add_argument("--no-history", action="store_true",
                    help="do not keep this TARGET's startup durations (by default they are kept "
                         "in $LOGWATCH_STATE_DIR or ~/.local/state/logwatch, and the next watch "
@@ -385,20 +417,38 @@ def cmd_watch(args: argparse.Namespace) -> int:
                      config=(args.ssh_config,) if args.ssh_config else None)
     if args.rules != "auto":
         load_pack(args.rules)
-    problem = target_problem(args.target, args.wait_for_file)
-    if problem:
-        print(f"logwatch: {problem}", file=sys.stderr)
+    targets: list[str] = list(args.target)
+    if len(set(targets)) != len(targets):
+        print("logwatch: a TARGET is given twice", file=sys.stderr)
+        return EXIT_USAGE
+    if len(targets) > 1 and "-" in targets:
+        print("logwatch: stdin (-) can only be watched alone", file=sys.stderr)
+        return EXIT_USAGE
+    for target in targets:
+        problem = target_problem(target, args.wait_for_file)
+        if problem:
+            print(f"logwatch: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.notify and args.notify != "bell" and \
+            not args.notify.startswith(("http://", "https://")):
+        print(f"logwatch: --notify: a Slack or webhook URL (http[s]://...) or bell, "
+              f"got {args.notify!r}", file=sys.stderr)
         return EXIT_USAGE
     from .sources.gpu import parse_gpu_config
+    from .sources.probe import parse_probe_config
     try:
         gpu = parse_gpu_config(args.gpu if args.gpu in ("auto", "off", "false")
                                else {"command": args.gpu}, where="--gpu")
+        probe = parse_probe_config(args.probe if args.probe in ("auto", "off", "false")
+                                   else {"url": args.probe, "interval": "5s",
+                                         "fail_after": "15s"}, where="--probe")
     except ValueError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE
-    opts = WatchOptions(args.target, args.rules, args.timeout, args.stall_after, args.json,
+    opts = WatchOptions(targets[0], args.rules, args.timeout, args.stall_after, args.json,
                         ssh, args.poll, args.from_start, last=args.last,
-                        wait_for_file=args.wait_for_file, history=not args.no_history, gpu=gpu)
+                        wait_for_file=args.wait_for_file, history=not args.no_history, gpu=gpu,
+                        targets=targets, probe=probe, notify=args.notify, serve=args.serve)
     return asyncio.run(run_watch(opts))
 
 

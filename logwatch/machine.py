@@ -37,7 +37,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .rules.args import parse_args_line
 from .rules.pack import (
@@ -148,11 +148,28 @@ class Crash:
     marker_reason: Evidence | None = None   # the most specific announcement
     chain_pending: bool = False
     marker_tentative: bool = False          # the marker is a bare traceback header
+    rank: str = ""                          # the rank whose line crashed first (`TP3`)
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
                 "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
-                "excerpt": list(self.excerpt)}
+                "excerpt": list(self.excerpt), "rank": self.rank}
+
+
+@dataclass(slots=True)
+class RankProgress:
+    """How far one rank (`TP5`) got in this startup, from the phase markers it printed.
+
+    `advances` holds (phase index, finished, time) each time it got further: a rank's
+    position is (phase index, finished), and the others are compared with it (`rank_lag`).
+    Times are the log's own clock when its line had one (rank-tagged lines do), else the
+    wall clock, so a finished log read later still shows how long a rank was behind."""
+
+    phase: str
+    finished: bool
+    at: float                  # when it got there
+    seen: float                # its last phase line
+    advances: list[tuple[int, bool, float]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -179,6 +196,8 @@ class State:
     crash_settled: bool = False           # the crash is final (CrashSettled was emitted)
     crash_changed_at: float | None = None  # wall time its evidence last changed
     deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
+    endpoint: str | None = None           # the address the server said it listens on
+    ranks: dict[str, RankProgress] = field(default_factory=dict)  # per rank tag, this startup
 
     @property
     def phases_seen(self) -> list[str]:
@@ -221,6 +240,63 @@ class State:
             return None
         end = self.history[-1]
         return elapsed_since(start, end.at, end.log_time)
+
+
+RANK_LAG_AFTER = 60.0   # seconds the other ranks must have been past a rank before it is named
+
+
+@dataclass(frozen=True, slots=True)
+class RankLag:
+    """Ranks still at `phase` while every other rank got past it `for_seconds` ago."""
+
+    ranks: tuple[str, ...]
+    phase: str
+    finished: bool             # they finished `phase` but went no further
+    for_seconds: float
+    others: int
+
+    @property
+    def text(self) -> str:
+        """`TP5 still in cuda_graph 4m after the other 7 ranks finished it`."""
+        from .units import fmt_duration
+        who = ", ".join(self.ranks)
+        where = f"at the end of {self.phase}" if self.finished else f"in {self.phase}"
+        return (f"{who} still {where} {fmt_duration(self.for_seconds)} after the other "
+                f"{self.others} rank{'s' if self.others != 1 else ''} "
+                f"{'moved on' if self.finished else 'finished it'}")
+
+
+def rank_clock(state: State, now: float) -> float:
+    """Now on the clock rank times use: the log's (its last stamp, plus the wall time since
+    its last line) when it has one."""
+    if state.last_log_time is None:
+        return now
+    return state.last_log_time + max(0.0, now - (state.last_activity or now))
+
+
+def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], now: float,
+             after: float = RANK_LAG_AFTER) -> RankLag | None:
+    """The ranks that stayed behind: each other rank got past their position at least
+    `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
+    started).  The furthest-behind group is named; None when all move together."""
+    if len(ranks) < 2:
+        return None
+    pos = {r: (phase_index(p.phase), p.finished) for r, p in ranks.items()}
+    behind = min(pos.values())
+    stuck = sorted(r for r, p in pos.items() if p == behind)
+    if len(stuck) == len(ranks):
+        return None
+    passed_at = []
+    for r, p in ranks.items():
+        if pos[r] == behind:
+            continue
+        first = min((at for i, f, at in p.advances if (i, f) > behind), default=p.at)
+        passed_at.append(first)
+    since = now - max(passed_at)
+    if since < after:
+        return None
+    p0 = ranks[stuck[0]]
+    return RankLag(tuple(stuck), p0.phase, p0.finished, since, len(ranks) - len(stuck))
 
 
 # -- events -------------------------------------------------------------------------------------
@@ -378,6 +454,10 @@ class StartupMachine:
                 # launch command line first, the server's own dump after it wins
                 state.args = {**state.args, **parsed.values}
                 state.args_partial = state.args_partial or parsed.partial
+        if rule.endpoint and obs.fields.get("url"):
+            state.endpoint = obs.fields["url"]
+        if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
+            self._rank(state, obs, now)
         if state.phase == CRASHED:
             self._while_crashed(state, obs, now, events)
             return events
@@ -504,6 +584,24 @@ class StartupMachine:
         events.append(Restarted(state.epoch, obs.text, sid))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
 
+    def _rank(self, state: State, obs: Observation, now: float) -> None:
+        """Per rank, how far it got: the phase of its latest marker (only forward)."""
+        rank = self.pack.rank_of(obs.text)
+        rule = obs.rule
+        if not rank or rule.phase is None:
+            return
+        now = obs.log_time if obs.log_time is not None and obs.own_time else now
+        pos = (self.pack.phase_index(rule.phase), rule.finishes)
+        rp = state.ranks.get(rank)
+        if rp is None:
+            state.ranks[rank] = RankProgress(rule.phase, rule.finishes, now, now,
+                                             [(pos[0], pos[1], now)])
+            return
+        rp.seen = now
+        if pos > (self.pack.phase_index(rp.phase), rp.finished):
+            rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
+            rp.advances.append((pos[0], pos[1], now))
+
     def _first_phase(self) -> str:
         return self.pack.phases[0]
 
@@ -609,6 +707,7 @@ class StartupMachine:
         state.crash_settled = False
         state.crash_changed_at = now
         self._evidence(state, crash, rule, rule.crash, obs)
+        crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         events.append(Crashed(state.epoch, crash))
 
     def _while_crashed(self, state: State, obs: Observation, now: float,
@@ -621,6 +720,8 @@ class StartupMachine:
             crash.chain_pending = True
             return
         if rule.crash or rule.hint:
+            if not crash.rank and self.pack.ranks:   # the first crash line had no rank tag
+                crash.rank = self.pack.rank_of(obs.text)
             before = (crash.reason, crash.line, crash.confirmed)
             self._evidence(state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
             if (crash.reason, crash.line, crash.confirmed) != before:
@@ -748,5 +849,11 @@ def state_from_json(d: dict[str, object]) -> State:
         startup_id=d.get("startup_id"),  # type: ignore[arg-type]
         crash_settled=bool(d.get("crash_settled", False)),
         crash_changed_at=d.get("crash_changed_at"),  # type: ignore[arg-type]
+        endpoint=d.get("endpoint"),  # type: ignore[arg-type]
+        ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
+                                    float(v["seen"]),  # type: ignore[index]
+                                    [(int(a), bool(b), float(c))
+                                     for a, b, c in v.get("advances") or []])  # type: ignore[union-attr]
+               for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
     )
     return st

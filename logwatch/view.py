@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .counters import Counters
-from .machine import State
+from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING
+from .sources.probe import ProbeSummary, probe_verdict
 from .state.history import StartupHistory, startup_eta
 
 ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
@@ -118,6 +120,14 @@ class TargetView:
     gpu: dict[str, Any] | None = None  # the host's GPU telemetry (None: gpu off for it)
     last_startup_seconds: float | None = None   # launch to ready of the last ready startup
     vs_previous: str = ""          # at ready: this launch against the one before (the ledger)
+    probe: dict[str, Any] | None = None   # the server's endpoint, probed (None: no probe)
+    ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # how far each rank got
+    rank_lag: str = ""             # "TP5 still in cuda_graph 4m after the other 7 ranks ..."
+
+    @property
+    def probe_verdict(self) -> ProbeSummary | None:
+        """What the probe says beside the log (sources/probe.py `probe_verdict`)."""
+        return probe_verdict(self.probe, self.phase, self.startup_id, self.now)
 
     @property
     def historic(self) -> bool:
@@ -128,13 +138,18 @@ class TargetView:
     @property
     def status(self) -> str:
         """The one word a fleet count puts the target under: `error` (its source failed),
-        `crashed`, `stalled` (counted so, not in the phase it stalled in), else the phase."""
+        `crashed`, `stalled` (counted so, not in the phase it stalled in), `unreachable` (the
+        log says ready, the probe of its endpoint never succeeded), else the phase."""
         if self.source_error:
             return "error"
         if self.phase == CRASHED:
             return CRASHED
         if self.stalled:
             return "stalled"
+        if self.phase == READY:
+            pv = self.probe_verdict
+            if pv is not None and pv.ready_not_answering:
+                return "unreachable"      # ready in the log, but its endpoint never answered
         return self.phase
 
     def to_json(self) -> dict[str, Any]:
@@ -183,6 +198,11 @@ class TargetView:
             "gpu": self.gpu,
             "last_startup_seconds": self.last_startup_seconds,
             "vs_previous": self.vs_previous or None,
+            "probe": {**self.probe, "verdict": pv.text,
+                      "ready_not_answering": pv.ready_not_answering}
+            if self.probe is not None and (pv := self.probe_verdict) is not None else self.probe,
+            "ranks": {k: dict(v) for k, v in self.ranks.items()},
+            "rank_lag": self.rank_lag or None,
         }
 
 
@@ -270,6 +290,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                seen_at_attach: SeenAtAttach | None = None,
                gpu: dict[str, Any] | None = None,
                last_startup_seconds: float | None = None, vs_previous: str = "",
+               probe: dict[str, Any] | None = None,
                eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
@@ -280,7 +301,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age,
                       catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu,
-                      last_startup_seconds=last_startup_seconds, vs_previous=vs_previous)
+                      last_startup_seconds=last_startup_seconds, vs_previous=vs_previous,
+                      probe=probe)
     if pipe is None:
         return base
     st = pipe.state
@@ -316,7 +338,28 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "rules": tuple(r.id for r in pipe.pack.rules),
            "history": [r.to_json() for r in history.records[-5:]] if history else [],
            "previous_startup": _previous_startup(st, history) if history else None,
-           "typical_total": statistics.median(totals) if totals else None})
+           "typical_total": statistics.median(totals) if totals else None,
+           "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
+                     for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},
+           "rank_lag": _rank_lag(pipe, now)})
+
+
+def rank_key(rank: str) -> tuple[Any, ...]:
+    """Natural order of rank tags: TP2 before TP10."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", rank))
+
+
+def _rank_lag(pipe: LogPipeline, now: float) -> str:
+    """The ranks behind the others, named once they have been behind for RANK_LAG_AFTER
+    (a quarter of the phase's stall budget when that is shorter: a stall alert names them)."""
+    st = pipe.state
+    if len(st.ranks) < 2 or st.phase in (WAITING, READY, *TERMINAL):
+        return ""
+    after = min(RANK_LAG_AFTER, pipe.machine.stall_budget(st.phase) / 4)
+    lag = rank_lag(st.ranks, pipe.pack.phase_index, rank_clock(st, now), after)
+    if lag is None:
+        return ""
+    return dataclasses.replace(lag, ranks=tuple(sorted(lag.ranks, key=rank_key))).text
 
 
 def pipeline_view(name: str, pipe: LogPipeline, now: float = 0.0) -> TargetView:

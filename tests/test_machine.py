@@ -722,7 +722,8 @@ def test_crash_to_json_shape():
     log = Log()
     _oom_during_capture(log)
     doc = log.state.crash.to_json()
-    assert set(doc) == {"reason", "during", "line", "line_number", "excerpt", "at", "log_time"}
+    assert set(doc) == {"reason", "during", "line", "line_number", "excerpt", "at", "log_time",
+                         "rank"}
     assert doc["reason"] == "cuda_oom" and isinstance(doc["excerpt"], list)
 
 

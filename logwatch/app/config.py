@@ -27,11 +27,12 @@ from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.cursor import ROTATE_WAIT
 from ..sources.gpu import GpuConfig, parse_gpu_config
+from ..sources.probe import ProbeConfig, parse_probe_config
 from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
-               "from_start", "rotate_wait", "gpu")
+               "from_start", "rotate_wait", "gpu", "probe")
 SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
             "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -54,6 +55,7 @@ class TargetConfig:
     shown_source: str = ""    # the source as written (before ${VAR}), password redacted
     rotate_wait: float = ROTATE_WAIT   # a rotated file is read until quiet this long
     gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi beside the log
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the server's HTTP endpoint
 
     @property
     def display_source(self) -> str:
@@ -333,12 +335,13 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
     rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))
     try:
         gpu = parse_gpu_config(t.get("gpu"), where=f"{key}.gpu")
+        probe = parse_probe_config(t.get("probe"), where=f"{key}.probe")
     except ValueError as e:
         where, _, msg = str(e).partition(": ")
         raise ConfigError(path, where, msg) from None
     return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
                         flags["poll"], flags["from_start"], slow, rotate_wait=rotate_wait,
-                        gpu=gpu)
+                        gpu=gpu, probe=probe)
 
 
 def _known_phases(rules: str) -> list[str]:

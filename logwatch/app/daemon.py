@@ -118,7 +118,8 @@ class Daemon:
                                   pool=self.pool, on_events=self._on_events,
                                   checkpoint_interval=self.config.checkpoint_interval,
                                   alert_marks=self.alerts.marks_of if self.alerts else None,
-                                  gpu_streams=self.gpu_streams, ledger=self.ledger)
+                                  gpu_streams=self.gpu_streams, ledger=self.ledger,
+                                  on_probe=self._on_probe)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             delay = self._schedule_retry(cfg.name, time.time())
             self.log.error("target not started", target=cfg.name, error=str(e),
@@ -171,6 +172,10 @@ class Daemon:
             self.alerts.observe(runner.view(time.time()), events)
         for observe in self.observers:
             observe(runner, events)
+
+    def _on_probe(self, runner: TargetRunner) -> None:
+        if self.alerts is not None:
+            self.alerts.observe_probe(runner.view(time.time()))
 
     def views(self, now: float) -> list[TargetView]:
         """Every target's snapshot: what /metrics, /api/status and the page show."""

@@ -34,7 +34,7 @@ def _stamp(t: float) -> str:
 def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines: int = 40,
            seed: int = 0, start: float | None = None, download: bool = True,
            time_scale: float = 1.0, model: str = MODEL, arch: str = ARCH,
-           shard_rate: float = 1.6) -> Iterator[Step]:
+           shard_rate: float = 1.6, port: int = 30000) -> Iterator[Step]:
     """The log, step by step. Timestamps advance with the pauses times `time_scale`."""
     rng = random.Random(seed)
     clock = [start if start is not None else time.time()]
@@ -56,7 +56,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
             yield rec(pause, r, msg)
 
     yield rec(0.2, None, f"server_args=ServerArgs(model_path='{model}', tokenizer_path='{model}', "
-                         f"tp_size={tp}, mem_fraction_static=0.88, port=30000, host='0.0.0.0')")
+                         f"tp_size={tp}, mem_fraction_static=0.88, port={port}, host='0.0.0.0')")
     yield from each(0.1, "Init torch distributed begin.")
     yield from each(0.2, "sglang is using nccl==2.27.3")
     yield from each(0.1, "Init torch distributed ends. mem usage=0.41 GB")
@@ -114,7 +114,7 @@ def script(tp: int = 4, shards: int = 24, crash: str | None = None, serve_lines:
     yield rec(0.3, None, "INFO:     Started server process [48213]")
     yield rec(0.0, None, "INFO:     Waiting for application startup.")
     yield rec(0.0, None, "INFO:     Application startup complete.")
-    yield rec(0.0, None, "INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)")
+    yield rec(0.0, None, f"INFO:     Uvicorn running on http://0.0.0.0:{port} (Press CTRL+C to quit)")
     yield rec(0.9, None, 'INFO:     127.0.0.1:40312 - "GET /model_info HTTP/1.1" 200 OK')
     yield rec(0.2, "TP0", "Prefill batch, #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
                           "#running-req: 0, #queue-req: 0, #pending-token: 0, cuda graph: False, input throughput (token/s): 0.00")
@@ -176,8 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tp", type=int, default=4)
     ap.add_argument("--shards", type=int, default=24)
     ap.add_argument("--serve-lines", type=int, default=40)
+    ap.add_argument("--port", type=int, default=30000, help="the port the log says it serves on")
     a = ap.parse_args(argv)
-    kw = dict(tp=a.tp, shards=a.shards, crash=a.crash, serve_lines=a.serve_lines)
+    kw = dict(tp=a.tp, shards=a.shards, crash=a.crash, serve_lines=a.serve_lines, port=a.port)
     if a.path == "-":
         for step in script(**kw):  # type: ignore[arg-type]
             if step.pause and a.speed > 0:

@@ -32,6 +32,9 @@ from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, READY as READY_PHASE, RulePack, load_pack
 from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
+from ..sources.probe import (
+    Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
+)
 from ..sources.ssh import SSHPool, SSHTarget
 from ..state.history import EtaSmoother, StartupHistory
 from ..state.ledger import LedgerStore
@@ -69,7 +72,9 @@ class TargetRunner:
                  alert_marks: Callable[[str], dict[str, float]] | None = None,
                  batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
                  gpu_streams: GpuStreams | None = None,
-                 ledger: LedgerStore | None = None) -> None:
+                 ledger: LedgerStore | None = None,
+                 on_probe: Callable[["TargetRunner"], None] | None = None,
+                 probe: bool = True) -> None:
         self.cfg = cfg
         self.name = cfg.name
         self.store = store
@@ -117,6 +122,8 @@ class TargetRunner:
         self.vs_previous = ""              # at ready: this launch against the one before
         self._ledger_saved = 0.0
         self._gpu_seen = -1                # the GPU stream's version last given to the ledger
+        self.on_probe = on_probe or (lambda r: None)
+        self.prober: Prober | None = self._make_prober() if probe else None
         self._setup()
 
     # -- setup ---------------------------------------------------------------------------------
@@ -222,10 +229,42 @@ class TargetRunner:
     def pipe(self) -> LogPipeline | None:
         return self.follower.pipe if self.follower else None
 
+    # -- the server's endpoint ----------------------------------------------------------------
+    def _make_prober(self) -> Prober | None:
+        """`probe:` auto probes ssh:// targets through their connection and local files
+        directly; a cmd: target only with an explicit `url` (its server may be anywhere)."""
+        cfg = self.cfg.probe
+        kind = self.cfg.kind
+        if not cfg.enabled or kind == "stdin" or (kind == "command" and not cfg.url):
+            return None
+        connect = ssh_connect(self.pool, SSHTarget.parse(self.cfg.source), self.cfg.ssh) \
+            if kind == "ssh" else local_connect()
+        return Prober(cfg, connect, self._probe_plan, on_result=lambda p: self.on_probe(self))
+
+    def _probe_plan(self) -> ProbePlan:
+        """Where the server listens, by what its log says now (or the configured url)."""
+        pipe = self.pipe
+        paths = pipe.pack.probe_paths if pipe is not None else ()
+        startup = pipe.state.startup_id if pipe is not None else None
+        if self.cfg.probe.url:
+            return ProbePlan(endpoint_of(self.cfg.probe.url), paths, startup)
+        if pipe is None or self.catching_up or self.seen_at_attach is not None and \
+                self.seen_at_attach.startup_id == startup:
+            return ProbePlan(None, paths, startup)   # history is not probed
+        st = pipe.state
+        ep: Endpoint | None = endpoint_of(st.endpoint) if st.endpoint else None
+        if ep is None:
+            ep = endpoint_from_args(st.args)
+        if ep is None and self.prober is not None:
+            self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
+        return ProbePlan(ep, paths, startup)
+
     # -- running -------------------------------------------------------------------------------
     def start(self) -> None:
         self.task = asyncio.create_task(self._run(), name=f"target:{self.name}")
         self._start_gpu()
+        if self.prober is not None:
+            self.prober.start()
 
     def _start_gpu(self) -> None:
         """nvidia-smi where the log is (the target's `gpu:`), shared with the host's other
@@ -322,6 +361,8 @@ class TargetRunner:
 
     async def stop(self) -> None:
         self.save_ledger()
+        if self.prober is not None:
+            await self.prober.stop()
         if self.gpu is not None and self.gpu_streams is not None:
             gpu, self.gpu = self.gpu, None
             await self.gpu_streams.release(gpu)
@@ -365,6 +406,8 @@ class TargetRunner:
 
     def _on_events(self, events: list[Event]) -> None:
         self.dirty = True
+        if self.prober is not None and any(isinstance(e, (Ready, StartupBegan)) for e in events):
+            self.prober.poke()         # ask at once: the verdict beside the log's
         if self.gpu is not None and not self.catching_up and \
                 any(isinstance(e, StartupBegan) for e in events):
             # read live at the launch line: memory the GPUs already hold is not this server's
@@ -447,7 +490,8 @@ class TargetRunner:
             if self.last_checkpoint else 0.0, catching_up=self.catching_up,
             seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
             gpu=self._gpu_view(), last_startup_seconds=self.last_startup_seconds,
-            vs_previous=self.vs_previous)
+            vs_previous=self.vs_previous,
+            probe=self.prober.to_dict() if self.prober is not None else None)
 
     def _gpu_view(self) -> dict[str, Any] | None:
         if self.gpu is None:

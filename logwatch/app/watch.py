@@ -1,9 +1,11 @@
-"""`logwatch watch TARGET`: follow one log until the server is ready or dead.
+"""`logwatch watch TARGET [TARGET ...]`: follow a launch until it is ready or dead.
 
 The replacement for `ssh host "sleep 30 && tail -30 server.log"` run by hand for ten
-minutes.  Exit status: 0 ready, 1 crashed or stopped, 3 timed out or stalled, 2 usage or
+minutes.  Several TARGETs (the nodes of a multi-node launch, prefill + decode servers) are
+followed as one launch: one verdict for all of them.  Exit status: 0 ready (all of them),
+1 crashed or stopped (as soon as one did, naming it), 3 timed out or stalled, 2 usage or
 configuration error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C:
-the summary is printed first).
+the summary is printed first; with --serve, Ctrl-C after ready is 0).
 """
 
 from __future__ import annotations
@@ -20,15 +22,17 @@ from typing import Any, Callable, TextIO
 from ..machine import Event, Stalled
 from ..rules.locate import restart_pack
 from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
-from ..sinks.display import attach_note, make_display
+from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
 from ..sources.gpu import GpuConfig, GpuStreams
+from ..sources.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
 from ..view import TargetView
 from .config import TargetConfig
+from .notify import notify_verdict
 from .target import TargetRunner
 
 EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
@@ -50,21 +54,30 @@ class WatchOptions:
     wait_for_file: bool = False  # a missing directory is waited for, not an error
     history: bool = True         # keep / use this TARGET's startup history (watch_state_dir)
     gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi where the log is
+    targets: list[str] = field(default_factory=list)    # every TARGET (default: [target])
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the server's own endpoint
+    notify: str | None = None    # a Slack / webhook URL, or "bell": one message at the verdict
+    serve: bool = False          # after ready keep going until Ctrl-C or a crash
+
+    @property
+    def all_targets(self) -> list[str]:
+        return self.targets or [self.target]
 
 
 def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Event]], None]
-                 | None = None) -> TargetRunner:
-    """The target `watch` follows: the daemon's TargetRunner without positions, with the
+                 | None = None, target: str | None = None) -> TargetRunner:
+    """A target `watch` follows: the daemon's TargetRunner without positions, with the
     TARGET's startup history (keyed by the TARGET string) unless --no-history."""
+    target = target or opts.target
     if opts.rules == "auto":
         candidates = [p for p in load_all_shipped() if p.detect]
         start_pack = restart_pack(candidates)
     else:
         pack = load_pack(opts.rules)
         candidates, start_pack = [pack], pack
-    cfg = TargetConfig(name=opts.target, source=opts.target, rules=opts.rules,
+    cfg = TargetConfig(name=target, source=target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
-                       from_start=opts.from_start, gpu=opts.gpu)
+                       from_start=opts.from_start, gpu=opts.gpu, probe=opts.probe)
     runner = TargetRunner(cfg, store=None, state_dir=watch_state_dir() if opts.history else None,
                           candidates=candidates, start_pack=start_pack, pool=default_pool(),
                           on_events=on_events, batch_interval=0.0, log_sources=False,
@@ -74,24 +87,49 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Eve
     return runner
 
 
-async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
-    """Follow one target on the daemon's live loop (`TargetRunner`, memory only) with a
-    terminal sink, until a verdict."""
-    pending: list[Event] = []
-    wake = asyncio.Event()
+@dataclass
+class Watched:
+    """One TARGET of a watch: its runner, its display, and its own verdict once it has one."""
 
-    def on_events(runner: TargetRunner, events: list[Event]) -> None:
-        pending.extend(events)
-        wake.set()
-        if _final(runner) and not _historic(runner):
-            runner.stop_reading = True   # the verdict is in: read no further than it
+    name: str
+    runner: TargetRunner
+    display: PlainDisplay
+    pending: list[Event] = field(default_factory=list)
+    noted: bool = False
+    verdict: tuple[int, str] | None = None
+    verdict_at: float | None = None
+    fatal: bool = False          # its source failed before any verdict (exit 2)
+
+
+async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
+    """Follow the targets on the daemon's live loop (`TargetRunner`, memory only) with a
+    terminal sink, until one verdict for all of them."""
+    names = opts.all_targets
+    wake = asyncio.Event()
+    screen = sys.stderr if opts.json else out
+    multi = MultiDisplay(names, screen) if len(names) > 1 else None
+    watched: list[Watched] = []
+
+    def on_events_for(w_index: int) -> Callable[[TargetRunner, list[Event]], None]:
+        def on_events(runner: TargetRunner, events: list[Event]) -> None:
+            watched[w_index].pending.extend(events)
+            wake.set()
+            if _final(runner) and not _historic(runner) and \
+                    not (opts.serve and runner.pipe is not None
+                         and runner.pipe.state.phase == READY):
+                runner.stop_reading = True   # the verdict is in: read no further than it
+        return on_events
 
     try:
-        runner = watch_runner(opts, on_events)
+        for i, name in enumerate(names):
+            runner = watch_runner(opts, on_events_for(i), target=name)
+            display = multi.child(name) if multi is not None else make_display(name, screen)
+            watched.append(Watched(name, runner, display))
     except SourceError as e:
         print(f"logwatch: {e}", file=sys.stderr)
+        for w in watched:
+            await w.runner.stop()
         return EXIT_USAGE
-    display = make_display(opts.target, sys.stderr if opts.json else out)
     interrupted: list[bool] = []
 
     def on_sigint() -> None:
@@ -104,10 +142,14 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     except (NotImplementedError, RuntimeError):  # not the main thread: Ctrl-C stays Python's
         pass
     started = time.monotonic()
-    runner.start()
-    display.start()
+    for w in watched:
+        w.runner.start()
+    if multi is not None:
+        multi.start()
+    for w in watched:
+        w.display.start()
     outcome, code = "", EXIT_USAGE
-    noted = False
+    serving = False
     try:
         while True:
             try:
@@ -117,58 +159,138 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             wake.clear()
             now = time.time()
             if interrupted:
-                code = EXIT_INTERRUPTED
-                outcome = f"interrupted {_where(runner.view(now))}"
+                if serving:
+                    code, outcome = EXIT_READY, "served until interrupted"
+                else:
+                    code = EXIT_INTERRUPTED
+                    outcome = "interrupted " + "; ".join(
+                        _where(w.runner.view(now)) if len(watched) == 1
+                        else f"{w.name} {_where(w.runner.view(now))}" for w in watched)
                 break
-            ended = runner.ended.is_set() and not runner.stop_reading
-            if ended:
-                runner.finish(now)
-            else:
-                runner.tick(now)
-            events, pending[:] = list(pending), []
-            view = runner.view(now)
-            display.update(view, events, now)
-            status = runner.follower.status if runner.follower else None
-            if ended and status is not None and status.fatal and \
-                    view.phase not in (READY, CRASHED, STOPPED):
-                print(f"logwatch: {opts.target}: {status.message}", file=sys.stderr)
-                code, outcome = EXIT_USAGE, "the source failed (the reason is above)"
-                break
-            if view.historic and not noted:
-                noted = True
-                display.note(attach_note(view, now, last=opts.last))
-            if opts.last and runner.attached and not runner.catching_up:
-                runner.finish(now)       # the log as it stands: its last line, its crash final
-                code, outcome = _last_verdict(runner, runner.view(now))
-                break
-            verdict = _verdict(runner, view, events)
-            if verdict is not None:
-                code, outcome = verdict
-                break
-            if ended:
-                why = status.message if status is not None and status.fatal else "the log ended"
-                code, outcome = EXIT_TIMEOUT, f"{why} {_where(view)}"
+            views = [_step(w, opts, now, serving) for w in watched]
+            if multi is not None:
+                multi.refresh(views, now)
+            result = _combine(watched, views, opts, serving)
+            if result == "serve":
+                serving = True
+                for w in watched:
+                    w.display.note("serving (Ctrl-C to stop; --serve)")
+                continue
+            if result is not None:
+                code, outcome = result
                 break
             if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
-                code, outcome = EXIT_TIMEOUT, f"timed out after {opts.timeout:g}s {_where(view)}"
+                code = EXIT_TIMEOUT
+                if len(watched) == 1:
+                    outcome = f"timed out after {opts.timeout:g}s {_where(views[0])}"
+                else:
+                    outcome = f"timed out after {opts.timeout:g}s: " + "; ".join(
+                        f"{w.name} {_where(v)}" for w, v in zip(watched, views)
+                        if w.verdict is None or w.verdict[0] != EXIT_READY)
                 break
     finally:
         try:
             loop.remove_signal_handler(signal.SIGINT)
         except (NotImplementedError, RuntimeError):
             pass
-        await runner.stop()
+        for w in watched:
+            await w.runner.stop()
         await default_pool().close()
-    if runner.pipe is None and runner.follower is not None:
-        runner.follower.decide_pack(time.time())
-    view = runner.view(time.time())
-    if opts.last:        # the ended startup is what was asked for: reported in full
-        view = dataclasses.replace(view, seen_at_attach=None)
-    display.finish(view, outcome)
+    final_views: list[TargetView] = []
+    for w in watched:
+        r = w.runner
+        if r.pipe is None and r.follower is not None:
+            r.follower.decide_pack(time.time())
+        view = r.view(time.time())
+        if opts.last:        # the ended startup is what was asked for: reported in full
+            view = dataclasses.replace(view, seen_at_attach=None)
+        final_views.append(view)
+    if multi is not None:
+        multi.finish(final_views, outcome)
+    else:
+        watched[0].display.finish(final_views[0], outcome)
     if opts.json:
-        doc: dict[str, Any] = summary(view)
-        print(json.dumps(doc, ensure_ascii=False), file=out, flush=True)
+        for view in final_views:
+            doc: dict[str, Any] = summary(view)
+            print(json.dumps(doc, ensure_ascii=False), file=out, flush=True)
+    if opts.notify:
+        await notify_verdict(opts.notify, code, outcome, final_views, screen)
     return code
+
+
+def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetView:
+    """One tick of one target: feed its display, and settle its own verdict."""
+    runner = w.runner
+    ended = runner.ended.is_set() and not runner.stop_reading
+    if ended:
+        runner.finish(now)
+    else:
+        runner.tick(now)
+    events, w.pending[:] = list(w.pending), []
+    view = runner.view(now)
+    w.display.update(view, events, now)
+    if w.verdict is not None and not serving:
+        return view
+    status = runner.follower.status if runner.follower else None
+    if ended and status is not None and status.fatal and \
+            view.phase not in (READY, CRASHED, STOPPED):
+        print(f"logwatch: {w.name}: {status.message}", file=sys.stderr)
+        w.fatal = True
+        w.verdict = (EXIT_USAGE, "the source failed (the reason is above)")
+        return view
+    if view.historic and not w.noted:
+        w.noted = True
+        w.display.note(attach_note(view, now, last=opts.last))
+    if opts.last and runner.attached and not runner.catching_up:
+        if w.verdict is None:
+            runner.finish(now)   # the log as it stands: its last line, its crash final
+            view = runner.view(now)
+            w.verdict = _last_verdict(runner, view)
+            w.verdict_at = now
+        return view
+    verdict = _verdict(runner, view, events)
+    if serving and verdict is not None and verdict[0] == EXIT_READY:
+        return view          # still serving
+    if verdict is not None:
+        w.verdict, w.verdict_at = verdict, now
+        return view
+    if ended:
+        why = status.message if status is not None and status.fatal else "the log ended"
+        w.verdict, w.verdict_at = (EXIT_TIMEOUT, f"{why} {_where(view)}"), now
+    return view
+
+
+def _combine(watched: list[Watched], views: list[TargetView], opts: WatchOptions,
+             serving: bool) -> tuple[int, str] | str | None:
+    """One verdict for the launch: a failed source (2) or a crashed / stopped target (1) ends
+    it at once, naming which and when; a stall or an ended log (3) too; all ready is 0 (or,
+    with --serve, the start of serving)."""
+    single = len(watched) == 1
+
+    def named(w: Watched, text: str) -> str:
+        if single:
+            return text
+        at = time.strftime("%H:%M:%S", time.localtime(w.verdict_at)) if w.verdict_at else ""
+        return f"{w.name} {text}" + (f" at {at}" if at else "")
+
+    for w in watched:
+        if w.fatal:
+            return EXIT_USAGE, named(w, w.verdict[1]) if w.verdict else "the source failed"
+    failed = [w for w in watched if w.verdict is not None and w.verdict[0] == EXIT_FAILED]
+    if failed:
+        first = min(failed, key=lambda w: w.verdict_at or 0.0)
+        return EXIT_FAILED, named(first, first.verdict[1])  # type: ignore[index]
+    if serving:
+        return None
+    stuck = [w for w in watched if w.verdict is not None and w.verdict[0] == EXIT_TIMEOUT]
+    if stuck:
+        first = min(stuck, key=lambda w: w.verdict_at or 0.0)
+        return EXIT_TIMEOUT, named(first, first.verdict[1])  # type: ignore[index]
+    if all(w.verdict is not None and w.verdict[0] == EXIT_READY for w in watched):
+        if opts.serve and not opts.last:
+            return "serve"
+        return EXIT_READY, "ready" if single else f"all {len(watched)} ready"
+    return None
 
 
 def _where(view: TargetView) -> str:
@@ -210,7 +332,10 @@ def _verdict(runner: TargetRunner, view: TargetView,
     if view.phase == STOPPED:
         return EXIT_FAILED, "stopped (clean shutdown)"
     if _final(runner):
-        return EXIT_FAILED, "crashed"
+        crash = view.crash or {}
+        reason = f": {crash['reason']}" if crash.get("reason") else ""
+        return EXIT_FAILED, f"crashed{reason}"
     if any(isinstance(e, Stalled) for e in events):
-        return EXIT_TIMEOUT, f"stalled in {view.phase}"
+        return EXIT_TIMEOUT, f"stalled in {view.phase}" + \
+            (f" ({view.rank_lag})" if view.rank_lag else "")
     return None

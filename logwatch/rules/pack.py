@@ -59,12 +59,13 @@ CRASH_REASONS = (
 GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
 SPECIFIC_RANK = len(GENERIC_REASONS)
 
-ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain")
+ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain",
+               "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
-                 "description", "before", "after", "args")
+                 "description", "before", "after", "args", "finishes")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
-             "ignore", "prefixes",
+             "ignore", "prefixes", "ranks", "probe",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
@@ -124,6 +125,8 @@ class Rule:
     provisional: bool = False
     frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
     args: bool = False            # the line holds the server's arguments (rules/args.py)
+    endpoint: bool = False        # the line names the server's address (group `url`)
+    finishes: bool = False        # the rank that prints it is done with the rule's phase
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -159,6 +162,8 @@ class RulePack:
     ignore: tuple[Any, ...] = ()
     prefixes: Any = None     # one regex: the wrappers other programs put before a line
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
+    ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
+    probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (sources/probe.py)
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -186,6 +191,14 @@ class RulePack:
         if READY in self.phases:
             return self.phases[: self.phases.index(READY)]
         return self.phases
+
+    def rank_of(self, text: str) -> str:
+        """The rank a line comes from (`TP5`, `DP1 TP3 EP3`, `TP2_EP2`), "" when untagged."""
+        for rx in self.ranks:
+            m = rx.match(text)
+            if m is not None and m.group("rank"):
+                return " ".join(m.group("rank").split())
+        return ""
 
     def rule(self, rule_id: str) -> Rule:
         for r in self.rules:
@@ -328,6 +341,10 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         for i, p in enumerate(doc["prefixes"]):
             _compile(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
             prefix_src.append(p)
+    ranks = _ranks(src, doc["ranks"]) if doc.get("ranks") is not None \
+        else (base.ranks if base else ())
+    probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
+        else (base.probe_paths if base else ())
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
                                      reasons=known))
@@ -347,8 +364,32 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
-        reasons=reasons,
+        reasons=reasons, ranks=ranks, probe_paths=probe_paths,
     )
+
+
+def _ranks(src: str, value: Any) -> tuple[Any, ...]:
+    """`ranks:` patterns, matched at the start of a line; each has a group `rank`."""
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of patterns with a group (?P<rank>...)", key="ranks")
+    out = []
+    for i, p in enumerate(value):
+        rx = _compile(src, p, None, f"ranks[{i}]")
+        if "rank" not in rx.groupindex:
+            raise PackError(src, "needs a named group (?P<rank>...)", key=f"ranks[{i}]")
+        out.append(rx)
+    return tuple(out)
+
+
+def _probe(src: str, value: Any) -> tuple[str, ...]:
+    """`probe: {paths: [/health, /v1/models]}`: what a probe of the server asks."""
+    if not isinstance(value, dict) or set(value) - {"paths"}:
+        raise PackError(src, "must be a mapping {paths: [/health, ...]}", key="probe")
+    paths = value.get("paths")
+    if not isinstance(paths, list) or not paths or \
+            not all(isinstance(x, str) and x.startswith("/") for x in paths):
+        raise PackError(src, "a list of paths starting with /", key="probe.paths")
+    return tuple(paths)
 
 
 _REASON_NAME = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")
@@ -487,7 +528,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
                             "pack may declare its own under `reasons:`)", rule=rid, key=key)
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
-    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional"):
+    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
+                "endpoint", "finishes"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -507,6 +549,11 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     for k in scale:
         if k not in groups:
             raise PackError(src, f"'{k}' is not a named group of the pattern", rule=rid, key="scale")
+    if d.get("endpoint") and "url" not in groups:
+        raise PackError(src, "an endpoint rule needs a named group 'url' (http://host:port)",
+                        rule=rid, key="endpoint")
+    if d.get("finishes") and not phase:
+        raise PackError(src, "only applies to rules with a phase", rule=rid, key="finishes")
     if d.get("provisional") and not phase:
         raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
     if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
@@ -523,7 +570,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
         reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
-        args=bool(d.get("args")),
+        args=bool(d.get("args")), endpoint=bool(d.get("endpoint")),
+        finishes=bool(d.get("finishes")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

@@ -18,6 +18,7 @@ from ..units import fmt_duration
 from ..view import TargetView
 
 PROGRESS_EVERY = 5.0
+SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
 
 
 def eta_text(view: TargetView) -> str:
@@ -77,17 +78,41 @@ def gpu_text(view: TargetView) -> str:
     return str(gpu.get("status") or "starting")
 
 
+def probe_text(view: TargetView) -> str:
+    """The endpoint line: what the server's own endpoint says beside the log."""
+    pv = view.probe_verdict
+    return pv.text if pv is not None else ""
+
+
+def serving_text(view: TargetView) -> str:
+    """`serving: 2,874 tok/s · running 31 · queued 0` (the latest stats line)."""
+    st = view.stats
+    parts = []
+    if st.get("gen_throughput") is not None:
+        parts.append(f"{st['gen_throughput']:,.0f} tok/s")
+    for key, label in (("running_requests", "running"), ("queued_requests", "queued"),
+                       ("token_usage", "KV")):
+        if st.get(key) is not None:
+            v = st[key]
+            parts.append(f"{label} {v:.0%}" if key == "token_usage" else f"{label} {v:g}")
+    return "serving: " + " · ".join(parts) if parts else ""
+
+
 class PlainDisplay:
-    def __init__(self, target: str, out: TextIO = sys.stdout) -> None:
+    def __init__(self, target: str, out: TextIO = sys.stdout, prefix: str = "") -> None:
         self.target = target
         self.out = out
+        self.prefix = prefix      # several targets on one screen: whose line it is
         self._last_progress = 0.0
         self._last_state = ""
         self._quiet_said = 0.0
+        self._probe_said = ""
+        self._lag_said = ""
+        self._serving_said = 0.0
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
-        print(f"{stamp} {msg}", file=self.out, flush=True)
+        print(f"{stamp} {self.prefix}{msg}", file=self.out, flush=True)
 
     def note(self, msg: str) -> None:
         """A line of its own (above the panel when there is one)."""
@@ -126,6 +151,32 @@ class PlainDisplay:
             elif isinstance(ev, Stalled):
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
         self._quiet(view, now)
+        self._probe_and_ranks(view, now)
+
+    def _probe_and_ranks(self, view: TargetView, now: float) -> None:
+        """A line when the endpoint's answer changes (up / down / ready but not answering),
+        when a rank falls behind, and every SERVING_EVERY while it serves."""
+        pv = view.probe_verdict
+        if pv is not None and view.probe and view.probe.get("up") is not None and \
+                (view.probe["up"] or view.phase == "ready"):
+            key = f"{view.probe.get('up')}|{pv.ready_not_answering}"
+            if key != self._probe_said:
+                self._probe_said = key
+                self._say(f"endpoint: {pv.text}")
+        lag = view.rank_lag.split(" still ")[0] if view.rank_lag else ""
+        if lag != self._lag_said:
+            self._lag_said = lag
+            if lag:
+                self._say(f"ranks: {view.rank_lag}")
+        if view.phase == "ready" and not view.historic and \
+                now - self._serving_said >= SERVING_EVERY and self._serving_said:
+            text = serving_text(view)
+            gpu = gpu_text(view)
+            if text:
+                self._say(text + (f" · {gpu}" if gpu else ""))
+            self._serving_said = now
+        elif view.phase == "ready" and not self._serving_said:
+            self._serving_said = now
 
     def finish(self, view: TargetView, outcome: str) -> None:
         d = {k: v for k, v in view.durations.items() if k != "ready"}
@@ -138,6 +189,8 @@ class PlainDisplay:
             c = view.crash
             after = f" after {fmt_duration(total)}" if total else ""
             self._say(f"CRASHED: {c['reason']} during {c['during']}{after}")
+            if c.get("rank"):
+                print(f"  first rank to crash: {c['rank']}", file=self.out)
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
             if c["excerpt"]:
                 print("  excerpt:", file=self.out)
@@ -146,7 +199,8 @@ class PlainDisplay:
         elif view.phase == "ready":
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
             self._say(f"READY{' in ' + fmt_duration(total) if total else ''}"
-                      f"{f' (slowest phase: {slow} {fmt_duration(d[slow])})' if slow else ''}")
+                      f"{f' (slowest phase: {slow} {fmt_duration(d[slow])})' if slow else ''}"
+                      f"{'; ' + outcome if outcome and outcome != 'ready' else ''}")
         else:
             self._say(outcome)
         for line in summary_block(view):
@@ -188,6 +242,12 @@ def summary_block(view: TargetView) -> list[str]:
         out.append(f"serving: {tps:,.0f} tok/s")
     if view.vs_previous and view.phase == "ready":
         out.append(view.vs_previous)
+    endpoint = probe_text(view)
+    if endpoint and view.probe and view.probe.get("up") is not None and \
+            (view.probe["up"] or view.phase == "ready"):
+        out.append(f"endpoint: {endpoint}")   # (a server not up yet is not news)
+    if view.rank_lag:
+        out.append(f"ranks: {view.rank_lag}")
     return out
 
 
@@ -256,6 +316,13 @@ class RichDisplay(PlainDisplay):
         gpu = gpu_text(view)
         if gpu:
             t.add_row("gpu", escape(gpu))
+        endpoint = probe_text(view)
+        if endpoint:
+            t.add_row("endpoint", escape(endpoint))
+        if view.rank_lag:
+            t.add_row("ranks", f"[yellow]{escape(view.rank_lag)}[/]")
+        if view.phase == "ready" and serving_text(view):
+            t.add_row("serving", escape(serving_text(view)[len("serving: "):]))
         ago = f" [dim]({fmt_duration(now - view.last_line_at)} ago)[/]" \
             if view.last_line_at is not None and now - view.last_line_at >= 10 else ""
         t.add_row("last line", escape(view.last_line[:200]) + ago)
@@ -264,6 +331,93 @@ class RichDisplay(PlainDisplay):
     def finish(self, view: TargetView, outcome: str) -> None:
         self.live.stop()
         super().finish(view, outcome)
+
+
+class _Child(PlainDisplay):
+    """One target's part of a MultiDisplay: its milestones as prefixed lines (plain), or
+    above the shared panel (a terminal); the verdict is the MultiDisplay's."""
+
+    def __init__(self, parent: "MultiDisplay", target: str) -> None:
+        super().__init__(target, parent.out, prefix=f"{target}: ")
+        self.parent = parent
+
+    def _say(self, msg: str) -> None:
+        if self.parent.live is not None:
+            from rich.markup import escape
+            self.parent.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] "
+                                           f"[bold]{escape(self.target)}[/] {escape(msg)}")
+            return
+        super()._say(msg)
+
+    def start(self) -> None:
+        if self.parent.live is None:
+            super().start()
+
+
+class MultiDisplay:
+    """`watch T1 T2 ...`: one row per target (a live table on a terminal), each target's
+    milestones prefixed with its name, one verdict at the end."""
+
+    def __init__(self, targets: list[str], out: TextIO = sys.stdout) -> None:
+        self.targets = targets
+        self.out = out
+        self.live = None
+        if out.isatty():
+            try:
+                from rich.console import Console
+                from rich.live import Live
+                self.live = Live(console=Console(file=out), refresh_per_second=4,
+                                 transient=True)
+            except ImportError:  # pragma: no cover - rich is a dependency
+                self.live = None
+        self.children = {t: _Child(self, t) for t in targets}
+
+    def child(self, target: str) -> PlainDisplay:
+        return self.children[target]
+
+    def start(self) -> None:
+        if self.live is not None:
+            self.live.start()
+
+    def refresh(self, views: list[TargetView], now: float) -> None:
+        if self.live is None:
+            return
+        from rich.markup import escape
+        from rich.table import Table
+        t = Table(box=None, padding=(0, 1))
+        for col in ("target", "phase", "progress", "endpoint", "last line"):
+            t.add_column(col, no_wrap=col != "last line", overflow="ellipsis")
+        for v in views:
+            colour = {"ready": "green", "crashed": "red", "stopped": "yellow"}.get(v.phase, "cyan")
+            since = f" {fmt_duration(now - v.phase_entered_at)}" if v.phase_entered_at else ""
+            t.add_row(escape(v.name), f"[{colour}]{v.phase}[/]{since}",
+                      escape(_progress_text(v) or (v.rank_lag or "")),
+                      escape(probe_text(v)), escape(v.last_line[:120]))
+        self.live.update(t)
+
+    def finish(self, views: list[TargetView], outcome: str) -> None:
+        if self.live is not None:
+            self.live.stop()
+        stamp = time.strftime("%H:%M:%S")
+        print(f"{stamp} {outcome.upper() if outcome.startswith('all ') else outcome}",
+              file=self.out)
+        for v in views:
+            head = v.phase
+            if v.crash:
+                c = v.crash
+                head = f"crashed: {c['reason']} during {c['during']}" + \
+                    (f" ({c['rank']} first)" if c.get("rank") else "")
+                if v.startup_started_at and v.crash.get("at"):
+                    head += f" after {fmt_duration(c['at'] - v.startup_started_at)}"
+            elif v.phase == "ready" and v.ready_in is not None:
+                head = f"ready in {fmt_duration(v.ready_in)}"
+            print(f"  {v.name}: {head}", file=self.out)
+            if v.crash:
+                print(f"    root cause (line {v.crash['line_number']}): {v.crash['line']}",
+                      file=self.out)
+            for line in summary_block(v):
+                print(f"    {line}", file=self.out)
+        self.out.flush()
 
 
 def make_display(target: str, out: TextIO = sys.stdout) -> PlainDisplay:

@@ -105,6 +105,10 @@ class LogwatchCollector(Collector):
         last_startup = g("logwatch_last_startup_seconds", "launch to ready of the target's last "
                          "startup that got ready (NaN before any; the launch ledger)",
                          labels=["target"])
+        probe_up = g("logwatch_probe_up", "the server's own endpoint answered the last probe "
+                     "(2xx on every path of its pack; absent until probed)", labels=["target"])
+        probe_time = g("logwatch_probe_duration_seconds", "how long the last probe of the "
+                       "server's endpoint took", labels=["target"])
         for v in views:
             t = v.name
             cur = v.phase
@@ -149,8 +153,15 @@ class LogwatchCollector(Collector):
             gpu_fams.add(t, v.gpu)
             last_startup.add_metric([t], v.last_startup_seconds
                                     if v.last_startup_seconds is not None else math.nan)
+            pr = v.probe
+            if pr is not None and pr.get("up") is not None:
+                probe_up.add_metric([t], 1.0 if pr["up"] else 0.0)
+                if pr.get("duration") is not None:
+                    probe_time.add_metric([t], float(pr["duration"]))
         yield from gpu_fams.families()
         yield last_startup
+        yield probe_up
+        yield probe_time
         yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
                     lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
                     rotations, skipped, losses, cut, rule_errors, pos_age, info)

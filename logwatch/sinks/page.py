@@ -52,6 +52,8 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .tl .outcome{width:14em;flex:none;color:var(--mute);overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .tl .outcome.crashed{color:var(--bad)}.tl .outcome.ready{color:var(--ok)}
 .src{font-size:.85em;color:var(--warn)}.src.bad{color:var(--bad);font-weight:600}
+.probe{font-size:.85em;color:var(--mute)}.probe.ok{color:var(--ok)}.probe.bad{color:var(--bad);font-weight:600}.probe[hidden],.ranks[hidden]{display:none}
+.ranks{font-size:.85em;color:var(--warn);font-weight:600}
 #err{color:var(--bad);padding:0 1.2em}
 </style></head><body>
 <header><h1>logwatch</h1><div class="counts" id="counts"></div>
@@ -62,7 +64,7 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 <script>
 "use strict";
 const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
-const BAD=["error","stalled","crashed"];   // counted first, in red
+const BAD=["error","stalled","crashed","unreachable"];   // counted first, in red
 const rows=new Map();
 function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
 function dur(s){if(s==null||!isFinite(s))return"";s=Math.round(s);if(s<60)return s+"s";const m=Math.floor(s/60),r=s%60;
@@ -79,6 +81,7 @@ function makeRow(name){
   r.bar=el("div","bar");r.fill=el("div","fill");r.bartxt=el("span","txt");r.bar.append(r.fill,r.bartxt);
   r.since=el("div","since");r.tps=el("div","tps");h.append(r.name,r.engine,r.phase,r.bar,r.since,r.tps);
   r.src=el("div","src");r.crash=el("div","crash");r.crash.hidden=true;
+  r.probe=el("div","probe");r.probe.hidden=true;r.ranks=el("div","ranks");r.ranks.hidden=true;
   r.reason=el("div","reason");r.when=el("div","when");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
   r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.when,r.line,r.det);
   r.timeline=el("div","timeline");r.last=el("div","last");
@@ -88,7 +91,7 @@ function makeRow(name){
   r.launches=el("details","launches");r.launches.append(el("summary",null,"launches"));
   r.ltable=el("table");r.launches.append(r.ltable);
   r.launches.addEventListener("toggle",()=>{if(r.launches.open)launches(name,r.ltable)});
-  r.root.append(h,r.src,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
+  r.root.append(h,r.src,r.probe,r.ranks,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
 // the target's launch ledger (/api/history): when, outcome, startup time, tok/s, flags changed
 async function launches(name,table){
   let d;try{const res=await fetch("/api/history?target="+encodeURIComponent(name),{cache:"no-store"});d=await res.json()}
@@ -114,20 +117,24 @@ function lane(label,durations,scale,totalText,outcome,outcomeCls){
     s.title=p+" "+dur(d);s.textContent=p+" "+dur(d);ln.append(s)}
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function update(r,t,now){
-  set(r.engine,t.engine);set(r.phase,t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":t.phase);
-  r.phase.className="phase "+(t.stalled?"stalled":t.phase);
+  set(r.engine,t.engine);const pr=t.probe,deaf=t.status==="unreachable";
+  set(r.phase,t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
+  r.phase.className="phase "+(t.stalled||deaf?"stalled":t.phase);
+  r.probe.hidden=!(pr&&pr.verdict);
+  if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
+  r.ranks.hidden=!t.rank_lag;set(r.ranks,t.rank_lag?"ranks: "+t.rank_lag:"");
   set(r.labels,Object.entries(t.labels||{}).map(([k,v])=>k+"="+v).join(" "));
   const sh=t.shards,p=t.progress&&t.progress.shards;
   if(sh&&sh.total){const pct=Math.min(100,100*sh.loaded/sh.total);r.fill.style.width=pct+"%";
     let txt=sh.loaded+"/"+sh.total+" shards";if(p&&p.rate)txt+=" · "+p.rate.toFixed(2)+"/s";
     if(t.eta_seconds!=null&&t.phase!=="ready")txt+=" · ETA "+dur(t.eta_seconds);set(r.bartxt,txt)}
   else{r.fill.style.width="0%";set(r.bartxt,t.eta_seconds!=null&&t.phase!=="ready"&&t.phase!=="waiting"?"ETA "+dur(t.eta_seconds):"")}
-  set(r.since,t.phase==="ready"&&t.ready_in_seconds!=null?"ready in "+dur(t.ready_in_seconds)
+  set(r.since,t.phase==="ready"&&!deaf&&t.ready_in_seconds!=null?"ready in "+dur(t.ready_in_seconds)
     :t.in_phase_seconds!=null?"in phase "+dur(t.in_phase_seconds):"");
   const g=t.stats&&t.stats.gen_throughput;set(r.tps,t.phase==="ready"&&g!=null?Math.round(g)+" tok/s":"");
   const s=t.source_state||{};set(r.src,s.up?"":"source: "+(s.message||"down"));
   r.src.className="src"+(s.error?" bad":"");
-  if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")");
+  if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")"+(t.crash.rank?" · "+t.crash.rank+" first":""));
     set(r.when,t.crash.at!=null?"crashed "+clock(t.crash.at)+", "+ago(now-t.crash.at)+" ago":"");
     set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
   const prev=t.previous_startup,cur=t.durations||{};

@@ -20,7 +20,9 @@ def summary(view: TargetView) -> dict[str, Any]:
     doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
     if doc["crash"]:
         # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
-        doc["crash"] = {k: v for k, v in doc["crash"].items() if k not in ("at", "log_time")}
+        # (and the rank is the status's: `rank` in /api/status, not in the contract)
+        doc["crash"] = {k: v for k, v in doc["crash"].items()
+                        if k not in ("at", "log_time", "rank")}
     return doc
 
 

@@ -10,7 +10,7 @@ from ...errors import ConfigError, ErrorCollector
 from ...units import parse_duration
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
-KINDS = ("crashed", "stalled", "slow", "ready", "restarted", "phase")
+KINDS = ("crashed", "stalled", "slow", "unreachable", "ready", "restarted", "phase")
 SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
              "timeout", "max_attempts", "max_age")
 

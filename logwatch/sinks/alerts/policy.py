@@ -10,6 +10,9 @@ outbox, which sends each mark once.
 * `stalled` on `Stalled`; `slow` when a startup overran the typical startup by the target's
   `slow_factor`; `ready` resolves `stalled` / `slow`, and `crashed` of earlier startups; a
   new startup (`Restarted`) resolves `stalled` / `slow` of the ones before.
+* `unreachable` when the log says ready and the probe of the server's endpoint has failed for
+  `fail_after` (keyed on the startup and the outage), resolved when it answers again, by a
+  crash or by a new startup.
 * `restarted` and `phase` for the sinks that ask for them.
 """
 
@@ -27,6 +30,14 @@ from .model import FIRING, Alert
 
 SLOW_FACTOR = 1.5
 SLOW_MIN_SECONDS = 120.0
+
+
+def _still_answers(v: TargetView) -> str:
+    """A crash while the server's endpoint still answers: say so (health checks lie)."""
+    p = v.probe
+    if not p or not p.get("up"):
+        return ""
+    return f"the endpoint still answers {p.get('status')}"
 
 
 def alert_key(target: str, startup: str | None, kind: str, extra: str = "") -> str:
@@ -71,14 +82,18 @@ class AlertPolicy:
                 c = ev.crash
                 after = f" after {fmt_duration(ev.elapsed)}" if ev.elapsed else ""
                 held = (v.gpu or {}).get("preflight") or ""
-                out.append(Resolve(v.name, ("stalled", "slow"), "crashed", only=ev.startup,
-                                   drop_undelivered=True))
+                answers = _still_answers(v)
+                out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
+                                   only=ev.startup, drop_undelivered=True))
+                notes = [n for n in (f"{c.rank} first" if c.rank else "", held, answers) if n]
                 out.append(self._alert(v, "crashed", ev.startup,
                                        f"crashed during {c.during}{after}: {c.reason}"
-                                       + (f" ({held})" if held else ""),
+                                       + (f" ({'; '.join(notes)})" if notes else ""),
                                        {"reason": c.reason, "during": c.during, "line": c.line,
                                         "line_number": c.line_number, "elapsed": ev.elapsed,
                                         "excerpt": list(c.excerpt),
+                                        **({"rank": c.rank} if c.rank else {}),
+                                        **({"endpoint": answers} if answers else {}),
                                         **({"gpu_preflight": held} if held else {})}, ev.epoch))
             elif isinstance(ev, Ready):
                 durations = {k: d for k, d in ev.durations.items() if k != READY}
@@ -93,7 +108,8 @@ class AlertPolicy:
                 out.append(Resolve(v.name, ("stalled", "slow"), "ready"))
                 out.append(Resolve(v.name, ("crashed",), "ready again", exclude=ev.startup))
             elif isinstance(ev, Restarted):
-                out.append(Resolve(v.name, ("stalled", "slow"), "restarted", exclude=ev.startup))
+                out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "restarted",
+                                   exclude=ev.startup))
                 out.append(self._alert(v, "restarted", ev.startup,
                                        f"restarted (startup #{ev.epoch})", {"line": ev.line},
                                        ev.epoch))
@@ -102,15 +118,42 @@ class AlertPolicy:
                 out.append(self._alert(v, "stalled", ev.startup,
                                        f"stalled in {ev.phase}: no new line for "
                                        f"{fmt_duration(ev.silent_for)}"
+                                       + (f"; {v.rank_lag}" if v.rank_lag else "")
                                        + (f"; {gpu}" if gpu else ""),
                                        {"phase": ev.phase, "silent_for": ev.silent_for,
                                         "stall_after": ev.budget,
+                                        **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
                                         **({"gpu": gpu} if gpu else {})}, ev.epoch))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
                                        {"phase": ev.new, "previous": ev.old}, ev.epoch,
                                        extra=ev.new))
         return out
+
+    def probe(self, v: TargetView) -> list[Decision]:
+        """After a probe of the server: `unreachable` once the log says ready and the probe
+        has failed for `fail_after` (since ready, if it failed before); resolved once it
+        answers (a crash or a new startup resolves it too, see `observe`)."""
+        p = v.probe
+        if not p or p.get("up") is None:
+            return []
+        if p["up"]:
+            return [Resolve(v.name, ("unreachable",), "answering again")]
+        since = p.get("failing_since")
+        if v.phase != READY or since is None or v.historic:
+            return []
+        ready_at = v.phase_entered_at or since
+        down_for = v.now - max(since, ready_at)
+        if down_for < float(p.get("fail_after") or 0.0):
+            return []
+        never = not p.get("ok_at") or p.get("ok_startup") != v.startup_id
+        what = "ready in log, never answered" if never else "not answering"
+        return [self._alert(v, "unreachable", v.startup_id,
+                            f"{what} for {fmt_duration(down_for)}: {p.get('status')} "
+                            f"({p.get('url')})",
+                            {"url": p.get("url"), "status": p.get("status"),
+                             "down_for": down_for, "never_answered": never},
+                            v.epoch, extra=str(p.get("outage") or 0))]
 
     def slow(self, v: TargetView, slow_factor: float) -> Alert | None:
         """A startup that has taken `slow_factor` times the typical one (and 2 min at least)."""

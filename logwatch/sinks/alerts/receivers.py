@@ -181,7 +181,8 @@ class WebhookSink(Sink):
 
 ALERTNAMES = {"crashed": "LogwatchCrashed", "stalled": "LogwatchStalled",
               "slow": "LogwatchSlowStartup", "ready": "LogwatchReady",
-              "restarted": "LogwatchRestarted", "phase": "LogwatchPhase"}
+              "restarted": "LogwatchRestarted", "phase": "LogwatchPhase",
+              "unreachable": "LogwatchUnreachable"}
 
 
 def am_labels(alert: Alert) -> dict[str, str]:

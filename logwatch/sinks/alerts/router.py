@@ -117,6 +117,10 @@ class AlertRouter:
     def observe(self, view: TargetView, events: list[Event]) -> None:
         self._apply(self.policy.observe(view, events))
 
+    def observe_probe(self, view: TargetView) -> None:
+        """A probe of the target's server answered (or did not): `unreachable` decisions."""
+        self._apply(self.policy.probe(view))
+
     def tick(self, views: list[TargetView], slow_factor: dict[str, float]) -> None:
         for v in views:
             alert = self.policy.slow(v, slow_factor.get(v.name, SLOW_FACTOR))

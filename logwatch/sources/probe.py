@@ -1,0 +1,395 @@
+"""The server's own HTTP endpoint, probed where the log is.
+
+A log that says "ready" is not a server that answers: SGLang's `/health` kept answering for
+an hour after its scheduler died, `/v1/models` answers before warmup ends.  So the target's
+server is asked directly, every `interval`, on the paths its pack names (`probe: paths:` in
+rules/*.yaml), at the address its log printed (`Uvicorn running on http://0.0.0.0:30000`,
+`Starting vLLM server on http://...`, or `host` / `port` of its arguments).
+
+For an ssh:// target the request goes through the target's own SSH connection (an asyncssh
+direct-tcpip channel to that host:port, as seen from the node): no route from the watcher
+to the server's port is needed, and a port bound to 127.0.0.1 on the node is reachable.  A
+local target is probed directly.  The HTTP is one `GET` with `Connection: close`; only the
+status line is read (bounded), so a hostile or stuck endpoint costs one timeout.
+
+Pure parts (`parse_probe_config`, `endpoint_of`, `status_of`) are tested without I/O;
+`Prober` is the asyncio edge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Mapping
+from urllib.parse import urlsplit
+
+from ..units import parse_duration
+
+STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
+_TRUE = {"true", "on", "yes", "auto"}
+_FALSE = {"false", "off", "no", "none"}
+_KEYS = ("url", "interval", "timeout", "fail_after")
+WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]", "*"}
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    """A target's `probe:`: `auto` (default: the address the log names, the pack's paths),
+    `false`, or a mapping {url, interval, timeout, fail_after}.  `url` (http://host:port/path,
+    as seen from the node) replaces what the log says; its path is the one path probed."""
+
+    mode: str = "auto"            # auto | off
+    url: str | None = None
+    interval: float = 10.0
+    timeout: float = 5.0
+    fail_after: float = 30.0      # the log says ready and the probe failed this long: alert
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "url": self.url, "interval": self.interval,
+                "timeout": self.timeout, "fail_after": self.fail_after}
+
+
+def parse_probe_config(value: Any, *, where: str = "probe") -> ProbeConfig:
+    """A target's `probe:` value -> ProbeConfig; ValueError("KEY: message") when it is wrong."""
+    if value is None or value is True:
+        return ProbeConfig()
+    if value is False:
+        return ProbeConfig(mode="off")
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in _TRUE:
+            return ProbeConfig()
+        if v in _FALSE:
+            return ProbeConfig(mode="off")
+        raise ValueError(f"{where}: expected auto, false, or a mapping "
+                         f"{{url, interval: 10s, timeout: 5s, fail_after: 30s}}; got {value!r}")
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected auto, false, or a mapping "
+                         f"{{url, interval, timeout, fail_after}}; got {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in _KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} (expected {', '.join(_KEYS)})")
+    url = value.get("url")
+    if url is not None:
+        if not isinstance(url, str) or endpoint_of(url) is None:
+            raise ValueError(f"{where}.url: expected http://HOST:PORT/PATH (the address as "
+                             f"seen from the node), got {url!r}")
+    durations: dict[str, float] = {}
+    for key, default, low in (("interval", 10.0, 0.2), ("timeout", 5.0, 0.1),
+                              ("fail_after", 30.0, 0.0)):
+        raw = value.get(key)
+        if raw is None:
+            durations[key] = default
+            continue
+        try:
+            d = parse_duration(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}.{key}: not a duration: {raw!r} (use e.g. 10s)") from None
+        if d < low:
+            raise ValueError(f"{where}.{key}: at least {low:g}s")
+        durations[key] = d
+    return ProbeConfig(url=url, **durations)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where to connect (as seen from the node) and the path to ask."""
+
+    host: str
+    port: int
+    path: str = ""
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def _connect_host(host: str) -> str:
+    """A server listening on every address answers on loopback."""
+    host = host.strip()
+    if host in WILDCARD_HOSTS:
+        return "127.0.0.1"
+    return host.strip("[]")
+
+
+_HOSTPORT = re.compile(r"^\[?(?P<host>[^\[\]\s/]*?)\]?:(?P<port>\d{1,5})$")
+
+
+def endpoint_of(url: str) -> Endpoint | None:
+    """`http://0.0.0.0:8000`, `https://[::]:30000/x`, `0.0.0.0:30000` -> an Endpoint (None for
+    unix sockets and what is not an address)."""
+    url = url.strip().rstrip(".,)")
+    if not url or url.startswith("unix:"):
+        return None
+    if "://" not in url:
+        m = _HOSTPORT.match(url)
+        if m is None:
+            return None
+        port = int(m.group("port"))
+        return Endpoint(_connect_host(m.group("host")), port) if 0 < port < 65536 else None
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https"):
+        return None
+    if port is None:
+        port = 443 if parts.scheme == "https" else 80
+    host = parts.hostname or ""
+    return Endpoint(_connect_host(host), port, parts.path if parts.path not in ("", "/") else "")
+
+
+def endpoint_from_args(args: Mapping[str, Any]) -> Endpoint | None:
+    """The server's `host` / `port` arguments (SGLang's server_args, vLLM's args)."""
+    port = args.get("port")
+    try:
+        port = int(port) if port is not None and not isinstance(port, bool) else None
+    except (TypeError, ValueError):
+        return None
+    if port is None or not 0 < port < 65536:
+        return None
+    host = args.get("host")
+    return Endpoint(_connect_host(host if isinstance(host, str) else ""), port)
+
+
+def status_of(head: bytes) -> int | None:
+    """The status code of an HTTP/1.x answer's first line (`HTTP/1.1 200 OK` -> 200)."""
+    m = re.match(rb"HTTP/\d(?:\.\d)? (\d{3})\b", head)
+    return int(m.group(1)) if m else None
+
+
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter] | tuple[Any, Any]
+Connect = Callable[[str, int], Awaitable[Streams]]
+
+
+class ProbeUnavailable(Exception):
+    """The probe could not be made (the SSH connection to the node is down): neither up nor
+    down, and no alert."""
+
+
+async def http_get(connect: Connect, ep: Endpoint, path: str, timeout: float) -> int:
+    """One GET; the status code.  Raises OSError-like errors when the port refuses."""
+    async def go() -> int:
+        reader, writer = await connect(ep.host, ep.port)
+        try:
+            host = ep.address
+            writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: logwatch-probe\r\n"
+                         f"Accept: */*\r\nConnection: close\r\n\r\n".encode())
+            head = b""
+            while b"\n" not in head and len(head) < STATUS_LINE_MAX:
+                chunk = await reader.read(STATUS_LINE_MAX - len(head))
+                if not chunk:
+                    break
+                head += chunk if isinstance(chunk, bytes) else chunk.encode("latin-1")
+            code = status_of(head)
+            if code is None:
+                raise ConnectionError(f"not an HTTP answer: {head[:60]!r}")
+            return code
+        finally:
+            try:
+                writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+    return await asyncio.wait_for(go(), timeout)
+
+
+@dataclass
+class ProbeState:
+    """What the probes said, as the view, the metrics and the alerts read it."""
+
+    url: str = ""                      # what was probed last (host:port + paths)
+    up: bool | None = None             # None: not probed yet, no address, or unavailable
+    status: str = ""                   # "200 /health, 200 /v1/models" / "connection refused"
+    duration: float | None = None      # seconds the last probe took (all its paths)
+    last_at: float | None = None
+    ok_at: float | None = None         # the last success
+    ok_startup: str | None = None      # the startup the last success belongs to
+    failing_since: float | None = None
+    outage: int = 0                    # failure streaks so far (keys the unreachable alert)
+    probes: int = 0
+    note: str = ""                     # why there is no probe (no address in the log yet ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "up": self.up, "status": self.status,
+                "duration": self.duration, "last_at": self.last_at, "ok_at": self.ok_at,
+                "ok_startup": self.ok_startup, "failing_since": self.failing_since,
+                "outage": self.outage, "probes": self.probes, "note": self.note}
+
+
+@dataclass
+class ProbePlan:
+    """What the target's log says to probe now (the runner builds it)."""
+
+    endpoint: Endpoint | None
+    paths: tuple[str, ...]
+    startup: str | None = None
+
+
+class Prober:
+    """Probes one target's server every `cfg.interval`; calls `on_result` after each probe."""
+
+    def __init__(self, cfg: ProbeConfig, connect: Connect, plan: Callable[[], ProbePlan],
+                 on_result: Callable[["Prober"], None] | None = None) -> None:
+        self.cfg = cfg
+        self.connect = connect
+        self.plan = plan
+        self.on_result = on_result or (lambda p: None)
+        self.state = ProbeState(note="waiting for the server's address in the log")
+        self.task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(self._run(), name="probe")
+
+    def poke(self) -> None:
+        """Probe now (the log just named the address, or said ready)."""
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop probing.  The flag, not only the cancellation, ends the loop: Python 3.11's
+        `wait_for` can swallow a cancel that meets a wake-up, and stop must not hang."""
+        self._stopped = True
+        self._wake.set()
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=self.cfg.timeout + 1.0)
+
+    async def _run(self) -> None:
+        while not self._stopped:
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.cfg.interval)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+            if self._stopped:
+                return
+            plan = self.plan()
+            if plan.endpoint is None:
+                continue
+            await self.probe_once(plan)
+            self.on_result(self)
+
+    async def probe_once(self, plan: ProbePlan) -> ProbeState:
+        st = self.state
+        assert plan.endpoint is not None
+        ep = plan.endpoint
+        paths = (ep.path,) if ep.path else (plan.paths or ("/health",))
+        st.url = f"http://{ep.address}" + ("" if len(paths) > 1 else paths[0])
+        st.note = ""
+        now = time.time()
+        t0 = time.monotonic()
+        codes: list[str] = []
+        ok: bool | None = True
+        for path in paths:
+            left = max(self.cfg.timeout - (time.monotonic() - t0), 0.05)
+            try:
+                code = await http_get(self.connect, ep, path, left)
+            except ProbeUnavailable as e:
+                ok, codes = None, [str(e)]
+                break
+            except asyncio.TimeoutError:
+                ok = False
+                codes.append(f"no answer in {self.cfg.timeout:g}s on {path}")
+                break
+            except (OSError, ConnectionError, EOFError) as e:
+                ok = False
+                codes.append(_short_error(e) + f" ({ep.address})")
+                break
+            except Exception as e:  # noqa: BLE001 - asyncssh channel errors and the like
+                ok = False
+                codes.append(_short_error(e) + f" ({ep.address})")
+                break
+            codes.append(f"{code} {path}")
+            if not 200 <= code < 300:
+                ok = False
+        st.duration = time.monotonic() - t0
+        st.last_at = now
+        st.status = ", ".join(codes)
+        st.probes += 1
+        if ok is None:
+            st.up = None
+            return st
+        if ok:
+            st.ok_at, st.ok_startup = now, plan.startup
+            st.failing_since = None
+        elif st.failing_since is None:
+            st.failing_since = now
+            st.outage += 1
+        st.up = ok
+        return st
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.state.to_dict(), "interval": self.cfg.interval,
+                "fail_after": self.cfg.fail_after}
+
+
+def _short_error(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if isinstance(e, ConnectionRefusedError) or "refused" in text.lower():
+        return "connection refused"
+    return text.splitlines()[0][:120]
+
+
+def local_connect() -> Connect:
+    async def connect(host: str, port: int) -> Streams:
+        return await asyncio.open_connection(host, port)
+    return connect
+
+
+def ssh_connect(pool: Any, target: Any, opts: Any) -> Connect:
+    """Through the target's own SSH connection: a direct-tcpip channel to host:port on the
+    node (the pool's shared connection; a broken one makes the probe unavailable)."""
+    async def connect(host: str, port: int) -> Streams:
+        try:
+            conn, _ = await pool.get(target, opts)
+        except Exception as e:  # noqa: BLE001 - the log's source reports SSH trouble
+            raise ProbeUnavailable(f"no SSH connection to {target.host}: {_short_error(e)}") \
+                from None
+        return await conn.open_connection(host, port)
+    return connect
+
+
+@dataclass
+class ProbeSummary:
+    """The probe's verdict beside the log's, for the view and the page."""
+
+    text: str
+    ready_not_answering: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def probe_verdict(probe: Mapping[str, Any] | None, phase: str, startup: str | None,
+                  now: float) -> ProbeSummary | None:
+    """One line: "answering (200 /health, 200 /v1/models, 12 ms)", "not answering for 45s:
+    connection refused", "ready in log, not answering" (the log says ready and no probe of
+    this startup has succeeded)."""
+    if not probe:
+        return None
+    up = probe.get("up")
+    if up is None:
+        return ProbeSummary(probe.get("note") or probe.get("status") or "not probed yet")
+    ms = f", {probe['duration'] * 1000:.0f} ms" if probe.get("duration") is not None else ""
+    if up:
+        return ProbeSummary(f"answering ({probe.get('status')}{ms})")
+    since = probe.get("failing_since")
+    lasting = f" for {_fmt_s(now - since)}" if since else ""
+    never = phase == "ready" and (probe.get("ok_startup") != startup or not probe.get("ok_at"))
+    if never:
+        return ProbeSummary(f"ready in log, not answering{lasting}: {probe.get('status')}",
+                            ready_not_answering=True)
+    return ProbeSummary(f"not answering{lasting}: {probe.get('status')}")
+
+
+def _fmt_s(seconds: float) -> str:
+    from ..units import fmt_duration
+    return fmt_duration(max(seconds, 0.0))

@@ -1,0 +1,313 @@
+"""Probing the server's own endpoint (sources/probe.py, issue 16).
+
+Pure parts (config, the address from the log, the status line, the verdict text), the prober
+against real local HTTP servers (up, 503, refused, hung, not HTTP), and the daemon over a real
+sshd: the log of an SSH target says ready on port P, a real HTTP server listens on
+127.0.0.1:P on the node, and the probe goes through the target's own SSH connection
+(direct-tcpip).  When the server stops answering, `logwatch_probe_up` drops to 0 and one
+`unreachable` alert is delivered; when it answers again, the alert is resolved.  A crash while
+the endpoint still answers says so in the crash alert; a log that says ready while nothing
+ever answered is "ready in log, not answering" in /api/status and on the page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from alertlib import Got, Receiver
+from daemonutil import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from logwatch.sources.probe import (
+    Endpoint, ProbeConfig, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect,
+    parse_probe_config, probe_verdict, status_of,
+)
+from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+# -- pure parts -------------------------------------------------------------------------------
+
+
+def test_probe_config_values() -> None:
+    assert parse_probe_config(None) == ProbeConfig()
+    assert parse_probe_config("auto").enabled and not parse_probe_config(False).enabled
+    assert not parse_probe_config("off").enabled
+    c = parse_probe_config({"url": "http://127.0.0.1:8000/health", "interval": "2s",
+                            "timeout": "1s", "fail_after": "20s"})
+    assert (c.url, c.interval, c.timeout, c.fail_after) == \
+        ("http://127.0.0.1:8000/health", 2.0, 1.0, 20.0)
+
+
+@pytest.mark.parametrize("value,message", [
+    ({"urll": "x"}, "probe: unknown key urll (expected url, interval, timeout, fail_after)"),
+    ({"url": "ftp://x"}, "probe.url: expected http://HOST:PORT/PATH"),
+    ({"interval": "soon"}, "probe.interval: not a duration: 'soon'"),
+    ({"interval": "10ms"}, "probe.interval: at least 0.2s"),
+    ("maybe", "probe: expected auto, false, or a mapping"),
+    (7, "probe: expected auto, false, or a mapping {url, interval, timeout, fail_after}; got int"),
+])
+def test_probe_config_errors_name_the_key(value: Any, message: str) -> None:
+    with pytest.raises(ValueError) as e:
+        parse_probe_config(value)
+    assert str(e.value).startswith(message), str(e.value)
+
+
+@pytest.mark.parametrize("url,want", [
+    ("http://0.0.0.0:30000", Endpoint("127.0.0.1", 30000)),
+    ("http://127.0.0.1:30000", Endpoint("127.0.0.1", 30000)),
+    ("https://[::]:8000/v1", Endpoint("127.0.0.1", 8000, "/v1")),
+    ("http://[::1]:8000", Endpoint("::1", 8000)),
+    ("http://10.1.2.3:8000/", Endpoint("10.1.2.3", 8000)),
+    ("0.0.0.0:30000", Endpoint("127.0.0.1", 30000)),
+    ("gpu-node-1:30000", Endpoint("gpu-node-1", 30000)),
+    ("http://0.0.0.0:8000.", Endpoint("127.0.0.1", 8000)),
+    ("unix:/tmp/vllm.sock", None),
+    ("http://host:99999", None),
+    ("not an address", None),
+])
+def test_endpoint_of(url: str, want: Endpoint | None) -> None:
+    assert endpoint_of(url) == want
+
+
+def test_endpoint_from_the_server_arguments() -> None:
+    assert endpoint_from_args({"host": "0.0.0.0", "port": 30000}) == Endpoint("127.0.0.1", 30000)
+    assert endpoint_from_args({"host": None, "port": "8000"}) == Endpoint("127.0.0.1", 8000)
+    assert endpoint_from_args({"host": "10.0.0.5", "port": 8000}) == Endpoint("10.0.0.5", 8000)
+    assert endpoint_from_args({"port": True}) is None
+    assert endpoint_from_args({"host": "x"}) is None
+
+
+def test_status_line() -> None:
+    assert status_of(b"HTTP/1.1 200 OK\r\n") == 200
+    assert status_of(b"HTTP/1.0 503 Service Unavailable\r\n") == 503
+    assert status_of(b"SSH-2.0-OpenSSH_9.6\r\n") is None
+    assert status_of(b"") is None
+
+
+def test_verdict_texts() -> None:
+    up = {"up": True, "status": "200 /health, 200 /v1/models", "duration": 0.012}
+    assert probe_verdict(up, "ready", "s1", 0.0).text == \
+        "answering (200 /health, 200 /v1/models, 12 ms)"
+    down = {"up": False, "status": "connection refused (127.0.0.1:30000)",
+            "failing_since": 100.0, "ok_at": None, "ok_startup": None}
+    v = probe_verdict(down, "ready", "s1", 145.0)
+    assert v.ready_not_answering and v.text.startswith("ready in log, not answering for 45")
+    again = {**down, "ok_at": 90.0, "ok_startup": "s1"}
+    v = probe_verdict(again, "ready", "s1", 145.0)
+    assert not v.ready_not_answering and v.text.startswith("not answering for 45")
+    assert probe_verdict(down, "loading_shards", "s1", 145.0).text.startswith("not answering")
+    assert probe_verdict({"up": None, "note": "no address"}, "launching", None, 0).text == \
+        "no address"
+    assert probe_verdict(None, "ready", None, 0.0) is None
+
+
+# -- the prober against real HTTP servers -------------------------------------------------------
+
+def _probe(port: int, paths: tuple[str, ...] = ("/health", "/v1/models"),
+           timeout: float = 2.0) -> Any:
+    prober = Prober(ProbeConfig(timeout=timeout), local_connect(), lambda: ProbePlan(None, ()))
+    plan = ProbePlan(Endpoint("127.0.0.1", port), paths, "s1")
+    return asyncio.run(prober.probe_once(plan))
+
+
+def test_probe_up_down_refused_hung_and_not_http() -> None:
+    answers = {"/health": 200, "/v1/models": 200}
+
+    def respond(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        return answers.get(got.path, 404), {}, b"{}"
+
+    rx = Receiver(respond).start()
+    try:
+        st = _probe(rx.port)
+        assert st.up is True and st.status == "200 /health, 200 /v1/models", st
+        assert st.ok_startup == "s1" and st.failing_since is None and st.duration is not None
+        assert [g.path for g in rx.requests()] == ["/health", "/v1/models"]
+        assert all(g.method == "GET" for g in rx.requests())
+        answers["/v1/models"] = 503          # the model is not served (yet)
+        st = _probe(rx.port)
+        assert st.up is False and st.status == "200 /health, 503 /v1/models", st
+    finally:
+        rx.close()
+    port = free_port()                       # nothing listens: refused
+    st = _probe(port)
+    assert st.up is False and st.status.startswith("connection refused"), st
+    # a port that accepts and never answers: one timeout, not a hang
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    try:
+        t0 = time.monotonic()
+        st = _probe(srv.getsockname()[1], timeout=0.5)
+        assert st.up is False and "no answer in 0.5s" in st.status, st
+        assert time.monotonic() - t0 < 5
+    finally:
+        srv.close()
+    # something that is not HTTP (an SSH banner): down, with what it said
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def banner() -> None:
+        conn, _ = srv.accept()
+        conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+        conn.close()
+
+    th = threading.Thread(target=banner, daemon=True)
+    th.start()
+    try:
+        st = _probe(srv.getsockname()[1], paths=("/health",))
+        assert st.up is False and "not an HTTP answer" in st.status, st
+    finally:
+        th.join(5)
+        srv.close()
+
+
+# -- the daemon, over a real sshd ----------------------------------------------------------------
+
+def _serve(port: int) -> Receiver:
+    """The inference server's HTTP side on 127.0.0.1:`port`: 200 on every path."""
+    return Receiver(port=port).start()
+
+
+def test_probe_over_ssh_unreachable_once_then_resolved(sshd_server: SSHServer,  # noqa: F811
+                                                        tmp_path: Path, daemons: Any) -> None:
+    server = sshd_server
+    app_port = free_port()
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
+    hook = Receiver().start()
+    http = _serve(app_port)
+    port = free_port()
+    ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)]}
+    probe = {"interval": "1s", "timeout": "2s", "fail_after": "3s"}
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node1", server.url(log), ssh=ssh, gpu=False, probe=probe),
+    ], alerts=[{"type": "webhook", "name": "hook", "url": hook.url(),
+                "on": ["unreachable", "crashed"]}])
+    d = daemons(cfg, port).start()
+    try:
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=30, target="node1")
+        t = d.target("node1")
+        assert t is not None and t["phase"] == "ready" and t["status"] == "ready"
+        assert t["probe"]["verdict"].startswith("answering (200 /health, 200 /v1/models")
+        assert t["probe"]["url"] == f"http://127.0.0.1:{app_port}"
+        assert {g.path for g in http.requests()} >= {"/health", "/v1/models"}
+        assert d.metric("logwatch_probe_duration_seconds", target="node1") is not None
+        # the server stops answering: probe_up 0 within 20 s, one `unreachable`
+        http.close()
+        stopped = time.monotonic()
+        d.wait_metric("logwatch_probe_up", 0.0, timeout=20, target="node1")
+        assert time.monotonic() - stopped < 20
+        fired = hook.wait(lambda g: g.json["kind"] == "unreachable" and
+                          g.json["status"] == "firing", timeout=30, what="unreachable")
+        body = fired[0].json
+        assert body["target"] == "node1" and "not answering for" in body["summary"], body
+        assert "connection refused" in body["summary"], body
+        hook.assert_quiet(4.0, lambda g: g.json["kind"] == "unreachable",
+                          what="a second unreachable alert")
+        assert len(hook.requests(lambda g: g.json["kind"] == "unreachable")) == 1
+        t = d.target("node1")
+        assert t is not None and t["probe"]["verdict"].startswith("not answering for"), t["probe"]
+        # it answers again: resolved, once
+        http = _serve(app_port)
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=20, target="node1")
+        hook.wait(lambda g: g.json["kind"] == "unreachable" and g.json["status"] == "resolved",
+                  timeout=20, what="resolved")
+        hook.assert_quiet(3.0, lambda g: g.json["kind"] == "unreachable" and
+                          g.json["status"] == "resolved", what="a second resolution")
+        assert [g.json["status"] for g in hook.requests(
+            lambda g: g.json["kind"] == "unreachable")] == ["firing", "resolved"]
+    finally:
+        http.close()
+        hook.close()
+
+
+def test_crash_while_the_endpoint_answers_and_ready_but_never_answering(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """Local targets are probed directly.  `liar`: its log crashes while its /health still
+    answers 200 (SGLang's known lie): the crash alert says so.  `deaf`: its log says ready
+    and nothing listens on its port: /api/status, the page and the header count say
+    "unreachable" ("ready in log, not answering"), never "ready"."""
+    liar_port, deaf_port = free_port(), free_port()
+    liar = tmp_path / "liar.log"
+    deaf = tmp_path / "deaf.log"
+    liar.write_text("".join(sim_texts(seed=4, port=liar_port)), encoding="utf-8")
+    deaf.write_text("".join(sim_texts(seed=5, port=deaf_port)), encoding="utf-8")
+    http = _serve(liar_port)
+    hook = Receiver().start()
+    port = free_port()
+    probe = {"interval": "500ms", "timeout": "2s", "fail_after": "2s"}
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("liar", str(liar), gpu=False, probe=probe),
+        target_cfg("deaf", str(deaf), gpu=False, probe=probe),
+    ], alerts=[{"type": "webhook", "name": "hook", "url": hook.url(),
+                "on": ["unreachable", "crashed"]}])
+    d = daemons(cfg, port).start()
+    try:
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=30, target="liar")
+        d.wait_metric("logwatch_probe_up", 0.0, timeout=30, target="deaf")
+        t = d.wait_target("deaf", lambda t: t["status"] == "unreachable", "deaf unreachable")
+        assert t["phase"] == "ready" and t["probe"]["ready_not_answering"] is True
+        assert t["probe"]["verdict"].startswith("ready in log, not answering"), t["probe"]
+        got = hook.wait(lambda g: g.json["kind"] == "unreachable" and g.json["target"] == "deaf",
+                        timeout=20, what="deaf unreachable")
+        assert "ready in log, never answered" in got[0].json["summary"], got[0].json
+        # the liar crashes (a new startup that dies in graph capture) while /health answers
+        with open(liar, "a", encoding="utf-8") as f:
+            f.write("".join(sim_texts(seed=6, port=liar_port, crash="oom", start=2e9)))
+        got = hook.wait(lambda g: g.json["kind"] == "crashed" and g.json["target"] == "liar",
+                        timeout=30, what="liar crashed")
+        body = got[0].json
+        assert "the endpoint still answers 200 /health" in body["summary"], body
+        assert body["details"]["endpoint"].startswith("the endpoint still answers 200"), body
+        # the page: the deaf target is not "ready", the header counts it as unreachable
+        from playwright.sync_api import expect, sync_playwright
+        from test_page import CHROME_ARGS, CHROMIUM
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            expect(page.locator("section[data-target='deaf'] .phase")).to_have_text(
+                "ready in log, not answering", timeout=15_000)
+            expect(page.locator("section[data-target='deaf'] .probe")).to_contain_text(
+                "endpoint: ready in log, not answering")
+            expect(page.locator("#count-unreachable")).to_have_attribute("data-n", "1")
+            expect(page.locator("section[data-target='liar'] .probe")).to_contain_text(
+                "endpoint: answering (200 /health")
+            page.screenshot(path=str(tmp_path / "probe-page.png"), full_page=True)
+            browser.close()
+    finally:
+        http.close()
+        hook.close()
+
+
+def test_probe_off_and_no_series(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=7, port=free_port())), encoding="utf-8")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("quiet", str(log), gpu=False, probe=False),
+    ])
+    d = daemons(cfg, port).start()
+    d.wait_target("quiet", lambda t: t["phase"] == "ready", "ready")
+    assert d.target("quiet")["probe"] is None  # type: ignore[index]
+    assert "logwatch_probe_up{" not in d.metrics_text()
+
+
+def test_a_bad_probe_config_names_the_file_and_key(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    from conftest import ROOT
+    cfg = write_config(tmp_path / "logwatch.yaml", free_port(), tmp_path / "state", [
+        target_cfg("a", str(tmp_path / "a.log"), probe={"interval": "soon"}),
+        target_cfg("b", str(tmp_path / "b.log"), probe={"url": "ftp://x"}),
+    ])
+    res = subprocess.run([sys.executable, "-m", "logwatch", "run", "-c", str(cfg), "--check"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert "targets[0].probe.interval: not a duration: 'soon'" in res.stderr, res.stderr
+    assert "targets[1].probe.url: expected http://HOST:PORT/PATH" in res.stderr, res.stderr

@@ -1,0 +1,132 @@
+"""Ranks (issue 16): how far each rank got, the rank that stays behind, the rank that crashed
+first.
+
+The log: a genlog SGLang startup with 8 TP ranks, cut after graph capture, where TP5 never
+prints its `Capture cuda graph end.` (the other 7 do).  The view, the watch display, the
+stalled alert and `watch` itself name TP5; a log where every rank finished names nobody; a
+crash names the rank whose line crashed first (real fixtures, SGLang and vLLM).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from logwatch.machine import RankProgress, Stalled, rank_lag
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import load_pack
+from logwatch.sinks.alerts.policy import AlertPolicy
+from logwatch.sinks.display import summary_block
+from logwatch.view import pipeline_view
+
+END = b"Capture cuda graph end"
+
+
+def tp8_log(drop_rank: str | None = "TP5") -> bytes:
+    """The 8-rank startup up to the last rank's capture end; `drop_rank`'s end line removed."""
+    raw = subprocess.run([sys.executable, str(ROOT / "bench" / "genlog.py"), "--lines", "400",
+                          "--seed", "3", "--tp", "8"], capture_output=True, check=True).stdout
+    lines = raw.split(b"\n")
+    last = max(i for i, ln in enumerate(lines) if END in ln)
+    keep = [ln for ln in lines[: last + 1]
+            if not (drop_rank and f"{drop_rank}] ".encode() + END in ln)]
+    assert sum(END in ln for ln in keep) == (7 if drop_rank else 8)
+    return b"\n".join(keep) + b"\n"
+
+
+def pipe_of(data: bytes, pack: str = "sglang") -> LogPipeline:
+    pipe = LogPipeline(load_pack(pack))
+    pipe.feed(data, 1000.0)
+    return pipe
+
+
+def test_the_rank_that_never_finishes_graph_capture_is_named() -> None:
+    pipe = pipe_of(tp8_log())
+    assert pipe.state.phase == "cuda_graph"
+    assert pipeline_view("x", pipe, now=1000.0).rank_lag == ""   # the others just finished
+    assert pipeline_view("x", pipe, now=1030.0).rank_lag == ""   # 30 s: not yet
+    view = pipeline_view("x", pipe, now=1240.0)
+    assert view.rank_lag == "TP5 still in cuda_graph 4m00s after the other 7 ranks finished it"
+    assert set(view.ranks) == {f"TP{k}" for k in range(8)}
+    assert view.ranks["TP5"] == {"phase": "cuda_graph", "finished": False,
+                                 "at": view.ranks["TP5"]["at"]}
+    assert all(view.ranks[f"TP{k}"]["finished"] for k in range(8) if k != 5)
+    assert view.to_json()["rank_lag"] == view.rank_lag
+    # the watch display's summary and the stalled alert name it
+    assert f"ranks: {view.rank_lag}" in summary_block(view)
+    decisions = AlertPolicy().observe(view, [Stalled(view.epoch, "cuda_graph", 900.0,
+                                                     view.startup_id, 900.0)])
+    alert = next(d for d in decisions if getattr(d, "kind", "") == "stalled")
+    assert alert.summary == ("stalled in cuda_graph: no new line for 15m00s; "
+                             "TP5 still in cuda_graph 4m00s after the other 7 ranks finished it")
+    assert alert.details["ranks_behind"] == view.rank_lag
+
+
+def test_ranks_that_all_finished_name_nobody() -> None:
+    pipe = pipe_of(tp8_log(drop_rank=None))
+    assert pipeline_view("x", pipe, now=5000.0).rank_lag == ""
+
+
+def test_rank_lag_pure() -> None:
+    idx = load_pack("sglang").phase_index
+
+    def rp(phase: str, finished: bool, at: float, *adv: tuple[int, bool, float]) -> RankProgress:
+        return RankProgress(phase, finished, at, at, list(adv) or [(idx(phase), finished, at)])
+
+    g = idx("cuda_graph")
+    ranks = {"TP0": rp("cuda_graph", True, 50.0, (g, False, 10.0), (g, True, 50.0)),
+             "TP1": rp("cuda_graph", True, 60.0, (g, False, 10.0), (g, True, 60.0)),
+             "TP2": rp("cuda_graph", False, 10.0)}
+    assert rank_lag(ranks, idx, 100.0) is None            # 40 s since the last one passed
+    lag = rank_lag(ranks, idx, 130.0)
+    assert lag is not None and lag.ranks == ("TP2",) and lag.others == 2
+    assert round(lag.for_seconds) == 70
+    # everyone at the same place: nobody behind; one rank alone: nothing to compare with
+    assert rank_lag({k: rp("cuda_graph", False, 10.0) for k in ("TP0", "TP1")}, idx, 999) is None
+    assert rank_lag({"TP0": rp("launching", False, 0.0)}, idx, 999) is None
+    # two ranks behind: both named, the others counted
+    ranks["TP3"] = rp("cuda_graph", False, 10.0)
+    lag = rank_lag(ranks, idx, 130.0)
+    assert lag is not None and lag.ranks == ("TP2", "TP3") and lag.others == 2
+    assert lag.text.startswith("TP2, TP3 still in cuda_graph 1m10s after the other 2 ranks")
+
+
+@pytest.mark.parametrize("name,rank,pack", [
+    ("sglang-009", "TP2", "sglang"), ("sglang-205", "DP7 TP7", "sglang"),
+    ("vllm-024", "TP2_EP2", "vllm"), ("vllm-204", "TP6_EP6", "vllm"),
+    ("vllm-212", "TP0", "vllm"),
+])
+def test_the_rank_that_crashed_first(name: str, rank: str, pack: str) -> None:
+    pipe = pipe_of((FIXTURES / f"{name}.log").read_bytes(), pack)
+    pipe.finish(1000.0)
+    view = pipeline_view(name, pipe, now=1000.0)
+    assert view.phase == "crashed"
+    assert view.crash is not None and view.crash["rank"] == rank
+    decisions = AlertPolicy().observe(view, [_settled(pipe)])
+    alert = next(d for d in decisions if getattr(d, "kind", "") == "crashed")
+    assert f"{rank} first" in alert.summary and alert.details["rank"] == rank
+
+
+def _settled(pipe: LogPipeline):  # type: ignore[no-untyped-def]
+    from logwatch.machine import CrashSettled
+    st = pipe.state
+    assert st.crash is not None
+    return CrashSettled(st.epoch, st.startup_id, st.crash, st.durations(), None)
+
+
+def test_watch_names_the_rank_behind_when_it_stalls(tmp_path: Path) -> None:
+    """`watch --stall-after 2s`: the stall verdict names TP5 (a quarter of the stall budget
+    behind is enough to be named when the budget is that short)."""
+    log = tmp_path / "server.log"
+    log.write_bytes(tp8_log())
+    res = subprocess.run([sys.executable, "-m", "logwatch", "watch", str(log), "--stall-after",
+                          "2s", "--timeout", "60s", "--no-history", "--gpu", "off",
+                          "--probe", "off"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "ranks: TP5 still in cuda_graph" in res.stdout, res.stdout
+    assert "after the other 7 ranks finished it" in res.stdout
