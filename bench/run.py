@@ -10,6 +10,8 @@ replay: generates the 2,000,000-line SGLang log of the core issue
 
 latency: bench/latency.py (a line appended -> processed by the watcher, local and SSH).
 scale: bench/scale.py (N targets in one daemon, 20 lines/s each: CPU, RSS, lines lost).
+metrics: bench/metrics_scrape.py (GET /metrics from a daemon with 1,000 targets, 100 of them
+  growing: first and steady scrape times, body size).
 
 Results go to bench/out/results.json; BENCHMARKS.md records them with the machine.
 """
@@ -156,12 +158,13 @@ def machine() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["replay", "latency", "scale", "gpu"], action="append",
+    ap.add_argument("--only", choices=["replay", "latency", "scale", "gpu", "metrics"],
+                    action="append",
                     help="run only these sections (default: all)")
     ap.add_argument("--scale-seconds", type=float, default=30.0,
                     help="writing time per scale run (default 30)")
     args = ap.parse_args()
-    sections = args.only or ["replay", "latency", "scale", "gpu"]
+    sections = args.only or ["replay", "latency", "scale", "gpu", "metrics"]
     results: dict = {"machine": machine()}
     if "replay" in sections:
         results["replay"] = r = bench_replay(args.rounds)
@@ -204,6 +207,13 @@ def main() -> int:
             print(f"  gpu {r['gpu']:<3} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
                   f"peak RSS {r['peak_rss_mib']:6.1f} MiB   gpu_up {r['gpu_up']:.0f}   "
                   f"lines lost {r['lines_lost']}")
+    if "metrics" in sections:
+        import metrics_scrape
+        results["metrics"] = m = metrics_scrape.measure(ROOT, 1000, 100, 10)
+        print("\n/metrics, 1,000 targets in one daemon (100 of them growing 20 lines/s):")
+        print(f"  first scrape {m['first_scrape_s'] * 1000:7.0f} ms   steady median "
+              f"{m['median_scrape_s'] * 1000:6.0f} ms   max {m['max_scrape_s'] * 1000:6.0f} ms   "
+              f"{m['bytes'] / 1e6:.1f} MB")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     return 0

@@ -177,6 +177,10 @@ class Daemon:
         if self.alerts is not None:
             self.alerts.observe_probe(runner.view(time.time()))
 
+    def metric_sources(self) -> list[TargetRunner]:
+        """The targets as /metrics reads them (each rendered again only when it changed)."""
+        return list(self.runners.values())
+
     def views(self, now: float) -> list[TargetView]:
         """Every target's snapshot: what /metrics, /api/status and the page show."""
         return [r.view(now) for r in list(self.runners.values())]

@@ -14,10 +14,10 @@ import time
 from typing import Any, Protocol
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from .. import __version__
-from ..sinks.metrics import AlertStats, LogwatchCollector
+from ..sinks.metrics import AlertStats, MetricsCache, MetricSource
 from ..sinks.page import PAGE
 from ..view import TargetView
 
@@ -30,17 +30,18 @@ class Served(Protocol):
 
     def views(self, now: float) -> list[TargetView]: ...
 
+    def metric_sources(self) -> list[MetricSource]: ...
+
     def alert_stats(self) -> AlertStats | None: ...
 
     def history(self, target: str) -> list[dict[str, Any]] | None: ...
 
 
 def make_app(daemon: Served) -> web.Application:
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LogwatchCollector(daemon.views, daemon.alert_stats))
+    cache = MetricsCache()
 
     async def metrics(_: web.Request) -> web.Response:
-        body = generate_latest(registry)
+        body = cache.render(daemon.metric_sources(), daemon.alert_stats())
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

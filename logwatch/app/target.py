@@ -29,7 +29,9 @@ from ..machine import (
 )
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
-from ..rules.pack import CRASHED, READY as READY_PHASE, RulePack, load_pack
+from ..rules.pack import (
+    CRASHED, READY as READY_PHASE, STOPPED, WAITING, RulePack, load_pack,
+)
 from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
 from ..sources.probe import (
@@ -123,6 +125,7 @@ class TargetRunner:
         self._ledger_saved = 0.0
         self._gpu_seen = -1                # the GPU stream's version last given to the ledger
         self.on_probe = on_probe or (lambda r: None)
+        self._events = 0                   # event batches seen (the /metrics key)
         self.prober: Prober | None = self._make_prober() if probe else None
         self._setup()
 
@@ -406,6 +409,7 @@ class TargetRunner:
 
     def _on_events(self, events: list[Event]) -> None:
         self.dirty = True
+        self._events += 1
         if self.prober is not None and any(isinstance(e, (Ready, StartupBegan)) for e in events):
             self.prober.poke()         # ask at once: the verdict beside the log's
         if self.gpu is not None and not self.catching_up and \
@@ -473,6 +477,25 @@ class TargetRunner:
         self.dirty = False
 
     # -- the view ------------------------------------------------------------------------------
+    def metrics_key(self, now: float) -> tuple[Any, ...]:
+        """Changes whenever a series of this target may have: what it read and counted, its
+        events, its source's state, a GPU sample, a probe; while a startup runs, every 5 s
+        (the ETA counts down).  /metrics renders the target again only then."""
+        c, f, pipe = self.counters, self.follower, self.pipe
+        st = pipe.state if pipe is not None else None
+        starting = st is not None and st.phase not in (WAITING, READY_PHASE, CRASHED, STOPPED)
+        return (c.lines, c.bytes, c.rotations, c.reconnects, c.bytes_skipped, c.lines_cut,
+                c.rule_errors, c.startups, self._events, id(pipe),
+                st.phase if st is not None else None, st.stalled if st is not None else None,
+                f.status.up if f else None, f.status.error if f else None,
+                self.gpu.version if self.gpu is not None else None,
+                self.prober.state.probes if self.prober is not None else None,
+                self.last_startup_seconds, self.catching_up,
+                int(now // 5) if starting else None)
+
+    def position_age(self) -> float:
+        return max(0.0, time.monotonic() - self.last_checkpoint) if self.last_checkpoint else 0.0
+
     def view(self, now: float) -> TargetView:
         f = self.follower
         pos = f.position() if f else None
@@ -486,8 +509,7 @@ class TargetRunner:
             history=self.history, offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line if f else "",
             last_line_at=self.last_line_at, started_at=self.started_at,
-            checkpoint_age=max(0.0, time.monotonic() - self.last_checkpoint)
-            if self.last_checkpoint else 0.0, catching_up=self.catching_up,
+            checkpoint_age=self.position_age(), catching_up=self.catching_up,
             seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
             gpu=self._gpu_view(), last_startup_seconds=self.last_startup_seconds,
             vs_previous=self.vs_previous,

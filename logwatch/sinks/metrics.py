@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Iterator, Protocol
+from typing import Hashable, Protocol
 
-from prometheus_client.core import (
-    CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily, Metric,
-)
-from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from ..counters import DURATION_BUCKETS
 from ..rules.pack import CRASH_REASONS, READY
@@ -43,155 +40,248 @@ class AlertStats(Protocol):
     def dropped_counts(self) -> dict[str, int]: ...
 
 
-class LogwatchCollector(Collector):
-    def __init__(self, views: Callable[[float], list[TargetView]],
-                 alerts: Callable[[], AlertStats | None] = lambda: None) -> None:
-        self.views = views
-        self.alerts = alerts
+def _esc(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
-    def describe(self) -> list[Metric]:
-        return []  # no fixed description: collect() runs only at scrape time
 
-    def collect(self) -> Iterator[Metric]:
-        now = time.time()
-        views = self.views(now)
-        g = GaugeMetricFamily
-        c = CounterMetricFamily
-        phase = g("logwatch_phase", "1 for the current phase of the target, 0 for the others",
-                  labels=["target", "phase"])
-        entered = g("logwatch_phase_entered_timestamp_seconds",
-                    "when the current phase began (unix time)", labels=["target"])
-        started = g("logwatch_startup_started_timestamp_seconds",
-                    "when the current startup began (unix time; 0 before any)", labels=["target"])
-        ready = g("logwatch_ready", "1 when the server is ready (serving)", labels=["target"])
-        loaded = g("logwatch_shards_loaded", "checkpoint shards loaded", labels=["target"])
+def _help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _labels(pairs: list[tuple[str, str]]) -> str:
+    return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(pairs)) + "}"
+
+
+def target_lines(v: TargetView) -> dict[str, str]:
+    """Every per-target sample of one target, by exposed family name (each value: its lines,
+    newline-terminated).  Built only when the target changed (`MetricsCache`)."""
+    t = v.name
+    tl = f'target="{_esc(t)}"'
+    one = "{" + tl + "}"
+    out: dict[str, list[str]] = {}
+
+    def add(fam: str, line: str) -> None:
+        out.setdefault(fam, []).append(line)
+
+    def val(x: float) -> str:
+        return floatToGoString(x)
+
+    gpu = v.gpu
+    if gpu is not None:
+        add("logwatch_gpu_up", f"logwatch_gpu_up{one} {val(1.0 if gpu.get('up') else 0.0)}")
+        snap = gpu.get("snapshot") if gpu.get("up") else None
+        for sample in (snap or {}).get("gpus", ()):
+            idx = _esc(str(sample.get("index")))
+            for name, _, key, scale in GPU_GAUGES:
+                x = sample.get(key)
+                if x is not None:
+                    add(name, f'{name}{{gpu="{idx}",{tl}}} {val(float(x) * scale)}')
+            for reason, on in sorted((sample.get("throttled") or {}).items()):
+                add("logwatch_gpu_throttled", f'logwatch_gpu_throttled{{gpu="{idx}",'
+                    f'reason="{_esc(reason)}",{tl}}} {val(float(on))}')
+    add("logwatch_last_startup_seconds", f"logwatch_last_startup_seconds{one} "
+        f"{val(v.last_startup_seconds if v.last_startup_seconds is not None else math.nan)}")
+    pr = v.probe
+    if pr is not None and pr.get("up") is not None:
+        add("logwatch_probe_up", f"logwatch_probe_up{one} {val(1.0 if pr['up'] else 0.0)}")
+        if pr.get("duration") is not None:
+            add("logwatch_probe_duration_seconds",
+                f"logwatch_probe_duration_seconds{one} {val(float(pr['duration']))}")
+    cur = v.phase
+    for p in v.phases:
+        add("logwatch_phase", f'logwatch_phase{{phase="{_esc(p)}",{tl}}} '
+            f"{'1.0' if p == cur else '0.0'}")
+    add("logwatch_phase_entered_timestamp_seconds",
+        f"logwatch_phase_entered_timestamp_seconds{one} "
+        f"{val(v.phase_entered_at if v.phase_entered_at is not None else v.started_at)}")
+    add("logwatch_startup_started_timestamp_seconds",
+        f"logwatch_startup_started_timestamp_seconds{one} {val(v.startup_started_at or 0.0)}")
+    add("logwatch_ready", f"logwatch_ready{one} {'1.0' if cur == READY else '0.0'}")
+    sh = v.shards
+    add("logwatch_shards_loaded", f"logwatch_shards_loaded{one} "
+        f"{val(float(sh.loaded) if sh else 0.0)}")
+    add("logwatch_shards_total", f"logwatch_shards_total{one} {val(float(sh.total) if sh else 0.0)}")
+    add("logwatch_shard_load_rate", f"logwatch_shard_load_rate{one} "
+        f"{val(float(sh.rate) if sh and sh.rate else 0.0)}")
+    add("logwatch_startup_eta_seconds", f"logwatch_startup_eta_seconds{one} {val(v.eta_seconds)}")
+    cn = v.counters
+    add("logwatch_startups_total", f"logwatch_startups_total{one} {val(float(cn.startups))}")
+    for reason in (*CRASH_REASONS, *(r for r in cn.crashes if r not in CRASH_REASONS)):
+        add("logwatch_crashes_total", f'logwatch_crashes_total{{reason="{_esc(reason)}",{tl}}} '
+            f"{val(float(cn.crashes.get(reason, 0)))}")
+    acc = 0
+    name = "logwatch_startup_duration_seconds"
+    for b, n in zip(DURATION_BUCKETS, cn.duration_buckets):
+        acc += n
+        add(name, f'{name}_bucket{{le="{_fmt(b)}",{tl}}} {val(float(acc))}')
+    acc += cn.duration_buckets[-1]
+    add(name, f'{name}_bucket{{le="+Inf",{tl}}} {val(float(acc))}')
+    add(name, f"{name}_count{one} {val(float(acc))}")
+    add(name, f"{name}_sum{one} {val(float(cn.duration_sum))}")
+    add("logwatch_lines_total", f"logwatch_lines_total{one} {val(float(cn.lines))}")
+    for rid in v.rules:
+        add("logwatch_rule_matches_total", f'logwatch_rule_matches_total{{rule="{_esc(rid)}",'
+            f"{tl}}} {val(float(cn.rule_matches.get(rid, 0)))}")
+    add("logwatch_source_up", f"logwatch_source_up{one} {'1.0' if v.source_up else '0.0'}")
+    add("logwatch_last_line_timestamp_seconds",
+        f"logwatch_last_line_timestamp_seconds{one} {val(v.last_line_at or 0.0)}")
+    for k, (fam, _) in SERVING.items():
+        x = v.stats.get(k) if cur == READY else None
+        add(fam, f"{fam}{one} {val(float(x) if x is not None else math.nan)}")
+    for fam, x in (("logwatch_bytes_read_total", cn.bytes),
+                   ("logwatch_source_reconnects_total", cn.reconnects),
+                   ("logwatch_source_rotations_total", cn.rotations),
+                   ("logwatch_bytes_skipped_total", cn.bytes_skipped),
+                   ("logwatch_source_losses_total", cn.source_losses),
+                   ("logwatch_lines_cut_total", cn.lines_cut),
+                   ("logwatch_rule_errors_total", cn.rule_errors)):
+        add(fam, f"{fam}{one} {val(float(x))}")
+    info = [("engine", v.engine), ("source", v.kind), ("target", t), *v.labels.items()]
+    add("logwatch_target_info", f"logwatch_target_info{_labels(info)} 1.0")
+    return {k: "\n".join(lines) + "\n" for k, lines in out.items()}
+
+
+# Every family: (exposed name, type, help), in exposition order.
+def _families() -> list[tuple[str, str, str]]:
+    fams = [("logwatch_gpu_up", "gauge", "1 while the target's GPU telemetry (nvidia-smi on its "
+             "host) answers")]
+    fams += [(name, "gauge", doc) for name, doc, _, _ in GPU_GAUGES]
+    fams += [
+        ("logwatch_gpu_throttled", "gauge", "1 per clock throttle reason active on the GPU "
+         "(idle, sw_power_cap, hw_slowdown, ...)"),
+        ("logwatch_last_startup_seconds", "gauge", "launch to ready of the target's last "
+         "startup that got ready (NaN before any; the launch ledger)"),
+        ("logwatch_probe_up", "gauge", "the server's own endpoint answered the last probe "
+         "(2xx on every path of its pack; absent until probed)"),
+        ("logwatch_probe_duration_seconds", "gauge", "how long the last probe of the server's "
+         "endpoint took"),
+        ("logwatch_phase", "gauge", "1 for the current phase of the target, 0 for the others"),
+        ("logwatch_phase_entered_timestamp_seconds", "gauge",
+         "when the current phase began (unix time)"),
+        ("logwatch_startup_started_timestamp_seconds", "gauge",
+         "when the current startup began (unix time; 0 before any)"),
+        ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),
+        ("logwatch_shards_loaded", "gauge", "checkpoint shards loaded"),
         # a gauge in meaning, typed counter so that the DESIGN.md name `logwatch_shards_total`
         # passes `promtool check metrics` (which rejects the _total suffix on other types)
-        total = c("logwatch_shards", "checkpoint shards to load (the bar's N; exposed as a "
-                  "counter only for its _total name)", labels=["target"])
-        rate = g("logwatch_shard_load_rate", "shards loaded per second (smoothed)",
-                 labels=["target"])
-        eta = g("logwatch_startup_eta_seconds", "estimated seconds until ready (NaN when "
-                "unknown)", labels=["target"])
-        startups = c("logwatch_startups", "startups seen (new server processes in the log)",
-                     labels=["target"])
-        crashes = c("logwatch_crashes", "crashes by reason", labels=["target", "reason"])
-        hist = HistogramMetricFamily("logwatch_startup_duration_seconds",
-                                     "from launch to ready", labels=["target"])
-        lines = c("logwatch_lines", "log lines read", labels=["target"])
-        matches = c("logwatch_rule_matches", "lines matched, by rule", labels=["target", "rule"])
-        up = g("logwatch_source_up", "1 while the source is connected / open", labels=["target"])
-        last_line = g("logwatch_last_line_timestamp_seconds", "when the last line arrived",
-                      labels=["target"])
-        serving = {k: g(name, doc, labels=["target"]) for k, (name, doc) in SERVING.items()}
-        bytes_read = c("logwatch_bytes_read", "log bytes read", labels=["target"])
-        reconnects = c("logwatch_source_reconnects", "times the source went down and came back",
-                       labels=["target"])
-        rotations = c("logwatch_source_rotations", "log files switched to (rotation, truncation, "
-                      "recreation)", labels=["target"])
-        skipped = c("logwatch_bytes_skipped", "log bytes a source knows it could not read (a "
-                    "log rotated away while disconnected, its old file gone): a lower bound",
-                    labels=["target"])
-        losses = c("logwatch_source_losses", "times a source knew it lost part of the log",
-                   labels=["target"])
-        cut = c("logwatch_lines_cut", "over-long lines truncated", labels=["target"])
-        rule_errors = c("logwatch_rule_errors", "rule evaluations that failed (timeouts)",
-                        labels=["target"])
-        pos_age = g("logwatch_position_age_seconds", "seconds since the read position was saved",
-                    labels=["target"])
-        info = InfoMetricFamily("logwatch_target", "static labels of a target",
-                                labels=["target", "engine", "source"])
-        gpu_fams = GpuFamilies()
-        last_startup = g("logwatch_last_startup_seconds", "launch to ready of the target's last "
-                         "startup that got ready (NaN before any; the launch ledger)",
-                         labels=["target"])
-        probe_up = g("logwatch_probe_up", "the server's own endpoint answered the last probe "
-                     "(2xx on every path of its pack; absent until probed)", labels=["target"])
-        probe_time = g("logwatch_probe_duration_seconds", "how long the last probe of the "
-                       "server's endpoint took", labels=["target"])
-        for v in views:
-            t = v.name
-            cur = v.phase
-            for p in v.phases:
-                phase.add_metric([t, p], 1.0 if p == cur else 0.0)
-            entered.add_metric([t], v.phase_entered_at if v.phase_entered_at is not None
-                               else v.started_at)
-            started.add_metric([t], v.startup_started_at or 0.0)
-            ready.add_metric([t], 1.0 if cur == READY else 0.0)
-            sh = v.shards
-            loaded.add_metric([t], float(sh.loaded) if sh else 0.0)
-            total.add_metric([t], float(sh.total) if sh else 0.0)
-            rate.add_metric([t], float(sh.rate) if sh and sh.rate else 0.0)
-            eta.add_metric([t], v.eta_seconds)
-            cn = v.counters
-            startups.add_metric([t], float(cn.startups))
-            for reason in (*CRASH_REASONS, *(r for r in cn.crashes if r not in CRASH_REASONS)):
-                crashes.add_metric([t, reason], float(cn.crashes.get(reason, 0)))
-            buckets, acc = [], 0
-            for b, n in zip(DURATION_BUCKETS, cn.duration_buckets):
-                acc += n
-                buckets.append((_fmt(b), float(acc)))
-            buckets.append(("+Inf", float(acc + cn.duration_buckets[-1])))
-            hist.add_metric([t], buckets, float(cn.duration_sum))
-            lines.add_metric([t], float(cn.lines))
-            for rid in v.rules:
-                matches.add_metric([t, rid], float(cn.rule_matches.get(rid, 0)))
-            up.add_metric([t], 1.0 if v.source_up else 0.0)
-            last_line.add_metric([t], v.last_line_at or 0.0)
-            for k, fam in serving.items():
-                val = v.stats.get(k) if cur == READY else None
-                fam.add_metric([t], float(val) if val is not None else math.nan)
-            bytes_read.add_metric([t], float(cn.bytes))
-            reconnects.add_metric([t], float(cn.reconnects))
-            rotations.add_metric([t], float(cn.rotations))
-            skipped.add_metric([t], float(cn.bytes_skipped))
-            losses.add_metric([t], float(cn.source_losses))
-            cut.add_metric([t], float(cn.lines_cut))
-            rule_errors.add_metric([t], float(cn.rule_errors))
-            pos_age.add_metric([t], v.checkpoint_age)
-            info.add_metric([t, v.engine, v.kind], dict(v.labels))
-            gpu_fams.add(t, v.gpu)
-            last_startup.add_metric([t], v.last_startup_seconds
-                                    if v.last_startup_seconds is not None else math.nan)
-            pr = v.probe
-            if pr is not None and pr.get("up") is not None:
-                probe_up.add_metric([t], 1.0 if pr["up"] else 0.0)
-                if pr.get("duration") is not None:
-                    probe_time.add_metric([t], float(pr["duration"]))
-        yield from gpu_fams.families()
-        yield last_startup
-        yield probe_up
-        yield probe_time
-        yield from (phase, entered, started, ready, loaded, total, rate, eta, startups, crashes, hist,
-                    lines, matches, up, last_line, *serving.values(), bytes_read, reconnects,
-                    rotations, skipped, losses, cut, rule_errors, pos_age, info)
-        stats = self.alerts()
-        sent = c("logwatch_alerts_sent", "alerts delivered", labels=["sink", "kind"])
-        failed = c("logwatch_alert_failures", "alert deliveries that failed", labels=["sink"])
-        dropped = c("logwatch_alerts_dropped", "alerts the per-target rate limit dropped (never "
-                    "crashed ones)", labels=["kind"])
-        if stats is not None:
-            drops = stats.dropped_counts()
-            for kind in KINDS:
-                dropped.add_metric([kind], float(drops.get(kind, 0)))
-            counts = stats.sent_counts()
-            fails = stats.failure_counts()
-            for sink, kinds in stats.sink_kinds().items():  # every series exists from the start
-                for kind in kinds:
-                    counts.setdefault((sink, kind), 0)
-                fails.setdefault(sink, 0)
-            for (sink, kind), n in sorted(counts.items()):
-                sent.add_metric([sink, kind], float(n))
-            for sink, n in sorted(fails.items()):
-                failed.add_metric([sink], float(n))
-        yield sent
-        yield failed
-        yield dropped
-        errors = c("logwatch_state_errors", "writes to state_dir that failed (full or read-only "
-                   "disk), by kind of file", labels=["kind"])
-        for kind, n in sorted(STATE_ERRORS.counts.items()):
-            errors.add_metric([kind], float(n))
-        yield errors
+        ("logwatch_shards_total", "counter", "checkpoint shards to load (the bar's N; exposed "
+         "as a counter only for its _total name)"),
+        ("logwatch_shard_load_rate", "gauge", "shards loaded per second (smoothed)"),
+        ("logwatch_startup_eta_seconds", "gauge", "estimated seconds until ready (NaN when "
+         "unknown)"),
+        ("logwatch_startups_total", "counter", "startups seen (new server processes in the log)"),
+        ("logwatch_crashes_total", "counter", "crashes by reason"),
+        ("logwatch_startup_duration_seconds", "histogram", "from launch to ready"),
+        ("logwatch_lines_total", "counter", "log lines read"),
+        ("logwatch_rule_matches_total", "counter", "lines matched, by rule"),
+        ("logwatch_source_up", "gauge", "1 while the source is connected / open"),
+        ("logwatch_last_line_timestamp_seconds", "gauge", "when the last line arrived"),
+        *((name, "gauge", doc) for name, doc in SERVING.values()),
+        ("logwatch_bytes_read_total", "counter", "log bytes read"),
+        ("logwatch_source_reconnects_total", "counter",
+         "times the source went down and came back"),
+        ("logwatch_source_rotations_total", "counter", "log files switched to (rotation, "
+         "truncation, recreation)"),
+        ("logwatch_bytes_skipped_total", "counter", "log bytes a source knows it could not read "
+         "(a log rotated away while disconnected, its old file gone): a lower bound"),
+        ("logwatch_source_losses_total", "counter",
+         "times a source knew it lost part of the log"),
+        ("logwatch_lines_cut_total", "counter", "over-long lines truncated"),
+        ("logwatch_rule_errors_total", "counter", "rule evaluations that failed (timeouts)"),
+        ("logwatch_position_age_seconds", "gauge", "seconds since the read position was saved"),
+        ("logwatch_target_info", "gauge", "static labels of a target"),
+    ]
+    return fams
+
+
+class MetricSource(Protocol):
+    """A target as /metrics reads it: a cheap key that changes whenever any of its series
+    may have changed, its view (built only then), and its position's age (always fresh)."""
+
+    name: str
+
+    def metrics_key(self, now: float) -> Hashable: ...
+
+    def view(self, now: float) -> TargetView: ...
+
+    def position_age(self) -> float: ...
+
+
+class MetricsCache:
+    """/metrics built incrementally: each target's samples are rendered when its key changes
+    and reused otherwise, so a scrape of 1,000 targets that did not change joins strings;
+    `logwatch_position_age_seconds` (moves every second) is written fresh."""
+
+    def __init__(self) -> None:
+        self.families = _families()
+        self._blocks: dict[str, tuple[Hashable, dict[str, str]]] = {}
+        self.rebuilt = 0          # target blocks rendered (tests and the bench read it)
+
+    def render(self, sources: list[MetricSource], alerts: AlertStats | None,
+               now: float | None = None) -> bytes:
+        now = time.time() if now is None else now
+        blocks: list[dict[str, str]] = []
+        fresh: dict[str, tuple[Hashable, dict[str, str]]] = {}
+        for src in sources:
+            key = src.metrics_key(now)
+            have = self._blocks.get(src.name)
+            if have is None or have[0] != key:
+                have = (key, target_lines(src.view(now)))
+                self.rebuilt += 1
+            fresh[src.name] = have
+            blocks.append(have[1])
+        self._blocks = fresh          # removed targets are forgotten
+        ages = "".join(f'logwatch_position_age_seconds{{target="{_esc(s.name)}"}} '
+                       f"{floatToGoString(s.position_age())}\n" for s in sources)
+        parts: list[str] = []
+        for name, typ, doc in self.families:
+            parts.append(f"# HELP {name} {_help(doc)}\n# TYPE {name} {typ}\n")
+            if name == "logwatch_position_age_seconds":
+                parts.append(ages)
+                continue
+            for b in blocks:
+                text = b.get(name)
+                if text:
+                    parts.append(text)
+        parts.append(_global_lines(alerts))
+        return "".join(parts).encode("utf-8")
+
+
+def _global_lines(stats: AlertStats | None) -> str:
+    """The daemon's own families (alert delivery, state_dir errors): small, always fresh."""
+    sent: list[str] = []
+    failed: list[str] = []
+    dropped: list[str] = []
+    if stats is not None:
+        drops = stats.dropped_counts()
+        for kind in KINDS:
+            dropped.append(f'logwatch_alerts_dropped_total{{kind="{kind}"}} '
+                           f"{floatToGoString(float(drops.get(kind, 0)))}")
+        counts = stats.sent_counts()
+        fails = stats.failure_counts()
+        for sink, kinds in stats.sink_kinds().items():  # every series exists from the start
+            for kind in kinds:
+                counts.setdefault((sink, kind), 0)
+            fails.setdefault(sink, 0)
+        for (sink, kind), n in sorted(counts.items()):
+            sent.append(f'logwatch_alerts_sent_total{{kind="{_esc(kind)}",sink="{_esc(sink)}"}} '
+                        f"{floatToGoString(float(n))}")
+        for sink, n in sorted(fails.items()):
+            failed.append(f'logwatch_alert_failures_total{{sink="{_esc(sink)}"}} '
+                          f"{floatToGoString(float(n))}")
+    errors = [f'logwatch_state_errors_total{{kind="{_esc(kind)}"}} {floatToGoString(float(n))}'
+              for kind, n in sorted(STATE_ERRORS.counts.items())]
+    out = []
+    for name, doc, lines in (
+            ("logwatch_alerts_sent_total", "alerts delivered", sent),
+            ("logwatch_alert_failures_total", "alert deliveries that failed", failed),
+            ("logwatch_alerts_dropped_total", "alerts the per-target rate limit dropped (never "
+             "crashed ones)", dropped),
+            ("logwatch_state_errors_total", "writes to state_dir that failed (full or read-only "
+             "disk), by kind of file", errors)):
+        out.append(f"# HELP {name} {_help(doc)}\n# TYPE {name} counter\n")
+        out.extend(line + "\n" for line in lines)
+    return "".join(out)
 
 
 # logwatch_gpu_*: (name, help, the sample's key, scale to base units)
@@ -207,38 +297,6 @@ GPU_GAUGES = (
     ("logwatch_gpu_sm_clock_max_hertz", "GPU SM clock maximum", "sm_clock_max_hz", 1.0),
     ("logwatch_gpu_temperature_celsius", "GPU temperature", "temperature_c", 1.0),
 )
-
-
-class GpuFamilies:
-    """The logwatch_gpu_* families, filled from each target's view (`TargetView.gpu`: its
-    host's stream as a dict).  A value the board does not report is no series, not a 0."""
-
-    def __init__(self) -> None:
-        g = GaugeMetricFamily
-        self.up = g("logwatch_gpu_up", "1 while the target's GPU telemetry (nvidia-smi on its "
-                    "host) answers", labels=["target"])
-        self.gauges = [(g(name, doc, labels=["target", "gpu"]), key, scale)
-                       for name, doc, key, scale in GPU_GAUGES]
-        self.throttled = g("logwatch_gpu_throttled", "1 per clock throttle reason active on "
-                           "the GPU (idle, sw_power_cap, hw_slowdown, ...)",
-                           labels=["target", "gpu", "reason"])
-
-    def add(self, target: str, gpu: dict[str, Any] | None) -> None:
-        if gpu is None:
-            return
-        self.up.add_metric([target], 1.0 if gpu.get("up") else 0.0)
-        snap = gpu.get("snapshot") if gpu.get("up") else None
-        for sample in (snap or {}).get("gpus", ()):
-            idx = str(sample.get("index"))
-            for fam, key, scale in self.gauges:
-                val = sample.get(key)
-                if val is not None:
-                    fam.add_metric([target, idx], float(val) * scale)
-            for reason, on in sorted((sample.get("throttled") or {}).items()):
-                self.throttled.add_metric([target, idx, reason], float(on))
-
-    def families(self) -> list[Metric]:
-        return [self.up, *(f for f, _, _ in self.gauges), self.throttled]
 
 
 def _fmt(b: float) -> str:

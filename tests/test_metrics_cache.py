@@ -1,0 +1,106 @@
+"""/metrics built incrementally (sinks/metrics.py `MetricsCache`, issue 17).
+
+A target's samples are rendered again only when its key changes; the others are reused as
+they were; a removed target disappears; the exposition is valid (`promtool check metrics`,
+prometheus_client's parser) and holds what the views say, label values escaped.  Speed is
+measured in `make bench` (bench/metrics_scrape.py), not here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import subprocess
+from typing import Any
+
+from conftest import FIXTURES
+from prometheus_client.parser import text_string_to_metric_families
+
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import load_pack
+from logwatch.sinks.metrics import MetricsCache
+from logwatch.view import TargetView, pipeline_view
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+
+class Source:
+    """A target as /metrics reads it, with a key the test controls and a count of views."""
+
+    def __init__(self, view: TargetView, key: Any = 0) -> None:
+        self.name = view.name
+        self._view = view
+        self.key = key
+        self.views = 0
+        self.age = 1.5
+
+    def metrics_key(self, now: float) -> Any:
+        return self.key
+
+    def view(self, now: float) -> TargetView:
+        self.views += 1
+        return self._view
+
+    def position_age(self) -> float:
+        return self.age
+
+
+def fixture_view(name: str, **changes: Any) -> TargetView:
+    pipe = LogPipeline(load_pack(name.split("-")[0]))
+    pipe.feed((FIXTURES / f"{name}.log").read_bytes(), 1000.0)
+    pipe.finish(1000.0)
+    return dataclasses.replace(pipeline_view(name, pipe, now=1000.0), **changes)
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def test_only_changed_targets_are_rendered_again() -> None:
+    srcs = [Source(fixture_view("sglang-027")), Source(fixture_view("vllm-027")),
+            Source(fixture_view("sglang-205", labels={"model": 'a "quoted\\ name\n'}))]
+    cache = MetricsCache()
+    first = cache.render(srcs, None, now=1000.0).decode()
+    assert cache.rebuilt == 3 and [s.views for s in srcs] == [1, 1, 1]
+    again = cache.render(srcs, None, now=1001.0).decode()
+    assert cache.rebuilt == 3 and [s.views for s in srcs] == [1, 1, 1]   # nothing rebuilt
+    assert again == first
+    srcs[1].key = 1                      # one target changed: only it is built again
+    srcs[0].age = 7.0                    # the position age is always fresh
+    third = cache.render(srcs, None, now=1002.0).decode()
+    assert cache.rebuilt == 4 and [s.views for s in srcs] == [1, 2, 1]
+    got = samples(third)
+    assert got[("logwatch_position_age_seconds", (("target", "sglang-027"),))] == 7.0
+    # a removed target disappears
+    fourth = samples(cache.render(srcs[1:], None, now=1003.0).decode())
+    assert not any(dict(labels).get("target") == "sglang-027" for _, labels in fourth)
+
+
+def test_the_exposition_holds_what_the_views_say_and_promtool_accepts_it() -> None:
+    crashed = fixture_view("sglang-027")
+    ready = fixture_view("vllm-027", probe={"up": True, "duration": 0.012},
+                         labels={"model": 'a "quoted\\ name\n'})
+    text = MetricsCache().render([Source(crashed), Source(ready)], None, now=1000.0).decode()
+    got = samples(text)
+
+    def one(name: str, **labels: str) -> float:
+        return got[(name, tuple(sorted(labels.items())))]
+
+    assert one("logwatch_phase", target="sglang-027", phase="crashed") == 1.0
+    assert one("logwatch_phase", target="sglang-027", phase="ready") == 0.0
+    assert one("logwatch_ready", target="vllm-027") == 1.0
+    assert one("logwatch_crashes_total", target="sglang-027", reason="cuda_oom") == 1.0
+    assert one("logwatch_lines_total", target="sglang-027") == crashed.counters.lines
+    assert one("logwatch_probe_up", target="vllm-027") == 1.0
+    assert one("logwatch_startup_eta_seconds", target="vllm-027") == ready.eta_seconds == 0.0
+    assert math.isnan(one("logwatch_gen_throughput_tokens_per_second", target="sglang-027"))
+    assert one("logwatch_target_info", target="vllm-027", engine="vllm", source="file",
+               model='a "quoted\\ name\n') == 1.0
+    assert ("logwatch_probe_up", (("target", "sglang-027"),)) not in got    # not probed
+    assert one("logwatch_startup_duration_seconds_bucket", target="vllm-027", le="+Inf") == \
+        one("logwatch_startup_duration_seconds_count", target="vllm-027")
+    res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr
