@@ -504,3 +504,16 @@ def test_while_the_log_is_silent_a_line_a_minute_says_so() -> None:
     assert notes[0].endswith("no new line for 2m05s; last: Loading safetensors checkpoint "
                              "shards:  48% 40/83"), notes
     assert "no new line for 3m06s" in notes[1]
+
+
+def test_the_attach_note_names_the_settled_crash_reason(tmp_path: Path) -> None:
+    """sglang-027's last line (the OOM) has no newline: it is read when the crash settles.
+    The note about the ended startup names that reason, the same as the verdict."""
+    path = tmp_path / "server.log"
+    path.write_bytes((FIXTURES / "sglang-027.log").read_bytes())
+    old = time.time() - 30 * 60
+    os.utime(path, (old, old))
+    for extra in ((), ("--last",)):
+        res = watch(str(path), "--timeout", "6s", "--no-history", *extra)
+        note = [ln for ln in res.stdout.splitlines() if "the latest startup in this log" in ln]
+        assert note and "crashed (cuda_oom)" in note[0], res.stdout

@@ -238,13 +238,16 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
         w.fatal = True
         w.verdict = (EXIT_USAGE, "the source failed (the reason is above)")
         return view
-    if view.historic and not w.noted:
+    if view.historic and not w.noted and _settled(runner):
         w.noted = True
         w.display.note(attach_note(view, now, last=opts.last))
     if opts.last and runner.attached and not runner.catching_up:
         if w.verdict is None:
             runner.finish(now)   # the log as it stands: its last line, its crash final
             view = runner.view(now)
+            if view.historic and not w.noted:
+                w.noted = True
+                w.display.note(attach_note(view, now, last=True))
             w.verdict = _last_verdict(runner, view)
             w.verdict_at = now
         return view
@@ -291,6 +294,13 @@ def _combine(watched: list[Watched], views: list[TargetView], opts: WatchOptions
             return "serve"
         return EXIT_READY, "ready" if single else f"all {len(watched)} ready"
     return None
+
+
+def _settled(runner: TargetRunner) -> bool:
+    """The crash of the startup (if it crashed) is final: its reason will not change (the
+    attach note names it; an unfinished last line is read when the crash settles)."""
+    pipe = runner.pipe
+    return pipe is None or pipe.state.phase != CRASHED or pipe.state.crash_settled
 
 
 def _where(view: TargetView) -> str:

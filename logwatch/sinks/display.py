@@ -35,8 +35,9 @@ def attach_note(view: TargetView, now: float, last: bool = False) -> str:
     """What `watch` says of a startup that had ended before it attached (history, not news)."""
     s = view.seen_at_attach
     assert s is not None
+    reason = (view.crash or {}).get("reason") or s.reason   # the settled reason when known
     what = {"ready": "became ready", "stopped": "stopped"}.get(
-        s.phase, f"crashed ({s.reason})" if s.reason else "crashed")
+        s.phase, f"crashed ({reason})" if reason else "crashed")
     out = f"the latest startup in this log {what} {fmt_duration(s.ago)} ago"
     if s.idle_since is not None and now - s.idle_since >= 60:
         out += f"; the log has been idle since {time.strftime('%H:%M:%S', time.localtime(s.idle_since))}"
