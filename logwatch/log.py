@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import TYPE_CHECKING
 
-import structlog
+if TYPE_CHECKING:
+    import structlog
+
+# structlog is imported on first use: it pulls in rich (~0.1 s), which `replay` and `rules`
+# never log through
 
 
 def setup(level: str = "info", json: bool | None = None) -> None:
+    import structlog
     # watchdog reports a harmless race (a watch removed while inotify was being read) at
     # ERROR through stdlib logging; nothing for an operator to act on
     logging.getLogger("watchdog").setLevel(logging.CRITICAL)
@@ -30,4 +36,5 @@ def setup(level: str = "info", json: bool | None = None) -> None:
 
 
 def get(name: str) -> structlog.typing.FilteringBoundLogger:
+    import structlog
     return structlog.get_logger(name)

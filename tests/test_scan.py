@@ -380,3 +380,130 @@ def test_a_rule_pattern_that_times_out_is_skipped_and_counted(monkeypatch) -> No
     pipe.feed(line, 0.0)
     assert pipe.counters.rule_errors >= 1
     assert pipe.state.phase == "waiting"
+
+
+# ----------------------------------------------------------------------------------------------
+# the literal pass: Hyperscan (the default where the wheel installs) and RE2 (the fallback)
+# must examine the same segments, so every hit is the same whichever one runs
+
+from logwatch.rules import matcher as matcher_mod  # noqa: E402
+from logwatch.rules.matcher import literal_finder  # noqa: E402
+from logwatch.lines import segment_bounds  # noqa: E402
+
+ENGINES = ("hyperscan", "re2")
+
+
+@functools.lru_cache(maxsize=None)
+def engine_matcher(pack: str, engine: str) -> Matcher:
+    m = Matcher(load_pack(pack), engine=engine)
+    assert m._rare is not None and m._rare.engine == engine
+    return m
+
+
+def examined(finder, data: bytes) -> list[tuple[int, int]]:
+    """The segments the scan looks at, in order (as `Matcher.scan` walks the positions)."""
+    out: list[tuple[int, int]] = []
+    for pos in finder.positions(data):
+        if out and pos < out[-1][1]:
+            continue
+        out.append(segment_bounds(data, pos))
+    return out
+
+
+def engines_agree(pack: str, data: bytes, line_number: int = 1, offset: int = 0) -> list:
+    hs, r2 = (engine_matcher(pack, e) for e in ENGINES)
+    assert examined(hs._rare, data) == examined(r2._rare, data)
+    for collapse in (False, True):
+        got = [scanned(m, block(data, offset, line_number), collapse) for m in (hs, r2)]
+        assert got[0] == got[1]
+    return got[0]
+
+
+def test_hyperscan_is_the_default_literal_pass():
+    for pack in PACKS:
+        assert matcher(pack)._rare.engine == "hyperscan"
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
+def test_engines_agree_on_fixture(path, pack):
+    got = engines_agree(pack, path.read_bytes())
+    if path.stem.startswith(pack):
+        assert got
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_engines_agree_on_genlog(seed, pack):
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    got = engines_agree(pack, data)
+    assert engines_agree(pack, data[len(data) // 3:]) is not None  # starting mid-line
+    if pack == "sglang":
+        assert len(got) > 10
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@settings(max_examples=150, **NO_SHRINK)
+@given(data=log_st, line_number=st.integers(1, 10_000))
+def test_engines_agree_on_generated_logs(pack, data, line_number):
+    engines_agree(pack, data, line_number)
+
+
+# literals with case folding: RE2 (UTF-8) folds k to KELVIN SIGN and s to LONG S, Hyperscan
+# folds ASCII only; the Hyperscan form spells those two out
+CASE_PARTS = [("kv cache", True), ("sigquit", True), ("oom", True), ("Decode batch", False),
+              ("größe", False), ("a.b*c", False)]
+PIECES = ["kv cache", "KV CACHE", "\u212aV cache", "Kv Cache", "\u212av ca", "sigquit",
+          "\u017figquit", "SIGQUIT", "sig\u212auit", "oom", "OOM", "o\u212am", "Decode batch",
+          "decode batch", "größe", "GRÖSSE", "a.b*c", "aXb*c", "\u212a", "\u017f", "x", " ",
+          "\n", "\r", "é", "\x00"]
+piece_st = st.lists(st.one_of(st.sampled_from(PIECES).map(str.encode),
+                              st.binary(max_size=4)), max_size=40).map(b"".join)
+
+
+@settings(max_examples=400, **SETTINGS)
+@given(data=piece_st)
+def test_engines_agree_on_case_folded_literals(data):
+    hs, r2 = literal_finder(CASE_PARTS, "hyperscan"), literal_finder(CASE_PARTS, "re2")
+    assert (hs.engine, r2.engine) == ENGINES
+    assert examined(hs, data) == examined(r2, data)
+
+
+def test_hyperscan_finds_the_unicode_case_folds_re2_finds():
+    hs = literal_finder(CASE_PARTS)
+    assert hs.engine == "hyperscan"
+    for text in ("\u212aV CACHE", "\u017fIGQUIT", "SIGQUIT"):
+        data = ("x\n" + text + "\ny").encode()
+        assert examined(hs, data) == [(2, 2 + len(text.encode()))], text
+
+
+def test_a_case_folded_non_ascii_literal_falls_back_to_re2():
+    """Hyperscan cannot promise RE2's Unicode folding beyond ASCII: the pass stays on RE2."""
+    parts = [("größe", True), ("oom", False)]
+    assert literal_finder(parts).engine == "re2"
+    with pytest.raises(ValueError):
+        literal_finder(parts, "hyperscan")
+    assert literal_finder([]) is None
+
+
+def test_replay_without_the_hyperscan_module_gives_the_same_result(monkeypatch):
+    """Where `import hyperscan` fails, RE2 does the pass, and a replay ends the same."""
+    import io
+    from logwatch.app.replay import replay_stream
+
+    data = genlog(1, *GENLOG_ARGS[1])
+
+    def replay() -> tuple:
+        matcher_mod._SHARED.clear()
+        pipe = replay_stream(io.BytesIO(data), load_pack("sglang"))
+        c = pipe.counters
+        return (pipe.matcher._rare.engine, pipe.state.phase, c.lines, c.startups,
+                sorted(c.rule_matches.items()), sorted(c.crashes.items()))
+
+    first = replay()
+    monkeypatch.setattr(matcher_mod, "hyperscan", None)
+    second = replay()
+    matcher_mod._SHARED.clear()
+    assert (first[0], second[0]) == ENGINES
+    assert first[1:] == second[1:]
+    assert first[1] == "crashed" and first[4]

@@ -78,3 +78,48 @@ def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(tmp_path: 
     again = mixed + [f"prefill-1  | {ln}" for ln in src if ln.strip()]
     path.write_text("\n".join(again) + "\n", encoding="utf-8")
     assert verdict(path, True)["startups"] == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# detection reads the lines without their wrappers; it unwraps once per distinct `prefixes`
+# and searches only lines holding a pattern's required literal: the scores must be those of
+# the definition (every pattern on every unwrapped line)
+
+def _reference_scores(head: bytes, packs: list) -> list[float]:
+    from logwatch.lines import Block, iter_lines
+    from logwatch.rules.matcher import shared_matcher
+    lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
+    out = []
+    for pack in packs:
+        inner = [shared_matcher(pack).unwrap(t)[0] for t in lines]
+        out.append(sum(d.weight for d in pack.detect
+                       if any(d.regex.search(t) is not None for t in inner)))
+    return out
+
+
+def _detect_packs(tmp_path: Path) -> list:
+    from logwatch.rules.pack import load_all_shipped, load_pack
+    own = tmp_path / "wrapped-sglang.yaml"     # other prefixes than the shipped packs'
+    own.write_text("name: wrapped-sglang\nextends: sglang\nprefixes:\n  - '>>> '\n"
+                   "detect:\n  - {pattern: '^\\[\\d{4}-\\d\\d-\\d\\d ', weight: 1}\n"
+                   "  - {pattern: '(?i)FIRED UP', weight: 2}\n")
+    packs = [*load_all_shipped(), load_pack(str(own))]
+    assert packs[-1].prefixes.pattern != packs[1].prefixes.pattern
+    return packs
+
+
+@pytest.mark.parametrize("wrapper", [None, ">>>", "journald"])
+def test_detection_scores_are_those_of_the_definition(wrapper: str | None,
+                                                      tmp_path: Path) -> None:
+    from logwatch.rules.locate import detect_scores
+    packs = _detect_packs(tmp_path)
+    wrap = (lambda ln: ln) if wrapper is None else \
+        (lambda ln: f">>> {ln}") if wrapper == ">>>" else WRAPPERS[wrapper][0]
+    found = set()
+    for name in CASES:
+        lines = (FIXTURES / f"{name}.log").read_text(encoding="utf-8", errors="replace")
+        head = "\n".join(wrap(ln) for ln in lines.split("\n")).encode()[: 1 << 16]
+        got = detect_scores(head, packs)
+        assert got == _reference_scores(head, packs), name
+        found |= {i for i, s in enumerate(got) if s}
+    assert {1, 2, 3} <= found     # sglang, vllm and the own pack each score somewhere

@@ -17,6 +17,7 @@ from typing import Iterable
 
 from ..lines import Block, iter_lines, split_glued
 from . import bounded
+from .literals import required_literals
 from .matcher import PATTERN_TIMEOUT, Matcher, shared_matcher
 from .pack import RulePack, load_all_shipped, load_pack
 
@@ -131,18 +132,45 @@ def detect_pack(head: bytes, packs: Iterable[RulePack],
 
     `complete_lines`: ignore a last line that may still be incomplete (live input)."""
     packs = list(packs)
-    if complete_lines:
-        head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
-    lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
     best: tuple[float, int] | None = None
     chosen: RulePack | None = None
-    for i, pack in enumerate(packs):
-        m = shared_matcher(pack)
-        inner = [m.unwrap(t)[0] for t in lines]   # the server's lines, wrappers removed
-        score = sum(d.weight for d in pack.detect if any(_found(d.regex, t) for t in inner))
+    for i, (pack, score) in enumerate(zip(packs, detect_scores(head, packs, complete_lines))):
         if score > 0 and (best is None or (score, -i) > best):
             best, chosen = (score, -i), pack
     return chosen
+
+
+def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = False) -> list[float]:
+    """Per pack, the weights of its `detect` patterns found in a line of `head` (wrappers
+    removed)."""
+    if complete_lines:
+        head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
+    lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
+    # the server's lines, wrappers removed: once per distinct `prefixes` (packs extending
+    # the same base share them), with the lines joined for the literal pre-check
+    unwrapped: dict[object, tuple[list[str], str]] = {}
+    scores = []
+    for pack in packs:
+        rx = pack.prefixes
+        key = None if rx is None else (rx.pattern, rx.flags)
+        if key not in unwrapped:
+            inner = [shared_matcher(pack).unwrap(t)[0] for t in lines]
+            unwrapped[key] = inner, "\n".join(inner)
+        inner, joined = unwrapped[key]
+        scores.append(sum(d.weight for d in pack.detect if _detected(d.regex, inner, joined)))
+    return scores
+
+
+def _detected(rx: object, lines: list[str], joined: str) -> bool:
+    """Whether `rx` is found in one of `lines`.  Only lines holding one of its required
+    literals can match (literals hold no newline, so `joined` answers for all lines at once)."""
+    lits = required_literals(rx.pattern)  # type: ignore[attr-defined]
+    if lits is None or lits.ignore_case:
+        return any(_found(rx, t) for t in lines)
+    strings = tuple(lits.strings)
+    if not any(s in joined for s in strings):
+        return False
+    return any(_found(rx, t) for t in lines if any(s in t for s in strings))
 
 
 def _found(rx: object, text: str) -> bool:

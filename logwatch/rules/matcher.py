@@ -5,9 +5,12 @@
 rules are tried in pack order, a rule whose required literals are absent is skipped without
 running its regex, and the first match wins.
 
-`scan` applies that definition to a block without looking at most of its lines.  One RE2 pass
-over the block's raw bytes finds every occurrence of the literals of the non-stats rules; only
-the segments they occur in are decoded and matched.  Stats rules (`stats:`), whose lines are
+`scan` applies that definition to a block without looking at most of its lines.  One pass
+over the block's raw bytes (Hyperscan; RE2 where the `hyperscan` wheel is missing or cannot
+match a literal exactly as RE2 would) finds every occurrence of the literals of the non-stats
+rules; only the segments they occur in are decoded and matched.  Both engines lead to the
+same segments: a literal holds no separator, so each occurrence lies in one segment, and a
+segment is examined once whichever of its occurrences is reported.  Stats rules (`stats:`), whose lines are
 the bulk of a serving log, are found between those hits with a second RE2: every occurrence
 in exact mode (live), or only the first and last of each run in `collapse_stats` mode
 (replay), which is enough because a stats match only sets gauges (last value wins) or, as
@@ -16,10 +19,16 @@ the first serving line of a log that shows no startup, marks it ready.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import re2
+
+try:  # one pass for every rule literal at several GB/s; RE2 where the wheel does not install
+    import hyperscan
+except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in the tests
+    hyperscan = None
 
 from . import bounded
 from .literals import required_literals
@@ -50,6 +59,98 @@ def _escape(lit: str) -> str:
     return "".join("\\" + c if not (c.isalnum() or c == " " or ord(c) > 127) else c for c in lit)
 
 
+# The ASCII letters RE2's case folding (UTF-8 mode) also matches outside ASCII: KELVIN SIGN
+# and LATIN SMALL LETTER LONG S.  Hyperscan's HS_FLAG_CASELESS folds ASCII only, so these
+# get their other form spelled out (every other ASCII character folds to ASCII only).
+_UNICODE_FOLDS = {"k": "\u212a", "s": "\u017f"}
+
+
+def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
+    """`lit` as a Hyperscan expression matching what RE2 matches for `_rx_literal` (None
+    when that cannot be promised: a case-insensitive literal with non-ASCII characters)."""
+    if ignore_case and not lit.isascii():
+        return None
+    out = []
+    for ch in lit:
+        fold = _UNICODE_FOLDS.get(ch.lower()) if ignore_case else None
+        raw = "".join(f"\\x{b:02x}" for b in ch.encode("utf-8"))
+        if fold is not None:
+            other = "".join(f"\\x{b:02x}" for b in fold.encode("utf-8"))
+            out.append(f"(?:{raw}|{other})")
+        else:
+            out.append(raw)
+    return "".join(out).encode("ascii")
+
+
+class _Re2Literals:
+    """Where the literals occur in a block: one RE2 alternation, leftmost matches."""
+
+    engine = "re2"
+
+    def __init__(self, parts: list[tuple[str, bool]]) -> None:
+        opts = re2.Options()
+        opts.max_mem = 64 << 20
+        pattern = "|".join(sorted({_rx_literal(s, ci) for s, ci in parts}))
+        self.rx = re2.compile(pattern.encode("utf-8"), opts)
+
+    def positions(self, data: bytes) -> Iterable[int]:
+        return (m.start() for m in self.rx.finditer(data))
+
+
+class _HyperscanLiterals:
+    """Where the literals occur in a block: every occurrence, as the position of its last
+    byte, in order (a literal holds no separator, so that byte is in its segment)."""
+
+    engine = "hyperscan"
+
+    def __init__(self, parts: list[tuple[str, bool]]) -> None:
+        exprs, flags = [], []
+        for s, ci in parts:
+            expr = _hs_literal(s, ci)
+            if expr is None:
+                raise ValueError(f"no exact Hyperscan form for {s!r}")
+            exprs.append(expr)
+            flags.append(hyperscan.HS_FLAG_CASELESS if ci else 0)
+        self.db = hyperscan.Database()
+        self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
+                        flags=flags)
+        self._local = threading.local()   # a scratch per thread (locate scans in a thread)
+
+    def positions(self, data: bytes) -> Iterable[int]:
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = hyperscan.Scratch(self.db)
+        ends: list[int] = []
+        add = ends.append
+        self.db.scan(data, match_event_handler=lambda _id, _start, end, _f, _c: add(end - 1),
+                     scratch=scratch)
+        ends.sort()   # reported by end already; sorting a sorted list is one pass
+        return ends
+
+
+def _literal_parts(rules: list[Rule]) -> list[tuple[str, bool]]:
+    """(literal, ignore_case) of every required literal of `rules`, sorted."""
+    return sorted({(s, r.literals.ignore_case)  # type: ignore[union-attr]
+                   for r in rules for s in r.literals.strings})  # type: ignore[union-attr]
+
+
+def literal_finder(parts: list[tuple[str, bool]], engine: str | None = None
+                   ) -> _Re2Literals | _HyperscanLiterals | None:
+    """A finder for (literal, ignore_case) `parts`: Hyperscan when it is installed and can
+    match exactly what RE2 would, else RE2.  `engine` forces one ("re2" or "hyperscan")."""
+    if not parts:
+        return None
+    if engine != "re2" and hyperscan is not None:
+        try:
+            return _HyperscanLiterals(parts)
+        except (ValueError, hyperscan.error):
+            if engine == "hyperscan":
+                raise
+    elif engine == "hyperscan":
+        raise RuntimeError("the hyperscan module is not installed")
+    return _Re2Literals(parts)
+
+
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
 MAX_WRAPPERS = 4         # prefixes removed from one line at most (kubectl + compose + ...)
@@ -71,7 +172,8 @@ def shared_matcher(pack: RulePack, max_line_bytes: int = 64 * 1024) -> "Matcher"
 class Matcher:
     """A compiled rule pack."""
 
-    def __init__(self, pack: RulePack, max_line_bytes: int = 64 * 1024) -> None:
+    def __init__(self, pack: RulePack, max_line_bytes: int = 64 * 1024,
+                 engine: str | None = None) -> None:
         self.pack = pack
         self.max_line_bytes = max_line_bytes
         self.errors = 0          # pattern timeouts, all targets using this matcher
@@ -91,20 +193,11 @@ class Matcher:
         self._has_frames = any(r.frame for r in pack.rules)
         self._prefixes = pack.prefixes
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
-        self._rare_rx = self._alternation(rare)
-        self._stats_rx = self._alternation(self.stats_rules)
-        self._stats_maxlen = max((len(s.encode("utf-8")) for r in self.stats_rules
-                                  for s in r.literals.strings), default=0)  # type: ignore[union-attr]
-
-    @staticmethod
-    def _alternation(rules: list[Rule]) -> object | None:
-        parts = sorted({_rx_literal(s, r.literals.ignore_case)  # type: ignore[union-attr]
-                        for r in rules for s in r.literals.strings})  # type: ignore[union-attr]
-        if not parts:
-            return None
-        opts = re2.Options()
-        opts.max_mem = 64 << 20
-        return re2.compile("|".join(parts).encode("utf-8"), opts)
+        self._rare = literal_finder(_literal_parts(rare), engine)
+        # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
+        stats = _literal_parts(self.stats_rules)
+        self._stats_rx = _Re2Literals(stats).rx if stats else None
+        self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
 
     # -- one line ------------------------------------------------------------------------------
     def unwrap(self, text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -189,9 +282,8 @@ class Matcher:
         scan = _BlockScan(self, block, collapse_stats)
         cursor = 0        # end of the last segment that fired a rule (stats gaps start here)
         examined = 0      # end of the last segment looked at
-        if self._rare_rx is not None:
-            for m in self._rare_rx.finditer(block.data):
-                pos = m.start()
+        if self._rare is not None:
+            for pos in self._rare.positions(block.data):
                 if pos < examined:
                     continue  # another literal on a segment already looked at
                 s, e = segment_bounds(block.data, pos)

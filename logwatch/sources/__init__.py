@@ -6,16 +6,31 @@ stdin, and `cmd:COMMAND` for a command whose output is the log (`cmd:docker logs
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .base import (
     Data, FileIdentity, Opened, Position, Skipped, Source, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
-from .command import CommandSource, StdinSource
 from .cursor import ROTATE_WAIT
-from .local import LocalFileSource
-from .ssh import SSHFileSource, SSHOptions, SSHPool
+
+if TYPE_CHECKING:
+    from .command import CommandSource, StdinSource
+    from .local import LocalFileSource
+    from .ssh import SSHFileSource, SSHOptions, SSHPool
+
+# imported when first used: `replay` and `rules` reach this package through `sources.probe`
+# and need none of them (asyncssh alone is a third of replay's start-up)
+_LAZY = {"CommandSource": "command", "StdinSource": "command", "LocalFileSource": "local",
+         "SSHFileSource": "ssh", "SSHOptions": "ssh", "SSHPool": "ssh"}
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), name)
 
 __all__ = ["Data", "FileIdentity", "Opened", "Position", "Skipped", "Source", "SourceError",
            "SourceEvent", "SourceState", "StartLocator", "make_source", "source_kind"]
@@ -37,6 +52,9 @@ def make_source(target: str, *, locator: StartLocator | None = None, start: Posi
                 rotate_wait: float = ROTATE_WAIT) -> Source:
     """Build the source for a TARGET string.  `locator` finds the latest startup on first attach
     (without one, a log met for the first time is read from its start)."""
+    from .command import CommandSource, StdinSource
+    from .local import LocalFileSource
+    from .ssh import SSHFileSource, SSHOptions
     kind = source_kind(target)
     if kind == "stdin":
         return StdinSource()

@@ -79,7 +79,10 @@ class StateErrors:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {k: 0 for k in self.KINDS}
         self._reported: set[str] = set()
-        self.log = log.get("state")
+
+    @property
+    def log(self) -> Any:   # on first use: one exists at import, before logging is set up
+        return log.get("state")
 
     def failed(self, kind: str, path: Path, error: OSError) -> None:
         self.counts[kind] = self.counts.get(kind, 0) + 1
