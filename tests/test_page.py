@@ -62,9 +62,11 @@ def test_status_page_in_chromium(tmp_path: Path) -> None:
                    "[2026-01-01 10:00:05 TP0] Load weight begin. avail mem=78.50 GB\n"
                    + (FIXTURES / "sglang-027.log").read_text() + "\n" + XSS + "\n")
     cfg = tmp_path / "logwatch.yaml"
+    # no server answers behind these simulated logs: probe off (tests/test_probe.py has the
+    # page's "ready in log, not answering")
     cfg.write_text(f"listen: 127.0.0.1:{port}\nstate_dir: {tmp_path / 'state'}\ntargets:\n"
-                   f"  - {{name: node-a, source: {good}, rules: sglang}}\n"
-                   f"  - {{name: node-b, source: {bad}, rules: sglang}}\n")
+                   f"  - {{name: node-a, source: {good}, rules: sglang, probe: false}}\n"
+                   f"  - {{name: node-b, source: {bad}, rules: sglang, probe: false}}\n")
     daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     writer = None
@@ -158,12 +160,12 @@ def test_status_page_counts_ready_in_crash_time_throughput_previous_and_last_lin
     broken = tmp_path / "a-directory"
     broken.mkdir()
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("restarted", restarted, from_start=True,
+        target_cfg("restarted", restarted, from_start=True, probe=False,
                    labels={"model": "qwen3-235b", "cluster": "eu-1"}),
-        target_cfg("crashed", crashed, from_start=True),
-        target_cfg("stuck", stuck, from_start=True, stall_after="3s"),
-        target_cfg("broken", broken),
-    ])
+        target_cfg("crashed", crashed, from_start=True, probe=False),
+        target_cfg("stuck", stuck, from_start=True, stall_after="3s", probe=False),
+        target_cfg("broken", broken, probe=False),
+    ])   # (no server behind these simulated logs: probe off, see tests/test_probe.py)
     d = daemons(cfg, port).start()
     d.wait_target("stuck", lambda t: t["phase"] == "downloading", "the download")
     # the shard bar: one redraw per write, as tqdm writes them ("\rframe", the next frame's
