@@ -278,13 +278,15 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
              after: float = RANK_LAG_AFTER) -> RankLag | None:
     """The ranks that stayed behind: each other rank got past their position at least
     `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
-    started).  The furthest-behind group is named; None when all move together."""
+    started).  The furthest-behind group is named when it is a minority (fewer than half the
+    ranks): rank 0 alone prints some milestones (SGLang's autotune, the KV cache size), and
+    the other ranks are then not behind it; None when all move together."""
     if len(ranks) < 2:
         return None
     pos = {r: (phase_index(p.phase), p.finished) for r, p in ranks.items()}
     behind = min(pos.values())
     stuck = sorted(r for r, p in pos.items() if p == behind)
-    if len(stuck) == len(ranks):
+    if 2 * len(stuck) >= len(ranks):
         return None
     passed_at = []
     for r, p in ranks.items():

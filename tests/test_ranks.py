@@ -71,6 +71,16 @@ def test_ranks_that_all_finished_name_nobody() -> None:
     assert pipeline_view("x", pipe, now=5000.0).rank_lag == ""
 
 
+def test_rank_0_alone_ahead_is_not_the_others_lagging() -> None:
+    """Only TP0 printed the capture end (the others' lines were not in the window): seven
+    ranks are not "behind" one."""
+    raw = tp8_log(drop_rank=None)
+    lines = [ln for ln in raw.split(b"\n") if not (END in ln and b"TP0] " not in ln)]
+    pipe = pipe_of(b"\n".join(lines))
+    assert sum(p.finished for p in pipe.state.ranks.values()) == 1
+    assert pipeline_view("x", pipe, now=5000.0).rank_lag == ""
+
+
 def test_rank_lag_pure() -> None:
     idx = load_pack("sglang").phase_index
 
@@ -88,11 +98,15 @@ def test_rank_lag_pure() -> None:
     # everyone at the same place: nobody behind; one rank alone: nothing to compare with
     assert rank_lag({k: rp("cuda_graph", False, 10.0) for k in ("TP0", "TP1")}, idx, 999) is None
     assert rank_lag({"TP0": rp("launching", False, 0.0)}, idx, 999) is None
-    # two ranks behind: both named, the others counted
+    # half of the ranks behind is not "one rank left behind" (rank 0 alone prints some
+    # milestones): nobody is named
     ranks["TP3"] = rp("cuda_graph", False, 10.0)
+    assert rank_lag(ranks, idx, 130.0) is None
+    # two ranks behind three: both named, the others counted
+    ranks["TP4"] = rp("cuda_graph", True, 60.0, (g, False, 10.0), (g, True, 60.0))
     lag = rank_lag(ranks, idx, 130.0)
-    assert lag is not None and lag.ranks == ("TP2", "TP3") and lag.others == 2
-    assert lag.text.startswith("TP2, TP3 still in cuda_graph 1m10s after the other 2 ranks")
+    assert lag is not None and lag.ranks == ("TP2", "TP3") and lag.others == 3
+    assert lag.text.startswith("TP2, TP3 still in cuda_graph 1m10s after the other 3 ranks")
 
 
 @pytest.mark.parametrize("name,rank,pack", [
