@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
@@ -357,39 +357,3 @@ def ssh_connect(pool: Any, target: Any, opts: Any) -> Connect:
                 from None
         return await conn.open_connection(host, port)
     return connect
-
-
-@dataclass
-class ProbeSummary:
-    """The probe's verdict beside the log's, for the view and the page."""
-
-    text: str
-    ready_not_answering: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def probe_verdict(probe: Mapping[str, Any] | None, phase: str, startup: str | None,
-                  now: float) -> ProbeSummary | None:
-    """One line: "answering (200 /health, 200 /v1/models, 12 ms)", "not answering for 45s:
-    connection refused", "ready in log, not answering" (the log says ready and no probe of
-    this startup has succeeded)."""
-    if not probe:
-        return None
-    up = probe.get("up")
-    if up is None:
-        return ProbeSummary(probe.get("note") or probe.get("status") or "not probed yet")
-    ms = f", {probe['duration'] * 1000:.0f} ms" if probe.get("duration") is not None else ""
-    if up:
-        return ProbeSummary(f"answering ({probe.get('status')}{ms})")
-    since = probe.get("failing_since")
-    lasting = f" for {_fmt_s(now - since)}" if since else ""
-    never = phase == "ready" and (probe.get("ok_startup") != startup or not probe.get("ok_at"))
-    if never:
-        return ProbeSummary(f"ready in log, not answering{lasting}: {probe.get('status')}",
-                            ready_not_answering=True)
-    return ProbeSummary(f"not answering{lasting}: {probe.get('status')}")
-
-
-def _fmt_s(seconds: float) -> str:
-    from ..units import fmt_duration
-    return fmt_duration(max(seconds, 0.0))
