@@ -7,8 +7,7 @@ Two transports, one follow algorithm:
   appended to every followed file as it is written and answers reads by offset, stats (with
   dev:inode) and looks at the path.  One session per host whatever the number of logs
   (`MaxSessions 10` leaves room for the GPU stream and the startup grep), no SFTP subsystem
-  needed, and no per-log polling from here: 500 logs x 20 lines/s cost about a third of a
-  core (BENCHMARKS.md), where SFTP polling took two thirds and fell behind.
+  needed, and no per-log polling from here (BENCHMARKS.md "SSH streamed reads").
 * SFTP (the fallback: no python3 there, or `transport: sftp`): reads by offset, polled every
   `poll_interval`.
 
