@@ -9,6 +9,7 @@ daemon counted (`logwatch_lines_total`, read from /metrics once the writers stop
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -22,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 WRITER = r"""
-import sys, time, random
+import json, sys, time, random
 paths = sys.argv[1].split(",")
 rate, seconds = float(sys.argv[2]), float(sys.argv[3])
 files = [open(p, "a", buffering=1) for p in paths]
@@ -31,6 +32,7 @@ n = 0
 t0 = time.monotonic()
 step = 1.0 / rate
 tick = 0
+times = []
 while True:
     target = t0 + tick * step
     now = time.monotonic()
@@ -43,9 +45,11 @@ while True:
                 "cuda graph: True, gen throughput (token/s): %.2f, #queue-req: 0\n"
                 % (rng.randint(1, 300), rng.randint(1000, 90000), rng.randint(0, 99), rng.uniform(500, 5000)))
     tick += 1
+    times.append(time.monotonic())
 for f in files:
     f.close()
 print(tick)
+print(json.dumps(times))
 """
 
 HEADER = ("[2026-12-02 10:00:00] server_args=ServerArgs(model_path='m', tp_size=1)\n"
@@ -71,8 +75,39 @@ def peak_rss_mib(pid: int) -> float:
 
 
 def metric_sum(port: int, name: str) -> float:
+    return sum(metric_by_target(port, name).values())
+
+
+def metric_by_target(port: int, name: str) -> dict[str, float]:
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return sum(float(m.group(1)) for m in re.finditer(rf"^{name}{{[^}}]*}} (\S+)$", body, re.M))
+    out: dict[str, float] = {}
+    for m in re.finditer(rf'^{name}{{([^}}]*)}} (\S+)$', body, re.M):
+        t = re.search(r'target="([^"]*)"', m.group(1))
+        key = t.group(1) if t else m.group(1)
+        out[key] = out.get(key, 0.0) + float(m.group(2))
+    return out
+
+
+def lateness(samples: list[tuple[float, dict[str, float]]], times: list[float],
+             header: int) -> list[float]:
+    """For each sample (monotonic time after the scrape, lines counted per target) and each
+    target: how long ago the oldest line the daemon had not counted yet was written (0 when
+    it had counted all written by then).  The writer writes one line to every file per
+    tick; times[k] is when tick k was done."""
+    out = []
+    for t, counts in samples:
+        for c in counts.values():
+            k = int(c) - header          # the first tick not counted for this target
+            if 0 <= k < len(times) and times[k] <= t:
+                out.append(t - times[k])
+            else:
+                out.append(0.0)
+    return out
+
+
+def percentile(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else 0.0
 
 
 FAKE_NVSMI = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
@@ -95,11 +130,16 @@ def replay_command(tmp: Path) -> str:
 
 
 def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
-        gpu: str = "off", hosts: bool = False) -> dict[str, float]:
+        gpu: str = "off", hosts: bool = False, max_sessions: int = 200,
+        root: Path | None = None, sample_every: float = 1.0) -> dict[str, float]:
     """`gpu`: "off" (`gpu: false` on every target) or "on" (the replay stand-in of nvidia-smi,
     8 GPUs, every 2 s).  `hosts` (ssh): each target its own connection, as if on its own host
     (distinct ssh options key distinct connections), so "on" runs one GPU stream per target;
-    without it every target shares one connection and one stream."""
+    without it every target shares one connection and one stream.  `max_sessions`: the
+    sshd's MaxSessions (OpenSSH's default is 10).  `root`: run the daemon of another tree
+    (a side-by-side with an older commit).  Lateness: /metrics is read every `sample_every`
+    seconds (in the CPU window too) and each target's count is turned into the age of its
+    oldest line not yet counted (`lateness`): p99 over targets x samples."""
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         paths = [tmp / f"t{i:04d}.log" for i in range(n)]
@@ -112,7 +152,7 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         if kind == "ssh":
             sys.path.insert(0, str(ROOT / "tests"))
             from sshd import SSHServer
-            server = SSHServer(str(tmp / "sshd")).__enter__()
+            server = SSHServer(str(tmp / "sshd"), max_sessions=max_sessions).__enter__()
             ssh = (f"    ssh: {{known_hosts: {server.known_hosts}, client_keys: [{server.client_key}]}}")
         for i, p in enumerate(paths):
             src = server.url(str(p)) if server else str(p)
@@ -123,8 +163,10 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                          f"    gpu: {{command: \"{replay_command(tmp)}\", interval: 2s}}")
         cfg = tmp / "logwatch.yaml"
         cfg.write_text("\n".join(lines) + "\n")
+        tree = root or ROOT
         daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree,
+                                  env={**os.environ, "PYTHONPATH": str(tree)})
         try:
             deadline = time.monotonic() + 180    # 200 SSH handshakes on 2 cores take a while
             while True:  # every target read its header
@@ -138,24 +180,45 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                 time.sleep(0.2)
             writer = subprocess.Popen([sys.executable, "-c", WRITER, ",".join(map(str, paths)),
                                        str(rate), str(seconds)], stdout=subprocess.PIPE, text=True)
-            time.sleep(min(5.0, seconds / 4))  # measure the steady window
+            samples: list[tuple[float, dict[str, float]]] = []
+
+            def sample_until(end: float) -> None:
+                while time.monotonic() + sample_every <= end:
+                    time.sleep(sample_every)
+                    counts = metric_by_target(port, "logwatch_lines_total")
+                    samples.append((time.monotonic(), counts))
+                time.sleep(max(0.0, end - time.monotonic()))
+
+            sample_until(time.monotonic() + min(5.0, seconds / 4))  # the steady window
             c0, t0 = cpu_seconds(daemon.pid), time.monotonic()
+            sample_until(t0 + seconds - min(5.0, seconds / 4) - 1.0)
             out, _ = writer.communicate(timeout=seconds + 60)
             c1, t1 = cpu_seconds(daemon.pid), time.monotonic()
-            ticks = int(out.strip())
+            first, second = out.strip().splitlines()
+            ticks, times = int(first), json.loads(second)
             written = 2 * n + ticks * n
             deadline = time.monotonic() + 60
             counted = 0.0
+            caught_up = None
             while time.monotonic() < deadline:
-                counted = metric_sum(port, "logwatch_lines_total")
+                by_target = metric_by_target(port, "logwatch_lines_total")
+                samples.append((time.monotonic(), by_target))
+                counted = sum(by_target.values())
                 if counted >= written:
+                    caught_up = time.monotonic() - times[-1]
                     break
-                time.sleep(0.5)
+                time.sleep(sample_every)
+            late = lateness(samples, times, 2)
             return {"targets": n, "kind": kind, "gpu": gpu, "lines_per_s": rate * n,
                     "gpu_up": metric_sum(port, "logwatch_gpu_up"),
                     "cpu_share": round((c1 - c0) / (t1 - t0), 3),
                     "peak_rss_mib": round(peak_rss_mib(daemon.pid), 1),
-                    "lines_written": written, "lines_lost": int(written - counted)}
+                    "lines_written": written, "lines_lost": int(written - counted),
+                    "late_p50_s": round(percentile(late, 50), 3),
+                    "late_p99_s": round(percentile(late, 99), 3),
+                    "late_max_s": round(max(late), 3),
+                    "caught_up_after_s": None if caught_up is None else round(caught_up, 2),
+                    "max_sessions": max_sessions if kind == "ssh" else None}
         finally:
             daemon.terminate()
             try:
@@ -167,6 +230,14 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
 
 
 if __name__ == "__main__":
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 50
-    kind = sys.argv[2] if len(sys.argv) > 2 else "file"
-    print(run(n, kind, seconds=float(sys.argv[3]) if len(sys.argv) > 3 else 20.0))
+    import argparse
+    ap = argparse.ArgumentParser(description="N targets x 20 lines/s in one daemon")
+    ap.add_argument("n", type=int, nargs="?", default=50)
+    ap.add_argument("kind", nargs="?", default="file", choices=["file", "ssh"])
+    ap.add_argument("seconds", type=float, nargs="?", default=20.0)
+    ap.add_argument("--max-sessions", type=int, default=200)
+    ap.add_argument("--roots", help="comma-separated trees to run side by side (default: this)")
+    args = ap.parse_args()
+    for tree in (args.roots.split(",") if args.roots else [str(ROOT)]):
+        print(tree, run(args.n, args.kind, seconds=args.seconds, max_sessions=args.max_sessions,
+                        root=Path(tree)), flush=True)

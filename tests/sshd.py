@@ -25,6 +25,7 @@ from typing import Iterator
 import pytest
 
 SSHD = "/usr/sbin/sshd"
+SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 START_TIMEOUT = 15.0
 
 
@@ -88,9 +89,12 @@ def _kill(pid: int, sig: int = signal.SIGKILL) -> bool:
 class SSHServer:
     """An sshd on 127.0.0.1:`port`.  `start()` / `stop()` / `restart()` / `kill_sessions()`."""
 
-    def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp") -> None:
+    def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp",
+                 max_sessions: int = 200, python: bool = True) -> None:
         """`sftp`: the Subsystem line's command (None: no SFTP subsystem, as on some hardened
-        hosts where a shell works and file transfer does not)."""
+        hosts where a shell works and file transfer does not).  `max_sessions`: sshd's
+        MaxSessions (OpenSSH's default is 10).  `python=False`: the sessions' commands run
+        with a PATH that has no python3 (a node without Python; a ForceCommand wrapper)."""
         # a directory of its own, world-readable (0755): when sshd runs as root it reads
         # AuthorizedKeysFile as the logging-in user, who may be a non-root test user
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="logwatch-sshd-"))
@@ -108,6 +112,8 @@ class SSHServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log = None
         self.sftp = sftp
+        self.max_sessions = max_sessions
+        self.python = python
         self._keygen()
         self._write_config()
 
@@ -130,7 +136,30 @@ class SSHServer:
     def known_hosts_line(self) -> str:
         return f"[127.0.0.1]:{self.port} {self.host_public_key()}"
 
+    def _no_python_wrapper(self) -> Path:
+        """A ForceCommand that runs each command with PATH = a folder holding sh and the few
+        tools logwatch may run (not python3); SFTP still works (sftp-server, not internal)."""
+        bin_dir = self.dir / "nopython-bin"
+        bin_dir.mkdir(exist_ok=True)
+        for tool in ("sh", "grep", "tail", "cat", "sleep", "env"):
+            found = shutil.which(tool, path="/usr/bin:/bin")
+            if found and not (bin_dir / tool).exists():
+                (bin_dir / tool).symlink_to(found)
+        wrapper = self.dir / "nopython.sh"
+        wrapper.write_text("#!/bin/sh\n"
+                           f'case "$SSH_ORIGINAL_COMMAND" in {SFTP_SERVER}) exec {SFTP_SERVER};; esac\n'
+                           f"PATH={bin_dir}; export PATH\n"
+                           'exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n')
+        wrapper.chmod(0o755)
+        return wrapper
+
     def _write_config(self) -> None:
+        sftp = self.sftp
+        force = ""
+        if not self.python:
+            force = f"ForceCommand {self._no_python_wrapper()}"
+            if sftp == "internal-sftp":
+                sftp = SFTP_SERVER   # internal-sftp would not pass through the wrapper
         self.config.write_text("\n".join([
             f"Port {self.port}",
             "ListenAddress 127.0.0.1",
@@ -143,9 +172,14 @@ class SSHServer:
             "PermitRootLogin prohibit-password",
             "UsePAM no",
             "StrictModes no",
-            f"Subsystem sftp {self.sftp}" if self.sftp else "",
+            f"Subsystem sftp {sftp}" if sftp else "",
+            force,
+            # the sessions' HOME is this folder: the user's own ~/.bashrc is not run by every
+            # command (pyenv's rehash lock there, left by a killed session, made every later
+            # session wait 60 s; the streamed reader runs a command per connection)
+            f"SetEnv HOME={self.dir}",
             "MaxStartups 200",
-            "MaxSessions 200",
+            f"MaxSessions {self.max_sessions}",
             "LogLevel ERROR",
             "UseDNS no",
             "PrintMotd no",

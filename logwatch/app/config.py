@@ -34,7 +34,8 @@ TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level",
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
                "from_start", "rotate_wait", "gpu", "probe")
 SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
-            "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval")
+            "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval",
+            "transport")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _LABEL = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 RESERVED_LABELS = {"target", "engine", "source", "phase", "reason", "rule", "sink", "kind", "le",

@@ -1,21 +1,37 @@
-"""A log on another machine, read over SSH by byte offset (SFTP), with nothing installed there.
+"""A log on another machine, read over SSH by byte offset, with nothing installed there.
 
-Why SFTP reads and not a remote `tail -F`: a read names its offset, so after any reconnect
-the next byte is exactly the one after the last byte received (no loss, no repeat), and an
-open SFTP handle keeps reading a file that was renamed away, so a rotation is drained to its
-end before the new file is opened.  Stock OpenSSH serves SFTP; the first attach also runs
-`grep` there to find the latest startup without downloading the whole log.
+Two transports, one follow algorithm:
+
+* The streamed reader (sources/sshstream.py, the default where the node has `python3`): one
+  small reader per connection, started with `python3 -c` on one exec session, pushes what is
+  appended to every followed file as it is written and answers reads by offset, stats (with
+  dev:inode) and looks at the path.  One session per host whatever the number of logs
+  (`MaxSessions 10` leaves room for the GPU stream and the startup grep), no SFTP subsystem
+  needed, and no per-log polling from here (BENCHMARKS.md "SSH streamed reads").
+* SFTP (the fallback: no python3 there, or `transport: sftp`): reads by offset, polled every
+  `poll_interval`.
+
+Why reads by offset and not a remote `tail -F`: a read names its offset, so after any
+reconnect the next byte is exactly the one after the last byte received (no loss, no
+repeat), and an open handle (SFTP's, or the reader's descriptor) keeps reading a file that
+was renamed away, so a rotation is drained to its end before the new file is opened.  The
+first attach also runs `grep` there to find the latest startup without downloading the
+whole log.
 
 * `~/.ssh/config`, `~/.ssh/known_hosts` and `~/.ssh/id_*` apply as with OpenSSH (asyncssh),
   overridden by explicit options.  Host keys are verified: an unknown or changed key is
   refused with a message saying how to trust it; `known_hosts: none` turns verification off
   and warns every time.
 * Keepalives detect a dead peer; reconnects back off exponentially with jitter.
-* Targets on the same host share one connection and one SFTP session (`SSHPool`).
+* Targets on the same host share one connection and one reader (`SSHPool`): the streamed
+  one, or an SFTP session.  A killed reader costs a reconnect of the sources, not the
+  connection: the pool starts another reader on it.
 
 The follow algorithm (resume / attach / reconnect, truncation, rotation with drain) is the
-`Cursor`'s (sources/cursor.py), shared with the local source; this module is its I/O: SFTP
-reads and stats, reconnects, and the remote grep for the first attach.
+`Cursor`'s (sources/cursor.py), shared with the local source; this module is its I/O: reads
+and stats through either transport (the streamed reader mimics the part of the SFTP client
+used here), the pushed growth as the cursor's wait / size / read of appended bytes,
+reconnects, and the remote grep for the first attach.
 """
 
 from __future__ import annotations
@@ -36,12 +52,14 @@ from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
+from .sshstream import ExecFile, ExecFS, NoStream, StreamLost
 from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, PathFacts, Reopen,
     before_range, drive, is_ours, rotated_names,
 )
 
 READ_SIZE = 256 * 1024
+TRANSPORTS = ("auto", "stream", "sftp")
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
 
 
@@ -87,6 +105,13 @@ class SSHOptions:
     keepalive_count_max: int = 3
     poll_interval: float = 0.1            # SFTP poll while the log is active
     idle_poll_interval: float = 0.5       # ... and after 10 s without new bytes
+    # "auto": the streamed reads (sources/sshstream.py) where the node has python3, else
+    # SFTP; "stream" or "sftp": only that one
+    transport: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.transport not in TRANSPORTS:
+            raise TypeError(f"transport: one of {', '.join(TRANSPORTS)}, not {self.transport!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "SSHOptions":
@@ -126,13 +151,18 @@ def _expand(p: str) -> str:
 
 
 class SSHPool:
-    """Shares one SSH connection and SFTP session per (user, host, port, options)."""
+    """Shares one SSH connection per (user, host, port, options), and on it one file reader:
+    the streamed reader (`ExecFS`, one exec session) where the node has python3, else one
+    SFTP session (`transport` in the options decides)."""
 
     def __init__(self) -> None:
         self._conns: dict[tuple[Any, ...], tuple[asyncssh.SSHClientConnection, Any]] = {}
         self._locks: dict[tuple[Any, ...], asyncio.Lock] = {}
         self._exec: dict[tuple[Any, ...], asyncio.Semaphore] = {}
+        self._no_stream: dict[tuple[Any, ...], str] = {}   # why the reader cannot start
+        self._stream_failed: dict[tuple[Any, ...], str] = {}   # why it did not, last time
         self.connects = 0
+        self.streams = 0          # readers started
 
     def exec_slot(self, target: SSHTarget, opts: SSHOptions) -> asyncio.Semaphore:
         """Remote commands share the connection's session limit (OpenSSH MaxSessions is 10
@@ -149,26 +179,68 @@ class SSHPool:
         async with lock:
             have = self._conns.get(key)
             if have is not None and not have[0].is_closed():
-                return have
+                if not isinstance(have[1], ExecFS) or have[1].lost is None:
+                    return have
+                # the reader ended, the connection is up: start another one on it
+                try:
+                    fs = await self._start_stream(key, have[0], opts)
+                except BaseException:
+                    self.drop(target, opts, have[0])
+                    raise
+                if fs is not None:
+                    self._conns[key] = (have[0], fs)
+                    return self._conns[key]
+                self.drop(target, opts, have[0])
             if opts.known_hosts is not None and opts.known_hosts.lower() == "none":
                 log.get("source.ssh").warning("host key verification is OFF for this target "
                                               "(known_hosts: none): anyone on the path can read "
                                               "your logs", host=target.host)
             conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
             try:
-                sftp = await conn.start_sftp_client()
-            except asyncssh.ChannelOpenError as e:
-                conn.close()
-                if e.reason == "Session request failed":
-                    # the session opened, the "sftp" subsystem request was refused
-                    raise NoSFTPSubsystem(target.host) from e
-                raise
+                reader = await self._start_stream(key, conn, opts)
+                if reader is None:
+                    reader = await self._start_sftp(key, conn, target)
             except BaseException:
                 conn.close()
                 raise
             self.connects += 1
-            self._conns[key] = (conn, sftp)
-            return conn, sftp
+            self._conns[key] = (conn, reader)
+            return conn, reader
+
+    async def _start_stream(self, key: tuple[Any, ...], conn: Any,
+                            opts: SSHOptions) -> ExecFS | None:
+        """The streamed reader on `conn`; None: use SFTP (not wanted, or no python3 there)."""
+        if opts.transport == "sftp" or (opts.transport == "auto" and key in self._no_stream):
+            return None
+        try:
+            fs = await ExecFS.start(conn)
+        except NoStream as e:
+            self._stream_failed[key] = str(e)
+            if e.final:
+                self._no_stream[key] = str(e)
+            if opts.transport == "stream":
+                raise NoStreamReader(key[1], str(e)) from None
+            log.get("source.ssh").info("no streamed reader on this host (python3?): reading "
+                                       "over SFTP", host=key[1], reason=str(e))
+            return None
+        self.streams += 1
+        return fs
+
+    async def _start_sftp(self, key: tuple[Any, ...], conn: Any, target: SSHTarget) -> Any:
+        try:
+            return await conn.start_sftp_client()
+        except asyncssh.ChannelOpenError as e:
+            if e.reason == "Session request failed":
+                # the session opened, the "sftp" subsystem request was refused
+                raise NoSFTPSubsystem(target.host, self._stream_failed.get(key)) from e
+            raise
+
+    def drop_reader(self, target: SSHTarget, opts: SSHOptions, reader: Any) -> None:
+        """The streamed reader ended (the connection may live on): the next `get` starts
+        another one; the connection is dropped only if it is closed too."""
+        have = self._conns.get(self.key(target, opts))
+        if have is not None and have[1] is reader and have[0].is_closed():
+            self.drop(target, opts, have[0])
 
     def drop(self, target: SSHTarget, opts: SSHOptions, conn: Any) -> None:
         key = self.key(target, opts)
@@ -181,7 +253,9 @@ class SSHPool:
             pass
 
     async def close(self) -> None:
-        for conn, _ in list(self._conns.values()):
+        for conn, reader in list(self._conns.values()):
+            if isinstance(reader, ExecFS):
+                reader.close()
             conn.close()
         for conn, _ in list(self._conns.values()):
             try:
@@ -221,14 +295,26 @@ class Backoff:
 
 class NoSFTPSubsystem(Exception):
     """The server opened a session and refused its `sftp` subsystem (sshd_config without a
-    `Subsystem sftp` line): a shell works, reading files by offset does not."""
+    `Subsystem sftp` line): a shell works, reading files by offset does not (the streamed
+    reader did not start either: `no_stream` says why, None when it was not tried)."""
 
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, no_stream: str | None = None) -> None:
         super().__init__(host)
         self.host = host
+        self.no_stream = no_stream
 
 
-_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, NoSFTPSubsystem)
+class NoStreamReader(Exception):
+    """`transport: stream` and the streamed reader did not start on the node."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__(host, why)
+        self.host = host
+        self.why = why
+
+
+_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, NoSFTPSubsystem,
+          NoStreamReader)
 
 
 def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
@@ -259,10 +345,15 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
                 f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
                 f">> {where}`), or set known_hosts: none to skip verification (insecure)")
     if isinstance(e, NoSFTPSubsystem):
+        nopy = (f"; the streamed reader did not start either (python3 there? {e.no_stream})"
+                if e.no_stream else "")
         return (f"the SSH server on {target.host} has no SFTP subsystem (logging in works, "
-                "reading files does not): add `Subsystem sftp internal-sftp` to its "
+                f"reading files does not{nopy}): add `Subsystem sftp internal-sftp` to its "
                 "/etc/ssh/sshd_config and reload sshd, or follow the log with a command "
                 f"source instead (`cmd: ssh {target.host} tail -n +1 -F {target.path}`)")
+    if isinstance(e, NoStreamReader):
+        return (f"the streamed reader did not start on {target.host} (transport: stream "
+                f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")
     if isinstance(e, asyncssh.PermissionDenied):
         return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
                 "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
@@ -285,6 +376,7 @@ class SSHFileSource(FollowsWithCursor):
         self.log = log.get("source.ssh").bind(target=str(self.target))
         self._closed = False
         self._wake = asyncio.Event()
+        self._streaming: ExecFile | None = None   # the pushed file being waited on
         # where reading stands survives reconnects: the cursor is the source's, not a session's
         self.cursor = Cursor(self.target.path, saved=start, can_locate=locator is not None,
                              can_find=True, read_size=READ_SIZE, check_every=IDENTITY_EVERY,
@@ -294,6 +386,8 @@ class SSHFileSource(FollowsWithCursor):
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        if self._streaming is not None:
+            self._streaming._wake()
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff()
@@ -324,7 +418,10 @@ class SSHFileSource(FollowsWithCursor):
             except (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError) as e:
                 if self._closed:
                     return
-                self.pool.drop(self.target, self.opts, conn)
+                if isinstance(e, StreamLost):
+                    self.pool.drop_reader(self.target, self.opts, sftp)
+                else:
+                    self.pool.drop(self.target, self.opts, conn)
                 if time.monotonic() - healthy_since > 2:
                     backoff.reset()  # it was working: come back fast (but never hammer)
                 delay = backoff.next()
@@ -396,7 +493,8 @@ class SSHFileSource(FollowsWithCursor):
                 if say_up:
                     yield SourceState(True, f"reading {self.target}")
                     say_up = False
-                async for ev in drive(self.cursor, io, None, None, attrs.size or 0, head,
+                async for ev in drive(self.cursor, io, getattr(attrs, "dev", None),
+                                      getattr(attrs, "ino", None), attrs.size or 0, head,
                                       attrs.mtime):
                     if not isinstance(ev, Reopen):
                         yield ev
@@ -454,11 +552,19 @@ class _RemoteFile(CursorIO):
         return data
 
     async def size(self) -> int:
+        if isinstance(self.f, ExecFile):
+            return await self.f.size()
         return (await self.f.stat()).size or 0
 
     async def look(self, head: bool) -> PathFacts:
-        """The path's size, and its first bytes when asked (SFTP has no inode to compare)."""
+        """The path's size, and its first bytes when asked (SFTP has no inode to compare;
+        the streamed reader tells dev, inode and our file's link count)."""
         path = self.source.target.path
+        if isinstance(self.f, ExecFile):
+            m, first = await self.f.look(HEAD_BYTES if head else 0)
+            if not m["exists"]:
+                return PathFacts(False, links=m.get("links"))
+            return PathFacts(True, m["dev"], m["ino"], m["size"], first if head else None)
         try:
             attrs = await self.sftp.stat(path)
             if not head:
@@ -491,8 +597,9 @@ class _RemoteFile(CursorIO):
             except asyncssh.SFTPError:
                 continue
             try:
-                size = (await cand.stat()).size or 0
-                ours = is_ours(ask, None, None, size, await cand.read(HEAD_BYTES, 0),
+                attrs = await cand.stat()
+                ours = is_ours(ask, getattr(attrs, "dev", None), getattr(attrs, "ino", None),
+                               attrs.size or 0, await cand.read(HEAD_BYTES, 0),
                                await cand.read(n, lo) if n else b"")
             except asyncssh.SFTPError:
                 ours = False
@@ -506,6 +613,19 @@ class _RemoteFile(CursorIO):
         return False
 
     async def wait(self, idle: float, within: float | None = None) -> None:
+        if isinstance(self.f, ExecFile) and not self.f.closed:
+            # pushed: wake when the file grows, and at least every IDENTITY_EVERY (the
+            # cursor's look and verify are due then)
+            cursor = self.source.cursor
+            if not self.f.live and cursor.offset is not None:
+                self.f.watch_from(cursor.offset - len(cursor.last), cursor.offset)
+            self.source._streaming = self.f
+            try:
+                await self.f.wait(IDENTITY_EVERY if within is None else
+                                  min(IDENTITY_EVERY, within))
+            finally:
+                self.source._streaming = None
+            return
         opts = self.source.opts
         interval = opts.idle_poll_interval if idle > 10 else opts.poll_interval
         await self.source._sleep(interval if within is None else min(interval, within))

@@ -1,0 +1,531 @@
+"""Remote file reads over one SSH exec channel per host, with the growth of followed files
+pushed as it is written (the SSH source's preferred transport; SFTP is its fallback).
+
+Polling a log over SFTP costs a stat and a read every poll interval per growing log, all of
+it answered through asyncssh's SFTP client: at a few hundred logs per host that is most of
+a core and the reads fall behind.  Here one small reader runs on the node, `python3 -c`
+(sent with the command: nothing is installed there), on one exec session per connection
+(`MaxSessions` counts one), and:
+
+* answers requests from the daemon, one JSON line each on its stdin: open (a handle, with
+  dev / inode / size / mtime / type / link count), fstat, stat, read at an offset, list a
+  directory, look (what the path names now, our handle's link count, optionally the head),
+  close.  Replies are framed `R <rid> <json-len> <data-len>\\n` + JSON + bytes; errors carry
+  the errno name and become the SFTP exceptions the SSH source already handles
+  (`SFTPNoSuchFile`, `SFTPPermissionDenied`, `SFTPFailure`), so the source code that drives
+  the cursor is the same for both transports.
+* follows "watched" handles: every period (20 ms for one watch, growing with their number
+  up to 200 ms for 500: a frame per file per period, not per line) it fstats each watched
+  handle and pushes what was appended since the watch's position, `D <h> <gen> <pos> <size>
+  <len>\\n` + bytes.  Before each read it re-reads the TAIL_BYTES before the position and
+  compares them with what it pushed last; a file that shrank or whose bytes changed gets a
+  `T <h> <gen> <size>` and is no longer pushed: the cursor (sources/cursor.py) then finds the
+  truncation with its own reads, as over SFTP.
+
+The daemon side (`ExecFS`, `ExecFile`) keeps per handle the bytes pushed and not yet read.
+The cursor still runs the whole follow algorithm: the stream only answers its steady-state
+"what was appended" (size = the end of the pushed bytes, a read past what it was already
+given = those bytes; the wait ends when a frame comes).  Everything else is a real request
+to the node: the verify of the bytes before the offset, the look at the path (now with dev
+and inode: rotation is told by identity, not only by head), the head, a drain past the pushed
+bytes, the search for a rotated file.  A watch is re-established at the cursor's offset
+whenever it was stopped (truncation, a read beyond the pushed bytes, more than MAX_BUFFERED
+waiting: the backlog is then read by requests, as over SFTP).
+
+Losing the channel (the reader killed, the connection dropped, sshd restarted, a request
+unanswered for REQUEST_TIMEOUT) fails every pending request with `StreamLost`; the source
+reconnects like after any lost connection and the cursor resumes at its exact offset (or
+finds the rotated file by dev:inode).  No `python3` on the node (the command exits without
+the greeting): the pool uses SFTP for that host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import shlex
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+
+from .base import TAIL_BYTES
+
+GREETING = b"H logwatch-stream 1\n"
+MARKER = "logwatch-stream"   # the reader's argv[1]: what `ps` shows on the node
+START_TIMEOUT = 20.0      # seconds for the reader to greet (python start-up on a busy node)
+REQUEST_TIMEOUT = 60.0    # a request unanswered this long: the channel is given up
+MAX_BUFFERED = 4 << 20    # pushed bytes waiting per handle before its watch is paused
+
+# The reader on the node.  Python 3.5+, stdlib only; exits at EOF on its stdin.
+REMOTE = r'''
+import json, os, select, stat, sys, time
+TAIL = %(tail)d
+CHUNK = 256 * 1024
+fds, watches = {}, {}
+out = []
+ids = [0]
+def send(b):
+    out.append(b)
+def flush():
+    data = b"".join(out)
+    del out[:]
+    while data:
+        n = os.write(1, data)
+        data = data[n:]
+def meta(st, **kw):
+    kw.update(dev=st.st_dev, ino=st.st_ino, size=st.st_size, mtime=st.st_mtime,
+              nlink=st.st_nlink, dir=stat.S_ISDIR(st.st_mode))
+    return kw
+def reply(rid, obj, data=b""):
+    j = json.dumps(obj).encode()
+    send(("R %%d %%d %%d\n" %% (rid, len(j), len(data))).encode() + j + data)
+def op_open(path):
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    ids[0] += 1
+    h = ids[0]
+    fds[h] = fd
+    return meta(st, h=h), b""
+def op_fstat(h):
+    return meta(os.fstat(fds[h])), b""
+def op_stat(path):
+    return meta(os.stat(path)), b""
+def op_read(h, pos, n):
+    return {}, os.pread(fds[h], n, pos)
+def op_list(path):
+    return {"names": [os.fsdecode(n) for n in os.listdir(os.fsencode(path))]}, b""
+def op_look(h, path, head):
+    links = os.fstat(fds[h]).st_nlink
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        return {"exists": False, "links": links}, b""
+    try:
+        st = os.fstat(fd)
+        first = os.pread(fd, head, 0) if head else b""
+    finally:
+        os.close(fd)
+    return meta(st, exists=True, links=links), first
+def op_close(h):
+    watches.pop(h, None)
+    os.close(fds.pop(h))
+    return {}, b""
+def op_watch(h, gen, pos):
+    if h in fds:
+        watches[h] = [gen, pos, None]
+    else:
+        stop(h, gen, -1)
+    return None
+def op_unwatch(h):
+    watches.pop(h, None)
+    return None
+OPS = {"open": op_open, "fstat": op_fstat, "stat": op_stat, "read": op_read, "list": op_list,
+       "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
+def handle(line):
+    req = json.loads(line.decode())
+    rid, op, args = req[0], req[1], req[2:]
+    try:
+        res = OPS[op](*args)
+    except OSError as e:
+        import errno
+        if rid >= 0:
+            reply(rid, {"err": errno.errorcode.get(e.errno, "EIO"), "msg": str(e)})
+        return
+    except (KeyError, ValueError, TypeError) as e:
+        if rid >= 0:
+            reply(rid, {"err": "EBADF", "msg": repr(e)})
+        return
+    if res is not None and rid >= 0:
+        reply(rid, res[0], res[1])
+def stop(h, gen, size):
+    watches.pop(h, None)
+    send(("T %%d %%d %%d\n" %% (h, gen, size)).encode())
+def scan():
+    for h, w in list(watches.items()):
+        gen, pos, last = w
+        fd = fds[h]
+        try:
+            size = os.fstat(fd).st_size
+            if size == pos:
+                continue
+            if size < pos:
+                stop(h, gen, size)
+                continue
+            back = len(last) if last is not None else 0
+            data = os.pread(fd, back + min(size - pos, CHUNK), pos - back)
+        except OSError:
+            stop(h, gen, -1)
+            continue
+        if last is not None and data[:back] != last:
+            stop(h, gen, size)
+            continue
+        chunk = data[back:]
+        if not chunk:
+            continue
+        send(("D %%d %%d %%d %%d %%d\n" %% (h, gen, pos, size, len(chunk))).encode() + chunk)
+        w[1] = pos + len(chunk)
+        w[2] = ((last or b"") + chunk[-TAIL:])[-TAIL:]
+def main():
+    send(%(greeting)r)
+    flush()
+    buf = b""
+    due = time.monotonic()
+    while True:
+        period = min(0.2, max(0.02, 0.0004 * len(watches)))
+        timeout = max(0.0, due - time.monotonic()) if watches else None
+        if select.select([0], [], [], timeout)[0]:
+            data = os.read(0, 1 << 16)
+            if not data:
+                return
+            buf += data
+            lines = buf.split(b"\n")
+            buf = lines.pop()
+            for line in lines:
+                if line:
+                    handle(line)
+        now = time.monotonic()
+        if watches and now >= due:
+            scan()
+            due = now + period
+        elif not watches:
+            due = now
+        if out:
+            flush()
+try:
+    main()
+except (BrokenPipeError, KeyboardInterrupt):
+    pass
+''' % {"tail": TAIL_BYTES, "greeting": GREETING}
+
+
+def remote_command(python: str = "python3") -> str:
+    """The command line that starts the reader: no newline, nothing a shell would expand
+    (it also runs under a non-POSIX login shell)."""
+    packed = base64.b64encode(zlib.compress(REMOTE.encode(), 9)).decode()
+    code = f"import base64,zlib;exec(zlib.decompress(base64.b64decode('{packed}')))"
+    return f"{python} -c {shlex.quote(code)} {MARKER}"
+
+
+class StreamLost(OSError):
+    """The exec channel of the reader ended (or stopped answering): the caller reconnects."""
+
+
+class NoStream(Exception):
+    """The reader did not start on the node (no python3 there, or it failed): use SFTP.
+    `final`: it ended without starting (not merely slow to start): do not try it again."""
+
+    def __init__(self, why: str, final: bool = True) -> None:
+        super().__init__(why)
+        self.final = final
+
+
+@dataclass(frozen=True, slots=True)
+class Attrs:
+    """What a stat tells, named like asyncssh's SFTPAttrs where they overlap."""
+
+    size: int
+    mtime: float | None
+    type: int
+    dev: int | None = None
+    ino: int | None = None
+    nlink: int | None = None
+
+
+def _attrs(m: dict[str, Any]) -> Attrs:
+    kind = asyncssh.FILEXFER_TYPE_DIRECTORY if m.get("dir") else asyncssh.FILEXFER_TYPE_REGULAR
+    return Attrs(int(m["size"]), m.get("mtime"), kind, m.get("dev"), m.get("ino"), m.get("nlink"))
+
+
+def _error(m: dict[str, Any]) -> Exception:
+    err, msg = m.get("err", "EIO"), str(m.get("msg", ""))
+    if err == "ENOENT" or err == "ENOTDIR":
+        return asyncssh.SFTPNoSuchFile(msg)
+    if err in ("EACCES", "EPERM"):
+        return asyncssh.SFTPPermissionDenied(msg)
+    return asyncssh.SFTPFailure(f"{err}: {msg}")
+
+
+class _Session(asyncssh.SSHClientSession):  # type: ignore[misc]
+    def __init__(self, fs: "ExecFS") -> None:
+        self.fs = fs
+
+    def data_received(self, data: bytes, datatype: Any) -> None:
+        if datatype is None:
+            self.fs._feed(data)
+        else:
+            self.fs.stderr = (self.fs.stderr + data)[-2000:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.fs._lost(exc)
+
+
+class ExecFS:
+    """The reader on one connection: the part of asyncssh's SFTPClient the SSH source uses
+    (open / stat / listdir), plus `look`, and the pushed growth of watched handles."""
+
+    def __init__(self) -> None:
+        self.chan: Any = None
+        self.stderr = b""
+        self.lost: str | None = None
+        self._buf = bytearray()
+        self._greeted: asyncio.Future[None] | None = None
+        self._rid = 0
+        self._pending: dict[int, tuple[asyncio.Future[tuple[dict[str, Any], bytes]],
+                                       asyncio.TimerHandle]] = {}
+        self._files: dict[int, ExecFile] = {}
+
+    @classmethod
+    async def start(cls, conn: Any, python: str = "python3",
+                    timeout: float = START_TIMEOUT) -> "ExecFS":
+        fs = cls()
+        loop = asyncio.get_running_loop()
+        fs._greeted = loop.create_future()
+        fs.chan, _ = await conn.create_session(lambda: _Session(fs), remote_command(python),
+                                               encoding=None)
+        try:
+            await asyncio.wait_for(asyncio.shield(fs._greeted), timeout)
+        except (StreamLost, asyncio.TimeoutError) as e:
+            fs.close()
+            why = fs.stderr.decode("utf-8", "replace").strip() or str(e) or \
+                f"no greeting within {timeout:.0f}s"
+            # ended without greeting: no python3 there (final); slow: try again next time
+            raise NoStream(why, final=isinstance(e, StreamLost)) from None
+        return fs
+
+    def close(self) -> None:
+        if self.chan is not None:
+            self.chan.close()
+        self._lost(None)
+
+    # the wire ------------------------------------------------------------------------------
+
+    def _feed(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos = 0
+        while True:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            head = bytes(buf[pos:nl]).split()
+            kind = head[0] if head else b""
+            if self._greeted is not None and not self._greeted.done():
+                # before the greeting: whatever a login script printed
+                if buf[pos:nl + 1] == GREETING:
+                    self._greeted.set_result(None)
+                pos = nl + 1
+            elif kind == b"D":
+                n = int(head[5])
+                if len(buf) < nl + 1 + n:
+                    break
+                f = self._files.get(int(head[1]))
+                if f is not None:
+                    f._push(int(head[2]), int(head[3]), int(head[4]),
+                            bytes(buf[nl + 1:nl + 1 + n]))
+                pos = nl + 1 + n
+            elif kind == b"R":
+                jn, dn = int(head[2]), int(head[3])
+                if len(buf) < nl + 1 + jn + dn:
+                    break
+                meta = json.loads(bytes(buf[nl + 1:nl + 1 + jn]))
+                data_ = bytes(buf[nl + 1 + jn:nl + 1 + jn + dn])
+                waiting = self._pending.pop(int(head[1]), None)
+                if waiting is not None:
+                    waiting[1].cancel()
+                    if not waiting[0].done():
+                        waiting[0].set_result((meta, data_))
+                pos = nl + 1 + jn + dn
+            elif kind == b"T":
+                f = self._files.get(int(head[1]))
+                if f is not None:
+                    f._stopped(int(head[2]))
+                pos = nl + 1
+            else:
+                self._fail(f"unexpected output from the remote reader: {bytes(buf[pos:nl])[:80]!r}")
+                return
+        del buf[:pos]
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self.lost is None:
+            why = self.stderr.decode("utf-8", "replace").strip()[-300:]
+            self.lost = f"the remote reader ended{': ' + why if why else ''}" + \
+                        (f" ({exc})" if exc else "")
+        err = StreamLost(self.lost)
+        if self._greeted is not None and not self._greeted.done():
+            self._greeted.set_exception(err)
+            self._greeted.exception()      # retrieved: start() reports it
+        for fut, timer in self._pending.values():
+            timer.cancel()
+            if not fut.done():
+                fut.set_exception(err)
+                fut.exception()   # retrieved: its caller may be gone (cancelled)
+        self._pending.clear()
+        for f in list(self._files.values()):
+            f._wake()
+
+    def _fail(self, why: str) -> None:
+        self.lost = why
+        if self.chan is not None:
+            self.chan.close()
+        self._lost(None)
+
+    def _send(self, *req: Any) -> None:
+        if self.lost is not None:
+            raise StreamLost(self.lost)
+        self.chan.write(json.dumps(req).encode() + b"\n")
+
+    async def call(self, op: str, *args: Any) -> tuple[dict[str, Any], bytes]:
+        if self.lost is not None:
+            raise StreamLost(self.lost)
+        self._rid += 1
+        rid = self._rid
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[tuple[dict[str, Any], bytes]] = loop.create_future()
+        timer = loop.call_later(REQUEST_TIMEOUT, self._fail,
+                                f"the remote reader did not answer {op} within {REQUEST_TIMEOUT:.0f}s")
+        self._pending[rid] = (fut, timer)
+        self._send(rid, op, *args)
+        meta, data = await fut
+        if "err" in meta:
+            raise _error(meta)
+        return meta, data
+
+    # the SFTPClient subset -----------------------------------------------------------------
+
+    async def open(self, path: str, mode: str = "rb") -> "ExecFile":
+        meta, _ = await self.call("open", path)
+        f = ExecFile(self, int(meta["h"]), path)
+        self._files[f.h] = f
+        return f
+
+    async def stat(self, path: str) -> Attrs:
+        return _attrs((await self.call("stat", path))[0])
+
+    async def listdir(self, path: str) -> list[str]:
+        return list((await self.call("list", path))[0]["names"])
+
+
+class ExecFile:
+    """An open file on the node (the descriptor keeps reading it after a rename or an unlink),
+    like asyncssh's SFTPClientFile (read(n, pos), stat(), close()), plus the pushed growth
+    (`watch_from`, `size`, `wait`)."""
+
+    streams = True
+
+    def __init__(self, fs: ExecFS, h: int, path: str) -> None:
+        self.fs = fs
+        self.h = h
+        self.path = path
+        self.closed = False
+        self.gen = 0
+        self.live = False        # pushes for this handle are coming
+        self.base = 0            # offset of buf[0]
+        self.buf = bytearray()   # pushed bytes from `base`
+        self.given = 0           # the end of what reads were answered from buf
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def end(self) -> int:
+        return self.base + len(self.buf)
+
+    # pushes --------------------------------------------------------------------------------
+
+    def _push(self, gen: int, pos: int, size: int, data: bytes) -> None:
+        if gen != self.gen or not self.live:
+            return
+        if pos != self.end:             # cannot happen; never guess: stop, re-watch
+            self._pause()
+            return
+        self.buf += data
+        if len(self.buf) > MAX_BUFFERED:
+            self._pause()               # read on by requests until the backlog is gone
+        self._wake()
+
+    def _stopped(self, gen: int) -> None:
+        if gen == self.gen:
+            self.live = False
+            self._wake()
+
+    def _pause(self) -> None:
+        self.live = False
+        try:
+            self.fs._send(-1, "unwatch", self.h)
+        except StreamLost:
+            pass
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def watch_from(self, pos: int, given: int) -> None:
+        """Push what is appended from `pos` on (`given`: reads up to there were answered)."""
+        self.gen += 1
+        self.base, self.buf, self.given, self.live = pos, bytearray(), given, True
+        self.fs._send(-1, "watch", self.h, self.gen, pos)
+
+    async def wait(self, timeout: float) -> None:
+        """Until a push comes, the watch stops, the channel ends, or `timeout`."""
+        if self.fs.lost is not None:
+            raise StreamLost(self.fs.lost)
+        if self.live and self.end > self.given:
+            return
+        loop = asyncio.get_running_loop()
+        fut = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, self._wake)
+        try:
+            await fut
+        finally:
+            timer.cancel()
+            self._waiter = None
+        if self.fs.lost is not None:
+            raise StreamLost(self.fs.lost)
+
+    async def size(self) -> int:
+        """The end of the pushed bytes while pushed (at least what was already read: a watch
+        starts TAIL_BYTES before it), else the file's size now."""
+        if self.live:
+            return max(self.end, self.given)
+        return (await self.stat()).size
+
+    # the SFTPClientFile subset -------------------------------------------------------------
+
+    async def read(self, n: int, pos: int) -> bytes:
+        end = pos + n
+        if self.base <= pos < self.end and end > self.given:
+            # the appended bytes (and the ones just before them): pushed already
+            stop = min(end, self.end)
+            data = bytes(self.buf[pos - self.base:stop - self.base])
+            self.given = max(self.given, stop)
+            keep = self.given - TAIL_BYTES - self.base
+            if keep > 0:
+                del self.buf[:keep]
+                self.base += keep
+            return data
+        _, data = await self.fs.call("read", self.h, pos, n)
+        if self.live and pos + len(data) > self.end and end > self.given:
+            self._pause()   # read past the pushes (a drain): re-watch from the new offset
+        return data
+
+    async def stat(self) -> Attrs:
+        return _attrs((await self.fs.call("fstat", self.h))[0])
+
+    async def look(self, head: int) -> tuple[dict[str, Any], bytes]:
+        return await self.fs.call("look", self.h, self.path, head)
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.live = False
+        self._wake()
+        self.fs._files.pop(self.h, None)
+        if self.fs.lost is None:
+            await self.fs.call("close", self.h)
