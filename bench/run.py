@@ -183,16 +183,19 @@ def main() -> int:
     if "scale" in sections:
         import scale
         runs = []
-        for kind, ns in (("file", (50, 200, 500)), ("ssh", (50, 200))):
+        for kind, ns in (("file", (50, 200, 500)), ("ssh", (50, 200, 500))):
             for n in ns:
-                r = scale.run(n, kind, seconds=args.scale_seconds)
+                # ssh: one loopback sshd with a real server's default MaxSessions 10
+                r = scale.run(n, kind, seconds=args.scale_seconds,
+                              **({"max_sessions": 10} if kind == "ssh" else {}))
                 runs.append(r)
                 print(f"bench: scale {kind} n={n}: {r}", file=sys.stderr)
         results["scale"] = runs
-        print("\nscale, N targets each appending 20 lines/s, one daemon:")
+        print("\nscale, N targets each appending 20 lines/s, one daemon (ssh: MaxSessions 10):")
         for r in runs:
             print(f"  {r['kind']:<5} N={r['targets']:<4} CPU {r['cpu_share'] * 100:5.1f}% of a core   "
-                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   lines lost {r['lines_lost']}")
+                  f"peak RSS {r['peak_rss_mib']:6.1f} MiB   lines lost {r['lines_lost']}   "
+                  f"late p99 {r['late_p99_s']:.2f} s")
     if "gpu" in sections:
         import scale
         runs = []
