@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from scale import HEADER, WRITER, cpu_seconds, free_port  # noqa: E402
+from scale import WRITER, cpu_seconds, fleet  # noqa: E402
 
 ROOT = HERE.parent
 
@@ -42,12 +42,7 @@ def ready_count(port: int) -> int:
 def measure(root: Path, n: int, growing: int, scrapes: int) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        paths = [tmp / f"t{i:04d}.log" for i in range(n)]
-        for p in paths:
-            p.write_text(HEADER)
-        port = free_port()
-        lines = [f"listen: 127.0.0.1:{port}", f"state_dir: {tmp / 'state'}",
-                 "log_level: warning", "targets:"]
+        paths, port, lines = fleet(tmp, n)
         for i, p in enumerate(paths):
             lines += [f"  - name: t{i:04d}", f"    source: {p}", "    rules: sglang",
                       "    gpu: false", "    probe: false" if _has_probe(root) else ""]

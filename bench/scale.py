@@ -129,6 +129,17 @@ def replay_command(tmp: Path) -> str:
             "nvidia-smi")
 
 
+def fleet(tmp: Path, n: int) -> tuple[list[Path], int, list[str]]:
+    """`n` logs of a server that is ready (HEADER) in `tmp`, a free port, and the head of a
+    daemon config listening there (its `targets:` list to be filled in)."""
+    paths = [tmp / f"t{i:04d}.log" for i in range(n)]
+    for p in paths:
+        p.write_text(HEADER)
+    port = free_port()
+    return paths, port, [f"listen: 127.0.0.1:{port}", f"state_dir: {tmp / 'state'}",
+                         "log_level: warning", "targets:"]
+
+
 def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         gpu: str = "off", hosts: bool = False, max_sessions: int = 200,
         root: Path | None = None, sample_every: float = 1.0) -> dict[str, float]:
@@ -142,12 +153,7 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
     oldest line not yet counted (`lateness`): p99 over targets x samples."""
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        paths = [tmp / f"t{i:04d}.log" for i in range(n)]
-        for p in paths:
-            p.write_text(HEADER)
-        port = free_port()
-        lines = ["listen: 127.0.0.1:%d" % port, f"state_dir: {tmp / 'state'}", "log_level: warning",
-                 "targets:"]
+        paths, port, lines = fleet(tmp, n)
         server = None
         if kind == "ssh":
             sys.path.insert(0, str(ROOT / "tests"))
