@@ -1,8 +1,43 @@
-"""Durations as people write and read them (config values, the display, alert texts)."""
+"""Durations as people write and read them (config values, the display, alert texts), and
+the per-target switches of the config (`gpu:`, `probe:`)."""
 
 from __future__ import annotations
 
 import re
+from typing import Any, Mapping
+
+TRUE_WORDS = {"true", "on", "yes"}
+FALSE_WORDS = {"false", "off", "no", "none"}
+
+
+def parse_switch(value: Any, *, where: str, keys: tuple[str, ...], example: str,
+                 short: str) -> str | Mapping[str, Any]:
+    """A per-target feature switch: None / "auto" -> "auto", false / "off" / ... -> "off",
+    true / "on" / ... -> "on", or its settings: a mapping with only `keys` (returned as it
+    is).  ValueError("WHERE: message") otherwise; `example` and `short` show the mapping in
+    the message (with and without values)."""
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v == "auto":
+            return "auto"
+        if v in FALSE_WORDS:
+            return "off"
+        if v in TRUE_WORDS:
+            return "on"
+        raise ValueError(f"{where}: expected auto, false, or a mapping {{{example}}}; "
+                         f"got {value!r}")
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected auto, false, or a mapping {{{short}}}; "
+                         f"got {type(value).__name__}")
+    unknown = sorted(str(k) for k in value if k not in keys)
+    if unknown:
+        raise ValueError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(unknown)} (expected {', '.join(keys)})")
+    return value
 
 _DURATION_RE = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?\s*(?:(\d+(?:\.\d+)?)m(?!s))?\s*"
                              r"(?:(\d+(?:\.\d+)?)s)?\s*(?:(\d+)ms)?\s*$")

@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import asyncssh
 
 from .. import log
-from ..units import fmt_duration, parse_duration
+from ..units import fmt_duration, parse_duration, parse_switch
 from .ssh import (
     Backoff, NoSFTPSubsystem, SSHOptions, SSHPool, SSHTarget, default_pool, explain,
 )
@@ -576,8 +576,6 @@ class GpuConfig:
 
 
 _GPU_KEYS = ("command", "interval", "timeout")
-_TRUE = {"true", "on", "yes"}
-_FALSE = {"false", "off", "no", "none"}
 
 
 def _duration(value: Any, name: str) -> float:
@@ -599,28 +597,12 @@ def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
     Accepted: None / "auto" (the default), false / "false" / "off", true / "on", or a mapping
     with `command` (str or list), `interval` (>= 0.1 s, default 2s), `timeout` (the
     watchdog: longer than the interval, default 10s)."""
-    if value is None:
-        return GpuConfig()
-    if isinstance(value, bool):
-        return GpuConfig(mode="on" if value else "off")
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v == "auto":
-            return GpuConfig()
-        if v in _FALSE:
-            return GpuConfig(mode="off")
-        if v in _TRUE:
-            return GpuConfig(mode="on")
-        raise ValueError(f"{where}: expected auto, false, or a mapping "
-                         f"{{command: nvidia-smi, interval: 2s, timeout: 10s}}; got {value!r}")
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected auto, false, or a mapping "
-                         f"{{command: ..., interval: ..., timeout: ...}}; "
-                         f"got {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in _GPU_KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(unknown)} (expected {', '.join(_GPU_KEYS)})")
+    switch = parse_switch(value, where=where, keys=_GPU_KEYS,
+                          example="command: nvidia-smi, interval: 2s, timeout: 10s",
+                          short="command: ..., interval: ..., timeout: ...")
+    if isinstance(switch, str):
+        return GpuConfig() if switch == "auto" else GpuConfig(mode=switch)
+    value = switch
     command: Any = value.get("command", "nvidia-smi")
     if isinstance(command, (list, tuple)):
         if not command or not all(isinstance(c, str) and c for c in command):

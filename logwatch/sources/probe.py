@@ -25,11 +25,9 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
-from ..units import parse_duration
+from ..units import parse_duration, parse_switch
 
 STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
-_TRUE = {"true", "on", "yes", "auto"}
-_FALSE = {"false", "off", "no", "none"}
 _KEYS = ("url", "interval", "timeout", "fail_after")
 WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]", "*"}
 
@@ -57,25 +55,12 @@ class ProbeConfig:
 
 def parse_probe_config(value: Any, *, where: str = "probe") -> ProbeConfig:
     """A target's `probe:` value -> ProbeConfig; ValueError("KEY: message") when it is wrong."""
-    if value is None or value is True:
-        return ProbeConfig()
-    if value is False:
-        return ProbeConfig(mode="off")
-    if isinstance(value, str):
-        v = value.strip().lower()
-        if v in _TRUE:
-            return ProbeConfig()
-        if v in _FALSE:
-            return ProbeConfig(mode="off")
-        raise ValueError(f"{where}: expected auto, false, or a mapping "
-                         f"{{url, interval: 10s, timeout: 5s, fail_after: 30s}}; got {value!r}")
-    if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected auto, false, or a mapping "
-                         f"{{url, interval, timeout, fail_after}}; got {type(value).__name__}")
-    unknown = sorted(str(k) for k in value if k not in _KEYS)
-    if unknown:
-        raise ValueError(f"{where}: unknown key{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(unknown)} (expected {', '.join(_KEYS)})")
+    switch = parse_switch(value, where=where, keys=_KEYS,
+                          example="url, interval: 10s, timeout: 5s, fail_after: 30s",
+                          short="url, interval, timeout, fail_after")
+    if isinstance(switch, str):
+        return ProbeConfig(mode="off") if switch == "off" else ProbeConfig()
+    value = switch
     url = value.get("url")
     if url is not None:
         if not isinstance(url, str) or endpoint_of(url) is None:
