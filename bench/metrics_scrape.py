@@ -23,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from scale import WRITER, cpu_seconds, fleet  # noqa: E402
+from scale import WRITER, cpu_seconds, fleet, wait_daemon  # noqa: E402
 
 ROOT = HERE.parent
 
@@ -53,16 +53,8 @@ def measure(root: Path, n: int, growing: int, scrapes: int) -> dict[str, object]
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         writer = None
         try:
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if ready_count(port) >= n:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    raise SystemExit(f"metrics bench: daemon not ready ({root})")
-                time.sleep(0.5)
+            wait_daemon(daemon, lambda: ready_count(port) >= n, 300,
+                        f"metrics bench ({root})", every=0.5)
             cold, size = scrape(port)
             writer = subprocess.Popen([sys.executable, "-c", WRITER,
                                        ",".join(map(str, paths[:growing])), "20", "600"],

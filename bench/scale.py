@@ -19,6 +19,7 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,6 +130,22 @@ def replay_command(tmp: Path) -> str:
             "nvidia-smi")
 
 
+def wait_daemon(daemon: subprocess.Popen, ready: Callable[[], bool], timeout: float,
+                what: str, every: float = 0.2) -> None:
+    """Poll `ready()` until it holds (connection errors: not yet); exit the bench when the
+    daemon died or `timeout` passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or daemon.poll() is not None:
+            raise SystemExit(f"{what}: daemon not ready")
+        time.sleep(every)
+
+
 def fleet(tmp: Path, n: int) -> tuple[list[Path], int, list[str]]:
     """`n` logs of a server that is ready (HEADER) in `tmp`, a free port, and the head of a
     daemon config listening there (its `targets:` list to be filled in)."""
@@ -174,16 +191,9 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tree,
                                   env={**os.environ, "PYTHONPATH": str(tree)})
         try:
-            deadline = time.monotonic() + 180    # 200 SSH handshakes on 2 cores take a while
-            while True:  # every target read its header
-                try:
-                    if metric_sum(port, "logwatch_lines_total") >= 2 * n:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    raise SystemExit(f"scale: daemon not ready (n={n}, {kind})")
-                time.sleep(0.2)
+            # every target read its header (200 SSH handshakes on 2 cores take a while)
+            wait_daemon(daemon, lambda: metric_sum(port, "logwatch_lines_total") >= 2 * n, 180,
+                        f"scale (n={n}, {kind})")
             writer = subprocess.Popen([sys.executable, "-c", WRITER, ",".join(map(str, paths)),
                                        str(rate), str(seconds)], stdout=subprocess.PIPE, text=True)
             samples: list[tuple[float, dict[str, float]]] = []
