@@ -168,7 +168,6 @@ class RankProgress:
     phase: str
     finished: bool
     at: float                  # when it got there
-    seen: float                # its last phase line
     advances: list[tuple[int, bool, float]] = field(default_factory=list)
 
 
@@ -596,10 +595,9 @@ class StartupMachine:
         pos = (self.pack.phase_index(rule.phase), rule.finishes)
         rp = state.ranks.get(rank)
         if rp is None:
-            state.ranks[rank] = RankProgress(rule.phase, rule.finishes, now, now,
+            state.ranks[rank] = RankProgress(rule.phase, rule.finishes, now,
                                              [(pos[0], pos[1], now)])
             return
-        rp.seen = now
         if pos > (self.pack.phase_index(rp.phase), rp.finished):
             rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
             rp.advances.append((pos[0], pos[1], now))
@@ -853,7 +851,6 @@ def state_from_json(d: dict[str, object]) -> State:
         crash_changed_at=d.get("crash_changed_at"),  # type: ignore[arg-type]
         endpoint=d.get("endpoint"),  # type: ignore[arg-type]
         ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
-                                    float(v["seen"]),  # type: ignore[index]
                                     [(int(a), bool(b), float(c))
                                      for a, b, c in v.get("advances") or []])  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]

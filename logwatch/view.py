@@ -381,7 +381,6 @@ class ProbeSummary:
 
     text: str
     ready_not_answering: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def probe_verdict(probe: Mapping[str, Any] | None, phase: str, startup: str | None,

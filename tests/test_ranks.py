@@ -85,7 +85,7 @@ def test_rank_lag_pure() -> None:
     idx = load_pack("sglang").phase_index
 
     def rp(phase: str, finished: bool, at: float, *adv: tuple[int, bool, float]) -> RankProgress:
-        return RankProgress(phase, finished, at, at, list(adv) or [(idx(phase), finished, at)])
+        return RankProgress(phase, finished, at, list(adv) or [(idx(phase), finished, at)])
 
     g = idx("cuda_graph")
     ranks = {"TP0": rp("cuda_graph", True, 50.0, (g, False, 10.0), (g, True, 50.0)),
