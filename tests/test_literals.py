@@ -16,7 +16,7 @@ import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from logwatch.rules.literals import MIN_LITERAL, Literals, required_literals
+from logwatch.rules.literals import MIN_LITERAL, Literals, anchored_head, required_literals
 from logwatch.rules.matcher import Matcher
 from logwatch.rules.pack import REGEX_FLAGS, load_pack
 
@@ -62,6 +62,9 @@ SYNTHETIC = [
     r"ERR(?P<code>[ab][cd][ef][gh][ij])",
     r"(?:alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu|nu|xi|omicron|pi"
     r"|rho|sigma|tau|upsilon|phi|chi|psi|omega) failed",
+    r"\] {3,}\S",
+    r"(?:ab|cd){2,5}x",
+    r"x{2,}y+z{3,4}",
 ]
 
 
@@ -263,3 +266,38 @@ def test_exact_literals_of_a_shipped_rule() -> None:
     r = load_pack("sglang").rule("ready")
     assert r.literals is not None
     assert r.literals.strings == {"The server is fired up and ready to roll!"}
+
+
+def test_a_repeat_requires_its_minimum_copies() -> None:
+    """`x{lo,}` starts and ends with lo copies: the base pack's `ignore: '\\] {3,}\\S'` gets
+    a literal (it was searched on every serving line)."""
+    assert required_literals(r"\] {3,}\S") == Literals(frozenset({"]   "}))
+    assert required_literals(r"(?:ab|cd){2,5}x") == Literals(
+        frozenset({"ababx", "abcdx", "cdabx", "cdcdx"}))
+    assert required_literals(r"a{0,}bcd") == Literals(frozenset({"bcd"}))
+
+
+# ----------------------------------------------------------------------------------------------
+# Anchored heads: the first character a pattern anchored at the start needs
+
+HEADED = [r"^\s{2,}\S", r"^[a-c\d]x", r"\A\d+:", r"^[^\]x]+y", r"^ {4}at "]
+
+
+def test_anchored_heads() -> None:
+    assert anchored_head(r"^\s{2,}\S") == r"[\s]"
+    assert anchored_head(r"^[^\]x]+y") == r"[^\]x]"
+    assert anchored_head(r"^ {4}at ") == r"\ "
+    for no_head in (r"^a|b", r"(?m)^ab", r"^\s*x", r"^.a", r"x^", r"(?i)^abc",
+                    r"^(?P<x>a)b", r"\d+"):
+        assert anchored_head(no_head) is None, no_head
+
+
+@pytest.mark.parametrize("pattern", HEADED)
+@PROPERTY
+@given(data=st.data())
+def test_a_line_the_head_rejects_never_matches(pattern: str, data: st.DataObject) -> None:
+    head = regex.compile(anchored_head(pattern), REGEX_FLAGS)
+    full = regex.compile(pattern, REGEX_FLAGS)
+    text = data.draw(st.one_of(st.from_regex(pattern), st.text(max_size=12)), label="line")
+    if full.search(text) is not None:
+        assert head.match(text, 0, 1) is not None, text

@@ -221,12 +221,16 @@ def _node(op: object, av: object) -> _Info:
         if lo == 0:
             return _OPAQUE
         info = _seq_info(list(sub))
-        if info.exact is not None and lo == hi and lo <= 8:
+        if info.exact is not None and lo <= 8:
+            # `x{lo,hi}`: every match starts and ends with `lo` copies of what x matches
+            # (all of it when lo == hi): `\] {3,}` requires `]   `
             acc: Set | None = EMPTY
             for _ in range(lo):
                 acc = _product(acc, info.exact) if acc is not None else None
             if acc is not None:
-                return _exact(acc)
+                if lo == hi:
+                    return _exact(acc)
+                return _Info(None, _better(info.best, _better(acc, info.exact)), acc, acc)
         return _Info(None, _better(info.best, info.exact), info.prefix, info.suffix)
     if op is _AT:
         return _exact(EMPTY)
@@ -237,3 +241,70 @@ def _node(op: object, av: object) -> _Info:
     if op is _ASSERT_NOT:
         return _exact(EMPTY)
     return _OPAQUE
+
+
+_CATEGORY_SOURCE = {
+    sre_c.CATEGORY_SPACE: r"\s", sre_c.CATEGORY_NOT_SPACE: r"\S",
+    sre_c.CATEGORY_DIGIT: r"\d", sre_c.CATEGORY_NOT_DIGIT: r"\D",
+    sre_c.CATEGORY_WORD: r"\w", sre_c.CATEGORY_NOT_WORD: r"\W",
+}
+
+
+@functools.lru_cache(maxsize=256)
+def anchored_head(pattern: str) -> str | None:
+    """For a pattern anchored at the start of the text (`^...` or `\\A...`, no MULTILINE, no
+    top-level alternation) whose first element consumes a character: that element as a
+    one-character class, to be compiled with the same engine and flags (so `\\s` means what it
+    means to the pattern).  A line whose first character it does not match cannot match the
+    pattern: one cheap call instead of a bounded search (the `ignore: '^\\s{2,}\\S'` of the
+    base pack is tried on every serving line).  None when no such head is known."""
+    if _REGEX_ONLY.search(pattern):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            tree = sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - `regex`-only syntax: no head
+        return None
+    if tree.state.flags & (re.MULTILINE | re.VERBOSE | re.IGNORECASE) or _has_inline_flags(tree):
+        return None
+    items = list(tree)
+    if len(items) < 2 or items[0] != (_AT, sre_c.AT_BEGINNING) and \
+            items[0] != (_AT, sre_c.AT_BEGINNING_STRING):
+        return None
+    op, av = items[1]
+    if op in _REPEATS and op is not None:
+        lo, _hi, sub = av  # type: ignore[misc]
+        sub = list(sub)
+        if lo < 1 or len(sub) != 1:
+            return None
+        op, av = sub[0]
+    return _one_char(op, av)
+
+
+def _has_inline_flags(tree: object) -> bool:
+    for op, av in _walk(tree):
+        if op is _SUB and (av[1] or av[2]):  # type: ignore[index]
+            return True
+    return False
+
+
+def _one_char(op: object, av: object) -> str | None:
+    """The regex source of a one-character node (a literal or a class), else None."""
+    if op is _LIT:
+        return re.escape(chr(av))  # type: ignore[arg-type]
+    if op is not _IN:
+        return None
+    parts = []
+    for iop, iav in av:  # type: ignore[attr-defined]
+        if iop is _LIT:
+            parts.append(re.escape(chr(iav)))
+        elif iop is sre_c.RANGE:
+            parts.append(f"{re.escape(chr(iav[0]))}-{re.escape(chr(iav[1]))}")
+        elif iop is sre_c.CATEGORY and iav in _CATEGORY_SOURCE:
+            parts.append(_CATEGORY_SOURCE[iav])
+        elif iop is sre_c.NEGATE and not parts:
+            parts.append("^")
+        else:
+            return None
+    return "[" + "".join(parts) + "]" if parts and parts != ["^"] else None

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import re2
+import regex
 
 try:  # one pass for every rule literal at several GB/s; RE2 where the wheel does not install
     import hyperscan
@@ -31,9 +32,9 @@ except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in t
     hyperscan = None
 
 from . import bounded
-from .literals import required_literals
+from .literals import anchored_head, required_literals
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
-from .pack import Rule, RulePack
+from .pack import REGEX_FLAGS, Rule, RulePack
 
 
 @dataclass(slots=True)
@@ -182,21 +183,27 @@ class Matcher:
         for r in self.rules:
             lits = tuple(sorted(r.literals.strings)) if r.literals else None
             self._checks.append((r, lits, bool(r.literals and r.literals.ignore_case)))
-        # ignore patterns get a literal prefilter too (most candidate lines skip the regex)
-        self._ignore = []
+        # ignore patterns get a literal prefilter too (most candidate lines skip the regex),
+        # or for one anchored at the start, a test of the line's first character
+        self._ignore: list[tuple[tuple[str, ...] | None, Any, Any]] = []
         for rx in pack.ignore:
             lit = required_literals(rx.pattern)
-            self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None, rx))
+            head = anchored_head(rx.pattern)
+            self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None,
+                                 regex.compile(head, REGEX_FLAGS).match if head else None, rx))
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
         self._has_frames = any(r.frame for r in pack.rules)
+        self._group_names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(rule) -> names
         self._prefixes = pack.prefixes
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare = literal_finder(_literal_parts(rare), engine)
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
         stats = _literal_parts(self.stats_rules)
         self._stats_rx = _Re2Literals(stats).rx if stats else None
+        # exact mode (live) wants every stats line: their positions in one pass over a block
+        self._stats_all = literal_finder(stats, engine)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
 
     # -- one line ------------------------------------------------------------------------------
@@ -232,7 +239,8 @@ class Matcher:
             text = self.unwrap(text)[0]
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
-        started: float | None = None  # CPU clock at the line's first regex (its budget)
+        started: float | None = None  # wall clock at the line's first regex (its budget)
+        cpu_since: float | None = None  # CPU clock, read once the wall clock says it matters
         for rule, lits, ci in (self._stats_checks if stats_only else self._checks):
             if lits is not None:
                 if ci:
@@ -246,21 +254,16 @@ class Matcher:
                         break
                 else:
                     continue
-            if started is None:
-                started = bounded.cpu_clock()
             if ignored is None:
-                try:
-                    ignored = any((lits is None or any(x in text for x in lits)) and
-                                  bounded.search(rx, text, PATTERN_TIMEOUT) is not None
-                                  for lits, rx in self._ignore)
-                except TimeoutError:
-                    self.errors += 1
-                    ignored = False
+                ignored, started = self._ignored(text)
             if ignored and not rule.frame:
                 if not self._has_frames:
                     return None
                 continue         # an ignored line (traceback source) fires only frame rules
-            left = LINE_BUDGET - (bounded.cpu_clock() - started)
+            if started is None:   # the line's first regex: its budget starts now, whole
+                started, left = bounded.wall_clock(), LINE_BUDGET
+            else:
+                left, cpu_since = bounded.budget_left(LINE_BUDGET, started, cpu_since)
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1
                 return None
@@ -270,8 +273,37 @@ class Matcher:
                 self.errors += 1
                 continue
             if m is not None:
-                return rule, {k: v for k, v in m.groupdict().items() if v is not None}
+                return rule, self._fields(rule, m)
         return None
+
+    def _ignored(self, text: str) -> tuple[bool, float | None]:
+        """Whether an `ignore` pattern matches `text`, and the wall clock when the first of
+        them had to run (None when the prefilters ruled them all out: no clock was read)."""
+        started: float | None = None
+        for lits, head, rx in self._ignore:
+            if lits is not None and not any(x in text for x in lits):
+                continue
+            if head is not None and head(text, 0, 1) is None:
+                continue
+            if started is None:
+                started = bounded.wall_clock()
+            try:
+                if bounded.search(rx, text, PATTERN_TIMEOUT) is not None:
+                    return True, started
+            except TimeoutError:
+                self.errors += 1
+                return False, started
+        return False, started
+
+    def _fields(self, rule: Rule, m: Any) -> dict[str, str]:
+        """The named groups a match set (`groupdict()` builds a dict of every group first,
+        which costs more than the rest of a stats line's matching)."""
+        names = self._group_names.get(id(rule))
+        if names is None:
+            names = self._group_names[id(rule)] = tuple(
+                (k, i - 1) for k, i in rule.regex.groupindex.items())
+        groups = m.groups()
+        return {k: groups[i] for k, i in names if groups[i] is not None}
 
     # -- a block -------------------------------------------------------------------------------
     def scan(self, block: Block, collapse_stats: bool = False) -> Iterator[Hit]:
@@ -333,6 +365,8 @@ class _BlockScan:
         self.line_pos = 0
         self.line_no = block.line_number
         self.in_run = False   # the last hit emitted was a stats hit (a run is open)
+        self._stats_at: list[int] | None = None  # exact mode: stats literal positions
+        self._stats_next = 0                     # the first of them not passed yet
 
     def finish(self) -> None:
         """Record the block's newline count (counted up to the last hit already)."""
@@ -388,6 +422,9 @@ class _BlockScan:
         rx = self.m._stats_rx
         if rx is None or lo >= hi:
             return
+        if not self.collapse:
+            yield from self._every_stats(lo, hi)
+            return
         pos = lo
         while pos < hi and not (self.collapse and self.in_run):
             found = rx.search(self.data, pos, hi)
@@ -402,6 +439,28 @@ class _BlockScan:
             last = self._last(pos, hi)
             if last is not None:
                 yield from self.output(self.emit(last[0], self.match_segment(*last, stats_only=True)))
+
+    def _every_stats(self, lo: int, hi: int) -> Iterator[Hit]:
+        """Every stats hit in [lo, hi), from one pass of the literal finder over the block
+        (one call for a block, rather than one search per line).  Windows come in order."""
+        at = self._stats_at
+        if at is None:
+            finder = self.m._stats_all
+            at = self._stats_at = list(finder.positions(self.data)) if finder else []
+        i, n, examined = self._stats_next, len(at), lo
+        while i < n and at[i] < lo:
+            i += 1
+        while i < n and at[i] < hi:
+            pos = at[i]
+            i += 1
+            if pos < examined:
+                continue     # another literal in a segment already looked at
+            s, e = segment_bounds(self.data, pos)
+            examined = e
+            matched = self.match_segment(s, e, stats_only=True)
+            if matched:
+                yield from self.output(self.emit(s, matched))
+        self._stats_next = i
 
     def _last(self, lo: int, hi: int) -> tuple[int, int] | None:
         """The last segment in [lo, hi) that a stats rule matches.

@@ -280,6 +280,7 @@ class ExecFS:
         self._pending: dict[int, tuple[asyncio.Future[tuple[dict[str, Any], bytes]],
                                        asyncio.TimerHandle]] = {}
         self._files: dict[int, ExecFile] = {}
+        self._out: list[bytes] = []     # requests queued for this turn of the loop
 
     @classmethod
     async def start(cls, conn: Any, python: str = "python3",
@@ -301,6 +302,7 @@ class ExecFS:
 
     def close(self) -> None:
         if self.chan is not None:
+            self._flush()          # an unwatch or close queued this turn still goes out
             self.chan.close()
         self._lost(None)
 
@@ -377,9 +379,24 @@ class ExecFS:
         self._lost(None)
 
     def _send(self, *req: Any) -> None:
+        """Queue a request; the requests of one turn of the event loop go out in one write
+        (hundreds of logs look at their paths every second: one SSH packet, encrypted once,
+        rather than one each)."""
         if self.lost is not None:
             raise StreamLost(self.lost)
-        self.chan.write(json.dumps(req).encode() + b"\n")
+        self._out.append(json.dumps(req).encode() + b"\n")
+        if len(self._out) == 1:
+            try:
+                asyncio.get_running_loop().call_soon(self._flush)
+            except RuntimeError:      # no loop running (a synchronous caller): now
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._out and self.lost is None:
+            data = b"".join(self._out)
+            self._out.clear()
+            self.chan.write(data)
+        self._out.clear()
 
     async def call(self, op: str, *args: Any) -> tuple[dict[str, Any], bytes]:
         if self.lost is not None:

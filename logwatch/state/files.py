@@ -38,14 +38,23 @@ def default_state_dir() -> Path:
 def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> None:
     """Write-then-rename so a reader (or a crash) never sees half a file.  `durable` also
     fsyncs the file and its directory (survives power loss, not only a killed process)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # encoded whole first (`json.dump` to a file runs the pure-Python encoder chunk by
+    # chunk; a daemon of 500 targets checkpoints 100 times a second)
+    data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.flush()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except FileNotFoundError:   # the directory is made on the first write (or again)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
             if durable:
-                os.fsync(f.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         try:
