@@ -16,7 +16,9 @@ import regex
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from logwatch.rules.literals import MIN_LITERAL, Literals, anchored_head, required_literals
+from logwatch.rules.literals import (
+    MIN_LITERAL, Literals, anchored_head, required_literals, start_filters,
+)
 from logwatch.rules.matcher import Matcher
 from logwatch.rules.pack import REGEX_FLAGS, load_pack
 
@@ -287,8 +289,9 @@ def test_anchored_heads() -> None:
     assert anchored_head(r"^\s{2,}\S") == r"[\s]"
     assert anchored_head(r"^[^\]x]+y") == r"[^\]x]"
     assert anchored_head(r"^ {4}at ") == r"\ "
+    assert anchored_head(r"^(?P<Y>\d{4})-") == r"[\d]"     # into a group
     for no_head in (r"^a|b", r"(?m)^ab", r"^\s*x", r"^.a", r"x^", r"(?i)^abc",
-                    r"^(?P<x>a)b", r"\d+"):
+                    r"^(?:a|bc)d", r"\d+"):
         assert anchored_head(no_head) is None, no_head
 
 
@@ -301,3 +304,47 @@ def test_a_line_the_head_rejects_never_matches(pattern: str, data: st.DataObject
     text = data.draw(st.one_of(st.from_regex(pattern), st.text(max_size=12)), label="line")
     if full.search(text) is not None:
         assert head.match(text, 0, 1) is not None, text
+
+
+# ----------------------------------------------------------------------------------------------
+# Start filters: what a line must hold for a wrapper prefix to match at its start
+
+PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-attr]
+
+
+def test_start_filters_of_the_shipped_prefixes() -> None:
+    filters = start_filters(PREFIX_PATTERNS[0])
+    assert filters is not None and len(filters) == 7
+    compose = filters[1]
+    assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
+    ansi = filters[4]      # `[0;36m`: a line without an `m` is no colour code
+    assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_line_a_prefix_matches_passes_the_start_filters(data: st.DataObject) -> None:
+    """A line the prefixes match at its start is never ruled out by the filters (drawn from
+    each alternative, as the wrapper then the rest of a line)."""
+    pack = load_pack("base")
+    m = Matcher(pack)
+    pattern = pack.prefixes.pattern  # type: ignore[union-attr]
+    prefix = data.draw(st.from_regex(pattern, fullmatch=True), label="prefix")
+    rest = data.draw(st.sampled_from(["", "[2026-12-02 10:00:00] Decode batch, #token: 1",
+                                      "INFO 12-02 x", "plain"]), label="rest")
+    text = prefix + rest
+    assert pack.prefixes.match(text) is not None  # type: ignore[union-attr]
+    assert m._may_wrap(text), text
+
+
+def test_serving_lines_skip_the_prefix_match() -> None:
+    m = Matcher(load_pack("sglang"))
+    decode = ("[2026-12-02 10:00:00 TP0] Decode batch, #running-req: 3, #token: 1000, token "
+              "usage: 0.33, cuda graph: True, gen throughput (token/s): 555.00, #queue-req: 0")
+    assert not m._may_wrap(decode)
+    for wrapped in ("vllm2-1  | INFO 12-02 x", "[0;36m[2026-12-02 10:00:00] x",
+                    "Aug 18 14:15:04 host python3[28059]: [2026", "   [2026-01-01 x",
+                    "(SGLangEngine pid=4711) [2025-01-01 x",
+                    "2024-10-23T19:30:00.974109209Z [2026-12-02 10:00:00] x"):
+        assert m._may_wrap(wrapped), wrapped
+        assert m.unwrap(wrapped)[0] != wrapped, wrapped

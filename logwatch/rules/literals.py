@@ -57,14 +57,9 @@ class Literals:
 @functools.lru_cache(maxsize=1024)
 def required_literals(pattern: str) -> Literals | None:
     """The best required-literal set of `pattern`, or None if it has none worth using."""
-    if _REGEX_ONLY.search(pattern):
-        return None  # syntax the `regex` module reads differently from `re`: no guessing
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")  # e.g. "possible nested set" for [[:digit:]]
-            tree = sre_parse.parse(pattern)
-    except Exception:  # noqa: BLE001 - `regex`-only syntax: no prefilter, the rule runs everywhere
-        return None
+    tree = _parse(pattern)
+    if tree is None:
+        return None  # the rule runs everywhere
     ignore_case = bool(tree.state.flags & re.IGNORECASE) or _has_inline_ignorecase(tree)
     exact, best = _seq(list(tree))
     candidates = [c for c in (exact, best) if c]
@@ -76,6 +71,19 @@ def required_literals(pattern: str) -> Literals | None:
     if any("\n" in s or "\r" in s for s in strings):
         return None
     return Literals(strings, ignore_case)
+
+
+def _parse(pattern: str) -> object | None:
+    """Python's parse tree of `pattern`, or None for syntax the `regex` module reads
+    differently from `re` or that `re` refuses (no guessing: no prefilter then)."""
+    if _REGEX_ONLY.search(pattern):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # e.g. "possible nested set" for [[:digit:]]
+            return sre_parse.parse(pattern)
+    except Exception:  # noqa: BLE001 - `regex`-only syntax
+        return None
 
 
 def _has_inline_ignorecase(tree: object) -> bool:
@@ -258,13 +266,8 @@ def anchored_head(pattern: str) -> str | None:
     means to the pattern).  A line whose first character it does not match cannot match the
     pattern: one cheap call instead of a bounded search (the `ignore: '^\\s{2,}\\S'` of the
     base pack is tried on every serving line).  None when no such head is known."""
-    if _REGEX_ONLY.search(pattern):
-        return None
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            tree = sre_parse.parse(pattern)
-    except Exception:  # noqa: BLE001 - `regex`-only syntax: no head
+    tree = _parse(pattern)
+    if tree is None:
         return None
     if tree.state.flags & (re.MULTILINE | re.VERBOSE | re.IGNORECASE) or _has_inline_flags(tree):
         return None
@@ -272,14 +275,7 @@ def anchored_head(pattern: str) -> str | None:
     if len(items) < 2 or items[0] != (_AT, sre_c.AT_BEGINNING) and \
             items[0] != (_AT, sre_c.AT_BEGINNING_STRING):
         return None
-    op, av = items[1]
-    if op in _REPEATS and op is not None:
-        lo, _hi, sub = av  # type: ignore[misc]
-        sub = list(sub)
-        if lo < 1 or len(sub) != 1:
-            return None
-        op, av = sub[0]
-    return _one_char(op, av)
+    return _head(items[1:])
 
 
 def _has_inline_flags(tree: object) -> bool:
@@ -308,3 +304,79 @@ def _one_char(op: object, av: object) -> str | None:
         else:
             return None
     return "[" + "".join(parts) + "]" if parts and parts != ["^"] else None
+
+
+@dataclass(frozen=True)
+class StartFilter:
+    """What one alternative of a pattern matched at the start of a text (`.match`) needs:
+    its first character (`head`, a one-character class, None when unknown), every character
+    in `chars`, and one of `literals` (empty: none known)."""
+
+    head: str | None
+    chars: frozenset[str]
+    literals: frozenset[str]
+
+
+@functools.lru_cache(maxsize=64)
+def start_filters(pattern: str) -> tuple[StartFilter, ...] | None:
+    """Per top-level alternative of `pattern` (used with `.match`: at the start of a text),
+    what a text must hold for that alternative to match; a text no alternative's filter
+    admits cannot match (the pack's wrapper `prefixes`, tried on every line, mostly fail).
+    None when the pattern cannot be analysed (flags, `regex`-only syntax)."""
+    tree = _parse(pattern)
+    if tree is None:
+        return None
+    if tree.state.flags & (re.IGNORECASE | re.VERBOSE) or _has_inline_flags(tree):
+        return None
+    items = list(tree)
+    alts = [list(a) for a in items[0][1][1]] if len(items) == 1 and items[0][0] is _BRANCH \
+        else [items]
+    out = []
+    for alt in alts:
+        exact, best = _seq(alt)
+        lits = best or exact or frozenset()
+        out.append(StartFilter(_head(alt), frozenset(_mandatory(alt)),
+                               frozenset(s for s in lits if s)))
+    return tuple(out)
+
+
+def _head(items: list) -> str | None:  # type: ignore[type-arg]
+    """The one-character class the first character of a match of `items` is in."""
+    while items:
+        op, av = items[0]
+        if op is _AT or op is _ASSERT_NOT:
+            return None          # an anchor or assertion first: not analysed
+        if op is _SUB and not (av[1] or av[2]):  # type: ignore[index]
+            items = list(av[3])  # type: ignore[index]
+            continue
+        if op in _REPEATS and op is not None:
+            lo, _hi, sub = av  # type: ignore[misc]
+            if lo < 1:
+                return None
+            items = list(sub)
+            continue
+        return _one_char(op, av)
+    return None
+
+
+def _mandatory(items: list) -> set[str]:  # type: ignore[type-arg]
+    """Characters every match of the sequence `items` contains (lookarounds included:
+    what they require is in the text too)."""
+    out: set[str] = set()
+    for op, av in items:
+        if op is _LIT:
+            out.add(chr(av))  # type: ignore[arg-type]
+        elif op is _IN and len(av) == 1 and av[0][0] is _LIT:  # type: ignore[arg-type,index]
+            out.add(chr(av[0][1]))  # type: ignore[index]
+        elif op is _SUB:
+            out |= _mandatory(list(av[3]))  # type: ignore[index]
+        elif _ATOMIC is not None and op is _ATOMIC:
+            out |= _mandatory(list(av))  # type: ignore[arg-type]
+        elif op is _BRANCH:
+            sets = [_mandatory(list(a)) for a in av[1]]  # type: ignore[index]
+            out |= set.intersection(*sets) if sets else set()
+        elif op in _REPEATS and op is not None and av[0] >= 1:  # type: ignore[index]
+            out |= _mandatory(list(av[2]))  # type: ignore[index]
+        elif op is _ASSERT:
+            out |= _mandatory(list(av[1]))  # type: ignore[index]
+    return out

@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in t
     hyperscan = None
 
 from . import bounded
-from .literals import anchored_head, required_literals
+from .literals import anchored_head, required_literals, start_filters
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .pack import REGEX_FLAGS, Rule, RulePack
 
@@ -197,6 +197,12 @@ class Matcher:
         self._has_frames = any(r.frame for r in pack.rules)
         self._group_names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(rule) -> names
         self._prefixes = pack.prefixes
+        # what a line must hold for one of the prefixes to match it (most lines have none)
+        filters = start_filters(pack.prefixes.pattern) if pack.prefixes is not None else None
+        self._wrap_filters = None if filters is None else [
+            (regex.compile(f.head, REGEX_FLAGS).match if f.head else None,
+             tuple(sorted(f.chars)), tuple(sorted(f.literals))) for f in filters]
+        self._wrap_by_head: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare = literal_finder(_literal_parts(rare), engine)
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
@@ -217,6 +223,8 @@ class Matcher:
         proc = ""
         layers: tuple[str, ...] = ()
         for _ in range(MAX_WRAPPERS):
+            if self._wrap_filters is not None and not self._may_wrap(text):
+                break
             try:
                 m = bounded.match(rx, text, PATTERN_TIMEOUT)
             except TimeoutError:
@@ -229,6 +237,29 @@ class Matcher:
             layers += (text,)
             text = text[m.end():]
         return text, proc, layers
+
+    def _may_wrap(self, text: str) -> bool:
+        """Whether one of the prefixes could match at the start of `text` (its first
+        character, every character it needs, one of its literals): a line none could match
+        costs no bounded match.  The alternatives a first character admits are kept."""
+        first = text[:1]
+        alts = self._wrap_by_head.get(first)
+        if alts is None:
+            alts = [(chars, lits) for head, chars, lits in self._wrap_filters or ()
+                    if head is None or head(first) is not None]
+            if len(self._wrap_by_head) < 256:
+                self._wrap_by_head[first] = alts
+        for chars, lits in alts:    # loops, not all()/any(): this runs on every line
+            for c in chars:
+                if c not in text:
+                    break
+            else:
+                if not lits:
+                    return True
+                for s in lits:
+                    if s in text:
+                        return True
+        return False
 
     def match_line(self, text: str, stats_only: bool = False,
                    unwrapped: bool = False) -> tuple[Rule, dict[str, str]] | None:

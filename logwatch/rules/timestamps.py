@@ -20,7 +20,10 @@ import calendar
 import re
 from dataclasses import dataclass
 
+import regex
+
 from . import bounded
+from .literals import anchored_head
 from .pack import TimestampFormat
 
 STAMP_WITHIN = 512          # a line's own timestamp is near its start: look no further
@@ -53,6 +56,10 @@ class LogClock:
         self._midnight = 0.0         # the last date seen (for time-only stamps)
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
+        # a format anchored at the start: the class of its first character (one cheap call
+        # rules out a line's other formats, each a bounded search otherwise)
+        self._heads = {id(f): regex.compile(h, f.regex.flags).match for f in formats
+                       if (h := anchored_head(f.regex.pattern)) is not None}
 
     def stamp(self, text: str, wrapped: tuple[str, ...] = ()) -> Stamp | None:
         """The timestamp of `text` if it has one, else the last one seen (None before any).
@@ -61,6 +68,9 @@ class LogClock:
         logger's) is found first, and a stamp anchored at the start of the server's line
         (`^[2026-...` behind docker compose's `svc-1  | `) is still found in `text`."""
         for fmt, where in self._candidates(text, wrapped):
+            head = self._heads.get(id(fmt))
+            if head is not None and head(where, 0, 1) is None:
+                continue        # anchored at the start, and the first character rules it out
             try:
                 m = bounded.search(fmt.regex, where[:STAMP_WITHIN], PATTERN_TIMEOUT)
             except TimeoutError:
