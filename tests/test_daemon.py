@@ -366,3 +366,24 @@ def test_secrets_in_sources_are_never_served(tmp_path: Path, daemons: Any, monke
     shown = {t["name"]: t["source"] for t in d.status()["targets"]}
     assert shown == {"remote": "ssh://deploy:***@127.0.0.1:1/var/log/server.log",
                      "cmd": "cmd:printf 'started%.0s\\n' ${LOGWATCH_TEST_TOKEN}"}
+
+
+def test_checkpoints_are_spread_over_many_targets() -> None:
+    """At most CHECKPOINTS_PER_SECOND checkpoint files a second in all: a few targets keep the
+    configured interval, 500 checkpoint every 10 s (each a rename in state_dir)."""
+    from types import SimpleNamespace
+
+    from logwatch.app.daemon import CHECKPOINTS_PER_SECOND, Daemon
+
+    def spread(n: int, configured: float = 5.0) -> set[float]:
+        fake = SimpleNamespace(config=SimpleNamespace(checkpoint_interval=configured),
+                               runners={f"t{i}": SimpleNamespace(checkpoint_interval=None)
+                                        for i in range(n)})
+        Daemon._spread_checkpoints(fake)  # type: ignore[arg-type]
+        return {r.checkpoint_interval for r in fake.runners.values()}
+
+    assert CHECKPOINTS_PER_SECOND == 50.0
+    assert spread(3) == {5.0}
+    assert spread(250) == {5.0}
+    assert spread(500) == {10.0}
+    assert spread(1000, configured=30.0) == {30.0}
