@@ -683,3 +683,26 @@ def test_a_startup_that_ended_before_the_daemon_attached_is_history(tmp_path, re
                       "the new startup ready")
     rx.assert_quiet(1.0, what="after the new startup's ready")
     assert [(g.json["kind"], g.json["status"]) for g in rx.requests()] == [("ready", "firing")]
+
+
+def test_slow_startup_is_judged_only_while_a_startup_runs() -> None:
+    """`slow`: a startup past slow_factor x its usual time (2 min at least).  The daemon asks
+    only for the targets whose startup is under way (`TargetRunner.starting`); a serving,
+    crashed or waiting target is never slow."""
+    from logwatch.sinks.alerts.policy import AlertPolicy
+    from logwatch.view import TargetView
+
+    def view(phase: str, elapsed: float) -> TargetView:
+        return TargetView(name="node1", engine="sglang", source="node1.log", kind="file",
+                          labels={}, now=10_000.0, phase=phase, source_up=True,
+                          source_message="", startup_id="abc@0",
+                          startup_started_at=10_000.0 - elapsed, typical_total=200.0)
+
+    policy = AlertPolicy()
+    alert = policy.slow(view("cuda_graph", 400.0), 1.5)
+    assert alert is not None and alert.kind == "slow"
+    assert "slow startup: 6m40s and still in cuda_graph (usually ready after 3m20s)" in \
+        alert.summary, alert.summary
+    assert policy.slow(view("cuda_graph", 250.0), 1.5) is None     # within 1.5x
+    for phase in ("waiting", "ready", "crashed", "stopped"):
+        assert policy.slow(view(phase, 400.0), 1.5) is None, phase

@@ -483,7 +483,7 @@ class TargetRunner:
         (the ETA counts down).  /metrics renders the target again only then."""
         c, f, pipe = self.counters, self.follower, self.pipe
         st = pipe.state if pipe is not None else None
-        starting = st is not None and st.phase not in (WAITING, READY_PHASE, CRASHED, STOPPED)
+        starting = self.starting()
         return (c.lines, c.bytes, c.rotations, c.reconnects, c.bytes_skipped, c.lines_cut,
                 c.rule_errors, c.startups, self._events, id(pipe),
                 st.phase if st is not None else None, st.stalled if st is not None else None,
@@ -492,6 +492,12 @@ class TargetRunner:
                 self.prober.state.probes if self.prober is not None else None,
                 self.last_startup_seconds, self.catching_up,
                 int(now // 5) if starting else None)
+
+    def starting(self) -> bool:
+        """A startup is under way (not waiting, serving, crashed or stopped)."""
+        pipe = self.pipe
+        return pipe is not None and \
+            pipe.state.phase not in (WAITING, READY_PHASE, CRASHED, STOPPED)
 
     def position_age(self) -> float:
         return max(0.0, time.monotonic() - self.last_checkpoint) if self.last_checkpoint else 0.0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import calendar
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import regex
 
@@ -58,8 +59,9 @@ class LogClock:
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise)
-        self._heads = {id(f): regex.compile(h, f.regex.flags).match for f in formats
-                       if (h := anchored_head(f.regex.pattern)) is not None}
+        self._plan = [(f.regex, regex.compile(h, f.regex.flags).match
+                       if (h := anchored_head(f.regex.pattern)) is not None else None)
+                      for f in formats]
 
     def stamp(self, text: str, wrapped: tuple[str, ...] = ()) -> Stamp | None:
         """The timestamp of `text` if it has one, else the last one seen (None before any).
@@ -67,36 +69,41 @@ class LogClock:
         left), looked at first, outermost first: a wrapper's own stamp (kubectl's, another
         logger's) is found first, and a stamp anchored at the start of the server's line
         (`^[2026-...` behind docker compose's `svc-1  | `) is still found in `text`."""
-        for fmt, where in self._candidates(text, wrapped):
-            head = self._heads.get(id(fmt))
-            if head is not None and head(where, 0, 1) is None:
-                continue        # anchored at the start, and the first character rules it out
-            try:
-                m = bounded.search(fmt.regex, where[:STAMP_WITHIN], PATTERN_TIMEOUT)
-            except TimeoutError:
-                continue
-            if m is None:
-                continue
-            raw = m.group(0)
-            if raw == self._last_raw and self.last is not None:
-                self._now = self.last.seconds
-                return self.last  # the same second as the previous line: nothing to compute
-            try:
-                secs = self._seconds(m.groupdict())
-            except (ValueError, OverflowError):
-                continue
-            self.last = Stamp(secs, _stamp_text(m.groupdict()))
-            self._last_raw = raw
-            self._now = secs
-            return self.last
+        # the pack's order of formats first (it prefers a stamp with a year), then outermost
+        places = (*wrapped, text) if wrapped else (text,)
+        for rx, head in self._plan:
+            for where in places:
+                if head is not None and head(where, 0, 1) is None:
+                    continue    # anchored at the start, and the first character rules it out
+                try:
+                    m = bounded.search(rx, where[:STAMP_WITHIN], PATTERN_TIMEOUT)
+                except TimeoutError:
+                    continue
+                if m is None:
+                    continue
+                stamp = self._stamped(m)
+                if stamp is not None:
+                    return stamp
         if self.last is None:
             return None
         placed = self._bar_time(text)
         return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
 
-    def _candidates(self, text: str, wrapped: tuple[str, ...]) -> list[tuple[TimestampFormat, str]]:
-        # the pack's order of formats first (it prefers a stamp with a year), then outermost
-        return [(fmt, where) for fmt in self.formats for where in (*wrapped, text)]
+    def _stamped(self, m: Any) -> Stamp | None:
+        """The stamp a format's match gives (None: not a valid date or time)."""
+        raw = m.group(0)
+        if raw == self._last_raw and self.last is not None:
+            self._now = self.last.seconds
+            return self.last  # the same second as the previous line: nothing to compute
+        fields = m.groupdict()
+        try:
+            secs = self._seconds(fields)
+        except (ValueError, OverflowError):
+            return None
+        self.last = Stamp(secs, _stamp_text(fields))
+        self._last_raw = raw
+        self._now = secs
+        return self.last
 
     def _bar_time(self, text: str) -> float | None:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
