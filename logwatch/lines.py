@@ -559,6 +559,15 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
         nl = data.find(b"\n", pos)
         if nl < 0:  # a `\r`-ended segment (or the flushed tail): a line still open
             break
+        if nl - pos < (st.width if st.width is not None else st.longest):
+            # fewer bytes, so fewer characters, than the width learned (or the longest row
+            # so far): no row, nothing to decode (most lines of a log, while it is learned)
+            if st.width is None:
+                _learn(st, None, 0, False)
+            open_line = False
+            chain = -1
+            pos = nl + 1
+            continue
         if nl - pos > longest_row:  # no terminal row is that long: not sliced or decoded
             line = b""
             width = None if open_line or data.find(b"\r", pos, nl) >= 0 else FOLD_ROW_MAX_BYTES
@@ -581,8 +590,11 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
             break
         joined = False
         if st.width is None:
+            # whether the next line continues this one counts only for a row at the longest
+            # width (a tie or a new longest): asked only then
             _learn(st, width, 0 if width is None else width,
-                   width is not None and line != b""
+                   width is not None and line != b"" and width >= st.longest
+                   and width >= FOLD_WIDTH_MIN
                    and _continues(line, _first_segment(data, nxt), False))
         elif width is not None and width > st.width:
             st.off = True

@@ -46,19 +46,20 @@ class ExcerptCollector:
     """
 
     def __init__(self) -> None:
-        self.prev_tail = b""
+        self.prev_tail: bytes | bytearray = b""
         self.target: list[str] | None = None
         self.chars = 0
         self.pending = b""   # an unfinished physical line of the "after" part
 
     def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
         line_start = block.data.rfind(b"\n", 0, seg_start) + 1
+        tail = bytes(self.prev_tail[-_TAIL_KEEP:])
         if line_start == 0:
-            before_raw = self.prev_tail + block.data[:seg_start]
+            before_raw = tail + block.data[:seg_start]
             cut = before_raw.rfind(b"\n") + 1
             before_raw, head = before_raw[:cut], before_raw[cut:]
         else:
-            before_raw = self.prev_tail + block.data[:line_start]
+            before_raw = tail + block.data[:line_start]
             head = block.data[line_start:seg_start]
         before = excerpt_lines(before_raw)[-EXCERPT_BEFORE:]
         excerpt.clear()
@@ -82,8 +83,14 @@ class ExcerptCollector:
         data = block.data
         if len(data) >= _TAIL_KEEP:
             self.prev_tail = data[-_TAIL_KEEP:]
-        else:
-            self.prev_tail = (self.prev_tail + data)[-_TAIL_KEEP:]
+            return
+        # small blocks (a live log's few lines) are appended and trimmed now and then, not
+        # copied whole each time (16 KiB twice a block)
+        if not isinstance(self.prev_tail, bytearray):
+            self.prev_tail = bytearray(self.prev_tail)
+        self.prev_tail += data
+        if len(self.prev_tail) > 2 * _TAIL_KEEP:
+            del self.prev_tail[:-_TAIL_KEEP]
 
     def finish(self) -> None:
         """End of input: the unfinished last line belongs to the excerpt too."""
