@@ -179,6 +179,13 @@ def iter_lines(block: Block, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> It
                 yield Line(part, block.raw_offset(start), line_number, block.received_at)
 
 
+def line_texts(data: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
+    """The texts `iter_lines` gives for `Block(data, ...)` (no joins: e.g. a file's first
+    bytes), without a `Line` each."""
+    return [part for seg in _SEP_RE.split(data) if seg
+            for part in split_glued(segment_text(seg, max_line_bytes)) if part.strip()]
+
+
 class Framer:
     """Turns arbitrary chunks into `Block`s of complete, clean segments.
 

@@ -25,6 +25,7 @@ from logwatch.lines import (
     Framer,
     clean_bytes,
     iter_lines,
+    line_texts,
     segment_bounds,
     segment_text,
     split_glued,
@@ -190,6 +191,15 @@ def test_one_chunk_matches_independent_reference(max_line_bytes, raw):
     for ln in lines:
         assert "\x00" not in ln.text and ln.text.strip()
         assert "\n" not in ln.text and "\r" not in ln.text
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64, 5])
+@settings(max_examples=200, **SETTINGS)
+@given(raw=st.one_of(log_bytes, real_log))
+def test_line_texts_are_those_of_iter_lines(max_line_bytes, raw):
+    """`line_texts` (detection's view of a file's head) is `iter_lines` without the Lines."""
+    assert line_texts(raw, max_line_bytes) == \
+        [ln.text for ln in iter_lines(Block(raw, 0, 1, 0.0), max_line_bytes)]
 
 
 @pytest.mark.parametrize("max_line_bytes", [65536, 64])
