@@ -17,9 +17,8 @@ from typing import Iterable
 
 from ..lines import Block, line_texts, split_glued
 from . import bounded
-from .literals import required_literals
 from .matcher import PATTERN_TIMEOUT, Matcher, shared_matcher
-from .pack import RulePack, load_all_shipped, load_pack
+from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
 
 
 def restart_pack(packs: list[RulePack]) -> RulePack:
@@ -157,7 +156,7 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
         if key not in views:
             views[key] = _Unwrapped(lines, raw)
         view = views[key]
-        scores.append(sum(d.weight for d in pack.detect if view.detected(d.regex, pack)))
+        scores.append(sum(d.weight for d in pack.detect if view.detected(d, pack)))
     return scores
 
 
@@ -180,12 +179,12 @@ class _Unwrapped:
             t = self.inner[i] = self.matcher.unwrap(self.lines[i])[0]
         return t
 
-    def detected(self, rx: object, pack: RulePack) -> bool:
-        """Whether `rx` (a pattern of `pack`) is found in one of the unwrapped lines, in line
+    def detected(self, d: DetectPattern, pack: RulePack) -> bool:
+        """Whether `d` (a pattern of `pack`) is found in one of the unwrapped lines, in line
         order as `any(search(line) for line in lines)` would."""
         if self.matcher is None:   # (not built for a pack without patterns, e.g. base)
             self.matcher = shared_matcher(pack)
-        lits = required_literals(rx.pattern)  # type: ignore[attr-defined]
+        rx, lits = d.regex, d.literals
         if lits is None or lits.ignore_case:
             return any(_found(rx, self.text(i)) for i in range(len(self.lines)))
         strings = tuple(lits.strings)

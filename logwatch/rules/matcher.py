@@ -31,9 +31,8 @@ except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in t
     hyperscan = None
 
 from . import bounded
-from .literals import required_literals
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
-from .pack import Rule, RulePack
+from .pack import Rule, RulePack, pattern_literals
 
 
 @dataclass(slots=True)
@@ -185,7 +184,7 @@ class Matcher:
         # ignore patterns get a literal prefilter too (most candidate lines skip the regex)
         self._ignore = []
         for rx in pack.ignore:
-            lit = required_literals(rx.pattern)
+            lit = pattern_literals(rx.pattern)
             self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None, rx))
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
