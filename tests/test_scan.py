@@ -257,6 +257,33 @@ def test_collapse_scan_on_fixture(path, pack):
     check_block(matcher(pack), block(path.read_bytes()))
 
 
+@functools.lru_cache(maxsize=None)
+def re2_last_matcher(name: str) -> Matcher:
+    """A matcher that finds the last stats line of a run with RE2's finditer, as it did
+    before `bytes.rfind` per literal (the shipped packs' stats literals allow the latter)."""
+    m = Matcher(load_pack(name))
+    assert m._stats_bytes is not None
+    m._stats_bytes = None
+    return m
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@settings(max_examples=200, **NO_SHRINK)
+@given(data=log_st, line_number=st.integers(1, 10_000))
+def test_last_stats_line_by_rfind_is_re2s(pack, data, line_number):
+    got = scanned(matcher(pack), block(data, 0, line_number), True)
+    assert got == scanned(re2_last_matcher(pack), block(data, 0, line_number), True)
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_last_stats_line_by_rfind_is_re2s_on_genlog(seed, pack):
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    for start in (0, len(data) // 3):   # and from mid-line
+        assert scanned(matcher(pack), block(data[start:]), True) == \
+            scanned(re2_last_matcher(pack), block(data[start:]), True)
+
+
 # ----------------------------------------------------------------------------------------------
 # deterministic cases
 
@@ -270,6 +297,20 @@ def test_collapse_simple_run():
     got = scanned(m, block(data), True)
     assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 10)]
     assert "gen throughput (token/s): 9.00" in got[-1][1]
+
+
+def test_collapse_long_run_ending_in_a_line_with_a_stats_literal_but_no_match():
+    """The last stats line of a run longer than the search windows, behind a line that holds
+    a stats literal but fires no rule and behind 100 KB without any literal."""
+    m = matcher("sglang")
+    fake = b"[2026-11-30 10:07:52] note: Decode batch [x] is not a stats record\n"
+    assert m.match_line(fake.decode().strip()) is None
+    data = b"".join(DECODE.replace(b"447.31", b"%d.00" % i) for i in range(4000)) + fake \
+        + b"[2026-11-30 10:07:53] nothing to see\n" * 3000
+    for mm in (m, re2_last_matcher("sglang")):
+        got = scanned(mm, block(data), True)
+        assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 4000)]
+        assert "gen throughput (token/s): 3999.00" in got[-1][1]
 
 
 def test_collapse_run_interrupted_by_a_real_hit():

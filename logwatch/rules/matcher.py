@@ -197,6 +197,10 @@ class Matcher:
         stats = _literal_parts(self.stats_rules)
         self._stats_rx = _Re2Literals(stats).rx if stats else None
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
+        # the same literals for `bytes.rfind` (the last stats line of a run), where a byte
+        # search finds what RE2 finds: ASCII, case-sensitive
+        self._stats_bytes = (tuple(s.encode("ascii") for s, _ in stats)
+                             if stats and all(s.isascii() and not ci for s, ci in stats) else None)
 
     # -- one line ------------------------------------------------------------------------------
     def unwrap(self, text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -406,15 +410,21 @@ class _BlockScan:
         """The last segment in [lo, hi) that a stats rule matches.
 
         Searched backwards in growing windows (stats lines are dense where they occur);
-        consecutive windows overlap by the longest literal so none is cut in two.
+        consecutive windows overlap by the longest literal so none is cut in two.  In a
+        window, the last occurrence of any literal (`rfind` each) is in the segment of RE2's
+        last match: a later occurrence that RE2 skipped overlaps that match.
         """
         data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 16
         overlap = self.m._stats_maxlen
+        lits = self.m._stats_bytes
         while end > lo:
             start = max(lo, end - width)
-            best = -1
-            for found in rx.finditer(data, start, end):  # type: ignore[union-attr]
-                best = found.start()
+            if lits is not None:
+                best = max([data.rfind(s, start, end) for s in lits])
+            else:
+                best = -1
+                for found in rx.finditer(data, start, end):  # type: ignore[union-attr]
+                    best = found.start()
             if best < 0:
                 if start == lo:
                     return None
