@@ -252,17 +252,22 @@ class Framer:
             dropped = sep
             self._count_cut(sep)
             self._discarding = False
-        last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        nl = chunk.rfind(b"\n")
+        last = max(nl, chunk.rfind(b"\r", nl + 1))   # (a `\r` before the last `\n` is not last)
         if last < dropped:
             self._hold(chunk[dropped:] if dropped else chunk)
             self._tail_raw += dropped
             return None
-        body = chunk[dropped : last + 1] if dropped or last + 1 < len(chunk) else chunk
-        raw_len = len(self._held) + self._tail_raw + dropped + len(body)
+        whole = not dropped and last + 1 == len(chunk)
+        raw_len = len(self._held) + self._tail_raw + last + 1
         held_cut = self._tail_raw + dropped - len(self._tail)  # bytes of the tail's line dropped
         head = self._held + self._tail
         self._held = b""
-        block = self._block(head + body if head else body, raw_len, received_at,
+        if head:     # one copy of the chunk's lines, not a slice and then a concatenation
+            data = b"".join((head, chunk if whole else memoryview(chunk)[dropped : last + 1]))
+        else:
+            data = chunk if whole else chunk[dropped : last + 1]
+        block = self._block(data, raw_len, received_at,
                             ((len(head), held_cut),) if held_cut else ())
         self._tail, self._tail_raw = b"", 0
         if last + 1 < len(chunk):

@@ -9,6 +9,7 @@ bounded memory, and unit tests of the helpers.
 from __future__ import annotations
 
 import functools
+import io
 import re
 import subprocess
 import sys
@@ -191,6 +192,26 @@ def test_one_chunk_matches_independent_reference(max_line_bytes, raw):
     for ln in lines:
         assert "\x00" not in ln.text and ln.text.strip()
         assert "\n" not in ln.text and "\r" not in ln.text
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64])
+@settings(max_examples=200, **SETTINGS)
+@given(raw=st.one_of(log_bytes, real_log), size=st.integers(1, 300), head=st.integers(0, 50))
+def test_replay_reads_the_file_in_chunks_cut_after_line_ends(max_line_bytes, raw, size, head):
+    """`replay`'s chunks (app/replay.py line_chunks, after a head of any length) are the file,
+    each cut after a `\n` (or a whole buffer without one), and frame as the whole file does."""
+    from logwatch.app.replay import line_chunks
+    f = io.BytesIO(raw)
+    chunks = [f.read(head), *line_chunks(f, size)]
+    assert b"".join(chunks) == raw
+    for c in chunks[1:]:
+        assert 0 < len(c) <= size
+    for c in chunks[1:-1]:
+        assert c.endswith(b"\n") or (len(c) == size and b"\n" not in c)
+    lines, blocks, _ = frame(chunks, max_line_bytes)
+    whole, _, _ = frame([raw], max_line_bytes)
+    assert [(ln.text, ln.line_number) for ln in lines] == \
+        [(ln.text, ln.line_number) for ln in whole]
 
 
 @pytest.mark.parametrize("max_line_bytes", [65536, 64, 5])
