@@ -227,11 +227,16 @@ class Framer:
     @property
     def line_number(self) -> int:
         """The physical line number of the next byte to be released."""
+        self.settle()
+        return self._line_number
+
+    def settle(self) -> None:
+        """Take the last block's line count now and let go of the block (the framer keeps it
+        until its lines are counted, once: usually by the scan, see `Block.newlines`)."""
         if self._prev is not None:
             self._line_number = (self._prev.line_number + self._prev.newlines()
                                  + len(self._prev.joins))
             self._prev = None
-        return self._line_number
 
     @property
     def consumed_offset(self) -> int:

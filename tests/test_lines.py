@@ -425,6 +425,19 @@ def test_ten_megabyte_line_in_64k_chunks_bounded_memory():
     assert peak < 3 * mlb + chunk, peak
 
 
+def test_a_pipeline_keeps_no_block_after_a_feed():
+    """The framer lets go of a block once the scan has counted its lines (so a replay's
+    next chunk reuses its memory); line numbers go on as before."""
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"one\ntwo\nthr", 0.0)
+    assert pipe.framer._prev is None
+    assert pipe.framer.line_number == 3
+    pipe.feed(b"ee\nfour\n", 0.0)
+    assert pipe.framer._prev is None and pipe.framer.line_number == 5
+    pipe.finish(0.0)
+    assert pipe.counters.lines == 4
+
+
 def test_ten_megabyte_line_through_the_pipeline_bounded_memory():
     mlb, chunk = 65536, 65536
     payload = b"y" * chunk

@@ -31,6 +31,7 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
         pipe.feed(head, now)
     for chunk in line_chunks(f):
         pipe.feed(chunk, now)
+        del chunk       # freed before the next is read: its memory is reused (see pipeline.feed)
     pipe.finish(now)
     return pipe
 
