@@ -181,9 +181,19 @@ def iter_lines(block: Block, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> It
 
 def line_texts(data: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
     """The texts `iter_lines` gives for `Block(data, ...)` (no joins: e.g. a file's first
-    bytes), without a `Line` each."""
-    return [part for seg in _SEP_RE.split(data) if seg
-            for part in split_glued(segment_text(seg, max_line_bytes)) if part.strip()]
+    bytes), without a `Line` each.
+
+    When no segment needs capping, `segment_text` is applied to all of `data` at once: the
+    separators are ASCII, so UTF-8 decoding (an invalid sequence ends at a separator, which
+    is decoded as itself), NUL removal and ANSI codes (no separator in one) never cross one."""
+    if len(data) > max_line_bytes and \
+            max(map(len, data.replace(b"\r", b"\n").split(b"\n"))) > max_line_bytes:
+        return [part for seg in _SEP_RE.split(data) if seg
+                for part in split_glued(segment_text(seg, max_line_bytes)) if part.strip()]
+    text = segment_text(data, len(data))
+    return [part for piece in text.replace("\r", "\n").split("\n")
+            for part in (split_glued(piece) if "it]" in piece or "/s]" in piece else (piece,))
+            if part.strip()]
 
 
 class Framer:
