@@ -409,12 +409,13 @@ class _BlockScan:
     def _last(self, lo: int, hi: int) -> tuple[int, int] | None:
         """The last segment in [lo, hi) that a stats rule matches.
 
-        Searched backwards in growing windows (stats lines are dense where they occur);
+        Searched backwards in windows from 4 KiB, growing 4x while empty (stats lines are
+        dense where they occur: a few lines of one window answer, each rfind scans it);
         consecutive windows overlap by the longest literal so none is cut in two.  In a
         window, the last occurrence of any literal (`rfind` each) is in the segment of RE2's
         last match: a later occurrence that RE2 skipped overlaps that match.
         """
-        data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 16
+        data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 12
         overlap = self.m._stats_maxlen
         lits = self.m._stats_bytes
         while end > lo:
