@@ -510,6 +510,26 @@ def test_engines_agree_on_case_folded_literals(data):
     assert examined(hs, data) == examined(r2, data)
 
 
+@settings(max_examples=300, **SETTINGS)
+@given(lit=st.text(st.sampled_from("abkKsS xé中😀\\.*()[]?^$|\u212a\u017f"), min_size=1),
+       ci=st.booleans())
+def test_hyperscan_literal_is_each_character_escaped(lit, ci):
+    """`_hs_literal`: every UTF-8 byte as `\\xNN`, and a case-folded k or s with the other
+    form RE2 folds it to (the fast path for literals without those is the same string)."""
+    from logwatch.rules.matcher import _UNICODE_FOLDS, _hs_literal
+    if ci and not lit.isascii():
+        assert _hs_literal(lit, ci) is None
+        return
+
+    def esc(c: str) -> str:
+        return "".join(f"\\x{b:02x}" for b in c.encode())
+    want = []
+    for ch in lit:
+        fold = _UNICODE_FOLDS.get(ch.lower()) if ci else None
+        want.append(esc(ch) if fold is None else f"(?:{esc(ch)}|{esc(fold)})")
+    assert _hs_literal(lit, ci) == "".join(want).encode()
+
+
 def test_hyperscan_finds_the_unicode_case_folds_re2_finds():
     hs = literal_finder(CASE_PARTS)
     assert hs.engine == "hyperscan"

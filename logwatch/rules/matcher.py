@@ -62,6 +62,7 @@ def _escape(lit: str) -> str:
 # and LATIN SMALL LETTER LONG S.  Hyperscan's HS_FLAG_CASELESS folds ASCII only, so these
 # get their other form spelled out (every other ASCII character folds to ASCII only).
 _UNICODE_FOLDS = {"k": "\u212a", "s": "\u017f"}
+_HEX = tuple(f"\\x{b:02x}" for b in range(256))   # a byte as a Hyperscan escape
 
 
 def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
@@ -69,6 +70,8 @@ def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
     when that cannot be promised: a case-insensitive literal with non-ASCII characters)."""
     if ignore_case and not lit.isascii():
         return None
+    if not ignore_case or not any(c in _UNICODE_FOLDS for c in lit.lower()):
+        return "".join(map(_HEX.__getitem__, lit.encode("utf-8"))).encode("ascii")
     out = []
     for ch in lit:
         fold = _UNICODE_FOLDS.get(ch.lower()) if ignore_case else None
