@@ -270,6 +270,14 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> RulePack:
         _PATTERNS.save()     # what this load learnt about its patterns, for the next start
 
 
+@functools.lru_cache(maxsize=64)
+def _read_yaml(path: str, mtime_ns: int, size: int) -> Any:
+    """A pack file's document, parsed once per version of the file (the shipped packs all
+    extend base, which was parsed again for each).  Read only: never modified."""
+    with open(path, encoding="utf-8") as f:
+        return load_yaml(f)
+
+
 def load_all_shipped() -> list[RulePack]:
     return [load_pack(n) for n in shipped_pack_names()]
 
@@ -284,8 +292,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         raise PackError(src, f"extends itself through {' -> '.join(chain + (real,))}",
                         key="extends")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = load_yaml(f)
+        st = path.stat()
+        doc = _read_yaml(str(path), st.st_mtime_ns, st.st_size)
     except yaml.YAMLError as e:
         raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
     except YAMLTooLarge as e:
