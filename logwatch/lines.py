@@ -73,7 +73,7 @@ class Block:
     def newlines(self) -> int:
         """`\\n` in the block (counted once: a scan that already counted them records it)."""
         if self.newline_count is None:
-            self.newline_count = self.data.count(b"\n")
+            self.newline_count = count_newlines(self.data)
         return self.newline_count
 
     def joins_in(self, lo: int, hi: int) -> int:
@@ -82,6 +82,17 @@ class Block:
         if not self.joins:
             return 0
         return bisect.bisect_left(self.joins, hi) - bisect.bisect_left(self.joins, lo)
+
+
+def count_newlines(data: bytes) -> int:
+    """`data.count(b"\\n")`, about twice as fast on ordinary lines: `bytes.count` of one byte
+    compares byte by byte, while removing the newlines finds each with `memchr` (SIMD).  Where
+    lines are short (a sample of the start says so) that costs more per line: plain count."""
+    if len(data) < 1 << 16 or data.count(b"\n", 0, 1 << 12) > 1 << 7:
+        return data.count(b"\n")
+    step = 1 << 16
+    return len(data) - sum(len(data[i:i + step].replace(b"\n", b""))
+                           for i in range(0, len(data), step))
 
 
 def strip_ansi(text: str) -> str:

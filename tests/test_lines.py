@@ -25,6 +25,7 @@ from logwatch.lines import (
     Block,
     Framer,
     clean_bytes,
+    count_newlines,
     iter_lines,
     line_texts,
     segment_bounds,
@@ -423,6 +424,15 @@ def test_ten_megabyte_line_in_64k_chunks_bounded_memory():
     assert f.lines_cut_total == 1
     assert f.consumed_offset == total + len(b"\nafter\n")
     assert peak < 3 * mlb + chunk, peak
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(line=st.binary(max_size=300), lines=st.integers(0, 3000), tail=log_bytes)
+def test_count_newlines_is_bytes_count(line, lines, tail):
+    """Long data with lines of any length (the fast path from 64 KiB), and short data."""
+    data = (line.replace(b"\n", b"") + b"\n") * lines + tail
+    assert count_newlines(data) == data.count(b"\n")
+    assert count_newlines(tail) == tail.count(b"\n")
 
 
 def test_a_pipeline_keeps_no_block_after_a_feed():

@@ -338,13 +338,24 @@ class _BlockScan:
         self.data = block.data
         self.line_pos = 0
         self.line_no = block.line_number
+        self.newlines_before = 0   # `\n` in data[:line_pos]
         self.in_run = False   # the last hit emitted was a stats hit (a run is open)
 
     def finish(self) -> None:
         """Record the block's newline count (counted up to the last hit already)."""
-        self.block.newline_count = (self.line_no - self.block.line_number
-                                    - self.block.joins_in(0, self.line_pos)
-                                    + self.data.count(b"\n", self.line_pos))
+        if self.block.newline_count is None:
+            self.block.newline_count = self.newlines_before + self._newlines(len(self.data))
+
+    def _newlines(self, pos: int) -> int:
+        """`\\n` in data[line_pos:pos]: counted there, or from the block's total when that
+        is cheaper (a run of stats lines from a block's start to its end: its last line is
+        found near the end, the total costs about half a `count` of the block, see
+        `lines.count_newlines`, and is taken once)."""
+        n = len(self.data)
+        direct = pos - self.line_pos
+        if direct <= n - pos + (0 if self.block.newline_count is not None else n // 2):
+            return self.data.count(b"\n", self.line_pos, pos)
+        return self.block.newlines() - self.newlines_before - self.data.count(b"\n", pos)
 
     def match_segment(self, start: int, end: int, stats_only: bool = False) -> list[Found]:
         """The rules a segment fires (a glued record counts separately)."""
@@ -359,7 +370,9 @@ class _BlockScan:
 
     def emit(self, start: int, found: list[Found]) -> list[Hit]:
         """Hits for a segment at `start` (segments must be emitted in order)."""
-        self.line_no += self.data.count(b"\n", self.line_pos, start)
+        between = self._newlines(start)
+        self.line_no += between
+        self.newlines_before += between
         if self.block.joins:
             self.line_no += self.block.joins_in(self.line_pos, start)
         self.line_pos = start
