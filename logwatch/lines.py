@@ -73,7 +73,7 @@ class Block:
     def newlines(self) -> int:
         """`\\n` in the block (counted once: a scan that already counted them records it)."""
         if self.newline_count is None:
-            self.newline_count = self.data.count(b"\n")
+            self.newline_count = count_newlines(self.data)
         return self.newline_count
 
     def joins_in(self, lo: int, hi: int) -> int:
@@ -82,6 +82,17 @@ class Block:
         if not self.joins:
             return 0
         return bisect.bisect_left(self.joins, hi) - bisect.bisect_left(self.joins, lo)
+
+
+def count_newlines(data: bytes) -> int:
+    """`data.count(b"\\n")`, about twice as fast on ordinary lines: `bytes.count` of one byte
+    compares byte by byte, while removing the newlines finds each with `memchr` (SIMD).  Where
+    lines are short (a sample of the start says so) that costs more per line: plain count."""
+    if len(data) < 1 << 16 or data.count(b"\n", 0, 1 << 12) > 1 << 7:
+        return data.count(b"\n")
+    step = 1 << 16
+    return len(data) - sum(len(data[i:i + step].replace(b"\n", b""))
+                           for i in range(0, len(data), step))
 
 
 def strip_ansi(text: str) -> str:
@@ -179,6 +190,23 @@ def iter_lines(block: Block, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> It
                 yield Line(part, block.raw_offset(start), line_number, block.received_at)
 
 
+def line_texts(data: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
+    """The texts `iter_lines` gives for `Block(data, ...)` (no joins: e.g. a file's first
+    bytes), without a `Line` each.
+
+    When no segment needs capping, `segment_text` is applied to all of `data` at once: the
+    separators are ASCII, so UTF-8 decoding (an invalid sequence ends at a separator, which
+    is decoded as itself), NUL removal and ANSI codes (no separator in one) never cross one."""
+    if len(data) > max_line_bytes and \
+            max(map(len, data.replace(b"\r", b"\n").split(b"\n"))) > max_line_bytes:
+        return [part for seg in _SEP_RE.split(data) if seg
+                for part in split_glued(segment_text(seg, max_line_bytes)) if part.strip()]
+    text = segment_text(data, len(data))
+    return [part for piece in text.replace("\r", "\n").split("\n")
+            for part in (split_glued(piece) if "it]" in piece or "/s]" in piece else (piece,))
+            if part.strip()]
+
+
 class Framer:
     """Turns arbitrary chunks into `Block`s of complete, clean segments.
 
@@ -220,11 +248,16 @@ class Framer:
     @property
     def line_number(self) -> int:
         """The physical line number of the next byte to be released."""
+        self.settle()
+        return self._line_number
+
+    def settle(self) -> None:
+        """Take the last block's line count now and let go of the block (the framer keeps it
+        until its lines are counted, once: usually by the scan, see `Block.newlines`)."""
         if self._prev is not None:
             self._line_number = (self._prev.line_number + self._prev.newlines()
                                  + len(self._prev.joins))
             self._prev = None
-        return self._line_number
 
     @property
     def consumed_offset(self) -> int:
@@ -245,17 +278,22 @@ class Framer:
             dropped = sep
             self._count_cut(sep)
             self._discarding = False
-        last = max(chunk.rfind(b"\n"), chunk.rfind(b"\r"))
+        nl = chunk.rfind(b"\n")
+        last = max(nl, chunk.rfind(b"\r", nl + 1))   # (a `\r` before the last `\n` is not last)
         if last < dropped:
             self._hold(chunk[dropped:] if dropped else chunk)
             self._tail_raw += dropped
             return None
-        body = chunk[dropped : last + 1] if dropped or last + 1 < len(chunk) else chunk
-        raw_len = len(self._held) + self._tail_raw + dropped + len(body)
+        whole = not dropped and last + 1 == len(chunk)
+        raw_len = len(self._held) + self._tail_raw + last + 1
         held_cut = self._tail_raw + dropped - len(self._tail)  # bytes of the tail's line dropped
         head = self._held + self._tail
         self._held = b""
-        block = self._block(head + body if head else body, raw_len, received_at,
+        if head:     # one copy of the chunk's lines, not a slice and then a concatenation
+            data = b"".join((head, chunk if whole else memoryview(chunk)[dropped : last + 1]))
+        else:
+            data = chunk if whole else chunk[dropped : last + 1]
+        block = self._block(data, raw_len, received_at,
                             ((len(head), held_cut),) if held_cut else ())
         self._tail, self._tail_raw = b"", 0
         if last + 1 < len(chunk):

@@ -154,7 +154,13 @@ class LogPipeline:
         cut = self.framer.lines_cut_total
         block = self.framer.feed(chunk, now)
         self.counters.lines_cut += self.framer.lines_cut_total - cut
-        return self._counted(self._block(block, now)) if block is not None else []
+        if block is None:
+            return []
+        events = self._block(block, now)
+        # the scan has counted the block's lines: nothing keeps it past this call, so the
+        # memory of a large chunk is reused by the next one (not fresh pages every time)
+        self.framer.settle()
+        return self._counted(events)
 
     def finish(self, now: float) -> list[Event]:
         """End of input: the unfinished last line counts as a line, and a crash is final."""

@@ -12,6 +12,8 @@ import tempfile  # noqa: E402
 # `logwatch watch` keeps a startup history per TARGET (state/history.py watch_state_dir): the
 # tests' watches keep theirs in a directory of this run, never in the user's home
 os.environ.setdefault("LOGWATCH_STATE_DIR", tempfile.mkdtemp(prefix="logwatch-test-state-"))
+# nor their pattern cache (rules/patterns.py): one of this run, starting empty
+os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="logwatch-test-cache-")
 # the shipped configs name these in `url_env` / `secret_env`, which `run --check` requires to be
 # set (as an operator's environment has them); nothing listens on port 9
 os.environ.setdefault("SLACK_WEBHOOK_URL", "http://127.0.0.1:9/slack-webhook-for-tests")

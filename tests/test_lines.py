@@ -9,6 +9,7 @@ bounded memory, and unit tests of the helpers.
 from __future__ import annotations
 
 import functools
+import io
 import re
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from logwatch.lines import (
     Block,
     Framer,
     clean_bytes,
+    count_newlines,
     iter_lines,
+    line_texts,
     segment_bounds,
     segment_text,
     split_glued,
@@ -190,6 +193,35 @@ def test_one_chunk_matches_independent_reference(max_line_bytes, raw):
     for ln in lines:
         assert "\x00" not in ln.text and ln.text.strip()
         assert "\n" not in ln.text and "\r" not in ln.text
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64])
+@settings(max_examples=200, **SETTINGS)
+@given(raw=st.one_of(log_bytes, real_log), size=st.integers(1, 300), head=st.integers(0, 50))
+def test_replay_reads_the_file_in_chunks_cut_after_line_ends(max_line_bytes, raw, size, head):
+    """`replay`'s chunks (app/replay.py line_chunks, after a head of any length) are the file,
+    each cut after a `\n` (or a whole buffer without one), and frame as the whole file does."""
+    from logwatch.app.replay import line_chunks
+    f = io.BytesIO(raw)
+    chunks = [f.read(head), *line_chunks(f, size)]
+    assert b"".join(chunks) == raw
+    for c in chunks[1:]:
+        assert 0 < len(c) <= size
+    for c in chunks[1:-1]:
+        assert c.endswith(b"\n") or (len(c) == size and b"\n" not in c)
+    lines, blocks, _ = frame(chunks, max_line_bytes)
+    whole, _, _ = frame([raw], max_line_bytes)
+    assert [(ln.text, ln.line_number) for ln in lines] == \
+        [(ln.text, ln.line_number) for ln in whole]
+
+
+@pytest.mark.parametrize("max_line_bytes", [65536, 64, 5])
+@settings(max_examples=200, **SETTINGS)
+@given(raw=st.one_of(log_bytes, real_log))
+def test_line_texts_are_those_of_iter_lines(max_line_bytes, raw):
+    """`line_texts` (detection's view of a file's head) is `iter_lines` without the Lines."""
+    assert line_texts(raw, max_line_bytes) == \
+        [ln.text for ln in iter_lines(Block(raw, 0, 1, 0.0), max_line_bytes)]
 
 
 @pytest.mark.parametrize("max_line_bytes", [65536, 64])
@@ -392,6 +424,28 @@ def test_ten_megabyte_line_in_64k_chunks_bounded_memory():
     assert f.lines_cut_total == 1
     assert f.consumed_offset == total + len(b"\nafter\n")
     assert peak < 3 * mlb + chunk, peak
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(line=st.binary(max_size=300), lines=st.integers(0, 3000), tail=log_bytes)
+def test_count_newlines_is_bytes_count(line, lines, tail):
+    """Long data with lines of any length (the fast path from 64 KiB), and short data."""
+    data = (line.replace(b"\n", b"") + b"\n") * lines + tail
+    assert count_newlines(data) == data.count(b"\n")
+    assert count_newlines(tail) == tail.count(b"\n")
+
+
+def test_a_pipeline_keeps_no_block_after_a_feed():
+    """The framer lets go of a block once the scan has counted its lines (so a replay's
+    next chunk reuses its memory); line numbers go on as before."""
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"one\ntwo\nthr", 0.0)
+    assert pipe.framer._prev is None
+    assert pipe.framer.line_number == 3
+    pipe.feed(b"ee\nfour\n", 0.0)
+    assert pipe.framer._prev is None and pipe.framer.line_number == 5
+    pipe.finish(0.0)
+    assert pipe.counters.lines == 4
 
 
 def test_ten_megabyte_line_through_the_pipeline_bounded_memory():

@@ -333,8 +333,10 @@ def test_a_line_a_prefix_matches_passes_the_start_filters(data: st.DataObject) -
     rest = data.draw(st.sampled_from(["", "[2026-12-02 10:00:00] Decode batch, #token: 1",
                                       "INFO 12-02 x", "plain"]), label="rest")
     text = prefix + rest
-    assert pack.prefixes.match(text) is not None  # type: ignore[union-attr]
-    assert m._may_wrap(text), text
+    # drawn by `re`'s rules; the `regex` module may read a Unicode class differently
+    # (`\w` and '²'): the property is about what the prefixes really match
+    if pack.prefixes.match(text) is not None:  # type: ignore[union-attr]
+        assert m._may_wrap(text), text
 
 
 def test_serving_lines_skip_the_prefix_match() -> None:

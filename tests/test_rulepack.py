@@ -355,6 +355,34 @@ def ids(pack) -> list[str]:
     return [r.id for r in pack.rules]
 
 
+def test_a_pack_file_is_parsed_once_per_version(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """base.yaml is parsed once although sglang and vllm extend it; an edited file again."""
+    from logwatch.rules import pack as packmod
+    parsed: list[str] = []
+    real = packmod.load_yaml
+
+    def counting(f: Any, *args: Any) -> Any:
+        parsed.append(Path(f.name).name)
+        return real(f, *args)
+    monkeypatch.setattr(packmod, "load_yaml", counting)
+    packmod._load_cached.cache_clear()
+    packmod._read_yaml.cache_clear()
+    try:
+        packmod.load_all_shipped()
+        assert sorted(parsed) == ["base.yaml", "sglang.yaml", "vllm.yaml"]
+        doc = minimal_pack()
+        path = write(tmp_path, doc)
+        assert load_pack(str(path)).name == "mini"
+        doc["name"] = "mini-edited"
+        write(tmp_path, doc)
+        assert load_pack(str(path)).name == "mini-edited"
+        assert parsed.count("pack.yaml") == 2
+    finally:
+        packmod._load_cached.cache_clear()
+        packmod._read_yaml.cache_clear()
+
+
 def test_extends_inherits_everything(tmp_path: Path) -> None:
     base = load_pack("sglang")
     mine = load_pack(str(user_pack(tmp_path)))

@@ -257,6 +257,33 @@ def test_collapse_scan_on_fixture(path, pack):
     check_block(matcher(pack), block(path.read_bytes()))
 
 
+@functools.lru_cache(maxsize=None)
+def re2_last_matcher(name: str) -> Matcher:
+    """A matcher that finds the last stats line of a run with RE2's finditer, as it did
+    before `bytes.rfind` per literal (the shipped packs' stats literals allow the latter)."""
+    m = Matcher(load_pack(name))
+    assert m._stats_bytes is not None
+    m._stats_bytes = None
+    return m
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@settings(max_examples=200, **NO_SHRINK)
+@given(data=log_st, line_number=st.integers(1, 10_000))
+def test_last_stats_line_by_rfind_is_re2s(pack, data, line_number):
+    got = scanned(matcher(pack), block(data, 0, line_number), True)
+    assert got == scanned(re2_last_matcher(pack), block(data, 0, line_number), True)
+
+
+@pytest.mark.parametrize("pack", PACKS)
+@pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
+def test_last_stats_line_by_rfind_is_re2s_on_genlog(seed, pack):
+    data = genlog(seed, *GENLOG_ARGS[seed])
+    for start in (0, len(data) // 3):   # and from mid-line
+        assert scanned(matcher(pack), block(data[start:]), True) == \
+            scanned(re2_last_matcher(pack), block(data[start:]), True)
+
+
 # ----------------------------------------------------------------------------------------------
 # deterministic cases
 
@@ -270,6 +297,20 @@ def test_collapse_simple_run():
     got = scanned(m, block(data), True)
     assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 10)]
     assert "gen throughput (token/s): 9.00" in got[-1][1]
+
+
+def test_collapse_long_run_ending_in_a_line_with_a_stats_literal_but_no_match():
+    """The last stats line of a run longer than the search windows, behind a line that holds
+    a stats literal but fires no rule and behind 100 KB without any literal."""
+    m = matcher("sglang")
+    fake = b"[2026-11-30 10:07:52] note: Decode batch [x] is not a stats record\n"
+    assert m.match_line(fake.decode().strip()) is None
+    data = b"".join(DECODE.replace(b"447.31", b"%d.00" % i) for i in range(4000)) + fake \
+        + b"[2026-11-30 10:07:53] nothing to see\n" * 3000
+    for mm in (m, re2_last_matcher("sglang")):
+        got = scanned(mm, block(data), True)
+        assert [(h[0].id, h[2]) for h in got] == [("decode_batch", 1), ("decode_batch", 4000)]
+        assert "gen throughput (token/s): 3999.00" in got[-1][1]
 
 
 def test_collapse_run_interrupted_by_a_real_hit():
@@ -467,6 +508,26 @@ def test_engines_agree_on_case_folded_literals(data):
     hs, r2 = literal_finder(CASE_PARTS, "hyperscan"), literal_finder(CASE_PARTS, "re2")
     assert (hs.engine, r2.engine) == ENGINES
     assert examined(hs, data) == examined(r2, data)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(lit=st.text(st.sampled_from("abkKsS xé中😀\\.*()[]?^$|\u212a\u017f"), min_size=1),
+       ci=st.booleans())
+def test_hyperscan_literal_is_each_character_escaped(lit, ci):
+    """`_hs_literal`: every UTF-8 byte as `\\xNN`, and a case-folded k or s with the other
+    form RE2 folds it to (the fast path for literals without those is the same string)."""
+    from logwatch.rules.matcher import _UNICODE_FOLDS, _hs_literal
+    if ci and not lit.isascii():
+        assert _hs_literal(lit, ci) is None
+        return
+
+    def esc(c: str) -> str:
+        return "".join(f"\\x{b:02x}" for b in c.encode())
+    want = []
+    for ch in lit:
+        fold = _UNICODE_FOLDS.get(ch.lower()) if ci else None
+        want.append(esc(ch) if fold is None else f"(?:{esc(ch)}|{esc(fold)})")
+    assert _hs_literal(lit, ci) == "".join(want).encode()
 
 
 def test_hyperscan_finds_the_unicode_case_folds_re2_finds():

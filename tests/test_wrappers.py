@@ -108,13 +108,17 @@ def _detect_packs(tmp_path: Path) -> list:
     return packs
 
 
-@pytest.mark.parametrize("wrapper", [None, ">>>", "journald"])
+# "vllm-compose": the other engine's literals in the wrapper only (a raw line holds them,
+# the unwrapped line does not)
+@pytest.mark.parametrize("wrapper", [None, ">>>", "journald", "vllm-compose"])
 def test_detection_scores_are_those_of_the_definition(wrapper: str | None,
                                                       tmp_path: Path) -> None:
     from logwatch.rules.locate import detect_scores
     packs = _detect_packs(tmp_path)
     wrap = (lambda ln: ln) if wrapper is None else \
-        (lambda ln: f">>> {ln}") if wrapper == ">>>" else WRAPPERS[wrapper][0]
+        (lambda ln: f">>> {ln}") if wrapper == ">>>" else \
+        (lambda ln: f"vllm-EngineCore-sglang-1  | {ln}") if wrapper == "vllm-compose" else \
+        WRAPPERS[wrapper][0]
     found = set()
     for name in CASES:
         lines = (FIXTURES / f"{name}.log").read_text(encoding="utf-8", errors="replace")

@@ -8,7 +8,7 @@ only the first and the last are matched, which changes no outcome (see matcher.p
 from __future__ import annotations
 
 import time
-from typing import BinaryIO, Callable
+from typing import BinaryIO, Callable, Iterator
 
 from ..machine import Event, State
 from ..pipeline import LogPipeline
@@ -29,13 +29,36 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
     now = time.time()
     if head:
         pipe.feed(head, now)
-    while True:
-        chunk = f.read(CHUNK)
-        if not chunk:
-            break
+    for chunk in line_chunks(f):
         pipe.feed(chunk, now)
+        del chunk       # freed before the next is read: its memory is reused (see pipeline.feed)
     pipe.finish(now)
     return pipe
+
+
+def line_chunks(f: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:
+    """The rest of `f` in chunks of up to `size` bytes that end after a `\n` where one is
+    in reach (so the framer keeps no unfinished tail to copy in front of the next chunk),
+    read into one reusable buffer: one copy of each byte on its way to a block.  Framing
+    does not depend on where chunks end (lines.Framer), so neither does anything after."""
+    buf = bytearray(size)
+    view = memoryview(buf)
+    have = 0
+    while True:
+        n = f.readinto(view[have:])
+        if not n:
+            break
+        have += n
+        last = buf.rfind(b"\n", 0, have) + 1
+        if last == 0 and have < size:
+            continue       # no line end yet, and room for more
+        cut = last or have   # a whole buffer without a line end: passed on as it is
+        yield bytes(view[:cut])
+        rest = bytes(view[cut:have])
+        view[: len(rest)] = rest
+        have = len(rest)
+    if have:
+        yield bytes(view[:have])
 
 
 def replay_file(path: str, spec: str = "auto") -> LogPipeline:

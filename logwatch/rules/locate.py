@@ -15,11 +15,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterable
 
-from ..lines import Block, iter_lines, split_glued
+from ..lines import Block, line_texts, split_glued
 from . import bounded
-from .literals import required_literals
 from .matcher import PATTERN_TIMEOUT, Matcher, shared_matcher
-from .pack import RulePack, load_all_shipped, load_pack
+from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
 
 
 def restart_pack(packs: list[RulePack]) -> RulePack:
@@ -145,32 +144,58 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     removed)."""
     if complete_lines:
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
-    lines = [ln.text for ln in iter_lines(Block(head, 0, 1, 0.0))]
+    lines = line_texts(head)
+    raw = "\n".join(lines)
     # the server's lines, wrappers removed: once per distinct `prefixes` (packs extending
-    # the same base share them), with the lines joined for the literal pre-check
-    unwrapped: dict[object, tuple[list[str], str]] = {}
+    # the same base share them), each line when a pattern first needs it
+    views: dict[object, _Unwrapped] = {}
     scores = []
     for pack in packs:
         rx = pack.prefixes
         key = None if rx is None else (rx.pattern, rx.flags)
-        if key not in unwrapped:
-            inner = [shared_matcher(pack).unwrap(t)[0] for t in lines]
-            unwrapped[key] = inner, "\n".join(inner)
-        inner, joined = unwrapped[key]
-        scores.append(sum(d.weight for d in pack.detect if _detected(d.regex, inner, joined)))
+        if key not in views:
+            views[key] = _Unwrapped(lines, raw)
+        view = views[key]
+        scores.append(sum(d.weight for d in pack.detect if view.detected(d, pack)))
     return scores
 
 
-def _detected(rx: object, lines: list[str], joined: str) -> bool:
-    """Whether `rx` is found in one of `lines`.  Only lines holding one of its required
-    literals can match (literals hold no newline, so `joined` answers for all lines at once)."""
-    lits = required_literals(rx.pattern)  # type: ignore[attr-defined]
-    if lits is None or lits.ignore_case:
-        return any(_found(rx, t) for t in lines)
-    strings = tuple(lits.strings)
-    if not any(s in joined for s in strings):
+class _Unwrapped:
+    """The lines of a head as a pack's `prefixes` leave them, each unwrapped on first use.
+
+    `unwrap` keeps a suffix of a line, so a literal in an unwrapped line is in the raw line:
+    a pattern with required literals looks only at the raw lines holding one of them."""
+
+    def __init__(self, lines: list[str], raw: str) -> None:
+        self.lines = lines
+        self.raw = raw        # the lines joined (literals hold no newline)
+        self.inner: list[str | None] = [None] * len(lines)
+        self.matcher: Matcher | None = None
+
+    def text(self, i: int) -> str:
+        t = self.inner[i]
+        if t is None:
+            assert self.matcher is not None
+            t = self.inner[i] = self.matcher.unwrap(self.lines[i])[0]
+        return t
+
+    def detected(self, d: DetectPattern, pack: RulePack) -> bool:
+        """Whether `d` (a pattern of `pack`) is found in one of the unwrapped lines, in line
+        order as `any(search(line) for line in lines)` would."""
+        if self.matcher is None:   # (not built for a pack without patterns, e.g. base)
+            self.matcher = shared_matcher(pack)
+        rx, lits = d.regex, d.literals
+        if lits is None or lits.ignore_case:
+            return any(_found(rx, self.text(i)) for i in range(len(self.lines)))
+        strings = tuple(lits.strings)
+        if not any(s in self.raw for s in strings):
+            return False
+        for i, line in enumerate(self.lines):
+            if any(s in line for s in strings):
+                t = self.text(i)
+                if any(s in t for s in strings) and _found(rx, t):
+                    return True
         return False
-    return any(_found(rx, t) for t in lines if any(s in t for s in strings))
 
 
 def _found(rx: object, text: str) -> bool:

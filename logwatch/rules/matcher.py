@@ -32,9 +32,9 @@ except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in t
     hyperscan = None
 
 from . import bounded
-from .literals import anchored_head, required_literals, start_filters
+from .literals import anchored_head, start_filters
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
-from .pack import REGEX_FLAGS, Rule, RulePack
+from .pack import REGEX_FLAGS, Rule, RulePack, pattern_literals
 
 
 @dataclass(slots=True)
@@ -64,6 +64,7 @@ def _escape(lit: str) -> str:
 # and LATIN SMALL LETTER LONG S.  Hyperscan's HS_FLAG_CASELESS folds ASCII only, so these
 # get their other form spelled out (every other ASCII character folds to ASCII only).
 _UNICODE_FOLDS = {"k": "\u212a", "s": "\u017f"}
+_HEX = tuple(f"\\x{b:02x}" for b in range(256))   # a byte as a Hyperscan escape
 
 
 def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
@@ -71,6 +72,8 @@ def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
     when that cannot be promised: a case-insensitive literal with non-ASCII characters)."""
     if ignore_case and not lit.isascii():
         return None
+    if not ignore_case or not any(c in _UNICODE_FOLDS for c in lit.lower()):
+        return "".join(map(_HEX.__getitem__, lit.encode("utf-8"))).encode("ascii")
     out = []
     for ch in lit:
         fold = _UNICODE_FOLDS.get(ch.lower()) if ignore_case else None
@@ -187,7 +190,7 @@ class Matcher:
         # or for one anchored at the start, a test of the line's first character
         self._ignore: list[tuple[tuple[str, ...] | None, Any, Any]] = []
         for rx in pack.ignore:
-            lit = required_literals(rx.pattern)
+            lit = pattern_literals(rx.pattern)
             head = anchored_head(rx.pattern)
             self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None,
                                  regex.compile(head, REGEX_FLAGS).match if head else None, rx))
@@ -211,6 +214,10 @@ class Matcher:
         # exact mode (live) wants every stats line: their positions in one pass over a block
         self._stats_all = literal_finder(stats, engine)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
+        # the same literals for `bytes.rfind` (the last stats line of a run), where a byte
+        # search finds what RE2 finds: ASCII, case-sensitive
+        self._stats_bytes = (tuple(s.encode("ascii") for s, _ in stats)
+                             if stats and all(s.isascii() and not ci for s, ci in stats) else None)
 
     # -- one line ------------------------------------------------------------------------------
     def unwrap(self, text: str) -> tuple[str, str, tuple[str, ...]]:
@@ -395,15 +402,26 @@ class _BlockScan:
         self.data = block.data
         self.line_pos = 0
         self.line_no = block.line_number
+        self.newlines_before = 0   # `\n` in data[:line_pos]
         self.in_run = False   # the last hit emitted was a stats hit (a run is open)
         self._stats_at: list[int] | None = None  # exact mode: stats literal positions
         self._stats_next = 0                     # the first of them not passed yet
 
     def finish(self) -> None:
         """Record the block's newline count (counted up to the last hit already)."""
-        self.block.newline_count = (self.line_no - self.block.line_number
-                                    - self.block.joins_in(0, self.line_pos)
-                                    + self.data.count(b"\n", self.line_pos))
+        if self.block.newline_count is None:
+            self.block.newline_count = self.newlines_before + self._newlines(len(self.data))
+
+    def _newlines(self, pos: int) -> int:
+        """`\\n` in data[line_pos:pos]: counted there, or from the block's total when that
+        is cheaper (a run of stats lines from a block's start to its end: its last line is
+        found near the end, the total costs about half a `count` of the block, see
+        `lines.count_newlines`, and is taken once)."""
+        n = len(self.data)
+        direct = pos - self.line_pos
+        if direct <= n - pos + (0 if self.block.newline_count is not None else n // 2):
+            return self.data.count(b"\n", self.line_pos, pos)
+        return self.block.newlines() - self.newlines_before - self.data.count(b"\n", pos)
 
     def match_segment(self, start: int, end: int, stats_only: bool = False) -> list[Found]:
         """The rules a segment fires (a glued record counts separately)."""
@@ -418,7 +436,9 @@ class _BlockScan:
 
     def emit(self, start: int, found: list[Found]) -> list[Hit]:
         """Hits for a segment at `start` (segments must be emitted in order)."""
-        self.line_no += self.data.count(b"\n", self.line_pos, start)
+        between = self._newlines(start)
+        self.line_no += between
+        self.newlines_before += between
         if self.block.joins:
             self.line_no += self.block.joins_in(self.line_pos, start)
         self.line_pos = start
@@ -496,16 +516,23 @@ class _BlockScan:
     def _last(self, lo: int, hi: int) -> tuple[int, int] | None:
         """The last segment in [lo, hi) that a stats rule matches.
 
-        Searched backwards in growing windows (stats lines are dense where they occur);
-        consecutive windows overlap by the longest literal so none is cut in two.
+        Searched backwards in windows from 4 KiB, growing 4x while empty (stats lines are
+        dense where they occur: a few lines of one window answer, each rfind scans it);
+        consecutive windows overlap by the longest literal so none is cut in two.  In a
+        window, the last occurrence of any literal (`rfind` each) is in the segment of RE2's
+        last match: a later occurrence that RE2 skipped overlaps that match.
         """
-        data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 16
+        data, rx, end, width = self.data, self.m._stats_rx, hi, 1 << 12
         overlap = self.m._stats_maxlen
+        lits = self.m._stats_bytes
         while end > lo:
             start = max(lo, end - width)
-            best = -1
-            for found in rx.finditer(data, start, end):  # type: ignore[union-attr]
-                best = found.start()
+            if lits is not None:
+                best = max([data.rfind(s, start, end) for s in lits])
+            else:
+                best = -1
+                for found in rx.finditer(data, start, end):  # type: ignore[union-attr]
+                    best = found.start()
             if best < 0:
                 if start == lo:
                     return None

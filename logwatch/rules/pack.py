@@ -40,7 +40,8 @@ import yaml
 
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
-from .literals import Literals, required_literals
+from .literals import Literals
+from .patterns import PatternCache
 
 
 WAITING = "waiting"
@@ -108,7 +109,6 @@ class Sample:
 class Rule:
     id: str
     pattern: str
-    regex: Any  # regex.Pattern[str]
     source: str
     phase: str | None = None
     progress: str | None = None
@@ -136,6 +136,12 @@ class Rule:
     def actions(self) -> list[str]:
         return [k for k in ACTION_KEYS if getattr(self, k) not in (None, False)]
 
+    @functools.cached_property
+    def regex(self) -> Any:  # regex.Pattern[str]
+        """The compiled pattern, compiled when first used (most rules of a pack never run:
+        their literals do not occur; loading validated the pattern, see patterns.py)."""
+        return _regex(self.pattern)
+
 
 @dataclass(frozen=True)
 class TimestampFormat:
@@ -149,6 +155,7 @@ class TimestampFormat:
 class DetectPattern:
     regex: Any
     weight: float
+    literals: Literals | None = None   # required literals of its pattern (literals.py)
 
 
 @dataclass(frozen=True)
@@ -257,7 +264,18 @@ def load_pack(spec: str) -> RulePack:
 @functools.lru_cache(maxsize=64)
 def _load_cached(path: str, mtime_ns: int, size: int) -> RulePack:
     """Packs are immutable: a file is parsed again only when it changed (SIGHUP reloads)."""
-    return _load(Path(path), ())
+    try:
+        return _load(Path(path), ())
+    finally:
+        _PATTERNS.save()     # what this load learnt about its patterns, for the next start
+
+
+@functools.lru_cache(maxsize=64)
+def _read_yaml(path: str, mtime_ns: int, size: int) -> Any:
+    """A pack file's document, parsed once per version of the file (the shipped packs all
+    extend base, which was parsed again for each).  Read only: never modified."""
+    with open(path, encoding="utf-8") as f:
+        return load_yaml(f)
 
 
 def load_all_shipped() -> list[RulePack]:
@@ -274,8 +292,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         raise PackError(src, f"extends itself through {' -> '.join(chain + (real,))}",
                         key="extends")
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = load_yaml(f)
+        st = path.stat()
+        doc = _read_yaml(str(path), st.st_mtime_ns, st.st_size)
     except yaml.YAMLError as e:
         raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
     except YAMLTooLarge as e:
@@ -334,12 +352,14 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         if not isinstance(doc["ignore"], list):
             raise PackError(src, "must be a list of patterns", key="ignore")
         ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
+        for p in doc["ignore"]:
+            pattern_literals(p)      # the matcher's prefilter of ignore patterns, cached
     prefix_src = list(base.prefix_patterns) if base else []
     if doc.get("prefixes") is not None:
         if not isinstance(doc["prefixes"], list):
             raise PackError(src, "must be a list of patterns", key="prefixes")
         for i, p in enumerate(doc["prefixes"]):
-            _compile(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
+            _groups(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
             prefix_src.append(p)
     ranks = _ranks(src, doc["ranks"]) if doc.get("ranks") is not None \
         else (base.ranks if base else ())
@@ -453,6 +473,22 @@ def _compile(src: str, pattern: Any, rule: str | None, key: str) -> Any:
         raise PackError(src, f"invalid regex: {e}", rule=rule, key=key) from None
 
 
+def _groups(src: str, pattern: Any, rule: str | None, key: str) -> tuple[str, ...]:
+    """The named groups of a pattern that must compile: `_compile`'s checks and errors,
+    without compiling a pattern that compiled before (patterns.py)."""
+    if not isinstance(pattern, str) or not pattern:
+        raise PackError(src, "missing or not a string", rule=rule, key=key)
+    try:
+        return _PATTERNS.groups(pattern, _regex)
+    except regex.error as e:
+        raise PackError(src, f"invalid regex: {e}", rule=rule, key=key) from None
+
+
+def pattern_literals(pattern: str) -> Literals | None:
+    """`literals.required_literals(pattern)`, kept between runs (patterns.py)."""
+    return _PATTERNS.literals(pattern)
+
+
 def _prefix_regex(patterns: tuple[str, ...]) -> Any:
     """The pack's `prefixes` as one alternation, matched at the start of a line (one regex
     call per line and wrapper; `proc` may name a group in several of them)."""
@@ -464,6 +500,9 @@ def _prefix_regex(patterns: tuple[str, ...]) -> Any:
 @functools.lru_cache(maxsize=1024)
 def _regex(pattern: str) -> Any:
     return regex.compile(pattern, REGEX_FLAGS)
+
+
+_PATTERNS = PatternCache(REGEX_FLAGS)
 
 
 def _when(src: str, rid: str, value: Any, phases: tuple[str, ...]) -> frozenset[str] | None:
@@ -502,12 +541,12 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         if not isinstance(d["frame"], str) or not d["frame"]:
             raise PackError(src, "must be a pattern (file path or function names)", rule=rid,
                             key="frame")
-        _compile(src, d["frame"], rid, "frame")
+        _groups(src, d["frame"], rid, "frame")
         if not d.get("hint"):
             raise PackError(src, "a frame rule classifies a crash: give it `hint: REASON`",
                             rule=rid, key="frame")
         d = {**d, "pattern": frame_pattern(d["frame"])}
-    rx = _compile(src, d.get("pattern"), rid, "pattern")
+    groups = set(_groups(src, d.get("pattern"), rid, "pattern"))
     actions = [k for k in ACTION_KEYS if d.get(k) not in (None, False)]
     if not actions:
         raise PackError(src, f"no action (one of: {', '.join(ACTION_KEYS)})", rule=rid)
@@ -535,7 +574,6 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     for key in ("progress", "stats"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
-    groups = set(rx.groupindex)
     if d.get("progress") and not {"current", "total"} <= groups:
         raise PackError(src, "a progress rule needs named groups 'current' and 'total' in its "
                         "pattern", rule=rid, key="progress")
@@ -563,7 +601,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     literals = _prefilter(src, rid, d.get("prefilter"), d["pattern"])
     samples = _samples(src, rid, d.get("samples"))
     return Rule(
-        id=rid, pattern=d["pattern"], regex=rx, source=src, phase=phase,
+        id=rid, pattern=d["pattern"], source=src, phase=phase,
         progress=d.get("progress"), crash=d.get("crash"), hint=d.get("hint"),
         restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
         chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
@@ -578,7 +616,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
 
 def _prefilter(src: str, rid: str, value: Any, pattern: str) -> Literals | None:
     if value is None:
-        return required_literals(pattern)
+        return pattern_literals(pattern)
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list) or not items or not all(
             isinstance(s, str) and s and "\n" not in s and "\r" not in s for s in items):
@@ -660,12 +698,14 @@ def _detect(src: str, value: Any) -> tuple[DetectPattern, ...]:
     out = []
     for i, item in enumerate(value):
         if isinstance(item, str):
-            out.append(DetectPattern(_compile(src, item, None, f"detect[{i}]"), 1.0))
+            out.append(DetectPattern(_compile(src, item, None, f"detect[{i}]"), 1.0,
+                                     pattern_literals(item)))
         elif isinstance(item, dict) and "pattern" in item:
             w = item.get("weight", 1.0)
             if not isinstance(w, (int, float)) or w <= 0:
                 raise PackError(src, "weight must be a positive number", key=f"detect[{i}]")
-            out.append(DetectPattern(_compile(src, item["pattern"], None, f"detect[{i}]"), float(w)))
+            out.append(DetectPattern(_compile(src, item["pattern"], None, f"detect[{i}]"), float(w),
+                                     pattern_literals(item["pattern"])))
         else:
             raise PackError(src, "a pattern or {pattern, weight}", key=f"detect[{i}]")
     return tuple(out)
