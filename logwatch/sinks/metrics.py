@@ -40,6 +40,23 @@ class AlertStats(Protocol):
     def dropped_counts(self) -> dict[str, int]: ...
 
 
+_GO_FLOATS: dict[float, str] = {}
+
+
+def _go_float(x: float) -> str:
+    """`floatToGoString`, remembered: most samples are the same few values (0, 1, counts
+    that did not move), and /metrics writes hundreds of thousands of them at 500 targets."""
+    s = _GO_FLOATS.get(x)
+    if s is not None and (x or math.copysign(1.0, x) > 0):   # -0.0 is a key of 0.0
+        return s
+    if len(_GO_FLOATS) >= 4096:
+        _GO_FLOATS.clear()
+    s = floatToGoString(x)
+    if x or math.copysign(1.0, x) > 0:
+        _GO_FLOATS[x] = s
+    return s
+
+
 def _esc(v: str) -> str:
     return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -63,8 +80,7 @@ def target_lines(v: TargetView) -> dict[str, str]:
     def add(fam: str, line: str) -> None:
         out.setdefault(fam, []).append(line)
 
-    def val(x: float) -> str:
-        return floatToGoString(x)
+    val = _go_float
 
     gpu = v.gpu
     if gpu is not None:
