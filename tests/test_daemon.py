@@ -387,3 +387,16 @@ def test_checkpoints_are_spread_over_many_targets() -> None:
     assert spread(250) == {5.0}
     assert spread(500) == {10.0}
     assert spread(1000, configured=30.0) == {30.0}
+
+
+def test_checkpoints_of_a_fleet_are_not_taken_together() -> None:
+    """500 targets started together would write 500 checkpoints (and every 30 s fsync 500)
+    in one pass of the loop, a stall of about a second: each target's slot in the interval
+    comes from its name, spread over the whole interval, the same at every start."""
+    from logwatch.app.target import checkpoint_phase
+
+    phases = [checkpoint_phase(f"t{i:04d}") for i in range(500)]
+    assert all(0.0 <= p < 1.0 for p in phases)
+    tenths = [sum(1 for p in phases if k / 10 <= p < (k + 1) / 10) for k in range(10)]
+    assert min(tenths) >= 25 and max(tenths) <= 75, tenths
+    assert checkpoint_phase("t0001") == phases[1]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import zlib
 from typing import Any, Callable
 
 from .. import log
@@ -66,6 +67,12 @@ def upgrade_state(state: State, counters: dict[str, Any]) -> State:
     return state
 
 
+def checkpoint_phase(name: str) -> float:
+    """Where in its checkpoint interval a target checkpoints, in [0, 1): from its name, so
+    a fleet started together spreads its writes (and the same target keeps its slot)."""
+    return (zlib.crc32(name.encode("utf-8", "surrogatepass")) % 997) / 997
+
+
 class TargetRunner:
     def __init__(self, cfg: TargetConfig, *, store: PositionStore | None, state_dir: Any | None,
                  candidates: list[RulePack], start_pack: RulePack, pool: SSHPool,
@@ -97,7 +104,14 @@ class TargetRunner:
         self.task: asyncio.Task[None] | None = None
         self.follower: Follower | None = None
         self.last_checkpoint = 0.0
-        self.last_durable = 0.0
+        # targets started together would checkpoint together: at 500, every interval 500
+        # renames, and every DURABLE_EVERY 500 fsyncs, in one pass of the loop (a stall of
+        # about a second); each target's checkpoints are offset by a share of the interval
+        # taken from its name
+        phase = checkpoint_phase(cfg.name)
+        started = time.monotonic()
+        self._next_checkpoint = started + phase * checkpoint_interval
+        self._next_durable = started + phase * DURABLE_EVERY
         self.dirty = False
         self.started_at = time.time()
         self.last_line_at: float | None = None
@@ -452,8 +466,8 @@ class TargetRunner:
                 self.recorder.add_gpu(gpu.latest.to_dict())   # watts while it serves
             if wall - self._ledger_saved >= LEDGER_EVERY:
                 self.save_ledger()     # the serving figures of a startup still serving
-        if self.dirty and wall - self.last_checkpoint >= self.checkpoint_interval:
-            self.checkpoint(durable=wall - self.last_durable >= DURABLE_EVERY)
+        if self.dirty and wall >= self._next_checkpoint:
+            self.checkpoint(durable=wall >= self._next_durable)
 
     def checkpoint(self, durable: bool = False) -> None:
         f = self.follower
@@ -472,8 +486,9 @@ class TargetRunner:
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()
         self.last_checkpoint = now
+        self._next_checkpoint = now + self.checkpoint_interval
         if durable:
-            self.last_durable = now
+            self._next_durable = now + DURABLE_EVERY
         self.dirty = False
 
     # -- the view ------------------------------------------------------------------------------
