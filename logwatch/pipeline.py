@@ -46,7 +46,7 @@ class ExcerptCollector:
     """
 
     def __init__(self) -> None:
-        self.prev_tail: bytes | bytearray = b""
+        self.prev_tail = bytearray()   # the last _TAIL_KEEP..2*_TAIL_KEEP bytes before
         self.target: list[str] | None = None
         self.chars = 0
         self.pending = b""   # an unfinished physical line of the "after" part
@@ -80,14 +80,12 @@ class ExcerptCollector:
             self._take(block.data)
 
     def end_block(self, block: Block) -> None:
+        # appended and trimmed now and then, not rebuilt from 16 KiB at every block (a live
+        # log's blocks are a few lines)
         data = block.data
         if len(data) >= _TAIL_KEEP:
-            self.prev_tail = data[-_TAIL_KEEP:]
-            return
-        # small blocks (a live log's few lines) are appended and trimmed now and then, not
-        # copied whole each time (16 KiB twice a block)
-        if not isinstance(self.prev_tail, bytearray):
-            self.prev_tail = bytearray(self.prev_tail)
+            del self.prev_tail[:]
+            data = memoryview(data)[-_TAIL_KEEP:]
         self.prev_tail += data
         if len(self.prev_tail) > 2 * _TAIL_KEEP:
             del self.prev_tail[:-_TAIL_KEEP]

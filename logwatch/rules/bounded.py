@@ -44,11 +44,6 @@ def _bounded(call: Any, text: str, timeout: float) -> Any:
     raise AssertionError("unreachable")
 
 
-def cpu_clock() -> float:
-    """This thread's CPU time (a system call on a VM: about a microsecond)."""
-    return time.thread_time()
-
-
 def wall_clock() -> float:
     """Where a line's pattern budget starts: the wall clock (no system call)."""
     return time.perf_counter()

@@ -17,7 +17,7 @@ from typing import Iterable
 
 from ..lines import Block, line_texts, split_glued
 from . import bounded
-from .matcher import PATTERN_TIMEOUT, Matcher, shared_matcher
+from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, shared_matcher
 from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
 
 
@@ -28,21 +28,14 @@ def restart_pack(packs: list[RulePack]) -> RulePack:
     return dataclasses.replace(packs[0], name="auto", rules=rules)
 
 
-_RESTART: dict[int, tuple[RulePack, Matcher | None]] = {}
-
-
-def restart_matcher(pack: RulePack) -> Matcher | None:
-    """The matcher of a pack's restart markers, one per pack (500 targets starting would
-    each compile the same one: ~0.6 ms and two Hyperscan databases apiece)."""
-    have = _RESTART.get(id(pack))
-    if have is not None and have[0] is pack:
-        return have[1]
+def _restart_matcher(pack: RulePack) -> Matcher | None:
     rules = tuple(r for r in pack.rules if r.restart)
-    matcher = Matcher(dataclasses.replace(pack, rules=rules)) if rules else None
-    if len(_RESTART) >= 64:    # reloads make new packs: forget the oldest
-        _RESTART.pop(next(iter(_RESTART)))
-    _RESTART[id(pack)] = (pack, matcher)
-    return matcher
+    return Matcher(dataclasses.replace(pack, rules=rules)) if rules else None
+
+
+# the matcher of a pack's restart markers, one per pack (500 targets starting would each
+# compile the same one: ~0.6 ms and two Hyperscan databases apiece)
+restart_matcher = PerPack(_restart_matcher)
 
 
 class StartupFinder:

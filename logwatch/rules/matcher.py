@@ -19,9 +19,10 @@ the first serving line of a log that shows no startup, marks it ready.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import re2
 import regex
@@ -158,19 +159,41 @@ def literal_finder(parts: list[tuple[str, bool]], engine: str | None = None
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
 MAX_WRAPPERS = 4         # prefixes removed from one line at most (kubectl + compose + ...)
-_SHARED: dict[int, tuple[RulePack, int, "Matcher"]] = {}
+class PerPack:
+    """A value built once per pack and remembered while the pack is (hundreds of targets
+    share it; it holds no per-target state).  Reloads make new packs: beyond 64 the oldest
+    is forgotten."""
+
+    def __init__(self, build: Callable[..., Any]) -> None:
+        self.build = build
+        self._have: dict[tuple[Any, ...], tuple[RulePack, Any]] = {}
+
+    def __call__(self, pack: RulePack, *args: Any) -> Any:
+        key = (id(pack), *args)
+        have = self._have.get(key)
+        if have is None or have[0] is not pack:
+            have = self._have[key] = (pack, self.build(pack, *args))
+            if len(self._have) > 64:
+                self._have.pop(next(iter(self._have)))
+        return have[1]
+
+    def clear(self) -> None:
+        self._have.clear()
+
+
+_SHARED = PerPack(lambda pack, max_line_bytes: Matcher(pack, max_line_bytes))
 
 
 def shared_matcher(pack: RulePack, max_line_bytes: int = 64 * 1024) -> "Matcher":
     """One compiled matcher per pack (hundreds of targets share it; it holds no state)."""
-    key = id(pack)
-    have = _SHARED.get(key)
-    if have is None or have[0] is not pack or have[1] != max_line_bytes:
-        have = (pack, max_line_bytes, Matcher(pack, max_line_bytes))
-        _SHARED[key] = have
-        if len(_SHARED) > 64:  # reloads make new packs: forget the oldest
-            _SHARED.pop(next(iter(_SHARED)))
-    return have[2]
+    return _SHARED(pack, max_line_bytes)  # type: ignore[no-any-return]
+
+
+@functools.lru_cache(maxsize=256)
+def char_test(cls: str | None, flags: int = REGEX_FLAGS) -> Callable[..., Any] | None:
+    """`.match` of a one-character class (`literals.anchored_head`, a `StartFilter.head`),
+    compiled with the flags of the pattern it comes from; None for no class."""
+    return regex.compile(cls, flags).match if cls else None
 
 
 class Matcher:
@@ -191,9 +214,8 @@ class Matcher:
         self._ignore: list[tuple[tuple[str, ...] | None, Any, Any]] = []
         for rx in pack.ignore:
             lit = pattern_literals(rx.pattern)
-            head = anchored_head(rx.pattern)
             self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None,
-                                 regex.compile(head, REGEX_FLAGS).match if head else None, rx))
+                                 char_test(anchored_head(rx.pattern)), rx))
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
@@ -203,8 +225,8 @@ class Matcher:
         # what a line must hold for one of the prefixes to match it (most lines have none)
         filters = start_filters(pack.prefixes.pattern) if pack.prefixes is not None else None
         self._wrap_filters = None if filters is None else [
-            (regex.compile(f.head, REGEX_FLAGS).match if f.head else None,
-             tuple(sorted(f.chars)), tuple(sorted(f.literals))) for f in filters]
+            (char_test(f.head), tuple(sorted(f.chars)), tuple(sorted(f.literals)))
+            for f in filters]
         self._wrap_by_head: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
         self._rare = literal_finder(_literal_parts(rare), engine)
@@ -252,7 +274,7 @@ class Matcher:
         first = text[:1]
         alts = self._wrap_by_head.get(first)
         if alts is None:
-            alts = [(chars, lits) for head, chars, lits in self._wrap_filters or ()
+            alts = [(chars, lits) for head, chars, lits in self._wrap_filters
                     if head is None or head(first) is not None]
             if len(self._wrap_by_head) < 256:
                 self._wrap_by_head[first] = alts

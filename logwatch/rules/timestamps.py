@@ -21,10 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import regex
-
 from . import bounded
 from .literals import anchored_head
+from .matcher import char_test
 from .pack import TimestampFormat
 
 STAMP_WITHIN = 512          # a line's own timestamp is near its start: look no further
@@ -59,8 +58,7 @@ class LogClock:
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise)
-        self._plan = [(f.regex, regex.compile(h, f.regex.flags).match
-                       if (h := anchored_head(f.regex.pattern)) is not None else None)
+        self._plan = [(f.regex, char_test(anchored_head(f.regex.pattern), f.regex.flags))
                       for f in formats]
 
     def stamp(self, text: str, wrapped: tuple[str, ...] = ()) -> Stamp | None:

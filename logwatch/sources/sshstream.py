@@ -394,11 +394,9 @@ class ExecFS:
                 self._flush()
 
     def _flush(self) -> None:
-        if self._out and self.lost is None:
-            data = b"".join(self._out)
-            self._out.clear()
-            self.chan.write(data)
-        self._out.clear()
+        out, self._out = self._out, []
+        if out and self.lost is None:
+            self.chan.write(b"".join(out))
 
     async def call(self, op: str, *args: Any) -> tuple[dict[str, Any], bytes]:
         if self.lost is not None:
