@@ -232,7 +232,7 @@ class LogPipeline:
         rid = hit.rule.id
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
-        stamp = self.clock.stamp(hit.text, hit.wrapped)
+        stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
         line_start = block.data.rfind(b"\n", 0, hit.block_pos) + 1
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,

@@ -38,6 +38,10 @@ from ..lines import Block, iter_segments, segment_bounds, segment_text, split_gl
 from .pack import REGEX_FLAGS, Rule, RulePack, pattern_literals
 
 
+NO_STAMP = object()   # `Hit.ts` when the timestamp was not looked for with the rule
+STAMP_WITHIN = 512    # a line's own timestamp is near its start: the clock looks no further
+
+
 @dataclass(slots=True)
 class Hit:
     """A rule that fired on a line."""
@@ -50,6 +54,8 @@ class Hit:
     block_pos: int  # start of the segment in the block
     wrapped: tuple[str, ...] = ()  # the line as written, and as each wrapper came off it
     proc: str = ""     # the process a removed prefix named (compose service, Ray actor ...)
+    ts: Any = NO_STAMP  # the pack's first timestamp format on `text`, when the rule's match
+                        # found it too (`Matcher.joint`): (raw, groups), or None for no match
 
 
 def _rx_literal(lit: str, ignore_case: bool) -> str:
@@ -189,6 +195,62 @@ def shared_matcher(pack: RulePack, max_line_bytes: int = 64 * 1024) -> "Matcher"
     return _SHARED(pack, max_line_bytes)  # type: ignore[no-any-return]
 
 
+# what may follow `(?` in a pattern that is joined with another (`_joint`): groups,
+# lookarounds, atomic groups and scoped flags; anything else (a global inline flag, a
+# reference to a group by number, recursion, a conditional, branch reset) keeps it apart
+_JOINABLE_GROUP = regex.compile(r"[:=!>]|P<\w+>|<[=!]|<\w+>|[a-zA-Z^-]+:")
+_UNJOINABLE = regex.compile(r"\\(?:[1-9]|g|G)")
+
+
+def _joinable(rx: Any) -> bool:
+    """Whether `rx` means the same inside a larger pattern, given the same flags."""
+    pat = rx.pattern
+    if not isinstance(pat, str) or rx.flags & regex.VERBOSE or _UNJOINABLE.search(pat):
+        return False
+    at = pat.find("(?")
+    while at >= 0:
+        if _JOINABLE_GROUP.match(pat, at + 2) is None:
+            return False
+        at = pat.find("(?", at + 2)
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Joint:
+    r"""A rule's regex and the pack's first timestamp format in one regex call (a serving
+    line needs both: one call, one pair of clock reads for its timeout, not two).
+
+    `\A(?=[\s\S]*?(?:RULE))(?:(?=[\s\S]*?(?P<__ts>STAMP))|)` matched at the start of a
+    line: the first lookahead finds the leftmost position where RULE matches, as
+    `RULE.search` does (the same positions tried in the same order, the same preference
+    inside), the second the leftmost match of STAMP, as `STAMP.search` does, or nothing.
+    Lookarounds are atomic, so neither is tried again once it matched.  Only patterns that
+    mean the same inside another are joined (`_joinable`: no global inline flags, numbered
+    references or recursion; the same flags, not VERBOSE; no group name in common), and only
+    for lines the clock reads whole (STAMP_WITHIN)."""
+
+    rx: Any
+    fields: tuple[tuple[str, int], ...]   # the rule's named groups: (name, index)
+    stamp: tuple[tuple[str, int], ...]    # the timestamp's named groups
+    raw: int                              # the index of the whole timestamp
+
+
+def _joint(rule_rx: Any, stamp_rx: Any) -> Joint | None:
+    if rule_rx.flags != stamp_rx.flags or not _joinable(rule_rx) or not _joinable(stamp_rx):
+        return None
+    names, stamp_names = set(rule_rx.groupindex), set(stamp_rx.groupindex)
+    if names & stamp_names or "__ts" in names | stamp_names:
+        return None
+    try:
+        rx = regex.compile(rf"\A(?=[\s\S]*?(?:{rule_rx.pattern}))"
+                           rf"(?:(?=[\s\S]*?(?P<__ts>{stamp_rx.pattern}))|)", rule_rx.flags)
+    except (regex.error, OverflowError):
+        return None
+    gi = rx.groupindex
+    return Joint(rx, tuple((k, gi[k] - 1) for k in rule_rx.groupindex),
+                 tuple((k, gi[k]) for k in stamp_rx.groupindex), gi["__ts"])
+
+
 @functools.lru_cache(maxsize=256)
 def char_test(cls: str | None, flags: int = REGEX_FLAGS) -> Callable[..., Any] | None:
     """`.match` of a one-character class (`literals.anchored_head`, a `StartFilter.head`),
@@ -222,6 +284,9 @@ class Matcher:
         self._has_frames = any(r.frame for r in pack.rules)
         self._group_names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(rule) -> names
         self._prefixes = pack.prefixes
+        # a rule and the first timestamp format in one call, per rule (built when first used)
+        self._stamp_rx = pack.timestamps[0].regex if pack.timestamps else None
+        self._joints: dict[int, Joint | None] = {}
         # what a line must hold for one of the prefixes to match it (most lines have none)
         filters = start_filters(pack.prefixes.pattern) if pack.prefixes is not None else None
         self._wrap_filters = None if filters is None else [
@@ -297,10 +362,19 @@ class Matcher:
         `unwrapped`: the caller has removed the prefixes already."""
         if not unwrapped and self._prefixes is not None:
             text = self.unwrap(text)[0]
+        found = self._match(text, stats_only, False)
+        return None if found is None else (found[0], found[1])
+
+    def _match(self, text: str, stats_only: bool, stamp: bool
+               ) -> tuple[Rule, dict[str, str], Any] | None:
+        """`match_line` on an unwrapped line, and with `stamp`, the pack's first timestamp
+        format on it too where one regex call can do both (`Joint`; else NO_STAMP)."""
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
         started: float | None = None  # wall clock at the line's first regex (its budget)
         cpu_since: float | None = None  # CPU clock, read once the wall clock says it matters
+        if stamp and (self._stamp_rx is None or len(text) > STAMP_WITHIN):
+            stamp = False
         for rule, lits, ci in (self._stats_checks if stats_only else self._checks):
             if lits is not None:
                 if ci:
@@ -327,13 +401,34 @@ class Matcher:
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1
                 return None
+            if stamp:
+                joint = self._joints.get(id(rule), NO_STAMP)
+                if joint is NO_STAMP:
+                    joint = self._joints[id(rule)] = _joint(rule.regex, self._stamp_rx)
+                if joint is not None:
+                    try:
+                        m = bounded.match(joint.rx, text, min(PATTERN_TIMEOUT, left))
+                    except TimeoutError:
+                        pass     # the two apart, as without a joint (the rule alone may not)
+                    else:
+                        if m is None:
+                            continue
+                        groups = m.groups()
+                        fields = {k: groups[i] for k, i in joint.fields if groups[i] is not None}
+                        raw = m.group(joint.raw)
+                        return rule, fields, None if raw is None else (
+                            raw, {k: m.group(i) for k, i in joint.stamp})
+                    left, cpu_since = bounded.budget_left(LINE_BUDGET, started, cpu_since)
+                    if left <= 0:
+                        self.errors += 1
+                        return None
             try:
                 m = bounded.search(rule.regex, text, min(PATTERN_TIMEOUT, left))
             except TimeoutError:  # a pathological pattern on a pathological line: skip it
                 self.errors += 1
                 continue
             if m is not None:
-                return rule, self._fields(rule, m)
+                return rule, self._fields(rule, m), NO_STAMP
         return None
 
     def _ignored(self, text: str) -> tuple[bool, float | None]:
@@ -400,10 +495,10 @@ class Matcher:
             text = segment_text(data[start:end], self.max_line_bytes)
             for part in split_glued(text):
                 inner, proc, layers = self.unwrap(part)
-                found = self.match_line(inner, unwrapped=True)
+                found = self._match(inner, False, not layers)
                 if found is not None:
                     yield Hit(found[0], found[1], inner, line_no, block.raw_offset(start), start,
-                              layers, proc)
+                              layers, proc, found[2])
 
 
 @dataclass(slots=True)
@@ -415,6 +510,7 @@ class Found:
     text: str
     wrapped: tuple[str, ...]
     proc: str
+    ts: Any = NO_STAMP
 
 
 class _BlockScan:
@@ -455,9 +551,9 @@ class _BlockScan:
         out = []
         for part in split_glued(text):
             inner, proc, layers = self.m.unwrap(part)
-            found = self.m.match_line(inner, stats_only, unwrapped=True)
+            found = self.m._match(inner, stats_only, not layers)
             if found is not None:
-                out.append(Found(found[0], found[1], inner, layers, proc))
+                out.append(Found(found[0], found[1], inner, layers, proc, found[2]))
         return out
 
     def emit(self, start: int, found: list[Found]) -> list[Hit]:
@@ -469,7 +565,7 @@ class _BlockScan:
             self.line_no += self.block.joins_in(self.line_pos, start)
         self.line_pos = start
         offset = self.block.raw_offset(start)
-        return [Hit(f.rule, f.fields, f.text, self.line_no, offset, start, f.wrapped, f.proc)
+        return [Hit(f.rule, f.fields, f.text, self.line_no, offset, start, f.wrapped, f.proc, f.ts)
                 for f in found]
 
     def output(self, hits: list[Hit]) -> Iterator[Hit]:

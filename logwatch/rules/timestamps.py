@@ -23,10 +23,9 @@ from typing import Any
 
 from . import bounded
 from .literals import anchored_head
-from .matcher import char_test
+from .matcher import NO_STAMP, STAMP_WITHIN, char_test
 from .pack import TimestampFormat
 
-STAMP_WITHIN = 512          # a line's own timestamp is near its start: look no further
 PATTERN_TIMEOUT = 0.01
 
 _YEAR_DEFAULT = 2000
@@ -61,15 +60,24 @@ class LogClock:
         self._plan = [(f.regex, char_test(anchored_head(f.regex.pattern), f.regex.flags))
                       for f in formats]
 
-    def stamp(self, text: str, wrapped: tuple[str, ...] = ()) -> Stamp | None:
+    def stamp(self, text: str, wrapped: tuple[str, ...] = (), first: Any = NO_STAMP
+              ) -> Stamp | None:
         """The timestamp of `text` if it has one, else the last one seen (None before any).
         `wrapped`: the line as written and as each wrapper came off it (`text` is what is
         left), looked at first, outermost first: a wrapper's own stamp (kubectl's, another
         logger's) is found first, and a stamp anchored at the start of the server's line
-        (`^[2026-...` behind docker compose's `svc-1  | `) is still found in `text`."""
+        (`^[2026-...` behind docker compose's `svc-1  | `) is still found in `text`.
+        `first`: what the pack's first format found in `text` when the matcher looked for
+        it with the rule (`Hit.ts`: (raw, groups) or None), instead of a search of its own."""
         # the pack's order of formats first (it prefers a stamp with a year), then outermost
         places = (*wrapped, text) if wrapped else (text,)
-        for rx, head in self._plan:
+        for k, (rx, head) in enumerate(self._plan):
+            if k == 0 and first is not NO_STAMP and not wrapped:
+                if first is not None:
+                    stamp = self._stamped(*first)
+                    if stamp is not None:
+                        return stamp
+                continue
             for where in places:
                 if head is not None and head(where, 0, 1) is None:
                     continue    # anchored at the start, and the first character rules it out
@@ -79,7 +87,7 @@ class LogClock:
                     continue
                 if m is None:
                     continue
-                stamp = self._stamped(m)
+                stamp = self._stamped(m.group(0), m.groupdict())
                 if stamp is not None:
                     return stamp
         if self.last is None:
@@ -87,13 +95,12 @@ class LogClock:
         placed = self._bar_time(text)
         return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
 
-    def _stamped(self, m: Any) -> Stamp | None:
-        """The stamp a format's match gives (None: not a valid date or time)."""
-        raw = m.group(0)
+    def _stamped(self, raw: str, fields: dict[str, str | None]) -> Stamp | None:
+        """The stamp a format's match gives (None: not a valid date or time): `raw` the
+        whole match, `fields` its named groups."""
         if raw == self._last_raw and self.last is not None:
             self._now = self.last.seconds
             return self.last  # the same second as the previous line: nothing to compute
-        fields = m.groupdict()
         try:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):
