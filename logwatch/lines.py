@@ -600,8 +600,10 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
         if nl - pos < (st.width if st.width is not None else st.longest):
             # fewer bytes, so fewer characters, than the width learned (or the longest row
             # so far): no row, nothing to decode (most lines of a log, while it is learned)
-            if st.width is None:
-                _learn(st, None, 0, False)
+            if st.width is None:   # `_learn(st, None, 0, False)`, inline: most lines
+                st.lines += 1
+                if st.lines >= FOLD_LEARN_LINES:
+                    st.off = True
             open_line = False
             chain = -1
             pos = nl + 1
@@ -661,8 +663,11 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
 def _first_segment(data: bytes, pos: int) -> bytes:
     """The line at `pos` up to its first `\r` or `\n`: all of it a block always holds."""
     limit = min(len(data), pos + FOLD_ROW_MAX_BYTES)
-    ends = [x for x in (data.find(b"\n", pos, limit), data.find(b"\r", pos, limit)) if x >= 0]
-    return data[pos:min(ends) if ends else limit]
+    end = data.find(b"\n", pos, limit)
+    if end < 0:
+        end = limit
+    cr = data.find(b"\r", pos, end)
+    return data[pos:cr if cr >= 0 else end]
 
 
 def _shift_cuts(cuts: tuple[tuple[int, int], ...], joins: tuple[int, ...],

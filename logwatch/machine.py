@@ -682,14 +682,17 @@ class StartupMachine:
         values: dict[str, float] = {}
         scale = obs.rule.scale
         for k, v in obs.fields.items():
-            if v in ("True", "False"):       # a flag of the batch (SGLang's `cuda graph:`)
+            if v == "True" or v == "False":   # a flag of the batch (SGLang's `cuda graph:`)
                 values[k] = 1.0 if v == "True" else 0.0
                 continue
             try:
-                x = float(v.rstrip("%"))
+                x = float(v)   # (a number without `%`: most values, no copy made)
             except ValueError:
-                continue
-            values[k] = x * scale.get(k, 1.0)
+                try:
+                    x = float(v.rstrip("%"))
+                except ValueError:
+                    continue
+            values[k] = x * scale[k] if scale and k in scale else x
         if values:
             state.stats.update(values)
             events.append(StatsUpdated(state.epoch, values,

@@ -233,11 +233,14 @@ class LogPipeline:
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
-        line_start = block.data.rfind(b"\n", 0, hit.block_pos) + 1
+        pos, data = hit.block_pos, block.data
+        if pos == 0 or data[pos - 1] == 10:   # the segment starts its line (most do)
+            offset = hit.offset
+        else:
+            offset = block.raw_offset(data.rfind(b"\n", 0, pos) + 1)
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
-                          own_time=bool(stamp and stamp.own), offset=block.raw_offset(line_start),
-                          proc=hit.proc)
+                          bool(stamp and stamp.own), offset, hit.proc)
         events = self.machine.step(self.state, obs, now)
         if events and self.on_step is not None:
             self.on_step(events, self.state)

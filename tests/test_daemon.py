@@ -370,7 +370,7 @@ def test_secrets_in_sources_are_never_served(tmp_path: Path, daemons: Any, monke
 
 def test_checkpoints_are_spread_over_many_targets() -> None:
     """At most CHECKPOINTS_PER_SECOND checkpoint files a second in all: a few targets keep the
-    configured interval, 500 checkpoint every 10 s (each a rename in state_dir)."""
+    configured interval, 500 checkpoint every 20 s (each a rename in state_dir)."""
     from types import SimpleNamespace
 
     from logwatch.app.daemon import CHECKPOINTS_PER_SECOND, Daemon
@@ -382,11 +382,11 @@ def test_checkpoints_are_spread_over_many_targets() -> None:
         Daemon._spread_checkpoints(fake)  # type: ignore[arg-type]
         return {r.checkpoint_interval for r in fake.runners.values()}
 
-    assert CHECKPOINTS_PER_SECOND == 50.0
+    assert CHECKPOINTS_PER_SECOND == 25.0
     assert spread(3) == {5.0}
-    assert spread(250) == {5.0}
-    assert spread(500) == {10.0}
-    assert spread(1000, configured=30.0) == {30.0}
+    assert spread(125) == {5.0}
+    assert spread(500) == {20.0}
+    assert spread(1000, configured=60.0) == {60.0}
 
 
 def test_checkpoints_of_a_fleet_are_not_taken_together() -> None:

@@ -64,8 +64,10 @@ def test_a_serving_line_takes_one_call_and_gets_its_stamp() -> None:
     rule, fields, ts = m._match(line, False, True)
     assert rule.id == "decode_batch"
     assert fields == m.match_line(line)[1]
-    assert ts == ("[2026-12-02 10:00:07 TP0]",
-                  {"Y": "2026", "m": "12", "d": "02", "H": "10", "M": "00", "S": "07", "f": None})
+    raw, groups, names = ts
+    assert raw == "[2026-12-02 10:00:07 TP0]"
+    assert {k: groups[i] for k, i in names} == \
+        {"Y": "2026", "m": "12", "d": "02", "H": "10", "M": "00", "S": "07", "f": None}
     # no stamp in the line: the joint says so (None), the clock does not look again
     assert m._match(line[26:], False, True)[2] is None
     # longer than the clock reads: no joint
@@ -132,10 +134,10 @@ def test_joint_equals_the_two_searches(parts: list[str]) -> None:
             assert (m is None) == (alone is None), (rule.id, text)
             if m is None:
                 continue
-            got = {k: m.group(i + 1) for k, i in j.fields}
+            got = {k: m.groups()[i] for k, i in j.fields}
             assert got == {k: alone.group(k) for k in rule.regex.groupindex}, (rule.id, text)
             s = stamp.search(text[:STAMP_WITHIN])
-            raw = m.group(j.raw)
+            raw = m.groups()[j.raw]
             assert raw == (s.group(0) if s else None), (rule.id, text)
             if s:
-                assert {k: m.group(i) for k, i in j.stamp} == s.groupdict()
+                assert {k: m.groups()[i] for k, i in j.stamp} == s.groupdict()

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
-from logwatch.sinks.metrics import MetricsCache
+from logwatch.sinks.metrics import MetricsCache, counted_of
 from logwatch.view import TargetView, pipeline_view
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -44,6 +44,9 @@ class Source:
 
     def position_age(self) -> float:
         return self.age
+
+    def counted(self):
+        return counted_of(self._view)
 
 
 def fixture_view(name: str, **changes: Any) -> TargetView:
@@ -104,3 +107,28 @@ def test_the_exposition_holds_what_the_views_say_and_promtool_accepts_it() -> No
     res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
                          text=True, timeout=30)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_counted_series_move_at_every_scrape_without_a_rebuild() -> None:
+    """Lines, bytes, rule matches and serving values are read at each scrape (a serving
+    target has new lines at nearly every one): they move while the target's block is reused,
+    and a rule's series is written again only when its count moved."""
+    view = fixture_view("vllm-027")
+    src = Source(view)
+    cache = MetricsCache()
+    cache.render([src], None, now=1000.0)
+    rid = next(r for r in view.rules if view.counters.rule_matches.get(r))
+    view.counters.lines += 7
+    view.counters.bytes += 700
+    view.counters.rule_matches[rid] += 3
+    view.stats["gen_throughput"] = 4321.5
+    got = samples(cache.render([src], None, now=1001.0).decode())
+    assert cache.rebuilt == 1 and src.views == 1                 # the block was reused
+    tgt = (("target", "vllm-027"),)
+    assert got[("logwatch_lines_total", tgt)] == view.counters.lines
+    assert got[("logwatch_bytes_read_total", tgt)] == view.counters.bytes
+    assert got[("logwatch_rule_matches_total", (("rule", rid), *tgt))] == \
+        view.counters.rule_matches[rid]
+    assert got[("logwatch_gen_throughput_tokens_per_second", tgt)] == 4321.5
+    # the same exposition as a cache that renders everything from the view
+    assert cache.render([src], None, now=1002.0) == MetricsCache().render([src], None, now=1002.0)

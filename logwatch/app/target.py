@@ -26,9 +26,11 @@ from ..counters import Counters
 from ..follow import Follower
 from ..ledger import LedgerRecorder, StartupRecord, vs_previous_text
 from ..machine import (
-    CrashSettled, Event, Ready, StartupBegan, State, Stopped, state_from_json, state_to_json,
+    CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped, state_from_json,
+    state_to_json,
 )
 from ..pipeline import LogPipeline
+from ..sinks.metrics import Counted
 from ..rules.locate import startup_locator
 from ..rules.pack import (
     CRASHED, READY as READY_PHASE, STOPPED, WAITING, RulePack, load_pack,
@@ -140,6 +142,7 @@ class TargetRunner:
         self._gpu_seen = -1                # the GPU stream's version last given to the ledger
         self.on_probe = on_probe or (lambda r: None)
         self._events = 0                   # event batches seen (the /metrics key)
+        self._rule_ids: tuple[Any, tuple[str, ...]] = (None, ())   # pack, its rule ids
         self.prober: Prober | None = self._make_prober() if probe else None
         self._setup()
 
@@ -423,7 +426,10 @@ class TargetRunner:
 
     def _on_events(self, events: list[Event]) -> None:
         self.dirty = True
-        self._events += 1
+        for e in events:   # serving values move only the series /metrics reads at every scrape
+            if type(e) is not StatsUpdated:
+                self._events += 1
+                break
         if self.prober is not None and any(isinstance(e, (Ready, StartupBegan)) for e in events):
             self.prober.poke()         # ask at once: the verdict beside the log's
         if self.gpu is not None and not self.catching_up and \
@@ -493,13 +499,15 @@ class TargetRunner:
 
     # -- the view ------------------------------------------------------------------------------
     def metrics_key(self, now: float) -> tuple[Any, ...]:
-        """Changes whenever a series of this target may have: what it read and counted, its
-        events, its source's state, a GPU sample, a probe; while a startup runs, every 5 s
-        (the ETA counts down).  /metrics renders the target again only then."""
+        """Changes whenever a series of this target but the `COUNTED` ones (lines, bytes,
+        rule matches, serving values: read at every scrape) may have: its counts of faults,
+        its events but serving updates, its source's state, a GPU sample, a probe; while a
+        startup runs, every 5 s (the ETA counts down).  /metrics renders the target again
+        only then."""
         c, f, pipe = self.counters, self.follower, self.pipe
         st = pipe.state if pipe is not None else None
         starting = self.starting()
-        return (c.lines, c.bytes, c.rotations, c.reconnects, c.bytes_skipped, c.lines_cut,
+        return (c.rotations, c.reconnects, c.bytes_skipped, c.source_losses, c.lines_cut,
                 c.rule_errors, c.startups, self._events, id(pipe),
                 st.phase if st is not None else None, st.stalled if st is not None else None,
                 f.status.up if f else None, f.status.error if f else None,
@@ -516,6 +524,18 @@ class TargetRunner:
 
     def position_age(self) -> float:
         return max(0.0, time.monotonic() - self.last_checkpoint) if self.last_checkpoint else 0.0
+
+    def counted(self) -> Counted:
+        """What /metrics reads of this target at every scrape (see `sinks.metrics.Counted`)."""
+        pipe = self.pipe
+        st = pipe.state if pipe is not None else None
+        rules = self._rule_ids
+        if pipe is not None and rules[0] is not pipe.pack:
+            rules = self._rule_ids = (pipe.pack, tuple(r.id for r in pipe.pack.rules))
+        return Counted(self.counters.lines, self.counters.bytes, self.counters.rule_matches,
+                       rules[1] if pipe is not None else (),
+                       st.stats if st is not None and st.phase == READY_PHASE else None,
+                       self.last_line_at)
 
     def view(self, now: float) -> TargetView:
         f = self.follower

@@ -55,7 +55,8 @@ class Hit:
     wrapped: tuple[str, ...] = ()  # the line as written, and as each wrapper came off it
     proc: str = ""     # the process a removed prefix named (compose service, Ray actor ...)
     ts: Any = NO_STAMP  # the pack's first timestamp format on `text`, when the rule's match
-                        # found it too (`Matcher.joint`): (raw, groups), or None for no match
+                        # found it too (`Joint`): (raw, the match's groups, (name, index) of
+                        # the format's groups), or None for no match
 
 
 def _rx_literal(lit: str, ignore_case: bool) -> str:
@@ -230,9 +231,9 @@ class Joint:
     for lines the clock reads whole (STAMP_WITHIN)."""
 
     rx: Any
-    fields: tuple[tuple[str, int], ...]   # the rule's named groups: (name, index)
-    stamp: tuple[tuple[str, int], ...]    # the timestamp's named groups
-    raw: int                              # the index of the whole timestamp
+    fields: tuple[tuple[str, int], ...]   # the rule's named groups: (name, index in groups())
+    stamp: tuple[tuple[str, int], ...]    # the timestamp's named groups (the same)
+    raw: int                              # the index of the whole timestamp (the same)
 
 
 def _joint(rule_rx: Any, stamp_rx: Any) -> Joint | None:
@@ -248,7 +249,7 @@ def _joint(rule_rx: Any, stamp_rx: Any) -> Joint | None:
         return None
     gi = rx.groupindex
     return Joint(rx, tuple((k, gi[k] - 1) for k in rule_rx.groupindex),
-                 tuple((k, gi[k]) for k in stamp_rx.groupindex), gi["__ts"])
+                 tuple((k, gi[k] - 1) for k in stamp_rx.groupindex), gi["__ts"] - 1)
 
 
 @functools.lru_cache(maxsize=256)
@@ -278,6 +279,7 @@ class Matcher:
             lit = pattern_literals(rx.pattern)
             self._ignore.append((tuple(lit.strings) if lit and not lit.ignore_case else None,
                                  char_test(anchored_head(rx.pattern)), rx))
+        self._ignore_by_head: dict[str, list[tuple[tuple[str, ...] | None, Any]]] = {}
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
@@ -415,9 +417,8 @@ class Matcher:
                             continue
                         groups = m.groups()
                         fields = {k: groups[i] for k, i in joint.fields if groups[i] is not None}
-                        raw = m.group(joint.raw)
-                        return rule, fields, None if raw is None else (
-                            raw, {k: m.group(i) for k, i in joint.stamp})
+                        raw = groups[joint.raw]
+                        return rule, fields, None if raw is None else (raw, groups, joint.stamp)
                     left, cpu_since = bounded.budget_left(LINE_BUDGET, started, cpu_since)
                     if left <= 0:
                         self.errors += 1
@@ -435,15 +436,20 @@ class Matcher:
         """Whether an `ignore` pattern matches `text`, and the wall clock when the first of
         them had to run (None when the prefilters ruled them all out: no clock was read)."""
         started: float | None = None
-        for lits, head, rx in self._ignore:
+        first = text[:1]
+        patterns = self._ignore_by_head.get(first)
+        if patterns is None:   # the patterns whose first character class admits this one
+            patterns = [(lits, rx) for lits, head, rx in self._ignore
+                        if head is None or head(first, 0, 1) is not None]
+            if len(self._ignore_by_head) < 256:
+                self._ignore_by_head[first] = patterns
+        for lits, rx in patterns:
             if lits is not None:
                 for x in lits:          # a loop, not any(): this runs on every line
                     if x in text:
                         break
                 else:
                     continue
-            if head is not None and head(text, 0, 1) is None:
-                continue
             if started is None:
                 started = bounded.wall_clock()
             try:

@@ -74,7 +74,9 @@ class LogClock:
         for k, (rx, head) in enumerate(self._plan):
             if k == 0 and first is not NO_STAMP and not wrapped:
                 if first is not None:
-                    stamp = self._stamped(*first)
+                    raw, groups, names = first
+                    stamp = self._repeated(raw) or \
+                        self._stamped(raw, {name: groups[i] for name, i in names})
                     if stamp is not None:
                         return stamp
                 continue
@@ -87,7 +89,8 @@ class LogClock:
                     continue
                 if m is None:
                     continue
-                stamp = self._stamped(m.group(0), m.groupdict())
+                raw = m.group(0)
+                stamp = self._repeated(raw) or self._stamped(raw, m.groupdict())
                 if stamp is not None:
                     return stamp
         if self.last is None:
@@ -95,12 +98,17 @@ class LogClock:
         placed = self._bar_time(text)
         return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
 
+    def _repeated(self, raw: str) -> Stamp | None:
+        """The last stamp again when `raw` (a format's whole match) is the one it came from:
+        the same second as the previous line, nothing to compute."""
+        if raw == self._last_raw and self.last is not None:
+            self._now = self.last.seconds
+            return self.last
+        return None
+
     def _stamped(self, raw: str, fields: dict[str, str | None]) -> Stamp | None:
         """The stamp a format's match gives (None: not a valid date or time): `raw` the
         whole match, `fields` its named groups."""
-        if raw == self._last_raw and self.last is not None:
-            self._now = self.last.seconds
-            return self.last  # the same second as the previous line: nothing to compute
         try:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Hashable, Protocol
 
 from prometheus_client.utils import floatToGoString
@@ -69,9 +70,67 @@ def _labels(pairs: list[tuple[str, str]]) -> str:
     return "{" + ",".join(f'{k}="{_esc(v)}"' for k, v in sorted(pairs)) + "}"
 
 
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """The series of a target that move with every line (`COUNTED`), read without a view:
+    at 500 serving targets nearly every target has new lines at every scrape, and building
+    each one's view and all its samples again is most of a scrape."""
+
+    lines: int
+    bytes: int
+    rule_matches: dict[str, int]     # read, never kept: the counts of this moment
+    rules: tuple[str, ...]           # every rule of the pack (each series exists at 0)
+    stats: dict[str, float] | None   # the serving values while ready, else None
+    last_line_at: float | None
+
+
+COUNTED = ("logwatch_lines_total", "logwatch_rule_matches_total",
+           "logwatch_last_line_timestamp_seconds", *(fam for fam, _ in SERVING.values()),
+           "logwatch_bytes_read_total")
+
+
+def counted_of(v: TargetView) -> Counted:
+    """`Counted` as a view has it."""
+    return Counted(v.counters.lines, v.counters.bytes, v.counters.rule_matches, v.rules,
+                   v.stats if v.phase == READY else None, v.last_line_at)
+
+
+class CountedLines:
+    """One target's `COUNTED` samples, a rule's line written again only when its count moved
+    (a serving target moves one or two of its pack's ~60 rules between scrapes)."""
+
+    def __init__(self, name: str) -> None:
+        self.tl = f'target="{_esc(name)}"'
+        self.one = "{" + self.tl + "}"
+        self._rules: dict[str, tuple[int, str]] = {}
+
+    def render(self, c: Counted) -> dict[str, str]:
+        one, val = self.one, _go_float
+        have = self._rules
+        rules = []
+        for rid in c.rules:
+            n = c.rule_matches.get(rid, 0)
+            line = have.get(rid)
+            if line is None or line[0] != n:
+                line = have[rid] = (n, f'logwatch_rule_matches_total{{rule="{_esc(rid)}",'
+                                       f"{self.tl}}} {val(float(n))}\n")
+            rules.append(line[1])
+        out = {"logwatch_lines_total": f"logwatch_lines_total{one} {val(float(c.lines))}\n",
+               "logwatch_rule_matches_total": "".join(rules),
+               "logwatch_last_line_timestamp_seconds":
+                   f"logwatch_last_line_timestamp_seconds{one} {val(c.last_line_at or 0.0)}\n"}
+        for k, (fam, _) in SERVING.items():
+            x = c.stats.get(k) if c.stats is not None else None
+            out[fam] = f"{fam}{one} {val(float(x) if x is not None else math.nan)}\n"
+        out["logwatch_bytes_read_total"] = \
+            f"logwatch_bytes_read_total{one} {val(float(c.bytes))}\n"
+        return out
+
+
 def target_lines(v: TargetView) -> dict[str, str]:
-    """Every per-target sample of one target, by exposed family name (each value: its lines,
-    newline-terminated).  Built only when the target changed (`MetricsCache`)."""
+    """Every per-target sample of one target but the `COUNTED` ones, by exposed family name
+    (each value: its lines, newline-terminated).  Built only when the target changed
+    (`MetricsCache`)."""
     t = v.name
     tl = f'target="{_esc(t)}"'
     one = "{" + tl + "}"
@@ -134,18 +193,8 @@ def target_lines(v: TargetView) -> dict[str, str]:
     add(name, f'{name}_bucket{{le="+Inf",{tl}}} {val(float(acc))}')
     add(name, f"{name}_count{one} {val(float(acc))}")
     add(name, f"{name}_sum{one} {val(float(cn.duration_sum))}")
-    add("logwatch_lines_total", f"logwatch_lines_total{one} {val(float(cn.lines))}")
-    for rid in v.rules:
-        add("logwatch_rule_matches_total", f'logwatch_rule_matches_total{{rule="{_esc(rid)}",'
-            f"{tl}}} {val(float(cn.rule_matches.get(rid, 0)))}")
     add("logwatch_source_up", f"logwatch_source_up{one} {'1.0' if v.source_up else '0.0'}")
-    add("logwatch_last_line_timestamp_seconds",
-        f"logwatch_last_line_timestamp_seconds{one} {val(v.last_line_at or 0.0)}")
-    for k, (fam, _) in SERVING.items():
-        x = v.stats.get(k) if cur == READY else None
-        add(fam, f"{fam}{one} {val(float(x) if x is not None else math.nan)}")
-    for fam, x in (("logwatch_bytes_read_total", cn.bytes),
-                   ("logwatch_source_reconnects_total", cn.reconnects),
+    for fam, x in (("logwatch_source_reconnects_total", cn.reconnects),
                    ("logwatch_source_rotations_total", cn.rotations),
                    ("logwatch_bytes_skipped_total", cn.bytes_skipped),
                    ("logwatch_source_losses_total", cn.source_losses),
@@ -212,11 +261,14 @@ def _families() -> list[tuple[str, str, str]]:
 
 class MetricSource(Protocol):
     """A target as /metrics reads it: a cheap key that changes whenever any of its series
-    may have changed, its view (built only then), and its position's age (always fresh)."""
+    but the `COUNTED` ones may have changed, its view (built only then), the `COUNTED` ones
+    and its position's age (both read at every scrape)."""
 
     name: str
 
     def metrics_key(self, now: float) -> Hashable: ...
+
+    def counted(self) -> Counted: ...
 
     def view(self, now: float) -> TargetView: ...
 
@@ -226,26 +278,29 @@ class MetricSource(Protocol):
 class MetricsCache:
     """/metrics built incrementally: each target's samples are rendered when its key changes
     and reused otherwise, so a scrape of 1,000 targets that did not change joins strings;
-    `logwatch_position_age_seconds` (moves every second) is written fresh."""
+    `logwatch_position_age_seconds` (moves every second) is written fresh, and the `COUNTED`
+    series (they move with every line) from counts read at each scrape, without a view."""
 
     def __init__(self) -> None:
         self.families = _families()
-        self._blocks: dict[str, tuple[Hashable, dict[str, str]]] = {}
+        self._counted = frozenset(COUNTED)
+        self._blocks: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
         self.rebuilt = 0          # target blocks rendered (tests and the bench read it)
 
     def render(self, sources: list[MetricSource], alerts: AlertStats | None,
                now: float | None = None) -> bytes:
         now = time.time() if now is None else now
-        blocks: list[dict[str, str]] = []
-        fresh: dict[str, tuple[Hashable, dict[str, str]]] = {}
+        blocks: list[tuple[dict[str, str], dict[str, str]]] = []
+        fresh: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
         for src in sources:
             key = src.metrics_key(now)
             have = self._blocks.get(src.name)
             if have is None or have[0] != key:
-                have = (key, target_lines(src.view(now)))
+                have = (key, target_lines(src.view(now)),
+                        have[2] if have is not None else CountedLines(src.name))
                 self.rebuilt += 1
             fresh[src.name] = have
-            blocks.append(have[1])
+            blocks.append((have[1], have[2].render(src.counted())))
         self._blocks = fresh          # removed targets are forgotten
         ages = "".join(f'logwatch_position_age_seconds{{target="{_esc(s.name)}"}} '
                        f"{floatToGoString(s.position_age())}\n" for s in sources)
@@ -255,7 +310,7 @@ class MetricsCache:
             if name == "logwatch_position_age_seconds":
                 parts.append(ages)
                 continue
-            for b in blocks:
+            for b in (c for _, c in blocks) if name in self._counted else (b for b, _ in blocks):
                 text = b.get(name)
                 if text:
                     parts.append(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -35,6 +36,20 @@ def default_state_dir() -> Path:
     return Path(base) / "logwatch"
 
 
+_TEMPS = itertools.count()
+
+
+def _temp_beside(path: Path) -> tuple[int, str]:
+    """A new file beside `path` for a write-then-rename, named by this process and a count
+    (`mkstemp` draws a random name in Python each time: a fifth of a checkpoint's cost at
+    50 a second); `mkstemp` only when that name is taken (left by a dead process)."""
+    tmp = f"{path.parent}/.{path.name}.{os.getpid()}.{next(_TEMPS)}.tmp"
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+    except FileExistsError:
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+
+
 def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> None:
     """Write-then-rename so a reader (or a crash) never sees half a file.  `durable` also
     fsyncs the file and its directory (survives power loss, not only a killed process)."""
@@ -42,10 +57,10 @@ def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> 
     # chunk; a daemon of 500 targets checkpoints 100 times a second)
     data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _temp_beside(path)
     except FileNotFoundError:   # the directory is made on the first write (or again)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _temp_beside(path)
     try:
         try:
             view = memoryview(data)
