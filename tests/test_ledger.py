@@ -125,3 +125,32 @@ def test_percentile_and_advice() -> None:
         "an out-of-memory crash with mem_fraction_static 0.92: leave the activations more room "
         "(e.g. 0.85)"]
     assert advice_for({"cuda_graph_max_bs": 512, "max_running_requests": 256}, "ready", None, {}) == []
+
+
+def test_serving_samples_leave_nothing_for_the_garbage_collector() -> None:
+    """A serving window holds its samples in flat arrays: 10,000 stats lines add no object
+    the collector tracks (tuples holding dicts stay tracked for good: at 500 serving targets
+    they made a full collection of the heap every few seconds), and the summary reads them
+    as the (time, values) samples did."""
+    import gc
+
+    from logwatch.ledger import WARMUP, ServingWindow
+
+    win = ServingWindow(ready_at=0.0)
+    gc.collect()
+    before = len(gc.get_objects())
+    for i in range(10_000):
+        vals = {"gen_throughput": float(i % 7), "running_requests": 3.0, "cuda_graph": 1.0}
+        if i % 2:
+            vals["token_usage"] = 0.25
+        win.add(float(i), vals)
+    gc.collect()
+    assert len(gc.get_objects()) - before < 50
+    doc = win.summary()
+    steady = range(int(WARMUP), 10_000)
+    assert doc["samples"] == len(steady) and doc["warmup_samples"] == int(WARMUP)
+    assert doc["gen_throughput"] == {
+        "p50": percentile([float(i % 7) for i in steady if i % 7], 0.5), "max": 6.0}
+    assert doc["token_usage"] == {"max": 0.25}
+    assert doc["no_cuda_graph_share"] == 0.0
+    assert "queued_requests" not in doc             # never on a line: absent, not 0
