@@ -43,45 +43,54 @@ SERVING_KEYS = ("gen_throughput", "running_requests", "queued_requests", "token_
 
 @dataclass
 class ServingWindow:
-    """The serving lines of one startup after ready: per sample its log time and the values
-    the summary reads (`SERVING_KEYS`), in flat arrays of floats with a presence flag each.
+    """The serving lines of one startup after ready: per sample its log time, the values the
+    summary reads (`SERVING_KEYS`) and which of them the line had, as one flat array of
+    floats (STRIDE a sample).
 
     Not a list of (time, values) tuples: a tuple that holds a dict stays tracked by the
     garbage collector for good, and 500 serving targets add 10,000 a second; they made a
     full collection of the daemon's heap every ~4 s (~0.2 s each, a stall every target's
     lines waited through), and 20,000 samples a startup at 500 targets were gigabytes."""
 
+    STRIDE = 2 + len(SERVING_KEYS)   # time, the values (0.0 when absent), presence bits
+
     ready_at: float | None = None
-    times: array = field(default_factory=lambda: array("d"))
-    values: dict[str, array] = field(
-        default_factory=lambda: {k: array("d") for k in SERVING_KEYS})
-    present: dict[str, bytearray] = field(
-        default_factory=lambda: {k: bytearray() for k in SERVING_KEYS})
+    data: array = field(default_factory=lambda: array("d"))
+
+    def __len__(self) -> int:
+        return len(self.data) // self.STRIDE
 
     def add(self, at: float | None, values: dict[str, float]) -> None:
-        if len(self.times) < MAX_SAMPLES and at is not None:
-            self.times.append(at)
-            for k in SERVING_KEYS:
-                x = values.get(k)
-                self.values[k].append(0.0 if x is None else x)
-                self.present[k].append(x is not None)
+        if at is None or len(self.data) >= MAX_SAMPLES * self.STRIDE:
+            return
+        get = values.get
+        g, r, q, u, c = (get("gen_throughput"), get("running_requests"),
+                         get("queued_requests"), get("token_usage"), get("cuda_graph"))
+        self.data.extend((at, 0.0 if g is None else g, 0.0 if r is None else r,
+                          0.0 if q is None else q, 0.0 if u is None else u,
+                          0.0 if c is None else c,
+                          (g is not None) | (r is not None) << 1 | (q is not None) << 2
+                          | (u is not None) << 3 | (c is not None) << 4))
 
     def summary(self) -> dict[str, Any]:
         """{gen_throughput: {p50, max}, running_requests, queued_requests, token_usage: {max},
         no_cuda_graph_share, samples, warmup_samples, warmup_only}."""
-        times = self.times
-        if not times:
+        n, data, stride = len(self), self.data, self.STRIDE
+        if not n:
             return {}
+        times = data[0::stride]
         start = self.ready_at if self.ready_at is not None else times[0]
         steady = [i for i, t in enumerate(times) if t - start >= WARMUP]
-        warm = len(times) - len(steady)
-        use = steady or range(len(times))
+        warm = n - len(steady)
+        use = steady or range(n)
         out: dict[str, Any] = {"samples": len(use), "warmup_samples": warm,
                                "warmup_only": not steady}
 
         def column(key: str) -> list[float]:
-            vals, has = self.values[key], self.present[key]
-            return [vals[i] for i in use if has[i]]
+            k = SERVING_KEYS.index(key)
+            bit = 1 << k
+            return [data[i * stride + 1 + k] for i in use
+                    if int(data[i * stride + stride - 1]) & bit]
 
         for key in ("gen_throughput", "running_requests", "queued_requests"):
             xs = column(key)
@@ -178,6 +187,11 @@ class LedgerRecorder:
         """The records closed by these events (a new startup closes the one before).  Called
         after each step of the machine (`LogPipeline.on_step`), so `state` is the state right
         after these events."""
+        if len(events) == 1 and type(events[0]) is StatsUpdated and self._open is not None:
+            # a serving line (most steps): what the loop below does for it, without the loop
+            self._serving.add(events[0].at, events[0].values)
+            self._sync_open(state)
+            return []
         closed: list[StartupRecord] = []
         for ev in events:
             if isinstance(ev, StartupBegan):
@@ -210,12 +224,15 @@ class LedgerRecorder:
                 assert rec is not None
                 if rec.outcome == "incomplete":
                     rec.outcome = "stopped"
+        self._sync_open(state)
+        return closed
+
+    def _sync_open(self, state: State) -> None:
         rec = self._open
         if rec is not None and rec.startup == state.startup_id:
             self._sync_args(rec, state)
             if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
                 rec.durations = state.durations()
-        return closed
 
     def resume(self, rec: StartupRecord) -> None:
         """Go on with a startup recorded before (a daemon restarted while it served): its

@@ -221,6 +221,8 @@ class TargetRunner:
             return
         for closed in rec.observe(events, state):
             self._save_record(closed)
+        if len(events) == 1 and type(events[0]) is StatsUpdated:
+            return      # a serving line (most steps): nothing to save
         if any(isinstance(e, (Ready, CrashSettled, Stopped)) for e in events):
             cur = rec.current(state)
             if cur is not None:

@@ -15,14 +15,14 @@ a core and the reads fall behind.  Here one small reader runs on the node, `pyth
   (`SFTPNoSuchFile`, `SFTPPermissionDenied`, `SFTPFailure`), so the source code that drives
   the cursor is the same for both transports.
 * follows "watched" handles: every period (20 ms for one watch, growing with their number
-  up to 300 ms for 500: a frame per file per period, not per line; at 500 logs a 300 ms
-  period took the daemon from ~0.77 to ~0.65 of a core with lateness p99 still ~0.5 s, and
-  500 ms gained nothing more but lateness) it fstats each watched
-  handle and pushes what was appended since the watch's position, `D <h> <gen> <pos> <size>
-  <len>\\n` + bytes.  Before each read it re-reads the TAIL_BYTES before the position and
-  compares them with what it pushed last; a file that shrank or whose bytes changed gets a
-  `T <h> <gen> <size>` and is no longer pushed: the cursor (sources/cursor.py) then finds the
-  truncation with its own reads, as over SFTP.
+  up to 500 ms for 500: a frame per file per period, not per line; each frame costs the
+  daemon a cursor cycle and a pipeline pass whatever its size, so at 500 logs 0.5 s took
+  it from ~0.61 to ~0.51 of a core with lateness p99 0.45-0.61 s, within the 1 s promise),
+  it fstats each watched handle and pushes what was appended since the watch's position,
+  `D <h> <gen> <pos> <size> <len>\\n` + bytes.  Before each read it re-reads the TAIL_BYTES
+  before the position and compares them with what it pushed last; a file that shrank or
+  whose bytes changed gets a `T <h> <gen> <size>` and is no longer pushed: the cursor
+  (sources/cursor.py) then finds the truncation with its own reads, as over SFTP.
 
 The daemon side (`ExecFS`, `ExecFile`) keeps per handle the bytes pushed and not yet read.
 The cursor still runs the whole follow algorithm: the stream only answers its steady-state
@@ -180,7 +180,7 @@ def main():
     buf = b""
     due = time.monotonic()
     while True:
-        period = min(0.3, max(0.02, 0.0006 * len(watches)))
+        period = min(0.5, max(0.02, 0.001 * len(watches)))
         timeout = max(0.0, due - time.monotonic()) if watches else None
         if select.select([0], [], [], timeout)[0]:
             data = os.read(0, 1 << 16)
@@ -447,6 +447,8 @@ class ExecFile:
         self.buf = bytearray()   # pushed bytes from `base`
         self.given = 0           # the end of what reads were answered from buf
         self._waiter: asyncio.Future[None] | None = None
+        self._deadline = 0.0     # when the current wait times out (loop time)
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def end(self) -> int:
@@ -496,14 +498,30 @@ class ExecFile:
             return
         loop = asyncio.get_running_loop()
         fut = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, self._wake)
+        self._deadline = deadline = loop.time() + timeout
+        # one timer kept across waits (a push ends most waits long before their timeout: a
+        # timer made and cancelled per wait was one per frame, 1,000 a second at 500 logs);
+        # one due later than this deadline is replaced, an earlier one moves on when it fires
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._timed_out)
         try:
             await fut
         finally:
-            timer.cancel()
             self._waiter = None
         if self.fs.lost is not None:
             raise StreamLost(self.fs.lost)
+
+    def _timed_out(self) -> None:
+        self._timer = None
+        if self._waiter is None or self._waiter.done():
+            return
+        loop = self._waiter.get_loop()
+        if loop.time() >= self._deadline:
+            self._wake()
+        else:               # this wait's deadline is later than the one the timer was for
+            self._timer = loop.call_at(self._deadline, self._timed_out)
 
     async def size(self) -> int:
         """The end of the pushed bytes while pushed (at least what was already read: a watch
@@ -543,6 +561,9 @@ class ExecFile:
         self.closed = True
         self.live = False
         self._wake()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self.fs._files.pop(self.h, None)
         if self.fs.lost is None:
             await self.fs.call("close", self.h)
