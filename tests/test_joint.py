@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from conftest import FIXTURES
 from logwatch.machine import Observation
 from logwatch.pipeline import LogPipeline
-from logwatch.rules.matcher import NO_STAMP, STAMP_WITHIN, Matcher, _joint
+from logwatch.rules.matcher import JOINT_AFTER, NO_STAMP, STAMP_WITHIN, Matcher, _joint
 from logwatch.rules.pack import REGEX_FLAGS, load_all_shipped, load_pack
 
 
@@ -61,6 +61,11 @@ def test_a_serving_line_takes_one_call_and_gets_its_stamp() -> None:
     line = ("[2026-12-02 10:00:07 TP0] Decode batch, #running-req: 12, #token: 3456, "
             "token usage: 0.35, cuda graph: True, gen throughput (token/s): 1234.56, "
             "#queue-req: 0")
+    # the first lines of a rule: two calls (a replay's rules that fire a few times compile
+    # no joint), then one
+    assert m._match(line, False, True)[2] is NO_STAMP
+    for _ in range(JOINT_AFTER - 2):
+        m._match(line, False, True)
     rule, fields, ts = m._match(line, False, True)
     assert rule.id == "decode_batch"
     assert fields == m.match_line(line)[1]

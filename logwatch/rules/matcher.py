@@ -163,6 +163,7 @@ def literal_finder(parts: list[tuple[str, bool]], engine: str | None = None
     return _Re2Literals(parts)
 
 
+JOINT_AFTER = 16         # lines a rule is tried on with a stamp wanted before its Joint is made
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
 MAX_WRAPPERS = 4         # prefixes removed from one line at most (kubectl + compose + ...)
@@ -289,6 +290,7 @@ class Matcher:
         # a rule and the first timestamp format in one call, per rule (built when first used)
         self._stamp_rx = pack.timestamps[0].regex if pack.timestamps else None
         self._joints: dict[int, Joint | None] = {}
+        self._joint_tries: dict[int, int] = {}     # lines a rule was tried on, until then
         # what a line must hold for one of the prefixes to match it (most lines have none)
         filters = start_filters(pack.prefixes.pattern) if pack.prefixes is not None else None
         self._wrap_filters = None if filters is None else [
@@ -406,7 +408,12 @@ class Matcher:
             if stamp:
                 joint = self._joints.get(id(rule), NO_STAMP)
                 if joint is NO_STAMP:
-                    joint = self._joints[id(rule)] = _joint(rule.regex, self._stamp_rx)
+                    # compiled (~1 ms) for a rule that keeps firing, not for each of a replay's
+                    # rules that fire a few times (their two calls cost less than that)
+                    tries = self._joint_tries[id(rule)] = self._joint_tries.get(id(rule), 0) + 1
+                    joint = None
+                    if tries >= JOINT_AFTER:
+                        joint = self._joints[id(rule)] = _joint(rule.regex, self._stamp_rx)
                 if joint is not None:
                     try:
                         m = bounded.match(joint.rx, text, min(PATTERN_TIMEOUT, left))
