@@ -12,9 +12,12 @@ import dataclasses
 import math
 import shutil
 import subprocess
+from pathlib import Path
 from typing import Any
 
 from conftest import FIXTURES
+from daemonutil import daemons, free_port, parse_metrics, sample, target_cfg, targets_in  # noqa: F401
+from daemonutil import write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from logwatch.pipeline import LogPipeline
@@ -132,3 +135,44 @@ def test_counted_series_move_at_every_scrape_without_a_rebuild() -> None:
     assert got[("logwatch_gen_throughput_tokens_per_second", tgt)] == 4321.5
     # the same exposition as a cache that renders everything from the view
     assert cache.render([src], None, now=1002.0) == MetricsCache().render([src], None, now=1002.0)
+
+
+def test_a_subset_scrape_holds_only_its_targets_and_keeps_the_others_cached() -> None:
+    """`/metrics?target=A`: A's series only, without the daemon's own families; the other
+    targets' blocks stay cached for the next full scrape."""
+    srcs = [Source(fixture_view("sglang-027")), Source(fixture_view("vllm-027"))]
+    cache = MetricsCache()
+    full = cache.render(srcs, None, now=1000.0)
+    part = cache.render(srcs[1:], None, now=1001.0, subset=True).decode()
+    names = {dict(labels).get("target") for _, labels in samples(part)}
+    assert names == {"vllm-027"}
+    assert "logwatch_alerts_sent_total" not in part
+    assert [s.views for s in srcs] == [1, 1] and cache.rebuilt == 2
+    assert cache.render(srcs, None, now=1000.0) == full     # sglang-027 was not forgotten
+    assert cache.rebuilt == 2 and [s.views for s in srcs] == [1, 1]
+    res = subprocess.run([PROMTOOL, "check", "metrics"], input=part, capture_output=True,
+                         text=True, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_the_daemon_serves_metrics_for_chosen_targets(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    logs = {}
+    for name in ("node1", "node2", "node3"):
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_bytes((FIXTURES / "sglang-027.log").read_bytes())
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target_cfg(n, p, from_start=True, gpu=False) for n, p in logs.items()])
+    d = daemons(cfg, port).start()
+    for name in logs:
+        d.wait_target(name, lambda t: t["phase"] == "crashed", "crashed", timeout=30)
+    code, body = d.get("/metrics?target=node2&target=node3&target=node2")
+    assert code == 200, body
+    got = parse_metrics(body)
+    assert targets_in(got) == {"node2", "node3"}
+    assert sample(got, "logwatch_phase", target="node3", phase="crashed") == 1.0
+    assert "logwatch_alerts_sent_total" not in body and body.count("# TYPE logwatch_phase ") == 1
+    assert targets_in(d.metrics()) == {"node1", "node2", "node3"}     # the full scrape
+    assert "logwatch_alerts_sent_total" in d.metrics_text()
+    code, body = d.get("/metrics?target=nope")
+    assert code == 404 and "nope" in body

@@ -1,6 +1,7 @@
 """The daemon's HTTP endpoint (aiohttp, 127.0.0.1:9105 by default).
 
-/metrics      Prometheus exposition (text format 0.0.4)
+/metrics      Prometheus exposition (text format 0.0.4); ?target=NAME (repeatable): those
+              targets' series only, without the daemon's own families
 /healthz      200 "ok" while the daemon runs (503 once it is shutting down)
 /api/status   JSON: every target's phase, progress, ETA, durations, last crash, source
 /api/history  JSON: ?target=NAME, its launch ledger (one record per startup, oldest first)
@@ -40,8 +41,18 @@ class Served(Protocol):
 def make_app(daemon: Served) -> web.Application:
     cache = MetricsCache()
 
-    async def metrics(_: web.Request) -> web.Response:
-        body = cache.render(daemon.metric_sources(), daemon.alert_stats())
+    async def metrics(request: web.Request) -> web.Response:
+        sources = daemon.metric_sources()
+        wanted = request.query.getall("target", [])
+        if not wanted:
+            body = cache.render(sources, daemon.alert_stats())
+        else:                    # ?target=A&target=B: those targets' series only
+            by_name = {s.name: s for s in sources}
+            unknown = [n for n in wanted if n not in by_name]
+            if unknown:
+                return web.Response(status=404, text=f"no target {unknown[0]!r}\n")
+            chosen = [by_name[n] for n in dict.fromkeys(wanted)]
+            body = cache.render(chosen, None, subset=True)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(_: web.Request) -> web.Response:

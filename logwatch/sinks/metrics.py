@@ -288,7 +288,10 @@ class MetricsCache:
         self.rebuilt = 0          # target blocks rendered (tests and the bench read it)
 
     def render(self, sources: list[MetricSource], alerts: AlertStats | None,
-               now: float | None = None) -> bytes:
+               now: float | None = None, *, subset: bool = False) -> bytes:
+        """The exposition of `sources`.  `subset` (``/metrics?target=``): those targets only,
+        without the daemon's own families, and the other targets' blocks are kept for the
+        next full scrape."""
         now = time.time() if now is None else now
         blocks: list[tuple[dict[str, str], dict[str, str]]] = []
         fresh: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
@@ -301,7 +304,10 @@ class MetricsCache:
                 self.rebuilt += 1
             fresh[src.name] = have
             blocks.append((have[1], have[2].render(src.counted())))
-        self._blocks = fresh          # removed targets are forgotten
+        if subset:
+            self._blocks.update(fresh)
+        else:
+            self._blocks = fresh      # removed targets are forgotten
         ages = "".join(f'logwatch_position_age_seconds{{target="{_esc(s.name)}"}} '
                        f"{floatToGoString(s.position_age())}\n" for s in sources)
         parts: list[str] = []
@@ -314,7 +320,8 @@ class MetricsCache:
                 text = b.get(name)
                 if text:
                     parts.append(text)
-        parts.append(_global_lines(alerts))
+        if not subset:
+            parts.append(_global_lines(alerts))
         return "".join(parts).encode("utf-8")
 
 
