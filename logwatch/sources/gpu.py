@@ -219,11 +219,6 @@ class GpuSnapshot:
         vs = [g.power_w for g in self.gpus if g.power_w is not None]
         return sum(vs) if vs else None
 
-    @property
-    def total_power_limit_w(self) -> float | None:
-        vs = [g.power_limit_w for g in self.gpus if g.power_limit_w is not None]
-        return sum(vs) if vs else None
-
     def mean(self, attr: str) -> float | None:
         """The mean of a GpuSample attribute over the GPUs that report it."""
         return _mean(getattr(g, attr) for g in self.gpus)
