@@ -366,18 +366,23 @@ def clean_bytes(data: bytes) -> bytes:
     padding a terminal copy puts where it folded a long line (`unfold_padding`).
 
     Repeated until nothing changes, so cleaning is idempotent and the same whether a line
-    arrives whole or in pieces (removing one code can join the bytes of another).
+    arrives whole or in pieces (removing one code can join the bytes of another, and removing
+    padding can join an ESC to the byte that makes it a code: `\x1b` + 25 spaces + `^`).
     """
     if b"\x00" in data:
         data = data.replace(b"\x00", b"")
-    while b"\x1b" in data:
-        cleaned = _ANSI_B.sub(b"", data)
-        if cleaned == data:
-            break
-        data = cleaned
-    if _PAD_PROBE in data:
-        data = unfold_padding(data)
-    return data
+    while True:
+        while b"\x1b" in data:
+            cleaned = _ANSI_B.sub(b"", data)
+            if cleaned == data:
+                break
+            data = cleaned
+        if _PAD_PROBE not in data:
+            return data
+        unfolded = unfold_padding(data)
+        if unfolded == data or b"\x1b" not in unfolded:
+            return unfolded
+        data = unfolded
 
 
 FOLD_PAD_MIN = 20            # spaces a terminal pads a folded row with, at least
