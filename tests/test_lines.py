@@ -24,10 +24,13 @@ from logwatch.view import pipeline_view
 from logwatch.lines import (
     Block,
     Framer,
+    PAD_RUN,
     clean_bytes,
     count_newlines,
+    has_pad_probe,
     iter_lines,
     line_texts,
+    pad_runs,
     segment_bounds,
     segment_text,
     split_glued,
@@ -262,6 +265,19 @@ def test_padding_removed_between_an_esc_and_its_final_byte_leaves_no_code():
 def test_cleaning_is_idempotent(raw):
     once = clean_bytes(raw)
     assert clean_bytes(once) == once
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(raw=st.lists(st.sampled_from([b" " * 20, b" " * 27, b" ", b"a", b"|", b"\n", b"\r",
+                                     b" " * 19, b"xyz", "█".encode()]),
+                    max_size=16).map(b"".join))
+def test_pad_runs_are_the_definitions_runs(raw):
+    """`pad_runs` (bytes.find, then its two ends checked) finds what the regex finds, and
+    the Hyperscan probe of a large block says what `in` says."""
+    assert pad_runs(raw) == [(m.start(), m.end()) for m in PAD_RUN.finditer(raw)]
+    big = raw * (70_000 // max(len(raw), 1) + 1)
+    assert has_pad_probe(big) == (b" " * 20 in big)
+    assert has_pad_probe(raw) == (b" " * 20 in raw)
 
 
 def test_offset_of_line_after_a_line_cut_across_chunks():
