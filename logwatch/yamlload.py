@@ -9,12 +9,12 @@ of hanging `--check` or a SIGHUP reload.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 MAX_NODES = 200_000
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml when available
 
 
 class YAMLTooLarge(ValueError):
@@ -24,6 +24,7 @@ class YAMLTooLarge(ValueError):
 def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
     """How many nodes the document has with every alias expanded (raises past `limit`, and
     for a recursive alias, which expands forever)."""
+    import yaml
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
@@ -60,8 +61,10 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
 
 def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:
     """`yaml.safe_load`, refusing documents whose aliases expand past `limit` nodes
-    (YAMLTooLarge, a ValueError with the reason)."""
-    loader = _LOADER(stream)
+    (YAMLTooLarge, a ValueError with the reason).  yaml is imported here, on first use: a
+    replay whose packs come from the cache (rules/patterns.py) never imports it."""
+    import yaml
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(stream)   # libyaml when available
     try:
         node = loader.get_single_node()
         if node is None:

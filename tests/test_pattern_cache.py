@@ -18,7 +18,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 from logwatch.rules import pack as packmod
 from logwatch.rules.pack import PackError, load_all_shipped, load_pack
-from logwatch.rules.patterns import FILE_NAME, PatternCache, cache_key
+from logwatch.rules.patterns import FILE_NAME, MISSING, PatternCache, cache_key
 
 from test_rulepack import bad_regex, minimal_pack, one_error_line, write
 
@@ -34,12 +34,14 @@ def fresh(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     _forget(monkeypatch)
     yield path
     packmod._load_cached.cache_clear()   # packs of this test's cache: not for later tests
+    packmod._read_yaml.cache_clear()
     _REGEX.cache_clear()
 
 
 def _forget(monkeypatch: pytest.MonkeyPatch) -> None:
     """A new process, as far as packs go: no pack, regex or cache entry in memory."""
     packmod._load_cached.cache_clear()
+    packmod._read_yaml.cache_clear()
     _REGEX.cache_clear()
     monkeypatch.setattr(packmod, "_PATTERNS", PatternCache(packmod.REGEX_FLAGS))
 
@@ -167,3 +169,49 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
     doc = json.loads(fresh.read_text(encoding="utf-8"))   # rewritten, with this key
     assert doc["key"] == cache_key(packmod.REGEX_FLAGS)
     assert doc["patterns"]["Server is up"] == {"g": [], "l": [["Server is up"], False]}
+
+
+def test_a_warm_start_takes_pack_documents_from_the_cache_without_yaml(tmp_path: Path) -> None:
+    """A pack file's parsed document is kept by the SHA-256 of its bytes: a warm start
+    neither parses YAML nor imports PyYAML (~15 ms of every start), and loads the same."""
+    code = ("import json, sys; from logwatch.rules.pack import load_all_shipped; "
+            "packs = load_all_shipped(); "
+            "print(json.dumps(['yaml' in sys.modules, [[p.name, [[r.id, r.pattern, r.phase] "
+            "for r in p.rules], p.phases] for p in packs]]))")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def run() -> list[Any]:
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return json.loads(res.stdout)
+    cold, warm = run(), run()
+    assert cold[0] is True and warm[0] is False
+    assert warm[1] == cold[1] and len(cold[1]) >= 3
+    docs = json.loads((tmp_path / "cache" / "logwatch" / FILE_NAME).read_text())["docs"]
+    assert len(docs) == len(list((ROOT / "rules").glob("*.yaml")))
+
+
+def test_an_edited_pack_is_parsed_again(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = minimal_pack()
+    path = write(fresh.parent.parent.parent, doc)
+    assert [r.id for r in load_pack(str(path)).rules] == ["start", "up"]
+    doc["rules"][1]["id"] = "upp"         # the same size: only the bytes differ
+    doc["rules"][0]["id"] = "sta"
+    write(fresh.parent.parent.parent, doc)
+    _forget(monkeypatch)
+    assert [r.id for r in load_pack(str(path)).rules] == ["sta", "upp"]
+
+
+def test_a_document_json_would_change_is_not_kept(fresh: Path) -> None:
+    """YAML gives dates, integer keys and NaN; JSON would give them back otherwise."""
+    import datetime
+    cache = PatternCache(packmod.REGEX_FLAGS, fresh)
+    for i, doc in enumerate([{"a": datetime.date(2026, 1, 1)}, {1: "x"}, {"n": float("nan")},
+                             {"ok": [1, 2.5, True, None, "s"]}]):
+        cache.put_doc(str(i), doc)
+    assert list(cache.docs) == ["3"]
+    cache.save()
+    again = PatternCache(packmod.REGEX_FLAGS, fresh)
+    assert again.doc("3") == {"ok": [1, 2.5, True, None, "s"]}
+    assert again.doc("0") is MISSING

@@ -366,6 +366,10 @@ def test_a_pack_file_is_parsed_once_per_version(tmp_path: Path,
         parsed.append(Path(f.name).name)
         return real(f, *args)
     monkeypatch.setattr(packmod, "load_yaml", counting)
+    # a cold pattern cache (it keeps parsed documents too: tests/test_pattern_cache.py)
+    from logwatch.rules.patterns import PatternCache
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(packmod, "_PATTERNS", PatternCache(packmod.REGEX_FLAGS))
     packmod._load_cached.cache_clear()
     packmod._read_yaml.cache_clear()
     try:

@@ -8,6 +8,10 @@ on the pattern, the `regex` module, the Python version (literals.py reads patter
 directory ($XDG_CACHE_HOME/logwatch, else ~/.cache/logwatch), together with a key made of
 all of these; a file with another key is ignored (and replaced at the next write).
 
+The same file keeps each pack file's parsed document by the SHA-256 of its bytes (`doc`,
+`put_doc`), when JSON gives it back equal: a start with unchanged packs neither parses YAML
+nor imports PyYAML.
+
 A pattern is recorded only once it has compiled, so a cached pattern is a valid one: a rule
 whose pattern is found there compiles its regex when a line first needs it (`Rule.regex`),
 and a bad pattern is never found there, so it is still compiled at load and reported as
@@ -32,8 +36,10 @@ from ..state.files import atomic_write_json
 from . import literals as _literals_module
 from .literals import Literals, required_literals
 
-FORMAT = 1
+FORMAT = 2           # 2: pack documents too
 MAX_ENTRIES = 4096   # past this (many edited packs), a write keeps this run's patterns only
+MAX_DOCS = 64        # pack documents kept (past this, a write keeps this run's only)
+MISSING = object()   # `PatternCache.doc` of a file it does not hold
 FILE_NAME = "patterns.json"
 
 
@@ -62,6 +68,8 @@ class PatternCache:
         self.key = cache_key(flags)
         self.entries: dict[str, dict[str, Any]] = {}
         self.used: set[str] = set()
+        self.docs: dict[str, Any] = {}          # pack documents by the SHA-256 of the file
+        self.used_docs: set[str] = set()
         self.dirty = False
         self.loaded = False
         self.lock = threading.Lock()   # packs load in the daemon's reload thread too
@@ -78,6 +86,8 @@ class PatternCache:
         if isinstance(doc, dict) and doc.get("key") == self.key and \
                 isinstance(doc.get("patterns"), dict):
             self.entries = {p: e for p, e in doc["patterns"].items() if _valid(e)}
+            if isinstance(doc.get("docs"), dict):
+                self.docs = dict(doc["docs"])
 
     def _entry(self, pattern: str) -> dict[str, Any] | None:
         if not self.loaded:
@@ -112,6 +122,27 @@ class PatternCache:
             self.dirty = True
         return found
 
+    def doc(self, digest: str) -> Any:
+        """The parsed document of a pack file whose bytes have this SHA-256 (MISSING if it
+        was never kept).  A pack's validation reads it as it reads a parsed file."""
+        with self.lock:
+            if not self.loaded:
+                self._load()
+            self.used_docs.add(digest)
+            return self.docs.get(digest, MISSING)
+
+    def put_doc(self, digest: str, doc: Any) -> None:
+        """Keep a parsed document, if JSON gives it back the same (YAML has dates, integer
+        keys and NaN, which it would not)."""
+        try:
+            same = json.loads(json.dumps(doc, allow_nan=False)) == doc
+        except (TypeError, ValueError):
+            same = False
+        if same:
+            with self.lock:
+                self.docs[digest] = doc
+                self.dirty = True
+
     def save(self) -> None:
         """Write the file if this run learnt something (silently not, where it cannot)."""
         with self.lock:
@@ -122,8 +153,13 @@ class PatternCache:
             if len(entries) > MAX_ENTRIES:
                 entries = {p: e for p, e in entries.items() if p in self.used}
             entries = {p: dict(e) for p, e in entries.items()}
+            docs = self.docs
+            if len(docs) > MAX_DOCS:
+                docs = {d: v for d, v in docs.items() if d in self.used_docs}
+            docs = dict(docs)
         try:
-            atomic_write_json(self.path, {"key": self.key, "patterns": entries}, durable=False)
+            atomic_write_json(self.path, {"key": self.key, "patterns": entries, "docs": docs},
+                              durable=False)
         except OSError:
             pass
 
