@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import threading
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -381,7 +380,7 @@ def clean_bytes(data: bytes) -> bytes:
         if not has_pad_probe(data):
             return data
         unfolded = unfold_padding(data)
-        if unfolded == data or b"\x1b" not in unfolded:
+        if unfolded is data or b"\x1b" not in unfolded:     # (unchanged: the same object)
             return unfolded
         data = unfolded
 
@@ -394,7 +393,7 @@ _PAD_PROBE = b" " * FOLD_PAD_MIN
 PAD_RUN = re.compile(rb"(?<=[^ \r\n]) {%d,}(?=[^ \r\n|])" % FOLD_PAD_MIN)
 _NOT_SPACE = re.compile(rb"[^ ]")
 _PAD_SCAN_MIN = 1 << 16      # blocks this large are probed by Hyperscan where it is installed
-_pad_db: object = None       # the Hyperscan probe: None = not tried yet, False = unavailable
+_pad_finder: object = None   # the Hyperscan probe: None = not tried yet, False = unavailable
 
 
 def has_pad_probe(data: bytes) -> bool:
@@ -403,30 +402,22 @@ def has_pad_probe(data: bytes) -> bool:
     `bytes.__contains__` advances one byte at a time after each window that ends in a space
     (the needle is one repeated byte), ~0.35 ms a 2 MB block of log; Hyperscan's literal
     matcher takes about half of that.  A replay probes every 2 MB block."""
-    global _pad_db
+    global _pad_finder
     if len(data) < _PAD_SCAN_MIN:
         return _PAD_PROBE in data
-    if _pad_db is None:
-        _pad_db = _hyperscan_probe()
-    if _pad_db is False:
+    if _pad_finder is None:
+        _pad_finder = _hyperscan_probe()
+    if _pad_finder is False:
         return _PAD_PROBE in data
-    db, local = _pad_db  # type: ignore[misc]
-    scratch = getattr(local, "scratch", None)
-    if scratch is None:             # a scratch per thread (locate scans in a thread)
-        import hyperscan
-        scratch = local.scratch = hyperscan.Scratch(db)
-    found: list[int] = []
-    db.scan(data, match_event_handler=lambda *_: found.append(1), scratch=scratch)
-    return bool(found)              # (SINGLEMATCH: one call at most)
+    return bool(_pad_finder.positions(data))  # type: ignore[attr-defined]
 
 
 def _hyperscan_probe() -> object:
+    """The literal finder of the rules' pass (rules/literalscan.py), first match only
+    (imported on first use: framing alone needs neither Hyperscan nor RE2)."""
+    from .rules.literalscan import literal_finder
     try:
-        import hyperscan
-        db = hyperscan.Database()
-        db.compile(expressions=[_PAD_PROBE], ids=[0], elements=1,
-                   flags=[hyperscan.HS_FLAG_SINGLEMATCH])
-        return db, threading.local()
+        return literal_finder([(_PAD_PROBE.decode(), False)], "hyperscan", first_only=True)
     except Exception:   # noqa: BLE001  (no wheel for this machine, or it failed to load)
         return False
 

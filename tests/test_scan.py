@@ -428,7 +428,7 @@ def test_a_rule_pattern_that_times_out_is_skipped_and_counted(monkeypatch) -> No
 # must examine the same segments, so every hit is the same whichever one runs
 
 from logwatch.rules import matcher as matcher_mod  # noqa: E402
-from logwatch.rules.matcher import literal_finder  # noqa: E402
+from logwatch.rules.literalscan import literal_finder  # noqa: E402
 from logwatch.lines import segment_bounds  # noqa: E402
 
 ENGINES = ("hyperscan", "re2")
@@ -516,7 +516,7 @@ def test_engines_agree_on_case_folded_literals(data):
 def test_hyperscan_literal_is_each_character_escaped(lit, ci):
     """`_hs_literal`: every UTF-8 byte as `\\xNN`, and a case-folded k or s with the other
     form RE2 folds it to (the fast path for literals without those is the same string)."""
-    from logwatch.rules.matcher import _UNICODE_FOLDS, _hs_literal
+    from logwatch.rules.literalscan import _UNICODE_FOLDS, _hs_literal
     if ci and not lit.isascii():
         assert _hs_literal(lit, ci) is None
         return
@@ -562,7 +562,8 @@ def test_replay_without_the_hyperscan_module_gives_the_same_result(monkeypatch):
                 sorted(c.rule_matches.items()), sorted(c.crashes.items()))
 
     first = replay()
-    monkeypatch.setattr(matcher_mod, "hyperscan", None)
+    from logwatch.rules import literalscan
+    monkeypatch.setattr(literalscan, "hyperscan", None)
     second = replay()
     matcher_mod._SHARED.clear()
     assert (first[0], second[0]) == ENGINES

@@ -20,20 +20,14 @@ the first serving line of a log that shows no startup, marks it ready.
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterator
 
-import re2
 import regex
-
-try:  # one pass for every rule literal at several GB/s; RE2 where the wheel does not install
-    import hyperscan
-except ImportError:  # pragma: no cover - exercised by forcing engine="re2" in the tests
-    hyperscan = None
 
 from . import bounded
 from .literals import anchored_head, start_filters
+from .literalscan import Re2Literals, literal_finder
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .pack import REGEX_FLAGS, Rule, RulePack, pattern_literals
 
@@ -59,108 +53,10 @@ class Hit:
                         # the format's groups), or None for no match
 
 
-def _rx_literal(lit: str, ignore_case: bool) -> str:
-    esc = re2.escape(lit) if hasattr(re2, "escape") else _escape(lit)
-    return f"(?i:{esc})" if ignore_case else esc
-
-
-def _escape(lit: str) -> str:
-    return "".join("\\" + c if not (c.isalnum() or c == " " or ord(c) > 127) else c for c in lit)
-
-
-# The ASCII letters RE2's case folding (UTF-8 mode) also matches outside ASCII: KELVIN SIGN
-# and LATIN SMALL LETTER LONG S.  Hyperscan's HS_FLAG_CASELESS folds ASCII only, so these
-# get their other form spelled out (every other ASCII character folds to ASCII only).
-_UNICODE_FOLDS = {"k": "\u212a", "s": "\u017f"}
-_HEX = tuple(f"\\x{b:02x}" for b in range(256))   # a byte as a Hyperscan escape
-
-
-def _hs_literal(lit: str, ignore_case: bool) -> bytes | None:
-    """`lit` as a Hyperscan expression matching what RE2 matches for `_rx_literal` (None
-    when that cannot be promised: a case-insensitive literal with non-ASCII characters)."""
-    if ignore_case and not lit.isascii():
-        return None
-    if not ignore_case or not any(c in _UNICODE_FOLDS for c in lit.lower()):
-        return "".join(map(_HEX.__getitem__, lit.encode("utf-8"))).encode("ascii")
-    out = []
-    for ch in lit:
-        fold = _UNICODE_FOLDS.get(ch.lower()) if ignore_case else None
-        raw = "".join(f"\\x{b:02x}" for b in ch.encode("utf-8"))
-        if fold is not None:
-            other = "".join(f"\\x{b:02x}" for b in fold.encode("utf-8"))
-            out.append(f"(?:{raw}|{other})")
-        else:
-            out.append(raw)
-    return "".join(out).encode("ascii")
-
-
-class _Re2Literals:
-    """Where the literals occur in a block: one RE2 alternation, leftmost matches."""
-
-    engine = "re2"
-
-    def __init__(self, parts: list[tuple[str, bool]]) -> None:
-        opts = re2.Options()
-        opts.max_mem = 64 << 20
-        pattern = "|".join(sorted({_rx_literal(s, ci) for s, ci in parts}))
-        self.rx = re2.compile(pattern.encode("utf-8"), opts)
-
-    def positions(self, data: bytes) -> Iterable[int]:
-        return (m.start() for m in self.rx.finditer(data))
-
-
-class _HyperscanLiterals:
-    """Where the literals occur in a block: every occurrence, as the position of its last
-    byte, in order (a literal holds no separator, so that byte is in its segment)."""
-
-    engine = "hyperscan"
-
-    def __init__(self, parts: list[tuple[str, bool]]) -> None:
-        exprs, flags = [], []
-        for s, ci in parts:
-            expr = _hs_literal(s, ci)
-            if expr is None:
-                raise ValueError(f"no exact Hyperscan form for {s!r}")
-            exprs.append(expr)
-            flags.append(hyperscan.HS_FLAG_CASELESS if ci else 0)
-        self.db = hyperscan.Database()
-        self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                        flags=flags)
-        self._local = threading.local()   # a scratch per thread (locate scans in a thread)
-
-    def positions(self, data: bytes) -> Iterable[int]:
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = hyperscan.Scratch(self.db)
-        ends: list[int] = []
-        add = ends.append
-        self.db.scan(data, match_event_handler=lambda _id, _start, end, _f, _c: add(end - 1),
-                     scratch=scratch)
-        ends.sort()   # reported by end already; sorting a sorted list is one pass
-        return ends
-
-
 def _literal_parts(rules: list[Rule]) -> list[tuple[str, bool]]:
     """(literal, ignore_case) of every required literal of `rules`, sorted."""
     return sorted({(s, r.literals.ignore_case)  # type: ignore[union-attr]
                    for r in rules for s in r.literals.strings})  # type: ignore[union-attr]
-
-
-def literal_finder(parts: list[tuple[str, bool]], engine: str | None = None
-                   ) -> _Re2Literals | _HyperscanLiterals | None:
-    """A finder for (literal, ignore_case) `parts`: Hyperscan when it is installed and can
-    match exactly what RE2 would, else RE2.  `engine` forces one ("re2" or "hyperscan")."""
-    if not parts:
-        return None
-    if engine != "re2" and hyperscan is not None:
-        try:
-            return _HyperscanLiterals(parts)
-        except (ValueError, hyperscan.error):
-            if engine == "hyperscan":
-                raise
-    elif engine == "hyperscan":
-        raise RuntimeError("the hyperscan module is not installed")
-    return _Re2Literals(parts)
 
 
 JOINT_AFTER = 256        # lines a rule is tried on with a stamp wanted before its Joint is made
@@ -303,7 +199,7 @@ class Matcher:
         self._rare = literal_finder(_literal_parts(rare), engine)
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
         stats = _literal_parts(self.stats_rules)
-        self._stats_rx = _Re2Literals(stats).rx if stats else None
+        self._stats_rx = Re2Literals(stats).rx if stats else None
         # exact mode (live) wants every stats line: their positions in one pass over a block
         self._stats_all = literal_finder(stats, engine)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
