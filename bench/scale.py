@@ -111,7 +111,7 @@ def percentile(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else 0.0
 
 
-FAKE_NVSMI = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
+FAKE_NVSMI = ROOT / "tests" / "tools" / "fake-nvidia-smi"
 
 
 def replay_command(tmp: Path) -> str:

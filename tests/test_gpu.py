@@ -1,5 +1,5 @@
 """GPU telemetry (logwatch/sources/gpu.py, issue 14): parsing real H200 captures, and streams
-of real processes: the replay stand-in `../shared/tools/fake-nvidia-smi`, run here and over a
+of real processes: the replay stand-in `tests/tools/fake-nvidia-smi` (a copy of ../shared's), run here and over a
 real OpenSSH server (tests/sshd.py).
 
 No mocks: every stream runs a real process.  Every wait polls a condition with a deadline;
@@ -27,9 +27,8 @@ from logwatch.sources.gpu import (
 from logwatch.sources.ssh import SSHOptions, SSHPool, SSHTarget
 from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 
-SHARED = ROOT.parent / "shared"
-FAKE = SHARED / "tools" / "fake-nvidia-smi"
-H200 = SHARED / "fixtures" / "gpu" / "h200"
+FAKE = ROOT / "tests" / "tools" / "fake-nvidia-smi"
+H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200"
 MiB = 1024 * 1024
 POLL = 0.02
 
@@ -41,7 +40,7 @@ CAPTURE_FIELDS = (
     "clocks.mem,clocks.max.sm,clocks_event_reasons.active,fan.speed,"
     "ecc.errors.uncorrected.volatile.total").split(",")
 
-assert FAKE.exists(), f"{FAKE} is missing (CI lays ../shared beside the clone)"
+assert FAKE.exists(), f"{FAKE} is missing"
 
 
 # ----------------------------------------------------------------------------------------------

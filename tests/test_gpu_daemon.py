@@ -1,5 +1,5 @@
 """GPU telemetry in the daemon, over a real sshd: `gpu.command` runs the replay stand-in
-`../shared/tools/fake-nvidia-smi` (the real H200 capture, byte for byte) on the SSH target's
+`tests/tools/fake-nvidia-smi` (the real H200 capture, byte for byte) on the SSH target's
 host, over the target's own connection.  /metrics shows the 8 GPUs, their 700 W limit and
 the software power cap during the load rows; `promtool check metrics` is clean; a host
 without nvidia-smi is `logwatch_gpu_up 0` with a status that says so; /api/status and the
@@ -20,7 +20,7 @@ from conftest import ROOT
 from daemonutil import daemons, free_port, parse_metrics, sim_texts, target_cfg, write_config  # noqa: F401
 from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 
-FAKE = ROOT.parent / "shared" / "tools" / "fake-nvidia-smi"
+FAKE = ROOT / "tests" / "tools" / "fake-nvidia-smi"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
 

@@ -1,5 +1,5 @@
 """What the GPUs say, in words: the stall alert's "hung or slow?" and the launch preflight,
-from snapshots of the real H200 capture (../shared/fixtures/gpu/h200)."""
+from snapshots of the real H200 capture (tests/fixtures/gpu/h200)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from conftest import ROOT
 from logwatch.sources.gpu import GpuSnapshot, parse_csv
 from logwatch.view import GIB, gpu_activity, preflight_held, preflight_text
 
-H200 = ROOT.parent / "shared" / "fixtures" / "gpu" / "h200"
+H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200"
 NOW = 1_000_000.0
 
 
