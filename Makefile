@@ -23,19 +23,28 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 	$(BIN)/python -m compileall -q logwatch
 
+# The tests in tiers (tests/conftest.py).  `make check` is the edit loop: the rule packs and the
+# pure core (no daemon, sshd, receiver, browser or subprocess), about a minute.  `make test` is
+# everything, in TEST_WORKERS processes: most integration tests wait on real processes and
+# clocks, not on the CPU, so more workers than cores pays (measured in the README).  Tests
+# marked `serial` hold a latency or CPU budget: they run alone, after the others.
+TEST_WORKERS ?= 6
+
 test: install
 	scripts/test-deps.sh
 	$(BIN)/logwatch rules check -q
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal -m "not serial"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m serial
+
+check: install
+	$(BIN)/logwatch rules check -q
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not integration" -n 2
 
 bench: install
 	$(BIN)/python bench/run.py
 
 demo: install
 	$(BIN)/logwatch demo
-
-check: install
-	$(BIN)/logwatch rules check
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out

@@ -92,7 +92,7 @@ def local(n: int = 1000, pace: float = 0.01) -> dict[str, float]:
 
 def ssh(n: int = 1000, pace: float = 0.01) -> dict[str, float]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from sshd import SSHServer  # the test suite's throwaway OpenSSH server on 127.0.0.1
+    from support.sshd import SSHServer  # the test suite's throwaway OpenSSH server on 127.0.0.1
 
     from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
     with tempfile.TemporaryDirectory() as d, SSHServer(str(Path(d) / "sshd")) as server:

@@ -174,7 +174,7 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         server = None
         if kind == "ssh":
             sys.path.insert(0, str(ROOT / "tests"))
-            from sshd import SSHServer
+            from support.sshd import SSHServer
             server = SSHServer(str(tmp / "sshd"), max_sessions=max_sessions).__enter__()
             ssh = (f"    ssh: {{known_hosts: {server.known_hosts}, client_keys: [{server.client_key}]}}")
         for i, p in enumerate(paths):

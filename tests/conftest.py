@@ -21,6 +21,19 @@ os.environ.setdefault("LOGWATCH_WEBHOOK_SECRET", "secret-for-tests")
 
 import pytest  # noqa: E402
 
+# Tests in tiers: `make check` runs `-m "not integration"` (the pure core, about a minute: the
+# edit loop); `make test` runs everything in parallel.  A test is an integration test when its
+# module says so (`pytestmark`), when it is marked itself, or when it takes one of these
+# fixtures: each starts a real process or server, so a new test that uses one cannot slip into
+# the fast tier.
+INTEGRATION_FIXTURES = frozenset({"daemons", "sshd_server", "receivers"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if INTEGRATION_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
 
 @pytest.fixture(autouse=True)
 def _dev_null_intact(request):  # type: ignore[no-untyped-def]

@@ -10,10 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+import pytest
+
+from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts, target,
     wait_for, write_config,
 )
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 def one_target(tmp_path: Path, sink: dict[str, Any]) -> tuple[Path, int, Path, Path]:

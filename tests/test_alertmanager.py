@@ -13,11 +13,13 @@ from typing import Any, Iterator
 import pytest
 import yaml
 
-from alertlib import (
+from support.receivers import (
     OOM_LINE, Receiver, daemons, free_port, http_get, receivers,  # noqa: F401
     target, wait_for, write_config,
 )
 from conftest import ROOT
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 ALERTMANAGER = Path("/usr/bin/prometheus-alertmanager")
 

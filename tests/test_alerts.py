@@ -20,11 +20,13 @@ from typing import Any
 
 import pytest
 
-from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     OOM_LINE, T0, Got, Receiver, append, count_lines, daemons,
     free_port, hold, hook, outbox, receivers, sim_texts, split_at, target, wait_for, write_config,
 )
 from conftest import ROOT
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 WEBHOOK_KEYS = {"version", "kind", "status", "target", "engine", "labels", "epoch", "summary",
                 "details", "excerpt", "starts_at", "ends_at", "dedupe_key", "generator_url",

@@ -31,6 +31,7 @@ def fixture(name: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # help
 
+@pytest.mark.integration
 def test_main_help() -> None:
     res = run_cli("--help")
     assert res.returncode == 0
@@ -38,6 +39,7 @@ def test_main_help() -> None:
         assert word in res.stdout
 
 
+@pytest.mark.integration
 def test_replay_help() -> None:
     res = run_cli("replay", "--help")
     assert res.returncode == 0
@@ -45,24 +47,28 @@ def test_replay_help() -> None:
         assert word in res.stdout
 
 
+@pytest.mark.integration
 def test_rules_help() -> None:
     res = run_cli("rules", "--help")
     assert res.returncode == 0
     assert "check" in res.stdout and "test" in res.stdout
 
 
+@pytest.mark.integration
 def test_rules_check_help() -> None:
     res = run_cli("rules", "check", "--help")
     assert res.returncode == 0
     assert "PACK" in res.stdout
 
 
+@pytest.mark.integration
 def test_no_command_is_a_usage_error() -> None:
     res = run_cli()
     assert res.returncode == 2
     assert "usage" in res.stderr.lower()
 
 
+@pytest.mark.integration
 def test_unknown_command_is_a_usage_error() -> None:
     res = run_cli("frobnicate")
     assert res.returncode == 2
@@ -71,6 +77,7 @@ def test_unknown_command_is_a_usage_error() -> None:
 # ----------------------------------------------------------------------------------------------
 # replay: human summary
 
+@pytest.mark.integration
 def test_replay_human_crash() -> None:
     res = run_cli("replay", fixture("sglang-027.log"))
     assert res.returncode == 0, res.stderr
@@ -85,6 +92,7 @@ def test_replay_human_crash() -> None:
     assert m.group(2) in physical.decode("utf-8", "replace")
 
 
+@pytest.mark.integration
 def test_replay_human_ready() -> None:
     res = run_cli("replay", fixture("sglang-003.log"))
     assert res.returncode == 0, res.stderr
@@ -95,6 +103,7 @@ def test_replay_human_ready() -> None:
     assert f"ready: {first_line[:150]}" in res.stdout
 
 
+@pytest.mark.integration
 def test_replay_human_still_starting() -> None:
     res = run_cli("replay", fixture("sglang-021.log"))
     assert res.returncode == 0, res.stderr
@@ -108,6 +117,7 @@ def test_replay_human_still_starting() -> None:
 JSON_FILES = ["sglang-027.log", "sglang-003.log", "sglang-021.log", "vllm-003.log"]
 
 
+@pytest.mark.integration
 def test_replay_json_several_files() -> None:
     res = run_cli("replay", "--json", *[fixture(n) for n in JSON_FILES])
     assert res.returncode == 0, res.stderr
@@ -145,6 +155,7 @@ def test_replay_json_several_files() -> None:
     assert docs[2]["phases_seen"] == ["loading_shards", "allocating"]
 
 
+@pytest.mark.integration
 def test_replay_json_line_count_is_physical_lines() -> None:
     res = run_cli("replay", "--json", fixture("sglang-021.log"))
     doc = json.loads(res.stdout)
@@ -152,6 +163,7 @@ def test_replay_json_line_count_is_physical_lines() -> None:
     assert doc["lines"] == len(data.rstrip(b"\n").split(b"\n"))
 
 
+@pytest.mark.integration
 def test_replay_json_timeline_keeps_stdout_json() -> None:
     res = run_cli("replay", "--json", "--timeline", fixture("sglang-021.log"),
                   fixture("sglang-027.log"))
@@ -164,6 +176,7 @@ def test_replay_json_timeline_keeps_stdout_json() -> None:
 # ----------------------------------------------------------------------------------------------
 # replay --timeline
 
+@pytest.mark.integration
 def test_replay_timeline() -> None:
     res = run_cli("replay", "--timeline", fixture("sglang-021.log"))
     assert res.returncode == 0, res.stderr
@@ -175,6 +188,7 @@ def test_replay_timeline() -> None:
     assert rows == {"loading_shards": "2025-08-04 10:10:06", "allocating": "2025-08-04 10:10:08"}
 
 
+@pytest.mark.integration
 def test_replay_timeline_every_phase_seen() -> None:
     js = json.loads(run_cli("replay", "--json", fixture("sglang-003.log")).stdout)
     res = run_cli("replay", "--timeline", fixture("sglang-003.log"))
@@ -188,6 +202,7 @@ def test_replay_timeline_every_phase_seen() -> None:
 # ----------------------------------------------------------------------------------------------
 # --rules
 
+@pytest.mark.integration
 def test_replay_rules_forces_a_pack() -> None:
     auto = json.loads(run_cli("replay", "--json", fixture("sglang-021.log")).stdout)
     assert auto["engine"] == "sglang"
@@ -196,12 +211,14 @@ def test_replay_rules_forces_a_pack() -> None:
     assert json.loads(res.stdout)["engine"] == "vllm"
 
 
+@pytest.mark.integration
 def test_replay_rules_by_path() -> None:
     res = run_cli("replay", "--json", "--rules", "rules/vllm.yaml", fixture("vllm-003.log"))
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["engine"] == "vllm"
 
 
+@pytest.mark.integration
 def test_replay_unknown_pack() -> None:
     res = run_cli("replay", "--rules", "nosuchpack", fixture("sglang-021.log"))
     assert res.returncode == 2
@@ -211,12 +228,14 @@ def test_replay_unknown_pack() -> None:
     assert "sglang" in res.stderr and "vllm" in res.stderr  # the known packs
 
 
+@pytest.mark.integration
 def test_replay_missing_pack_file() -> None:
     res = run_cli("replay", "--rules", "nowhere/my.yaml", fixture("sglang-021.log"))
     assert res.returncode == 2
     assert "nowhere/my.yaml" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.integration
 def test_replay_missing_file() -> None:
     res = run_cli("replay", "does/not/exist.log")
     assert res.returncode == 2
@@ -225,6 +244,7 @@ def test_replay_missing_file() -> None:
     assert "no such file" in res.stderr.lower()
 
 
+@pytest.mark.integration
 def test_replay_missing_file_among_good_ones() -> None:
     res = run_cli("replay", "--json", fixture("sglang-021.log"), "does/not/exist.log",
                   fixture("sglang-027.log"))
@@ -234,6 +254,7 @@ def test_replay_missing_file_among_good_ones() -> None:
     assert "does/not/exist.log" in res.stderr
 
 
+@pytest.mark.integration
 def test_replay_empty_file(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
@@ -259,6 +280,7 @@ def rows(stdout: str) -> list[tuple[int, str, str]]:
     return out
 
 
+@pytest.mark.integration
 def test_rules_test_shows_rule_per_line() -> None:
     res = run_cli("rules", "test", "sglang", fixture("sglang-021.log"))
     assert res.returncode == 0, res.stderr
@@ -275,6 +297,7 @@ def test_rules_test_shows_rule_per_line() -> None:
     assert "matched" in res.stderr and "unmatched" in res.stderr
 
 
+@pytest.mark.integration
 def test_rules_test_unmatched_only() -> None:
     res = run_cli("rules", "test", "sglang", fixture("sglang-021.log"), "--unmatched")
     assert res.returncode == 0, res.stderr
@@ -284,6 +307,7 @@ def test_rules_test_unmatched_only() -> None:
     assert "max_total_num_tokens=30192" in got[0][2]
 
 
+@pytest.mark.integration
 def test_rules_test_matched_only() -> None:
     res = run_cli("rules", "test", "sglang", fixture("sglang-021.log"), "--matched")
     got = rows(res.stdout)
@@ -291,6 +315,7 @@ def test_rules_test_matched_only() -> None:
     assert 9 not in {n for n, _, _ in got}
 
 
+@pytest.mark.integration
 def test_rules_test_summary_counts() -> None:
     res = run_cli("rules", "test", "sglang", fixture("sglang-021.log"))
     got = rows(res.stdout)
@@ -302,6 +327,7 @@ def test_rules_test_summary_counts() -> None:
     assert int(m.group(2)) == len(got) - unmatched
 
 
+@pytest.mark.integration
 def test_rules_test_crash_fixture() -> None:
     res = run_cli("rules", "test", "sglang", fixture("sglang-027.log"))
     assert res.returncode == 0, res.stderr
@@ -309,6 +335,7 @@ def test_rules_test_crash_fixture() -> None:
     assert by_line[12] == "cuda_oom"
 
 
+@pytest.mark.integration
 def test_rules_test_unknown_pack_and_missing_file() -> None:
     res = run_cli("rules", "test", "nosuchpack", fixture("sglang-021.log"))
     assert res.returncode == 2 and "nosuchpack" in res.stderr and "Traceback" not in res.stderr
@@ -317,6 +344,7 @@ def test_rules_test_unknown_pack_and_missing_file() -> None:
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("args", [["rules"], ["rules", "test", "sglang"], ["replay"]])
 def test_missing_arguments_are_usage_errors(args: list[str]) -> None:
     res = run_cli(*args)
@@ -337,6 +365,7 @@ Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:10<00:00,  1.00s
 """
 
 
+@pytest.mark.integration
 def test_replay_full_startup(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text(STARTUP_LOG)
@@ -366,6 +395,7 @@ def test_replay_full_startup(tmp_path: Path) -> None:
         assert re.search(rf"^\s+{phase}\s+2025-10-06 {stamp}", human, re.M), (phase, human)
 
 
+@pytest.mark.integration
 def test_demo_runs_the_readme_case_to_ready() -> None:
     """`make demo` (`logwatch demo`), fast: the README's case (8 GPUs, 83 shards, a GLM-5-sized
     model) watched by the daemon to READY, exit 0."""

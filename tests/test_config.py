@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemonutil import free_port
+from support.daemon import free_port
 
 
 def run(*args: str, timeout: float = 30,
@@ -79,6 +79,7 @@ def mutate(tmp_path: Path, fn: Any) -> Path:
     return write(tmp_path, doc)
 
 
+@pytest.mark.integration
 def test_good_config_passes_check(tmp_path: Path) -> None:
     path = write(tmp_path, good_doc(tmp_path))
     res = run("-c", str(path), "--check")
@@ -87,17 +88,20 @@ def test_good_config_passes_check(tmp_path: Path) -> None:
     assert "ok" in res.stdout and "3 targets" in res.stdout, res.stdout
 
 
+@pytest.mark.integration
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d.update(listen_addr="127.0.0.1:1")),
                         "listen_addr")
 
 
+@pytest.mark.integration
 def test_unknown_target_key(tmp_path: Path) -> None:
     def f(d: dict[str, Any]) -> None:
         d["targets"][1]["sorce"] = d["targets"][1].pop("source")
     assert_config_error(mutate(tmp_path, f), "targets[1].sorce")
 
 
+@pytest.mark.integration
 def test_unknown_nested_keys(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][1]["ssh"].update(knwon_hosts="x")),
                         "targets[1].ssh.knwon_hosts")
@@ -107,12 +111,14 @@ def test_unknown_nested_keys(tmp_path: Path) -> None:
                         "alerts[0].uri")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("value", ["5x", "five minutes", "-5s"])
 def test_bad_duration(tmp_path: Path, value: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(stall_after=value)),
                         "targets[0].stall_after")
 
 
+@pytest.mark.integration
 def test_bad_duration_per_phase_and_checkpoint(tmp_path: Path) -> None:
     assert_config_error(
         mutate(tmp_path, lambda d: d["targets"][1]["stall_after"].update(cuda_graph="15q")),
@@ -121,6 +127,7 @@ def test_bad_duration_per_phase_and_checkpoint(tmp_path: Path) -> None:
                         "checkpoint.interval")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("url", [
     "ssh:///root/server.log",            # no host
     "ssh://gpu-node-1",                  # no path
@@ -132,49 +139,58 @@ def test_bad_ssh_url(tmp_path: Path, url: str) -> None:
                         "targets[1].source")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("source", ["logs/server.log", "server.log", "./server.log"])
 def test_relative_file_path(tmp_path: Path, source: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(source=source)),
                         "targets[0].source")
 
 
+@pytest.mark.integration
 def test_duplicate_target_name(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][2].update(name="node1")),
                         "targets[2].name")
 
 
+@pytest.mark.integration
 def test_missing_pack(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(rules="nosuchpack")),
                         "targets[0].rules")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("listen", ["localhost", "127.0.0.1:99999", "127.0.0.1:http",
                                     "127.0.0.1:0", ":"])
 def test_bad_listen(tmp_path: Path, listen: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d.update(listen=listen)), "listen")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("label", ["bad-name", "1st", "target", "le"])
 def test_bad_label_name(tmp_path: Path, label: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0]["labels"].update({label: "x"})),
                         f"targets[0].labels.{label}")
 
 
+@pytest.mark.integration
 def test_bad_alert_sink_type(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["alerts"][0].update(type="pagerduty")),
                         "alerts[0].type")
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1/hook", "not a url", "http://"])
 def test_bad_alert_sink_url(tmp_path: Path, url: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["alerts"][2].update(url=url)),
                         "alerts[2].url")
 
 
+@pytest.mark.integration
 def test_alert_sink_without_url(tmp_path: Path) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["alerts"][0].pop("url")), "alerts[0].url")
 
 
+@pytest.mark.integration
 def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
     """No key to name, but still one line naming the file, exit 2."""
     for path in (write(tmp_path, "targets: [\n  {name: a\n"), tmp_path / "missing.yaml"):
@@ -185,6 +201,7 @@ def test_not_yaml_and_missing_file(tmp_path: Path) -> None:
             assert len(lines) == 1 and str(path) in lines[0], res.stderr
 
 
+@pytest.mark.integration
 def test_listen_port_in_use(tmp_path: Path) -> None:
     """Another process holds the port: exit 2 with a message naming the address."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
@@ -203,6 +220,7 @@ def test_listen_port_in_use(tmp_path: Path) -> None:
     assert "in use" in msg[0].lower(), f"not a clear message: {msg[0]!r}"
 
 
+@pytest.mark.integration
 def test_unset_environment_variable(tmp_path: Path) -> None:
     """`${VAR}` with VAR unset (and no default) names the key that uses it."""
     var = "LOGWATCH_TEST_SURELY_UNSET_VARIABLE"
@@ -220,6 +238,7 @@ BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] +
                  ["targets: *a8", ""])      # 9 levels of 9 aliases: 9^9 values expanded
 
 
+@pytest.mark.integration
 def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path: Path) -> None:
     """`run --check` (and a SIGHUP reload, which loads the same way) must not hang or grow
     without bound on a "billion laughs" config: exit 2, one line, well within the timeout."""
@@ -244,6 +263,7 @@ def test_yaml_anchors_of_ordinary_size_still_work() -> None:
 
 # -- all problems at once, YAML positions, sink environment variables -------------------------
 
+@pytest.mark.integration
 def test_every_problem_is_reported_in_one_run(tmp_path: Path) -> None:
     """Fixing a config one error per run is slow: each target and sink is checked even when
     another one is broken, one line per problem, exit 2."""
@@ -266,6 +286,7 @@ def test_every_problem_is_reported_in_one_run(tmp_path: Path) -> None:
         assert len(lines) == 6 and "Traceback" not in res.stderr
 
 
+@pytest.mark.integration
 def test_at_most_20_problems_are_listed(tmp_path: Path) -> None:
     doc = good_doc(tmp_path)
     doc["targets"] = [{"name": f"t{i}", "source": f"rel{i}.log"} for i in range(25)]
@@ -275,6 +296,7 @@ def test_at_most_20_problems_are_listed(tmp_path: Path) -> None:
     assert len(lines) == 1 + 20 + 1 and "and 5 more" in lines[-1], res.stderr
 
 
+@pytest.mark.integration
 def test_a_yaml_syntax_error_says_line_and_column(tmp_path: Path) -> None:
     path = write(tmp_path, "listen: 127.0.0.1:9105\ntargets:\n  - name: a\n    source: [x\n")
     res = run("-c", str(path), "--check")
@@ -284,6 +306,7 @@ def test_a_yaml_syntax_error_says_line_and_column(tmp_path: Path) -> None:
     assert "line 4, column 13" in res.stderr, res.stderr
 
 
+@pytest.mark.integration
 def test_an_unset_url_env_fails_check_not_the_first_alert(tmp_path: Path) -> None:
     """`url_env: VAR` with VAR unset used to pass --check and fail at the first crash."""
     var = "LOGWATCH_TEST_UNSET_SLACK_URL"

@@ -18,10 +18,12 @@ from typing import Any
 import pytest
 import yaml
 
-from daemonutil import (
+from support.daemon import (
     Daemon, append, checkpoint, count_lines, daemons, free_port, sample, sim_texts,  # noqa: F401
     split_at, target_cfg, targets_in, wait_for, write_config,
 )
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 OOM = "torch.OutOfMemoryError: CUDA out of memory"
 

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from daemonutil import (
+from support.daemon import (
     Daemon, Prometheus, free_port, http_get, sample, wait_for, write_config,
 )
 from logwatch.sinks.alerts.config import SINK_KEYS, SINK_TYPES
@@ -147,12 +147,14 @@ def alert_rules() -> list[dict[str, Any]]:
 
 # -- 1. Prometheus alert rules -----------------------------------------------------------------
 
+@pytest.mark.integration
 def test_promtool_check_rules() -> None:
     res = run_cmd([PROMTOOL, "check", "rules", str(RULES)])
     assert res.returncode == 0, res.stdout + res.stderr
     assert f"SUCCESS: {len(alert_rules())} rules found" in res.stdout
 
 
+@pytest.mark.integration
 def test_promtool_test_rules() -> None:
     res = run_cmd([PROMTOOL, "test", "rules", str(RULE_TESTS)])
     assert res.returncode == 0, res.stdout + res.stderr
@@ -238,6 +240,7 @@ def test_dashboard_has_the_panels() -> None:
         assert part in everything, part
 
 
+@pytest.mark.integration
 def test_dashboard_promql_parses(tmp_path: Path) -> None:
     """Each panel expression, with Grafana's variables filled in, as a recording rule:
     `promtool check rules` parses it (unknown functions, bad matchers, syntax)."""
@@ -355,6 +358,7 @@ def test_metric_names_in_dashboard_and_rules_are_exposed(live: dict[str, Any]) -
     assert not missing, f"not exposed by the daemon: {missing}\nexposed: {sorted(exposed)}"
 
 
+@pytest.mark.integration
 def test_dashboard_queries_return_data(live: dict[str, Any]) -> None:
     """Every panel query, run by a real Prometheus on the daemon's metrics, returns series."""
     prom: Prometheus = live["prom"]
@@ -369,6 +373,7 @@ def test_dashboard_queries_return_data(live: dict[str, Any]) -> None:
     assert not empty, "queries without data:\n" + "\n".join(empty)
 
 
+@pytest.mark.integration
 def test_alert_rules_evaluate_in_prometheus(live: dict[str, Any]) -> None:
     prom: Prometheus = live["prom"]
 
@@ -416,6 +421,7 @@ def test_example_config_loads(clean_env: pytest.MonkeyPatch) -> None:
     assert cfg.targets[0].ssh.known_hosts == "/run/secrets/ssh/known_hosts"
 
 
+@pytest.mark.integration
 def test_example_config_passes_run_check(clean_env: pytest.MonkeyPatch) -> None:
     res = run_cmd([sys.executable, "-m", "logwatch", "run", "--check", "-c", str(EXAMPLE)])
     assert res.returncode == 0, res.stderr
@@ -470,6 +476,7 @@ def instr(name: str) -> list[str]:
     return [a for i, a in dockerfile() if i == name]
 
 
+@pytest.mark.integration
 def test_dockerfile_entrypoint_is_the_console_script() -> None:
     assert json.loads(instr("ENTRYPOINT")[-1]) == [console_script(), "run"]
     assert json.loads(instr("CMD")[-1]) == ["-c", "/etc/logwatch/logwatch.yaml"]
@@ -502,6 +509,7 @@ def test_dockerfile_base_user_ports_volumes_healthcheck() -> None:
     assert any(re.search(r"\bpip install \.(\s|$)", r) for r in instr("RUN")), "pip install ."
 
 
+@pytest.mark.integration
 def test_dockerfile_copies_what_exists_and_its_config_validates(clean_env: pytest.MonkeyPatch) -> None:
     ignore = (DEPLOY / "docker" / "Dockerfile.dockerignore").read_text("utf-8")
     kept = {ln[1:].rstrip("/") for ln in ignore.splitlines() if ln.startswith("!")}
@@ -587,6 +595,7 @@ def test_systemd_state_dir_is_var_lib_logwatch(monkeypatch: pytest.MonkeyPatch) 
     assert parse_config({"targets": []}).state_dir == Path("/var/lib/logwatch")
 
 
+@pytest.mark.integration
 def test_systemd_analyze_verify(tmp_path: Path) -> None:
     tool = shutil.which("systemd-analyze")
     assert tool, "systemd-analyze missing: scripts/test-deps.sh installs Debian's systemd"
@@ -619,6 +628,7 @@ WORKLOADS = {"Deployment": "deployment.yaml", "StatefulSet": "statefulset.yaml",
              "DaemonSet": "daemonset.yaml"}
 
 
+@pytest.mark.integration
 def test_kubernetes_manifests_parse_and_are_namespace_agnostic() -> None:
     files = manifests()
     for name in ("configmap.yaml", "secret.example.yaml", "deployment.yaml", "daemonset.yaml",
@@ -663,6 +673,7 @@ def pod_config(kind: str, env: dict[str, str], tmp_path: Path) -> tuple[dict[str
     return c, cfg
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("kind", sorted(WORKLOADS))
 def test_kubernetes_workloads(kind: str, tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     w = one(kind, WORKLOADS[kind])
@@ -711,6 +722,7 @@ def test_kubernetes_workloads(kind: str, tmp_path: Path, clean_env: pytest.Monke
             assert keys[p[len(m["mountPath"]) + 1:]] in secret["stringData"], p
 
 
+@pytest.mark.integration
 def test_kubernetes_deployment_is_one_central_watcher(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     w = one("Deployment", "deployment.yaml")
     assert w["spec"]["replicas"] == 1
@@ -720,6 +732,7 @@ def test_kubernetes_deployment_is_one_central_watcher(tmp_path: Path, clean_env:
     assert any(a["type"] == "slack" and a.get("url_env") == "SLACK_WEBHOOK_URL" for a in cfg.alerts)
 
 
+@pytest.mark.integration
 def test_kubernetes_daemonset_is_node_local(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     w = one("DaemonSet", "daemonset.yaml")
     pod = w["spec"]["template"]["spec"]
@@ -741,6 +754,7 @@ def test_kubernetes_daemonset_is_node_local(tmp_path: Path, clean_env: pytest.Mo
         parse_config(yaml.safe_load(cm["data"]["logwatch.yaml"]))
 
 
+@pytest.mark.integration
 def test_kubernetes_statefulset_shards(tmp_path: Path, clean_env: pytest.MonkeyPatch) -> None:
     files = manifests()
     w = one("StatefulSet", "statefulset.yaml")

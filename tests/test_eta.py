@@ -267,6 +267,7 @@ def test_restarted_event_in_second_epoch(tmp_path: Path, pack) -> None:  # type:
     assert pipe.state.epoch == 2 and pipe.state.phase == "launching"
 
 
+@pytest.mark.integration
 def test_startup_duration_buckets_resolve_typical_startups() -> None:
     """Two startups of 100 s and 130 s: Prometheus' histogram_quantile over our buckets gives
     p50 and p90 near them (the old 120/300/600 buckets gave p90 264 s)."""

@@ -12,9 +12,14 @@ from pathlib import Path
 
 import yaml
 
-from daemonutil import (  # noqa: F401 (daemons: the fixture)
+import pytest
+
+from support.daemon import (  # noqa: F401 (daemons: the fixture)
     append, daemons, free_port, http_get, sim_texts, target_cfg, wait_for, write_config,
 )
+
+# integration, and serial: /healthz and /metrics latency budgets hold on an otherwise idle machine
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 # a user pack with patterns that backtrack exponentially on the bait lines below
 HOSTILE_PACK = {

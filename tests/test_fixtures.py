@@ -119,7 +119,7 @@ def test_phases_only_move_forward(name: str) -> None:
 def test_sglang_download_inside_weight_loading_is_one_phase_with_its_own_time() -> None:
     """The simulator's SGLang startup downloads 3 files (7.5 s of the log's clock, tqdm bars
     without timestamps) right after `Load weight begin`, then loads 24 shards (15 s)."""
-    from daemonutil import sim_texts
+    from support.daemon import sim_texts
     from logwatch.rules.pack import load_pack
     text = "".join(sim_texts()).encode()
     moves = _phase_moves(text, "sglang")

@@ -7,7 +7,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 def test_replay_json_matches_genlog_truth(tmp_path):

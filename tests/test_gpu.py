@@ -1,6 +1,6 @@
 """GPU telemetry (logwatch/sources/gpu.py, issue 14): parsing real H200 captures, and streams
 of real processes: the replay stand-in `tests/tools/fake-nvidia-smi` (a copy of ../shared's), run here and over a
-real OpenSSH server (tests/sshd.py).
+real OpenSSH server (tests/support/sshd.py).
 
 No mocks: every stream runs a real process.  Every wait polls a condition with a deadline;
 no sleep stands in for synchronisation.  Every test is bounded well under 20 s.
@@ -25,7 +25,7 @@ from logwatch.sources.gpu import (
     plan_gpu, query_args,
 )
 from logwatch.sources.ssh import SSHOptions, SSHPool, SSHTarget
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 
 FAKE = ROOT / "tests" / "tools" / "fake-nvidia-smi"
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200"
@@ -578,6 +578,7 @@ def ssh_pair(server: SSHServer, path: str = "/var/log/sglang.log") -> tuple[SSHT
     return SSHTarget.parse(server.url(path)), opts
 
 
+@pytest.mark.integration
 def test_eight_gpus_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
     fake = marked_fake(tmp_path)
 
@@ -609,6 +610,7 @@ def test_eight_gpus_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:  #
     run(main())
 
 
+@pytest.mark.integration
 def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
         sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
     """Closing a session does not end a blocked command; the stream's pty does (and sshd
@@ -634,6 +636,7 @@ def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
     run(main())
 
 
+@pytest.mark.integration
 def test_no_nvidia_smi_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
     async def main() -> None:
         pool = SSHPool()

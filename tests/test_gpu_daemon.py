@@ -16,9 +16,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT
-from daemonutil import daemons, free_port, parse_metrics, sim_texts, target_cfg, write_config  # noqa: F401
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.daemon import daemons, free_port, parse_metrics, sim_texts, target_cfg, write_config  # noqa: F401
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 FAKE = ROOT / "tests" / "tools" / "fake-nvidia-smi"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"

@@ -21,13 +21,15 @@ from typing import Any
 
 import pytest
 
-from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     OOM_LINE, Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts,
     target, wait_for, write_config,
 )
 from logwatch.machine import CrashSettled, StartupBegan
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 KINDS = ["crashed", "stalled", "ready", "restarted"]
 

@@ -11,8 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT
-from daemonutil import sim_texts
+from support.daemon import sim_texts
 from logwatch.app.history import ledger_of_file
 from logwatch.ledger import advice_for, percentile
 
@@ -59,6 +61,7 @@ def two_launches(tmp_path: Path) -> Path:
     return log
 
 
+@pytest.mark.integration
 def test_history_json_of_two_launches(tmp_path: Path) -> None:
     log = two_launches(tmp_path)
     res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log), "--json"],
@@ -83,6 +86,7 @@ def test_history_json_of_two_launches(tmp_path: Path) -> None:
     assert any("batches above 256 run without CUDA graphs" in a for a in second["advice"])
 
 
+@pytest.mark.integration
 def test_history_table_and_compare(tmp_path: Path) -> None:
     log = two_launches(tmp_path)
     res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log)],

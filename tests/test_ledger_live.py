@@ -10,9 +10,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import ROOT
-from daemonutil import daemons, free_port, target_cfg, write_config  # noqa: F401
+from support.daemon import daemons, free_port, target_cfg, write_config  # noqa: F401
 from test_ledger import ARGS_1, ARGS_2, T0, launch
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 def test_the_daemon_records_launches_and_serves_them(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
@@ -30,7 +34,7 @@ def test_the_daemon_records_launches_and_serves_them(tmp_path: Path, daemons: An
         code, body = d.get("/api/history?target=node1")
         recs = json.loads(body)["startups"] if code == 200 else []
         return recs if len(recs) == 2 and recs[1]["outcome"] == "ready" else None
-    from daemonutil import wait_for
+    from support.daemon import wait_for
     recs = wait_for(two, 30, "two startups in the ledger")
     assert recs[1]["changed"] == {"max_running_requests": [64, 2048],
                                   "disable_cuda_graph": [False, True]}
@@ -89,7 +93,7 @@ def test_a_restarted_daemon_keeps_the_serving_startup_s_record(tmp_path: Path,
     ledger, with its durations and flags (the new daemon resumes it, it does not start an
     'incomplete' record over it)."""
     import signal
-    from daemonutil import wait_for
+    from support.daemon import wait_for
     log = tmp_path / "server.log"
     text = launch(1, T0, ARGS_1, 880.0, minutes=2.5)
     half = text.index("Decode batch", len(text) // 2)

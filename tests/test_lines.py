@@ -395,6 +395,7 @@ def test_crash_excerpt_independent_of_chunking():
     assert split["crash"]["excerpt"] == whole["crash"]["excerpt"]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("collapse", [False, True], ids=["exact", "collapse"])
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 @settings(max_examples=8, **NO_SHRINK)
@@ -409,6 +410,7 @@ def test_genlog_summary_independent_of_chunking(seed, collapse, data):
     assert_same_summary(run_pipeline(pack, split_at(raw, cuts), collapse), whole)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("size", [1 << 16, 4096, 97])
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_genlog_summary_fixed_chunk_sizes(seed, size):

@@ -33,6 +33,8 @@ from logwatch.sources import (
 from logwatch.sources.command import CommandSource
 from logwatch.sources.local import LocalFileSource
 
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
+
 SGLANG = load_pack("sglang")
 VLLM = load_pack("vllm")
 
@@ -679,6 +681,7 @@ def test_without_pack_first_attach_reads_from_byte_0(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------------------------
 # 5. latency sanity (not a benchmark)
 
+@pytest.mark.serial   # a 2 s latency budget
 @pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
 def test_an_appended_line_arrives_promptly(tmp_path: Path, use_inotify: bool) -> None:
     path = tmp_path / "server.log"

@@ -15,15 +15,19 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from conftest import FIXTURES
-from daemonutil import daemons, free_port, parse_metrics, sample, target_cfg, targets_in  # noqa: F401
-from daemonutil import write_config
+from support.daemon import daemons, free_port, parse_metrics, sample, target_cfg, targets_in  # noqa: F401
+from support.daemon import write_config
 from prometheus_client.parser import text_string_to_metric_families
 
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
 from logwatch.sinks.metrics import MetricsCache, counted_of
 from logwatch.view import TargetView, pipeline_view
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 

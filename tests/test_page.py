@@ -19,9 +19,13 @@ from pathlib import Path
 
 from playwright.sync_api import expect, sync_playwright
 
+import pytest
+
 from conftest import FIXTURES, ROOT
-from daemonutil import T0, append, daemons, sim_texts, split_at, target_cfg, write_config  # noqa: F401
+from support.daemon import T0, append, daemons, sim_texts, split_at, target_cfg, write_config  # noqa: F401
 from logwatch.follow import Follower
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = ROOT / "tests" / "artifacts"

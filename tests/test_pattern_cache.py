@@ -104,6 +104,7 @@ def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.integration
 def test_replay_output_is_the_same_cold_warm_and_unwritable(tmp_path: Path) -> None:
     log = str(FIXTURES / LOGS[0])
     cache = tmp_path / "cache"
@@ -118,6 +119,7 @@ def test_replay_output_is_the_same_cold_warm_and_unwritable(tmp_path: Path) -> N
     assert cold.stdout == warm.stdout == unwritable.stdout
 
 
+@pytest.mark.integration
 def test_a_bad_regex_is_reported_with_a_warm_cache(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     doc = minimal_pack()
@@ -171,6 +173,7 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
     assert doc["patterns"]["Server is up"] == {"g": [], "l": [["Server is up"], False]}
 
 
+@pytest.mark.integration
 def test_a_warm_start_takes_pack_documents_from_the_cache_without_yaml(tmp_path: Path) -> None:
     """A pack file's parsed document is kept by the SHA-256 of its bytes: a warm start
     neither parses YAML nor imports PyYAML (~15 ms of every start), and loads the same."""

@@ -21,14 +21,16 @@ from typing import Any
 
 import pytest
 
-from alertlib import Got, Receiver
-from daemonutil import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from support.receivers import Got, Receiver
+from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
 from logwatch.sources.probe import (
     Endpoint, ProbeConfig, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect,
     parse_probe_config, status_of,
 )
 from logwatch.view import probe_verdict
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 # -- pure parts -------------------------------------------------------------------------------
 

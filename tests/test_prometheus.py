@@ -17,10 +17,12 @@ from typing import Any, Iterator
 import pytest
 
 from conftest import ROOT
-from daemonutil import (
+from support.daemon import (
     Daemon, count_lines, daemons, free_port, http_get, sim_texts, split_at, target_cfg,  # noqa: F401 (fixture)
     Prometheus, wait_for, write_config,
 )
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 PROMETHEUS = "/usr/bin/prometheus"
 PROMTOOL = "/usr/bin/promtool"

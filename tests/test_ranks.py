@@ -44,6 +44,7 @@ def pipe_of(data: bytes, pack: str = "sglang") -> LogPipeline:
     return pipe
 
 
+@pytest.mark.integration
 def test_the_rank_that_never_finishes_graph_capture_is_named() -> None:
     pipe = pipe_of(tp8_log())
     assert pipe.state.phase == "cuda_graph"
@@ -66,11 +67,13 @@ def test_the_rank_that_never_finishes_graph_capture_is_named() -> None:
     assert alert.details["ranks_behind"] == view.rank_lag
 
 
+@pytest.mark.integration
 def test_ranks_that_all_finished_name_nobody() -> None:
     pipe = pipe_of(tp8_log(drop_rank=None))
     assert pipeline_view("x", pipe, now=5000.0).rank_lag == ""
 
 
+@pytest.mark.integration
 def test_rank_0_alone_ahead_is_not_the_others_lagging() -> None:
     """Only TP0 printed the capture end (the others' lines were not in the window): seven
     ranks are not "behind" one."""
@@ -132,6 +135,7 @@ def _settled(pipe: LogPipeline):  # type: ignore[no-untyped-def]
     return CrashSettled(st.epoch, st.startup_id, st.crash, st.durations(), None)
 
 
+@pytest.mark.integration
 def test_watch_names_the_rank_behind_when_it_stalls(tmp_path: Path) -> None:
     """`watch --stall-after 2s`: the stall verdict names TP5 (a quarter of the stall budget
     behind is enough to be named when the budget is that short)."""

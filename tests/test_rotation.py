@@ -25,12 +25,14 @@ from typing import Any
 
 import pytest
 
-from daemonutil import daemons, target_cfg, wait_for, write_config, free_port  # noqa: F401
+from support.daemon import daemons, target_cfg, wait_for, write_config, free_port  # noqa: F401
 from logwatch.sources import Data, Opened, Skipped
 from logwatch.sources.local import LocalFileSource, _Watcher
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 from test_local_source import Reader, new_follower, run
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 LOGROTATE = shutil.which("logrotate") or "/usr/sbin/logrotate"
 LINE_RE = re.compile(rb"^line (\d{6}) ", re.M)

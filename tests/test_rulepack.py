@@ -159,6 +159,7 @@ SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, mi
                  unknown_top_level_key, missing_phases, bad_crash_settle]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("mutate", SCHEMA_ERRORS, ids=lambda f: f.__name__)
 def test_rules_check_reports_schema_error_on_one_line(tmp_path: Path, mutate) -> None:
     doc = minimal_pack()
@@ -192,6 +193,7 @@ def test_crash_settle_is_read_and_inherited(tmp_path: Path) -> None:
     assert load_pack(str(write(tmp_path, doc))).crash_settle == 0.75
 
 
+@pytest.mark.integration
 def test_rule_without_action(tmp_path: Path) -> None:
     doc = minimal_pack()
     doc["rules"].append({"id": "idle", "pattern": "idle loop", "samples": ["idle loop"]})
@@ -204,6 +206,7 @@ def test_rule_without_action(tmp_path: Path) -> None:
     assert "phase" in ei.value.message and "crash" in ei.value.message  # lists the actions
 
 
+@pytest.mark.integration
 def test_sample_that_does_not_match(tmp_path: Path) -> None:
     doc = minimal_pack()
     _rule(doc, "up")["samples"] = ["[10:00:00] Server is down"]
@@ -214,6 +217,7 @@ def test_sample_that_does_not_match(tmp_path: Path) -> None:
     load_pack(str(path))  # the schema is fine: only `rules check` proves samples
 
 
+@pytest.mark.integration
 def test_sample_with_wrong_field(tmp_path: Path) -> None:
     doc = minimal_pack()
     _rule(doc, "start")["samples"] = [{"line": "Starting server on port 8000",
@@ -223,6 +227,7 @@ def test_sample_with_wrong_field(tmp_path: Path) -> None:
     assert "rule 'start'" in line and ": samples: " in line and "port" in line, line
 
 
+@pytest.mark.integration
 def test_sample_routed_to_an_earlier_rule(tmp_path: Path) -> None:
     doc = minimal_pack()
     doc["rules"].insert(0, {"id": "any_server", "pattern": r"Server is \w+",
@@ -233,6 +238,7 @@ def test_sample_routed_to_an_earlier_rule(tmp_path: Path) -> None:
     assert "rule 'up'" in line and ": samples: " in line and "any_server" in line, line
 
 
+@pytest.mark.integration
 def test_negative_sample_that_matches(tmp_path: Path) -> None:
     doc = minimal_pack()
     _rule(doc, "up")["samples"] = [{"line": "Server is up", "matches": False}]
@@ -241,6 +247,7 @@ def test_negative_sample_that_matches(tmp_path: Path) -> None:
     assert "rule 'up'" in line and ": samples: " in line, line
 
 
+@pytest.mark.integration
 def test_not_yaml(tmp_path: Path) -> None:
     path = write(tmp_path, "name: mini\nphases: [launching, ready\nrules: {{{\n")
     line = one_error_line(run_cli("rules", "check", str(path)))
@@ -250,6 +257,7 @@ def test_not_yaml(tmp_path: Path) -> None:
     assert Path(ei.value.path).resolve() == path.resolve()
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("text", ["- just\n- a list\n", "", "42\n"])
 def test_yaml_that_is_not_a_mapping(tmp_path: Path, text: str) -> None:
     path = write(tmp_path, text)
@@ -257,6 +265,7 @@ def test_yaml_that_is_not_a_mapping(tmp_path: Path, text: str) -> None:
     assert names_file(line, path), line
 
 
+@pytest.mark.integration
 def test_pack_file_that_is_not_utf8(tmp_path: Path) -> None:
     """A pack saved in Latin-1 (an editor's default) is a broken pack, not a crash."""
     path = tmp_path / "latin1.yaml"
@@ -268,6 +277,7 @@ def test_pack_file_that_is_not_utf8(tmp_path: Path) -> None:
         load_pack(str(path))
 
 
+@pytest.mark.integration
 def test_extends_unknown_pack(tmp_path: Path) -> None:
     doc = minimal_pack()
     doc["extends"] = "nosuchpack"
@@ -282,6 +292,7 @@ def test_extends_unknown_pack(tmp_path: Path) -> None:
     assert Path(ei.value.path).resolve() == path.resolve()
 
 
+@pytest.mark.integration
 def test_extends_unknown_pack_names_the_missing_pack(tmp_path: Path) -> None:
     """The message says which pack could not be found, as `--rules nosuchpack` does."""
     doc = minimal_pack()
@@ -291,6 +302,7 @@ def test_extends_unknown_pack_names_the_missing_pack(tmp_path: Path) -> None:
     assert "nosuchpack" in line, line
 
 
+@pytest.mark.integration
 def test_extends_cycle(tmp_path: Path) -> None:
     a = write(tmp_path, {"name": "a", "extends": "./b.yaml"}, "a.yaml")
     write(tmp_path, {"name": "b", "extends": "./a.yaml"}, "b.yaml")
@@ -301,12 +313,14 @@ def test_extends_cycle(tmp_path: Path) -> None:
     assert ei.value.key == "extends"
 
 
+@pytest.mark.integration
 def test_extends_itself(tmp_path: Path) -> None:
     a = write(tmp_path, {"name": "a", "extends": "./a.yaml"}, "a.yaml")
     line = one_error_line(run_cli("rules", "check", str(a)))
     assert ": extends: " in line and names_file(line, a), line
 
 
+@pytest.mark.integration
 def test_extends_cycle_spelled_through_parent_dir(tmp_path: Path) -> None:
     """The same cycle, with one side naming the file as `../DIR/a.yaml`: still a cycle."""
     d = tmp_path / "packs"
@@ -320,6 +334,7 @@ def test_extends_cycle_spelled_through_parent_dir(tmp_path: Path) -> None:
     assert ei.value.key == "extends"
 
 
+@pytest.mark.integration
 def test_minimal_valid_pack_passes(tmp_path: Path) -> None:
     path = write(tmp_path, minimal_pack())
     res = run_cli("rules", "check", str(path))
@@ -333,6 +348,7 @@ def test_minimal_valid_pack_passes(tmp_path: Path) -> None:
     assert pack.rule("start").samples[0].fields == {"port": "8000"}
 
 
+@pytest.mark.integration
 def test_check_stops_at_first_broken_pack_among_several(tmp_path: Path) -> None:
     good = write(tmp_path, minimal_pack(), "good.yaml")
     doc = minimal_pack()
@@ -401,6 +417,7 @@ def test_extends_inherits_everything(tmp_path: Path) -> None:
     assert len(mine.ignore) == len(base.ignore)
 
 
+@pytest.mark.integration
 def test_extends_overrides_a_rule_in_place(tmp_path: Path) -> None:
     base = load_pack("sglang")
     pos = ids(base).index("load_weight_end")
@@ -446,6 +463,7 @@ def test_extends_disable(tmp_path: Path) -> None:
     assert len(mine.rules) == len(base.rules) - 2
 
 
+@pytest.mark.integration
 def test_extends_disable_unknown_id(tmp_path: Path) -> None:
     path = user_pack(tmp_path, disable=["no_such_rule"])
     with pytest.raises(PackError) as ei:
@@ -470,6 +488,7 @@ def test_extending_pack_validates_its_own_rules_against_inherited_phases(tmp_pat
     assert (ei.value.rule, ei.value.key) == ("x", "phase")
 
 
+@pytest.mark.integration
 def test_extends_with_redeclared_phases_rejects_inherited_rules_in_dropped_phases(
         tmp_path: Path) -> None:
     """An inherited rule that enters a phase the child no longer declares is a broken pack,
@@ -479,6 +498,7 @@ def test_extends_with_redeclared_phases_rejects_inherited_rules_in_dropped_phase
     assert "phase" in line, line
 
 
+@pytest.mark.integration
 def test_replay_with_redeclared_phases_does_not_crash(tmp_path: Path) -> None:
     path = user_pack(tmp_path, phases=["launching", "ready"])
     res = run_cli("replay", "--rules", str(path), "tests/fixtures/sglang-021.log")
@@ -493,6 +513,7 @@ PORT_LOG = (
 )
 
 
+@pytest.mark.integration
 def test_replay_with_user_pack_file(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text(PORT_LOG)
@@ -517,6 +538,7 @@ def test_replay_with_user_pack_file(tmp_path: Path) -> None:
     assert doc["crash"]["during"] == "launching"
 
 
+@pytest.mark.integration
 def test_rules_test_with_user_pack_file(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text(PORT_LOG)
@@ -570,6 +592,7 @@ def test_code_vocabulary_is_design_vocabulary() -> None:
 # ----------------------------------------------------------------------------------------------
 # The shipped packs
 
+@pytest.mark.integration
 def test_rules_check_shipped_packs() -> None:
     res = run_cli("rules", "check")
     assert res.returncode == 0, res.stderr
@@ -578,6 +601,7 @@ def test_rules_check_shipped_packs() -> None:
     assert "warning" not in res.stderr, res.stderr
 
 
+@pytest.mark.integration
 def test_rules_check_by_name() -> None:
     res = run_cli("rules", "check", "sglang", "vllm")
     assert res.returncode == 0, res.stderr
@@ -629,6 +653,7 @@ def test_shipped_packs_have_unique_ids_and_detect() -> None:
 # ----------------------------------------------------------------------------------------------
 # Explicit prefilters
 
+@pytest.mark.integration
 def test_explicit_prefilter(tmp_path: Path) -> None:
     doc = minimal_pack()
     _rule(doc, "up")["pattern"] = r"\w+ is up"
@@ -650,6 +675,7 @@ def test_bad_prefilter_value(tmp_path: Path, value) -> None:
     assert (ei.value.rule, ei.value.key) == ("up", "prefilter")
 
 
+@pytest.mark.integration
 def test_prefilter_missing_from_a_sample_fails_check(tmp_path: Path) -> None:
     doc = minimal_pack()
     _rule(doc, "up")["prefilter"] = ["Server is UP"]
@@ -659,6 +685,7 @@ def test_prefilter_missing_from_a_sample_fails_check(tmp_path: Path) -> None:
     assert "rule 'up'" in res.stderr and "prefilter" in res.stderr
 
 
+@pytest.mark.integration
 def test_rule_without_derivable_literal_is_a_warning(tmp_path: Path) -> None:
     doc = minimal_pack()
     doc["rules"].append({"id": "pct", "pattern": r"\d+%", "phase": "launching",

@@ -167,6 +167,7 @@ def test_exact_scan_equals_reference_on_framed_fixture(path, pack):
     assert pieces == whole
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_exact_scan_equals_reference_on_genlog(seed, pack):
@@ -181,6 +182,7 @@ def test_exact_scan_equals_reference_on_genlog(seed, pack):
         assert {"server_args", "load_weight_begin", "decode_batch", "ready"} <= ids
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_exact_scan_equals_reference_on_framed_genlog(seed, pack):
@@ -239,6 +241,7 @@ def test_collapse_scan_keeps_first_and_last_of_each_stats_run(pack, data):
     assert key(got) == key(collapse_runs(ref))
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_collapse_scan_on_genlog(seed, pack):
@@ -275,6 +278,7 @@ def test_last_stats_line_by_rfind_is_re2s(pack, data, line_number):
     assert got == scanned(re2_last_matcher(pack), block(data, 0, line_number), True)
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_last_stats_line_by_rfind_is_re2s_on_genlog(seed, pack):
@@ -473,6 +477,7 @@ def test_engines_agree_on_fixture(path, pack):
         assert got
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("seed", sorted(GENLOG_ARGS))
 def test_engines_agree_on_genlog(seed, pack):
@@ -547,6 +552,7 @@ def test_a_case_folded_non_ascii_literal_falls_back_to_re2():
     assert literal_finder([]) is None
 
 
+@pytest.mark.integration
 def test_replay_without_the_hyperscan_module_gives_the_same_result(monkeypatch):
     """Where `import hyperscan` fails, RE2 does the pass, and a replay ends the same."""
     import io

@@ -1,4 +1,4 @@
-"""The SSH source against a real OpenSSH server on 127.0.0.1 (tests/sshd.py).
+"""The SSH source against a real OpenSSH server on 127.0.0.1 (tests/support/sshd.py).
 
 Every wait polls a condition with a deadline; no sleep stands in for synchronisation.  The
 fault test is the acceptance criterion: 100,000 lines written while the connection is dropped
@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+import pytest
+
 from conftest import ROOT
 from logwatch.rules.locate import startup_locator
 from logwatch.follow import Follower
@@ -25,7 +27,9 @@ from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 USER = getpass.getuser()
 POLL = 0.02   # how often a wait looks at its condition

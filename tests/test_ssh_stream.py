@@ -12,10 +12,14 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from logwatch.sources.ssh import SSHPool
 from logwatch.sources.sshstream import MARKER
-from sshd import SSHServer
+from support.sshd import SSHServer
 from test_ssh import Collector, make_source, numbered, run, ssh_opts
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 def reader_pids(server: SSHServer) -> list[int]:
@@ -75,6 +79,7 @@ def expected(lines: int) -> bytes:
     return b"".join(numbered(i) for i in range(1, lines + 1))
 
 
+@pytest.mark.serial   # counts one reconnect per fault; faults closer than a loaded machine reconnects merge
 def test_reader_killed_mid_read_and_sshd_restarted_lose_and_repeat_nothing(
         tmp_path: Path) -> None:
     """Four logs on one host without SFTP (the stream is all there is), MaxSessions 10: while

@@ -11,9 +11,11 @@ from typing import Iterator
 
 import pytest
 
-from alertlib import (  # noqa: F401 (daemons, receivers: fixtures)
+from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     append, daemons, free_port, hook, receivers, sim_texts, target, wait_for, write_config,
 )
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 @pytest.fixture

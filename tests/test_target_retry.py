@@ -14,10 +14,14 @@ from pathlib import Path
 
 import yaml
 
-from daemonutil import free_port, sim_texts
+import pytest
+
+from support.daemon import free_port, sim_texts
 import logwatch.app.daemon as daemon_mod
 from logwatch.app.config import load_config
 from logwatch.sources import local as local_mod
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
 def test_a_target_that_fails_is_retried_and_the_others_go_on(tmp_path: Path, monkeypatch) -> None:

@@ -21,6 +21,8 @@ import pytest
 from conftest import FIXTURES, ROOT
 from logwatch.app.simulate import script
 
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
+
 JSON_KEYS = {"file", "engine", "phase", "phases_seen", "startups", "lines", "shards_loaded",
              "shards_total", "crash", "ready_line", "durations"}
 CRASH_KEYS = {"reason", "during", "line", "line_number", "excerpt"}

@@ -14,9 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-from alertlib import Receiver, wait_for
+import pytest
+
+from support.receivers import Receiver, wait_for
 from conftest import ROOT
-from daemonutil import sim_texts
+from support.daemon import sim_texts
+
+pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 ARGS = ("--no-history", "--gpu", "off", "--probe", "off", "--timeout", "60s")
 

@@ -16,7 +16,7 @@ from typing import Callable
 import pytest
 
 from conftest import FIXTURES
-from daemonutil import sim_texts
+from support.daemon import sim_texts
 from logwatch.app.replay import replay_file
 from logwatch.sinks.summary import summary
 from logwatch.view import pipeline_view

@@ -6,7 +6,7 @@ sleeps to synchronise: `wait_for` polls a condition until a deadline and fails w
 value it saw.
 
 `Daemon` and the `daemons` fixture are the only wrapper of the daemon process: the alert
-tests get them through alertlib, which re-exports them (there were two copies, which drifted).
+tests get them through support.receivers, which re-exports them (there were two copies, which drifted).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str,
     default, as the alert tests run it).
     `bare_on`: write the alerts' `on:` keys bare, as DESIGN.md writes them (PyYAML quotes the
     key, `'on':`, since bare `on` is a YAML 1.1 boolean; the loader maps the boolean back), and
-    do not wrap long values (width 1000).  alertlib's write_config is this with
+    do not wrap long values (width 1000).  support.receivers' write_config is this with
     checkpoint=None, bare_on=True.
     """
     doc: dict[str, Any] = {"listen": f"127.0.0.1:{port}", "state_dir": str(state_dir)}
@@ -171,7 +171,7 @@ class Daemon:
     stderr go to a file (never a pipe that could fill up and block it).
 
     The one wrapper of the real daemon for every test (the daemon, Prometheus, deploy and alert
-    tests: alertlib re-exports it), so that a fix to how the daemon is started or polled
+    tests: support.receivers re-exports it), so that a fix to how the daemon is started or polled
     reaches all of them.
 
     `env`: variables set for the daemon, over the test process's own environment (a webhook
@@ -184,7 +184,7 @@ class Daemon:
     def __init__(self, config: Path, port: int, logdir: Path, env: dict[str, str] | None = None,
                  name: str = "daemon") -> None:
         if isinstance(env, str):
-            # the old daemonutil order was Daemon(config, port, logdir, name)
+            # the old order was Daemon(config, port, logdir, name)
             raise TypeError(f"Daemon(): env must be a dict, got {env!r}; pass the name as name=")
         self.config = config
         self.port = port

@@ -6,7 +6,7 @@ and SFTP served by `internal-sftp`.  The tests drop connections by killing the p
 sshd processes (the listener's descendants) and restart the listener on the same port with
 the same keys.  Nothing is installed here: `.ci/run` installs openssh-server.
 
-Use the `sshd_server` fixture (import it into the test module: `from sshd import sshd_server`).
+Use the `sshd_server` fixture (import it into the test module: `from support.sshd import sshd_server`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Helpers for the alert tests: local HTTP receivers with programmable answers, the alert
-tests' config writer; and, re-exported from daemonutil, the real daemon as a subprocess, log
+tests' config writer; and, re-exported from support.daemon, the real daemon as a subprocess, log
 writing, polling with a deadline.
 
 Nothing here sleeps to synchronise: `wait_for` polls a condition until a deadline and fails
@@ -20,11 +20,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-import daemonutil
-# The daemon wrapper and its fixture are daemonutil's (one wrapper for every test that runs the
+from support import daemon
+# The daemon wrapper and its fixture are support.daemon's (one wrapper for every test that runs the
 # real daemon, so a fix to starting or polling it reaches them all); re-exported here so that
 # the alert tests import everything they need from one place.
-from daemonutil import (  # noqa: F401 - shared with the daemon tests
+from support.daemon import (  # noqa: F401 - shared with the daemon tests
     T0, Daemon, append, count_lines, daemons, free_port, http_get, sim_texts, split_at, wait_for,
 )
 
@@ -214,16 +214,16 @@ def hook(kind: str | None = None, status: str | None = None,
 
 def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str, Any]],
                  alerts: list[dict[str, Any]], **extra: Any) -> Path:
-    """daemonutil's write_config with the `alerts` every alert test has, the daemon's default
+    """support.daemon's write_config with the `alerts` every alert test has, the daemon's default
     checkpoint interval (no `checkpoint:` key) and `on:` written as DESIGN.md writes it (a bare
     YAML key: the loader maps boolean `on`)."""
     extra.setdefault("checkpoint", None)
-    return daemonutil.write_config(path, port, state_dir, targets, bare_on=True,
+    return daemon.write_config(path, port, state_dir, targets, bare_on=True,
                                    alerts=alerts, **extra)
 
 
-# the same target entry as daemonutil's, under the name the alert tests use
-target = daemonutil.target_cfg
+# the same target entry as support.daemon's, under the name the alert tests use
+target = daemon.target_cfg
 
 
 def alert_state(state_dir: Path) -> dict[str, Any]:
