@@ -17,6 +17,7 @@ from . import __version__
 from .app.replay import replay_file
 from .rules.check import check_samples, pack_warnings, test_lines
 from .rules.pack import PackError, load_pack, shipped_pack_names
+from .sinks.alerts.kinds import KIND_NAMES
 from .units import parse_duration
 from .sinks.summary import human, summary, timeline
 from .view import pipeline_view
@@ -238,8 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Send one sample alert (marked [test]) to every sink of the "
                                      "config and report what each answered. Exit 1 if any failed.")
     at.add_argument("-c", "--config", default="logwatch.yaml", metavar="FILE")
-    at.add_argument("--kind", default="crashed",
-                    choices=["crashed", "stalled", "slow", "ready", "restarted", "phase"])
+    at.add_argument("--kind", default="crashed", choices=KIND_NAMES)
     at.set_defaults(func=cmd_alerts_test)
 
     rules = sub.add_parser("rules", help="validate and test rule packs",

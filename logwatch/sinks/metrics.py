@@ -19,7 +19,7 @@ from ..counters import DURATION_BUCKETS
 from ..rules.pack import CRASH_REASONS, READY
 from ..state.files import STATE_ERRORS
 from ..view import TargetView
-from .alerts.config import KINDS
+from .alerts.kinds import KIND_NAMES
 SERVING = {
     "gen_throughput": ("logwatch_gen_throughput_tokens_per_second",
                        "generation throughput from the serving log lines (tokens/s)"),
@@ -332,7 +332,7 @@ def _global_lines(stats: AlertStats | None) -> str:
     dropped: list[str] = []
     if stats is not None:
         drops = stats.dropped_counts()
-        for kind in KINDS:
+        for kind in KIND_NAMES:
             dropped.append(f'logwatch_alerts_dropped_total{{kind="{kind}"}} '
                            f"{floatToGoString(float(drops.get(kind, 0)))}")
         counts = stats.sent_counts()

@@ -8,9 +8,9 @@ from urllib.parse import urlsplit
 
 from ...errors import ConfigError, ErrorCollector
 from ...units import parse_duration
+from .kinds import DEFAULT_ON, KIND_NAMES
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
-KINDS = ("crashed", "stalled", "slow", "unreachable", "ready", "restarted", "phase")
 SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
              "timeout", "max_attempts", "max_age")
 
@@ -58,9 +58,9 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
             raise ConfigError(path, f"{key}.url_env", f"${a['url_env']} is not an http(s) URL")
     if a.get("secret_env"):
         _env_value(path, f"{key}.secret_env", a["secret_env"])
-    on = a.get("on", list(KINDS[:3]))
-    if not isinstance(on, list) or not on or any(k not in KINDS for k in on):
-        raise ConfigError(path, f"{key}.on", f"a list of: {', '.join(KINDS)}")
+    on = a.get("on", list(DEFAULT_ON))
+    if not isinstance(on, list) or not on or any(k not in KIND_NAMES for k in on):
+        raise ConfigError(path, f"{key}.on", f"a list of: {', '.join(KIND_NAMES)}")
     name = str(a.get("name") or f"{t}-{i}")
     if name in names:
         raise ConfigError(path, f"{key}.name", f"duplicate sink name {name!r}")

@@ -15,8 +15,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 FIRING, RESOLVED = "firing", "resolved"
-# kinds that stay open until something resolves them (Alertmanager needs the resolution)
-RESOLVABLE = ("crashed", "stalled", "slow", "unreachable")
 SCHEMA_VERSION = 1
 EXCERPT_LINES = 30
 EXCERPT_CHARS = 6000
@@ -25,7 +23,7 @@ EXCERPT_CHARS = 6000
 @dataclass
 class Alert:
     key: str
-    kind: str                 # crashed | stalled | slow | unreachable | ready | restarted | phase
+    kind: str                 # a name of kinds.ALERT_KINDS
     status: str               # firing | resolved
     target: str
     engine: str

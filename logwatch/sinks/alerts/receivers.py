@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from .kinds import DEFAULT_ON, kind_of
 from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 
 SLACK_TEXT = 3000      # a section's text
@@ -73,7 +74,7 @@ class Sink:
     def __init__(self, name: str, spec: dict[str, Any]) -> None:
         self.name = name
         self.spec = spec
-        self.kinds = tuple(spec.get("on") or ("crashed", "stalled", "ready"))
+        self.kinds = tuple(spec.get("on") or DEFAULT_ON)
         self.selector = {k: re.compile(v) for k, v in (spec.get("targets") or {}).items()}
         self.timeout = float(spec.get("timeout", 10))
         self.max_attempts = int(spec.get("max_attempts", 8))
@@ -131,12 +132,10 @@ LINE_LABEL = {"crashed": "root cause: ", "ready": "ready line: ", "restarted": "
 
 class SlackSink(Sink):
     type = "slack"
-    ICON = {"crashed": ":red_circle:", "stalled": ":hourglass:", "slow": ":snail:",
-            "ready": ":large_green_circle:", "restarted": ":arrows_counterclockwise:",
-            "phase": ":arrow_right:"}
 
     def request(self, alert: Alert) -> Request:
-        icon = ":white_check_mark:" if alert.status == RESOLVED else self.ICON.get(alert.kind, "")
+        kind = kind_of(alert.kind)
+        icon = ":white_check_mark:" if alert.status == RESOLVED else (kind.slack_icon if kind else "")
         title = _cut(f"{alert.target}: {alert.summary}", SLACK_HEADER - 4)
         blocks: list[dict[str, Any]] = [
             {"type": "section", "text": {"type": "mrkdwn",
@@ -179,14 +178,9 @@ class WebhookSink(Sink):
 
 # -- Alertmanager ------------------------------------------------------------------------------
 
-ALERTNAMES = {"crashed": "LogwatchCrashed", "stalled": "LogwatchStalled",
-              "slow": "LogwatchSlowStartup", "ready": "LogwatchReady",
-              "restarted": "LogwatchRestarted", "phase": "LogwatchPhase",
-              "unreachable": "LogwatchUnreachable"}
-
-
 def am_labels(alert: Alert) -> dict[str, str]:
-    labels = {"alertname": ALERTNAMES.get(alert.kind, "Logwatch"), "target": alert.target,
+    kind = kind_of(alert.kind)
+    labels = {"alertname": kind.alertname if kind else "Logwatch", "target": alert.target,
               "engine": alert.engine, "kind": alert.kind,
               "reason": str(alert.details.get("reason") or ""), "source": "logwatch"}
     for k, v in alert.labels.items():

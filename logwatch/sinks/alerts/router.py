@@ -29,13 +29,13 @@ from typing import Any
 from ... import log
 from ...machine import Event
 from ...view import TargetView
-from .model import FIRING, RESOLVABLE, Alert
+from .kinds import RESOLVABLE, kind_of
+from .model import FIRING, Alert
 from .outbox import QUEUED, SENDING, AlertStore
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Outcome, Request, Sink, classify, make_sinks
 
 BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target
-UNLIMITED = ("crashed",)                  # kinds the rate limit never drops
 MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
 
 
@@ -174,7 +174,8 @@ class AlertRouter:
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
-        if alert.status == FIRING and alert.kind not in UNLIMITED and \
+        kind = kind_of(alert.kind)
+        if alert.status == FIRING and (kind is None or kind.rate_limited) and \
                 not self._allow(alert.target):
             self.store.unmark(alert.target, mark)   # not sent: a later decision may send it
             self._dropped[alert.kind] = self._dropped.get(alert.kind, 0) + 1
