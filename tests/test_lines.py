@@ -823,8 +823,9 @@ def test_hard_wrapped_rows_are_rejoined_after_the_width_is_known(name, width):
 def test_hard_wrapped_fixtures_read_as_the_originals():
     """Every fixture hard-wrapped at 80, 100 and 132 columns: the same final phase and crash
     reason as the original, line counts in physical rows.  Only a crash whose marker sits in
-    one of the first two folds (the ones that show the width) may be missed: measured 159 of
-    162, against 142 of 162 when rows are not rejoined."""
+    one of the first two folds (the ones that show the width) may be missed: measured 203 of
+    210, against 183 of 210 when rows are not rejoined (3 SGLang/vLLM misses, and 4 of the
+    short TensorRT-LLM logs, 005, 006 and 016, whose crash line is in their first two folds)."""
     def outcome(doc):
         return doc["phase"], (doc["crash"] or {}).get("reason")
     same = {True: 0, False: 0}
@@ -843,7 +844,7 @@ def test_hard_wrapped_fixtures_read_as_the_originals():
                 if unfold and not ok:
                     missed.append((p.stem, width))
     total = 3 * len(FIXTURE_FILES)
-    assert same[True] >= total - 3, missed
+    assert same[True] >= total - 7, missed
     assert same[True] - same[False] >= 15, same
 
 

@@ -25,7 +25,7 @@ from logwatch.rules.pack import REGEX_FLAGS, load_pack
 
 def _shipped_patterns() -> list[str]:
     out: list[str] = []
-    for name in ("base", "sglang", "vllm"):
+    for name in ("base", "sglang", "vllm", "trtllm"):
         for r in load_pack(name).rules:
             if r.pattern not in out:
                 out.append(r.pattern)
@@ -255,7 +255,7 @@ def test_regex_only_syntax_gives_none_or_valid_literals() -> None:
 
 
 def test_shipped_rule_literals_are_in_their_samples() -> None:
-    for name in ("sglang", "vllm"):
+    for name in ("sglang", "vllm", "trtllm"):
         for r in load_pack(name).rules:
             for s in r.samples:
                 if s.matches:

@@ -373,7 +373,7 @@ def ids(pack) -> list[str]:
 
 def test_a_pack_file_is_parsed_once_per_version(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """base.yaml is parsed once although sglang and vllm extend it; an edited file again."""
+    """base.yaml is parsed once although sglang, vllm and trtllm extend it; an edited file again."""
     from logwatch.rules import pack as packmod
     parsed: list[str] = []
     real = packmod.load_yaml
@@ -390,7 +390,7 @@ def test_a_pack_file_is_parsed_once_per_version(tmp_path: Path,
     packmod._read_yaml.cache_clear()
     try:
         packmod.load_all_shipped()
-        assert sorted(parsed) == ["base.yaml", "sglang.yaml", "vllm.yaml"]
+        assert sorted(parsed) == ["base.yaml", "sglang.yaml", "trtllm.yaml", "vllm.yaml"]
         doc = minimal_pack()
         path = write(tmp_path, doc)
         assert load_pack(str(path)).name == "mini"
@@ -596,7 +596,7 @@ def test_code_vocabulary_is_design_vocabulary() -> None:
 def test_rules_check_shipped_packs() -> None:
     res = run_cli("rules", "check")
     assert res.returncode == 0, res.stderr
-    for name in ("base", "sglang", "vllm"):
+    for name in ("base", "sglang", "vllm", "trtllm"):
         assert f"{name}.yaml: ok" in res.stdout
     assert "warning" not in res.stderr, res.stderr
 
@@ -608,14 +608,14 @@ def test_rules_check_by_name() -> None:
     assert res.stdout.count(": ok (") == 2
 
 
-@pytest.mark.parametrize("name", ["sglang", "vllm"])
+@pytest.mark.parametrize("name", ["sglang", "vllm", "trtllm"])
 def test_every_rule_has_a_positive_sample(name: str) -> None:
     pack = load_pack(name)
     missing = [r.id for r in pack.rules if not any(s.matches for s in r.samples)]
     assert missing == []
 
 
-@pytest.mark.parametrize("name", ["base", "sglang", "vllm"])
+@pytest.mark.parametrize("name", ["base", "sglang", "vllm", "trtllm"])
 def test_shipped_vocabulary(name: str) -> None:
     pack = load_pack(name)
     assert set(pack.phases) <= DESIGN_PHASES
@@ -630,7 +630,7 @@ def test_shipped_vocabulary(name: str) -> None:
     assert set(pack.crash_by_phase.values()) <= DESIGN_REASONS
 
 
-@pytest.mark.parametrize("name", ["base", "sglang", "vllm"])
+@pytest.mark.parametrize("name", ["base", "sglang", "vllm", "trtllm"])
 def test_every_shipped_rule_has_a_prefilter(name: str) -> None:
     pack = load_pack(name)
     assert [r.id for r in pack.rules if r.literals is None] == []
@@ -639,11 +639,11 @@ def test_every_shipped_rule_has_a_prefilter(name: str) -> None:
 
 
 def test_shipped_pack_names() -> None:
-    assert {"base", "sglang", "vllm"} <= set(shipped_pack_names())
+    assert {"base", "sglang", "vllm", "trtllm"} <= set(shipped_pack_names())
 
 
 def test_shipped_packs_have_unique_ids_and_detect() -> None:
-    for name in ("sglang", "vllm"):
+    for name in ("sglang", "vllm", "trtllm"):
         pack = load_pack(name)
         assert len(set(ids(pack))) == len(pack.rules)
         assert pack.detect, name

@@ -25,7 +25,7 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                        HealthCheck.data_too_large])
 # costly to shrink: a failure is reported as found (the deterministic cases below are minimal)
 NO_SHRINK = dict(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
-PACKS = ["sglang", "vllm"]
+PACKS = ["sglang", "vllm", "trtllm"]
 FIXTURE_FILES = sorted(FIXTURES.glob("*.log"))
 
 
