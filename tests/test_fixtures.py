@@ -176,3 +176,18 @@ def test_trtllm_pack_meets_its_acceptance_bar() -> None:
             (exp["shards_total"], exp["shards_loaded_last"])
     assert final >= 15 and verdict == 16 and shards == 16, (final, verdict, shards)
     assert crashes == 9 and reason >= 7, (reason, crashes)
+
+
+def test_trtllm_log_is_not_taken_for_sglang_before_its_first_line() -> None:
+    """Live `--rules auto` decides at the first pack that scores: the wrapper and `datasets`
+    lines before trtllm-serve's first line (`[2025-12-20 04:19:59] INFO config.py:54: ...`)
+    score for no engine, and the version banner makes it TensorRT-LLM."""
+    from logwatch.rules.locate import detect_pack
+    from logwatch.rules.pack import load_all_shipped
+    lines = (FIXTURES / "trtllm-012.log").read_bytes().split(b"\n")
+    packs = load_all_shipped()
+    before = b"\n".join(lines[:37]) + b"\n"
+    assert b"INFO config.py:54:" in before and b"TensorRT-LLM" not in before
+    assert detect_pack(before, packs, complete_lines=True) is None
+    found = detect_pack(b"\n".join(lines[:39]) + b"\n", packs, complete_lines=True)
+    assert found is not None and found.name == "trtllm"
