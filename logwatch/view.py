@@ -121,6 +121,7 @@ class TargetView:
     vs_previous: str = ""          # at ready: this launch against the one before (the ledger)
     probe: dict[str, Any] | None = None   # the server's endpoint, probed (None: no probe)
     ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # how far each rank got
+    rank_tags: tuple[str, ...] = ()   # the pack's `ranks:` patterns (the display folds by them)
     rank_lag: str = ""             # "TP5 still in cuda_graph 4m after the other 7 ranks ..."
 
     @property
@@ -340,6 +341,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "typical_total": statistics.median(totals) if totals else None,
            "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
                      for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},
+           "rank_tags": tuple(rx.pattern for rx in pipe.pack.ranks),
            "rank_lag": _rank_lag(pipe, now)})
 
 

@@ -148,3 +148,24 @@ def test_watch_names_the_rank_behind_when_it_stalls(tmp_path: Path) -> None:
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "ranks: TP5 still in cuda_graph" in res.stdout, res.stdout
     assert "after the other 7 ranks finished it" in res.stdout
+
+
+@pytest.mark.parametrize("pack_name, lines", [
+    ("sglang", ["[2025-10-06 10:00:05 TP0] Capture cuda graph begin.",
+                "[2025-10-06 10:00:06 TP1] Capture cuda graph begin."]),
+    ("vllm", ["(Worker_TP0 pid=81) INFO 10-03 10:00:05 [gpu_worker.py:9] Loading",
+              "(Worker_TP1 pid=82) INFO 10-03 10:00:05 [gpu_worker.py:9] Loading"]),
+    ("vllm", ["(VllmWorker rank=0 pid=81) INFO 10-03 10:00:05 [w.py:9] Loading",
+              "(VllmWorker rank=1 pid=82) INFO 10-03 10:00:05 [w.py:9] Loading"]),
+    ("trtllm", ["[TRT-LLM] [I] [batchmgr][RANK 0] Number of tokens per block: 32.",
+                "[TRT-LLM] [I] [batchmgr][RANK 2] Number of tokens per block: 32."]),
+    ("trtllm", ["[07/08/2025-19:47:14] [TRT-LLM] [RANK 0] [I] moe_load_balancer finalizing model...",
+                "[07/08/2025-19:47:15] [TRT-LLM] [RANK 1] [I] moe_load_balancer finalizing model..."]),
+])
+def test_the_crash_excerpt_folds_ranks_by_the_packs_rank_tags(pack_name, lines) -> None:
+    """The display's fold knows no engine's tags: the pack's `ranks:` name them."""
+    from logwatch.rules.pack import load_pack
+    from logwatch.sinks.display import fold_ranks
+    tags = tuple(rx.pattern for rx in load_pack(pack_name).ranks)
+    assert fold_ranks(lines + ["other"], tags) == [f"{lines[0]} (x2 ranks)", "other"]
+    assert fold_ranks([lines[0], lines[1] + "!"], tags) == [lines[0], lines[1] + "!"]

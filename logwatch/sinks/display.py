@@ -7,13 +7,17 @@ phase change, progress every few seconds, and the crash with its root-cause line
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
+
+import regex
 
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
+from ..rules.pack import REGEX_FLAGS
 from ..units import fmt_duration
 from ..view import TargetView
 
@@ -195,7 +199,7 @@ class PlainDisplay:
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
             if c["excerpt"]:
                 print("  excerpt:", file=self.out)
-                for ln in fold_ranks(c["excerpt"][-60:])[-40:]:
+                for ln in fold_ranks(c["excerpt"][-60:], view.rank_tags)[-40:]:
                     print(f"    | {ln}", file=self.out)
         elif view.phase == "ready":
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
@@ -209,17 +213,34 @@ class PlainDisplay:
         self.out.flush()
 
 
-_RANK_PREFIX = re.compile(r"^\[[^\]]*\]\s*|^\((?:\w+ )?(?:rank|pid)=[^)]*\)\s*|"
-                          r"^(?:\w+ )?(?:TP|DP|EP|PP)\d+(?: (?:TP|DP|EP|PP)\d+)*[:|]?\s*")
+# a line's leading stamp or process tag (`[2025-10-06 10:00:05] `, `(Worker_ pid=81) `), which
+# differs between ranks printing the same milestone
+_ENVELOPE = re.compile(r"^\[[^\]]*\]\s*|^\([^)]*\)\s*")
 
 
-def fold_ranks(lines: list[str]) -> list[str]:
-    """Consecutive lines that differ only in their prefix (time, rank tag: the same
-    milestone from every TP rank) shown once, with how many ranks printed it."""
+@functools.lru_cache(maxsize=16)
+def _rank_regexes(rank_tags: tuple[str, ...]) -> tuple[Any, ...]:
+    return tuple(regex.compile(p, REGEX_FLAGS) for p in rank_tags)
+
+
+def _untagged(line: str, rank_tags: tuple[str, ...]) -> str:
+    """The line without its rank tag: the group `rank` of the pack's first `ranks:` pattern
+    that matches it (the tags are engine knowledge, so they come from the pack)."""
+    for rx in _rank_regexes(rank_tags):
+        m = rx.match(line)
+        if m is not None and m.group("rank"):
+            return line[: m.start("rank")] + line[m.end("rank"):]
+    return line
+
+
+def fold_ranks(lines: list[str], rank_tags: tuple[str, ...] = ()) -> list[str]:
+    """Consecutive lines that differ only in their prefix (time, the rank tag of the pack's
+    `ranks:` patterns: the same milestone from every TP rank) shown once, with how many
+    ranks printed it."""
     out: list[str] = []
     run_key, run_n, first = None, 0, ""
     for ln in lines:
-        key = _RANK_PREFIX.sub("", ln, count=1)
+        key = _ENVELOPE.sub("", _untagged(ln, rank_tags), count=1)
         if key and key == run_key:
             run_n += 1
             out[-1] = f"{first} (x{run_n} ranks)"
