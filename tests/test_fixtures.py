@@ -191,3 +191,13 @@ def test_trtllm_log_is_not_taken_for_sglang_before_its_first_line() -> None:
     assert detect_pack(before, packs, complete_lines=True) is None
     found = detect_pack(b"\n".join(lines[:39]) + b"\n", packs, complete_lines=True)
     assert found is not None and found.name == "trtllm"
+
+
+def test_a_bare_line_after_an_unstamped_bar_is_placed_at_the_bars_end() -> None:
+    """TensorRT-LLM's weights load under tqdm bars without stamps and end with a bare print
+    (`Model init total -- 49.14s`): that line is where the clock stands, after the 46 s bar,
+    not at the stamp before the bar, so loading_shards takes its 46 s (trtllm-012 shows
+    04:20:21 `Use 63.32 GB for model weights.` and 04:21:09 the next stamped line)."""
+    doc = summary(pipeline_view("x", replay_file(str(FIXTURES / "trtllm-012.log"))))
+    assert doc["durations"]["loading_shards"] == pytest.approx(46.0, abs=1.0)
+    assert doc["durations"]["allocating"] == pytest.approx(3.0, abs=1.0)

@@ -10,7 +10,7 @@ time jumps back by hours (a log running over midnight).
 Lines without a timestamp are placed by their neighbours: a tqdm bar frame
 (`name:  45%|...| 2.2G/4.9G [00:20<00:24, ...]`) at the time its bar began plus its elapsed
 time, a bar beginning where the clock stands (the last stamped line, or the end of the bar
-before it); other lines at the last stamped line.  So a download bar followed by a shard bar,
+before it); other lines where the clock stands.  So a download bar followed by a shard bar,
 with no stamped line between, each get their own share of the time.
 """
 
@@ -96,7 +96,11 @@ class LogClock:
         if self.last is None:
             return None
         placed = self._bar_time(text)
-        return Stamp(self.last.seconds if placed is None else placed, self.last.text, own=False)
+        if placed is None:
+            # where the clock stands: after a bar, its end (a bare `Model init total -- 49s`
+            # printed when an unstamped 46 s bar finished is not at the stamp before the bar)
+            placed = self.last.seconds if self._now is None else max(self.last.seconds, self._now)
+        return Stamp(placed, self.last.text, own=False)
 
     def _repeated(self, raw: str) -> Stamp | None:
         """The last stamp again when `raw` (a format's whole match) is the one it came from:
