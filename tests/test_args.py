@@ -407,3 +407,66 @@ def test_changed_args_details() -> None:
     assert changed_args({"port": 1, "random_seed": 1}, {"port": 2, "random_seed": 2},
                         ignore=("port",)) == {"random_seed": (1, 2)}
     assert changed_args({}, {}) == {}
+
+
+# ---------------------------------------------------------------------------- forms as data
+
+COMMANDS = [
+    "+ python3 -m sglang.launch_server --model Qwen/Qwen3-8B --tp 8 --dp 2 --ep-size 4 "
+    "--pipeline-parallel-size=2 --disable-cuda-graph --cuda-graph-bs 1 2 4 > server.log 2>&1 &",
+    "sglang serve --model-path m --tp-size 2",
+    "INFO - With image: x, arguments: [python -m sglang.launch_server --model-path /m "
+    "--port 40024], ports: [40024], envs: {}",
+    "bash -c \"python3 -m sglang.launch_server --model-path /m --tp 2\" && echo ok",
+    "$ vllm serve Qwen/Qwen3-8B --tensor-parallel-size 8 --enforce-eager "
+    "--no-enable-prefix-caching -pp 2 --served-model-name \"my model\" | tee vllm.log",
+    "python -u -m vllm.entrypoints.openai.api_server --model m -tp 2 -q fp8",
+    "ssh gpu1 '/opt/venv/bin/vllm serve m --port 8000' ; date",
+]
+
+
+def _spec_rules(pack_name: str) -> list[Any]:
+    from logwatch.rules.pack import load_pack
+    return [r for r in load_pack(pack_name).rules if r.args_specs]
+
+
+@pytest.mark.parametrize("pack_name", ["sglang", "vllm"])
+def test_the_packs_args_forms_read_every_line_as_the_built_in_ones(pack_name: str) -> None:
+    """SGLang's and vLLM's `args:` forms in their packs (where the dump starts, its form, the
+    flag aliases) give exactly what the built-in forms give, on every real line of the
+    fixtures and on the command lines above; the built-in forms are then only the fallback
+    of a rule without a spec."""
+    rules = _spec_rules(pack_name)
+    assert rules and all(r.args for r in rules)
+    used = {r.id: 0 for r in rules}
+    for line in [t[2] for t in LINES] + COMMANDS:
+        built_in = parse_args_line(line)
+        for r in rules:
+            got = parse_args_line(line, r.args_specs)
+            if got is None:
+                assert built_in is None or not r.regex.search(line), (r.id, line[:120])
+                continue
+            assert got == built_in, (r.id, line[:120])
+            used[r.id] += 1
+    assert all(used.values()), used
+
+
+def test_trtllm_args_forms() -> None:
+    """TensorRT-LLM prints no args dump of trtllm-serve; the worker's PyTorchConfig repr,
+    Dynamo's LLM-API config and a wrapper's echo of the command are its launch settings."""
+    rules = {r.id: r for r in _spec_rules("trtllm")}
+    line = (FIXTURES / "trtllm-012.log").read_text().split("\n")[60]
+    assert "PyTorchConfig(" in line and rules["backend_config"].regex.search(line)
+    got = parse_args_line(line, rules["backend_config"].args_specs)
+    assert got is not None and got.source == "trtllm_backend_config"
+    assert got.values["use_cuda_graph"] is True and got.values["cuda_graph_max_batch_size"] == 128
+    assert got.values["cuda_graph_batch_sizes"][:3] == [1, 2, 4]
+    cmd = ("+ trtllm-serve /mnt/model/DeepSeek-R1-Distill-Qwen-32B --tp_size 4 --max_batch_size 64 "
+           "--kv_cache_free_gpu_memory_fraction 0.9 --extra_llm_api_options ./extra.yaml")
+    got = parse_args_line(cmd, rules["launch_command"].args_specs)
+    assert got == ParsedArgs({"model": "/mnt/model/DeepSeek-R1-Distill-Qwen-32B", "tp_size": 4,
+                              "max_batch_size": 64, "kv_cache_free_gpu_memory_fraction": 0.9,
+                              "extra_llm_api_options": "./extra.yaml"}, False, "command_line")
+    assert parse_args_line("trtllm-serve serve m --port 8000",
+                           rules["launch_command"].args_specs).values == {"model": "m", "port": 8000}
+    assert parse_args_line(cmd) is None       # not one of the built-in (SGLang / vLLM) forms

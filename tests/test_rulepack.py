@@ -695,3 +695,34 @@ def test_rule_without_derivable_literal_is_a_warning(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "warning" in res.stderr and "rule 'pct'" in res.stderr
     assert "warning" not in run_cli("rules", "check", "-q", str(path)).stderr
+
+
+@pytest.mark.parametrize("args, key", [
+    ({"form": "xml", "start": "x="}, "args.form"),
+    ({"start": "(unclosed"}, "args.start"),
+    ({"form": "repr"}, "args.start"),
+    ({"form": "repr", "start": "x=", "aliases": {"tp": "tp_size"}}, "args"),
+    ({"form": "command", "start": "run", "aliases": {"tp": 8}}, "args.aliases"),
+    ({"form": "command", "start": "run", "negatable": "yes"}, "args.negatable"),
+    ([{"form": "repr", "start": "x="}, {"start": "y=", "colour": "red"}], "colour"),
+    ([], "args"),
+])
+def test_a_bad_args_form_names_its_key(tmp_path: Path, args: Any, key: str) -> None:
+    doc = minimal_pack()
+    _rule(doc, "start")["args"] = args
+    path = write(tmp_path, doc)
+    with pytest.raises(PackError) as ei:
+        load_pack(str(path))
+    assert ei.value.rule == "start" and ei.value.key == key, str(ei.value)
+
+
+def test_an_args_form_as_data(tmp_path: Path) -> None:
+    from logwatch.rules.args import parse_args_line
+    doc = minimal_pack()
+    _rule(doc, "start")["args"] = {"form": "command", "start": r"\bmyserve\b", "positional": "model",
+                                   "aliases": {"tp": "tensor_parallel"}, "negatable": True}
+    rule = load_pack(str(write(tmp_path, doc))).rule("start")
+    assert rule.args and len(rule.args_specs) == 1
+    got = parse_args_line("$ myserve m --tp 2 --no-cache --port=8000", rule.args_specs)
+    assert got is not None and got.values == {"model": "m", "tensor_parallel": 2, "cache": False,
+                                              "port": 8000}

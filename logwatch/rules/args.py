@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_INPUT = 64 * 1024   # characters of a line read at most: a real dump is 5-15 KiB
@@ -94,6 +94,32 @@ class ParsedArgs:
     source: str
 
 
+@dataclass(frozen=True)
+class ArgsSpec:
+    """Where a line holds the server's arguments and in which form: a pack rule's `args:`
+    (engine knowledge as data; the built-in forms below are SGLang's and vLLM's, kept until
+    the machine passes a rule's spec, which then replaces them).
+
+    `start` (a compiled pattern): the arguments begin where its first match in the line ends.
+    `form`: `repr` (a dict or `Name(k=v, ...)` repr follows) or `command` (shell words follow,
+    `--flag value`; the command word itself is where `start` matched, for the quotes or
+    brackets around it).  For `command`: `aliases` maps a command-line spelling (dashes as
+    underscores) to the name the engine's own dump uses, `positional` names a first bare word
+    (`vllm serve MODEL`: `model`), `negatable` reads `--no-X` as `X: False`.  `source` labels
+    the result (`ParsedArgs.source`).
+    """
+
+    start: Any
+    form: str = "repr"
+    aliases: dict[str, str] = field(default_factory=dict)
+    positional: str | None = None
+    negatable: bool = False
+    source: str = ""
+
+
+ARGS_FORMS = ("repr", "command")
+
+
 # --------------------------------------------------------------------------- finding the args
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -111,11 +137,13 @@ _CMD_MODULE = re.compile(r"(?<!\S)-m\s+(sglang\.launch_server|vllm\.entrypoints\
 _CMD_SERVE = re.compile(r"(?<![\w.\-])(sglang|vllm)\s+serve(?=[ \t]+[^\s;|&<>`])")
 
 
-def parse_args_line(text: str) -> ParsedArgs | None:
+def parse_args_line(text: str, specs: tuple[ArgsSpec, ...] = ()) -> ParsedArgs | None:
     """The server arguments held by one log line, or None when it holds none.
 
-    The dump forms win over a command line on the same line (a wrapper's echo of the command
-    next to the engine's own dump is unlikely, and the dump is the engine's final word).
+    `specs`: the rule's `args:` forms, tried in order (the first whose `start` is found
+    decides); without them, the built-in SGLang / vLLM forms, where the dump forms win over
+    a command line on the same line (a wrapper's echo of the command next to the engine's own
+    dump is unlikely, and the dump is the engine's final word).
     Never raises on any input, and reads at most `MAX_INPUT` characters of it.
     """
     if not isinstance(text, str):
@@ -125,6 +153,8 @@ def parse_args_line(text: str) -> ParsedArgs | None:
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     text = text.rstrip("\r\n")
+    if specs:
+        return _parse_specs(text, specs, over)
     for rx, source in ((_SGL_DUMP, "sglang_server_args"), (_VLLM_NON_DEFAULT, "vllm_non_default"),
                        (_VLLM_NAMESPACE, "vllm_namespace")):
         m = rx.search(text)
@@ -133,14 +163,38 @@ def parse_args_line(text: str) -> ParsedArgs | None:
             return ParsedArgs(values, partial, source)
     m = _CMD_MODULE.search(text)
     if m is not None:
-        engine = "sglang" if m.group(1).startswith("sglang") else "vllm"
-        return _parse_command(text, m.start(), m.end(), engine, positional_model=False, over=over)
+        sglang = m.group(1).startswith("sglang")
+        return _parse_command(text, m.start(), m.end(),
+                              SGLANG_ALIASES if sglang else VLLM_ALIASES, None, not sglang, over)
     m = _CMD_SERVE.search(text)
     if m is not None:
-        engine = m.group(1)
-        return _parse_command(text, m.start(), m.end(), engine,
-                              positional_model=engine == "vllm", over=over)
+        vllm = m.group(1) == "vllm"
+        return _parse_command(text, m.start(), m.end(), VLLM_ALIASES if vllm else SGLANG_ALIASES,
+                              "model" if vllm else None, vllm, over)
     return None
+
+
+def _parse_specs(text: str, specs: tuple[ArgsSpec, ...], over: bool) -> ParsedArgs | None:
+    """The first of a rule's `args:` forms whose start is in the line, read in its form."""
+    for spec in specs:
+        try:
+            m = spec.start.search(text, timeout=ARGS_START_TIMEOUT)
+        except TimeoutError:        # a hostile line: no arguments in it
+            continue
+        if m is None:
+            continue
+        if spec.form == "command":
+            parsed = _parse_command(text, m.start(), m.end(), spec.aliases, spec.positional,
+                                    spec.negatable, over)
+        else:
+            values, partial = _Parser(text, m.end()).top()
+            parsed = ParsedArgs(values, partial, "")
+        parsed.source = spec.source or ("command_line" if spec.form == "command" else "repr")
+        return parsed
+    return None
+
+
+ARGS_START_TIMEOUT = 0.05   # seconds a pack's `start` pattern may take on one line
 
 
 # --------------------------------------------------------------------------- tokenizer
@@ -723,24 +777,23 @@ def _typed(word: str) -> Any:
     return word
 
 
-def _parse_command(text: str, start: int, end: int, engine: str, positional_model: bool,
-                   over: bool) -> ParsedArgs:
+def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
+                   positional: str | None, negatable: bool, over: bool) -> ParsedArgs:
     """`--flag value` / `--flag=value` / bare `--flag` -> {flag_with_underscores: value}.
 
     A flag takes the words after it up to the next flag: none -> True, one -> that value,
     several -> a list (`--cuda-graph-bs 1 2 4`).  Without the engine's argparse schema a bare
     boolean flag followed by a stray positional would take it as its value; real launch lines
-    put the model first (`vllm serve MODEL --flag ...`), which is handled.  vLLM's
-    `--no-X` (BooleanOptionalAction) becomes `X: False`, as its `non-default args` prints it.
-    Repeated flags: the last wins.
+    put the model first (`vllm serve MODEL --flag ...`: `positional` names it), which is
+    handled.  With `negatable`, `--no-X` (vLLM's BooleanOptionalAction) becomes `X: False`,
+    as vLLM's `non-default args` prints it.  Repeated flags: the last wins.
     """
     end_char = _opener_before(text, start, module=text.startswith("-m", start))
     words, cut = _shell_words(text, end, end_char)
-    aliases = SGLANG_ALIASES if engine == "sglang" else VLLM_ALIASES
     values: dict[str, Any] = {}
     i = 0
-    if positional_model and words and not _is_flag(words[0]):
-        values["model"] = words[0]
+    if positional and words and not _is_flag(words[0]):
+        values[positional] = words[0]
         i = 1
     key: str | None = None
     pending: list[Any] = []
@@ -759,7 +812,7 @@ def _parse_command(text: str, start: int, end: int, engine: str, positional_mode
             name, eq, val = w.lstrip("-").partition("=")
             name = name.replace("-", "_")
             pending = []
-            if engine == "vllm" and name.startswith("no_") and not eq and name[3:]:
+            if negatable and name.startswith("no_") and not eq and name[3:]:
                 key = None
                 values[aliases.get(name[3:], name[3:])] = False
                 continue

@@ -40,6 +40,7 @@ import regex
 
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
+from .args import ARGS_FORMS, ArgsSpec
 from .literals import Literals
 from .patterns import MISSING, PatternCache
 
@@ -125,6 +126,7 @@ class Rule:
     provisional: bool = False
     frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
     args: bool = False            # the line holds the server's arguments (rules/args.py)
+    args_specs: tuple[ArgsSpec, ...] = ()   # where and in which form (`args:` as a mapping)
     endpoint: bool = False        # the line names the server's address (group `url`)
     finishes: bool = False        # the rank that prints it is done with the rule's phase
     scale: dict[str, float] = field(default_factory=dict)
@@ -625,10 +627,55 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
         reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
-        args=bool(d.get("args")), endpoint=bool(d.get("endpoint")),
+        args=bool(d.get("args")), args_specs=_args_specs(src, rid, d.get("args")),
+        endpoint=bool(d.get("endpoint")),
         finishes=bool(d.get("finishes")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
+
+
+ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source")
+
+
+def _args_specs(src: str, rid: str, value: Any) -> tuple[ArgsSpec, ...]:
+    """`args: true` (SGLang's and vLLM's built-in forms, rules/args.py), or where the line
+    holds the arguments and in which form, as data: `{start: REGEX, form: repr | command,
+    aliases: {flag: name}, positional: NAME, negatable: BOOL, source: LABEL}` or a list of
+    them, tried in order (see `ArgsSpec`)."""
+    if value is None or isinstance(value, bool):
+        return ()
+    items = value if isinstance(value, list) else [value]
+    what = "must be true, or a mapping {start: REGEX, form: repr|command, ...}, or a list of them"
+    if not items:
+        raise PackError(src, what, rule=rid, key="args")
+    out = []
+    for i, item in enumerate(items):
+        key = f"args[{i}]" if isinstance(value, list) else "args"
+        if not isinstance(item, dict):
+            raise PackError(src, what, rule=rid, key=key)
+        _no_unknown(src, item, ARGS_KEYS, rid, key)
+        form = item.get("form", "repr")
+        if form not in ARGS_FORMS:
+            raise PackError(src, f"must be one of {', '.join(ARGS_FORMS)}", rule=rid,
+                            key=f"{key}.form")
+        start = _compile(src, item.get("start"), rid, f"{key}.start")
+        aliases = item.get("aliases") or {}
+        if not isinstance(aliases, dict) or not all(
+                isinstance(k, str) and k and isinstance(v, str) and v for k, v in aliases.items()):
+            raise PackError(src, "must map a flag to a name", rule=rid, key=f"{key}.aliases")
+        positional, negatable = item.get("positional"), item.get("negatable", False)
+        if positional is not None and (not isinstance(positional, str) or not positional):
+            raise PackError(src, "must be a name", rule=rid, key=f"{key}.positional")
+        if not isinstance(negatable, bool):
+            raise PackError(src, "must be true or false", rule=rid, key=f"{key}.negatable")
+        if form != "command" and (aliases or positional or negatable):
+            raise PackError(src, "aliases, positional and negatable are for form: command",
+                            rule=rid, key=key)
+        label = item.get("source", "")
+        if not isinstance(label, str):
+            raise PackError(src, "must be a name", rule=rid, key=f"{key}.source")
+        out.append(ArgsSpec(start, form, dict(aliases), positional, negatable, label))
+    return tuple(out)
 
 
 def _prefilter(src: str, rid: str, value: Any, pattern: str) -> Literals | None:
