@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .machine import CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped
+from .rules.advice import Advice, advice_lines
 from .rules.args import changed_args
 from .rules.pack import READY
 
@@ -133,38 +134,15 @@ class StartupRecord:
         return asdict(self)
 
 
-def model_of(args: dict[str, Any]) -> str | None:
-    for key in ("model_path", "model", "served_model_name"):
+def model_of(args: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The model a launch serves: the first of the pack's `model_flags` it has."""
+    for key in keys:
         v = args.get(key)
         if isinstance(v, str) and v:
             return v
         if isinstance(v, list) and v and isinstance(v[0], str):
             return v[0]
     return None
-
-
-def advice_for(args: dict[str, Any], outcome: str, reason: str | None,
-               serving: dict[str, Any]) -> list[str]:
-    """Flag interactions worth a line (the ones users trip on; data would be nicer, but each
-    needs a comparison between two flags, which the packs do not express)."""
-    out: list[str] = []
-    bs, mrr = args.get("cuda_graph_max_bs"), args.get("max_running_requests")
-    if isinstance(bs, (int, float)) and isinstance(mrr, (int, float)) and bs < mrr:
-        out.append(f"batches above {bs:g} run without CUDA graphs (cuda_graph_max_bs {bs:g} < "
-                   f"max_running_requests {mrr:g})")
-    if args.get("disable_cuda_graph") is True or args.get("enforce_eager") is True:
-        which = "disable_cuda_graph" if args.get("disable_cuda_graph") is True else "enforce_eager"
-        out.append(f"CUDA graphs are off ({which}): every decode batch runs eagerly, usually "
-                   "far slower")
-    share = serving.get("no_cuda_graph_share")
-    if isinstance(share, float) and share >= 0.2 and not args.get("disable_cuda_graph"):
-        out.append(f"{share:.0%} of decode batches ran without CUDA graphs")
-    mem = args.get("mem_fraction_static", args.get("gpu_memory_utilization"))
-    if outcome == "crashed" and reason == "cuda_oom" and isinstance(mem, (int, float)) and mem >= 0.9:
-        key = "mem_fraction_static" if "mem_fraction_static" in args else "gpu_memory_utilization"
-        out.append(f"an out-of-memory crash with {key} {mem:g}: leave the activations more "
-                   "room (e.g. 0.85)")
-    return out
 
 
 class LedgerRecorder:
@@ -174,8 +152,11 @@ class LedgerRecorder:
     input.  `previous`: the last record of this source known before (the daemon's store),
     against which the first record's `changed` is computed."""
 
-    def __init__(self, engine: str, previous: StartupRecord | None = None) -> None:
+    def __init__(self, engine: str, previous: StartupRecord | None = None,
+                 advice: tuple[Advice, ...] = (), model_flags: tuple[str, ...] = ()) -> None:
         self.engine = engine
+        self.advice = advice            # the pack's `advice:` (engine knowledge as data)
+        self.model_flags = model_flags  # the pack's `model_flags:`
         self.records: list[StartupRecord] = []
         self.previous = previous
         self._open: StartupRecord | None = None
@@ -289,7 +270,7 @@ class LedgerRecorder:
             self._seen_args = state.args      # the machine replaces the dict when it changes
             rec.args = dict(state.args)
             rec.args_partial = state.args_partial
-            rec.model = model_of(rec.args)
+            rec.model = model_of(rec.args, self.model_flags)
 
     def _complete(self, rec: StartupRecord, state: State) -> None:
         if rec.outcome == "incomplete" and rec.startup == state.startup_id:
@@ -302,7 +283,7 @@ class LedgerRecorder:
             partial = prev.args_partial or rec.args_partial
             rec.changed = {k: [a, b] for k, (a, b) in
                            changed_args(prev.args, rec.args, common_only=partial).items()}
-        rec.advice = advice_for(rec.args, rec.outcome, rec.reason, rec.serving)
+        rec.advice = advice_lines(self.advice, rec.args, rec.outcome, rec.reason, rec.serving)
         if self._gpu and rec.outcome == "ready":
             powers = [p for p, _, _, _ in self._gpu]
             utils = [u for _, _, u, _ in self._gpu if u is not None]

@@ -16,7 +16,9 @@ import pytest
 from conftest import ROOT
 from support.daemon import sim_texts
 from logwatch.app.history import ledger_of_file
-from logwatch.ledger import advice_for, percentile
+from logwatch.ledger import percentile
+from logwatch.rules.advice import advice_lines
+from logwatch.rules.pack import load_pack
 
 T0 = 1_767_261_600.0   # 2026-01-01 10:00:00 UTC (the simulator's clock)
 
@@ -125,10 +127,12 @@ def test_a_crashed_and_an_incomplete_startup_are_recorded(tmp_path: Path) -> Non
 def test_percentile_and_advice() -> None:
     assert percentile([], 0.5) is None
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
-    assert advice_for({"mem_fraction_static": 0.92}, "crashed", "cuda_oom", {}) == [
+    sglang = load_pack("sglang").advice
+    assert advice_lines(sglang, {"mem_fraction_static": 0.92}, "crashed", "cuda_oom", {}) == [
         "an out-of-memory crash with mem_fraction_static 0.92: leave the activations more room "
         "(e.g. 0.85)"]
-    assert advice_for({"cuda_graph_max_bs": 512, "max_running_requests": 256}, "ready", None, {}) == []
+    assert advice_lines(sglang, {"cuda_graph_max_bs": 512, "max_running_requests": 256}, "ready",
+                        None, {}) == []
 
 
 def test_serving_samples_leave_nothing_for_the_garbage_collector() -> None:
@@ -158,3 +162,69 @@ def test_serving_samples_leave_nothing_for_the_garbage_collector() -> None:
     assert doc["token_usage"] == {"max": 0.25}
     assert doc["no_cuda_graph_share"] == 0.0
     assert "queued_requests" not in doc             # never on a line: absent, not 0
+
+
+def _advice_before_packs(args, outcome, reason, serving):  # type: ignore[no-untyped-def]
+    """ledger.advice_for as it was in Python (SGLang's and vLLM's flags in one function),
+    the reference the packs' `advice:` entries must reproduce."""
+    out = []
+    bs, mrr = args.get("cuda_graph_max_bs"), args.get("max_running_requests")
+    if isinstance(bs, (int, float)) and isinstance(mrr, (int, float)) and bs < mrr:
+        out.append(f"batches above {bs:g} run without CUDA graphs (cuda_graph_max_bs {bs:g} < "
+                   f"max_running_requests {mrr:g})")
+    if args.get("disable_cuda_graph") is True or args.get("enforce_eager") is True:
+        which = "disable_cuda_graph" if args.get("disable_cuda_graph") is True else "enforce_eager"
+        out.append(f"CUDA graphs are off ({which}): every decode batch runs eagerly, usually "
+                   "far slower")
+    share = serving.get("no_cuda_graph_share")
+    if isinstance(share, float) and share >= 0.2 and not args.get("disable_cuda_graph"):
+        out.append(f"{share:.0%} of decode batches ran without CUDA graphs")
+    mem = args.get("mem_fraction_static", args.get("gpu_memory_utilization"))
+    if outcome == "crashed" and reason == "cuda_oom" and isinstance(mem, (int, float)) and mem >= 0.9:
+        key = "mem_fraction_static" if "mem_fraction_static" in args else "gpu_memory_utilization"
+        out.append(f"an out-of-memory crash with {key} {mem:g}: leave the activations more "
+                   "room (e.g. 0.85)")
+    return out
+
+
+@pytest.mark.parametrize("pack_name, flags", [
+    ("sglang", {"cuda_graph_max_bs": [None, 80, 512, True], "max_running_requests": [None, 256, 64.0],
+                "disable_cuda_graph": [None, True, False, "true"], "mem_fraction_static": [None, 0.85, 0.92, "x"]}),
+    ("vllm", {"enforce_eager": [None, True, False], "gpu_memory_utilization": [None, 0.9, 0.95, 0.5],
+              "tensor_parallel_size": [None, 2]}),
+])
+def test_the_packs_advice_is_what_the_python_said(pack_name, flags) -> None:  # type: ignore[no-untyped-def]
+    """Every combination of the engine's flags (absent, numbers, booleans, junk), each outcome
+    and serving share: the pack's `advice:` gives the sentences ledger.advice_for gave."""
+    import itertools
+    entries = load_pack(pack_name).advice
+    names = list(flags)
+    n = 0
+    for values in itertools.product(*flags.values()):
+        args = {k: v for k, v in zip(names, values) if v is not None}
+        for outcome, reason in (("ready", None), ("crashed", "cuda_oom"), ("crashed", "nccl_error")):
+            for serving in ({}, {"no_cuda_graph_share": 0.5}, {"no_cuda_graph_share": 0.1}):
+                if pack_name == "vllm" and serving:
+                    continue     # the share comes from SGLang's decode-batch lines only
+                got = advice_lines(entries, args, outcome, reason, serving)
+                assert got == _advice_before_packs(args, outcome, reason, serving), (args, outcome)
+                n += bool(got)
+    assert n > 20
+
+
+def test_trtllm_advice_on_its_own_flags() -> None:
+    from logwatch.rules.args import parse_args_line
+    pack = load_pack("trtllm")
+    cmd = parse_args_line("+ trtllm-serve m --max_batch_size 256 --kv_cache_free_gpu_memory_fraction 0.95",
+                          pack.rule("launch_command").args_specs)
+    cfg = parse_args_line("[12/20/2025-04:20:19] [TRT-LLM] [I] PyTorchConfig(use_cuda_graph=True, "
+                          "cuda_graph_max_batch_size=128)", pack.rule("backend_config").args_specs)
+    assert cmd is not None and cfg is not None
+    args = {**cmd.values, **cfg.values}
+    assert advice_lines(pack.advice, args, "crashed", "cuda_oom", {}) == [
+        "batches above 128 run without CUDA graphs (cuda_graph_max_batch_size 128 < max_batch_size 256)",
+        "an out-of-memory crash with kv_cache_free_gpu_memory_fraction 0.95: the KV cache takes that "
+        "share of the free memory; leave the rest more room (e.g. 0.85)"]
+    assert advice_lines(pack.advice, {"use_cuda_graph": False}, "ready", None, {}) == [
+        "CUDA graphs are off (use_cuda_graph False): every generation step runs eagerly, usually far slower"]
+    assert advice_lines(pack.advice, {"model": "m"}, "ready", None, {}) == []

@@ -726,3 +726,37 @@ def test_an_args_form_as_data(tmp_path: Path) -> None:
     got = parse_args_line("$ myserve m --tp 2 --no-cache --port=8000", rule.args_specs)
     assert got is not None and got.values == {"model": "m", "tensor_parallel": 2, "cache": False,
                                               "port": 8000}
+
+
+@pytest.mark.parametrize("advice, key", [
+    ({"id": "a", "when": {"lt": ["x"]}, "say": "s"}, "advice[0].when.lt"),
+    ({"id": "a", "when": {"ltt": ["x", "y"]}, "say": "s"}, "advice[0].when.ltt"),
+    ({"id": "a", "when": {"lt": ["x", "y"]}, "say": "{z}"}, "advice[0].say"),
+    ({"id": "a", "when": {"ge": [["x"], "high"]}, "say": "{flag}"}, "advice[0].when.ge"),
+    ({"when": {"any_true": ["x"]}, "say": "{flag}"}, "advice[0].id"),
+    ({"id": "a", "when": {"any_true": ["x"], "any_false": ["y"]}, "say": "s"}, "advice[0].when"),
+    ("graphs off", "advice[0]"),
+])
+def test_a_bad_advice_entry_names_its_key(tmp_path: Path, advice: Any, key: str) -> None:
+    doc = minimal_pack()
+    doc["advice"] = [advice]
+    path = write(tmp_path, doc)
+    with pytest.raises(PackError) as ei:
+        load_pack(str(path))
+    assert ei.value.key == key, str(ei.value)
+
+
+def test_advice_and_model_flags_are_inherited_and_replaced_by_id(tmp_path: Path) -> None:
+    from logwatch.rules.advice import advice_lines
+    doc = {"name": "my-sglang", "extends": "sglang", "model_flags": ["served_model_name"],
+           "advice": [{"id": "graphs_off", "when": {"any_true": ["disable_cuda_graph"]},
+                       "say": "no graphs ({flag})"},
+                      {"id": "tiny_pool", "when": {"lt": ["max_total_tokens", "context_length"]},
+                       "say": "{max_total_tokens} tokens < one {context_length}-token request"}]}
+    pack = load_pack(str(write(tmp_path, doc)))
+    assert [a.id for a in pack.advice] == ["graphs_below_batch", "graphs_off", "eager_batches",
+                                           "oom_memory_fraction", "tiny_pool"]
+    assert pack.model_flags == ("served_model_name",)
+    args = {"disable_cuda_graph": True, "max_total_tokens": 4096, "context_length": 8192}
+    assert advice_lines(pack.advice, args, "ready", None, {}) == [
+        "no graphs (disable_cuda_graph)", "4096 tokens < one 8192-token request"]

@@ -22,7 +22,7 @@ def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
     with open(path, "rb") as f:
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
-        rec = LedgerRecorder(pack.name)
+        rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
         pipe = replay_stream(f, pack, head, collapse_stats=False, on_step=rec.observe)
         rec.finish(pipe.state)
         return rec.records

@@ -189,7 +189,8 @@ class TargetRunner:
             pipe.state = self.restored_state
             self.restored_state = None
         if self.ledger is not None:
-            self.recorder = LedgerRecorder(pack.name, previous=self._previous_record(pipe.state))
+            self.recorder = LedgerRecorder(pack.name, previous=self._previous_record(pipe.state),
+                                           advice=pack.advice, model_flags=pack.model_flags)
             stored = self._stored_record(pipe.state.startup_id)
             if stored is not None:        # restarted mid-startup or while serving
                 self.recorder.resume(stored)

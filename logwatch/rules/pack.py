@@ -40,6 +40,7 @@ import regex
 
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
+from .advice import Advice, AdviceError, parse_advice
 from .args import ARGS_FORMS, ArgsSpec
 from .literals import Literals
 from .patterns import MISSING, PatternCache
@@ -69,7 +70,7 @@ RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle")
+             "crash_settle", "advice", "model_flags")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -179,6 +180,8 @@ class RulePack:
     crash_settle: float = DEFAULT_CRASH_SETTLE
     description: str = ""
     reasons: tuple[str, ...] = ()   # crash reasons the pack (or one it extends) declares
+    advice: tuple[Advice, ...] = ()   # the launch ledger's advice on this engine's flags
+    model_flags: tuple[str, ...] = ()   # the flags that name the model, first present wins
 
     @property
     def all_reasons(self) -> tuple[str, ...]:
@@ -404,7 +407,44 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths,
+        advice=_advice(src, doc.get("advice"), base),
+        model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
+        else (base.model_flags if base else ()),
     )
+
+
+def _advice(src: str, value: Any, base: RulePack | None) -> tuple[Advice, ...]:
+    """`advice:` entries (rules/advice.py): the inherited ones, an own entry with the same id
+    replacing one in place, new ones after them."""
+    out = list(base.advice) if base else []
+    if value is None:
+        return tuple(out)
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of {id, when, say} entries", key="advice")
+    seen: set[str] = set()
+    for i, d in enumerate(value):
+        try:
+            entry = parse_advice(d)
+        except AdviceError as e:
+            rid = d.get("id") if isinstance(d, dict) and isinstance(d.get("id"), str) else None
+            key = f"advice[{i}]" + (f".{e.key}" if e.key else "")
+            raise PackError(src, str(e), rule=rid, key=key) from None
+        if entry.id in seen:
+            raise PackError(src, "duplicate advice id", rule=entry.id, key=f"advice[{i}].id")
+        seen.add(entry.id)
+        ids = [a.id for a in out]
+        if entry.id in ids:
+            out[ids.index(entry.id)] = entry
+        else:
+            out.append(entry)
+    return tuple(out)
+
+
+def _model_flags(src: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or \
+            not all(isinstance(x, str) and x for x in value):
+        raise PackError(src, "must be a list of flag names", key="model_flags")
+    return tuple(value)
 
 
 def _ranks(src: str, value: Any) -> tuple[Any, ...]:
