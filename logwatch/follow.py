@@ -14,7 +14,7 @@ from . import log
 from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
-from .rules.locate import detect_pack
+from .rules.locate import detect_pack, fallback_pack
 from .rules.pack import RulePack
 from .sources.base import (
     TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, Source, SourceState, digest,
@@ -76,12 +76,12 @@ class Follower:
         return self.pipe.pack if self.pipe is not None else None
 
     def decide_pack(self, now: float | None = None) -> list[Event]:
-        """Pick the pack now (from what was held back, SGLang if nothing matched)."""
+        """Pick the pack now (from what was held back, the fallback pack if nothing matched)."""
         if self.pipe is not None:
             return []
         found = detect_pack(self._head, self.candidates)
         if found is None:
-            found = next((p for p in self.candidates if p.name == "sglang"), self.candidates[0])
+            found = fallback_pack(self.candidates)
         self.pipe = self.make_pipeline(found)
         self.log.info("rule pack chosen", pack=found.name)
         held, self._held, self._head = self._held, [], b""

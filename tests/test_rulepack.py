@@ -760,3 +760,21 @@ def test_advice_and_model_flags_are_inherited_and_replaced_by_id(tmp_path: Path)
     args = {"disable_cuda_graph": True, "max_total_tokens": 4096, "context_length": 8192}
     assert advice_lines(pack.advice, args, "ready", None, {}) == [
         "no graphs (disable_cuda_graph)", "4096 tokens < one 8192-token request"]
+
+
+def test_the_auto_fallback_is_the_pack_that_says_so(tmp_path: Path) -> None:
+    """`--rules auto` with nothing recognised takes the pack marked `fallback: true` (SGLang's,
+    shipped), not a name in Python; the key is not inherited, and must be a boolean."""
+    from logwatch.rules.locate import choose_pack, fallback_pack
+    shipped = [load_pack(n) for n in ("base", "sglang", "trtllm", "vllm")]
+    assert [p.name for p in shipped if p.fallback] == ["sglang"]
+    assert choose_pack("auto", b"nothing an engine prints\n").name == "sglang"
+    mine = {"name": "my-sglang", "extends": "sglang", "rules": []}
+    assert not load_pack(str(write(tmp_path, mine, "mine.yaml"))).fallback
+    own = {**minimal_pack(), "name": "own", "fallback": True}
+    picked = fallback_pack([shipped[3], load_pack(str(write(tmp_path, own, "own.yaml"))), shipped[1]])
+    assert picked.name == "own"
+    assert fallback_pack([shipped[3], shipped[2]]).name == "vllm"       # none says so: the first
+    with pytest.raises(PackError) as ei:
+        load_pack(str(write(tmp_path, {**minimal_pack(), "fallback": "yes"}, "bad.yaml")))
+    assert ei.value.key == "fallback"

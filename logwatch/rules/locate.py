@@ -208,12 +208,19 @@ def _found(rx: object, text: str) -> bool:
         return False
 
 
+def fallback_pack(packs: list[RulePack]) -> RulePack:
+    """The pack `--rules auto` takes when no `detect` pattern matches: the first that says
+    `fallback: true` (sglang.yaml ships it), else the first pack."""
+    return next((p for p in packs if p.fallback), packs[0])
+
+
 def choose_pack(spec: str, head: bytes) -> RulePack:
-    """`--rules`: a pack name or path, or `auto` (detect; SGLang when nothing matches)."""
+    """`--rules`: a pack name or path, or `auto` (detect; the fallback pack when nothing
+    matches)."""
     if spec != "auto":
         return load_pack(spec)
     packs = load_all_shipped()
     found = detect_pack(head, packs)
     if found is not None:
         return found
-    return next((p for p in packs if p.name == "sglang"), packs[0])
+    return fallback_pack(packs)

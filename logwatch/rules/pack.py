@@ -70,7 +70,7 @@ RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle", "advice", "model_flags")
+             "crash_settle", "advice", "model_flags", "fallback")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -182,6 +182,7 @@ class RulePack:
     reasons: tuple[str, ...] = ()   # crash reasons the pack (or one it extends) declares
     advice: tuple[Advice, ...] = ()   # the launch ledger's advice on this engine's flags
     model_flags: tuple[str, ...] = ()   # the flags that name the model, first present wins
+    fallback: bool = False   # `--rules auto` takes it when no pack's `detect` matches (own key)
 
     @property
     def all_reasons(self) -> tuple[str, ...]:
@@ -407,7 +408,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths,
-        advice=_advice(src, doc.get("advice"), base),
+        advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
     )
@@ -438,6 +439,16 @@ def _advice(src: str, value: Any, base: RulePack | None) -> tuple[Advice, ...]:
         else:
             out.append(entry)
     return tuple(out)
+
+
+def _fallback(src: str, value: Any) -> bool:
+    """`fallback: true`: the pack `--rules auto` takes when nothing is recognised.  Not
+    inherited: a pack extending the fallback is not one itself unless it says so."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise PackError(src, "must be true or false", key="fallback")
+    return value
 
 
 def _model_flags(src: str, value: Any) -> tuple[str, ...]:
