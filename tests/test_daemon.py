@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from conftest import FIXTURES
 from support.daemon import (
     Daemon, append, checkpoint, count_lines, daemons, free_port, sample, sim_texts,  # noqa: F401
     split_at, target_cfg, targets_in, wait_for, write_config,
@@ -402,3 +403,32 @@ def test_checkpoints_of_a_fleet_are_not_taken_together() -> None:
     tenths = [sum(1 for p in phases if k / 10 <= p < (k + 1) / 10) for k in range(10)]
     assert min(tenths) >= 25 and max(tenths) <= 75, tenths
     assert checkpoint_phase("t0001") == phases[1]
+
+
+def test_the_daemon_follows_tensorrt_llm_logs_detected_by_its_pack(tmp_path: Path,
+                                                                   daemons: Any) -> None:
+    """The third engine through the daemon as a user runs it (`rules: auto`): a trtllm-serve
+    start to ready (shards, phases timed by the log's clock), an NCCL crash with the rank
+    that printed it, and the per-rank progress of a 2026 multi-rank log."""
+    logs = {}
+    for name, fixture in (("serve", "trtllm-012"), ("nccl", "trtllm-011"), ("kv", "trtllm-015")):
+        logs[name] = tmp_path / f"{name}.log"
+        append(logs[name], (FIXTURES / f"{fixture}.log").read_text(encoding="utf-8"))
+    port = free_port()
+    cfg = tmp_path / "logwatch.yaml"
+    write_config(cfg, port, tmp_path / "state",
+                 [target_cfg(n, p, rules="auto", gpu=False, probe=False) for n, p in logs.items()])
+    d: Daemon = daemons(cfg, port).start()
+    t = d.wait_target("serve", lambda t: t["phase"] == "ready", "ready")
+    assert t["engine"] == "trtllm" and t["shards"] == {"loaded": 15, "total": 15}, t
+    assert 40 <= t["durations"]["loading_shards"] <= 50, t["durations"]
+    t = d.wait_target("nccl", lambda t: t["crash"] and t["crash"]["reason"] == "nccl_error",
+                      "crashed: nccl_error")
+    assert t["engine"] == "trtllm" and t["crash"]["rank"] == "RANK 0", t["crash"]
+    t = d.wait_target("kv", lambda t: t["phase"] == "allocating" and len(t["ranks"]) == 2,
+                      "allocating, two ranks")
+    assert set(t["ranks"]) == {"RANK 0", "RANK 2"}, t["ranks"]
+    m = wait_for(lambda: (lambda s: s if sample(s, "logwatch_crashes_total", reason="nccl_error",
+                                                target="nccl") == 1.0 else None)(d.metrics()),
+                 20, "the NCCL crash counted", alive=d.dead)
+    assert sample(m, "logwatch_phase", phase="ready", target="serve") == 1.0
