@@ -519,3 +519,22 @@ def test_the_attach_note_names_the_settled_crash_reason(tmp_path: Path) -> None:
         res = watch(str(path), "--timeout", "6s", "--no-history", *extra)
         note = [ln for ln in res.stdout.splitlines() if "the latest startup in this log" in ln]
         assert note and "crashed (cuda_oom)" in note[0], res.stdout
+
+
+def test_watch_a_tensorrt_llm_log(tmp_path: Path) -> None:
+    """`watch` on TensorRT-LLM logs, plain output, engine detected: a start to ready with its
+    phases and shards; a multi-rank OOM with the rank that failed first and the executor's
+    own line as the root cause; both through stdin as a log being written."""
+    ready = (FIXTURES / "trtllm-012.log").read_text(encoding="utf-8")
+    res = watch("-", "--timeout", "30s", "--no-history", input=ready)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert re.search(r"READY in 1m53s \(slowest phase: loading_shards 46s\)", res.stdout), res.stdout
+    assert re.search(r"^  shards: 15/15$", res.stdout, re.M), res.stdout
+    oom = (FIXTURES / "trtllm-005.log").read_text(encoding="utf-8")
+    res = watch("-", "--timeout", "30s", "--no-history", input=oom)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "CRASHED: cuda_oom" in verdict_line(res.stdout), res.stdout
+    assert "  first rank to crash: RANK 1" in res.stdout
+    assert re.search(r"^  root cause \(line 1\): .*Executor creation failed due to insufficient "
+                     r"GPU memory\.$", res.stdout, re.M), res.stdout
+    assert_plain(res)
