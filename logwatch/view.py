@@ -19,7 +19,8 @@ from .counters import Counters
 from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING
-from .state.history import StartupHistory, startup_eta
+from .eta import startup_eta
+from .state.history import StartupHistory
 
 ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
               "cuda_graph", READY)

@@ -41,7 +41,8 @@ from ..sources.probe import (
     Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
 )
 from ..sources.ssh import SSHPool, SSHTarget
-from ..state.history import EtaSmoother, StartupHistory
+from ..eta import EtaSmoother
+from ..state.history import StartupHistory
 from ..state.ledger import LedgerStore
 from ..state.positions import PositionStore
 from ..view import (
