@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..rules.pack import WAITING
 from .ranks import RankProgress
 from .rates import ProgressState
-from .state import Crash, Evidence, PhaseEntry, State
+from .state import Crash, Evidence, Span, State
 
 
 def state_to_json(state: State) -> dict[str, object]:
@@ -39,7 +39,8 @@ def state_from_json(d: dict[str, object]) -> State:
     st = State(
         phase=str(d.get("phase", WAITING)), epoch=int(d.get("epoch", 0)),  # type: ignore[arg-type]
         startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
-        history=[PhaseEntry(**e) for e in d.get("history", [])],  # type: ignore[arg-type, union-attr]
+        # `history` (one entry per phase entered): a checkpoint written before spans
+        spans=_spans(d.get("spans", d.get("history")) or []),  # type: ignore[arg-type]
         restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
         procs=set(d.get("procs", [])),  # type: ignore[arg-type]
         args=dict(d.get("args") or {}),  # type: ignore[call-overload]
@@ -59,5 +60,20 @@ def state_from_json(d: dict[str, object]) -> State:
                                     [(int(a), bool(b), float(c))
                                      for a, b, c in v.get("advances") or []])  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
+        begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
+        supervised=bool(d.get("supervised", False)),
+        untrusted_stamps=int(d.get("untrusted_stamps", 0)),  # type: ignore[call-overload]
     )
     return st
+
+
+def _spans(items: list[dict[str, object]]) -> list[Span]:
+    """Spans from a checkpoint; one from before spans had no ends: each main one ends where
+    the next began."""
+    spans = [Span(**e) for e in items]  # type: ignore[arg-type]
+    main = [sp for sp in spans if not sp.beside]
+    for cur, nxt in zip(main, main[1:]):
+        if cur.open:
+            cur.close(nxt.at, nxt.log_time)
+    return spans

@@ -14,12 +14,17 @@ from .events import (
 )
 from .ranks import RankProgress
 from .rates import next_progress
-from .state import Crash, Evidence, Observation, PhaseEntry, State, crash_elapsed, startup_id_of
+from .state import (
+    LINE_KEEP, Crash, Evidence, Observation, Span, State, crash_elapsed, startup_id_of,
+)
 
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
+CLOCK_SLACK = 2.0              # a stamp this far behind the log's clock is jitter, not a jump
+CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log's clock
 
-__all__ = ["DEFAULT_STALL_AFTER", "HINT_WINDOW_LINES", "PROVISIONAL_FOR", "StartupMachine"]
+__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "HINT_WINDOW_LINES", "PROVISIONAL_FOR",
+           "StartupMachine"]
 
 
 class StartupMachine:
@@ -37,6 +42,7 @@ class StartupMachine:
     def step(self, state: State, obs: Observation, now: float) -> list[Event]:
         rule = obs.rule
         if obs.log_time is not None:
+            self._trust(state, obs)
             state.last_log_time = obs.log_time
         events: list[Event] = []
         if state.deferred is not None and self._confirms(state, rule):
@@ -80,6 +86,22 @@ class StartupMachine:
             self._stats(state, obs, now, events)
         return events
 
+    @staticmethod
+    def _trust(state: State, obs: Observation) -> None:
+        """One clock per log: a stamp that would run it backwards (more than CLOCK_SLACK:
+        ranks interleave within a second) or jump it further than any startup lasts is
+        not used (counted in `untrusted_stamps`); the line takes the clock's time, so no
+        span is ever negative or longer than the log.  A new server process (a restart
+        marker) may start its own clock."""
+        last, t = state.last_log_time, obs.log_time
+        if last is None or t is None or t >= last and t - last <= CLOCK_JUMP:
+            return
+        if obs.rule.restart and t < last:
+            return
+        if t < last - CLOCK_SLACK or t > last:
+            state.untrusted_stamps += 1
+        obs.log_time = last
+
     def _confirms(self, state: State, rule: Rule) -> bool:
         """Does this rule make the provisional phase real (anything but the same phase's
         marker from another rank, or an earlier phase's reenter that replaces it)?"""
@@ -89,6 +111,9 @@ class StartupMachine:
             return True
         if rule.phase is None:
             return False
+        if rule.closes_as or (rule.begins and rule.id not in state.begun
+                              and rule.phase != state.phase):
+            return True
         return self.pack.phase_index(rule.phase) > self.pack.phase_index(state.phase)
 
     def tick(self, state: State, now: float) -> list[Event]:
@@ -131,8 +156,32 @@ class StartupMachine:
         return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
 
     # -- transitions ------------------------------------------------------------------------
-    def _entry(self, phase: str, obs: Observation, now: float) -> PhaseEntry:
-        return PhaseEntry(phase, now, obs.log_time, obs.log_stamp)
+    def _span(self, phase: str, obs: Observation, now: float, beside: bool = False) -> Span:
+        return Span(phase, now, obs.log_time, obs.log_stamp, obs.text[:LINE_KEEP],
+                    beside=beside)
+
+    def _open(self, state: State, phase: str, obs: Observation, now: float) -> None:
+        """The main line moves to `phase`: its open span closes here, a new one opens (at
+        ready or an end, every span beside it closes too)."""
+        span = self._span(phase, obs, now)
+        ending = phase == READY or phase in TERMINAL
+        for sp in reversed(state.spans):
+            if sp.open and (ending or not sp.beside):
+                sp.close(now, obs.log_time)
+                if not ending:
+                    break
+        if ending:
+            span.close(now, obs.log_time)
+        state.spans.append(span)
+
+    def _drop_last(self, state: State) -> None:
+        """Take back the main line's last span (entered too early): the one before it runs
+        on until the next span opens."""
+        i = max(i for i, sp in enumerate(state.spans) if not sp.beside)
+        state.spans.pop(i)
+        prev = [sp for sp in state.spans if not sp.beside]
+        if prev:
+            prev[-1].end_at = prev[-1].end_log = None
 
     def _enter(self, state: State, phase: str, obs: Observation, now: float,
                events: list[Event]) -> None:
@@ -145,7 +194,7 @@ class StartupMachine:
             events.append(StartupBegan(state.epoch, state.startup_id, obs.text))  # type: ignore[arg-type]
         state.phase = phase
         state.phase_progress = False
-        state.history.append(self._entry(phase, obs, now))
+        self._open(state, phase, obs, now)
         events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
@@ -155,31 +204,69 @@ class StartupMachine:
             # one compose file): it joins this startup; its own restart is a new epoch
             state.procs.add(obs.proc)
             return
+        server = self.pack.server_of(obs.text)
+        if self._joins(state, server, rid):
+            # another server of a launch of several (a DP supervisor's, --api-server-count):
+            # one launch, ready when all of them are
+            state.servers.setdefault(server, False)
+            state.restart_rules.add(f"{server}|{rid}")
+            return
         if state.phase == WAITING or (state.phase == self._first_phase()
                                       and rid not in state.restart_rules):
             # the first args dump / version line of a startup that is still launching (a
             # launch prints several kinds: vLLM's version line, then its args)
             state.restart_rules.add(rid)
+            if server:
+                state.servers.setdefault(server, False)
+                state.restart_rules.add(f"{server}|{rid}")
             if obs.proc:
                 state.procs.add(obs.proc)
+            if obs.rule.supervisor:
+                state.supervised = True
             if state.phase == WAITING:
                 self._enter(state, self._first_phase(), obs, now, events)
             return
         # a new startup in the same log: the crash of the one before is final now
         events.extend(self.settle(state))
         startups, epoch = state.startups, state.epoch
-        fresh = State(epoch=epoch + 1, startups=startups + 1, restart_rules={rid},
+        fresh = State(epoch=epoch + 1, startups=startups + 1,
+                      restart_rules={rid, f"{server}|{rid}"} if server else {rid},
                       procs={obs.proc} if obs.proc else set(),
                       last_activity=state.last_activity, last_log_time=state.last_log_time,
-                      startup_id=startup_id_of(obs))
+                      startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
+                      servers={server: False} if server else {},
+                      supervised=obs.rule.supervisor)
         for slot in State.__slots__:  # type: ignore[attr-defined]
             setattr(state, slot, getattr(fresh, slot))
-        state.history.append(self._entry(self._first_phase(), obs, now))
+        state.spans.append(self._span(self._first_phase(), obs, now))
         state.phase = self._first_phase()
         sid = state.startup_id
         events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
         events.append(Restarted(state.epoch, obs.text, sid))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
+
+    def _joins(self, state: State, server: str, rid: str) -> bool:
+        """Is this restart marker one of the servers of the current launch starting (not a
+        new launch)?  Only while the launch has not ended, only when it is a launch of
+        several (a supervisor began it, or its args ask for more servers than have
+        started), and only once per marker and server: the same server printing its version
+        line again is a restart."""
+        if not server or state.phase in (WAITING, READY, *TERMINAL):
+            return False
+        if f"{server}|{rid}" in state.restart_rules:
+            return False
+        if not state.servers:
+            return False      # the launch's first server: the usual path
+        return state.supervised or len(state.servers) > 1 or \
+            self._servers_wanted(state) > len(state.servers)
+
+    def _servers_wanted(self, state: State) -> int:
+        """How many servers the launch's arguments ask for (the pack's `servers.count_args`)."""
+        for key in self.pack.server_count_args:
+            v = state.args.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 4096:
+                return v
+        return 1
 
     def _rank(self, state: State, obs: Observation, now: float) -> None:
         """Per rank, how far it got: the phase of its latest marker (only forward)."""
@@ -205,9 +292,17 @@ class StartupMachine:
                  events: list[Event]) -> None:
         target = rule.phase
         assert target is not None
+        if rule.beside:
+            self._beside(state, rule, obs, now)
+            return
+        if target == READY and not self._all_servers_ready(state, obs):
+            return
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
-        if new_i > cur_i:
+        begins = self._begins(state, rule)
+        if rule.closes_as and state.phase not in (READY, *TERMINAL):
+            self._reattribute(state, rule, obs, now, events)
+        elif new_i > cur_i:
             self._enter(state, target, obs, now, events)
             if rule.provisional and events and isinstance(events[-1], PhaseChanged):
                 state.deferred = events.pop()     # announced once confirmed (or replaced)
@@ -216,21 +311,81 @@ class StartupMachine:
         elif new_i < cur_i and rule.reenter and state.deferred is not None:
             # the provisional phase is replaced by this earlier one, from the same moment:
             # announced once, as the phase the startup went into
-            e, old = state.history[-1], state.deferred.old
-            state.history[-1] = PhaseEntry(target, e.at, e.log_time, e.log_stamp)
+            e, old = state.phase_entered, state.deferred.old
+            assert e is not None
+            e.phase = target
             state.phase, state.phase_progress = target, False
             d, state.deferred = state.deferred, None
             events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
         elif new_i < cur_i and rule.reenter and not state.phase_progress and state.phase != READY:
             # the current phase was entered too early and is still empty: correct it
-            if state.history and state.history[-1].phase == state.phase and \
+            last = state.phase_entered
+            if last is not None and last.phase == state.phase and \
                     sum(1 for e in state.history if e.phase == state.phase) == 1:
-                state.history.pop()
-            old = state.phase
-            state.phase = target
-            state.phase_progress = False
-            state.history.append(self._entry(target, obs, now))
-            events.append(PhaseChanged(state.epoch, old, target, now, obs.text, state.startup_id))
+                self._drop_last(state)
+            self._enter(state, target, obs, now, events)
+        elif begins and target != state.phase:
+            # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
+            # warmup after the KV estimate, the KV commit after capture)
+            self._enter(state, target, obs, now, events)
+
+    def _begins(self, state: State, rule: Rule) -> bool:
+        """Does this line begin its phase now?  A `begins` rule does the first time it fires
+        in a startup and while the startup is still starting; the same line again (another
+        rank printing the milestone, a summary) only mentions the phase."""
+        if not rule.begins or state.phase in (READY, *TERMINAL, WAITING):
+            return False
+        if rule.id in state.begun:
+            return False
+        state.begun.add(rule.id)
+        return True
+
+    def _beside(self, state: State, rule: Rule, obs: Observation, now: float) -> None:
+        """A span beside the main line: `beside: open` opens one of the rule's phase (one at a
+        time per phase), `beside: close` closes it; the current phase does not change."""
+        if state.phase in (WAITING, READY, *TERMINAL):
+            return
+        open_ = [sp for sp in state.spans if sp.beside and sp.open and sp.phase == rule.phase]
+        if rule.beside == "open" and not open_:
+            state.spans.append(self._span(rule.phase or "", obs, now, beside=True))
+        elif rule.beside == "close":
+            for sp in open_:
+                sp.close(now, obs.log_time)
+
+    def _reattribute(self, state: State, rule: Rule, obs: Observation, now: float,
+                     events: list[Event]) -> None:
+        """An end marker that says what the time before it was (vLLM's `Time spent
+        downloading weights`: the silent stretch after `Loading model from scratch...` was
+        a download): the main span it closes becomes `closes_as` (from `seconds` before the
+        line when the rule reads that many, else from where that span began), and the
+        rule's own phase opens here.  Announced when the marker arrives."""
+        cur = state.phase_entered
+        assert cur is not None and rule.closes_as is not None and rule.phase is not None
+        took = _float(obs.fields.get("seconds"))
+        since = None if took is None or obs.log_time is None else obs.log_time - took
+        start_log = cur.log_time
+        if since is not None and start_log is not None and since > start_log:
+            # only the last `seconds` of the span were the download: split it there
+            state.spans.append(Span(rule.closes_as, cur.at, since, None, obs.text[:LINE_KEEP]))
+            cur.close(cur.at, since)
+        elif cur.phase != rule.closes_as:
+            cur.phase = rule.closes_as
+        if state.deferred is not None:     # the provisional entry, announced as what it was
+            d, state.deferred = state.deferred, None
+            events.append(PhaseChanged(state.epoch, d.old, rule.closes_as, d.at, d.line,
+                                       state.startup_id))
+        state.phase = rule.closes_as
+        self._enter(state, rule.phase, obs, now, events)
+
+    def _all_servers_ready(self, state: State, obs: Observation) -> bool:
+        """A launch of several servers is ready when every one is: a ready line of one of
+        them counts for it (an untagged one for none, when there are several)."""
+        if len(state.servers) <= 1:
+            return True       # one server (or none named): its ready line is the launch's
+        server = self.pack.server_of(obs.text)
+        if server in state.servers:
+            state.servers[server] = True
+        return bool(state.servers) and all(state.servers.values())
 
     def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         state.ready_line = obs.text
@@ -321,7 +476,17 @@ class StartupMachine:
             # the startup carried on: the traceback was not fatal
             state.crash = None
             state.crash_changed_at = None
-            state.history = [e for e in state.history if e.phase != CRASHED]
+            state.spans = [e for e in state.spans if e.phase != CRASHED]
+            last = state.phase_entered
+            if last is not None:
+                last.end_at = last.end_log = None     # the phase it was in goes on
             state.phase = crash.during
             events.append(CrashRetracted(state.epoch, crash.during))
             self._advance(state, rule, obs, now, events)
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None

@@ -43,11 +43,45 @@ def startup_id_of(obs: Observation) -> str:
 # -- state --------------------------------------------------------------------------------------
 
 @dataclass(slots=True)
-class PhaseEntry:
+class Span:
+    """One stretch of a startup in one phase: from the line that opened it to the line that
+    opened the next one (`end_*` None while it is the open one).
+
+    A startup is a list of spans (`State.spans`, in the order they opened).  Only the
+    machine creates them (startup.py): a phase marker that moves the startup opens a span on
+    the main line and closes the one before; a `beside` rule opens one that runs beside the
+    main line (weights loading while graphs capture) until its closing rule or the end of
+    the startup.  A phase may have several spans: its duration is their sum.  Times are the
+    wall clock (`at`) and the server's own clock (`log_time`) when the line had one."""
+
     phase: str
     at: float                  # wall clock when observed
     log_time: float | None     # server timestamp when it had one
     log_stamp: str | None = None
+    line: str = ""             # the line that opened it (its first LINE_KEEP characters)
+    end_at: float | None = None
+    end_log: float | None = None
+    beside: bool = False       # runs beside the main line (not the current phase)
+
+    @property
+    def open(self) -> bool:
+        return self.end_at is None
+
+    def close(self, at: float, log_time: float | None) -> None:
+        self.end_at, self.end_log = at, log_time
+
+    def seconds(self, use_log: bool, until: tuple[float | None, float | None]) -> float | None:
+        """How long it lasted (an open span: until `until` = (wall, log))."""
+        a = self.log_time if use_log else self.at
+        b = (self.end_log if use_log else self.end_at) if not self.open else \
+            (until[1] if use_log else until[0])
+        if a is None or b is None:
+            return None
+        return max(b - a, 0.0)
+
+
+PhaseEntry = Span      # the name a span had when a startup was one phase after another
+LINE_KEEP = 300
 
 
 @dataclass(slots=True)
@@ -92,7 +126,7 @@ class State:
     phase: str = WAITING
     epoch: int = 0
     startups: int = 0
-    history: list[PhaseEntry] = field(default_factory=list)  # this epoch, in order
+    spans: list[Span] = field(default_factory=list)  # this startup's, in the order they opened
     restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
     procs: set[str] = field(default_factory=set)  # processes (by prefix) launched in this epoch
     args: dict[str, Any] = field(default_factory=dict)  # the server's arguments (`args:` rules)
@@ -113,47 +147,84 @@ class State:
     deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
     endpoint: str | None = None           # the address the server said it listens on
     ranks: dict[str, RankProgress] = field(default_factory=dict)  # per rank tag, this startup
+    begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
+    servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
+    supervised: bool = False              # a launcher of several servers began this launch
+    untrusted_stamps: int = 0             # stamps not used: they would run the clock backwards
+
+    @property
+    def history(self) -> list[Span]:
+        """The main line's spans (what the phase was, one after another)."""
+        return [s for s in self.spans if not s.beside]
 
     @property
     def phases_seen(self) -> list[str]:
         out: list[str] = []
-        for e in self.history:
+        for e in self.spans:
             if e.phase not in out:
                 out.append(e.phase)
         return out
 
     @property
-    def phase_entered(self) -> PhaseEntry | None:
-        return self.history[-1] if self.history else None
+    def phase_entered(self) -> Span | None:
+        for s in reversed(self.spans):
+            if not s.beside:
+                return s
+        return None
+
+    def _use_log(self) -> bool:
+        return bool(self.spans) and all(e.log_time is not None for e in self.spans)
+
+    def _until(self) -> tuple[float | None, float | None]:
+        """Where an open span ends for now: the last line (it is still going on)."""
+        return self.last_activity, self.last_log_time
 
     def durations(self) -> dict[str, float]:
-        """Seconds spent in each phase of this epoch (server clock if it has one)."""
-        use_log = bool(self.history) and all(e.log_time is not None for e in self.history)
+        """Seconds spent in each phase of this startup: the sum of its spans (server clock if
+        every span has one).  Spans beside the main line count for their own phase; the
+        total wall time is `total()`, never the sum of these."""
+        use_log = self._use_log()
+        until = self._until()
         out: dict[str, float] = {}
-        for cur, nxt in zip(self.history, self.history[1:]):
-            a = cur.log_time if use_log else cur.at
-            b = nxt.log_time if use_log else nxt.at
-            if a is not None and b is not None:
-                out[cur.phase] = round(out.get(cur.phase, 0.0) + max(b - a, 0.0), 3)
-        if self.history and self.phase not in (READY, *TERMINAL):
-            cur = self.history[-1]
-            a = cur.log_time if use_log else cur.at
-            b = self.last_log_time if use_log else self.last_activity
-            if a is not None and b is not None:
-                out[cur.phase] = round(out.get(cur.phase, 0.0) + max(b - a, 0.0), 3)
+        for sp in self.spans:
+            if sp.phase == READY or sp.phase in TERMINAL:
+                continue
+            d = sp.seconds(use_log, until)
+            if d is not None:
+                out[sp.phase] = round(out.get(sp.phase, 0.0) + d, 3)
         return out
 
-    def epoch_start(self) -> PhaseEntry | None:
-        return self.history[0] if self.history else None
+    def total(self) -> float:
+        """Wall time the startup's spans cover (their union: overlapping spans once)."""
+        use_log = self._use_log()
+        until = self._until()
+        cover: list[tuple[float, float]] = []
+        for sp in self.spans:
+            a = sp.log_time if use_log else sp.at
+            d = sp.seconds(use_log, until)
+            if a is not None and d is not None:
+                cover.append((a, a + d))
+        total, reach = 0.0, None
+        for a, b in sorted(cover):
+            if reach is None or a > reach:
+                total += b - a
+                reach = b
+            elif b > reach:
+                total += b - reach
+                reach = b
+        return round(total, 3)
+
+    def epoch_start(self) -> Span | None:
+        return self.spans[0] if self.spans else None
 
     def ready_in(self) -> float | None:
         """Seconds from the startup's first line to ready (None unless ready after a startup
         that was seen: a log that begins while serving has no launch)."""
         start = self.epoch_start()
+        end = self.phase_entered
         if self.phase != READY or start is None or start.phase == READY or \
-                self.history[-1].phase != READY:
+                end is None or end.phase != READY:
             return None
-        end = self.history[-1]
         return elapsed_since(start, end.at, end.log_time)
 
 

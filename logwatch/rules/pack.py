@@ -63,10 +63,11 @@ SPECIFIC_RANK = len(GENERIC_REASONS)
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain",
                "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
-                 "description", "before", "after", "args", "finishes")
+                 "description", "before", "after", "args", "finishes", "begins", "beside",
+                 "closes_as", "supervisor")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
-             "ignore", "prefixes", "ranks", "probe",
+             "ignore", "prefixes", "ranks", "probe", "servers",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
@@ -127,6 +128,10 @@ class Rule:
     args: bool = False            # the line holds the server's arguments (rules/args.py)
     endpoint: bool = False        # the line names the server's address (group `url`)
     finishes: bool = False        # the rank that prints it is done with the rule's phase
+    begins: bool = False          # the line begins its phase: moves there whatever the order
+    beside: str | None = None     # "open" / "close" a span of its phase beside the main line
+    closes_as: str | None = None  # the span this end marker closes was this phase
+    supervisor: bool = False      # a launcher of several servers (they join its launch)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -171,6 +176,8 @@ class RulePack:
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (sources/probe.py)
+    servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
+    server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -205,6 +212,16 @@ class RulePack:
             m = rx.match(text)
             if m is not None and m.group("rank"):
                 return " ".join(m.group("rank").split())
+        return ""
+
+    def server_of(self, text: str) -> str:
+        """The server process a line comes from (`APIServer pid=101`), "" when untagged: a
+        launch of several servers in one stream (vLLM's DP supervisor) is ready when all
+        of them are."""
+        for rx in self.servers:
+            m = rx.match(text)
+            if m is not None and m.group("server"):
+                return m.group("server")
         return ""
 
     def rule(self, rule_id: str) -> Rule:
@@ -382,6 +399,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.ranks if base else ())
     probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
         else (base.probe_paths if base else ())
+    servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
+        else ((base.servers, base.server_count_args) if base else ((), ()))
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
                                      reasons=known))
@@ -401,7 +420,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
-        reasons=reasons, ranks=ranks, probe_paths=probe_paths,
+        reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers,
+        server_count_args=count_args,
     )
 
 
@@ -416,6 +436,29 @@ def _ranks(src: str, value: Any) -> tuple[Any, ...]:
             raise PackError(src, "needs a named group (?P<rank>...)", key=f"ranks[{i}]")
         out.append(rx)
     return tuple(out)
+
+
+def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """`servers: {patterns: [...], count_args: [...]}`: which server process a line is from
+    (group `server`), and the launch arguments that say how many servers a launch starts."""
+    if not isinstance(value, dict) or set(value) - {"patterns", "count_args"}:
+        raise PackError(src, "must be a mapping {patterns: [...], count_args: [...]}",
+                        key="servers")
+    pats = value.get("patterns") or []
+    if not isinstance(pats, list):
+        raise PackError(src, "must be a list of patterns with a group (?P<server>...)",
+                        key="servers.patterns")
+    out = []
+    for i, p in enumerate(pats):
+        rx = _compile(src, p, None, f"servers.patterns[{i}]")
+        if "server" not in rx.groupindex:
+            raise PackError(src, "needs a named group (?P<server>...)",
+                            key=f"servers.patterns[{i}]")
+        out.append(rx)
+    args = value.get("count_args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+        raise PackError(src, "must be a list of argument names", key="servers.count_args")
+    return tuple(out), tuple(args)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:
@@ -585,7 +628,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes"):
+                "endpoint", "finishes", "begins", "supervisor"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -607,8 +650,16 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("endpoint") and "url" not in groups:
         raise PackError(src, "an endpoint rule needs a named group 'url' (http://host:port)",
                         rule=rid, key="endpoint")
-    if d.get("finishes") and not phase:
-        raise PackError(src, "only applies to rules with a phase", rule=rid, key="finishes")
+    for key in ("finishes", "begins", "beside", "closes_as"):
+        if d.get(key) and not phase:
+            raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
+    if d.get("beside") is not None and d["beside"] not in ("open", "close"):
+        raise PackError(src, "must be open or close", rule=rid, key="beside")
+    if d.get("closes_as") is not None and d["closes_as"] not in phases:
+        raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
+                        rule=rid, key="closes_as")
+    if d.get("supervisor") and not d.get("restart"):
+        raise PackError(src, "only applies to restart rules", rule=rid, key="supervisor")
     if d.get("provisional") and not phase:
         raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
     if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
@@ -626,7 +677,9 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
         args=bool(d.get("args")), endpoint=bool(d.get("endpoint")),
-        finishes=bool(d.get("finishes")),
+        finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
+        beside=d.get("beside"), closes_as=d.get("closes_as"),
+        supervisor=bool(d.get("supervisor")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

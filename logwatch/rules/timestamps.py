@@ -2,10 +2,15 @@
 
 Engines print local time without a zone: SGLang `YYYY-mm-dd HH:MM:SS` (time only in 0.3.0),
 vLLM `MM-DD HH:MM:SS` with no year.  The pack lists its formats as patterns with named groups
-Y m d H M S f.  Only differences matter, so the value is "seconds since an arbitrary epoch":
-a missing year is taken as 2000 (a leap year, so Feb 29 parses) and bumped when the date
-jumps back by months (a log running over New Year); a missing date is day 0, bumped when the
-time jumps back by hours (a log running over midnight).
+Y m d H M S f.  Only differences matter, so the value is "seconds since an arbitrary epoch",
+but one log has one clock: stamps with a year and without agree (vLLM's year-less lines and
+FlashInfer's `2026-12-01 10:00:30,456` in one stream).  A year-less stamp takes the year of
+the log's own year-bearing stamps, else the year it is given (the file's time), else this
+year's; bumped when the date jumps back by months (a log running over New Year).  When a
+year-bearing stamp comes after year-less ones that were placed in a guessed year, the guess
+stays the frame: the year-bearing stamps are placed in it (the year nearest to the clock).
+A missing date is day 0, bumped when the time jumps back by hours (a log running over
+midnight).
 
 Lines without a timestamp are placed by their neighbours: a tqdm bar frame
 (`name:  45%|...| 2.2G/4.9G [00:20<00:24, ...]`) at the time its bar began plus its elapsed
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +34,6 @@ from .pack import TimestampFormat
 
 PATTERN_TIMEOUT = 0.01
 
-_YEAR_DEFAULT = 2000
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
@@ -46,12 +51,16 @@ class Stamp:
 class LogClock:
     """Parses timestamps and carries the last one forward to lines that have none."""
 
-    def __init__(self, formats: tuple[TimestampFormat, ...]) -> None:
+    def __init__(self, formats: tuple[TimestampFormat, ...], year: int | None = None) -> None:
         self.formats = formats
         self.last: Stamp | None = None
         self._last_raw: str | None = None
-        self._year = _YEAR_DEFAULT   # the last explicit year seen (for MM-DD stamps)
+        # the year of MM-DD stamps: the last explicit year seen, else the file's, else now's
+        self._year = year if year is not None else time.gmtime().tm_year
         self._year_offset = 0        # New Year crossings since then
+        self._year_known = False     # a year-bearing stamp has fixed the frame
+        self._yearless = False       # a year-less stamp was placed in the guessed year
+        self._year_shift = 0         # the frame's year minus the year a stamp prints
         self._midnight = 0.0         # the last date seen (for time-only stamps)
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
@@ -148,10 +157,16 @@ class LogClock:
         if g.get("m") and g.get("d"):
             month, day = int(g["m"]), int(g["d"])
             if g.get("Y"):
-                self._year = int(g["Y"])
+                year = int(g["Y"])
+                if not self._year_known:
+                    self._year_known = True
+                    if self._yearless and last is not None:
+                        self._year_shift = self._frame_year(month, day, tod, last) - year
+                self._year = year + self._year_shift
                 self._year_offset = 0
                 midnight = calendar.timegm((self._year, month, day, 0, 0, 0))
             else:
+                self._yearless = True
                 year = self._year + self._year_offset
                 midnight = calendar.timegm((year, month, day, 0, 0, 0))
                 if last is not None and midnight + tod < last - _HALF_YEAR:
@@ -166,6 +181,13 @@ class LogClock:
             self._midnight += 86400.0
             secs += 86400.0
         return secs
+
+
+    def _frame_year(self, month: int, day: int, tod: float, last: float) -> int:
+        """The year, near the guessed one, in which month-day-time is nearest to `last`."""
+        guess = self._year + self._year_offset
+        return min((guess - 1, guess, guess + 1),
+                   key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
 
 
 def _stamp_text(g: dict[str, str | None]) -> str:
