@@ -64,6 +64,8 @@ def state_from_json(d: dict[str, object]) -> State:
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
         untrusted_stamps=int(d.get("untrusted_stamps", 0)),  # type: ignore[call-overload]
+        floating=d.get("floating"),  # type: ignore[arg-type]
+        last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
     )
     return st
 

@@ -20,6 +20,7 @@ from .state import (
 
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
+FLOAT_GAP = 2.0                # unseen seconds after a floating span's last frame that move it
 CLOCK_SLACK = 2.0              # a stamp this far behind the log's clock is jitter, not a jump
 CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log's clock
 
@@ -43,6 +44,8 @@ class StartupMachine:
         rule = obs.rule
         if obs.log_time is not None:
             self._trust(state, obs)
+            if state.floating is not None:
+                self._float(state, obs)
             state.last_log_time = obs.log_time
         events: list[Event] = []
         if state.deferred is not None and self._confirms(state, rule):
@@ -94,13 +97,38 @@ class StartupMachine:
         span is ever negative or longer than the log.  A new server process (a restart
         marker) may start its own clock."""
         last, t = state.last_log_time, obs.log_time
+        if not obs.own_time:
+            return      # placed by the clock from the last stamp (a bar's frame): no jump
+        last = state.last_own_time if state.last_own_time is not None else last
         if last is None or t is None or t >= last and t - last <= CLOCK_JUMP:
+            state.last_own_time = t
             return
         if obs.rule.restart and t < last:
+            state.last_own_time = t
             return
         if t < last - CLOCK_SLACK or t > last:
             state.untrusted_stamps += 1
         obs.log_time = last
+
+    @staticmethod
+    def _float(state: State, obs: Observation) -> None:
+        """The current span opened at an unstamped bar right after a silent phase (a hub
+        download that prints nothing): its frames were placed from the last stamp.  The
+        first stamped line after them says how much time went by unseen: that time was the
+        silent phase's (the bar's own frames say how long the bar ran), so the span moves
+        to end there."""
+        assert obs.log_time is not None and state.floating is not None
+        if not obs.own_time:
+            state.floating = max(state.floating, obs.log_time)
+            return
+        gap = obs.log_time - state.floating
+        state.floating = None
+        main = [sp for sp in state.spans if not sp.beside]
+        if gap <= FLOAT_GAP or len(main) < 2 or main[-1].log_time is None:
+            return
+        main[-1].log_time += gap
+        main[-1].log_stamp = None      # no line was stamped there: the timeline shows +offset
+        main[-2].end_log = main[-1].log_time
 
     def _confirms(self, state: State, rule: Rule) -> bool:
         """Does this rule make the provisional phase real (anything but the same phase's
@@ -172,6 +200,9 @@ class StartupMachine:
                     break
         if ending:
             span.close(now, obs.log_time)
+        prev = state.phase_entered
+        state.floating = obs.log_time if not obs.own_time and obs.log_time is not None and \
+            prev is not None and prev.phase in self.pack.silent and not ending else None
         state.spans.append(span)
 
     def _drop_last(self, state: State) -> None:
@@ -233,6 +264,7 @@ class StartupMachine:
                       restart_rules={rid, f"{server}|{rid}"} if server else {rid},
                       procs={obs.proc} if obs.proc else set(),
                       last_activity=state.last_activity, last_log_time=state.last_log_time,
+                      last_own_time=state.last_own_time,
                       startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
                       servers={server: False} if server else {},
                       supervised=obs.rule.supervisor)

@@ -151,6 +151,9 @@ class State:
     servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
     supervised: bool = False              # a launcher of several servers began this launch
     untrusted_stamps: int = 0             # stamps not used: they would run the clock backwards
+    last_own_time: float | None = None    # the last stamp a line had of its own (trusted)
+    floating: float | None = None         # the current span began at an unstamped bar after a
+                                          # silent phase: the log time of its latest line
 
     @property
     def history(self) -> list[Span]:

@@ -69,7 +69,7 @@ RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle")
+             "crash_settle", "silent")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -176,6 +176,7 @@ class RulePack:
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (sources/probe.py)
+    silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     crash_by_phase: dict[str, str] = field(default_factory=dict)
@@ -399,6 +400,11 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.ranks if base else ())
     probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
         else (base.probe_paths if base else ())
+    silent = base.silent if base else ()
+    if doc.get("silent") is not None:
+        if not isinstance(doc["silent"], list) or any(p not in phases for p in doc["silent"]):
+            raise PackError(src, f"must be a list of phases ({', '.join(phases)})", key="silent")
+        silent = tuple(doc["silent"])
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
     crash_by_phase = dict(base.crash_by_phase) if base else {}
@@ -420,7 +426,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
-        reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers,
+        reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
         server_count_args=count_args,
     )
 

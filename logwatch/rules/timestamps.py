@@ -38,6 +38,7 @@ _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 
 
@@ -61,6 +62,7 @@ class LogClock:
         self._year_known = False     # a year-bearing stamp has fixed the frame
         self._yearless = False       # a year-less stamp was placed in the guessed year
         self._year_shift = 0         # the frame's year minus the year a stamp prints
+        self._outlier = False        # the stamp being read is years away from the clock
         self._midnight = 0.0         # the last date seen (for time-only stamps)
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
@@ -118,10 +120,13 @@ class LogClock:
     def _stamped(self, raw: str, fields: dict[str, str | None]) -> Stamp | None:
         """The stamp a format's match gives (None: not a valid date or time): `raw` the
         whole match, `fields` its named groups."""
+        self._outlier = False
         try:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):
             return None
+        if self._outlier:
+            return Stamp(secs, _stamp_text(fields))
         self.last = Stamp(secs, _stamp_text(fields))
         self._last_raw = raw
         self._now = secs
@@ -134,7 +139,9 @@ class LogClock:
         if m is None or self._now is None:
             return None
         elapsed = int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
-        key = m.group(1).strip()
+        # one bar whatever numbers its description shows as it goes (SGLang's capture bar:
+        # `Capturing batches (bs=64 avail_mem=5.50 GB)`, then bs=60, ...)
+        key = _DIGITS.sub("#", m.group(1).strip())
         bar = self._bars.get(key)
         if bar is None or elapsed < bar[1] - 2:      # a new bar (or the same one again)
             if len(self._bars) >= MAX_BARS:
@@ -162,9 +169,14 @@ class LogClock:
                     self._year_known = True
                     if self._yearless and last is not None:
                         self._year_shift = self._frame_year(month, day, tod, last) - year
-                self._year = year + self._year_shift
-                self._year_offset = 0
-                midnight = calendar.timegm((self._year, month, day, 0, 0, 0))
+                framed = year + self._year_shift
+                if abs(framed - (self._year + self._year_offset)) <= 1:
+                    self._year, self._year_offset = framed, 0
+                else:
+                    # years away from the log's clock: it moves nothing here (the machine
+                    # does not trust it either, machine/startup.py `_trust`)
+                    self._outlier = True
+                midnight = calendar.timegm((framed, month, day, 0, 0, 0))
             else:
                 self._yearless = True
                 year = self._year + self._year_offset
