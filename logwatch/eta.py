@@ -65,7 +65,10 @@ def startup_eta(pack: RulePack, state: State, now: float,
     eta = 0.0
     known = False
     entered = state.phase_entered
-    elapsed = max(0.0, now - entered.at) if entered is not None else 0.0
+    # a phase the startup is in again (vLLM 0.34's second autotune) has already had some of
+    # its typical time (a typical duration is the sum of a phase's spans)
+    elapsed = max(0.0, now - entered.at) + state.closed_seconds(phase) \
+        if entered is not None else 0.0
     # the current phase's own bar (shards, files fetched, autotuner, graph capture), if moving
     bar_left = next((left for left in (state.progress[n].remaining_seconds(now)
                                        for n in _progress_of(pack, phase) if n in state.progress)

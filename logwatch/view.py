@@ -50,6 +50,17 @@ class SpanView:
                 "beside": self.beside}
 
 
+def startup_seconds(view: "TargetView") -> float | None:
+    """The startup's wall time so far: launch to ready once ready, else what its spans cover
+    (spans beside each other once), else the sum of the phases (a view without spans)."""
+    if view.ready_in is not None:
+        return view.ready_in
+    if view.total_seconds is not None:
+        return view.total_seconds
+    d = [v for k, v in view.durations.items() if k != READY]
+    return sum(d) if d else None
+
+
 def span_views(st: State, now: float | None = None) -> list[SpanView]:
     """The spans of `st` (server clock when every span has one): one row per span.  With
     `now`, the open main span of a startup still going on counts until `now` by our clock

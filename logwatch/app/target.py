@@ -444,10 +444,11 @@ class TargetRunner:
             if self.history is None:
                 break
             if isinstance(ev, Ready) and pipe is not None:
-                self.history.record_durations(ev.durations, "ready", ev.startup or "")
+                self.history.record_durations(ev.durations, "ready", ev.startup or "",
+                                              total=ev.took)
             elif isinstance(ev, CrashSettled):
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "",
-                                              ev.crash.reason)
+                                              ev.crash.reason, ev.elapsed)
         if self.catching_up:
             self._held.extend(events)
             return

@@ -197,6 +197,14 @@ class State:
                 out[sp.phase] = round(out.get(sp.phase, 0.0) + d, 3)
         return out
 
+    def closed_seconds(self, phase: str) -> float:
+        """Seconds of `phase` in its spans that have ended (a phase the startup is in again:
+        the time it already had, which its typical duration includes)."""
+        use_log = self._use_log()
+        until = self._until()
+        return sum(sp.seconds(use_log, until) or 0.0 for sp in self.spans
+                   if sp.phase == phase and not sp.open and not sp.beside)
+
     def total(self) -> float:
         """Wall time the startup's spans cover (their union: overlapping spans once)."""
         use_log = self._use_log()

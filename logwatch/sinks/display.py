@@ -15,7 +15,7 @@ from typing import TextIO
 
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from ..units import fmt_duration
-from ..view import TargetView
+from ..view import TargetView, startup_seconds
 
 PROGRESS_EVERY = 5.0
 SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
@@ -181,7 +181,7 @@ class PlainDisplay:
 
     def finish(self, view: TargetView, outcome: str) -> None:
         d = {k: v for k, v in view.durations.items() if k != "ready"}
-        total = sum(d.values()) if d else None
+        total = startup_seconds(view) if d else None    # overlapping spans counted once
         if view.historic:        # no new startup came: the old one was said at attach
             self._say(f"{outcome}; no new startup since logwatch attached")
             self.out.flush()
@@ -235,7 +235,7 @@ def summary_block(view: TargetView) -> list[str]:
     out = []
     if d:
         out.append("phases: " + " · ".join(f"{k} {fmt_duration(v)}" for k, v in d.items())
-                   + f"  (total {fmt_duration(sum(d.values()))})")
+                   + f"  (total {fmt_duration(startup_seconds(view) or 0.0)})")
     if view.shards and view.shards.total:
         out.append(f"shards: {view.shards.loaded}/{view.shards.total}")
     tps = view.stats.get("gen_throughput")

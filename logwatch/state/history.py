@@ -67,10 +67,14 @@ class StartupHistory:
     def record(self, state: State, outcome: str) -> StartupRecord | None:
         """Remember a finished startup (when it became ready or its crash settled)."""
         reason = state.crash.reason if state.crash is not None and outcome != READY else ""
-        return self.record_durations(state.durations(), outcome, state.startup_id or "", reason)
+        return self.record_durations(state.durations(), outcome, state.startup_id or "", reason,
+                                     state.total())
 
     def record_durations(self, durations: dict[str, float], outcome: str,
-                         startup: str = "", reason: str = "") -> StartupRecord | None:
+                         startup: str = "", reason: str = "",
+                         total: float | None = None) -> StartupRecord | None:
+        """`total`: the startup's wall time (launch to ready or crash); without it, the sum
+        of the phases (which counts twice what ran beside another phase)."""
         durations = {p: d for p, d in durations.items() if p not in (READY, WAITING, "crashed",
                                                                      "stopped")}
         if not durations:
@@ -78,7 +82,8 @@ class StartupHistory:
         if startup and any(r.startup == startup for r in self.records):
             return None   # already recorded (the log was read again after a restart)
         rec = StartupRecord(time.time(), self.model, outcome, durations,
-                            round(sum(durations.values()), 3), startup, reason)
+                            round(total if total is not None else sum(durations.values()), 3),
+                            startup, reason)
         self.records = (self.records + [rec])[-KEEP:]
         self._typical = None
         save_state("history", self.path, {"version": VERSION,
