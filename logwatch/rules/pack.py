@@ -433,13 +433,19 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
 
 def _ranks(src: str, value: Any) -> tuple[Any, ...]:
     """`ranks:` patterns, matched at the start of a line; each has a group `rank`."""
+    return _tag_patterns(src, value, "rank", "ranks")
+
+
+def _tag_patterns(src: str, value: Any, group: str, key: str) -> tuple[Any, ...]:
+    """Patterns matched at the start of a line whose group `group` names where it is from
+    (a rank, a server process)."""
     if not isinstance(value, list):
-        raise PackError(src, "must be a list of patterns with a group (?P<rank>...)", key="ranks")
+        raise PackError(src, f"must be a list of patterns with a group (?P<{group}>...)", key=key)
     out = []
     for i, p in enumerate(value):
-        rx = _compile(src, p, None, f"ranks[{i}]")
-        if "rank" not in rx.groupindex:
-            raise PackError(src, "needs a named group (?P<rank>...)", key=f"ranks[{i}]")
+        rx = _compile(src, p, None, f"{key}[{i}]")
+        if group not in rx.groupindex:
+            raise PackError(src, f"needs a named group (?P<{group}>...)", key=f"{key}[{i}]")
         out.append(rx)
     return tuple(out)
 
@@ -450,21 +456,11 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
     if not isinstance(value, dict) or set(value) - {"patterns", "count_args"}:
         raise PackError(src, "must be a mapping {patterns: [...], count_args: [...]}",
                         key="servers")
-    pats = value.get("patterns") or []
-    if not isinstance(pats, list):
-        raise PackError(src, "must be a list of patterns with a group (?P<server>...)",
-                        key="servers.patterns")
-    out = []
-    for i, p in enumerate(pats):
-        rx = _compile(src, p, None, f"servers.patterns[{i}]")
-        if "server" not in rx.groupindex:
-            raise PackError(src, "needs a named group (?P<server>...)",
-                            key=f"servers.patterns[{i}]")
-        out.append(rx)
+    out = _tag_patterns(src, value.get("patterns") or [], "server", "servers.patterns")
     args = value.get("count_args") or []
     if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
         raise PackError(src, "must be a list of argument names", key="servers.count_args")
-    return tuple(out), tuple(args)
+    return out, tuple(args)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:
