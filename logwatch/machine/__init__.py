@@ -9,8 +9,19 @@ in place and return the events that happened; no I/O, no clock of their own (`no
 wall clock of the caller, `Observation.log_time` the server's own timestamp if it had one).
 
 Only the generic meaning of phases lives here; the engine knowledge comes from the pack:
-* phases move forward in the pack's order; a marker of an earlier phase (another TP rank
-  printing the same milestone late) changes nothing, a later one may skip phases;
+* a startup is a list of spans (`State.spans`: phase, start, end, the line that opened it),
+  made only by the machine; the current phase is the latest main-line span's, a phase's
+  duration the sum of its spans, the startup's total the union of all of them (a span
+  `beside` the main line, weights loading while graphs capture, counts once);
+* a marker moves the main line forward in the pack's order, and a later one may skip
+  phases; a marker of an earlier phase (another TP rank printing the same milestone late, a
+  summary line) only mentions it, unless its rule `begins` the phase: the first time such
+  a rule fires in a startup it moves there whatever the order (vLLM 0.34: autotune ->
+  allocating -> autotune -> cuda_graph -> allocating);
+* `closes_as` re-attributes the span an end marker closes (vLLM's `Time spent downloading
+  weights`); several servers of one launch (`servers:`, a `supervisor` rule) are one startup,
+  ready when all are; one clock per log: a stamp that would run it backwards or years ahead
+  is not used (`State.untrusted_stamps`);
 * a rule with `reenter` may step back into an earlier phase while the current one is still
   empty (download bars after `Load weight begin`, before the first shard); a phase entered
   by a `provisional` rule is announced (PhaseChanged) only once confirmed (a later phase, its

@@ -8,7 +8,8 @@ Ray's `(Actor pid=N) `; matched at the start of a line and removed, repeatedly, 
 timestamps, ignore patterns and rules see it; a `proc` group names the process, so two
 servers interleaved in one stream are told apart), and ordered rules.  Each rule is a `regex` pattern with named groups and one or more actions:
 
-  phase: P          enter phase P (forward only; a later marker may skip phases)
+  phase: P          enter phase P (forward in `phases:` order, a later marker may skip
+                    phases; with `begins: true` also back, once per startup)
   progress: NAME    a named counter (`current`, `total`, optional `rate` groups)
   crash: REASON     the server crashed (DESIGN.md reason vocabulary)
   hint: REASON      classifies a crash that follows, without being one
@@ -22,7 +23,11 @@ root-cause line), `tentative` (crash evidence that a later phase marker can retr
 `reenter` (may step back into an earlier, still empty phase), `provisional` (the phase it
 enters is announced once confirmed: an earlier phase's `reenter` rule coming first takes its
 place without a flip, e.g. SGLang's download inside weight loading), `scale` (multiply a field),
-`prefilter` (explicit literals when none can be derived from the pattern).
+`prefilter` (explicit literals when none can be derived from the pattern), `begins` (the
+line begins its phase: moves there whatever the order, the first time in a startup),
+`beside: open|close` (a span of the phase beside the main line), `closes_as: PHASE` (the
+span this end marker closes was PHASE), `supervisor` (a restart rule of a launcher whose
+servers join its launch).  Pack keys `servers:` and `silent:`: README "Rule packs".
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
 """
