@@ -337,3 +337,26 @@ def test_the_interleavings_really_reorder_rank_lines(name: str):
     _, segments = _streams(FIXTURES / name)
     base = _interleave(segments, None)
     assert any(_interleave(segments, random.Random(seed)) != base for seed in range(20)), name
+
+
+def test_vllm_download_replayed_reads_launching_downloading_loading_once():
+    """Replayed (no wall time passes), the provisional `Loading model from scratch...` is
+    announced as what it turned out to be: no loading_shards -> downloading flip."""
+    data = (BUILT / "vllm-034-download-prefetch.log").read_bytes()
+    pipe = LogPipeline(load_pack("vllm"))
+    events = pipe.feed(data, 1000.0) + pipe.finish(1000.0)
+    moves = [(e.old, e.new) for e in events if isinstance(e, PhaseChanged)]
+    assert moves[:3] == [("waiting", "launching"), ("launching", "downloading"),
+                         ("downloading", "loading_shards")], moves
+
+
+def test_a_download_time_without_a_load_line_keeps_launching():
+    """`Time spent downloading weights` right after the launch lines (no `Loading model`
+    line in the window): only its last `seconds` are the download; launching stays."""
+    lines = [VL.format("12-01 10:00:00"),
+             "(EngineCore pid=1) INFO 12-01 10:03:00 [weight_utils.py:568] Time spent "
+             "downloading weights for m: 150.000000 seconds",
+             READY_AT.format("12-01 10:04:00")]
+    st_ = feed(lines, "vllm").state
+    assert main_phases(st_) == ["launching", "downloading", "loading_shards", "ready"]
+    assert st_.durations() == {"launching": 30.0, "downloading": 150.0, "loading_shards": 60.0}

@@ -1,7 +1,9 @@
 """The startup state machine: matched lines -> phases, epochs, progress, crash, ready, stall.
 
-One job per file: `state` (the dataclasses), `events`, `startup` (`StartupMachine`),
-`crash` (evidence and reason), `ranks`, `rates` (progress counters), `checkpoint` (JSON).
+One job per file: `state` (the dataclasses), `events`, `startup` (`StartupMachine`: which
+line moves the startup where), `spans` (the only code that makes or changes spans, and the
+log's one clock), `servers` (several servers in one launch), `crash` (evidence and reason),
+`ranks`, `rates` (progress counters), `checkpoint` (JSON).
 This package re-exports them all: `from logwatch.machine import State` keeps working.
 
 Pure: `StartupMachine.step(state, observation, now)` and `tick(state, now)` update `state`

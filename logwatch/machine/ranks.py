@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from ..rules.pack import Rule, RulePack
+
 
 @dataclass(slots=True)
 class RankProgress:
@@ -47,6 +49,15 @@ class RankLag:
 
 
 
+class _Line(Protocol):
+    """What `advance_rank` reads of an observation (machine/state.py `Observation`)."""
+
+    rule: Rule
+    text: str
+    log_time: float | None
+    own_time: bool
+
+
 class _Clocked(Protocol):
     last_log_time: float | None
     last_activity: float | None
@@ -86,3 +97,22 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
     p0 = ranks[stuck[0]]
     return RankLag(tuple(stuck), p0.phase, p0.finished, since, len(ranks) - len(stuck))
 
+
+
+def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
+                 now: float) -> None:
+    """Per rank, how far it got: the phase of its latest marker (only forward), at the log's
+    time when its line had its own stamp."""
+    rank = pack.rank_of(obs.text)
+    rule = obs.rule
+    if not rank or rule.phase is None:
+        return
+    now = obs.log_time if obs.log_time is not None and obs.own_time else now
+    pos = (pack.phase_index(rule.phase), rule.finishes)
+    rp = ranks.get(rank)
+    if rp is None:
+        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)])
+        return
+    if pos > (pack.phase_index(rp.phase), rp.finished):
+        rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
+        rp.advances.append((pos[0], pos[1], now))

@@ -12,20 +12,20 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .ranks import RankProgress
+from .servers import all_ready as servers_ready, joins as server_joins
+from .ranks import advance_rank
 from .rates import next_progress
-from .state import (
-    LINE_KEEP, Crash, Evidence, Observation, Span, State, crash_elapsed, startup_id_of,
+from .spans import (
+    CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, new_span, open_main,
+    reattribute, retract, settle_float, trust,
 )
+from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_id_of
 
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
-FLOAT_GAP = 2.0                # unseen seconds after a floating span's last frame that move it
-CLOCK_SLACK = 2.0              # a stamp this far behind the log's clock is jitter, not a jump
-CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log's clock
 
-__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "HINT_WINDOW_LINES", "PROVISIONAL_FOR",
-           "StartupMachine"]
+__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
+           "PROVISIONAL_FOR", "StartupMachine"]
 
 
 class StartupMachine:
@@ -43,9 +43,9 @@ class StartupMachine:
     def step(self, state: State, obs: Observation, now: float) -> list[Event]:
         rule = obs.rule
         if obs.log_time is not None:
-            self._trust(state, obs)
+            trust(state, obs)
             if state.floating is not None:
-                self._float(state, obs)
+                settle_float(state, obs)
             state.last_log_time = obs.log_time
         events: list[Event] = []
         if state.deferred is not None and self._confirms(state, rule):
@@ -63,7 +63,7 @@ class StartupMachine:
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
-            self._rank(state, obs, now)
+            advance_rank(self.pack, state.ranks, obs, now)
         if state.phase == CRASHED:
             self._while_crashed(state, obs, now, events)
             return events
@@ -89,47 +89,6 @@ class StartupMachine:
             self._stats(state, obs, now, events)
         return events
 
-    @staticmethod
-    def _trust(state: State, obs: Observation) -> None:
-        """One clock per log: a stamp that would run it backwards (more than CLOCK_SLACK:
-        ranks interleave within a second) or jump it further than any startup lasts is
-        not used (counted in `untrusted_stamps`); the line takes the clock's time, so no
-        span is ever negative or longer than the log.  A new server process (a restart
-        marker) may start its own clock."""
-        last, t = state.last_log_time, obs.log_time
-        if not obs.own_time:
-            return      # placed by the clock from the last stamp (a bar's frame): no jump
-        last = state.last_own_time if state.last_own_time is not None else last
-        if last is None or t is None or t >= last and t - last <= CLOCK_JUMP:
-            state.last_own_time = t
-            return
-        if obs.rule.restart and t < last:
-            state.last_own_time = t
-            return
-        if t < last - CLOCK_SLACK or t > last:
-            state.untrusted_stamps += 1
-        obs.log_time = last
-
-    @staticmethod
-    def _float(state: State, obs: Observation) -> None:
-        """The current span opened at an unstamped bar right after a silent phase (a hub
-        download that prints nothing): its frames were placed from the last stamp.  The
-        first stamped line after them says how much time went by unseen: that time was the
-        silent phase's (the bar's own frames say how long the bar ran), so the span moves
-        to end there."""
-        assert obs.log_time is not None and state.floating is not None
-        if not obs.own_time:
-            state.floating = max(state.floating, obs.log_time)
-            return
-        gap = obs.log_time - state.floating
-        state.floating = None
-        main = [sp for sp in state.spans if not sp.beside]
-        if gap <= FLOAT_GAP or len(main) < 2 or main[-1].log_time is None:
-            return
-        main[-1].log_time += gap
-        main[-1].log_stamp = None      # no line was stamped there: the timeline shows +offset
-        main[-2].end_log = main[-1].log_time
-
     def _confirms(self, state: State, rule: Rule) -> bool:
         """Does this rule make the provisional phase real (anything but the same phase's
         marker from another rank, or an earlier phase's reenter that replaces it)?"""
@@ -139,8 +98,7 @@ class StartupMachine:
             return True
         if rule.phase is None:
             return False
-        if rule.closes_as or (rule.begins and rule.id not in state.begun
-                              and rule.phase != state.phase):
+        if rule.begins and rule.id not in state.begun and rule.phase != state.phase:
             return True
         return self.pack.phase_index(rule.phase) > self.pack.phase_index(state.phase)
 
@@ -184,36 +142,6 @@ class StartupMachine:
         return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
 
     # -- transitions ------------------------------------------------------------------------
-    def _span(self, phase: str, obs: Observation, now: float, beside: bool = False) -> Span:
-        return Span(phase, now, obs.log_time, obs.log_stamp, obs.text[:LINE_KEEP],
-                    beside=beside)
-
-    def _open(self, state: State, phase: str, obs: Observation, now: float) -> None:
-        """The main line moves to `phase`: its open span closes here, a new one opens (at
-        ready or an end, every span beside it closes too)."""
-        span = self._span(phase, obs, now)
-        ending = phase == READY or phase in TERMINAL
-        for sp in reversed(state.spans):
-            if sp.open and (ending or not sp.beside):
-                sp.close(now, obs.log_time)
-                if not ending:
-                    break
-        if ending:
-            span.close(now, obs.log_time)
-        prev = state.phase_entered
-        state.floating = obs.log_time if not obs.own_time and obs.log_time is not None and \
-            prev is not None and prev.phase in self.pack.silent and not ending else None
-        state.spans.append(span)
-
-    def _drop_last(self, state: State) -> None:
-        """Take back the main line's last span (entered too early): the one before it runs
-        on until the next span opens."""
-        i = max(i for i, sp in enumerate(state.spans) if not sp.beside)
-        state.spans.pop(i)
-        prev = [sp for sp in state.spans if not sp.beside]
-        if prev:
-            prev[-1].end_at = prev[-1].end_log = None
-
     def _enter(self, state: State, phase: str, obs: Observation, now: float,
                events: list[Event]) -> None:
         old = state.phase
@@ -225,7 +153,7 @@ class StartupMachine:
             events.append(StartupBegan(state.epoch, state.startup_id, obs.text))  # type: ignore[arg-type]
         state.phase = phase
         state.phase_progress = False
-        self._open(state, phase, obs, now)
+        open_main(state, phase, obs, now, self.pack.silent)
         events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
@@ -236,7 +164,7 @@ class StartupMachine:
             state.procs.add(obs.proc)
             return
         server = self.pack.server_of(obs.text)
-        if self._joins(state, server, rid):
+        if server_joins(self.pack, state, server, rid):
             # another server of a launch of several (a DP supervisor's, --api-server-count):
             # one launch, ready when all of them are
             state.servers.setdefault(server, False)
@@ -270,52 +198,12 @@ class StartupMachine:
                       supervised=obs.rule.supervisor)
         for slot in State.__slots__:  # type: ignore[attr-defined]
             setattr(state, slot, getattr(fresh, slot))
-        state.spans.append(self._span(self._first_phase(), obs, now))
+        state.spans.append(new_span(self._first_phase(), obs, now))
         state.phase = self._first_phase()
         sid = state.startup_id
         events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
         events.append(Restarted(state.epoch, obs.text, sid))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
-
-    def _joins(self, state: State, server: str, rid: str) -> bool:
-        """Is this restart marker one of the servers of the current launch starting (not a
-        new launch)?  Only while the launch has not ended, only when it is a launch of
-        several (a supervisor began it, or its args ask for more servers than have
-        started), and only once per marker and server: the same server printing its version
-        line again is a restart."""
-        if not server or state.phase in (WAITING, READY, *TERMINAL):
-            return False
-        if f"{server}|{rid}" in state.restart_rules:
-            return False
-        if not state.servers:
-            return False      # the launch's first server: the usual path
-        return state.supervised or len(state.servers) > 1 or \
-            self._servers_wanted(state) > len(state.servers)
-
-    def _servers_wanted(self, state: State) -> int:
-        """How many servers the launch's arguments ask for (the pack's `servers.count_args`)."""
-        for key in self.pack.server_count_args:
-            v = state.args.get(key)
-            if isinstance(v, int) and not isinstance(v, bool) and 0 < v < 4096:
-                return v
-        return 1
-
-    def _rank(self, state: State, obs: Observation, now: float) -> None:
-        """Per rank, how far it got: the phase of its latest marker (only forward)."""
-        rank = self.pack.rank_of(obs.text)
-        rule = obs.rule
-        if not rank or rule.phase is None:
-            return
-        now = obs.log_time if obs.log_time is not None and obs.own_time else now
-        pos = (self.pack.phase_index(rule.phase), rule.finishes)
-        rp = state.ranks.get(rank)
-        if rp is None:
-            state.ranks[rank] = RankProgress(rule.phase, rule.finishes, now,
-                                             [(pos[0], pos[1], now)])
-            return
-        if pos > (self.pack.phase_index(rp.phase), rp.finished):
-            rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
-            rp.advances.append((pos[0], pos[1], now))
 
     def _first_phase(self) -> str:
         return self.pack.phases[0]
@@ -325,15 +213,25 @@ class StartupMachine:
         target = rule.phase
         assert target is not None
         if rule.beside:
-            self._beside(state, rule, obs, now)
+            if state.phase not in (WAITING, READY, *TERMINAL):
+                beside_span(state, rule, obs, now)
             return
-        if target == READY and not self._all_servers_ready(state, obs):
+        if target == READY and not servers_ready(self.pack, state, obs):
             return
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
         begins = self._begins(state, rule)
         if rule.closes_as and state.phase not in (READY, *TERMINAL):
-            self._reattribute(state, rule, obs, now, events)
+            # an end marker that says what the time before it was (vLLM's download): that
+            # span is relabelled, announced now, and the rule's phase opens here
+            reattribute(state, rule, obs)
+            was = state.phase_entered.phase if state.phase_entered else state.phase
+            if state.deferred is not None:     # the provisional entry, as what it was
+                d, state.deferred = state.deferred, None
+                events.append(PhaseChanged(state.epoch, d.old, was, d.at, d.line,
+                                           state.startup_id))
+            state.phase = was
+            self._enter(state, target, obs, now, events)
         elif new_i > cur_i:
             self._enter(state, target, obs, now, events)
             if rule.provisional and events and isinstance(events[-1], PhaseChanged):
@@ -354,7 +252,7 @@ class StartupMachine:
             last = state.phase_entered
             if last is not None and last.phase == state.phase and \
                     sum(1 for e in state.history if e.phase == state.phase) == 1:
-                self._drop_last(state)
+                drop_last(state)
             self._enter(state, target, obs, now, events)
         elif begins and target != state.phase:
             # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
@@ -371,53 +269,6 @@ class StartupMachine:
             return False
         state.begun.add(rule.id)
         return True
-
-    def _beside(self, state: State, rule: Rule, obs: Observation, now: float) -> None:
-        """A span beside the main line: `beside: open` opens one of the rule's phase (one at a
-        time per phase), `beside: close` closes it; the current phase does not change."""
-        if state.phase in (WAITING, READY, *TERMINAL):
-            return
-        open_ = [sp for sp in state.spans if sp.beside and sp.open and sp.phase == rule.phase]
-        if rule.beside == "open" and not open_:
-            state.spans.append(self._span(rule.phase or "", obs, now, beside=True))
-        elif rule.beside == "close":
-            for sp in open_:
-                sp.close(now, obs.log_time)
-
-    def _reattribute(self, state: State, rule: Rule, obs: Observation, now: float,
-                     events: list[Event]) -> None:
-        """An end marker that says what the time before it was (vLLM's `Time spent
-        downloading weights`: the silent stretch after `Loading model from scratch...` was
-        a download): the main span it closes becomes `closes_as` (from `seconds` before the
-        line when the rule reads that many, else from where that span began), and the
-        rule's own phase opens here.  Announced when the marker arrives."""
-        cur = state.phase_entered
-        assert cur is not None and rule.closes_as is not None and rule.phase is not None
-        took = _float(obs.fields.get("seconds"))
-        since = None if took is None or obs.log_time is None else obs.log_time - took
-        start_log = cur.log_time
-        if since is not None and start_log is not None and since > start_log:
-            # only the last `seconds` of the span were the download: split it there
-            state.spans.append(Span(rule.closes_as, cur.at, since, None, obs.text[:LINE_KEEP]))
-            cur.close(cur.at, since)
-        elif cur.phase != rule.closes_as:
-            cur.phase = rule.closes_as
-        if state.deferred is not None:     # the provisional entry, announced as what it was
-            d, state.deferred = state.deferred, None
-            events.append(PhaseChanged(state.epoch, d.old, rule.closes_as, d.at, d.line,
-                                       state.startup_id))
-        state.phase = rule.closes_as
-        self._enter(state, rule.phase, obs, now, events)
-
-    def _all_servers_ready(self, state: State, obs: Observation) -> bool:
-        """A launch of several servers is ready when every one is: a ready line of one of
-        them counts for it (an untagged one for none, when there are several)."""
-        if len(state.servers) <= 1:
-            return True       # one server (or none named): its ready line is the launch's
-        server = self.pack.server_of(obs.text)
-        if server in state.servers:
-            state.servers[server] = True
-        return bool(state.servers) and all(state.servers.values())
 
     def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         state.ready_line = obs.text
@@ -508,17 +359,8 @@ class StartupMachine:
             # the startup carried on: the traceback was not fatal
             state.crash = None
             state.crash_changed_at = None
-            state.spans = [e for e in state.spans if e.phase != CRASHED]
-            last = state.phase_entered
-            if last is not None:
-                last.end_at = last.end_log = None     # the phase it was in goes on
+            retract(state, CRASHED)
             state.phase = crash.during
             events.append(CrashRetracted(state.epoch, crash.during))
             self._advance(state, rule, obs, now, events)
 
-
-def _float(text: str | None) -> float | None:
-    try:
-        return float(text) if text else None
-    except ValueError:
-        return None
