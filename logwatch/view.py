@@ -42,12 +42,19 @@ class SpanView:
     start: float | None        # seconds after the startup's first line
     seconds: float | None      # how long it lasted (so far, for the open one)
     beside: bool = False       # it ran beside the main line (not the current phase then)
+    open: bool = False         # still going on (the startup has not ended)
 
     def to_json(self) -> dict[str, Any]:
         return {"phase": self.phase, "stamp": self.stamp,
                 "start": None if self.start is None else round(self.start, 3),
                 "seconds": None if self.seconds is None else round(self.seconds, 3),
-                "beside": self.beside}
+                "beside": self.beside, "open": self.open}
+
+
+def beside_now(view: "TargetView") -> list[SpanView]:
+    """The spans running beside the main line right now (weights loading while graphs
+    capture): `watch` and the page show them with the current phase."""
+    return [sp for sp in view.timeline if sp.beside and sp.open]
 
 
 def startup_seconds(view: "TargetView") -> float | None:
@@ -80,7 +87,7 @@ def span_views(st: State, now: float | None = None) -> list[SpanView]:
                 st.phase not in (READY, *TERMINAL, WAITING):
             d = max(d or 0.0, now - sp.at)
         out.append(SpanView(sp.phase, sp.log_stamp, None if a is None or t0 is None else a - t0,
-                            d, sp.beside))
+                            d, sp.beside, sp.open))
     return out
 
 

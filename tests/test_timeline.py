@@ -360,3 +360,24 @@ def test_a_download_time_without_a_load_line_keeps_launching():
     st_ = feed(lines, "vllm").state
     assert main_phases(st_) == ["launching", "downloading", "loading_shards", "ready"]
     assert st_.durations() == {"launching": 30.0, "downloading": 150.0, "loading_shards": 60.0}
+
+
+def test_watch_says_what_runs_beside_the_current_phase():
+    """`watch`'s plain output, line by line through SGLang's overlap mode: the loading that
+    runs beside the phases is said when it begins and when it ends, and the end's summary
+    gives the startup's wall time, not the phases' sum."""
+    import io
+    from logwatch.sinks.display import PlainDisplay
+    out = io.StringIO()
+    disp = PlainDisplay("overlap", out)
+    pipe = LogPipeline(load_pack("sglang"))
+    for i, line in enumerate((BUILT / "sglang-0523-overlap.log").read_text().splitlines()):
+        now = 1000.0 + i
+        events = pipe.feed((line + "\n").encode(), now)
+        disp.update(pipeline_view("overlap", pipe, now), events, now)
+    disp.finish(pipeline_view("overlap", pipe, 1100.0), "ready")
+    text = out.getvalue()
+    assert "loading_shards beside loading_shards" in text, text   # beside capture-safe prep
+    assert "loading_shards beside: done (45s)" in text, text
+    assert "phase allocating (loading_shards took 4.0s)" in text, text   # its own span
+    assert "READY in 1m00s" in text and "(total 1m00s)" in text, text

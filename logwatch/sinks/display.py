@@ -15,7 +15,7 @@ from typing import TextIO
 
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from ..units import fmt_duration
-from ..view import TargetView, startup_seconds
+from ..view import TargetView, beside_now, startup_seconds
 
 PROGRESS_EVERY = 5.0
 SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
@@ -110,6 +110,7 @@ class PlainDisplay:
         self._probe_said = ""
         self._lag_said = ""
         self._serving_said = 0.0
+        self._beside: set[str] = set()    # phases running beside the main line, said
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -141,7 +142,9 @@ class PlainDisplay:
             if isinstance(ev, Restarted):
                 self._say(f"new startup (#{ev.epoch}): {ev.line[:160]}")
             elif isinstance(ev, PhaseChanged):
-                took = view.durations.get(ev.old)
+                # the span it just left (a phase that came back, or ran beside, has more)
+                took = next((sp.seconds for sp in reversed(view.timeline)
+                             if not sp.beside and sp.phase == ev.old), view.durations.get(ev.old))
                 extra = f" ({ev.old} took {fmt_duration(took)})" if took and ev.old != "waiting" else ""
                 self._say(f"phase {ev.new}{extra}")
             elif isinstance(ev, Progress) and now - self._last_progress >= PROGRESS_EVERY:
@@ -151,8 +154,21 @@ class PlainDisplay:
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
+        self._beside_spans(view)
         self._quiet(view, now)
         self._probe_and_ranks(view, now)
+
+    def _beside_spans(self, view: TargetView) -> None:
+        """A line when a span begins or ends beside the main line (SGLang's overlap mode:
+        `loading_shards beside cuda_graph`), with how long it ran."""
+        now_beside = {sp.phase for sp in beside_now(view)}
+        for p in sorted(now_beside - self._beside):
+            self._say(f"{p} beside {view.phase}")
+        for p in sorted(self._beside - now_beside):
+            took = next((sp.seconds for sp in reversed(view.timeline)
+                         if sp.beside and sp.phase == p), None)
+            self._say(f"{p} beside: done" + (f" ({fmt_duration(took)})" if took else ""))
+        self._beside = now_beside
 
     def _probe_and_ranks(self, view: TargetView, now: float) -> None:
         """A line when the endpoint's answer changes (up / down / ready but not answering),
@@ -297,7 +313,8 @@ class RichDisplay(PlainDisplay):
                       f"{escape(phase)} {fmt_duration(view.seen_at_attach.ago)} ago)[/]"
                       if view.seen_at_attach else "waiting for a new startup")
         else:
-            t.add_row("phase", f"[{colour}]{phase}[/]{since}")
+            beside = "".join(f"  [dim]+ {sp.phase} beside[/]" for sp in beside_now(view))
+            t.add_row("phase", f"[{colour}]{phase}[/]{since}{beside}")
         shards = view.shards
         if shards and shards.total:
             bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)
