@@ -93,6 +93,22 @@ def startup_eta(pack: RulePack, state: State, now: float,
             if not have_history:
                 return eta if known else math.nan
             continue
-        eta += t
+        # (what a phase that came already, out of order, had of its typical time is done)
+        eta += max(t - state.closed_seconds(p), 0.0) if have_history else t
         known = True
+    if have_history:
+        eta += _coming_back(pack, state, phase, typ)
     return eta if known else math.nan
+
+
+def _coming_back(pack: RulePack, state: State, phase: str, typ: dict[str, float]) -> float:
+    """What earlier phases still have of their typical time when a rule of the pack can
+    still bring them back in this startup (a `begins` rule that has not fired: vLLM 0.34's
+    JIT warmup, autotune again after the KV estimate).  From history only: a first start
+    has no sum of spans to go by."""
+    out = 0.0
+    earlier = pack.phases[: pack.phases.index(phase)]
+    for p in earlier:
+        if any(r.begins and r.phase == p and r.id not in state.begun for r in pack.rules):
+            out += max(typ.get(p, 0.0) - state.closed_seconds(p), 0.0)
+    return out

@@ -381,3 +381,37 @@ def test_watch_says_what_runs_beside_the_current_phase():
     assert "loading_shards beside: done (45s)" in text, text
     assert "phase allocating (loading_shards took 4.0s)" in text, text   # its own span
     assert "READY in 1m00s" in text and "(total 1m00s)" in text, text
+
+
+def test_eta_on_a_second_vllm_034_start_counts_the_phases_that_come_back():
+    """The ETA from the first start's spans (autotune 3m15s = compile + JIT warmup and
+    autotune; allocating 9 s = estimate + commit): on the second start, at the KV estimate
+    (allocating, before the JIT warmup begins autotune again) and inside the second autotune,
+    it is within 20% of the true time left (ready at 273 s)."""
+    from logwatch.eta import startup_eta
+    pack = load_pack("vllm")
+    lines = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    first = feed(lines, "vllm").state
+    typical = first.durations()
+    stamps = [_built_seconds(x) for x in lines]
+    pipe = LogPipeline(pack)
+    t0 = 10_000.0
+    checks = {}
+    for line, at in zip(lines, stamps):
+        now = t0 + at
+        pipe.feed((line + "\n").encode(), now)
+        if pipe.state.phase in ("allocating", "autotune") and 87 <= at <= 200:
+            checks[(pipe.state.phase, at)] = startup_eta(pack, pipe.state, now, typical)
+    assert any(p == "allocating" for p, _ in checks), checks
+    for (p, at), eta in checks.items():
+        truth = 273.0 - at
+        assert abs(eta - truth) <= 0.2 * truth, (p, at, eta, truth)
+
+
+def _built_seconds(line: str) -> float:
+    """Seconds after 10:00:00 of a built line's stamp (unstamped lines: the last one's)."""
+    import re as _re
+    m = _re.search(r"(\d\d):(\d\d):(\d\d)", line)
+    if m is not None:
+        _built_seconds.last = (int(m.group(1)) - 10) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    return float(getattr(_built_seconds, "last", 0))
