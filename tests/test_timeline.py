@@ -415,3 +415,12 @@ def _built_seconds(line: str) -> float:
     if m is not None:
         _built_seconds.last = (int(m.group(1)) - 10) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
     return float(getattr(_built_seconds, "last", 0))
+
+
+def test_phase_duration_metric_is_the_sum_of_the_phase_spans():
+    from logwatch.sinks.metrics import target_lines
+    lines = target_lines(pipeline_view("x", replay_file(str(BUILT / "vllm-034-default.log"))))
+    got = {ln.split('phase="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
+           for ln in lines["logwatch_phase_duration_seconds"].splitlines()}
+    assert got == pytest.approx({"launching": 12.0, "loading_shards": 31.0,
+                                 "autotune": 195.456, "allocating": 9.0, "cuda_graph": 25.544})
