@@ -424,3 +424,12 @@ def test_phase_duration_metric_is_the_sum_of_the_phase_spans():
            for ln in lines["logwatch_phase_duration_seconds"].splitlines()}
     assert got == pytest.approx({"launching": 12.0, "loading_shards": 31.0,
                                  "autotune": 195.456, "allocating": 9.0, "cuda_graph": 25.544})
+
+
+def test_dp_supervisor_launch_names_the_api_server_that_crashed():
+    lines = (BUILT / "vllm-034-dp-supervisor.log").read_text().splitlines()[:9] + [
+        "(APIServer pid=101) ERROR 12-01 10:00:12 [launcher.py:299] OSError: [Errno 98] "
+        "Address already in use"]
+    st_ = feed(lines, "vllm").state
+    assert st_.startups == 1 and st_.phase == "crashed" and st_.crash is not None
+    assert (st_.crash.reason, st_.crash.rank) == ("port_in_use", "APIServer pid=101")

@@ -333,6 +333,8 @@ class StartupMachine:
         state.crash_changed_at = now
         add_evidence(self.pack, state, crash, rule, rule.crash, obs)
         crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        if not crash.rank and len(state.servers) > 1:
+            crash.rank = self.pack.server_of(obs.text)   # which server of the launch
         events.append(Crashed(state.epoch, crash))
 
     def _while_crashed(self, state: State, obs: Observation, now: float,
