@@ -433,3 +433,16 @@ def test_dp_supervisor_launch_names_the_api_server_that_crashed():
     st_ = feed(lines, "vllm").state
     assert st_.startups == 1 and st_.phase == "crashed" and st_.crash is not None
     assert (st_.crash.reason, st_.crash.rank) == ("port_in_use", "APIServer pid=101")
+
+
+def test_weights_format_without_a_download_leaves_no_downloading_span():
+    """SGLang before 0.5.23 logs `Using model weights format` on every load: when the shard
+    bar runs all the time until the next stamped line, nothing was downloaded."""
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    end = next(i for i, x in enumerate(lines) if "Load weight end" in x)
+    local = lines[:end] + [lines[end].replace("10:02:40", "10:00:40"),
+                           "[2026-12-01 10:00:50] The server is fired up and ready to roll!"]
+    st_ = feed(local, "sglang").state
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "ready"], st_.spans
+    assert "downloading" not in st_.phases_seen
+    assert st_.durations()["loading_shards"] == pytest.approx(31.0)   # 10:00:09 -> 10:00:40

@@ -99,7 +99,9 @@ def settle_float(state: State, obs: Observation) -> None:
     """The current span opened at an unstamped bar right after a silent phase (a hub download
     that prints nothing): its frames were placed from the last stamp.  The first stamped line
     after them says how much time went by unseen: that time was the silent phase's (the bar's
-    own frames say how long the bar ran), so the span moves to end there."""
+    own frames say how long the bar ran), so the span moves to end there.  When none went by
+    and the silent span had no time of its own before the bar, it was not: it is taken back
+    (the bar's span starts where it did)."""
     assert obs.log_time is not None and state.floating is not None
     if not obs.own_time:
         state.floating = max(state.floating, obs.log_time)
@@ -107,7 +109,16 @@ def settle_float(state: State, obs: Observation) -> None:
     gap = obs.log_time - state.floating
     state.floating = None
     main = [sp for sp in state.spans if not sp.beside]
-    if gap <= FLOAT_GAP or len(main) < 2 or main[-1].log_time is None:
+    if len(main) < 2 or main[-1].log_time is None:
+        return
+    silent = main[-2]
+    if gap <= FLOAT_GAP:
+        if silent.log_time is not None and main[-1].log_time - silent.log_time <= FLOAT_GAP:
+            # the bar ran all the time there was: the silent phase was not (SGLang before
+            # 0.5.23 logs `Using model weights format` on every load, download or not)
+            main[-1].at, main[-1].log_time = silent.at, silent.log_time
+            main[-1].log_stamp = silent.log_stamp
+            state.spans.remove(silent)
         return
     main[-1].log_time += gap
     main[-1].log_stamp = None      # no line was stamped there: the timeline shows +offset
