@@ -446,3 +446,16 @@ def test_weights_format_without_a_download_leaves_no_downloading_span():
     assert main_phases(st_) == ["launching", "loading_shards", "allocating", "ready"], st_.spans
     assert "downloading" not in st_.phases_seen
     assert st_.durations()["loading_shards"] == pytest.approx(31.0)   # 10:00:09 -> 10:00:40
+
+
+def test_a_silent_sglang_download_has_the_download_stall_budget():
+    """While the hub download prints nothing, the startup is in `downloading` (stall budget
+    30 min), not in `loading_shards` (10 min): 15 silent minutes are no stall."""
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if "Using model weights format" in x) + 2
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(x + "\n" for x in lines[:cut]).encode(), 1000.0)
+    assert pipe.state.phase == "downloading"
+    assert pipe.machine.tick(pipe.state, 1000.0 + 15 * 60) == []
+    stalled = pipe.machine.tick(pipe.state, 1000.0 + 31 * 60)
+    assert [type(e).__name__ for e in stalled] == ["Stalled"] and stalled[0].phase == "downloading"
