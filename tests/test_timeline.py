@@ -459,3 +459,19 @@ def test_a_silent_sglang_download_has_the_download_stall_budget():
     assert pipe.machine.tick(pipe.state, 1000.0 + 15 * 60) == []
     stalled = pipe.machine.tick(pipe.state, 1000.0 + 31 * 60)
     assert [type(e).__name__ for e in stalled] == ["Stalled"] and stalled[0].phase == "downloading"
+
+
+@pytest.mark.parametrize("path", sorted(BUILT.glob("*.log")), ids=lambda p: p.name)
+def test_built_startups_live_in_small_chunks_agree_with_replay(path: Path):
+    """Fed 97 bytes at a time (lines cut anywhere), each built startup ends with the same
+    spans, durations and verdict as its replay."""
+    data = path.read_bytes()
+    pipe = LogPipeline(choose_pack("auto", data))
+    for i in range(0, len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    replayed = replay_file(str(path)).state
+    assert [(s.phase, s.log_time, s.end_log, s.beside) for s in pipe.state.spans] == \
+        [(s.phase, s.log_time, s.end_log, s.beside) for s in replayed.spans]
+    assert pipe.state.durations() == replayed.durations()
+    assert pipe.state.phase == replayed.phase
