@@ -475,3 +475,16 @@ def test_built_startups_live_in_small_chunks_agree_with_replay(path: Path):
         [(s.phase, s.log_time, s.end_log, s.beside) for s in replayed.spans]
     assert pipe.state.durations() == replayed.durations()
     assert pipe.state.phase == replayed.phase
+
+
+def test_a_new_startup_months_later_starts_its_own_clock():
+    """The same log, a server started again eight months later: the new startup's stamps
+    are its clock (a restart marker may start one), its durations are its own."""
+    lines = [VL.format("01-05 10:00:00"), READY_AT.format("01-05 10:01:00"),
+             VL.format("09-05 10:00:00"),
+             "(EngineCore pid=1) INFO 09-05 10:00:30 [model_runner.py:412] Loading model from scratch...",
+             READY_AT.format("09-05 10:02:00")]
+    st_ = feed(lines, "vllm", year=2026).state
+    assert st_.startups == 2 and st_.untrusted_stamps == 0
+    assert st_.ready_in() == pytest.approx(120.0)
+    assert st_.durations() == {"launching": 30.0, "loading_shards": 90.0}

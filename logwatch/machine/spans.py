@@ -136,7 +136,7 @@ def trust(state: State, obs: Observation) -> None:
     if not obs.own_time or t is None:
         return
     last = state.last_own_time if state.last_own_time is not None else state.last_log_time
-    if last is None or last <= t <= last + CLOCK_JUMP or (obs.rule.restart and t < last):
+    if last is None or last <= t <= last + CLOCK_JUMP or obs.rule.restart:
         state.last_own_time = t
         return
     if t < last - CLOCK_SLACK or t > last:
