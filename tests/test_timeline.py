@@ -488,3 +488,28 @@ def test_a_new_startup_months_later_starts_its_own_clock():
     assert st_.startups == 2 and st_.untrusted_stamps == 0
     assert st_.ready_in() == pytest.approx(120.0)
     assert st_.durations() == {"launching": 30.0, "loading_shards": 90.0}
+
+
+def test_every_rank_reporting_its_download_time_reattributes_once():
+    """vLLM TP2: both workers print `Time spent downloading weights`, the second a few
+    seconds later (and once more after the weights loaded): one downloading span, no move
+    back, the loading span intact."""
+    w = "(Worker_TP{} pid=20{}) INFO 12-01 {} [weight_utils.py:568] Time spent downloading " \
+        "weights for m: 143.200000 seconds"
+    lines = [VL.format("12-01 10:00:00"),
+             "(Worker_TP0 pid=200) INFO 12-01 10:00:08 [model_runner.py:412] Loading model from scratch...",
+             w.format(0, 0, "10:02:31"), w.format(1, 1, "10:02:34"),
+             "(Worker_TP0 pid=200) INFO 12-01 10:02:44 [default_loader.py:544] Loading weights took 13.00 seconds",
+             w.format(1, 1, "10:02:45"),
+             READY_AT.format("12-01 10:03:00")]
+    st_ = feed(lines, "vllm").state
+    assert main_phases(st_) == ["launching", "downloading", "loading_shards", "autotune", "ready"]
+    assert st_.durations() == pytest.approx({"launching": 8.0, "downloading": 143.0,
+                                             "loading_shards": 13.0, "autotune": 16.0})
+
+
+def test_a_log_that_begins_with_a_download_time_is_not_a_crash_of_logwatch():
+    line = "(EngineCore pid=1) INFO 12-01 10:02:31 [weight_utils.py:568] Time spent " \
+           "downloading weights for m: 143.2 seconds"
+    st_ = feed([line, READY_AT.format("12-01 10:03:00")], "vllm").state
+    assert st_.phase == READY and main_phases(st_)[0] == "loading_shards"

@@ -221,9 +221,12 @@ class StartupMachine:
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
         begins = self._begins(state, rule)
-        if rule.closes_as and state.phase not in (READY, *TERMINAL):
+        if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
+                state.phase not in (WAITING, READY, *TERMINAL):
             # an end marker that says what the time before it was (vLLM's download): that
-            # span is relabelled, announced now, and the rule's phase opens here
+            # span is relabelled, announced now, and the rule's phase opens here; once per
+            # startup (another rank's copy of the line is a mention)
+            state.begun.add(rule.id)
             reattribute(state, rule, obs)
             was = state.phase_entered.phase if state.phase_entered else state.phase
             if state.deferred is not None:     # the provisional entry, as what it was
