@@ -127,14 +127,14 @@ class LogPipeline:
                  stall_after: float | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  offset: int = 0, line_number: int = 1,
-                 counters: Counters | None = None) -> None:
+                 counters: Counters | None = None, year: int | None = None) -> None:
         self.pack = pack
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=max_line_bytes)
         self.matcher = shared_matcher(pack, max_line_bytes)
         self.machine = StartupMachine(pack, stall_after)
         self.state = State()
-        self.clock = LogClock(pack.timestamps)
+        self.clock = LogClock(pack.timestamps, year)   # `year`: of year-less stamps (file time)
         self.collapse_stats = collapse_stats
         # the target's own counters (one object, counted here as lines are framed and
         # matched), or a fresh one for a replay

@@ -19,7 +19,8 @@ from .counters import Counters
 from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING
-from .state.history import StartupHistory, startup_eta
+from .eta import startup_eta
+from .state.history import StartupHistory
 
 ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
               "cuda_graph", READY)
@@ -30,6 +31,64 @@ class ShardView:
     loaded: int
     total: int
     rate: float | None
+
+
+@dataclass(frozen=True)
+class SpanView:
+    """One span of the current startup (machine/state.py `Span`), as the sinks show it."""
+
+    phase: str
+    stamp: str | None          # the server's own stamp of the line that opened it
+    start: float | None        # seconds after the startup's first line
+    seconds: float | None      # how long it lasted (so far, for the open one)
+    beside: bool = False       # it ran beside the main line (not the current phase then)
+    open: bool = False         # still going on (the startup has not ended)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "stamp": self.stamp,
+                "start": None if self.start is None else round(self.start, 3),
+                "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "beside": self.beside, "open": self.open}
+
+
+def beside_now(view: "TargetView") -> list[SpanView]:
+    """The spans running beside the main line right now (weights loading while graphs
+    capture): `watch` and the page show them with the current phase."""
+    return [sp for sp in view.timeline if sp.beside and sp.open]
+
+
+def startup_seconds(view: "TargetView") -> float | None:
+    """The startup's wall time so far: launch to ready once ready, else what its spans cover
+    (spans beside each other once), else the sum of the phases (a view without spans)."""
+    if view.ready_in is not None:
+        return view.ready_in
+    if view.total_seconds is not None:
+        return view.total_seconds
+    d = [v for k, v in view.durations.items() if k != READY]
+    return sum(d) if d else None
+
+
+def span_views(st: State, now: float | None = None) -> list[SpanView]:
+    """The spans of `st` (server clock when every span has one): one row per span.  With
+    `now`, the open main span of a startup still going on counts until `now` by our clock
+    when that is longer (a silent phase keeps counting, as `live_durations`)."""
+    spans = st.spans
+    if not spans:
+        return []
+    use_log = all(sp.log_time is not None for sp in spans)
+    until = (st.last_activity, st.last_log_time)
+    t0 = spans[0].log_time if use_log else spans[0].at
+    out = []
+    current = st.phase_entered
+    for sp in spans:
+        a = sp.log_time if use_log else sp.at
+        d = sp.seconds(use_log, until) if sp.phase not in (READY, *TERMINAL) else None
+        if now is not None and sp is current and sp.open and \
+                st.phase not in (READY, *TERMINAL, WAITING):
+            d = max(d or 0.0, now - sp.at)
+        out.append(SpanView(sp.phase, sp.log_stamp, None if a is None or t0 is None else a - t0,
+                            d, sp.beside, sp.open))
+    return out
 
 
 FRESH_WINDOW = 60.0   # a verdict this recent when logwatch attached is still news
@@ -88,7 +147,8 @@ class TargetView:
     startup_started_at: float | None = None
     ready_in: float | None = None  # launch-to-ready seconds of this startup once ready
     phases_seen: list[str] = field(default_factory=list)
-    timeline: list[tuple[str, str | None]] = field(default_factory=list)  # (phase, log stamp)
+    timeline: list[SpanView] = field(default_factory=list)   # the startup's spans, in order
+    total_seconds: float | None = None   # wall time the spans cover (overlap counted once)
     durations: dict[str, float] = field(default_factory=dict)
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
     shards: ShardView | None = None
@@ -170,6 +230,8 @@ class TargetView:
             if self.phase_entered_at is not None else None,
             "phases_seen": list(self.phases_seen),
             "durations": dict(self.durations),
+            "spans": [sp.to_json() for sp in self.timeline],
+            "total_seconds": self.total_seconds,
             "progress": {k: dict(v) for k, v in self.progress.items()},
             "shards": {"loaded": shards.loaded, "total": shards.total} if shards else None,
             "eta_seconds": None if eta != eta else round(eta, 1),
@@ -322,7 +384,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "startup_started_at": first.at if first else None,
            "ready_in": st.ready_in(),
            "phases_seen": st.phases_seen,
-           "timeline": [(e.phase, e.log_stamp) for e in st.history],
+           "timeline": span_views(st, now if now else None),
+           "total_seconds": st.total() if st.spans else None,
            "durations": live_durations(st, now),
            "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
                             "eta_seconds": p.remaining_seconds(now)}

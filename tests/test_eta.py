@@ -20,7 +20,8 @@ import pytest
 
 from logwatch.app.config import TargetConfig
 from logwatch.app.daemon import restart_pack
-from logwatch.state.history import StartupHistory, startup_eta
+from logwatch.eta import startup_eta
+from logwatch.state.history import StartupHistory
 from logwatch.machine import Ready, Restarted, State
 from logwatch.pipeline import LogPipeline
 from logwatch.state.positions import PositionStore
@@ -387,7 +388,7 @@ def test_the_eta_grows_in_a_stall_and_never_jumps_more_than_30_percent(
 
 
 def test_eta_smoother_caps_a_jump_within_a_phase() -> None:
-    from logwatch.state.history import EtaSmoother
+    from logwatch.eta import EtaSmoother
     smooth = EtaSmoother()
     assert smooth("loading_shards", 100.0, 0.0) == 100.0
     assert smooth("loading_shards", 40.0, 1.0) == pytest.approx(99.0 * 0.7)   # capped

@@ -13,7 +13,7 @@ from pathlib import Path
 from conftest import ROOT
 
 PKG = ROOT / "logwatch"
-CORE = ("logwatch.sources", "logwatch.lines", "logwatch.rules", "logwatch.machine")
+CORE = ("logwatch.sources", "logwatch.lines", "logwatch.rules", "logwatch.machine", "logwatch.eta")
 OUTER = ("logwatch.sinks", "logwatch.app", "logwatch.cli")
 
 
@@ -94,7 +94,8 @@ def test_the_graph_is_built_from_real_imports() -> None:
     g = graph()
     assert len(g) > 30
     # known edges, one per kind of import statement: relative, `from . import x`, in a function
-    assert "logwatch.rules.pack" in g["logwatch.machine"]
+    assert "logwatch.rules.pack" in g["logwatch.machine.startup"]
+    assert "logwatch.machine.startup" in g["logwatch.machine"]   # the package re-exports
     assert "logwatch.log" in g["logwatch.sources.local"]
     assert "logwatch.app.daemon" in g["logwatch.cli"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from logwatch.state.history import startup_eta
+from logwatch.eta import startup_eta
 
 from logwatch.machine import (
     CrashRetracted, Crashed, CrashSettled, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,

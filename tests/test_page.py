@@ -17,6 +17,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from playwright.sync_api import expect, sync_playwright
 
 import pytest
@@ -273,3 +274,49 @@ def test_last_line_skips_finished_bars_and_follows_redraws() -> None:
         "[10:00:20 TP0] Load weight end. elapsed=15 s",   # ... for the chunk that ends it
         "[2026-03-17 07:16:46 TP0] glued after the bar",
     ]
+
+
+@pytest.mark.integration
+def test_page_timeline_draws_spans_and_what_ran_beside_them(tmp_path: Path) -> None:
+    """SGLang's overlap mode (tests/fixtures/built): the `now` lane has one segment per span
+    of the main line, and the weights that loaded while graphs were captured are on a lane
+    of their own, placed where they began; the lanes share one scale (the startup's wall
+    time, not the sum of the phases)."""
+    port = free_port()
+    log = tmp_path / "overlap.log"
+    log.write_bytes((FIXTURES / "built" / "sglang-0523-overlap.log").read_bytes())
+    cfg = tmp_path / "logwatch.yaml"
+    cfg.write_text(f"listen: 127.0.0.1:{port}\nstate_dir: {tmp_path / 'state'}\ntargets:\n"
+                   f"  - {{name: overlap, source: {log}, rules: sglang, probe: false}}\n")
+    daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_until(lambda: _ok(port), what="the daemon's /healthz")
+        t = wait_until(lambda: next((x for x in status(port)["targets"]
+                                     if x["phase"] == "ready"), None), what="ready")
+        assert [s["phase"] for s in t["spans"] if s["beside"]] == ["loading_shards"]
+        assert t["total_seconds"] == 60.0 and sum(t["durations"].values()) > 60.0
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            r = page.locator("section[data-target='overlap']")
+            now = r.locator(".tl[data-lane='now'] .seg")
+            expect(now).to_have_count(4)
+            assert [c.split()[1] for c in now.evaluate_all("ss => ss.map(s => s.className)")] == \
+                ["launching", "loading_shards", "allocating", "cuda_graph"]
+            beside = r.locator(".tl[data-lane='beside'] .seg")
+            expect(beside).to_have_count(2)               # the time before it, then the span
+            assert beside.nth(1).get_attribute("class") == "seg loading_shards"
+            w = r.locator(".tl").evaluate_all(
+                "ls => ls.map(l => [...l.querySelectorAll('.seg')].map(s => "
+                "s.getBoundingClientRect()))")
+            now_left, gap, side = w[0][0]["x"], w[1][0], w[1][1]
+            lane_w = sum(b["width"] for b in w[0])            # 60 s of wall time
+            assert abs((side["x"] - now_left) / lane_w - 10 / 60) < 0.02     # began at +10 s
+            assert abs(side["width"] / lane_w - 45 / 60) < 0.02               # lasted 45 s
+            assert gap["width"] > 0
+            browser.close()
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)

@@ -154,9 +154,43 @@ def bad_crash_settle(d):
     return None, "crash_settle"
 
 
+def begins_without_phase(d):
+    d["rules"].append({"id": "b", "pattern": "JIT warmup", "hint": "unknown", "begins": True})
+    return "b", "begins"
+
+
+def beside_not_open_or_close(d):
+    d["rules"].append({"id": "b", "pattern": "prefetch", "phase": "ready", "beside": "yes"})
+    return "b", "beside"
+
+
+def closes_as_unknown_phase(d):
+    d["rules"].append({"id": "b", "pattern": "Time spent", "phase": "ready",
+                       "closes_as": "fetching"})
+    return "b", "closes_as"
+
+
+def supervisor_without_restart(d):
+    d["rules"].append({"id": "b", "pattern": "Started DPSupervisor", "phase": "ready",
+                       "supervisor": True})
+    return "b", "supervisor"
+
+
+def server_pattern_without_group(d):
+    d["servers"] = {"patterns": [r"^\(APIServer pid=\d+\)"]}
+    return None, "servers.patterns[0]"
+
+
+def silent_unknown_phase(d):
+    d["silent"] = ["fetching"]
+    return None, "silent"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
-                 unknown_top_level_key, missing_phases, bad_crash_settle]
+                 unknown_top_level_key, missing_phases, bad_crash_settle,
+                 begins_without_phase, beside_not_open_or_close, closes_as_unknown_phase,
+                 supervisor_without_restart, server_pattern_without_group, silent_unknown_phase]
 
 
 @pytest.mark.integration

@@ -7,6 +7,7 @@ only the first and the last are matched, which changes no outcome (see matcher.p
 
 from __future__ import annotations
 
+import os
 import time
 from typing import BinaryIO, Callable, Iterator
 
@@ -23,8 +24,8 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
                   on_step: Callable[[list[Event], State], None] | None = None) -> LogPipeline:
     """`f` (after `head`, its first bytes) through a pipeline of `pack`.  `collapse_stats`:
     of a run of serving lines only the first and last are matched; `on_step`: the pipeline's
-    per-step hook (the launch ledger)."""
-    pipe = LogPipeline(pack, collapse_stats=collapse_stats)
+    per-step hook (the launch ledger).  Year-less stamps get the year of the file's mtime."""
+    pipe = LogPipeline(pack, collapse_stats=collapse_stats, year=_file_year(f))
     pipe.on_step = on_step
     now = time.time()
     if head:
@@ -34,6 +35,14 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
         del chunk       # freed before the next is read: its memory is reused (see pipeline.feed)
     pipe.finish(now)
     return pipe
+
+
+def _file_year(f: BinaryIO) -> int | None:
+    """The year the file was last written (None for a pipe: then this year)."""
+    try:
+        return time.gmtime(os.fstat(f.fileno()).st_mtime).tm_year
+    except (OSError, ValueError, AttributeError, OverflowError):
+        return None
 
 
 def line_chunks(f: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:

@@ -41,7 +41,8 @@ from ..sources.probe import (
     Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
 )
 from ..sources.ssh import SSHPool, SSHTarget
-from ..state.history import EtaSmoother, StartupHistory
+from ..eta import EtaSmoother
+from ..state.history import StartupHistory
 from ..state.ledger import LedgerStore
 from ..state.positions import PositionStore
 from ..view import (
@@ -444,10 +445,11 @@ class TargetRunner:
             if self.history is None:
                 break
             if isinstance(ev, Ready) and pipe is not None:
-                self.history.record_durations(ev.durations, "ready", ev.startup or "")
+                self.history.record_durations(ev.durations, "ready", ev.startup or "",
+                                              total=ev.took)
             elif isinstance(ev, CrashSettled):
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "",
-                                              ev.crash.reason)
+                                              ev.crash.reason, ev.elapsed)
         if self.catching_up:
             self._held.extend(events)
             return

@@ -8,7 +8,8 @@ Ray's `(Actor pid=N) `; matched at the start of a line and removed, repeatedly, 
 timestamps, ignore patterns and rules see it; a `proc` group names the process, so two
 servers interleaved in one stream are told apart), and ordered rules.  Each rule is a `regex` pattern with named groups and one or more actions:
 
-  phase: P          enter phase P (forward only; a later marker may skip phases)
+  phase: P          enter phase P (forward in `phases:` order, a later marker may skip
+                    phases; with `begins: true` also back, once per startup)
   progress: NAME    a named counter (`current`, `total`, optional `rate` groups)
   crash: REASON     the server crashed (DESIGN.md reason vocabulary)
   hint: REASON      classifies a crash that follows, without being one
@@ -22,7 +23,11 @@ root-cause line), `tentative` (crash evidence that a later phase marker can retr
 `reenter` (may step back into an earlier, still empty phase), `provisional` (the phase it
 enters is announced once confirmed: an earlier phase's `reenter` rule coming first takes its
 place without a flip, e.g. SGLang's download inside weight loading), `scale` (multiply a field),
-`prefilter` (explicit literals when none can be derived from the pattern).
+`prefilter` (explicit literals when none can be derived from the pattern), `begins` (the
+line begins its phase: moves there whatever the order, the first time in a startup),
+`beside: open|close` (a span of the phase beside the main line), `closes_as: PHASE` (the
+span this end marker closes was PHASE), `supervisor` (a restart rule of a launcher whose
+servers join its launch).  Pack keys `servers:` and `silent:`: README "Rule packs".
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
 """
@@ -65,12 +70,13 @@ SPECIFIC_RANK = len(GENERIC_REASONS)
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain",
                "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
-                 "description", "before", "after", "args", "finishes")
+                 "description", "before", "after", "args", "finishes", "begins", "beside",
+                 "closes_as", "supervisor")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
-             "ignore", "prefixes", "ranks", "probe",
+             "ignore", "prefixes", "ranks", "probe", "servers",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle", "advice", "model_flags", "fallback")
+             "crash_settle", "advice", "model_flags", "fallback", "silent")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -130,6 +136,10 @@ class Rule:
     args_specs: tuple[ArgsSpec, ...] = ()   # where and in which form (`args:` as a mapping)
     endpoint: bool = False        # the line names the server's address (group `url`)
     finishes: bool = False        # the rank that prints it is done with the rule's phase
+    begins: bool = False          # the line begins its phase: moves there whatever the order
+    beside: str | None = None     # "open" / "close" a span of its phase beside the main line
+    closes_as: str | None = None  # the span this end marker closes was this phase
+    supervisor: bool = False      # a launcher of several servers (they join its launch)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -174,6 +184,9 @@ class RulePack:
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (sources/probe.py)
+    silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
+    servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
+    server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -211,6 +224,16 @@ class RulePack:
             m = rx.match(text)
             if m is not None and m.group("rank"):
                 return " ".join(m.group("rank").split())
+        return ""
+
+    def server_of(self, text: str) -> str:
+        """The server process a line comes from (`APIServer pid=101`), "" when untagged: a
+        launch of several servers in one stream (vLLM's DP supervisor) is ready when all
+        of them are."""
+        for rx in self.servers:
+            m = rx.match(text)
+            if m is not None and m.group("server"):
+                return m.group("server")
         return ""
 
     def rule(self, rule_id: str) -> Rule:
@@ -388,6 +411,13 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.ranks if base else ())
     probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
         else (base.probe_paths if base else ())
+    silent = base.silent if base else ()
+    if doc.get("silent") is not None:
+        if not isinstance(doc["silent"], list) or any(p not in phases for p in doc["silent"]):
+            raise PackError(src, f"must be a list of phases ({', '.join(phases)})", key="silent")
+        silent = tuple(doc["silent"])
+    servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
+        else ((base.servers, base.server_count_args) if base else ((), ()))
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
                                      reasons=known))
@@ -407,7 +437,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
-        reasons=reasons, ranks=ranks, probe_paths=probe_paths,
+        reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
+        server_count_args=count_args,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -460,15 +491,34 @@ def _model_flags(src: str, value: Any) -> tuple[str, ...]:
 
 def _ranks(src: str, value: Any) -> tuple[Any, ...]:
     """`ranks:` patterns, matched at the start of a line; each has a group `rank`."""
+    return _tag_patterns(src, value, "rank", "ranks")
+
+
+def _tag_patterns(src: str, value: Any, group: str, key: str) -> tuple[Any, ...]:
+    """Patterns matched at the start of a line whose group `group` names where it is from
+    (a rank, a server process)."""
     if not isinstance(value, list):
-        raise PackError(src, "must be a list of patterns with a group (?P<rank>...)", key="ranks")
+        raise PackError(src, f"must be a list of patterns with a group (?P<{group}>...)", key=key)
     out = []
     for i, p in enumerate(value):
-        rx = _compile(src, p, None, f"ranks[{i}]")
-        if "rank" not in rx.groupindex:
-            raise PackError(src, "needs a named group (?P<rank>...)", key=f"ranks[{i}]")
+        rx = _compile(src, p, None, f"{key}[{i}]")
+        if group not in rx.groupindex:
+            raise PackError(src, f"needs a named group (?P<{group}>...)", key=f"{key}[{i}]")
         out.append(rx)
     return tuple(out)
+
+
+def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
+    """`servers: {patterns: [...], count_args: [...]}`: which server process a line is from
+    (group `server`), and the launch arguments that say how many servers a launch starts."""
+    if not isinstance(value, dict) or set(value) - {"patterns", "count_args"}:
+        raise PackError(src, "must be a mapping {patterns: [...], count_args: [...]}",
+                        key="servers")
+    out = _tag_patterns(src, value.get("patterns") or [], "server", "servers.patterns")
+    args = value.get("count_args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+        raise PackError(src, "must be a list of argument names", key="servers.count_args")
+    return out, tuple(args)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:
@@ -638,7 +688,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes"):
+                "endpoint", "finishes", "begins", "supervisor"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -660,8 +710,16 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("endpoint") and "url" not in groups:
         raise PackError(src, "an endpoint rule needs a named group 'url' (http://host:port)",
                         rule=rid, key="endpoint")
-    if d.get("finishes") and not phase:
-        raise PackError(src, "only applies to rules with a phase", rule=rid, key="finishes")
+    for key in ("finishes", "begins", "beside", "closes_as"):
+        if d.get(key) and not phase:
+            raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
+    if d.get("beside") is not None and d["beside"] not in ("open", "close"):
+        raise PackError(src, "must be open or close", rule=rid, key="beside")
+    if d.get("closes_as") is not None and d["closes_as"] not in phases:
+        raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
+                        rule=rid, key="closes_as")
+    if d.get("supervisor") and not d.get("restart"):
+        raise PackError(src, "only applies to restart rules", rule=rid, key="supervisor")
     if d.get("provisional") and not phase:
         raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
     if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
@@ -680,7 +738,9 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
         args=bool(d.get("args")), args_specs=_args_specs(src, rid, d.get("args")),
         endpoint=bool(d.get("endpoint")),
-        finishes=bool(d.get("finishes")),
+        finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
+        beside=d.get("beside"), closes_as=d.get("closes_as"),
+        supervisor=bool(d.get("supervisor")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

@@ -2,10 +2,15 @@
 
 Engines print local time without a zone: SGLang `YYYY-mm-dd HH:MM:SS` (time only in 0.3.0),
 vLLM `MM-DD HH:MM:SS` with no year.  The pack lists its formats as patterns with named groups
-Y m d H M S f.  Only differences matter, so the value is "seconds since an arbitrary epoch":
-a missing year is taken as 2000 (a leap year, so Feb 29 parses) and bumped when the date
-jumps back by months (a log running over New Year); a missing date is day 0, bumped when the
-time jumps back by hours (a log running over midnight).
+Y m d H M S f.  Only differences matter, so the value is "seconds since an arbitrary epoch",
+but one log has one clock: stamps with a year and without agree (vLLM's year-less lines and
+FlashInfer's `2026-12-01 10:00:30,456` in one stream).  A year-less stamp takes the year of
+the log's own year-bearing stamps, else the year it is given (the file's time), else this
+year's; bumped when the date jumps back by months (a log running over New Year).  When a
+year-bearing stamp comes after year-less ones that were placed in a guessed year, the guess
+stays the frame: the year-bearing stamps are placed in it (the year nearest to the clock).
+A missing date is day 0, bumped when the time jumps back by hours (a log running over
+midnight).
 
 Lines without a timestamp are placed by their neighbours: a tqdm bar frame
 (`name:  45%|...| 2.2G/4.9G [00:20<00:24, ...]`) at the time its bar began plus its elapsed
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +34,11 @@ from .pack import TimestampFormat
 
 PATTERN_TIMEOUT = 0.01
 
-_YEAR_DEFAULT = 2000
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 
 
@@ -46,12 +52,17 @@ class Stamp:
 class LogClock:
     """Parses timestamps and carries the last one forward to lines that have none."""
 
-    def __init__(self, formats: tuple[TimestampFormat, ...]) -> None:
+    def __init__(self, formats: tuple[TimestampFormat, ...], year: int | None = None) -> None:
         self.formats = formats
         self.last: Stamp | None = None
         self._last_raw: str | None = None
-        self._year = _YEAR_DEFAULT   # the last explicit year seen (for MM-DD stamps)
+        # the year of MM-DD stamps: the last explicit year seen, else the file's, else now's
+        self._year = year if year is not None else time.gmtime().tm_year
         self._year_offset = 0        # New Year crossings since then
+        self._year_known = False     # a year-bearing stamp has fixed the frame
+        self._yearless = False       # a year-less stamp was placed in the guessed year
+        self._year_shift = 0         # the frame's year minus the year a stamp prints
+        self._outlier = False        # the stamp being read is years away from the clock
         self._midnight = 0.0         # the last date seen (for time-only stamps)
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
@@ -113,10 +124,13 @@ class LogClock:
     def _stamped(self, raw: str, fields: dict[str, str | None]) -> Stamp | None:
         """The stamp a format's match gives (None: not a valid date or time): `raw` the
         whole match, `fields` its named groups."""
+        self._outlier = False
         try:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):
             return None
+        if self._outlier:
+            return Stamp(secs, _stamp_text(fields))
         self.last = Stamp(secs, _stamp_text(fields))
         self._last_raw = raw
         self._now = secs
@@ -129,7 +143,9 @@ class LogClock:
         if m is None or self._now is None:
             return None
         elapsed = int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
-        key = m.group(1).strip()
+        # one bar whatever numbers its description shows as it goes (SGLang's capture bar:
+        # `Capturing batches (bs=64 avail_mem=5.50 GB)`, then bs=60, ...)
+        key = _DIGITS.sub("#", m.group(1).strip())
         bar = self._bars.get(key)
         if bar is None or elapsed < bar[1] - 2:      # a new bar (or the same one again)
             if len(self._bars) >= MAX_BARS:
@@ -152,10 +168,21 @@ class LogClock:
         if g.get("m") and g.get("d"):
             month, day = int(g["m"]), int(g["d"])
             if g.get("Y"):
-                self._year = int(g["Y"])
-                self._year_offset = 0
-                midnight = calendar.timegm((self._year, month, day, 0, 0, 0))
+                year = int(g["Y"])
+                if not self._year_known:
+                    self._year_known = True
+                    if self._yearless and last is not None:
+                        self._year_shift = self._frame_year(month, day, tod, last) - year
+                framed = year + self._year_shift
+                if abs(framed - (self._year + self._year_offset)) <= 1:
+                    self._year, self._year_offset = framed, 0
+                else:
+                    # years away from the log's clock: it moves nothing here (the machine
+                    # does not trust it either, machine/startup.py `_trust`)
+                    self._outlier = True
+                midnight = calendar.timegm((framed, month, day, 0, 0, 0))
             else:
+                self._yearless = True
                 year = self._year + self._year_offset
                 midnight = calendar.timegm((year, month, day, 0, 0, 0))
                 if last is not None and midnight + tod < last - _HALF_YEAR:
@@ -170,6 +197,13 @@ class LogClock:
             self._midnight += 86400.0
             secs += 86400.0
         return secs
+
+
+    def _frame_year(self, month: int, day: int, tod: float, last: float) -> int:
+        """The year, near the guessed one, in which month-day-time is nearest to `last`."""
+        guess = self._year + self._year_offset
+        return min((guess - 1, guess, guess + 1),
+                   key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
 
 
 def _stamp_text(g: dict[str, str | None]) -> str:

@@ -19,7 +19,7 @@ import regex
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from ..rules.pack import REGEX_FLAGS
 from ..units import fmt_duration
-from ..view import TargetView
+from ..view import TargetView, beside_now, startup_seconds
 
 PROGRESS_EVERY = 5.0
 SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
@@ -114,6 +114,7 @@ class PlainDisplay:
         self._probe_said = ""
         self._lag_said = ""
         self._serving_said = 0.0
+        self._beside: set[str] = set()    # phases running beside the main line, said
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -145,7 +146,9 @@ class PlainDisplay:
             if isinstance(ev, Restarted):
                 self._say(f"new startup (#{ev.epoch}): {ev.line[:160]}")
             elif isinstance(ev, PhaseChanged):
-                took = view.durations.get(ev.old)
+                # the span it just left (a phase that came back, or ran beside, has more)
+                took = next((sp.seconds for sp in reversed(view.timeline)
+                             if not sp.beside and sp.phase == ev.old), view.durations.get(ev.old))
                 extra = f" ({ev.old} took {fmt_duration(took)})" if took and ev.old != "waiting" else ""
                 self._say(f"phase {ev.new}{extra}")
             elif isinstance(ev, Progress) and now - self._last_progress >= PROGRESS_EVERY:
@@ -155,8 +158,21 @@ class PlainDisplay:
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
                 self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
+        self._beside_spans(view)
         self._quiet(view, now)
         self._probe_and_ranks(view, now)
+
+    def _beside_spans(self, view: TargetView) -> None:
+        """A line when a span begins or ends beside the main line (SGLang's overlap mode:
+        `loading_shards beside cuda_graph`), with how long it ran."""
+        now_beside = {sp.phase for sp in beside_now(view)}
+        for p in sorted(now_beside - self._beside):
+            self._say(f"{p} beside {view.phase}")
+        for p in sorted(self._beside - now_beside):
+            took = next((sp.seconds for sp in reversed(view.timeline)
+                         if sp.beside and sp.phase == p), None)
+            self._say(f"{p} beside: done" + (f" ({fmt_duration(took)})" if took else ""))
+        self._beside = now_beside
 
     def _probe_and_ranks(self, view: TargetView, now: float) -> None:
         """A line when the endpoint's answer changes (up / down / ready but not answering),
@@ -185,7 +201,7 @@ class PlainDisplay:
 
     def finish(self, view: TargetView, outcome: str) -> None:
         d = {k: v for k, v in view.durations.items() if k != "ready"}
-        total = sum(d.values()) if d else None
+        total = startup_seconds(view) if d else None    # overlapping spans counted once
         if view.historic:        # no new startup came: the old one was said at attach
             self._say(f"{outcome}; no new startup since logwatch attached")
             self.out.flush()
@@ -256,7 +272,7 @@ def summary_block(view: TargetView) -> list[str]:
     out = []
     if d:
         out.append("phases: " + " · ".join(f"{k} {fmt_duration(v)}" for k, v in d.items())
-                   + f"  (total {fmt_duration(sum(d.values()))})")
+                   + f"  (total {fmt_duration(startup_seconds(view) or 0.0)})")
     if view.shards and view.shards.total:
         out.append(f"shards: {view.shards.loaded}/{view.shards.total}")
     tps = view.stats.get("gen_throughput")
@@ -318,7 +334,8 @@ class RichDisplay(PlainDisplay):
                       f"{escape(phase)} {fmt_duration(view.seen_at_attach.ago)} ago)[/]"
                       if view.seen_at_attach else "waiting for a new startup")
         else:
-            t.add_row("phase", f"[{colour}]{phase}[/]{since}")
+            beside = "".join(f"  [dim]+ {sp.phase} beside[/]" for sp in beside_now(view))
+            t.add_row("phase", f"[{colour}]{phase}[/]{since}{beside}")
         shards = view.shards
         if shards and shards.total:
             bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)

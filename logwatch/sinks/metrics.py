@@ -169,6 +169,12 @@ def target_lines(v: TargetView) -> dict[str, str]:
     add("logwatch_phase_entered_timestamp_seconds",
         f"logwatch_phase_entered_timestamp_seconds{one} "
         f"{val(v.phase_entered_at if v.phase_entered_at is not None else v.started_at)}")
+    # seconds in each phase of the current startup: the sum of the phase's spans (a phase
+    # that came back counts both; one beside another counts its own time)
+    for p, secs in v.durations.items():
+        if p != READY:
+            add("logwatch_phase_duration_seconds", f'logwatch_phase_duration_seconds{{'
+                f'phase="{_esc(p)}",{tl}}} {val(float(secs))}')
     add("logwatch_startup_started_timestamp_seconds",
         f"logwatch_startup_started_timestamp_seconds{one} {val(v.startup_started_at or 0.0)}")
     add("logwatch_ready", f"logwatch_ready{one} {'1.0' if cur == READY else '0.0'}")
@@ -223,6 +229,8 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_phase", "gauge", "1 for the current phase of the target, 0 for the others"),
         ("logwatch_phase_entered_timestamp_seconds", "gauge",
          "when the current phase began (unix time)"),
+        ("logwatch_phase_duration_seconds", "gauge", "seconds in each phase of the current "
+         "startup so far: the sum of the phase's spans"),
         ("logwatch_startup_started_timestamp_seconds", "gauge",
          "when the current startup began (unix time; 0 before any)"),
         ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),

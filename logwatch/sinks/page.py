@@ -48,6 +48,7 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .seg{flex:none;min-width:0;height:100%;overflow:hidden;white-space:nowrap;color:#fff;font-size:.85em;text-indent:.25em;box-shadow:inset -1px 0 #fff}
 .seg.launching{background:#8c959f}.seg.downloading{background:#bf8700}.seg.loading_shards{background:#0969da}
 .seg.allocating{background:#8250df}.seg.autotune{background:#bc4c00}.seg.cuda_graph{background:#1b7c83}.seg.other{background:#57606a}
+.seg.gap{background:transparent;box-shadow:none}
 .tl .total{width:5em;text-align:right;color:var(--mute);flex:none}
 .tl .outcome{width:14em;flex:none;color:var(--mute);overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .tl .outcome.crashed{color:var(--bad)}.tl .outcome.ready{color:var(--ok)}
@@ -110,11 +111,12 @@ function spark(box,values,limit){const last=values.slice(-60),top=Math.max(limit
   while(box.children.length<last.length)box.append(el("i"));
   last.forEach((v,i)=>{box.children[i].style.height=Math.max(1,100*v/top).toFixed(1)+"%"})}
 // one lane of the timeline; `scale` (seconds) is the full width, shared by both lanes
-function lane(label,durations,scale,totalText,outcome,outcomeCls){
+// `parts`: [phase, seconds] in order (one per span, or per phase); phase null: empty time
+function lane(label,parts,scale,totalText,outcome,outcomeCls){
   const row=el("div","tl");row.dataset.lane=label;row.append(el("span","label",label));const ln=el("div","lane");
-  for(const [p,d] of Object.entries(durations)){if(!(d>0))continue;
-    const s=el("div","seg "+(PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
-    s.title=p+" "+dur(d);s.textContent=p+" "+dur(d);ln.append(s)}
+  for(const [p,d] of parts){if(!(d>0))continue;
+    const s=el("div","seg "+(p===null?"gap":PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
+    if(p!==null){s.title=p+" "+dur(d);s.textContent=p+" "+dur(d)}ln.append(s)}
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function update(r,t,now){
   set(r.engine,t.engine);const pr=t.probe,deaf=t.status==="unreachable";
@@ -137,12 +139,18 @@ function update(r,t,now){
   if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")"+(t.crash.rank?" · "+t.crash.rank+" first":""));
     set(r.when,t.crash.at!=null?"crashed "+clock(t.crash.at)+", "+ago(now-t.crash.at)+" ago":"");
     set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
-  const prev=t.previous_startup,cur=t.durations||{};
-  const key=JSON.stringify([cur,t.phase,t.ready_in_seconds,prev&&prev.at]);
+  const prev=t.previous_startup,cur=t.durations||{},spans=t.spans||[];
+  const key=JSON.stringify([cur,spans,t.phase,t.ready_in_seconds,prev&&prev.at]);
   if(r.tlkey!==key){r.tlkey=key;r.timeline.replaceChildren();
-    const hasCur=Object.keys(cur).length>0,nowT=total(cur),prevT=prev?total(prev.phases):0,scale=Math.max(nowT,prevT);
-    if(hasCur)r.timeline.append(lane("now",cur,scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null));
-    if(prev)r.timeline.append(lane("previous",prev.phases,scale,dur(prev.total!=null?prev.total:prevT),
+    // the startup's spans in order (a phase that came back is a second segment); spans that
+    // ran beside them on a lane of their own, placed at their start
+    const main=spans.filter(s=>!s.beside).map(s=>[s.phase,s.seconds]),side=[];let at=0;
+    for(const s of spans.filter(s=>s.beside)){side.push([null,(s.start||0)-at],[s.phase,s.seconds]);at=(s.start||0)+(s.seconds||0)}
+    const hasCur=Object.keys(cur).length>0,nowT=t.total_seconds!=null?t.total_seconds:total(cur),
+      prevT=prev?total(prev.phases):0,scale=Math.max(nowT,prevT);
+    if(hasCur)r.timeline.append(lane("now",main.length?main:Object.entries(cur),scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null));
+    if(hasCur&&side.length)r.timeline.append(lane("beside",side,scale,"","",null));
+    if(prev)r.timeline.append(lane("previous",Object.entries(prev.phases),scale,dur(prev.total!=null?prev.total:prevT),
       prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome))}
   const gpu=t.gpu;r.gpu.hidden=!gpu;
   if(gpu){const snap=gpu.up?gpu.snapshot:null;r.gpu.className="gpu"+(snap?"":" down");

@@ -26,11 +26,14 @@ def summary(view: TargetView) -> dict[str, Any]:
     return doc
 
 
-def human(doc: dict[str, Any]) -> str:
-    """A few lines a person reads: outcome first, then the evidence."""
+def human(doc: dict[str, Any], total: float | None = None) -> str:
+    """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
+    wall time (the view's `ready_in`, else `total_seconds`: spans that overlap count once);
+    without it, the sum of the phases' durations."""
     phase = doc["phase"]
     dur = doc.get("durations") or {}
-    total = sum(dur.values()) if dur else None
+    if total is None:
+        total = sum(dur.values()) if dur else None
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
         head = f"crashed: {c['reason']} during {c['during']}"
@@ -56,14 +59,29 @@ def human(doc: dict[str, Any]) -> str:
 
 
 def timeline(view: TargetView) -> str:
-    """Each phase of the last epoch with its start time and how long it lasted."""
+    """One row per span of the last startup: its phase, the stamp of the line that opened
+    it, when it began after the startup's first line and how long it lasted; a span beside
+    the main line (weights loading while graphs capture) is marked `+`.  The
+    last row says what the spans cover in all (overlap counted once) and what they add up
+    to per phase when a phase had several spans."""
     rows = []
-    dur = view.durations
-    for phase, stamp in view.timeline:
-        when = stamp or "-"
-        d = dur.get(phase) if phase in dur else None
-        rows.append(f"  {phase:<15} {when:<24} {fmt_duration(d) if d is not None else ''}")
-    return "\n".join(rows) if rows else "  (no phase seen)"
+    for sp in view.timeline:
+        when = sp.stamp or "-"
+        mark = "+" if sp.beside else " "
+        d = fmt_duration(sp.seconds) if sp.seconds is not None else ""
+        at = f"+{fmt_duration(sp.start)}" if sp.start is not None else ""
+        rows.append(f" {mark}{sp.phase:<15} {when:<24} {at:>8}  {d}".rstrip())
+    if not rows:
+        return "  (no phase seen)"
+    repeated = [p for p in dict.fromkeys(sp.phase for sp in view.timeline)
+                if sum(1 for sp in view.timeline if sp.phase == p) > 1 and p in view.durations]
+    tail = []
+    if view.total_seconds is not None:
+        tail.append(f"total {fmt_duration(view.total_seconds)}")
+    tail += [f"{p} {fmt_duration(view.durations[p])} in all" for p in repeated]
+    if tail:
+        rows.append("  (" + " · ".join(tail) + ")")
+    return "\n".join(rows)
 
 
 def _clip(text: str, n: int) -> str:

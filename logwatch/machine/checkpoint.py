@@ -1,0 +1,81 @@
+"""The machine state as JSON and back: a daemon restart continues from its checkpoint."""
+
+from __future__ import annotations
+
+from ..rules.pack import WAITING
+from .ranks import RankProgress
+from .rates import ProgressState
+from .state import Crash, Evidence, Span, State
+
+
+def state_to_json(state: State) -> dict[str, object]:
+    """The whole machine state as JSON (a daemon restart continues from it)."""
+    import dataclasses
+
+    def conv(v: object) -> object:
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+        if isinstance(v, dict):
+            return {str(k): conv(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [conv(x) for x in v]
+        if isinstance(v, set):
+            return sorted(v)  # type: ignore[type-var]
+        return v
+
+    return conv(state)  # type: ignore[return-value]
+
+
+def state_from_json(d: dict[str, object]) -> State:
+    def ev(x: object) -> Evidence | None:
+        return Evidence(**x) if isinstance(x, dict) else None  # type: ignore[arg-type]
+
+    crash = None
+    c = d.get("crash")
+    if isinstance(c, dict):
+        crash = Crash(**{**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),  # type: ignore[arg-type]
+                         "marker_reason": ev(c.get("marker_reason")),
+                         "excerpt": list(c.get("excerpt") or [])})
+    st = State(
+        phase=str(d.get("phase", WAITING)), epoch=int(d.get("epoch", 0)),  # type: ignore[arg-type]
+        startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
+        # `history` (one entry per phase entered): a checkpoint written before spans
+        spans=_spans(d.get("spans", d.get("history")) or []),  # type: ignore[arg-type]
+        restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
+        procs=set(d.get("procs", [])),  # type: ignore[arg-type]
+        args=dict(d.get("args") or {}),  # type: ignore[call-overload]
+        args_partial=bool(d.get("args_partial", False)),
+        progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
+        phase_progress=bool(d.get("phase_progress", False)), crash=crash,
+        ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]
+        stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
+        hints={k: Evidence(**v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
+        last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
+        stalled=bool(d.get("stalled", False)),
+        startup_id=d.get("startup_id"),  # type: ignore[arg-type]
+        crash_settled=bool(d.get("crash_settled", False)),
+        crash_changed_at=d.get("crash_changed_at"),  # type: ignore[arg-type]
+        endpoint=d.get("endpoint"),  # type: ignore[arg-type]
+        ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
+                                    [(int(a), bool(b), float(c))
+                                     for a, b, c in v.get("advances") or []])  # type: ignore[union-attr]
+               for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
+        begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
+        supervised=bool(d.get("supervised", False)),
+        untrusted_stamps=int(d.get("untrusted_stamps", 0)),  # type: ignore[call-overload]
+        floating=d.get("floating"),  # type: ignore[arg-type]
+        last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
+    )
+    return st
+
+
+def _spans(items: list[dict[str, object]]) -> list[Span]:
+    """Spans from a checkpoint; one from before spans had no ends: each main one ends where
+    the next began."""
+    spans = [Span(**e) for e in items]  # type: ignore[arg-type]
+    main = [sp for sp in spans if not sp.beside]
+    for cur, nxt in zip(main, main[1:]):
+        if cur.open:
+            cur.close(nxt.at, nxt.log_time)
+    return spans

@@ -1,0 +1,65 @@
+"""Crash evidence: which line is the root cause, and which reason the evidence gives.
+
+A crash keeps collecting evidence while its traceback is written: cause lines (exception
+lines a rule names), the engine's announcements (`marker: true`), hints seen shortly before
+(`hint:` rules, frames), the pack's default for the phase it crashed in.
+"""
+
+from __future__ import annotations
+
+from ..rules.pack import SPECIFIC_RANK, Rule, RulePack, reason_rank
+from .state import Crash, Evidence, Observation, State
+
+HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still classifies it
+
+
+def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason: str,
+                 obs: Observation) -> None:
+    """Add a crash line (cause, announcement or hint) to what is known of `crash`, and
+    recompute its reason and root-cause line."""
+    ev = Evidence(reason, obs.text.rstrip(), obs.line_number)
+    if rule.hint:
+        state.hints.setdefault(reason, ev)
+    elif rule.marker:
+        if crash.marker is None or (crash.marker_tentative and not rule.tentative):
+            # the first announcement; an engine's own one replaces a bare `Traceback`
+            crash.marker, crash.marker_reason = ev, ev
+            crash.marker_tentative = rule.tentative
+        elif crash.marker_reason is None or ev.rank > crash.marker_reason.rank:
+            crash.marker_reason = ev
+    else:
+        best = crash.cause
+        if best is None or ev.rank > best.rank or (ev.rank == best.rank and crash.chain_pending):
+            crash.cause = ev
+        crash.chain_pending = False
+    if rule.crash and (not rule.tentative or reason_rank(reason) == SPECIFIC_RANK):
+        crash.confirmed = True
+    crash.reason = crash_reason(pack, state, crash)
+    line = crash.cause or crash.marker
+    if line is not None:
+        crash.line, crash.line_number = line.line, line.line_number
+
+
+def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
+    """The most specific reason the evidence gives (the order is in docs/architecture.md)."""
+    if crash.cause is not None and crash.cause.rank == SPECIFIC_RANK:
+        return crash.cause.reason
+    if crash.marker_reason is not None and crash.marker_reason.rank == SPECIFIC_RANK:
+        return crash.marker_reason.reason
+    first_line = min(e.line_number for e in (crash.cause, crash.marker) if e is not None) \
+        if (crash.cause or crash.marker) else 0
+    hints = [h for h in state.hints.values()
+             if h.rank == SPECIFIC_RANK and first_line - h.line_number <= HINT_WINDOW_LINES]
+    if hints:
+        return min(hints, key=lambda h: h.line_number).reason
+    by_phase = pack.crash_by_phase.get(crash.during)
+    if by_phase:
+        return by_phase
+    generic = [e for e in (crash.cause, crash.marker_reason) if e is not None]
+    if crash.cause is not None and crash.marker_reason is not None and \
+            crash.cause.line_number == crash.marker_reason.line_number:
+        # the exception line IS the engine's announcement ("RuntimeError: Rank 0
+        # scheduler died during initialization"): the announcement says more
+        return crash.marker_reason.reason
+    return max(generic, key=lambda e: e.rank).reason if generic else "unknown"
+

@@ -1,0 +1,118 @@
+"""Ranks: how far each rank (`TP5`) got, and which ranks stayed behind the others."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from ..rules.pack import Rule, RulePack
+
+
+@dataclass(slots=True)
+class RankProgress:
+    """How far one rank (`TP5`) got in this startup, from the phase markers it printed.
+
+    `advances` holds (phase index, finished, time) each time it got further: a rank's
+    position is (phase index, finished), and the others are compared with it (`rank_lag`).
+    Times are the log's own clock when its line had one (rank-tagged lines do), else the
+    wall clock, so a finished log read later still shows how long a rank was behind."""
+
+    phase: str
+    finished: bool
+    at: float                  # when it got there
+    advances: list[tuple[int, bool, float]] = field(default_factory=list)
+
+
+
+RANK_LAG_AFTER = 60.0   # seconds the other ranks must have been past a rank before it is named
+
+
+@dataclass(frozen=True, slots=True)
+class RankLag:
+    """Ranks still at `phase` while every other rank got past it `for_seconds` ago."""
+
+    ranks: tuple[str, ...]
+    phase: str
+    finished: bool             # they finished `phase` but went no further
+    for_seconds: float
+    others: int
+
+    @property
+    def text(self) -> str:
+        """`TP5 still in cuda_graph 4m after the other 7 ranks finished it`."""
+        from ..units import fmt_duration
+        who = ", ".join(self.ranks)
+        where = f"at the end of {self.phase}" if self.finished else f"in {self.phase}"
+        return (f"{who} still {where} {fmt_duration(self.for_seconds)} after the other "
+                f"{self.others} rank{'s' if self.others != 1 else ''} "
+                f"{'moved on' if self.finished else 'finished it'}")
+
+
+
+class _Line(Protocol):
+    """What `advance_rank` reads of an observation (machine/state.py `Observation`)."""
+
+    rule: Rule
+    text: str
+    log_time: float | None
+    own_time: bool
+
+
+class _Clocked(Protocol):
+    last_log_time: float | None
+    last_activity: float | None
+
+
+def rank_clock(state: _Clocked, now: float) -> float:
+    """Now on the clock rank times use: the log's (its last stamp, plus the wall time since
+    its last line) when it has one."""
+    if state.last_log_time is None:
+        return now
+    return state.last_log_time + max(0.0, now - (state.last_activity or now))
+
+
+def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], now: float,
+             after: float = RANK_LAG_AFTER) -> RankLag | None:
+    """The ranks that stayed behind: each other rank got past their position at least
+    `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
+    started).  The furthest-behind group is named when it is a minority (fewer than half the
+    ranks): rank 0 alone prints some milestones (SGLang's autotune, the KV cache size), and
+    the other ranks are then not behind it; None when all move together."""
+    if len(ranks) < 2:
+        return None
+    pos = {r: (phase_index(p.phase), p.finished) for r, p in ranks.items()}
+    behind = min(pos.values())
+    stuck = sorted(r for r, p in pos.items() if p == behind)
+    if 2 * len(stuck) >= len(ranks):
+        return None
+    passed_at = []
+    for r, p in ranks.items():
+        if pos[r] == behind:
+            continue
+        first = min((at for i, f, at in p.advances if (i, f) > behind), default=p.at)
+        passed_at.append(first)
+    since = now - max(passed_at)
+    if since < after:
+        return None
+    p0 = ranks[stuck[0]]
+    return RankLag(tuple(stuck), p0.phase, p0.finished, since, len(ranks) - len(stuck))
+
+
+
+def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
+                 now: float) -> None:
+    """Per rank, how far it got: the phase of its latest marker (only forward), at the log's
+    time when its line had its own stamp."""
+    rank = pack.rank_of(obs.text)
+    rule = obs.rule
+    if not rank or rule.phase is None:
+        return
+    now = obs.log_time if obs.log_time is not None and obs.own_time else now
+    pos = (pack.phase_index(rule.phase), rule.finishes)
+    rp = ranks.get(rank)
+    if rp is None:
+        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)])
+        return
+    if pos > (pack.phase_index(rp.phase), rp.finished):
+        rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
+        rp.advances.append((pos[0], pos[1], now))

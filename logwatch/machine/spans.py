@@ -1,0 +1,151 @@
+"""Spans: the only code that creates, ends, moves or relabels a startup's spans.
+
+A startup is a list of spans (`State.spans`, machine/state.py `Span`).  `StartupMachine`
+decides *when* (which line moves the startup where); these functions are *how*, so every
+rule about spans is in one place: a main-line span closes where the next one opens; at
+ready or an end every open span closes (spans beside the main line too); a span entered
+too early can be taken back; a span beside the main line opens and closes on its own rules;
+an end marker can say what the span it closes was; a span that opened at an unstamped bar
+after a silent phase moves to where its bar really ran.  And the clock that all of them
+read: one per log, a stamp that would run it backwards or years ahead is not used.
+"""
+
+from __future__ import annotations
+
+from ..rules.pack import READY, TERMINAL, Rule
+from .state import LINE_KEEP, Observation, Span, State
+
+FLOAT_GAP = 2.0                # unseen seconds after a floating span's last frame that move it
+CLOCK_SLACK = 2.0              # a stamp this far behind the log's clock is jitter, not a jump
+CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log's clock
+
+
+def new_span(phase: str, obs: Observation, now: float, beside: bool = False) -> Span:
+    return Span(phase, now, obs.log_time, obs.log_stamp, obs.text[:LINE_KEEP], beside=beside)
+
+
+def open_main(state: State, phase: str, obs: Observation, now: float,
+              silent: tuple[str, ...] = ()) -> None:
+    """The main line moves to `phase`: its open span closes here, a new one opens (at ready
+    or an end, every span beside it closes too).  A span that opens at an unstamped line
+    right after a `silent` phase floats (see `settle_float`)."""
+    span = new_span(phase, obs, now)
+    ending = phase == READY or phase in TERMINAL
+    for sp in reversed(state.spans):
+        if sp.open and (ending or not sp.beside):
+            sp.close(now, obs.log_time)
+            if not ending:
+                break
+    if ending:
+        span.close(now, obs.log_time)
+    prev = state.phase_entered
+    state.floating = obs.log_time if not obs.own_time and obs.log_time is not None and \
+        prev is not None and prev.phase in silent and not ending else None
+    state.spans.append(span)
+
+
+def drop_last(state: State) -> None:
+    """Take back the main line's last span (entered too early): the one before it runs on
+    until the next span opens."""
+    i = max(i for i, sp in enumerate(state.spans) if not sp.beside)
+    state.spans.pop(i)
+    reopen_last(state)
+
+
+def reopen_last(state: State) -> None:
+    """The main line's last span goes on (the span after it was taken back)."""
+    last = state.phase_entered
+    if last is not None:
+        last.end_at = last.end_log = None
+
+
+def retract(state: State, phase: str) -> None:
+    """A span that turned out not to be (a crash the startup carried on after): gone, and the
+    span before it goes on."""
+    state.spans = [sp for sp in state.spans if sp.phase != phase]
+    reopen_last(state)
+
+
+def beside(state: State, rule: Rule, obs: Observation, now: float) -> None:
+    """A span beside the main line: `beside: open` opens one of the rule's phase (one at a time
+    per phase), `beside: close` closes it; the current phase does not change."""
+    open_ = [sp for sp in state.spans if sp.beside and sp.open and sp.phase == rule.phase]
+    if rule.beside == "open" and not open_:
+        state.spans.append(new_span(rule.phase or "", obs, now, beside=True))
+    elif rule.beside == "close":
+        for sp in open_:
+            sp.close(now, obs.log_time)
+
+
+def reattribute(state: State, rule: Rule, obs: Observation) -> None:
+    """An end marker that says what the time before it was (vLLM's `Time spent downloading
+    weights for M: S seconds`): the main span it closes becomes `closes_as`: its last `S`
+    seconds when the rule reads them (group `seconds`) and they are less than the span, else
+    the whole span when it is of the rule's own phase (the silent stretch after `Loading
+    model from scratch...`).  Any other span (launching, with no load line before it) keeps
+    its phase.  The machine then opens the rule's phase here."""
+    cur = state.phase_entered
+    assert cur is not None and rule.closes_as is not None
+    took = _number(obs.fields.get("seconds"))
+    since = None if took is None or obs.log_time is None else obs.log_time - took
+    if since is not None and cur.log_time is not None and since > cur.log_time:
+        state.spans.append(Span(rule.closes_as, cur.at, since, None, obs.text[:LINE_KEEP]))
+        cur.close(cur.at, since)
+    elif cur.phase == rule.phase:
+        cur.phase = rule.closes_as
+
+
+def settle_float(state: State, obs: Observation) -> None:
+    """The current span opened at an unstamped bar right after a silent phase (a hub download
+    that prints nothing): its frames were placed from the last stamp.  The first stamped line
+    after them says how much time went by unseen: that time was the silent phase's (the bar's
+    own frames say how long the bar ran), so the span moves to end there.  When none went by
+    and the silent span had no time of its own before the bar, it was not: it is taken back
+    (the bar's span starts where it did)."""
+    assert obs.log_time is not None and state.floating is not None
+    if not obs.own_time:
+        state.floating = max(state.floating, obs.log_time)
+        return
+    gap = obs.log_time - state.floating
+    state.floating = None
+    main = [sp for sp in state.spans if not sp.beside]
+    if len(main) < 2 or main[-1].log_time is None:
+        return
+    silent = main[-2]
+    if gap <= FLOAT_GAP:
+        if silent.log_time is not None and main[-1].log_time - silent.log_time <= FLOAT_GAP:
+            # the bar ran all the time there was: the silent phase was not (SGLang before
+            # 0.5.23 logs `Using model weights format` on every load, download or not)
+            main[-1].at, main[-1].log_time = silent.at, silent.log_time
+            main[-1].log_stamp = silent.log_stamp
+            state.spans.remove(silent)
+        return
+    main[-1].log_time += gap
+    main[-1].log_stamp = None      # no line was stamped there: the timeline shows +offset
+    main[-2].end_log = main[-1].log_time
+
+
+def trust(state: State, obs: Observation) -> None:
+    """One clock per log: a stamp that would run it backwards (more than CLOCK_SLACK: ranks
+    interleave within a second) or jump it further than any startup lasts is not used
+    (counted in `untrusted_stamps`); the line takes the clock's time, so no span is ever
+    negative or longer than the log.  A new server process (a restart marker) may start its
+    own clock; times the clock placed a bar's frames at (not their own) are never the
+    reference."""
+    t = obs.log_time
+    if not obs.own_time or t is None:
+        return
+    last = state.last_own_time if state.last_own_time is not None else state.last_log_time
+    if last is None or last <= t <= last + CLOCK_JUMP or obs.rule.restart:
+        state.last_own_time = t
+        return
+    if t < last - CLOCK_SLACK or t > last:
+        state.untrusted_stamps += 1
+    obs.log_time = last
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        return float(text) if text else None
+    except ValueError:
+        return None

@@ -1,0 +1,371 @@
+"""`StartupMachine`: one matched line at a time, the startup's phases, crash and readiness.
+
+The rules of the machine are in the package's docstring (logwatch/machine/__init__.py).
+"""
+
+from __future__ import annotations
+
+from ..rules.args import parse_args_line
+from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
+from .crash import HINT_WINDOW_LINES, add_evidence
+from .events import (
+    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
+    Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
+)
+from .servers import all_ready as servers_ready, joins as server_joins
+from .ranks import advance_rank
+from .rates import next_progress
+from .spans import (
+    CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, new_span, open_main,
+    reattribute, retract, settle_float, trust,
+)
+from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_id_of
+
+DEFAULT_STALL_AFTER = 300.0
+PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
+
+__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
+           "PROVISIONAL_FOR", "StartupMachine"]
+
+
+class StartupMachine:
+    def __init__(self, pack: RulePack, stall_after: float | dict[str, float] | None = None) -> None:
+        self.pack = pack
+        self.stall_after = stall_after
+        self._startup = set(pack.startup_phases)
+
+    # -- public API -------------------------------------------------------------------------
+    def note_activity(self, state: State, now: float) -> None:
+        """New bytes arrived (any line, matched or not): the log is alive."""
+        state.last_activity = now
+        state.stalled = False
+
+    def step(self, state: State, obs: Observation, now: float) -> list[Event]:
+        rule = obs.rule
+        if obs.log_time is not None:
+            trust(state, obs)
+            if state.floating is not None:
+                settle_float(state, obs)
+            state.last_log_time = obs.log_time
+        events: list[Event] = []
+        if state.deferred is not None and self._confirms(state, rule):
+            events.append(state.deferred)
+            state.deferred = None
+        if rule.restart:
+            self._restart(state, obs, now, events)
+        if rule.args:
+            parsed = parse_args_line(obs.text, rule.args_specs)
+            if parsed is not None and parsed.values:
+                # a new dict (never mutated in place): readers compare it by identity; a
+                # launch command line first, the server's own dump after it wins
+                state.args = {**state.args, **parsed.values}
+                state.args_partial = state.args_partial or parsed.partial
+        if rule.endpoint and obs.fields.get("url"):
+            state.endpoint = obs.fields["url"]
+        if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
+            advance_rank(self.pack, state.ranks, obs, now)
+        if state.phase == CRASHED:
+            self._while_crashed(state, obs, now, events)
+            return events
+        if state.phase == STOPPED:
+            return events
+        if rule.when is not None and state.phase not in rule.when:
+            return events
+        if rule.stop:
+            self._enter(state, STOPPED, obs, now, events)
+            events.append(Stopped(state.epoch, obs.text))
+            return events
+        if rule.crash:
+            self._crash(state, obs, now, events)
+            return events
+        if rule.hint:
+            ev = Evidence(rule.hint, obs.text, obs.line_number)
+            state.hints.setdefault(rule.hint, ev)
+        if rule.phase:
+            self._advance(state, rule, obs, now, events)
+        if rule.progress:
+            self._progress(state, rule.progress, obs, now, events)
+        if rule.stats:
+            self._stats(state, obs, now, events)
+        return events
+
+    def _confirms(self, state: State, rule: Rule) -> bool:
+        """Does this rule make the provisional phase real (anything but the same phase's
+        marker from another rank, or an earlier phase's reenter that replaces it)?"""
+        if rule.restart or rule.crash or rule.stop:
+            return True
+        if rule.progress and not (rule.phase and rule.reenter):
+            return True
+        if rule.phase is None:
+            return False
+        if rule.begins and rule.id not in state.begun and rule.phase != state.phase:
+            return True
+        return self.pack.phase_index(rule.phase) > self.pack.phase_index(state.phase)
+
+    def tick(self, state: State, now: float) -> list[Event]:
+        """Time passed: a crash whose evidence stopped changing settles; a startup phase
+        silent too long is stalled; a provisional phase nothing replaced is announced."""
+        if state.deferred is not None and now - state.deferred.at >= PROVISIONAL_FOR:
+            ev, state.deferred = state.deferred, None
+            return [ev, *self.tick(state, now)]
+        if state.phase == CRASHED and not state.crash_settled:
+            changed = state.crash_changed_at
+            if changed is None or now - changed >= self.pack.crash_settle:
+                return self.settle(state)
+            return []
+        if state.stalled or state.phase not in self._startup or state.last_activity is None:
+            return []
+        budget = self.stall_budget(state.phase)
+        silent = now - state.last_activity
+        if silent >= budget:
+            state.stalled = True
+            return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
+        return []
+
+    def settle(self, state: State) -> list[Event]:
+        """Make the current crash final now (the input ended, or a new startup begins)."""
+        if state.phase != CRASHED or state.crash is None or state.crash_settled:
+            return []
+        state.crash_settled = True
+        start = state.epoch_start()
+        return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
+                             crash_elapsed(state.crash, start))]
+
+    def stall_budget(self, phase: str) -> float:
+        """Seconds of silence that make `phase` stalled: the target's setting (one value or
+        per phase), else the pack's per-phase default."""
+        if isinstance(self.stall_after, dict):
+            if phase in self.stall_after:
+                return self.stall_after[phase]
+        elif self.stall_after is not None:
+            return self.stall_after
+        return self.pack.stall_after.get(phase, DEFAULT_STALL_AFTER)
+
+    # -- transitions ------------------------------------------------------------------------
+    def _enter(self, state: State, phase: str, obs: Observation, now: float,
+               events: list[Event]) -> None:
+        old = state.phase
+        if old == WAITING and state.startup_id is None:
+            state.startup_id = startup_id_of(obs)
+        if old == WAITING and phase != READY and phase not in TERMINAL and state.epoch == 0:
+            state.epoch = 1
+            state.startups += 1
+            events.append(StartupBegan(state.epoch, state.startup_id, obs.text))  # type: ignore[arg-type]
+        state.phase = phase
+        state.phase_progress = False
+        open_main(state, phase, obs, now, self.pack.silent)
+        events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
+
+    def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        rid = obs.rule.id
+        if obs.proc and state.procs and obs.proc not in state.procs:
+            # another process of the same launch in one stream (prefill + decode servers of
+            # one compose file): it joins this startup; its own restart is a new epoch
+            state.procs.add(obs.proc)
+            return
+        server = self.pack.server_of(obs.text)
+        if server_joins(self.pack, state, server, rid):
+            # another server of a launch of several (a DP supervisor's, --api-server-count):
+            # one launch, ready when all of them are
+            state.servers.setdefault(server, False)
+            state.restart_rules.add(f"{server}|{rid}")
+            return
+        if state.phase == WAITING or (state.phase == self._first_phase()
+                                      and rid not in state.restart_rules):
+            # the first args dump / version line of a startup that is still launching (a
+            # launch prints several kinds: vLLM's version line, then its args)
+            state.restart_rules.add(rid)
+            if server:
+                state.servers.setdefault(server, False)
+                state.restart_rules.add(f"{server}|{rid}")
+            if obs.proc:
+                state.procs.add(obs.proc)
+            if obs.rule.supervisor:
+                state.supervised = True
+            if state.phase == WAITING:
+                self._enter(state, self._first_phase(), obs, now, events)
+            return
+        # a new startup in the same log: the crash of the one before is final now
+        events.extend(self.settle(state))
+        startups, epoch = state.startups, state.epoch
+        fresh = State(epoch=epoch + 1, startups=startups + 1,
+                      restart_rules={rid, f"{server}|{rid}"} if server else {rid},
+                      procs={obs.proc} if obs.proc else set(),
+                      last_activity=state.last_activity, last_log_time=state.last_log_time,
+                      last_own_time=state.last_own_time,
+                      startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
+                      servers={server: False} if server else {},
+                      supervised=obs.rule.supervisor)
+        for slot in State.__slots__:  # type: ignore[attr-defined]
+            setattr(state, slot, getattr(fresh, slot))
+        state.spans.append(new_span(self._first_phase(), obs, now))
+        state.phase = self._first_phase()
+        sid = state.startup_id
+        events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
+        events.append(Restarted(state.epoch, obs.text, sid))
+        events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
+
+    def _first_phase(self) -> str:
+        return self.pack.phases[0]
+
+    def _advance(self, state: State, rule: Rule, obs: Observation, now: float,
+                 events: list[Event]) -> None:
+        target = rule.phase
+        assert target is not None
+        if rule.beside:
+            if state.phase not in (WAITING, READY, *TERMINAL):
+                beside_span(state, rule, obs, now)
+            return
+        if target == READY and not servers_ready(self.pack, state, obs):
+            return
+        cur_i = self.pack.phase_index(state.phase)
+        new_i = self.pack.phase_index(target)
+        begins = self._begins(state, rule)
+        if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
+                state.phase not in (WAITING, READY, *TERMINAL):
+            # an end marker that says what the time before it was (vLLM's download): that
+            # span is relabelled, announced now, and the rule's phase opens here; once per
+            # startup (another rank's copy of the line is a mention)
+            state.begun.add(rule.id)
+            reattribute(state, rule, obs)
+            was = state.phase_entered.phase if state.phase_entered else state.phase
+            if state.deferred is not None:     # the provisional entry, as what it was
+                d, state.deferred = state.deferred, None
+                events.append(PhaseChanged(state.epoch, d.old, was, d.at, d.line,
+                                           state.startup_id))
+            state.phase = was
+            self._enter(state, target, obs, now, events)
+        elif new_i > cur_i:
+            self._enter(state, target, obs, now, events)
+            if rule.provisional and events and isinstance(events[-1], PhaseChanged):
+                state.deferred = events.pop()     # announced once confirmed (or replaced)
+            if target == READY:
+                self._ready(state, obs, now, events)
+        elif new_i < cur_i and rule.reenter and state.deferred is not None:
+            # the provisional phase is replaced by this earlier one, from the same moment:
+            # announced once, as the phase the startup went into
+            e, old = state.phase_entered, state.deferred.old
+            assert e is not None
+            e.phase = target
+            state.phase, state.phase_progress = target, False
+            d, state.deferred = state.deferred, None
+            events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
+        elif new_i < cur_i and rule.reenter and not state.phase_progress and state.phase != READY:
+            # the current phase was entered too early and is still empty: correct it
+            last = state.phase_entered
+            if last is not None and last.phase == state.phase and \
+                    sum(1 for e in state.history if e.phase == state.phase) == 1:
+                drop_last(state)
+            self._enter(state, target, obs, now, events)
+        elif begins and target != state.phase:
+            # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
+            # warmup after the KV estimate, the KV commit after capture)
+            self._enter(state, target, obs, now, events)
+
+    def _begins(self, state: State, rule: Rule) -> bool:
+        """Does this line begin its phase now?  A `begins` rule does the first time it fires
+        in a startup and while the startup is still starting; the same line again (another
+        rank printing the milestone, a summary) only mentions the phase."""
+        if not rule.begins or state.phase in (READY, *TERMINAL, WAITING):
+            return False
+        if rule.id in state.begun:
+            return False
+        state.begun.add(rule.id)
+        return True
+
+    def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        state.ready_line = obs.text
+        state.ready_at = now
+        took = state.ready_in()
+        durations = state.durations()
+        slowest = max(durations, key=lambda p: durations[p]) if durations else None
+        state.stalled = False
+        events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
+
+    def _progress(self, state: State, name: str, obs: Observation, now: float,
+                  events: list[Event]) -> None:
+        if state.phase == READY:
+            return  # e.g. a LoRA or weight update after startup: not startup progress
+        try:
+            cur = int(obs.fields["current"])
+            total = int(obs.fields["total"])
+        except (KeyError, ValueError):
+            return
+        prev = state.progress.get(name)
+        state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
+                                             obs.log_time if obs.own_time else None, now)
+        state.phase_progress = True
+        events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
+
+    def _stats(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        if state.phase == WAITING:
+            # a log that starts while the server is already serving
+            self._enter(state, READY, obs, now, events)
+            self._ready(state, obs, now, events)
+        if state.phase != READY:
+            return  # warmup batches before ready are not serving traffic
+        values: dict[str, float] = {}
+        scale = obs.rule.scale
+        for k, v in obs.fields.items():
+            if v == "True" or v == "False":   # a flag of the batch (SGLang's `cuda graph:`)
+                values[k] = 1.0 if v == "True" else 0.0
+                continue
+            try:
+                x = float(v)   # (a number without `%`: most values, no copy made)
+            except ValueError:
+                try:
+                    x = float(v.rstrip("%"))
+                except ValueError:
+                    continue
+            values[k] = x * scale[k] if scale and k in scale else x
+        if values:
+            state.stats.update(values)
+            events.append(StatsUpdated(state.epoch, values,
+                                       obs.log_time if obs.log_time is not None else now))
+
+    # -- crashes ----------------------------------------------------------------------------
+    def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        rule = obs.rule
+        assert rule.crash is not None
+        during = state.phase
+        crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
+                      line_number=obs.line_number, at=now, log_time=obs.log_time)
+        self._enter(state, CRASHED, obs, now, events)
+        state.crash = crash
+        state.crash_settled = False
+        state.crash_changed_at = now
+        add_evidence(self.pack, state, crash, rule, rule.crash, obs)
+        crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        if not crash.rank and len(state.servers) > 1:
+            crash.rank = self.pack.server_of(obs.text)   # which server of the launch
+        events.append(Crashed(state.epoch, crash))
+
+    def _while_crashed(self, state: State, obs: Observation, now: float,
+                       events: list[Event]) -> None:
+        crash = state.crash
+        rule = obs.rule
+        if crash is None or state.crash_settled:
+            return  # a settled crash is final: alerted and counted as it was
+        if rule.chain:
+            crash.chain_pending = True
+            return
+        if rule.crash or rule.hint:
+            if not crash.rank and self.pack.ranks:   # the first crash line had no rank tag
+                crash.rank = self.pack.rank_of(obs.text)
+            before = (crash.reason, crash.line, crash.confirmed)
+            add_evidence(self.pack, state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
+            if (crash.reason, crash.line, crash.confirmed) != before:
+                state.crash_changed_at = now
+                events.append(CrashUpdated(state.epoch, crash))
+            return
+        if crash.confirmed or not rule.phase or rule.phase == crash.during:
+            return
+        if self.pack.phase_index(rule.phase) > self.pack.phase_index(crash.during):
+            # the startup carried on: the traceback was not fatal
+            state.crash = None
+            state.crash_changed_at = None
+            retract(state, CRASHED)
+            state.phase = crash.during
+            events.append(CrashRetracted(state.epoch, crash.during))
+            self._advance(state, rule, obs, now, events)
+

@@ -1,0 +1,255 @@
+"""The machine's state: what one log has shown so far about its current startup.
+
+Dataclasses only (plus the startup's identity and its elapsed times): `StartupMachine`
+(startup.py) is the only writer; readers (the view, the ledger, the history) copy from it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..rules.pack import READY, TERMINAL, WAITING, Rule, reason_rank
+from .ranks import RankProgress
+from .rates import ProgressState
+
+
+@dataclass(slots=True)
+class Observation:
+    """A rule that fired on a line, as the machine sees it."""
+
+    rule: Rule
+    fields: dict[str, str]
+    text: str
+    line_number: int = 0
+    log_time: float | None = None
+    log_stamp: str | None = None
+    own_time: bool = True      # False: log_time was carried forward from an earlier line
+    offset: int = 0            # byte offset of the line's start in the log
+    proc: str = ""             # the process a wrapper prefix named (compose service ...)
+
+
+def startup_id_of(obs: Observation) -> str:
+    """The identity of the startup whose first line is `obs`: `<hash of the line>@<offset>`.
+
+    From the log alone (the line's bytes as framed, and where it is), so the same startup
+    gets the same id whoever reads it, whenever: a daemon restarted after kill -9, a re-read
+    after a lost checkpoint, `replay` of the same file."""
+    h = hashlib.sha1(obs.text.encode("utf-8", "surrogatepass"), usedforsecurity=False)
+    return f"{h.hexdigest()[:12]}@{obs.offset}"
+
+
+# -- state --------------------------------------------------------------------------------------
+
+@dataclass(slots=True)
+class Span:
+    """One stretch of a startup in one phase: from the line that opened it to the line that
+    opened the next one (`end_*` None while it is the open one).
+
+    A startup is a list of spans (`State.spans`, in the order they opened).  Only the
+    machine creates them (startup.py): a phase marker that moves the startup opens a span on
+    the main line and closes the one before; a `beside` rule opens one that runs beside the
+    main line (weights loading while graphs capture) until its closing rule or the end of
+    the startup.  A phase may have several spans: its duration is their sum.  Times are the
+    wall clock (`at`) and the server's own clock (`log_time`) when the line had one."""
+
+    phase: str
+    at: float                  # wall clock when observed
+    log_time: float | None     # server timestamp when it had one
+    log_stamp: str | None = None
+    line: str = ""             # the line that opened it (its first LINE_KEEP characters)
+    end_at: float | None = None
+    end_log: float | None = None
+    beside: bool = False       # runs beside the main line (not the current phase)
+
+    @property
+    def open(self) -> bool:
+        return self.end_at is None
+
+    def close(self, at: float, log_time: float | None) -> None:
+        self.end_at, self.end_log = at, log_time
+
+    def seconds(self, use_log: bool, until: tuple[float | None, float | None]) -> float | None:
+        """How long it lasted (an open span: until `until` = (wall, log))."""
+        a = self.log_time if use_log else self.at
+        b = (self.end_log if use_log else self.end_at) if not self.open else \
+            (until[1] if use_log else until[0])
+        if a is None or b is None:
+            return None
+        return max(b - a, 0.0)
+
+
+PhaseEntry = Span      # the name a span had when a startup was one phase after another
+LINE_KEEP = 300
+
+
+@dataclass(slots=True)
+class Evidence:
+    reason: str
+    line: str
+    line_number: int
+
+    @property
+    def rank(self) -> int:
+        return reason_rank(self.reason)
+
+
+@dataclass(slots=True)
+class Crash:
+    """What is known about a crash; refined while its traceback is still arriving."""
+
+    reason: str
+    during: str
+    line: str
+    line_number: int
+    at: float
+    log_time: float | None
+    excerpt: list[str] = field(default_factory=list)
+    confirmed: bool = False
+    cause: Evidence | None = None
+    marker: Evidence | None = None          # the first engine announcement
+    marker_reason: Evidence | None = None   # the most specific announcement
+    chain_pending: bool = False
+    marker_tentative: bool = False          # the marker is a bare traceback header
+    rank: str = ""                          # the rank whose line crashed first (`TP3`)
+
+    def to_json(self) -> dict[str, object]:
+        return {"reason": self.reason, "during": self.during, "line": self.line,
+                "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
+                "excerpt": list(self.excerpt), "rank": self.rank}
+
+
+
+@dataclass(slots=True)
+class State:
+    phase: str = WAITING
+    epoch: int = 0
+    startups: int = 0
+    spans: list[Span] = field(default_factory=list)  # this startup's, in the order they opened
+    restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
+    procs: set[str] = field(default_factory=set)  # processes (by prefix) launched in this epoch
+    args: dict[str, Any] = field(default_factory=dict)  # the server's arguments (`args:` rules)
+    args_partial: bool = False            # a line of them was cut: what was whole is kept
+    progress: dict[str, ProgressState] = field(default_factory=dict)
+    phase_progress: bool = False          # a progress event since the current phase began
+    crash: Crash | None = None
+    ready_line: str | None = None
+    ready_at: float | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+    hints: dict[str, Evidence] = field(default_factory=dict)
+    last_activity: float | None = None
+    last_log_time: float | None = None
+    stalled: bool = False
+    startup_id: str | None = None         # see startup_id_of (None before the first line)
+    crash_settled: bool = False           # the crash is final (CrashSettled was emitted)
+    crash_changed_at: float | None = None  # wall time its evidence last changed
+    deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
+    endpoint: str | None = None           # the address the server said it listens on
+    ranks: dict[str, RankProgress] = field(default_factory=dict)  # per rank tag, this startup
+    begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
+    servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
+    supervised: bool = False              # a launcher of several servers began this launch
+    untrusted_stamps: int = 0             # stamps not used: they would run the clock backwards
+    last_own_time: float | None = None    # the last stamp a line had of its own (trusted)
+    floating: float | None = None         # the current span began at an unstamped bar after a
+                                          # silent phase: the log time of its latest line
+
+    @property
+    def history(self) -> list[Span]:
+        """The main line's spans (what the phase was, one after another)."""
+        return [s for s in self.spans if not s.beside]
+
+    @property
+    def phases_seen(self) -> list[str]:
+        out: list[str] = []
+        for e in self.spans:
+            if e.phase not in out:
+                out.append(e.phase)
+        return out
+
+    @property
+    def phase_entered(self) -> Span | None:
+        for s in reversed(self.spans):
+            if not s.beside:
+                return s
+        return None
+
+    def _use_log(self) -> bool:
+        return bool(self.spans) and all(e.log_time is not None for e in self.spans)
+
+    def _until(self) -> tuple[float | None, float | None]:
+        """Where an open span ends for now: the last line (it is still going on)."""
+        return self.last_activity, self.last_log_time
+
+    def durations(self) -> dict[str, float]:
+        """Seconds spent in each phase of this startup: the sum of its spans (server clock if
+        every span has one).  Spans beside the main line count for their own phase; the
+        total wall time is `total()`, never the sum of these."""
+        use_log = self._use_log()
+        until = self._until()
+        out: dict[str, float] = {}
+        for sp in self.spans:
+            if sp.phase == READY or sp.phase in TERMINAL:
+                continue
+            d = sp.seconds(use_log, until)
+            if d is not None:
+                out[sp.phase] = round(out.get(sp.phase, 0.0) + d, 3)
+        return out
+
+    def closed_seconds(self, phase: str) -> float:
+        """Seconds of `phase` in its spans that have ended (a phase the startup is in again:
+        the time it already had, which its typical duration includes)."""
+        use_log = self._use_log()
+        until = self._until()
+        return sum(sp.seconds(use_log, until) or 0.0 for sp in self.spans
+                   if sp.phase == phase and not sp.open and not sp.beside)
+
+    def total(self) -> float:
+        """Wall time the startup's spans cover (their union: overlapping spans once)."""
+        use_log = self._use_log()
+        until = self._until()
+        cover: list[tuple[float, float]] = []
+        for sp in self.spans:
+            a = sp.log_time if use_log else sp.at
+            d = sp.seconds(use_log, until)
+            if a is not None and d is not None:
+                cover.append((a, a + d))
+        total, reach = 0.0, None
+        for a, b in sorted(cover):
+            if reach is None or a > reach:
+                total += b - a
+                reach = b
+            elif b > reach:
+                total += b - reach
+                reach = b
+        return round(total, 3)
+
+    def epoch_start(self) -> Span | None:
+        return self.spans[0] if self.spans else None
+
+    def ready_in(self) -> float | None:
+        """Seconds from the startup's first line to ready (None unless ready after a startup
+        that was seen: a log that begins while serving has no launch)."""
+        start = self.epoch_start()
+        end = self.phase_entered
+        if self.phase != READY or start is None or start.phase == READY or \
+                end is None or end.phase != READY:
+            return None
+        return elapsed_since(start, end.at, end.log_time)
+
+
+def elapsed_since(start: PhaseEntry | None, at: float, log_time: float | None) -> float | None:
+    """Seconds from the startup's first line to a moment seen at `at` (wall) / `log_time`
+    (server clock, used when both have one)."""
+    if start is None:
+        return None
+    if start.log_time is not None and log_time is not None:
+        return max(log_time - start.log_time, 0.0)
+    return max(at - start.at, 0.0)
+
+
+def crash_elapsed(crash: Crash, start: PhaseEntry | None) -> float | None:
+    """Seconds from the startup's first line to the crash (server clock when it has one)."""
+    return elapsed_since(start, crash.at, crash.log_time)
+

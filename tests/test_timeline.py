@@ -1,0 +1,515 @@
+"""A startup is a timeline: spans that repeat, overlap, and launches of several servers.
+
+The startups are built from the engines' own statements (tests/fixtures/built/README.md):
+each test is one row of issue 27's table.  Then the clock (one per log), the flapping that
+"forward only" once fixed (on every fixture), and a property of the machine: any
+interleaving of the ranks' lines gives the same spans, no duration is longer than the log,
+and the total never counts overlapping time twice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES
+from logwatch.app.replay import replay_file
+from logwatch.machine import PhaseChanged, state_from_json, state_to_json
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.locate import choose_pack
+from logwatch.rules.pack import READY, TERMINAL, load_pack
+from logwatch.sinks.summary import timeline
+from logwatch.view import pipeline_view
+
+BUILT = FIXTURES / "built"
+
+
+def replay(name: str):
+    return replay_file(str(BUILT / name)).state
+
+
+def main_phases(state) -> list[str]:
+    return [sp.phase for sp in state.spans if not sp.beside]
+
+
+def close(value: float, truth: float) -> bool:
+    """Within 5% of what the stamps say."""
+    return abs(value - truth) <= 0.05 * truth
+
+
+def feed(lines: list[str], pack: str, year: int | None = None) -> LogPipeline:
+    pipe = LogPipeline(load_pack(pack), year=year)
+    now = 1_000.0
+    pipe.feed("".join(x + "\n" for x in lines).encode(), now)
+    pipe.finish(now)
+    return pipe
+
+
+# -- the table of issue 27, one row each --------------------------------------------------------
+
+def test_vllm_034_default_path_repeats_autotune_and_allocating():
+    st_ = replay("vllm-034-default.log")
+    assert main_phases(st_) == ["launching", "loading_shards", "autotune", "allocating",
+                                "autotune", "cuda_graph", "allocating", "ready"]
+    d = st_.durations()
+    # repeated phases are the sum of their spans: torch.compile 10:00:43 -> 10:01:27 and
+    # JIT warmup + FlashInfer autotune 10:01:29 -> 10:04:00.456 (the capture bars begin)
+    assert close(d["autotune"], 44 + 151.456), d
+    assert close(d["allocating"], 2 + 7), d           # KV estimate, then the commit
+    assert close(d["loading_shards"], 31), d
+    assert close(d["cuda_graph"], 25.544), d
+    assert st_.ready_in() == pytest.approx(273.0)       # ready at 4m33s
+    assert st_.total() == pytest.approx(273.0)
+    # TP1's copies of `JIT kernel warmup starting.` / `Memory after warmup` are mentions
+    assert sum(1 for sp in st_.spans if sp.phase == "autotune") == 2
+
+
+def test_flashinfer_year_stamps_among_vllm_yearless_ones_are_one_clock():
+    st_ = replay("vllm-034-flashinfer-year.log")
+    assert st_.ready_in() == pytest.approx(60.0)
+    assert max(st_.durations().values()) <= 60.0
+    assert st_.untrusted_stamps == 0
+    # whatever year the file's time suggests for the year-less stamps
+    lines = (BUILT / "vllm-034-flashinfer-year.log").read_text().splitlines()
+    for year in (2019, 2026, 2031):
+        other = feed(lines, "vllm", year=year).state
+        assert other.ready_in() == pytest.approx(60.0), year
+        assert other.durations() == st_.durations(), year
+
+
+def test_dp_supervisor_is_one_launch_ready_when_every_server_is():
+    path = BUILT / "vllm-034-dp-supervisor.log"
+    st_ = replay_file(str(path)).state
+    assert st_.startups == 1 and st_.phase == READY
+    assert "0.0.0.0:8002" in (st_.ready_line or ""), st_.ready_line
+    assert st_.ready_in() == pytest.approx(55.0)
+    assert sorted(st_.servers) == ["APIServer pid=100", "APIServer pid=101"]
+    lines = path.read_text().splitlines()
+    second = next(i for i, x in enumerate(lines) if "0.0.0.0:8002" in x)
+    before = feed(lines[:second], "vllm").state
+    assert before.phase != READY and before.startups == 1, "ready at the first server"
+
+
+def test_dp_supervisor_launch_crashes_when_one_engine_crashes_and_names_it():
+    lines = (BUILT / "vllm-034-dp-supervisor.log").read_text().splitlines()[:9] + [
+        "(EngineCore_DP1 pid=151) ERROR 12-01 10:00:12 [core.py:1757] EngineCore failed to start.",
+        "(EngineCore_DP1 pid=151) ERROR 12-01 10:00:12 [core.py:1757] torch.OutOfMemoryError: "
+        "CUDA out of memory. Tried to allocate 2.00 GiB.",
+    ]
+    st_ = feed(lines, "vllm").state
+    assert st_.startups == 1 and st_.phase == "crashed"
+    assert st_.crash is not None and st_.crash.rank == "DP1" and st_.crash.reason == "cuda_oom"
+
+
+def test_sglang_0523_silent_download_is_downloading():
+    st_ = replay("sglang-0523-download.log")
+    assert main_phases(st_)[:3] == ["launching", "downloading", "loading_shards"]
+    d = st_.durations()
+    # `Using model weights format` at 10:00:09; the shard bar ran its last 30 s before
+    # `Load weight end` at 10:02:40: the silence before it was the download
+    assert close(d["downloading"], 121.0), d
+    assert close(d["loading_shards"], 30.0), d
+    assert st_.ready_in() == pytest.approx(241.0)
+
+
+def test_vllm_034_jit_warmup_failure_crashes_during_autotune():
+    st_ = replay("vllm-034-jit-crash-generic.log")
+    assert st_.phase == "crashed" and st_.crash is not None
+    assert st_.crash.during == "autotune", st_.crash
+    assert "RuntimeError: unexpected status 3" in st_.crash.line
+
+
+def test_sglang_overlap_mode_loads_beside_capture_without_double_counting():
+    st_ = replay("sglang-0523-overlap.log")
+    beside = [sp for sp in st_.spans if sp.beside]
+    assert [sp.phase for sp in beside] == ["loading_shards"]
+    capture = next(sp for sp in st_.spans if sp.phase == "cuda_graph")
+    assert beside[0].log_time < capture.log_time < beside[0].end_log, "not at the same time"
+    d = st_.durations()
+    assert close(d["loading_shards"], 4 + 45), d     # Load weight begin, then the prefetch
+    assert sum(d.values()) > st_.total()               # the overlap is in both phases...
+    assert st_.total() == pytest.approx(st_.ready_in()) == pytest.approx(60.0)  # ...once here
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "cuda_graph", "ready"]
+
+
+def test_sglang_weight_cache_daemons_load_before_the_launch_ends():
+    st_ = replay("sglang-0523-weight-cache.log")
+    launching = st_.spans[0]
+    beside = [sp for sp in st_.spans if sp.beside]
+    assert launching.phase == "launching" and len(beside) == 1
+    assert beside[0].log_time - launching.log_time == pytest.approx(3.0)
+    assert beside[0].end_log < launching.end_log       # loaded while still launching
+    assert close(st_.durations()["loading_shards"], 87 + 8), st_.durations()
+    assert st_.total() == pytest.approx(132.0) == st_.ready_in()
+
+
+def test_vllm_download_is_reattributed_and_prefetch_is_loading_with_progress():
+    pipe = replay_file(str(BUILT / "vllm-034-download-prefetch.log"))
+    st_ = pipe.state
+    assert main_phases(st_)[:3] == ["launching", "downloading", "loading_shards"]
+    assert close(st_.durations()["downloading"], 143.2)
+    assert (st_.progress["prefetch"].current, st_.progress["prefetch"].total) == (5, 5)
+    assert (st_.progress["shards"].current, st_.progress["shards"].total) == (5, 5)
+
+
+def test_vllm_download_is_announced_when_its_end_marker_arrives():
+    lines = (BUILT / "vllm-034-download-prefetch.log").read_text().splitlines()
+    pipe = LogPipeline(load_pack("vllm"))
+    moves = []
+    for i, line in enumerate(lines[:6]):
+        moves += [(e.old, e.new) for e in pipe.feed((line + "\n").encode(), 1000.0 + 10 * i)
+                  if isinstance(e, PhaseChanged)]
+    assert ("downloading", "loading_shards") in moves, moves
+    assert pipe.state.phase == "loading_shards"
+
+
+def test_replay_timeline_prints_one_row_per_span():
+    view = pipeline_view("x", replay_file(str(BUILT / "vllm-034-default.log")))
+    rows = timeline(view).splitlines()
+    assert [r.split()[0] for r in rows[:-1]] == ["launching", "loading_shards", "autotune",
+                                                 "allocating", "autotune", "cuda_graph",
+                                                 "allocating", "ready"]
+    assert "total 4m33s" in rows[-1] and "autotune 3m15s in all" in rows[-1]
+    overlap = timeline(pipeline_view("y", replay_file(str(BUILT / "sglang-0523-overlap.log"))))
+    assert "+loading_shards" in overlap, overlap
+
+
+# -- one clock per log --------------------------------------------------------------------------
+
+VL = "(APIServer pid=100) INFO {} [startup.py:18] vLLM server version 0.34.0, serving model m"
+FI = "{} - INFO - autotuner.py:972 - flashinfer.jit: [Autotuner]: Autotuning process starts ..."
+READY_AT = "(APIServer pid=100) INFO {} [entry.py:139] Starting vLLM server on http://0.0.0.0:8000"
+
+
+@pytest.mark.parametrize("year", [2019, 2026, 2027])
+def test_clock_over_new_year_with_mixed_formats(year):
+    lines = [VL.format("12-31 23:59:50"), FI.format("2027-01-01 00:00:05,000"),
+             READY_AT.format("01-01 00:00:20")]
+    st_ = feed(lines, "vllm", year=year).state
+    assert st_.ready_in() == pytest.approx(30.0)
+    assert st_.untrusted_stamps == 0
+
+
+def test_a_clock_that_jumps_back_is_not_used_and_counted():
+    lines = [VL.format("12-01 10:00:00"),
+             "(EngineCore pid=1) INFO 12-01 10:00:30 [model_runner.py:412] Loading model from scratch...",
+             "(EngineCore pid=1) INFO 12-01 09:00:40 [gpu_worker.py:796] Available KV cache memory: 1 GiB",
+             READY_AT.format("12-01 10:01:00")]
+    st_ = feed(lines, "vllm").state
+    assert st_.untrusted_stamps == 1
+    assert st_.ready_in() == pytest.approx(60.0)
+    assert all(0 <= d <= 60.0 for d in st_.durations().values()), st_.durations()
+    assert st_.total() <= 60.0
+
+
+def test_a_stamp_years_ahead_is_not_used():
+    lines = [VL.format("12-01 10:00:00"), FI.format("2026-12-01 10:00:10,000"),
+             FI.format("2049-12-01 10:00:30,000"), READY_AT.format("12-01 10:01:00")]
+    st_ = feed(lines, "vllm", year=2026).state
+    assert st_.untrusted_stamps == 1
+    assert st_.ready_in() == pytest.approx(60.0)
+    assert max(st_.durations().values()) <= 60.0
+
+
+def test_spans_survive_a_checkpoint():
+    st_ = replay("sglang-0523-overlap.log")
+    back = state_from_json(state_to_json(st_))
+    assert back.spans == st_.spans and back.durations() == st_.durations()
+    assert back.total() == st_.total()
+
+
+# -- no flapping: on every fixture --------------------------------------------------------------
+
+ALL_LOGS = sorted(FIXTURES.glob("*.log")) + sorted(BUILT.glob("*.log"))
+
+
+@pytest.mark.parametrize("path", ALL_LOGS, ids=lambda p: p.name)
+def test_only_a_line_that_begins_a_phase_moves_back_and_only_once(path: Path):
+    """A rank repeating an earlier milestone is not a move back: every move to an earlier
+    phase of the pack's order is made by a rule that begins its phase (or re-enters an
+    empty one), each such rule at most once per startup."""
+    data = path.read_bytes()
+    pack = choose_pack("auto", data)
+    pipe = LogPipeline(pack)
+    events = pipe.feed(data, time.time()) + pipe.finish(time.time())
+    used: set[tuple[int, str]] = set()
+    for e in events:
+        if not isinstance(e, PhaseChanged) or e.old not in pack.phases or \
+                e.new not in pack.phases or pack.phases.index(e.new) > pack.phases.index(e.old):
+            continue
+        rule = next(r for r in pack.rules if r.regex.search(e.line))
+        assert rule.begins or rule.reenter or rule.closes_as, f"{path.name}: {e.old} -> {e.new} by {rule.id}"
+        if rule.begins:
+            assert (e.epoch, rule.id) not in used, f"{path.name}: {rule.id} moved back twice"
+            used.add((e.epoch, rule.id))
+
+
+# -- the machine's property: ranks interleave, the spans do not change ----------------------------
+
+def _streams(path: Path):
+    """The log as segments between untagged lines; within a segment, one stream of stamped
+    lines per rank (ranks print concurrently: their order in the file is the writer's)."""
+    data = path.read_bytes().decode("utf-8", "surrogateescape")
+    pack = choose_pack("auto", data.encode("utf-8", "surrogateescape"))
+    pipe = LogPipeline(pack)
+    segments: list[object] = []
+    cur: dict[str, list[tuple[float, str]]] = {}
+    for line in data.split("\n"):
+        rank = pack.rank_of(line)
+        stamp = pipe.clock.stamp(line) if rank else None
+        if not rank or stamp is None or not stamp.own:
+            if cur:
+                segments.append(cur)
+                cur = {}
+            segments.append(line)
+            continue
+        cur.setdefault(rank, []).append((stamp.seconds, line))
+    if cur:
+        segments.append(cur)
+    return pack, segments
+
+
+def _interleave(segments: list[object], rnd: random.Random | None) -> bytes:
+    """One interleaving: the ranks' lines merged in stamp order, equal stamps in any order
+    (`rnd` None: the ranks' order)."""
+    out: list[str] = []
+    for seg in segments:
+        if isinstance(seg, str):
+            out.append(seg)
+            continue
+        heads = {r: list(v) for r, v in seg.items()}   # type: ignore[union-attr]
+        while heads:
+            low = min(v[0][0] for v in heads.values())
+            ready = sorted(r for r, v in heads.items() if v[0][0] == low)
+            r = rnd.choice(ready) if rnd is not None else ready[0]
+            out.append(heads[r].pop(0)[1])
+            if not heads[r]:
+                del heads[r]
+    return "\n".join(out).encode("utf-8", "surrogateescape")
+
+
+def _spans(pack, data: bytes):
+    """The spans that lasted (a zero-length one is two ranks' lines of the same second in
+    one order: in the other, the second line is a mention of a phase already left)."""
+    pipe = LogPipeline(pack)
+    pipe.feed(data, 1_000.0)
+    pipe.finish(1_000.0)
+    s = pipe.state
+    return s, [(sp.phase, sp.log_time, sp.end_log, sp.beside) for sp in s.spans
+               if sp.end_log != sp.log_time or sp.phase in (READY, *TERMINAL)]
+
+
+RANKED = ["sglang-024.log", "sglang-030.log", "sglang-211.log", "sglang-214.log",
+          "built/sglang-0523-download.log", "built/vllm-034-default.log",
+          "built/vllm-034-dp-supervisor.log", "built/sglang-0523-weight-cache.log"]
+
+
+@pytest.mark.parametrize("name", RANKED)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_any_interleaving_of_rank_lines_gives_the_same_spans(name: str, seed: int):
+    pack, segments = _streams(FIXTURES / name)
+    base_state, base = _spans(pack, _interleave(segments, None))
+    state, spans = _spans(pack, _interleave(segments, random.Random(seed)))
+    assert spans == base
+    # no duration is longer than the log, and the total counts overlapping time once
+    times = [sp.log_time for sp in state.spans if sp.log_time is not None]
+    times += [state.last_log_time] if state.last_log_time is not None else []
+    if times:
+        span_of_log = max(times) - min(times)
+        assert all(d <= span_of_log + 1e-6 for d in state.durations().values())
+        assert state.total() <= span_of_log + 1e-6
+    d = state.durations()
+    if d:
+        assert max(d.values()) - 1e-6 <= state.total() <= sum(d.values()) + 1e-6
+    assert state.phase == base_state.phase
+
+
+@pytest.mark.parametrize("name", RANKED)
+def test_the_interleavings_really_reorder_rank_lines(name: str):
+    """The property above is not vacuous: the ranks' lines of these logs do come out in
+    other orders."""
+    _, segments = _streams(FIXTURES / name)
+    base = _interleave(segments, None)
+    assert any(_interleave(segments, random.Random(seed)) != base for seed in range(20)), name
+
+
+def test_vllm_download_replayed_reads_launching_downloading_loading_once():
+    """Replayed (no wall time passes), the provisional `Loading model from scratch...` is
+    announced as what it turned out to be: no loading_shards -> downloading flip."""
+    data = (BUILT / "vllm-034-download-prefetch.log").read_bytes()
+    pipe = LogPipeline(load_pack("vllm"))
+    events = pipe.feed(data, 1000.0) + pipe.finish(1000.0)
+    moves = [(e.old, e.new) for e in events if isinstance(e, PhaseChanged)]
+    assert moves[:3] == [("waiting", "launching"), ("launching", "downloading"),
+                         ("downloading", "loading_shards")], moves
+
+
+def test_a_download_time_without_a_load_line_keeps_launching():
+    """`Time spent downloading weights` right after the launch lines (no `Loading model`
+    line in the window): only its last `seconds` are the download; launching stays."""
+    lines = [VL.format("12-01 10:00:00"),
+             "(EngineCore pid=1) INFO 12-01 10:03:00 [weight_utils.py:568] Time spent "
+             "downloading weights for m: 150.000000 seconds",
+             READY_AT.format("12-01 10:04:00")]
+    st_ = feed(lines, "vllm").state
+    assert main_phases(st_) == ["launching", "downloading", "loading_shards", "ready"]
+    assert st_.durations() == {"launching": 30.0, "downloading": 150.0, "loading_shards": 60.0}
+
+
+def test_watch_says_what_runs_beside_the_current_phase():
+    """`watch`'s plain output, line by line through SGLang's overlap mode: the loading that
+    runs beside the phases is said when it begins and when it ends, and the end's summary
+    gives the startup's wall time, not the phases' sum."""
+    import io
+    from logwatch.sinks.display import PlainDisplay
+    out = io.StringIO()
+    disp = PlainDisplay("overlap", out)
+    pipe = LogPipeline(load_pack("sglang"))
+    for i, line in enumerate((BUILT / "sglang-0523-overlap.log").read_text().splitlines()):
+        now = 1000.0 + i
+        events = pipe.feed((line + "\n").encode(), now)
+        disp.update(pipeline_view("overlap", pipe, now), events, now)
+    disp.finish(pipeline_view("overlap", pipe, 1100.0), "ready")
+    text = out.getvalue()
+    assert "loading_shards beside loading_shards" in text, text   # beside capture-safe prep
+    assert "loading_shards beside: done (45s)" in text, text
+    assert "phase allocating (loading_shards took 4.0s)" in text, text   # its own span
+    assert "READY in 1m00s" in text and "(total 1m00s)" in text, text
+
+
+def test_eta_on_a_second_vllm_034_start_counts_the_phases_that_come_back():
+    """The ETA from the first start's spans (autotune 3m15s = compile + JIT warmup and
+    autotune; allocating 9 s = estimate + commit): on the second start, at the KV estimate
+    (allocating, before the JIT warmup begins autotune again) and inside the second autotune,
+    it is within 20% of the true time left (ready at 273 s)."""
+    from logwatch.eta import startup_eta
+    pack = load_pack("vllm")
+    lines = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    first = feed(lines, "vllm").state
+    typical = first.durations()
+    stamps = [_built_seconds(x) for x in lines]
+    pipe = LogPipeline(pack)
+    t0 = 10_000.0
+    checks = {}
+    for line, at in zip(lines, stamps):
+        now = t0 + at
+        pipe.feed((line + "\n").encode(), now)
+        if pipe.state.phase in ("allocating", "autotune") and 87 <= at <= 200:
+            checks[(pipe.state.phase, at)] = startup_eta(pack, pipe.state, now, typical)
+    assert any(p == "allocating" for p, _ in checks), checks
+    for (p, at), eta in checks.items():
+        truth = 273.0 - at
+        assert abs(eta - truth) <= 0.2 * truth, (p, at, eta, truth)
+
+
+def _built_seconds(line: str) -> float:
+    """Seconds after 10:00:00 of a built line's stamp (unstamped lines: the last one's)."""
+    import re as _re
+    m = _re.search(r"(\d\d):(\d\d):(\d\d)", line)
+    if m is not None:
+        _built_seconds.last = (int(m.group(1)) - 10) * 3600 + int(m.group(2)) * 60 + int(m.group(3))
+    return float(getattr(_built_seconds, "last", 0))
+
+
+def test_phase_duration_metric_is_the_sum_of_the_phase_spans():
+    from logwatch.sinks.metrics import target_lines
+    lines = target_lines(pipeline_view("x", replay_file(str(BUILT / "vllm-034-default.log"))))
+    got = {ln.split('phase="')[1].split('"')[0]: float(ln.rsplit(" ", 1)[1])
+           for ln in lines["logwatch_phase_duration_seconds"].splitlines()}
+    assert got == pytest.approx({"launching": 12.0, "loading_shards": 31.0,
+                                 "autotune": 195.456, "allocating": 9.0, "cuda_graph": 25.544})
+
+
+def test_dp_supervisor_launch_names_the_api_server_that_crashed():
+    lines = (BUILT / "vllm-034-dp-supervisor.log").read_text().splitlines()[:9] + [
+        "(APIServer pid=101) ERROR 12-01 10:00:12 [launcher.py:299] OSError: [Errno 98] "
+        "Address already in use"]
+    st_ = feed(lines, "vllm").state
+    assert st_.startups == 1 and st_.phase == "crashed" and st_.crash is not None
+    assert (st_.crash.reason, st_.crash.rank) == ("port_in_use", "APIServer pid=101")
+
+
+def test_weights_format_without_a_download_leaves_no_downloading_span():
+    """SGLang before 0.5.23 logs `Using model weights format` on every load: when the shard
+    bar runs all the time until the next stamped line, nothing was downloaded."""
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    end = next(i for i, x in enumerate(lines) if "Load weight end" in x)
+    local = lines[:end] + [lines[end].replace("10:02:40", "10:00:40"),
+                           "[2026-12-01 10:00:50] The server is fired up and ready to roll!"]
+    st_ = feed(local, "sglang").state
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "ready"], st_.spans
+    assert "downloading" not in st_.phases_seen
+    assert st_.durations()["loading_shards"] == pytest.approx(31.0)   # 10:00:09 -> 10:00:40
+
+
+def test_a_silent_sglang_download_has_the_download_stall_budget():
+    """While the hub download prints nothing, the startup is in `downloading` (stall budget
+    30 min), not in `loading_shards` (10 min): 15 silent minutes are no stall."""
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if "Using model weights format" in x) + 2
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(x + "\n" for x in lines[:cut]).encode(), 1000.0)
+    assert pipe.state.phase == "downloading"
+    assert pipe.machine.tick(pipe.state, 1000.0 + 15 * 60) == []
+    stalled = pipe.machine.tick(pipe.state, 1000.0 + 31 * 60)
+    assert [type(e).__name__ for e in stalled] == ["Stalled"] and stalled[0].phase == "downloading"
+
+
+@pytest.mark.parametrize("path", sorted(BUILT.glob("*.log")), ids=lambda p: p.name)
+def test_built_startups_live_in_small_chunks_agree_with_replay(path: Path):
+    """Fed 97 bytes at a time (lines cut anywhere), each built startup ends with the same
+    spans, durations and verdict as its replay."""
+    data = path.read_bytes()
+    pipe = LogPipeline(choose_pack("auto", data))
+    for i in range(0, len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    replayed = replay_file(str(path)).state
+    assert [(s.phase, s.log_time, s.end_log, s.beside) for s in pipe.state.spans] == \
+        [(s.phase, s.log_time, s.end_log, s.beside) for s in replayed.spans]
+    assert pipe.state.durations() == replayed.durations()
+    assert pipe.state.phase == replayed.phase
+
+
+def test_a_new_startup_months_later_starts_its_own_clock():
+    """The same log, a server started again eight months later: the new startup's stamps
+    are its clock (a restart marker may start one), its durations are its own."""
+    lines = [VL.format("01-05 10:00:00"), READY_AT.format("01-05 10:01:00"),
+             VL.format("09-05 10:00:00"),
+             "(EngineCore pid=1) INFO 09-05 10:00:30 [model_runner.py:412] Loading model from scratch...",
+             READY_AT.format("09-05 10:02:00")]
+    st_ = feed(lines, "vllm", year=2026).state
+    assert st_.startups == 2 and st_.untrusted_stamps == 0
+    assert st_.ready_in() == pytest.approx(120.0)
+    assert st_.durations() == {"launching": 30.0, "loading_shards": 90.0}
+
+
+def test_every_rank_reporting_its_download_time_reattributes_once():
+    """vLLM TP2: both workers print `Time spent downloading weights`, the second a few
+    seconds later (and once more after the weights loaded): one downloading span, no move
+    back, the loading span intact."""
+    w = "(Worker_TP{} pid=20{}) INFO 12-01 {} [weight_utils.py:568] Time spent downloading " \
+        "weights for m: 143.200000 seconds"
+    lines = [VL.format("12-01 10:00:00"),
+             "(Worker_TP0 pid=200) INFO 12-01 10:00:08 [model_runner.py:412] Loading model from scratch...",
+             w.format(0, 0, "10:02:31"), w.format(1, 1, "10:02:34"),
+             "(Worker_TP0 pid=200) INFO 12-01 10:02:44 [default_loader.py:544] Loading weights took 13.00 seconds",
+             w.format(1, 1, "10:02:45"),
+             READY_AT.format("12-01 10:03:00")]
+    st_ = feed(lines, "vllm").state
+    assert main_phases(st_) == ["launching", "downloading", "loading_shards", "autotune", "ready"]
+    assert st_.durations() == pytest.approx({"launching": 8.0, "downloading": 143.0,
+                                             "loading_shards": 13.0, "autotune": 16.0})
+
+
+def test_a_log_that_begins_with_a_download_time_is_not_a_crash_of_logwatch():
+    line = "(EngineCore pid=1) INFO 12-01 10:02:31 [weight_utils.py:568] Time spent " \
+           "downloading weights for m: 143.2 seconds"
+    st_ = feed([line, READY_AT.format("12-01 10:03:00")], "vllm").state
+    assert st_.phase == READY and main_phases(st_)[0] == "loading_shards"
