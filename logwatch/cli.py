@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("file", metavar="FILE", help="a log file")
     t.add_argument("--unmatched", action="store_true", help="print only lines no rule matched")
     t.add_argument("--matched", action="store_true", help="print only lines a rule matched")
+    t.add_argument("--json", action="store_true",
+                   help="one JSON object per line: line number, rule, phase begun, progress "
+                        "kind, crash reason, hint, stop, endpoint, stats, fields (for CI)")
     t.set_defaults(func=cmd_rules_test)
     return p
 
@@ -510,6 +513,10 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
             else:
                 counts[v.rule] = counts.get(v.rule, 0) + 1
             if (args.unmatched and v.rule) or (args.matched and not v.rule):
+                continue
+            if args.json:
+                print(json.dumps({"line": v.line_number, **(v.meaning or {"rule": None}),
+                                  "text": v.text}, ensure_ascii=False))
                 continue
             print(f"{v.line_number:>7} {v.rule or '-':<22} {v.text[:300]}")
     total = sum(counts.values()) + unmatched

@@ -3,17 +3,22 @@
 `check` loads a pack (schema errors are `PackError`s) and proves every sample line: it must
 match its rule's pattern with the fields it declares, and the whole pack must route it to
 that rule (no earlier rule steals it), and the rule's prefilter literal must occur in it.
+
+`test` says what a pack makes of each line of a log: the rule, and its meaning
+(`line_meaning`: phase begun, progress kind, crash reason, hint, stop, endpoint, stats),
+the object `logwatch rules test --json` prints and CI of a user's own pack (or the engine
+inventories, tests/inventory/) checks with `meaning_accepts`.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from ..lines import Framer, iter_lines
-from .matcher import Matcher
-from .pack import RulePack
+from .matcher import Matcher, shared_matcher
+from .pack import Rule, RulePack
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,62 @@ class LineVerdict:
     line_number: int
     text: str
     rule: str | None
+    meaning: dict[str, Any] | None = None   # `meaning`; None when no rule matched
+
+
+def meaning(rule: Rule | None, fields: dict[str, str] | None = None) -> dict[str, Any]:
+    """What one rule's match says, as data: the keys a pack's user (or CI) asserts on.
+    Line level: the rule's `when:` and the machine's phase order are not applied."""
+    if rule is None:
+        return {"rule": None}
+    out: dict[str, Any] = {"rule": rule.id}
+    for key in ("phase", "progress", "crash", "hint", "stats"):
+        value = getattr(rule, key)
+        if value is not None:
+            out[key] = value
+    for key in ("restart", "stop", "endpoint", "chain", "marker", "tentative"):
+        if getattr(rule, key):
+            out[key] = True
+    if fields:
+        out["fields"] = dict(fields)
+    return out
+
+
+def line_meaning(pack: RulePack, line: str) -> dict[str, Any]:
+    """What `pack` makes of one line (its prefixes removed first, as the daemon does)."""
+    found = shared_matcher(pack).match_line(line)
+    return meaning(*found) if found else meaning(None)
+
+
+MEANING_WORDS = ("phase", "restart", "progress", "crash", "hint", "stop", "stats", "endpoint",
+                 "info")
+
+
+def meaning_accepts(expect: list[str], got: dict[str, Any]) -> bool:
+    """Whether `got` (a `meaning`) is one of `expect`: `phase:P`, `restart`, `progress:K`,
+    `crash:R` (`crash:*`: any reason), `hint:R`, `stop`, `stats`, `endpoint`, or `info` (no
+    rule, or one with no crash / stop / restart and no phase but the `phase:` ones listed)."""
+    phases = {e.split(":", 1)[1] for e in expect if e.startswith("phase:")}
+    for e in expect:
+        word, _, arg = e.partition(":")
+        if word == "info":
+            if got.get("rule") is None or not (
+                    got.get("crash") or got.get("stop") or got.get("restart")
+                    or (got.get("phase") and got["phase"] not in phases)):
+                return True
+        elif word in ("restart", "stop", "endpoint"):
+            if got.get(word):
+                return True
+        elif word == "stats":
+            if got.get("stats"):
+                return True
+        elif word == "crash":
+            if got.get("crash") and arg in ("*", got["crash"]):
+                return True
+        elif word in ("phase", "progress", "hint"):
+            if got.get(word) == arg:
+                return True
+    return False
 
 
 def test_lines(pack: RulePack, f: BinaryIO) -> Iterator[LineVerdict]:
@@ -87,4 +148,5 @@ def test_lines(pack: RulePack, f: BinaryIO) -> Iterator[LineVerdict]:
             continue
         for line in iter_lines(block, matcher.max_line_bytes):
             found = matcher.match_line(line.text)
-            yield LineVerdict(line.line_number, line.text, found[0].id if found else None)
+            yield LineVerdict(line.line_number, line.text, found[0].id if found else None,
+                              meaning(*found) if found else None)

@@ -1,0 +1,483 @@
+#!/usr/bin/env python3
+"""The statements an engine release prints on its startup, crash and shutdown paths, read
+from the release's own wheel, and how well the shipped packs understand them.
+
+Why: SGLang and vLLM change these lines every few weeks.  A pack that follows them by hand
+falls behind; a pack that is checked against each release's source does not.  What is kept
+in the repository, per release, is `tests/inventory/ENGINE-VERSION.yaml`: each statement
+that matters, a line rendered as the engine prints it (its real prefix) and the meaning the
+packs must give it.  `tests/test_inventory.py` runs every line through the shipped packs.
+
+    engine_inventory.py list sglang==0.5.23            # statements on the watched paths
+    engine_inventory.py list vllm==0.34.0 --json --all # every logging/print/tqdm/raise
+    engine_inventory.py draft vllm==0.35.0 --previous tests/inventory/vllm-0.34.0.yaml \\
+        -o tests/inventory/vllm-0.35.0.yaml            # the next release: review the diff
+    engine_inventory.py score tests/inventory/*.yaml   # right / wrong / missing per tier
+    engine_inventory.py score tests/inventory/*.yaml --packs /tmp/main-rules   # "before"
+
+Wheels are fetched with `pip download NAME==VERSION --no-deps` once and kept in
+`$LOGWATCH_WHEELS` (default `~/.cache/logwatch/wheels`).  Statements are found with `ast`
+(never imported or run): `logger.<level>(...)` (any receiver whose name holds "log"),
+`log_info_on_rank0(logger, ...)`, `print(...)`, `tqdm(..., desc=...)` and `raise X(...)`; the
+format string is the f-string / %-format / `.format` template as written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+LEVELS = ("debug", "info", "warning", "warn", "error", "exception", "critical", "fatal",
+          "info_once", "warning_once", "debug_once")
+
+# The startup, crash and shutdown paths: entrypoints, scheduler / engine core, model runner,
+# loaders, KV sizing, warmups and autotune, graph capture, process supervision.
+WATCHED = {
+    "sglang": [
+        "sglang/srt/entrypoints/*.py", "sglang/srt/entrypoints/**/*.py",
+        "sglang/srt/managers/scheduler.py", "sglang/srt/managers/scheduler_components/*.py",
+        "sglang/srt/managers/data_parallel_controller.py", "sglang/srt/managers/tp_worker.py",
+        "sglang/srt/managers/tokenizer_manager.py", "sglang/srt/managers/detokenizer_manager.py",
+        "sglang/srt/model_executor/*.py", "sglang/srt/model_executor/**/*.py",
+        "sglang/srt/model_loader/*.py", "sglang/srt/mem_cache/kv_cache_configurator.py",
+        "sglang/srt/mem_cache/memory_pool.py", "sglang/srt/distributed/bootstrap.py",
+        "sglang/srt/distributed/device_communicators/pynccl.py", "sglang/srt/utils/watchdog.py",
+        "sglang/srt/weight_cache/*.py", "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py",
+        "sglang/srt/compilation/backend.py", "sglang/srt/speculative/*worker*.py",
+    ],
+    "vllm": [
+        "vllm/entrypoints/cli/serve.py", "vllm/entrypoints/launchers/*.py",
+        "vllm/entrypoints/launchers/**/*.py", "vllm/entrypoints/common/startup.py",
+        "vllm/v1/engine/core.py", "vllm/v1/engine/core_client.py", "vllm/v1/engine/utils.py",
+        "vllm/v1/engine/async_llm.py", "vllm/v1/engine/exceptions.py", "vllm/v1/utils.py",
+        "vllm/v1/executor/*.py", "vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/gpu/*.py",
+        "vllm/v1/worker/gpu/**/*.py", "vllm/v1/worker/extensible_kv_cache.py",
+        "vllm/v1/worker/startup_plan.py", "vllm/v1/worker/encoder_cudagraph.py",
+        "vllm/v1/core/kv_cache_planning.py", "vllm/v1/core/kv_cache_utils.py",
+        "vllm/model_executor/model_loader/*.py", "vllm/model_executor/warmup/*.py",
+        "vllm/compilation/monitor.py", "vllm/compilation/backends.py",
+        "vllm/compilation/decorators.py", "vllm/distributed/parallel_state.py",
+        "vllm/distributed/device_communicators/shm_broadcast.py", "vllm/v1/metrics/loggers.py",
+        "vllm/platforms/__init__.py", "vllm/config/model.py", "vllm/config/scheduler.py",
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One logging / print / tqdm / raise call of a release."""
+
+    file: str           # path inside the wheel
+    line: int           # the line that holds the message (the call may start above it)
+    kind: str           # logger.info, print, tqdm, raise ValueError ...
+    format: str         # the message template as written ({expr} / %s placeholders kept)
+
+    @property
+    def source(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Fetching a release
+
+def wheel_cache() -> Path:
+    return Path(os.environ.get("LOGWATCH_WHEELS", Path.home() / ".cache/logwatch/wheels"))
+
+
+def split_spec(spec: str) -> tuple[str, str]:
+    name, _, version = spec.partition("==")
+    if not version:
+        raise SystemExit(f"engine_inventory: give NAME==VERSION, not {spec!r}")
+    return name.strip().lower(), version.strip()
+
+
+def fetch(spec: str) -> Path:
+    """The release's wheel, downloaded once (`pip download --no-deps`) and kept."""
+    name, version = split_spec(spec)
+    cache = wheel_cache()
+    for p in sorted(cache.glob(f"{name}-{version}-*.whl")):
+        return p
+    cache.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", f"{name}=={version}", "--no-deps",
+                    "--only-binary", ":all:", "-d", str(cache), "-q"], check=True)
+    found = sorted(cache.glob(f"{name}-{version}-*.whl"))
+    if not found:
+        raise SystemExit(f"engine_inventory: pip saved no wheel of {spec} in {cache}")
+    return found[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading statements with ast
+
+def _template(node: ast.AST, src: str) -> str | None:
+    """The message template of an argument: a literal, an f-string with its `{expr}`s, a
+    %-format's left side, a `.format` call's string, string concatenations; None otherwise."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        out = []
+        for part in node.values:
+            if isinstance(part, ast.Constant):
+                out.append(str(part.value))
+            elif isinstance(part, ast.FormattedValue):
+                expr = ast.get_source_segment(src, part.value) or "?"
+                spec = ""
+                if part.format_spec is not None:
+                    spec = ":" + (_template(part.format_spec, src) or "")
+                conv = "" if part.conversion == -1 else "!" + chr(part.conversion)
+                out.append("{" + expr + conv + spec + "}")
+        return "".join(out)
+    if isinstance(node, ast.BinOp):
+        if isinstance(node.op, ast.Mod):
+            return _template(node.left, src)
+        if isinstance(node.op, ast.Add):
+            left, right = _template(node.left, src), _template(node.right, src)
+            if left is None and right is None:
+                return None
+            return (left if left is not None else "{...}") + (right if right is not None else "{...}")
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "format":
+        return _template(node.func.value, src)
+    return None
+
+
+def _receiver(func: ast.AST) -> str:
+    if isinstance(func, ast.Attribute):
+        v = func.value
+        if isinstance(v, ast.Name):
+            return v.id
+        if isinstance(v, ast.Attribute):
+            return v.attr
+    return ""
+
+
+def _message_line(node: ast.AST) -> int:
+    for sub in ast.walk(node):
+        if isinstance(sub, (ast.Constant, ast.JoinedStr)) and isinstance(
+                getattr(sub, "value", None) if isinstance(sub, ast.Constant) else "", str):
+            return int(getattr(sub, "lineno", getattr(node, "lineno", 0)))
+    return int(getattr(node, "lineno", 0))
+
+
+def statements_of(path: str, src: str) -> Iterator[Statement]:
+    """The statements of one module, in source order."""
+    try:
+        tree = ast.parse(src)
+    except SyntaxError:
+        return
+    found: list[Statement] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
+            exc = node.exc
+            name = ast.get_source_segment(src, exc.func) or "?"
+            fmt = _template(exc.args[0], src) if exc.args else ""
+            if fmt is None:
+                continue
+            found.append(Statement(path, _message_line(exc.args[0]) if exc.args else node.lineno,
+                                   f"raise {name}", fmt))
+            continue
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        kind = arg = None
+        if isinstance(func, ast.Attribute) and func.attr in LEVELS \
+                and "log" in _receiver(func).lower() and node.args:
+            kind, arg = f"logger.{func.attr}", node.args[0]
+        elif isinstance(func, ast.Name) and func.id in ("log_info_on_rank0", "print_warning_once",
+                                                         "print_info_once") and node.args:
+            kind, arg = func.id, node.args[-1] if func.id == "log_info_on_rank0" else node.args[0]
+        elif isinstance(func, ast.Name) and func.id == "print" and node.args:
+            kind, arg = "print", node.args[0]
+        elif (isinstance(func, ast.Name) and func.id.endswith("tqdm")) or \
+                (isinstance(func, ast.Attribute) and func.attr.endswith("tqdm")):
+            desc = next((k.value for k in node.keywords if k.arg == "desc"), None)
+            if desc is not None:
+                kind, arg = "tqdm", desc
+        if kind is None or arg is None:
+            continue
+        fmt = _template(arg, src)
+        if fmt is None:
+            continue
+        found.append(Statement(path, _message_line(arg), kind, fmt))
+    found.sort(key=lambda s: s.line)
+    yield from found
+
+
+def watched(engine: str, path: str) -> bool:
+    return any(fnmatch.fnmatch(path, pat) for pat in WATCHED.get(engine, []))
+
+
+def read_wheel(wheel: Path, engine: str, everything: bool = False) -> list[Statement]:
+    """Every statement of the wheel's modules on the watched paths (all modules: `everything`)."""
+    out: list[Statement] = []
+    with zipfile.ZipFile(wheel) as z:
+        for name in sorted(z.namelist()):
+            if not name.endswith(".py") or not (everything or watched(engine, name)):
+                continue
+            src = z.read(name).decode("utf-8", "replace")
+            out.extend(statements_of(name, src))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Drafting a line as the engine prints it (a draft: a person reviews it)
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}|%(?:\(\w+\))?[-+ #0]*\d*(?:\.(\d+))?([sdifr%])")
+_VALUES = (
+    (r"pattern", "['*.safetensors']"), (r"version", "0.0.0"), (r"port", "30000"),
+    (r"host|addr", "10.0.0.1"), (r"pid", "4242"), (r"exit_?code|returncode|\bcode", "1"),
+    (r"rank|gpu_id|dp_|node", "0"), (r"path|dir|model|folder|file|root", "/models/Qwen3-8B"),
+    (r"time|elapsed|took|sec|duration|tic", "12.34"), (r"mem|gib|gb|bytes|size", "10.50"),
+)
+
+
+def _value(expr: str, spec: str = "") -> str:
+    low = expr.lower()
+    for pat, val in _VALUES:
+        if re.search(pat, low):
+            break
+    else:
+        val = "x"
+    if spec.endswith("d"):
+        return val if val.isdigit() else "4"
+    if spec.endswith("f"):
+        try:
+            return f"{float(val):{spec}}"
+        except ValueError:
+            return f"{1.5:{spec}}"
+    return val
+
+
+def render_message(st: Statement) -> str:
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "%%":
+            return "%"
+        if m.group(1) is not None:
+            expr, _, spec = m.group(1).partition(":")
+            return _value(expr.split("!")[0], spec)
+        return _value("", ("." + m.group(2) if m.group(2) else "") + m.group(3))
+    return _PLACEHOLDER.sub(sub, st.format).split("\n")[0]
+
+
+STAMP = "2026-12-01 10:00:00"
+
+
+def envelope(engine: str, st: Statement) -> str:
+    """The prefix the engine's logger puts before the message of this statement's process."""
+    if st.kind in ("print", "tqdm") or st.kind.startswith("raise"):
+        return ""
+    f = st.file
+    if engine == "sglang":
+        rank_side = not re.search(r"entrypoints/|tokenizer_manager|detokenizer_manager|"
+                                  r"data_parallel_controller|utils/watchdog", f)
+        return f"[{STAMP} TP0] " if rank_side else f"[{STAMP}] "
+    level = {"exception": "ERROR", "warn": "WARNING", "fatal": "CRITICAL"}.get(
+        st.kind.split(".")[-1].replace("_once", ""), st.kind.split(".")[-1].replace("_once", "").upper())
+    if re.search(r"entrypoints/|core_client|async_llm|v1/utils\.py|metrics/", f):
+        proc = "APIServer pid=100"
+    elif re.search(r"v1/engine/|v1/core/|v1/executor/", f):
+        proc = "EngineCore pid=123"
+    else:
+        proc = "Worker_TP0 pid=200"
+    return f"({proc}) {level} 12-01 10:00:00 [{Path(f).name}:{st.line}] "
+
+
+def render(engine: str, st: Statement) -> str:
+    msg = render_message(st)
+    if st.kind.startswith("raise"):
+        return f"{st.kind.split()[-1].split('.')[-1]}: {msg}"
+    if st.kind == "tqdm":
+        return f"{msg}:  50%|█████     | 2/4 [00:01<00:01,  1.50it/s]"
+    return envelope(engine, st) + msg
+
+
+# ----------------------------------------------------------------------------------------------
+# Inventories and their meanings
+
+def load_inventory(path: Path) -> dict[str, Any]:
+    import yaml
+    doc = yaml.safe_load(path.read_text())
+    if not isinstance(doc, dict) or "statements" not in doc:
+        raise SystemExit(f"{path}: not an inventory (no 'statements')")
+    return doc
+
+
+def meaning_of(pack: Any, line: str) -> dict[str, Any]:
+    """What the pack makes of one line (first matching rule, line level: `when:` and the
+    machine's phase order are not applied).  The same object `logwatch rules test --json`
+    prints."""
+    from logwatch.rules.check import line_meaning
+    return line_meaning(pack, line)
+
+
+def verdict(expect: list[str], got: dict[str, Any]) -> str:
+    """ok / wrong / missing: whether the meaning is one of those the inventory accepts."""
+    from logwatch.rules.check import meaning_accepts
+    if meaning_accepts(expect, got):
+        return "ok"
+    return "missing" if got.get("rule") is None else "wrong"
+
+
+def tier_of(entry: dict[str, Any]) -> str:
+    return str(entry.get("tier", "P3"))
+
+
+def is_p1_phase(entry: dict[str, Any]) -> bool:
+    exp = entry["expect"] if isinstance(entry["expect"], list) else [entry["expect"]]
+    return tier_of(entry) == "P1" and any(e.startswith("phase:") or e == "restart" for e in exp)
+
+
+def score(paths: Iterable[Path], packs: str | None = None) -> list[dict[str, Any]]:
+    """Per inventory: the table of statements, right, wrong, missing (by tier)."""
+    if packs:
+        os.environ["LOGWATCH_RULES_PATH"] = packs
+    from logwatch.rules.pack import load_pack
+    rows = []
+    for path in paths:
+        inv = load_inventory(path)
+        pack = load_pack(str(Path(packs) / f"{inv['pack']}.yaml") if packs else inv["pack"])
+        groups: dict[str, list[int]] = {}
+        details = []
+        for e in inv["statements"]:
+            exp = e["expect"] if isinstance(e["expect"], list) else [e["expect"]]
+            got = meaning_of(pack, e["line"])
+            v = verdict(exp, got)
+            details.append((e["id"], v, got.get("rule")))
+            keys = ["all", tier_of(e)]
+            if tier_of(e) == "P1":
+                keys.append("P1 phase changes" if is_p1_phase(e) else "P1 crash markers / causes")
+            if e.get("pending"):
+                keys.append("pending machine semantics")
+            for k in keys:
+                g = groups.setdefault(k, [0, 0, 0, 0])
+                g[0] += 1
+                g[{"ok": 1, "wrong": 2, "missing": 3}[v]] += 1
+        rows.append({"inventory": path.name, "engine": inv["engine"], "version": inv["version"],
+                     "groups": groups, "details": details})
+    return rows
+
+
+def print_score(rows: list[dict[str, Any]], verbose: bool) -> None:
+    order = ["P1", "P1 phase changes", "P1 crash markers / causes", "P2", "P3", "all",
+             "pending machine semantics"]
+    for r in rows:
+        print(f"\n{r['engine']} {r['version']} ({r['inventory']})\n")
+        print("| tier | statements | right | wrong | missing | right % |")
+        print("|---|---|---|---|---|---|")
+        for k in order:
+            if k in r["groups"]:
+                n, ok, wrong, miss = r["groups"][k]
+                print(f"| {k} | {n} | {ok} | {wrong} | {miss} | {100 * ok / n:.0f} |")
+        if verbose:
+            for sid, v, rule in r["details"]:
+                if v != "ok":
+                    print(f"  {v:8} {sid:32} rule={rule}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The next release
+
+def draft(spec: str, previous: Path | None) -> dict[str, Any]:
+    """A new inventory: the previous release's entries whose format string still exists (with
+    their new file:line), those that are gone (`gone: true`, to review and drop), and the
+    statements on the watched paths that the previous release did not have (`review: true`,
+    rendered by guess, meaning unknown)."""
+    name, version = split_spec(spec)
+    engine = "sglang" if name.startswith("sglang") else name
+    sts = read_wheel(fetch(spec), engine)
+    by_format: dict[str, list[Statement]] = {}
+    for s in sts:
+        by_format.setdefault(s.format, []).append(s)
+    prev = load_inventory(previous) if previous else {"statements": [], "pack": engine}
+    out_entries = []
+    known_formats = set()
+    for e in prev["statements"]:
+        entry = dict(e)
+        fmt = e.get("format")
+        known_formats.add(fmt)
+        if fmt and e.get("source") and not str(e["source"]).startswith("("):
+            cands = by_format.get(fmt, [])
+            if cands:
+                old_file = str(e["source"]).rsplit(":", 1)[0]
+                best = next((c for c in cands if c.file == old_file), cands[0])
+                entry["source"] = best.source
+                entry.pop("gone", None)
+            else:
+                entry["gone"] = True
+        out_entries.append(entry)
+    if previous:
+        old_formats = {s.format for s in read_wheel(fetch(f"{engine}=={prev['version']}"), engine)}
+    else:
+        old_formats = set()
+    for s in sts:
+        if s.format in known_formats or s.format in old_formats or s.kind.endswith("debug"):
+            continue
+        out_entries.append({"id": f"new_{Path(s.file).stem}_{s.line}", "tier": "P3",
+                            "source": s.source, "kind": s.kind, "format": s.format,
+                            "line": render(engine, s), "expect": ["info"], "review": True})
+    return {"engine": engine, "version": version, "pack": prev.get("pack", engine),
+            "wheel": fetch(spec).name, "statements": out_entries}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="statements of a release on the startup/crash/shutdown paths")
+    ls.add_argument("spec", help="NAME==VERSION (sglang==0.5.23) or a .whl path")
+    ls.add_argument("--engine", help="sglang or vllm (default: from the name)")
+    ls.add_argument("--all", action="store_true", help="every module, not only the watched paths")
+    ls.add_argument("--json", action="store_true", help="one JSON object per statement")
+    ls.add_argument("--render", action="store_true", help="add a drafted line as printed")
+    dr = sub.add_parser("draft", help="a new release's inventory from the previous one")
+    dr.add_argument("spec")
+    dr.add_argument("--previous", type=Path)
+    dr.add_argument("-o", "--output", type=Path)
+    sc = sub.add_parser("score", help="right / wrong / missing per tier of inventories")
+    sc.add_argument("inventories", nargs="+", type=Path)
+    sc.add_argument("--packs", help="a directory of packs to score instead of the shipped ones")
+    sc.add_argument("-v", "--verbose", action="store_true", help="list the statements not right")
+    args = p.parse_args(argv)
+    if args.cmd == "list":
+        if args.spec.endswith(".whl"):
+            wheel = Path(args.spec)
+            engine = args.engine or wheel.name.split("-")[0]
+        else:
+            wheel = fetch(args.spec)
+            engine = args.engine or split_spec(args.spec)[0]
+        for s in read_wheel(wheel, engine, args.all):
+            if args.json:
+                d = asdict(s)
+                if args.render:
+                    d["rendered"] = render(engine, s)
+                print(json.dumps(d, ensure_ascii=False))
+            else:
+                print(f"{s.source}\t{s.kind}\t{s.format!r}")
+        return 0
+    if args.cmd == "draft":
+        import yaml
+        doc = draft(args.spec, args.previous)
+        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+        if args.output:
+            args.output.write_text(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    print_score(score(args.inventories, args.packs), args.verbose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
