@@ -38,6 +38,8 @@ DESIGN_REASONS = {
     "warmup_failed", "port_in_use", "child_process_died", "python_exception", "unknown",
     # added by the accuracy issue (docs/architecture.md "Crash reasons")
     "cuda_graph_capture_failed", "autotune_failed", "kernel_compile_failed",
+    # added by the engine-inventory issue (README "Crash reasons")
+    "startup_timeout", "shm_too_small", "hang",
 }
 DESIGN_PHASES = {"launching", "downloading", "loading_shards", "allocating", "autotune",
                  "cuda_graph", "ready"}
