@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from ...rules.reasons import reason_text
 from .kinds import DEFAULT_ON, kind_of
 from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 
@@ -141,6 +142,10 @@ class SlackSink(Sink):
             {"type": "section", "text": {"type": "mrkdwn",
                                          "text": _cut(f"{icon} *{slack_escape(title)}*", SLACK_TEXT)}},
         ]
+        meaning = reason_text(str(alert.details.get("reason") or ""))
+        if meaning and alert.kind == "crashed" and alert.status == FIRING:
+            blocks.append({"type": "section", "text": {"type": "mrkdwn",
+                                                       "text": _cut(slack_escape(meaning), SLACK_TEXT)}})
         line = alert.details.get("line")
         if line and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
