@@ -1,0 +1,131 @@
+"""Formats seen in 2026 logs, as classes: whole startups built from the engines' own
+statements (tests/inventory/) in the engines' order, replayed as a user would.  Each case is
+a class of log (an envelope, a wrapper, a teardown), not one file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logwatch.app.replay import replay_file
+from logwatch.rules.pack import load_pack
+from logwatch.sinks.summary import summary
+from logwatch.view import pipeline_view
+
+V = "(APIServer pid=1) INFO 12-01 10:00:{:02d} [startup.py:96] "
+VLLM_HEAD = [
+    "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}",
+    "(EngineCore pid=2) INFO 12-01 10:00:05 [model_runner.py:412] Loading model from scratch...",
+    "(EngineCore pid=2) INFO 12-01 10:00:30 [default_loader.py:544] Loading weights took 22.41 seconds",
+]
+VLLM_READY = [
+    "(EngineCore pid=2) INFO 12-01 10:01:00 [gpu_worker.py:796] Available KV cache memory: 101.84 GiB",
+    "Capturing CUDA graphs (PIECEWISE): 100%|██████████| 67/67 [00:05<00:00, 12.10it/s]",
+    "(EngineCore pid=2) INFO 12-01 10:01:20 [model_runner.py:1217] Graph capturing finished in 24 secs, took 1.21 GiB",
+    "(APIServer pid=1) INFO 12-01 10:01:25 [entry.py:139] Starting vLLM server on http://0.0.0.0:8000",
+    "(APIServer pid=1) INFO:     Application startup complete.",
+]
+SGLANG_HEAD = [
+    "[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-8B', 'tp_size': 2}",
+    "[2026-12-01 10:00:05 TP0] Load weight begin. avail mem=78.50 GB",
+    "[2026-12-01 10:00:30 TP0] Load weight end. elapsed=25.00 s, type=Qwen3ForCausalLM, avail mem=61.02 GB, mem usage=16.40 GB.",
+    "[2026-12-01 10:00:31 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1921184, KV size: 25.66 GB",
+]
+SGLANG_READY = [
+    "[2026-12-01 10:00:40 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=18.32 GB",
+    "[2026-12-01 10:00:52 TP0] Capture target decode CUDA graph end. bs=[1, 2, 4], elapsed=11.20 s, mem usage=1.00 GB, avail mem=17.32 GB.",
+    "[2026-12-01 10:00:55] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+    "[2026-12-01 10:00:58] The server is fired up and ready to roll!",
+]
+
+
+def replay(tmp_path: Path, lines: list[str]) -> dict:
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    return summary(pipeline_view("server.log", replay_file(str(log))))
+
+
+def test_shutdown_step_followed_by_a_traceback_is_a_crash(tmp_path: Path) -> None:
+    doc = replay(tmp_path, VLLM_HEAD[:2] + [
+        "(APIServer pid=1) INFO 12-01 10:00:31 [core_client.py:822] [shutdown] MPClient: start timeout=0",
+        "(APIServer pid=1) INFO 12-01 10:00:31 [utils.py:649] [shutdown] Process manager: force killing remaining processes count=1",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/site-packages/vllm/entrypoints/cli/main.py", line 73, in main',
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {'EngineCore_DP0': 1}",
+    ])
+    assert doc["phase"] == "crashed"
+    assert "Engine core initialization failed" in doc["crash"]["line"]
+
+
+def test_signal_shutdown_is_a_clean_stop(tmp_path: Path) -> None:
+    doc = replay(tmp_path, VLLM_HEAD + VLLM_READY + [
+        "^C(EngineCore pid=2) INFO 12-01 10:05:00 [core.py:1699] [shutdown] EngineCore: trigger received signal=SIGINT",
+        "(APIServer pid=1) INFO 12-01 10:05:00 [launcher.py:256] [shutdown] API server: shutdown triggered",
+        "(EngineCore pid=2) INFO 12-01 10:05:01 [multiproc_executor.py:621] [shutdown] Executor: all workers exited gracefully",
+    ])
+    assert doc["phase"] == "stopped" and doc["crash"] is None
+
+
+def test_caught_startup_traceback_then_ready_is_no_crash(tmp_path: Path) -> None:
+    """vLLM's chat-template warmup logs a caught exception with its traceback and goes on."""
+    doc = replay(tmp_path, VLLM_HEAD + VLLM_READY[:3] + [
+        "(APIServer pid=1) WARNING 12-01 10:01:22 [base.py:383] Chat template warmup failed",
+        "(APIServer pid=1) WARNING 12-01 10:01:22 [base.py:383] Traceback (most recent call last):",
+        '(APIServer pid=1) WARNING 12-01 10:01:22 [base.py:383]   File "/usr/lib/python3.12/site-packages/vllm/renderers/base.py", line 376, in warmup',
+        "(APIServer pid=1) WARNING 12-01 10:01:22 [base.py:383] jinja2.exceptions.TemplateSyntaxError: unexpected '}'",
+    ] + VLLM_READY[3:])
+    assert doc["phase"] == "ready" and doc["crash"] is None
+
+
+def test_autotuner_oom_it_recovers_from_is_no_crash(tmp_path: Path) -> None:
+    doc = replay(tmp_path, SGLANG_HEAD + [
+        "[2026-12-01 10:00:32 TP0] Running FlashInfer autotune with cache: /root/.cache/sglang/fi.json",
+        "2026-12-01 10:00:33,123 - WARNING - autotuner.py:3195 - flashinfer.jit: [Autotuner]: Skipping tactic <CutlassFusedMoeRunner> 7, due to failure while profiling: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        "2026-12-01 10:00:34,123 - WARNING - autotuner.py:3048 - flashinfer.jit: [Autotuner]: OOM detected, falling back to default tactic",
+        "[2026-12-01 10:00:38 TP0] FlashInfer autotune completed.",
+    ] + SGLANG_READY)
+    assert doc["phase"] == "ready" and doc["crash"] is None
+
+
+def test_follower_node_clean_exit_is_not_a_crash(tmp_path: Path) -> None:
+    doc = replay(tmp_path, SGLANG_HEAD + SGLANG_READY + [
+        "[2026-12-01 11:00:00] Scheduler or DataParallelController 4242 terminated with 0",
+    ])
+    assert doc["phase"] == "stopped" and doc["crash"] is None
+    doc = replay(tmp_path, SGLANG_HEAD + SGLANG_READY + [
+        "[2026-12-01 11:00:00] Scheduler or DataParallelController 4242 terminated with 1",
+    ])
+    assert doc["crash"]["reason"] == "child_process_died"
+
+
+def test_headless_follower_launches_are_startups(tmp_path: Path) -> None:
+    launch = ("(MainProcess pid={}) INFO 12-01 10:0{}:00 [serve.py:225] Launching vLLM (v0.34.0) "
+              "headless multiproc executor, with head node address 10.0.0.1 for torch.distributed process group.")
+    doc = replay(tmp_path, [launch.format(100, 0), VLLM_HEAD[1], launch.format(200, 5), VLLM_HEAD[1]])
+    assert doc["startups"] == 2
+
+
+@pytest.mark.parametrize("line, rank", [
+    ("(APIServer pid=1) (EngineCore_DP0 pid=283) (Worker_TP5 pid=299) INFO 12-01 10:00:05 [x.py:1] m", "TP5"),
+    ("(APIServer pid=1) (EngineCore_DP1 pid=283) INFO 12-01 10:00:05 [x.py:1] m", "DP1"),
+    ("(Worker_TP2_EP2 pid=1449) INFO 12-01 10:00:05 [x.py:1] m", "TP2_EP2"),
+])
+def test_nested_process_tags_name_the_innermost_rank(line: str, rank: str) -> None:
+    assert load_pack("vllm").rank_of(line) == rank
+
+
+def test_glued_output_before_a_record_keeps_the_record(tmp_path: Path) -> None:
+    doc = replay(tmp_path, ["nohup: ignoring input" + SGLANG_HEAD[0]] + SGLANG_HEAD[1:] + SGLANG_READY)
+    assert doc["phase"] == "ready" and doc["startups"] == 1
+    assert doc["durations"]["launching"] == 5.0   # the record's own stamp was read
+
+
+def test_pydantic_value_error_is_a_bad_argument(tmp_path: Path) -> None:
+    doc = replay(tmp_path, VLLM_HEAD[:1] + [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/site-packages/vllm/engine/arg_utils.py", line 1400, in create_model_config',
+        "ValidationError: 1 validation error for ModelConfig",
+        "  Value error, Invalid repository ID or local directory specified: 'Qwen/Qwen3-8B-typo'. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
+    ])
+    assert doc["crash"]["reason"] == "bad_argument"
