@@ -314,11 +314,16 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 7
+    assert filters is not None and len(filters) == 9
     compose = filters[1]
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     ansi = filters[4]      # `[0;36m`: a line without an `m` is no colour code
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
+    # output glued before a record: a line that starts with the record itself (its `[` stamp,
+    # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
+    glued_sglang, glued_vllm = filters[7], filters[8]
+    assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
+    assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
 
 
 @PROPERTY
