@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import fnmatch
 import json
 import os
@@ -133,7 +134,7 @@ def _template(node: ast.AST, src: str) -> str | None:
             if isinstance(part, ast.Constant):
                 out.append(str(part.value))
             elif isinstance(part, ast.FormattedValue):
-                expr = ast.get_source_segment(src, part.value) or "?"
+                expr = ast.unparse(part.value)
                 spec = ""
                 if part.format_spec is not None:
                     spec = ":" + (_template(part.format_spec, src) or "")
@@ -172,26 +173,112 @@ def _message_line(node: ast.AST) -> int:
     return int(getattr(node, "lineno", 0))
 
 
+class _Locals:
+    """The string assignments of each function, indexed once (a module has thousands of calls;
+    walking the function for each was quadratic)."""
+
+    def __init__(self, src: str) -> None:
+        self.src = src
+        self._by_scope: dict[int, dict[str, list[tuple[int, str, int, bool]]]] = {}
+
+    def _index(self, scope: ast.AST) -> dict[str, list[tuple[int, str, int, bool]]]:
+        got = self._by_scope.get(id(scope))
+        if got is not None:
+            return got
+        got = {}
+        for n in ast.walk(scope):
+            if isinstance(n, (ast.Assign, ast.AnnAssign)) and n.value is not None:
+                fmt = _template(n.value, self.src)
+                if fmt is None:
+                    continue
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        got.setdefault(t.id, []).append((n.lineno, fmt, _message_line(n.value), False))
+            elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name) \
+                    and isinstance(n.op, ast.Add):
+                got.setdefault(n.target.id, []).append(
+                    (n.lineno, _template(n.value, self.src) or "{...}", n.lineno, True))
+        for v in got.values():
+            v.sort()
+        self._by_scope[id(scope)] = got
+        return got
+
+    def template(self, name: str, scope: ast.AST, before: int) -> tuple[str, int] | None:
+        """The template `name` holds at line `before`: its last string assignment in the
+        function, with the `name += ...` that follow it; None if none."""
+        events = [e for e in self._index(scope).get(name, []) if e[0] < before]
+        starts = [k for k, e in enumerate(events) if not e[3]]
+        if not starts:
+            return None
+        k = starts[-1]
+        return "".join(e[1] for e in events[k:]), events[k][2]
+
+
+def _scopes(tree: ast.AST) -> dict[int, ast.AST]:
+    """id(node) -> the function (or module) it is in."""
+    out: dict[int, ast.AST] = {}
+
+    def visit(node: ast.AST, scope: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope
+            out[id(child)] = inner
+            visit(child, inner)
+    visit(tree, tree)
+    return out
+
+
+def _dotted(func: ast.AST) -> str:
+    """`logger.info`, `RuntimeError`, `self.x.y` for a call's function; "?" for anything else
+    (ast.get_source_segment splits the whole module for each call: quadratic)."""
+    parts = []
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+        return ".".join(reversed(parts))
+    return "?"
+
+
+def _is_exception(name: str) -> bool:
+    return name.split(".")[-1].endswith(("Error", "Exception", "Exit", "Failure"))
+
+
 def statements_of(path: str, src: str) -> Iterator[Statement]:
-    """The statements of one module, in source order."""
+    """The statements of one module, in source order: logging calls, prints, tqdm bars (their
+    `desc=` or `set_description`), exceptions raised or built (`return RuntimeError(...)`);
+    a message first put in a local variable is followed to its assignment."""
     try:
         tree = ast.parse(src)
     except SyntaxError:
         return
+    scopes = _scopes(tree)
+    local = _Locals(src)
+
+    def template_of(arg: ast.AST, call: ast.AST) -> tuple[str, int] | None:
+        fmt = _template(arg, src)
+        if fmt is not None:
+            return fmt, _message_line(arg)
+        if isinstance(arg, ast.Name):
+            return local.template(arg.id, scopes.get(id(call), tree), call.lineno)  # type: ignore[attr-defined]
+        return None
+
     found: list[Statement] = []
+    raised: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-            exc = node.exc
-            name = ast.get_source_segment(src, exc.func) or "?"
-            fmt = _template(exc.args[0], src) if exc.args else ""
-            if fmt is None:
-                continue
-            found.append(Statement(path, _message_line(exc.args[0]) if exc.args else node.lineno,
-                                   f"raise {name}", fmt))
-            continue
+            raised.add(id(node.exc))
+    for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
+        name = _dotted(func)
+        if id(node) in raised or (_is_exception(name) and node.args):
+            got = template_of(node.args[0], node) if node.args else ("", node.lineno)
+            if got is not None:
+                found.append(Statement(path, got[1], f"raise {name}", got[0]))
+            continue
         kind = arg = None
         if isinstance(func, ast.Attribute) and func.attr in LEVELS \
                 and "log" in _receiver(func).lower() and node.args:
@@ -206,12 +293,14 @@ def statements_of(path: str, src: str) -> Iterator[Statement]:
             desc = next((k.value for k in node.keywords if k.arg == "desc"), None)
             if desc is not None:
                 kind, arg = "tqdm", desc
+        elif isinstance(func, ast.Attribute) and func.attr == "set_description" and node.args:
+            kind, arg = "tqdm", node.args[0]
         if kind is None or arg is None:
             continue
-        fmt = _template(arg, src)
-        if fmt is None:
+        got = template_of(arg, node)
+        if got is None:
             continue
-        found.append(Statement(path, _message_line(arg), kind, fmt))
+        found.append(Statement(path, got[1], kind, got[0]))
     found.sort(key=lambda s: s.line)
     yield from found
 
@@ -390,46 +479,70 @@ def print_score(rows: list[dict[str, Any]], verbose: bool) -> None:
 # ----------------------------------------------------------------------------------------------
 # The next release
 
+def _carry(entry: dict[str, Any], sts: list[Statement],
+           by_format: dict[str, list[Statement]]) -> dict[str, Any]:
+    """A previous entry in the new release: the same format string (its new file:line), or a
+    statement of the same file whose wording is close (`changed:` the old format, to review),
+    or none (`gone: true`).  Third-party lines (`source: (torch)`) and frames are kept as
+    they are."""
+    entry = dict(entry)
+    for key in ("gone", "changed"):
+        entry.pop(key, None)
+    fmt, source = entry.get("format"), str(entry.get("source") or "")
+    if not fmt or source.startswith("(") or entry.get("kind") in ("frame", "composed"):
+        return entry
+    old_file, _, old_line = source.rpartition(":")
+    near = lambda c: (c.file != old_file, abs(c.line - int(old_line or 0)))  # noqa: E731
+    exact = sorted(by_format.get(fmt, []), key=near)
+    if exact:
+        entry["source"], entry["kind"] = exact[0].source, exact[0].kind
+        return entry
+    same_file = [c for c in sts if c.file == old_file and c.kind == entry.get("kind", c.kind)]
+    scored = sorted(((difflib.SequenceMatcher(None, fmt, c.format).ratio(), c) for c in same_file),
+                    key=lambda rc: (-rc[0], near(rc[1])))
+    if scored and scored[0][0] >= 0.75:
+        best = scored[0][1]
+        entry.update(source=best.source, kind=best.kind, format=best.format, changed=fmt)
+        return entry
+    entry["gone"] = True
+    return entry
+
+
 def draft(spec: str, previous: Path | None) -> dict[str, Any]:
-    """A new inventory: the previous release's entries whose format string still exists (with
-    their new file:line), those that are gone (`gone: true`, to review and drop), and the
-    statements on the watched paths that the previous release did not have (`review: true`,
-    rendered by guess, meaning unknown)."""
+    """A new inventory: the previous release's entries carried over (`_carry`: same format with
+    its new file:line, `changed:` where the wording moved, `gone: true` where it vanished), then
+    the statements on the watched paths that the previous release did not have (`review:
+    true`, a line drafted by `render`, meaning `info` until a person gives it one)."""
     name, version = split_spec(spec)
     engine = "sglang" if name.startswith("sglang") else name
     sts = read_wheel(fetch(spec), engine)
     by_format: dict[str, list[Statement]] = {}
-    for s in sts:
-        by_format.setdefault(s.format, []).append(s)
+    for st in sts:
+        by_format.setdefault(st.format, []).append(st)
     prev = load_inventory(previous) if previous else {"statements": [], "pack": engine}
-    out_entries = []
-    known_formats = set()
-    for e in prev["statements"]:
-        entry = dict(e)
-        fmt = e.get("format")
-        known_formats.add(fmt)
-        if fmt and e.get("source") and not str(e["source"]).startswith("("):
-            cands = by_format.get(fmt, [])
-            if cands:
-                old_file = str(e["source"]).rsplit(":", 1)[0]
-                best = next((c for c in cands if c.file == old_file), cands[0])
-                entry["source"] = best.source
-                entry.pop("gone", None)
-            else:
-                entry["gone"] = True
-        out_entries.append(entry)
-    if previous:
-        old_formats = {s.format for s in read_wheel(fetch(f"{engine}=={prev['version']}"), engine)}
-    else:
-        old_formats = set()
-    for s in sts:
-        if s.format in known_formats or s.format in old_formats or s.kind.endswith("debug"):
+    entries = [_carry(e, sts, by_format) for e in prev["statements"]]
+    taken = {e.get("format") for e in entries}
+    old_formats: set[str] = set()
+    if previous and prev.get("version"):
+        old_formats = {st.format for st in read_wheel(fetch(f"{engine}=={prev['version']}"), engine)}
+    for st in sts:
+        if st.format in taken or st.format in old_formats or "debug" in st.kind:
             continue
-        out_entries.append({"id": f"new_{Path(s.file).stem}_{s.line}", "tier": "P3",
-                            "source": s.source, "kind": s.kind, "format": s.format,
-                            "line": render(engine, s), "expect": ["info"], "review": True})
+        taken.add(st.format)
+        entries.append({"id": f"new_{Path(st.file).stem}_{st.line}", "tier": "P3",
+                        "source": st.source, "kind": st.kind, "format": st.format,
+                        "line": render(engine, st), "expect": ["info"], "review": True})
     return {"engine": engine, "version": version, "pack": prev.get("pack", engine),
-            "wheel": fetch(spec).name, "statements": out_entries}
+            "wheel": fetch(spec).name, "statements": entries}
+
+
+def header(path: Path | None) -> str:
+    """The comment block at the top of an inventory (kept by `draft`)."""
+    if path is None:
+        return ""
+    lines = path.read_text().splitlines(keepends=True)
+    return "".join(ln for ln in lines[: next((k for k, ln in enumerate(lines)
+                                              if not ln.startswith("#")), 0)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -469,7 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "draft":
         import yaml
         doc = draft(args.spec, args.previous)
-        text = yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=100)
+        text = header(args.previous) + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True,
+                                                      width=4096)
         if args.output:
             args.output.write_text(text)
         else:
