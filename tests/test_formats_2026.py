@@ -129,3 +129,79 @@ def test_pydantic_value_error_is_a_bad_argument(tmp_path: Path) -> None:
         "  Value error, Invalid repository ID or local directory specified: 'Qwen/Qwen3-8B-typo'. [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
     ])
     assert doc["crash"]["reason"] == "bad_argument"
+
+
+def test_sglang_download_is_its_own_phase(tmp_path: Path) -> None:
+    """0.5.23 prints `Using model weights format` only on the hub path, right before the
+    (silent, huggingface_hub >= 1.0) download."""
+    doc = replay(tmp_path, [
+        SGLANG_HEAD[0],
+        "[2026-12-01 10:00:09 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2026-12-01 10:00:09 TP0] Using model weights format ['*.safetensors']",
+        "Loading safetensors checkpoint shards:   0% Completed | 0/5 [00:00<?, ?it/s]",
+        "[2026-12-01 10:02:40 TP0] Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:30<00:00,  6.00s/it]",
+    ] + SGLANG_HEAD[2:] + SGLANG_READY)
+    assert doc["phases_seen"][:3] == ["launching", "downloading", "loading_shards"]
+    assert doc["phase"] == "ready"
+
+
+def test_sglang_weight_cache_daemons_load_before_the_schedulers(tmp_path: Path) -> None:
+    doc = replay(tmp_path, [
+        SGLANG_HEAD[0],
+        "[2026-12-01 10:00:01] Launching 2 weight cache daemon(s) on node 0 for model=/models/GLM-5, pp_ranks=0..0, tp_ranks=0..1, dist_init_method=tcp://127.0.0.1:29500",
+        "[2026-12-01 10:00:02] [WeightCacheDaemon gpu=0 tp_rank=0] Loading model from disk: /models/GLM-5",
+        "[2026-12-01 10:03:30] [WeightCacheDaemon gpu=0 tp_rank=0] Model loaded from disk in 208.00s",
+        "[2026-12-01 10:03:31] All 2 weight cache daemons on node 0 are ready",
+        "[2026-12-01 10:03:35 TP0] Init parallel begin.",
+        "[2026-12-01 10:03:40 TP0] Load weight begin. avail mem=78.50 GB",
+        "[2026-12-01 10:03:45 TP0] Load weight end. elapsed=5.00 s, type=Glm5ForCausalLM, avail mem=61.02 GB, mem usage=16.40 GB.",
+        "[2026-12-01 10:03:46 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1921184, KV size: 25.66 GB",
+        "[2026-12-01 10:04:40 TP0] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=18.32 GB",
+        "[2026-12-01 10:04:58] The server is fired up and ready to roll!",
+    ])
+    assert doc["phases_seen"] == ["launching", "loading_shards", "allocating", "cuda_graph", "ready"]
+    assert doc["durations"]["loading_shards"] >= 200    # the daemons' load, not launching
+
+
+def test_sglang_weight_cache_daemon_timeout_is_a_startup_timeout(tmp_path: Path) -> None:
+    doc = replay(tmp_path, [
+        SGLANG_HEAD[0],
+        "[2026-12-01 10:00:02] [WeightCacheDaemon gpu=0 tp_rank=0] Loading model from disk: /models/GLM-5",
+        "Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/entrypoints/engine.py", line 842, in _wait_weight_cache_daemons',
+        "TimeoutError: Weight cache daemon for pp_rank=0 tp_rank=3 did not become ready within 1800s",
+    ])
+    assert doc["crash"]["reason"] == "startup_timeout"
+    assert doc["crash"]["during"] == "loading_shards"
+
+
+def test_sglang_new_kv_wording_is_kv_cache_too_small(tmp_path: Path) -> None:
+    doc = replay(tmp_path, SGLANG_HEAD[:3] + [
+        "[2026-12-01 10:00:31 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/mem_cache/kv_cache_configurator.py", line 3050, in _profile_available_bytes',
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum viable = 1 - available/pre = 0.9118).",
+        "[2026-12-01 10:00:32] Received sigquit from a child process. It usually means the child failed.",
+    ])
+    assert doc["crash"]["reason"] == "kv_cache_too_small"
+    assert doc["crash"]["during"] == "allocating"
+
+
+def test_vllm_jit_warmup_failure_names_the_kernel_build(tmp_path: Path) -> None:
+    doc = replay(tmp_path, VLLM_HEAD + VLLM_READY[:1] + [
+        "(EngineCore pid=2) INFO 12-01 10:01:01 [kernel_warmup.py:294] JIT kernel warmup starting.",
+        "(EngineCore pid=2) ERROR 12-01 10:01:40 [kernel_warmup.py:300] JIT kernel warmup failed after 39.10s.",
+        "(EngineCore pid=2) ERROR 12-01 10:01:40 [kernel_warmup.py:300] Traceback (most recent call last):",
+        '(EngineCore pid=2) ERROR 12-01 10:01:40 [kernel_warmup.py:300]   File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/warmup/jit_warmup.py", line 1130, in warmup',
+        "(EngineCore pid=2) ERROR 12-01 10:01:40 [kernel_warmup.py:300] RuntimeError: boom",
+    ])
+    assert doc["crash"]["reason"] == "kernel_compile_failed"
+
+
+def test_vllm_ray_worker_death_and_shm_and_ready_timeout(tmp_path: Path) -> None:
+    for line, reason in [
+        ("(EngineCore pid=2) ERROR 12-01 10:01:00 [ray_executor_v2.py:523] RayWorkerProc rank=3 died unexpectedly, shutting down executor.", "child_process_died"),
+        ("RuntimeError: Insufficient space in /dev/shm for shm_broadcast: 1024 MiB required, 64 MiB free. Increase /dev/shm (e.g. --shm-size or --ipc=host).", "shm_too_small"),
+        ("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow weight loading for large models. Waited 600s (configured by VLLM_ENGINE_READY_TIMEOUT_S).", "startup_timeout"),
+    ]:
+        doc = replay(tmp_path, VLLM_HEAD[:2] + ["Traceback (most recent call last):", line])
+        assert doc["crash"]["reason"] == reason, line
