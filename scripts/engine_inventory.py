@@ -448,8 +448,6 @@ def score(paths: Iterable[Path], packs: str | None = None) -> list[dict[str, Any
             keys = ["all", tier_of(e)]
             if tier_of(e) == "P1":
                 keys.append("P1 phase changes" if is_p1_phase(e) else "P1 crash markers / causes")
-            if e.get("pending"):
-                keys.append("pending machine semantics")
             for k in keys:
                 g = groups.setdefault(k, [0, 0, 0, 0])
                 g[0] += 1
@@ -460,8 +458,7 @@ def score(paths: Iterable[Path], packs: str | None = None) -> list[dict[str, Any
 
 
 def print_score(rows: list[dict[str, Any]], verbose: bool) -> None:
-    order = ["P1", "P1 phase changes", "P1 crash markers / causes", "P2", "P3", "all",
-             "pending machine semantics"]
+    order = ["P1", "P1 phase changes", "P1 crash markers / causes", "P2", "P3", "all"]
     for r in rows:
         print(f"\n{r['engine']} {r['version']} ({r['inventory']})\n")
         print("| tier | statements | right | wrong | missing | right % |")

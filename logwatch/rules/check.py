@@ -93,9 +93,12 @@ def meaning(rule: Rule | None, fields: dict[str, str] | None = None) -> dict[str
         value = getattr(rule, key)
         if value is not None:
             out[key] = value
-    for key in ("restart", "stop", "endpoint", "chain", "marker", "tentative"):
-        if getattr(rule, key):
+    for key in ("restart", "stop", "endpoint", "chain", "marker", "tentative", "begins"):
+        if getattr(rule, key, False):
             out[key] = True
+    for key in ("beside", "closes_as"):
+        if getattr(rule, key, None):
+            out[key] = getattr(rule, key)
     if fields:
         out["fields"] = dict(fields)
     return out
