@@ -160,8 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--timeout", type=_duration, metavar="DURATION",
                    help="give up (exit 3) if not ready or crashed by then, e.g. 20m")
     w.add_argument("--stall-after", type=_duration, metavar="DURATION",
-                   help="exit 3 when a startup phase prints nothing for this long "
-                        "(default: per phase, 10m to 30m)")
+                   help="a startup phase that prints nothing this long is stalled: said, "
+                        "with what the GPUs do; exit 3 once the silence lasts twice this "
+                        "unless the GPUs work through it (default: per phase, 10m to 30m)")
     w.add_argument("--json", action="store_true",
                    help="print the summary object at exit (live display goes to stderr)")
     w.add_argument("--from-start", action="store_true",

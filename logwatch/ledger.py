@@ -129,6 +129,9 @@ class StartupRecord:
     advice: list[str] = field(default_factory=list)
     gpu: dict[str, Any] | None = None
     started_stamp: str | None = None  # the first line's timestamp as the log printed it
+    # the GPUs' total power per phase, "serving" for ready ({phase: {p50_w, max_w, samples}}):
+    # the live runner's (silence.PhaseWatts); none for a log read from a file
+    watts: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -276,7 +279,11 @@ class LedgerRecorder:
         if rec.outcome == "incomplete" and rec.startup == state.startup_id:
             rec.durations = state.durations()
             self._sync_args(rec, state)
-        rec.serving = self._serving.summary() if rec.outcome == "ready" else {}
+        # a startup that served, even briefly, before it crashed or stopped keeps its figures
+        # (a window shorter than WARMUP is marked `warmup_only`: shown as short)
+        rec.serving = self._serving.summary() \
+            if rec.outcome == "ready" or self._serving.ready_at is not None or len(self._serving) \
+            else {}
         prev = self.records[-1] if self.records else self.previous
         if prev is not None and prev.args and rec.args:
             # a cut dump lacks its tail: only the flags both sides show can be compared
@@ -284,13 +291,14 @@ class LedgerRecorder:
             rec.changed = {k: [a, b] for k, (a, b) in
                            changed_args(prev.args, rec.args, common_only=partial).items()}
         rec.advice = advice_lines(self.advice, rec.args, rec.outcome, rec.reason, rec.serving)
-        if self._gpu and rec.outcome == "ready":
+        if self._gpu:     # samples are taken while it serves: kept if it crashed after
             powers = [p for p, _, _, _ in self._gpu]
             utils = [u for _, _, u, _ in self._gpu if u is not None]
             rec.gpu = {"samples": len(self._gpu), "power_p50_w": percentile(powers, 0.5),
                        "power_max_w": max(powers), "power_limit_w": self._gpu[-1][1] or None,
                        "util_p50": percentile(utils, 0.5),
-                       "throttle_reasons_seen": sorted({r for *_, rs in self._gpu for r in rs})}
+                       "throttle_reasons_seen": sorted({r for *_, rs in self._gpu for r in rs}),
+                       "short": bool(rec.serving.get("warmup_only"))}
 
     def _close(self, state: State) -> StartupRecord:
         rec = self._open

@@ -183,6 +183,7 @@ class TargetView:
     ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # how far each rank got
     rank_tags: tuple[str, ...] = ()   # the pack's `ranks:` patterns (the display folds by them)
     rank_lag: str = ""             # "TP5 still in cuda_graph 4m after the other 7 ranks ..."
+    stall_after: float | None = None   # the current startup phase's stall budget (seconds)
 
     @property
     def probe_verdict(self) -> ProbeSummary | None:
@@ -265,6 +266,7 @@ class TargetView:
             if self.probe is not None and (pv := self.probe_verdict) is not None else self.probe,
             "ranks": {k: dict(v) for k, v in self.ranks.items()},
             "rank_lag": self.rank_lag or None,
+            "stall_after": self.stall_after,
         }
 
 
@@ -272,32 +274,32 @@ GIB = 1024 ** 3
 PREFLIGHT_HELD = 2 * GIB      # memory a GPU holds before a launch that is worth a word
 
 
-def gpu_activity(gpu: dict[str, Any] | None, now: float, window: float = 120.0) -> str:
-    """What the GPUs say about a silent phase, in words for a stall alert: loading (memory
-    still moving), hung (busy but at idle power, memory flat: a collective or graph capture
-    spinning), busy (near the power limit: slow, not hung) or idle.  "" without telemetry."""
-    if not gpu or not gpu.get("up") or not gpu.get("snapshot"):
+def gpu_activity(gpu: dict[str, Any] | None) -> str:
+    """What the GPUs say about the silence under way, in words for a stall alert and `watch`
+    (silence.py reads the snapshots since the last line: loading / busy: slow, not hung /
+    spinning: likely hung / idle: hung before the GPU / a stuck rank named).  "" without
+    telemetry, or when no snapshot arrived during the silence."""
+    if not gpu or not gpu.get("up"):
         return ""
-    snap = gpu["snapshot"]
-    gpus = snap.get("gpus") or []
-    power = sum(g.get("power_w") or 0.0 for g in gpus)
-    limit = sum(g.get("power_limit_w") or 0.0 for g in gpus)
-    utils = [g["util_ratio"] for g in gpus if g.get("util_ratio") is not None]
-    util = sum(utils) / len(utils) if utils else None
-    recent = [m for t, m in gpu.get("memory_history") or [] if now - t <= window]
-    moved = (max(recent) - min(recent)) if len(recent) >= 2 else 0.0
-    watts = f"{power:.0f} W" + (f" of {limit:.0f} W" if limit else "")
-    span = f"{window / 60:.0f}m"
-    if moved >= 0.5 * GIB:
-        return f"GPU memory still moving ({moved / GIB:.1f} GiB in {span}): loading, not hung"
-    if util is not None and util >= 0.9 and limit and power < 0.35 * limit:
-        return (f"GPU util {util:.0%}, {watts}, memory flat for {span}: likely hung "
-                "(NCCL / graph capture)")
-    if limit and power >= 0.5 * limit:
-        return f"GPUs busy ({watts}): slow, not hung"
-    if util is not None and util < 0.05:
-        return f"GPUs idle ({watts}, util {util:.0%}): waiting on the CPU side, or hung before the GPU"
-    return f"GPU util {util:.0%}, {watts}" if util is not None else f"GPU {watts}"
+    silence = gpu.get("silence") or {}
+    return str(silence.get("text") or "")
+
+
+def gpu_working(gpu: dict[str, Any] | None) -> bool:
+    """The GPUs work through the silence (loading, busy, one rank alone): slow, not hung."""
+    return bool(((gpu or {}).get("silence") or {}).get("working"))
+
+
+def preflight_note(gpu: dict[str, Any] | None, reason: str | None) -> str:
+    """The preflight beside a crash: the GPUs that held memory before launch ("GPU 3 held 76
+    GiB before launch"); for an OOM whose launch found them empty, that too (the OOM is then
+    the server's own, not another process's)."""
+    held = (gpu or {}).get("preflight") or ""
+    if held:
+        return str(held)
+    if reason == "cuda_oom" and (gpu or {}).get("preflight_read"):
+        return "no GPU held memory before launch: the OOM is the server's own"
+    return ""
 
 
 def preflight_held(gpu: dict[str, Any] | None) -> list[tuple[int, float]]:
@@ -405,7 +407,9 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
                      for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},
            "rank_tags": tuple(rx.pattern for rx in pipe.pack.ranks),
-           "rank_lag": _rank_lag(pipe, now)})
+           "rank_lag": _rank_lag(pipe, now),
+           "stall_after": pipe.machine.stall_budget(st.phase)
+           if st.phase not in (WAITING, READY, *TERMINAL) else None})
 
 
 def rank_key(rank: str) -> tuple[Any, ...]:

@@ -21,6 +21,7 @@ from aiohttp import web
 from .. import log
 from .config import Config, ConfigError, TargetConfig, load_config, select_shard
 from ..machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
+from ..silence import Resumed
 from ..state.positions import PositionStore
 from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
@@ -45,7 +46,7 @@ INF = float("inf")
 # A checkpoint only bounds what is read again after a kill -9; nothing is lost or alerted
 # twice either way.
 CHECKPOINTS_PER_SECOND = 25.0
-ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged)  # events the policy reads
+ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged, Resumed)  # the policy's
 
 
 def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:

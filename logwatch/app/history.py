@@ -42,16 +42,31 @@ def changed_text(changed: dict[str, list[Any]], limit: int = 4) -> str:
     return ", ".join(parts) + more
 
 
+SHORT = " (short)"    # a serving window under the ledger's WARMUP: figures of its warm-up
+
+
 def _tps(rec: StartupRecord) -> str:
     g = rec.serving.get("gen_throughput") if rec.serving else None
-    return f"{g['p50']:.0f}" if g and g.get("p50") is not None else "-"
+    if not g or g.get("p50") is None:
+        return "-"
+    return f"{g['p50']:.0f}" + (SHORT if rec.serving.get("warmup_only") else "")
 
 
 def _watts(rec: StartupRecord) -> str:
     g = rec.gpu or {}
     if g.get("power_p50_w") is None:
-        return "-"
-    return f"{g['power_p50_w']:.0f}/{g.get('power_limit_w') or 0:.0f}"
+        serving = (rec.watts or {}).get("serving")
+        if not serving:
+            return "-"
+        return f"{serving['p50_w']:.0f}" + (SHORT if rec.serving.get("warmup_only") else "")
+    return f"{g['power_p50_w']:.0f}/{g.get('power_limit_w') or 0:.0f}" + \
+        (SHORT if g.get("short") else "")
+
+
+def at_watts(rec: StartupRecord, phase: str | None) -> str:
+    """" at 690 W": the GPUs' median power in that phase (the live ledger's), or ""."""
+    w = (rec.watts or {}).get(phase or "")
+    return f" at {w['p50_w']:.0f} W" if w else ""
 
 
 def history_table(records: list[StartupRecord]) -> str:
@@ -62,6 +77,7 @@ def history_table(records: list[StartupRecord]) -> str:
     for r in records:
         outcome = r.outcome + (f": {r.reason}" if r.reason else "")
         slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \
+            f"{at_watts(r, r.slowest_phase)}" \
             if r.slowest_phase and r.slowest_phase in r.durations else "-"
         rows.append((str(r.index), r.started_stamp or "-", outcome,
                      fmt_duration(r.startup_seconds) if r.startup_seconds is not None else "-",
@@ -76,15 +92,15 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
     out = [f"startup #{a.index} ({a.started_stamp or '?'}) vs #{b.index} ({b.started_stamp or '?'})"]
 
     def row(name: str, x: str, y: str, delta: str = "") -> None:
-        out.append(f"  {name:<22} {x:>12}  {y:>12}  {delta}")
+        out.append(f"  {name:<22} {x:>18}  {y:>18}  {delta}")
     row("", f"#{a.index}", f"#{b.index}", "delta")
     row("outcome", a.outcome, b.outcome)
     for phase in list(dict.fromkeys([*a.durations, *b.durations])):
         x, y = a.durations.get(phase), b.durations.get(phase)
         delta = (f"{'+' if y - x >= 0 else '-'}{fmt_duration(abs(y - x))}"
                  if x is not None and y is not None else "new" if x is None else "gone")
-        row(phase, fmt_duration(x) if x is not None else "-",
-            fmt_duration(y) if y is not None else "-", delta)
+        row(phase, fmt_duration(x) + at_watts(a, phase) if x is not None else "-",
+            fmt_duration(y) + at_watts(b, phase) if y is not None else "-", delta)
     sx, sy = a.startup_seconds, b.startup_seconds
     row("startup", fmt_duration(sx) if sx is not None else "-",
         fmt_duration(sy) if sy is not None else "-",
@@ -96,6 +112,9 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
         ratio = f"x{float(tb) / float(ta):.2f}"
     row("tok/s p50", ta, tb, ratio)
     row("W p50/limit", _watts(a), _watts(b))
+    if a.watts or b.watts:
+        row("W serving p50", at_watts(a, "serving").replace(" at ", "") or "-",
+            at_watts(b, "serving").replace(" at ", "") or "-")
     changed = b.changed if b.index == a.index + 1 else None
     if changed is None:
         from ..rules.args import changed_args

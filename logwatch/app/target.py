@@ -26,15 +26,16 @@ from ..counters import Counters
 from ..follow import Follower
 from ..ledger import LedgerRecorder, StartupRecord, vs_previous_text
 from ..machine import (
-    CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped, state_from_json,
-    state_to_json,
+    CrashSettled, Event, Ready, Stalled, StartupBegan, State, StatsUpdated, Stopped,
+    state_from_json, state_to_json,
 )
 from ..pipeline import LogPipeline
 from ..sinks.metrics import Counted
 from ..rules.locate import startup_locator
 from ..rules.pack import (
-    CRASHED, READY as READY_PHASE, STOPPED, WAITING, RulePack, load_pack,
+    CRASHED, READY as READY_PHASE, STOPPED, TERMINAL, WAITING, RulePack, load_pack,
 )
+from ..silence import SERVING, PhaseWatts, Resumed, silence_verdict
 from ..sources import Data, Opened, Skipped, SourceState, make_source
 from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
 from ..sources.probe import (
@@ -68,6 +69,16 @@ def upgrade_state(state: State, counters: dict[str, Any]) -> State:
     if state.phase == CRASHED and counters.get("crash_counted") == f"{state.epoch}@{first:.3f}":
         state.crash_settled = True
     return state
+
+
+def phase_at(st: State, at: float) -> str:
+    """The phase the startup was in at wall time `at` (its entries' arrival times)."""
+    phase = st.history[0].phase if st.history else st.phase
+    for e in st.history:
+        if e.at > at:
+            break
+        phase = e.phase
+    return phase
 
 
 def checkpoint_phase(name: str) -> float:
@@ -135,6 +146,12 @@ class TargetRunner:
         self.gpu_streams = gpu_streams    # None: no GPU telemetry (replay, tests)
         self.gpu: GpuStream | None = None
         self.preflight: list[tuple[int, float]] = []   # GPUs that held memory at launch
+        self.preflight_read = False        # ... read at this startup's launch line (live)
+        self.phase_watts = PhaseWatts(None)   # the GPUs' power per phase of this startup
+        self._watts_seen = -1              # the GPU stream's version last given to it
+        # the stall under way: (when its silence began, its phase); lines coming again end it
+        self._stall: tuple[float, str] | None = None
+        self._gpu_final: dict[str, Any] | None = None   # the GPU view when it stopped
         self.ledger = ledger               # the launch ledger's store (None: not kept)
         self.recorder: LedgerRecorder | None = None
         self.last_startup_seconds: float | None = None  # the last startup that got ready
@@ -189,6 +206,9 @@ class TargetRunner:
         if self.restored_state is not None:
             pipe.state = self.restored_state
             self.restored_state = None
+            st = pipe.state
+            if st.stalled:               # stalled when the daemon stopped: still a stall
+                self._stall = (st.last_activity or time.time(), st.phase)
         if self.ledger is not None:
             self.recorder = LedgerRecorder(pack.name, previous=self._previous_record(pipe.state),
                                            advice=pack.advice, model_flags=pack.model_flags)
@@ -235,6 +255,8 @@ class TargetRunner:
 
     def _save_record(self, rec: StartupRecord) -> None:
         assert self.ledger is not None
+        if rec.startup is not None and rec.startup == self.phase_watts.startup:
+            rec.watts = self.phase_watts.summary()
         self.ledger.save(self.name, rec)
         self._ledger_saved = time.monotonic()
         if rec.outcome == "ready" and rec.startup_seconds is not None:
@@ -336,6 +358,7 @@ class TargetRunner:
                     self.last_line_at = time.time()
                     self._count_bytes()
                     self._end_catch_up()
+                    self._check_resumed()
                 if self.stop_reading:
                     return
                 if isinstance(ev, Skipped):
@@ -388,6 +411,7 @@ class TargetRunner:
         if self.prober is not None:
             await self.prober.stop()
         if self.gpu is not None and self.gpu_streams is not None:
+            self._gpu_final = self._gpu_view(time.time())   # watch's summary still reads it
             gpu, self.gpu = self.gpu, None
             await self.gpu_streams.release(gpu)
         if self.task is not None:
@@ -428,7 +452,36 @@ class TargetRunner:
         if held:
             self.on_events_cb(self, held)
 
+    def _resumed(self, now: float) -> list[Event]:
+        """[Resumed] when a stall is under way and lines came again (the machine forgot its
+        `stalled`): the stall is over.  Not when those lines crashed it: the crash decides
+        (an undelivered stall alert is then dropped, not resolved)."""
+        pipe = self.pipe
+        if self._stall is None or pipe is None or pipe.state.stalled:
+            return []
+        since, phase = self._stall
+        self._stall = None
+        st = pipe.state
+        if st.phase in TERMINAL:
+            return []
+        return [Resumed(st.epoch, phase, max(0.0, (st.last_activity or now) - since),
+                        st.startup_id)]
+
+    def _check_resumed(self) -> None:
+        """After new bytes or a tick: a stall that lines ended is said (see `_resumed`)."""
+        if self._stall is not None and self.pipe is not None and not self.pipe.state.stalled:
+            self._on_events([])
+
     def _on_events(self, events: list[Event]) -> None:
+        now = time.time()
+        resumed = self._resumed(now)
+        if resumed:
+            events = [*resumed, *events]
+        for ev in events:
+            if isinstance(ev, Stalled):
+                self._stall = (now - ev.silent_for, ev.phase)
+        if not events:
+            return
         self.dirty = True
         for e in events:   # serving values move only the series /metrics reads at every scrape
             if type(e) is not StatsUpdated:
@@ -439,7 +492,9 @@ class TargetRunner:
         if self.gpu is not None and not self.catching_up and \
                 any(isinstance(e, StartupBegan) for e in events):
             # read live at the launch line: memory the GPUs already hold is not this server's
-            self.preflight = preflight_held(self.gpu.to_dict())
+            gpu = self.gpu.to_dict()
+            self.preflight = preflight_held(gpu)
+            self.preflight_read = bool(gpu.get("up") and gpu.get("snapshot"))
         pipe = self.pipe
         for ev in events:
             if self.history is None:
@@ -468,7 +523,9 @@ class TargetRunner:
         if self.follower is not None:
             self.follower.tick(now)
             self._end_catch_up()
+            self._check_resumed()
         wall = time.monotonic()
+        self._add_watts()
         if self.recorder is not None and self.pipe is not None and \
                 self.pipe.state.phase == READY_PHASE:
             gpu = self.gpu
@@ -479,6 +536,25 @@ class TargetRunner:
                 self.save_ledger()     # the serving figures of a startup still serving
         if self.dirty and wall >= self._next_checkpoint:
             self.checkpoint(durable=wall >= self._next_durable)
+
+    def _add_watts(self) -> None:
+        """The GPU snapshots that arrived since the last tick, to the phase they came in
+        (`phase_watts`, a new one for each startup; the ready phase is "serving")."""
+        gpu, pipe = self.gpu, self.pipe
+        if gpu is None or pipe is None or gpu.version == self._watts_seen or self.catching_up:
+            return
+        self._watts_seen = gpu.version
+        st = pipe.state
+        if st.phase in (WAITING, *TERMINAL) or st.startup_id is None or not gpu.up:
+            return
+        if self.phase_watts.startup != st.startup_id:
+            self.phase_watts = PhaseWatts(st.startup_id)
+        last = self.phase_watts.last_at
+        began = st.history[0].at if st.history else None
+        for snap in gpu.snapshots:
+            if (last is None or snap.at > last) and (began is None or snap.at >= began):
+                phase = phase_at(st, snap.at)
+                self.phase_watts.add(SERVING if phase == READY_PHASE else phase, snap)
 
     def checkpoint(self, durable: bool = False) -> None:
         f = self.follower
@@ -557,11 +633,28 @@ class TargetRunner:
             last_line_at=self.last_line_at, started_at=self.started_at,
             checkpoint_age=self.position_age(), catching_up=self.catching_up,
             seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
-            gpu=self._gpu_view(), last_startup_seconds=self.last_startup_seconds,
+            gpu=self._gpu_view(now), last_startup_seconds=self.last_startup_seconds,
             vs_previous=self.vs_previous,
             probe=self.prober.to_dict() if self.prober is not None else None)
 
-    def _gpu_view(self) -> dict[str, Any] | None:
-        if self.gpu is None:
-            return None
-        return {**self.gpu.to_dict(), "preflight": preflight_text(self.preflight)}
+    def _gpu_view(self, now: float) -> dict[str, Any] | None:
+        """The stream's state, the preflight, the power per phase of this startup and, while
+        the log of a startup is silent, the silence's verdict (silence.py)."""
+        gpu = self.gpu
+        if gpu is None:
+            return self._gpu_final
+        pipe = self.pipe
+        out = {**gpu.to_dict(), "preflight": preflight_text(self.preflight),
+               "preflight_read": self.preflight_read,
+               "phases": self.phase_watts.summary()
+               if pipe is not None and self.phase_watts.startup == pipe.state.startup_id else {},
+               "silence": None}
+        st = pipe.state if pipe is not None else None
+        # only a silence of half the phase's stall budget or more gets a verdict (a startup
+        # that prints every second has no silence to judge)
+        if st is not None and pipe is not None and gpu.up and st.last_activity is not None \
+                and st.phase not in (WAITING, READY_PHASE, *TERMINAL) and not self.catching_up \
+                and now - st.last_activity >= pipe.machine.stall_budget(st.phase) / 2:
+            verdict = silence_verdict(gpu.snapshots, st.last_activity, now, gpu.idle_w)
+            out["silence"] = verdict.to_json() if verdict is not None else None
+        return out

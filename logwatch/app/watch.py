@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
-from ..machine import Event, Stalled
+from ..machine import Event
 from ..rules.locate import restart_pack
 from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
@@ -30,7 +30,7 @@ from ..sources.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
-from ..view import TargetView
+from ..view import TargetView, gpu_activity, gpu_working
 from .config import TargetConfig
 from .notify import notify_verdict
 from .target import TargetRunner
@@ -345,7 +345,23 @@ def _verdict(runner: TargetRunner, view: TargetView,
         crash = view.crash or {}
         reason = f": {crash['reason']}" if crash.get("reason") else ""
         return EXIT_FAILED, f"crashed{reason}"
-    if any(isinstance(e, Stalled) for e in events):
+    if view.stalled and gives_up(view):
+        verdict = gpu_activity(view.gpu)
         return EXIT_TIMEOUT, f"stalled in {view.phase}" + \
-            (f" ({view.rank_lag})" if view.rank_lag else "")
+            (f" ({view.rank_lag})" if view.rank_lag else "") + (f"; {verdict}" if verdict else "")
     return None
+
+
+GIVE_UP = 2.0     # watch gives up on a silence of GIVE_UP x stall_after, unless the GPUs work
+
+
+def gives_up(view: TargetView) -> bool:
+    """A stall is news, not the end: watch says it (with the GPUs' verdict) and follows on,
+    since lines may come again (the stall is then over).  It gives up (exit 3) once the
+    silence has lasted GIVE_UP x stall_after while the GPUs are not working through it
+    (loading or busy: slow, not hung, followed until --timeout)."""
+    if view.stall_after is None or view.last_line_at is None:
+        return True
+    if gpu_working(view.gpu):
+        return False
+    return view.now - view.last_line_at >= GIVE_UP * view.stall_after

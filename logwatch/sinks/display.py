@@ -18,8 +18,11 @@ import regex
 
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from ..rules.pack import REGEX_FLAGS
+from ..silence import SERVING, Resumed, phase_watts_text
 from ..units import fmt_duration
-from ..view import TargetView, beside_now, startup_seconds
+from ..view import (
+    TargetView, beside_now, gpu_activity, gpu_working, preflight_note, startup_seconds,
+)
 
 PROGRESS_EVERY = 5.0
 SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
@@ -83,6 +86,38 @@ def gpu_text(view: TargetView) -> str:
     return str(gpu.get("status") or "starting")
 
 
+def phase_gpu_text(view: TargetView, phase: str) -> str:
+    """"loading_shards p50 129 W / max 130 W": the GPUs' power during a phase of this
+    startup ("" without telemetry or samples)."""
+    phases = (view.gpu or {}).get("phases") or {}
+    key = SERVING if phase == "ready" else phase
+    return phase_watts_text({key: phases[key]}) if key in phases else ""
+
+
+def silence_text(view: TargetView, now: float) -> str:
+    """"silent 30s in cuda_graph: GPU busy (691 W of 700 W, ...): slow, not hung" while the
+    log of a startup has been silent for half its stall budget or more; "" otherwise."""
+    if view.stall_after is None or view.last_line_at is None or view.historic:
+        return ""
+    silent = now - view.last_line_at
+    verdict = gpu_activity(view.gpu)
+    if silent < view.stall_after / 2 or not verdict:
+        return ""
+    return f"silent {fmt_duration(silent)} in {view.phase}: {verdict}"
+
+
+def stalled_text(ev: Stalled, view: TargetView) -> str:
+    """The stall line: how long, where, and what the GPUs say about it."""
+    verdict = gpu_activity(view.gpu)
+    return f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}" + \
+        (f"; {verdict}" if verdict else "")
+
+
+def resumed_text(ev: Resumed) -> str:
+    return (f"resumed: lines again after {fmt_duration(ev.silent_for)} of silence in "
+            f"{ev.phase} (the stall is over)")
+
+
 def probe_text(view: TargetView) -> str:
     """The endpoint line: what the server's own endpoint says beside the log."""
     pv = view.probe_verdict
@@ -115,6 +150,7 @@ class PlainDisplay:
         self._lag_said = ""
         self._serving_said = 0.0
         self._beside: set[str] = set()    # phases running beside the main line, said
+        self._gpu_said = 0.0
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -134,6 +170,23 @@ class PlainDisplay:
             self._quiet_said = now
             self.note(quiet_note(view, now))
 
+    def _silence(self, view: TargetView, now: float) -> None:
+        """During a silence: the GPUs' verdict every stall_after / 2 (from half of it on)."""
+        text = silence_text(view, now)
+        if not text or view.stall_after is None or view.last_line_at is None:
+            return
+        if now - max(self._gpu_said, view.last_line_at) >= view.stall_after / 2:
+            self._gpu_said = now
+            self._say(f"gpu: {text}")
+
+    def _phase_gpu(self, view: TargetView, ev: PhaseChanged) -> None:
+        """At a phase change: the GPUs now, and their power in the phase just left."""
+        now_text = gpu_text(view)
+        if not now_text:
+            return
+        left = phase_gpu_text(view, ev.old) if ev.old != "waiting" else ""
+        self._say(f"gpu: {now_text}" + (f"; {left}" if left else ""))
+
     def start(self) -> None:
         self._say(f"watching {self.target}")
 
@@ -151,15 +204,20 @@ class PlainDisplay:
                              if not sp.beside and sp.phase == ev.old), view.durations.get(ev.old))
                 extra = f" ({ev.old} took {fmt_duration(took)})" if took and ev.old != "waiting" else ""
                 self._say(f"phase {ev.new}{extra}")
+                self._phase_gpu(view, ev)
             elif isinstance(ev, Progress) and now - self._last_progress >= PROGRESS_EVERY:
                 self._last_progress = now
                 self._say(_progress_text(view))
             elif isinstance(ev, CrashRetracted):
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
-                self._say(f"stalled: no new line for {fmt_duration(ev.silent_for)} in {ev.phase}")
+                self._say(stalled_text(ev, view))
+                self._gpu_said = now
+            elif isinstance(ev, Resumed):
+                self._say(resumed_text(ev))
         self._beside_spans(view)
         self._quiet(view, now)
+        self._silence(view, now)
         self._probe_and_ranks(view, now)
 
     def _beside_spans(self, view: TargetView) -> None:
@@ -213,6 +271,9 @@ class PlainDisplay:
             if c.get("rank"):
                 print(f"  first rank to crash: {c['rank']}", file=self.out)
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
+            held = preflight_note(view.gpu, c.get("reason"))
+            if held:
+                print(f"  gpu: {held}", file=self.out)
             if c["excerpt"]:
                 print("  excerpt:", file=self.out)
                 for ln in fold_ranks(c["excerpt"][-60:], view.rank_tags)[-40:]:
@@ -286,6 +347,9 @@ def summary_block(view: TargetView) -> list[str]:
         out.append(f"endpoint: {endpoint}")   # (a server not up yet is not news)
     if view.rank_lag:
         out.append(f"ranks: {view.rank_lag}")
+    power = phase_watts_text((view.gpu or {}).get("phases"))
+    if power:
+        out.append(f"gpu power: {power}")
     return out
 
 
@@ -313,6 +377,11 @@ class RichDisplay(PlainDisplay):
                                         f"[bold]{ev.new}[/]")
             elif isinstance(ev, Restarted):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] new startup #{ev.epoch}")
+            elif isinstance(ev, (Stalled, Resumed)):
+                from rich.markup import escape
+                text = stalled_text(ev, view) if isinstance(ev, Stalled) else resumed_text(ev)
+                self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] "
+                                        f"[yellow]{escape(text)}[/]")
         self._quiet(view, now)
         self.live.update(self._render(view, now))
 
@@ -355,6 +424,13 @@ class RichDisplay(PlainDisplay):
         gpu = gpu_text(view)
         if gpu:
             t.add_row("gpu", escape(gpu))
+        silence = silence_text(view, now)
+        if silence:
+            colour = "green" if gpu_working(view.gpu) else "yellow"
+            t.add_row("silence", f"[{colour}]{escape(silence)}[/]")
+        power = phase_watts_text((view.gpu or {}).get("phases"))
+        if power:
+            t.add_row("gpu power", escape(power))
         endpoint = probe_text(view)
         if endpoint:
             t.add_row("endpoint", escape(endpoint))

@@ -110,6 +110,10 @@ THERMAL_REASONS: tuple[str, ...] = ("sw_thermal", "hw_thermal", "hw_slowdown")
 
 MAX_LINE = 64 * 1024          # a longer line is not nvidia-smi output: dropped, counted
 HISTORY = 120                 # total-power points kept for the sparkline (4 min at 2 s)
+SNAPSHOTS = 300               # snapshots kept for the silence verdict (10 min at 2 s, 1 min
+                              # at 200 ms: it reads the last minute of a silence at most)
+IDLE_UTIL = 0.05              # a GPU at this utilisation or less is idle: its power then is
+                              # the board's idle power (learned per GPU, see GpuStream.idle_w)
 MiB = 1024 * 1024
 
 _UNIT_SCALE: dict[str, float] = {
@@ -779,6 +783,16 @@ class GpuCounters:
     starts: int = 0           # processes started
 
 
+def learn_idle(idle_w: dict[int, float], snap: GpuSnapshot) -> None:
+    """The board's own idle power, per GPU: the lowest power it drew while idle (utilisation
+    <= IDLE_UTIL); a reading of 1 W or less is a broken sensor, not idle."""
+    for g in snap.gpus:
+        if g.util_ratio is not None and g.util_ratio <= IDLE_UTIL and \
+                g.power_w is not None and g.power_w > 1.0:
+            if g.index not in idle_w or g.power_w < idle_w[g.index]:
+                idle_w[g.index] = g.power_w
+
+
 class GpuStream:
     """One `nvidia-smi --query-gpu=... --format=csv,nounits -l N` for one host, kept running.
 
@@ -820,8 +834,12 @@ class GpuStream:
         self.latest: GpuSnapshot | None = None
         self.power_history: deque[tuple[float, float]] = deque(maxlen=history)
         # total memory used of the host's GPUs: memory still moving in a silent phase is
-        # loading, memory flat with the GPUs busy is a hang (see view.gpu_activity)
+        # loading (see silence.py for the verdict on a silence)
         self.memory_history: deque[tuple[float, float]] = deque(maxlen=history)
+        # every GPU's samples (the silence verdict reads them per GPU: silence.py), and each
+        # GPU's idle power: the lowest it drew at utilisation <= IDLE_UTIL since the start
+        self.snapshots: deque[GpuSnapshot] = deque(maxlen=max(history, SNAPSHOTS))
+        self.idle_w: dict[int, float] = {}
         self.up = False
         self.status = "starting nvidia-smi"
         self.error: str | None = None
@@ -871,7 +889,8 @@ class GpuStream:
                 "restarts": self.counters.restarts,
                 "snapshot": self.latest.to_dict() if self.up and self.latest else None,
                 "power_history_w": self.power_values(),
-                "memory_history": [[round(t, 1), m] for t, m in self.memory_history]}
+                "memory_history": [[round(t, 1), m] for t, m in self.memory_history],
+                "idle_w": {str(i): round(w, 1) for i, w in sorted(self.idle_w.items())}}
 
     # -- life ------------------------------------------------------------------------------
 
@@ -912,6 +931,8 @@ class GpuStream:
         mem = [g.mem_used_bytes for g in snap.gpus if g.mem_used_bytes is not None]
         if mem:
             self.memory_history.append((snap.at, float(sum(mem))))
+        self.snapshots.append(snap)
+        learn_idle(self.idle_w, snap)
         self.counters.snapshots += 1
         self.version += 1
         status = f"{snap.count} GPU{'s' if snap.count != 1 else ''}"

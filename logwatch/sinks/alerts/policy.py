@@ -7,7 +7,8 @@ outbox, which sends each mark once.
 * `crashed` on `CrashSettled` (the machine decided the crash is final), keyed on the
   crashed startup's id; it drops an undelivered `stalled` of the same startup (the outbox
   does that) and resolves a delivered one.
-* `stalled` on `Stalled`; `slow` when a startup overran the typical startup by the target's
+* `stalled` on `Stalled`, one per silence (keyed on the line the log stopped at), with the
+  GPUs' verdict on the silence; resolved when lines come again (`Resumed`);  `slow` when a startup overran the typical startup by the target's
   `slow_factor`; `ready` resolves `stalled` / `slow`, and `crashed` of earlier startups; a
   new startup (`Restarted`) resolves `stalled` / `slow` of the ones before.
 * `unreachable` when the log says ready and the probe of the server's endpoint has failed for
@@ -25,7 +26,8 @@ from typing import Any, Callable
 from ...machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
-from ...view import TargetView, gpu_activity
+from ...silence import Resumed
+from ...view import TargetView, gpu_activity, preflight_note
 from .model import FIRING, Alert
 
 SLOW_FACTOR = 1.5
@@ -81,7 +83,7 @@ class AlertPolicy:
             if isinstance(ev, CrashSettled):
                 c = ev.crash
                 after = f" after {fmt_duration(ev.elapsed)}" if ev.elapsed else ""
-                held = (v.gpu or {}).get("preflight") or ""
+                held = preflight_note(v.gpu, c.reason)
                 answers = _still_answers(v)
                 out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
                                    only=ev.startup, drop_undelivered=True))
@@ -113,8 +115,15 @@ class AlertPolicy:
                 out.append(self._alert(v, "restarted", ev.startup,
                                        f"restarted (startup #{ev.epoch})", {"line": ev.line},
                                        ev.epoch))
+            elif isinstance(ev, Resumed):
+                out.append(Resolve(v.name, ("stalled",),
+                                   f"lines again after {fmt_duration(ev.silent_for)} of silence",
+                                   only=ev.startup))
             elif isinstance(ev, Stalled):
-                gpu = gpu_activity(v.gpu, v.now)
+                gpu = gpu_activity(v.gpu)
+                # each silence is its own stall: keyed on where the log stopped (the line
+                # before it), so a restarted daemon gives the same silence the same key
+                where = f"{ev.phase}@L{v.line_number}" if v.line_number is not None else ev.phase
                 out.append(self._alert(v, "stalled", ev.startup,
                                        f"stalled in {ev.phase}: no new line for "
                                        f"{fmt_duration(ev.silent_for)}"
@@ -123,7 +132,9 @@ class AlertPolicy:
                                        {"phase": ev.phase, "silent_for": ev.silent_for,
                                         "stall_after": ev.budget,
                                         **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
-                                        **({"gpu": gpu} if gpu else {})}, ev.epoch))
+                                        **({"gpu": gpu} if gpu else {}),
+                                        **({"gpu_silence": (v.gpu or {})["silence"]}
+                                           if gpu else {})}, ev.epoch, extra=where))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
                                        {"phase": ev.new, "previous": ev.old}, ev.epoch,

@@ -1,0 +1,355 @@
+"""Hung or slow?  What the GPUs did while the log said nothing, in one verdict.
+
+A startup that prints nothing for minutes is either working (a CUDA graph capture, an
+autotune, weights copied in: slow, not hung) or stuck (a collective waiting on a dead rank, a
+deadlock on the CPU side).  The log cannot tell; the GPUs can.  The verdict reads the
+silence itself: the GPU snapshots taken since the last line (its last `VERDICT_WINDOW`
+seconds when it is longer), per GPU:
+
+- memory: moved by `MEMORY_MOVING` or more in the recent half of that span -> `loading`
+  (weights or the KV cache still arriving);
+- utilisation at or above `SPIN_UTIL` while the power stays below `SPIN_CEILING` of the
+  board's range above its idle power -> `spinning` (a kernel resident but doing nothing: an
+  NCCL collective waiting for a rank: likely hung);
+- power at or above `BUSY_POWER` of that range, or utilisation at or above `WORK_UTIL` ->
+  `busy` (slow, not hung);
+- utilisation at most `IDLE_UTIL` and power within `NEAR_IDLE` of the range above idle ->
+  `idle` (nothing reaches the GPU: hung before it, or waiting on the CPU side);
+- anything else -> `partial`.
+
+Idle power is the board's own: the lowest power the stream has seen it draw while idle
+(`GpuStream.idle_w`, samples at utilisation <= `IDLE_UTIL`); a board never seen idle is
+taken at `IDLE_FALLBACK` of its power limit.  Medians over the span, not the latest sample:
+the first second after a line often still shows the work that printed it.
+
+When the GPUs disagree, the ones that differ are named: 7 busy and 1 idle is a stuck rank
+(`stuck_rank`, naming the idle GPU); 1 busy and 7 idle is one rank working alone (`mixed`).
+
+Pure: snapshots in, a `SilenceVerdict` out; the runner computes it for its view, the alert
+policy and `watch` read its text.  `PhaseWatts` keeps the power of each phase of a startup
+for `watch`'s summary and the launch ledger.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+from .sources.gpu import IDLE_UTIL, GpuSnapshot
+from .units import fmt_duration
+
+GIB = 1024 ** 3
+VERDICT_WINDOW = 60.0        # seconds of the silence read (its last minute when longer)
+MEMORY_MOVING = 0.5 * GIB    # per GPU, within the recent half of the span: still loading
+WORK_UTIL = 0.5              # utilisation of a GPU doing work (even at low power)
+SPIN_UTIL = 0.9              # utilisation of a kernel that is resident ...
+SPIN_CEILING = 0.35          # ... below this share of the range above idle power: spinning
+BUSY_POWER = 0.5             # power at this share of the range above idle (or more): busy
+NEAR_IDLE = 0.15             # power within this share of the range above idle: at idle
+IDLE_FALLBACK = 0.15         # a board never seen idle: its idle power taken as this x limit
+WORKING = ("loading", "busy")           # kinds that say "slow, not hung"
+NOT_WORKING = ("idle", "spinning")      # kinds that say "hung" when the others work
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """One GPU over the span read: medians of power and utilisation, memory movement."""
+
+    index: int
+    kind: str                      # loading | busy | spinning | idle | partial | unknown
+    power_w: float | None
+    limit_w: float | None
+    idle_w: float | None           # the board's idle power (learned, or IDLE_FALLBACK x limit)
+    idle_learned: bool
+    util: float | None
+    mem_moved: float               # bytes, max - min over the span
+    mem_recent: float              # bytes, max - min over its recent half
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "kind": self.kind,
+                "power_w": _r(self.power_w), "limit_w": _r(self.limit_w),
+                "idle_w": _r(self.idle_w), "idle_learned": self.idle_learned,
+                "util": _r(self.util, 3), "mem_moved_gib": round(self.mem_moved / GIB, 2),
+                "mem_recent_gib": round(self.mem_recent / GIB, 2), "samples": self.samples}
+
+
+@dataclass(frozen=True)
+class SilenceVerdict:
+    """What the GPUs did during a silence: `kind` (a GpuActivity kind, or `stuck_rank` /
+    `mixed` when they disagree), the words (`text`), the span read and the GPUs named."""
+
+    kind: str
+    text: str
+    since: float                   # the silence began (wall clock)
+    start: float                   # the span read: [start, now]
+    now: float
+    gpus: tuple[GpuActivity, ...] = ()
+    named: tuple[int, ...] = ()    # the GPUs that differ from the others (a stuck rank)
+
+    @property
+    def working(self) -> bool:
+        """The GPUs are working (loading or busy): slow, not hung."""
+        return self.kind in WORKING or self.kind == "mixed"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "text": self.text, "since": round(self.since, 3),
+                "span_seconds": round(self.now - self.start, 1),
+                "silent_seconds": round(self.now - self.since, 1),
+                "working": self.working, "named": list(self.named),
+                "gpus": [g.to_json() for g in self.gpus]}
+
+
+def _r(x: float | None, nd: int = 1) -> float | None:
+    return None if x is None else round(x, nd)
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _moved(points: list[tuple[float, float]]) -> float:
+    ms = [m for _, m in points]
+    return max(ms) - min(ms) if len(ms) >= 2 else 0.0
+
+
+def classify(power: float | None, limit: float | None, idle: float | None,
+             util: float | None, mem_recent: float) -> str:
+    """One GPU's kind from its medians (see the module docstring for the thresholds)."""
+    if mem_recent >= MEMORY_MOVING:
+        return "loading"
+    span = (limit - idle) if limit and idle is not None and limit > idle else None
+    if util is not None and util >= SPIN_UTIL and power is not None and span is not None \
+            and power < idle + SPIN_CEILING * span:
+        return "spinning"
+    if power is not None and span is not None and power >= idle + BUSY_POWER * span:
+        return "busy"
+    if util is not None and util >= WORK_UTIL:
+        return "busy"
+    near_idle = power is None or span is None or power <= idle + NEAR_IDLE * span
+    if (util is None or util <= IDLE_UTIL) and near_idle and (util is not None or power is not None):
+        return "idle"
+    if util is None and power is None:
+        return "unknown"
+    return "partial"
+
+
+def activity(index: int, points: list[tuple[float, GpuSnapshot]], start: float, now: float,
+             idle_w: float | None) -> GpuActivity:
+    """GPU `index` over the snapshots in [start, now] (`points`: (at, snapshot))."""
+    samples = [(at, g) for at, s in points for g in s.gpus if g.index == index]
+    powers = [g.power_w for _, g in samples if g.power_w is not None]
+    utils = [g.util_ratio for _, g in samples if g.util_ratio is not None]
+    limits = [g.power_limit_w for _, g in samples if g.power_limit_w]
+    mem = [(at, float(g.mem_used_bytes)) for at, g in samples if g.mem_used_bytes is not None]
+    mid = now - (now - start) / 2
+    before = [p for p in mem if p[0] < mid]
+    recent = ([before[-1]] if before else []) + [p for p in mem if p[0] >= mid]
+    limit = limits[-1] if limits else None
+    learned = idle_w is not None
+    idle = idle_w if learned else (IDLE_FALLBACK * limit if limit else None)
+    power, util = _median(powers), _median(utils)
+    moved, moving = _moved(mem), _moved(recent)
+    return GpuActivity(index, classify(power, limit, idle, util, moving), power, limit, idle,
+                       learned, util, moved, moving, len(samples))
+
+
+def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
+                    idle_w: dict[int, float] | None = None,
+                    window: float = VERDICT_WINDOW) -> SilenceVerdict | None:
+    """The verdict on the silence that began at `since` (wall clock, the same clock as the
+    snapshots' `at`), read over its last `window` seconds.  None without a snapshot in it."""
+    start = max(since, now - window)
+    points = [(s.at, s) for s in snapshots if start <= s.at <= now and s.gpus]
+    if not points:
+        return None
+    indexes = sorted({g.index for _, s in points for g in s.gpus})
+    idle_w = idle_w or {}
+    gpus = tuple(activity(i, points, start, now, idle_w.get(i)) for i in indexes)
+    kind, text, named = _words(gpus, now - start)
+    return SilenceVerdict(kind, text, since, start, now, gpus, named)
+
+
+# -- words ------------------------------------------------------------------------------------
+
+def _which(gpus: Sequence[GpuActivity]) -> str:
+    """"GPU 3", "GPUs 3, 5" (the indexes of a few GPUs)."""
+    idx = [str(g.index) for g in gpus]
+    return f"GPU {idx[0]}" if len(idx) == 1 else f"GPUs {', '.join(idx)}"
+
+
+def _subject(gpus: Sequence[GpuActivity]) -> str:
+    return "GPU" if len(gpus) == 1 else f"{len(gpus)} GPUs"
+
+
+def _mean(xs: Iterable[float | None]) -> float | None:
+    vs = [x for x in xs if x is not None]
+    return sum(vs) / len(vs) if vs else None
+
+
+def _watts(gpus: Sequence[GpuActivity], idle: bool = False) -> str:
+    """"691 W of 700 W" (per GPU: the mean of the GPUs' medians; "each" for several)."""
+    power, limit = _mean(g.power_w for g in gpus), _mean(g.limit_w for g in gpus)
+    if power is None:
+        return "power unknown"
+    out = f"{power:.0f} W" + (f" of {limit:.0f} W" if limit else "")
+    out += " each" if len(gpus) > 1 else ""
+    if idle:
+        idle_w = _mean(g.idle_w for g in gpus if g.idle_learned)
+        if idle_w is not None:
+            out += f", idle {idle_w:.0f} W"
+    return out
+
+
+def _util(gpus: Sequence[GpuActivity]) -> str:
+    u = _mean(g.util for g in gpus)
+    return "" if u is None else f"util {u:.0%}"
+
+
+def _memory(gpus: Sequence[GpuActivity], span: float) -> str:
+    moved = max((g.mem_moved for g in gpus), default=0.0)
+    if moved >= MEMORY_MOVING:
+        return f"memory +{moved / GIB:.1f} GiB early on, flat for the last {fmt_duration(span / 2)}"
+    return "memory flat"
+
+
+def _kind_text(kind: str, gpus: Sequence[GpuActivity], span: float) -> str:
+    who = _subject(gpus)
+    util = _util(gpus)
+    mem = _memory(gpus, span)
+    if kind == "loading":
+        recent = max(g.mem_recent for g in gpus)
+        return (f"GPU memory still moving (+{recent / GIB:.1f} GiB in the last "
+                f"{fmt_duration(span / 2)}): loading, not hung")
+    if kind == "busy":
+        return f"{who} busy ({_watts(gpus)}, {util + ', ' if util else ''}{mem}): slow, not hung"
+    if kind == "spinning":
+        return (f"{who} at {util or 'full util'} but near idle power ({_watts(gpus, idle=True)}), "
+                f"{mem}: likely hung (a collective waiting: NCCL / graph capture)")
+    if kind == "idle":
+        return (f"{who} idle ({_watts(gpus, idle=True)}; {util + ', ' if util else ''}{mem}): "
+                "hung before the GPU, or waiting on the CPU side")
+    if kind == "partial":
+        return f"{who} {util + ', ' if util else ''}{_watts(gpus)}, {mem}: neither busy nor idle"
+    return f"{who}: no power or utilisation reported"
+
+
+def _words(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
+    """(kind, text, GPUs named) for the GPUs together."""
+    kinds = [g.kind for g in gpus]
+    working = [g for g in gpus if g.kind in WORKING]
+    stopped = [g for g in gpus if g.kind in NOT_WORKING]
+    if working and stopped:
+        if len(stopped) <= len(working):
+            what = "idle" if all(g.kind == "idle" for g in stopped) else "near idle power"
+            text = (f"{_which(stopped)} {what} ({_watts(stopped)}{', ' + _util(stopped) if _util(stopped) else ''}) "
+                    f"while {len(working)} GPU{'s' if len(working) > 1 else ''} "
+                    f"{'are' if len(working) > 1 else 'is'} busy ({_watts(working)}): "
+                    f"a stuck rank ({_which(stopped)})")
+            return "stuck_rank", text, tuple(g.index for g in stopped)
+        text = (f"{_which(working)} busy alone ({_watts(working)}) while {len(stopped)} GPUs "
+                f"wait ({_watts(stopped)}): one rank working, the others waiting for it "
+                "(slow, not hung, unless it never ends)")
+        return "mixed", text, tuple(g.index for g in working)
+    kind = max(set(kinds), key=lambda k: (kinds.count(k), k in WORKING))
+    same = [g for g in gpus if g.kind == kind]
+    text = _kind_text(kind, same, span)
+    if len(same) < len(gpus):
+        others = [g for g in gpus if g.kind != kind]
+        text += f" ({_which(others)}: {', '.join(sorted({g.kind for g in others}))})"
+    return kind, text, ()
+
+
+# -- the power of each phase ------------------------------------------------------------------
+
+SERVING = "serving"          # the ready phase's name in the per-phase watts
+PHASE_SAMPLES = 2048         # values kept per phase (then every other one: a fixed memory)
+
+
+@dataclass
+class _Series:
+    values: list[float] = field(default_factory=list)
+    stride: int = 1
+    seen: int = 0
+    peak: float = 0.0
+    mem_first: float | None = None   # the GPUs' memory in use at the phase's first sample
+    mem_last: float | None = None    # ... and at its latest
+
+    def add(self, w: float) -> None:
+        self.peak = max(self.peak, w)
+        self.seen += 1
+        if (self.seen - 1) % self.stride:
+            return
+        self.values.append(w)
+        if len(self.values) >= PHASE_SAMPLES:
+            self.values = self.values[::2]
+            self.stride *= 2
+
+
+class PhaseWatts:
+    """The host's total GPU power during each phase of one startup (`startup`): p50 and max
+    per phase, for `watch`'s summary and the launch ledger ("autotune at 690 W").  Bounded:
+    at most PHASE_SAMPLES values per phase (the max is exact)."""
+
+    def __init__(self, startup: str | None) -> None:
+        self.startup = startup
+        self._series: dict[str, _Series] = {}
+        self.limit_w: float | None = None
+        self.gpus = 0
+        self.last_at: float | None = None   # the last snapshot added (each is added once)
+
+    def add(self, phase: str, snap: GpuSnapshot) -> None:
+        self.last_at = snap.at if self.last_at is None else max(self.last_at, snap.at)
+        total = snap.total_power_w
+        if total is None:
+            return
+        limits = [g.power_limit_w for g in snap.gpus if g.power_limit_w]
+        if limits:
+            self.limit_w = sum(limits)
+        self.gpus = max(self.gpus, snap.count)
+        series = self._series.setdefault(phase, _Series())
+        series.add(total)
+        mem = [g.mem_used_bytes for g in snap.gpus if g.mem_used_bytes is not None]
+        if mem:
+            series.mem_last = float(sum(mem))
+            if series.mem_first is None:
+                series.mem_first = series.mem_last
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """{phase: {p50_w, max_w, samples, memory_gib (the change over the phase)}} in the
+        order the phases came."""
+        out: dict[str, dict[str, float]] = {}
+        for phase, s in self._series.items():
+            if s.values:
+                out[phase] = {"p50_w": round(statistics.median(s.values), 1),
+                              "max_w": round(s.peak, 1), "samples": s.seen}
+                if s.mem_first is not None and s.mem_last is not None:
+                    out[phase]["memory_gib"] = round((s.mem_last - s.mem_first) / GIB, 1)
+        return out
+
+
+def phase_watts_text(phases: dict[str, dict[str, float]] | None) -> str:
+    """"loading_shards p50 129 W / max 130 W · cuda_graph p50 691 W / max 694 W"."""
+    if not phases:
+        return ""
+    def one(p: str, v: dict[str, float]) -> str:
+        mem = v.get("memory_gib")
+        moved = f", memory {mem:+.1f} GiB" if mem is not None and abs(mem) >= MEMORY_MOVING / GIB \
+            else ""
+        return f"{p} p50 {v['p50_w']:.0f} W / max {v['max_w']:.0f} W{moved}"
+    return " · ".join(one(p, v) for p, v in phases.items())
+
+
+# -- the end of a stall -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    """Lines came again after a stall: the stall is over (its alert resolves).  Emitted by the
+    live runner beside the machine's events (the machine only forgets its `stalled` flag); a
+    new silence must last `stall_after` again to be a new stall, with its own alert."""
+
+    epoch: int
+    phase: str
+    silent_for: float
+    startup: str | None = None
