@@ -134,11 +134,14 @@ def make_clock(step: float, lead: float) -> Clock:
 def main(argv: list[str]) -> int:
     path = Path(argv[0])
     step = float(argv[1]) if len(argv) > 1 else 1.0
-    lead = float(os.environ.get("GPUREPLAY_LEAD", "5"))
-    clock = make_clock(step, lead)
+    rows = csv_times(TRACE_CSV.read_text(encoding="utf-8"))
+    if os.environ.get("FAKE_NVSMI_T0"):          # the fake's clock, set before it started
+        clock = Clock(rows, float(os.environ["FAKE_NVSMI_T0"]),
+                      float(os.environ.get("FAKE_NVSMI_STEP") or step))
+    else:
+        clock = Clock(rows, time.time() + float(os.environ.get("GPUREPLAY_LEAD", "5")), step)
     path.touch()
-    env = clock.env()
-    print(" ".join(f"{k}={v}" for k, v in env.items()), flush=True)
+    print(" ".join(f"{k}={v}" for k, v in clock.env().items()), flush=True)
     w = LogWriter(path, clock)
     w.start()
     w.join()

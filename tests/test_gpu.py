@@ -193,7 +193,8 @@ def test_every_capture_parses_without_error(path: Path) -> None:
     q = GpuCsvParser()
     pieces = [s for i in range(0, len(data), 7) for s in q.feed(data[i:i + 7])] + q.finish()
     assert [s.gpus for s in whole] == [s.gpus for s in pieces]   # any chunking, same rows
-    if path.name.startswith("query-") and path.suffix == ".csv" and "nounits" not in path.name:
+    if path.name.startswith(("query-", "startup-trace")) and path.suffix == ".csv" and \
+            "nounits" not in path.name:
         assert whole and all(s.gpus[0].power_limit_w == 700.0 for s in whole)
     else:
         assert whole == []
