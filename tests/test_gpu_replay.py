@@ -267,3 +267,53 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
                            timeout=60).stdout
     assert re.search(r"cuda_graph 1m\d+s at \d+ W", table), table
     assert re.search(r"\d+ \(short\)", table), table
+
+
+def test_watch_says_the_verdict_where_the_operator_looks() -> None:
+    """The plain display (pure: views and a clock): the stall line carries the verdict, the
+    GPUs' verdict comes every stall_after / 2 of a silence, `resumed:` when lines come, the
+    power per phase at a phase change and in the summary; the panel has the same rows."""
+    import io
+
+    from logwatch.machine import PhaseChanged
+    from logwatch.sinks.display import PlainDisplay, RichDisplay
+    busy = verdict_at(BUSY[0], at(BUSY[0]) + 30)
+    phases = {"loading_shards": {"p50_w": 129.0, "max_w": 131.0, "samples": 17, "memory_gib": 60.5}}
+    t0 = 1_000.0
+
+    def view(now: float, silence: Any = busy) -> TargetView:
+        return TargetView(name="n", engine="sglang", source="x", kind="file", labels={}, now=now,
+                          phase="cuda_graph", startup_id="s1", last_line_at=t0, stall_after=30.0,
+                          gpu={"up": True, "snapshot": {"summary": "GPU x1 691/700 W (99%)"},
+                               "silence": silence.to_json() if silence else None,
+                               "phases": phases})
+    out = io.StringIO()
+    d = PlainDisplay("n", out)
+    d.update(view(t0), [PhaseChanged(1, "loading_shards", "cuda_graph", t0, "x", "s1")], t0)
+    for t in range(1, 61):
+        events: list[Any] = [Stalled(1, "cuda_graph", 30.0, "s1", 30.0)] if t == 30 else []
+        d.update(view(t0 + t), events, t0 + t)
+    d.update(view(t0 + 61), [Resumed(1, "cuda_graph", 61.0, "s1")], t0 + 61)
+    lines = [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines()]
+    assert lines[2] == "gpu: GPU x1 691/700 W (99%); loading_shards p50 129 W / max 131 W, " \
+                       "memory +60.5 GiB", lines
+    said = [ln for ln in lines if ln.startswith(("gpu: silent", "stalled", "resumed"))]
+    assert [ln.split(":")[0] for ln in said] == ["gpu", "stalled", "gpu", "gpu", "resumed"], said
+    assert [ln.split()[2] for ln in said if ln.startswith("gpu")] == ["15s", "45s", "1m00s"], said
+    assert said[0] == f"gpu: silent 15s in cuda_graph: {busy.text}"
+    assert said[1] == f"stalled: no new line for 30s in cuda_graph; {busy.text}"
+    assert said[-1] == "resumed: lines again after 1m01s of silence in cuda_graph (the stall is over)"
+    # no telemetry: the stall line as before, and no GPU lines
+    out2 = io.StringIO()
+    quiet = PlainDisplay("n", out2)
+    plain = dataclasses.replace(view(t0 + 30), gpu=None)
+    quiet.update(plain, [Stalled(1, "cuda_graph", 30.0, "s1", 30.0)], t0 + 30)
+    assert out2.getvalue().splitlines()[-1].split(" ", 1)[1] == \
+        "stalled: no new line for 30s in cuda_graph"
+    # the panel
+    from rich.console import Console
+    panel = io.StringIO()
+    rich = RichDisplay("n", panel)
+    Console(file=panel, width=200).print(rich._render(view(t0 + 20), t0 + 20))
+    text = panel.getvalue()
+    assert "silence" in text and "slow, not hung" in text and "gpu power" in text, text
