@@ -106,6 +106,15 @@ def silence_text(view: TargetView, now: float) -> str:
     return f"silent {fmt_duration(silent)} in {view.phase}: {verdict}"
 
 
+def phase_change_gpu_text(view: TargetView, ev: PhaseChanged) -> str:
+    """At a phase change: "gpu: " the GPUs now, and their power in the phase just left."""
+    now_text = gpu_text(view)
+    if not now_text:
+        return ""
+    left = phase_gpu_text(view, ev.old) if ev.old != "waiting" else ""
+    return f"gpu: {now_text}" + (f"; {left}" if left else "")
+
+
 def stalled_text(ev: Stalled, view: TargetView) -> str:
     """The stall line: how long, where, and what the GPUs say about it."""
     verdict = gpu_activity(view.gpu)
@@ -180,12 +189,9 @@ class PlainDisplay:
             self._say(f"gpu: {text}")
 
     def _phase_gpu(self, view: TargetView, ev: PhaseChanged) -> None:
-        """At a phase change: the GPUs now, and their power in the phase just left."""
-        now_text = gpu_text(view)
-        if not now_text:
-            return
-        left = phase_gpu_text(view, ev.old) if ev.old != "waiting" else ""
-        self._say(f"gpu: {now_text}" + (f"; {left}" if left else ""))
+        line = phase_change_gpu_text(view, ev)
+        if line:
+            self._say(line)
 
     def start(self) -> None:
         self._say(f"watching {self.target}")
@@ -375,6 +381,11 @@ class RichDisplay(PlainDisplay):
             if isinstance(ev, PhaseChanged):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] phase "
                                         f"[bold]{ev.new}[/]")
+                line = phase_change_gpu_text(view, ev)
+                if line:
+                    from rich.markup import escape
+                    self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')} "
+                                            f"{escape(line)}[/]")
             elif isinstance(ev, Restarted):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] new startup #{ev.epoch}")
             elif isinstance(ev, (Stalled, Resumed)):
@@ -506,7 +517,7 @@ class MultiDisplay:
             colour = {"ready": "green", "crashed": "red", "stopped": "yellow"}.get(v.phase, "cyan")
             since = f" {fmt_duration(now - v.phase_entered_at)}" if v.phase_entered_at else ""
             t.add_row(escape(v.name), f"[{colour}]{v.phase}[/]{since}",
-                      escape(_progress_text(v) or (v.rank_lag or "")),
+                      escape(_progress_text(v) or silence_text(v, now) or (v.rank_lag or "")),
                       escape(probe_text(v)), escape(v.last_line[:120]))
         self.live.update(t)
 
