@@ -142,12 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser("compare", help="two startups of a log side by side",
                           description=COMPARE_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmp_.add_argument("file", metavar="FILE", help="the log file")
-    cmp_.add_argument("a", nargs="?", default="-2", metavar="A",
+    cmp_.add_argument("file", nargs="?", metavar="FILE", help="the log file (with -c: omitted)")
+    cmp_.add_argument("a", nargs="?", metavar="A",
                       help="a startup number (1 = the first, -1 = the last; default -2)")
-    cmp_.add_argument("b", nargs="?", default="-1", metavar="B",
+    cmp_.add_argument("b", nargs="?", metavar="B",
                       help="the other one (default -1: the last)")
     cmp_.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
+    cmp_.add_argument("-c", "--config", metavar="CONFIG",
+                      help="compare two startups of the daemon's launch ledger (with --target): "
+                           "with the GPUs' watts per phase, which a log file does not hold")
+    cmp_.add_argument("--target", metavar="NAME", help="with -c: the target")
     cmp_.set_defaults(func=cmd_compare)
 
     w = sub.add_parser("watch", help="follow a launch live (one or more logs) until ready or dead",
@@ -315,11 +319,33 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .app.history import run_compare
+    from .app.history import run_compare, run_compare_store
+    out = (lambda s: print(s, flush=True))
+    if args.config:
+        # no FILE: the positionals are A and B
+        a, b = args.file or "-2", args.a or "-1"
+        if args.b is not None or not args.target:
+            print("logwatch: compare -c CONFIG takes --target NAME and A B, no FILE",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        from .app.config import ConfigError, load_config
+        try:
+            cfg = load_config(args.config)
+        except (ConfigError, PackError) as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            return run_compare_store(cfg.state_dir, args.target, a, b, out)
+        except LookupError as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return EXIT_USAGE
+    if args.file is None:
+        print("logwatch: compare needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
+        return EXIT_USAGE
     if args.rules != "auto":
         load_pack(args.rules)
     try:
-        return run_compare(args.file, args.a, args.b, args.rules, lambda s: print(s, flush=True))
+        return run_compare(args.file, args.a or "-2", args.b or "-1", args.rules, out)
     except LookupError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return EXIT_USAGE

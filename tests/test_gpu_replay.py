@@ -267,6 +267,10 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
                            timeout=60).stdout
     assert re.search(r"cuda_graph 1m\d+s at \d+ W", table), table
     assert re.search(r"\d+ \(short\)", table), table
+    cmp = subprocess.run([sys.executable, "-m", "logwatch", "compare", "-c", str(cfg),
+                          "--target", "h200", "1", "1"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert re.search(r"cuda_graph +1m\d+s at 69\d W +1m\d+s at 69\d W", cmp.stdout), cmp
 
 
 def test_watch_says_the_verdict_where_the_operator_looks() -> None:
@@ -317,3 +321,30 @@ def test_watch_says_the_verdict_where_the_operator_looks() -> None:
     Console(file=panel, width=200).print(rich._render(view(t0 + 20), t0 + 20))
     text = panel.getvalue()
     assert "silence" in text and "slow, not hung" in text and "gpu power" in text, text
+
+
+def test_history_and_compare_show_the_watts_of_each_phase() -> None:
+    """"autotune at 690 W": the live ledger's watts per phase, in `history` and `compare`;
+    a serving window under a minute (a crash after 25 s of serving) is shown, marked short."""
+    from logwatch.app.history import compare_text, history_table
+    from logwatch.ledger import StartupRecord
+
+    def rec(i: int, autotune: float, watts: float) -> StartupRecord:
+        return StartupRecord(
+            startup=f"s{i}", index=i, started_at=None, engine="sglang", model=None, args={},
+            args_partial=False, outcome="crashed" if i == 2 else "ready",
+            reason="cuda_oom" if i == 2 else None,
+            durations={"loading_shards": 17.0, "autotune": autotune}, startup_seconds=60.0,
+            slowest_phase="autotune",
+            serving={"gen_throughput": {"p50": 3500.0, "max": 3600.0}, "samples": 20,
+                     "warmup_samples": 20, "warmup_only": i == 2},
+            watts={"loading_shards": {"p50_w": 129.0, "max_w": 131.0, "samples": 17},
+                   "autotune": {"p50_w": watts, "max_w": watts + 4, "samples": 40},
+                   "serving": {"p50_w": 691.0, "max_w": 695.0, "samples": 25}})
+    a, b = rec(1, 41.0, 450.0), rec(2, 44.0, 690.0)
+    table = history_table([a, b])
+    assert "autotune 44s at 690 W" in table and "3500 (short)" in table, table
+    assert "691 (short)" in table, table
+    text = compare_text(a, b)
+    assert re.search(r"autotune +41s at 450 W +44s at 690 W +\+3\.0s", text), text
+    assert re.search(r"W serving p50 +691 W +691 W", text), text

@@ -107,9 +107,8 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
         f"{'+' if sy - sx >= 0 else '-'}{fmt_duration(abs(sy - sx))}"
         if sx is not None and sy is not None else "")
     ta, tb = _tps(a), _tps(b)
-    ratio = ""
-    if ta != "-" and tb != "-" and float(ta) > 0:
-        ratio = f"x{float(tb) / float(ta):.2f}"
+    pa, pb = (((r.serving or {}).get("gen_throughput") or {}).get("p50") for r in (a, b))
+    ratio = f"x{pb / pa:.2f}" if pa and pb is not None else ""
     row("tok/s p50", ta, tb, ratio)
     row("W p50/limit", _watts(a), _watts(b))
     if a.watts or b.watts:
@@ -164,6 +163,22 @@ def run_history_store(state_dir: Any, target: str, as_json: bool,
             out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))
     else:
         out(history_table(records) if records else f"no startup recorded for {target}")
+    return 0
+
+
+def run_compare_store(state_dir: Any, target: str, a: str, b: str,
+                      out: Callable[[str], None]) -> int:
+    """Two startups of the daemon's ledger of one target (with their watts per phase)."""
+    from ..state.ledger import LedgerStore
+    store = LedgerStore(state_dir)
+    try:
+        records = store.records(target)
+    finally:
+        store.close()
+    if len(records) < 2 and (a, b) == ("-2", "-1"):
+        out(f"{target}: {len(records)} startup(s) recorded: nothing to compare")
+        return 1
+    out(compare_text(pick(records, a), pick(records, b)))
     return 0
 
 
