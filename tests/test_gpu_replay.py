@@ -184,7 +184,7 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
     rx = receivers()
     log = tmp_path / "server.log"
     log.touch()
-    clock = make_clock(STEP, lead=8.0)
+    clock = make_clock(STEP, lead=12.0)
     env = {**os.environ, **clock.env(), "LOGWATCH_STATE_DIR": str(tmp_path / "watch-state")}
     port = free_port()
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
@@ -203,6 +203,8 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
         # both have their GPU stream before the launch line (the preflight reads it live)
         wait_for(lambda: d.target("h200")["gpu"]["snapshot"], 15, "the daemon's GPU samples",
                  alive=d.dead)
+        wait_for(lambda: "source up" in (tmp_path / "watch.out").read_text(), 15,
+                 "watch reading the log")
         launch = clock.wall(log_pieces(read_log())[0][0])
         assert time.time() < launch - 0.5, "the daemon started too slowly for the replay's clock"
         writer.start()

@@ -149,8 +149,9 @@ class TargetRunner:
         self.preflight_read = False        # ... read at this startup's launch line (live)
         self.phase_watts = PhaseWatts(None)   # the GPUs' power per phase of this startup
         self._watts_seen = -1              # the GPU stream's version last given to it
-        # the stall under way: (when its silence began, its phase); lines coming again end it
-        self._stall: tuple[float, str] | None = None
+        # the stall under way: when its silence began, and the Stalled that said it; lines
+        # coming again end it
+        self._stall: tuple[float, Stalled] | None = None
         self._gpu_final: dict[str, Any] | None = None   # the GPU view when it stopped
         self.ledger = ledger               # the launch ledger's store (None: not kept)
         self.recorder: LedgerRecorder | None = None
@@ -208,7 +209,8 @@ class TargetRunner:
             self.restored_state = None
             st = pipe.state
             if st.stalled:               # stalled when the daemon stopped: still a stall
-                self._stall = (st.last_activity or time.time(), st.phase)
+                self._stall = (st.last_activity or time.time(),
+                               Stalled(st.epoch, st.phase, 0.0, st.startup_id))
         if self.ledger is not None:
             self.recorder = LedgerRecorder(pack.name, previous=self._previous_record(pipe.state),
                                            advice=pack.advice, model_flags=pack.model_flags)
@@ -459,13 +461,13 @@ class TargetRunner:
         pipe = self.pipe
         if self._stall is None or pipe is None or pipe.state.stalled:
             return []
-        since, phase = self._stall
+        since, stall = self._stall
         self._stall = None
         st = pipe.state
         if st.phase in TERMINAL:
             return []
-        return [Resumed(st.epoch, phase, max(0.0, (st.last_activity or now) - since),
-                        st.startup_id)]
+        return [Resumed(stall.epoch, stall.phase, max(0.0, (st.last_activity or now) - since),
+                        stall.startup)]
 
     def _check_resumed(self) -> None:
         """After new bytes or a tick: a stall that lines ended is said (see `_resumed`)."""
@@ -479,7 +481,7 @@ class TargetRunner:
             events = [*resumed, *events]
         for ev in events:
             if isinstance(ev, Stalled):
-                self._stall = (now - ev.silent_for, ev.phase)
+                self._stall = (now - ev.silent_for, ev)
         if not events:
             return
         self.dirty = True
