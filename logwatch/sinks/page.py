@@ -154,7 +154,8 @@ function update(r,t,now){
       prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome))}
   const gpu=t.gpu;r.gpu.hidden=!gpu;
   if(gpu){const snap=gpu.up?gpu.snapshot:null;r.gpu.className="gpu"+(snap?"":" down");
-    set(r.gputxt,snap?snap.summary:"GPU: "+(gpu.status||"starting"));
+    set(r.gputxt,(snap?snap.summary:"GPU: "+(gpu.status||"starting"))
+      +(gpu.silence?" — silent: "+gpu.silence.text:""));
     let limit=0;if(snap)for(const g of snap.gpus)limit+=g.power_limit_w||0;
     spark(r.spark,snap?(gpu.power_history_w||[]):[],limit)}
   set(r.last,t.last_line||"")}
