@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .sources.gpu import IDLE_UTIL, GpuSnapshot
+from .sources.gpu import IDLE_UTIL, GpuSample, GpuSnapshot
 from .units import fmt_duration
 
 GIB = 1024 ** 3
@@ -135,10 +135,9 @@ def classify(power: float | None, limit: float | None, idle: float | None,
     return "partial"
 
 
-def activity(index: int, points: list[tuple[float, GpuSnapshot]], start: float, now: float,
+def activity(index: int, samples: list[tuple[float, GpuSample]], start: float, now: float,
              idle_w: float | None) -> GpuActivity:
-    """GPU `index` over the snapshots in [start, now] (`points`: (at, snapshot))."""
-    samples = [(at, g) for at, s in points for g in s.gpus if g.index == index]
+    """GPU `index` over its samples in [start, now] ((at, sample), oldest first)."""
     powers = [g.power_w for _, g in samples if g.power_w is not None]
     utils = [g.util_ratio for _, g in samples if g.util_ratio is not None]
     limits = [g.power_limit_w for _, g in samples if g.power_limit_w]
@@ -161,12 +160,15 @@ def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
     """The verdict on the silence that began at `since` (wall clock, the same clock as the
     snapshots' `at`), read over its last `window` seconds.  None without a snapshot in it."""
     start = max(since, now - window)
-    points = [(s.at, s) for s in snapshots if start <= s.at <= now and s.gpus]
-    if not points:
+    per_gpu: dict[int, list[tuple[float, GpuSample]]] = {}
+    for s in snapshots:
+        if start <= s.at <= now:
+            for g in s.gpus:
+                per_gpu.setdefault(g.index, []).append((s.at, g))
+    if not per_gpu:
         return None
-    indexes = sorted({g.index for _, s in points for g in s.gpus})
     idle_w = idle_w or {}
-    gpus = tuple(activity(i, points, start, now, idle_w.get(i)) for i in indexes)
+    gpus = tuple(activity(i, per_gpu[i], start, now, idle_w.get(i)) for i in sorted(per_gpu))
     kind, text, named = _words(gpus, now - start)
     return SilenceVerdict(kind, text, since, start, now, gpus, named)
 
