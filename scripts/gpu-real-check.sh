@@ -101,7 +101,7 @@ say "daemon GPU stream: $(api /api/status | $PY -c 'import json,sys; g=json.load
 
 # 4. the server
 if [ "$MODE" = "--replay" ]; then
-    $PY tests/gpureplay.py "$LOG" $STEP >>"$OUT/summary.txt" 2>&1
+    $PY tests/support/gpureplay.py "$LOG" $STEP >>"$OUT/summary.txt" 2>&1
 else
     nvidia-smi --query-gpu=timestamp,index,power.draw,power.limit,utilization.gpu,memory.used,clocks_event_reasons.active \
         --format=csv -l 1 >"$OUT/trace.csv" 2>&1 & pids+=($!)

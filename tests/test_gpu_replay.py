@@ -8,7 +8,7 @@ and uvicorn lines, 35 s of silence with the GPU idle at 128 W (hung before the G
 
 The pure tests read the trace at the log's own times; the live test runs the daemon and
 `watch` on the log written at its offsets beside tests/tools/fake-nvidia-smi printing the
-trace's rows on the same clock, time compressed 4x (tests/gpureplay.py)."""
+trace's rows on the same clock, time compressed 4x (tests/support/gpureplay.py)."""
 
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 
-from alertlib import hook, receivers  # noqa: F401
 from conftest import ROOT
-from daemonutil import Daemon, free_port, target_cfg, wait_for, write_config
-from gpureplay import FAKE, TRACE_CSV, LogWriter, csv_times, log_pieces, make_clock, read_log
+from support.daemon import Daemon, free_port, target_cfg, wait_for, write_config
+from support.receivers import hook, receivers  # noqa: F401 (receivers: the fixture)
+from support.gpureplay import FAKE, TRACE_CSV, LogWriter, csv_times, log_pieces, make_clock, read_log
 from logwatch.machine import Stalled
 from logwatch.silence import PhaseWatts, Resumed, phase_watts_text, silence_verdict
 from logwatch.sources.gpu import GpuSnapshot, learn_idle, parse_csv

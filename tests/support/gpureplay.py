@@ -3,7 +3,7 @@ live: the log's lines written at their offsets while tests/tools/fake-nvidia-smi
 trace's rows on the same clock (FAKE_NVSMI_T0 / FAKE_NVSMI_STEP), time compressed by
 1 s / STEP.  Also usable by hand and by scripts/gpu-real-check.sh --replay:
 
-    python tests/gpureplay.py LOG [STEP]      # writes LOG; prints the env for the fake
+    python tests/support/gpureplay.py LOG [STEP]      # writes LOG; prints the env for the fake
 
 The trace's rows are a second apart (host clock, printed); the log's stamps have a second's
 resolution: a line stamped S is written when the trace's clock reaches S (its rows are mapped
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent.parent      # tests/
 TRACE = HERE / "fixtures" / "gpu" / "h200"
 TRACE_CSV = TRACE / "startup-trace.csv"
 TRACE_LOG = TRACE / "startup-trace.log"
