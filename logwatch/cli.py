@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import __version__
 from .app.replay import replay_file
@@ -293,23 +293,32 @@ watts and the flags that differ.  By default the last two.
 """
 
 
+def _ledger_of(args: argparse.Namespace) -> Any:
+    """`-c CONFIG --target NAME` (history, compare): the config's state_dir, or None after
+    saying what is wrong (exit 2)."""
+    from .app.config import ConfigError, load_config
+    try:
+        cfg = load_config(args.config)
+    except (ConfigError, PackError) as e:
+        print(f"logwatch: {e}", file=sys.stderr)
+        return None
+    if all(t.name != args.target for t in cfg.targets):
+        print(f"logwatch: {args.config}: no target {args.target!r}", file=sys.stderr)
+        return None
+    return cfg.state_dir
+
+
 def cmd_history(args: argparse.Namespace) -> int:
     from .app.history import run_history, run_history_store
     out = (lambda s: print(s, flush=True))
     if args.config:
-        from .app.config import ConfigError, load_config
         if args.files or not args.target:
             print("logwatch: history -c CONFIG takes --target NAME and no FILE", file=sys.stderr)
             return EXIT_USAGE
-        try:
-            cfg = load_config(args.config)
-        except (ConfigError, PackError) as e:
-            print(f"logwatch: {e}", file=sys.stderr)
+        state_dir = _ledger_of(args)
+        if state_dir is None:
             return EXIT_USAGE
-        if all(t.name != args.target for t in cfg.targets):
-            print(f"logwatch: {args.config}: no target {args.target!r}", file=sys.stderr)
-            return EXIT_USAGE
-        return run_history_store(cfg.state_dir, args.target, args.json, out)
+        return run_history_store(state_dir, args.target, args.json, out)
     if not args.files:
         print("logwatch: history needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
         return EXIT_USAGE
@@ -328,14 +337,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             print("logwatch: compare -c CONFIG takes --target NAME and A B, no FILE",
                   file=sys.stderr)
             return EXIT_USAGE
-        from .app.config import ConfigError, load_config
-        try:
-            cfg = load_config(args.config)
-        except (ConfigError, PackError) as e:
-            print(f"logwatch: {e}", file=sys.stderr)
+        state_dir = _ledger_of(args)
+        if state_dir is None:
             return EXIT_USAGE
         try:
-            return run_compare_store(cfg.state_dir, args.target, a, b, out)
+            return run_compare_store(state_dir, args.target, a, b, out)
         except LookupError as e:
             print(f"logwatch: {e}", file=sys.stderr)
             return EXIT_USAGE

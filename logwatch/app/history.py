@@ -149,15 +149,20 @@ def run_history(paths: list[str], spec: str, as_json: bool,
     return 0
 
 
-def run_history_store(state_dir: Any, target: str, as_json: bool,
-                      out: Callable[[str], None]) -> int:
+def stored_records(state_dir: Any, target: str) -> list[StartupRecord]:
     """The daemon's ledger of one target (state_dir/ledger.sqlite3)."""
     from ..state.ledger import LedgerStore
     store = LedgerStore(state_dir)
     try:
-        records = store.records(target)
+        return store.records(target)
     finally:
         store.close()
+
+
+def run_history_store(state_dir: Any, target: str, as_json: bool,
+                      out: Callable[[str], None]) -> int:
+    """The daemon's ledger of one target (state_dir/ledger.sqlite3)."""
+    records = stored_records(state_dir, target)
     if as_json:
         for r in records:
             out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))
@@ -166,26 +171,20 @@ def run_history_store(state_dir: Any, target: str, as_json: bool,
     return 0
 
 
+def _compare(records: list[StartupRecord], what: str, a: str, b: str,
+             out: Callable[[str], None]) -> int:
+    if len(records) < 2 and (a, b) == ("-2", "-1"):
+        out(f"{what}: {len(records)} startup(s): nothing to compare")
+        return 1
+    out(compare_text(pick(records, a), pick(records, b)))
+    return 0
+
+
 def run_compare_store(state_dir: Any, target: str, a: str, b: str,
                       out: Callable[[str], None]) -> int:
     """Two startups of the daemon's ledger of one target (with their watts per phase)."""
-    from ..state.ledger import LedgerStore
-    store = LedgerStore(state_dir)
-    try:
-        records = store.records(target)
-    finally:
-        store.close()
-    if len(records) < 2 and (a, b) == ("-2", "-1"):
-        out(f"{target}: {len(records)} startup(s) recorded: nothing to compare")
-        return 1
-    out(compare_text(pick(records, a), pick(records, b)))
-    return 0
+    return _compare(stored_records(state_dir, target), target, a, b, out)
 
 
 def run_compare(path: str, a: str, b: str, spec: str, out: Callable[[str], None]) -> int:
-    records = ledger_of_file(path, spec)
-    if len(records) < 2 and (a, b) == ("-2", "-1"):
-        out(f"{path}: {len(records)} startup(s): nothing to compare")
-        return 1
-    out(compare_text(pick(records, a), pick(records, b)))
-    return 0
+    return _compare(ledger_of_file(path, spec), path, a, b, out)
