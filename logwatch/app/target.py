@@ -71,10 +71,12 @@ def upgrade_state(state: State, counters: dict[str, Any]) -> State:
     return state
 
 
-def phase_at(st: State, at: float) -> str:
-    """The phase the startup was in at wall time `at` (its entries' arrival times)."""
-    phase = st.history[0].phase if st.history else st.phase
-    for e in st.history:
+def phase_at(st: State, at: float, history: list[Any] | None = None) -> str:
+    """The phase the startup was in at wall time `at` (its main line's spans, by the wall
+    time each was observed; `history`: st.history, when the caller has it already)."""
+    history = st.history if history is None else history
+    phase = history[0].phase if history else st.phase
+    for e in history:
         if e.at > at:
             break
         phase = e.phase
@@ -552,10 +554,11 @@ class TargetRunner:
         if self.phase_watts.startup != st.startup_id:
             self.phase_watts = PhaseWatts(st.startup_id)
         last = self.phase_watts.last_at
-        began = st.history[0].at if st.history else None
+        history = st.history
+        began = history[0].at if history else None
         for snap in gpu.snapshots:
             if (last is None or snap.at > last) and (began is None or snap.at >= began):
-                phase = phase_at(st, snap.at)
+                phase = phase_at(st, snap.at, history)
                 self.phase_watts.add(SERVING if phase == READY_PHASE else phase, snap)
 
     def checkpoint(self, durable: bool = False) -> None:
