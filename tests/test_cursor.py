@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from logwatch.sources.base import (
-    HEAD_BYTES, TAIL_BYTES, Data, Opened, Position, SourceState, digest, identity_of,
+    HEAD_BYTES, TAIL_BYTES, Data, Opened, Position, Skipped, SourceState, digest, identity_of,
 )
 from logwatch.sources.cursor import (
-    Action, Cursor, Locate, Look, PathFacts, Poll, Read, Reopen, Wait, drive,
+    Action, Cursor, FindRotated, Hold, Locate, Look, PathFacts, Poll, Read, Reopen, Wait, drive,
+    later_files,
 )
 
 
@@ -39,6 +40,7 @@ class Disk:
     looks: int = 0
     heads: int = 0
     reads: list[Read] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)     # inodes held open (Hold), in order
 
     def create(self, data: bytes) -> File:
         f = File(max(self.files, default=10) + 1, bytearray(data))
@@ -82,8 +84,22 @@ class Disk:
                 act = cur.looked(self.facts(f, act.head))
             elif isinstance(act, Locate):
                 act = cur.located(*self.located)
+            elif isinstance(act, Hold):
+                ok = self.at_path == act.ino
+                if ok:
+                    self.held.append(act.ino)
+                act = cur.held(ok, len(self.files[act.ino].data) if ok else 0)
             else:
                 return act, cur.take_events()
+
+    def reopen(self, cur: Cursor) -> tuple[File, Action, list[Any]]:
+        """After Reopen: the first file held, else the path (as a source does)."""
+        if not self.held:
+            return self.open(cur)
+        f = self.files[self.held.pop(0)]
+        act = cur.opened(1, f.ino, len(f.data), bytes(f.data[:HEAD_BYTES]))
+        act, evs = self.answer(cur, act, f)
+        return f, act, evs
 
     def poll(self, cur: Cursor, f: File, now: float) -> tuple[Action, list[Any]]:
         return self.answer(cur, cur.poll(len(f.data), now), f)
@@ -472,3 +488,90 @@ def test_drive_runs_the_conversation_until_reopen() -> None:
     assert opened(evs) == [("attach", len(lines(1, 1)), 2, True)]
     assert data_of(evs) == lines(2, 3)
     assert evs[-1] == Reopen("rotated")
+
+
+# ----------------------------------------------------------------------------------------------
+# a chain of rotations within rotate_wait (issue 30)
+
+def test_renames_within_rotate_wait_are_held_and_read_each_in_order() -> None:
+    """A renamed, B made (empty: logrotate `create`), B renamed and C made, all while A
+    drains and the writer still writes A: B and C are held by inode as each is seen, then
+    once a later file has bytes (the writer moved on) A is left at its end and B, then C,
+    are read from byte 0.  Before, A was left only after rotate_wait and the path (C) was
+    opened: B was lost."""
+    disk = Disk()
+    a = disk.create(lines(1, 10, "a"))
+    cur = Cursor("/l", can_hold=True, check_every=1.0, rotate_wait=5.0)
+    disk.open(cur)
+    disk.poll(cur, a, 0.0)
+    disk.rename_away()
+    b = disk.create(b"")
+    act, evs = disk.poll(cur, a, 1.1)                 # due: the path names B: held
+    assert disk.held == [b.ino] and isinstance(act, Wait) and act.within == 0.1
+    a.data += lines(11, 12, "a")                      # the writer has not reopened yet
+    disk.rename_away()
+    c = disk.create(b"")
+    act, evs = disk.poll(cur, a, 1.2)                 # draining A: the path looked at again
+    assert disk.held == [b.ino, c.ino] and isinstance(act, Wait)
+    assert data_of(evs) == lines(11, 12, "a")
+    b.data += lines(1, 5, "b")                        # the writer reopened: B (renamed) grows
+    act, evs = disk.poll(cur, a, 1.3)                 # C (empty) says nothing yet: quiet < 5 s
+    assert isinstance(act, Wait)
+    c.data += lines(1, 3, "c")                        # and C: the writer is past A for good
+    a_size = len(a.data)
+    act, evs = disk.poll(cur, a, 1.4)
+    assert act == Reopen("rotated") and disk.reads[-1] == Read(a_size, cur.read_size)
+    f, act, evs = disk.reopen(cur)                    # B, not the path
+    assert f is b and opened(evs) == [("rotated", 0, 1, True)]
+    act, evs = disk.poll(cur, b, 1.5)
+    assert data_of(evs) == lines(1, 5, "b")
+    act, evs = disk.poll(cur, b, 2.6)                 # due: the path names C (held, has bytes)
+    assert act == Reopen("rotated")
+    f, act, evs = disk.reopen(cur)
+    assert f is c and disk.held == []
+    _, evs = disk.poll(cur, c, 2.7)
+    assert data_of(evs) == lines(1, 3, "c") and cur.rotations == 2
+
+
+def test_an_empty_next_file_leaves_ours_only_after_rotate_wait() -> None:
+    disk = Disk()
+    a = disk.create(lines(1, 10))
+    cur = Cursor("/l", can_hold=True, check_every=1.0, rotate_wait=5.0)
+    disk.open(cur)
+    disk.poll(cur, a, 0.0)
+    disk.rename_away()
+    disk.create(b"")
+    assert isinstance(disk.poll(cur, a, 1.1)[0], Wait)
+    assert isinstance(disk.poll(cur, a, 4.9)[0], Wait)    # quiet since 0.0 (no new data)...
+    assert disk.poll(cur, a, 5.2)[0] == Reopen("rotated")  # ... rotate_wait passed
+
+
+def test_later_files_are_the_rotated_ones_written_after_ours_oldest_first() -> None:
+    cands = [("l.1", 1, 30.0), ("l.3", 1, 5.0), ("l.2", 1, 20.0), ("l.4", None, 40.0)]
+    assert later_files(10.0, cands) == ["l.2", "l.1"]     # l.3 older; l.4: no dev:inode
+    assert later_files(None, cands) == []
+
+
+def test_a_held_file_gone_after_a_reconnect_is_a_skip_of_its_size() -> None:
+    """Held B had 300 bytes when the connection dropped; after it, the path names C and B is
+    not found again beside it: a Skipped of B's size, said with the path."""
+    disk = Disk()
+    a = disk.create(lines(1, 10))
+    cur = Cursor("/var/log/l", can_hold=True, can_find=True, check_every=1.0, rotate_wait=5.0)
+    disk.open(cur)
+    disk.poll(cur, a, 0.0)
+    disk.rename_away()
+    b = disk.create(b"")
+    disk.poll(cur, a, 1.1)
+    assert disk.held == [b.ino]
+    cur._held[0].size = 300                           # seen at 300 bytes by a look
+    disk.held.clear()                                 # the connection drops: handles gone
+    disk.rename_away()
+    c = disk.create(lines(1, 2, "c"))
+    act = cur.opened(1, c.ino, len(c.data), bytes(c.data[:HEAD_BYTES]))
+    assert isinstance(act, FindRotated) and act.identity.ino == a.ino
+    act = cur.found(True, [])                         # A found again; B nowhere
+    evs = cur.take_events()
+    skipped = [e for e in evs if isinstance(e, Skipped)]
+    assert len(skipped) == 1 and skipped[0].nbytes == 300
+    assert "/var/log/l" in skipped[0].message and "removed before it was read" in skipped[0].message

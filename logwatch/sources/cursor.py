@@ -14,7 +14,8 @@ The conversation (`drive` runs it; a source only answers what it is asked):
     -> Look(head)                   what does the path name now: looked(PathFacts)
     -> Poll() / Wait(idle)          (after the next wakeup) the file's size: poll(size, now)
     -> Reopen(reason)               the file is left and drained: open the path, opened(...)
-    -> FindRotated(identity, ...)   ours was rotated while we were not reading: found(ok)
+    -> Hold(dev, ino)               keep the file the path names open, read it after ours: held(ok, size)
+    -> FindRotated(identity, ...)   ours was rotated while we were not reading: found(ok, held)
 
 after every call, take_events() hands out the Opened / Data / SourceState to yield.
 
@@ -32,12 +33,18 @@ Why it decides what it decides:
   or a new file after a deletion): ours is read to its end (a descriptor / SFTP handle still
   reads a renamed or deleted file), and on while it grows, until it has been quiet for
   `rotate_wait` seconds (a server reopens its log a moment after logrotate renamed it, and
-  writes to the old one meanwhile); then Reopen.  Nothing there: said once, and ours is read
-  on until a file appears.
+  writes to the old one meanwhile), or until a file after it has bytes (the writer moved
+  on); then Reopen.  Nothing there: said once, and ours is read on until a file appears.
+* A chain of rotations: the file the path names when ours is left is held open at once
+  (Hold, by dev:inode, where the source tells it), and while ours drains the path is looked
+  at every cycle, each new file held behind the others; Reopen takes the first held file.
+  So a log renamed every second while its writer reopens late loses no file in between.
 * Rotated while we were not reading (a lost connection, a restart of the daemon): the path
   names another file, so ours is looked for among the rotated names beside it (FindRotated:
   the same identity, at least our offset long, the same bytes before our offset).  Found: it
-  is drained from our offset, then the new file is read from byte 0.  Not found: what it held
+  is drained from our offset, then the rotated files written after it (by mtime), then the
+  new file is read from byte 0.  A file held before a lost connection that is neither found
+  again nor at the path was removed unread: a `Skipped` with its size.  Not found: what it held
   past our offset is lost: a `Skipped` says so (with the bytes known to be unread), and the
   new file is read from byte 0.
 * An identity taken while the file was shorter than HEAD_BYTES is completed as the file grows,
@@ -98,9 +105,23 @@ class Wait(Poll):
 @dataclass(frozen=True, slots=True)
 class Reopen:
     """Our file was left (rotated, recreated) and read to its end: close it and open the
-    path again; `Cursor.opened` then reads the new file from byte 0 for this `reason`."""
+    first file held (`Hold`), or the path when none is; `Cursor.opened` then reads it from
+    byte 0 for this `reason`."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """The path names `dev`:`ino`, a file after ours (a rename rotation, a new file after a
+    deletion, a symlink swapped): open the path now and keep that file open behind the ones
+    already held, to be read from byte 0 once the files before it are drained.  However
+    many rotations happen while ours is drained, each file is read (an open descriptor reads
+    a renamed or deleted file).  Answer `Cursor.held(ok, size)`: ok False when the path
+    names another file by the time it is opened (it is looked at again)."""
+
+    dev: int
+    ino: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,15 +129,17 @@ class FindRotated:
     """The path names another file, and ours, `identity`, was left while we were not reading:
     look for it among the rotated names beside the path (`rotated_names`), a file that
     `is_ours` (identity, at least `offset` bytes, `tail_sha` the hash of the bytes just before
-    `offset`); answer `Cursor.found(ok)`.  When ok, the source's reads go to that file until
-    the Reopen that follows its drain."""
+    `offset`); answer `Cursor.found(ok, held)`.  When ok, the source's reads go to that file
+    until the Reopen that follows its drain, and the rotated files written after it
+    (`later_files`: more rotations happened meanwhile) are held, in that order, as by `Hold`:
+    `held` is their (dev, ino, size)."""
 
     identity: FileIdentity
     offset: int
     tail_sha: str | None
 
 
-Action = Read | Locate | Look | Poll | Reopen | FindRotated
+Action = Read | Locate | Look | Poll | Reopen | FindRotated | Hold
 
 # names a rotated copy of a log is given beside it: `x.log.1`, `x.log-20261202`, `x.log.old`;
 # compressed ones cannot be read by offset
@@ -145,6 +168,19 @@ def is_ours(ask: FindRotated, dev: int | None, ino: int | None, size: int, head:
     return ask.tail_sha is None or ask.offset == 0 or digest(before) == ask.tail_sha
 
 
+def later_files(ours_mtime: float | None,
+                candidates: list[tuple[str, int | None, float | None]]) -> list[str]:
+    """The rotated files written after ours (`candidates`: name, dev, mtime; ours and files
+    without dev:inode left out by the caller), oldest first: the order they were the log in.
+    A writer moves on from a file for good, so a file last written after ours was last
+    written came after it; one whose mtime is not after ours is older (already read)."""
+    if ours_mtime is None:
+        return []
+    later = [(m, n) for n, dev, m in candidates if dev is not None and m is not None
+             and m > ours_mtime]
+    return [n for _, n in sorted(later)]
+
+
 def before_range(ask: FindRotated) -> tuple[int, int]:
     """(pos, n): the bytes of a candidate `is_ours` compares."""
     lo = max(0, ask.offset - TAIL_BYTES)
@@ -165,6 +201,20 @@ class PathFacts:
     links: int | None = None
 
 
+@dataclass(slots=True)
+class HeldFile:
+    """A file after ours that the source holds open (`Hold`): its dev:inode and the largest
+    size seen of it (more than 0: the writer has moved on to it, so every file before it is
+    complete once drained)."""
+
+    dev: int
+    ino: int
+    size: int
+
+
+GONE_LOOK = 0.1        # seconds between looks while the path names nothing
+MAX_HELD = 64          # files held at once (a rotation every few ms would exhaust descriptors)
+
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
 _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain"})
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
@@ -179,12 +229,14 @@ class Cursor:
     answer FindRotated; `rotate_wait`: how long a rotated file must be quiet to be left."""
 
     def __init__(self, path: str, *, saved: Position | None = None, can_locate: bool = False,
-                 can_find: bool = False, read_size: int = 1 << 20, check_every: float = 1.0,
-                 rotate_wait: float = 0.0, logger: Any | None = None) -> None:
+                 can_find: bool = False, can_hold: bool = False, read_size: int = 1 << 20,
+                 check_every: float = 1.0, rotate_wait: float = 0.0,
+                 logger: Any | None = None) -> None:
         self.path = path
         self.saved = saved
         self.can_locate = can_locate
         self.can_find = can_find
+        self.can_hold = can_hold
         self.read_size = read_size
         self.check_every = check_every
         self.rotate_wait = rotate_wait
@@ -206,6 +258,10 @@ class Cursor:
         self._drain_after = False            # once positioned, drain (a found rotated file)
         self._seen = 0                       # the largest size of our file seen
         self._mtime: float | None = None     # the opened file's modification time
+        self._held: list[HeldFile] = []      # files after ours, held open by the source
+        self._holding: tuple[int, int] = (0, 0)   # the pending Hold's dev:inode
+        self._hold_size = 0                  # and the path's size when it was seen
+        self._lost_held: list[HeldFile] = []  # held when the connection was lost
         # the current poll cycle: read, complete the head, verify, look, wait
         self._size = 0
         self._now = 0.0
@@ -250,29 +306,37 @@ class Cursor:
                                  "find_saved")
             return self._not_resumed()
         assert self.identity is not None
-        # opened again after a lost connection: still our file, up to our offset?
+        # opened again after a lost connection: the files held went with it
+        self._lost_held += self._held
+        self._held = []
+        # still our file, up to our offset?
         if self.identity.matches(dev, ino, head) and size >= self.offset:
             if not self.last:
                 return self._reconnected()
             return self._ask(Read(self.offset - len(self.last), len(self.last)), "reconnect")
         return self._left_while_away()
 
-    def found(self, ok: bool) -> Action:
-        """The answer to FindRotated: our file was found (the source reads it now) or not."""
+    def found(self, ok: bool, held: list[tuple[int, int, int]] | tuple[()] = ()) -> Action:
+        """The answer to FindRotated: our file was found (the source reads it now) or not;
+        `held`: (dev, ino, size) of the later rotated files the source now holds."""
+        self._held = [HeldFile(*h) for h in held] if ok else []
         if self._doing == "find_saved":
             saved = self.saved
             assert saved is not None
             if not ok:
                 return self._not_resumed()
             self.log.info("the log was rotated since the position was saved: reading the rest "
-                          "of the rotated file, then the new one", saved_offset=saved.offset)
+                          "of the rotated file, then the new one", saved_offset=saved.offset,
+                          rotated_after=len(self._held))
             self._file, self._drain_after = saved.identity, True
             return self._start(saved.offset, saved.line_number, "resume", False)
         self._expect("find_reconnect")
         assert self.offset is not None
+        self._count_vanished()
         if ok:
             self.log.info("the log was rotated while disconnected: reading the rest of the "
-                          "rotated file, then the new one", offset=self.offset)
+                          "rotated file, then the new one", offset=self.offset,
+                          rotated_after=len(self._held))
             self._gone = None
             self._events.append(Opened(self.offset, 0, self.identity, "reconnected", False))
             self._leaving, self._left = "rotated", True
@@ -283,6 +347,22 @@ class Cursor:
             f"it (compressed or removed): what it held after byte {self.offset} is lost"
             + (f" (at least {unread} bytes)" if unread else ""))))
         return self._replaced()
+
+    def _count_vanished(self) -> None:
+        """The files held before the connection was lost that are neither held again nor the
+        file at the path now: rotated away and removed unread, each a `Skipped` of its size."""
+        lost, self._lost_held = self._lost_held, []
+        here = {(h.dev, h.ino) for h in self._held}
+        if self._file is not None and self._file.dev is not None:
+            here.add((self._file.dev, self._file.ino))
+        for h in lost:
+            if (h.dev, h.ino) in here:
+                continue
+            msg = (f"a rotated file of {self.path} (inode {h.ino}, at least {h.size} bytes) was "
+                   "removed before it was read (while disconnected): its lines are lost")
+            self.log.warning("a rotated file was removed before it was read", inode=h.ino,
+                             nbytes=h.size)
+            self._events.append(Skipped(h.size, msg))
 
     def _left_while_away(self) -> Action:
         if self.can_find:
@@ -316,6 +396,7 @@ class Cursor:
 
     def _reconnected(self) -> Action:
         assert self.offset is not None
+        self._count_vanished()
         self._gone, self._doing = None, ""
         self._events.append(Opened(self.offset, 0, self.identity, "reconnected", False))
         return Poll()
@@ -386,6 +467,10 @@ class Cursor:
         self._expect("look")
         ident = self.identity
         assert ident is not None
+        if self._left:
+            # draining a rotated file: every cycle, the path is looked at for the next one
+            return self._chain(facts) or self._ask(Read(self.offset or 0, self.read_size),
+                                                   "drain")
         if not facts.exists:
             if self._gone is None:
                 self._gone = "recreated" if facts.links == 0 else "rotated"
@@ -408,6 +493,37 @@ class Cursor:
             self._gone = None
             return self._next()
         self._leaving, self._left = self._gone or "rotated", True
+        return self._chain(facts) or self._ask(Read(self.offset or 0, self.read_size), "drain")
+
+    def _chain(self, facts: PathFacts) -> Action | None:
+        """The path names a file after ours: hold it if it is new to us (Hold), note its size
+        if it is held already.  None: nothing to hold (no dev:inode to tell files apart, the
+        path names nothing or ours, MAX_HELD reached)."""
+        if not (self.can_hold and facts.exists and facts.dev is not None and
+                facts.ino is not None):
+            return None
+        ident = self.identity
+        if ident is not None and (facts.dev, facts.ino) == (ident.dev, ident.ino):
+            return None
+        for h in self._held:
+            if (h.dev, h.ino) == (facts.dev, facts.ino):
+                h.size = max(h.size, facts.size or 0)
+                return None
+        if len(self._held) >= MAX_HELD:
+            return None
+        self._holding = (facts.dev, facts.ino)
+        self._hold_size = facts.size or 0
+        return self._ask(Hold(facts.dev, facts.ino), "hold")
+
+    def held(self, ok: bool, size: int = 0) -> Action:
+        """The answer to Hold: the file was opened and is held (`size` now), or the path
+        named another one by then (looked at again in the next cycle)."""
+        self._expect("hold")
+        if ok:
+            dev, ino = self._holding
+            self._held.append(HeldFile(dev, ino, max(size, self._hold_size)))
+            self.log.info("the log was rotated: holding the new file until the old one is "
+                          "drained", inode=ino, held=len(self._held))
         return self._ask(Read(self.offset or 0, self.read_size), "drain")
 
     def _next(self) -> Action:
@@ -428,8 +544,10 @@ class Cursor:
                 return self._ask(Read(0, HEAD_BYTES), "head")
         if self._phase == "verify":
             self._phase = "look"
-            if self._left:           # a rotated file: nothing to verify or look at
+            if self._left:           # a rotated file: nothing to verify
                 self._phase = "done"
+                if self.can_hold:    # the path, for the file after the next one
+                    return self._ask(Look(), "look")
                 return self._leave_when_quiet()
             if self._due and self.last and not self._verified:
                 return self._ask(Read(self.offset - len(self.last), len(self.last)), "verify")
@@ -438,7 +556,10 @@ class Cursor:
             if self._due or self._gone is not None:
                 return self._ask(Look(), "look")
         self._doing = ""
-        return Wait(self._now - (self._data_at if self._data_at is not None else self._now))
+        idle = self._now - (self._data_at if self._data_at is not None else self._now)
+        # the path names nothing (a rename, the writer not reopened yet): look again soon,
+        # the next file may be renamed away again within a second
+        return Wait(idle, within=GONE_LOOK if self._gone is not None else None)
 
     def _got_data(self, data: bytes) -> Action:
         # the read began with the bytes before our offset: changed means rewritten
@@ -488,13 +609,22 @@ class Cursor:
 
     def _leave_when_quiet(self) -> Action:
         """Ours was left and read to its end: Reopen once it has been quiet `rotate_wait`
-        (the writer reopened its log), else read on at the next wakeup."""
+        (the writer reopened its log), or at once when a file held after it has bytes (the
+        writer moved on to it: a writer never goes back, so what was read is all of ours;
+        only asked after a drain read that followed that sight), else read on at the next
+        wakeup."""
         quiet = self._now - (self._data_at if self._data_at is not None else self._now)
-        if quiet < self.rotate_wait:
+        moved_on = any(h.size > 0 for h in self._held)
+        if quiet < self.rotate_wait and not moved_on:
             self._doing = ""
-            return Wait(quiet, within=min(0.5, self.rotate_wait - quiet))
+            # the path is looked at each cycle meanwhile (can_hold): often, not to miss a file
+            soon = GONE_LOOK if self.can_hold else 0.5
+            return Wait(quiet, within=min(soon, self.rotate_wait - quiet))
         self.rotations += 1
-        self.log.info("log rotated: following the new file", reason=self._leaving)
+        self.log.info("log rotated: following the new file", reason=self._leaving,
+                      held=len(self._held))
+        if self._held:
+            self._held.pop(0)        # the source opens that one, not the path
         self._switch, self._gone, self._doing, self._left = self._leaving, None, "", False
         return Reopen(self._leaving)
 
@@ -530,7 +660,10 @@ class FileIO(Protocol):
 
     async def locate(self) -> tuple[int, int]: ...
 
-    async def find_rotated(self, ask: FindRotated) -> bool: ...
+    async def find_rotated(self, ask: FindRotated) -> tuple[bool, list[tuple[int, int, int]]]:
+        ...
+
+    async def hold(self, ask: Hold) -> tuple[bool, int]: ...
 
     async def wait(self, idle: float, within: float | None = None) -> None: ...
 
@@ -554,7 +687,9 @@ async def drive(cursor: Cursor, io: FileIO, dev: int | None, ino: int | None, si
         elif isinstance(action, Locate):
             action = cursor.located(*await io.locate())
         elif isinstance(action, FindRotated):
-            action = cursor.found(await io.find_rotated(action))
+            action = cursor.found(*await io.find_rotated(action))
+        elif isinstance(action, Hold):
+            action = cursor.held(*await io.hold(action))
         elif isinstance(action, Reopen):
             yield action
             return

@@ -31,13 +31,14 @@ from typing import AsyncIterator, Callable
 from .. import log
 from .base import HEAD_BYTES, Position, SourceEvent, SourceState
 from .cursor import (
-    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, PathFacts, Reopen,
-    before_range, drive, is_ours, rotated_names,
+    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
+    before_range, drive, is_ours, later_files, rotated_names,
 )
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
 StartFinder = Callable[[str], tuple[int, int]]
+Wake = Callable[[bool], None]
 
 
 class _Watcher:
@@ -48,7 +49,7 @@ class _Watcher:
     _lock = threading.Lock()
     _observer = None  # type: ignore[var-annotated]
     # directory -> (its watch, the (dev, ino) of the directory watched, callbacks by path)
-    _dirs: dict[str, tuple[object, tuple[int, int], dict[str, list[Callable[[], None]]]]] = {}
+    _dirs: dict[str, tuple[object, tuple[int, int], dict[str, list[Wake]]]] = {}
 
     @staticmethod
     def dir_id(directory: str) -> tuple[int, int] | None:
@@ -66,7 +67,9 @@ class _Watcher:
             return entry[1] if entry is not None else None
 
     @classmethod
-    def subscribe(cls, path: Path, wake: Callable[[], None]) -> Callable[[], None] | None:
+    def subscribe(cls, path: Path, wake: Wake) -> Callable[[], None] | None:
+        """`wake(moved)` on every event of `path` (moved: created, moved or deleted, not
+        merely written: the path may name another file now)."""
         try:
             from watchdog.events import FileSystemEventHandler
             from watchdog.observers import Observer
@@ -90,7 +93,7 @@ class _Watcher:
             else:
                 old_paths = {}
             if entry is None:
-                by_path: dict[str, list[Callable[[], None]]] = old_paths
+                by_path: dict[str, list[Wake]] = old_paths
 
                 class Handler(FileSystemEventHandler):  # type: ignore[misc]
                     def on_any_event(self, event):  # type: ignore[no-untyped-def]
@@ -99,11 +102,13 @@ class _Watcher:
                             # source in it wakes, to poll until it is back and watch it again
                             for cbs in list(by_path.values()):
                                 for cb in list(cbs):
-                                    cb()
+                                    cb(True)
                             return
+                        moved = event.event_type not in ("modified", "opened", "closed",
+                                                         "closed_no_write")
                         for p in (event.src_path, getattr(event, "dest_path", None)):
                             for cb in by_path.get(p, ()) if p else ():
-                                cb()
+                                cb(moved)
                 try:
                     if cls._observer is None:
                         obs = Observer()
@@ -157,16 +162,22 @@ class LocalFileSource(FollowsWithCursor):
         self.batch_interval = batch_interval
         self.log = log.get("source.local").bind(path=str(self.path))
         self.cursor = Cursor(str(self.path), saved=start, can_locate=find_start is not None,
-                             can_find=True, read_size=READ_SIZE, check_every=CHECK_EVERY,
+                             can_find=True, can_hold=True, read_size=READ_SIZE,
+                             check_every=CHECK_EVERY,
                              rotate_wait=rotate_wait, logger=self.log)
         self._wake = asyncio.Event()
         self._closed = False
         self._unsubscribe: Callable[[], None] | None = None
         self._no_inotify = False         # inotify refused (no support, no watches left)
+        # descriptors of the files after ours (Cursor Hold), in the order they are read
+        self._held: list[int] = []
 
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
+        for fd in self._held:
+            os.close(fd)
+        self._held.clear()
         if self._unsubscribe:
             self._unsubscribe()
             self._unsubscribe = None
@@ -190,13 +201,20 @@ class LocalFileSource(FollowsWithCursor):
             return                       # polled (fast) until the directory exists
         loop = asyncio.get_running_loop()
 
-        def wake() -> None:
-            loop.call_soon_threadsafe(self._wake.set)
+        def wake(moved: bool) -> None:
+            if moved:     # look at the path in the next cycle: a rename every few ms is seen
+                loop.call_soon_threadsafe(self._moved)
+            else:
+                loop.call_soon_threadsafe(self._wake.set)
 
         self._unsubscribe = _Watcher.subscribe(self.path, wake)
         # refused while the directory is there: no inotify here (polled from now on)
         self._no_inotify = self._unsubscribe is None and \
             _Watcher.dir_id(str(self.path.parent)) is not None
+
+    def _moved(self) -> None:
+        self.cursor.check_now()
+        self._wake.set()
 
     async def _sleep(self, within: float | None = None) -> None:
         """Until a wakeup (inotify) or the poll interval (or `within`), whichever comes first."""
@@ -224,7 +242,8 @@ class LocalFileSource(FollowsWithCursor):
         while not self._closed:
             self._subscribe()
             try:
-                f = open(self.path, "rb")
+                # after a Reopen: the first file held (Cursor Hold), else the path
+                f = os.fdopen(self._held.pop(0), "rb") if self._held else open(self.path, "rb")
             except FileNotFoundError:
                 if not waiting_said:
                     yield SourceState(False, f"waiting for {self.path} to appear")
@@ -267,27 +286,53 @@ class _OpenFile(CursorIO):
             os.close(self.found)
             self.found = None
 
-    async def find_rotated(self, ask: FindRotated) -> bool:
-        """Our file among the rotated names beside the path, by dev:inode, head and tail."""
+    async def find_rotated(self, ask: FindRotated) -> tuple[bool, list[tuple[int, int, int]]]:
+        """Our file among the rotated names beside the path, by dev:inode, head and tail; the
+        rotated files written after it are held (Cursor Hold)."""
         path = self.source.path
         try:
             names = rotated_names(path.name, os.listdir(path.parent))
         except OSError:
-            return False
+            return False, []
         lo, n = before_range(ask)
+        opened: dict[str, tuple[int, os.stat_result]] = {}
+        ours: str | None = None
         for name in names:
             try:
                 fd = os.open(path.parent / name, os.O_RDONLY)
             except OSError:
                 continue
             st = os.fstat(fd)
-            if is_ours(ask, st.st_dev, st.st_ino, st.st_size, os.pread(fd, HEAD_BYTES, 0),
-                       os.pread(fd, n, lo)):
-                self.close()
-                self.found = self.fd = fd
-                return True
+            opened[name] = (fd, st)
+            if ours is None and is_ours(ask, st.st_dev, st.st_ino, st.st_size,
+                                        os.pread(fd, HEAD_BYTES, 0), os.pread(fd, n, lo)):
+                ours = name
+        held: list[tuple[int, int, int]] = []
+        if ours is not None:
+            self.close()
+            self.found = self.fd = opened.pop(ours)[0]
+            later = later_files(os.fstat(self.fd).st_mtime,
+                                [(k, v[1].st_dev, v[1].st_mtime) for k, v in opened.items()])
+            for name in later:
+                fd, st = opened.pop(name)
+                self.source._held.append(fd)
+                held.append((st.st_dev, st.st_ino, st.st_size))
+        for fd, _ in opened.values():
             os.close(fd)
-        return False
+        return ours is not None, held
+
+    async def hold(self, ask: Hold) -> tuple[bool, int]:
+        """Open the file the path names and keep it, if it is still `ask`'s."""
+        try:
+            fd = os.open(self.source.path, os.O_RDONLY)
+        except OSError:
+            return False, 0
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (ask.dev, ask.ino):
+            os.close(fd)
+            return False, 0
+        self.source._held.append(fd)
+        return True, st.st_size
 
     async def read(self, pos: int, n: int) -> bytes:
         return os.pread(self.fd, n, pos)

@@ -54,8 +54,8 @@ from .base import (
 )
 from .sshstream import ExecFile, ExecFS, NoStream, StreamLost
 from .cursor import (
-    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, PathFacts, Reopen,
-    before_range, drive, is_ours, rotated_names,
+    ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
+    before_range, drive, is_ours, later_files, rotated_names,
 )
 
 READ_SIZE = 256 * 1024
@@ -379,15 +379,25 @@ class SSHFileSource(FollowsWithCursor):
         self._streaming: ExecFile | None = None   # the pushed file being waited on
         # where reading stands survives reconnects: the cursor is the source's, not a session's
         self.cursor = Cursor(self.target.path, saved=start, can_locate=locator is not None,
-                             can_find=True, read_size=READ_SIZE, check_every=IDENTITY_EVERY,
+                             can_find=True, can_hold=True, read_size=READ_SIZE,
+                             check_every=IDENTITY_EVERY,
                              rotate_wait=rotate_wait, logger=self.log)
         self.reconnects = 0
+        # open handles of the files after ours (Cursor Hold), in the order they are read;
+        # they go with the connection (the cursor then looks for them again)
+        self._held: list[Any] = []
 
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
         if self._streaming is not None:
             self._streaming._wake()
+        held, self._held = self._held, []
+        for h in held:
+            try:
+                await h.close()
+            except (OSError, asyncssh.Error):
+                pass
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff()
@@ -416,6 +426,7 @@ class SSHFileSource(FollowsWithCursor):
                         return
                 return
             except (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError) as e:
+                self._held = []          # handles of the lost connection / reader
                 if self._closed:
                     return
                 if isinstance(e, StreamLost):
@@ -472,15 +483,16 @@ class SSHFileSource(FollowsWithCursor):
         again when the cursor leaves it (rotation); connection errors propagate."""
         say_up = True
         while not self._closed:
-            f = None
-            async for item in self._open(sftp):
-                if isinstance(item, SourceState):
-                    yield item
-                    say_up = True
-                    if item.fatal:
-                        return
-                else:
-                    f = item
+            f = self._held.pop(0) if self._held else None   # after a Reopen: a held file
+            if f is None:
+                async for item in self._open(sftp):
+                    if isinstance(item, SourceState):
+                        yield item
+                        say_up = True
+                        if item.fatal:
+                            return
+                    else:
+                        f = item
             if f is None:
                 return
             io = _RemoteFile(self, conn, sftp, f)
@@ -561,7 +573,7 @@ class _RemoteFile(CursorIO):
         the streamed reader tells dev, inode and our file's link count)."""
         path = self.source.target.path
         if isinstance(self.f, ExecFile):
-            m, first = await self.f.look(HEAD_BYTES if head else 0)
+            m, first = await self.f.look(HEAD_BYTES if head else 0, path)
             if not m["exists"]:
                 return PathFacts(False, links=m.get("links"))
             return PathFacts(True, m["dev"], m["ino"], m["size"], first if head else None)
@@ -581,16 +593,19 @@ class _RemoteFile(CursorIO):
     async def locate(self) -> tuple[int, int]:
         return await self.source._find_start(self.conn, self.f)
 
-    async def find_rotated(self, ask: FindRotated) -> bool:
-        """Our file among the rotated names beside the path: SFTP has no inode, so by its
-        head, its size and the bytes before our offset."""
+    async def find_rotated(self, ask: FindRotated) -> tuple[bool, list[tuple[int, int, int]]]:
+        """Our file among the rotated names beside the path, by its head, its size and the
+        bytes before our offset (and dev:inode, which only the streamed reader tells); the
+        rotated files written after it are held (streamed reader only: by dev:inode)."""
         path = self.source.target.path
         parent, base = posixpath.split(path)
         try:
             names = rotated_names(base, [str(n) for n in await self.sftp.listdir(parent or "/")])
         except asyncssh.SFTPError:
-            return False
+            return False, []
         lo, n = before_range(ask)
+        cands: dict[str, tuple[Any, Any]] = {}
+        ours: Any = None
         for name in names:
             try:
                 cand = await self.sftp.open(posixpath.join(parent, name), "rb")
@@ -598,19 +613,43 @@ class _RemoteFile(CursorIO):
                 continue
             try:
                 attrs = await cand.stat()
-                ours = is_ours(ask, getattr(attrs, "dev", None), getattr(attrs, "ino", None),
-                               attrs.size or 0, await cand.read(HEAD_BYTES, 0),
-                               await cand.read(n, lo) if n else b"")
+                cands[name] = (cand, attrs)
+                if ours is None and is_ours(
+                        ask, getattr(attrs, "dev", None), getattr(attrs, "ino", None),
+                        attrs.size or 0, await cand.read(HEAD_BYTES, 0),
+                        await cand.read(n, lo) if n else b""):
+                    ours = name
             except asyncssh.SFTPError:
-                ours = False
-            if ours:
-                self.f = cand        # read from now on; _follow closes both handles
-                return True
+                pass
+        held: list[tuple[int, int, int]] = []
+        if ours is not None:
+            self.f, attrs = cands.pop(ours)   # read from now on; _follow closes both handles
+            later = later_files(attrs.mtime, [(k, getattr(a, "dev", None), a.mtime)
+                                              for k, (_, a) in cands.items()])
+            for name in later:
+                cand, a = cands.pop(name)
+                self.source._held.append(cand)
+                held.append((a.dev, a.ino, a.size or 0))
+        for cand, _ in cands.values():
             try:
                 await cand.close()
             except (OSError, asyncssh.Error):
                 pass
-        return False
+        return ours is not None, held
+
+    async def hold(self, ask: Hold) -> tuple[bool, int]:
+        """Open the file the path names and keep it, if it is still `ask`'s (only asked
+        where a look told dev:inode: the streamed reader)."""
+        try:
+            f = await self.sftp.open(self.source.target.path, "rb")
+        except asyncssh.SFTPNoSuchFile:
+            return False, 0
+        attrs = await f.stat()
+        if (getattr(attrs, "dev", None), getattr(attrs, "ino", None)) != (ask.dev, ask.ino):
+            await f.close()
+            return False, 0
+        self.source._held.append(f)
+        return True, attrs.size or 0
 
     async def wait(self, idle: float, within: float | None = None) -> None:
         if isinstance(self.f, ExecFile) and not self.f.closed:

@@ -552,8 +552,10 @@ class ExecFile:
     async def stat(self) -> Attrs:
         return _attrs((await self.fs.call("fstat", self.h))[0])
 
-    async def look(self, head: int) -> tuple[dict[str, Any], bytes]:
-        return await self.fs.call("look", self.h, self.path, head)
+    async def look(self, head: int, path: str | None = None) -> tuple[dict[str, Any], bytes]:
+        """What `path` (default: the path this handle was opened by) names now; a rotated
+        file found again or held was opened by another name than the log's."""
+        return await self.fs.call("look", self.h, path or self.path, head)
 
     async def close(self) -> None:
         if self.closed:

@@ -1,0 +1,335 @@
+"""Rename rotation at any pace (issue 30): a log renamed every 2 s while its server writes
+1,000 lines/s and reopens it 1 s late, so that several rotated files are waiting while the
+first is drained; rotations while the SSH connection is down and while the daemon is down;
+fast symlink swaps; a directory removed and made again; and a rotated file removed before it
+was read, which must be counted with its size.
+
+Before the chain (a file the path names is held open by dev:inode as soon as it is seen, and
+read after the one before it), a rename every 2 s lost 13,001 of 20,000 lines locally and
+20,005 of 30,000 over SSH, and nothing was counted.  Every test counts lines: 0 lost, 0
+repeated, in order.  The writers pace themselves; the readers poll conditions with deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from logwatch.sources import Skipped
+from logwatch.sources.local import LocalFileSource
+from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
+from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from test_local_source import Reader, new_follower, run
+from test_rotation import line_numbers, loss, numbered
+
+pytestmark = pytest.mark.integration
+
+
+def shift(log: Path, keep: int = 50) -> None:
+    """Rename rotation as RotatingFileHandler and logrotate do it: x.N -> x.N+1, x -> x.1."""
+    for k in range(keep - 1, 0, -1):
+        old = Path(f"{log}.{k}")
+        if old.exists():
+            os.rename(old, f"{log}.{k + 1}")
+    os.rename(log, f"{log}.1")
+
+
+class RenamingWriter(threading.Thread):
+    """`rate` numbered lines a second for `duration` seconds to `path`; every `every` seconds
+    `rotate(path)`, then the old descriptor is written `late` seconds more before the path is
+    opened again (the server's reopen).  `create`: an empty file is made at the path right at
+    the rotation (logrotate `create`); otherwise the path is missing until the reopen."""
+
+    def __init__(self, path: Path, *, duration: float = 12.0, rate: int = 1000,
+                 every: float = 2.0, late: float = 1.0, create: bool = False,
+                 rotate: Callable[[Path], None] = shift,
+                 reopen: Callable[[], Path] | None = None) -> None:
+        super().__init__(daemon=True)
+        self.path, self.duration, self.rate, self.every, self.late = path, duration, rate, every, late
+        self.create, self.rotate, self.reopen = create, rotate, reopen or (lambda: path)
+        self.written = 0
+        self.rotations = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - checked by the test
+            self.error = e
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        f = open(self.reopen(), "ab")
+        next_rotation = start + self.every
+        reopen_at: float | None = None
+        per_tick = max(1, self.rate // 100)
+        tick = start
+        while True:
+            now = time.monotonic()
+            if now - start >= self.duration:
+                break
+            if now >= next_rotation:
+                self.rotate(self.path)
+                if self.create:
+                    self.path.write_bytes(b"")
+                self.rotations += 1
+                next_rotation += self.every
+                reopen_at = now + self.late
+            if reopen_at is not None and now >= reopen_at:
+                f.close()
+                f = open(self.reopen(), "ab")
+                reopen_at = None
+            first = self.written + 1
+            f.write(b"".join(numbered(i) for i in range(first, first + per_tick)))
+            f.flush()
+            self.written += per_tick
+            tick += 0.01
+            time.sleep(max(0.0, tick - time.monotonic()))   # the server's pace
+        f.close()
+
+
+def all_lines(r: Reader) -> list[int]:
+    return [n for _, seg in r.segments() for n in line_numbers(seg)]
+
+
+def unique(r: Reader) -> int:
+    try:
+        return len(set(all_lines(r)))
+    except AssertionError:          # a line split between two reads: not there yet
+        return -1
+
+
+async def follow_until_written(r: Reader, writer: RenamingWriter, timeout: float = 60) -> None:
+    writer.start()
+    await r.wait(lambda: not writer.is_alive(), writer.duration + 30, "the writer")
+    assert writer.error is None, writer.error
+    await r.wait(lambda: unique(r) == writer.written, timeout,
+                 f"all {writer.written} lines (have {unique(r)})")
+
+
+def assert_exact(r: Reader, writer: RenamingWriter) -> None:
+    nums = all_lines(r)
+    assert loss(nums, writer.written) == (0, 0), \
+        f"{loss(nums, writer.written)} (lost, repeated) of {writer.written}"
+    assert nums == list(range(1, writer.written + 1))
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
+@pytest.mark.parametrize("create", [False, True], ids=["rename", "logrotate-create"])
+def test_local_rename_every_2s_writer_1s_late_loses_nothing(tmp_path: Path,
+                                                            create: bool) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"")
+    writer = RenamingWriter(log, create=create)
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(log))) as r:    # rotate_wait: the default 5 s
+            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
+            await follow_until_written(r, writer)
+            return r
+
+    r = run(main())
+    assert writer.rotations == 5 and writer.written >= 11_000
+    assert_exact(r, writer)
+    assert len(r.opened()) == writer.rotations + 1     # every file, each once
+
+
+def test_local_two_rotations_while_the_daemon_was_down(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
+    source = LocalFileSource(str(log))
+    follower = new_follower(source)
+
+    async def first() -> None:
+        async with Reader(source, follower) as r:
+            await r.wait(lambda: r.data_bytes() == log.stat().st_size, 10, "the first run")
+
+    run(first())
+    pos = follower.position()
+    assert pos is not None
+    n = 1000
+    for _ in range(2):                       # written, rotated, written, rotated: all unread
+        with open(log, "ab") as f:
+            f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+        n += 1000
+        time.sleep(0.02)                     # distinct mtimes (ns clocks: far more than needed)
+        shift(log)
+    with open(log, "ab") as f:
+        f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+    n += 1000
+
+    async def second() -> list[int]:
+        async with Reader(LocalFileSource(str(log), start=pos)) as r:
+            await r.wait(lambda: unique(r) == n - 1000, 30, "every line after the restart")
+            assert [(o.reason, o.new_file) for o in r.opened()] == \
+                [("resume", False), ("rotated", True), ("rotated", True)]
+            return all_lines(r)
+
+    assert run(second()) == list(range(1001, n + 1))
+
+
+def test_fast_symlink_swaps_lose_nothing(tmp_path: Path) -> None:
+    """`current.log -> run-K.log`, swapped every 0.5 s; the writer moves to the new target
+    0.3 s later."""
+    link = tmp_path / "current.log"
+    runs = [tmp_path / f"run-{k}.log" for k in range(40)]
+    state = {"k": 0}
+    runs[0].write_bytes(b"")
+    link.symlink_to(runs[0].name)
+
+    def swap(_: Path) -> None:
+        state["k"] += 1
+        runs[state["k"]].write_bytes(b"")
+        tmp = tmp_path / "current.tmp"
+        tmp.symlink_to(runs[state["k"]].name)
+        os.replace(tmp, link)
+
+    writer = RenamingWriter(link, duration=6.0, every=0.5, late=0.3, rotate=swap,
+                            reopen=lambda: runs[state["k"]])
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(link))) as r:
+            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
+            await follow_until_written(r, writer)
+            return r
+
+    r = run(main())
+    assert writer.rotations >= 10
+    assert_exact(r, writer)
+
+
+def test_directory_removed_and_made_again_loses_nothing(tmp_path: Path) -> None:
+    """The log's directory is removed (its files with it) and made again every second; the
+    writer, 0.3 s later, writes the new one's log."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    log = logdir / "server.log"
+    log.write_bytes(b"")
+
+    def recreate(_: Path) -> None:
+        import shutil
+        shutil.rmtree(logdir)
+        logdir.mkdir()
+
+    writer = RenamingWriter(log, duration=6.0, every=1.0, late=0.3, rotate=recreate)
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(log))) as r:
+            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
+            await follow_until_written(r, writer)
+            return r
+
+    r = run(main())
+    assert writer.rotations >= 5
+    assert_exact(r, writer)
+
+
+# ----------------------------------------------------------------------------------------------
+# SSH (the streamed reader: dev:inode over the wire)
+
+def ssh_source(server: SSHServer, path: Path, pool: SSHPool, **kw: Any) -> SSHFileSource:
+    opts = SSHOptions(known_hosts=str(server.known_hosts), client_keys=(str(server.client_key),),
+                      poll_interval=0.05)
+    return SSHFileSource(server.url(path), options=opts, pool=pool, **kw)
+
+
+def test_ssh_rename_every_2s_writer_1s_late_loses_nothing(sshd_server: SSHServer,
+                                                          tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"")
+    writer = RenamingWriter(log)
+
+    async def main() -> Reader:
+        pool = SSHPool()
+        try:
+            async with Reader(ssh_source(sshd_server, log, pool)) as r:
+                await r.wait(lambda: bool(r.opened()), 20, "the first Opened")
+                await follow_until_written(r, writer)
+                assert pool.streams == 1          # the streamed reader, not SFTP
+                return r
+        finally:
+            await pool.close()
+
+    r = run(main())
+    assert writer.rotations == 5
+    assert_exact(r, writer)
+
+
+def test_ssh_two_rotations_during_an_outage_lose_nothing(sshd_server: SSHServer,
+                                                         tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
+
+    async def main() -> Reader:
+        pool = SSHPool()
+        try:
+            async with Reader(ssh_source(sshd_server, log, pool)) as r:
+                await r.wait(lambda: unique(r) == 1000, 20, "the first part")
+                await asyncio.to_thread(sshd_server.stop)      # the connection is down
+                n = 1000
+                for _ in range(2):
+                    with open(log, "ab") as f:
+                        f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+                    n += 1000
+                    await asyncio.sleep(0.02)                  # distinct mtimes
+                    shift(log)
+                with open(log, "ab") as f:
+                    f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+                n += 1000
+                await asyncio.to_thread(sshd_server.start)
+                await r.wait(lambda: unique(r) == n, 40, f"all {n} lines")
+                return r
+        finally:
+            await pool.close()
+
+    r = run(main())
+    assert all_lines(r) == list(range(1, 4001))
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
+def test_ssh_a_held_file_removed_during_an_outage_is_counted_with_its_size(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    """Ours rotated, the next file held while ours drains (rotate_wait 30 s: the writer has
+    not reopened); the connection drops, and the held file is rotated again and removed:
+    its bytes are a `Skipped` of its size, and the rest is read."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 101)))
+
+    async def main() -> Reader:
+        pool = SSHPool()
+        try:
+            src = ssh_source(sshd_server, log, pool, rotate_wait=30.0)
+            async with Reader(src) as r:
+                await r.wait(lambda: unique(r) == 100, 20, "the first part")
+                shift(log)
+                log.write_bytes(b"")                  # logrotate create: empty, held
+                await r.wait(lambda: len(src.cursor._held) == 1, 20, "the new file held")
+                await asyncio.to_thread(sshd_server.stop)
+                with open(log, "ab") as f:
+                    f.write(b"".join(numbered(i) for i in range(101, 201)))
+                size = log.stat().st_size
+                nxt = tmp_path / "next.tmp"            # (made first: no inode reused)
+                nxt.write_bytes(b"".join(numbered(i) for i in range(201, 301)))
+                shift(log)                             # rotated again ...
+                os.replace(nxt, log)
+                os.unlink(f"{log}.1")                  # ... and removed (compressed), unread
+                await asyncio.to_thread(sshd_server.start)
+                await r.wait(lambda: [e for e in r.events if isinstance(e, Skipped)], 40,
+                             "the loss, counted")
+                skipped = [e for e in r.events if isinstance(e, Skipped)]
+                assert skipped[0].nbytes == 0 or skipped[0].nbytes <= size
+                await r.wait(lambda: 300 in all_lines(r), 40, "the new file")
+                return r
+        finally:
+            await pool.close()
+
+    r = run(main())
+    skipped = [e for e in r.events if isinstance(e, Skipped)]
+    assert len(skipped) == 1 and "removed before it was read" in skipped[0].message
+    assert sorted(set(all_lines(r))) == list(range(1, 101)) + list(range(201, 301))
