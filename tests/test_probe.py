@@ -13,6 +13,7 @@ ever answered is "ready in log, not answering" in /api/status and on the page.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import threading
 import time
@@ -314,3 +315,59 @@ def test_a_bad_probe_config_names_the_file_and_key(tmp_path: Path) -> None:
     assert res.returncode == 2, res.stderr
     assert "targets[0].probe.interval: not a duration: 'soon'" in res.stderr, res.stderr
     assert "targets[1].probe.url: expected http://HOST:PORT/PATH" in res.stderr, res.stderr
+
+
+@pytest.mark.integration
+def test_attaching_to_a_server_already_up_probes_it_and_alerts_its_loss_once(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """Issue 30: the daemon starts after the fleet.  The log said ready an hour ago (history
+    for alerts: no `ready` alert), its server answers: `logwatch_probe_up 1` within 2 probe
+    intervals of the attach (the address comes from the startup caught up on, not from
+    lines read live).  Its HTTP side dies: 0 at the next probe, one `unreachable`; then the
+    server crashes in its log: the crash is alerted (a server up before us is monitored)."""
+    app_port = free_port()
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
+    an_hour_ago = time.time() - 3600
+    os.utime(log, (an_hour_ago, an_hour_ago))
+    http = _serve(app_port)
+    hook = Receiver().start()
+    port = free_port()
+    probe = {"interval": "1s", "timeout": "2s", "fail_after": "3s"}
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("up", str(log), gpu=False, probe=probe),
+    ], alerts=[{"type": "webhook", "name": "hook", "url": hook.url(),
+                "on": ["unreachable", "crashed", "ready"]}])
+    d = daemons(cfg, port).start()
+    try:
+        t = d.wait_target("up", lambda t: t["phase"] == "ready", "ready (caught up)")
+        attached = time.monotonic()
+        assert t["seen_at_attach"] is not None and t["seen_at_attach"]["phase"] == "ready", t
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=10, target="up")
+        assert time.monotonic() - attached <= 2 * 1.0 + 1.0, "not within 2 probe intervals"
+        t = d.target("up")
+        assert t is not None and t["probe"]["url"] == f"http://127.0.0.1:{app_port}"
+        http.close()
+        stopped = time.monotonic()
+        d.wait_metric("logwatch_probe_up", 0.0, timeout=10, target="up")
+        assert time.monotonic() - stopped < 3.0 + 1.0        # within fail_after
+        fired = hook.wait(lambda g: g.json["kind"] == "unreachable" and
+                          g.json["status"] == "firing", timeout=30, what="unreachable")
+        assert fired[0].json["target"] == "up" and "not answering for" in fired[0].json["summary"]
+        hook.assert_quiet(4.0, lambda g: g.json["kind"] == "unreachable" and
+                          g.json["status"] == "firing", what="a second unreachable alert")
+        # the server crashes in its log, after we attached: news
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("[2026-12-01 12:00:00 TP0] Scheduler hit an exception: Traceback (most "
+                    "recent call last):\n"
+                    '  File "/sglang/srt/managers/scheduler.py", line 100, in event_loop\n'
+                    "    self.run_batch(batch)\n"
+                    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                    "[2026-12-01 12:00:01] Received sigquit from a child process. It usually "
+                    "means the child failed.\n")
+        got = hook.wait(lambda g: g.json["kind"] == "crashed", timeout=30, what="crashed")
+        assert got[0].json["target"] == "up"
+        assert not hook.requests(lambda g: g.json["kind"] == "ready"), "history alerted"
+    finally:
+        http.close()
+        hook.close()

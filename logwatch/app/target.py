@@ -298,9 +298,8 @@ class TargetRunner:
         startup = pipe.state.startup_id if pipe is not None else None
         if self.cfg.probe.url:
             return ProbePlan(endpoint_of(self.cfg.probe.url), paths, startup)
-        if pipe is None or self.catching_up or self.seen_at_attach is not None and \
-                self.seen_at_attach.startup_id == startup:
-            return ProbePlan(None, paths, startup)   # history is not probed
+        if pipe is None or self.catching_up or self._ended_at_attach(startup):
+            return ProbePlan(None, paths, startup)   # a server that ended is not probed
         st = pipe.state
         ep: Endpoint | None = endpoint_of(st.endpoint) if st.endpoint else None
         if ep is None:
@@ -308,6 +307,13 @@ class TargetRunner:
         if ep is None and self.prober is not None:
             self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
         return ProbePlan(ep, paths, startup)
+
+    def _ended_at_attach(self, startup: str | None) -> bool:
+        """`startup` is the one that had crashed or stopped before we attached: history.  One
+        that was ready then is a server up before us: probed, its stats read, its crash
+        alerted from the first read (its address from the whole startup, caught up on)."""
+        s = self.seen_at_attach
+        return s is not None and s.startup_id == startup and s.phase != READY_PHASE
 
     # -- running -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -455,6 +461,8 @@ class TargetRunner:
                 return
         if held:
             self.on_events_cb(self, held)
+        if self.prober is not None:
+            self.prober.poke()         # a server up before us: probed from now on
 
     def _resumed(self, now: float) -> list[Event]:
         """[Resumed] when a stall is under way and lines came again (the machine forgot its
@@ -512,8 +520,9 @@ class TargetRunner:
         if self.catching_up:
             self._held.extend(events)
             return
-        historic = self.seen_at_attach.startup_id \
-            if self.seen_at_attach and not self.report_history else None
+        historic = self.seen_at_attach.startup_id if self.seen_at_attach and \
+            not self.report_history and self._ended_at_attach(self.seen_at_attach.startup_id) \
+            else None
         if historic is not None:   # what still comes of the ended startup (its crash settling)
             events = [e for e in events if getattr(e, "startup", None) != historic]
             if not events:

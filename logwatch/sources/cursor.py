@@ -324,6 +324,12 @@ class Cursor:
             saved = self.saved
             assert saved is not None
             if not ok:
+                self._events.append(Skipped(0, (
+                    f"{self.path} is another file than the one the saved position was in, and "
+                    f"that one is not beside it any more (rotated and compressed, or removed): "
+                    f"what it held after byte {saved.offset}, if anything, is unread")))
+                self.log.warning("the file of the saved position is gone: what it held after "
+                                 "the position, if anything, is unread", offset=saved.offset)
                 return self._not_resumed()
             self.log.info("the log was rotated since the position was saved: reading the rest "
                           "of the rotated file, then the new one", saved_offset=saved.offset,

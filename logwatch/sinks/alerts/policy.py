@@ -151,13 +151,17 @@ class AlertPolicy:
         if p["up"]:
             return [Resolve(v.name, ("unreachable",), "answering again")]
         since = p.get("failing_since")
-        if v.phase != READY or since is None or v.historic:
+        if v.phase != READY or since is None:
+            return []
+        never = not p.get("ok_at") or p.get("ok_startup") != v.startup_id
+        if v.historic and never:
+            # ready before we attached and never answered since: a stale log of a server
+            # gone long ago, not news; one that answered and stopped is (attach = monitored)
             return []
         ready_at = v.phase_entered_at or since
         down_for = v.now - max(since, ready_at)
         if down_for < float(p.get("fail_after") or 0.0):
             return []
-        never = not p.get("ok_at") or p.get("ok_startup") != v.startup_id
         what = "ready in log, never answered" if never else "not answering"
         return [self._alert(v, "unreachable", v.startup_id,
                             f"{what} for {fmt_duration(down_for)}: {p.get('status')} "
