@@ -149,20 +149,30 @@ def run_history(paths: list[str], spec: str, as_json: bool,
     return 0
 
 
-def stored_records(state_dir: Any, target: str) -> list[StartupRecord]:
-    """The daemon's ledger of one target (state_dir/ledger.sqlite3)."""
+def stored_records(state_dir: Any, target: str,
+                   say: Callable[[str], None] | None = None) -> list[StartupRecord]:
+    """The daemon's ledger of one target (state_dir/ledger.sqlite3); `say` is told when the
+    file was not a ledger and was set aside."""
     from ..state.ledger import LedgerStore
     store = LedgerStore(state_dir)
     try:
-        return store.records(target)
+        records = store.records(target, wait=None)
     finally:
         store.close()
+    if store.set_aside is not None and say is not None:
+        say(store.set_aside)
+    return records
 
 
 def run_history_store(state_dir: Any, target: str, as_json: bool,
                       out: Callable[[str], None]) -> int:
     """The daemon's ledger of one target (state_dir/ledger.sqlite3)."""
-    records = stored_records(state_dir, target)
+    notes: list[str] = []
+    records = stored_records(state_dir, target, notes.append)
+    if notes:                            # a corrupt ledger set aside: one line, no traceback
+        out(notes[0] + (f"; no startup recorded for {target}" if not records else ""))
+        if not records:
+            return 1
     if as_json:
         for r in records:
             out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))

@@ -98,7 +98,7 @@ class StateErrors:
     at the next interval.  One log line per kind says what and where, until a write of
     that kind succeeds again; `logwatch_state_errors_total{kind}` counts every failure."""
 
-    KINDS = ("positions", "alerts", "history")
+    KINDS = ("positions", "alerts", "history", "ledger")
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {k: 0 for k in self.KINDS}
@@ -108,12 +108,15 @@ class StateErrors:
     def log(self) -> Any:   # on first use: one exists at import, before logging is set up
         return log.get("state")
 
-    def failed(self, kind: str, path: Path, error: OSError) -> None:
+    def failed(self, kind: str, path: Path, error: Exception) -> None:
+        """Count and say (once per kind) a failed write: an OSError, or any other error of
+        a store (sqlite3's have no `strerror`)."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if kind not in self._reported:
             self._reported.add(kind)
-            self.log.error(f"cannot save {kind} state in {path.parent}: "
-                           f"{error.strerror or error}; going on from memory", file=str(path))
+            why = getattr(error, "strerror", None) or str(error) or type(error).__name__
+            self.log.error(f"cannot save {kind} state in {path.parent}: {why}; going on "
+                           "from memory", file=str(path))
 
     def succeeded(self, kind: str) -> None:
         if kind in self._reported:
