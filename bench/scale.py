@@ -159,7 +159,8 @@ def fleet(tmp: Path, n: int) -> tuple[list[Path], int, list[str]]:
 
 def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         gpu: str = "off", hosts: bool = False, max_sessions: int = 200,
-        root: Path | None = None, sample_every: float = 1.0) -> dict[str, float]:
+        root: Path | None = None, sample_every: float = 1.0,
+        bashrc: float = 0.0) -> dict[str, float]:
     """`gpu`: "off" (`gpu: false` on every target) or "on" (the replay stand-in of nvidia-smi,
     8 GPUs, every 2 s).  `hosts` (ssh): each target its own connection, as if on its own host
     (distinct ssh options key distinct connections), so "on" runs one GPU stream per target;
@@ -167,7 +168,9 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
     sshd's MaxSessions (OpenSSH's default is 10).  `root`: run the daemon of another tree
     (a side-by-side with an older commit).  Lateness: /metrics is read every `sample_every`
     seconds (in the CPU window too) and each target's count is turned into the age of its
-    oldest line not yet counted (`lateness`): p99 over targets x samples."""
+    oldest line not yet counted (`lateness`): p99 over targets x samples.  `bashrc` (ssh):
+    the node's ~/.bashrc sleeps this long (conda / pyenv init: bash runs it for every command
+    sshd starts; the sshd's HOME is its own folder, so 0 means no ~/.bashrc at all)."""
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         paths, port, lines = fleet(tmp, n)
@@ -175,7 +178,8 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
         if kind == "ssh":
             sys.path.insert(0, str(ROOT / "tests"))
             from support.sshd import SSHServer
-            server = SSHServer(str(tmp / "sshd"), max_sessions=max_sessions).__enter__()
+            server = SSHServer(str(tmp / "sshd"), max_sessions=max_sessions,
+                               bashrc=f"sleep {bashrc}" if bashrc else None).__enter__()
             ssh = (f"    ssh: {{known_hosts: {server.known_hosts}, client_keys: [{server.client_key}]}}")
         for i, p in enumerate(paths):
             src = server.url(str(p)) if server else str(p)
@@ -215,11 +219,14 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
             written = 2 * n + ticks * n
             deadline = time.monotonic() + 60
             counted = 0.0
+            at_2s = None
             caught_up = None
             while time.monotonic() < deadline:
                 by_target = metric_by_target(port, "logwatch_lines_total")
                 samples.append((time.monotonic(), by_target))
                 counted = sum(by_target.values())
+                if at_2s is None and time.monotonic() - times[-1] >= 2.0:
+                    at_2s = counted
                 if counted >= written:
                     caught_up = time.monotonic() - times[-1]
                     break
@@ -234,6 +241,11 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                     "late_p99_s": round(percentile(late, 99), 3),
                     "late_max_s": round(max(late), 3),
                     "caught_up_after_s": None if caught_up is None else round(caught_up, 2),
+                    "counted_2s_after_end": int(at_2s if at_2s is not None else counted),
+                    "bashrc_s": bashrc if kind == "ssh" else None,
+                    "bashrc_runs": (server.bashrc_runs.read_text().count("run")
+                                    if server is not None and server.bashrc_runs.exists()
+                                    else None),
                     "max_sessions": max_sessions if kind == "ssh" else None}
         finally:
             daemon.terminate()
@@ -253,7 +265,9 @@ if __name__ == "__main__":
     ap.add_argument("seconds", type=float, nargs="?", default=20.0)
     ap.add_argument("--max-sessions", type=int, default=200)
     ap.add_argument("--roots", help="comma-separated trees to run side by side (default: this)")
+    ap.add_argument("--bashrc", type=float, default=0.0,
+                    help="ssh: the node's ~/.bashrc sleeps this many seconds (default: none)")
     args = ap.parse_args()
     for tree in (args.roots.split(",") if args.roots else [str(ROOT)]):
         print(tree, run(args.n, args.kind, seconds=args.seconds, max_sessions=args.max_sessions,
-                        root=Path(tree)), flush=True)
+                        root=Path(tree), bashrc=args.bashrc), flush=True)

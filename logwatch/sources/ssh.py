@@ -523,13 +523,19 @@ class SSHFileSource(FollowsWithCursor):
         assert loc is not None
         lits = loc.grep_literals
         if lits:
-            cmd = ("LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
+            # `env`, not `LC_ALL=C grep`: a csh/tcsh login shell has no such assignment
+            cmd = ("env LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
                    + f" -- {shlex.quote(self.target.path)} | tail -n 50")
             try:
-                async with self.pool.exec_slot(self.target, self.opts):
-                    res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None), 60)
-                out = res.stdout or b""
-                if res.exit_status in (0, 1):
+                if isinstance(f, ExecFile):
+                    # the streamed reader runs it: no session, no login shell per target
+                    status, out = await asyncio.wait_for(f.fs.grep(self.target.path, lits), 60)
+                else:
+                    async with self.pool.exec_slot(self.target, self.opts):
+                        res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None),
+                                                     60)
+                    status, out = res.exit_status, res.stdout or b""
+                if status in (0, 1):
                     for raw in reversed(out.splitlines()):
                         lineno, _, rest = raw.partition(b":")
                         off, _, text = rest.partition(b":")

@@ -63,10 +63,12 @@ MAX_BUFFERED = 4 << 20    # pushed bytes waiting per handle before its watch is 
 
 # The reader on the node.  Python 3.5+, stdlib only; exits at EOF on its stdin.
 REMOTE = r'''
-import json, os, select, stat, sys, time
+import json, os, select, stat, subprocess, sys, time
 TAIL = %(tail)d
 CHUNK = 256 * 1024
+GREPS = 4
 fds, watches = {}, {}
+greps, grep_queue = {}, []
 out = []
 ids = [0]
 def send(b):
@@ -128,11 +130,47 @@ def op_watch(h, gen, pos):
 def op_unwatch(h):
     watches.pop(h, None)
     return None
+def grep_start(rid, path, lits, keep):
+    if len(greps) >= GREPS:
+        grep_queue.append((rid, path, lits, keep))
+        return
+    env = dict(os.environ, LC_ALL="C")
+    args = ["grep", "-a", "-b", "-n", "-F"]
+    for lit in lits:
+        args += ["-e", lit]
+    try:
+        p = subprocess.Popen(args + ["--", path], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    except OSError as e:
+        import errno
+        reply(rid, {"err": errno.errorcode.get(e.errno, "EIO"), "msg": str(e)})
+        return
+    greps[p.stdout.fileno()] = [p, rid, keep, b"", []]
+def grep_read(fd):
+    g = greps[fd]
+    data = os.read(fd, 1 << 16)
+    if data:
+        lines = (g[3] + data).split(b"\n")
+        g[3] = lines.pop()
+        g[4] = (g[4] + lines)[-g[2]:]
+        return
+    del greps[fd]
+    p = g[0]
+    p.stdout.close()
+    rc = p.wait()
+    if g[3]:
+        g[4] = (g[4] + [g[3]])[-g[2]:]
+    reply(g[1], {"status": rc}, b"\n".join(g[4]))
+    if grep_queue:
+        grep_start(*grep_queue.pop(0))
 OPS = {"open": op_open, "fstat": op_fstat, "stat": op_stat, "read": op_read, "list": op_list,
        "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
 def handle(line):
     req = json.loads(line.decode())
     rid, op, args = req[0], req[1], req[2:]
+    if op == "grep":
+        grep_start(rid, *args)
+        return
     try:
         res = OPS[op](*args)
     except OSError as e:
@@ -182,7 +220,11 @@ def main():
     while True:
         period = min(0.5, max(0.02, 0.001 * len(watches)))
         timeout = max(0.0, due - time.monotonic()) if watches else None
-        if select.select([0], [], [], timeout)[0]:
+        ready = select.select([0] + list(greps), [], [], timeout)[0]
+        for fd in ready:
+            if fd != 0 and fd in greps:
+                grep_read(fd)
+        if 0 in ready:
             data = os.read(0, 1 << 16)
             if not data:
                 return
@@ -427,6 +469,14 @@ class ExecFS:
 
     async def listdir(self, path: str) -> list[str]:
         return list((await self.call("list", path))[0]["names"])
+
+    async def grep(self, path: str, literals: tuple[str, ...], keep: int = 50
+                   ) -> tuple[int, bytes]:
+        """`grep -a -b -n -F -e LIT... -- PATH` run by the reader (no login shell: nothing
+        of ~/.bashrc, any shell), at most 4 at once per host; (exit status, its last `keep`
+        lines)."""
+        meta, data = await self.call("grep", path, list(literals), keep)
+        return int(meta["status"]), data
 
 
 class ExecFile:

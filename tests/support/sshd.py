@@ -90,11 +90,16 @@ class SSHServer:
     """An sshd on 127.0.0.1:`port`.  `start()` / `stop()` / `restart()` / `kill_sessions()`."""
 
     def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp",
-                 max_sessions: int = 200, python: bool = True) -> None:
+                 max_sessions: int = 200, python: bool = True,
+                 bashrc: str | None = None, shell: str | None = None) -> None:
         """`sftp`: the Subsystem line's command (None: no SFTP subsystem, as on some hardened
         hosts where a shell works and file transfer does not).  `max_sessions`: sshd's
         MaxSessions (OpenSSH's default is 10).  `python=False`: the sessions' commands run
-        with a PATH that has no python3 (a node without Python; a ForceCommand wrapper)."""
+        with a PATH that has no python3 (a node without Python; a ForceCommand wrapper).
+        `bashrc`: the sessions' ~/.bashrc (bash runs it for every command sshd starts: a
+        conda / pyenv init that takes 0.3 s on many GPU nodes); each run appends a line to
+        `bashrc_runs` so a test counts them.  `shell`: the login shell the commands run
+        under (`/usr/bin/tcsh`: sshd runs `SHELL -c COMMAND`; played by a ForceCommand)."""
         # a directory of its own, world-readable (0755): when sshd runs as root it reads
         # AuthorizedKeysFile as the logging-in user, who may be a non-root test user
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="logwatch-sshd-"))
@@ -114,6 +119,10 @@ class SSHServer:
         self.sftp = sftp
         self.max_sessions = max_sessions
         self.python = python
+        self.shell = shell
+        self.bashrc_runs = self.dir / "bashrc.runs"
+        if bashrc is not None:
+            (self.dir / ".bashrc").write_text(f"echo run >> {self.bashrc_runs}\n{bashrc}\n")
         self._keygen()
         self._write_config()
 
@@ -153,9 +162,23 @@ class SSHServer:
         wrapper.chmod(0o755)
         return wrapper
 
+    def _shell_wrapper(self) -> Path:
+        """A ForceCommand running each command as `SHELL -c COMMAND`, as sshd does with a
+        user whose login shell is SHELL; SFTP still works (sftp-server, not internal)."""
+        wrapper = self.dir / "shell.sh"
+        wrapper.write_text("#!/bin/sh\n"
+                           f'case "$SSH_ORIGINAL_COMMAND" in {SFTP_SERVER}) exec {SFTP_SERVER};; esac\n'
+                           f'exec {self.shell} -c "$SSH_ORIGINAL_COMMAND"\n')
+        wrapper.chmod(0o755)
+        return wrapper
+
     def _write_config(self) -> None:
         sftp = self.sftp
         force = ""
+        if self.shell is not None:
+            force = f"ForceCommand {self._shell_wrapper()}"
+            if sftp == "internal-sftp":
+                sftp = SFTP_SERVER
         if not self.python:
             force = f"ForceCommand {self._no_python_wrapper()}"
             if sftp == "internal-sftp":

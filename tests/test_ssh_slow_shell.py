@@ -1,0 +1,94 @@
+"""SSH cost independent of the node's login shell (issue 30).
+
+Many GPU nodes run conda or pyenv init in ~/.bashrc, and bash runs it for every command sshd
+starts.  Before, every target's first attach ran its own `grep` command (a session and a
+~/.bashrc each, 4 at a time per host): 500 targets behind a 0.3 s ~/.bashrc were ~14 s
+behind.  Now the grep runs inside the one streamed reader per connection (started once): the
+node's ~/.bashrc runs once per connection, whatever the number of targets.  And a tcsh login
+shell (no `VAR=value cmd` syntax) still finds the latest startup.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from support.sshd import SSHServer
+
+pytestmark = pytest.mark.integration
+
+N = 20
+
+
+def test_20_targets_behind_a_slow_bashrc_start_one_shell_and_keep_up(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    server = SSHServer(str(tmp_path / "sshd"), bashrc="sleep 0.3", max_sessions=10)
+    server.start()
+    try:
+        logs = []
+        texts = sim_texts(port=8000)
+        old = "".join(texts)                  # a startup, ready: where each attach begins
+        for i in range(N):
+            log = tmp_path / f"node{i}.log"
+            log.write_text(old * 3, encoding="utf-8")
+            logs.append(log)
+        ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)]}
+        port = free_port()
+        cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+            target_cfg(f"t{i}", server.url(log), ssh=ssh, gpu=False, probe=False)
+            for i, log in enumerate(logs)])
+        t0 = time.monotonic()
+        d = daemons(cfg, port).start()
+        per_startup = old.count("\n")
+        for i in range(N):                    # each attached at its latest startup
+            d.wait_lines(f"t{i}", per_startup, timeout=30)
+        attached = time.monotonic() - t0
+        # then 20 lines a second for 3 s each: every line counted within 2 s of the end
+        line = "[2026-01-01 00:00:00] Decode batch. #running-req: 1, #token: 10, gen throughput (token/s): 1.0\n"
+        for _ in range(30):
+            for log in logs:
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(line * 2)
+            time.sleep(0.1)                   # the writers' pace (20 lines/s), not a sync
+        end = time.monotonic()
+        for i in range(N):
+            d.wait_lines(f"t{i}", per_startup + 60, timeout=10)
+        late = time.monotonic() - end
+        runs = server.bashrc_runs.read_text().count("run")
+        assert runs == 1, f"~/.bashrc ran {runs} times for {N} targets on one connection"
+        assert late < 2.0, f"{late:.2f}s behind at the end"
+        assert attached < 15, attached
+    finally:
+        server.cleanup()
+
+
+
+@pytest.mark.parametrize("transport", ["stream", "sftp"])
+def test_a_tcsh_login_shell_still_finds_the_latest_startup(
+        tmp_path: Path, daemons: Any, transport: str) -> None:  # noqa: F811
+    """A node whose login shell is tcsh: `LC_ALL=C grep ...` is `LC_ALL=C: Command not
+    found.` there (before: the log read from byte 0, old crashes paged again).  The first
+    attach starts at the latest of 3 startups, over the streamed reader and over SFTP (where
+    the grep is a command: `env LC_ALL=C grep`)."""
+    server = SSHServer(str(tmp_path / "sshd"), shell="/usr/bin/tcsh")
+    server.start()
+    try:
+        log = tmp_path / "server.log"
+        texts = "".join(sim_texts(port=8000))
+        log.write_text(texts * 3, encoding="utf-8")
+        ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)],
+               "transport": transport}
+        port = free_port()
+        cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+            target_cfg("csh", server.url(log), ssh=ssh, gpu=False, probe=False)])
+        d = daemons(cfg, port).start()
+        d.wait_target("csh", lambda t: t["phase"] == "ready", "ready")
+        d.wait_lines("csh", texts.count("\n"), timeout=20)     # the last startup only
+        assert "Command not found" not in d.stderr()
+        assert "remote grep failed" not in d.stderr()
+    finally:
+        server.cleanup()
