@@ -219,14 +219,13 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
             written = 2 * n + ticks * n
             deadline = time.monotonic() + 60
             counted = 0.0
-            at_2s = None
+            time.sleep(max(0.0, times[-1] + 2.0 - time.monotonic()))
+            at_2s = sum(metric_by_target(port, "logwatch_lines_total").values())  # 2 s after
             caught_up = None
             while time.monotonic() < deadline:
                 by_target = metric_by_target(port, "logwatch_lines_total")
                 samples.append((time.monotonic(), by_target))
                 counted = sum(by_target.values())
-                if at_2s is None and time.monotonic() - times[-1] >= 2.0:
-                    at_2s = counted
                 if counted >= written:
                     caught_up = time.monotonic() - times[-1]
                     break
@@ -241,7 +240,7 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                     "late_p99_s": round(percentile(late, 99), 3),
                     "late_max_s": round(max(late), 3),
                     "caught_up_after_s": None if caught_up is None else round(caught_up, 2),
-                    "counted_2s_after_end": int(at_2s if at_2s is not None else counted),
+                    "counted_2s_after_end": int(at_2s),
                     "bashrc_s": bashrc if kind == "ssh" else None,
                     "bashrc_runs": (server.bashrc_runs.read_text().count("run")
                                     if server is not None and server.bashrc_runs.exists()

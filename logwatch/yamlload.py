@@ -2,9 +2,11 @@
 
 PyYAML shares the objects an alias names, so a "billion laughs" document loads quickly, but
 everything that then walks it (expanding `${VAR}`, validating, copying) works through the
-expanded tree: 9 levels of 9 aliases are 387 million nodes.  A config or a pack is small,
-so a document that would expand past `MAX_NODES` is refused with a clear message instead
-of hanging `--check` or a SIGHUP reload.
+expanded tree: 9 levels of 9 aliases are 387 million nodes.  A document whose aliases
+expand past `MAX_NODES` values, and past `EXPANSION` times the values it writes out, is
+refused with a clear message instead of hanging `--check` or a SIGHUP reload.  The second
+bound keeps a large honest config loading: 8,000 targets sharing their `ssh:` options by an
+alias are ~300,000 values from ~200,000 written (a bomb: 387 million from ~90).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ if TYPE_CHECKING:
     import yaml
 
 MAX_NODES = 200_000
+EXPANSION = 20        # expanded values per written value above MAX_NODES: an alias bomb
 
 
 class YAMLTooLarge(ValueError):
@@ -59,6 +62,24 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
         raise YAMLTooLarge("nested too deeply") from None
 
 
+def written_size(node: yaml.Node) -> int:
+    """How many distinct nodes the document writes out (each alias target once)."""
+    import yaml
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            todo.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            for k, v in n.value:
+                todo += (k, v)
+    return len(seen)
+
+
 def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:
     """`yaml.safe_load`, refusing documents whose aliases expand past `limit` nodes
     (YAMLTooLarge, a ValueError with the reason).  yaml is imported here, on first use: a
@@ -69,7 +90,7 @@ def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        expanded_size(node, limit)
+        expanded_size(node, max(limit, EXPANSION * written_size(node)))
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -319,3 +319,33 @@ def test_an_unset_url_env_fails_check_not_the_first_alert(tmp_path: Path) -> Non
     res = run("-c", str(mutate(tmp_path, lambda d: d["alerts"][1].update(url_env=var))),
               "--check", env_extra={var: "https://hooks.slack.example/T0/B0/x"})
     assert res.returncode == 0, res.stderr
+
+
+def test_an_8000_target_config_is_not_an_alias_bomb(tmp_path: Path) -> None:
+    """Issue 30: 8,000 targets sharing their ssh options, labels and probe settings by
+    aliases (~300,000 values expanded, written out ~200,000) is a config, not a bomb: it
+    loads and `--check` passes; the bomb (9^9 from ~90) is still refused."""
+    head = ["listen: 127.0.0.1:9", f"state_dir: {tmp_path / 'state'}", "targets:",
+            "  - {name: n0000, source: 'ssh://gpu-0000/var/log/sglang/server.log', rules: sglang,"
+            " ssh: &ssh {known_hosts: /etc/ssh/ssh_known_hosts, client_keys: [/k/id_ed25519],"
+            " connect_timeout: 20s, keepalive_interval: 10s},"
+            " labels: &labels {cluster: c1, model: glm-4.6, team: inference},"
+            " probe: &probe {interval: 10s, timeout: 3s, fail_after: 60s}, gpu: false}"]
+    body = [f"  - {{name: n{i:04d}, source: 'ssh://gpu-{i:04d}/var/log/sglang/server.log', "
+            f"rules: sglang, ssh: *ssh, labels: *labels, probe: *probe, gpu: false}}"
+            for i in range(1, 8000)]
+    path = tmp_path / "big.yaml"
+    path.write_text("\n".join(head + body) + "\n", encoding="utf-8")
+    from logwatch.yamlload import MAX_NODES, expanded_size, load_yaml
+    import yaml
+    assert expanded_size(yaml.compose(path.read_text()), 10**9) > MAX_NODES   # over the old bound
+    assert len(load_yaml(path.read_text())["targets"]) == 8000
+    res = run("-c", str(path), "--check", timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+
+
+@pytest.mark.parametrize("user", ["a;id", "a%3Bid", "a%20b", "x$(id)"])
+def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user: str) -> None:
+    """Issue 30: `ssh://a;id@host/...` is no login name: --check names the key."""
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(
+        source=f"ssh://{user}@gpu-node-1/var/log/sglang.log")), "targets[0].source")

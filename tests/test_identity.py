@@ -270,3 +270,28 @@ def test_target_names_never_share_a_state_file(tmp_path: Path) -> None:
     for i, n in enumerate(names):
         store.save(n, Position(i, 1, None, None, n))
     assert [store.load(n)[0].offset for n in names] == list(range(len(names)))  # type: ignore[union-attr]
+
+
+@pytest.mark.integration
+def test_kill_9_before_the_first_interval_checkpoint_keeps_the_startup_numbering(
+        tmp_path: Path, daemons) -> None:
+    """Issue 30: checkpoints every 60 s; the daemon attaches to a log with one startup, a
+    second one begins, and the daemon is killed 1.5 s later.  A new startup is checkpointed
+    at the next tick, so the restarted daemon resumes it as startup 2 (before: nothing was
+    saved yet, it attached again at the latest startup and numbered it 1)."""
+    log = tmp_path / "server.log"
+    append(log, "".join(sim_texts()))
+    port = free_port()
+    from daemonutil import write_config as write_cfg, target_cfg
+    cfg = write_cfg(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                    [target_cfg("t1", log, gpu=False, probe=False)],
+                    checkpoint={"interval": "60s"})
+    d = daemons(cfg, port).start()
+    d.wait_target("t1", lambda t: t["phase"] == "ready" and t["epoch"] == 1, "startup 1 ready")
+    append(log, "".join(sim_texts(start=2e9)))
+    d.wait_target("t1", lambda t: t["epoch"] == 2, "startup 2")
+    time.sleep(1.5)        # the kill comes 1.5 s after startup 2 began (the fault's timing)
+    d.kill9()
+    d.start()
+    t = d.wait_target("t1", lambda t: t["phase"] == "ready", "ready after the restart")
+    assert t["epoch"] == 2, t["epoch"]

@@ -459,6 +459,7 @@ class TargetRunner:
                           startup=s.startup_id)
             if not self.report_history:
                 return
+        self._next_checkpoint = 0.0    # saved at the next tick: a kill -9 then keeps numbering
         if held:
             self.on_events_cb(self, held)
         if self.prober is not None:
@@ -520,6 +521,10 @@ class TargetRunner:
         if self.catching_up:
             self._held.extend(events)
             return
+        if any(isinstance(e, StartupBegan) for e in events):
+            # a new startup is checkpointed at the next tick, not a whole interval later: a
+            # kill -9 meanwhile would attach again at this startup and number it 1
+            self._next_checkpoint = 0.0
         historic = self.seen_at_attach.startup_id if self.seen_at_attach and \
             not self.report_history and self._ended_at_attach(self.seen_at_attach.startup_id) \
             else None

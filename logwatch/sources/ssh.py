@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import posixpath
 import random
+import re
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -59,6 +60,7 @@ from .cursor import (
 )
 
 READ_SIZE = 256 * 1024
+_UNSAFE_USER = re.compile(r"""[;|&$`'"<>(){}\[\]*?!#~\s\x00-\x1f\x7f]""")
 TRANSPORTS = ("auto", "stream", "sftp")
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
 
@@ -83,7 +85,13 @@ class SSHTarget:
             port = parts.port
         except ValueError:
             raise SourceError(f"{url!r}: bad port") from None
-        return cls(parts.hostname, path, unquote(parts.username) if parts.username else None, port)
+        user = unquote(parts.username) if parts.username else None
+        if user is not None and (not user or _UNSAFE_USER.search(user)):
+            # never a login name; in the `cmd: ssh ...` advice or a ProxyCommand's %r it
+            # would be shell text
+            raise SourceError(f"{url!r}: the user name {user!r} has a character no login "
+                              "name has (; | & $ ` quotes, spaces, ...)")
+        return cls(parts.hostname, path, user, port)
 
     def __str__(self) -> str:
         who = f"{self.user}@" if self.user else ""
