@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from support.daemon import daemons, target_cfg, wait_for, write_config, free_port  # noqa: F401
-from logwatch.sources import Data, Opened, Skipped
+from logwatch.sources import Data, Opened, Position, Skipped
 from logwatch.sources.local import LocalFileSource, _Watcher
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -222,12 +222,8 @@ def test_the_log_replaced_by_a_symlink_to_itself_goes_on(tmp_path: Path) -> None
     assert line_numbers(data) == list(range(1, 2001))
 
 
-def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
-        tmp_path: Path) -> None:
-    """A saved position in a file logrotate renamed since: the rest of `server.log.1` (what
-    the server wrote after the daemon stopped), then the new file from byte 0."""
-    log = tmp_path / "server.log"
-    log.write_bytes(b"".join(numbered(i) for i in range(1, 2001)))
+def read_all_and_stop(log: Path) -> Position:
+    """A daemon's first run: `log` read to its end, then stopped; the position it saved."""
     source = LocalFileSource(str(log))
     follower = new_follower(source)
 
@@ -237,7 +233,18 @@ def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
 
     run(first())
     pos = follower.position()
-    assert pos is not None and pos.offset == log.stat().st_size
+    assert pos is not None
+    return pos
+
+
+def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
+        tmp_path: Path) -> None:
+    """A saved position in a file logrotate renamed since: the rest of `server.log.1` (what
+    the server wrote after the daemon stopped), then the new file from byte 0."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 2001)))
+    pos = read_all_and_stop(log)
+    assert pos.offset == log.stat().st_size
     with open(log, "ab") as f:               # written while the daemon was down ...
         f.write(b"".join(numbered(i) for i in range(2001, 3001)))
     logrotate(tmp_path, log)                 # ... then rotated ...

@@ -25,8 +25,8 @@ from logwatch.sources import Skipped
 from logwatch.sources.local import LocalFileSource
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
 from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
-from test_local_source import Reader, new_follower, run
-from test_rotation import line_numbers, loss, numbered
+from test_local_source import Reader, run
+from test_rotation import line_numbers, loss, numbered, read_all_and_stop
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +113,18 @@ async def follow_until_written(r: Reader, writer: RenamingWriter, timeout: float
                  f"all {writer.written} lines (have {unique(r)})")
 
 
+def follow_local(path: Path, writer: RenamingWriter) -> Reader:
+    """A LocalFileSource on `path` (the default rotate_wait) while `writer` writes."""
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(path))) as r:
+            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
+            await follow_until_written(r, writer)
+            return r
+
+    result: Reader = run(main())
+    return result
+
+
 def assert_exact(r: Reader, writer: RenamingWriter) -> None:
     nums = all_lines(r)
     assert loss(nums, writer.written) == (0, 0), \
@@ -128,13 +140,7 @@ def test_local_rename_every_2s_writer_1s_late_loses_nothing(tmp_path: Path,
     log.write_bytes(b"")
     writer = RenamingWriter(log, create=create)
 
-    async def main() -> Reader:
-        async with Reader(LocalFileSource(str(log))) as r:    # rotate_wait: the default 5 s
-            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
-            await follow_until_written(r, writer)
-            return r
-
-    r = run(main())
+    r = follow_local(log, writer)                    # rotate_wait: the default 5 s
     assert writer.rotations == 5 and writer.written >= 11_000
     assert_exact(r, writer)
     assert len(r.opened()) == writer.rotations + 1     # every file, each once
@@ -143,16 +149,7 @@ def test_local_rename_every_2s_writer_1s_late_loses_nothing(tmp_path: Path,
 def test_local_two_rotations_while_the_daemon_was_down(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
-    source = LocalFileSource(str(log))
-    follower = new_follower(source)
-
-    async def first() -> None:
-        async with Reader(source, follower) as r:
-            await r.wait(lambda: r.data_bytes() == log.stat().st_size, 10, "the first run")
-
-    run(first())
-    pos = follower.position()
-    assert pos is not None
+    pos = read_all_and_stop(log)
     n = 1000
     for _ in range(2):                       # written, rotated, written, rotated: all unread
         with open(log, "ab") as f:
@@ -193,13 +190,7 @@ def test_fast_symlink_swaps_lose_nothing(tmp_path: Path) -> None:
     writer = RenamingWriter(link, duration=6.0, every=0.5, late=0.3, rotate=swap,
                             reopen=lambda: runs[state["k"]])
 
-    async def main() -> Reader:
-        async with Reader(LocalFileSource(str(link))) as r:
-            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
-            await follow_until_written(r, writer)
-            return r
-
-    r = run(main())
+    r = follow_local(link, writer)
     assert writer.rotations >= 10
     assert_exact(r, writer)
 
@@ -219,13 +210,7 @@ def test_directory_removed_and_made_again_loses_nothing(tmp_path: Path) -> None:
 
     writer = RenamingWriter(log, duration=6.0, every=1.0, late=0.3, rotate=recreate)
 
-    async def main() -> Reader:
-        async with Reader(LocalFileSource(str(log))) as r:
-            await r.wait(lambda: bool(r.opened()), 10, "the first Opened")
-            await follow_until_written(r, writer)
-            return r
-
-    r = run(main())
+    r = follow_local(log, writer)
     assert writer.rotations >= 5
     assert_exact(r, writer)
 

@@ -18,16 +18,33 @@ from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
 
-@pytest.fixture
-def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 64 KiB tmpfs (the tests run as root, in CI too)."""
-    mnt = tmp_path / "tmpfs"
+def mounted_tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A real tmpfs of `size` at `mnt` (the tests run as root, in CI too)."""
     mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], check=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], check=True)
     try:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB tmpfs."""
+    yield from mounted_tmpfs(tmp_path / "tmpfs", "64k")
+
+
+def fill(directory: Path) -> None:
+    """Write a file in `directory` until ENOSPC: its filesystem is full."""
+    import os
+    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:
+        pass                                   # ENOSPC: full
+    finally:
+        os.close(fd)
 
 
 @pytest.mark.parametrize("fault", ["full", "read-only"])
@@ -37,15 +54,7 @@ def test_an_unwritable_state_dir_does_not_stop_the_daemon_or_its_alerts(
     for sub in ("positions", "alerts", "history"):
         (state / sub).mkdir(parents=True)
     if fault == "full":
-        import os
-        fd = os.open(small_tmpfs / "filler", os.O_WRONLY | os.O_CREAT)
-        try:
-            while os.write(fd, b"\0" * 4096):
-                pass
-        except OSError:
-            pass                               # ENOSPC: the tmpfs is full
-        finally:
-            os.close(fd)
+        fill(small_tmpfs)
     else:
         subprocess.run(["mount", "-o", "remount,ro", str(small_tmpfs)], check=True)
     rx = receivers()
@@ -77,25 +86,8 @@ def test_an_unwritable_state_dir_does_not_stop_the_daemon_or_its_alerts(
 
 @pytest.fixture
 def tmpfs_2m(tmp_path: Path) -> Iterator[Path]:
-    mnt = tmp_path / "tmpfs2m"
-    mnt.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)], check=True)
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def fill(directory: Path) -> None:
-    import os
-    fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(fd, b"\0" * 4096):
-            pass
-    except OSError:
-        pass                                   # ENOSPC: full
-    finally:
-        os.close(fd)
+    """A 2 MiB tmpfs: room for a ledger, filled by the test."""
+    yield from mounted_tmpfs(tmp_path / "tmpfs2m", "2m")
 
 
 @pytest.mark.integration
