@@ -196,8 +196,10 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                                   env={**os.environ, "PYTHONPATH": str(tree)})
         try:
             # every target read its header (200 SSH handshakes on 2 cores take a while)
+            started = time.monotonic()
             wait_daemon(daemon, lambda: metric_sum(port, "logwatch_lines_total") >= 2 * n, 180,
                         f"scale (n={n}, {kind})")
+            attach_s = time.monotonic() - started     # every target attached, its header read
             writer = subprocess.Popen([sys.executable, "-c", WRITER, ",".join(map(str, paths)),
                                        str(rate), str(seconds)], stdout=subprocess.PIPE, text=True)
             samples: list[tuple[float, dict[str, float]]] = []
@@ -241,6 +243,7 @@ def run(n: int, kind: str = "file", seconds: float = 30.0, rate: float = 20.0,
                     "late_max_s": round(max(late), 3),
                     "caught_up_after_s": None if caught_up is None else round(caught_up, 2),
                     "counted_2s_after_end": int(at_2s),
+                    "attach_s": round(attach_s, 1),
                     "bashrc_s": bashrc if kind == "ssh" else None,
                     "bashrc_runs": (server.bashrc_runs.read_text().count("run")
                                     if server is not None and server.bashrc_runs.exists()

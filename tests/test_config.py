@@ -321,6 +321,7 @@ def test_an_unset_url_env_fails_check_not_the_first_alert(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr
 
 
+@pytest.mark.integration
 def test_an_8000_target_config_is_not_an_alias_bomb(tmp_path: Path) -> None:
     """Issue 30: 8,000 targets sharing their ssh options, labels and probe settings by
     aliases (~300,000 values expanded, written out ~200,000) is a config, not a bomb: it
@@ -345,6 +346,7 @@ def test_an_8000_target_config_is_not_an_alias_bomb(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("user", ["a;id", "a%3Bid", "a%20b", "x$(id)"])
+@pytest.mark.integration
 def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user: str) -> None:
     """Issue 30: `ssh://a;id@host/...` is no login name: --check names the key."""
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(

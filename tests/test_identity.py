@@ -282,7 +282,7 @@ def test_kill_9_before_the_first_interval_checkpoint_keeps_the_startup_numbering
     log = tmp_path / "server.log"
     append(log, "".join(sim_texts()))
     port = free_port()
-    from daemonutil import write_config as write_cfg, target_cfg
+    from support.daemon import write_config as write_cfg, target_cfg
     cfg = write_cfg(tmp_path / "logwatch.yaml", port, tmp_path / "state",
                     [target_cfg("t1", log, gpu=False, probe=False)],
                     checkpoint={"interval": "60s"})

@@ -318,6 +318,7 @@ def test_a_bad_probe_config_names_the_file_and_key(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.serial
 def test_attaching_to_a_server_already_up_probes_it_and_alerts_its_loss_once(
         tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     """Issue 30: the daemon starts after the fleet.  The log said ready an hour ago (history

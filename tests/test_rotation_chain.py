@@ -24,7 +24,7 @@ import pytest
 from logwatch.sources import Skipped
 from logwatch.sources.local import LocalFileSource
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
-from sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 from test_local_source import Reader, run
 from test_rotation import line_numbers, loss, numbered, read_all_and_stop
 
@@ -345,6 +345,7 @@ def copytruncate_window(tmp_path: Path, batch_interval: float) -> float:
     return lost * 1000.0 / writer.rate        # 1 line = 1 ms
 
 
+@pytest.mark.serial
 def test_the_copytruncate_window_is_the_read_batch(tmp_path: Path) -> None:
     """What copytruncate can lose is what the server wrote between logwatch's last read and
     the truncation: at most one read batch (the daemon reads a growing local log at most

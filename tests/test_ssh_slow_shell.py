@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 N = 20
 
 
+@pytest.mark.serial
 def test_20_targets_behind_a_slow_bashrc_start_one_shell_and_keep_up(
         tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     server = SSHServer(str(tmp_path / "sshd"), bashrc="sleep 0.3", max_sessions=10)

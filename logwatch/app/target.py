@@ -129,6 +129,7 @@ class TargetRunner:
         self._next_checkpoint = started + phase * checkpoint_interval
         self._next_durable = started + phase * DURABLE_EVERY
         self.dirty = False
+        self._checkpoint_now = False       # a new startup: checkpointed at the next tick
         self.started_at = time.time()
         self.last_line_at: float | None = None
         self.restored_state: State | None = None
@@ -459,7 +460,6 @@ class TargetRunner:
                           startup=s.startup_id)
             if not self.report_history:
                 return
-        self._next_checkpoint = 0.0    # saved at the next tick: a kill -9 then keeps numbering
         if held:
             self.on_events_cb(self, held)
         if self.prober is not None:
@@ -524,7 +524,7 @@ class TargetRunner:
         if any(isinstance(e, StartupBegan) for e in events):
             # a new startup is checkpointed at the next tick, not a whole interval later: a
             # kill -9 meanwhile would attach again at this startup and number it 1
-            self._next_checkpoint = 0.0
+            self._checkpoint_now = True
         historic = self.seen_at_attach.startup_id if self.seen_at_attach and \
             not self.report_history and self._ended_at_attach(self.seen_at_attach.startup_id) \
             else None
@@ -552,7 +552,7 @@ class TargetRunner:
                 self.recorder.add_gpu(gpu.latest.to_dict())   # watts while it serves
             if wall - self._ledger_saved >= LEDGER_EVERY:
                 self.save_ledger()     # the serving figures of a startup still serving
-        if self.dirty and wall >= self._next_checkpoint:
+        if self.dirty and (wall >= self._next_checkpoint or self._checkpoint_now):
             self.checkpoint(durable=wall >= self._next_durable)
 
     def _add_watts(self) -> None:
@@ -592,7 +592,9 @@ class TargetRunner:
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()
         self.last_checkpoint = now
-        self._next_checkpoint = now + self.checkpoint_interval
+        self._checkpoint_now = False
+        if now >= self._next_checkpoint:   # (one out of turn keeps the target's phase)
+            self._next_checkpoint = now + self.checkpoint_interval
         if durable:
             self._next_durable = now + DURABLE_EVERY
         self.dirty = False
