@@ -10,18 +10,27 @@ shell (no `VAR=value cmd` syntax) still finds the latest startup.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from support.daemon import (  # noqa: F401
+    daemons, free_port, sim_texts, target_cfg, wait_for, write_config,
+)
 from support.sshd import SSHServer
 
 pytestmark = pytest.mark.integration
 
 N = 20
+LINES = re.compile(r'^logwatch_lines_total\{[^}]*\} (\S+)$', re.M)
+
+
+def lines_counted(d: Any) -> float:
+    """Every target's logwatch_lines_total, summed, from one scrape."""
+    return sum(float(v) for v in LINES.findall(d.metrics_text()))
 
 
 @pytest.mark.serial
@@ -56,8 +65,9 @@ def test_20_targets_behind_a_slow_bashrc_start_one_shell_and_keep_up(
                     f.write(line * 2)
             time.sleep(0.1)                   # the writers' pace (20 lines/s), not a sync
         end = time.monotonic()
-        for i in range(N):
-            d.wait_lines(f"t{i}", per_startup + 60, timeout=10)
+        want = N * (per_startup + 60)
+        wait_for(lambda: lines_counted(d) == want, 10, f"all {want} lines", interval=0.05,
+                 alive=d.dead)
         late = time.monotonic() - end
         runs = server.bashrc_runs.read_text().count("run")
         assert runs == 1, f"~/.bashrc ran {runs} times for {N} targets on one connection"
