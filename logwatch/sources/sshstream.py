@@ -13,7 +13,9 @@ a core and the reads fall behind.  Here one small reader runs on the node, `pyth
   close.  Replies are framed `R <rid> <json-len> <data-len>\\n` + JSON + bytes; errors carry
   the errno name and become the SFTP exceptions the SSH source already handles
   (`SFTPNoSuchFile`, `SFTPPermissionDenied`, `SFTPFailure`), so the source code that drives
-  the cursor is the same for both transports.
+  the cursor is the same for both transports.  `grep` (where a log met for the first time
+  has its latest startup) is a request too: the reader starts `grep -a -b -n -F` itself (no
+  login shell, so no ~/.bashrc per target; at most 4 at once) and answers its last lines.
 * follows "watched" handles: every period (20 ms for one watch, growing with their number
   up to 500 ms for 500: a frame per file per period, not per line; each frame costs the
   daemon a cursor cycle and a pipeline pass whatever its size, so at 500 logs 0.5 s took
