@@ -58,7 +58,25 @@ def loss(delivered: list[int], written: int) -> tuple[int, int]:
     return written - len(seen & set(range(1, written + 1))), dup
 
 
-class RotatingServer(threading.Thread):
+class WriterThread(threading.Thread):
+    """A writer thread whose failure the test checks (`error`) instead of losing it."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.written = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as e:  # noqa: BLE001 - checked by the test
+            self.error = e
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class RotatingServer(WriterThread):
     """Writes `total` numbered lines to `path` in batches, like a server: at line `rotate_at`
     it runs `rotate()` (logrotate renames the log and creates a new empty one), goes on
     writing to the old descriptor for `reopen_after` seconds (the server has not reopened its
@@ -67,20 +85,12 @@ class RotatingServer(threading.Thread):
     def __init__(self, path: Path, total: int, rotate_at: int, rotate: Any,
                  reopen_after: float = 1.0, batch: int = 50, pace: float = 0.005,
                  reopen_path: Path | None = None, pace_after_rename: float = 0.05) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.path, self.total, self.rotate_at, self.rotate = path, total, rotate_at, rotate
         self.reopen_path = reopen_path or path
         self.pace_after_rename = pace_after_rename   # a line now and then, as servers write
         self.reopen_after, self.batch, self.pace = reopen_after, batch, pace
-        self.written = 0
         self.after_rename = 0          # lines written to the old file after the rename
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # noqa: BLE001 - checked by the test
-            self.error = e
 
     def _write(self, f: Any) -> None:
         first, last = self.written + 1, min(self.total, self.written + self.batch)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -26,7 +25,7 @@ from logwatch.sources.local import LocalFileSource
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 from test_local_source import Reader, run
-from test_rotation import line_numbers, loss, numbered, read_all_and_stop
+from test_rotation import WriterThread, line_numbers, loss, numbered, read_all_and_stop
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +39,7 @@ def shift(log: Path, keep: int = 50) -> None:
     os.rename(log, f"{log}.1")
 
 
-class RenamingWriter(threading.Thread):
+class RenamingWriter(WriterThread):
     """`rate` numbered lines a second for `duration` seconds to `path`; every `every` seconds
     `rotate(path)`, then the old descriptor is written `late` seconds more before the path is
     opened again (the server's reopen).  `create`: an empty file is made at the path right at
@@ -50,18 +49,10 @@ class RenamingWriter(threading.Thread):
                  every: float = 2.0, late: float = 1.0, create: bool = False,
                  rotate: Callable[[Path], None] = shift,
                  reopen: Callable[[], Path] | None = None) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.path, self.duration, self.rate, self.every, self.late = path, duration, rate, every, late
         self.create, self.rotate, self.reopen = create, rotate, reopen or (lambda: path)
-        self.written = 0
         self.rotations = 0
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as e:  # noqa: BLE001 - checked by the test
-            self.error = e
 
     def _run(self) -> None:
         start = time.monotonic()
