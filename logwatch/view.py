@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -129,6 +130,28 @@ def seen_at_attach(st: State, mtime: float | None, now: float,
                         st.crash.reason if st.crash is not None else None)
 
 
+def silent_at_attach(st: State, mtime: float | None, now: float, budget: float,
+                     startup_phases: tuple[str, ...] | list[str]) -> float | None:
+    """A startup read at attach whose log has been silent longer than its phase's stall
+    budget: when it went silent (the file's last write, the node's clock), else None.
+    A server killed mid-load an hour ago writes nothing more: without this the catch-up
+    would stamp its lines with the read time and show an ETA for a dead process.  The
+    log's own clock adds the gap between its last activity and its last line (none when
+    every line is activity); no time zone is needed."""
+    if mtime is None or st.phase not in startup_phases:
+        return None
+    if now - mtime < budget:
+        return None
+    return mtime
+
+
+def silent_text(since: float, now: float) -> str:
+    """`silent since 17:23 (1h05m00s): server probably dead` (the operator's words)."""
+    from .units import fmt_duration
+    at = time.strftime("%H:%M", time.localtime(since))
+    return f"silent since {at} ({fmt_duration(max(now - since, 0.0))}): server probably dead"
+
+
 @dataclass(frozen=True)
 class TargetView:
     """What is known about a target at `now` (a copy: safe to keep, never updated)."""
@@ -184,6 +207,7 @@ class TargetView:
     rank_tags: tuple[str, ...] = ()   # the pack's `ranks:` patterns (the display folds by them)
     rank_lag: str = ""             # "TP5 still in cuda_graph 4m after the other 7 ranks ..."
     stall_after: float | None = None   # the current startup phase's stall budget (seconds)
+    silent_since: float | None = None   # stalled since attach: the log's last write (dead)
 
     @property
     def probe_verdict(self) -> ProbeSummary | None:
@@ -205,6 +229,8 @@ class TargetView:
             return "error"
         if self.phase == CRASHED:
             return CRASHED
+        if self.silent_since is not None:
+            return "silent"           # silent past its budget when read: probably dead
         if self.stalled:
             return "stalled"
         if self.phase == READY:
@@ -241,6 +267,9 @@ class TargetView:
             "ready_line": self.ready_line,
             "crash": self.crash,
             "stalled": self.stalled,
+            "silent_since": self.silent_since,
+            "silent": silent_text(self.silent_since, self.now)
+            if self.silent_since is not None else None,
             "status": self.status,
             "stats": dict(self.stats),
             "history": list(self.history),
@@ -355,6 +384,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                gpu: dict[str, Any] | None = None,
                last_startup_seconds: float | None = None, vs_previous: str = "",
                probe: dict[str, Any] | None = None,
+               silent_since: float | None = None,
                eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
     """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
     base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
@@ -376,6 +406,10 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
     entered = st.phase_entered
     first = st.history[0] if st.history else None
     shards = st.progress.get("shards")
+    dead = silent_since if st.stalled else None     # a new line ends the silence
+    eta = math.nan if dead is not None else \
+        eta_smoother(st.phase, startup_eta(pipe.pack, st, now, typical), now) \
+        if eta_smoother is not None else startup_eta(pipe.pack, st, now, typical)
     return TargetView(
         **{**base.__dict__,
            "phase": st.phase,
@@ -393,8 +427,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                             "eta_seconds": p.remaining_seconds(now)}
                         for k, p in st.progress.items()},
            "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
-           "eta_seconds": eta_smoother(st.phase, startup_eta(pipe.pack, st, now, typical), now)
-           if eta_smoother is not None else startup_eta(pipe.pack, st, now, typical),
+           "eta_seconds": eta,
+           "silent_since": dead,
            "eta_basis": history.basis() if history is not None and typical else 0,
            "ready_line": st.ready_line,
            "crash": st.crash.to_json() if st.crash else None,

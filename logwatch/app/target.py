@@ -48,6 +48,7 @@ from ..state.ledger import LedgerStore
 from ..state.positions import PositionStore
 from ..view import (
     SeenAtAttach, TargetView, build_view, preflight_held, preflight_text, seen_at_attach,
+    silent_at_attach, silent_text,
 )
 from .config import TargetConfig
 
@@ -144,6 +145,7 @@ class TargetRunner:
         self.attached = False             # the source has opened the log
         self._held: list[Event] = []
         self.seen_at_attach: SeenAtAttach | None = None
+        self.silent_since: float | None = None   # a startup silent past its budget at attach
         self.report_history = False       # the owner wants an ended startup's events too
         self.eta = EtaSmoother()
         self.gpu_streams = gpu_streams    # None: no GPU telemetry (replay, tests)
@@ -452,7 +454,10 @@ class TargetRunner:
             return
         self.catching_up = False
         held, self._held = self._held, []
-        self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, time.time())
+        now = time.time()
+        self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
+        if self.seen_at_attach is None:
+            self._silent_at_attach(pipe, now)
         if self.seen_at_attach is not None:
             s = self.seen_at_attach
             self.log.info("the latest startup in the log had ended before it was read: "
@@ -484,6 +489,21 @@ class TargetRunner:
         """After new bytes or a tick: a stall that lines ended is said (see `_resumed`)."""
         if self._stall is not None and self.pipe is not None and not self.pipe.state.stalled:
             self._on_events([])
+
+    def _silent_at_attach(self, pipe: LogPipeline, now: float) -> None:
+        """A startup whose log went silent longer ago than its phase's stall budget: its
+        silence is counted from the file's last write, not from when we read it, so the
+        machine's next tick stalls it (one `Stalled`: one alert, watch's exit 3) and the
+        view says "silent since ...: server probably dead" instead of an ETA."""
+        st = pipe.state
+        since = silent_at_attach(st, self.attach_mtime, now,
+                                 pipe.machine.stall_budget(st.phase), pipe.pack.startup_phases)
+        if since is None:
+            return
+        self.silent_since = since
+        st.last_activity = min(st.last_activity or since, since)
+        if self.log_sources:          # the daemon says it once; watch says it as its verdict
+            self.log.warning(silent_text(since, now), phase=st.phase, startup=st.startup_id)
 
     def _on_events(self, events: list[Event]) -> None:
         now = time.time()
@@ -656,7 +676,8 @@ class TargetRunner:
             seen_at_attach=self.seen_at_attach, eta_smoother=self.eta,
             gpu=self._gpu_view(now), last_startup_seconds=self.last_startup_seconds,
             vs_previous=self.vs_previous,
-            probe=self.prober.to_dict() if self.prober is not None else None)
+            probe=self.prober.to_dict() if self.prober is not None else None,
+            silent_since=self.silent_since)
 
     def _gpu_view(self, now: float) -> dict[str, Any] | None:
         """The stream's state, the preflight, the power per phase of this startup and, while

@@ -30,7 +30,7 @@ from ..sources.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
-from ..view import TargetView, gpu_activity, gpu_working
+from ..view import TargetView, gpu_activity, gpu_working, silent_text
 from .config import TargetConfig
 from .notify import notify_verdict
 from .target import TargetRunner
@@ -345,6 +345,8 @@ def _verdict(runner: TargetRunner, view: TargetView,
         crash = view.crash or {}
         reason = f": {crash['reason']}" if crash.get("reason") else ""
         return EXIT_FAILED, f"crashed{reason}"
+    if view.stalled and view.silent_since is not None and not gpu_working(view.gpu):
+        return EXIT_TIMEOUT, silent_text(view.silent_since, view.now)   # dead at attach
     if view.stalled and gives_up(view):
         verdict = gpu_activity(view.gpu)
         return EXIT_TIMEOUT, f"stalled in {view.phase}" + \

@@ -31,6 +31,7 @@ details.launches td,details.launches th{padding:.1em .6em;text-align:left;border
 .engine{color:var(--mute)}
 .phase{font-weight:600}
 .phase.ready{color:var(--ok)}.phase.crashed{color:var(--bad)}.phase.stopped,.phase.stalled{color:var(--warn)}
+.target.silent{background:#eef0f2;color:var(--mute)}.phase.silent{color:var(--mute)}
 .bar{position:relative;height:1.2em;background:#eaeef2;border-radius:3px;overflow:hidden}
 .bar .fill{position:absolute;left:0;top:0;bottom:0;background:#54aeff}
 .bar .txt{position:relative;padding-left:.4em;font-size:.85em;white-space:nowrap}
@@ -65,7 +66,7 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 <script>
 "use strict";
 const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
-const BAD=["error","stalled","crashed","unreachable"];   // counted first, in red
+const BAD=["error","stalled","crashed","unreachable","silent"];   // counted first, in red
 const rows=new Map();
 function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
 function dur(s){if(s==null||!isFinite(s))return"";s=Math.round(s);if(s<60)return s+"s";const m=Math.floor(s/60),r=s%60;
@@ -120,8 +121,9 @@ function lane(label,parts,scale,totalText,outcome,outcomeCls){
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function update(r,t,now){
   set(r.engine,t.engine);const pr=t.probe,deaf=t.status==="unreachable";
-  set(r.phase,t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
-  r.phase.className="phase "+(t.stalled||deaf?"stalled":t.phase);
+  const dead=t.status==="silent";r.root.classList.toggle("silent",dead);   // greyed: no ETA, no "in phase"
+  set(r.phase,dead?t.phase+" (silent)":t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
+  r.phase.className="phase "+(dead?"silent":t.stalled||deaf?"stalled":t.phase);
   r.probe.hidden=!(pr&&pr.verdict);
   if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
   r.ranks.hidden=!t.rank_lag;set(r.ranks,t.rank_lag?"ranks: "+t.rank_lag:"");
@@ -131,7 +133,7 @@ function update(r,t,now){
     let txt=sh.loaded+"/"+sh.total+" shards";if(p&&p.rate)txt+=" · "+p.rate.toFixed(2)+"/s";
     if(t.eta_seconds!=null&&t.phase!=="ready")txt+=" · ETA "+dur(t.eta_seconds);set(r.bartxt,txt)}
   else{r.fill.style.width="0%";set(r.bartxt,t.eta_seconds!=null&&t.phase!=="ready"&&t.phase!=="waiting"?"ETA "+dur(t.eta_seconds):"")}
-  set(r.since,t.phase==="ready"&&!deaf&&t.ready_in_seconds!=null?"ready in "+dur(t.ready_in_seconds)
+  set(r.since,dead?t.silent:t.phase==="ready"&&!deaf&&t.ready_in_seconds!=null?"ready in "+dur(t.ready_in_seconds)
     :t.in_phase_seconds!=null?"in phase "+dur(t.in_phase_seconds):"");
   const g=t.stats&&t.stats.gen_throughput;set(r.tps,t.phase==="ready"&&g!=null?Math.round(g)+" tok/s":"");
   const s=t.source_state||{};set(r.src,s.up?"":"source: "+(s.message||"down"));

@@ -1,0 +1,97 @@
+"""What the operator sees (issue 32): a dead log is dead, a blind monitor says so, the
+README's commands end with their documented exit, errors that say what is wrong.
+
+Each test is a defect found by using logwatch as a first-time operator would; each failed
+before its fix."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from logwatch.machine import State
+from logwatch.view import silent_at_attach, silent_text
+from support.daemon import daemons, target_cfg, write_config, free_port  # noqa: F401
+
+STARTUP = ("launching", "downloading", "loading_shards")
+
+
+def run_cli(*args: str, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "logwatch", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL, **kw)
+
+
+def dead_log(tmp_path: Path, minutes_idle: float = 65) -> Path:
+    """The issue's repro: a TP8 SGLang launch killed while loading its shards, 65 minutes
+    ago (no traceback): the first 83 lines of a generated log, its mtime 65 minutes old."""
+    start = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 70 * 60))
+    full = subprocess.run([sys.executable, str(ROOT / "bench" / "genlog.py"), "--lines", "3000",
+                           "--seed", "3", "--tp", "8", "--crash", "none", "--start", start],
+                          capture_output=True, check=True).stdout
+    path = tmp_path / "mid.log"
+    path.write_bytes(b"\n".join(full.split(b"\n")[:83]) + b"\n")   # head -83
+    old = time.time() - minutes_idle * 60
+    os.utime(path, (old, old))
+    return path
+
+
+# -- a dead log is dead ----------------------------------------------------------------------
+
+def test_silent_at_attach_decides_by_the_files_last_write() -> None:
+    st = State(phase="loading_shards")
+    now = 10_000.0
+    assert silent_at_attach(st, now - 3900, now, 600, STARTUP) == now - 3900
+    assert silent_at_attach(st, now - 30, now, 600, STARTUP) is None        # still writing
+    assert silent_at_attach(st, None, now, 600, STARTUP) is None            # no mtime (cmd:)
+    assert silent_at_attach(State(phase="ready"), now - 3900, now, 600, STARTUP) is None
+    assert silent_at_attach(State(phase="waiting"), now - 3900, now, 600, STARTUP) is None
+    text = silent_text(now - 3900, now)
+    assert re.fullmatch(r"silent since \d\d:\d\d \(1h05m00s\): server probably dead", text), text
+
+
+@pytest.mark.integration
+def test_watch_on_a_log_dead_for_an_hour_exits_3_probably_dead(tmp_path: Path) -> None:
+    res = run_cli("watch", "--gpu", "off", "--timeout", "60s", str(dead_log(tmp_path)))
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    last = [ln for ln in res.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d ", ln)][-1]
+    assert re.search(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead$", last), \
+        res.stdout
+    assert "ready in ~" not in res.stdout, res.stdout        # no ETA for a dead server
+    assert res.stderr == "", res.stderr                       # no log record in the terminal
+
+
+@pytest.mark.integration
+def test_watch_on_a_fresh_mid_startup_log_still_shows_an_eta(tmp_path: Path) -> None:
+    path = dead_log(tmp_path, minutes_idle=0)
+    res = run_cli("watch", "--gpu", "off", "--timeout", "3s", str(path))
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "probably dead" not in res.stdout and "ready in ~" in res.stdout, res.stdout
+    assert "timed out after 3s in loading_shards" in res.stdout, res.stdout
+
+
+@pytest.mark.integration
+def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemons: Any) -> None:
+    path = dead_log(tmp_path)
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state",
+                       [target_cfg("node1", path, gpu="off")])
+    d = daemons(cfg, port).start()
+    t = d.wait_target("node1", lambda t: t["status"] == "silent", "silent")
+    assert t["eta_seconds"] is None and t["phase"] == "loading_shards", t
+    assert re.fullmatch(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead",
+                        t["silent"]), t["silent"]
+    said = [e for e in d.log_events() if "probably dead" in str(e.get("event"))]
+    assert len(said) == 1, said
+    with open(path, "a") as f:           # it writes again: not dead any more
+        f.write("[2026-01-01 10:00:00 TP0] Load weight end. type=Qwen3ForCausalLM\n")
+    t = d.wait_target("node1", lambda t: t["status"] != "silent", "alive again")
+    assert t["silent"] is None, t
