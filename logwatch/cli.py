@@ -561,6 +561,9 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    if not (sys.argv[1:] if argv is None else list(argv)):
+        parser.print_help(sys.stderr)   # bare `logwatch`: what it can do, not one error line
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))

@@ -95,3 +95,74 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
         f.write("[2026-01-01 10:00:00 TP0] Load weight end. type=Qwen3ForCausalLM\n")
     t = d.wait_target("node1", lambda t: t["status"] != "silent", "alive again")
     assert t["silent"] is None, t
+
+
+# -- the README's "things to try" --------------------------------------------------------------
+
+# what each command of the list must print (a regex over stdout + stderr); a command added to
+# the README without a line here fails the test, as does one of these missing from it
+README_SHAPES = {
+    "logwatch replay tests/fixtures/sglang-027.log":
+        r"sglang-027\.log: crashed: cuda_oom during cuda_graph",
+    "logwatch replay --json tests/fixtures/*.log | head -3":
+        r"\A(\{\"file\": \"tests/fixtures/[^\n]*\}\n){3}\Z",
+    "logwatch watch --last tests/fixtures/vllm-030.log":
+        r"the latest startup in this log stopped .*\n.*stopped \(clean shutdown\)",
+    "logwatch watch - < tests/fixtures/sglang-006.log":
+        r"CRASHED: warmup_failed during loading_shards",
+    "logwatch rules test sglang tests/fixtures/sglang-021.log":
+        r"\d+ lines: \d+ matched, \d+ unmatched\n  shard_bar +\d",
+    "logwatch run -c deploy/logwatch.example.yaml --check":
+        r"2 problems:\n.*SLACK_WEBHOOK_URL is not set.*\n.*LOGWATCH_WEBHOOK_SECRET is not set",
+    "SLACK_WEBHOOK_URL=https://hooks.slack.com/services/T/B/x LOGWATCH_WEBHOOK_SECRET=s "
+    "logwatch run -c deploy/logwatch.example.yaml --check":
+        r"deploy/logwatch\.example\.yaml: ok \(4 targets, 3 alert sinks\)",
+}
+
+
+def readme_things_to_try() -> list[tuple[str, int]]:
+    """(command, documented exit code) of each line of the README's "Things to try" block
+    (continuation lines joined; `# exit N` in the comment, else 0)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("Things to try right away", 1)[1].split("\n\n", 2)[1]
+    out, pending = [], ""
+    for raw in block.splitlines():
+        line = pending + raw.strip()
+        if line.endswith("\\"):
+            pending = line[:-1].rstrip() + " "
+            continue
+        pending = ""
+        cmd, _, comment = line.partition("  #")
+        cmd = cmd.strip()
+        if cmd.startswith(". "):
+            continue                      # activating the venv
+        m = re.match(r"\s*exit (\d+)", comment)
+        out.append((cmd, int(m.group(1)) if m else 0))
+    return out
+
+
+@pytest.mark.integration
+def test_every_command_of_the_readme_ends_with_its_documented_exit_and_output() -> None:
+    cmds = readme_things_to_try()
+    assert {c for c, _ in cmds} == set(README_SHAPES), cmds
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("SLACK_WEBHOOK_URL", "LOGWATCH_WEBHOOK_SECRET")}   # a fresh shell
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for cmd, code in cmds:
+        res = subprocess.run(["bash", "-c", cmd], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        out = res.stdout + res.stderr
+        assert res.returncode == code, (cmd, res.returncode, out[-2000:])
+        shape = README_SHAPES[cmd]
+        target = res.stdout if shape.startswith(r"\A") else out
+        assert re.search(shape, target), (cmd, out[-2000:])
+        assert "Traceback" not in res.stderr, (cmd, res.stderr[-2000:])
+
+
+@pytest.mark.integration
+def test_bare_logwatch_prints_its_help() -> None:
+    res = run_cli()
+    assert res.returncode == 2
+    assert "COMMAND" in res.stderr and "watch" in res.stderr and "replay" in res.stderr, res.stderr
+    assert "examples:" in res.stderr, res.stderr     # the help, not one error line
