@@ -38,6 +38,30 @@ class SourceStatus:
     overlaps: int = 0            # bytes the source repeated (dropped here; should stay 0)
     notice: str = ""             # the last loss the source reported (Skipped), for the status
     last_data_at: float | None = None
+    down_since: float | None = None   # an outage (error or fatal) began; None once it reads
+    up_since: float | None = None     # the source said "up" (reading, running) at
+
+    def outage(self, now: float) -> float | None:
+        """When the current outage began: the first error since the source last read.  An
+        outage ends with data, or with the source up for STEADY seconds (a command that
+        starts and exits at once says "running" between its failures: not a recovery)."""
+        if self.down_since is None:
+            return None
+        if self.up and self.up_since is not None and now - self.up_since >= STEADY:
+            return None
+        return self.down_since
+
+    @property
+    def state(self) -> str:
+        """up / waiting (for a file to appear, not started yet) / error / fatal."""
+        if self.fatal:
+            return "fatal"
+        if self.up:
+            return "up"
+        return "error" if self.error else "waiting"
+
+
+STEADY = 10.0     # seconds up (with no data) that end an outage
 
 
 DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
@@ -137,6 +161,8 @@ class Follower:
                 return events
             self.status.bytes += len(ev.data)
             self.status.last_data_at = now
+            if ev.data:
+                self.status.down_since = None
             self.next_offset = ev.offset + len(ev.data)
             self._roll += ev.data
             if len(self._roll) > 2 * _ROLL:  # trimmed now and then, not copied per chunk
@@ -168,8 +194,13 @@ class Follower:
         elif isinstance(ev, SourceState):
             if self.status.up and not ev.up:
                 self.status.reconnects += 1
+            ongoing = self.status.outage(now)     # as it stood before this state
+            if ev.up and not self.status.up:
+                self.status.up_since = now
             self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
             self.status.error = not ev.up and (ev.error or ev.fatal)
+            if self.status.error:
+                self.status.down_since = ongoing if ongoing is not None else now
         if events:
             self.on_events(events)
         return events

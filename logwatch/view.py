@@ -191,6 +191,8 @@ class TargetView:
     source_fatal: bool = False     # the source gave up (its message says why, once)
     source_error: bool = False     # down because something failed (fatal, or retrying)
     source_notice: str = ""        # the last part of the log the source knows it lost
+    source_state: str = "waiting"  # up / waiting (not there yet) / error / fatal
+    source_down_since: float | None = None   # the outage began (error or fatal, not waiting)
     offset: int | None = None
     line_number: int | None = None
     last_line: str = ""
@@ -280,6 +282,8 @@ class TargetView:
                              "bytes_skipped": self.counters.bytes_skipped,
                              "losses": self.counters.source_losses,
                              "notice": self.source_notice,
+                             "state": self.source_state,
+                             "down_since": self.source_down_since,
                              "offset": self.offset, "line_number": self.line_number},
             "last_line": self.last_line,
             "last_line_at": self.last_line_at,
@@ -376,6 +380,7 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
                source_message: str = "", source_fatal: bool = False,
                source_error: bool = False, source_notice: str = "",
+               source_state: str = "", source_down_since: float | None = None,
                history: StartupHistory | None, offset: int | None = None,
                line_number: int | None = None, last_line: str = "",
                last_line_at: float | None = None, started_at: float = 0.0,
@@ -392,6 +397,9 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                       source_up=source_up, source_message=source_message,
                       source_fatal=source_fatal, source_error=source_error or source_fatal,
                       source_notice=source_notice, offset=offset,
+                      source_state=source_state or ("fatal" if source_fatal else "up" if source_up
+                                                    else "error" if source_error else "waiting"),
+                      source_down_since=source_down_since,
                       line_number=line_number, last_line=last_line, last_line_at=last_line_at,
                       started_at=started_at, checkpoint_age=checkpoint_age,
                       catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu,

@@ -41,7 +41,7 @@ def test_the_registry_names_each_thing_once() -> None:
 
 
 def test_a_sink_without_on_takes_the_documented_default() -> None:
-    assert DEFAULT_ON == ("crashed", "stalled", "ready")   # README "Alerts"
+    assert DEFAULT_ON == ("crashed", "stalled", "source_down", "ready")   # README "Alerts"
     spec = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
     validate_alerts("logwatch.yaml", [spec])
     assert make_sinks([spec])[0].kinds == DEFAULT_ON

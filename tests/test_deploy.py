@@ -187,7 +187,9 @@ def test_alert_rules_cover_the_brief() -> None:
         assert part in slow, part
     assert "logwatch_startup_eta_seconds" in by_name["LogwatchStartupETAGrowing"]["expr"]
     down = by_name["LogwatchSourceDown"]
-    assert down["expr"].strip() == "logwatch_source_up == 0" and down["for"] == "5m"
+    # not logwatch_source_up == 0: that is also a node not launched yet (`waiting`)
+    assert 'logwatch_source_state{state=~"error|fatal"}' in down["expr"] and down["for"] == "5m"
+    assert "logwatch_stalled == 1" in by_name["LogwatchStartupStalled"]["expr"]
     quiet = by_name["LogwatchNoLogLines"]["expr"]
     for part in ("time() - logwatch_last_line_timestamp_seconds", "logwatch_ready == 0",
                  'phase=~"waiting|crashed|stopped"'):

@@ -20,6 +20,8 @@ from conftest import ROOT
 from logwatch.machine import State
 from logwatch.view import silent_at_attach, silent_text
 from support.daemon import daemons, target_cfg, write_config, free_port  # noqa: F401
+from support.receivers import hook, receivers  # noqa: F401  (the fixture)
+from support.sshd import sshd_server  # noqa: F401  (the fixture)
 
 STARTUP = ("launching", "downloading", "loading_shards")
 
@@ -166,3 +168,54 @@ def test_bare_logwatch_prints_its_help() -> None:
     assert res.returncode == 2
     assert "COMMAND" in res.stderr and "watch" in res.stderr and "replay" in res.stderr, res.stderr
     assert "examples:" in res.stderr, res.stderr     # the help, not one error line
+
+
+# -- a blind monitor says so ---------------------------------------------------------------------
+
+@pytest.mark.integration
+def test_a_refused_key_and_a_failing_command_alert_source_down_and_sighup_retries(
+        tmp_path: Path, daemons: Any, receivers: Any, sshd_server: Any) -> None:  # noqa: F811
+    """A refused SSH key (against the real test sshd) and a `cmd:` that keeps failing: each
+    a `source_down` alert after its grace, `logwatch_source_state` fatal / error; a log not
+    there yet is `waiting`, not alerted.  The key authorised and SIGHUP: it reads again and
+    the alert resolves."""
+    from support.daemon import parse_metrics, sample, wait_for
+    rx = receivers()
+    wrong = tmp_path / "wrong_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)],
+                   check=True, capture_output=True, timeout=30)
+    remote = tmp_path / "remote.log"
+    remote.write_text("[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m', port=1)\n")
+    port = free_port()
+    ssh = {"known_hosts": str(sshd_server.known_hosts), "client_keys": [str(wrong)]}
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state", [
+        target_cfg("refused", sshd_server.url(remote), ssh=ssh, gpu="off", probe="off",
+                   source_down_after="2s"),
+        target_cfg("failing", "cmd:sh -c 'echo no such pod >&2; exit 3'", gpu="off",
+                   source_down_after="2s"),
+        target_cfg("waiting", tmp_path / "not-yet.log", gpu="off", source_down_after="2s"),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["source_down"]}])
+    d = daemons(cfg, port).start()
+    for name in ("refused", "failing"):
+        got = rx.wait(hook("source_down", "firing", name), timeout=30, alive=d.dead,
+                      what=f"source_down of {name}")
+        assert "cannot read the log for" in got[0].json["summary"], got[0].json
+    m = d.metrics()
+    assert sample(m, "logwatch_source_state", target="refused", state="fatal") == 1.0
+    assert sample(m, "logwatch_source_state", target="failing", state="error") == 1.0
+    assert sample(m, "logwatch_source_state", target="waiting", state="waiting") == 1.0
+    assert sample(m, "logwatch_source_state", target="waiting", state="error") == 0.0
+    assert sample(m, "logwatch_stalled", target="waiting") == 0.0
+    assert sample(m, "logwatch_build_info") == 1.0
+    rx.assert_quiet(1.0, hook("source_down", target="waiting"), "for a log not there yet")
+    assert len(rx.requests(hook("source_down", "firing", "refused"))) == 1   # once
+    # the key is authorised; SIGHUP tries the refused source again at once
+    with open(sshd_server.authorized_keys, "a") as f:
+        f.write(Path(str(wrong) + ".pub").read_text())
+    d.signal(__import__("signal").SIGHUP)
+    d.wait_target("refused", lambda t: t["source_state"]["state"] == "up", "reading again",
+                  timeout=30)
+    rx.wait(hook("source_down", "resolved", "refused"), timeout=30, alive=d.dead,
+            what="source_down resolved")
+    wait_for(lambda: sample(parse_metrics(d.metrics_text()), "logwatch_source_state",
+                            target="refused", state="up") == 1.0, 10, "state up")

@@ -32,7 +32,8 @@ from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
-               "from_start", "rotate_wait", "gpu", "probe")
+               "from_start", "rotate_wait", "gpu", "probe", "source_down_after")
+SOURCE_DOWN_AFTER = 60.0    # a source failing this long is a `source_down` alert
 SSH_KEYS = ("known_hosts", "client_keys", "config", "username", "port", "connect_timeout",
             "keepalive_interval", "keepalive_count_max", "poll_interval", "idle_poll_interval",
             "transport")
@@ -57,6 +58,7 @@ class TargetConfig:
     rotate_wait: float = ROTATE_WAIT   # a rotated file is read until quiet this long
     gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi beside the log
     probe: ProbeConfig = field(default_factory=ProbeConfig)  # the server's HTTP endpoint
+    source_down_after: float = SOURCE_DOWN_AFTER   # grace before `source_down`
 
     @property
     def display_source(self) -> str:
@@ -334,6 +336,8 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
             raise ConfigError(path, f"{key}.{flag}", "true or false")
         flags[flag] = v
     rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))
+    down_after = _duration(path, f"{key}.source_down_after",
+                           t.get("source_down_after", SOURCE_DOWN_AFTER))
     try:
         gpu = parse_gpu_config(t.get("gpu"), where=f"{key}.gpu")
         probe = parse_probe_config(t.get("probe"), where=f"{key}.probe")
@@ -342,7 +346,7 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
         raise ConfigError(path, where, msg) from None
     return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
                         flags["poll"], flags["from_start"], slow, rotate_wait=rotate_wait,
-                        gpu=gpu, probe=probe)
+                        gpu=gpu, probe=probe, source_down_after=down_after)
 
 
 def _known_phases(rules: str) -> list[str]:

@@ -40,6 +40,9 @@ SLOW_CHECK_EVERY = 5.0
 RETRY_BASE = 10.0     # a failed target is tried again after this, doubling ...
 RETRY_MAX = 300.0     # ... up to this (and counts as healthy again after this long up)
 INF = float("inf")
+FATAL_RETRY_BASE = 120.0   # a source refused once (a key, a permission) is tried again after
+FATAL_RETRY_MAX = 900.0    # this, doubling up to this; and at once on SIGHUP
+SOURCE_CHECK_EVERY = 2.0   # `source_down`: the targets with an outage, this often
 # checkpoint files written a second at most, all targets together: each write (the state as
 # JSON, a file, a rename in state_dir) is ~0.5-0.8 ms of a core here, so 500 targets at 5 s
 # would be 100 a second; beyond 125 targets each checkpoints less often (500: every 20 s).
@@ -96,6 +99,10 @@ class Daemon:
         # targets that failed (an error while starting, or their loop died): name ->
         # (failures so far, when to try again); retried with backoff, the others go on
         self._retry: dict[str, tuple[int, float]] = {}
+        # targets whose source was refused (fatal): name -> (tries so far, when to try again)
+        self._fatal: dict[str, tuple[int, float]] = {}
+        self._source_down: set[str] = set()   # targets with an outage seen (or alerted)
+        self._sources_checked = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -169,6 +176,60 @@ class Daemon:
             self._start_target(by_name[name])
             self.log.info("target restarted", target=name, attempt=failures + 1)
 
+    def _refused(self, r: TargetRunner) -> bool:
+        """Its source gave up (a refused key, no such directory, permission denied): the
+        loop ended; nothing reads the log until it is tried again."""
+        f = r.follower
+        return r.ended.is_set() and r.failed_at is None and f is not None and f.status.fatal
+
+    async def _retry_refused(self, now: float, force: bool = False) -> list[str]:
+        """A source refused once is tried again on a slow timer (FATAL_RETRY_BASE,
+        doubling) and, with `force` (SIGHUP), at once: the key fixed, the directory made."""
+        by_name = {t.name: t for t in self.config.targets}
+        retried = []
+        for name, r in list(self.runners.items()):
+            if not self._refused(r):
+                if r.follower is not None and r.follower.status.state == "up":
+                    self._fatal.pop(name, None)      # reading: the next refusal starts over
+                continue
+            tries, due = self._fatal.get(name, (0, INF))
+            if due == INF:
+                delay = min(FATAL_RETRY_MAX, FATAL_RETRY_BASE * 2 ** tries)
+                self._fatal[name] = (tries, now + delay)
+                self.log.warning("source refused: trying again later", target=name,
+                                 error=r.follower.status.message if r.follower else "",
+                                 retry_in=f"{delay:.0f}s")
+                if not force:
+                    continue
+            elif due > now and not force:
+                continue
+            if name not in by_name:
+                continue
+            self._fatal[name] = (tries + 1, INF)
+            await self._stop_target(name)
+            self._start_target(by_name[name])
+            retried.append(name)
+            self.log.info("refused source: trying again", target=name, attempt=tries + 2,
+                          why="SIGHUP" if force else "timer")
+        return retried
+
+    def _check_sources(self, now: float) -> None:
+        """`source_down` decisions for the targets with an outage (or one alerted)."""
+        if self.alerts is None:
+            return
+        for name, r in list(self.runners.items()):
+            f = r.follower
+            if f is None:
+                continue
+            out = f.status.outage(now)
+            if out is None and name not in self._source_down:
+                continue
+            self.alerts.observe_source(r.view(now), r.cfg.source_down_after)
+            if out is not None:
+                self._source_down.add(name)
+            elif f.status.state == "up":
+                self._source_down.discard(name)
+
     async def _stop_target(self, name: str) -> None:
         runner = self.runners.pop(name, None)
         self.signatures.pop(name, None)
@@ -239,6 +300,10 @@ class Daemon:
                                  {r.name: r.cfg.slow_factor for r in starting})
             if self._retry or any(r.failed_at is not None for r in self.runners.values()):
                 await self._retry_failed(now)
+            if now - self._sources_checked >= SOURCE_CHECK_EVERY:
+                self._sources_checked = now
+                self._check_sources(now)
+                await self._retry_refused(now)
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()
@@ -269,10 +334,11 @@ class Daemon:
         for n in fresh:  # a target that failed to start before gets another try
             if n not in self.runners:
                 self._start_target(fresh[n])
+        refused = await self._retry_refused(time.time(), force=True)   # the key may be fixed
         if self.alerts is not None:
             self.alerts.reconfigure(new)
         self.log.info("reloaded", added=added, removed=removed, restarted=changed,
-                      targets=len(self.runners))
+                      retried=refused, targets=len(self.runners))
 
     async def shutdown(self) -> None:
         self.stopping = True

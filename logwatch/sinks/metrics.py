@@ -182,6 +182,8 @@ def target_lines(v: TargetView) -> dict[str, str]:
     add("logwatch_shards_loaded", f"logwatch_shards_loaded{one} "
         f"{val(float(sh.loaded) if sh else 0.0)}")
     add("logwatch_shards_total", f"logwatch_shards_total{one} {val(float(sh.total) if sh else 0.0)}")
+    add("logwatch_shards_to_load", f"logwatch_shards_to_load{one} "
+        f"{val(float(sh.total) if sh else 0.0)}")
     add("logwatch_shard_load_rate", f"logwatch_shard_load_rate{one} "
         f"{val(float(sh.rate) if sh and sh.rate else 0.0)}")
     add("logwatch_startup_eta_seconds", f"logwatch_startup_eta_seconds{one} {val(v.eta_seconds)}")
@@ -200,6 +202,10 @@ def target_lines(v: TargetView) -> dict[str, str]:
     add(name, f"{name}_count{one} {val(float(acc))}")
     add(name, f"{name}_sum{one} {val(float(cn.duration_sum))}")
     add("logwatch_source_up", f"logwatch_source_up{one} {'1.0' if v.source_up else '0.0'}")
+    for state in SOURCE_STATES:
+        add("logwatch_source_state", f'logwatch_source_state{{state="{state}",{tl}}} '
+            f"{'1.0' if v.source_state == state else '0.0'}")
+    add("logwatch_stalled", f"logwatch_stalled{one} {'1.0' if v.stalled else '0.0'}")
     for fam, x in (("logwatch_source_reconnects_total", cn.reconnects),
                    ("logwatch_source_rotations_total", cn.rotations),
                    ("logwatch_bytes_skipped_total", cn.bytes_skipped),
@@ -236,9 +242,13 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),
         ("logwatch_shards_loaded", "gauge", "checkpoint shards loaded"),
         # a gauge in meaning, typed counter so that the DESIGN.md name `logwatch_shards_total`
-        # passes `promtool check metrics` (which rejects the _total suffix on other types)
-        ("logwatch_shards_total", "counter", "checkpoint shards to load (the bar's N; exposed "
-         "as a counter only for its _total name)"),
+        # passes `promtool check metrics` (which rejects the _total suffix on other types);
+        # kept for dashboards that use it, `logwatch_shards_to_load` is the same value, typed
+        # as what it is (it goes down at a new startup of a smaller model: rate() is wrong)
+        ("logwatch_shards_total", "counter", "deprecated: use logwatch_shards_to_load (a "
+         "gauge; typed counter only for its _total name)"),
+        ("logwatch_shards_to_load", "gauge", "checkpoint shards to load (the bar's N; 0 "
+         "before a startup says)"),
         ("logwatch_shard_load_rate", "gauge", "shards loaded per second (smoothed)"),
         ("logwatch_startup_eta_seconds", "gauge", "estimated seconds until ready (NaN when "
          "unknown)"),
@@ -248,6 +258,11 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_lines_total", "counter", "log lines read"),
         ("logwatch_rule_matches_total", "counter", "lines matched, by rule"),
         ("logwatch_source_up", "gauge", "1 while the source is connected / open"),
+        ("logwatch_source_state", "gauge", "1 for the source's state: up (reading), waiting "
+         "(the log or its node is not there yet: not an error), error (failing, retried), "
+         "fatal (refused: retried on SIGHUP and every few minutes)"),
+        ("logwatch_stalled", "gauge", "1 while the current startup is stalled (a startup "
+         "phase silent past its budget; its shard rate is stale then)"),
         ("logwatch_last_line_timestamp_seconds", "gauge", "when the last line arrived"),
         *((name, "gauge", doc) for name, doc in SERVING.values()),
         ("logwatch_bytes_read_total", "counter", "log bytes read"),
@@ -333,6 +348,19 @@ class MetricsCache:
         return "".join(parts).encode("utf-8")
 
 
+SOURCE_STATES = ("up", "waiting", "error", "fatal")
+
+
+def _build_info() -> str:
+    """`logwatch_build_info{version, python}` 1: which logwatch answers this scrape."""
+    import platform
+    from .. import __version__
+    return ("# HELP logwatch_build_info the logwatch version and Python that run this daemon\n"
+            "# TYPE logwatch_build_info gauge\n"
+            f'logwatch_build_info{{python="{_esc(platform.python_version())}",'
+            f'version="{_esc(__version__)}"}} 1.0\n')
+
+
 def _global_lines(stats: AlertStats | None) -> str:
     """The daemon's own families (alert delivery, state_dir errors): small, always fresh."""
     sent: list[str] = []
@@ -357,7 +385,7 @@ def _global_lines(stats: AlertStats | None) -> str:
                           f"{floatToGoString(float(n))}")
     errors = [f'logwatch_state_errors_total{{kind="{_esc(kind)}"}} {floatToGoString(float(n))}'
               for kind, n in sorted(STATE_ERRORS.counts.items())]
-    out = []
+    out = [_build_info()]
     for name, doc, lines in (
             ("logwatch_alerts_sent_total", "alerts delivered", sent),
             ("logwatch_alert_failures_total", "alert deliveries that failed", failed),

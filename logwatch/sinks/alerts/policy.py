@@ -14,6 +14,9 @@ outbox, which sends each mark once.
 * `unreachable` when the log says ready and the probe of the server's endpoint has failed for
   `fail_after` (keyed on the startup and the outage), resolved when it answers again, by a
   crash or by a new startup.
+* `source_down` when the target's source has failed (error or fatal: a refused key, a host
+  down, a command that keeps failing; not a log that is not there yet) for the target's
+  `source_down_after`, keyed on the outage; resolved once the source is up again.
 * `restarted` and `phase` for the sinks that ask for them.
 """
 
@@ -169,6 +172,25 @@ class AlertPolicy:
                             {"url": p.get("url"), "status": p.get("status"),
                              "down_for": down_for, "never_answered": never},
                             v.epoch, extra=str(p.get("outage") or 0))]
+
+    def source(self, v: TargetView, grace: float) -> list[Decision]:
+        """A blind monitor says so: `source_down` once the source has failed for `grace`
+        seconds (one per outage), resolved when it reads again."""
+        since = v.source_down_since
+        if since is None:
+            return [Resolve(v.name, ("source_down",), "reading again")] \
+                if v.source_state == "up" else []
+        down_for = v.now - since
+        if down_for < grace:
+            return []
+        what = "refused (not retried until SIGHUP or the next slow retry)" \
+            if v.source_state == "fatal" else "failing"
+        return [self._alert(v, "source_down", None,
+                            f"cannot read the log for {fmt_duration(down_for)}: "
+                            f"{v.source_message} ({what})",
+                            {"state": v.source_state, "message": v.source_message,
+                             "down_for": down_for, "source": v.source}, v.epoch,
+                            extra=f"{since:.0f}")]
 
     def slow(self, v: TargetView, slow_factor: float) -> Alert | None:
         """A startup that has taken `slow_factor` times the typical one (and 2 min at least)."""

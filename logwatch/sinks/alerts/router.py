@@ -121,6 +121,16 @@ class AlertRouter:
         """A probe of the target's server answered (or did not): `unreachable` decisions."""
         self._apply(self.policy.probe(view))
 
+    def observe_source(self, view: TargetView, grace: float) -> None:
+        """The target's source failing or back: `source_down` decisions.  One open alert
+        per target: a daemon restarted during an outage (a new outage start) says nothing
+        new."""
+        for d in self.policy.source(view, grace):
+            if isinstance(d, Resolve) or not any(
+                    doc["target"] == view.name and doc["kind"] == "source_down"
+                    for doc in self.store.open.values()):
+                self._apply([d])
+
     def tick(self, views: list[TargetView], slow_factor: dict[str, float]) -> None:
         for v in views:
             alert = self.policy.slow(v, slow_factor.get(v.name, SLOW_FACTOR))
