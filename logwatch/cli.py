@@ -35,6 +35,7 @@ examples:
   logwatch rules check my-pack.yaml          validate your own pack (exit 2 if broken)
   logwatch rules test sglang server.log      which rule matched which line
   logwatch run -c logwatch.yaml              the daemon: many targets, /metrics, alerts
+  logwatch status -c logwatch.yaml           its fleet in the terminal, broken targets first
   logwatch demo                              a simulated server, watched live
 """
 
@@ -91,7 +92,7 @@ URL the daemon's webhook JSON; `bell` rings the terminal); --serve keeps going a
 (tok/s, running / queued, GPU) until Ctrl-C (exit 0) or a crash (exit 1).
 
 Targets are checked first: scp-style host:/path gets "did you mean ssh://host/path?", and a
-missing directory exits 2 naming it (--wait-for-file waits for it).
+missing file exits 2 naming the nearest names in its directory (--wait waits for it).
 
 exit status: 0 ready (all targets), 1 crashed or stopped, 3 timed out or stalled, 2 usage
 error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary
@@ -138,6 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true",
                    help="one JSON object per startup per line (fields: README, the launch ledger)")
     h.set_defaults(func=cmd_history)
+
+    st = sub.add_parser("status", help="the daemon's fleet in the terminal, bad targets first",
+                        description="One row per target of the running daemon (its "
+                        "/api/status), like `kubectl get`: error, crashed, silent, stalled, "
+                        "unreachable first, then starting, waiting, ready.  exit status: 0 the "
+                        "daemon answered, 2 it could not be asked.")
+    st.add_argument("-c", "--config", metavar="CONFIG",
+                    help="the daemon's config (its `listen` address is asked)")
+    st.add_argument("--url", metavar="URL", help="the daemon's address instead, e.g. "
+                    "http://gpu-gw:9105")
+    st.add_argument("--json", action="store_true", help="the targets as JSON, bad first")
+    st.set_defaults(func=cmd_status)
 
     cmp_ = sub.add_parser("compare", help="two startups of a log side by side",
                           description=COMPARE_HELP,
@@ -196,9 +209,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not keep this TARGET's startup durations (by default they are kept "
                         "in $LOGWATCH_STATE_DIR or ~/.local/state/logwatch, and the next watch "
                         "of the same TARGET bases its ETA on them)")
-    w.add_argument("--wait-for-file", action="store_true",
-                   help="wait for a local log whose directory does not exist yet (default: "
-                        "exit 2 naming the missing directory)")
+    w.add_argument("--wait", "--wait-for-file", dest="wait_for_file", action="store_true",
+                   help="wait for a local log (or its directory) that does not exist yet: "
+                        "watch started before the server (default: exit 2 naming the nearest "
+                        "names in its directory)")
     g = w.add_argument_group("ssh (defaults come from ~/.ssh/config and ~/.ssh/known_hosts)")
     g.add_argument("-i", "--ssh-key", action="append", metavar="FILE",
                    help="identity file (repeatable)")
@@ -327,6 +341,14 @@ def cmd_history(args: argparse.Namespace) -> int:
     return run_history(args.files, args.rules, args.json, out)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from .app.fleet import run_status
+    if not args.config and not args.url:
+        print("logwatch: status needs -c CONFIG (or --url http://HOST:PORT)", file=sys.stderr)
+        return EXIT_USAGE
+    return run_status(args.config, args.url, args.json, sys.stdout, sys.stderr)
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from .app.history import run_compare, run_compare_store
     out = (lambda s: print(s, flush=True))
@@ -435,10 +457,34 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
         return (f"{target} looks like scp's host:path; did you mean "
                 f"ssh://{user}{m['host']}{path}{hint}?")
     parent = os.path.dirname(os.path.abspath(os.path.expanduser(target)))
-    if not wait_for_file and not os.path.isdir(parent):
+    if wait_for_file:
+        return None
+    if not os.path.isdir(parent):
         return (f"{parent} does not exist (the directory of {os.path.basename(target)}): check "
-                "the path, or pass --wait-for-file to wait for it")
-    return None
+                "the path, or pass --wait to wait for it")
+    return f"no such file: {target}{nearest_names(parent, os.path.basename(target))}; " \
+        "pass --wait to wait for it to appear"
+
+
+def nearest_names(directory: str, name: str, limit: int = 2000) -> str:
+    """`; in /root: server.log, server-old.log (did you mean server.log?)`: what is there,
+    closest first (a typo'd log name is the common case); nothing when it is empty."""
+    import difflib
+    try:
+        with os.scandir(directory) as it:
+            names = [e.name for e, _ in zip(it, range(limit))
+                     if not e.name.startswith(".")]
+    except OSError:
+        return ""
+    if not names:
+        return f"; {directory} is empty"
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+    logs = sorted(n for n in names if ".log" in n or n.endswith((".txt", ".out")))
+    shown = (close + [n for n in logs if n not in close])[:5] or sorted(names)[:5]
+    more = len(names) - len(shown)
+    hint = f" (did you mean {os.path.join(os.path.dirname(name) or directory, close[0])}?)" \
+        if close else ""
+    return f"; in {directory}: {', '.join(shown)}{f' and {more} more' if more > 0 else ''}{hint}"
 
 
 def cmd_watch(args: argparse.Namespace) -> int:

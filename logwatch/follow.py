@@ -37,6 +37,7 @@ class SourceStatus:
     gaps: int = 0                # bytes the source skipped (should stay 0)
     overlaps: int = 0            # bytes the source repeated (dropped here; should stay 0)
     notice: str = ""             # the last loss the source reported (Skipped), for the status
+    cause: str = ""              # SourceState.cause of the current state ("dns", "refused")
     last_data_at: float | None = None
     down_since: float | None = None   # an outage (error or fatal) began; None once it reads
     up_since: float | None = None     # the source said "up" (reading, running) at
@@ -199,6 +200,7 @@ class Follower:
                 self.status.up_since = now
             self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
             self.status.error = not ev.up and (ev.error or ev.fatal)
+            self.status.cause = ev.cause
             if self.status.error:
                 self.status.down_since = ongoing if ongoing is not None else now
         if events:

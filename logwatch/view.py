@@ -137,11 +137,12 @@ def silent_at_attach(st: State, mtime: float | None, now: float, budget: float,
     A server killed mid-load an hour ago writes nothing more: without this the catch-up
     would stamp its lines with the read time and show an ETA for a dead process.  The
     log's own clock adds the gap between its last activity and its last line (none when
-    every line is activity); no time zone is needed."""
+    every line is activity); no time zone is needed.  Never less than FRESH_WINDOW: a log
+    quiet for seconds is not a dead server."""
     if mtime is None or st.phase not in startup_phases:
         return None
-    if now - mtime < budget:
-        return None
+    if now - mtime < max(budget, FRESH_WINDOW):
+        return None          # a few seconds of silence (a tiny --stall-after) is a stall
     return mtime
 
 

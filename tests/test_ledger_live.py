@@ -72,7 +72,7 @@ def test_watch_at_ready_compares_with_the_previous_launch(tmp_path: Path) -> Non
 
     def watch() -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "logwatch", "watch", str(log),
-                               "--gpu", "off", "--timeout", "60"], capture_output=True,
+                               "--gpu", "off", "--probe", "off", "--timeout", "60"], capture_output=True,
                               text=True, cwd=ROOT, env=env, timeout=90)
     log.write_text(launch(1, T0, ARGS_1, 880.0, minutes=0.5), encoding="utf-8")
     first = watch()

@@ -54,6 +54,8 @@ def test_silent_at_attach_decides_by_the_files_last_write() -> None:
     assert silent_at_attach(st, now - 3900, now, 600, STARTUP) == now - 3900
     assert silent_at_attach(st, now - 30, now, 600, STARTUP) is None        # still writing
     assert silent_at_attach(st, None, now, 600, STARTUP) is None            # no mtime (cmd:)
+    assert silent_at_attach(st, now - 30, now, 2, STARTUP) is None          # a stall, not dead
+    assert silent_at_attach(st, now - 90, now, 2, STARTUP) == now - 90
     assert silent_at_attach(State(phase="ready"), now - 3900, now, 600, STARTUP) is None
     assert silent_at_attach(State(phase="waiting"), now - 3900, now, 600, STARTUP) is None
     text = silent_text(now - 3900, now)
@@ -219,3 +221,157 @@ def test_a_refused_key_and_a_failing_command_alert_source_down_and_sighup_retrie
             what="source_down resolved")
     wait_for(lambda: sample(parse_metrics(d.metrics_text()), "logwatch_source_state",
                             target="refused", state="up") == 1.0, 10, "state up")
+
+
+# -- ready means serving -----------------------------------------------------------------------
+
+def _ready_log(tmp_path: Path, port: int) -> Path:
+    """A startup that got ready just now, serving on 127.0.0.1:`port` by its log."""
+    from logwatch.app.simulate import script
+    path = tmp_path / "server.log"
+    path.write_text("".join(s.text for s in script(start=time.time() - 120, port=port,
+                                                   serve_lines=2)))
+    return path
+
+
+@pytest.mark.integration
+def test_watch_ready_in_log_but_not_answering_is_not_ready(tmp_path: Path) -> None:
+    port = free_port()                       # nothing listens there
+    path = _ready_log(tmp_path, port)
+    res = run_cli("watch", "--gpu", "off", "--no-history", "--timeout", "4s", str(path))
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert re.search(rf"ready in log; waiting for http://127\.0\.0\.1:{port}\S* to answer", res.stdout), \
+        res.stdout
+    last = [ln for ln in res.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d ", ln)][-1]
+    assert f"timed out after 4s: ready in log, not answering: connection refused (127.0.0.1:{port})" \
+        in last, \
+        res.stdout
+    assert "READY" not in res.stdout, res.stdout
+    # --probe off: the log's word
+    res = run_cli("watch", "--gpu", "off", "--no-history", "--probe", "off", "--timeout", "30s",
+                  str(path))
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "READY" in res.stdout and "waiting for" not in res.stdout, res.stdout
+
+
+@pytest.mark.integration
+def test_watch_ready_and_answering_exits_0(tmp_path: Path, receivers: Any) -> None:  # noqa: F811
+    rx = receivers()                          # a real HTTP server answering 200
+    path = _ready_log(tmp_path, rx.port)
+    res = run_cli("watch", "--gpu", "off", "--no-history", "--timeout", "30s", str(path))
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert re.search(r"READY in", res.stdout), res.stdout
+    assert rx.requests(), "the endpoint was never asked"
+
+
+# -- logwatch status -c CFG ------------------------------------------------------------------
+
+def test_fleet_table_puts_the_broken_targets_first() -> None:
+    from logwatch.app.fleet import fleet_table
+    doc = {"now": 1000.0, "targets": [
+        {"name": "a-ready", "status": "ready", "phase": "ready", "ready_in_seconds": 200,
+         "last_line_at": 990.0, "stats": {"gen_throughput": 3120.0},
+         "source_state": {"up": True}},
+        {"name": "b-loading", "status": "loading_shards", "phase": "loading_shards",
+         "shards": {"loaded": 10, "total": 37}, "eta_seconds": 110, "source_state": {"up": True}},
+        {"name": "c-crashed", "status": "crashed", "phase": "crashed",
+         "crash": {"reason": "cuda_oom", "during": "cuda_graph"}, "source_state": {"up": True}},
+        {"name": "d-key", "status": "error", "phase": "waiting",
+         "source_state": {"up": False, "error": True, "fatal": True,
+                          "message": "permission denied (publickey)"}},
+        {"name": "e-later", "status": "waiting", "phase": "waiting",
+         "source_state": {"up": False, "message": "waiting for /x.log to appear"}},
+    ]}
+    lines = fleet_table(doc)
+    assert lines[0].split() == ["NAME", "STATUS", "PROGRESS", "LAST", "LINE", "DETAIL"]
+    names = [ln.split()[0] for ln in lines[1:-1]]
+    assert names == ["d-key", "c-crashed", "b-loading", "e-later", "a-ready"], lines
+    assert "permission denied (publickey)" in lines[1] and "cuda_oom during cuda_graph" in lines[2]
+    assert "10/37 shards · ETA 1m50s" in lines[3] and "3,120 tok/s" in lines[5]
+    assert lines[-1] == "5 targets: 1 error, 1 crashed, 1 loading_shards, 1 ready, 1 waiting" \
+        "  (2 need a look)", lines[-1]
+
+
+@pytest.mark.integration
+def test_status_shows_the_daemons_fleet_bad_first(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    from support.daemon import sim_texts
+    ready, crashed = tmp_path / "ready.log", tmp_path / "crashed.log"
+    ready.write_text("".join(sim_texts(start=time.time() - 100)))
+    crashed.write_text("".join(sim_texts(start=time.time() - 100, crash="oom")))
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state", [
+        target_cfg("n1-ready", ready, gpu="off", probe="off"),
+        target_cfg("n2-crashed", crashed, gpu="off", probe="off"),
+        target_cfg("n3-dead", dead_log(tmp_path), gpu="off", probe="off"),
+        target_cfg("n4-later", tmp_path / "later.log", gpu="off"),
+        target_cfg("n5-failing", "cmd:sh -c 'exit 7'", gpu="off"),
+    ])
+    d = daemons(cfg, port).start()
+    d.wait_target("n2-crashed", lambda t: t["status"] == "crashed", "crashed")
+    d.wait_target("n3-dead", lambda t: t["status"] == "silent", "silent")
+    d.wait_target("n5-failing", lambda t: t["status"] == "error", "error")
+    d.wait_target("n1-ready", lambda t: t["status"] == "ready", "ready")
+    res = run_cli("status", "-c", str(cfg))
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    rows = res.stdout.splitlines()
+    names = [ln.split()[0] for ln in rows[1:-1]]
+    assert names == ["n5-failing", "n2-crashed", "n3-dead", "n4-later", "n1-ready"], res.stdout
+    assert "server probably dead" in rows[3] and "cuda_oom" in rows[2], res.stdout
+    assert rows[-1].startswith("5 targets: 1 error, 1 crashed, 1 silent"), rows[-1]
+    d.stop()
+    res = run_cli("status", "-c", str(cfg))
+    assert res.returncode == 2 and "cannot ask the daemon at http://127.0.0.1:" in res.stderr, \
+        res.stderr
+
+
+# -- errors that say ---------------------------------------------------------------------------
+
+def test_a_mistyped_file_names_the_nearest_names() -> None:
+    import tempfile
+    from logwatch.cli import target_problem
+    with tempfile.TemporaryDirectory() as d:
+        for n in ("server.log", "server.log.1", "notes.txt"):
+            Path(d, n).write_text("x")
+        problem = target_problem(os.path.join(d, "servr.log"))
+        assert problem is not None
+        assert problem.startswith(f"no such file: {d}/servr.log; in {d}: server.log"), problem
+        assert f"(did you mean {d}/server.log?)" in problem and "--wait" in problem, problem
+        assert target_problem(os.path.join(d, "servr.log"), wait_for_file=True) is None
+        assert target_problem(os.path.join(d, "server.log")) is None
+
+
+@pytest.mark.integration
+def test_watch_exits_2_on_a_mistyped_file_and_waits_only_with_wait(tmp_path: Path) -> None:
+    (tmp_path / "server.log").write_text("")
+    res = run_cli("watch", "--gpu", "off", str(tmp_path / "sever.log"), "--timeout", "20s")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert len(res.stderr.splitlines()) == 1 and "did you mean" in res.stderr, res.stderr
+    res = run_cli("watch", "--gpu", "off", str(tmp_path / "sever.log"), "--wait",
+                  "--timeout", "1s")
+    assert res.returncode == 3 and "to appear" in res.stdout, (res.stdout, res.stderr)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("host,said", [("no-such-host.invalid", "no such host: no-such-host.invalid"),
+                                       ("127.0.0.1:{closed}", "connection refused by 127.0.0.1:")])
+def test_watch_exits_2_at_once_on_a_dns_typo_or_a_closed_port(host: str, said: str) -> None:
+    url = f"ssh://root@{host.format(closed=free_port())}/var/log/x.log"
+    t0 = time.monotonic()
+    res = run_cli("watch", "--gpu", "off", url, "--timeout", "60s")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert time.monotonic() - t0 < 30
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and said in lines[0], res.stderr
+    assert "gaierror" not in res.stdout + res.stderr and "Errno" not in lines[0], res.stderr
+
+
+@pytest.mark.integration
+def test_the_daemon_shows_a_dns_typo_as_the_sources_error(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state", [
+        target_cfg("typo", "ssh://root@no-such-host.invalid/var/log/x.log", gpu="off",
+                   probe="off")])
+    d = daemons(cfg, port).start()
+    t = d.wait_target("typo", lambda t: t["status"] == "error", "error")
+    assert "no such host: no-such-host.invalid" in t["source_state"]["message"], t["source_state"]
+    assert "Traceback" not in d.stderr() and "gaierror" not in d.stderr(), d.stderr()[-2000:]

@@ -33,6 +33,8 @@ OOM = "torch.OutOfMemoryError: CUDA out of memory"
 def watch(*args: str, input: str | None = None, stdin: object = subprocess.DEVNULL,
           timeout: float = 90) -> subprocess.CompletedProcess[str]:
     kw: dict[str, object] = {"input": input} if input is not None else {"stdin": stdin}
+    if "--probe" not in args:     # the log's verdict (ready means answering: tests/test_operator)
+        args = (*args, "--probe", "off")
     return subprocess.run([sys.executable, "-m", "logwatch", "watch", *args], cwd=ROOT,
                           capture_output=True, text=True, encoding="utf-8", errors="replace",
                           timeout=timeout, **kw)  # type: ignore[call-overload]
@@ -170,7 +172,7 @@ def test_timeout_while_launching(tmp_path: Path) -> None:
 
 
 def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:
-    res = watch(str(tmp_path / "never.log"), "--timeout", "1s", timeout=60)
+    res = watch(str(tmp_path / "never.log"), "--wait", "--timeout", "1s", timeout=60)
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert f"waiting for {tmp_path / 'never.log'} to appear" in res.stdout
     assert "timed out after 1s in waiting" in res.stdout
@@ -478,7 +480,7 @@ def test_a_missing_directory_exits_2_unless_waited_for(tmp_path: Path) -> None:
     missing = tmp_path / "nonexistent" / "dir"
     res = watch(str(missing / "x.log"), "--timeout", "5s", timeout=30)
     assert res.returncode == 2, (res.stdout, res.stderr)
-    assert f"{missing} does not exist" in res.stderr and "--wait-for-file" in res.stderr
+    assert f"{missing} does not exist" in res.stderr and "--wait" in res.stderr
     res = watch(str(missing / "x.log"), "--wait-for-file", "--timeout", "1s", timeout=30)
     assert res.returncode == 3, (res.stdout, res.stderr)
 

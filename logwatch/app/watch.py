@@ -99,6 +99,7 @@ class Watched:
     verdict: tuple[int, str] | None = None
     verdict_at: float | None = None
     fatal: bool = False          # its source failed before any verdict (exit 2)
+    awaiting_said: bool = False  # "ready in log; waiting for the endpoint" said
 
 
 async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
@@ -182,7 +183,8 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
                 code = EXIT_TIMEOUT
                 if len(watched) == 1:
-                    outcome = f"timed out after {opts.timeout:g}s {_where(views[0])}"
+                    outcome = f"timed out after {opts.timeout:g}s" + \
+                        (": " if _deaf(views[0]) else " ") + _where(views[0])
                 else:
                     outcome = f"timed out after {opts.timeout:g}s: " + "; ".join(
                         f"{w.name} {_where(v)}" for w, v in zip(watched, views)
@@ -238,6 +240,13 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
         w.fatal = True
         w.verdict = (EXIT_USAGE, "the source failed (the reason is above)")
         return view
+    if status is not None and not runner.attached and status.error and \
+            status.cause in ("dns", "refused"):
+        # the first connection: a mistyped host or port, not an outage to wait out
+        print(f"logwatch: {w.name}: {status.message.split('; retrying')[0]}", file=sys.stderr)
+        w.fatal = True
+        w.verdict = (EXIT_USAGE, "the source failed (the reason is above)")
+        return view
     if view.historic and not w.noted and _settled(runner):
         w.noted = True
         w.display.note(attach_note(view, now, last=opts.last))
@@ -252,6 +261,13 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
             w.verdict_at = now
         return view
     verdict = _verdict(runner, view, events)
+    if verdict is not None and verdict[0] == EXIT_READY and _awaiting_endpoint(runner, view):
+        if not w.awaiting_said:      # ready means serving: the endpoint answers (or --probe off)
+            w.awaiting_said = True
+            url = (view.probe or {}).get("url") or "its endpoint"
+            w.display.note(f"ready in log; waiting for {url} to answer (--probe off: the "
+                           f"log's word is enough)")
+        verdict = None
     if serving and verdict is not None and verdict[0] == EXIT_READY:
         return view          # still serving
     if verdict is not None:
@@ -304,7 +320,28 @@ def _settled(runner: TargetRunner) -> bool:
 
 
 def _where(view: TargetView) -> str:
-    return "while waiting for a new startup" if view.historic else f"in {view.phase}"
+    if view.historic:
+        return "while waiting for a new startup"
+    if _deaf(view):
+        status = (view.probe or {}).get("status")
+        return "ready in log, not answering" + (f": {status}" if status else "")
+    return f"in {view.phase}"
+
+
+def _deaf(view: TargetView) -> bool:
+    """Ready in the log, and the probe of its endpoint never answered for this startup."""
+    return view.phase == READY and not view.historic and view.status == "unreachable"
+
+
+def _awaiting_endpoint(runner: TargetRunner, view: TargetView) -> bool:
+    """Ready in the log, a probe runs and knows where the server listens, and no probe of
+    this startup has answered yet: not ready for `watch ... && run_benchmark`."""
+    if runner.prober is None or view.historic:
+        return False
+    if runner._probe_plan().endpoint is None:
+        return False             # no address in the log: the log's word is all there is
+    p = view.probe or {}
+    return not (p.get("ok_at") and p.get("ok_startup") == view.startup_id)
 
 
 def _historic(runner: TargetRunner) -> bool:

@@ -284,7 +284,7 @@ class PlainDisplay:
                 print("  excerpt:", file=self.out)
                 for ln in fold_ranks(c["excerpt"][-60:], view.rank_tags)[-40:]:
                     print(f"    | {ln}", file=self.out)
-        elif view.phase == "ready":
+        elif view.phase == "ready" and view.status != "unreachable":  # deaf: not READY
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
             self._say(f"READY{' in ' + fmt_duration(total) if total else ''}"
                       f"{f' (slowest phase: {slow} {fmt_duration(d[slow])})' if slow else ''}"

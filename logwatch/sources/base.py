@@ -105,6 +105,7 @@ class SourceState:
     message: str
     fatal: bool = False
     error: bool = False
+    cause: str = ""     # "dns" (no such host), "refused" (nothing listens): typos, at once
 
 
 @dataclass(frozen=True, slots=True)

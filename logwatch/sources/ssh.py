@@ -37,6 +37,7 @@ reconnects, and the remote grep for the first attach.
 from __future__ import annotations
 
 import asyncio
+import socket
 import posixpath
 import random
 import re
@@ -367,7 +368,22 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
                 "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
     if isinstance(e, asyncssh.Error):
         return f"{type(e).__name__}: {e.reason}"
+    cause = connect_cause(e)
+    if cause == "dns":
+        return f"no such host: {target.host} ({getattr(e, 'strerror', None) or e}; a typo?)"
+    if cause == "refused":
+        return f"connection refused by {target.host}:{target.port or 22} (no SSH server there?)"
     return f"{type(e).__name__}: {e}"
+
+
+def connect_cause(e: BaseException) -> str:
+    """"dns" / "refused" for the connect failures that are a typo far more often than an
+    outage (watch stops at once on them before its first connection), else ""."""
+    if isinstance(e, socket.gaierror):
+        return "dns"
+    if isinstance(e, ConnectionRefusedError):
+        return "refused"
+    return ""
 
 
 class SSHFileSource(FollowsWithCursor):
@@ -419,7 +435,8 @@ class SSHFileSource(FollowsWithCursor):
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
                 delay = backoff.next()
                 yield SourceState(False, f"cannot connect: {explain(e, self.target, self.opts)}; "
-                                         f"retrying in {delay:.1f}s", error=True)
+                                         f"retrying in {delay:.1f}s", error=True,
+                                  cause=connect_cause(e))
                 await self._sleep(delay)
                 continue
             healthy_since = time.monotonic()

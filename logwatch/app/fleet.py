@@ -1,0 +1,142 @@
+"""`logwatch status -c CFG`: the daemon's fleet in the terminal, like `kubectl get`.
+
+One row per target from the daemon's own `/api/status` (the same view the page shows), the
+broken ones first: error, crashed, silent, stalled, unreachable, then the ones starting, then
+waiting, then ready; within a group by name.  The listen address comes from the config (its
+`listen`, with `${VAR:-default}` expanded); a config whose alert secrets are not set in this
+shell still names its daemon (only `listen` is read).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from ..units import fmt_duration
+from .config import ConfigError, _listen, expand_env
+
+# the order rows are shown in: what needs a person first
+BAD = ("error", "crashed", "silent", "stalled", "unreachable")
+ORDER = {s: i for i, s in enumerate(BAD)}
+WAITING_RANK, READY_RANK, STARTING_RANK = 90, 99, 50
+
+
+def daemon_url(config_path: str) -> str:
+    """http://HOST:PORT of the daemon the config describes (0.0.0.0 / :: -> 127.0.0.1)."""
+    from ..yamlload import load_yaml
+    try:
+        text = Path(config_path).expanduser().read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(config_path, "", f"cannot read: {e.strerror}") from None
+    doc = load_yaml(text)
+    if not isinstance(doc, dict):
+        raise ConfigError(config_path, "", "not a mapping (see deploy/logwatch.example.yaml)")
+    listen = expand_env(doc.get("listen", "127.0.0.1:9105"), config_path, "listen")
+    host, port = _listen(config_path, listen)
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    with urllib.request.urlopen(url.rstrip("/") + "/api/status", timeout=timeout) as r:
+        doc = json.loads(r.read())
+    if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
+        raise ValueError("not logwatch's /api/status")
+    return doc
+
+
+def rank(t: dict[str, Any]) -> int:
+    status = str(t.get("status") or t.get("phase") or "")
+    if status in ORDER:
+        return ORDER[status]
+    if status == "ready":
+        return READY_RANK
+    if status in ("waiting", "stopped"):
+        return WAITING_RANK
+    return STARTING_RANK
+
+
+def row(t: dict[str, Any], now: float) -> list[str]:
+    """NAME STATUS PROGRESS AGE DETAIL for one target of /api/status."""
+    status = str(t.get("status") or t.get("phase") or "?")
+    if status == "stalled" or status == "silent":
+        status = f"{status} ({t.get('phase')})"
+    sh = t.get("shards") or {}
+    progress = f"{sh.get('loaded')}/{sh.get('total')} shards" if sh.get("total") else ""
+    if t.get("phase") == "ready" and t.get("ready_in_seconds") is not None:
+        progress = f"ready in {fmt_duration(t['ready_in_seconds'])}"
+    elif t.get("eta_seconds") is not None and t.get("phase") not in ("ready", "waiting"):
+        progress += (" · " if progress else "") + f"ETA {fmt_duration(t['eta_seconds'])}"
+    at = t.get("last_line_at")
+    age = fmt_duration(max(now - at, 0.0)) if isinstance(at, (int, float)) else "-"
+    src = t.get("source_state") or {}
+    crash = t.get("crash") or {}
+    probe = t.get("probe") or {}
+    if t.get("silent"):
+        detail = t["silent"]
+    elif src.get("error") or src.get("fatal"):
+        detail = f"source: {src.get('message') or 'down'}"
+    elif crash:
+        detail = f"{crash.get('reason')} during {crash.get('during')}"
+    elif status == "unreachable":
+        detail = f"endpoint: {probe.get('verdict') or 'not answering'}"
+    elif t.get("rank_lag"):
+        detail = str(t["rank_lag"])
+    elif t.get("phase") == "ready" and (t.get("stats") or {}).get("gen_throughput") is not None:
+        detail = f"{t['stats']['gen_throughput']:,.0f} tok/s"
+    elif not src.get("up"):
+        detail = f"source: {src.get('message') or 'waiting'}"
+    else:
+        detail = ""
+    return [str(t.get("name")), status, progress, age, detail]
+
+
+def fleet_table(doc: dict[str, Any], width: int = 160) -> list[str]:
+    """The table's lines: a header, one row per target (bad first), and a count line."""
+    now = float(doc.get("now") or time.time())
+    targets = sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name"))))
+    rows = [["NAME", "STATUS", "PROGRESS", "LAST LINE", "DETAIL"]] + [row(t, now) for t in targets]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = []
+    for r in rows:
+        cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4]]
+        lines.append("   ".join(cells).rstrip()[:width])
+    counts: dict[str, int] = {}
+    for t in targets:
+        s = str(t.get("status") or t.get("phase"))
+        counts[s] = counts.get(s, 0) + 1
+    bad = sum(n for s, n in counts.items() if s in BAD)
+    lines.append(f"{len(targets)} targets: " + ", ".join(
+        f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (ORDER.get(kv[0], 50), kv[0])))
+        + (f"  ({bad} need a look)" if bad else ""))
+    return lines
+
+
+def run_status(config_path: str | None, url: str | None, as_json: bool, out: Any,
+               err: Any) -> int:
+    """Exit 0 when the daemon answered (whatever its targets do), 2 when it could not be
+    asked (the config unreadable, nothing listening)."""
+    try:
+        base = url or daemon_url(config_path or "")
+    except ConfigError as e:
+        print(f"logwatch: {e}", file=err)
+        return 2
+    try:
+        doc = fetch_status(base)
+    except (OSError, ValueError, urllib.error.URLError) as e:
+        reason = getattr(e, "reason", None) or e
+        print(f"logwatch: cannot ask the daemon at {base}/api/status: {reason} (is `logwatch run "
+              f"-c {config_path or 'CONFIG'}` running?)", file=err)
+        return 2
+    if as_json:
+        print(json.dumps(sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name")))),
+                         ensure_ascii=False), file=out)
+        return 0
+    for line in fleet_table(doc):
+        print(line, file=out)
+    return 0
