@@ -57,17 +57,44 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .probe{font-size:.85em;color:var(--mute)}.probe.ok{color:var(--ok)}.probe.bad{color:var(--bad);font-weight:600}.probe[hidden],.ranks[hidden]{display:none}
 .ranks{font-size:.85em;color:var(--warn);font-weight:600}
 #err{color:var(--bad);padding:0 1.2em}
+.tools{display:flex;gap:.6em;align-items:center;padding:.5em 1.2em;background:#fff;border-bottom:1px solid var(--line);font-size:.9em}
+.tools input[type=search]{width:22em;padding:.2em .4em}.tools .hint{color:var(--mute)}
+.count{cursor:pointer}.count.active{text-decoration:underline;outline:1px solid currentColor;padding:0 .2em}
+.target.bad{border-left:4px solid var(--bad)}.target.focus{box-shadow:0 0 0 2px #0969da}
+.name a{color:inherit;text-decoration:none}.name a:hover{text-decoration:underline}
+.group{font-weight:600;color:var(--mute);margin:1em 0 .3em;font-size:.9em}.group[hidden]{display:none}
+.brief{display:none;color:var(--mute);font-size:.85em;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.target.bad .brief{color:var(--bad)}
+body.compact .target{padding:.15em .6em;margin-bottom:2px;border-radius:0}
+body.compact .target>:not(.head){display:none}
+body.compact .head{grid-template-columns:minmax(10em,1.2fr) 5em 11em minmax(10em,1.4fr) 7em 6em minmax(12em,2.4fr)}
+body.compact .brief{display:block}body.compact .labels{display:inline;margin-left:.5em}
+body.compact .head>*{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 </style></head><body>
 <header><h1>logwatch</h1><div class="counts" id="counts"></div>
 <div><a href="/metrics">/metrics</a> &middot; <a href="/api/status">/api/status</a></div>
 <div id="updated" style="margin-left:auto;color:var(--mute)"></div></header>
+<div class="tools"><input id="q" type="search" placeholder="/ filter: name or label (model=..., cluster=...)" aria-label="filter">
+<label>sort <select id="sort"><option value="status">status</option><option value="name">name</option><option value="phase">phase</option><option value="eta">ETA</option></select></label>
+<label>group by <select id="group"><option value="">nothing</option></select></label>
+<label><input id="compact" type="checkbox"> compact</label>
+<span class="hint" id="shown"></span></div>
 <div id="err"></div>
 <main id="targets"></main>
 <script>
 "use strict";
 const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
 const BAD=["error","stalled","crashed","unreachable","silent"];   // counted first, in red
-const rows=new Map();
+const rows=new Map(),groups=new Map();
+const PIN={error:0,crashed:1,silent:2,stalled:3,unreachable:4};   // bad states, pinned on top
+// the view's state lives in the URL's hash: a link (a permalink to a target) opens the same view
+const view={q:"",sort:"status",group:"",only:"",compact:null,target:""};
+function readHash(){const h=new URLSearchParams(location.hash.slice(1));view.q=h.get("q")||"";
+  view.sort=h.get("sort")||"status";view.group=h.get("group")||"";view.only=h.get("status")||"";
+  view.compact=h.has("compact")?h.get("compact")==="1":null;view.target=h.get("target")||""}
+function writeHash(){const h=new URLSearchParams();if(view.q)h.set("q",view.q);if(view.sort!=="status")h.set("sort",view.sort);
+  if(view.group)h.set("group",view.group);if(view.only)h.set("status",view.only);if(view.compact!==null)h.set("compact",view.compact?"1":"0");
+  if(view.target)h.set("target",view.target);const s=h.toString();history.replaceState(null,"",s?"#"+s:location.pathname)}
 function el(tag,cls,text){const e=document.createElement(tag);if(cls)e.className=cls;if(text!=null)e.textContent=String(text);return e}
 function dur(s){if(s==null||!isFinite(s))return"";s=Math.round(s);if(s<60)return s+"s";const m=Math.floor(s/60),r=s%60;
   if(m<60)return m+"m"+String(r).padStart(2,"0")+"s";return Math.floor(m/60)+"h"+String(m%60).padStart(2,"0")+"m"}
@@ -78,10 +105,12 @@ function total(durations){return Object.values(durations||{}).reduce((a,b)=>a+(b
 function set(node,text){text=text==null?"":String(text);if(node.textContent!==text)node.textContent=text}
 function makeRow(name){
   const r={root:el("section","target")};r.root.dataset.target=name;
-  const h=el("div","head");r.name=el("div","name",name);r.labels=el("div","labels");r.name.append(r.labels);
+  const h=el("div","head");r.name=el("div","name");const a=el("a",null,name);a.href="#target="+encodeURIComponent(name);
+  a.title="permalink to "+name;a.addEventListener("click",ev=>{ev.preventDefault();view.target=view.target===name?"":name;writeHash();layout(true)});
+  r.name.append(a);r.labels=el("div","labels");r.name.append(r.labels);r.brief=el("div","brief");
   r.engine=el("div","engine");r.phase=el("div","phase");
   r.bar=el("div","bar");r.fill=el("div","fill");r.bartxt=el("span","txt");r.bar.append(r.fill,r.bartxt);
-  r.since=el("div","since");r.tps=el("div","tps");h.append(r.name,r.engine,r.phase,r.bar,r.since,r.tps);
+  r.since=el("div","since");r.tps=el("div","tps");h.append(r.name,r.engine,r.phase,r.bar,r.since,r.tps,r.brief);
   r.src=el("div","src");r.crash=el("div","crash");r.crash.hidden=true;
   r.probe=el("div","probe");r.probe.hidden=true;r.ranks=el("div","ranks");r.ranks.hidden=true;
   r.reason=el("div","reason");r.when=el("div","when");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
@@ -119,13 +148,18 @@ function lane(label,parts,scale,totalText,outcome,outcomeCls){
     const s=el("div","seg "+(p===null?"gap":PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
     if(p!==null){s.title=p+" "+dur(d);s.textContent=p+" "+dur(d)}ln.append(s)}
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
+function brief(t){const s=t.source_state||{},c=t.crash;
+  if(t.silent)return t.silent;if(s.error||s.fatal)return "source: "+(s.message||"down");
+  if(c)return c.reason+" during "+c.during;if(t.status==="unreachable"&&t.probe)return "endpoint: "+(t.probe.verdict||"not answering");
+  if(t.rank_lag)return t.rank_lag;if(!s.up)return s.message||"";return t.last_line||""}
 function update(r,t,now){
+  r.t=t;r.root.classList.toggle("bad",(t.status||"") in PIN);set(r.brief,brief(t));
   set(r.engine,t.engine);const pr=t.probe,deaf=t.status==="unreachable";
   const dead=t.status==="silent";r.root.classList.toggle("silent",dead);   // greyed: no ETA, no "in phase"
   set(r.phase,dead?t.phase+" (silent)":t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
   r.phase.className="phase "+(dead?"silent":t.stalled||deaf?"stalled":t.phase);
   r.probe.hidden=!(pr&&pr.verdict);
-  if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
+  if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true&&t.phase!=="crashed"?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
   r.ranks.hidden=!t.rank_lag;set(r.ranks,t.rank_lag?"ranks: "+t.rank_lag:"");
   set(r.labels,Object.entries(t.labels||{}).map(([k,v])=>k+"="+v).join(" "));
   const sh=t.shards,p=t.progress&&t.progress.shards;
@@ -169,10 +203,61 @@ async function refresh(){
     let r=rows.get(t.name);if(!r){r=makeRow(t.name);rows.set(t.name,r);box.append(r.root)}update(r,t,d.now)}
   for(const [n,r] of rows)if(!seen.has(n)){r.root.remove();rows.delete(n)}
   const c=document.getElementById("counts");c.replaceChildren();
-  for(const k of BAD){const n=count[k]||0,e=el("span","count "+(n?"bad":"none"),n+" "+k);e.id="count-"+k;e.dataset.count=k;e.dataset.n=n;c.append(e)}
-  const tot=el("span","count",d.targets.length+" targets");tot.id="count-targets";c.append(tot);
-  for(const [p,n] of Object.entries(count).sort())if(!BAD.includes(p)){const e=el("span","count phase "+p,n+" "+p);e.dataset.count=p;e.dataset.n=n;c.append(e)}
+  const pick=(e,k)=>{e.title="show only "+(k||"every target");if(view.only===k&&k)e.classList.add("active");
+    e.addEventListener("click",()=>{view.only=view.only===k?"":k;writeHash();layout(true);refreshCounts()})};
+  for(const k of BAD){const n=count[k]||0,e=el("span","count "+(n?"bad":"none"),n+" "+k);e.id="count-"+k;e.dataset.count=k;e.dataset.n=n;pick(e,k);c.append(e)}
+  const tot=el("span","count",d.targets.length+" targets");tot.id="count-targets";pick(tot,"");c.append(tot);
+  for(const [p,n] of Object.entries(count).sort())if(!BAD.includes(p)){const e=el("span","count phase "+p,n+" "+p);e.dataset.count=p;e.dataset.n=n;pick(e,p);c.append(e)}
+  labelKeys(d.targets);layout(false);
   set(document.getElementById("updated"),"updated "+new Date(d.now*1000).toLocaleTimeString())}
-refresh();setInterval(refresh,2000);
+function refreshCounts(){for(const e of document.querySelectorAll("#counts .count"))
+  e.classList.toggle("active",!!view.only&&e.dataset.count===view.only)}
+// the label keys seen, offered to group by (cluster, model, ...)
+function labelKeys(targets){const sel=document.getElementById("group"),keys=new Set();
+  for(const t of targets)for(const k of Object.keys(t.labels||{}))keys.add(k);
+  const have=new Set([...sel.options].map(o=>o.value));
+  for(const k of [...keys].sort())if(!have.has(k)){const o=el("option",null,k);o.value=k;sel.append(o)}
+  sel.value=view.group}
+function rankOf(t){const s=t.status||t.phase;if(s in PIN)return PIN[s];
+  if(s==="ready")return 30;if(s==="waiting"||s==="stopped")return 20;return 10}
+function cmp(a,b){const ta=a.t,tb=b.t,pa=(ta.status||"") in PIN,pb=(tb.status||"") in PIN;
+  if(pa!==pb)return pa?-1:1;if(pa&&pb&&PIN[ta.status]!==PIN[tb.status])return PIN[ta.status]-PIN[tb.status];
+  let k=0;if(view.sort==="status")k=rankOf(ta)-rankOf(tb);
+  else if(view.sort==="phase")k=(ta.phases_seen||[]).length-(tb.phases_seen||[]).length||String(ta.phase).localeCompare(String(tb.phase));
+  else if(view.sort==="eta"){const ea=ta.eta_seconds==null?Infinity:ta.eta_seconds,eb=tb.eta_seconds==null?Infinity:tb.eta_seconds;k=ea===eb?0:ea<eb?-1:1}
+  return k||String(ta.name).localeCompare(String(tb.name))}
+function matches(t){if(view.only&&(t.status||t.phase)!==view.only)return false;if(view.target&&t.name!==view.target&&!view.q)return true;
+  if(!view.q)return true;const hay=(t.name+" "+Object.entries(t.labels||{}).map(([k,v])=>k+"="+v+" "+v).join(" ")).toLowerCase();
+  return view.q.toLowerCase().split(/\s+/).filter(Boolean).every(w=>hay.includes(w))}
+// order the rows (bad pinned on top, then the chosen sort; by group when asked), hide the
+// ones the filter leaves out; only moves the nodes whose place changed
+function layout(scroll){const box=document.getElementById("targets"),list=[...rows.values()].filter(r=>r.t);
+  const compact=view.compact!==null?view.compact:list.length>30;document.body.classList.toggle("compact",compact);
+  document.getElementById("compact").checked=compact;
+  let shown=0;for(const r of list){const ok=matches(r.t);r.root.hidden=!ok;if(ok)shown++;r.root.classList.toggle("focus",r.t.name===view.target)}
+  list.sort(cmp);const seq=[];
+  if(view.group){const by=new Map();for(const r of list){const g=(r.t.labels||{})[view.group]||"(no "+view.group+")";if(!by.has(g))by.set(g,[]);by.get(g).push(r)}
+    const order=[...by.entries()].sort((a,b)=>cmp(a[1][0],b[1][0])||a[0].localeCompare(b[0]));
+    for(const [g,rs] of order){let h=groups.get(g);if(!h){h=el("div","group");groups.set(g,h)}
+      const vis=rs.filter(r=>!r.root.hidden).length,bad=rs.filter(r=>(r.t.status||"") in PIN).length;
+      set(h,view.group+"="+g+" · "+rs.length+" targets"+(bad?" · "+bad+" need a look":""));h.hidden=!vis;seq.push(h,...rs.map(r=>r.root))}}
+  else seq.push(...list.map(r=>r.root));
+  seq.forEach((n,i)=>{if(box.children[i]!==n)box.insertBefore(n,box.children[i]||null)});
+  while(box.children.length>seq.length)box.lastChild.remove();
+  set(document.getElementById("shown"),shown===list.length?"":shown+" of "+list.length+" shown");
+  if(scroll&&view.target){const r=rows.get(view.target);if(r)r.root.scrollIntoView({block:"center"})}}
+readHash();
+(function(){const q=document.getElementById("q"),so=document.getElementById("sort"),gr=document.getElementById("group"),co=document.getElementById("compact");
+  q.value=view.q;so.value=view.sort;
+  q.addEventListener("input",()=>{view.q=q.value.trim();writeHash();layout(false)});
+  so.addEventListener("change",()=>{view.sort=so.value;writeHash();layout(false)});
+  gr.addEventListener("change",()=>{view.group=gr.value;writeHash();layout(false)});
+  co.addEventListener("change",()=>{view.compact=co.checked;writeHash();layout(false)});
+  document.addEventListener("keydown",ev=>{if(ev.key==="/"&&document.activeElement!==q){ev.preventDefault();q.focus();q.select()}
+    else if(ev.key==="Escape"&&document.activeElement===q){q.value="";view.q="";writeHash();layout(false);q.blur()}});
+  window.addEventListener("hashchange",()=>{readHash();q.value=view.q;so.value=view.sort;layout(true);refreshCounts()})})();
+let first=true;
+async function tick(){await refresh();if(first&&rows.size){first=false;layout(true)}}
+tick();setInterval(tick,2000);
 </script></body></html>
 """
