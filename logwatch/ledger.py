@@ -343,4 +343,17 @@ def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
         parts.append(f"flags changed: {flags}{more}")
     elif prev.args and cur.args:
         parts.append("same flags")
+    served = served_text(prev)
+    if served:
+        parts.append(f"the previous served {served}")
     return "; ".join(parts)
+
+
+def served_text(rec: StartupRecord) -> str:
+    """"2,113 tok/s p50 at 5,120 W p50": what a launch served (the ledger's p50s), the figures
+    a launch is compared on; "" when it never served."""
+    g = (rec.serving or {}).get("gen_throughput") or {}
+    tps = f"{g['p50']:,.0f} tok/s p50" if g.get("p50") is not None else ""
+    w = (rec.gpu or {}).get("power_p50_w")
+    watts = f"{w:,.0f} W p50" if w is not None else ""
+    return f"{tps} at {watts}" if tps and watts else tps or watts

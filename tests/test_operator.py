@@ -375,3 +375,18 @@ def test_the_daemon_shows_a_dns_typo_as_the_sources_error(tmp_path: Path, daemon
     t = d.wait_target("typo", lambda t: t["status"] == "error", "error")
     assert "no such host: no-such-host.invalid" in t["source_state"]["message"], t["source_state"]
     assert "Traceback" not in d.stderr() and "gaierror" not in d.stderr(), d.stderr()[-2000:]
+
+
+def test_vs_the_previous_launch_says_what_it_served() -> None:
+    from logwatch.ledger import StartupRecord, served_text, vs_previous_text
+    prev = StartupRecord("a@0", 1, 0.0, "sglang", "m", {"tp_size": 8}, False, "ready",
+                         durations={"loading_shards": 60.0}, startup_seconds=100.0,
+                         serving={"gen_throughput": {"p50": 3718.4, "max": 4000.0}},
+                         gpu={"power_p50_w": 5120.0, "power_limit_w": 5600.0})
+    cur = StartupRecord("b@9", 2, 10.0, "sglang", "m", {"tp_size": 8}, False, "ready",
+                        durations={"loading_shards": 70.0}, startup_seconds=110.0)
+    assert served_text(prev) == "3,718 tok/s p50 at 5,120 W p50"
+    assert served_text(cur) == ""
+    text = vs_previous_text(prev, cur)
+    assert text.startswith("vs the previous launch: +10s") and \
+        text.endswith("; same flags; the previous served 3,718 tok/s p50 at 5,120 W p50"), text
