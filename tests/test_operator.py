@@ -390,3 +390,27 @@ def test_vs_the_previous_launch_says_what_it_served() -> None:
     text = vs_previous_text(prev, cur)
     assert text.startswith("vs the previous launch: +10s") and \
         text.endswith("; same flags; the previous served 3,718 tok/s p50 at 5,120 W p50"), text
+
+
+# -- the lower items ---------------------------------------------------------------------------
+
+def test_slack_folds_the_same_line_from_eight_ranks() -> None:
+    import json as _json
+    from logwatch.sinks.alerts.model import Alert
+    from logwatch.sinks.alerts.receivers import make_sinks
+    slack = make_sinks([{"type": "slack", "url": "http://127.0.0.1:9/slack"}])[0]
+    excerpt = [f"[2026-01-01 10:00:0{i} TP{i}] Scheduler hit an exception: Traceback (most "
+               "recent call last):" for i in range(8)] + ["torch.OutOfMemoryError: CUDA out of memory"]
+    alert = Alert("n|s|crashed", "crashed", "firing", "n", "sglang", {}, 1, "crashed: cuda_oom",
+                  {"line": excerpt[-1], "excerpt": excerpt})
+    text = _json.dumps(_json.loads(slack.request(alert).body))
+    assert text.count("Scheduler hit an exception") == 1 and "(x8 ranks)" in text, text
+
+
+def test_an_unknown_config_key_says_did_you_mean(tmp_path: Path) -> None:
+    from logwatch.app.config import ConfigError, load_config
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("targets:\n  - {name: a, source: /tmp/x.log, stal_after: 5m}\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(cfg)
+    assert "targets[0].stal_after: unknown key (did you mean stall_after?" in str(e.value)

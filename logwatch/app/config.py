@@ -235,7 +235,10 @@ def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) ->
     for k in d:
         if k not in allowed:
             key = f"{where}.{k}" if where else str(k)
-            raise ConfigError(path, key, f"unknown key (allowed: {', '.join(allowed)})")
+            import difflib
+            close = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ConfigError(path, key, f"unknown key ({hint}allowed: {', '.join(allowed)})")
 
 
 def _listen(path: str, value: Any) -> tuple[str, int]:

@@ -12,6 +12,8 @@ ok / retry (with an optional delay) / give up.
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import hmac
 import json
@@ -23,6 +25,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from ...rules.reasons import reason_text
+from ..display import fold_ranks   # the same line from 8 ranks: once, (x8 ranks)
 from .kinds import DEFAULT_ON, kind_of
 from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 
@@ -152,7 +155,7 @@ class SlackSink(Sink):
                                                        "text": _cut(LINE_LABEL.get(alert.kind, "line: ") + _code([line], SLACK_TEXT - 20), SLACK_TEXT)}})
         if alert.excerpt and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
-                                                       "text": _code(alert.excerpt, SLACK_TEXT)}})
+                                                       "text": _code(fold_ranks(list(alert.excerpt), _rank_tags(alert.engine)), SLACK_TEXT)}})
         ctx = [f"engine {alert.engine}", f"startup #{alert.epoch}"] + \
               [f"{k}={v}" for k, v in sorted(alert.labels.items())]
         blocks.append({"type": "context", "elements": [
@@ -160,6 +163,17 @@ class SlackSink(Sink):
         body = {"text": _cut(slack_escape(f"{alert.target}: {alert.summary}"), 3000),
                 "blocks": blocks}
         return Request(self.url(), json.dumps(body).encode(), {"Content-Type": "application/json"})
+
+
+@functools.lru_cache(maxsize=16)
+def _rank_tags(engine: str) -> tuple[str, ...]:
+    """The engine's pack's `ranks:` patterns, which fold a crash excerpt's same line from
+    every rank into one "(x8 ranks)" line in Slack; () when the pack cannot be loaded."""
+    from ...rules.pack import PackError, load_pack
+    try:
+        return tuple(rx.pattern for rx in load_pack(engine).ranks)
+    except (PackError, OSError, ValueError):
+        return ()
 
 
 # -- generic webhook ---------------------------------------------------------------------------
