@@ -135,6 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("-c", "--config", metavar="CONFIG",
                    help="read the daemon's ledger (state_dir/ledger.sqlite3) instead of a log")
     h.add_argument("--target", metavar="NAME", help="with -c: the target whose startups to show")
+    h.add_argument("--watched", metavar="TARGET",
+                   help="the launches `logwatch watch TARGET` recorded (watch's own ledger in "
+                        "$LOGWATCH_STATE_DIR; TARGET as it was given to watch)")
     h.add_argument("--rules", default="auto", metavar="PACK", help="rule pack (default: auto)")
     h.add_argument("--json", action="store_true",
                    help="one JSON object per startup per line (fields: README, the launch ledger)")
@@ -333,8 +336,15 @@ def cmd_history(args: argparse.Namespace) -> int:
         if state_dir is None:
             return EXIT_USAGE
         return run_history_store(state_dir, args.target, args.json, out)
+    if args.watched:
+        from .state.history import watch_state_dir
+        if args.files:
+            print("logwatch: history --watched TARGET takes no FILE", file=sys.stderr)
+            return EXIT_USAGE
+        return run_history_store(watch_state_dir(), args.watched, args.json, out)
     if not args.files:
-        print("logwatch: history needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
+        print("logwatch: history needs a FILE, -c CONFIG --target NAME, or --watched TARGET",
+              file=sys.stderr)
         return EXIT_USAGE
     if args.rules != "auto":
         load_pack(args.rules)

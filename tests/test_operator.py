@@ -414,3 +414,20 @@ def test_an_unknown_config_key_says_did_you_mean(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         load_config(cfg)
     assert "targets[0].stal_after: unknown key (did you mean stall_after?" in str(e.value)
+
+
+@pytest.mark.integration
+def test_history_reads_the_launches_watch_recorded(tmp_path: Path) -> None:
+    from support.daemon import sim_texts
+    env = {**os.environ, "LOGWATCH_STATE_DIR": str(tmp_path / "state")}
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(start=time.time() - 100)))
+    res = run_cli("watch", "--gpu", "off", "--probe", "off", "--timeout", "30s", str(log), env=env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    res = run_cli("history", "--watched", str(log), env=env)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    rows = res.stdout.splitlines()
+    assert rows[0].split()[:4] == ["#", "when", "outcome", "startup"], res.stdout
+    assert len(rows) == 2 and rows[1].split()[3] == "ready", res.stdout
+    res = run_cli("history", "--watched", str(tmp_path / "other.log"), env=env)
+    assert res.returncode == 0 and "no startup recorded for" in res.stdout, res.stdout
