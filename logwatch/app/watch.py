@@ -264,7 +264,9 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
     if verdict is not None and verdict[0] == EXIT_READY and _awaiting_endpoint(runner, view):
         if not w.awaiting_said:      # ready means serving: the endpoint answers (or --probe off)
             w.awaiting_said = True
-            url = (view.probe or {}).get("url") or "its endpoint"
+            ep = runner._probe_plan().endpoint
+            url = (view.probe or {}).get("url") or \
+                (f"http://{ep.address}{ep.path}" if ep is not None else "its endpoint")
             w.display.note(f"ready in log; waiting for {url} to answer (--probe off: the "
                            f"log's word is enough)")
         verdict = None
