@@ -431,3 +431,40 @@ def test_history_reads_the_launches_watch_recorded(tmp_path: Path) -> None:
     assert len(rows) == 2 and rows[1].split()[3] == "ready", res.stdout
     res = run_cli("history", "--watched", str(tmp_path / "other.log"), env=env)
     assert res.returncode == 0 and "no startup recorded for" in res.stdout, res.stdout
+
+
+@pytest.mark.integration
+def test_a_refused_source_is_tried_again_on_the_slow_timer(tmp_path: Path) -> None:
+    """The daemon's timer, with its clock passed in: a source refused (a directory where the
+    log should be: fatal) is scheduled, not retried before its time, restarted after it, and
+    reads once the path is a log."""
+    import asyncio
+    from logwatch.app import daemon as dmod
+    from logwatch.app.config import load_config
+    path = tmp_path / "server.log"
+    path.mkdir()
+    cfg = write_config(tmp_path / "cfg.yaml", free_port(), tmp_path / "state",
+                       [target_cfg("n", path, gpu="off", probe="off")])
+
+    async def main() -> None:
+        d = dmod.Daemon(load_config(cfg), str(cfg))
+        d._load_packs()
+        d._start_target(d.config.targets[0])
+        first = d.runners["n"]
+        await asyncio.wait_for(first.ended.wait(), 20)
+        assert first.follower is not None and first.follower.status.state == "fatal"
+        now = time.time()
+        assert await d._retry_refused(now) == []                        # scheduled
+        assert await d._retry_refused(now + dmod.FATAL_RETRY_BASE - 1) == []   # not yet
+        path.rmdir()
+        path.write_text("[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m')\n")
+        assert await d._retry_refused(now + dmod.FATAL_RETRY_BASE + 1) == ["n"]
+        second = d.runners["n"]
+        assert second is not first
+        deadline = time.monotonic() + 20
+        while not (second.follower and second.follower.status.state == "up"):
+            assert time.monotonic() < deadline, second.follower.status if second.follower else None
+            await asyncio.sleep(0.05)
+        await d.shutdown()
+
+    asyncio.run(main())
