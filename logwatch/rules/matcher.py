@@ -28,6 +28,7 @@ import regex
 from . import bounded
 from .literals import anchored_head, start_filters
 from .literalscan import Re2Literals, literal_finder
+from .origin import Origin
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .pack import REGEX_FLAGS, Rule, RulePack, pattern_literals
 
@@ -182,6 +183,10 @@ class Matcher:
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
         self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
         self._has_frames = any(r.frame for r in pack.rules)
+        # where a line comes from (origin.py): request logs fire nothing, anchored rules
+        # fire at the message start only
+        origin = Origin(pack)
+        self.origin: Origin | None = origin if origin.active else None
         self._group_names: dict[int, tuple[tuple[str, int], ...]] = {}  # id(rule) -> names
         self._prefixes = pack.prefixes
         # a rule and the first timestamp format in one call, per rule (built when first used)
@@ -292,6 +297,8 @@ class Matcher:
                     continue
             if ignored is None:
                 ignored, started = self._ignored(text)
+                if self.origin is not None and self.origin.user_content(text):
+                    return None      # what a client sent: not the server's own words
             if ignored and not rule.frame:
                 if not self._has_frames:
                     return None
@@ -303,7 +310,8 @@ class Matcher:
             if left <= 0:     # a hostile line: no more of its time goes to patterns
                 self.errors += 1
                 return None
-            if stamp:
+            at = self.origin is not None and self.origin.is_anchored(rule)
+            if stamp and not at:   # (an anchored rule's hit needs its position: no joint)
                 joint = self._joints.get(id(rule), NO_STAMP)
                 if joint is NO_STAMP:
                     # compiled (~1 ms) for a rule that keeps firing (the matcher is shared:
@@ -336,6 +344,8 @@ class Matcher:
                 self.errors += 1
                 continue
             if m is not None:
+                if at and not self.origin.at_position(text, m.start()):  # type: ignore[union-attr]
+                    continue     # inside the message, not where the engine prints it
                 return rule, self._fields(rule, m), NO_STAMP
         return None
 

@@ -77,7 +77,8 @@ RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle", "advice", "model_flags", "fallback", "silent")
+             "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope",
+             "user_content")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -197,6 +198,12 @@ class RulePack:
     advice: tuple[Advice, ...] = ()   # the launch ledger's advice on this engine's flags
     model_flags: tuple[str, ...] = ()   # the flags that name the model, first present wins
     fallback: bool = False   # `--rules auto` takes it when no pack's `detect` matches (own key)
+    # where a line comes from (rules/origin.py): the engine's envelope, what may follow it
+    # before an anchored rule, the anchored actions, the lines that carry what clients sent
+    envelope: Any = None
+    envelope_lead: Any = None
+    anchor: frozenset[str] = frozenset()
+    user_content: tuple[Any, ...] = ()
 
     @property
     def all_reasons(self) -> tuple[str, ...]:
@@ -419,6 +426,9 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         silent = tuple(doc["silent"])
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
+    envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
+        else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
+    user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
     crash_by_phase = dict(base.crash_by_phase) if base else {}
     crash_by_phase.update(_phase_map(src, doc.get("crash_by_phase"), phases, "crash_by_phase",
                                      reasons=known))
@@ -443,6 +453,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
+        envelope=envelope, envelope_lead=lead, anchor=anchor, user_content=user_content,
     )
 
 
@@ -531,6 +542,49 @@ def _probe(src: str, value: Any) -> tuple[str, ...]:
             not all(isinstance(x, str) and x.startswith("/") for x in paths):
         raise PackError(src, "a list of paths starting with /", key="probe.paths")
     return tuple(paths)
+
+
+def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
+    """`envelope: {prefix, lead, anchor}` (rules/origin.py): the engine's own line prefix
+    (a group `logger` may name the logger), what may stand between it and an anchored
+    rule's match, and the actions whose rules are anchored at the message start."""
+    from .origin import ANCHOR_ACTIONS
+    if not isinstance(value, dict) or set(value) - {"prefix", "lead", "anchor"}:
+        raise PackError(src, "must be a mapping {prefix, lead, anchor}", key="envelope")
+    prefix = _compile(src, value.get("prefix"), None, "envelope.prefix")
+    lead = _compile(src, value["lead"], None, "envelope.lead") if "lead" in value else None
+    anchor = value.get("anchor") or []
+    if not isinstance(anchor, list) or not all(a in ANCHOR_ACTIONS for a in anchor):
+        raise PackError(src, f"a list of actions among {', '.join(ANCHOR_ACTIONS)}",
+                        key="envelope.anchor")
+    return prefix, lead, frozenset(anchor)
+
+
+def _user_content(src: str, value: Any) -> tuple[Any, ...]:
+    """`user_content:` the messages (a pattern, matched at the message start) or loggers
+    (`{logger: PATTERN}`, the whole name) whose lines carry what clients sent."""
+    from .origin import UserContent
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of patterns or {logger: PATTERN}", key="user_content")
+    out = []
+    for i, item in enumerate(value):
+        key = f"user_content[{i}]"
+        if isinstance(item, dict):
+            if set(item) != {"logger"}:
+                raise PackError(src, "a pattern or {logger: PATTERN}", key=key)
+            _compile(src, item["logger"], None, key)
+            rx = _regex(f"(?:{item['logger']})\\Z")
+            lits = pattern_literals(item["logger"])
+            out.append(UserContent(rx, True, tuple(sorted(lits.strings))
+                                   if lits and not lits.ignore_case else None))
+        else:
+            rx = _compile(src, item, None, key)
+            lits = pattern_literals(item)
+            out.append(UserContent(rx, False, tuple(sorted(lits.strings))
+                                   if lits and not lits.ignore_case else None))
+    return tuple(out)
 
 
 _REASON_NAME = regex.compile(r"^[a-z][a-z0-9_]{0,63}$")

@@ -1,0 +1,181 @@
+"""Log text is data (issue 29): a client's prompt logged by the engine is not the server's
+own line.  Every crash, restart, ready, endpoint and stop marker of every pack (the samples of
+those rules: real lines) is put inside a prompt, in the engines' real request-log formats
+(SGLang 0.5.23 sglang/srt/utils/request_logger.py, vLLM 0.34
+vllm/entrypoints/serve/utils/request_logger.py and the 0.6-0.10 entrypoints/logger.py, the
+uvicorn access log), appended to a server that is ready: no event at all, the endpoint
+unchanged.  The same markers printed by the server itself still fire (the envelope and the
+anchors do not blind the rules)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from logwatch.machine import CrashSettled, Crashed, PhaseChanged, Restarted, StartupBegan
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.matcher import Matcher
+from logwatch.rules.pack import READY, load_pack
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NOW = 1_767_261_600.0
+
+
+def markers() -> list[str]:
+    """The sample lines of every rule that crashes, restarts, says ready, names the address
+    or stops, in every shipped pack (with their envelopes: what the server would print)."""
+    out: list[str] = []
+    for name in ("base", "sglang", "vllm"):
+        for r in load_pack(name).rules:
+            if r.crash or r.restart or r.phase == READY or r.endpoint or r.stop or r.args:
+                out += [s.line for s in r.samples if s.matches]
+    return list(dict.fromkeys(out))
+
+
+def sglang_request_lines(prompt: str, stamp: str = "[2026-01-01 10:10:00] ") -> list[str]:
+    """SGLang --log-requests, every format of 0.5.23 (text and json) and 0.3's."""
+    r = repr(prompt)
+    obj = (f"GenerateReqInput(validation_time=None, received_time=1767261600.0, rid='a1b2', "
+           f"text={r}, input_ids=None, sampling_params={{'max_new_tokens': 8, 'stop': [{r}]}})")
+    return [
+        f"{stamp}Receive: obj={obj}",
+        f"{stamp}Receive OpenAI: obj={{'messages': [{{'role': 'user', 'content': {r}}}], "
+        f"'model': 'default'}}",
+        f"{stamp}Finish: obj={obj}, out={{'text': {r}, 'meta_info': {{'id': 'a1b2', "
+        f"'finish_reason': {{'type': 'stop', 'matched': {r}}}, 'e2e_latency': 0.2}}}}",
+        stamp + json.dumps({"timestamp": "2026-01-01T10:10:00.000001", "event": "request.received",
+                            "rid": "a1b2", "obj": {"text": prompt, "rid": "a1b2"}},
+                           ensure_ascii=False),
+        stamp + json.dumps({"timestamp": "2026-01-01T10:10:00.2", "event": "request.finished",
+                            "rid": "a1b2", "obj": {"text": prompt},
+                            "out": {"text": prompt}}, ensure_ascii=False),
+        f"{stamp}in=GenerateReqInput(text={r}, sampling_params={{}}, rid='a1b2'), "
+        f"out={{'text': {r}}}",
+        f"{stamp}INFO:     127.0.0.1:49732 - \"GET /{quote(prompt)} HTTP/1.1\" 404 "
+        f"Not Found",
+    ]
+
+
+def vllm_request_lines(prompt: str) -> list[str]:
+    """vLLM request logging, 0.34 and 0.6-0.10, with the client's own request id
+    (X-Request-Id) holding the marker too."""
+    r = repr(prompt)
+    api = "(APIServer pid=1) INFO 01-01 10:10:00 [request_logger.py:67] "
+    dbg = "(APIServer pid=1) DEBUG 01-01 10:10:00 [request_logger.py:57] "
+    old = "INFO 01-01 10:10:00 logger.py:37] "
+    params = (f"SamplingParams(n=1, temperature=0.7, stop=[{r}], max_tokens=16, "
+              f"skip_special_tokens=True)")
+    rid = "chatcmpl-" + prompt[:200].replace("\n", " ")   # a header holds no newline
+    return [
+        f"{dbg}Request chatcmpl-1 details: prompt: {r}, prompt_token_ids: [1, 2, 3], "
+        f"prompt_embeds shape: None.",
+        f"{api}Received request chatcmpl-1: params: {params}, lora_request: None.",
+        f"{api}Request {rid} JSON body: " + json.dumps(
+            {"messages": [{"role": "user", "content": prompt}], "model": "m"}),
+        f"(APIServer pid=1) INFO 01-01 10:10:01 [request_logger.py:120] Generated response "
+        f"chatcmpl-1: output: {r}, finish_reason: stop",
+        f"{old}Received request cmpl-1: prompt: {r}, params: {params}, prompt_token_ids: "
+        f"[1, 2], prompt_embeds shape: None, lora_request: None, prompt_adapter_request: None.",
+        f"(APIServer pid=1) INFO 01-01 10:10:00 [async_llm.py:300] Added request {rid}.",
+        f"(APIServer pid=1) INFO 01-01 10:10:00 [async_llm.py:420] Aborted request {rid}.",
+        f"(APIServer pid=1) INFO:     127.0.0.1:49732 - \"POST /v1/chat/completions?"
+        f"q={quote(prompt)} HTTP/1.1\" 200 OK",
+    ]
+
+
+def hostile(engine: str) -> list[str]:
+    lines: list[str] = []
+    for m in markers():
+        for prompt in (m, "ignore this\n" + m, m + "\nUvicorn running on http://10.9.9.9:1/x"):
+            lines += sglang_request_lines(prompt) if engine == "sglang" else \
+                vllm_request_lines(prompt)
+    return lines
+
+
+def ready_pipe(engine: str) -> tuple[LogPipeline, bytes]:
+    """A pipeline that has read a real startup up to ready (a fixture's own lines)."""
+    name = {"sglang": "sglang-003", "vllm": "vllm-021"}[engine]
+    expect = json.loads((FIXTURES / f"{name}.expect.json").read_text())
+    assert expect["final_phase"] == READY
+    data = (FIXTURES / f"{name}.log").read_bytes().rstrip(b"\n") + b"\n"  # (cut pastes)
+    pipe = LogPipeline(load_pack(engine))
+    pipe.feed(data, NOW)
+    pipe.tick(NOW + 10)
+    assert pipe.state.phase == READY, (name, pipe.state.phase)
+    return pipe, data
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_hostile_prompts_in_request_logs_fire_nothing(engine: str) -> None:
+    pipe, _ = ready_pipe(engine)
+    before = (pipe.state.startup_id, pipe.state.endpoint, dict(pipe.state.args or {}),
+              pipe.counters.startups)
+    lines = hostile(engine)
+    assert len(lines) > 500, len(lines)
+    events = pipe.feed(("\n".join(lines) + "\n").encode("utf-8"), NOW + 20)
+    events += pipe.tick(NOW + 60) + pipe.finish(NOW + 60)
+    bad = [e for e in events if isinstance(
+        e, (Crashed, CrashSettled, Restarted, StartupBegan, PhaseChanged))]
+    assert bad == [], bad[:3]
+    assert pipe.state.phase == READY
+    after = (pipe.state.startup_id, pipe.state.endpoint, dict(pipe.state.args or {}),
+             pipe.counters.startups)
+    assert after == before
+    assert sum(pipe.counters.crashes.values()) == 0
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_no_rule_fires_on_a_request_log_line(engine: str) -> None:
+    """Line by line: the matcher returns nothing for any of them (not only no event)."""
+    m = Matcher(load_pack(engine))
+    fired = [(line, hit[0].id) for line in hostile(engine)
+             if (hit := m.match_line(line)) is not None]
+    assert fired == [], fired[:3]
+
+
+def test_the_server_own_markers_still_fire() -> None:
+    """The same markers, printed by the server (each rule's samples): every one still
+    matches its rule in the pack that owns it (`rules check` proves the same per pack)."""
+    for name in ("sglang", "vllm"):
+        pack = load_pack(name)
+        m = Matcher(pack)
+        for r in pack.rules:
+            for s in r.samples:
+                if s.matches and (r.restart or r.phase == READY or r.endpoint):
+                    hit = m.match_line(s.line)
+                    assert hit is not None and hit[0].id == r.id, (name, r.id, s.line, hit)
+
+
+@pytest.mark.parametrize("line", [
+    # the marker printed inside another message of the engine's own envelope
+    "[2026-01-01 10:10:00] Tokenizer said: The server is fired up and ready to roll!",
+    "[2026-01-01 10:10:00 TP0] note server_args=ServerArgs(model_path='x', port=1)",
+    "[2026-01-01 10:10:00] WARNING: client asked for Uvicorn running on http://10.0.0.9:80",
+])
+def test_sglang_anchored_rules_fire_only_where_the_message_starts(line: str) -> None:
+    m = Matcher(load_pack("sglang"))
+    hit = m.match_line(line)
+    assert hit is None or not (hit[0].restart or hit[0].endpoint or hit[0].phase == READY), hit
+
+
+@pytest.mark.parametrize("line", [
+    "(APIServer pid=1) INFO 01-01 10:10:00 [serving.py:10] echo: vLLM API server version 9.9",
+    "(APIServer pid=1) WARNING 01-01 10:10:00 [x.py:1] got Uvicorn running on http://1.2.3.4:5",
+    "(APIServer pid=1) INFO 01-01 10:10:00 [x.py:1] text: Starting vLLM server on http://h:1",
+])
+def test_vllm_anchored_rules_fire_only_where_the_message_starts(line: str) -> None:
+    m = Matcher(load_pack("vllm"))
+    hit = m.match_line(line)
+    assert hit is None or not (hit[0].restart or hit[0].endpoint or hit[0].phase == READY), hit
+
+
+def test_vllm_logo_version_still_starts_a_startup() -> None:
+    """vLLM 0.20+'s logo: `version` after the blocks of the logo (envelope.lead)."""
+    m = Matcher(load_pack("vllm"))
+    line = ("(APIServer pid=1) INFO 04-27 10:00:00 [startup.py:38]  ▄▄ ▄█ █     █     "
+            "█ ▀▄▀ █  version 0.20.0")
+    hit = m.match_line(line)
+    assert hit is not None and hit[0].id == "version" and hit[1]["logo_version"] == "0.20.0"
