@@ -26,7 +26,7 @@ from support.receivers import Got, Receiver
 from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
 from logwatch.sources.probe import (
     Endpoint, ProbeConfig, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect,
-    parse_probe_config, status_of,
+    parse_probe_config, server_only, status_of,
 )
 from logwatch.view import probe_verdict
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -150,7 +150,7 @@ def test_probe_up_down_refused_hung_and_not_http() -> None:
         assert time.monotonic() - t0 < 5
     finally:
         srv.close()
-    # something that is not HTTP (an SSH banner): down, with what it said
+    # something that is not HTTP (an SSH banner): down, and none of its bytes shown
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(4)
@@ -164,7 +164,8 @@ def test_probe_up_down_refused_hung_and_not_http() -> None:
     th.start()
     try:
         st = _probe(srv.getsockname()[1], paths=("/health",))
-        assert st.up is False and "not an HTTP answer" in st.status, st
+        assert st.up is False and "not HTTP (21 bytes)" in st.status, st
+        assert "SSH" not in st.status and "OpenSSH" not in str(st.to_dict()), st
     finally:
         th.join(5)
         srv.close()
@@ -372,3 +373,25 @@ def test_attaching_to_a_server_already_up_probes_it_and_alerts_its_loss_once(
     finally:
         http.close()
         hook.close()
+
+
+def test_the_probe_asks_only_the_server() -> None:
+    """An address from the log is a hint for its port: the target's own host, no path."""
+    assert server_only(Endpoint("10.9.9.9", 8000, "/admin/delete")) == Endpoint("127.0.0.1", 8000)
+    assert server_only(Endpoint("127.0.0.1", 30000, "/x")) == Endpoint("127.0.0.1", 30000)
+    assert server_only(Endpoint("::1", 30000)) == Endpoint("::1", 30000)
+    assert server_only(Endpoint("gpu-7", 30000), ("gpu-7",)) == Endpoint("gpu-7", 30000)
+    assert server_only(Endpoint("gpu-8", 30000), ("gpu-7",)) == Endpoint("127.0.0.1", 30000)
+    # a log's path is never asked; the operator's configured url path is
+    rx = Receiver().start()
+    try:
+        plan = ProbePlan(Endpoint("10.9.9.9", rx.port, "/admin/delete"), ("/health",), "s1")
+        prober = Prober(ProbeConfig(timeout=2.0), local_connect(), lambda: plan)
+        st = asyncio.run(prober.probe_once(plan))
+        assert st.up is True and st.url == f"http://127.0.0.1:{rx.port}/health", st
+        own = ProbeConfig(url=f"http://127.0.0.1:{rx.port}/ready", timeout=2.0)
+        plan = ProbePlan(endpoint_of(own.url or ""), ("/health",), "s1")
+        asyncio.run(Prober(own, local_connect(), lambda: plan).probe_once(plan))
+        assert [g.path for g in rx.requests()] == ["/health", "/ready"]
+    finally:
+        rx.close()

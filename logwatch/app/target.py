@@ -290,9 +290,10 @@ class TargetRunner:
         kind = self.cfg.kind
         if not cfg.enabled or kind == "stdin" or (kind == "command" and not cfg.url):
             return None
-        connect = ssh_connect(self.pool, SSHTarget.parse(self.cfg.source), self.cfg.ssh) \
-            if kind == "ssh" else local_connect()
-        return Prober(cfg, connect, self._probe_plan, on_result=lambda p: self.on_probe(self))
+        ssh = SSHTarget.parse(self.cfg.source) if kind == "ssh" else None
+        connect = ssh_connect(self.pool, ssh, self.cfg.ssh) if ssh is not None else local_connect()
+        return Prober(cfg, connect, self._probe_plan, on_result=lambda p: self.on_probe(self),
+                      own_hosts=(ssh.host,) if ssh is not None else ())
 
     def _probe_plan(self) -> ProbePlan:
         """Where the server listens, by what its log says now (or the configured url)."""

@@ -12,6 +12,13 @@ to the server's port is needed, and a port bound to 127.0.0.1 on the node is rea
 local target is probed directly.  The HTTP is one `GET` with `Connection: close`; only the
 status line is read (bounded), so a hostile or stuck endpoint costs one timeout.
 
+The probe asks only the server (issue 29: log text is data).  An address from the log is a
+hint for the port only: the host asked is the target's own (loopback, or the ssh:// target's
+host name as written; a log naming any other host is probed on loopback at its port), and
+the paths are the pack's (`probe: paths:`), never a path the log names.  Only the operator's
+`probe: url:` names another host or path.  What answers is never shown: a status code, or
+"not HTTP (N bytes)"; none of its bytes reach /api/status, the page or an alert.
+
 Pure parts (`parse_probe_config`, `endpoint_of`, `status_of`) are tested without I/O;
 `Prober` is the asyncio edge.
 """
@@ -133,6 +140,18 @@ def endpoint_of(url: str) -> Endpoint | None:
     return Endpoint(_connect_host(host), port, parts.path if parts.path not in ("", "/") else "")
 
 
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+
+
+def server_only(ep: Endpoint, own_hosts: tuple[str, ...] = ()) -> Endpoint:
+    """What a probe may ask of an address the log gave: the target's own host (loopback, or
+    one of `own_hosts`: the ssh:// target's host) at the log's port, and no path (the pack's
+    paths are asked).  Any other host in the log is a hint for the port only."""
+    host = ep.host if ep.host.lower() in LOOPBACK_HOSTS + tuple(h.lower() for h in own_hosts) \
+        else "127.0.0.1"
+    return Endpoint(host, ep.port)
+
+
 def endpoint_from_args(args: Mapping[str, Any]) -> Endpoint | None:
     """The server's `host` / `port` arguments (SGLang's server_args, vLLM's args)."""
     port = args.get("port")
@@ -176,8 +195,8 @@ async def http_get(connect: Connect, ep: Endpoint, path: str, timeout: float) ->
                     break
                 head += chunk if isinstance(chunk, bytes) else chunk.encode("latin-1")
             code = status_of(head)
-            if code is None:
-                raise ConnectionError(f"not an HTTP answer: {head[:60]!r}")
+            if code is None:      # its bytes are never shown: only how many there were
+                raise ConnectionError(f"not HTTP ({len(head)} bytes)")
             return code
         finally:
             try:
@@ -223,8 +242,10 @@ class Prober:
     """Probes one target's server every `cfg.interval`; calls `on_result` after each probe."""
 
     def __init__(self, cfg: ProbeConfig, connect: Connect, plan: Callable[[], ProbePlan],
-                 on_result: Callable[["Prober"], None] | None = None) -> None:
+                 on_result: Callable[["Prober"], None] | None = None,
+                 own_hosts: tuple[str, ...] = ()) -> None:
         self.cfg = cfg
+        self.own_hosts = own_hosts     # the target's own host names (ssh://HOST/...)
         self.connect = connect
         self.plan = plan
         self.on_result = on_result or (lambda p: None)
@@ -268,7 +289,11 @@ class Prober:
         st = self.state
         assert plan.endpoint is not None
         ep = plan.endpoint
-        paths = (ep.path,) if ep.path else (plan.paths or ("/health",))
+        if self.cfg.url:            # the operator's own address and path
+            paths = (ep.path,) if ep.path else (plan.paths or ("/health",))
+        else:                       # the log's: its port, the target's host, the pack's paths
+            ep = server_only(ep, self.own_hosts)
+            paths = plan.paths or ("/health",)
         st.url = f"http://{ep.address}" + ("" if len(paths) > 1 else paths[0])
         st.note = ""
         now = time.time()
