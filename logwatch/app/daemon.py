@@ -32,7 +32,8 @@ from ..sources.ssh import SSHPool
 from ..rules.locate import restart_pack
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
-from .http import make_app
+from ..limits import nofile_note, raise_nofile
+from .http import HTTP_BACKLOG, HTTP_LIMITS, OncePerMinute, make_app
 from .target import TargetRunner
 
 TICK = 0.5
@@ -110,9 +111,10 @@ class Daemon:
         self.alerts = AlertRouter(self.config, self.config.state_dir)
         await self.alerts.start()
         app = make_app(self)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, **HTTP_LIMITS)
         await self._runner.setup()
-        self._site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port)
+        self._site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port,
+                                 backlog=HTTP_BACKLOG)
         await self._site.start()
         for t in self.config.targets:
             self._start_target(t)
@@ -354,6 +356,18 @@ class Daemon:
         self.log.info("logwatch stopped")
 
 
+def _descriptors(daemon: Daemon) -> None:
+    """Raise the soft descriptor limit to the hard one (a shell's 1,024 stops a daemon at
+    ~1,000 targets or idle connections; the shipped unit sets LimitNOFILE=65536), and say so
+    when the targets would not fit anyway."""
+    before, soft, hard = raise_nofile()
+    if soft > before:
+        daemon.log.info("file descriptor limit raised", soft=soft, was=before, hard=hard)
+    note = nofile_note(soft, [t.kind for t in daemon.config.targets])
+    if note:
+        daemon.log.warning(note, soft=soft, hard=hard)
+
+
 async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> int:
     try:
         cfg = load_config(config_path)
@@ -366,6 +380,8 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
         daemon.log.info("sharded", shard=f"{shard[0]}/{shard[1]}",
                         targets=len(daemon.config.targets), of=len(cfg.targets))
     loop = asyncio.get_running_loop()
+    loop.set_exception_handler(OncePerMinute(log.get("asyncio")))
+    _descriptors(daemon)
     for sig, handler in ((signal.SIGHUP, daemon.request_reload),
                          (signal.SIGTERM, daemon.request_stop),
                          (signal.SIGINT, daemon.request_stop)):

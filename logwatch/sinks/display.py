@@ -18,11 +18,20 @@ import regex
 
 from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, Stalled
 from ..rules.pack import REGEX_FLAGS
+from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..units import fmt_duration
 from ..view import (
     TargetView, beside_now, gpu_activity, gpu_working, preflight_note, startup_seconds,
 )
+
+
+def escape(text: str) -> str:
+    """A rich cell's text: made visible (shown.py: RTL overrides, zero-width and control
+    characters escaped), then rich's markup escaping."""
+    from rich.markup import escape as markup
+    return markup(visible(text))
+
 
 PROGRESS_EVERY = 5.0
 SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
@@ -150,7 +159,7 @@ def serving_text(view: TargetView) -> str:
 class PlainDisplay:
     def __init__(self, target: str, out: TextIO = sys.stdout, prefix: str = "") -> None:
         self.target = target
-        self.out = out
+        self.out = visible_out(out)     # plain lines quote the log: shown made visible
         self.prefix = prefix      # several targets on one screen: whose line it is
         self._last_progress = 0.0
         self._last_state = ""
@@ -373,7 +382,6 @@ class RichDisplay(PlainDisplay):
         self.live.start()
 
     def note(self, msg: str) -> None:
-        from rich.markup import escape
         self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {escape(msg)}")
 
     def update(self, view: TargetView, events: list[Event], now: float) -> None:
@@ -397,7 +405,6 @@ class RichDisplay(PlainDisplay):
         self.live.update(self._render(view, now))
 
     def _render(self, view: TargetView, now: float):  # type: ignore[no-untyped-def]
-        from rich.markup import escape
         from rich.progress_bar import ProgressBar
         from rich.table import Table
         t = Table.grid(padding=(0, 1))
@@ -469,7 +476,6 @@ class _Child(PlainDisplay):
 
     def _say(self, msg: str) -> None:
         if self.parent.live is not None:
-            from rich.markup import escape
             self.parent.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] "
                                            f"[bold]{escape(self.target)}[/] {escape(msg)}")
             return
@@ -486,7 +492,7 @@ class MultiDisplay:
 
     def __init__(self, targets: list[str], out: TextIO = sys.stdout) -> None:
         self.targets = targets
-        self.out = out
+        self.out = visible_out(out)
         self.live = None
         if out.isatty():
             try:
@@ -508,7 +514,6 @@ class MultiDisplay:
     def refresh(self, views: list[TargetView], now: float) -> None:
         if self.live is None:
             return
-        from rich.markup import escape
         from rich.table import Table
         t = Table(box=None, padding=(0, 1))
         for col in ("target", "phase", "progress", "endpoint", "last line"):

@@ -16,10 +16,13 @@ from typing import Hashable, Protocol
 from prometheus_client.utils import floatToGoString
 
 from ..counters import DURATION_BUCKETS
+from ..limits import REFUSED
 from ..rules.pack import CRASH_REASONS, READY
 from ..state.files import STATE_ERRORS
 from ..view import TargetView
 from .alerts.kinds import KIND_NAMES
+
+REFUSED_KINDS = ("ssh_frame", "ssh_protocol")   # every series exists from the start
 SERVING = {
     "gen_throughput": ("logwatch_gen_throughput_tokens_per_second",
                        "generation throughput from the serving log lines (tokens/s)"),
@@ -385,6 +388,9 @@ def _global_lines(stats: AlertStats | None) -> str:
                           f"{floatToGoString(float(n))}")
     errors = [f'logwatch_state_errors_total{{kind="{_esc(kind)}"}} {floatToGoString(float(n))}'
               for kind, n in sorted(STATE_ERRORS.counts.items())]
+    refused = [f'logwatch_refused_total{{what="{_esc(what)}"}} {floatToGoString(float(n))}'
+               for what, n in sorted({**{w: 0 for w in REFUSED_KINDS},
+                                      **REFUSED.counts}.items())]
     out = [_build_info()]
     for name, doc, lines in (
             ("logwatch_alerts_sent_total", "alerts delivered", sent),
@@ -392,7 +398,10 @@ def _global_lines(stats: AlertStats | None) -> str:
             ("logwatch_alerts_dropped_total", "alerts the per-target rate limit dropped (never "
              "crashed ones)", dropped),
             ("logwatch_state_errors_total", "writes to state_dir that failed (full or read-only "
-             "disk), by kind of file", errors)):
+             "disk), by kind of file", errors),
+            ("logwatch_refused_total", "connections dropped for sending more than a bound "
+             "allows (ssh_frame: a reader frame over 8 MiB; ssh_protocol: not the protocol)",
+             refused)):
         out.append(f"# HELP {name} {_help(doc)}\n# TYPE {name} counter\n")
         out.extend(line + "\n" for line in lines)
     return "".join(out)

@@ -55,6 +55,7 @@ from typing import Any
 
 import asyncssh
 
+from ..limits import REFUSED
 from .base import TAIL_BYTES
 
 GREETING = b"H logwatch-stream 1\n"
@@ -62,6 +63,13 @@ MARKER = "logwatch-stream"   # the reader's argv[1]: what `ps` shows on the node
 START_TIMEOUT = 20.0      # seconds for the reader to greet (python start-up on a busy node)
 REQUEST_TIMEOUT = 60.0    # a request unanswered this long: the channel is given up
 MAX_BUFFERED = 4 << 20    # pushed bytes waiting per handle before its watch is paused
+# Bounds on what the node sends (issue 29: a compromised node must not exhaust the daemon
+# that watches every node).  An honest frame is at most a 4 MiB read (ssh.py's largest) or
+# a 256 KiB push, plus its JSON; a header line is a few dozen bytes, a login script's line
+# before the greeting rarely a few hundred.  More than that: the channel and its connection
+# are dropped and counted (`limits.REFUSED`, logwatch_refused_total{what="ssh_frame"}).
+MAX_FRAME = 8 << 20       # bytes of one frame's JSON and data together
+MAX_LINE = 64 << 10       # bytes of a header line (or a line before the greeting)
 
 # The reader on the node.  Python 3.5+, stdlib only; exits at EOF on its stdin.
 REMOTE = r'''
@@ -318,6 +326,7 @@ class ExecFS:
 
     def __init__(self) -> None:
         self.chan: Any = None
+        self.conn: Any = None     # the SSH connection (dropped when the node is refused)
         self.stderr = b""
         self.lost: str | None = None
         self._buf = bytearray()
@@ -334,6 +343,7 @@ class ExecFS:
         fs = cls()
         loop = asyncio.get_running_loop()
         fs._greeted = loop.create_future()
+        fs.conn = conn
         fs.chan, _ = await conn.create_session(lambda: _Session(fs), remote_command(python),
                                                encoding=None)
         try:
@@ -355,50 +365,80 @@ class ExecFS:
     # the wire ------------------------------------------------------------------------------
 
     def _feed(self, data: bytes) -> None:
+        if self.lost is not None:
+            return             # given up (refused, or ended): what still arrives is dropped
         buf = self._buf
         buf += data
         pos = 0
-        while True:
-            nl = buf.find(b"\n", pos)
-            if nl < 0:
-                break
-            head = bytes(buf[pos:nl]).split()
-            kind = head[0] if head else b""
-            if self._greeted is not None and not self._greeted.done():
-                # before the greeting: whatever a login script printed
-                if buf[pos:nl + 1] == GREETING:
-                    self._greeted.set_result(None)
-                pos = nl + 1
-            elif kind == b"D":
-                n = int(head[5])
-                if len(buf) < nl + 1 + n:
+        try:
+            while True:
+                nl = buf.find(b"\n", pos, pos + MAX_LINE + 1)
+                if nl < 0:
+                    if len(buf) - pos > MAX_LINE:
+                        self._refuse(f"a line of more than {MAX_LINE >> 10} KiB without its end")
+                        return
                     break
-                f = self._files.get(int(head[1]))
-                if f is not None:
-                    f._push(int(head[2]), int(head[3]), int(head[4]),
-                            bytes(buf[nl + 1:nl + 1 + n]))
-                pos = nl + 1 + n
-            elif kind == b"R":
-                jn, dn = int(head[2]), int(head[3])
-                if len(buf) < nl + 1 + jn + dn:
-                    break
-                meta = json.loads(bytes(buf[nl + 1:nl + 1 + jn]))
-                data_ = bytes(buf[nl + 1 + jn:nl + 1 + jn + dn])
-                waiting = self._pending.pop(int(head[1]), None)
-                if waiting is not None:
-                    waiting[1].cancel()
-                    if not waiting[0].done():
-                        waiting[0].set_result((meta, data_))
-                pos = nl + 1 + jn + dn
-            elif kind == b"T":
-                f = self._files.get(int(head[1]))
-                if f is not None:
-                    f._stopped(int(head[2]))
-                pos = nl + 1
-            else:
-                self._fail(f"unexpected output from the remote reader: {bytes(buf[pos:nl])[:80]!r}")
-                return
+                head = bytes(buf[pos:nl]).split()
+                kind = head[0] if head else b""
+                if self._greeted is not None and not self._greeted.done():
+                    # before the greeting: whatever a login script printed
+                    if buf[pos:nl + 1] == GREETING:
+                        self._greeted.set_result(None)
+                    pos = nl + 1
+                elif kind == b"D":
+                    n = int(head[5])
+                    if not 0 <= n <= MAX_FRAME:
+                        self._refuse(f"a frame of {n} bytes (at most {MAX_FRAME >> 20} MiB)")
+                        return
+                    if len(buf) < nl + 1 + n:
+                        break
+                    f = self._files.get(int(head[1]))
+                    if f is not None:
+                        f._push(int(head[2]), int(head[3]), int(head[4]),
+                                bytes(buf[nl + 1:nl + 1 + n]))
+                    pos = nl + 1 + n
+                elif kind == b"R":
+                    jn, dn = int(head[2]), int(head[3])
+                    if not (0 <= jn and 0 <= dn and jn + dn <= MAX_FRAME):
+                        self._refuse(f"a frame of {jn + dn} bytes (at most {MAX_FRAME >> 20} MiB)")
+                        return
+                    if len(buf) < nl + 1 + jn + dn:
+                        break
+                    meta = json.loads(bytes(buf[nl + 1:nl + 1 + jn]))
+                    if not isinstance(meta, dict):
+                        raise ValueError("a reply that is not an object")
+                    data_ = bytes(buf[nl + 1 + jn:nl + 1 + jn + dn])
+                    waiting = self._pending.pop(int(head[1]), None)
+                    if waiting is not None:
+                        waiting[1].cancel()
+                        if not waiting[0].done():
+                            waiting[0].set_result((meta, data_))
+                    pos = nl + 1 + jn + dn
+                elif kind == b"T":
+                    f = self._files.get(int(head[1]))
+                    if f is not None:
+                        f._stopped(int(head[2]))
+                    pos = nl + 1
+                else:
+                    self._refuse("unexpected output from the remote reader", "ssh_protocol")
+                    return
+        except (ValueError, IndexError, UnicodeDecodeError, RecursionError):
+            self._refuse("a malformed frame from the remote reader", "ssh_protocol")
+            return
         del buf[:pos]
+
+    def _refuse(self, why: str, what: str = "ssh_frame") -> None:
+        """The node sent more (or other) than the protocol allows: drop the channel and its
+        connection (a new one is made by the pool, as after any lost connection), count it,
+        and free the buffer at once."""
+        REFUSED.count(what)
+        self._buf = bytearray()
+        self._fail(f"refused: {why}")
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:  # noqa: BLE001
+                pass
 
     def _lost(self, exc: Exception | None) -> None:
         if self.lost is None:

@@ -28,6 +28,7 @@ from typing import Any
 
 from ... import log
 from ...machine import Event
+from ...shown import visible_all
 from ...view import TargetView
 from .kinds import RESOLVABLE, kind_of
 from .model import FIRING, Alert
@@ -280,9 +281,11 @@ class AlertRouter:
 
 async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
     """One POST of `alert` to `sink`, with `Idempotency-Key: <mark>` (the same on every
-    attempt and after a restart, so a receiver can drop a copy it already has)."""
+    attempt and after a restart, so a receiver can drop a copy it already has).  What the
+    sink sends is the alert with its text made visible (shown.py: RTL overrides, zero-width
+    and control characters escaped), for every sink alike."""
     try:
-        req: Request = sink.request(alert)
+        req: Request = sink.request(visible_all(alert))
     except LookupError as e:  # a missing secret or URL variable: nothing to retry
         return Outcome(False, False, message=str(e))
     import aiohttp
