@@ -26,23 +26,14 @@ lines a startup) one more regex.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from . import bounded
-from .pack import READY, Rule, RulePack
+from .pack import ANCHOR_ACTIONS, READY, Rule, RulePack, UserContent
 
-ANCHOR_ACTIONS = ("restart", "ready", "endpoint", "stop", "args")
+__all__ = ["ANCHOR_ACTIONS", "Origin", "UserContent", "anchored"]
+
 TIMEOUT = 0.02      # seconds one of these patterns may take on a line (bounded.match)
-
-
-@dataclass(frozen=True)
-class UserContent:
-    """One `user_content` entry: a message pattern, or a logger pattern (`logger`)."""
-
-    regex: Any
-    logger: bool
-    literals: tuple[str, ...] | None   # one of them is in every line it matches (prefilter)
 
 
 def anchored(rule: Rule, anchor: frozenset[str]) -> bool:

@@ -158,6 +158,18 @@ class Rule:
         return _regex(self.pattern)
 
 
+ANCHOR_ACTIONS = ("restart", "ready", "endpoint", "stop", "args")   # envelope.anchor (origin.py)
+
+
+@dataclass(frozen=True)
+class UserContent:
+    """One `user_content` entry (origin.py): a message pattern, or a logger pattern."""
+
+    regex: Any
+    logger: bool
+    literals: tuple[str, ...] | None   # one of them is in every line it matches (prefilter)
+
+
 @dataclass(frozen=True)
 class TimestampFormat:
     """A timestamp in a line: named groups Y m d H M S f (any of Y, m, d may be missing)."""
@@ -548,7 +560,6 @@ def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
     """`envelope: {prefix, lead, anchor}` (rules/origin.py): the engine's own line prefix
     (a group `logger` may name the logger), what may stand between it and an anchored
     rule's match, and the actions whose rules are anchored at the message start."""
-    from .origin import ANCHOR_ACTIONS
     if not isinstance(value, dict) or set(value) - {"prefix", "lead", "anchor"}:
         raise PackError(src, "must be a mapping {prefix, lead, anchor}", key="envelope")
     prefix = _compile(src, value.get("prefix"), None, "envelope.prefix")
@@ -563,7 +574,6 @@ def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
 def _user_content(src: str, value: Any) -> tuple[Any, ...]:
     """`user_content:` the messages (a pattern, matched at the message start) or loggers
     (`{logger: PATTERN}`, the whole name) whose lines carry what clients sent."""
-    from .origin import UserContent
     if value is None:
         return ()
     if not isinstance(value, list):
