@@ -149,26 +149,20 @@ def test_the_server_own_markers_still_fire() -> None:
                     assert hit is not None and hit[0].id == r.id, (name, r.id, s.line, hit)
 
 
-@pytest.mark.parametrize("line", [
+@pytest.mark.parametrize("engine,line", [
     # the marker printed inside another message of the engine's own envelope
-    "[2026-01-01 10:10:00] Tokenizer said: The server is fired up and ready to roll!",
-    "[2026-01-01 10:10:00 TP0] note server_args=ServerArgs(model_path='x', port=1)",
-    "[2026-01-01 10:10:00] WARNING: client asked for Uvicorn running on http://10.0.0.9:80",
+    ("sglang", "[2026-01-01 10:10:00] Tokenizer said: The server is fired up and ready to roll!"),
+    ("sglang", "[2026-01-01 10:10:00 TP0] note server_args=ServerArgs(model_path='x', port=1)"),
+    ("sglang", "[2026-01-01 10:10:00] WARNING: asked for Uvicorn running on http://10.0.0.9:80"),
+    ("vllm", "(APIServer pid=1) INFO 01-01 10:10:00 [serving.py:10] echo: vLLM API server "
+             "version 9.9"),
+    ("vllm", "(APIServer pid=1) WARNING 01-01 10:10:00 [x.py:1] got Uvicorn running on "
+             "http://1.2.3.4:5"),
+    ("vllm", "(APIServer pid=1) INFO 01-01 10:10:00 [x.py:1] text: Starting vLLM server on "
+             "http://h:1"),
 ])
-def test_sglang_anchored_rules_fire_only_where_the_message_starts(line: str) -> None:
-    m = Matcher(load_pack("sglang"))
-    hit = m.match_line(line)
-    assert hit is None or not (hit[0].restart or hit[0].endpoint or hit[0].phase == READY), hit
-
-
-@pytest.mark.parametrize("line", [
-    "(APIServer pid=1) INFO 01-01 10:10:00 [serving.py:10] echo: vLLM API server version 9.9",
-    "(APIServer pid=1) WARNING 01-01 10:10:00 [x.py:1] got Uvicorn running on http://1.2.3.4:5",
-    "(APIServer pid=1) INFO 01-01 10:10:00 [x.py:1] text: Starting vLLM server on http://h:1",
-])
-def test_vllm_anchored_rules_fire_only_where_the_message_starts(line: str) -> None:
-    m = Matcher(load_pack("vllm"))
-    hit = m.match_line(line)
+def test_anchored_rules_fire_only_where_the_message_starts(engine: str, line: str) -> None:
+    hit = Matcher(load_pack(engine)).match_line(line)
     assert hit is None or not (hit[0].restart or hit[0].endpoint or hit[0].phase == READY), hit
 
 

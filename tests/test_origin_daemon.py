@@ -69,6 +69,20 @@ class Listener:
         self.sock.close()
 
 
+def start_with_hooks(tmp_path: Path, daemons: Any, log: Path, kinds: list[str],  # noqa: F811
+                     probe: Any) -> tuple[Any, Receiver, Receiver]:
+    """A daemon watching `log` (one target, `node`) with a webhook and a Slack receiver for
+    `kinds`: (daemon, webhook receiver, Slack receiver)."""
+    hook, slack = Receiver().start(), Receiver().start()
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node", str(log), gpu=False, probe=probe)],
+        alerts=[{"type": "webhook", "name": "hook", "url": hook.url(), "on": kinds},
+                {"type": "slack", "name": "slack", "url": slack.url("/services/T/B/x"),
+                 "on": kinds}])
+    return daemons(cfg, port).start(), hook, slack
+
+
 def test_hostile_prompts_page_nobody_restart_nothing_and_move_no_probe(
         tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     app_port, other = free_port(), free_port()
@@ -122,20 +136,12 @@ def test_a_log_naming_another_address_is_probed_on_the_target_host_and_never_sho
     secret = b"SECRET-7f3a9c token=hunter2 \xe2\x80\xae evil banner\r\n"
     own = Listener("127.0.0.1", app_port, banner=secret)   # the target's host, that port
     other = Listener("127.0.0.2", app_port)                # the host the log names
-    hook = Receiver().start()
-    slack = Receiver().start()
     texts = sim_texts(seed=3, port=app_port)
     texts.insert(2, f"[2026-01-01 10:00:00] INFO:     Uvicorn running on "
                     f"http://127.0.0.2:{app_port}/admin/delete (Press CTRL+C to quit)\n")
     log = tmp_path / "server.log"
     log.write_text("".join(texts), encoding="utf-8")
-    port = free_port()
-    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("node", str(log), gpu=False, probe=PROBE)],
-        alerts=[{"type": "webhook", "name": "hook", "url": hook.url(), "on": ["unreachable"]},
-                {"type": "slack", "name": "slack", "url": slack.url("/services/T/B/x"),
-                 "on": ["unreachable"]}])
-    d = daemons(cfg, port).start()
+    d, hook, slack = start_with_hooks(tmp_path, daemons, log, ["unreachable"], PROBE)
     try:
         got = hook.wait(lambda g: g.json["kind"] == "unreachable", timeout=40,
                         what="unreachable")

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from alertlib import Receiver
 from conftest import ROOT
-from daemonutil import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from daemonutil import daemons, free_port, sim_texts  # noqa: F401
 from logwatch.shown import VisibleOut, visible, visible_all
+from test_origin_daemon import start_with_hooks
 
 # RLO, ZWSP, ZWJ, LRI/PDI, BOM, backspace, BEL, ESC, DEL, a C1 CSI, the line separator
 HIDDEN = "\u202e\u200b\u200d\u2066\u2069\ufeff\x08\x07\x1b\x7f\x9b\u2028"
@@ -72,14 +72,8 @@ def test_spoofing_characters_are_escaped_in_slack_webhook_status_page_and_termin
     from playwright.sync_api import expect, sync_playwright
     from test_page import CHROME_ARGS, CHROMIUM
     log = _log(tmp_path)
-    hook, slack = Receiver().start(), Receiver().start()
-    port = free_port()
-    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("node", str(log), gpu=False, probe=False)],
-        alerts=[{"type": "webhook", "name": "hook", "url": hook.url(), "on": ["crashed"]},
-                {"type": "slack", "name": "slack", "url": slack.url("/services/T/B/x"),
-                 "on": ["crashed"]}])
-    d = daemons(cfg, port).start()
+    d, hook, slack = start_with_hooks(tmp_path, daemons, log, ["crashed"], False)
+    port = d.port
     try:
         got = hook.wait(lambda g: g.json["kind"] == "crashed", timeout=40, what="crashed")
         sent = slack.wait(lambda g: True, timeout=20, what="the Slack alert")

@@ -581,19 +581,16 @@ def _user_content(src: str, value: Any) -> tuple[Any, ...]:
     out = []
     for i, item in enumerate(value):
         key = f"user_content[{i}]"
-        if isinstance(item, dict):
-            if set(item) != {"logger"}:
-                raise PackError(src, "a pattern or {logger: PATTERN}", key=key)
-            _compile(src, item["logger"], None, key)
-            rx = _regex(f"(?:{item['logger']})\\Z")
-            lits = pattern_literals(item["logger"])
-            out.append(UserContent(rx, True, tuple(sorted(lits.strings))
-                                   if lits and not lits.ignore_case else None))
-        else:
-            rx = _compile(src, item, None, key)
-            lits = pattern_literals(item)
-            out.append(UserContent(rx, False, tuple(sorted(lits.strings))
-                                   if lits and not lits.ignore_case else None))
+        logger = isinstance(item, dict)
+        if logger and set(item) != {"logger"}:
+            raise PackError(src, "a pattern or {logger: PATTERN}", key=key)
+        pattern = item["logger"] if logger else item
+        rx = _compile(src, pattern, None, key)
+        if logger:                 # the whole logger name
+            rx = _regex(f"(?:{pattern})\\Z")
+        lits = pattern_literals(pattern)
+        out.append(UserContent(rx, logger, tuple(sorted(lits.strings))
+                               if lits and not lits.ignore_case else None))
     return tuple(out)
 
 
