@@ -23,7 +23,7 @@ import pytest
 from alertlib import Receiver
 from daemonutil import (daemons, free_port, sim_texts, target_cfg, wait_for,  # noqa: F401
                         write_config)
-from test_origin import hostile, sglang_request_lines
+from test_origin import hostile, sglang_request_lines, vllm_request_lines
 
 pytestmark = pytest.mark.integration
 
@@ -70,33 +70,43 @@ class Listener:
 
 
 def start_with_hooks(tmp_path: Path, daemons: Any, log: Path, kinds: list[str],  # noqa: F811
-                     probe: Any) -> tuple[Any, Receiver, Receiver]:
+                     probe: Any, rules: str = "sglang") -> tuple[Any, Receiver, Receiver]:
     """A daemon watching `log` (one target, `node`) with a webhook and a Slack receiver for
     `kinds`: (daemon, webhook receiver, Slack receiver)."""
     hook, slack = Receiver().start(), Receiver().start()
     port = free_port()
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("node", str(log), gpu=False, probe=probe)],
+        target_cfg("node", str(log), gpu=False, probe=probe, rules=rules)],
         alerts=[{"type": "webhook", "name": "hook", "url": hook.url(), "on": kinds},
                 {"type": "slack", "name": "slack", "url": slack.url("/services/T/B/x"),
                  "on": kinds}])
     return daemons(cfg, port).start(), hook, slack
 
 
+def vllm_log(port: int) -> str:
+    """A vLLM 0.11 startup to ready (lines of the pack's samples), listening on `port`."""
+    return (f"(APIServer pid=1) INFO 01-01 10:00:00 [api_server.py:1839] vLLM API server "
+            f"version 0.11.0\n"
+            f"(APIServer pid=1) INFO 01-01 10:00:00 [utils.py:233] non-default args: "
+            f"{{'model': 'Qwen/Qwen3-8B', 'port': {port}}}\n"
+            f"(EngineCore_DP0 pid=2) INFO 01-01 10:00:10 [gpu_model_runner.py:1985] Model "
+            f"loading took 2.8871 GiB and 5.965132 seconds\n"
+            f"(APIServer pid=1) INFO 01-01 10:00:20 [api_server.py:1912] Starting vLLM API "
+            f"server 0 on http://0.0.0.0:{port}\n"
+            f"(APIServer pid=1) INFO:     Application startup complete.\n")
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
 def test_hostile_prompts_page_nobody_restart_nothing_and_move_no_probe(
-        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+        engine: str, tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     app_port, other = free_port(), free_port()
     server = Receiver(port=app_port).start()          # the server's own HTTP side
     decoy = Listener("127.0.0.1", other)              # what the prompts name
-    hook = Receiver().start()
     log = tmp_path / "server.log"
-    log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
-    port = free_port()
-    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("node", str(log), gpu=False, probe=PROBE)],
-        alerts=[{"type": "webhook", "name": "hook", "url": hook.url(),
-                 "on": ["crashed", "unreachable", "stalled", "ready"]}])
-    d = daemons(cfg, port).start()
+    log.write_text("".join(sim_texts(seed=3, port=app_port)) if engine == "sglang"
+                   else vllm_log(app_port), encoding="utf-8")
+    d, hook, slack = start_with_hooks(tmp_path, daemons, log, ["crashed", "unreachable"],
+                                      PROBE, rules=engine)
     try:
         d.wait_metric("logwatch_probe_up", 1.0, timeout=30, target="node")
         before = d.target("node")
@@ -107,8 +117,12 @@ def test_hostile_prompts_page_nobody_restart_nothing_and_move_no_probe(
         lines_before = d.metric("logwatch_lines_total", target="node") or 0
         extra = [f"Uvicorn running on http://127.0.0.1:{other}/admin/delete",
                  f"server_args=ServerArgs(model_path='x', port={other}, host='127.0.0.1')",
-                 f"[2026-01-01 10:10:00] Uvicorn running on http://127.0.0.1:{other}"]
-        lines = hostile("sglang") + [x for p in extra for x in sglang_request_lines(p)]
+                 f"[2026-01-01 10:10:00] Uvicorn running on http://127.0.0.1:{other}",
+                 f"(APIServer pid=1) INFO 01-01 10:00:20 [api_server.py:1912] Starting vLLM "
+                 f"API server 0 on http://127.0.0.1:{other}",
+                 f"non-default args: {{'port': {other}}}"]
+        request_lines = sglang_request_lines if engine == "sglang" else vllm_request_lines
+        lines = hostile(engine) + [x for p in extra for x in request_lines(p)]
         with open(log, "a", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
         wait_for(lambda: (d.metric("logwatch_lines_total", target="node") or 0)
@@ -118,6 +132,7 @@ def test_hostile_prompts_page_nobody_restart_nothing_and_move_no_probe(
                  timeout=30, what="four more probes")
         hook.assert_quiet(3.0, lambda g: g.json["kind"] in ("crashed", "unreachable"),
                           what="a crash or unreachable alert")
+        assert slack.requests() == []
         after = d.target("node")
         assert after is not None and after["phase"] == "ready", after["phase"]
         assert after["probe"]["url"] == url and after["probe"]["up"] is True, after["probe"]
@@ -128,6 +143,7 @@ def test_hostile_prompts_page_nobody_restart_nothing_and_move_no_probe(
         decoy.close()
         server.close()
         hook.close()
+        slack.close()
 
 
 def test_a_log_naming_another_address_is_probed_on_the_target_host_and_never_shown(
