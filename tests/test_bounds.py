@@ -243,3 +243,28 @@ def test_no_bait_line_costs_more_than_the_line_budget() -> None:
     rows = sorted(measure("base") + measure("sglang") + measure("vllm"), reverse=True)
     worst, label = rows[0]
     assert worst < LINE_BUDGET, f"{label}: {worst * 1000:.1f} ms"
+
+
+def test_a_remote_command_answer_is_read_up_to_its_cap(tmp_path: Path) -> None:
+    """The startup grep's answer (sources/ssh.py) through `bounded_run`: a node that answers
+    without end (`cat /dev/zero`) is cut at the cap, refused and counted; an honest answer
+    comes back whole with its exit status."""
+    import asyncio
+    import asyncssh
+    from logwatch.limits import REFUSED
+    from logwatch.sources.sshstream import bounded_run
+    with SSHServer(str(tmp_path / "sshd")) as server:
+        async def main() -> None:
+            async with asyncssh.connect(
+                    "127.0.0.1", port=server.port, username=server.user,
+                    known_hosts=str(server.known_hosts),
+                    client_keys=[str(server.client_key)]) as conn:
+                out, status = await bounded_run(conn, "echo hi; exit 1", 1 << 20, 20)
+                assert (out, status) == (b"hi\n", 1)
+                before = REFUSED.counts["ssh_output"]
+                with pytest.raises(OSError, match="refused"):
+                    await bounded_run(conn, "cat /dev/zero", 1 << 20, 20)
+                assert REFUSED.counts["ssh_output"] == before + 1
+                out, status = await bounded_run(conn, "echo again", 1 << 20, 20)
+                assert out == b"again\n"     # the connection lives on
+        asyncio.run(main())

@@ -22,7 +22,7 @@ from ..state.files import STATE_ERRORS
 from ..view import TargetView
 from .alerts.kinds import KIND_NAMES
 
-REFUSED_KINDS = ("ssh_frame", "ssh_protocol")   # every series exists from the start
+REFUSED_KINDS = ("ssh_frame", "ssh_protocol", "ssh_output")   # every series exists from the start
 SERVING = {
     "gen_throughput": ("logwatch_gen_throughput_tokens_per_second",
                        "generation throughput from the serving log lines (tokens/s)"),
@@ -400,7 +400,8 @@ def _global_lines(stats: AlertStats | None) -> str:
             ("logwatch_state_errors_total", "writes to state_dir that failed (full or read-only "
              "disk), by kind of file", errors),
             ("logwatch_refused_total", "connections dropped for sending more than a bound "
-             "allows (ssh_frame: a reader frame over 8 MiB; ssh_protocol: not the protocol)",
+             "allows (ssh_frame: a reader frame over 8 MiB; ssh_protocol: not the protocol; "
+             "ssh_output: a remote command's answer over its cap)",
              refused)):
         out.append(f"# HELP {name} {_help(doc)}\n# TYPE {name} counter\n")
         out.extend(line + "\n" for line in lines)

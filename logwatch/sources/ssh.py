@@ -54,7 +54,7 @@ from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator,
 )
-from .sshstream import ExecFile, ExecFS, NoStream, StreamLost
+from .sshstream import ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
@@ -62,6 +62,7 @@ from .cursor import (
 
 READ_SIZE = 256 * 1024
 _UNSAFE_USER = re.compile(r"""[;|&$`'"<>(){}\[\]*?!#~\s\x00-\x1f\x7f]""")
+GREP_MAX = 4 << 20        # bytes of the startup grep's answer (50 lines): more is refused
 TRANSPORTS = ("auto", "stream", "sftp")
 IDENTITY_EVERY = 1.0      # seconds between checks that the path is still our file
 
@@ -557,9 +558,7 @@ class SSHFileSource(FollowsWithCursor):
                     status, out = await asyncio.wait_for(f.fs.grep(self.target.path, lits), 60)
                 else:
                     async with self.pool.exec_slot(self.target, self.opts):
-                        res = await asyncio.wait_for(conn.run(cmd, check=False, encoding=None),
-                                                     60)
-                    status, out = res.exit_status, res.stdout or b""
+                        out, status = await bounded_run(conn, cmd, GREP_MAX, 60)
                 if status in (0, 1):
                     for raw in reversed(out.splitlines()):
                         lineno, _, rest = raw.partition(b":")

@@ -267,6 +267,31 @@ def remote_command(python: str = "python3") -> str:
     return f"{python} -c {shlex.quote(code)} {MARKER}"
 
 
+async def bounded_run(conn: Any, cmd: str, limit: int, timeout: float) -> tuple[bytes, int | None]:
+    """Run `cmd` on the node and read at most `limit` bytes of its output (asyncssh's
+    `conn.run` keeps all of it: a node can send any amount); more than that is refused and
+    counted (`limits.REFUSED`, what="ssh_output") and the command's channel closed.
+    Returns (stdout, exit status); raises asyncio.TimeoutError after `timeout`."""
+    proc = await asyncio.wait_for(conn.create_process(cmd, encoding=None,
+                                                      stderr=asyncssh.DEVNULL), timeout)
+    out = bytearray()
+    try:
+        async def read_all() -> None:
+            while True:
+                chunk = await proc.stdout.read(1 << 16)
+                if not chunk:
+                    return
+                out.extend(chunk)
+                if len(out) > limit:
+                    REFUSED.count("ssh_output")
+                    raise OSError(f"refused: more than {limit >> 10} KiB of output")
+        await asyncio.wait_for(read_all(), timeout)
+        await asyncio.wait_for(proc.wait_closed(), timeout)
+    finally:
+        proc.close()
+    return bytes(out), proc.exit_status
+
+
 class StreamLost(OSError):
     """The exec channel of the reader ended (or stopped answering): the caller reconnects."""
 
