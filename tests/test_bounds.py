@@ -73,6 +73,8 @@ def test_a_node_announcing_a_100_gb_frame_is_dropped_and_counted(
             assert code == 200 and time.monotonic() - t1 < 1.0, body
             time.sleep(0.5)
         rss = peak_rss_mib(d.proc.pid)
+        print(f"peak RSS {rss:.0f} MiB, refused "
+              f"{d.metric('logwatch_refused_total', what='ssh_frame'):.0f}")
         assert rss < 200, f"peak RSS {rss:.0f} MiB"
         assert (d.metric("logwatch_refused_total", what="ssh_frame") or 0) >= 2
         errs = d.stderr()
@@ -175,6 +177,8 @@ def test_2000_idle_connections_healthz_stays_fast_and_the_log_quiet(tmp_path: Pa
         worst = max(t for _, t in times)
         assert worst < 1.0, f"/healthz took {worst:.2f}s: {times}"
         lines = d.stderr().count("\n") - lines_before
+        print(f"/healthz worst {worst * 1000:.0f} ms with 2,000 idle connections, "
+              f"{lines} log lines")
         assert lines < 100, d.stderr()[-3000:]
     finally:
         for s in socks:
@@ -200,7 +204,9 @@ def test_1500_local_targets_all_start_from_a_shell_soft_limit(tmp_path: Path) ->
         def all_up() -> bool:
             ts = d.status()["targets"]
             return len(ts) == 1500 and all(t["source_state"]["up"] for t in ts)
+        t0 = time.monotonic()
         wait_for(all_up, timeout=240, interval=2.0, what="1,500 targets up")
+        print(f"1,500 targets up {time.monotonic() - t0:.0f} s after /healthz")
         ts = d.status()["targets"]
         assert sum(1 for t in ts if t["phase"] == "launching") == 1500
         assert "Too many open files" not in d.stderr()
@@ -242,6 +248,7 @@ def test_no_bait_line_costs_more_than_the_line_budget() -> None:
     from logwatch.rules.matcher import LINE_BUDGET
     rows = sorted(measure("base") + measure("sglang") + measure("vllm"), reverse=True)
     worst, label = rows[0]
+    print(f"worst bait line {worst * 1000:.1f} ms ({label}) of {len(rows)}")
     assert worst < LINE_BUDGET, f"{label}: {worst * 1000:.1f} ms"
 
 
