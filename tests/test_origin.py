@@ -173,3 +173,36 @@ def test_vllm_logo_version_still_starts_a_startup() -> None:
             "█ ▀▄▀ █  version 0.20.0")
     hit = m.match_line(line)
     assert hit is not None and hit[0].id == "version" and hit[1]["logo_version"] == "0.20.0"
+
+
+@pytest.mark.parametrize("doc,key", [
+    ({"envelope": {"prefix": "(unclosed"}}, "envelope.prefix"),
+    ({"envelope": {"prefix": "x", "anchor": ["crash"]}}, "envelope.anchor"),
+    ({"envelope": ["x"]}, "envelope"),
+    ({"user_content": "Receive"}, "user_content"),
+    ({"user_content": [{"logger": "x", "other": 1}]}, "user_content[0]"),
+    ({"user_content": ["ok", "(bad"]}, "user_content[1]"),
+])
+def test_a_broken_envelope_or_user_content_names_the_key(tmp_path: Path, doc: dict[str, object],
+                                                         key: str) -> None:
+    import yaml
+    from logwatch.rules.pack import PackError
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "extends": "sglang", **doc}))
+    with pytest.raises(PackError) as e:
+        load_pack(str(path))
+    assert e.value.key == key and str(path) in str(e.value), str(e.value)
+
+
+def test_a_pack_extending_another_keeps_its_envelope_and_adds_user_content(
+        tmp_path: Path) -> None:
+    import yaml
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"name": "p", "extends": "sglang",
+                                    "user_content": ["MyApp echo: "]}))
+    pack = load_pack(str(path))
+    assert pack.envelope is load_pack("sglang").envelope and pack.anchor
+    assert len(pack.user_content) == len(load_pack("sglang").user_content) + 1
+    m = Matcher(pack)
+    assert m.match_line("[2026-01-01 10:00:00] MyApp echo: torch.OutOfMemoryError: x") is None
+    assert m.match_line("[2026-01-01 10:00:00] torch.OutOfMemoryError: x") is not None
