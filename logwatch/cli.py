@@ -327,7 +327,8 @@ def _ledger_of(args: argparse.Namespace) -> Any:
 
 def cmd_history(args: argparse.Namespace) -> int:
     from .app.history import run_history, run_history_store
-    out = (lambda s: print(s, flush=True))
+    from .shown import visible
+    out = (lambda s: print(visible(s), flush=True))    # the ledger quotes the log
     if args.config:
         if args.files or not args.target:
             print("logwatch: history -c CONFIG takes --target NAME and no FILE", file=sys.stderr)
@@ -361,7 +362,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from .app.history import run_compare, run_compare_store
-    out = (lambda s: print(s, flush=True))
+    from .shown import visible
+    out = (lambda s: print(visible(s), flush=True))    # the ledger quotes the log
     if args.config:
         # no FILE: the positionals are A and B
         a, b = args.file or "-2", args.a or "-1"
@@ -592,6 +594,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
+    from .shown import visible
     pack = load_pack(args.pack)
     counts: dict[str, int] = {}
     unmatched = 0
@@ -607,7 +610,7 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
                 print(json.dumps({"line": v.line_number, **(v.meaning or {"rule": None}),
                                   "text": v.text}, ensure_ascii=False))
                 continue
-            print(f"{v.line_number:>7} {v.rule or '-':<22} {v.text[:300]}")
+            print(f"{v.line_number:>7} {v.rule or '-':<22} {visible(v.text[:300])}")
     total = sum(counts.values()) + unmatched
     print(f"\n{total} lines: {total - unmatched} matched, {unmatched} unmatched", file=sys.stderr)
     for rid, n in sorted(counts.items(), key=lambda kv: -kv[1]):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..rules.pack import CRASHED, READY, STOPPED
+from ..shown import visible
 from ..units import fmt_duration
 from ..view import TargetView
 
@@ -55,7 +56,7 @@ def human(doc: dict[str, Any], total: float | None = None) -> str:
         out.append(f"  root cause (line {c['line_number']}): {_clip(c['line'], 300)}")
     elif doc.get("ready_line"):
         out.append(f"  ready: {_clip(doc['ready_line'], 200)}")
-    return "\n".join(out)
+    return visible("\n".join(out))     # quoted log lines: shown, not obeyed (shown.py)
 
 
 def timeline(view: TargetView) -> str:
