@@ -24,11 +24,10 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from daemonutil import Daemon, daemons, free_port, target_cfg, wait_for, write_config  # noqa: F401
+from support.daemon import Daemon, daemons, free_port, target_cfg, wait_for, write_config  # noqa: F401
 from logwatch.limits import fds_needed, nofile_note, raise_nofile
-from sshd import SSHServer
+from support.sshd import SSHServer
 
-pytestmark = pytest.mark.integration
 
 UNIT = ROOT / "deploy" / "systemd" / "logwatch.service"
 
@@ -48,6 +47,8 @@ def peak_rss_mib(pid: int) -> float:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.integration
+@pytest.mark.serial   # /healthz under 1 s while a node attacks
 def test_a_node_announcing_a_100_gb_frame_is_dropped_and_counted(
         tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     with SSHServer(str(tmp_path / "sshd"), python=False) as server:
@@ -140,6 +141,8 @@ def _soft_nofile(pid: int) -> int:
     raise AssertionError("no limit")
 
 
+@pytest.mark.integration
+@pytest.mark.serial   # /healthz under 1 s throughout
 def test_2000_idle_connections_healthz_stays_fast_and_the_log_quiet(tmp_path: Path) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < 2200:
@@ -186,6 +189,8 @@ def test_2000_idle_connections_healthz_stays_fast_and_the_log_quiet(tmp_path: Pa
         d.stop()
 
 
+@pytest.mark.integration
+@pytest.mark.serial   # 1,500 targets: the machine's whole CPU for a while
 def test_1500_local_targets_all_start_from_a_shell_soft_limit(tmp_path: Path) -> None:
     nofile = hard_nofile()
     logs = tmp_path / "logs"
@@ -238,6 +243,8 @@ def test_event_loop_errors_are_logged_once_a_minute() -> None:
     assert len(lg.lines) == 2 and lg.lines[1][1]["left_out"] == 9_999
 
 
+@pytest.mark.integration
+@pytest.mark.serial   # a CPU budget per line (10 s of matching in all)
 def test_no_bait_line_costs_more_than_the_line_budget() -> None:
     """bench/bait.py: every rule's bait (its literals repeated, its samples cut and
     repeated, 64 KiB) through the matcher: the worst line's CPU time is under the 50 ms the
@@ -252,6 +259,7 @@ def test_no_bait_line_costs_more_than_the_line_budget() -> None:
     assert worst < LINE_BUDGET, f"{label}: {worst * 1000:.1f} ms"
 
 
+@pytest.mark.integration
 def test_a_remote_command_answer_is_read_up_to_its_cap(tmp_path: Path) -> None:
     """The startup grep's answer (sources/ssh.py) through `bounded_run`: a node that answers
     without end (`cat /dev/zero`) is cut at the cap, refused and counted; an honest answer

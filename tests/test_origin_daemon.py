@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from alertlib import Receiver
-from daemonutil import (daemons, free_port, sim_texts, target_cfg, wait_for,  # noqa: F401
+from support.receivers import Receiver
+from support.daemon import (daemons, free_port, sim_texts, target_cfg, wait_for,  # noqa: F401
                         write_config)
 from test_origin import hostile, sglang_request_lines, vllm_request_lines
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT
-from daemonutil import daemons, free_port, sim_texts  # noqa: F401
+from support.daemon import daemons, free_port, sim_texts  # noqa: F401
 from logwatch.shown import VisibleOut, visible, visible_all
 from test_origin_daemon import start_with_hooks
 
