@@ -23,11 +23,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from logwatch.rules.matcher import Matcher  # noqa: E402
-from logwatch.rules.pack import load_pack  # noqa: E402
+from logwatch.rules.pack import load_pack, shipped_pack_names  # noqa: E402
 
 MAX = 64 * 1024
 ENVELOPES = {"sglang": "[2026-01-01 10:00:00 TP0] ",
-             "vllm": "(APIServer pid=1) INFO 01-01 10:00:00 [api_server.py:1] ", "base": ""}
+             "vllm": "(APIServer pid=1) INFO 01-01 10:00:00 [api_server.py:1] ",
+             "trtllm": "[01/01/2026-10:00:00] [TRT-LLM] [I] ", "base": ""}
 
 
 def baits(pack_name: str) -> list[tuple[str, str]]:
@@ -69,7 +70,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     rows: list[tuple[float, str]] = []
-    for name in ("base", "sglang", "vllm"):
+    for name in shipped_pack_names():
         rows += measure(name)
     rows.sort(reverse=True)
     if a.json:

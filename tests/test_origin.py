@@ -18,7 +18,7 @@ import pytest
 from logwatch.machine import CrashSettled, Crashed, PhaseChanged, Restarted, StartupBegan
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.matcher import Matcher
-from logwatch.rules.pack import READY, load_pack
+from logwatch.rules.pack import READY, load_pack, shipped_pack_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = 1_767_261_600.0
@@ -28,7 +28,7 @@ def markers() -> list[str]:
     """The sample lines of every rule that crashes, restarts, says ready, names the address
     or stops, in every shipped pack (with their envelopes: what the server would print)."""
     out: list[str] = []
-    for name in ("base", "sglang", "vllm"):
+    for name in shipped_pack_names():
         for r in load_pack(name).rules:
             if r.crash or r.restart or r.phase == READY or r.endpoint or r.stop or r.args:
                 out += [s.line for s in r.samples if s.matches]
