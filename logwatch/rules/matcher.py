@@ -267,15 +267,31 @@ class Matcher:
         """The first rule that matches `text`.  `stats_only`: the caller knows no other
         rule's literal is in the line (a gap between hits), so only stats rules are tried.
         `unwrapped`: the caller has removed the prefixes already."""
+        layers: tuple[str, ...] = ()
         if not unwrapped and self._prefixes is not None:
-            text = self.unwrap(text)[0]
-        found = self._match(text, stats_only, False)
+            text, _, layers = self.unwrap(text)
+        found = self._match(text, stats_only, False, layers)
         return None if found is None else (found[0], found[1])
 
-    def _match(self, text: str, stats_only: bool, stamp: bool
+    def _user_content(self, text: str, layers: tuple[str, ...]) -> bool:
+        """Whether the line carries what a client sent: as read, or as it was before any of
+        its wrappers came off (a removed "glued output" prefix may be a request log whose
+        prompt holds an engine record: `Receive: obj=...(EngineCore pid=2) ERROR ...`)."""
+        origin = self.origin
+        if origin is None:
+            return False
+        if origin.user_content(text):
+            return True
+        for layer in layers:
+            if origin.user_content(layer):
+                return True
+        return False
+
+    def _match(self, text: str, stats_only: bool, stamp: bool, layers: tuple[str, ...] = ()
                ) -> tuple[Rule, dict[str, str], Any] | None:
-        """`match_line` on an unwrapped line, and with `stamp`, the pack's first timestamp
-        format on it too where one regex call can do both (`Joint`; else NO_STAMP)."""
+        """`match_line` on an unwrapped line (`layers`: the line before each wrapper came
+        off), and with `stamp`, the pack's first timestamp format on it too where one regex
+        call can do both (`Joint`; else NO_STAMP)."""
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
         started: float | None = None  # wall clock at the line's first regex (its budget)
@@ -297,7 +313,7 @@ class Matcher:
                     continue
             if ignored is None:
                 ignored, started = self._ignored(text)
-                if self.origin is not None and self.origin.user_content(text):
+                if self.origin is not None and self._user_content(text, layers):
                     return None      # what a client sent: not the server's own words
             if ignored and not rule.frame:
                 if not self._has_frames:
@@ -418,7 +434,7 @@ class Matcher:
             text = segment_text(data[start:end], self.max_line_bytes)
             for part in split_glued(text):
                 inner, proc, layers = self.unwrap(part)
-                found = self._match(inner, False, not layers)
+                found = self._match(inner, False, not layers, layers)
                 if found is not None:
                     yield Hit(found[0], found[1], inner, line_no, block.raw_offset(start), start,
                               layers, proc, found[2])
@@ -474,7 +490,7 @@ class _BlockScan:
         out = []
         for part in split_glued(text):
             inner, proc, layers = self.m.unwrap(part)
-            found = self.m._match(inner, stats_only, not layers)
+            found = self.m._match(inner, stats_only, not layers, layers)
             if found is not None:
                 out.append(Found(found[0], found[1], inner, layers, proc, found[2]))
         return out
