@@ -218,3 +218,26 @@ def test_a_document_json_would_change_is_not_kept(fresh: Path) -> None:
     again = PatternCache(packmod.REGEX_FLAGS, fresh)
     assert again.doc("3") == {"ok": [1, 2.5, True, None, "s"]}
     assert again.doc("0") is MISSING
+
+
+def test_a_compiled_hyperscan_database_is_loaded_from_the_cache_and_a_damaged_one_replaced(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The literal pass's Hyperscan database (~15 ms to compile per pack) is kept compiled in
+    the cache directory: a warm start compiles nothing, and a damaged file is compiled again
+    and rewritten, with the same matches."""
+    from logwatch.rules import literalscan
+    parts = [("Load weight end", False), ("server_args=", False), ("cuda out of memory", True)]
+    data = b"x server_args= y\nLoad weight end\nCUDA Out Of Memory\n"
+    cold = literalscan.literal_finder(parts, "hyperscan", cache_dir=tmp_path)
+    want = list(cold.positions(data))
+    assert len(want) == 3
+    (db,) = tmp_path.glob("hyperscan-*.db")
+    compiled: list[int] = []
+    real = literalscan._compile
+    monkeypatch.setattr(literalscan, "_compile", lambda e, f: compiled.append(1) or real(e, f))
+    warm = literalscan.literal_finder(parts, "hyperscan", cache_dir=tmp_path)
+    assert list(warm.positions(data)) == want and compiled == []
+    db.write_bytes(b"\x00damaged")
+    again = literalscan.literal_finder(parts, "hyperscan", cache_dir=tmp_path)
+    assert list(again.positions(data)) == want and compiled == [1]
+    assert db.read_bytes() != b"\x00damaged", "the damaged file was replaced"

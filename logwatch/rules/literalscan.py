@@ -5,11 +5,23 @@ would; RE2 otherwise.  The rules' literal pass (matcher.py) finds every occurren
 non-stats rules' literals with it; framing (lines.py) asks whether a large block holds a
 terminal fold's padding at all (`first_only`).  It imports nothing of logwatch, so both can
 use it.
+
+Compiling a Hyperscan database costs ~15 ms per pack (60 ms of a 0.6 s replay with four packs);
+loading a serialised one costs microseconds.  So a database is kept in the cache directory the
+caller names (`cache_dir`: the rules' pattern cache's), under a hash of everything it depends
+on (Hyperscan's version, the machine, the expressions and flags).  A file that is missing,
+unreadable or not a database of this Hyperscan is compiled again and rewritten: the cache can
+only save time, never change a match.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import platform
+import tempfile
 import threading
+from pathlib import Path
 from typing import Iterable
 
 import re2
@@ -76,7 +88,8 @@ class HyperscanLiterals:
 
     engine = "hyperscan"
 
-    def __init__(self, parts: list[tuple[str, bool]], first_only: bool = False) -> None:
+    def __init__(self, parts: list[tuple[str, bool]], first_only: bool = False,
+                 cache_dir: Path | None = None) -> None:
         exprs, flags = [], []
         for s, ci in parts:
             expr = _hs_literal(s, ci)
@@ -85,9 +98,7 @@ class HyperscanLiterals:
             exprs.append(expr)
             flags.append((hyperscan.HS_FLAG_CASELESS if ci else 0) |
                          (hyperscan.HS_FLAG_SINGLEMATCH if first_only else 0))
-        self.db = hyperscan.Database()
-        self.db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs),
-                        flags=flags)
+        self.db = _cached_database(exprs, flags, cache_dir)
         self._local = threading.local()   # a scratch per thread (locate scans in a thread)
 
     def positions(self, data: bytes) -> Iterable[int]:
@@ -102,16 +113,64 @@ class HyperscanLiterals:
         return ends
 
 
+MAX_DATABASES = 32   # compiled databases kept in the cache directory
+
+
+def _compile(exprs: list[bytes], flags: list[int]) -> "hyperscan.Database":
+    db = hyperscan.Database()
+    db.compile(expressions=exprs, ids=list(range(len(exprs))), elements=len(exprs), flags=flags)
+    return db
+
+
+def _cached_database(exprs: list[bytes], flags: list[int],
+                     cache_dir: Path | None) -> "hyperscan.Database":
+    """The compiled database of `exprs`, from `cache_dir` when it holds it (see the module's
+    docstring), else compiled and saved there (atomically; a failed save is only a miss)."""
+    if cache_dir is None:
+        return _compile(exprs, flags)
+    h = hashlib.sha256(f"{hyperscan.__version__}|{platform.machine()}|".encode())
+    for e, f in zip(exprs, flags):
+        h.update(e + b"\0" + str(f).encode() + b"\n")
+    path = cache_dir / f"hyperscan-{h.hexdigest()[:32]}.db"
+    try:
+        return hyperscan.loadb(path.read_bytes(), hyperscan.HS_MODE_BLOCK)
+    except (OSError, hyperscan.error, TypeError, ValueError):
+        pass
+    db = _compile(exprs, flags)
+    tmp = None
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".hyperscan-")
+        with os.fdopen(fd, "wb") as f:
+            f.write(hyperscan.dumpb(db))
+        os.replace(tmp, path)
+        tmp = None
+        _prune(cache_dir)
+    except OSError:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+    return db
+
+
+def _prune(cache_dir: Path) -> None:
+    """Keep the newest MAX_DATABASES (edited packs leave old databases behind)."""
+    dbs = sorted(cache_dir.glob("hyperscan-*.db"), key=lambda p: p.stat().st_mtime)
+    for old in dbs[:-MAX_DATABASES]:
+        old.unlink(missing_ok=True)
+
+
 def literal_finder(parts: list[tuple[str, bool]], engine: str | None = None,
-                   first_only: bool = False) -> Re2Literals | HyperscanLiterals | None:
+                   first_only: bool = False,
+                   cache_dir: Path | None = None) -> Re2Literals | HyperscanLiterals | None:
     """A finder for (literal, ignore_case) `parts`: Hyperscan when it is installed and can
     match exactly what RE2 would, else RE2.  `engine` forces one ("re2" or "hyperscan").
-    `first_only` (Hyperscan): each literal's first occurrence only (a presence test)."""
+    `first_only` (Hyperscan): each literal's first occurrence only (a presence test).
+    `cache_dir`: where compiled Hyperscan databases are kept (None: compiled every time)."""
     if not parts:
         return None
     if engine != "re2" and hyperscan is not None:
         try:
-            return HyperscanLiterals(parts, first_only)
+            return HyperscanLiterals(parts, first_only, cache_dir)
         except (ValueError, hyperscan.error):
             if engine == "hyperscan":
                 raise

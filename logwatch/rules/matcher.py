@@ -31,6 +31,7 @@ from .literalscan import Re2Literals, literal_finder
 from .origin import Origin
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
 from .pack import REGEX_FLAGS, Rule, RulePack, pattern_literals
+from .patterns import cache_path
 
 
 NO_STAMP = object()   # `Hit.ts` when the timestamp was not looked for with the rule
@@ -201,12 +202,12 @@ class Matcher:
             for f in filters]
         self._wrap_by_head: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
         rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
-        self._rare = literal_finder(_literal_parts(rare), engine)
+        self._rare = literal_finder(_literal_parts(rare), engine, cache_dir=cache_path().parent)
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
         stats = _literal_parts(self.stats_rules)
         self._stats_rx = Re2Literals(stats).rx if stats else None
         # exact mode (live) wants every stats line: their positions in one pass over a block
-        self._stats_all = literal_finder(stats, engine)
+        self._stats_all = literal_finder(stats, engine, cache_dir=cache_path().parent)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
         # the same literals for `bytes.rfind` (the last stats line of a run), where a byte
         # search finds what RE2 finds: ASCII, case-sensitive
