@@ -575,3 +575,27 @@ def test_replay_without_the_hyperscan_module_gives_the_same_result(monkeypatch):
     assert (first[0], second[0]) == ENGINES
     assert first[1:] == second[1:]
     assert first[1] == "crashed" and first[4]
+
+
+def test_a_segment_tries_only_the_rules_whose_literals_it_holds(monkeypatch):
+    """The block pass names the literals of each segment; `_match` is then given those rules
+    (and the stats rules) only, in pack order, and still fires what `match_line` fires."""
+    m = Matcher(load_pack("sglang"))
+    assert m._rare.engine == "hyperscan"
+    line = b"[2026-03-17 07:16:46 TP0] Load weight begin. avail mem=78.50 GB\n"
+    expected = [m.match_line(line.decode().strip())[0].id]
+    tried: list[int] = []
+    real = m._match
+
+    def spy(text, stats_only, stamp, layers=(), checks=None):
+        tried.append(len(checks) if checks is not None else -1)
+        return real(text, stats_only, stamp, layers, checks)
+
+    monkeypatch.setattr(m, "_match", spy)
+    hits = list(m.scan(Block(line, 0, 1, 0.0)))
+    assert [h.rule.id for h in hits] == expected
+    stats = len(m.stats_rules)
+    assert tried and all(0 < n <= stats + 3 for n in tried), (tried, len(m._checks))
+    assert len(m._checks) > stats + 20   # (what it would try without the literal names)
+    names = [c[0].id for c in m.checks_for(0)]
+    assert names == [r.id for r in m.rules if r in m.stats_rules]

@@ -100,11 +100,28 @@ class HyperscanLiterals:
                          (hyperscan.HS_FLAG_SINGLEMATCH if first_only else 0))
         self.db = _cached_database(exprs, flags, cache_dir)
         self._local = threading.local()   # a scratch per thread (locate scans in a thread)
+        self.id_bits = max(1, len(parts).bit_length())  # see `occurrences`
 
-    def positions(self, data: bytes) -> Iterable[int]:
+    def _scratch(self) -> "hyperscan.Scratch":
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = hyperscan.Scratch(self.db)
+        return scratch
+
+    def occurrences(self, data: bytes) -> list[int]:
+        """Every occurrence as one int, `(position of its last byte) << id_bits | index of
+        the literal in parts`, in order: which literals a segment holds, from the same pass
+        (the matcher then tries only the rules they belong to)."""
+        found: list[int] = []
+        add = found.append
+        bits = self.id_bits
+        self.db.scan(data, match_event_handler=lambda i, _s, end, _f, _c:
+                     add((end - 1) << bits | i), scratch=self._scratch())
+        found.sort()   # by end already, ties in any order
+        return found
+
+    def positions(self, data: bytes) -> Iterable[int]:
+        scratch = self._scratch()
         ends: list[int] = []
         add = ends.append
         self.db.scan(data, match_event_handler=lambda _id, _start, end, _f, _c: add(end - 1),
