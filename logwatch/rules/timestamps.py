@@ -30,7 +30,7 @@ from typing import Any
 from . import bounded
 from .literals import anchored_head
 from .matcher import NO_STAMP, STAMP_WITHIN, char_test
-from .pack import TimestampFormat
+from .pack import TimestampFormat, pattern_literals
 
 PATTERN_TIMEOUT = 0.01
 
@@ -40,6 +40,19 @@ _HALF_DAY = 12 * 3600.0
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
+
+
+def _case_sensitive_literals(pattern: str) -> tuple[str, ...] | None:
+    """One of these is in every match of `pattern` (None: no such case-sensitive set)."""
+    lits = pattern_literals(pattern)
+    return None if lits is None or lits.ignore_case else tuple(sorted(lits.strings))
+
+
+def _holds_one(text: str, lits: tuple[str, ...]) -> bool:
+    for s in lits:     # a loop, not any(): this runs on every unstamped line
+        if s in text:
+            return True
+    return False
 
 
 @dataclass(slots=True)
@@ -67,9 +80,10 @@ class LogClock:
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
         # a format anchored at the start: the class of its first character (one cheap call
-        # rules out a line's other formats, each a bounded search otherwise)
-        self._plan = [(f.regex, char_test(anchored_head(f.regex.pattern), f.regex.flags))
-                      for f in formats]
+        # rules out a line's other formats, each a bounded search otherwise); a format with
+        # required literals (vLLM's level names): one of them must be in the line first
+        self._plan = [(f.regex, char_test(anchored_head(f.regex.pattern), f.regex.flags),
+                       _case_sensitive_literals(f.regex.pattern)) for f in formats]
 
     def stamp(self, text: str, wrapped: tuple[str, ...] = (), first: Any = NO_STAMP
               ) -> Stamp | None:
@@ -82,7 +96,7 @@ class LogClock:
         it with the rule (`Hit.ts`: (raw, groups) or None), instead of a search of its own."""
         # the pack's order of formats first (it prefers a stamp with a year), then outermost
         places = (*wrapped, text) if wrapped else (text,)
-        for k, (rx, head) in enumerate(self._plan):
+        for k, (rx, head, lits) in enumerate(self._plan):
             if k == 0 and first is not NO_STAMP and not wrapped:
                 if first is not None:
                     raw, groups, names = first
@@ -94,6 +108,8 @@ class LogClock:
             for where in places:
                 if head is not None and head(where, 0, 1) is None:
                     continue    # anchored at the start, and the first character rules it out
+                if lits is not None and not _holds_one(where, lits):
+                    continue    # none of the words it needs (a tqdm frame: no level name)
                 try:
                     m = bounded.search(rx, where[:STAMP_WITHIN], PATTERN_TIMEOUT)
                 except TimeoutError:
