@@ -206,12 +206,15 @@ class Matcher:
         self._rare = literal_finder(rare_parts, engine, cache_dir=cache_path().parent)
         # which rules each literal of that pass belongs to (a bit per rule in `_checks`), so
         # a segment tries only the rules whose literals it holds (and the stats rules)
-        self._part_rules = [sum(1 << i for i, (r, _, _) in enumerate(self._checks)
-                                if r in rare and r.literals is not None
-                                and s in r.literals.strings and r.literals.ignore_case == ci)
-                            for s, ci in rare_parts]
-        self._stats_bits = sum(1 << i for i, (r, _, _) in enumerate(self._checks)
-                               if r in self.stats_rules)
+        rare_ids = {id(r) for r in rare}
+        bits_of: dict[tuple[str, bool], int] = {}
+        for i, (r, lits, ci) in enumerate(self._checks):
+            if id(r) in rare_ids and lits is not None:
+                for lit in lits:
+                    bits_of[lit, ci] = bits_of.get((lit, ci), 0) | 1 << i
+        self._part_rules = [bits_of[part] for part in rare_parts]
+        stats_ids = {id(r) for r in self.stats_rules}
+        self._stats_bits = sum(1 << i for i, c in enumerate(self._checks) if id(c[0]) in stats_ids)
         self._checks_by_bits: dict[int, list[tuple[Rule, tuple[str, ...] | None, bool]]] = {}
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
         stats = _literal_parts(self.stats_rules)
