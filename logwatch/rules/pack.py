@@ -526,7 +526,7 @@ def _tag_patterns(src: str, value: Any, group: str, key: str) -> tuple[Any, ...]
     out = []
     for i, p in enumerate(value):
         rx = _compile(src, p, None, f"{key}[{i}]")
-        if group not in rx.groupindex:
+        if group not in rx.group_names:
             raise PackError(src, f"needs a named group (?P<{group}>...)", key=f"{key}[{i}]")
         out.append(rx)
     return tuple(out)
@@ -587,7 +587,7 @@ def _user_content(src: str, value: Any) -> tuple[Any, ...]:
         pattern = item["logger"] if logger else item
         rx = _compile(src, pattern, None, key)
         if logger:                 # the whole logger name
-            rx = _regex(f"(?:{pattern})\\Z")
+            rx = _lazy(f"(?:{pattern})\\Z")
         lits = pattern_literals(pattern)
         out.append(UserContent(rx, logger, tuple(sorted(lits.strings))
                                if lits and not lits.ignore_case else None))
@@ -646,13 +646,52 @@ def _phases(src: str, doc: dict[str, Any], base: RulePack | None) -> tuple[str, 
     return tuple(ph)
 
 
-def _compile(src: str, pattern: Any, rule: str | None, key: str) -> Any:
-    if not isinstance(pattern, str) or not pattern:
-        raise PackError(src, "missing or not a string", rule=rule, key=key)
-    try:
-        return _regex(pattern)
-    except regex.error as e:
-        raise PackError(src, f"invalid regex: {e}", rule=rule, key=key) from None
+class LazyRegex:
+    """A pack's pattern that is not a rule's (detect, timestamps, prefixes, ignore, tags,
+    envelope ...), validated when the pack loads and compiled when first used.
+
+    `--rules auto` loads every shipped pack to choose one, and a pack's patterns took ~25 ms
+    to compile at each start, most of them for packs the log was not written by (a tenth of
+    the fixed cost of a replay).  Validating is free for a pattern the pattern cache has seen
+    compile (patterns.py), and `group_names` comes from there too.  On first use the compiled
+    pattern's methods are bound on the instance, so later calls cost what they cost on a
+    compiled pattern (no `__getattr__` per call).  Equal when the patterns are."""
+
+    _BOUND = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split",
+              "scanner", "groupindex", "groups", "flags")
+
+    def __init__(self, pattern: str, group_names: tuple[str, ...]) -> None:
+        self.pattern = pattern
+        self.group_names = group_names
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in LazyRegex._BOUND:
+            raise AttributeError(name)
+        rx = _regex(self.pattern)
+        for attr in LazyRegex._BOUND:
+            self.__dict__[attr] = getattr(rx, attr)
+        return self.__dict__[name]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LazyRegex) and other.pattern == self.pattern
+
+    def __hash__(self) -> int:
+        return hash(self.pattern)
+
+    def __repr__(self) -> str:
+        return f"LazyRegex({self.pattern!r})"
+
+
+@functools.lru_cache(maxsize=1024)
+def _lazy(pattern: str) -> LazyRegex:
+    """The one LazyRegex of `pattern` (as `_regex` keeps one compiled pattern: a pack that
+    extends another shares its patterns); raises `regex.error` for a bad one."""
+    return LazyRegex(pattern, _PATTERNS.groups(pattern, _regex))
+
+
+def _compile(src: str, pattern: Any, rule: str | None, key: str) -> LazyRegex:
+    _groups(src, pattern, rule, key)       # a PackError naming the key for a bad pattern
+    return _lazy(pattern)
 
 
 def _groups(src: str, pattern: Any, rule: str | None, key: str) -> tuple[str, ...]:
@@ -676,7 +715,7 @@ def _prefix_regex(patterns: tuple[str, ...]) -> Any:
     call per line and wrapper; `proc` may name a group in several of them)."""
     if not patterns:
         return None
-    return regex.compile("(?:" + "|".join(f"(?:{p})" for p in patterns) + ")", REGEX_FLAGS)
+    return _lazy("(?:" + "|".join(f"(?:{p})" for p in patterns) + ")")
 
 
 @functools.lru_cache(maxsize=1024)
@@ -957,7 +996,7 @@ def _timestamps(src: str, value: Any) -> tuple[TimestampFormat, ...]:
     out = []
     for i, item in enumerate(value):
         rx = _compile(src, item, None, f"timestamps[{i}]")
-        groups = set(rx.groupindex)
+        groups = set(rx.group_names)
         if not {"H", "M", "S"} <= groups or not groups <= set(TIMESTAMP_GROUPS):
             raise PackError(src, "needs named groups H, M, S (and optionally Y, m, d, f)",
                             key=f"timestamps[{i}]")
