@@ -44,10 +44,12 @@ else
     # not a venv: python3 there is itself a venv (torch's); a --target dir on PYTHONPATH
     # keeps its packages and adds the wheels' and logwatch's own
     export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+    # (a logwatch wheel in build/whl, built here, stands for the tree: no build there)
     if ! { $PY -m pip install -q --no-index --no-deps --no-compile --target "$WORK/site" \
                build/whl/*.whl &&
-           $PY -m pip install -q --no-index --no-deps --no-compile --no-build-isolation \
-               --target "$WORK/site" . ; } >"$WORK/install.log" 2>&1; then
+           { ls build/whl/logwatch-*.whl >/dev/null 2>&1 ||
+             $PY -m pip install -q --no-index --no-deps --no-compile --no-build-isolation \
+               --target "$WORK/site" . ; } ; } >"$WORK/install.log" 2>&1; then
         say "install failed:"; tail -30 "$WORK/install.log" | tee -a "$OUT/summary.txt"; exit 2
     fi
     LW="$PY -m logwatch"
