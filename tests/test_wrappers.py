@@ -127,3 +127,21 @@ def test_detection_scores_are_those_of_the_definition(wrapper: str | None,
         assert got == _reference_scores(head, packs), name
         found |= {i for i, s in enumerate(got) if s}
     assert {1, 2, 3} <= found     # sglang, vllm and the own pack each score somewhere
+
+
+def test_detection_finds_its_literals_in_one_pass_as_in_tests_do() -> None:
+    """`--rules auto` looks for every pack's detect literals in one Hyperscan pass; the
+    literals it reports are exactly those a `in` test finds, on every fixture's head and
+    on text with multi-byte characters around and inside literals."""
+    from logwatch.lines import line_texts
+    from logwatch.rules.locate import _literals_in
+    from logwatch.rules.pack import load_all_shipped
+    lits = tuple(sorted({s for p in load_all_shipped() for d in p.detect
+                         if d.literals is not None and not d.literals.ignore_case
+                         for s in d.literals.strings}))
+    assert len(lits) > 20
+    heads = [p.read_bytes()[: 1 << 20] for p in sorted(FIXTURES.glob("*.log"))]
+    heads.append(("é€" + "\n".join(lits[::3]) + "ü" + lits[1][:-1] + "\u00e9").encode())
+    for head in heads:
+        raw = "\n".join(line_texts(head))
+        assert _literals_in(raw, lits) == {s for s in lits if s in raw}
