@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ def _temp_beside(path: Path) -> tuple[int, str]:
     try:
         return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
     except FileExistsError:
+        import tempfile   # (imported when first needed: ~2 ms of every CLI start)
         return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,6 +100,7 @@ class StartupHistory:
             ready = [r for r in self.records if r.outcome == READY]
             same = [r for r in ready if r.model == self.model] or ready
             phases = {p for r in same for p in r.phases}
+            import statistics     # (decimal, fractions: not at every start)
             self._typical = {p: statistics.median([r.phases.get(p, 0.0) for r in same])
                              for p in phases}
         return self._typical
