@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..lines import Block, line_texts, split_glued
 from . import bounded
-from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, shared_matcher
+from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, shared_matcher, strip_wrappers
 from .literalscan import literal_finder
 from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
 from .patterns import cache_path
@@ -181,20 +181,23 @@ class _Unwrapped:
         self.raw = raw        # the lines joined (literals hold no newline)
         self.present = present  # the case-sensitive detect literals in raw (None: not known)
         self.inner: list[str | None] = [None] * len(lines)
-        self.matcher: Matcher | None = None
+        self.prefixes: object = None     # the packs' shared `prefixes` (one per view)
 
     def text(self, i: int) -> str:
         t = self.inner[i]
         if t is None:
-            assert self.matcher is not None
-            t = self.inner[i] = self.matcher.unwrap(self.lines[i])[0]
+            t = self.lines[i]
+            if self.prefixes is not None:
+                t = strip_wrappers(self.prefixes, t)[0]
+            self.inner[i] = t
         return t
 
     def detected(self, d: DetectPattern, pack: RulePack) -> bool:
         """Whether `d` (a pattern of `pack`) is found in one of the unwrapped lines, in line
-        order as `any(search(line) for line in lines)` would."""
-        if self.matcher is None:   # (not built for a pack without patterns, e.g. base)
-            self.matcher = shared_matcher(pack)
+        order as `any(search(line) for line in lines)` would.  (The lines a literal picks
+        are few: they are unwrapped without a matcher's prefilters, which would cost more to
+        build, for every pack, than they save here.)"""
+        self.prefixes = pack.prefixes
         rx, lits = d.regex, d.literals
         if lits is None or lits.ignore_case:
             return any(_found(rx, self.text(i)) for i in range(len(self.lines)))

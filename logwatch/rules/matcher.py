@@ -152,6 +152,30 @@ def _joint(rule_rx: Any, stamp_rx: Any) -> Joint | None:
                  tuple((k, gi[k] - 1) for k in stamp_rx.groupindex), gi["__ts"] - 1)
 
 
+def strip_wrappers(prefixes: Any, text: str, may_wrap: Callable[[str], bool] | None = None
+           ) -> tuple[str, str, tuple[str, ...], int]:
+    """`text` without the wrappers `prefixes` (a pack's) match at its start, removed again
+    and again (MAX_WRAPPERS at most); the process the first names; the line before each came
+    off; and 1 when a match timed out (0 otherwise).  `may_wrap`: a cheap test that rules
+    out lines no prefix can match (`Matcher._may_wrap`)."""
+    proc = ""
+    layers: tuple[str, ...] = ()
+    for _ in range(MAX_WRAPPERS):
+        if may_wrap is not None and not may_wrap(text):
+            break
+        try:
+            m = bounded.match(prefixes, text, PATTERN_TIMEOUT)
+        except TimeoutError:
+            return text, proc, layers, 1
+        if m is None or m.end() == 0:
+            break
+        if not proc:
+            proc = (m.groupdict().get("proc") or "").strip()
+        layers += (text,)
+        text = text[m.end():]
+    return text, proc, layers, 0
+
+
 @functools.lru_cache(maxsize=256)
 def char_test(cls: str | None, flags: int = REGEX_FLAGS) -> Callable[..., Any] | None:
     """`.match` of a one-character class (`literals.anchored_head`, a `StartFilter.head`),
@@ -232,26 +256,12 @@ class Matcher:
         """`text` without the wrappers the pack's `prefixes` describe, the process the
         first of them names ("" when none does), and the line as it was before each wrapper
         came off (empty when none did: the clock looks for a stamp in each, outermost first)."""
-        rx = self._prefixes
-        if rx is None:
+        if self._prefixes is None:
             return text, "", ()
-        proc = ""
-        layers: tuple[str, ...] = ()
-        for _ in range(MAX_WRAPPERS):
-            if self._wrap_filters is not None and not self._may_wrap(text):
-                break
-            try:
-                m = bounded.match(rx, text, PATTERN_TIMEOUT)
-            except TimeoutError:
-                self.errors += 1
-                break
-            if m is None or m.end() == 0:
-                break
-            if not proc:
-                proc = (m.groupdict().get("proc") or "").strip()
-            layers += (text,)
-            text = text[m.end():]
-        return text, proc, layers
+        inner, proc, layers, timed_out = strip_wrappers(
+            self._prefixes, text, None if self._wrap_filters is None else self._may_wrap)
+        self.errors += timed_out
+        return inner, proc, layers
 
     def _may_wrap(self, text: str) -> bool:
         """Whether one of the prefixes could match at the start of `text` (its first
