@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..lines import Block, line_texts, split_glued
 from . import bounded
-from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, shared_matcher, strip_wrappers
+from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
 from .literalscan import literal_finder
 from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
 from .patterns import cache_path
