@@ -43,6 +43,7 @@ def _forget(monkeypatch: pytest.MonkeyPatch) -> None:
     packmod._load_cached.cache_clear()
     packmod._read_yaml.cache_clear()
     _REGEX.cache_clear()
+    packmod._lazy.cache_clear()
     monkeypatch.setattr(packmod, "_PATTERNS", PatternCache(packmod.REGEX_FLAGS))
 
 
@@ -70,19 +71,28 @@ def test_a_warm_start_compiles_no_rule_and_loads_the_same_packs(
     assert doc["key"] == cache_key(packmod.REGEX_FLAGS)
     rule_patterns = {r.pattern for p in cold for r in p.rules}
     assert rule_patterns <= set(doc["patterns"])
-    # the other patterns are compiled at load (few; stamps, ignore and ranks run on most lines)
-    rule_patterns -= {rx.pattern for p in cold for rx in (
-        *(d.regex for d in p.detect), *(t.regex for t in p.timestamps), *p.ignore, *p.ranks)}
+    # the other patterns (detect, stamps, ignore, ranks, prefixes ...) are LazyRegex
+    others = {rx.pattern for p in cold for rx in (
+        *(d.regex for d in p.detect), *(t.regex for t in p.timestamps), *p.ignore, *p.ranks,
+        p.prefixes)}
+    assert others <= set(doc["patterns"])
     before = fresh.stat().st_mtime_ns
 
     _forget(monkeypatch)
     compiled = _compiles(monkeypatch)
     warm = load_all_shipped()
-    assert not rule_patterns & set(compiled)     # validated from the cache, not compiled
+    assert compiled == []                        # validated from the cache, not compiled
     assert all("regex" not in r.__dict__ for p in warm for r in p.rules)
     assert fresh.stat().st_mtime_ns == before    # nothing new learnt: not written again
     assert _summary(warm) == _summary(cold)      # compiles them now, on first use
     assert rule_patterns <= set(compiled)
+    # what the cache says of a pattern is what compiling it says (inline flags too)
+    for p in warm:
+        for t in p.timestamps:
+            assert t.regex.flags == _REGEX(t.pattern).flags
+    inline = packmod._lazy("(?i)server (?P<word>up)")
+    assert (inline.flags, inline.group_names) == (_REGEX(inline.pattern).flags, ("word",))
+    assert inline.search("SERVER UP").group("word") == "UP"
 
 
 def test_lazy_rules_match_as_compiled_ones(fresh: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,7 +180,8 @@ def test_a_damaged_or_foreign_cache_file_is_ignored_and_replaced(
                                                               ["Server is up"]]
     doc = json.loads(fresh.read_text(encoding="utf-8"))   # rewritten, with this key
     assert doc["key"] == cache_key(packmod.REGEX_FLAGS)
-    assert doc["patterns"]["Server is up"] == {"g": [], "l": [["Server is up"], False]}
+    assert doc["patterns"]["Server is up"] == {"g": [], "l": [["Server is up"], False],
+                                                "f": int(packmod._regex("Server is up").flags)}
 
 
 @pytest.mark.integration

@@ -653,16 +653,17 @@ class LazyRegex:
     `--rules auto` loads every shipped pack to choose one, and a pack's patterns took ~25 ms
     to compile at each start, most of them for packs the log was not written by (a tenth of
     the fixed cost of a replay).  Validating is free for a pattern the pattern cache has seen
-    compile (patterns.py), and `group_names` comes from there too.  On first use the compiled
+    compile (patterns.py), and `group_names` and `flags` come from there too.  On first use the compiled
     pattern's methods are bound on the instance, so later calls cost what they cost on a
     compiled pattern (no `__getattr__` per call).  Equal when the patterns are."""
 
     _BOUND = ("search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split",
-              "scanner", "groupindex", "groups", "flags")
+              "scanner", "groupindex", "groups")
 
-    def __init__(self, pattern: str, group_names: tuple[str, ...]) -> None:
+    def __init__(self, pattern: str, group_names: tuple[str, ...], flags: int) -> None:
         self.pattern = pattern
         self.group_names = group_names
+        self.flags = flags     # as the compiled pattern's (the clock and the joints read it)
 
     def __getattr__(self, name: str) -> Any:
         if name not in LazyRegex._BOUND:
@@ -686,7 +687,7 @@ class LazyRegex:
 def _lazy(pattern: str) -> LazyRegex:
     """The one LazyRegex of `pattern` (as `_regex` keeps one compiled pattern: a pack that
     extends another shares its patterns); raises `regex.error` for a bad one."""
-    return LazyRegex(pattern, _PATTERNS.groups(pattern, _regex))
+    return LazyRegex(pattern, *_PATTERNS.compiled(pattern, _regex))
 
 
 def _compile(src: str, pattern: Any, rule: str | None, key: str) -> LazyRegex:

@@ -98,15 +98,22 @@ class PatternCache:
     def groups(self, pattern: str, compile_: Any) -> tuple[str, ...]:
         """The named groups of `pattern`; on a miss `compile_(pattern)` (which raises
         `regex.error` for a bad one: nothing is recorded then)."""
+        return self.compiled(pattern, compile_)[0]
+
+    def compiled(self, pattern: str, compile_: Any) -> tuple[tuple[str, ...], int]:
+        """The named groups of `pattern` and the flags it compiles with (the given ones and
+        its own inline flags), as `groups` (so a pattern is known without compiling it)."""
         with self.lock:
             e = self._entry(pattern)
-            if e is not None and "g" in e:
-                return tuple(e["g"])
-        names = tuple(compile_(pattern).groupindex)
+            if e is not None and "g" in e and "f" in e:
+                return tuple(e["g"]), e["f"]
+        rx = compile_(pattern)
+        names, flags = tuple(rx.groupindex), int(rx.flags)
         with self.lock:
-            self.entries.setdefault(pattern, {})["g"] = list(names)
+            entry = self.entries.setdefault(pattern, {})
+            entry["g"], entry["f"] = list(names), flags
             self.dirty = True
-        return names
+        return names, flags
 
     def literals(self, pattern: str) -> Literals | None:
         """`required_literals(pattern)`, from the file when it has it."""
@@ -166,7 +173,9 @@ class PatternCache:
 
 def _valid(e: Any) -> bool:
     """An entry as `PatternCache` writes it (a damaged file must not reach the rules)."""
-    if not isinstance(e, dict) or not set(e) <= {"g", "l"}:
+    if not isinstance(e, dict) or not set(e) <= {"g", "l", "f"}:
+        return False
+    if "f" in e and (not isinstance(e["f"], int) or isinstance(e["f"], bool)):
         return False
     g = e.get("g", [])
     if not isinstance(g, list) or not all(isinstance(x, str) for x in g):
