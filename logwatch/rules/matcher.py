@@ -206,7 +206,8 @@ class Matcher:
         self._ignore_by_head: dict[str, list[tuple[tuple[str, ...] | None, Any]]] = {}
         self.unfiltered = [r for r in self.rules if r.literals is None]
         self.stats_rules = [r for r in self.rules if r.stats and r.literals is not None]
-        self._stats_checks = [c for c in self._checks if c[0] in self.stats_rules]
+        stats_ids = {id(r) for r in self.stats_rules}  # (a Rule compares every field: by id)
+        self._stats_checks = [c for c in self._checks if id(c[0]) in stats_ids]
         self._has_frames = any(r.frame for r in pack.rules)
         # where a line comes from (origin.py): request logs fire nothing, anchored rules
         # fire at the message start only
@@ -225,7 +226,7 @@ class Matcher:
             (char_test(f.head), tuple(sorted(f.chars)), tuple(sorted(f.literals)))
             for f in filters]
         self._wrap_by_head: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
-        rare = [r for r in self.rules if r.literals is not None and r not in self.stats_rules]
+        rare = [r for r in self.rules if r.literals is not None and id(r) not in stats_ids]
         rare_parts = _literal_parts(rare)
         self._rare = literal_finder(rare_parts, engine, cache_dir=cache_path().parent)
         # which rules each literal of that pass belongs to (a bit per rule in `_checks`), so
@@ -237,7 +238,6 @@ class Matcher:
                 for lit in lits:
                     bits_of[lit, ci] = bits_of.get((lit, ci), 0) | 1 << i
         self._part_rules = [bits_of[part] for part in rare_parts]
-        stats_ids = {id(r) for r in self.stats_rules}
         self._stats_bits = sum(1 << i for i, c in enumerate(self._checks) if id(c[0]) in stats_ids)
         self._checks_by_bits: dict[int, list[tuple[Rule, tuple[str, ...] | None, bool]]] = {}
         # stats literals: searched between hits, a window at a time (RE2's search(pos, endpos))
