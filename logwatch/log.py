@@ -12,6 +12,21 @@ if TYPE_CHECKING:
 # never log through
 
 
+class _Stderr:
+    """`sys.stderr` as it is at each write, not as it was at `setup`: while `watch`'s live
+    panel runs, rich puts its own stderr there, which prints a line above the panel.  A
+    record written to the stderr of setup's time lands inside the panel instead, and the
+    panel's next redraw, which erases the lines it wrote, erases the wrong ones: the panel's
+    top rows are left behind on the screen (issue 32: at an SSH reconnect, "gpu: connection
+    lost")."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
 def setup(level: str = "info", json: bool | None = None) -> None:
     import logging   # (here, not at the top: ~1.5 ms of every CLI start that never logs)
 
@@ -31,7 +46,7 @@ def setup(level: str = "info", json: bool | None = None) -> None:
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
             getattr(logging, level.upper(), logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_Stderr()),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
 
