@@ -59,3 +59,44 @@ def test_a_warning_while_the_panel_runs_is_printed_above_it_and_leaves_no_rows_b
     left = [r for r in rows if r.startswith(("target", "engine", "phase ", "source", "last line"))]
     assert not left, rows        # the panel is transient: none of its rows is left
     assert rows[-1].endswith("interrupted in loading_shards"), rows
+
+
+# -- a config typo no longer hides the target's other errors ------------------------------------
+
+def test_every_problem_of_one_target_is_reported_with_did_you_mean(tmp_path: Any) -> None:
+    """A typo (`stal_after`) stopped the target's check at once: the operator fixed one
+    error per run.  Now every problem of the target is one message naming the file, the key
+    and what is wrong, the typo with its "did you mean"."""
+    from logwatch.app.config import parse_config
+    from logwatch.errors import ConfigErrors
+    path = str(tmp_path / "logwatch.yaml")
+    doc = {"targets": [{"name": "node-1", "source": "relative.log", "stal_after": "5m",
+                        "sorce_down_after": "1m", "slow_factor": 0.5, "poll": "maybe",
+                        "labels": {"1bad": "x", "ok": {"a": 1}}, "rotate_wait": "5x",
+                        "ssh": {"conect_timeout": "5s", "keepalive_interval": "soon"},
+                        "stall_after": {"loading_shards": "10x", "nophase": "1m"}}]}
+    with pytest.raises(ConfigErrors) as info:
+        parse_config(doc, path)
+    got = {e.key: e.message for e in info.value.errors}
+    assert set(got) == {
+        "targets[0].stal_after", "targets[0].sorce_down_after", "targets[0].source",
+        "targets[0].labels.1bad", "targets[0].labels.ok", "targets[0].stall_after.loading_shards",
+        "targets[0].stall_after.nophase", "targets[0].slow_factor", "targets[0].ssh.conect_timeout",
+        "targets[0].ssh.keepalive_interval", "targets[0].poll", "targets[0].rotate_wait"}, got
+    assert got["targets[0].stal_after"].startswith("unknown key (did you mean stall_after?")
+    assert got["targets[0].sorce_down_after"].startswith(
+        "unknown key (did you mean source_down_after?")
+    assert got["targets[0].ssh.conect_timeout"].startswith(
+        "unknown key (did you mean connect_timeout?")
+    text = str(info.value).splitlines()
+    assert text[0] == "12 problems:", text
+    assert all(line.startswith(f"  {path}: targets[0].") for line in text[1:]), text
+    # one problem is still one message, and a good target still parses
+    with pytest.raises(Exception) as one:
+        parse_config({"targets": [{"name": "a", "source": "/x.log", "stal_after": "5m"}]}, path)
+    assert type(one.value).__name__ == "ConfigError" and \
+        str(one.value).startswith(f"{path}: targets[0].stal_after: unknown key (did you mean"), one
+    cfg = parse_config({"targets": [{"name": "a", "source": "/x.log", "stall_after": "5m",
+                                     "ssh": {"connect_timeout": "5s"}, "poll": "yes"}]}, path)
+    t = cfg.targets[0]
+    assert (t.stall_after, t.ssh.connect_timeout, t.poll) == (300.0, 5.0, True)

@@ -232,13 +232,22 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
 
 
 def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    """Every unknown key of `d` (a typo, with the nearest allowed one), not only the first."""
+    errors = ErrorCollector()
     for k in d:
         if k not in allowed:
             key = f"{where}.{k}" if where else str(k)
-            import difflib
-            close = difflib.get_close_matches(str(k), allowed, n=1, cutoff=0.6)
-            hint = f"did you mean {close[0]}? " if close else ""
-            raise ConfigError(path, key, f"unknown key ({hint}allowed: {', '.join(allowed)})")
+            close = _nearest(k, allowed)
+            hint = f"did you mean {close}? " if close else ""
+            errors.add(ConfigError(path, key, f"unknown key ({hint}allowed: {', '.join(allowed)})"))
+    errors.raise_if_any()
+
+
+def _nearest(key: Any, allowed: tuple[str, ...]) -> str | None:
+    """The allowed key a typo most likely meant (None: none is close)."""
+    import difflib
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _listen(path: str, value: Any) -> tuple[str, int]:
@@ -258,12 +267,79 @@ def _duration(path: str, key: str, value: Any) -> float:
 
 
 def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> TargetConfig:
-    _keys(path, key, own, TARGET_KEYS)
+    """One target's settings.  Each field is checked on its own, so a typo in one key does
+    not hide the target's other problems: all of them are raised together (ConfigErrors)."""
+    errors = ErrorCollector()
+    with errors.part():
+        _keys(path, key, own, TARGET_KEYS)
     name = t.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ConfigError(path, f"{key}.name", "missing or not a simple name "
-                          "(letters, digits, . _ : -; at most 128)")
+    meant = {_nearest(k, TARGET_KEYS) for k in own if k not in TARGET_KEYS}
+    with errors.part():
+        if (name is not None or "name" not in meant) and \
+                (not isinstance(name, str) or not _NAME.match(name)):
+            raise ConfigError(path, f"{key}.name", "missing or not a simple name "
+                              "(letters, digits, . _ : -; at most 128)")
     source = t.get("source")
+    with errors.part():
+        if source is not None or "source" not in meant:  # `sorce:` said once, as the typo
+            _source(path, key, source)
+    rules = t.get("rules", "auto")
+    with errors.part():
+        rules = _rules(path, key, rules)
+    labels = t.get("labels") or {}
+    with errors.part():
+        _labels(path, key, labels)
+    stall: float | dict[str, float] | None = None
+    with errors.part():
+        stall = _stall(path, key, t.get("stall_after"), rules if isinstance(rules, str) else "auto")
+    slow = t.get("slow_factor", 1.5)
+    with errors.part():
+        try:
+            slow = float(slow)
+        except (TypeError, ValueError):
+            slow = 0.0
+        if not slow > 1.0:
+            raise ConfigError(path, f"{key}.slow_factor", "a number above 1 (a `slow` alert when "
+                              "a startup takes that many times its usual duration)")
+    ssh = SSHOptions()
+    with errors.part():
+        ssh = _ssh(path, key, t.get("ssh") or {})
+    flags = {"poll": False, "from_start": False}
+    for flag in ("poll", "from_start"):
+        with errors.part():
+            v = t.get(flag, False)
+            if isinstance(v, str):  # `${VAR}` expands to text: read it as YAML would
+                v = {"true": True, "yes": True, "on": True, "1": True,
+                     "false": False, "no": False, "off": False, "0": False, "": False}.get(v.lower(), v)
+            if not isinstance(v, bool):
+                raise ConfigError(path, f"{key}.{flag}", "true or false")
+            flags[flag] = v
+    rotate_wait, down_after = ROTATE_WAIT, SOURCE_DOWN_AFTER
+    with errors.part():
+        rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))
+    with errors.part():
+        down_after = _duration(path, f"{key}.source_down_after",
+                               t.get("source_down_after", SOURCE_DOWN_AFTER))
+    gpu, probe = None, None
+    for field_, parse in (("gpu", parse_gpu_config), ("probe", parse_probe_config)):
+        with errors.part():
+            try:
+                parsed = parse(t.get(field_), where=f"{key}.{field_}")
+            except ValueError as e:
+                where, _, msg = str(e).partition(": ")
+                raise ConfigError(path, where, msg) from None
+            if field_ == "gpu":
+                gpu = parsed
+            else:
+                probe = parsed
+    errors.raise_if_any()
+    assert isinstance(name, str) and isinstance(source, str) and gpu is not None and probe is not None
+    return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
+                        flags["poll"], flags["from_start"], float(slow), rotate_wait=rotate_wait,
+                        gpu=gpu, probe=probe, source_down_after=down_after)
+
+
+def _source(path: str, key: str, source: Any) -> None:
     if not isinstance(source, str) or not source.strip():
         raise ConfigError(path, f"{key}.source", "missing (a path, ssh://[user@]host[:port]/abs/path, "
                           "cmd:COMMAND or -)")
@@ -278,7 +354,10 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
         raise ConfigError(path, f"{key}.source", "cmd: needs a command")
     elif source_kind(source) == "file" and not os.path.isabs(os.path.expanduser(source)):
         raise ConfigError(path, f"{key}.source", f"use an absolute path: {source!r}")
-    rules = t.get("rules", "auto")
+
+
+def _rules(path: str, key: str, rules: Any) -> str:
+    """The target's pack: a name, a .yaml path (relative ones next to the config) or auto."""
     if not isinstance(rules, str):
         raise ConfigError(path, f"{key}.rules", "a pack name, a .yaml path or auto")
     if (rules.endswith((".yaml", ".yml")) or "/" in rules) and \
@@ -289,67 +368,59 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
             load_pack(rules)
         except PackError as e:
             raise ConfigError(path, f"{key}.rules", str(e)) from None
-    labels = t.get("labels") or {}
+    return rules
+
+
+def _labels(path: str, key: str, labels: Any) -> None:
     if not isinstance(labels, dict):
         raise ConfigError(path, f"{key}.labels", "a mapping of label names to values")
+    errors = ErrorCollector()
     for lk, lv in labels.items():
         if not isinstance(lk, str) or not _LABEL.match(lk) or lk in RESERVED_LABELS:
-            raise ConfigError(path, f"{key}.labels.{lk}", "not a usable Prometheus label name "
-                              f"([a-zA-Z_][a-zA-Z0-9_]*, not one of {', '.join(sorted(RESERVED_LABELS))})")
-        if not isinstance(lv, (str, int, float, bool)):
-            raise ConfigError(path, f"{key}.labels.{lk}", "a label value is a string")
-    stall: float | dict[str, float] | None = None
-    if t.get("stall_after") is not None:
-        sv = t["stall_after"]
-        if isinstance(sv, dict):
-            known = _known_phases(rules)
-            for ph in sv:
-                if ph not in known:
-                    raise ConfigError(path, f"{key}.stall_after.{ph}", "unknown phase (phases: "
-                                      f"{', '.join(known)})")
-            stall = {str(ph): _duration(path, f"{key}.stall_after.{ph}", d) for ph, d in sv.items()}
-        else:
-            stall = _duration(path, f"{key}.stall_after", sv)
-    slow = t.get("slow_factor", 1.5)
-    try:
-        slow = float(slow)
-    except (TypeError, ValueError):
-        slow = 0.0
-    if not slow > 1.0:
-        raise ConfigError(path, f"{key}.slow_factor", "a number above 1 (a `slow` alert when a "
-                          "startup takes that many times its usual duration)")
-    ssh_doc = t.get("ssh") or {}
+            errors.add(ConfigError(path, f"{key}.labels.{lk}", "not a usable Prometheus label name "
+                                   f"([a-zA-Z_][a-zA-Z0-9_]*, not one of {', '.join(sorted(RESERVED_LABELS))})"))
+        elif not isinstance(lv, (str, int, float, bool)):
+            errors.add(ConfigError(path, f"{key}.labels.{lk}", "a label value is a string"))
+    errors.raise_if_any()
+
+
+def _stall(path: str, key: str, sv: Any, rules: str) -> float | dict[str, float] | None:
+    if sv is None:
+        return None
+    if not isinstance(sv, dict):
+        return _duration(path, f"{key}.stall_after", sv)
+    known = _known_phases(rules)
+    errors = ErrorCollector()
+    out: dict[str, float] = {}
+    for ph, d in sv.items():
+        with errors.part():
+            if ph not in known:
+                raise ConfigError(path, f"{key}.stall_after.{ph}", "unknown phase (phases: "
+                                  f"{', '.join(known)})")
+            out[str(ph)] = _duration(path, f"{key}.stall_after.{ph}", d)
+    errors.raise_if_any()
+    return out
+
+
+def _ssh(path: str, key: str, ssh_doc: Any) -> SSHOptions:
     if not isinstance(ssh_doc, dict):
         raise ConfigError(path, f"{key}.ssh", "a mapping (known_hosts, client_keys, ...)")
-    _keys(path, f"{key}.ssh", ssh_doc, SSH_KEYS)
+    errors = ErrorCollector()
+    with errors.part():
+        _keys(path, f"{key}.ssh", ssh_doc, SSH_KEYS)
+    values: dict[str, Any] = {}
+    for k, v in ssh_doc.items():
+        if k not in SSH_KEYS:
+            continue
+        with errors.part():
+            values[k] = _duration(path, f"{key}.ssh.{k}", v) \
+                if k in ("connect_timeout", "keepalive_interval", "poll_interval",
+                         "idle_poll_interval") else v
+    errors.raise_if_any()
     try:
-        ssh = SSHOptions.from_dict({k: (_duration(path, f"{key}.ssh.{k}", v)
-                                        if k in ("connect_timeout", "keepalive_interval",
-                                                 "poll_interval", "idle_poll_interval") else v)
-                                    for k, v in ssh_doc.items()})
+        return SSHOptions.from_dict(values)
     except TypeError as e:
         raise ConfigError(path, f"{key}.ssh", str(e)) from None
-    flags = {}
-    for flag in ("poll", "from_start"):
-        v = t.get(flag, False)
-        if isinstance(v, str):  # `${VAR}` expands to text: read it as YAML would
-            v = {"true": True, "yes": True, "on": True, "1": True,
-                 "false": False, "no": False, "off": False, "0": False, "": False}.get(v.lower(), v)
-        if not isinstance(v, bool):
-            raise ConfigError(path, f"{key}.{flag}", "true or false")
-        flags[flag] = v
-    rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))
-    down_after = _duration(path, f"{key}.source_down_after",
-                           t.get("source_down_after", SOURCE_DOWN_AFTER))
-    try:
-        gpu = parse_gpu_config(t.get("gpu"), where=f"{key}.gpu")
-        probe = parse_probe_config(t.get("probe"), where=f"{key}.probe")
-    except ValueError as e:
-        where, _, msg = str(e).partition(": ")
-        raise ConfigError(path, where, msg) from None
-    return TargetConfig(name, source, rules, {k: str(v) for k, v in labels.items()}, stall, ssh,
-                        flags["poll"], flags["from_start"], slow, rotate_wait=rotate_wait,
-                        gpu=gpu, probe=probe, source_down_after=down_after)
 
 
 def _known_phases(rules: str) -> list[str]:
