@@ -441,7 +441,9 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
            "ready_line": st.ready_line,
            "crash": st.crash.to_json() if st.crash else None,
            "stalled": st.stalled,
-           "stats": dict(st.stats),
+           # the serving figures of the launch that serves now: those of one that stopped or
+           # crashed are not current (the ledger keeps them, as that launch's)
+           "stats": dict(st.stats) if st.phase == READY else {},
            "rules": tuple(r.id for r in pipe.pack.rules),
            "history": [r.to_json() for r in history.records[-5:]] if history else [],
            "previous_startup": _previous_startup(st, history) if history else None,

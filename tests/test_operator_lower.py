@@ -100,3 +100,42 @@ def test_every_problem_of_one_target_is_reported_with_did_you_mean(tmp_path: Any
                                      "ssh": {"connect_timeout": "5s"}, "poll": "yes"}]}, path)
     t = cfg.targets[0]
     assert (t.stall_after, t.ssh.connect_timeout, t.poll) == (300.0, 5.0, True)
+
+
+# -- the serving figures of an ended launch are not shown as current ---------------------------
+
+def test_an_ended_launchs_serving_figures_are_not_shown_as_current() -> None:
+    """`watch` waiting for a new startup (the latest one had ended before it attached) showed
+    the old launch's `serving 3,718 tok/s · running 31` in its panel; `/api/status` kept a
+    stopped or crashed launch's figures in `stats`.  They are that launch's (the ledger keeps
+    them), not what serves now."""
+    from rich.console import Console
+
+    from logwatch.counters import Counters
+    from logwatch.machine import State
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    from logwatch.sinks.display import RichDisplay
+    from logwatch.view import SeenAtAttach, build_view
+    serving = {"gen_throughput": 3718.0, "running_requests": 31.0}
+    pipe = LogPipeline(load_pack("sglang"))
+
+    def view(phase: str, seen: SeenAtAttach | None = None) -> TargetView:
+        pipe.state = State(phase=phase, startup_id="s1", stats=dict(serving))
+        return build_view(name="node1", source="x.log", kind="file", labels={}, now=1000.0,
+                          pipe=pipe, counters=Counters(), history=None, seen_at_attach=seen)
+
+    assert view("ready").stats == serving                 # the launch that serves now
+    for ended in ("stopped", "crashed"):
+        v = view(ended)
+        assert v.stats == {} and v.to_json()["stats"] == {}, ended
+    old = view("ready", SeenAtAttach("ready", "s1", 3 * 3600.0, 990.0))
+    assert old.historic
+    tty = Tty()
+    Console(file=tty, width=120).print(RichDisplay("node1", tty)._render(old, 1000.0))
+    shown = "\n".join(tty.screen())
+    assert "waiting for a new startup" in shown and "tok/s" not in shown and \
+        "running 31" not in shown, shown
+    live = Tty()
+    Console(file=live, width=120).print(RichDisplay("node1", live)._render(view("ready"), 1000.0))
+    assert "3,718 tok/s · running 31" in "\n".join(live.screen())

@@ -454,7 +454,8 @@ class RichDisplay(PlainDisplay):
             t.add_row("endpoint", escape(endpoint))
         if view.rank_lag:
             t.add_row("ranks", f"[yellow]{escape(view.rank_lag)}[/]")
-        if view.phase == "ready" and serving_text(view):
+        if view.phase == "ready" and not view.historic and serving_text(view):
+            # (waiting for a new startup: the old launch's figures are not shown as current)
             t.add_row("serving", escape(serving_text(view)[len("serving: "):]))
         ago = f" [dim]({fmt_duration(now - view.last_line_at)} ago)[/]" \
             if view.last_line_at is not None and now - view.last_line_at >= 10 else ""
