@@ -139,3 +139,112 @@ def test_an_ended_launchs_serving_figures_are_not_shown_as_current() -> None:
     live = Tty()
     Console(file=live, width=120).print(RichDisplay("node1", live)._render(view("ready"), 1000.0))
     assert "3,718 tok/s · running 31" in "\n".join(live.screen())
+
+
+# -- lines read long after they were written are timed by their stamps --------------------------
+
+T0 = 1_767_261_600.0
+STARTUP_LINES = [  # (seconds after T0, message): an SGLang launch, allocating when read
+    (0, "server_args=ServerArgs(model_path='m', tp_size=1, port=30000, host='0.0.0.0')"),
+    (5, "Init torch distributed begin."),
+    (10, "Load weight begin. avail mem=78.84 GB"),
+    (120, "Load weight end. type=Qwen3, dtype=torch.bfloat16, avail mem=17.66 GB, mem usage=61.18 GB."),
+    (125, "KV Cache is allocated. #tokens: 30192, K size: 1.38 GB, V size: 1.38 GB"),
+]
+
+
+def stamped(lines: list[tuple[float, str]], t0: float = T0) -> bytes:
+    import time as _time
+    return "".join(f"[{_time.strftime('%Y-%m-%d %H:%M:%S', _time.localtime(t0 + t))}] {m}\n"
+                   for t, m in lines).encode()
+
+
+def test_a_first_attach_times_what_it_caught_up_on_by_the_stamps() -> None:
+    """Attached 30 s after the last line of a launch that began 125 s before it (by its
+    stamps), every line was timed when it was read: the page said `allocating · in phase
+    0s`, the startup 0 s old (no `slow` alert, an ETA from scratch).  At the end of the
+    catch-up the spans take their stamps, set on our clock by the file's last write."""
+    from logwatch.counters import Counters
+    from logwatch.machine import retime
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    from logwatch.view import build_view
+    read_at = 5_000_000_000.0
+    mtime = read_at - 30
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(stamped(STARTUP_LINES), read_at)
+    retime(pipe.state, mtime)
+    v = build_view(name="n", source="x.log", kind="file", labels={}, now=read_at, pipe=pipe,
+                   counters=Counters(), history=None).to_json()
+    assert v["phase"] == "allocating"
+    assert v["in_phase_seconds"] == pytest.approx(35.0), v       # 125 - 120 + 30
+    assert read_at - v["phase_entered_at"] == pytest.approx(35.0)
+    spans = {s["phase"]: s for s in v["spans"]}
+    assert spans["loading_shards"]["seconds"] == pytest.approx(110.0)
+    st = pipe.state
+    assert read_at - st.spans[0].at == pytest.approx(155.0)      # launched 125 + 30 s ago
+    assert [read_at - sp.end_at for sp in st.spans if sp.end_at is not None] == \
+        pytest.approx([145.0, 35.0])
+    # never later than it was read, never moved by a file written after the read
+    before = [sp.at for sp in st.spans]
+    retime(st, read_at + 3600)
+    assert [sp.at for sp in st.spans] == before
+
+
+def test_lines_read_at_a_reconnect_are_timed_by_their_stamps() -> None:
+    """An SSH connection down for two minutes: the lines written meanwhile are read at the
+    reconnect.  The phase they began is placed at its stamp (on our clock by the lines read
+    as they were written), not at the reconnect; a line read on time stays at its read."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    offset = 3 * 3600.0 + 0.4      # the server's stamps vs our clock (its zone), read 0.4 s late
+    pipe = LogPipeline(load_pack("sglang"))
+    for t, msg in STARTUP_LINES[:3]:                       # read as they were written
+        pipe.feed(stamped([(t, msg)]), T0 + t + offset)
+    entered = pipe.state.phase_entered
+    assert entered is not None and entered.phase == "loading_shards"
+    assert entered.at == T0 + 10 + offset                  # on time: its read time
+    reconnect = T0 + 10 + 130 + offset                     # the outage ends 130 s later
+    pipe.feed(stamped(STARTUP_LINES[3:]), reconnect)
+    st = pipe.state
+    assert st.phase == "allocating"
+    assert reconnect - st.phase_entered.at == pytest.approx(20.0, abs=0.01)   # 140 - 120 s
+    assert reconnect - st.history[1].end_at == pytest.approx(20.0, abs=0.01)
+
+
+@pytest.mark.integration
+def test_watch_attached_mid_startup_shows_how_long_the_phase_has_run(tmp_path: Any) -> None:
+    """The live runner (watch's and the daemon's) on a file: at the end of its first
+    attach's catch-up the view says how long the phase has really run (before: 0 s)."""
+    import asyncio
+    import os
+    import time as _time
+
+    from logwatch.app.watch import WatchOptions, watch_runner
+    from logwatch.sources.gpu import GpuConfig
+    from logwatch.sources.probe import ProbeConfig
+    path = tmp_path / "server.log"
+    now = _time.time()
+    path.write_bytes(stamped(STARTUP_LINES, t0=now - 30 - 125))
+    os.utime(path, (now - 30, now - 30))   # its last line written 30 s ago, as stamped
+
+    async def attach() -> dict[str, Any]:
+        opts = WatchOptions(target=str(path), rules="sglang", history=False,
+                            gpu=GpuConfig(mode="off"), probe=ProbeConfig(mode="off"))
+        runner = watch_runner(opts)
+        runner.start()
+        try:
+            deadline = _time.monotonic() + 20
+            while not (runner.attached and not runner.catching_up and runner.pipe is not None
+                       and runner.pipe.state.phase == "allocating"):
+                assert _time.monotonic() < deadline, "not attached in 20 s"
+                runner.tick(_time.time())
+                await asyncio.sleep(0.02)
+            return runner.view(_time.time()).to_json()
+        finally:
+            await runner.stop()
+
+    v = asyncio.run(attach())
+    in_phase = v["in_phase_seconds"]
+    assert 34.0 <= in_phase <= 45.0, v          # 5 s of the phase in the log + 30 s since
+    assert v["durations"]["allocating"] >= 34.0, v

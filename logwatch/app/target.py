@@ -26,7 +26,7 @@ from ..counters import Counters
 from ..follow import Follower
 from ..ledger import LedgerRecorder, StartupRecord, vs_previous_text
 from ..machine import (
-    CrashSettled, Event, Ready, Stalled, StartupBegan, State, StatsUpdated, Stopped,
+    CrashSettled, Event, Ready, Stalled, StartupBegan, State, StatsUpdated, Stopped, retime,
     state_from_json, state_to_json,
 )
 from ..pipeline import LogPipeline
@@ -456,6 +456,8 @@ class TargetRunner:
         self.catching_up = False
         held, self._held = self._held, []
         now = time.time()
+        retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
+        self.eta = EtaSmoother()                # (an ETA of the read time is not held to)
         self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
         if self.seen_at_attach is None:
             self._silent_at_attach(pipe, now)

@@ -57,6 +57,7 @@ from .events import (
 )
 from .ranks import RANK_LAG_AFTER, RankLag, RankProgress, rank_clock, rank_lag
 from .rates import RATE_SMOOTHING, ProgressState, parse_rate, phase_left
+from .spans import LATE, event_time, retime
 from .startup import DEFAULT_STALL_AFTER, PROVISIONAL_FOR, StartupMachine
 from .state import (
     Crash, Evidence, Observation, PhaseEntry, State, crash_elapsed, elapsed_since, startup_id_of,
@@ -64,9 +65,9 @@ from .state import (
 
 __all__ = [
     "Crash", "CrashRetracted", "CrashSettled", "CrashUpdated", "Crashed", "DEFAULT_STALL_AFTER",
-    "Event", "Evidence", "HINT_WINDOW_LINES", "Observation", "PROVISIONAL_FOR", "PhaseChanged",
+    "Event", "Evidence", "HINT_WINDOW_LINES", "LATE", "Observation", "PROVISIONAL_FOR", "PhaseChanged",
     "PhaseEntry", "Progress", "ProgressState", "RANK_LAG_AFTER", "RATE_SMOOTHING", "RankLag",
     "RankProgress", "Ready", "Restarted", "Stalled", "StartupBegan", "StartupMachine", "State",
-    "StatsUpdated", "Stopped", "crash_elapsed", "elapsed_since", "parse_rate", "phase_left",
-    "rank_clock", "rank_lag", "startup_id_of", "state_from_json", "state_to_json",
+    "StatsUpdated", "Stopped", "crash_elapsed", "elapsed_since", "event_time", "parse_rate", "phase_left",
+    "rank_clock", "rank_lag", "retime", "startup_id_of", "state_from_json", "state_to_json",
 ]

@@ -66,6 +66,7 @@ def state_from_json(d: dict[str, object]) -> State:
         untrusted_stamps=int(d.get("untrusted_stamps", 0)),  # type: ignore[call-overload]
         floating=d.get("floating"),  # type: ignore[arg-type]
         last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
+        clock_offset=d.get("clock_offset"),  # type: ignore[arg-type]
     )
     return st
 

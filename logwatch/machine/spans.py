@@ -18,6 +18,7 @@ from .state import LINE_KEEP, Observation, Span, State
 FLOAT_GAP = 2.0                # unseen seconds after a floating span's last frame that move it
 CLOCK_SLACK = 2.0              # a stamp this far behind the log's clock is jitter, not a jump
 CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log's clock
+LATE = 5.0                     # a line read this long after its stamp says: written earlier
 
 
 def new_span(phase: str, obs: Observation, now: float, beside: bool = False) -> Span:
@@ -149,3 +150,48 @@ def _number(text: str | None) -> float | None:
         return float(text) if text else None
     except ValueError:
         return None
+
+
+def event_time(state: State, obs: Observation, now: float) -> float:
+    """When the line happened, by our clock: `now` (when it was read), unless its own stamp
+    says it was written more than LATE seconds before (the lines written while an SSH
+    connection was down, read at the reconnect): then the stamp, set on our clock by the
+    least difference between the two seen so far (a line read as it was written; no time
+    zone needed).  Never later than `now`.  Learns that difference from every stamped line;
+    a new server process (a restart marker) starts learning again (its clock may differ)."""
+    t = obs.log_time
+    if not obs.own_time or t is None:
+        return now
+    seen = now - t
+    if state.clock_offset is None or seen < state.clock_offset:
+        state.clock_offset = seen
+    at = t + state.clock_offset
+    return at if now - at > LATE else now
+
+
+def retime(state: State, written_at: float | None) -> None:
+    """The lines of a first attach were all read at one moment, most long after they were
+    written: the startup's spans, its crash and its ready take the time of their line's
+    stamp instead, set on our clock by the file's last write (`written_at`, its mtime: the
+    log's last stamped line was written by then), or by the least difference seen, if less.
+    Only ever earlier than when they were read; a span without a stamp keeps its time."""
+    if written_at is None or state.last_log_time is None:
+        return
+    offset = written_at - state.last_log_time
+    if state.clock_offset is not None:
+        offset = min(offset, state.clock_offset)
+    state.clock_offset = offset
+
+    def wall(at: float, log_time: float | None) -> float:
+        return at if log_time is None else min(at, log_time + offset)
+
+    for sp in state.spans:
+        sp.at = wall(sp.at, sp.log_time)
+        if sp.end_at is not None:
+            sp.end_at = wall(sp.end_at, sp.end_log)
+    if state.crash is not None:
+        state.crash.at = wall(state.crash.at, state.crash.log_time)
+    if state.ready_at is not None:
+        ready = next((sp for sp in reversed(state.spans) if sp.phase == READY), None)
+        if ready is not None:
+            state.ready_at = ready.at

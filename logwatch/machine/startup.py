@@ -16,8 +16,8 @@ from .servers import all_ready as servers_ready, joins as server_joins
 from .ranks import advance_rank
 from .rates import next_progress
 from .spans import (
-    CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, new_span, open_main,
-    reattribute, retract, settle_float, trust,
+    CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
+    open_main, reattribute, retract, settle_float, trust,
 )
 from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_id_of
 
@@ -33,6 +33,7 @@ class StartupMachine:
         self.pack = pack
         self.stall_after = stall_after
         self._startup = set(pack.startup_phases)
+        self._read_at = 0.0     # when the line being stepped was read (see `step`)
 
     # -- public API -------------------------------------------------------------------------
     def note_activity(self, state: State, now: float) -> None:
@@ -41,12 +42,19 @@ class StartupMachine:
         state.stalled = False
 
     def step(self, state: State, obs: Observation, now: float) -> list[Event]:
+        """One matched line, read at `now`.  What it opens, ends or crashes is timed when the
+        line happened (`event_time`: its stamp, for a line read long after it was written);
+        the crash's settle window counts from when it was read."""
         rule = obs.rule
+        self._read_at = now
         if obs.log_time is not None:
             trust(state, obs)
             if state.floating is not None:
                 settle_float(state, obs)
             state.last_log_time = obs.log_time
+            if rule.restart and state.phase not in (WAITING, self._first_phase()):
+                state.clock_offset = None      # a new server process: perhaps another clock
+            now = event_time(state, obs, now)
         events: list[Event] = []
         if state.deferred is not None and self._confirms(state, rule):
             events.append(state.deferred)
@@ -333,7 +341,7 @@ class StartupMachine:
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
         state.crash_settled = False
-        state.crash_changed_at = now
+        state.crash_changed_at = self._read_at
         add_evidence(self.pack, state, crash, rule, rule.crash, obs)
         crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         if not crash.rank and len(state.servers) > 1:
@@ -355,7 +363,7 @@ class StartupMachine:
             before = (crash.reason, crash.line, crash.confirmed)
             add_evidence(self.pack, state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
             if (crash.reason, crash.line, crash.confirmed) != before:
-                state.crash_changed_at = now
+                state.crash_changed_at = self._read_at
                 events.append(CrashUpdated(state.epoch, crash))
             return
         if crash.confirmed or not rule.phase or rule.phase == crash.during:

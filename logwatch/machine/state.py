@@ -152,6 +152,8 @@ class State:
     supervised: bool = False              # a launcher of several servers began this launch
     untrusted_stamps: int = 0             # stamps not used: they would run the clock backwards
     last_own_time: float | None = None    # the last stamp a line had of its own (trusted)
+    clock_offset: float | None = None     # our clock minus the log's (the least seen: a line
+                                          # read as it was written); see spans.event_time
     floating: float | None = None         # the current span began at an unstamped bar after a
                                           # silent phase: the log time of its latest line
 
