@@ -11,6 +11,7 @@ import pytest
 
 from logwatch import log
 from logwatch.view import TargetView
+from support.daemon import daemons  # noqa: F401  (the fixture)
 from support.terminal import Tty
 
 
@@ -248,3 +249,46 @@ def test_watch_attached_mid_startup_shows_how_long_the_phase_has_run(tmp_path: A
     in_phase = v["in_phase_seconds"]
     assert 34.0 <= in_phase <= 45.0, v          # 5 s of the phase in the log + 30 s since
     assert v["durations"]["allocating"] >= 34.0, v
+
+
+# -- the daemon's ledger has the serving figures of a finished log's last startup ----------------
+
+@pytest.mark.integration
+def test_the_daemons_ledger_has_the_tok_s_of_a_finished_logs_last_startup(
+        tmp_path: Any, daemons: Any) -> None:  # noqa: F811
+    """`history FILE` said 3718 tok/s, `history -c` (the daemon's ledger) blank: the daemon
+    attached to a finished log saved the startup's record at its ready line, before the
+    serving lines read right after it, and saved it again only a minute later (or at its
+    stop).  The end of the catch-up saves it with what was read."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import time as _time
+
+    from conftest import ROOT
+    from support.daemon import free_port, target_cfg, wait_for, write_config
+    from test_ledger import ARGS_1, T0, launch
+    log = tmp_path / "server.log"
+    log.write_text(launch(1, T0, ARGS_1, 3718.0, minutes=3), encoding="utf-8")
+    old = _time.time() - 2 * 3600
+    os.utime(log, (old, old))            # a finished log: its server stopped writing long ago
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    from_file = json.loads(res.stdout.splitlines()[-1])["serving"]["gen_throughput"]["p50"]
+    assert abs(from_file - 3718.0) < 3718.0 * 0.03, res.stdout
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target_cfg("node1", log, gpu=False)])
+    d = daemons(cfg, port).start()
+
+    def served() -> dict[str, Any] | None:
+        code, body = d.get("/api/history?target=node1")
+        recs = json.loads(body)["startups"] if code == 200 else []
+        return recs[-1] if recs and recs[-1].get("serving", {}).get("gen_throughput") else None
+    rec = wait_for(served, 20, "the serving figures in the daemon's ledger (before: 60 s)")
+    assert rec["serving"]["gen_throughput"]["p50"] == from_file, rec
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", "-c", str(cfg),
+                          "--target", "node1"], capture_output=True, text=True, cwd=ROOT,
+                         timeout=60)
+    assert res.returncode == 0 and f"{from_file:.0f}" in res.stdout.splitlines()[-1], res.stdout

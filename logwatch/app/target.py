@@ -458,6 +458,7 @@ class TargetRunner:
         now = time.time()
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         self.eta = EtaSmoother()                # (an ETA of the read time is not held to)
+        self.save_ledger()    # the serving figures read with it (the Ready save had none)
         self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
         if self.seen_at_attach is None:
             self._silent_at_attach(pipe, now)
