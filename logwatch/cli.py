@@ -529,8 +529,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"logwatch: --notify: a Slack or webhook URL (http[s]://...) or bell, "
               f"got {args.notify!r}", file=sys.stderr)
         return EXIT_USAGE
-    from .sources.gpu import parse_gpu_config
-    from .sources.probe import parse_probe_config
+    from .telemetry.gpu import parse_gpu_config
+    from .telemetry.probe import parse_probe_config
     try:
         gpu = parse_gpu_config(args.gpu if args.gpu in ("auto", "off", "false")
                                else {"command": args.gpu}, where="--gpu")

@@ -36,7 +36,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
-from .sources.gpu import IDLE_UTIL, GpuSample, GpuSnapshot
+from .telemetry.gpu import IDLE_UTIL, GpuSample, GpuSnapshot
 from .units import fmt_duration
 
 GIB = 1024 ** 3

@@ -18,7 +18,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 
 from conftest import ROOT
-from logwatch.sources.gpu import (
+from logwatch.telemetry.gpu import (
     FULL_FIELDS, MINIMAL_FIELDS, STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS,
     THROTTLE_REASONS, GpuConfig, GpuCsvParser, GpuSample, GpuSnapshot, GpuStream, GpuStreams,
     canonical_field, decode_throttle, gpu_summary, invalid_field, parse_csv, parse_gpu_config,

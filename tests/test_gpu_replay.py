@@ -30,7 +30,7 @@ from support.receivers import hook, receivers  # noqa: F401 (receivers: the fixt
 from support.gpureplay import FAKE, TRACE_CSV, LogWriter, csv_times, log_pieces, make_clock, read_log
 from logwatch.machine import Stalled
 from logwatch.silence import PhaseWatts, Resumed, phase_watts_text, silence_verdict
-from logwatch.sources.gpu import GpuSnapshot, learn_idle, parse_csv
+from logwatch.telemetry.gpu import GpuSnapshot, learn_idle, parse_csv
 from logwatch.view import TargetView
 
 SNAPS = parse_csv(TRACE_CSV.read_text(encoding="utf-8"))   # `at`: the printed time, local

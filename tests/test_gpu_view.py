@@ -7,7 +7,7 @@ import dataclasses
 
 from conftest import ROOT
 from logwatch.silence import silence_verdict
-from logwatch.sources.gpu import GpuSnapshot, learn_idle, parse_csv
+from logwatch.telemetry.gpu import GpuSnapshot, learn_idle, parse_csv
 from logwatch.view import gpu_activity, preflight_held, preflight_note, preflight_text
 
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200"

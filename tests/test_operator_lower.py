@@ -222,8 +222,8 @@ def test_watch_attached_mid_startup_shows_how_long_the_phase_has_run(tmp_path: A
     import time as _time
 
     from logwatch.app.watch import WatchOptions, watch_runner
-    from logwatch.sources.gpu import GpuConfig
-    from logwatch.sources.probe import ProbeConfig
+    from logwatch.telemetry.gpu import GpuConfig
+    from logwatch.telemetry.probe import ProbeConfig
     path = tmp_path / "server.log"
     now = _time.time()
     path.write_bytes(stamped(STARTUP_LINES, t0=now - 30 - 125))

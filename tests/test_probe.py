@@ -24,7 +24,7 @@ import pytest
 
 from support.receivers import Got, Receiver
 from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
-from logwatch.sources.probe import (
+from logwatch.telemetry.probe import (
     Endpoint, ProbeConfig, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect,
     parse_probe_config, server_only, status_of,
 )

@@ -26,8 +26,8 @@ from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.cursor import ROTATE_WAIT
-from ..sources.gpu import GpuConfig, parse_gpu_config
-from ..sources.probe import ProbeConfig, parse_probe_config
+from ..telemetry.gpu import GpuConfig, parse_gpu_config
+from ..telemetry.probe import ProbeConfig, parse_probe_config
 from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")

@@ -26,7 +26,7 @@ from ..state.positions import PositionStore
 from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
-from ..sources.gpu import GpuStreams
+from ..telemetry.gpu import GpuStreams
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHPool
 from ..rules.locate import restart_pack

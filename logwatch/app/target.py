@@ -37,8 +37,8 @@ from ..rules.pack import (
 )
 from ..silence import SERVING, PhaseWatts, Resumed, silence_verdict
 from ..sources import Data, Opened, Skipped, SourceState, make_source
-from ..sources.gpu import GpuStream, GpuStreams, plan_gpu
-from ..sources.probe import (
+from ..telemetry.gpu import GpuStream, GpuStreams, plan_gpu
+from ..telemetry.probe import (
     Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
 )
 from ..sources.ssh import SSHPool, SSHTarget

@@ -25,8 +25,8 @@ from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
-from ..sources.gpu import GpuConfig, GpuStreams
-from ..sources.probe import ProbeConfig
+from ..telemetry.gpu import GpuConfig, GpuStreams
+from ..telemetry.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir

@@ -1,4 +1,5 @@
-"""Sources: where a target's bytes come from.
+"""Sources: where a target's log bytes come from, and nothing else (what is sampled beside
+the log, GPUs and the server's endpoint, is `telemetry/`).
 
 TARGET forms (DESIGN.md): a local path, `ssh://[user@]host[:port]/absolute/path`, `-` for
 stdin, and `cmd:COMMAND` for a command whose output is the log (`cmd:docker logs -f NAME`).
@@ -20,8 +21,8 @@ if TYPE_CHECKING:
     from .local import LocalFileSource
     from .ssh import SSHFileSource, SSHOptions, SSHPool
 
-# imported when first used: `replay` and `rules` reach this package through `sources.probe`
-# and need none of them (asyncssh alone is a third of replay's start-up)
+# imported when first used: `replay` reaches this package through the config (`source_kind`)
+# and needs none of them (asyncssh alone is a third of replay's start-up)
 _LAZY = {"CommandSource": "command", "StdinSource": "command", "LocalFileSource": "local",
          "SSHFileSource": "ssh", "SSHOptions": "ssh", "SSHPool": "ssh"}
 

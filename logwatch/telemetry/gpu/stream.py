@@ -42,9 +42,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import asyncssh
 
-from .. import log
-from ..units import fmt_duration, parse_duration, parse_switch
-from .ssh import (
+from ... import log
+from ...units import fmt_duration, parse_duration, parse_switch
+from ...sources.ssh import (
     Backoff, NoSFTPSubsystem, SSHOptions, SSHPool, SSHTarget, default_pool, explain,
 )
 
