@@ -213,7 +213,7 @@ class TargetView:
 
     @property
     def probe_verdict(self) -> ProbeSummary | None:
-        """What the probe says beside the log (sources/probe.py `probe_verdict`)."""
+        """What the probe says beside the log (telemetry/probe.py `probe_verdict`)."""
         return probe_verdict(self.probe, self.phase, self.startup_id, self.now)
 
     @property
@@ -303,10 +303,6 @@ class TargetView:
         }
 
 
-GIB = 1024 ** 3
-PREFLIGHT_HELD = 2 * GIB      # memory a GPU holds before a launch that is worth a word
-
-
 def gpu_activity(gpu: dict[str, Any] | None) -> str:
     """What the GPUs say about the silence under way, in words for a stall alert and `watch`
     (silence.py reads the snapshots since the last line: loading / busy: slow, not hung /
@@ -321,38 +317,6 @@ def gpu_activity(gpu: dict[str, Any] | None) -> str:
 def gpu_working(gpu: dict[str, Any] | None) -> bool:
     """The GPUs work through the silence (loading, busy, one rank alone): slow, not hung."""
     return bool(((gpu or {}).get("silence") or {}).get("working"))
-
-
-def preflight_note(gpu: dict[str, Any] | None, reason: str | None) -> str:
-    """The preflight beside a crash: the GPUs that held memory before launch ("GPU 3 held 76
-    GiB before launch"); for an OOM whose launch found them empty, that too (the OOM is then
-    the server's own, not another process's)."""
-    held = (gpu or {}).get("preflight") or ""
-    if held:
-        return str(held)
-    if reason == "cuda_oom" and (gpu or {}).get("preflight_read"):
-        return "no GPU held memory before launch: the OOM is the server's own"
-    return ""
-
-
-def preflight_held(gpu: dict[str, Any] | None) -> list[tuple[int, float]]:
-    """(GPU index, GiB) of the GPUs that already hold memory: read at a launch, they are
-    another process's (a server that did not exit, a notebook): an OOM waiting to happen."""
-    if not gpu or not gpu.get("up") or not gpu.get("snapshot"):
-        return []
-    return [(int(g.get("index", i)), (g.get("mem_used_bytes") or 0) / GIB)
-            for i, g in enumerate(gpu["snapshot"].get("gpus") or [])
-            if (g.get("mem_used_bytes") or 0) >= PREFLIGHT_HELD]
-
-
-def preflight_text(held: list[tuple[int, float]]) -> str:
-    """"GPU 3 held 76 GiB before launch" (the largest first; at most three named)."""
-    if not held:
-        return ""
-    top = sorted(held, key=lambda x: -x[1])
-    named = ", ".join(f"GPU {i} held {gib:.0f} GiB" for i, gib in top[:3])
-    more = f" (and {len(top) - 3} more)" if len(top) > 3 else ""
-    return f"{named}{more} before launch"
 
 
 def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | None:
@@ -486,7 +450,7 @@ def _copy(c: Counters) -> Counters:
                                duration_buckets=list(c.duration_buckets))
 
 
-# -- the probe's verdict beside the log's (sources/probe.py probes; this says it) ----------
+# -- the probe's verdict beside the log's (telemetry/probe.py probes; this says it) ----------
 
 @dataclass
 class ProbeSummary:

@@ -1,4 +1,4 @@
-"""GPU telemetry (logwatch/sources/gpu.py, issue 14): parsing real H200 captures, and streams
+"""GPU telemetry (logwatch/telemetry/gpu/, issue 14): parsing real H200 captures, and streams
 of real processes: the replay stand-in `tests/tools/fake-nvidia-smi` (a copy of ../shared's), run here and over a
 real OpenSSH server (tests/support/sshd.py).
 
@@ -21,8 +21,8 @@ from conftest import ROOT
 from logwatch.telemetry.gpu import (
     FULL_FIELDS, MINIMAL_FIELDS, STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS,
     THROTTLE_REASONS, GpuConfig, GpuCsvParser, GpuSample, GpuSnapshot, GpuStream, GpuStreams,
-    canonical_field, decode_throttle, gpu_summary, invalid_field, parse_csv, parse_gpu_config,
-    plan_gpu, query_args,
+    RunEnd, canonical_field, classify_run, decode_throttle, gpu_summary, invalid_field, parse_csv,
+    parse_gpu_config, plan_gpu, query_args,
 )
 from logwatch.sources.ssh import SSHOptions, SSHPool, SSHTarget
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -656,3 +656,39 @@ def test_no_nvidia_smi_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:
         await pool.close()
 
     run(main())
+
+
+# -- what a run's end means (run.classify_run: pure, one row per kind of end) ---------------
+
+@pytest.mark.parametrize("end, fields, action, status", [
+    (RunEnd(code=2, head=b'Field "clocks.max.sm" is not a valid field to query.\n'),
+     FULL_FIELDS, "fallback", "old driver: asking for the minimal field set"),
+    (RunEnd(code=2, head=b'Field "power.draw" is not a valid field to query.\n'),
+     FULL_FIELDS, "wait", 'nvidia-smi rejects field "power.draw"'),
+    (RunEnd(code=2, head=b'Field "x.y" is not a valid field to query.\n'),
+     MINIMAL_FIELDS, "wait", 'nvidia-smi rejects field "x.y"'),
+    (RunEnd(code=127, head=b"bash: nvidia-smi: command not found\n"),
+     FULL_FIELDS, "wait", STATUS_MISSING),
+    (RunEnd(code=1, head=b"sh: 1: nvidia-smi: not found\n"), FULL_FIELDS, "wait", STATUS_MISSING),
+    (RunEnd(code=126), FULL_FIELDS, "wait", "cannot run nvidia-smi: permission denied"),
+    (RunEnd(code=6, head=b"No devices were found\n"), FULL_FIELDS, "wait", STATUS_NO_GPUS),
+    (RunEnd(code=9), FULL_FIELDS, "wait", STATUS_NO_DRIVER),
+    (RunEnd(code=6, samples=3), FULL_FIELDS, "restart", "nvidia-smi exited with 6"),
+    (RunEnd(code=None, hung=True), FULL_FIELDS, "restart", STATUS_HUNG),
+    (RunEnd(code=None, lost="connection reset"), FULL_FIELDS, "restart", "connection lost"),
+    (RunEnd(code=0, samples=5), FULL_FIELDS, "restart", "nvidia-smi exited with 0"),
+])
+def test_classify_run_says_what_an_end_means(end: RunEnd, fields: tuple[str, ...], action: str,
+                                             status: str) -> None:
+    v = classify_run(end, "nvidia-smi", fields, timeout=10.0)
+    assert (v.action, v.status) == (action, status)
+    assert v.why, "every end has a reason for the status line's details"
+
+
+def test_classify_run_names_the_output_or_the_exit_status() -> None:
+    assert classify_run(RunEnd(code=127), "nvsmi", FULL_FIELDS, 10.0).why == "nvsmi: exit status 127"
+    assert classify_run(RunEnd(code=9), "nvsmi", FULL_FIELDS, 10.0).why == "nvsmi: exit status 9"
+    hung = classify_run(RunEnd(hung=True), "nvsmi", FULL_FIELDS, 10.0)
+    assert (hung.kind, hung.why) == ("hung", "no sample for 10s: killed")
+    out = classify_run(RunEnd(code=3, head=b"\n  boom\nmore\n"), "nvsmi", FULL_FIELDS, 10.0)
+    assert (out.kind, out.why) == ("exited", "exited with 3: boom")

@@ -8,7 +8,8 @@ import dataclasses
 from conftest import ROOT
 from logwatch.silence import silence_verdict
 from logwatch.telemetry.gpu import GpuSnapshot, learn_idle, parse_csv
-from logwatch.view import gpu_activity, preflight_held, preflight_note, preflight_text
+from logwatch.telemetry.gpu import preflight_held, preflight_note, preflight_text
+from logwatch.view import gpu_activity
 
 H200 = ROOT / "tests" / "fixtures" / "gpu" / "h200"
 NOW = 1_000_000.0

@@ -1,5 +1,7 @@
-"""The tree is the pipeline the README draws: the import graph has no cycle, and the core
-(sources, lines, rules, machine) imports nothing from the sinks or the app layer.
+"""The tree is the pipeline the README draws: the import graph has no cycle, every module
+sits in one layer of docs/architecture.md's table, and no module imports from a layer above
+its own (no back-edge): the core imports nothing from the sinks or the app, the sinks nothing
+from the app, sources and telemetry nothing of the rules engine, the machine or state.
 
 The graph is built with `ast` from every `import` in `logwatch/`, including imports inside
 functions and under `if TYPE_CHECKING:` (a lazy import hides a cycle; it does not remove it).
@@ -8,13 +10,40 @@ functions and under `if TYPE_CHECKING:` (a lazy import hides a cycle; it does no
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from conftest import ROOT
 
 PKG = ROOT / "logwatch"
-CORE = ("logwatch.sources", "logwatch.lines", "logwatch.rules", "logwatch.machine", "logwatch.eta")
-OUTER = ("logwatch.sinks", "logwatch.app", "logwatch.cli")
+#: docs/architecture.md's layers, lowest first: a module may import its own layer and those
+#: below (the cycle test orders a layer inside).  A name is a module or a package (`rules/`);
+#: a module is in the layer of its longest name (`state/files` is ground, the rest of
+#: `state/` core).  `logwatch` is the package's `__init__`.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", ("logwatch", "log", "units", "errors", "limits", "yamlload", "shown",
+                "state/files")),
+    ("io", ("sources/", "telemetry/")),
+    ("parse", ("lines", "rules/")),
+    ("machine", ("machine/", "eta", "counters")),
+    ("core", ("pipeline", "follow", "ledger", "silence", "view", "state/")),
+    ("sinks", ("sinks/",)),
+    ("app", ("app/", "cli", "__main__")),
+)
+CORE_LAYERS = ("ground", "io", "parse", "machine", "core")
+OUTER = ("logwatch.sinks", "logwatch.app", "logwatch.cli", "logwatch.__main__")
+
+
+def layer_of(mod: str) -> int | None:
+    """The index in LAYERS of `mod`'s longest matching name (None: in no layer)."""
+    best: tuple[int, int] | None = None
+    for i, (_, names) in enumerate(LAYERS):
+        for n in names:
+            full = "logwatch" if n == "logwatch" else f"logwatch.{n.rstrip('/').replace('/', '.')}"
+            hit = mod == full or (n.endswith("/") and mod.startswith(full + "."))
+            if hit and (best is None or len(full) > best[1]):
+                best = (i, len(full))
+    return best[0] if best else None
 
 
 def module_name(path: Path) -> str:
@@ -110,14 +139,65 @@ def test_find_cycle_finds_one() -> None:
     assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
+def test_every_module_sits_in_a_layer() -> None:
+    unplaced = sorted(m for m in graph() if layer_of(m) is None)
+    assert not unplaced, "modules in no layer of docs/architecture.md (add them there and here): " \
+        + ", ".join(unplaced)
+
+
+def test_no_module_imports_from_a_layer_above_its_own() -> None:
+    g = graph()
+    bad = sorted(f"{m} ({LAYERS[layer_of(m) or 0][0]}) -> {n} ({LAYERS[layer_of(n) or 0][0]})"
+                 for m, deps in g.items() for n in deps
+                 if (layer_of(n) or 0) > (layer_of(m) or 0))
+    assert not bad, "back-edges:\n  " + "\n  ".join(bad)
+
+
+def test_layer_of_takes_the_longest_name() -> None:
+    names = [name for name, _ in LAYERS]
+    assert names[layer_of("logwatch.state.files") or 0] == "ground"
+    assert names[layer_of("logwatch.state.history") or 0] == "core"
+    assert names[layer_of("logwatch.telemetry.gpu.stream") or 0] == "io"
+    assert names[layer_of("logwatch.sinks.alerts.policy") or 0] == "sinks"
+    assert layer_of("logwatch.nowhere") is None
+    assert layer_of("logwatch.linesx") is None       # a name is not a prefix of another
+
+
+def test_the_layers_are_the_ones_docs_architecture_names() -> None:
+    """The table in docs/architecture.md ("## Layers") is this one: a module moved or added
+    without the doc fails here."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("## Layers", 1)[1].split("```", 2)[1]
+    doc = {}
+    for line in block.strip().splitlines():
+        name, _, rest = line.partition(" ")
+        rest = re.sub(r"\([^)]*\)", "", rest)     # "app/ (target = the live loop, ...)"
+        doc[name] = tuple(w.strip() for w in rest.split(",") if w.strip())
+    assert doc == {name: names for name, names in LAYERS}
+
+
 def test_the_core_imports_no_sink_and_no_app() -> None:
-    bad = sorted(f"{m} -> {n}" for m, deps in graph().items() if under(m, CORE)
-                 for n in deps if under(n, OUTER))
+    g = graph()
+    core = [m for m in g if LAYERS[layer_of(m) or 0][0] in CORE_LAYERS]
+    assert "logwatch.telemetry.gpu.stream" in core and "logwatch.state.history" in core
+    assert "logwatch.sinks.metrics" not in core
+    bad = sorted(f"{m} -> {n}" for m in core for n in g[m] if under(n, OUTER))
     assert not bad, "core modules reaching outward:\n  " + "\n  ".join(bad)
 
 
-def test_sources_know_nothing_of_the_rules_engine() -> None:
-    bad = sorted(f"{m} -> {n}" for m, deps in graph().items() if under(m, ("logwatch.sources",))
+def test_sources_and_telemetry_know_nothing_of_the_rules_engine() -> None:
+    bad = sorted(f"{m} -> {n}" for m, deps in graph().items()
+                 if under(m, ("logwatch.sources", "logwatch.telemetry"))
                  for n in deps if under(n, ("logwatch.rules", "logwatch.machine",
-                                            "logwatch.pipeline", "logwatch.state")))
+                                            "logwatch.pipeline", "logwatch.state",
+                                            "logwatch.view", "logwatch.lines")))
     assert not bad, "sources importing the rules / machine / state:\n  " + "\n  ".join(bad)
+
+
+def test_sources_yield_only_log_bytes() -> None:
+    """Telemetry (GPUs, the endpoint probe) is beside the log, not a source of it: sources
+    import none of it (telemetry may use `sources.ssh`, the shared connection)."""
+    bad = sorted(f"{m} -> {n}" for m, deps in graph().items() if under(m, ("logwatch.sources",))
+                 for n in deps if under(n, ("logwatch.telemetry",)))
+    assert not bad, "sources importing telemetry:\n  " + "\n  ".join(bad)
+    assert not any(p.stem in ("gpu", "probe") for p in (PKG / "sources").glob("*.py"))

@@ -1,4 +1,4 @@
-"""Probing the server's own endpoint (sources/probe.py, issue 16).
+"""Probing the server's own endpoint (telemetry/probe.py, issue 16).
 
 Pure parts (config, the address from the log, the status line, the verdict text), the prober
 against real local HTTP servers (up, 503, refused, hung, not HTTP), and the daemon over a real

@@ -37,7 +37,7 @@ from ..rules.pack import (
 )
 from ..silence import SERVING, PhaseWatts, Resumed, silence_verdict
 from ..sources import Data, Opened, Skipped, SourceState, make_source
-from ..telemetry.gpu import GpuStream, GpuStreams, plan_gpu
+from ..telemetry.gpu import GpuStream, GpuStreams, plan_gpu, preflight_held, preflight_text
 from ..telemetry.probe import (
     Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
 )
@@ -47,8 +47,7 @@ from ..state.history import StartupHistory
 from ..state.ledger import LedgerStore
 from ..state.positions import PositionStore
 from ..view import (
-    SeenAtAttach, TargetView, build_view, preflight_held, preflight_text, seen_at_attach,
-    silent_at_attach, silent_text,
+    SeenAtAttach, TargetView, build_view, seen_at_attach, silent_at_attach, silent_text,
 )
 from .config import TargetConfig
 

@@ -197,7 +197,7 @@ class RulePack:
     prefixes: Any = None     # one regex: the wrappers other programs put before a line
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
-    probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (sources/probe.py)
+    probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (telemetry/probe.py)
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start

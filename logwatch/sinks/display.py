@@ -20,10 +20,9 @@ from ..machine import CrashRetracted, Event, PhaseChanged, Progress, Restarted, 
 from ..rules.pack import REGEX_FLAGS
 from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
+from ..telemetry.gpu import preflight_note
 from ..units import fmt_duration
-from ..view import (
-    TargetView, beside_now, gpu_activity, gpu_working, preflight_note, startup_seconds,
-)
+from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
 
 def escape(text: str) -> str:

@@ -30,7 +30,8 @@ from ...machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stal
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
-from ...view import TargetView, gpu_activity, preflight_note
+from ...telemetry.gpu import preflight_note
+from ...view import TargetView, gpu_activity
 from .model import FIRING, Alert
 
 SLOW_FACTOR = 1.5

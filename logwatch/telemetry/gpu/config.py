@@ -1,0 +1,115 @@
+"""A target's `gpu:` setting (`GpuConfig`, `parse_gpu_config`) and where it runs for a
+source kind (`plan_gpu`): pure, checked when the config is loaded."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...units import fmt_duration, parse_duration, parse_switch
+
+@dataclass(frozen=True)
+class GpuConfig:
+    """A target's `gpu:` setting.
+
+    `mode`: "auto" (default: nvidia-smi where the log is: over the target's own SSH
+    connection for ssh://, locally for a file when the command is on PATH, off for cmd: and
+    stdin; see `plan_gpu`), "on" (a mapping or `true`: run it even where auto would not,
+    locally for non-ssh targets) or "off" (`false`).
+    `command`: a path or a command line (`nvidia-smi`, `/usr/bin/nvidia-smi`,
+    `sudo -n nvidia-smi`); the query arguments are appended."""
+
+    mode: str = "auto"
+    command: str = "nvidia-smi"
+    interval: float = 2.0
+    timeout: float = 10.0
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
+    @property
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "command": self.command, "interval": self.interval,
+                "timeout": self.timeout}
+
+
+_GPU_KEYS = ("command", "interval", "timeout")
+
+
+def _duration(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{name}: expected a duration like 2s or 500ms, got {value!r}")
+    try:
+        seconds = parse_duration(value)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if seconds <= 0:
+        raise ValueError(f"{name}: must be more than 0, got {value!r}")
+    return seconds
+
+
+def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
+    """A target's `gpu:` value -> GpuConfig.  `where` names the key in error messages
+    (e.g. `targets[2].gpu`).
+
+    Accepted: None / "auto" (the default), false / "false" / "off", true / "on", or a mapping
+    with `command` (str or list), `interval` (>= 0.1 s, default 2s), `timeout` (the
+    watchdog: longer than the interval, default 10s)."""
+    switch = parse_switch(value, where=where, keys=_GPU_KEYS,
+                          example="command: nvidia-smi, interval: 2s, timeout: 10s",
+                          short="command: ..., interval: ..., timeout: ...")
+    if isinstance(switch, str):
+        return GpuConfig() if switch == "auto" else GpuConfig(mode=switch)
+    value = switch
+    command: Any = value.get("command", "nvidia-smi")
+    if isinstance(command, (list, tuple)):
+        if not command or not all(isinstance(c, str) and c for c in command):
+            raise ValueError(f"{where}.command: expected a non-empty list of strings, "
+                             f"got {command!r}")
+        command = shlex.join(command)
+    if not isinstance(command, str) or not command.strip():
+        raise ValueError(f"{where}.command: expected a command (a path or a command line), "
+                         f"got {command!r}")
+    try:
+        if not shlex.split(command):
+            raise ValueError("empty")
+    except ValueError as e:
+        raise ValueError(f"{where}.command: cannot split {command!r} into words ({e})") from None
+    interval = _duration(value.get("interval", 2.0), f"{where}.interval")
+    if interval < 0.1:
+        raise ValueError(f"{where}.interval: at least 100ms, got {value.get('interval')!r}")
+    timeout = _duration(value.get("timeout", 10.0), f"{where}.timeout")
+    if timeout <= interval:
+        raise ValueError(f"{where}.timeout: must be longer than the interval "
+                         f"({fmt_duration(timeout)} <= {fmt_duration(interval)}): the watchdog "
+                         "would kill nvidia-smi between two samples")
+    return GpuConfig(mode="on", command=command.strip(), interval=interval, timeout=timeout)
+
+
+def plan_gpu(config: GpuConfig, source_kind: str, *,
+             which: Callable[[str], str | None] = shutil.which) -> str | None:
+    """Where to run nvidia-smi for a target: "ssh" (over its connection), "local", or None.
+
+    `source_kind` is `sources.source_kind(target)`: "ssh", "file", "command" or "stdin".
+    auto: ssh -> "ssh" (a missing nvidia-smi there shows as a status, not an error); file ->
+    "local" when the command is on PATH (a laptop tailing a copied log has no GPU to show);
+    command / stdin -> None (the log may come from anywhere).  "on": "ssh" for ssh targets,
+    "local" for everything else."""
+    if config.mode == "off":
+        return None
+    if source_kind == "ssh":
+        return "ssh"
+    if config.mode == "on":
+        return "local"
+    if source_kind == "file":
+        argv = config.argv
+        return "local" if argv and which(argv[0]) else None
+    return None
+
+

@@ -1,0 +1,165 @@
+"""One run of nvidia-smi: read it under the watchdog (`read_run`), then say what its end
+means (`classify_run`, pure and table-driven).
+
+Why apart from the stream: the stream only keeps state and waits; which ends restart soon
+(a hang, an exit, a lost connection), which wait minutes (nothing to gain from restarting:
+no nvidia-smi, no GPUs, no driver, a refused field) and which switch to the minimal field
+set at once are facts of nvidia-smi, tested here with plain `RunEnd`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+import asyncssh
+
+from ...units import fmt_duration
+from .parse import GpuCsvParser
+from .proc import Proc
+from .query import MINIMAL_FIELDS, invalid_field
+from .sample import GpuSnapshot
+
+STATUS_MISSING = "no nvidia-smi on host"
+STATUS_HUNG = "nvidia-smi hung: restarted"
+# nvidia-smi is there but has nothing to report: a host without GPUs (exit 6) or whose driver
+# is not loaded (exit 9).  Waiting minutes, like a missing command: restarting will not help.
+STATUS_NO_GPUS = "no GPUs on host"
+STATUS_NO_DRIVER = "NVIDIA driver not loaded"
+READ_SIZE = 64 * 1024
+HEAD_BYTES = 4096          # the output kept to read an error from
+# what shells print for a missing command: bash `command not found`, dash `sh: 1: X: not found`,
+# a missing path `No such file or directory`
+_NOT_FOUND_RE = re.compile(r"command not found|: not found|No such file or directory")
+_NO_DEVICES_RE = re.compile(r"No devices were found")
+_NO_DRIVER_RE = re.compile(r"couldn't communicate with the NVIDIA driver")
+
+# what a run's end is called in `RunVerdict.action`
+FALLBACK = "fallback"      # at once again, with MINIMAL_FIELDS
+WAIT = "wait"              # the long wait: restarting soon would change nothing
+RESTART = "restart"        # after the short backoff
+
+
+@dataclass
+class RunEnd:
+    """How a run ended: its exit status, whether the watchdog killed it, its first output."""
+
+    code: int | None = None
+    hung: bool = False
+    head: bytes = b""
+    samples: int = 0
+    lost: str | None = None   # the SSH connection failed mid-run
+
+
+@dataclass(frozen=True)
+class RunVerdict:
+    """What a finished run means: `action` (FALLBACK / WAIT / RESTART), the stream's short
+    `status` and the longer `why`; `kind` names the restart ("hung", "lost", "exited") or the
+    refused `field`."""
+
+    action: str
+    status: str
+    why: str
+    kind: str = ""
+    field: str | None = None
+
+
+# (matches(end, head), status, the exit status named when the output says nothing): the ends
+# that wait minutes, in order.  `{cmd}` is the command's first word.
+_Match = Callable[[RunEnd, str], bool]
+_WAITS: tuple[tuple[_Match, str, int | None], ...] = (
+    (lambda e, h: e.code == 127 or (e.code not in (0, None) and not e.samples
+                                    and bool(_NOT_FOUND_RE.search(h))), STATUS_MISSING, 127),
+    (lambda e, h: e.code == 126 and not e.samples, "cannot run {cmd}: permission denied", 126),
+    (lambda e, h: not e.samples and (e.code == 6 or bool(_NO_DEVICES_RE.search(h))),
+     STATUS_NO_GPUS, None),
+    (lambda e, h: not e.samples and (e.code == 9 or bool(_NO_DRIVER_RE.search(h))),
+     STATUS_NO_DRIVER, None),
+)
+
+
+def classify_run(end: RunEnd, cmd: str, fields: tuple[str, ...], timeout: float) -> RunVerdict:
+    """What `end` means for a stream asking `fields` with watchdog `timeout`."""
+    head = end.head.decode("utf-8", "replace")
+    first = next((ln.strip() for ln in head.splitlines() if ln.strip()), "")
+    bad = invalid_field(head) if end.code == 2 else None
+    if bad is not None:
+        if fields != MINIMAL_FIELDS and bad not in MINIMAL_FIELDS:
+            return RunVerdict(FALLBACK, "old driver: asking for the minimal field set",
+                              f'the driver does not know "{bad}"', field=bad)
+        return RunVerdict(WAIT, f'nvidia-smi rejects field "{bad}"',
+                          f'nvidia-smi rejects the field "{bad}" (fields: {",".join(fields)})',
+                          field=bad)
+    for matches, status, code in _WAITS:
+        if matches(end, head):
+            named = code if code is not None else end.code
+            return RunVerdict(WAIT, status.format(cmd=cmd), first or f"{cmd}: exit status {named}")
+    if end.hung:
+        return RunVerdict(RESTART, STATUS_HUNG, f"no sample for {fmt_duration(timeout)}: killed",
+                          kind="hung")
+    if end.lost is not None:
+        return RunVerdict(RESTART, "connection lost", end.lost, kind="lost")
+    why = f"exited with {end.code}" + (f": {first[:200]}" if first else "")
+    return RunVerdict(RESTART, f"nvidia-smi {why[:120]}", why, kind="exited")
+
+
+async def read_run(proc: Proc, parser: GpuCsvParser, *, timeout: float, interval: float,
+                   publish: Callable[[GpuSnapshot], None], closed: Callable[[], bool],
+                   explain: Callable[[BaseException], str]) -> RunEnd:
+    """Read one process until it ends, `closed()` or the watchdog fires (no header or row for
+    `timeout`); each snapshot goes to `publish`.  A loop's rows come in a burst: a pause of
+    half the interval (0.05-1 s) completes the first loop (`parser.flush`)."""
+    end = RunEnd()
+    head = bytearray()
+    loop = asyncio.get_running_loop()
+    last_useful = loop.time()
+    settle = min(1.0, max(0.05, interval / 2))
+
+    def out(snaps: list[GpuSnapshot]) -> None:
+        for snap in snaps:
+            publish(snap)
+            end.samples += 1
+
+    reader: asyncio.Future[bytes] = asyncio.ensure_future(proc.read(READ_SIZE))
+    try:
+        while not closed():
+            left = timeout - (loop.time() - last_useful)
+            if left <= 0:
+                end.hung = True
+                break
+            waiting = parser.pending and not parser.has_partial_line
+            done, _ = await asyncio.wait({reader}, timeout=min(left, settle) if waiting else left)
+            if not done:
+                if waiting:
+                    snap = parser.flush()
+                    out([snap] if snap is not None else [])
+                continue
+            try:
+                chunk = reader.result()
+            except (OSError, asyncssh.Error, EOFError) as e:
+                end.lost = explain(e)
+                break
+            if not chunk:
+                break
+            if len(head) < HEAD_BYTES:
+                head += chunk[: HEAD_BYTES - len(head)]
+            before = (parser.rows, parser.headers)
+            out(parser.feed(chunk))
+            if (parser.rows, parser.headers) != before:
+                last_useful = loop.time()
+            reader = asyncio.ensure_future(proc.read(READ_SIZE))
+        if not end.hung and not closed():
+            out(parser.finish())
+    finally:
+        if not reader.done():
+            reader.cancel()
+    end.head = bytes(head)
+    if end.hung or closed() or end.lost is not None:
+        proc.kill()
+    try:
+        end.code = await asyncio.wait_for(proc.wait(), 5.0)
+    except (asyncio.TimeoutError, OSError, asyncssh.Error):
+        end.code = None
+    return end
