@@ -20,9 +20,9 @@ from .rules.pack import PackError, load_pack, shipped_pack_names
 from .sinks.alerts.kinds import KIND_NAMES
 from .units import parse_duration
 from .sinks.summary import human, summary, timeline
+from .verdict import Exit
 from .view import pipeline_view
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
 
 MAIN_HELP = """\
 Watch LLM inference servers (SGLang, vLLM) start up and serve, from their logs.
@@ -332,21 +332,21 @@ def cmd_history(args: argparse.Namespace) -> int:
     if args.config:
         if args.files or not args.target:
             print("logwatch: history -c CONFIG takes --target NAME and no FILE", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
         state_dir = _ledger_of(args)
         if state_dir is None:
-            return EXIT_USAGE
+            return Exit.USAGE
         return run_history_store(state_dir, args.target, args.json, out)
     if args.watched:
         from .state.history import watch_state_dir
         if args.files:
             print("logwatch: history --watched TARGET takes no FILE", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
         return run_history_store(watch_state_dir(), args.watched, args.json, out)
     if not args.files:
         print("logwatch: history needs a FILE, -c CONFIG --target NAME, or --watched TARGET",
               file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     if args.rules != "auto":
         load_pack(args.rules)
     return run_history(args.files, args.rules, args.json, out)
@@ -356,7 +356,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .app.fleet import run_status
     if not args.config and not args.url:
         print("logwatch: status needs -c CONFIG (or --url http://HOST:PORT)", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     return run_status(args.config, args.url, args.json, sys.stdout, sys.stderr)
 
 
@@ -370,37 +370,37 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.b is not None or not args.target:
             print("logwatch: compare -c CONFIG takes --target NAME and A B, no FILE",
                   file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
         state_dir = _ledger_of(args)
         if state_dir is None:
-            return EXIT_USAGE
+            return Exit.USAGE
         try:
             return run_compare_store(state_dir, args.target, a, b, out)
         except LookupError as e:
             print(f"logwatch: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
     if args.file is None:
         print("logwatch: compare needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     if args.rules != "auto":
         load_pack(args.rules)
     try:
         return run_compare(args.file, args.a or "-2", args.b or "-1", args.rules, out)
     except LookupError as e:
         print(f"logwatch: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     if args.rules != "auto":
         load_pack(args.rules)  # fail early, before reading any file
-    status = EXIT_OK
+    status = Exit.OK
     for path in args.files:
         try:
             pipe = replay_file(path, args.rules)
         except OSError as e:
             print(f"logwatch: {path}: {e.strerror}", file=sys.stderr)
-            status = EXIT_USAGE
+            status = Exit.USAGE
             continue
         view = pipeline_view(path, pipe)
         doc = summary(view)
@@ -433,21 +433,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             shard = parse_shard(args.shard)
         except ValueError as e:
             print(f"logwatch: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
     if args.check:
         try:
             cfg = load_config(args.config)
         except (ConfigError, PackError) as e:
             print(f"logwatch: {e}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
         if shard is not None:
             from .app.config import select_shard
             mine = select_shard(cfg, shard)
             print(f"{args.config}: ok; shard {shard[0]}/{shard[1]} runs {len(mine.targets)} of "
                   f"{len(cfg.targets)} targets: {', '.join(t.name for t in mine.targets)}")
-            return EXIT_OK
+            return Exit.OK
         print(f"{args.config}: ok ({len(cfg.targets)} targets, {len(cfg.alerts)} alert sinks)")
-        return EXIT_OK
+        return Exit.OK
     return asyncio.run(run_daemon(args.config, shard))
 
 
@@ -515,20 +515,20 @@ def cmd_watch(args: argparse.Namespace) -> int:
     targets: list[str] = list(args.target)
     if len(set(targets)) != len(targets):
         print("logwatch: a TARGET is given twice", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     if len(targets) > 1 and "-" in targets:
         print("logwatch: stdin (-) can only be watched alone", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     for target in targets:
         problem = target_problem(target, args.wait_for_file)
         if problem:
             print(f"logwatch: {problem}", file=sys.stderr)
-            return EXIT_USAGE
+            return Exit.USAGE
     if args.notify and args.notify != "bell" and \
             not args.notify.startswith(("http://", "https://")):
         print(f"logwatch: --notify: a Slack or webhook URL (http[s]://...) or bell, "
               f"got {args.notify!r}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     from .telemetry.gpu import parse_gpu_config
     from .telemetry.probe import parse_probe_config
     try:
@@ -539,7 +539,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
                                          "fail_after": "15s"}, where="--probe")
     except ValueError as e:
         print(f"logwatch: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     opts = WatchOptions(targets[0], args.rules, args.timeout, args.stall_after, args.json,
                         ssh, args.poll, args.from_start, last=args.last,
                         wait_for_file=args.wait_for_file, history=not args.no_history, gpu=gpu,
@@ -566,7 +566,7 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
         cfg = load_config(args.config)
     except (ConfigError, PackError) as e:
         print(f"logwatch: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     return asyncio.run(send_test(cfg, args.kind, out=lambda s: print(s, flush=True)))
 
 
@@ -590,7 +590,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
                 print(f"warning: {w}", file=sys.stderr)
         n = sum(len(r.samples) for r in pack.rules)
         print(f"{pack.path}: ok ({len(pack.rules)} rules, {n} samples)")
-    return EXIT_USAGE if failed else EXIT_OK
+    return Exit.USAGE if failed else Exit.OK
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
@@ -615,27 +615,27 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
     print(f"\n{total} lines: {total - unmatched} matched, {unmatched} unmatched", file=sys.stderr)
     for rid, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"  {rid:<24} {n}", file=sys.stderr)
-    return EXIT_OK
+    return Exit.OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else list(argv)):
         parser.print_help(sys.stderr)   # bare `logwatch`: what it can do, not one error line
-        return EXIT_USAGE
+        return Exit.USAGE
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args))
+        return Exit(args.func(args))   # a status outside the registry fails here
     except PackError as e:
         print(f"logwatch: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except FileNotFoundError as e:
         print(f"logwatch: {e.filename}: no such file", file=sys.stderr)
-        return EXIT_USAGE
+        return Exit.USAGE
     except KeyboardInterrupt:
-        return 130
+        return Exit.INTERRUPTED
     except BrokenPipeError:
-        return EXIT_OK
+        return Exit.OK
 
 
 if __name__ == "__main__":

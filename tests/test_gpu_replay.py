@@ -232,7 +232,7 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
     assert "lines again after" in busy_end and got[0][3] == got[1][3]
     assert "GPU idle (12" in idle and "hung before the GPU" in idle, idle
     assert got[2][3] != got[0][3], "a new silence is a new stall, with its own key"
-    assert crashed.startswith("crashed during ready") and "cuda_oom" in crashed, crashed
+    assert crashed.startswith("crashed: cuda_oom during ready"), crashed
     assert "no GPU held memory before launch" in crashed, crashed
     for _, _, summary, _ in got:
         assert "loading" not in summary, summary

@@ -11,6 +11,7 @@ from logwatch.rules.pack import CRASH_REASONS
 from logwatch.rules.reasons import REASON_TEXT, reason_text
 from logwatch.sinks.alerts.model import FIRING, RESOLVED, Alert
 from logwatch.sinks.alerts.receivers import SlackSink
+from logwatch.verdict import crash_text
 
 NEW_2026 = ("startup_timeout", "shm_too_small", "hang")
 
@@ -42,7 +43,7 @@ def test_metrics_export_the_new_reasons_at_zero() -> None:
 
 def crash_alert(reason: str, status: str = FIRING) -> Alert:
     return Alert(key="k", kind="crashed", status=status, target="node-1", engine="sglang",
-                 labels={}, epoch=1, summary=f"crashed during launching after 30m: {reason}",
+                 labels={}, epoch=1, summary=crash_text(reason, "launching", 1800.0),
                  details={"reason": reason, "line": "TimeoutError: <x> & y"})
 
 

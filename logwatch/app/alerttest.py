@@ -10,6 +10,7 @@ from ..sinks.alerts.model import FIRING, Alert
 from ..sinks.alerts.policy import alert_key
 from ..sinks.alerts.receivers import make_sinks
 from ..sinks.alerts.router import deliver
+from ..verdict import Exit
 from .config import Config
 
 
@@ -27,7 +28,7 @@ async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) 
     sinks = make_sinks(list(cfg.alerts))
     if not sinks:
         out(f"{cfg.path}: no alert sinks configured (alerts: [...])")
-        return 2
+        return Exit.USAGE
     import aiohttp
     failed = 0
     async with aiohttp.ClientSession() as session:   # only the delivery step: no outbox
@@ -37,4 +38,4 @@ async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) 
             status = "ok" if outcome.ok else "FAILED"
             failed += not outcome.ok
             out(f"{s.describe()}: {status} ({outcome.message})")
-    return 0 if not failed else 1
+    return Exit.FAILED if failed else Exit.OK

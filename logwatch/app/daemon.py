@@ -33,6 +33,7 @@ from ..rules.locate import restart_pack
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
 from ..limits import nofile_note, raise_nofile
+from ..verdict import Exit
 from .http import HTTP_BACKLOG, HTTP_LIMITS, OncePerMinute, make_app
 from .target import TargetRunner
 
@@ -373,7 +374,7 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
         cfg = load_config(config_path)
     except (ConfigError, PackError) as e:
         print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
-        return 2
+        return Exit.USAGE
     log.setup(cfg.log_level)
     daemon = Daemon(cfg, config_path, shard)
     if shard is not None:
@@ -392,9 +393,9 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
         print(f"logwatch: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {e.strerror}",
               file=__import__("sys").stderr, flush=True)
         await daemon.shutdown()
-        return 2
+        return Exit.USAGE
     try:
         await daemon.serve()
     finally:
         await daemon.shutdown()
-    return 0
+    return Exit.OK

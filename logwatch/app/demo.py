@@ -23,6 +23,7 @@ from ..machine import Crashed, Event, PhaseChanged, Progress, Ready
 from .simulate import write
 from ..sinks.display import eta_text
 from ..units import fmt_duration
+from ..verdict import Exit
 
 
 DEMO_MODEL = "/models/GLM-5-NVFP4"
@@ -107,4 +108,4 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         daemon.request_stop()
         await serve
         await daemon.shutdown()
-    return 0 if view.phase == "ready" else 1
+    return Exit.OK if view.phase == "ready" else Exit.FAILED

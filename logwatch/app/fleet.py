@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..units import fmt_duration
+from ..verdict import Exit
 from .config import ConfigError, _listen, expand_env
 
 # the order rows are shown in: what needs a person first
@@ -125,18 +126,18 @@ def run_status(config_path: str | None, url: str | None, as_json: bool, out: Any
         base = url or daemon_url(config_path or "")
     except ConfigError as e:
         print(f"logwatch: {e}", file=err)
-        return 2
+        return Exit.USAGE
     try:
         doc = fetch_status(base)
     except (OSError, ValueError, urllib.error.URLError) as e:
         reason = getattr(e, "reason", None) or e
         print(f"logwatch: cannot ask the daemon at {base}/api/status: {reason} (is `logwatch run "
               f"-c {config_path or 'CONFIG'}` running?)", file=err)
-        return 2
+        return Exit.USAGE
     if as_json:
         print(json.dumps(sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name")))),
                          ensure_ascii=False), file=out)
-        return 0
+        return Exit.OK
     for line in fleet_table(doc):
         print(line, file=out)
-    return 0
+    return Exit.OK

@@ -14,6 +14,7 @@ from typing import Any, Callable
 from ..ledger import LedgerRecorder, StartupRecord
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
+from ..verdict import Exit
 from .replay import DETECT_BYTES, replay_stream
 
 
@@ -146,7 +147,7 @@ def run_history(paths: list[str], spec: str, as_json: bool,
             if len(paths) > 1:
                 out(f"{path}:")
             out(history_table(records) if records else "no startup in this log")
-    return 0
+    return Exit.OK
 
 
 def stored_records(state_dir: Any, target: str,
@@ -172,22 +173,22 @@ def run_history_store(state_dir: Any, target: str, as_json: bool,
     if notes:                            # a corrupt ledger set aside: one line, no traceback
         out(notes[0] + (f"; no startup recorded for {target}" if not records else ""))
         if not records:
-            return 1
+            return Exit.FAILED
     if as_json:
         for r in records:
             out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))
     else:
         out(history_table(records) if records else f"no startup recorded for {target}")
-    return 0
+    return Exit.OK
 
 
 def _compare(records: list[StartupRecord], what: str, a: str, b: str,
              out: Callable[[str], None]) -> int:
     if len(records) < 2 and (a, b) == ("-2", "-1"):
         out(f"{what}: {len(records)} startup(s): nothing to compare")
-        return 1
+        return Exit.FAILED
     out(compare_text(pick(records, a), pick(records, b)))
-    return 0
+    return Exit.OK
 
 
 def run_compare_store(state_dir: Any, target: str, a: str, b: str,

@@ -15,24 +15,15 @@ from urllib.parse import urlsplit
 from ..sinks.alerts.model import FIRING, Alert
 from ..sinks.alerts.receivers import make_sinks
 from ..units import fmt_duration
+from ..verdict import Exit, Verdict
 from ..view import TargetView
 
 NOTIFY_TIMEOUT = 10.0
-KIND_OF_EXIT = {0: "ready", 1: "crashed", 2: "error", 3: "stalled", 130: "interrupted"}
-
-
-def notify_kind(code: int, outcome: str) -> str:
-    """What the verdict is, as an alert kind: ready, crashed, stopped, stalled, timeout..."""
-    if code == 1 and "stopped" in outcome:
-        return "stopped"
-    if code == 3 and "timed out" in outcome:
-        return "timeout"
-    return KIND_OF_EXIT.get(code, "verdict")
 
 
 def verdict_alert(code: int, outcome: str, views: list[TargetView]) -> Alert:
     """The verdict as an alert: the first crashed target's crash, else the launch as a whole."""
-    kind = notify_kind(code, outcome)
+    kind = Verdict(Exit(code), outcome).kind
     crashed = [v for v in views if v.crash]
     main = crashed[0] if crashed else views[0]
     names = ", ".join(v.name for v in views)

@@ -30,13 +30,15 @@ from ..telemetry.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
 from ..state.history import watch_state_dir
+from ..verdict import Exit, crash_text
 from ..view import TargetView, gpu_activity, gpu_working, silent_text
 from .config import TargetConfig
 from .notify import notify_verdict
 from .target import TargetRunner
 
-EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130      # Ctrl-C (SIGINT), after the summary, as shells report it
+# watch's names for the registry's statuses (verdict.py `Exit`: README "Exit codes")
+EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = (
+    Exit.OK, Exit.FAILED, Exit.USAGE, Exit.TIMEOUT, Exit.INTERRUPTED)
 TICK = 0.25
 
 
@@ -381,9 +383,7 @@ def _verdict(runner: TargetRunner, view: TargetView,
     if view.phase == STOPPED:
         return EXIT_FAILED, "stopped (clean shutdown)"
     if _final(runner):
-        crash = view.crash or {}
-        reason = f": {crash['reason']}" if crash.get("reason") else ""
-        return EXIT_FAILED, f"crashed{reason}"
+        return EXIT_FAILED, crash_text((view.crash or {}).get("reason"))
     if view.stalled and view.silent_since is not None and not gpu_working(view.gpu):
         return EXIT_TIMEOUT, silent_text(view.silent_since, view.now)   # dead at attach
     if view.stalled and gives_up(view):

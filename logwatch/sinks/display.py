@@ -22,6 +22,7 @@ from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..telemetry.gpu import preflight_note
 from ..units import fmt_duration
+from ..verdict import crash_text
 from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
 
@@ -536,10 +537,10 @@ class MultiDisplay:
             head = v.phase
             if v.crash:
                 c = v.crash
-                head = f"crashed: {c['reason']} during {c['during']}" + \
-                    (f" ({c['rank']} first)" if c.get("rank") else "")
-                if v.startup_started_at and v.crash.get("at"):
-                    head += f" after {fmt_duration(c['at'] - v.startup_started_at)}"
+                took = c["at"] - v.startup_started_at \
+                    if v.startup_started_at and c.get("at") else None
+                head = crash_text(c["reason"], c["during"], took,
+                                  [f"{c['rank']} first" if c.get("rank") else ""])
             elif v.phase == "ready" and v.ready_in is not None:
                 head = f"ready in {fmt_duration(v.ready_in)}"
             print(f"  {v.name}: {head}", file=self.out)

@@ -7,6 +7,7 @@ from typing import Any
 from ..rules.pack import CRASHED, READY, STOPPED
 from ..shown import visible
 from ..units import fmt_duration
+from ..verdict import crash_text
 from ..view import TargetView
 
 
@@ -37,7 +38,7 @@ def human(doc: dict[str, Any], total: float | None = None) -> str:
         total = sum(dur.values()) if dur else None
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
-        head = f"crashed: {c['reason']} during {c['during']}"
+        head = crash_text(c["reason"], c["during"])
     elif phase == READY:
         head = "ready" + (f" after {fmt_duration(total)}" if total else "")
     elif phase == STOPPED:

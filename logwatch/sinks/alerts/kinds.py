@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...verdict import crash_text
+
 
 @dataclass(frozen=True)
 class AlertKind:
@@ -29,7 +31,7 @@ SAMPLE_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.
 
 ALERT_KINDS: dict[str, AlertKind] = {k.name: k for k in (
     AlertKind("crashed", True, True, False, ":red_circle:", "LogwatchCrashed",
-              "crashed during cuda_graph after 6m12s: cuda_oom",
+              crash_text("cuda_oom", "cuda_graph", 372.0),
               {"reason": "cuda_oom", "during": "cuda_graph", "line": SAMPLE_LINE,
                "line_number": 1200, "elapsed": 372.0,
                "excerpt": ["[2026-12-02 10:06:12 TP1] Scheduler hit an exception: Traceback "

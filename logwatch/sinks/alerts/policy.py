@@ -31,6 +31,7 @@ from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
 from ...telemetry.gpu import preflight_note
+from ...verdict import crash_text
 from ...view import TargetView, gpu_activity
 from .model import FIRING, Alert
 
@@ -86,15 +87,13 @@ class AlertPolicy:
         for ev in events:
             if isinstance(ev, CrashSettled):
                 c = ev.crash
-                after = f" after {fmt_duration(ev.elapsed)}" if ev.elapsed else ""
                 held = preflight_note(v.gpu, c.reason)
                 answers = _still_answers(v)
                 out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
                                    only=ev.startup, drop_undelivered=True))
                 notes = [n for n in (f"{c.rank} first" if c.rank else "", held, answers) if n]
                 out.append(self._alert(v, "crashed", ev.startup,
-                                       f"crashed during {c.during}{after}: {c.reason}"
-                                       + (f" ({'; '.join(notes)})" if notes else ""),
+                                       crash_text(c.reason, c.during, ev.elapsed, notes),
                                        {"reason": c.reason, "during": c.during, "line": c.line,
                                         "line_number": c.line_number, "elapsed": ev.elapsed,
                                         "excerpt": list(c.excerpt),

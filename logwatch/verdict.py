@@ -1,0 +1,101 @@
+"""Exit codes and verdicts: one registry for what every command's exit status means, and one
+crash sentence.
+
+Why one place: the codes are an interface (`logwatch watch ... && run_benchmark`, CI jobs,
+scripts reading `$?`), and they had been written out three times (cli, watch, notify) and
+the crash said five ways.  `Exit` is every status the CLI returns; the README's table is
+`exit_table()` (tests/test_verdict.py fails when they differ).  `Verdict` is `watch`'s
+outcome (a code and its sentence), and `crash_text` is the sentence of a crash wherever one
+is shown: watch, replay, the terminal, the alert summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Iterable
+
+from .units import fmt_duration
+
+
+class Exit(IntEnum):
+    """Every exit status of `logwatch` (README "Exit codes")."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    TIMEOUT = 3
+    INTERRUPTED = 130       # Ctrl-C (SIGINT), as shells report it
+
+    @property
+    def meaning(self) -> str:
+        """What the status says, for the README's table and `--help`."""
+        return _MEANING[self]
+
+    @property
+    def kind(self) -> str:
+        """`watch`'s verdict with this status as an alert kind (`--notify`)."""
+        return _KIND[self]
+
+
+_MEANING: dict[Exit, str] = {
+    Exit.OK: "`watch`: ready (every target; with `--serve`, Ctrl-C after ready); every other "
+             "command: done (`replay` read every file, `status` got an answer, `run --check` "
+             "found the config valid)",
+    Exit.FAILED: "`watch`: crashed or stopped (as soon as one target did, naming it); "
+                 "`alerts test`: a sink did not take the test alert; `history` / `compare`: "
+                 "nothing recorded or nothing to compare",
+    Exit.USAGE: "a usage or configuration error, one line naming file and key (bad target, "
+                "refused host key, unreadable file or pack, a daemon `status` cannot ask)",
+    Exit.TIMEOUT: "`watch`: timed out (`--timeout`) or stalled (a phase silent for twice its "
+                  "budget, or silent when watch attached)",
+    Exit.INTERRUPTED: "interrupted (Ctrl-C) before a verdict; the summary is printed first",
+}
+
+_KIND: dict[Exit, str] = {
+    Exit.OK: "ready", Exit.FAILED: "crashed", Exit.USAGE: "error", Exit.TIMEOUT: "stalled",
+    Exit.INTERRUPTED: "interrupted",
+}
+
+
+def exit_table() -> str:
+    """The README's "Exit codes" table, generated from `Exit`."""
+    rows = ["| status | name | meaning |", "|---|---|---|"]
+    rows += [f"| {e.value} | `{e.name}` | {e.meaning} |" for e in Exit]
+    return "\n".join(rows)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A launch's outcome: the exit status and its sentence (`ready`, `crashed: cuda_oom`,
+    `timed out after 20m: ...`); `target` names the one that decided it when several were
+    watched."""
+
+    code: Exit
+    text: str
+    target: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """As an alert kind: ready, crashed, stopped, stalled, timeout, error, interrupted."""
+        if self.code == Exit.FAILED and "stopped" in self.text:
+            return "stopped"
+        if self.code == Exit.TIMEOUT and "timed out" in self.text:
+            return "timeout"
+        return self.code.kind
+
+
+def crash_text(reason: str | None, during: str | None = None, after: float | None = None,
+               notes: Iterable[str] = ()) -> str:
+    """The one crash sentence: `crashed: cuda_oom during cuda_graph after 6m12s (TP3 first)`.
+    Each part is left out when unknown; `notes` (rank first, the preflight, the endpoint
+    still answering) go in one parenthesis."""
+    text = "crashed" + (f": {reason}" if reason else "")
+    if during:
+        text += f" during {during}"
+    if after:
+        text += f" after {fmt_duration(after)}"
+    said = [n for n in notes if n]
+    if said:
+        text += f" ({'; '.join(said)})"
+    return text
