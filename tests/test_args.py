@@ -8,6 +8,7 @@ position), hostile lines end quickly, and `changed_args` reports only the flags 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -16,10 +17,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from conftest import FIXTURES
-from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ParsedArgs, changed_args,
-                                 parse_args_line)
+from conftest import FIXTURES, ROOT
+from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ArgsSpec, ParsedArgs,
+                                 changed_args, parse_args_line)
+from logwatch.rules.pack import PackError, load_pack
+
+
+def shipped_forms() -> tuple[ArgsSpec, ...]:
+    """The SGLang and vLLM packs' `args:` forms, the dumps before the command lines (the
+    engine's own dump is its final word): where the arguments are read from, as data."""
+    specs = [s for name in ("sglang", "vllm") for r in load_pack(name).rules for s in r.args_specs]
+    return tuple(sorted(specs, key=lambda s: s.form != "repr"))
+
+
+SHIPPED = shipped_forms()
+
+
+def parse(line: str) -> ParsedArgs | None:
+    return parse_args_line(line, SHIPPED)
 
 # what a careful reader greps for (the brief's list), and the stricter forms that really are
 # args: `launch_server` also occurs in prose and tracebacks (`File ".../launch_server.py"`)
@@ -87,7 +104,7 @@ def test_the_fixtures_hold_every_kind_we_rely_on() -> None:
 
 @pytest.mark.parametrize("name,n,line", ARG_LINES, ids=ids(ARG_LINES))
 def test_real_args_line_parses_with_typed_keys(name: str, n: int, line: str) -> None:
-    got = cpu_bounded(parse_args_line, line)
+    got = cpu_bounded(parse, line)
     assert isinstance(got, ParsedArgs)
     source = expected_source(line)
     assert got.source == source
@@ -108,12 +125,12 @@ def test_real_args_line_parses_with_typed_keys(name: str, n: int, line: str) -> 
 
 @pytest.mark.parametrize("name,n,line", MENTIONS, ids=ids(MENTIONS))
 def test_lines_that_only_mention_launch_server_hold_no_args(name: str, n: int, line: str) -> None:
-    assert parse_args_line(line) is None
+    assert parse(line) is None
 
 
 def test_no_other_fixture_line_is_taken_for_args() -> None:
     wrong = [f"{name}:{n}" for name, n, line in LINES
-             if (name, n, line) not in ARG_LINES and parse_args_line(line) is not None]
+             if (name, n, line) not in ARG_LINES and parse(line) is not None]
     assert not wrong
 
 
@@ -123,11 +140,11 @@ def test_cut_real_dumps_keep_exactly_their_complete_entries() -> None:
     dumps = [line for _, _, line in ARG_LINES if expected_source(line) != "command_line"]
     assert dumps
     for line in dumps:
-        full = parse_args_line(line)
+        full = parse(line)
         assert full is not None
         start = re.search(r"(?:ServerArgs\(|Namespace\(|: \{|=\{)", line).end()  # type: ignore[union-attr]
         for i in range(start, len(line)):
-            got = parse_args_line(line[:i])
+            got = parse(line[:i])
             assert got is not None and got.partial
             assert list(got.values) == list(full.values)[:len(got.values)]
             assert all(got.values[k] == full.values[k] for k in got.values)
@@ -138,7 +155,7 @@ def test_a_command_line_and_the_dump_of_the_same_launch_agree() -> None:
     path = FIXTURES / "sglang-018.log"
     assert path.exists(), "tests/fixtures/sglang-018.log is a shipped fixture"
     parsed = [p for line in path.read_text(encoding="utf-8", errors="replace").split("\n")
-              if (p := parse_args_line(line)) is not None]
+              if (p := parse(line)) is not None]
     cmd = next(p for p in parsed if p.source == "command_line")
     dump = next(p for p in parsed if p.source == "sglang_server_args")
     assert cmd.values["tp_size"] == 16 and cmd.values["model_path"] == "/place/deepseek-r1/weights"
@@ -160,7 +177,7 @@ DUMP = ("[2025-10-06 10:00:05] server_args=ServerArgs(model_path='Qwen/Qwen2.5-7
 
 
 def test_a_full_dump_with_every_value_shape() -> None:
-    got = parse_args_line(DUMP)
+    got = parse(DUMP)
     assert got is not None and got.source == "sglang_server_args" and not got.partial
     v = got.values
     assert v["model_path"] == "Qwen/Qwen2.5-7B-Instruct"
@@ -188,7 +205,7 @@ def test_nested_reprs() -> None:
             "draft=DraftConfig(path=PosixPath('/d'), layers=[1, (2, 3)], extra={'k': {'j': None}})), "
             "'compilation_config': {\"level\":3,\"use_inductor\":true,\"cache_dir\":null}, "
             "'kv': KVTransferConfig('conn', 'role', port=7), 'frozen': frozenset({3, 1}), 'e': set()}")
-    got = parse_args_line(line)
+    got = parse(line)
     assert got is not None and got.source == "vllm_non_default" and not got.partial
     assert got.values["speculative_config"] == {
         "__type__": "SpeculativeConfig", "method": "eagle",
@@ -200,7 +217,7 @@ def test_nested_reprs() -> None:
 
 
 def test_enum_reprs() -> None:
-    got = parse_args_line("server_args=ServerArgs(load_format=<LoadFormat.AUTO: 'auto'>, "
+    got = parse("server_args=ServerArgs(load_format=<LoadFormat.AUTO: 'auto'>, "
                           "level=<CompilationLevel.PIECEWISE: 3>, "
                           "odd=<Weird.X: not a literal>, fn=<function <lambda> at 0x7f>, tp_size=2)")
     assert got is not None and not got.partial
@@ -223,19 +240,19 @@ def test_every_form_is_found_behind_its_envelope() -> None:
             ("vllm_non_default", {"a": 1}),
     }
     for line, (source, values) in cases.items():
-        got = parse_args_line(line)
+        got = parse(line)
         assert got == ParsedArgs(values, False, source), line
     for line in ("[2025-10-06 10:00:05] Load weight begin. avail mem=78.12 GB", "",
                  "  File \"/x/sglang/launch_server.py\", line 69, in <module>",
                  "    launch_server(server_args)", "Scheduler(server_args, port_args)",
                  "use `vllm serve` instead", "args: something else"):
-        assert parse_args_line(line) is None, line
+        assert parse(line) is None, line
 
 
 # ---------------------------------------------------------------------------- cut lines
 
 def test_a_cut_line_keeps_its_complete_keys() -> None:
-    got = parse_args_line("[2025-10-06 10:00:05] server_args=ServerArgs(model_path='x', "
+    got = parse("[2025-10-06 10:00:05] server_args=ServerArgs(model_path='x', "
                           "tp_size=8, mem_fra")
     assert got == ParsedArgs({"model_path": "x", "tp_size": 8}, True, "sglang_server_args")
     for tail, keys in (("port=400", ["a"]),                # a number may be cut: not kept
@@ -245,18 +262,18 @@ def test_a_cut_line_keeps_its_complete_keys() -> None:
                        ("f=<function f at", ["a"]),
                        ("b=True, ", ["a", "b"]),
                        ("b=Tru", ["a"])):
-        got = parse_args_line("server_args=ServerArgs(a=1, " + tail)
+        got = parse("server_args=ServerArgs(a=1, " + tail)
         assert got is not None and got.partial and list(got.values) == keys, tail
-    got = parse_args_line("non-default args: {'model': 'm', 'max_model_len': 327")
+    got = parse("non-default args: {'model': 'm', 'max_model_len': 327")
     assert got == ParsedArgs({"model": "m"}, True, "vllm_non_default")
 
 
 def test_cut_anywhere_keeps_a_prefix_of_the_full_parse() -> None:
-    full = parse_args_line(DUMP)
+    full = parse(DUMP)
     assert full is not None
     start = DUMP.index("ServerArgs(") + len("ServerArgs(")
     for i in range(start, len(DUMP) - 1):
-        got = parse_args_line(DUMP[:i])
+        got = parse(DUMP[:i])
         assert got is not None and got.partial, i
         assert list(got.values) == list(full.values)[:len(got.values)], DUMP[:i]
         assert all(repr(got.values[k]) == repr(full.values[k]) for k in got.values), DUMP[:i]
@@ -265,7 +282,7 @@ def test_cut_anywhere_keeps_a_prefix_of_the_full_parse() -> None:
 # ---------------------------------------------------------------------------- command lines
 
 def test_sglang_command_lines() -> None:
-    got = parse_args_line("+ python3 -m sglang.launch_server --model Qwen/Qwen3-8B --tp 8 --dp 2 "
+    got = parse("+ python3 -m sglang.launch_server --model Qwen/Qwen3-8B --tp 8 --dp 2 "
                           "--ep-size 4 --pipeline-parallel-size=2 --enable-mixed-chunk "
                           "--mem-fraction-static 0.85 --max-running-requests=2048 "
                           "--disable-cuda-graph --trust-remote-code true --cuda-graph-bs 1 2 4 "
@@ -277,12 +294,12 @@ def test_sglang_command_lines() -> None:
         "disable_cuda_graph": True, "trust_remote_code": True, "cuda_graph_bs": [1, 2, 4],
         "speculative_config": {"method": "eagle"}, "host": "::", "chunked_prefill_size": -1,
     }, False, "command_line")
-    got = parse_args_line("sglang serve --model-path m --tp-size 2")
+    got = parse("sglang serve --model-path m --tp-size 2")
     assert got is not None and got.values == {"model_path": "m", "tp_size": 2}
 
 
 def test_vllm_command_lines() -> None:
-    got = parse_args_line("$ vllm serve Qwen/Qwen3-8B --tensor-parallel-size 8 --max-model-len 32768 "
+    got = parse("$ vllm serve Qwen/Qwen3-8B --tensor-parallel-size 8 --max-model-len 32768 "
                           "--gpu-memory-utilization=0.9 --enforce-eager --no-enable-prefix-caching "
                           "-pp 2 --served-model-name \"my model\" | tee vllm.log")
     assert got == ParsedArgs({
@@ -290,29 +307,29 @@ def test_vllm_command_lines() -> None:
         "gpu_memory_utilization": 0.9, "enforce_eager": True, "enable_prefix_caching": False,
         "pipeline_parallel_size": 2, "served_model_name": "my model",
     }, False, "command_line")
-    got = parse_args_line("python -u -m vllm.entrypoints.openai.api_server --model m -tp 2")
+    got = parse("python -u -m vllm.entrypoints.openai.api_server --model m -tp 2")
     assert got is not None and got.values == {"model": "m", "tensor_parallel_size": 2}
 
 
 def test_a_command_inside_brackets_or_quotes_ends_with_them() -> None:
-    got = parse_args_line("INFO - With image: x, arguments: [python -m sglang.launch_server "
+    got = parse("INFO - With image: x, arguments: [python -m sglang.launch_server "
                           "--model-path /m --port 40024], ports: [40024], envs: {}")
     assert got is not None and got.values == {"model_path": "/m", "port": 40024}
-    got = parse_args_line("bash -c \"python3 -m sglang.launch_server --model-path /m --tp 2\" && echo ok")
+    got = parse("bash -c \"python3 -m sglang.launch_server --model-path /m --tp 2\" && echo ok")
     assert got is not None and got.values == {"model_path": "/m", "tp_size": 2} and not got.partial
-    got = parse_args_line("ssh gpu1 '/opt/venv/bin/vllm serve m --port 8000' ; date")
+    got = parse("ssh gpu1 '/opt/venv/bin/vllm serve m --port 8000' ; date")
     assert got is not None and got.values == {"model": "m", "port": 8000}
 
 
 def test_a_command_line_and_a_dump_compare_equal_on_the_aliased_keys() -> None:
-    cmd = parse_args_line("python3 -m sglang.launch_server --model-path m --tp 8 --dp 2 --ep 8")
-    dump = parse_args_line("server_args=ServerArgs(model_path='m', tp_size=8, dp_size=2, ep_size=8, "
+    cmd = parse("python3 -m sglang.launch_server --model-path m --tp 8 --dp 2 --ep 8")
+    dump = parse("server_args=ServerArgs(model_path='m', tp_size=8, dp_size=2, ep_size=8, "
                            "port=30000)")
     assert cmd is not None and dump is not None
     assert changed_args(cmd.values, dump.values, common_only=True) == {}
     assert set(cmd.values) <= set(dump.values)
-    vcmd = parse_args_line("vllm serve Qwen/Qwen3-8B -tp 2")
-    vdump = parse_args_line("non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}")
+    vcmd = parse("vllm serve Qwen/Qwen3-8B -tp 2")
+    vdump = parse("non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2}")
     assert vcmd is not None and vdump is not None and vcmd.values == vdump.values
 
 
@@ -321,15 +338,15 @@ def test_a_command_line_and_a_dump_compare_equal_on_the_aliased_keys() -> None:
 def test_a_one_megabyte_line_is_read_only_up_to_the_bound() -> None:
     big = "server_args=ServerArgs(model_path='m', " + "x_flag=1, " * 110_000
     assert len(big) > 1_000_000
-    got = cpu_bounded(parse_args_line, big)
+    got = cpu_bounded(parse, big)
     assert got is not None and got.partial and got.values["model_path"] == "m"
-    assert cpu_bounded(parse_args_line, "y" * 1_000_000) is None
-    got = cpu_bounded(parse_args_line, "server_args=ServerArgs(a='" + "z" * 1_000_000 + "')")
+    assert cpu_bounded(parse, "y" * 1_000_000) is None
+    got = cpu_bounded(parse, "server_args=ServerArgs(a='" + "z" * 1_000_000 + "')")
     assert got is not None and got.partial and got.values == {}      # the value passes the bound
-    got = cpu_bounded(parse_args_line, "vllm serve m " + "--flag-a 1 " * 100_000)
+    got = cpu_bounded(parse, "vllm serve m " + "--flag-a 1 " * 100_000)
     assert got is not None and got.partial and got.values["model"] == "m"
     ok = "server_args=ServerArgs(a=1, b='" + "z" * (MAX_INPUT - 100) + "')"
-    got = cpu_bounded(parse_args_line, ok)
+    got = cpu_bounded(parse, ok)
     assert got is not None and not got.partial and len(got.values["b"]) == MAX_INPUT - 100
 
 
@@ -341,7 +358,7 @@ def test_ten_thousand_nested_brackets(opener: str, closer: str) -> None:
                  + closer * 10_000 + ", b=2)",
                  "server_args=ServerArgs(model_path='m', a=" + opener * 10_000,
                  "non-default args: {'model': 'm', 'a': " + opener * 10_000 + "}"):
-        got = cpu_bounded(parse_args_line, line)
+        got = cpu_bounded(parse, line)
         assert got is not None and got.partial
         assert list(got.values) == ["model" if "non-default" in line else "model_path"]
 
@@ -349,18 +366,18 @@ def test_ten_thousand_nested_brackets(opener: str, closer: str) -> None:
 def test_ten_thousand_nested_object_reprs_are_one_raw_value() -> None:
     """`<...>` that is not an enum is kept as raw text, never parsed inside: no nesting to bound."""
     line = "server_args=ServerArgs(a=" + "<" * 10_000 + "x" + ">" * 10_000 + ", b=2)"
-    got = cpu_bounded(parse_args_line, line)
+    got = cpu_bounded(parse, line)
     assert got is not None and not got.partial and got.values["b"] == 2
     assert got.values["a"] == "<" * 10_000 + "x" + ">" * 10_000
-    got = cpu_bounded(parse_args_line, "server_args=ServerArgs(b=2, a=" + "<" * 10_000 + "x")
+    got = cpu_bounded(parse, "server_args=ServerArgs(b=2, a=" + "<" * 10_000 + "x")
     assert got is not None and got.partial and got.values == {"b": 2}
 
 
 def test_the_depth_bound_is_exact() -> None:
     k = MAX_DEPTH - 1     # the dump's own parenthesis is the first level
-    got = parse_args_line("server_args=ServerArgs(a=" + "[" * k + "1" + "]" * k + ", b=2)")
+    got = parse("server_args=ServerArgs(a=" + "[" * k + "1" + "]" * k + ", b=2)")
     assert got is not None and not got.partial and list(got.values) == ["a", "b"]
-    got = parse_args_line("server_args=ServerArgs(a=" + "[" * (k + 1) + "1" + "]" * (k + 1) + ", b=2)")
+    got = parse("server_args=ServerArgs(a=" + "[" * (k + 1) + "1" + "]" * (k + 1) + ", b=2)")
     assert got is not None and got.partial and got.values == {}
 
 
@@ -373,13 +390,13 @@ def test_binary_garbage() -> None:
     for soup in soups:
         for prefix in ("", "server_args=ServerArgs(", "server_args={", "non-default args: {",
                        "args: Namespace(", "python -m sglang.launch_server ", "vllm serve "):
-            got = cpu_bounded(parse_args_line, prefix + soup, limit=0.5)
+            got = cpu_bounded(parse, prefix + soup, limit=0.5)
             if prefix:
                 assert got is not None
                 json.dumps(got.values, default=repr)
-    got = parse_args_line("server_args=ServerArgs(a=1, b=" + "\x00\xff\ud800" * 10 + ", c='\\ud800')")
+    got = parse("server_args=ServerArgs(a=1, b=" + "\x00\xff\ud800" * 10 + ", c='\\ud800')")
     assert got is not None and got.values["a"] == 1 and got.values["c"] == "\ufffd"
-    got = parse_args_line("server_args=ServerArgs(a=1, )]}, b=2)")
+    got = parse("server_args=ServerArgs(a=1, )]}, b=2)")
     assert got is not None and got.values["a"] == 1
 
 
@@ -389,8 +406,8 @@ def test_changed_args_between_two_launches() -> None:
     base = ("[2025-10-06 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=8, "
             "max_running_requests={mrr}, disable_cuda_graph={dcg}, cuda_graph_max_bs=256, "
             "random_seed={seed}, fn=<function f at 0x{addr}>, port=30000, ratio=nan)")
-    old = parse_args_line(base.format(mrr=64, dcg=False, seed=123456, addr="7f00aa"))
-    new = parse_args_line(base.format(mrr=2048, dcg=True, seed=987654, addr="7f99bb"))
+    old = parse(base.format(mrr=64, dcg=False, seed=123456, addr="7f00aa"))
+    new = parse(base.format(mrr=2048, dcg=True, seed=987654, addr="7f99bb"))
     assert old is not None and new is not None
     assert changed_args(old.values, new.values) == {"max_running_requests": (64, 2048),
                                                     "disable_cuda_graph": (False, True)}
@@ -430,23 +447,57 @@ def _spec_rules(pack_name: str) -> list[Any]:
     return [r for r in load_pack(pack_name).rules if r.args_specs]
 
 
+def args_corpus():
+    """(key, line): every fixture line, test_args.COMMANDS, every sample of the sglang, vllm and
+    base packs, every line of the engine inventories."""
+    corpus = [(f"{name}:{n}", line) for name, n, line in LINES]
+    corpus += [(f"COMMANDS[{i}]", line) for i, line in enumerate(COMMANDS)]
+    for pack in ("sglang", "vllm", "base"):
+        for r in load_pack(pack).rules:
+            corpus += [(f"{pack}.yaml:{r.id}:sample{j}", s.line) for j, s in enumerate(r.samples)]
+    for inv in sorted((ROOT / "tests" / "inventory").glob("*.yaml")):
+        for j, e in enumerate(yaml.safe_load(inv.read_text(encoding="utf-8"))["statements"]):
+            corpus.append((f"{inv.name}:{j}", e["line"]))
+    return corpus
+
+
+GOLDEN = ROOT / "tests" / "args_forms_golden.json"
+
+
+def _digest(p: ParsedArgs) -> str:
+    doc = json.dumps([p.values, p.partial, p.source], ensure_ascii=False, default=repr)
+    return hashlib.sha1(doc.encode()).hexdigest()[:16]
+
+
+def test_the_packs_forms_give_what_the_built_in_forms_gave() -> None:
+    """rules/args.py had SGLang's and vLLM's forms built in (dump markers, flag aliases) until
+    issue 33; the packs carry them as `args:` data.  What the built-in forms made of every line
+    of the corpus was recorded (tests/args_forms_golden.json) before they were deleted: the
+    packs' forms give exactly that, and no other fixture line holds arguments."""
+    golden = json.loads(GOLDEN.read_text(encoding="utf-8"))["lines"]
+    corpus = dict(args_corpus())
+    assert len(golden) >= 26 and set(golden) <= set(corpus)
+    got = {k: _digest(p) for k, line in corpus.items() if (p := parse(line)) is not None}
+    fixtures = {k for k in got if k.split(":")[0].endswith(".log")}
+    assert {k: got.get(k) for k in golden} == golden
+    assert fixtures <= set(golden), "a fixture line read as arguments that was not before"
+
+
 @pytest.mark.parametrize("pack_name", ["sglang", "vllm"])
-def test_the_packs_args_forms_read_every_line_as_the_built_in_ones(pack_name: str) -> None:
-    """SGLang's and vLLM's `args:` forms in their packs (where the dump starts, its form, the
-    flag aliases) give exactly what the built-in forms give, on every real line of the
-    fixtures and on the command lines above; the built-in forms are then only the fallback
-    of a rule without a spec."""
+def test_each_rule_reads_its_own_lines_as_the_shipped_forms(pack_name: str) -> None:
+    """Each args rule's forms alone give, on the lines it matches, what all the shipped forms
+    give (a rule's forms are what the machine passes: `rule.args_specs`)."""
     rules = _spec_rules(pack_name)
     assert rules and all(r.args for r in rules)
     used = {r.id: 0 for r in rules}
-    for line in [t[2] for t in LINES] + COMMANDS:
-        built_in = parse_args_line(line)
+    for _, line in args_corpus():
+        shipped = parse(line)
         for r in rules:
             got = parse_args_line(line, r.args_specs)
             if got is None:
-                assert built_in is None or not r.regex.search(line), (r.id, line[:120])
+                assert shipped is None or not r.regex.search(line), (r.id, line[:120])
                 continue
-            assert got == built_in, (r.id, line[:120])
+            assert got == shipped, (r.id, line[:120])
             used[r.id] += 1
     assert all(used.values()), used
 
@@ -469,4 +520,34 @@ def test_trtllm_args_forms() -> None:
                               "extra_llm_api_options": "./extra.yaml"}, False, "command_line")
     assert parse_args_line("trtllm-serve serve m --port 8000",
                            rules["launch_command"].args_specs).values == {"model": "m", "port": 8000}
-    assert parse_args_line(cmd) is None       # not one of the built-in (SGLang / vLLM) forms
+    assert parse(cmd) is None       # not one of the SGLang / vLLM forms
+
+
+def _user_pack(tmp_path: Path, extends: str | None) -> Path:
+    """A pack with one `args: true` rule, extending `extends` (None: a pack of its own)."""
+    head = f"name: mine\nextends: {extends}\n" if extends else \
+        "name: mine\nphases: [launching, loading_shards]\n"
+    pack = tmp_path / "mine.yaml"
+    pack.write_text(head + "rules:\n  - id: my_args\n    pattern: 'my-launcher .*--'\n"
+                    "    phase: launching\n    args: true\n", encoding="utf-8")
+    return pack
+
+
+def test_args_true_takes_the_forms_of_the_pack_it_extends(tmp_path: Path) -> None:
+    """`args: true` in a user pack that extends a shipped one reads that pack's forms (no
+    engine's forms are in the code any more)."""
+    pack = load_pack(str(_user_pack(tmp_path, "sglang")))
+    rule = next(r for r in pack.rules if r.id == "my_args")
+    shipped = [s for r in load_pack("sglang").rules for s in r.args_specs]
+    assert [s.source for s in rule.args_specs] == [s.source for s in shipped]
+    got = parse_args_line("my-launcher -- python3 -m sglang.launch_server --model m --tp 2",
+                          rule.args_specs)
+    assert got == ParsedArgs({"model_path": "m", "tp_size": 2}, False, "command_line")
+
+
+def test_args_true_without_forms_is_a_pack_error_naming_the_data_form(tmp_path: Path) -> None:
+    with pytest.raises(PackError) as e:
+        load_pack(str(_user_pack(tmp_path, None)))
+    msg = str(e.value)
+    assert "mine.yaml" in msg and "my_args" in msg and "args" in msg
+    assert "form: repr, start:" in msg, msg

@@ -2,8 +2,9 @@
 
 The launch ledger compares one startup with the previous one ("flags changed:
 max_running_requests 64 -> 2048"), so the arguments the engine prints at startup have to become
-a plain dict.  Four forms exist (reference/markers.md; the line may carry any envelope before
-them):
+a plain dict.  Where the arguments start and in which form (a repr or a command's words, with
+the engine's flag aliases) is pack data (a rule's `args:`, `ArgsSpec`); the forms the shipped
+packs read (reference/markers.md; the line may carry any envelope before them):
 
 * SGLang `server_args=ServerArgs(model_path='...', tp_size=8, ...)` (0.3.0-0.5.17, a dataclass
   repr) and `server_args={'model_path': '...', ...}` (0.5.19+, a dict).
@@ -48,34 +49,11 @@ from typing import Any
 MAX_INPUT = 64 * 1024   # characters of a line read at most: a real dump is 5-15 KiB
 MAX_DEPTH = 32          # nesting of containers / calls / enum reprs; real dumps nest 3-4 deep
 
-SOURCES = ("sglang_server_args", "vllm_non_default", "vllm_namespace", "command_line")
-
 # Keys that differ between any two launches and say nothing about the configuration.
 # SGLang draws `random_seed` at random in ServerArgs.__post_init__ when it is not given, so two
 # identical launches print different seeds.  `port` is kept: it is chosen by whoever launches
 # the server, and a move to another port is a change worth a line.
 IGNORED_KEYS: frozenset[str] = frozenset({"random_seed"})
-
-# Command-line spellings -> the names the engine prints in its own dump, so that a launch
-# command and the `server_args=` / `non-default args` line of the same launch agree on these
-# keys.  Kept to what the engines really accept: SGLang declares `--model` beside
-# `--model-path` and the long `--*-parallel-size` forms beside `--tp-size` etc.; `--tp`,
-# `--dp`, `--ep`, `--pp` reach the same dest through argparse's prefix matching.  vLLM declares
-# `-tp`, `-pp`, `-dp`, `-q`.  Other argparse abbreviations cannot be resolved without the
-# engine's own parser and keep their spelling.
-SGLANG_ALIASES: dict[str, str] = {
-    "model": "model_path",
-    "tp": "tp_size", "tensor_parallel_size": "tp_size",
-    "dp": "dp_size", "data_parallel_size": "dp_size",
-    "ep": "ep_size", "expert_parallel_size": "ep_size",
-    "pp": "pp_size", "pipeline_parallel_size": "pp_size",
-}
-VLLM_ALIASES: dict[str, str] = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dp": "data_parallel_size",
-    "q": "quantization",
-}
 
 
 @dataclass
@@ -86,7 +64,8 @@ class ParsedArgs:
     `partial` is True when the line ended (or a bound was hit) before the dump closed: the
     keys present are exactly those whose value was complete, so a cut line still gives the
     ledger what it holds without inventing a truncated value (`port=400` of `port=40000`).
-    `source` says which form the line had: one of `SOURCES`.
+    `source` says which form the line had: the spec's `source` label (`sglang_server_args`,
+    `vllm_non_default`, `command_line`, ...).
     """
 
     values: dict[str, Any]
@@ -97,8 +76,7 @@ class ParsedArgs:
 @dataclass(frozen=True)
 class ArgsSpec:
     """Where a line holds the server's arguments and in which form: a pack rule's `args:`
-    (engine knowledge as data; the built-in forms below are SGLang's and vLLM's, kept until
-    the machine passes a rule's spec, which then replaces them).
+    (engine knowledge as data: rules/sglang.yaml, vllm.yaml and trtllm.yaml carry theirs).
 
     `start` (a compiled pattern): the arguments begin where its first match in the line ends.
     `form`: `repr` (a dict or `Name(k=v, ...)` repr follows) or `command` (shell words follow,
@@ -123,27 +101,12 @@ ARGS_FORMS = ("repr", "command")
 # --------------------------------------------------------------------------- finding the args
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SGL_DUMP = re.compile(r"server_args=(?=ServerArgs\(|\{)")
-_VLLM_NON_DEFAULT = re.compile(r"non-default args: (?=\{)")
-_VLLM_NAMESPACE = re.compile(r"\bargs: (?=Namespace\()")
-_END_OF_WORD = r"(?=[\s\"'`\])};|&]|$)"
-# `python3 -m sglang.launch_server`, `python -u -m vllm.entrypoints.openai.api_server`; the
-# `-m` rules out prose and tracebacks that merely name the module (`File ".../launch_server.py"`,
-# "with same args as `sglang.launch_server`")
-_CMD_MODULE = re.compile(r"(?<!\S)-m\s+(sglang\.launch_server|vllm\.entrypoints\.openai\.api_server)"
-                         + _END_OF_WORD)
-# `vllm serve MODEL ...` / `sglang serve --model-path ...`: something must follow, so prose such
-# as "use `vllm serve` instead" is not a launch
-_CMD_SERVE = re.compile(r"(?<![\w.\-])(sglang|vllm)\s+serve(?=[ \t]+[^\s;|&<>`])")
 
-
-def parse_args_line(text: str, specs: tuple[ArgsSpec, ...] = ()) -> ParsedArgs | None:
+def parse_args_line(text: str, specs: tuple[ArgsSpec, ...]) -> ParsedArgs | None:
     """The server arguments held by one log line, or None when it holds none.
 
-    `specs`: the rule's `args:` forms, tried in order (the first whose `start` is found
-    decides); without them, the built-in SGLang / vLLM forms, where the dump forms win over
-    a command line on the same line (a wrapper's echo of the command next to the engine's own
-    dump is unlikely, and the dump is the engine's final word).
+    `specs`: the rule's `args:` forms (pack data: where the arguments start and their form),
+    tried in order; the first whose `start` is found decides.
     Never raises on any input, and reads at most `MAX_INPUT` characters of it.
     """
     if not isinstance(text, str):
@@ -153,25 +116,7 @@ def parse_args_line(text: str, specs: tuple[ArgsSpec, ...] = ()) -> ParsedArgs |
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     text = text.rstrip("\r\n")
-    if specs:
-        return _parse_specs(text, specs, over)
-    for rx, source in ((_SGL_DUMP, "sglang_server_args"), (_VLLM_NON_DEFAULT, "vllm_non_default"),
-                       (_VLLM_NAMESPACE, "vllm_namespace")):
-        m = rx.search(text)
-        if m is not None:
-            values, partial = _Parser(text, m.end()).top()
-            return ParsedArgs(values, partial, source)
-    m = _CMD_MODULE.search(text)
-    if m is not None:
-        sglang = m.group(1).startswith("sglang")
-        return _parse_command(text, m.start(), m.end(),
-                              SGLANG_ALIASES if sglang else VLLM_ALIASES, None, not sglang, over)
-    m = _CMD_SERVE.search(text)
-    if m is not None:
-        vllm = m.group(1) == "vllm"
-        return _parse_command(text, m.start(), m.end(), VLLM_ALIASES if vllm else SGLANG_ALIASES,
-                              "model" if vllm else None, vllm, over)
-    return None
+    return _parse_specs(text, specs, over)
 
 
 def _parse_specs(text: str, specs: tuple[ArgsSpec, ...], over: bool) -> ParsedArgs | None:

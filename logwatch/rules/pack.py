@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -399,6 +399,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     known = CRASH_REASONS + reasons
     own = [_rule(src, i, r, phases, known) for i, r in enumerate(rules_doc or [])]
     rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
+    rules = _args_true(src, rules)
     if base is not None and phases != base.phases:
         for r in rules:
             for p in ([r.phase] if r.phase else []) + sorted(r.when or ()):
@@ -850,8 +851,29 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
 ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source")
 
 
+ARGS_EXAMPLE = "args: {form: repr, start: 'server_args=(?=ServerArgs\\(|\\{)'}"
+
+
+def _args_true(src: str, rules: list[Rule]) -> list[Rule]:
+    """`args: true`: the forms of the pack's other args rules (its own and those of the pack it
+    extends, in rule order: `extends: sglang` reads SGLang's dump and command line).  A pack
+    with none names the data form instead: where the arguments start is not known in code."""
+    forms = tuple({id(s): s for r in rules for s in r.args_specs}.values())
+    out = []
+    for r in rules:
+        if r.args and not r.args_specs:
+            if not forms:
+                raise PackError(src, "true needs an args rule with its forms in this pack or the "
+                                "one it extends (extends: sglang / vllm / trtllm); or say where "
+                                f"the arguments start and their form, e.g. {ARGS_EXAMPLE}",
+                                rule=r.id, key="args")
+            r = replace(r, args_specs=forms)
+        out.append(r)
+    return out
+
+
 def _args_specs(src: str, rid: str, value: Any) -> tuple[ArgsSpec, ...]:
-    """`args: true` (SGLang's and vLLM's built-in forms, rules/args.py), or where the line
+    """`args: true` (the forms of the pack's other args rules: `_args_true`), or where the line
     holds the arguments and in which form, as data: `{start: REGEX, form: repr | command,
     aliases: {flag: name}, positional: NAME, negatable: BOOL, source: LABEL}` or a list of
     them, tried in order (see `ArgsSpec`)."""
