@@ -9,21 +9,26 @@ change the state it reports.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from .counters import Counters
 from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
 from .pipeline import LogPipeline
-from .rules.pack import CRASHED, READY, TERMINAL, WAITING
+from .rules.locate import fallback_pack
+from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_all_shipped
 from .eta import startup_eta
 from .state.history import StartupHistory
 
-ALL_PHASES = ("launching", "downloading", "loading_shards", "allocating", "autotune",
-              "cuda_graph", READY)
+@functools.lru_cache(maxsize=1)
+def unknown_phases() -> tuple[str, ...]:
+    """The phases of a target whose engine is not known yet (`auto` before detection): the
+    fallback pack's (`fallback: true`), which `auto` takes when nothing is recognised."""
+    return fallback_pack(load_all_shipped()).phases
 
 
 @dataclass(frozen=True)
@@ -163,7 +168,8 @@ class TargetView:
     labels: dict[str, str]
     now: float
     phase: str = WAITING
-    phases: tuple[str, ...] = (WAITING, *ALL_PHASES, *TERMINAL)   # every phase of the pack
+    phases: tuple[str, ...] = ()   # every phase of the pack, waiting and terminal included
+    phase_colours: dict[str, str] = field(default_factory=dict)   # the pack's `colours:`
     epoch: int = 0
     startup_id: str | None = None
     phase_entered_at: float | None = None
@@ -174,7 +180,8 @@ class TargetView:
     total_seconds: float | None = None   # wall time the spans cover (overlap counted once)
     durations: dict[str, float] = field(default_factory=dict)
     progress: dict[str, dict[str, Any]] = field(default_factory=dict)
-    shards: ShardView | None = None
+    shards: ShardView | None = None   # the main bar: the pack's `primary: true` progress
+    primary_progress: str | None = None   # its kind (`shards` in the shipped packs)
     eta_seconds: float = math.nan
     eta_basis: int = 0             # earlier ready startups the ETA comes from (0: rough)
     ready_line: str | None = None
@@ -262,6 +269,7 @@ class TargetView:
             "spans": [sp.to_json() for sp in self.timeline],
             "total_seconds": self.total_seconds,
             "progress": {k: dict(v) for k, v in self.progress.items()},
+            "phase_colours": dict(self.phase_colours),
             "shards": {"loaded": shards.loaded, "total": shards.total} if shards else None,
             "eta_seconds": None if eta != eta else round(eta, 1),
             "eta_basis": self.eta_basis,
@@ -370,14 +378,15 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
                       last_startup_seconds=last_startup_seconds, vs_previous=vs_previous,
                       probe=probe)
     if pipe is None:
-        return base
+        return replace(base, phases=(WAITING, *unknown_phases(), *TERMINAL))
     st = pipe.state
     typical = history.typical() if history is not None else None
     totals = [r.total for r in history.records if r.outcome == READY and r.total] \
         if history is not None else []
     entered = st.phase_entered
     first = st.history[0] if st.history else None
-    shards = st.progress.get("shards")
+    main = pipe.pack.primary_progress
+    shards = st.progress.get(main) if main else None
     dead = silent_since if st.stalled else None     # a new line ends the silence
     eta = math.nan if dead is not None else \
         eta_smoother(st.phase, startup_eta(pipe.pack, st, now, typical), now) \
@@ -386,6 +395,8 @@ def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now
         **{**base.__dict__,
            "phase": st.phase,
            "phases": (WAITING, *pipe.pack.phases, *TERMINAL),
+           "phase_colours": dict(pipe.pack.colours),
+           "primary_progress": main,
            "epoch": st.epoch,
            "startup_id": st.startup_id,
            "phase_entered_at": entered.at if entered else None,

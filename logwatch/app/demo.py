@@ -65,11 +65,12 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         for ev in events:
             if isinstance(ev, PhaseChanged):
                 out(f"  phase {ev.new}")
-            elif isinstance(ev, Progress) and ev.counter == "shards" and \
+            elif isinstance(ev, Progress) and runner.pipe is not None and \
+                    ev.counter == runner.pipe.pack.primary_progress and \
                     (now - last_progress[0] > 2.0 or ev.current == ev.total):
                 last_progress[0] = now
                 eta = eta_text(runner.view(now))
-                out(f"    shards {ev.current}/{ev.total}" + (f", {eta}" if eta else ""))
+                out(f"    {ev.counter} {ev.current}/{ev.total}" + (f", {eta}" if eta else ""))
             elif isinstance(ev, Ready):
                 verdict.append("ready")
                 out(f"  READY in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")

@@ -72,12 +72,12 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor")
+                 "closes_as", "supervisor", "primary")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
-             "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope",
+             "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
              "user_content")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
@@ -142,6 +142,7 @@ class Rule:
     beside: str | None = None     # "open" / "close" a span of its phase beside the main line
     closes_as: str | None = None  # the span this end marker closes was this phase
     supervisor: bool = False      # a launcher of several servers (they join its launch)
+    primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -216,6 +217,11 @@ class RulePack:
     envelope_lead: Any = None
     anchor: frozenset[str] = frozenset()
     user_content: tuple[Any, ...] = ()
+    # what the page and the terminal draw from the pack: each phase's colour, and the progress
+    # kind that is the startup's main bar (a `primary: true` progress rule; the view's
+    # `shards`, the metrics' logwatch_shards_*)
+    colours: dict[str, str] = field(default_factory=dict)
+    primary_progress: str | None = None
 
     @property
     def all_reasons(self) -> tuple[str, ...]:
@@ -467,6 +473,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
         envelope=envelope, envelope_lead=lead, anchor=anchor, user_content=user_content,
+        colours=_colours(src, doc.get("colours"), phases, base),
+        primary_progress=_primary_progress(src, rules),
     )
 
 
@@ -495,6 +503,40 @@ def _advice(src: str, value: Any, base: RulePack | None) -> tuple[Advice, ...]:
         else:
             out.append(entry)
     return tuple(out)
+
+
+_COLOUR = regex.compile(r"#[0-9a-fA-F]{6}")
+
+
+def _colours(src: str, value: Any, phases: tuple[str, ...], base: RulePack | None
+             ) -> dict[str, str]:
+    """`colours: {PHASE: "#rrggbb"}`: how the page draws each phase (the pack it extends gives
+    the rest).  A phase without one is drawn in the page's neutral grey."""
+    out = dict(base.colours) if base else {}
+    if value is None:
+        return out
+    if not isinstance(value, dict):
+        raise PackError(src, 'must map a phase to a colour, e.g. {loading_shards: "#0969da"}',
+                        key="colours")
+    for phase, colour in value.items():
+        if phase not in phases and phase not in TERMINAL and phase != WAITING:
+            raise PackError(src, f"unknown phase '{phase}' (phases: {', '.join(phases)})",
+                            key=f"colours.{phase}")
+        if not isinstance(colour, str) or not _COLOUR.fullmatch(colour):
+            raise PackError(src, f'must be a colour "#rrggbb", got {colour!r}',
+                            key=f"colours.{phase}")
+        out[phase] = colour.lower()
+    return out
+
+
+def _primary_progress(src: str, rules: list[Rule]) -> str | None:
+    """The progress kind of the `primary: true` rules (one kind per pack: the main bar)."""
+    kinds = list(dict.fromkeys(r.progress for r in rules if r.primary and r.progress))
+    if len(kinds) > 1:
+        rid = next(r.id for r in rules if r.primary and r.progress == kinds[1])
+        raise PackError(src, f"one progress kind is the main bar; '{kinds[0]}' already is",
+                        rule=rid, key="primary")
+    return kinds[0] if kinds else None
 
 
 def _fallback(src: str, value: Any) -> bool:
@@ -791,7 +833,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes", "begins", "supervisor"):
+                "endpoint", "finishes", "begins", "supervisor", "primary"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -821,6 +863,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     if d.get("closes_as") is not None and d["closes_as"] not in phases:
         raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
                         rule=rid, key="closes_as")
+    if d.get("primary") and not d.get("progress"):
+        raise PackError(src, "only applies to progress rules", rule=rid, key="primary")
     if d.get("supervisor") and not d.get("restart"):
         raise PackError(src, "only applies to restart rules", rule=rid, key="supervisor")
     if d.get("provisional") and not phase:
@@ -843,7 +887,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         endpoint=bool(d.get("endpoint")),
         finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
         beside=d.get("beside"), closes_as=d.get("closes_as"),
-        supervisor=bool(d.get("supervisor")),
+        supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 

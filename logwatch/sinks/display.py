@@ -423,15 +423,15 @@ class RichDisplay(PlainDisplay):
         else:
             beside = "".join(f"  [dim]+ {sp.phase} beside[/]" for sp in beside_now(view))
             t.add_row("phase", f"[{colour}]{phase}[/]{since}{beside}")
-        shards = view.shards
+        shards, main = view.shards, view.primary_progress or ""
         if shards and shards.total:
             bar = ProgressBar(total=shards.total, completed=shards.loaded, width=30)
-            rate = f"{shards.rate:.2f} shards/s" if shards.rate else ""
+            rate = f"{shards.rate:.2f} {main}/s" if shards.rate else ""
             g = Table.grid(padding=(0, 1))
             g.add_row(bar, f"{shards.loaded}/{shards.total}", rate, eta_text(view))
-            t.add_row("shards", g)
+            t.add_row(main, g)
         other = [f"{n} {p['current']}/{p['total']}" for n, p in view.progress.items()
-                 if n != "shards"]
+                 if n != main]
         if other:
             t.add_row("progress", ", ".join(other))
         if view.durations:

@@ -47,8 +47,7 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .tl .label{width:6em;color:var(--mute);flex:none}
 .tl .lane{display:flex;flex:1;height:1.1em;background:#eaeef2;border-radius:2px;overflow:hidden}
 .seg{flex:none;min-width:0;height:100%;overflow:hidden;white-space:nowrap;color:#fff;font-size:.85em;text-indent:.25em;box-shadow:inset -1px 0 #fff}
-.seg.launching{background:#8c959f}.seg.downloading{background:#bf8700}.seg.loading_shards{background:#0969da}
-.seg.allocating{background:#8250df}.seg.autotune{background:#bc4c00}.seg.cuda_graph{background:#1b7c83}.seg.other{background:#57606a}
+.seg.other{background:#57606a}
 .seg.gap{background:transparent;box-shadow:none}
 .tl .total{width:5em;text-align:right;color:var(--mute);flex:none}
 .tl .outcome{width:14em;flex:none;color:var(--mute);overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
@@ -83,7 +82,6 @@ body.compact .head>*{white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 <main id="targets"></main>
 <script>
 "use strict";
-const PHASES=["launching","downloading","loading_shards","allocating","autotune","cuda_graph"];
 const BAD=["error","stalled","crashed","unreachable","silent"];   // counted first, in red
 const rows=new Map(),groups=new Map();
 const PIN={error:0,crashed:1,silent:2,stalled:3,unreachable:4};   // bad states, pinned on top
@@ -141,11 +139,13 @@ function spark(box,values,limit){const last=values.slice(-60),top=Math.max(limit
   while(box.children.length<last.length)box.append(el("i"));
   last.forEach((v,i)=>{box.children[i].style.height=Math.max(1,100*v/top).toFixed(1)+"%"})}
 // one lane of the timeline; `scale` (seconds) is the full width, shared by both lanes
-// `parts`: [phase, seconds] in order (one per span, or per phase); phase null: empty time
-function lane(label,parts,scale,totalText,outcome,outcomeCls){
+// `parts`: [phase, seconds] in order (one per span, or per phase); phase null: empty time;
+// `col`: the pack's phase colours (`colours:` in rules/*.yaml; a phase without one is grey)
+function lane(label,parts,scale,totalText,outcome,outcomeCls,col){
   const row=el("div","tl");row.dataset.lane=label;row.append(el("span","label",label));const ln=el("div","lane");
   for(const [p,d] of parts){if(!(d>0))continue;
-    const s=el("div","seg "+(p===null?"gap":PHASES.includes(p)?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
+    const s=el("div","seg "+(p===null?"gap":col[p]?p:"other"));s.style.width=(100*d/Math.max(scale,1e-9))+"%";
+    if(p!==null&&col[p])s.style.background=col[p];
     if(p!==null){s.title=p+" "+dur(d);s.textContent=p+" "+dur(d)}ln.append(s)}
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function brief(t){const s=t.source_state||{},c=t.crash;
@@ -182,12 +182,12 @@ function update(r,t,now){
     // ran beside them on a lane of their own, placed at their start
     const main=spans.filter(s=>!s.beside).map(s=>[s.phase,s.seconds]),side=[];let at=0;
     for(const s of spans.filter(s=>s.beside)){side.push([null,(s.start||0)-at],[s.phase,s.seconds]);at=(s.start||0)+(s.seconds||0)}
-    const hasCur=Object.keys(cur).length>0,nowT=t.total_seconds!=null?t.total_seconds:total(cur),
+    const col=t.phase_colours||{},hasCur=Object.keys(cur).length>0,nowT=t.total_seconds!=null?t.total_seconds:total(cur),
       prevT=prev?total(prev.phases):0,scale=Math.max(nowT,prevT);
-    if(hasCur)r.timeline.append(lane("now",main.length?main:Object.entries(cur),scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null));
-    if(hasCur&&side.length)r.timeline.append(lane("beside",side,scale,"","",null));
+    if(hasCur)r.timeline.append(lane("now",main.length?main:Object.entries(cur),scale,t.ready_in_seconds!=null?dur(t.ready_in_seconds):dur(nowT),t.phase,null,col));
+    if(hasCur&&side.length)r.timeline.append(lane("beside",side,scale,"","",null,col));
     if(prev)r.timeline.append(lane("previous",Object.entries(prev.phases),scale,dur(prev.total!=null?prev.total:prevT),
-      prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome))}
+      prev.outcome==="crashed"?"crashed"+(prev.reason?": "+prev.reason:""):prev.outcome,prev.outcome,col))}
   const gpu=t.gpu;r.gpu.hidden=!gpu;
   if(gpu){const snap=gpu.up?gpu.snapshot:null;r.gpu.className="gpu"+(snap?"":" down");
     set(r.gputxt,(snap?snap.summary:"GPU: "+(gpu.status||"starting"))

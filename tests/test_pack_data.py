@@ -1,0 +1,109 @@
+"""Engine knowledge as pack data (issue 33): the main progress bar (`primary: true`) and the
+phases' colours (`colours:`) come from the pack, so a new engine with its own phase and bar
+needs no Python: its view, its metrics' shard series and the page's lanes follow its YAML.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import PackError, load_pack, shipped_pack_names
+from logwatch.view import build_view, pipeline_view, unknown_phases
+from logwatch.counters import Counters
+
+NEW_ENGINE = """\
+name: newengine
+phases: [launching, loading_weights, ready]
+colours: {launching: "#111111", loading_weights: "#22AA33"}
+rules:
+  - id: start
+    pattern: 'newengine starting'
+    restart: true
+    phase: launching
+  - id: tensor_bar
+    pattern: 'tensors (?P<current>\\d+)/(?P<total>\\d+)'
+    phase: loading_weights
+    progress: tensors
+    primary: true
+  - id: other_bar
+    pattern: 'blocks (?P<current>\\d+)/(?P<total>\\d+)'
+    phase: loading_weights
+    progress: blocks
+  - id: ready
+    pattern: 'newengine ready'
+    phase: ready
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_a_new_engines_bar_and_colours_come_from_its_pack(tmp_path: Path) -> None:
+    pack = load_pack(write(tmp_path, NEW_ENGINE))
+    assert pack.primary_progress == "tensors"
+    assert pack.colours == {"launching": "#111111", "loading_weights": "#22aa33"}
+    pipe = LogPipeline(pack)
+    pipe.feed(b"newengine starting\nblocks 1/9\ntensors 3/12\n", 1000.0)
+    view = pipeline_view("n", pipe, 1001.0)
+    assert view.primary_progress == "tensors"
+    assert view.shards is not None and (view.shards.loaded, view.shards.total) == (3, 12)
+    doc = view.to_json()
+    assert doc["shards"] == {"loaded": 3, "total": 12}
+    assert doc["phase_colours"]["loading_weights"] == "#22aa33"
+    assert "loading_weights" in view.phases
+
+
+def test_a_pack_without_a_primary_bar_shows_no_shards(tmp_path: Path) -> None:
+    pack = load_pack(write(tmp_path, NEW_ENGINE.replace("    primary: true\n", "")))
+    assert pack.primary_progress is None
+    pipe = LogPipeline(pack)
+    pipe.feed(b"newengine starting\ntensors 3/12\n", 1000.0)
+    view = pipeline_view("n", pipe, 1001.0)
+    assert view.shards is None and "tensors" in view.progress
+
+
+@pytest.mark.parametrize("name", shipped_pack_names())
+def test_the_shipped_packs_bar_is_shards_and_every_phase_has_a_colour(name: str) -> None:
+    pack = load_pack(name)
+    assert pack.primary_progress == "shards"      # the metrics' logwatch_shards_* (DESIGN)
+    assert set(pack.phases) - {"ready"} <= set(pack.colours), pack.colours
+
+
+def test_colours_are_inherited_and_overridden(tmp_path: Path) -> None:
+    write(tmp_path, NEW_ENGINE, "newengine.yaml")
+    child = load_pack(write(tmp_path, 'name: child\nextends: newengine.yaml\n'
+                                      'colours: {launching: "#abcdef"}\n'))
+    assert child.colours == {"launching": "#abcdef", "loading_weights": "#22aa33"}
+    assert child.primary_progress == "tensors"
+
+
+@pytest.mark.parametrize("change, key", [
+    (('colours: {launching: "#111111", loading_weights: "#22AA33"}', 'colours: {launching: red}'),
+     "colours.launching"),
+    (('colours: {launching: "#111111", loading_weights: "#22AA33"}', 'colours: {warming: "#111111"}'),
+     "colours.warming"),
+    (('colours: {launching: "#111111", loading_weights: "#22AA33"}', 'colours: [a]'), "colours"),
+    (("    progress: blocks\n", "    progress: blocks\n    primary: true\n"), "primary"),
+    (("    restart: true\n", "    restart: true\n    primary: true\n"), "primary"),
+])
+def test_bad_pack_data_is_one_error_naming_the_key(tmp_path: Path, change: tuple[str, str],
+                                                   key: str) -> None:
+    text = NEW_ENGINE.replace(*change)
+    assert text != NEW_ENGINE
+    with pytest.raises(PackError) as e:
+        load_pack(write(tmp_path, text))
+    assert e.value.key == key, str(e.value)
+
+
+def test_a_target_not_yet_detected_has_the_fallback_packs_phases() -> None:
+    fallback = next(load_pack(n) for n in shipped_pack_names() if load_pack(n).fallback)
+    assert unknown_phases() == fallback.phases
+    view = build_view(name="t", source="x.log", kind="file", labels={}, now=1.0,
+                      counters=Counters(), pipe=None, history=None)
+    assert view.phases[0] == "waiting" and view.phases[1:1 + len(fallback.phases)] == fallback.phases
