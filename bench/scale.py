@@ -121,7 +121,7 @@ def replay_command(tmp: Path) -> str:
     start-up, not the daemon).  The query arguments the stream appends are ignored."""
     sample = tmp / "nvsmi-sample.csv"
     if not sample.exists():
-        from logwatch.sources.gpu import FULL_FIELDS, query_args
+        from logwatch.telemetry.gpu import FULL_FIELDS, query_args
         args = [a for a in query_args(FULL_FIELDS, 2.0) if a not in ("-l", "2")]
         out = subprocess.run([str(FAKE_NVSMI), *args], capture_output=True, text=True,
                              env={**os.environ, "FAKE_NVSMI_GPUS": "8"}, check=True).stdout

@@ -21,8 +21,8 @@ from conftest import ROOT
 from logwatch.telemetry.gpu import (
     FULL_FIELDS, MINIMAL_FIELDS, STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS,
     THROTTLE_REASONS, GpuConfig, GpuCsvParser, GpuSample, GpuSnapshot, GpuStream, GpuStreams,
-    RunEnd, canonical_field, classify_run, decode_throttle, gpu_summary, invalid_field, parse_csv,
-    parse_gpu_config, plan_gpu, query_args,
+    RunEnd, canonical_field, classify_run, classify_start, decode_throttle, gpu_summary,
+    invalid_field, parse_csv, parse_gpu_config, plan_gpu, query_args,
 )
 from logwatch.sources.ssh import SSHOptions, SSHPool, SSHTarget
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -692,3 +692,21 @@ def test_classify_run_names_the_output_or_the_exit_status() -> None:
     assert (hung.kind, hung.why) == ("hung", "no sample for 10s: killed")
     out = classify_run(RunEnd(code=3, head=b"\n  boom\nmore\n"), "nvsmi", FULL_FIELDS, 10.0)
     assert (out.kind, out.why) == ("exited", "exited with 3: boom")
+
+
+def test_classify_start_says_what_a_failed_start_means() -> None:
+    import asyncssh
+
+    from logwatch.telemetry.gpu.proc import Missing
+    local = [classify_start(e, "nvsmi", None) for e in (
+        Missing("nvsmi"), PermissionError(13, "Permission denied"), OSError(5, "I/O error"))]
+    assert [(v.action, v.status) for v in local] == [
+        ("wait", STATUS_MISSING), ("wait", "cannot run nvsmi: permission denied"),
+        ("restart", "cannot run nvsmi")]
+    assert local[1].why == "cannot run nvsmi: Permission denied"
+    said = lambda e: f"explained: {type(e).__name__}"   # noqa: E731
+    refused = classify_start(asyncssh.PermissionDenied("no"), "nvsmi", said)
+    assert (refused.action, refused.status, refused.kind, refused.why) == \
+        ("wait", "cannot connect", "quiet", "explained: PermissionDenied")
+    lost = classify_start(ConnectionResetError(), "nvsmi", said)
+    assert (lost.action, lost.status, lost.kind) == ("restart", "cannot connect", "start")

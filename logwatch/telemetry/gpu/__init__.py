@@ -26,7 +26,7 @@ from .preflight import PREFLIGHT_HELD, preflight_held, preflight_note, preflight
 from .query import FULL_FIELDS, MINIMAL_FIELDS, canonical_field, invalid_field, query_args
 from .run import (
     STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS, RunEnd, RunVerdict,
-    classify_run,
+    classify_run, classify_start,
 )
 from .sample import (
     IDLE_UTIL, POWER_CAP_REASONS, THERMAL_REASONS, THROTTLE_BITS, THROTTLE_REASONS, GpuSample,
@@ -41,7 +41,8 @@ __all__ = [
     "PREFLIGHT_HELD", "SNAPSHOTS", "STATUS_HUNG", "STATUS_MISSING", "STATUS_NO_DRIVER",
     "STATUS_NO_GPUS", "THERMAL_REASONS", "THROTTLE_BITS", "THROTTLE_REASONS",
     "GpuConfig", "GpuCounters", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
-    "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "decode_throttle",
+    "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "classify_start",
+    "decode_throttle",
     "gpu_summary", "host_time", "invalid_field", "learn_idle", "parse_csv", "parse_gpu_config",
     "plan_gpu", "preflight_held", "preflight_note", "preflight_text", "query_args",
     "sample_from_row",

@@ -16,9 +16,10 @@ from typing import Callable
 
 import asyncssh
 
+from ...sources.ssh import NoSFTPSubsystem
 from ...units import fmt_duration
 from .parse import GpuCsvParser
-from .proc import Proc
+from .proc import Missing, Proc
 from .query import MINIMAL_FIELDS, invalid_field
 from .sample import GpuSnapshot
 
@@ -103,6 +104,29 @@ def classify_run(end: RunEnd, cmd: str, fields: tuple[str, ...], timeout: float)
         return RunVerdict(RESTART, "connection lost", end.lost, kind="lost")
     why = f"exited with {end.code}" + (f": {first[:200]}" if first else "")
     return RunVerdict(RESTART, f"nvidia-smi {why[:120]}", why, kind="exited")
+
+
+#: What failing to start a run can be (`classify_start`); anything else is a bug, raised.
+START_ERRORS = (Missing, OSError, asyncssh.Error, asyncio.TimeoutError, NoSFTPSubsystem)
+
+
+def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException], str] | None
+                   ) -> RunVerdict:
+    """What a failure to start a run means (`explain`: the SSH explanation of a remote
+    stream's error, None for a local one).  No command, no permission, a refused host key or
+    login: the long wait (`kind` "quiet" where the log target's own source says it already);
+    any other connection or start error: a restart after the short backoff."""
+    if isinstance(e, Missing):
+        return RunVerdict(WAIT, STATUS_MISSING, f"{cmd}: command not found")
+    if isinstance(e, PermissionError):
+        return RunVerdict(WAIT, f"cannot run {cmd}: permission denied",
+                          f"cannot run {cmd}: {e.strerror}")
+    if explain is not None and isinstance(e, (asyncssh.HostKeyNotVerifiable,
+                                              asyncssh.PermissionDenied, NoSFTPSubsystem)):
+        return RunVerdict(WAIT, "cannot connect", explain(e), kind="quiet")
+    why = explain(e) if explain is not None else f"{type(e).__name__}: {e}"
+    return RunVerdict(RESTART, "cannot connect" if explain is not None else f"cannot run {cmd}",
+                      why, kind="start")
 
 
 async def read_run(proc: Proc, parser: GpuCsvParser, *, timeout: float, interval: float,

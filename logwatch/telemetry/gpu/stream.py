@@ -19,18 +19,17 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import asyncssh
-
 from ... import log
-from ...sources.ssh import (
-    Backoff, NoSFTPSubsystem, SSHOptions, SSHPool, SSHTarget, default_pool, explain,
-)
+from ...sources.ssh import Backoff, SSHOptions, SSHPool, SSHTarget, default_pool, explain
 from ...units import fmt_duration
 from .config import GpuConfig
 from .parse import GpuCsvParser
-from .proc import Missing, Proc, spawn
+from .proc import Proc, spawn
 from .query import FULL_FIELDS, MINIMAL_FIELDS, query_args
-from .run import FALLBACK, RESTART, STATUS_MISSING, RunEnd, classify_run, read_run
+from .run import (
+    FALLBACK, RESTART, START_ERRORS, STATUS_MISSING, RunEnd, classify_run, classify_start,
+    read_run,
+)
 from .sample import GpuSnapshot, learn_idle
 from .summary import gpu_summary
 
@@ -68,13 +67,11 @@ class GpuStream:
     them.  So a host with streams uses at most exec slots + SFTP + 1 sessions (6 of OpenSSH's
     default MaxSessions 10).
 
-    Failure policy: no sample for `timeout` -> kill the process group (local) / signal it and
-    close its session and pty (remote, see `proc.RemoteProc`), status "nvidia-smi hung:
-    restarted", restart after backoff
-    (1 s doubling to 60 s; reset after a minute of samples).  Exit 2 naming an invalid field ->
-    at once to MINIMAL_FIELDS, once.  Command not found (local FileNotFoundError, exit 127,
-    "command not found") -> "no nvidia-smi on host", retried after 1 min doubling to 5 min;
-    the same wait for "no GPUs on host" (exit 6) and "NVIDIA driver not loaded" (exit 9).
+    Failure policy: what a failed start or a finished run means is decided in run.py
+    (`classify_start`, `classify_run`); the stream acts on it: at once to MINIMAL_FIELDS, the
+    short backoff (1 s doubling to 60 s, reset after `healthy_after` of samples) or the long
+    wait (1 min doubling to 5 min) with `status` saying why.  Its size is its state and its
+    asyncio life (start, stop, the loop, the waits), which one class keeps together.
     """
 
     def __init__(self, config: GpuConfig, *, ssh: tuple[SSHTarget, SSHOptions] | None = None,
@@ -232,27 +229,16 @@ class GpuStream:
                 argv = self.config.argv + query_args(self.fields, self.config.interval)
                 self._proc, self._pty = await spawn(argv, self.ssh, self.pool, self._pty,
                                                     self.log)
-            except Missing:
-                await self._wait_missing(f"{cmd}: command not found")
-                continue
-            except PermissionError as e:
-                await self._wait_missing(f"cannot run {cmd}: {e.strerror}",
-                                         status=f"cannot run {cmd}: permission denied")
-                continue
-            except (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied,
-                    NoSFTPSubsystem) as e:
-                # the log target reports these itself; retrying fast would change nothing
-                assert self.ssh is not None
-                await self._wait_missing(explain(e, *self.ssh), status="cannot connect",
-                                         quiet=True)
-                continue
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
-                why = explain(e, *self.ssh) if self.ssh else f"{type(e).__name__}: {e}"
+            except START_ERRORS as e:
+                v = classify_start(e, cmd, self._explain)
+                if v.action != RESTART:
+                    await self._wait_missing(v.why, v.status, quiet=v.kind == "quiet")
+                    continue
                 delay = self._retry.next()
-                self._set(False, "cannot connect" if self.ssh else f"cannot run {cmd}", why)
+                self._set(False, v.status, v.why)
                 # over SSH the log's own source says why the host cannot be reached
                 (self.log.debug if self.ssh else self.log.warning)(
-                    "gpu: cannot start nvidia-smi", error=why, retry_in=round(delay, 1))
+                    "gpu: cannot start nvidia-smi", error=v.why, retry_in=round(delay, 1))
                 await self._sleep(delay)
                 continue
             self.counters.starts += 1
@@ -307,15 +293,23 @@ class GpuStream:
                              restart_in=round(delay, 1))
         await self._sleep(delay)
 
+    def _explain_ssh(self, e: BaseException) -> str:
+        assert self.ssh is not None
+        return explain(e, *self.ssh)
+
+    @property
+    def _explain(self) -> Callable[[BaseException], str] | None:
+        """The SSH explanation of an error (None: a local stream)."""
+        return self._explain_ssh if self.ssh is not None else None
+
     async def _read(self, proc: Proc) -> RunEnd:
         """Read one process until it ends or the watchdog fires; publish its snapshots."""
         parser = GpuCsvParser(self.fields, clock=self.clock)
-        ssh = self.ssh
         try:
             return await read_run(
                 proc, parser, timeout=self.config.timeout, interval=self.config.interval,
                 publish=self._publish, closed=lambda: self._closed,
-                explain=lambda e: explain(e, *ssh) if ssh else repr(e))
+                explain=self._explain or repr)
         finally:
             self.counters.skipped_lines += parser.skipped
             self.counters.oversized_lines += parser.oversized
