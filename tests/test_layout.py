@@ -201,3 +201,15 @@ def test_sources_yield_only_log_bytes() -> None:
                  for n in deps if under(n, ("logwatch.telemetry",)))
     assert not bad, "sources importing telemetry:\n  " + "\n  ".join(bad)
     assert not any(p.stem in ("gpu", "probe") for p in (PKG / "sources").glob("*.py"))
+
+
+def test_the_readme_map_names_every_module_and_package() -> None:
+    """README "How it works": the map of logwatch/ names every top-level module and package
+    (a new one is placed there as well as in the layers)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("\nlogwatch/\n", 1)[1].split("```", 1)[0]
+    named = {line.split()[0].split("/")[0] for line in block.splitlines()
+             if line.startswith("  ") and not line.startswith("   ")}
+    tree = {p.stem if p.is_file() else p.name for p in PKG.iterdir()
+            if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").exists()}
+    assert tree - {n.removesuffix(".py") for n in named} == set()
