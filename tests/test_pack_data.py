@@ -101,9 +101,9 @@ def test_bad_pack_data_is_one_error_naming_the_key(tmp_path: Path, change: tuple
     assert e.value.key == key, str(e.value)
 
 
-def test_a_target_not_yet_detected_has_the_fallback_packs_phases() -> None:
-    fallback = next(load_pack(n) for n in shipped_pack_names() if load_pack(n).fallback)
-    assert unknown_phases() == fallback.phases
+def test_a_target_not_yet_detected_has_the_base_packs_phases() -> None:
+    base = load_pack("base")
+    assert unknown_phases() == base.phases and base.phases[-1] == "ready"
     view = build_view(name="t", source="x.log", kind="file", labels={}, now=1.0,
                       counters=Counters(), pipe=None, history=None)
-    assert view.phases[0] == "waiting" and view.phases[1:1 + len(fallback.phases)] == fallback.phases
+    assert view.phases == ("waiting", *base.phases, "crashed", "stopped")
