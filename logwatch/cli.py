@@ -23,6 +23,8 @@ from .sinks.summary import human, summary, timeline
 from .verdict import Exit
 from .view import pipeline_view
 
+# what add_subparsers() returns: each subcommand below adds its own parser to it
+Subparsers = argparse._SubParsersAction
 
 MAIN_HELP = """\
 Watch LLM inference servers (SGLang, vLLM) start up and serve, from their logs.
@@ -114,7 +116,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"logwatch {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_replay(sub)
+    _add_history(sub)
+    _add_status(sub)
+    _add_compare(sub)
+    _add_watch(sub)
+    _add_run(sub)
+    _add_demo(sub)
+    _add_alerts(sub)
+    _add_rules(sub)
+    return p
 
+
+def _add_replay(sub: Subparsers) -> None:
     r = sub.add_parser("replay", help="run finished logs through the rules",
                        description=REPLAY_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each phase of the last startup with its start time and duration")
     r.set_defaults(func=cmd_replay)
 
+
+def _add_history(sub: Subparsers) -> None:
     h = sub.add_parser("history", help="every startup in a log: flags, what changed, phases, tok/s",
                        description=HISTORY_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -143,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one JSON object per startup per line (fields: README, the launch ledger)")
     h.set_defaults(func=cmd_history)
 
+
+def _add_status(sub: Subparsers) -> None:
     st = sub.add_parser("status", help="the daemon's fleet in the terminal, bad targets first",
                         description="One row per target of the running daemon (its "
                         "/api/status), like `kubectl get`: error, crashed, silent, stalled, "
@@ -155,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--json", action="store_true", help="the targets as JSON, bad first")
     st.set_defaults(func=cmd_status)
 
+
+def _add_compare(sub: Subparsers) -> None:
     cmp_ = sub.add_parser("compare", help="two startups of a log side by side",
                           description=COMPARE_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -170,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument("--target", metavar="NAME", help="with -c: the target")
     cmp_.set_defaults(func=cmd_compare)
 
+
+def _add_watch(sub: Subparsers) -> None:
     w = sub.add_parser("watch", help="follow a launch live (one or more logs) until ready or dead",
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("target", metavar="TARGET", nargs="+",
@@ -225,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not verify the host key (insecure; warns)")
     w.set_defaults(func=cmd_watch)
 
+
+def _add_run(sub: Subparsers) -> None:
     run = sub.add_parser("run", help="the daemon: every target of the config, metrics on :9105",
                          description=RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("-c", "--config", default="logwatch.yaml", metavar="FILE",
@@ -237,6 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="only validate the config and its rule packs, then exit (0 ok, 2 bad)")
     run.set_defaults(func=cmd_run)
 
+
+def _add_demo(sub: Subparsers) -> None:
     d = sub.add_parser("demo", help="the embedded default: a simulated server and the daemon",
                        description="A simulated SGLang server writes a realistic startup log "
                                    "(a GLM-5-sized model on 8 GPUs: download, 83 shards, "
@@ -252,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--forever", action="store_true", help="keep the daemon running until Ctrl-C")
     d.set_defaults(func=cmd_demo)
 
+
+def _add_alerts(sub: Subparsers) -> None:
     al = sub.add_parser("alerts", help="check the alert wiring",
                         description="Alerts go to the sinks of the config (Slack, webhooks, "
                                     "Alertmanager).")
@@ -264,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     at.add_argument("--kind", default="crashed", choices=KIND_NAMES)
     at.set_defaults(func=cmd_alerts_test)
 
+
+def _add_rules(sub: Subparsers) -> None:
     rules = sub.add_parser("rules", help="validate and test rule packs",
                            description="Rule packs are data (rules/*.yaml); test them like code.")
     rsub = rules.add_subparsers(dest="rules_command", metavar="ACTION")
@@ -287,7 +317,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one JSON object per line: line number, rule, phase begun, progress "
                         "kind, crash reason, hint, stop, endpoint, stats, fields (for CI)")
     t.set_defaults(func=cmd_rules_test)
-    return p
 
 
 HISTORY_HELP = """\

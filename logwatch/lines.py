@@ -644,9 +644,7 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
     open_line = st.open_line            # the first line began in the previous block
     st.open_line = not final and data[-1:] == b"\r"
     if st.pending is not None:  # the previous block's last line: its follower starts here
-        width, head = st.pending
-        st.pending = None
-        _learn(st, width, width, _continues(head, _first_segment(data, 0), False))
+        _settle_pending(st, st.pending, data)
     while pos < n and not st.off:
         nl = data.find(b"\n", pos)
         if nl < 0:  # a `\r`-ended segment (or the flushed tail): a line still open
@@ -662,12 +660,7 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
             chain = -1
             pos = nl + 1
             continue
-        if nl - pos > longest_row:  # no terminal row is that long: not sliced or decoded
-            line = b""
-            width = None if open_line or data.find(b"\r", pos, nl) >= 0 else FOLD_ROW_MAX_BYTES
-        else:
-            line = data[pos:nl]
-            width = None if open_line else _row_width(line)
+        line, width = _row_at(data, pos, nl, open_line, longest_row)
         open_line = False
         nxt = nl + 1
         if nxt >= n and not final:  # the follower is not here yet
@@ -675,33 +668,68 @@ def unfold_rows(data: bytes, st: RowFolds, final: bool,
                 keep = chain if chain >= 0 else pos
                 cut_at = [c for c in cut_at if c < keep]
             elif st.width is None:
-                if width is None:  # not a row: it only counts as a line
-                    _learn(st, None, 0, False)
-                elif line:
-                    st.pending = (width, line[:8])
-                else:
-                    _learn(st, width, width, False)
+                _learn_last(st, width, line)
             break
-        joined = False
-        if st.width is None:
-            # whether the next line continues this one counts only for a row at the longest
-            # width (a tie or a new longest): asked only then
-            _learn(st, width, 0 if width is None else width,
-                   width is not None and line != b"" and width >= st.longest
-                   and width >= FOLD_WIDTH_MIN
-                   and _continues(line, _first_segment(data, nxt), False))
-        elif width is not None and width > st.width:
-            st.off = True
-        elif width == st.width and _continues(line, _first_segment(data, nxt), True):
+        if _is_fold(st, line, width, data, nxt):
             cut_at.append(nl)
-            joined = True
             if chain < 0:
                 chain = pos
-        if not joined:
+        else:
             chain = -1
         pos = nxt
     if not cut_at:
         return (data if keep == n else data[:keep]), (), keep
+    return _cut(data, cut_at, keep)
+
+
+def _is_fold(st: RowFolds, line: bytes, width: int | None, data: bytes, nxt: int) -> bool:
+    """Whether the newline after `line` (its follower at `nxt`) is a fold to remove; while the
+    width is being learned, the line is learned from instead (and it is not)."""
+    if st.width is None:
+        # whether the next line continues this one counts only for a row at the longest
+        # width (a tie or a new longest): asked only then
+        _learn(st, width, 0 if width is None else width,
+               width is not None and line != b"" and width >= st.longest
+               and width >= FOLD_WIDTH_MIN
+               and _continues(line, _first_segment(data, nxt), False))
+        return False
+    if width is not None and width > st.width:
+        st.off = True
+        return False
+    return width == st.width and _continues(line, _first_segment(data, nxt), True)
+
+
+def _settle_pending(st: RowFolds, pending: tuple[int, bytes], data: bytes) -> None:
+    """The previous block's last line was a row candidate whose follower starts `data`:
+    learn from it now."""
+    width, head = pending
+    st.pending = None
+    _learn(st, width, width, _continues(head, _first_segment(data, 0), False))
+
+
+def _row_at(data: bytes, pos: int, nl: int, open_line: bool,
+            longest_row: int) -> tuple[bytes, int | None]:
+    """The line data[pos:nl] and its width as a row (None: it cannot be one).  A line longer
+    than any terminal row is neither sliced nor decoded (b"" stands for it)."""
+    if nl - pos > longest_row:
+        return b"", None if open_line or data.find(b"\r", pos, nl) >= 0 else FOLD_ROW_MAX_BYTES
+    line = data[pos:nl]
+    return line, None if open_line else _row_width(line)
+
+
+def _learn_last(st: RowFolds, width: int | None, line: bytes) -> None:
+    """The block's last line while the width is being learned: its follower is not here yet,
+    so a row candidate waits in `st.pending` for the next block."""
+    if width is None:  # not a row: it only counts as a line
+        _learn(st, None, 0, False)
+    elif line:
+        st.pending = (width, line[:8])
+    else:
+        _learn(st, width, width, False)
+
+
+def _cut(data: bytes, cut_at: list[int], keep: int) -> tuple[bytes, tuple[int, ...], int]:
+    """data[:keep] without the newlines at `cut_at`, and where in the result they were."""
     out: list[bytes] = []
     joins: list[int] = []
     copied = out_len = 0
