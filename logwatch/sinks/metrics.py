@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Hashable, Protocol
+from typing import Any, Callable, Hashable, Protocol
 
 from prometheus_client.utils import floatToGoString
 
@@ -144,19 +144,8 @@ def target_lines(v: TargetView) -> dict[str, str]:
 
     val = _go_float
 
-    gpu = v.gpu
-    if gpu is not None:
-        add("logwatch_gpu_up", f"logwatch_gpu_up{one} {val(1.0 if gpu.get('up') else 0.0)}")
-        snap = gpu.get("snapshot") if gpu.get("up") else None
-        for sample in (snap or {}).get("gpus", ()):
-            idx = _esc(str(sample.get("index")))
-            for name, _, key, scale in GPU_GAUGES:
-                x = sample.get(key)
-                if x is not None:
-                    add(name, f'{name}{{gpu="{idx}",{tl}}} {val(float(x) * scale)}')
-            for reason, on in sorted((sample.get("throttled") or {}).items()):
-                add("logwatch_gpu_throttled", f'logwatch_gpu_throttled{{gpu="{idx}",'
-                    f'reason="{_esc(reason)}",{tl}}} {val(float(on))}')
+    if v.gpu is not None:
+        _gpu_lines(add, v.gpu, tl, one)
     add("logwatch_last_startup_seconds", f"logwatch_last_startup_seconds{one} "
         f"{val(v.last_startup_seconds if v.last_startup_seconds is not None else math.nan)}")
     pr = v.probe
@@ -165,6 +154,46 @@ def target_lines(v: TargetView) -> dict[str, str]:
         if pr.get("duration") is not None:
             add("logwatch_probe_duration_seconds",
                 f"logwatch_probe_duration_seconds{one} {val(float(pr['duration']))}")
+    _phase_lines(add, v, tl, one)
+    sh = v.shards
+    add("logwatch_shards_loaded", f"logwatch_shards_loaded{one} "
+        f"{val(float(sh.loaded) if sh else 0.0)}")
+    add("logwatch_shards_total", f"logwatch_shards_total{one} {val(float(sh.total) if sh else 0.0)}")
+    add("logwatch_shards_to_load", f"logwatch_shards_to_load{one} "
+        f"{val(float(sh.total) if sh else 0.0)}")
+    add("logwatch_shard_load_rate", f"logwatch_shard_load_rate{one} "
+        f"{val(float(sh.rate) if sh and sh.rate else 0.0)}")
+    add("logwatch_startup_eta_seconds", f"logwatch_startup_eta_seconds{one} {val(v.eta_seconds)}")
+    _counter_lines(add, v, tl, one)
+    info = [("engine", v.engine), ("source", v.kind), ("target", t), *v.labels.items()]
+    add("logwatch_target_info", f"logwatch_target_info{_labels(info)} 1.0")
+    return {k: "\n".join(lines) + "\n" for k, lines in out.items()}
+
+
+# how target_lines' parts add a sample: (family, its line)
+Add = Callable[[str, str], None]
+
+
+def _gpu_lines(add: Add, gpu: dict[str, Any], tl: str, one: str) -> None:
+    """GPU telemetry: up, then each GPU's gauges and throttle reasons (while it answers)."""
+    val = _go_float
+    add("logwatch_gpu_up", f"logwatch_gpu_up{one} {val(1.0 if gpu.get('up') else 0.0)}")
+    snap = gpu.get("snapshot") if gpu.get("up") else None
+    for sample in (snap or {}).get("gpus", ()):
+        idx = _esc(str(sample.get("index")))
+        for name, _, key, scale in GPU_GAUGES:
+            x = sample.get(key)
+            if x is not None:
+                add(name, f'{name}{{gpu="{idx}",{tl}}} {val(float(x) * scale)}')
+        for reason, on in sorted((sample.get("throttled") or {}).items()):
+            add("logwatch_gpu_throttled", f'logwatch_gpu_throttled{{gpu="{idx}",'
+                f'reason="{_esc(reason)}",{tl}}} {val(float(on))}')
+
+
+def _phase_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
+    """The current phase (one series per phase of the pack), when it and the startup began,
+    the seconds in each phase, ready."""
+    val = _go_float
     cur = v.phase
     for p in v.phases:
         add("logwatch_phase", f'logwatch_phase{{phase="{_esc(p)}",{tl}}} '
@@ -181,15 +210,12 @@ def target_lines(v: TargetView) -> dict[str, str]:
     add("logwatch_startup_started_timestamp_seconds",
         f"logwatch_startup_started_timestamp_seconds{one} {val(v.startup_started_at or 0.0)}")
     add("logwatch_ready", f"logwatch_ready{one} {'1.0' if cur == READY else '0.0'}")
-    sh = v.shards
-    add("logwatch_shards_loaded", f"logwatch_shards_loaded{one} "
-        f"{val(float(sh.loaded) if sh else 0.0)}")
-    add("logwatch_shards_total", f"logwatch_shards_total{one} {val(float(sh.total) if sh else 0.0)}")
-    add("logwatch_shards_to_load", f"logwatch_shards_to_load{one} "
-        f"{val(float(sh.total) if sh else 0.0)}")
-    add("logwatch_shard_load_rate", f"logwatch_shard_load_rate{one} "
-        f"{val(float(sh.rate) if sh and sh.rate else 0.0)}")
-    add("logwatch_startup_eta_seconds", f"logwatch_startup_eta_seconds{one} {val(v.eta_seconds)}")
+
+
+def _counter_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
+    """Startups, crashes by reason, the startup-duration histogram, the source's state and
+    counters."""
+    val = _go_float
     cn = v.counters
     add("logwatch_startups_total", f"logwatch_startups_total{one} {val(float(cn.startups))}")
     for reason in (*CRASH_REASONS, *(r for r in cn.crashes if r not in CRASH_REASONS)):
@@ -216,13 +242,14 @@ def target_lines(v: TargetView) -> dict[str, str]:
                    ("logwatch_lines_cut_total", cn.lines_cut),
                    ("logwatch_rule_errors_total", cn.rule_errors)):
         add(fam, f"{fam}{one} {val(float(x))}")
-    info = [("engine", v.engine), ("source", v.kind), ("target", t), *v.labels.items()]
-    add("logwatch_target_info", f"logwatch_target_info{_labels(info)} 1.0")
-    return {k: "\n".join(lines) + "\n" for k, lines in out.items()}
 
 
-# Every family: (exposed name, type, help), in exposition order.
 def _families() -> list[tuple[str, str, str]]:
+    """Every family: (exposed name, type, help), in exposition order.
+
+    Long because: one table, a row per family; split, the exposition order would be spread
+    over several functions.
+    """
     fams = [("logwatch_gpu_up", "gauge", "1 while the target's GPU telemetry (nvidia-smi on its "
              "host) answers")]
     fams += [(name, "gauge", doc) for name, doc, _, _ in GPU_GAUGES]
