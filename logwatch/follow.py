@@ -69,6 +69,56 @@ DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log .
 DETECT_WAIT = 2.0           # ... or this many seconds after the first bytes
 
 
+class LastLine:
+    """The latest meaningful line of a stream, as the page and the live display show it."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.meaningful = ""       # the latest line that is not a tqdm frame
+        self.partial = b""         # the unfinished last line of the chunks seen so far
+
+    def note(self, data: bytes) -> None:
+        """Take the next chunk of the stream.  The line shown is the newest
+        line that is not a tqdm frame, unless the newest line is a bar still moving (a
+        finished bar, the 100 % of a download, does not stay there while newer lines
+        arrive).  A frame is whole once its `]` is written, before the `\\r` of the next one,
+        so the unterminated end of a chunk counts when it is a frame; any other unfinished
+        line waits for the chunk that completes it."""
+        if self.partial:
+            data = self.partial + data
+        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+        tail = data[cut + 1:]
+        self.partial = tail[:LAST_LINE_CHARS]
+        newest: tuple[str, str | None] | None = None
+        latest: str | None = None
+        seen = 0
+        end, start = len(data), cut + 1
+        while end >= 0 and seen < LAST_LINE_SCAN and latest is None:
+            seen += 1           # segments, empty ones too: "\r\r\r..." is bounded as well
+            seg = data[start:end].strip()
+            if seg:
+                for part in reversed(split_glued(segment_text(seg[:LAST_LINE_CHARS]))):
+                    part = part.strip()
+                    kind = progress_frame(part) if part else None
+                    if not part or (end == len(data) and kind is None):
+                        continue    # the unfinished end of the chunk, not a frame
+                    if newest is None:
+                        newest = (part, kind)
+                    if kind is None:
+                        latest = part
+                        break
+            end = start - 1
+            if end < 0:
+                break
+            start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
+        if latest is not None:
+            self.meaningful = latest
+        if newest is not None:
+            text, kind = newest
+            self.text = text if kind == "moving" or not self.meaningful \
+                else self.meaningful
+
+
 class Follower:
     """Feeds one source into a pipeline.  With `pack=None` (`--rules auto`) it holds the
     first bytes back until the pack's `detect` patterns recognise the engine."""
@@ -85,9 +135,7 @@ class Follower:
         self.status = SourceStatus()
         self.identity: FileIdentity | None = None
         self.next_offset: int | None = None
-        self.last_line: str = ""
-        self._meaningful = ""       # the latest line that is not a tqdm frame
-        self._partial = b""         # the unfinished last line of the chunks seen so far
+        self._last = LastLine()
         self._roll = bytearray()  # the last raw bytes received (tail hash of a position)
         self._held: list[object] = []
         self._head = b""
@@ -95,6 +143,10 @@ class Follower:
         self._detect_at = 1
         self._detect_tried = 0.0
         self.log = log.get("follow").bind(target=name)
+
+    @property
+    def last_line(self) -> str:
+        return self._last.text
 
     @property
     def pack(self) -> RulePack | None:
@@ -142,111 +194,86 @@ class Follower:
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
         now = time.time() if now is None else now
         if self.pipe is None and not isinstance(ev, (SourceState, Skipped)):
-            self._held.append(ev)
-            if isinstance(ev, Data):
-                self._head += ev.data[: DETECT_BYTES - len(self._head)]
-                if self._held_since is None:
-                    self._held_since = now
-                if len(self._head) >= DETECT_BYTES:
-                    return self.decide_pack(now)
-                if len(self._head) >= self._detect_at or now - self._detect_tried >= 0.25:
-                    # throttled: a try per 8 KiB or quarter second, not one per chunk
-                    self._detect_at, self._detect_tried = len(self._head) + 8192, now
-                    if detect_pack(self._head, self.candidates, complete_lines=True) is not None:
-                        return self.decide_pack(now)
-            return []
+            return self._hold(ev, now)
         events: list[Event] = []
         if isinstance(ev, Data):
             if self.next_offset is not None and ev.offset != self.next_offset:
                 events += self._mismatch(ev, now)
                 return events
-            self.status.bytes += len(ev.data)
-            self.status.last_data_at = now
-            if ev.data:
-                self.status.down_since = None
-            self.next_offset = ev.offset + len(ev.data)
-            self._roll += ev.data
-            if len(self._roll) > 2 * _ROLL:  # trimmed now and then, not copied per chunk
-                del self._roll[:-_ROLL]
-            self._note_last_line(ev.data)
-            assert self.pipe is not None
-            events += self.pipe.feed(ev.data, now)
+            events += self._data(ev, now)
         elif isinstance(ev, Opened):
-            assert self.pipe is not None
-            self.identity = ev.identity
-            if ev.new_file or self.next_offset is None:
-                self.status.files += 1
-                if self.next_offset is None:
-                    self.pipe.start_at(ev.offset, ev.line_number)
-                else:
-                    events += self.pipe.new_file(ev.offset, ev.line_number, now)
-                self._roll = bytearray()
-                self._partial = b""
-                self.next_offset = ev.offset
-            elif ev.offset != self.next_offset:
-                self.log.warning("source resumed at another offset", expected=self.next_offset,
-                                 got=ev.offset)
-                events += self.pipe.new_file(ev.offset, ev.line_number, now)
-                self.next_offset = ev.offset
+            events += self._opened(ev, now)
         elif isinstance(ev, Skipped):
             self.status.notice = ev.message
             self.log.warning("part of the log could not be read", bytes=ev.nbytes,
                              message=ev.message)
         elif isinstance(ev, SourceState):
-            if self.status.up and not ev.up:
-                self.status.reconnects += 1
-            ongoing = self.status.outage(now)     # as it stood before this state
-            if ev.up and not self.status.up:
-                self.status.up_since = now
-            self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
-            self.status.error = not ev.up and (ev.error or ev.fatal)
-            self.status.cause = ev.cause
-            if self.status.error:
-                self.status.down_since = ongoing if ongoing is not None else now
+            self._state(ev, now)
         if events:
             self.on_events(events)
         return events
 
-    def _note_last_line(self, data: bytes) -> None:
-        """The latest meaningful line, as the page and the live display show it: the newest
-        line that is not a tqdm frame, unless the newest line is a bar still moving (a
-        finished bar, the 100 % of a download, does not stay there while newer lines
-        arrive).  A frame is whole once its `]` is written, before the `\\r` of the next one,
-        so the unterminated end of a chunk counts when it is a frame; any other unfinished
-        line waits for the chunk that completes it."""
-        if self._partial:
-            data = self._partial + data
-        cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
-        tail = data[cut + 1:]
-        self._partial = tail[:LAST_LINE_CHARS]
-        newest: tuple[str, str | None] | None = None
-        latest: str | None = None
-        seen = 0
-        end, start = len(data), cut + 1
-        while end >= 0 and seen < LAST_LINE_SCAN and latest is None:
-            seen += 1           # segments, empty ones too: "\r\r\r..." is bounded as well
-            seg = data[start:end].strip()
-            if seg:
-                for part in reversed(split_glued(segment_text(seg[:LAST_LINE_CHARS]))):
-                    part = part.strip()
-                    kind = progress_frame(part) if part else None
-                    if not part or (end == len(data) and kind is None):
-                        continue    # the unfinished end of the chunk, not a frame
-                    if newest is None:
-                        newest = (part, kind)
-                    if kind is None:
-                        latest = part
-                        break
-            end = start - 1
-            if end < 0:
-                break
-            start = max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
-        if latest is not None:
-            self._meaningful = latest
-        if newest is not None:
-            text, kind = newest
-            self.last_line = text if kind == "moving" or not self._meaningful \
-                else self._meaningful
+    def _hold(self, ev: object, now: float) -> list[Event]:
+        """No pack yet: hold the event back, and decide once the head shows the engine."""
+        self._held.append(ev)
+        if isinstance(ev, Data):
+            self._head += ev.data[: DETECT_BYTES - len(self._head)]
+            if self._held_since is None:
+                self._held_since = now
+            if len(self._head) >= DETECT_BYTES:
+                return self.decide_pack(now)
+            if len(self._head) >= self._detect_at or now - self._detect_tried >= 0.25:
+                # throttled: a try per 8 KiB or quarter second, not one per chunk
+                self._detect_at, self._detect_tried = len(self._head) + 8192, now
+                if detect_pack(self._head, self.candidates, complete_lines=True) is not None:
+                    return self.decide_pack(now)
+        return []
+
+    def _data(self, ev: Data, now: float) -> list[Event]:
+        self.status.bytes += len(ev.data)
+        self.status.last_data_at = now
+        if ev.data:
+            self.status.down_since = None
+        self.next_offset = ev.offset + len(ev.data)
+        self._roll += ev.data
+        if len(self._roll) > 2 * _ROLL:  # trimmed now and then, not copied per chunk
+            del self._roll[:-_ROLL]
+        self._last.note(ev.data)
+        assert self.pipe is not None
+        return self.pipe.feed(ev.data, now)
+
+    def _opened(self, ev: Opened, now: float) -> list[Event]:
+        assert self.pipe is not None
+        self.identity = ev.identity
+        if ev.new_file or self.next_offset is None:
+            self.status.files += 1
+            events: list[Event] = []
+            if self.next_offset is None:
+                self.pipe.start_at(ev.offset, ev.line_number)
+            else:
+                events = self.pipe.new_file(ev.offset, ev.line_number, now)
+            self._roll = bytearray()
+            self._last.partial = b""
+            self.next_offset = ev.offset
+            return events
+        if ev.offset != self.next_offset:
+            self.log.warning("source resumed at another offset", expected=self.next_offset,
+                             got=ev.offset)
+            self.next_offset = ev.offset
+            return self.pipe.new_file(ev.offset, ev.line_number, now)
+        return []
+
+    def _state(self, ev: SourceState, now: float) -> None:
+        if self.status.up and not ev.up:
+            self.status.reconnects += 1
+        ongoing = self.status.outage(now)     # as it stood before this state
+        if ev.up and not self.status.up:
+            self.status.up_since = now
+        self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
+        self.status.error = not ev.up and (ev.error or ev.fatal)
+        self.status.cause = ev.cause
+        if self.status.error:
+            self.status.down_since = ongoing if ongoing is not None else now
 
     def finish(self, now: float | None = None) -> list[Event]:
         """The source ended: decide the pack if still undecided, close the last line."""

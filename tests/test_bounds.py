@@ -244,7 +244,8 @@ def test_event_loop_errors_are_logged_once_a_minute() -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.serial   # a CPU budget per line (10 s of matching in all)
+# not serial: the budget is of CPU time (`time.thread_time`, the better of two runs), which
+# other processes on the machine do not add to; the worst line is ~15 ms of the 50 ms
 def test_no_bait_line_costs_more_than_the_line_budget() -> None:
     """bench/bait.py: every rule's bait (its literals repeated, its samples cut and
     repeated, 64 KiB) through the matcher: the worst line's CPU time is under the 50 ms the

@@ -64,6 +64,7 @@ DESIGN_LABELS = {
     "logwatch_startup_duration_seconds_bucket": {"le"},
 }
 NO_TARGET = {"logwatch_alerts_sent_total", "logwatch_alert_failures_total", "logwatch_alerts_dropped_total",
+             "logwatch_alerts_repeated_total",
              "logwatch_state_errors_total", "logwatch_build_info",
              "logwatch_refused_total"}   # daemon-wide: no target
 

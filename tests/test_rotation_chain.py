@@ -317,7 +317,7 @@ def copytruncate_window(tmp_path: Path, batch_interval: float) -> float:
     tmp_path.mkdir()
     log = tmp_path / "server.log"
     log.write_bytes(b"")
-    writer = RenamingWriter(log, duration=2.9, every=1.5, late=0.0,   # one, at 1.5 s
+    writer = RenamingWriter(log, duration=1.3, every=0.7, late=0.0,   # one, at 0.7 s
                             rotate=lambda p: (Path(f"{p}.1").write_bytes(p.read_bytes()),
                                               os.truncate(p, 0)))
 

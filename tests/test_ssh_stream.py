@@ -47,7 +47,8 @@ def kill_readers(server: SSHServer) -> int:
 
 
 class Writers(threading.Thread):
-    """Appends numbered lines to each path, `per_batch` at a time, until `lines` each."""
+    """Appends numbered lines to each path, `per_batch` at a time, until `lines` each (or
+    fewer: `finish`)."""
 
     def __init__(self, paths: list[Path], lines: int, per_batch: int = 100,
                  pace: float = 0.01) -> None:
@@ -60,19 +61,27 @@ class Writers(threading.Thread):
         try:
             files = [open(p, "ab") for p in self.paths]
             try:
-                for b in range(self.lines // self.per_batch):
+                b = 0
+                while (b + 1) * self.per_batch <= self.lines:
                     chunk = b"".join(numbered(i) for i in range(b * self.per_batch + 1,
                                                                 (b + 1) * self.per_batch + 1))
                     for f in files:
                         f.write(chunk)
                         f.flush()
                     self.written = (b + 1) * self.per_batch
+                    b += 1
                     time.sleep(self.pace)    # the pace of the writer, not a synchronisation
             finally:
                 for f in files:
                     f.close()
         except BaseException as e:  # noqa: BLE001
             self.error = e
+
+
+    def finish(self, more: int) -> None:
+        """Write `more` lines (whole batches) after those written so far, then stop."""
+        batches = -(-more // self.per_batch)
+        self.lines = min(self.lines, self.written + batches * self.per_batch)
 
 
 def expected(lines: int) -> bytes:
@@ -92,7 +101,8 @@ def test_reader_killed_mid_read_and_sshd_restarted_lose_and_repeat_nothing(
     lines = 40_000
     with SSHServer(str(tmp_path / "sshd"), sftp=None, max_sessions=10) as server:
         pool = SSHPool()
-        writers = Writers(paths, lines, per_batch=50, pace=0.025)   # ~20 s of writing
+        # at most ~20 s of writing; it ends 2,000 lines (~1 s) after the last fault
+        writers = Writers(paths, lines, per_batch=50, pace=0.025)
         faults: list[int] = []   # lines written at each fault
 
         async def main() -> list[Collector]:
@@ -116,6 +126,7 @@ def test_reader_killed_mid_read_and_sshd_restarted_lose_and_repeat_nothing(
                         n = await asyncio.to_thread(kill_readers, server)
                         assert n == 1, f"fault {k}: {n} readers on the node (one per connection)"
                     faults.append(writers.written)
+                writers.finish(2000)
                 await asyncio.to_thread(writers.join, 120)
                 assert writers.error is None, writers.error
                 size = paths[0].stat().st_size
@@ -129,8 +140,8 @@ def test_reader_killed_mid_read_and_sshd_restarted_lose_and_repeat_nothing(
             return cols
 
         cols = run(main(), timeout=200)
-    want = expected(lines)
-    assert faults[-1] < lines, f"faults after the writer was done: {faults}"
+    want = expected(writers.lines)
+    assert faults[-1] < writers.lines, f"faults after the writer was done: {faults}"
     for c in cols:
         assert c.errors == [], c.errors[:5]                   # no gap, no overlap
         assert len(c.files) == 1 and c.data() == want         # 0 lost, 0 duplicated

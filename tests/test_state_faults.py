@@ -129,7 +129,8 @@ def test_state_dir_filling_up_while_running_keeps_the_target_and_its_crash_alert
 
 
 @pytest.mark.integration
-@pytest.mark.serial
+# not serial: the daemon under test is idle but for the lock (one target, one startup), and
+# /healthz under 1 s holds beside the parallel tier's load; its 30 s then overlap other tests
 def test_a_ledger_locked_30s_by_another_process_does_not_freeze_the_daemon(
         tmp_path: Path, receivers, daemons) -> None:
     """Another process holds the ledger's write lock for 30 s (an `sqlite3` shell left in a

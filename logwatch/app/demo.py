@@ -15,11 +15,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .config import parse_config
 from .daemon import Daemon
-from ..machine import Crashed, Event, PhaseChanged, Progress, Ready
+from ..machine import Event, PhaseChanged, Progress, Ready
 from .simulate import write
 from ..sinks.display import eta_text
 from ..units import fmt_duration
@@ -43,6 +43,27 @@ def free_port(preferred: int = 9105) -> int:
     raise OSError("no free port")
 
 
+def _narrator(out: Callable[[str], None]) -> Callable[[Any, list[Event]], None]:
+    """The daemon observer that tells the demo's story on the terminal: each phase, the
+    main progress counter (every 2 s, with the ETA), ready."""
+    last_progress = [0.0]
+
+    def show(runner: Any, events: list[Event]) -> None:
+        now = time.time()
+        for ev in events:
+            if isinstance(ev, PhaseChanged):
+                out(f"  phase {ev.new}")
+            elif isinstance(ev, Progress) and runner.pipe is not None and \
+                    ev.counter == runner.pipe.pack.primary_progress and \
+                    (now - last_progress[0] > 2.0 or ev.current == ev.total):
+                last_progress[0] = now
+                eta = eta_text(runner.view(now))
+                out(f"    {ev.counter} {ev.current}/{ev.total}" + (f", {eta}" if eta else ""))
+            elif isinstance(ev, Ready):
+                out(f"  READY in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")
+    return show
+
+
 async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0,
                    forever: bool = False, out: Callable[[str], None] = print) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="logwatch-demo-"))
@@ -57,27 +78,7 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
     }, str(tmp / "logwatch.yaml"))
     daemon = Daemon(cfg, str(tmp / "logwatch.yaml"))
     base = f"http://127.0.0.1:{port}"
-    last_progress = [0.0]
-    verdict: list[str] = []
-
-    def show(runner, events: list[Event]) -> None:  # type: ignore[no-untyped-def]
-        now = time.time()
-        for ev in events:
-            if isinstance(ev, PhaseChanged):
-                out(f"  phase {ev.new}")
-            elif isinstance(ev, Progress) and runner.pipe is not None and \
-                    ev.counter == runner.pipe.pack.primary_progress and \
-                    (now - last_progress[0] > 2.0 or ev.current == ev.total):
-                last_progress[0] = now
-                eta = eta_text(runner.view(now))
-                out(f"    {ev.counter} {ev.current}/{ev.total}" + (f", {eta}" if eta else ""))
-            elif isinstance(ev, Ready):
-                verdict.append("ready")
-                out(f"  READY in {fmt_duration(ev.took)} (slowest phase: {ev.slowest_phase})")
-            elif isinstance(ev, Crashed):
-                verdict.append("crashed")
-
-    daemon.observers.append(show)
+    daemon.observers.append(_narrator(out))
     await daemon.start()
     out(f"logwatch demo: a simulated SGLang server writes {log}")
     out(f"  metrics      {base}/metrics")

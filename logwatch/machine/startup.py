@@ -29,6 +29,14 @@ __all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HIN
 
 
 class StartupMachine:
+    """The transitions of one startup's `State`, one matched line (`step`) or one tick at a
+    time; the state is the caller's (the machine holds only the pack and the stall budgets).
+
+    Long because: one transition function (step -> restart / advance / crash / stats) whose
+    parts call each other (a retracted crash advances again, a restart settles the crash
+    before it) and share the pack; what needs no machine is a function below it.
+    """
+
     def __init__(self, pack: RulePack, stall_after: float | dict[str, float] | None = None) -> None:
         self.pack = pack
         self.stall_after = stall_after
@@ -56,7 +64,7 @@ class StartupMachine:
                 state.clock_offset = None      # a new server process: perhaps another clock
             now = event_time(state, obs, now)
         events: list[Event] = []
-        if state.deferred is not None and self._confirms(state, rule):
+        if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
             state.deferred = None
         if rule.restart:
@@ -92,23 +100,10 @@ class StartupMachine:
         if rule.phase:
             self._advance(state, rule, obs, now, events)
         if rule.progress:
-            self._progress(state, rule.progress, obs, now, events)
+            _note_progress(state, rule.progress, obs, now, events)
         if rule.stats:
             self._stats(state, obs, now, events)
         return events
-
-    def _confirms(self, state: State, rule: Rule) -> bool:
-        """Does this rule make the provisional phase real (anything but the same phase's
-        marker from another rank, or an earlier phase's reenter that replaces it)?"""
-        if rule.restart or rule.crash or rule.stop:
-            return True
-        if rule.progress and not (rule.phase and rule.reenter):
-            return True
-        if rule.phase is None:
-            return False
-        if rule.begins and rule.id not in state.begun and rule.phase != state.phase:
-            return True
-        return self.pack.phase_index(rule.phase) > self.pack.phase_index(state.phase)
 
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase
@@ -195,17 +190,7 @@ class StartupMachine:
             return
         # a new startup in the same log: the crash of the one before is final now
         events.extend(self.settle(state))
-        startups, epoch = state.startups, state.epoch
-        fresh = State(epoch=epoch + 1, startups=startups + 1,
-                      restart_rules={rid, f"{server}|{rid}"} if server else {rid},
-                      procs={obs.proc} if obs.proc else set(),
-                      last_activity=state.last_activity, last_log_time=state.last_log_time,
-                      last_own_time=state.last_own_time,
-                      startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
-                      servers={server: False} if server else {},
-                      supervised=obs.rule.supervisor)
-        for slot in State.__slots__:  # type: ignore[attr-defined]
-            setattr(state, slot, getattr(fresh, slot))
+        _start_over(state, obs, rid, server)
         state.spans.append(new_span(self._first_phase(), obs, now))
         state.phase = self._first_phase()
         sid = state.startup_id
@@ -228,7 +213,7 @@ class StartupMachine:
             return
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
-        begins = self._begins(state, rule)
+        begins = begins_now(state, rule)
         if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
                 state.phase not in (WAITING, READY, *TERMINAL):
             # an end marker that says what the time before it was (vLLM's download): that
@@ -248,7 +233,7 @@ class StartupMachine:
             if rule.provisional and events and isinstance(events[-1], PhaseChanged):
                 state.deferred = events.pop()     # announced once confirmed (or replaced)
             if target == READY:
-                self._ready(state, obs, now, events)
+                _announce_ready(state, obs, now, events)
         elif new_i < cur_i and rule.reenter and state.deferred is not None:
             # the provisional phase is replaced by this earlier one, from the same moment:
             # announced once, as the phase the startup went into
@@ -270,62 +255,14 @@ class StartupMachine:
             # warmup after the KV estimate, the KV commit after capture)
             self._enter(state, target, obs, now, events)
 
-    def _begins(self, state: State, rule: Rule) -> bool:
-        """Does this line begin its phase now?  A `begins` rule does the first time it fires
-        in a startup and while the startup is still starting; the same line again (another
-        rank printing the milestone, a summary) only mentions the phase."""
-        if not rule.begins or state.phase in (READY, *TERMINAL, WAITING):
-            return False
-        if rule.id in state.begun:
-            return False
-        state.begun.add(rule.id)
-        return True
-
-    def _ready(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
-        state.ready_line = obs.text
-        state.ready_at = now
-        took = state.ready_in()
-        durations = state.durations()
-        slowest = max(durations, key=lambda p: durations[p]) if durations else None
-        state.stalled = False
-        events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
-
-    def _progress(self, state: State, name: str, obs: Observation, now: float,
-                  events: list[Event]) -> None:
-        if state.phase == READY:
-            return  # e.g. a LoRA or weight update after startup: not startup progress
-        try:
-            cur = int(obs.fields["current"])
-            total = int(obs.fields["total"])
-        except (KeyError, ValueError):
-            return
-        prev = state.progress.get(name)
-        state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
-                                             obs.log_time if obs.own_time else None, now)
-        state.phase_progress = True
-        events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
-
     def _stats(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         if state.phase == WAITING:
             # a log that starts while the server is already serving
             self._enter(state, READY, obs, now, events)
-            self._ready(state, obs, now, events)
+            _announce_ready(state, obs, now, events)
         if state.phase != READY:
             return  # warmup batches before ready are not serving traffic
-        values: dict[str, float] = {}
-        scale = obs.rule.scale
-        for k, v in obs.fields.items():
-            if v == "True" or v == "False":   # a flag of the batch (SGLang's `cuda graph:`)
-                values[k] = 1.0 if v == "True" else 0.0
-                continue
-            try:
-                x = float(v)   # (a number without `%`: most values, no copy made)
-            except ValueError:
-                try:
-                    x = float(v.rstrip("%"))
-                except ValueError:
-                    continue
-            values[k] = x * scale[k] if scale and k in scale else x
+        values = stat_values(obs.fields, obs.rule.scale)
         if values:
             state.stats.update(values)
             events.append(StatsUpdated(state.epoch, values,
@@ -377,3 +314,90 @@ class StartupMachine:
             events.append(CrashRetracted(state.epoch, crash.during))
             self._advance(state, rule, obs, now, events)
 
+
+def confirms(pack: RulePack, state: State, rule: Rule) -> bool:
+    """Does this rule make the provisional phase real (anything but the same phase's
+    marker from another rank, or an earlier phase's reenter that replaces it)?"""
+    if rule.restart or rule.crash or rule.stop:
+        return True
+    if rule.progress and not (rule.phase and rule.reenter):
+        return True
+    if rule.phase is None:
+        return False
+    if rule.begins and rule.id not in state.begun and rule.phase != state.phase:
+        return True
+    return pack.phase_index(rule.phase) > pack.phase_index(state.phase)
+
+
+def begins_now(state: State, rule: Rule) -> bool:
+    """Does this line begin its phase now?  A `begins` rule does the first time it fires
+    in a startup and while the startup is still starting; the same line again (another
+    rank printing the milestone, a summary) only mentions the phase."""
+    if not rule.begins or state.phase in (READY, *TERMINAL, WAITING):
+        return False
+    if rule.id in state.begun:
+        return False
+    state.begun.add(rule.id)
+    return True
+
+
+def _announce_ready(state: State, obs: Observation, now: float, events: list[Event]) -> None:
+    """The startup is ready: `Ready`, with its duration and slowest phase."""
+    state.ready_line = obs.text
+    state.ready_at = now
+    took = state.ready_in()
+    durations = state.durations()
+    slowest = max(durations, key=lambda p: durations[p]) if durations else None
+    state.stalled = False
+    events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
+
+
+def _note_progress(state: State, name: str, obs: Observation, now: float,
+                   events: list[Event]) -> None:
+    """A progress line (shards, a bar): its counter and rate, while the startup is starting."""
+    if state.phase == READY:
+        return  # e.g. a LoRA or weight update after startup: not startup progress
+    try:
+        cur = int(obs.fields["current"])
+        total = int(obs.fields["total"])
+    except (KeyError, ValueError):
+        return
+    prev = state.progress.get(name)
+    state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
+                                         obs.log_time if obs.own_time else None, now)
+    state.phase_progress = True
+    events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
+
+
+def stat_values(fields: dict[str, str], scale: dict[str, float] | None) -> dict[str, float]:
+    """A serving line's values as numbers (a `%` dropped, a flag 1.0 / 0.0, the rule's scale
+    applied); what is not a number is left out."""
+    values: dict[str, float] = {}
+    for k, v in fields.items():
+        if v == "True" or v == "False":   # a flag of the batch (SGLang's `cuda graph:`)
+            values[k] = 1.0 if v == "True" else 0.0
+            continue
+        try:
+            x = float(v)   # (a number without `%`: most values, no copy made)
+        except ValueError:
+            try:
+                x = float(v.rstrip("%"))
+            except ValueError:
+                continue
+        values[k] = x * scale[k] if scale and k in scale else x
+    return values
+
+
+def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:
+    """`state` becomes a new startup's (the next epoch), in place: what is kept across
+    startups is the log's clock and activity, nothing of the startup before."""
+    fresh = State(epoch=state.epoch + 1, startups=state.startups + 1,
+                  restart_rules={rid, f"{server}|{rid}"} if server else {rid},
+                  procs={obs.proc} if obs.proc else set(),
+                  last_activity=state.last_activity, last_log_time=state.last_log_time,
+                  last_own_time=state.last_own_time,
+                  startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
+                  servers={server: False} if server else {},
+                  supervised=obs.rule.supervisor)
+    for slot in State.__slots__:  # type: ignore[attr-defined]
+        setattr(state, slot, getattr(fresh, slot))

@@ -184,7 +184,13 @@ def char_test(cls: str | None, flags: int = REGEX_FLAGS) -> Callable[..., Any] |
 
 
 class Matcher:
-    """A compiled rule pack."""
+    """A compiled rule pack.
+
+    Long because: the per-line hot path (literal prefilter, wrappers, the line budget, the
+    joint timestamp) keeps its state in one object's attributes so that a line costs as few
+    lookups and calls as it can; its parts are measured together (bench/run.py --only replay,
+    BENCHMARKS.md), and a split costs a call per line.
+    """
 
     def __init__(self, pack: RulePack, max_line_bytes: int = 64 * 1024,
                  engine: str | None = None) -> None:
@@ -329,7 +335,11 @@ class Matcher:
         off), and with `stamp`, the pack's first timestamp format on it too where one regex
         call can do both (`Joint`; else NO_STAMP).  `checks`: the only rules that can fire
         (`checks_for`: a rule none of whose literals the line holds is skipped anyway, so
-        this changes no outcome, only the cost: a pack of 200 rules tries 3, not 200)."""
+        this changes no outcome, only the cost: a pack of 200 rules tries 3, not 200).
+
+        Long because: the loop over the rules of one line, with its budget clocks read
+        lazily and its ignore check done once; each line passes here, and a helper call per
+        rule tried would cost more than the loop does (the replay benchmark)."""
         lower: str | None = None
         ignored: bool | None = None  # evaluated once, when a rule's literal is first present
         started: float | None = None  # wall clock at the line's first regex (its budget)

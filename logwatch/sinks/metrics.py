@@ -21,6 +21,7 @@ from ..rules.pack import CRASH_REASONS, READY
 from ..state.files import STATE_ERRORS
 from ..view import TargetView
 from .alerts.kinds import KIND_NAMES
+from .alerts.model import AlertCounts
 
 REFUSED_KINDS = ("ssh_frame", "ssh_protocol", "ssh_output")   # every series exists from the start
 SERVING = {
@@ -37,11 +38,7 @@ class AlertStats(Protocol):
 
     def sink_kinds(self) -> dict[str, tuple[str, ...]]: ...
 
-    def sent_counts(self) -> dict[tuple[str, str], int]: ...
-
-    def failure_counts(self) -> dict[str, int]: ...
-
-    def dropped_counts(self) -> dict[str, int]: ...
+    def counts(self) -> AlertCounts: ...
 
 
 _GO_FLOATS: dict[float, str] = {}
@@ -396,13 +393,15 @@ def _global_lines(stats: AlertStats | None) -> str:
     sent: list[str] = []
     failed: list[str] = []
     dropped: list[str] = []
+    repeated: list[str] = []
     if stats is not None:
-        drops = stats.dropped_counts()
+        c = stats.counts()
+        drops, repeats, counts, fails = c.dropped, c.repeated, c.sent, c.failed
         for kind in KIND_NAMES:
             dropped.append(f'logwatch_alerts_dropped_total{{kind="{kind}"}} '
                            f"{floatToGoString(float(drops.get(kind, 0)))}")
-        counts = stats.sent_counts()
-        fails = stats.failure_counts()
+            repeated.append(f'logwatch_alerts_repeated_total{{kind="{kind}"}} '
+                            f"{floatToGoString(float(repeats.get(kind, 0)))}")
         for sink, kinds in stats.sink_kinds().items():  # every series exists from the start
             for kind in kinds:
                 counts.setdefault((sink, kind), 0)
@@ -424,6 +423,8 @@ def _global_lines(stats: AlertStats | None) -> str:
             ("logwatch_alert_failures_total", "alert deliveries that failed", failed),
             ("logwatch_alerts_dropped_total", "alerts the per-target rate limit dropped (never "
              "crashed ones)", dropped),
+            ("logwatch_alerts_repeated_total", "alert decisions made before (a log read again, "
+             "a SIGHUP, a restart, a probe still failing): not sent again", repeated),
             ("logwatch_state_errors_total", "writes to state_dir that failed (full or read-only "
              "disk), by kind of file", errors),
             ("logwatch_refused_total", "connections dropped for sending more than a bound "

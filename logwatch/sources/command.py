@@ -13,6 +13,7 @@ import asyncio
 import os
 import shlex
 import sys
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 from .. import log
@@ -46,9 +47,7 @@ class CommandSource:
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff(base=1.0, cap=30.0)
-        offset = 0                # bytes of this stream handed on so far
-        head = b""                # the first bytes of the previous run's output
-        tail = b""                # its last bytes
+        stream = _Stream()
         first = True
         while not self._closed:
             try:
@@ -63,45 +62,10 @@ class CommandSource:
             if first:
                 yield Opened(0, 1, None, "attach", True)
                 first = False
-            skip_state = _Resync(head, tail, offset) if offset else None
-            run_head = b""
             started = asyncio.get_running_loop().time()
-            while True:
-                if skip_state is not None:
-                    try:  # a pause in the output settles the resync
-                        chunk = await asyncio.wait_for(self._proc.stdout.read(1 << 16), 0.5)
-                    except asyncio.TimeoutError:
-                        rest = skip_state.settle()
-                        skip_state = None
-                        if rest:
-                            yield Data(rest, offset)
-                            offset += len(rest)
-                            tail = (tail + rest)[-OVERLAP_PROBE:]
-                        continue
-                else:
-                    chunk = await self._proc.stdout.read(1 << 16)
-                if not chunk:
-                    break
-                if len(run_head) < 4096:
-                    run_head += chunk[: 4096 - len(run_head)]
-                if skip_state is not None:
-                    chunk = skip_state.feed(chunk)
-                    if skip_state.done:
-                        skip_state = None
-                    if not chunk:
-                        continue
-                yield Data(chunk, offset)
-                offset += len(chunk)
-                tail = (tail + chunk)[-OVERLAP_PROBE:]
-            if skip_state is not None:
-                rest = skip_state.flush()
-                if rest:
-                    yield Data(rest, offset)
-                    offset += len(rest)
-                    tail = (tail + rest)[-OVERLAP_PROBE:]
+            async for data in self._read_run(self._proc.stdout, stream):
+                yield data
             code = await self._proc.wait()
-            if run_head and not head:
-                head = run_head  # the first run's first bytes
             if self._closed or not self.restart:
                 return
             if asyncio.get_running_loop().time() - started > 60:
@@ -111,6 +75,58 @@ class CommandSource:
             yield SourceState(False, f"{self.argv[0]} exited with {code}; restarting in {delay:.1f}s",
                               error=True)
             await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _read_run(out: asyncio.StreamReader, stream: "_Stream") -> AsyncIterator[Data]:
+        """One run's output, to its end.  A run after the first is resynced (`_Resync`): what
+        the stream already handed on is dropped."""
+        skip_state = _Resync(stream.head, stream.tail, stream.offset) if stream.offset else None
+        run_head = b""
+        while True:
+            if skip_state is not None:
+                try:  # a pause in the output settles the resync
+                    chunk = await asyncio.wait_for(out.read(1 << 16), 0.5)
+                except asyncio.TimeoutError:
+                    rest = skip_state.settle()
+                    skip_state = None
+                    if rest:
+                        yield stream.data(rest)
+                    continue
+            else:
+                chunk = await out.read(1 << 16)
+            if not chunk:
+                break
+            if len(run_head) < 4096:
+                run_head += chunk[: 4096 - len(run_head)]
+            if skip_state is not None:
+                chunk = skip_state.feed(chunk)
+                if skip_state.done:
+                    skip_state = None
+                if not chunk:
+                    continue
+            yield stream.data(chunk)
+        if skip_state is not None:
+            rest = skip_state.flush()
+            if rest:
+                yield stream.data(rest)
+        if run_head and not stream.head:
+            stream.head = run_head  # the first run's first bytes
+
+
+@dataclass
+class _Stream:
+    """What a command source has handed on, across the command's runs."""
+
+    offset: int = 0               # bytes of this stream handed on so far
+    head: bytes = b""             # the first bytes of the first run's output
+    tail: bytes = b""             # the last bytes handed on
+
+    def data(self, chunk: bytes) -> Data:
+        """`chunk`, handed on next."""
+        out = Data(chunk, self.offset)
+        self.offset += len(chunk)
+        self.tail = (self.tail + chunk)[-OVERLAP_PROBE:]
+        return out
 
 
 class _Resync:

@@ -226,7 +226,13 @@ class Cursor:
     `offset` is the next byte to read, `line_number` the line reading (re)started at (the
     Opened's), `identity` the file's, `last` the bytes just before `offset`.  `saved`: the
     Position to resume at; `can_locate`: the source can answer Locate; `can_find`: it can
-    answer FindRotated; `rotate_wait`: how long a rotated file must be quiet to be left."""
+    answer FindRotated; `rotate_wait`: how long a rotated file must be quiet to be left.
+
+    Long because: one state machine, the follow algorithm of the module doc written once; its
+    steps (start, resume, truncation, rotation, a chain, rotated while away) answer each
+    other's questions and share the offset, the identity and the held files, and each is
+    tested with plain bytes (tests/test_cursor.py).
+    """
 
     def __init__(self, path: str, *, saved: Position | None = None, can_locate: bool = False,
                  can_find: bool = False, can_hold: bool = False, read_size: int = 1 << 20,

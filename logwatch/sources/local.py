@@ -23,10 +23,11 @@ open descriptor, `os.stat` of the path, and wakeups.  What that algorithm does h
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from .. import log
 from .base import HEAD_BYTES, Position, SourceEvent, SourceState
@@ -94,28 +95,14 @@ class _Watcher:
                 old_paths = {}
             if entry is None:
                 by_path: dict[str, list[Wake]] = old_paths
-
-                class Handler(FileSystemEventHandler):  # type: ignore[misc]
-                    def on_any_event(self, event):  # type: ignore[no-untyped-def]
-                        if event.src_path == directory:
-                            # the directory itself went (its watch dies with it): every
-                            # source in it wakes, to poll until it is back and watch it again
-                            for cbs in list(by_path.values()):
-                                for cb in list(cbs):
-                                    cb(True)
-                            return
-                        moved = event.event_type not in ("modified", "opened", "closed",
-                                                         "closed_no_write")
-                        for p in (event.src_path, getattr(event, "dest_path", None)):
-                            for cb in by_path.get(p, ()) if p else ():
-                                cb(moved)
                 try:
                     if cls._observer is None:
                         obs = Observer()
                         obs.daemon = True
                         obs.start()
                         cls._observer = obs
-                    watch = cls._observer.schedule(Handler(), directory, recursive=False)
+                    watch = cls._observer.schedule(_handler(FileSystemEventHandler, directory,
+                                                            by_path), directory, recursive=False)
                 except (OSError, RuntimeError) as e:  # no inotify, too many watches, no dir yet
                     log.get("source.local").info("inotify unavailable, polling", path=target,
                                                  error=str(e))
@@ -125,24 +112,47 @@ class _Watcher:
             cbs = entry[2].setdefault(target, [])
             if wake not in cbs:
                 cbs.append(wake)
+        return functools.partial(cls._unsubscribe, directory, target, wake)
 
-        def unsubscribe() -> None:
-            with cls._lock:
-                e = cls._dirs.get(directory)
-                if e is None:
-                    return
-                cbs = e[2].get(target, [])
-                if wake in cbs:
-                    cbs.remove(wake)
-                if not cbs:
-                    e[2].pop(target, None)
-                if not e[2]:
-                    del cls._dirs[directory]
-                    try:
-                        cls._observer.unschedule(e[0])  # type: ignore[union-attr]
-                    except (KeyError, ValueError, RuntimeError):
-                        pass
-        return unsubscribe
+    @classmethod
+    def _unsubscribe(cls, directory: str, target: str, wake: Wake) -> None:
+        """`wake` no longer called for `target`; the directory's watch ends with its last."""
+        with cls._lock:
+            e = cls._dirs.get(directory)
+            if e is None:
+                return
+            cbs = e[2].get(target, [])
+            if wake in cbs:
+                cbs.remove(wake)
+            if not cbs:
+                e[2].pop(target, None)
+            if not e[2]:
+                del cls._dirs[directory]
+                try:
+                    cls._observer.unschedule(e[0])  # type: ignore[union-attr]
+                except (KeyError, ValueError, RuntimeError):
+                    pass
+
+
+def _handler(base: type, directory: str, by_path: dict[str, list[Wake]]) -> Any:
+    """The watchdog handler of one directory: each event wakes the sources of its path(s)
+    (`moved`: created, moved or deleted, not merely written)."""
+
+    class Handler(base):  # type: ignore[misc, valid-type]
+        def on_any_event(self, event):  # type: ignore[no-untyped-def]
+            if event.src_path == directory:
+                # the directory itself went (its watch dies with it): every
+                # source in it wakes, to poll until it is back and watch it again
+                for cbs in list(by_path.values()):
+                    for cb in list(cbs):
+                        cb(True)
+                return
+            moved = event.event_type not in ("modified", "opened", "closed",
+                                             "closed_no_write")
+            for p in (event.src_path, getattr(event, "dest_path", None)):
+                for cb in by_path.get(p, ()) if p else ():
+                    cb(moved)
+    return Handler()
 
 
 class LocalFileSource(FollowsWithCursor):

@@ -345,6 +345,44 @@ class _Session(asyncssh.SSHClientSession):  # type: ignore[misc]
         self.fs._lost(exc)
 
 
+class _TooLarge(Exception):
+    """A frame larger than the protocol allows (the text says how large)."""
+
+
+def _data_frame(files: dict[int, Any], buf: bytearray, nl: int, head: list[bytes]) -> int | None:
+    """`D id pos dev ino n` + n bytes: a file's data.  Where the next frame starts (None:
+    not all here yet)."""
+    n = int(head[5])
+    if not 0 <= n <= MAX_FRAME:
+        raise _TooLarge(f"a frame of {n} bytes (at most {MAX_FRAME >> 20} MiB)")
+    if len(buf) < nl + 1 + n:
+        return None
+    f = files.get(int(head[1]))
+    if f is not None:
+        f._push(int(head[2]), int(head[3]), int(head[4]), bytes(buf[nl + 1:nl + 1 + n]))
+    return nl + 1 + n
+
+
+def _reply_frame(pending: dict[int, Any], buf: bytearray, nl: int,
+                 head: list[bytes]) -> int | None:
+    """`R id jn dn` + jn bytes of JSON + dn bytes of data: the reply to a request."""
+    jn, dn = int(head[2]), int(head[3])
+    if not (0 <= jn and 0 <= dn and jn + dn <= MAX_FRAME):
+        raise _TooLarge(f"a frame of {jn + dn} bytes (at most {MAX_FRAME >> 20} MiB)")
+    if len(buf) < nl + 1 + jn + dn:
+        return None
+    meta = json.loads(bytes(buf[nl + 1:nl + 1 + jn]))
+    if not isinstance(meta, dict):
+        raise ValueError("a reply that is not an object")
+    data_ = bytes(buf[nl + 1 + jn:nl + 1 + jn + dn])
+    waiting = pending.pop(int(head[1]), None)
+    if waiting is not None:
+        waiting[1].cancel()
+        if not waiting[0].done():
+            waiting[0].set_result((meta, data_))
+    return nl + 1 + jn + dn
+
+
 class ExecFS:
     """The reader on one connection: the part of asyncssh's SFTPClient the SSH source uses
     (open / stat / listdir), plus `look`, and the pushed growth of watched handles."""
@@ -410,35 +448,12 @@ class ExecFS:
                     if buf[pos:nl + 1] == GREETING:
                         self._greeted.set_result(None)
                     pos = nl + 1
-                elif kind == b"D":
-                    n = int(head[5])
-                    if not 0 <= n <= MAX_FRAME:
-                        self._refuse(f"a frame of {n} bytes (at most {MAX_FRAME >> 20} MiB)")
-                        return
-                    if len(buf) < nl + 1 + n:
-                        break
-                    f = self._files.get(int(head[1]))
-                    if f is not None:
-                        f._push(int(head[2]), int(head[3]), int(head[4]),
-                                bytes(buf[nl + 1:nl + 1 + n]))
-                    pos = nl + 1 + n
-                elif kind == b"R":
-                    jn, dn = int(head[2]), int(head[3])
-                    if not (0 <= jn and 0 <= dn and jn + dn <= MAX_FRAME):
-                        self._refuse(f"a frame of {jn + dn} bytes (at most {MAX_FRAME >> 20} MiB)")
-                        return
-                    if len(buf) < nl + 1 + jn + dn:
-                        break
-                    meta = json.loads(bytes(buf[nl + 1:nl + 1 + jn]))
-                    if not isinstance(meta, dict):
-                        raise ValueError("a reply that is not an object")
-                    data_ = bytes(buf[nl + 1 + jn:nl + 1 + jn + dn])
-                    waiting = self._pending.pop(int(head[1]), None)
-                    if waiting is not None:
-                        waiting[1].cancel()
-                        if not waiting[0].done():
-                            waiting[0].set_result((meta, data_))
-                    pos = nl + 1 + jn + dn
+                elif kind in (b"D", b"R"):
+                    end = (_data_frame(self._files, buf, nl, head) if kind == b"D"
+                           else _reply_frame(self._pending, buf, nl, head))
+                    if end is None:
+                        break          # the frame's body is not all here yet
+                    pos = end
                 elif kind == b"T":
                     f = self._files.get(int(head[1]))
                     if f is not None:
@@ -447,6 +462,9 @@ class ExecFS:
                 else:
                     self._refuse("unexpected output from the remote reader", "ssh_protocol")
                     return
+        except _TooLarge as e:
+            self._refuse(str(e))
+            return
         except (ValueError, IndexError, UnicodeDecodeError, RecursionError):
             self._refuse("a malformed frame from the remote reader", "ssh_protocol")
             return

@@ -28,6 +28,8 @@ from support.daemon import (  # noqa: F401 - shared with the daemon tests
     T0, Daemon, append, count_lines, daemons, free_port, http_get, sim_texts, split_at, wait_for,
 )
 
+# after the daemon has made a decision, what a delivery already on its way needs to arrive
+IN_FLIGHT = 0.5
 OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
 READY_LINE = "The server is fired up and ready to roll!"
 
@@ -163,6 +165,21 @@ class Receiver:
             now = self.requests(pred)
             assert len(now) == before, f"unexpected request(s) {what}: {self.brief(now[before:])}"
             time.sleep(0.05)
+
+    def assert_not_sent_again(self, d: Daemon, kind: str,
+                              pred: Callable[[Got], bool] = lambda g: True, n: int = 1,
+                              timeout: float = 20.0, what: str = "") -> None:
+        """The daemon decides a `kind` alert `n` more times and sends none of them (matching
+        `pred`) again.  Instead of a quiet time long enough for the decision to happen, the
+        daemon's own count of decisions made before (`logwatch_alerts_repeated_total{kind}`)
+        is waited for; then a short window for a delivery already on its way."""
+        before = len(self.requests(pred))
+        base = d.metric("logwatch_alerts_repeated_total", kind=kind) or 0.0
+        wait_for(lambda: (d.metric("logwatch_alerts_repeated_total", kind=kind) or 0.0)
+                 >= base + n, timeout, f"{n} repeated {kind} decision(s) {what}", alive=d.dead)
+        self.assert_quiet(IN_FLIGHT, pred, what)
+        now = self.requests(pred)
+        assert len(now) == before, f"unexpected request(s) {what}: {self.brief(now[before:])}"
 
     def brief(self, got: list[Got] | None = None) -> list[str]:
         out = []

@@ -91,3 +91,15 @@ def webhook_body(alert: Alert) -> dict[str, Any]:
         "dedupe_key": alert.key,
         "generator_url": alert.generator_url,
     }
+
+
+@dataclass
+class AlertCounts:
+    """What the alert delivery tells about itself (its /metrics families): alerts delivered
+    per (sink, kind), failed attempts per sink, and per kind the alerts the rate limit
+    dropped and the decisions made before (not sent again)."""
+
+    sent: dict[tuple[str, str], int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    dropped: dict[str, int] = field(default_factory=dict)
+    repeated: dict[str, int] = field(default_factory=dict)

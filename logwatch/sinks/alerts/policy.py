@@ -86,20 +86,7 @@ class AlertPolicy:
         out: list[Decision] = []
         for ev in events:
             if isinstance(ev, CrashSettled):
-                c = ev.crash
-                held = preflight_note(v.gpu, c.reason)
-                answers = _still_answers(v)
-                out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
-                                   only=ev.startup, drop_undelivered=True))
-                notes = [n for n in (f"{c.rank} first" if c.rank else "", held, answers) if n]
-                out.append(self._alert(v, "crashed", ev.startup,
-                                       crash_text(c.reason, c.during, ev.elapsed, notes),
-                                       {"reason": c.reason, "during": c.during, "line": c.line,
-                                        "line_number": c.line_number, "elapsed": ev.elapsed,
-                                        "excerpt": list(c.excerpt),
-                                        **({"rank": c.rank} if c.rank else {}),
-                                        **({"endpoint": answers} if answers else {}),
-                                        **({"gpu_preflight": held} if held else {})}, ev.epoch))
+                out += self._crashed(v, ev)
             elif isinstance(ev, Ready):
                 durations = {k: d for k, d in ev.durations.items() if k != READY}
                 slow = ev.slowest_phase
@@ -123,26 +110,49 @@ class AlertPolicy:
                                    f"lines again after {fmt_duration(ev.silent_for)} of silence",
                                    only=ev.startup))
             elif isinstance(ev, Stalled):
-                gpu = gpu_activity(v.gpu)
-                # each silence is its own stall: keyed on where the log stopped (the line
-                # before it), so a restarted daemon gives the same silence the same key
-                where = f"{ev.phase}@L{v.line_number}" if v.line_number is not None else ev.phase
-                out.append(self._alert(v, "stalled", ev.startup,
-                                       f"stalled in {ev.phase}: no new line for "
-                                       f"{fmt_duration(ev.silent_for)}"
-                                       + (f"; {v.rank_lag}" if v.rank_lag else "")
-                                       + (f"; {gpu}" if gpu else ""),
-                                       {"phase": ev.phase, "silent_for": ev.silent_for,
-                                        "stall_after": ev.budget,
-                                        **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
-                                        **({"gpu": gpu} if gpu else {}),
-                                        **({"gpu_silence": (v.gpu or {})["silence"]}
-                                           if gpu else {})}, ev.epoch, extra=where))
+                out.append(self._stalled(v, ev))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
                                        {"phase": ev.new, "previous": ev.old}, ev.epoch,
                                        extra=ev.new))
         return out
+
+    def _crashed(self, v: TargetView, ev: CrashSettled) -> list[Decision]:
+        """`crashed`, with what else is known (the rank that went first, GPU memory held before
+        the launch, an endpoint that still answers); the startup's stall / slow / unreachable
+        are over."""
+        c = ev.crash
+        held = preflight_note(v.gpu, c.reason)
+        answers = _still_answers(v)
+        notes = [n for n in (f"{c.rank} first" if c.rank else "", held, answers) if n]
+        return [Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
+                        only=ev.startup, drop_undelivered=True),
+                self._alert(v, "crashed", ev.startup,
+                            crash_text(c.reason, c.during, ev.elapsed, notes),
+                            {"reason": c.reason, "during": c.during, "line": c.line,
+                             "line_number": c.line_number, "elapsed": ev.elapsed,
+                             "excerpt": list(c.excerpt),
+                             **({"rank": c.rank} if c.rank else {}),
+                             **({"endpoint": answers} if answers else {}),
+                             **({"gpu_preflight": held} if held else {})}, ev.epoch)]
+
+    def _stalled(self, v: TargetView, ev: Stalled) -> Alert:
+        """`stalled`, with the ranks behind and what the GPUs do in the silence."""
+        gpu = gpu_activity(v.gpu)
+        # each silence is its own stall: keyed on where the log stopped (the line
+        # before it), so a restarted daemon gives the same silence the same key
+        where = f"{ev.phase}@L{v.line_number}" if v.line_number is not None else ev.phase
+        return self._alert(v, "stalled", ev.startup,
+                           f"stalled in {ev.phase}: no new line for "
+                           f"{fmt_duration(ev.silent_for)}"
+                           + (f"; {v.rank_lag}" if v.rank_lag else "")
+                           + (f"; {gpu}" if gpu else ""),
+                           {"phase": ev.phase, "silent_for": ev.silent_for,
+                            "stall_after": ev.budget,
+                            **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
+                            **({"gpu": gpu} if gpu else {}),
+                            **({"gpu_silence": (v.gpu or {})["silence"]}
+                               if gpu else {})}, ev.epoch, extra=where)
 
     def probe(self, v: TargetView) -> list[Decision]:
         """After a probe of the server: `unreachable` once the log says ready and the probe

@@ -31,7 +31,7 @@ from ...machine import Event
 from ...shown import visible_all
 from ...view import TargetView
 from .kinds import RESOLVABLE, kind_of
-from .model import FIRING, Alert
+from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, SENDING, AlertStore
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Outcome, Request, Sink, classify, make_sinks
@@ -41,6 +41,8 @@ MAX_UNKNOWN = 2                           # re-sends after deliveries that timed
 
 
 class AlertRouter:
+    """The policy's decisions -> the outbox -> a delivery worker per sink (the module says how)."""
+
     def __init__(self, config: Any, state_dir: Path) -> None:
         self.log = log.get("alerts")
         self.store = AlertStore(state_dir)
@@ -49,7 +51,8 @@ class AlertRouter:
         self._sent: dict[tuple[str, str], int] = {}
         self._failed: dict[str, int] = {}
         self._dropped: dict[str, int] = {}
-        self._buckets: dict[str, tuple[float, float]] = {}
+        self._repeated: dict[str, int] = {}
+        self._buckets = TokenBuckets()
         self._wake: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._session: Any = None
@@ -92,24 +95,17 @@ class AlertRouter:
     async def stop(self) -> None:
         for t in self._workers.values():
             t.cancel()
-        for t in self._workers.values():
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
+        # each worker's end awaited, whatever it ended with (cancelled, or a failure)
+        await asyncio.gather(*self._workers.values(), return_exceptions=True)
         self._workers.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    def sent_counts(self) -> dict[tuple[str, str], int]:
-        return dict(self._sent)
-
-    def failure_counts(self) -> dict[str, int]:
-        return dict(self._failed)
-
-    def dropped_counts(self) -> dict[str, int]:
-        return dict(self._dropped)
+    def counts(self) -> AlertCounts:
+        """The counts as they stand (copies: the caller may change them)."""
+        return AlertCounts(dict(self._sent), dict(self._failed), dict(self._dropped),
+                           dict(self._repeated))
 
     def sink_kinds(self) -> dict[str, tuple[str, ...]]:
         return {s.name: tuple(s.kinds) for s in self.sinks}
@@ -179,6 +175,9 @@ class AlertRouter:
     def fire(self, alert: Alert) -> None:
         mark = alert.mark
         if mark in self.store.seen:
+            # decided before (a log read again, a SIGHUP, a restart, a probe still failing):
+            # not sent again, counted (what a test waits for instead of a quiet time)
+            self._repeated[alert.kind] = self._repeated.get(alert.kind, 0) + 1
             return
         sinks = [s for s in self.sinks if s.wants(alert)]
         self.store.mark(alert.target, mark, time.time())
@@ -187,7 +186,7 @@ class AlertRouter:
             return
         kind = kind_of(alert.kind)
         if alert.status == FIRING and (kind is None or kind.rate_limited) and \
-                not self._allow(alert.target):
+                not self._buckets.allow(alert.target):
             self.store.unmark(alert.target, mark)   # not sent: a later decision may send it
             self._dropped[alert.kind] = self._dropped.get(alert.kind, 0) + 1
             self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
@@ -206,16 +205,6 @@ class AlertRouter:
             ev = self._wake.get(s.name)
             if ev is not None:
                 ev.set()
-
-    def _allow(self, target: str) -> bool:
-        now = time.monotonic()
-        tokens, at = self._buckets.get(target, (float(BUCKET_SIZE), now))
-        tokens = min(float(BUCKET_SIZE), tokens + (now - at) / BUCKET_REFILL)
-        if tokens < 1.0:
-            self._buckets[target] = (tokens, now)
-            return False
-        self._buckets[target] = (tokens - 1.0, now)
-        return True
 
     async def _worker(self, sink: Sink) -> None:
         wake = self._wake[sink.name]
@@ -247,36 +236,60 @@ class AlertRouter:
             self.log.info("alert delivered", sink=sink.describe(), target=alert["target"],
                           kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
         else:
-            entry["attempts"] += 1
-            if outcome.unknown:
-                entry["unknown"] = entry.get("unknown", 0) + 1
-            now = time.time()
-            left = entry["first_at"] + sink.max_age - now
-            if entry.get("unknown", 0) > MAX_UNKNOWN:
+            self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
+            if give_up_or_retry(entry, outcome, sink, self.log):
                 self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
-                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
-                self.log.error("alert delivery unknown: the receiver did not answer in time; "
-                               "it may have it (each copy had the same Idempotency-Key)",
-                               sink=sink.describe(), target=alert["target"], kind=alert["kind"],
-                               timeout=sink.timeout, copies=entry["attempts"])
-            elif not outcome.retry or entry["attempts"] >= sink.max_attempts or left <= 0:
-                self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
-                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
-                self.log.error("alert not delivered: giving up", sink=sink.describe(),
-                               target=alert["target"], kind=alert["kind"], error=outcome.message,
-                               attempts=entry["attempts"])
-            else:
-                entry["state"] = QUEUED
-                backoff = min(300.0, 2.0 ** entry["attempts"])
-                delay = outcome.delay if outcome.delay is not None else \
-                    backoff / 2 + random.uniform(0, backoff / 2)
-                delay = min(delay, left)        # a last try at max_age, never after it
-                entry["next_at"] = now + delay
-                self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
-                self.log.warning("alert delivery failed: will retry", sink=sink.describe(),
-                                 target=alert["target"], kind=alert["kind"],
-                                 error=outcome.message, retry_in=round(delay, 1))
         self.store.save()
+
+
+class TokenBuckets:
+    """A token bucket per target: BUCKET_SIZE alerts, then one per BUCKET_REFILL seconds."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def allow(self, target: str) -> bool:
+        now = time.monotonic()
+        tokens, at = self._buckets.get(target, (float(BUCKET_SIZE), now))
+        tokens = min(float(BUCKET_SIZE), tokens + (now - at) / BUCKET_REFILL)
+        if tokens < 1.0:
+            self._buckets[target] = (tokens, now)
+            return False
+        self._buckets[target] = (tokens - 1.0, now)
+        return True
+
+
+def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
+    """After a failed delivery of an outbox entry: True to give it up (said, as an error);
+    else the entry is queued again at its next try (`next_at`: exponential backoff with
+    jitter, or the receiver's Retry-After; a last try at the sink's max_age, never after)."""
+    alert = entry["alert"]
+    entry["attempts"] += 1
+    if outcome.unknown:
+        entry["unknown"] = entry.get("unknown", 0) + 1
+    now = time.time()
+    left = entry["first_at"] + sink.max_age - now
+    if entry.get("unknown", 0) > MAX_UNKNOWN:
+        logger.error("alert delivery unknown: the receiver did not answer in time; "
+                     "it may have it (each copy had the same Idempotency-Key)",
+                     sink=sink.describe(), target=alert["target"], kind=alert["kind"],
+                     timeout=sink.timeout, copies=entry["attempts"])
+        return True
+    if not outcome.retry or entry["attempts"] >= sink.max_attempts or left <= 0:
+        logger.error("alert not delivered: giving up", sink=sink.describe(),
+                     target=alert["target"], kind=alert["kind"], error=outcome.message,
+                     attempts=entry["attempts"])
+        return True
+    entry["state"] = QUEUED
+    backoff = min(300.0, 2.0 ** entry["attempts"])
+    delay = outcome.delay if outcome.delay is not None else \
+        backoff / 2 + random.uniform(0, backoff / 2)
+    delay = min(delay, left)        # a last try at max_age, never after it
+    entry["next_at"] = now + delay
+    logger.warning("alert delivery failed: will retry", sink=sink.describe(),
+                   target=alert["target"], kind=alert["kind"],
+                   error=outcome.message, retry_in=round(delay, 1))
+    return False
 
 
 async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
