@@ -24,7 +24,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 from support.daemon import T0, append, daemons, sim_texts, split_at, target_cfg, write_config  # noqa: F401
-from logwatch.follow import Follower
+from logwatch.follow import LastLine
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -249,10 +249,7 @@ def test_status_page_counts_ready_in_crash_time_throughput_previous_and_last_lin
 def test_last_line_skips_finished_bars_and_follows_redraws() -> None:
     """`last_line`: the latest line that is not a tqdm frame, unless the newest line is a
     bar still moving; a redraw that arrives alone (`\\rframe`, no terminator yet) counts."""
-    class _Src:
-        name = "t"
-
-    f = Follower("t", _Src(), lambda pack: None, None)  # type: ignore[arg-type,return-value]
+    f = LastLine()
     seen = []
     for chunk in ["[10:00:00 TP0] Load weight begin.\n",
                   "\rmodel-1.safetensors:  51%|█████     | 2.54G/4.98G [00:02<00:03, 1.2GB/s]",
@@ -262,8 +259,8 @@ def test_last_line_skips_finished_bars_and_follows_redraws() -> None:
                   "\n[10:00:20 TP0] Load weight ", "end. elapsed=15 s\n",
                   "x" * 10 + "\n" + "\rCapturing batches (bs=8 avail_mem=5.80 GB):  40%|████      | 4/10 [00:01<00:01,  2.40it/s]"
                   "[2026-03-17 07:16:46 TP0] glued after the bar\n"]:
-        f._note_last_line(chunk.encode())
-        seen.append(f.last_line)
+        f.note(chunk.encode())
+        seen.append(f.text)
     assert seen == [
         "[10:00:00 TP0] Load weight begin.",
         "model-1.safetensors:  51%|█████     | 2.54G/4.98G [00:02<00:03, 1.2GB/s]",
