@@ -168,13 +168,15 @@ class Receiver:
 
     def assert_not_sent_again(self, d: Daemon, kind: str,
                               pred: Callable[[Got], bool] = lambda g: True, n: int = 1,
-                              timeout: float = 20.0, what: str = "") -> None:
-        """The daemon decides a `kind` alert `n` more times and sends none of them (matching
-        `pred`) again.  Instead of a quiet time long enough for the decision to happen, the
-        daemon's own count of decisions made before (`logwatch_alerts_repeated_total{kind}`)
-        is waited for; then a short window for a delivery already on its way."""
+                              since_start: bool = False, timeout: float = 20.0,
+                              what: str = "") -> None:
+        """The daemon decides a `kind` alert `n` more times (`since_start`: n times since it
+        started) and sends none of them (matching `pred`) again.  Instead of a quiet time long
+        enough for the decision to happen, the daemon's own count of decisions made before
+        (`logwatch_alerts_repeated_total{kind}`, per process) is waited for; then a short
+        window for a delivery already on its way."""
         before = len(self.requests(pred))
-        base = d.metric("logwatch_alerts_repeated_total", kind=kind) or 0.0
+        base = 0.0 if since_start else d.metric("logwatch_alerts_repeated_total", kind=kind) or 0.0
         wait_for(lambda: (d.metric("logwatch_alerts_repeated_total", kind=kind) or 0.0)
                  >= base + n, timeout, f"{n} repeated {kind} decision(s) {what}", alive=d.dead)
         self.assert_quiet(IN_FLIGHT, pred, what)
