@@ -184,6 +184,31 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
             defaults = {}
             raise ConfigError(path, "defaults", "must be a mapping of target keys")
         _keys(path, "defaults", defaults, tuple(k for k in TARGET_KEYS if k not in ("name", "source")))
+    targets = _targets(path, doc, written, defaults, errors)
+    alerts = doc.get("alerts") or []
+    with errors.part():
+        if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
+            alerts = []
+            raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
+    # YAML 1.1 reads a bare `on:` key as the boolean true: it means the `on` list here
+    alerts = [{("on" if k is True else k): v for k, v in a.items()} for a in alerts]
+    level = str(doc.get("log_level", "info")).lower()
+    with errors.part():
+        if level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(path, "log_level", "one of debug, info, warning, error")
+    interval = 5.0
+    with errors.part():
+        interval = _checkpoint_interval(path, doc.get("checkpoint", {}) or {})
+    with errors.part():
+        validate_alerts(path, alerts)  # the alert schema lives with the alerts
+    errors.raise_if_any()
+    return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
+
+
+def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, Any],
+             errors: ErrorCollector) -> list[TargetConfig]:
+    """`targets:`, each merged over `defaults:` (their `ssh:` merged key by key); every
+    target's problems collected in `errors`, a duplicate name named with its first use."""
     raw_targets = doc.get("targets") or []
     with errors.part():
         if not isinstance(raw_targets, list):
@@ -207,28 +232,14 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
                                   f"(also targets[{seen[tc.name]}])")
             seen[tc.name] = i
             targets.append(tc)
-    alerts = doc.get("alerts") or []
-    with errors.part():
-        if not isinstance(alerts, list) or not all(isinstance(a, dict) for a in alerts):
-            alerts = []
-            raise ConfigError(path, "alerts", "must be a list of sinks ({type: slack|webhook|alertmanager, ...})")
-    # YAML 1.1 reads a bare `on:` key as the boolean true: it means the `on` list here
-    alerts = [{("on" if k is True else k): v for k, v in a.items()} for a in alerts]
-    level = str(doc.get("log_level", "info")).lower()
-    with errors.part():
-        if level not in ("debug", "info", "warning", "error"):
-            raise ConfigError(path, "log_level", "one of debug, info, warning, error")
-    interval = 5.0
-    with errors.part():
-        ck = doc.get("checkpoint", {}) or {}
-        if not isinstance(ck, dict):
-            raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
-        _keys(path, "checkpoint", ck, ("interval",))
-        interval = _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
-    with errors.part():
-        validate_alerts(path, alerts)  # the alert schema lives with the alerts
-    errors.raise_if_any()
-    return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
+    return targets
+
+
+def _checkpoint_interval(path: str, ck: Any) -> float:
+    if not isinstance(ck, dict):
+        raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
+    _keys(path, "checkpoint", ck, ("interval",))
+    return _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
 
 
 def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:
@@ -266,6 +277,29 @@ def _duration(path: str, key: str, value: Any) -> float:
         raise ConfigError(path, key, f"not a duration: {value!r} (use e.g. 30s, 5m, 1h)") from None
 
 
+def _slow_factor(path: str, key: str, value: Any) -> float:
+    try:
+        slow = float(value)
+    except (TypeError, ValueError):
+        slow = 0.0
+    if not slow > 1.0:
+        raise ConfigError(path, f"{key}.slow_factor", "a number above 1 (a `slow` alert when "
+                          "a startup takes that many times its usual duration)")
+    return slow
+
+
+_YAML_BOOLS = {"true": True, "yes": True, "on": True, "1": True,
+               "false": False, "no": False, "off": False, "0": False, "": False}
+
+
+def _flag(path: str, key: str, value: Any) -> bool:
+    if isinstance(value, str):  # `${VAR}` expands to text: read it as YAML would
+        value = _YAML_BOOLS.get(value.lower(), value)
+    if not isinstance(value, bool):
+        raise ConfigError(path, key, "true or false")
+    return value
+
+
 def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> TargetConfig:
     """One target's settings.  Each field is checked on its own, so a typo in one key does
     not hide the target's other problems: all of them are raised together (ConfigErrors)."""
@@ -292,28 +326,16 @@ def _target(path: str, key: str, t: dict[str, Any], own: dict[str, Any]) -> Targ
     stall: float | dict[str, float] | None = None
     with errors.part():
         stall = _stall(path, key, t.get("stall_after"), rules if isinstance(rules, str) else "auto")
-    slow = t.get("slow_factor", 1.5)
+    slow = 1.5
     with errors.part():
-        try:
-            slow = float(slow)
-        except (TypeError, ValueError):
-            slow = 0.0
-        if not slow > 1.0:
-            raise ConfigError(path, f"{key}.slow_factor", "a number above 1 (a `slow` alert when "
-                              "a startup takes that many times its usual duration)")
+        slow = _slow_factor(path, key, t.get("slow_factor", 1.5))
     ssh = SSHOptions()
     with errors.part():
         ssh = _ssh(path, key, t.get("ssh") or {})
     flags = {"poll": False, "from_start": False}
     for flag in ("poll", "from_start"):
         with errors.part():
-            v = t.get(flag, False)
-            if isinstance(v, str):  # `${VAR}` expands to text: read it as YAML would
-                v = {"true": True, "yes": True, "on": True, "1": True,
-                     "false": False, "no": False, "off": False, "0": False, "": False}.get(v.lower(), v)
-            if not isinstance(v, bool):
-                raise ConfigError(path, f"{key}.{flag}", "true or false")
-            flags[flag] = v
+            flags[flag] = _flag(path, f"{key}.{flag}", t.get(flag, False))
     rotate_wait, down_after = ROTATE_WAIT, SOURCE_DOWN_AFTER
     with errors.part():
         rotate_wait = _duration(path, f"{key}.rotate_wait", t.get("rotate_wait", ROTATE_WAIT))

@@ -209,6 +209,10 @@ class _Parser:
     literal we know, or is not followed by `,` or the container's closer, its raw text up to
     the next `,` / closer at its own bracket depth is kept instead.  Running off the end of the
     text raises `_Stop`, which only the top level catches (the line was cut).
+
+    Long because: a recursive-descent parser whose methods share one cursor and one
+    token stream (reading lazily is what lets a cut line be parsed up to where it ends); its
+    parts are small methods already.
     """
 
     def __init__(self, text: str, pos: int) -> None:
@@ -625,7 +629,12 @@ def _opener_before(text: str, start: int, module: bool) -> str | None:
 def _shell_words(text: str, pos: int, end_char: str | None) -> tuple[list[str], bool]:
     """Shell-like words from `pos`: quotes and backslashes honoured, stopping at the end of
     the command (`;`, `|`, `&`, redirections, a backquote, a comment, an unmatched closer or
-    `end_char`).  Returns the words and whether a quote was left open (the line was cut)."""
+    `end_char`).  Returns the words and whether a quote was left open (the line was cut).
+
+    Long because: one left-to-right scan of shell quoting (quotes, backslashes,
+    nesting depth, the operators that end a command) whose state is the loop's locals; split
+    in pieces it would pass that state around on every character.
+    """
     words: list[str] = []
     cur: list[str] = []
     have = False

@@ -232,6 +232,11 @@ class Matcher:
             (char_test(f.head), tuple(sorted(f.chars)), tuple(sorted(f.literals)))
             for f in filters]
         self._wrap_by_head: dict[str, list[tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+        self._literal_passes(engine, stats_ids)
+
+    def _literal_passes(self, engine: str | None, stats_ids: set[int]) -> None:
+        """The block's passes: the rare rules' literals (Hyperscan, with which rules each
+        literal belongs to) and the stats rules' (RE2 windows, every occurrence, `rfind`)."""
         rare = [r for r in self.rules if r.literals is not None and id(r) not in stats_ids]
         rare_parts = _literal_parts(rare)
         self._rare = literal_finder(rare_parts, engine, cache_dir=cache_path().parent)

@@ -358,82 +358,19 @@ def load_all_shipped() -> list[RulePack]:
 # Parsing and validation
 
 def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
-    src = str(path)
-    real = str(path.resolve())
-    if real in chain:
-        raise PackError(src, f"extends itself through {' -> '.join(chain + (real,))}",
-                        key="extends")
-    try:
-        st = path.stat()
-        doc = _read_yaml(str(path), st.st_mtime_ns, st.st_size)
-    except _InvalidYAML as e:
-        raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
-    except YAMLTooLarge as e:
-        raise PackError(src, f"refused: {e}") from None
-    except UnicodeDecodeError as e:
-        raise PackError(src, f"not UTF-8 text (byte {e.start}); save the pack as UTF-8") from None
-    except OSError as e:
-        raise PackError(src, f"cannot read: {e.strerror}") from None
-    if not isinstance(doc, dict):
-        raise PackError(src, "a rule pack is a mapping with at least 'name' and 'rules'")
-    _no_unknown(src, doc, PACK_KEYS, None, "pack")
+    src, real, doc = _read_doc(path, chain)
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise PackError(src, "missing or empty", key="name")
-
-    base: RulePack | None = None
-    if doc.get("extends"):
-        ext = doc["extends"]
-        if not isinstance(ext, str):
-            raise PackError(src, "must be a pack name or a path", key="extends")
-        looks_like_path = ext.endswith((".yaml", ".yml")) or "/" in ext or os.sep in ext
-        rel = path.parent / Path(ext).expanduser()
-        try:
-            ext_path = resolve_pack_path(str(rel) if looks_like_path and not
-                                         Path(ext).expanduser().is_absolute() else ext)
-        except PackError as e:
-            raise PackError(src, f"'{ext}': {e.message}", key="extends") from None
-        base = _load(ext_path, chain + (real,))
-
+    base = _extended(src, doc, path, chain + (real,))
     phases = _phases(src, doc, base)
     reasons = _reasons(src, doc.get("reasons"), base)
-    rules_doc = doc.get("rules")
-    if rules_doc is None and base is None:
-        raise PackError(src, "missing (a pack needs at least one rule)", key="rules")
-    if rules_doc is not None and not isinstance(rules_doc, list):
-        raise PackError(src, "must be a list of rules", key="rules")
     known = CRASH_REASONS + reasons
-    own = [_rule(src, i, r, phases, known) for i, r in enumerate(rules_doc or [])]
-    rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
-    rules = _args_true(src, rules)
-    if base is not None and phases != base.phases:
-        for r in rules:
-            for p in ([r.phase] if r.phase else []) + sorted(r.when or ()):
-                if p not in phases and p != WAITING and p not in TERMINAL:
-                    raise PackError(src, f"inherited from {r.source} uses phase '{p}', which "
-                                    f"this pack's phases do not list; add the phase, or "
-                                    f"override or disable the rule",
-                                    rule=r.id, key="phase" if p == r.phase else "when")
-    if not rules:
-        raise PackError(src, "the pack has no rules", key="rules")
-
+    rules = _pack_rules(src, doc, base, phases, known)
     detect = _detect(src, doc.get("detect")) if "detect" in doc else (base.detect if base else ())
     timestamps = (_timestamps(src, doc.get("timestamps")) if "timestamps" in doc
                   else (base.timestamps if base else ()))
-    ignore = tuple(base.ignore) if base else ()
-    if doc.get("ignore") is not None:
-        if not isinstance(doc["ignore"], list):
-            raise PackError(src, "must be a list of patterns", key="ignore")
-        ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
-        for p in doc["ignore"]:
-            pattern_literals(p)      # the matcher's prefilter of ignore patterns, cached
-    prefix_src = list(base.prefix_patterns) if base else []
-    if doc.get("prefixes") is not None:
-        if not isinstance(doc["prefixes"], list):
-            raise PackError(src, "must be a list of patterns", key="prefixes")
-        for i, p in enumerate(doc["prefixes"]):
-            _groups(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
-            prefix_src.append(p)
+    ignore, prefix_src = _ignore_and_prefixes(src, doc, base)
     ranks = _ranks(src, doc["ranks"]) if doc.get("ranks") is not None \
         else (base.ranks if base else ())
     probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
@@ -455,13 +392,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     typical.update(_phase_map(src, doc.get("typical_seconds"), phases, "typical_seconds"))
     stall = dict(base.stall_after) if base else {}
     stall.update(_phase_map(src, doc.get("stall_after"), phases, "stall_after"))
-    settle = base.crash_settle if base else DEFAULT_CRASH_SETTLE
-    if doc.get("crash_settle") is not None:
-        try:
-            settle = parse_duration(doc["crash_settle"])
-        except (ValueError, TypeError):
-            raise PackError(src, f"not a duration: {doc['crash_settle']!r} (use e.g. 2s)",
-                            key="crash_settle") from None
+    settle = _crash_settle(src, doc, base)
     return RulePack(
         name=name, path=src, phases=phases, rules=tuple(rules), detect=detect,
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
@@ -476,6 +407,104 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         colours=_colours(src, doc.get("colours"), phases, base),
         primary_progress=_primary_progress(src, rules),
     )
+
+
+def _read_doc(path: Path, chain: tuple[str, ...]) -> tuple[str, str, dict[str, Any]]:
+    """A pack file's document (its path as given and resolved): one PackError for a file
+    that extends itself, cannot be read, is not YAML or UTF-8, or is not a pack's mapping."""
+    src = str(path)
+    real = str(path.resolve())
+    if real in chain:
+        raise PackError(src, f"extends itself through {' -> '.join(chain + (real,))}",
+                        key="extends")
+    try:
+        st = path.stat()
+        doc = _read_yaml(str(path), st.st_mtime_ns, st.st_size)
+    except _InvalidYAML as e:
+        raise PackError(src, f"not valid YAML: {e}".replace("\n", " ")) from None
+    except YAMLTooLarge as e:
+        raise PackError(src, f"refused: {e}") from None
+    except UnicodeDecodeError as e:
+        raise PackError(src, f"not UTF-8 text (byte {e.start}); save the pack as UTF-8") from None
+    except OSError as e:
+        raise PackError(src, f"cannot read: {e.strerror}") from None
+    if not isinstance(doc, dict):
+        raise PackError(src, "a rule pack is a mapping with at least 'name' and 'rules'")
+    _no_unknown(src, doc, PACK_KEYS, None, "pack")
+    return src, real, doc
+
+
+def _extended(src: str, doc: dict[str, Any], path: Path, chain: tuple[str, ...]
+              ) -> "RulePack | None":
+    """The pack `extends:` names (a name, or a path relative to this pack), loaded."""
+    if not doc.get("extends"):
+        return None
+    ext = doc["extends"]
+    if not isinstance(ext, str):
+        raise PackError(src, "must be a pack name or a path", key="extends")
+    looks_like_path = ext.endswith((".yaml", ".yml")) or "/" in ext or os.sep in ext
+    rel = path.parent / Path(ext).expanduser()
+    try:
+        ext_path = resolve_pack_path(str(rel) if looks_like_path and not
+                                     Path(ext).expanduser().is_absolute() else ext)
+    except PackError as e:
+        raise PackError(src, f"'{ext}': {e.message}", key="extends") from None
+    return _load(ext_path, chain)
+
+
+def _pack_rules(src: str, doc: dict[str, Any], base: "RulePack | None",
+                phases: tuple[str, ...], known: tuple[str, ...]) -> list[Rule]:
+    """The pack's rules: its own, merged with its base's (`disable:`, `args: true`); an
+    inherited rule whose phase this pack does not list is an error naming it."""
+    rules_doc = doc.get("rules")
+    if rules_doc is None and base is None:
+        raise PackError(src, "missing (a pack needs at least one rule)", key="rules")
+    if rules_doc is not None and not isinstance(rules_doc, list):
+        raise PackError(src, "must be a list of rules", key="rules")
+    own = [_rule(src, i, r, phases, known) for i, r in enumerate(rules_doc or [])]
+    rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
+    rules = _args_true(src, rules)
+    if base is not None and phases != base.phases:
+        for r in rules:
+            for p in ([r.phase] if r.phase else []) + sorted(r.when or ()):
+                if p not in phases and p != WAITING and p not in TERMINAL:
+                    raise PackError(src, f"inherited from {r.source} uses phase '{p}', which "
+                                    f"this pack's phases do not list; add the phase, or "
+                                    f"override or disable the rule",
+                                    rule=r.id, key="phase" if p == r.phase else "when")
+    if not rules:
+        raise PackError(src, "the pack has no rules", key="rules")
+    return rules
+
+
+def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
+                         ) -> tuple[tuple[Any, ...], list[str]]:
+    """`ignore:` and `prefixes:`, each after its base's."""
+    ignore = tuple(base.ignore) if base else ()
+    if doc.get("ignore") is not None:
+        if not isinstance(doc["ignore"], list):
+            raise PackError(src, "must be a list of patterns", key="ignore")
+        ignore += tuple(_compile(src, p, None, f"ignore[{i}]") for i, p in enumerate(doc["ignore"]))
+        for p in doc["ignore"]:
+            pattern_literals(p)      # the matcher's prefilter of ignore patterns, cached
+    prefix_src = list(base.prefix_patterns) if base else []
+    if doc.get("prefixes") is not None:
+        if not isinstance(doc["prefixes"], list):
+            raise PackError(src, "must be a list of patterns", key="prefixes")
+        for i, p in enumerate(doc["prefixes"]):
+            _groups(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
+            prefix_src.append(p)
+    return ignore, prefix_src
+
+
+def _crash_settle(src: str, doc: dict[str, Any], base: "RulePack | None") -> float:
+    if doc.get("crash_settle") is None:
+        return base.crash_settle if base else DEFAULT_CRASH_SETTLE
+    try:
+        return parse_duration(doc["crash_settle"])
+    except (ValueError, TypeError):
+        raise PackError(src, f"not a duration: {doc['crash_settle']!r} (use e.g. 2s)",
+                        key="crash_settle") from None
 
 
 def _advice(src: str, value: Any, base: RulePack | None) -> tuple[Advice, ...]:
@@ -800,78 +829,15 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         raise PackError(src, f"rule #{index + 1} has no 'id'", key="id")
     _no_unknown(src, d, RULE_KEYS, rid, "rule")
     if d.get("frame") is not None:
-        if d.get("pattern") is not None:
-            raise PackError(src, "a rule has a pattern or a frame, not both", rule=rid,
-                            key="frame")
-        if not isinstance(d["frame"], str) or not d["frame"]:
-            raise PackError(src, "must be a pattern (file path or function names)", rule=rid,
-                            key="frame")
-        _groups(src, d["frame"], rid, "frame")
-        if not d.get("hint"):
-            raise PackError(src, "a frame rule classifies a crash: give it `hint: REASON`",
-                            rule=rid, key="frame")
-        d = {**d, "pattern": frame_pattern(d["frame"])}
+        d = _frame_rule(src, rid, d)
     groups = set(_groups(src, d.get("pattern"), rid, "pattern"))
     actions = [k for k in ACTION_KEYS if d.get(k) not in (None, False)]
     if not actions:
         raise PackError(src, f"no action (one of: {', '.join(ACTION_KEYS)})", rule=rid)
-
     phase = d.get("phase")
-    if phase is not None:
-        if phase in TERMINAL:
-            raise PackError(src, f"'{phase}' is entered with "
-                            f"{'crash: REASON' if phase == CRASHED else 'stop: true'}",
-                            rule=rid, key="phase")
-        if phase not in phases:
-            raise PackError(src, f"unknown phase '{phase}' (phases: {', '.join(phases)})",
-                            rule=rid, key="phase")
-    for key in ("crash", "hint"):
-        v = d.get(key)
-        if v is not None and v not in reasons:
-            raise PackError(src, f"unknown crash reason '{v}' (known: {', '.join(reasons)}; a "
-                            "pack may declare its own under `reasons:`)", rule=rid, key=key)
-    if d.get("crash") and d.get("hint"):
-        raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
-    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes", "begins", "supervisor", "primary"):
-        if key in d and not isinstance(d[key], bool):
-            raise PackError(src, "must be true or false", rule=rid, key=key)
-    for key in ("progress", "stats"):
-        if key in d and (not isinstance(d[key], str) or not d[key]):
-            raise PackError(src, "must be a name", rule=rid, key=key)
-    if d.get("progress") and not {"current", "total"} <= groups:
-        raise PackError(src, "a progress rule needs named groups 'current' and 'total' in its "
-                        "pattern", rule=rid, key="progress")
-    if d.get("stats") and not groups:
-        raise PackError(src, "a stats rule needs named groups (the values it records)",
-                        rule=rid, key="stats")
-    scale = d.get("scale") or {}
-    if not isinstance(scale, dict) or not all(
-            isinstance(k, str) and isinstance(v, (int, float)) for k, v in scale.items()):
-        raise PackError(src, "must map a field name to a number", rule=rid, key="scale")
-    for k in scale:
-        if k not in groups:
-            raise PackError(src, f"'{k}' is not a named group of the pattern", rule=rid, key="scale")
-    if d.get("endpoint") and "url" not in groups:
-        raise PackError(src, "an endpoint rule needs a named group 'url' (http://host:port)",
-                        rule=rid, key="endpoint")
-    for key in ("finishes", "begins", "beside", "closes_as"):
-        if d.get(key) and not phase:
-            raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
-    if d.get("beside") is not None and d["beside"] not in ("open", "close"):
-        raise PackError(src, "must be open or close", rule=rid, key="beside")
-    if d.get("closes_as") is not None and d["closes_as"] not in phases:
-        raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
-                        rule=rid, key="closes_as")
-    if d.get("primary") and not d.get("progress"):
-        raise PackError(src, "only applies to progress rules", rule=rid, key="primary")
-    if d.get("supervisor") and not d.get("restart"):
-        raise PackError(src, "only applies to restart rules", rule=rid, key="supervisor")
-    if d.get("provisional") and not phase:
-        raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
-    if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
-        raise PackError(src, "only applies to crash rules", rule=rid,
-                        key="marker" if d.get("marker") else "tentative")
+    _check_values(src, rid, d, phases, reasons)
+    scale = _check_groups(src, rid, d, groups)
+    _check_applies(src, rid, d, phases)
 
     literals = _prefilter(src, rid, d.get("prefilter"), d["pattern"])
     samples = _samples(src, rid, d.get("samples"))
@@ -896,6 +862,92 @@ ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source")
 
 
 ARGS_EXAMPLE = "args: {form: repr, start: 'server_args=(?=ServerArgs\\(|\\{)'}"
+
+def _frame_rule(src: str, rid: str, d: dict[str, Any]) -> dict[str, Any]:
+    """A `frame:` rule (a traceback's frame, file path or function names) as the rule with
+    the pattern that frame makes."""
+    if d.get("pattern") is not None:
+        raise PackError(src, "a rule has a pattern or a frame, not both", rule=rid,
+                        key="frame")
+    if not isinstance(d["frame"], str) or not d["frame"]:
+        raise PackError(src, "must be a pattern (file path or function names)", rule=rid,
+                        key="frame")
+    _groups(src, d["frame"], rid, "frame")
+    if not d.get("hint"):
+        raise PackError(src, "a frame rule classifies a crash: give it `hint: REASON`",
+                        rule=rid, key="frame")
+    return {**d, "pattern": frame_pattern(d["frame"])}
+
+
+def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...],
+                  reasons: tuple[str, ...]) -> None:
+    """A rule's phase, reasons, flags and names are ones the pack knows."""
+    phase = d.get("phase")
+    if phase is not None:
+        if phase in TERMINAL:
+            raise PackError(src, f"'{phase}' is entered with "
+                            f"{'crash: REASON' if phase == CRASHED else 'stop: true'}",
+                            rule=rid, key="phase")
+        if phase not in phases:
+            raise PackError(src, f"unknown phase '{phase}' (phases: {', '.join(phases)})",
+                            rule=rid, key="phase")
+    for key in ("crash", "hint"):
+        v = d.get(key)
+        if v is not None and v not in reasons:
+            raise PackError(src, f"unknown crash reason '{v}' (known: {', '.join(reasons)}; a "
+                            "pack may declare its own under `reasons:`)", rule=rid, key=key)
+    if d.get("crash") and d.get("hint"):
+        raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
+    for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
+                "endpoint", "finishes", "begins", "supervisor", "primary"):
+        if key in d and not isinstance(d[key], bool):
+            raise PackError(src, "must be true or false", rule=rid, key=key)
+    for key in ("progress", "stats"):
+        if key in d and (not isinstance(d[key], str) or not d[key]):
+            raise PackError(src, "must be a name", rule=rid, key=key)
+
+
+def _check_groups(src: str, rid: str, d: dict[str, Any], groups: set[str]) -> dict[str, Any]:
+    """What a rule's action reads from its pattern's named groups is there; its `scale`."""
+    if d.get("progress") and not {"current", "total"} <= groups:
+        raise PackError(src, "a progress rule needs named groups 'current' and 'total' in its "
+                        "pattern", rule=rid, key="progress")
+    if d.get("stats") and not groups:
+        raise PackError(src, "a stats rule needs named groups (the values it records)",
+                        rule=rid, key="stats")
+    scale = d.get("scale") or {}
+    if not isinstance(scale, dict) or not all(
+            isinstance(k, str) and isinstance(v, (int, float)) for k, v in scale.items()):
+        raise PackError(src, "must map a field name to a number", rule=rid, key="scale")
+    for k in scale:
+        if k not in groups:
+            raise PackError(src, f"'{k}' is not a named group of the pattern", rule=rid, key="scale")
+    if d.get("endpoint") and "url" not in groups:
+        raise PackError(src, "an endpoint rule needs a named group 'url' (http://host:port)",
+                        rule=rid, key="endpoint")
+    return scale
+
+
+def _check_applies(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]) -> None:
+    """The keys that qualify another key come with it."""
+    phase = d.get("phase")
+    for key in ("finishes", "begins", "beside", "closes_as"):
+        if d.get(key) and not phase:
+            raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
+    if d.get("beside") is not None and d["beside"] not in ("open", "close"):
+        raise PackError(src, "must be open or close", rule=rid, key="beside")
+    if d.get("closes_as") is not None and d["closes_as"] not in phases:
+        raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
+                        rule=rid, key="closes_as")
+    if d.get("primary") and not d.get("progress"):
+        raise PackError(src, "only applies to progress rules", rule=rid, key="primary")
+    if d.get("supervisor") and not d.get("restart"):
+        raise PackError(src, "only applies to restart rules", rule=rid, key="supervisor")
+    if d.get("provisional") and not phase:
+        raise PackError(src, "only applies to rules with a phase", rule=rid, key="provisional")
+    if (d.get("marker") or d.get("tentative")) and not d.get("crash"):
+        raise PackError(src, "only applies to crash rules", rule=rid,
+                        key="marker" if d.get("marker") else "tentative")
 
 
 def _args_true(src: str, rules: list[Rule]) -> list[Rule]:

@@ -70,8 +70,10 @@ class GpuStream:
     Failure policy: what a failed start or a finished run means is decided in run.py
     (`classify_start`, `classify_run`); the stream acts on it: at once to MINIMAL_FIELDS, the
     short backoff (1 s doubling to 60 s, reset after `healthy_after` of samples) or the long
-    wait (1 min doubling to 5 min) with `status` saying why.  Its size is its state and its
-    asyncio life (start, stop, the loop, the waits), which one class keeps together.
+    wait (1 min doubling to 5 min) with `status` saying why.
+
+    Long because: its state and its asyncio life (start, stop, the loop, the waits) are one
+    thing; what can be pure (parsing, the failure tables, the arithmetic) lives beside it.
     """
 
     def __init__(self, config: GpuConfig, *, ssh: tuple[SSHTarget, SSHOptions] | None = None,
