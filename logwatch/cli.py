@@ -15,7 +15,6 @@ from typing import Any, Sequence
 
 from . import __version__
 from .app.replay import replay_file
-from .rules.check import check_samples, pack_warnings, test_lines
 from .rules.pack import PackError, load_pack, shipped_pack_names
 from .sinks.alerts.kinds import KIND_NAMES
 from .units import parse_duration
@@ -600,6 +599,7 @@ def cmd_alerts_test(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:
+    from .rules.check import check_samples, pack_warnings
     names = args.packs or shipped_pack_names()
     failed = False
     reported: set[str] = set()
@@ -623,6 +623,7 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
+    from .rules.check import test_lines
     from .shown import visible
     pack = load_pack(args.pack)
     counts: dict[str, int] = {}
