@@ -27,16 +27,22 @@ class EtaSmoother:
     def __init__(self) -> None:
         self._last: tuple[str, float, float] | None = None   # (phase, eta, at)
 
-    def __call__(self, phase: str, eta: float, now: float) -> float:
+    def peek(self, phase: str, eta: float, now: float) -> float:
+        """The value `eta` would be held to now, without remembering it: a view reads this,
+        so how often a target is read (/metrics, /api/status, alerts) never moves its ETA."""
         if math.isnan(eta):
-            self._last = None
             return eta
         last = self._last
         if last is not None and last[0] == phase and eta > 0:
             expect = max(last[1] - max(now - last[2], 0.0), 0.0)
             eta = min(max(eta, expect * (1 - MAX_ETA_STEP)), max(expect * (1 + MAX_ETA_STEP),
                                                                  expect + 1.0))
-        self._last = (phase, eta, now)
+        return eta
+
+    def __call__(self, phase: str, eta: float, now: float) -> float:
+        """Hold `eta` (see `peek`) and remember it: the live target's `tick` calls this."""
+        eta = self.peek(phase, eta, now)
+        self._last = None if math.isnan(eta) else (phase, eta, now)
         return eta
 
 

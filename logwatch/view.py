@@ -14,14 +14,13 @@ import math
 import re
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
 from .counters import Counters
 from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
-from .state.history import StartupHistory
 
 @functools.lru_cache(maxsize=1)
 def unknown_phases() -> tuple[str, ...]:
@@ -327,14 +326,6 @@ def gpu_working(gpu: dict[str, Any] | None) -> bool:
     return bool(((gpu or {}).get("silence") or {}).get("working"))
 
 
-def _previous_startup(st: State, history: StartupHistory) -> dict[str, Any] | None:
-    """The last finished startup before the current one (for the page's timeline)."""
-    recs = history.records
-    if not recs:
-        return None
-    if st.startup_id is not None and recs[-1].startup == st.startup_id:
-        return recs[-2].to_json() if len(recs) > 1 else None
-    return recs[-1].to_json()
 
 
 def live_durations(st: State, now: float) -> dict[str, float]:
@@ -348,87 +339,79 @@ def live_durations(st: State, now: float) -> dict[str, float]:
     return out
 
 
-def build_view(*, name: str, source: str, kind: str, labels: dict[str, str], now: float,
-               pipe: LogPipeline | None, counters: Counters, source_up: bool = False,
-               source_message: str = "", source_fatal: bool = False,
-               source_error: bool = False, source_notice: str = "",
-               source_state: str = "", source_down_since: float | None = None,
-               history: StartupHistory | None, offset: int | None = None,
-               line_number: int | None = None, last_line: str = "",
-               last_line_at: float | None = None, started_at: float = 0.0,
-               checkpoint_age: float = 0.0, catching_up: bool = False,
-               seen_at_attach: SeenAtAttach | None = None,
-               gpu: dict[str, Any] | None = None,
-               last_startup_seconds: float | None = None, vs_previous: str = "",
-               probe: dict[str, Any] | None = None,
-               silent_since: float | None = None,
-               eta_smoother: Callable[[str, float, float], float] | None = None) -> TargetView:
-    """The one place a `TargetView` is made (the daemon's targets and `watch` alike)."""
-    base = TargetView(name=name, engine=pipe.pack.name if pipe else "auto", source=source,
-                      kind=kind, labels=dict(labels), now=now, counters=_copy(counters),
-                      source_up=source_up, source_message=source_message,
-                      source_fatal=source_fatal, source_error=source_error or source_fatal,
-                      source_notice=source_notice, offset=offset,
-                      source_state=source_state or ("fatal" if source_fatal else "up" if source_up
-                                                    else "error" if source_error else "waiting"),
-                      source_down_since=source_down_since,
-                      line_number=line_number, last_line=last_line, last_line_at=last_line_at,
-                      started_at=started_at, checkpoint_age=checkpoint_age,
-                      catching_up=catching_up, seen_at_attach=seen_at_attach, gpu=gpu,
-                      last_startup_seconds=last_startup_seconds, vs_previous=vs_previous,
-                      probe=probe)
+class ViewPart(Protocol):
+    """What an attachment of a live target (app/attachments/) adds to its view: a frozen
+    dataclass whose fields are `TargetView` fields (gpu, probe, history ...).  `build_view`
+    copies them in; a part never sets what the pipeline says (phase, crash, ...)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+def build_view(base: TargetView, pipe: LogPipeline | None,
+               parts: Iterable[ViewPart | None] = ()) -> TargetView:
+    """The one place a `TargetView` is made (the daemon's targets, `watch`, `replay`).
+
+    `base`: what the live loop knows without the pipeline (name, source state, counters);
+    `parts`: its attachments' pieces (None: nothing to add).  Pure: building a view changes
+    nothing, so however often /metrics, /api/status or an alert reads a target, what it
+    shows (the ETA too: a part carries the smoothed one) is the same.  Without an
+    `eta_seconds` part the ETA is the unsmoothed estimate (replay)."""
+    supplied: dict[str, Any] = {}
+    for part in parts:
+        if part is not None:
+            supplied.update(part.__dict__)
+    values = {**base.__dict__, **supplied}
     if pipe is None:
-        return replace(base, phases=(WAITING, *unknown_phases(), *TERMINAL))
+        return replace(TargetView(**values), phases=(WAITING, *unknown_phases(), *TERMINAL))
+    if "eta_seconds" not in supplied:
+        values["eta_seconds"] = startup_eta(pipe.pack, pipe.state, base.now, None)
+    values.update(_pipe_fields(pipe, base.now, values))
+    return TargetView(**values)
+
+
+def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[str, Any]:
+    """The view's fields that the pipeline's state gives (the phase, its spans, the crash...);
+    `values`: the parts' (a silence at attach counts only while the startup is stalled)."""
     st = pipe.state
-    typical = history.typical() if history is not None else None
-    totals = [r.total for r in history.records if r.outcome == READY and r.total] \
-        if history is not None else []
     entered = st.phase_entered
     first = st.history[0] if st.history else None
     main = pipe.pack.primary_progress
     shards = st.progress.get(main) if main else None
-    dead = silent_since if st.stalled else None     # a new line ends the silence
-    eta = math.nan if dead is not None else \
-        eta_smoother(st.phase, startup_eta(pipe.pack, st, now, typical), now) \
-        if eta_smoother is not None else startup_eta(pipe.pack, st, now, typical)
-    return TargetView(
-        **{**base.__dict__,
-           "phase": st.phase,
-           "phases": (WAITING, *pipe.pack.phases, *TERMINAL),
-           "phase_colours": dict(pipe.pack.colours),
-           "primary_progress": main,
-           "epoch": st.epoch,
-           "startup_id": st.startup_id,
-           "phase_entered_at": entered.at if entered else None,
-           "startup_started_at": first.at if first else None,
-           "ready_in": st.ready_in(),
-           "phases_seen": st.phases_seen,
-           "timeline": span_views(st, now if now else None),
-           "total_seconds": st.total() if st.spans else None,
-           "durations": live_durations(st, now),
-           "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
-                            "eta_seconds": p.remaining_seconds(now)}
-                        for k, p in st.progress.items()},
-           "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
-           "eta_seconds": eta,
-           "silent_since": dead,
-           "eta_basis": history.basis() if history is not None and typical else 0,
-           "ready_line": st.ready_line,
-           "crash": st.crash.to_json() if st.crash else None,
-           "stalled": st.stalled,
-           # the serving figures of the launch that serves now: those of one that stopped or
-           # crashed are not current (the ledger keeps them, as that launch's)
-           "stats": dict(st.stats) if st.phase == READY else {},
-           "rules": tuple(r.id for r in pipe.pack.rules),
-           "history": [r.to_json() for r in history.records[-5:]] if history else [],
-           "previous_startup": _previous_startup(st, history) if history else None,
-           "typical_total": _median(totals) if totals else None,
-           "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
-                     for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},
-           "rank_tags": tuple(rx.pattern for rx in pipe.pack.ranks),
-           "rank_lag": _rank_lag(pipe, now),
-           "stall_after": pipe.machine.stall_budget(st.phase)
-           if st.phase not in (WAITING, READY, *TERMINAL) else None})
+    dead = values.get("silent_since") if st.stalled else None   # a new line ends the silence
+    return {
+        "engine": pipe.pack.name,
+        "phase": st.phase,
+        "phases": (WAITING, *pipe.pack.phases, *TERMINAL),
+        "phase_colours": dict(pipe.pack.colours),
+        "primary_progress": main,
+        "epoch": st.epoch,
+        "startup_id": st.startup_id,
+        "phase_entered_at": entered.at if entered else None,
+        "startup_started_at": first.at if first else None,
+        "ready_in": st.ready_in(),
+        "phases_seen": st.phases_seen,
+        "timeline": span_views(st, now if now else None),
+        "total_seconds": st.total() if st.spans else None,
+        "durations": live_durations(st, now),
+        "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
+                         "eta_seconds": p.remaining_seconds(now)}
+                     for k, p in st.progress.items()},
+        "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
+        "eta_seconds": math.nan if dead is not None else values["eta_seconds"],
+        "silent_since": dead,
+        "ready_line": st.ready_line,
+        "crash": st.crash.to_json() if st.crash else None,
+        "stalled": st.stalled,
+        # the serving figures of the launch that serves now: those of one that stopped or
+        # crashed are not current (the ledger keeps them, as that launch's)
+        "stats": dict(st.stats) if st.phase == READY else {},
+        "rules": tuple(r.id for r in pipe.pack.rules),
+        "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
+                  for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},
+        "rank_tags": tuple(rx.pattern for rx in pipe.pack.ranks),
+        "rank_lag": _rank_lag(pipe, now),
+        "stall_after": pipe.machine.stall_budget(st.phase)
+        if st.phase not in (WAITING, READY, *TERMINAL) else None}
 
 
 def rank_key(rank: str) -> tuple[Any, ...]:
@@ -451,11 +434,12 @@ def _rank_lag(pipe: LogPipeline, now: float) -> str:
 
 def pipeline_view(name: str, pipe: LogPipeline, now: float = 0.0) -> TargetView:
     """The view of a log read without a daemon (`replay`, tests): no source, no history."""
-    return build_view(name=name, source=name, kind="file", labels={}, now=now, pipe=pipe,
-                      counters=pipe.counters, history=None)
+    return build_view(TargetView(name=name, engine=pipe.pack.name, source=name, kind="file",
+                                 labels={}, now=now, counters=copy_counters(pipe.counters)),
+                      pipe)
 
 
-def _copy(c: Counters) -> Counters:
+def copy_counters(c: Counters) -> Counters:
     """A snapshot of the counters (cheap: a scrape copies them for every target)."""
     return dataclasses.replace(c, rule_matches=dict(c.rule_matches), crashes=dict(c.crashes),
                                duration_buckets=list(c.duration_buckets))
@@ -496,10 +480,3 @@ def probe_verdict(probe: Mapping[str, Any] | None, phase: str, startup: str | No
 def _fmt_s(seconds: float) -> str:
     from .units import fmt_duration
     return fmt_duration(max(seconds, 0.0))
-
-
-def _median(values: list[float]) -> float:
-    """`statistics.median`, imported when first needed (it imports decimal and fractions:
-    ~4 ms of every start of the CLI, which reads the view of each replay)."""
-    import statistics
-    return statistics.median(values)

@@ -691,7 +691,7 @@ def test_a_startup_that_ended_before_the_daemon_attached_is_history(tmp_path, re
 
 def test_slow_startup_is_judged_only_while_a_startup_runs() -> None:
     """`slow`: a startup past slow_factor x its usual time (2 min at least).  The daemon asks
-    only for the targets whose startup is under way (`TargetRunner.starting`); a serving,
+    only for the targets whose startup is under way (`Target.starting`); a serving,
     crashed or waiting target is never slow."""
     from logwatch.sinks.alerts.policy import AlertPolicy
     from logwatch.view import TargetView

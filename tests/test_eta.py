@@ -28,7 +28,8 @@ from logwatch.state.positions import PositionStore
 from logwatch.rules.pack import READY, load_all_shipped, load_pack
 from logwatch.sources.base import Data, Opened
 from logwatch.sources.ssh import SSHPool
-from logwatch.app.target import TargetRunner
+from logwatch.app.attachments.history import HistoryAttachment
+from logwatch.app.target import Target
 
 T0 = 1_767_261_600.0          # 2026-01-01 10:00:00 UTC
 READY_AT = 261.0
@@ -177,15 +178,15 @@ def test_second_start_eta_within_20_percent(tmp_path: Path, pack) -> None:  # ty
 
 
 def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
-    """The daemon's own path: a TargetRunner fed source events records the first startup on
+    """The daemon's own path: a Target fed source events records the first startup on
     ready; a second `server_args=` in the same log starts a new epoch whose ETA
-    (`TargetRunner.view().eta_seconds`, what /metrics and /api/status show) is within 20 %."""
+    (`Target.view().eta_seconds`, what /metrics and /api/status show) is within 20 %."""
     candidates = [p for p in load_all_shipped() if p.detect]
     cfg = TargetConfig(name="gpu1", source=str(tmp_path / "server.log"), rules="sglang",
                        labels={"model": "Qwen3-235B"})
-    runner = TargetRunner(cfg, store=PositionStore(tmp_path), state_dir=tmp_path,
-                          candidates=candidates, start_pack=restart_pack(candidates),
-                          pool=SSHPool())
+    history = HistoryAttachment(tmp_path, cfg.name, cfg.labels["model"])
+    runner = Target(cfg, store=PositionStore(tmp_path), candidates=candidates,
+                    start_pack=restart_pack(candidates), pool=SSHPool(), attachments=[history])
     f = runner.follower
     assert f is not None and f.pipe is not None
     offset = [0]
@@ -200,7 +201,7 @@ def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
     for t, text in first:
         feed(text, T0 + t)
     assert f.pipe.state.phase == READY
-    assert len(runner.history.records) == 1, "the first startup was not recorded on ready"
+    assert len(history.history.records) == 1, "the first startup was not recorded on ready"
     assert (tmp_path / "history" / "gpu1.json").exists()
     gap = 600.0
     second = shift(first, READY_AT + gap)
@@ -296,14 +297,19 @@ def test_startup_duration_buckets_resolve_typical_startups() -> None:
     assert DURATION_BUCKETS[0] == 30 and DURATION_BUCKETS[-1] == 7200
 
 
-def _watch_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> TargetRunner:
+def _watch_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Target:
     """A runner exactly as `logwatch watch TARGET` makes it, its history under tmp_path."""
     from logwatch.app.watch import WatchOptions, watch_runner
     monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "watch-state"))
     return watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang"))
 
 
-def _feeder(runner: TargetRunner):  # type: ignore[no-untyped-def]
+def _history(runner: Target):  # type: ignore[no-untyped-def]
+    part = runner.part(HistoryAttachment)
+    return part.history if part is not None else None
+
+
+def _feeder(runner: Target):  # type: ignore[no-untyped-def]
     f = runner.follower
     assert f is not None
     offset = [0]
@@ -328,10 +334,10 @@ def test_watch_second_start_eta_from_its_history(tmp_path: Path,
     for t, text in startup(seed=3):
         feed(text, T0 + t)
     assert first.pipe is not None and first.pipe.state.phase == READY
-    assert first.history is not None and len(first.history.records) == 1
+    assert _history(first) is not None and len(_history(first).records) == 1
 
     second = _watch_runner(tmp_path, monkeypatch)          # a new process: history read back
-    assert second.history is not None and second.history.basis() == 1
+    assert _history(second) is not None and _history(second).basis() == 1
     feed = _feeder(second)
     steps = startup(seed=4)
     errors: list[float] = []

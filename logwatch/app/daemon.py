@@ -26,7 +26,6 @@ from ..state.positions import PositionStore
 from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
-from ..telemetry.gpu import GpuStreams
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHPool
 from ..rules.locate import restart_pack
@@ -35,7 +34,12 @@ from ..view import TargetView
 from ..limits import nofile_note, raise_nofile
 from ..verdict import Exit
 from .http import HTTP_BACKLOG, HTTP_LIMITS, OncePerMinute, make_app
-from .target import TargetRunner
+from .attachments import Attachment
+from .attachments.gpu import GpuAttachment, GpuStreams
+from .attachments.history import HistoryAttachment
+from .attachments.ledger import LedgerAttachment
+from .attachments.probe import ProbeAttachment
+from .target import Target
 
 TICK = 0.5
 SLOW_CHECK_EVERY = 5.0
@@ -86,7 +90,7 @@ class Daemon:
         self.pool = SSHPool()
         self.gpu_streams = GpuStreams(self.pool)   # one nvidia-smi per host, shared
         self.ledger = LedgerStore(config.state_dir)  # the launch ledger (SQLite)
-        self.runners: dict[str, TargetRunner] = {}
+        self.runners: dict[str, Target] = {}
         self.signatures: dict[str, tuple[Any, ...]] = {}
         self.stopping = False
         self._stop = asyncio.Event()
@@ -130,13 +134,11 @@ class Daemon:
     def _start_target(self, cfg: TargetConfig) -> None:
         assert self.start_pack is not None
         try:
-            runner = TargetRunner(cfg, store=self.store, state_dir=self.config.state_dir,
-                                  candidates=self.candidates, start_pack=self.start_pack,
-                                  pool=self.pool, on_events=self._on_events,
-                                  checkpoint_interval=self.config.checkpoint_interval,
-                                  alert_marks=self.alerts.marks_of if self.alerts else None,
-                                  gpu_streams=self.gpu_streams, ledger=self.ledger,
-                                  on_probe=self._on_probe)
+            runner = Target(cfg, store=self.store, candidates=self.candidates,
+                            start_pack=self.start_pack, pool=self.pool,
+                            attachments=self._attachments(cfg), on_events=self._on_events,
+                            checkpoint_interval=self.config.checkpoint_interval,
+                            alert_marks=self.alerts.marks_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             delay = self._schedule_retry(cfg.name, time.time())
             self.log.error("target not started", target=cfg.name, error=str(e),
@@ -148,6 +150,13 @@ class Daemon:
         self._spread_checkpoints()
         self.signatures[cfg.name] = pack_signature(cfg)
         runner.start()
+
+    def _attachments(self, cfg: TargetConfig) -> list[Attachment]:
+        """What hangs off each of the daemon's targets (app/attachments/), one line each."""
+        gpu = GpuAttachment(self.gpu_streams)
+        return [HistoryAttachment(self.config.state_dir, cfg.name, cfg.labels.get("model", "")),
+                gpu, LedgerAttachment(self.ledger, cfg.name, power=gpu),
+                ProbeAttachment(self.pool, on_result=self._on_probe)]
 
     def _schedule_retry(self, name: str, now: float) -> float:
         """Backoff for a target that failed: 10 s, doubling, at most 5 min between tries."""
@@ -179,7 +188,7 @@ class Daemon:
             self._start_target(by_name[name])
             self.log.info("target restarted", target=name, attempt=failures + 1)
 
-    def _refused(self, r: TargetRunner) -> bool:
+    def _refused(self, r: Target) -> bool:
         """Its source gave up (a refused key, no such directory, permission denied): the
         loop ended; nothing reads the log until it is tried again."""
         f = r.follower
@@ -248,17 +257,17 @@ class Daemon:
         for r in self.runners.values():
             r.checkpoint_interval = every
 
-    def _on_events(self, runner: TargetRunner, events: list[Event]) -> None:
+    def _on_events(self, runner: Target, events: list[Event]) -> None:
         if self.alerts is not None and any(isinstance(e, ALERTING) for e in events):
             self.alerts.observe(runner.view(time.time()), events)
         for observe in self.observers:
             observe(runner, events)
 
-    def _on_probe(self, runner: TargetRunner) -> None:
+    def _on_probe(self, runner: Target) -> None:
         if self.alerts is not None:
             self.alerts.observe_probe(runner.view(time.time()))
 
-    def metric_sources(self) -> list[TargetRunner]:
+    def metric_sources(self) -> list[Target]:
         """The targets as /metrics reads them (each rendered again only when it changed)."""
         return list(self.runners.values())
 

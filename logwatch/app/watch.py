@@ -25,7 +25,7 @@ from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
 from ..sinks.summary import summary
 from ..sources import SourceError
-from ..telemetry.gpu import GpuConfig, GpuStreams
+from ..telemetry.gpu import GpuConfig
 from ..telemetry.probe import ProbeConfig
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHOptions, default_pool
@@ -34,7 +34,12 @@ from ..verdict import Exit, crash_text
 from ..view import TargetView, gpu_activity, gpu_working, silent_text
 from .config import TargetConfig
 from .notify import notify_verdict
-from .target import TargetRunner
+from .attachments import Attachment
+from .attachments.gpu import GpuAttachment, GpuStreams
+from .attachments.history import HistoryAttachment
+from .attachments.ledger import LedgerAttachment
+from .attachments.probe import ProbeAttachment
+from .target import Target
 
 # watch's names for the registry's statuses (verdict.py `Exit`: README "Exit codes")
 EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = (
@@ -66,10 +71,10 @@ class WatchOptions:
         return self.targets or [self.target]
 
 
-def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Event]], None]
-                 | None = None, target: str | None = None) -> TargetRunner:
-    """A target `watch` follows: the daemon's TargetRunner without positions, with the
-    TARGET's startup history (keyed by the TARGET string) unless --no-history."""
+def watch_runner(opts: WatchOptions, on_events: Callable[[Target, list[Event]], None]
+                 | None = None, target: str | None = None) -> Target:
+    """A target `watch` follows: the daemon's live loop without positions, with the
+    TARGET's startup history and ledger (keyed by the TARGET string) unless --no-history."""
     target = target or opts.target
     if opts.rules == "auto":
         candidates = [p for p in load_all_shipped() if p.detect]
@@ -80,13 +85,20 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[TargetRunner, list[Eve
     cfg = TargetConfig(name=target, source=target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
                        from_start=opts.from_start, gpu=opts.gpu, probe=opts.probe)
-    runner = TargetRunner(cfg, store=None, state_dir=watch_state_dir() if opts.history else None,
-                          candidates=candidates, start_pack=start_pack, pool=default_pool(),
-                          on_events=on_events, batch_interval=0.0, log_sources=False,
-                          gpu_streams=GpuStreams(default_pool()),
-                          ledger=LedgerStore(watch_state_dir()) if opts.history else None)
-    runner.report_history = opts.last
-    return runner
+    return Target(cfg, store=None, candidates=candidates, start_pack=start_pack,
+                  pool=default_pool(), attachments=watch_attachments(opts, target),
+                  on_events=on_events, batch_interval=0.0, log_sources=False,
+                  report_history=opts.last)
+
+
+def watch_attachments(opts: WatchOptions, target: str) -> list[Attachment]:
+    """What hangs off a target of `watch` (app/attachments/): history and ledger in
+    watch's own state dir (not with --no-history), the GPUs, the probe."""
+    gpu = GpuAttachment(GpuStreams(default_pool()))
+    kept: list[Attachment] = [HistoryAttachment(watch_state_dir(), target),
+                              LedgerAttachment(LedgerStore(watch_state_dir()), target, gpu)] \
+        if opts.history else []
+    return [*kept, gpu, ProbeAttachment(default_pool())]
 
 
 @dataclass
@@ -94,7 +106,7 @@ class Watched:
     """One TARGET of a watch: its runner, its display, and its own verdict once it has one."""
 
     name: str
-    runner: TargetRunner
+    runner: Target
     display: PlainDisplay
     pending: list[Event] = field(default_factory=list)
     noted: bool = False
@@ -105,7 +117,7 @@ class Watched:
 
 
 async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
-    """Follow the targets on the daemon's live loop (`TargetRunner`, memory only) with a
+    """Follow the targets on the daemon's live loop (`Target`, memory only) with a
     terminal sink, until one verdict for all of them."""
     names = opts.all_targets
     wake = asyncio.Event()
@@ -113,8 +125,8 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     multi = MultiDisplay(names, screen) if len(names) > 1 else None
     watched: list[Watched] = []
 
-    def on_events_for(w_index: int) -> Callable[[TargetRunner, list[Event]], None]:
-        def on_events(runner: TargetRunner, events: list[Event]) -> None:
+    def on_events_for(w_index: int) -> Callable[[Target, list[Event]], None]:
+        def on_events(runner: Target, events: list[Event]) -> None:
             watched[w_index].pending.extend(events)
             wake.set()
             if _final(runner) and not _historic(runner) and \
@@ -266,7 +278,8 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
     if verdict is not None and verdict[0] == EXIT_READY and _awaiting_endpoint(runner, view):
         if not w.awaiting_said:      # ready means serving: the endpoint answers (or --probe off)
             w.awaiting_said = True
-            ep = runner._probe_plan().endpoint
+            probe = runner.part(ProbeAttachment)
+            ep = probe.plan().endpoint if probe is not None else None
             url = (view.probe or {}).get("url") or \
                 (f"http://{ep.address}{ep.path}" if ep is not None else "its endpoint")
             w.display.note(f"ready in log; waiting for {url} to answer (--probe off: the "
@@ -316,7 +329,7 @@ def _combine(watched: list[Watched], views: list[TargetView], opts: WatchOptions
     return None
 
 
-def _settled(runner: TargetRunner) -> bool:
+def _settled(runner: Target) -> bool:
     """The crash of the startup (if it crashed) is final: its reason will not change (the
     attach note names it; an unfinished last line is read when the crash settles)."""
     pipe = runner.pipe
@@ -337,24 +350,25 @@ def _deaf(view: TargetView) -> bool:
     return view.phase == READY and not view.historic and view.status == "unreachable"
 
 
-def _awaiting_endpoint(runner: TargetRunner, view: TargetView) -> bool:
+def _awaiting_endpoint(runner: Target, view: TargetView) -> bool:
     """Ready in the log, a probe runs and knows where the server listens, and no probe of
     this startup has answered yet: not ready for `watch ... && run_benchmark`."""
-    if runner.prober is None or view.historic:
+    probe = runner.part(ProbeAttachment)
+    if probe is None or probe.prober is None or view.historic:
         return False
-    if runner._probe_plan().endpoint is None:
+    if probe.plan().endpoint is None:
         return False             # no address in the log: the log's word is all there is
     p = view.probe or {}
     return not (p.get("ok_at") and p.get("ok_startup") == view.startup_id)
 
 
-def _historic(runner: TargetRunner) -> bool:
+def _historic(runner: Target) -> bool:
     """The current startup is the one that had ended before watch attached."""
     s, pipe = runner.seen_at_attach, runner.pipe
     return s is not None and pipe is not None and pipe.state.startup_id == s.startup_id
 
 
-def _last_verdict(runner: TargetRunner, view: TargetView) -> tuple[int, str]:
+def _last_verdict(runner: Target, view: TargetView) -> tuple[int, str]:
     """--last: the latest startup as the log has it now."""
     if view.phase == READY:
         return EXIT_READY, "ready"
@@ -365,7 +379,7 @@ def _last_verdict(runner: TargetRunner, view: TargetView) -> tuple[int, str]:
     return EXIT_TIMEOUT, f"still starting: {view.phase}"
 
 
-def _final(runner: TargetRunner) -> bool:
+def _final(runner: Target) -> bool:
     """Ready, stopped, or crashed with the crash settled: nothing later changes the verdict."""
     pipe = runner.pipe
     if pipe is None:
@@ -374,7 +388,7 @@ def _final(runner: TargetRunner) -> bool:
     return st.phase in (READY, STOPPED) or (st.phase == CRASHED and st.crash_settled)
 
 
-def _verdict(runner: TargetRunner, view: TargetView,
+def _verdict(runner: Target, view: TargetView,
              events: list[Event]) -> tuple[int, str] | None:
     if view.catching_up or view.historic:
         return None          # what the log held at attach is still being read, or is history

@@ -1,0 +1,125 @@
+"""Catch-up: what the log held when a target first attached is history until it says news.
+
+A first attach (no checkpoint) reads the log from its latest startup; the bytes before the
+attach offset (`Opened.size`) were written before we looked.  Their events are held until
+the end of them says whether they are news (view.py `seen_at_attach`): a startup that had
+ended is shown as such, never alerted; a startup silent past its phase's stall budget is
+dated from the file's last write (`silent_at_attach`: the machine's next tick stalls it).
+Every target has one (`Target.catchup`); the other attachments read `target.catching_up`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...machine import Event, retime
+from ...pipeline import LogPipeline
+from ...rules.pack import READY
+from ...sources import Data, Opened
+from ...view import SeenAtAttach, seen_at_attach, silent_at_attach, silent_text
+from .base import Attachment, LiveTarget
+
+
+@dataclass(frozen=True)
+class CatchUpPart:
+    """The target view's catch-up fields."""
+
+    catching_up: bool
+    seen_at_attach: SeenAtAttach | None
+    silent_since: float | None
+
+
+class CatchUp(Attachment):
+    """The attach boundary, the events held before it, and what they turned out to be."""
+
+    def __init__(self, *, report_history: bool = False, log_sources: bool = True) -> None:
+        self.report_history = report_history   # the owner wants an ended startup's events too
+        self.log_sources = log_sources         # watch says a silence as its verdict instead
+        self.attach_end: int | None = None
+        self.attach_mtime: float | None = None
+        self.catching_up = False
+        self.held: list[Event] = []
+        self.seen_at_attach: SeenAtAttach | None = None
+        self.silent_since: float | None = None  # a startup silent past its budget at attach
+        self.log: Any = None
+
+    def bind(self, target: LiveTarget) -> None:
+        self.log = target.log
+
+    def opened(self, ev: Opened) -> None:
+        """A first attach with bytes before its offset: those are caught up on first."""
+        if ev.reason == "attach" and ev.size is not None and self.attach_end is None \
+                and ev.size > ev.offset:
+            self.attach_end, self.attach_mtime = ev.size, ev.mtime
+            self.catching_up = True
+
+    def split(self, ev: Data) -> tuple[Data, Data] | None:
+        """The attach boundary inside a chunk: (before, after), decided in that order."""
+        end = self.attach_end
+        if not self.catching_up or end is None or not ev.offset < end < ev.offset + len(ev.data):
+            return None
+        cut = end - ev.offset
+        return Data(ev.data[:cut], ev.offset), Data(ev.data[cut:], end)
+
+    def admit(self, events: list[Event]) -> list[Event]:
+        """What of these events reaches the owner now: nothing while catching up (held),
+        nothing more of the startup that had ended before the attach (its crash settling)."""
+        if self.catching_up:
+            self.held.extend(events)
+            return []
+        historic = self.seen_at_attach.startup_id if self.seen_at_attach and \
+            not self.report_history and self.ended_at_attach(self.seen_at_attach.startup_id) \
+            else None
+        if historic is None:
+            return events
+        return [e for e in events if getattr(e, "startup", None) != historic]
+
+    def end(self, pipe: LogPipeline | None, offset: int | None) -> list[Event] | None:
+        """Once the bytes before the attach offset are through the rules: were they news?
+        The held events for the owner ([] when they were history), None while not over."""
+        if not self.catching_up or pipe is None or self.attach_end is None or \
+                offset is None or offset < self.attach_end:
+            return None
+        self.catching_up = False
+        held, self.held = self.held, []
+        now = time.time()
+        retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
+        self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
+        if self.seen_at_attach is None:
+            self._silent_at_attach(pipe, now)
+            return held
+        s = self.seen_at_attach
+        self.log.info("the latest startup in the log had ended before it was read: "
+                      "history, not alerted", phase=s.phase, ago=round(s.ago),
+                      startup=s.startup_id)
+        return held if self.report_history else []
+
+    def _silent_at_attach(self, pipe: LogPipeline, now: float) -> None:
+        """A startup whose log went silent longer ago than its phase's stall budget: its
+        silence is counted from the file's last write, not from when we read it, so the
+        machine's next tick stalls it (one `Stalled`: one alert, watch's exit 3) and the
+        view says "silent since ...: server probably dead" instead of an ETA."""
+        st = pipe.state
+        since = silent_at_attach(st, self.attach_mtime, now,
+                                 pipe.machine.stall_budget(st.phase), pipe.pack.startup_phases)
+        if since is None:
+            return
+        self.silent_since = since
+        st.last_activity = min(st.last_activity or since, since)
+        if self.log_sources:          # the daemon says it once; watch says it as its verdict
+            self.log.warning(silent_text(since, now), phase=st.phase, startup=st.startup_id)
+
+    def ended_at_attach(self, startup: str | None) -> bool:
+        """`startup` is the one that had crashed or stopped before we attached: history.  One
+        that was ready then is a server up before us: probed, its stats read, its crash
+        alerted from the first read (its address from the whole startup, caught up on)."""
+        s = self.seen_at_attach
+        return s is not None and s.startup_id == startup and s.phase != READY
+
+    def view(self, now: float) -> CatchUpPart:
+        return CatchUpPart(self.catching_up, self.seen_at_attach, self.silent_since)
+
+    def key(self) -> Any:
+        return (self.catching_up, self.silent_since)

@@ -1,0 +1,88 @@
+"""The server's own endpoint, probed beside its log (telemetry/probe.py `Prober`).
+
+`probe:` auto probes ssh:// targets through their connection and local files directly; a
+cmd: target only with an explicit `url` (its server may be anywhere); never stdin.  Where
+to probe comes from what the log says now (`plan`): the configured url, else the address
+the startup printed, else its arguments.  A startup that had ended before the attach, or
+a log still being caught up on, is not probed.  The probe is asked at once when a startup
+begins, gets ready, or the catch-up ends.  This is the one module of app/ that knows the
+prober's classes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...machine import Event, Ready, StartupBegan
+from ...telemetry.probe import (
+    Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
+)
+from ...sources.ssh import SSHPool, SSHTarget
+from .base import Attachment, LiveTarget
+
+
+@dataclass(frozen=True)
+class ProbePart:
+    """The target view's `probe` (None: no probe for this target)."""
+
+    probe: dict[str, Any] | None
+
+
+class ProbeAttachment(Attachment):
+    def __init__(self, pool: SSHPool, on_result: Callable[[Any], None] | None = None) -> None:
+        self.pool = pool
+        self.on_result = on_result or (lambda target: None)   # after each probe (alerts)
+        self.target: LiveTarget | None = None
+        self.prober: Prober | None = None
+
+    def bind(self, target: LiveTarget) -> None:
+        self.target = target
+        cfg, kind = target.cfg.probe, target.cfg.kind
+        if not cfg.enabled or kind == "stdin" or (kind == "command" and not cfg.url):
+            return
+        ssh = SSHTarget.parse(target.cfg.source) if kind == "ssh" else None
+        connect = ssh_connect(self.pool, ssh, target.cfg.ssh) if ssh is not None \
+            else local_connect()
+        self.prober = Prober(cfg, connect, self.plan, on_result=lambda p: self.on_result(target),
+                             own_hosts=(ssh.host,) if ssh is not None else ())
+
+    def start(self) -> None:
+        if self.prober is not None:
+            self.prober.start()
+
+    def plan(self) -> ProbePlan:
+        """Where the server listens, by what its log says now (or the configured url)."""
+        assert self.target is not None
+        pipe = self.target.pipe
+        paths = pipe.pack.probe_paths if pipe is not None else ()
+        startup = pipe.state.startup_id if pipe is not None else None
+        if self.target.cfg.probe.url:
+            return ProbePlan(endpoint_of(self.target.cfg.probe.url), paths, startup)
+        if pipe is None or self.target.catching_up or self.target.ended_at_attach(startup):
+            return ProbePlan(None, paths, startup)   # a server that ended is not probed
+        st = pipe.state
+        ep: Endpoint | None = endpoint_of(st.endpoint) if st.endpoint else None
+        if ep is None:
+            ep = endpoint_from_args(st.args)
+        if ep is None and self.prober is not None:
+            self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
+        return ProbePlan(ep, paths, startup)
+
+    def on_events(self, events: list[Event], now: float) -> None:
+        if self.prober is not None and any(isinstance(e, (Ready, StartupBegan)) for e in events):
+            self.prober.poke()         # ask at once: the verdict beside the log's
+
+    def caught_up(self, now: float) -> None:
+        if self.prober is not None:
+            self.prober.poke()         # a server up before us: probed from now on
+
+    def view(self, now: float) -> ProbePart:
+        return ProbePart(self.prober.to_dict() if self.prober is not None else None)
+
+    def key(self) -> Any:
+        return self.prober.state.probes if self.prober is not None else None
+
+    async def close(self) -> None:
+        if self.prober is not None:
+            await self.prober.stop()

@@ -1,0 +1,185 @@
+"""The live target and its attachments (app/target.py, app/attachments/, issue 33).
+
+- Reading a target's view changes nothing: the ETA smoother moves in `tick`, so however
+  often /metrics, /api/status and the alerts read a target, the ETA it shows is the same
+  (before, every `view()` advanced the smoother: the ETA depended on the readers).
+- An attachment added to a target's list gets every hook (bind, on_pipeline, start,
+  on_events, tick, view, key, close), and its piece shows in the view: the next side
+  feature is one file and one line.
+- Every attachment's piece is made of `TargetView` fields; `watch --no-history` leaves
+  history and ledger out of the list instead of passing Nones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from logwatch.app.attachments.catchup import CatchUpPart
+from logwatch.app.attachments.gpu import GpuAttachment, GpuPart
+from logwatch.app.attachments.history import HistoryAttachment, HistoryPart
+from logwatch.app.attachments.ledger import LedgerAttachment, LedgerPart
+from logwatch.app.attachments.probe import ProbeAttachment, ProbePart
+from logwatch.app.config import TargetConfig
+from logwatch.app.target import EtaPart, Target
+from logwatch.machine import Ready, StartupBegan
+from logwatch.rules.locate import restart_pack
+from logwatch.rules.pack import READY, load_all_shipped
+from logwatch.sources.ssh import SSHPool
+from logwatch.view import TargetView
+from test_eta import T0, _feeder, _watch_runner, startup
+
+
+def _hung_second_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    """A target whose first startup is in its history; the second hangs at 10/24 shards.
+    (the target, its feed, the steps after the hang, when it hung)"""
+    first = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(first)
+    for t, text in startup(seed=6):
+        feed(text, T0 + t)
+    runner = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(runner)
+    steps = startup(seed=7)
+    upto = next(i for i, (_, text) in enumerate(steps) if "| 10/24" in text)
+    for t, text in steps[:upto + 1]:
+        feed(text, T0 + t)
+    return runner, feed, steps[upto + 1:], T0 + steps[upto][0]
+
+
+def test_reading_the_view_never_moves_the_eta(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two identical targets, ticked every 10 s, hang 200 s at 10/24 shards and then go on
+    (the ETA jumps down: the smoother holds it); one is also read every second between
+    ticks (a scrape, the page, an alert).  The ETA each shows at each tick is the same.
+    Before issue 33 each read moved the smoother: 3 of these 40 ticks differed."""
+    quiet, feed_quiet, rest, hung_at = _hung_second_start(tmp_path / "a", monkeypatch)
+    busy, feed_busy, _, _ = _hung_second_start(tmp_path / "b", monkeypatch)
+    pause = 200.0
+    shown_quiet, shown_busy = [], []
+    i = 0
+    for s in range(0, 400, 10):
+        now = hung_at + s
+        while i < len(rest) and T0 + rest[i][0] + pause <= now:
+            feed_quiet(rest[i][1], T0 + rest[i][0] + pause)
+            feed_busy(rest[i][1], T0 + rest[i][0] + pause)
+            i += 1
+        quiet.tick(now)
+        busy.tick(now)
+        shown_quiet.append(quiet.view(now).eta_seconds)
+        shown_busy.append(busy.view(now).eta_seconds)
+        for k in range(1, 10):              # read between this tick and the next
+            busy.view(now + k)
+    assert i == len(rest) and quiet.view(hung_at + 400).phase == READY
+    assert sum(math.isfinite(e) and e > 0 for e in shown_quiet) >= 30, shown_quiet
+    assert [round(e, 9) for e in shown_busy] == [round(e, 9) for e in shown_quiet]
+    # and a view is the same however many times it is read at one moment
+    again = [busy.view(hung_at + 150).eta_seconds for _ in range(5)]
+    assert len(set(again)) == 1, again
+
+
+def test_the_smoother_moves_only_in_tick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The smoothed ETA is the tick's: a hung startup's raw estimate grows, and the shown
+    one follows it no faster than MAX_ETA_STEP per tick (see test_eta's 30 % bound)."""
+    runner, _, _, hung_at = _hung_second_start(tmp_path, monkeypatch)
+    etas = []
+    for s in range(0, 300):
+        runner.tick(hung_at + s)
+        etas.append(runner.view(hung_at + s).eta_seconds)
+    assert etas[-1] > etas[30] > 0
+    jumps = [abs(b - a) / a for a, b in zip(etas, etas[1:]) if a > 0]
+    assert max(jumps) <= 0.30 + 1e-9, max(jumps)
+
+
+@dataclass(frozen=True)
+class NotePart:
+    vs_previous: str          # a TargetView field (a real side feature adds its own)
+
+
+class Recorder:
+    """A side feature written against the protocol only (no base class)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.target: Any = None
+        self.events: list[Any] = []
+        self.closed = False
+
+    def bind(self, target: Any) -> None:
+        self.calls.append("bind")
+        self.target = target
+
+    def on_pipeline(self, pipe: Any) -> None:
+        self.calls.append("on_pipeline")
+
+    def start(self) -> None:
+        self.calls.append("start")
+
+    def on_events(self, events: list[Any], now: float) -> None:
+        self.calls.append("on_events")
+        self.events.extend(events)
+
+    def tick(self, now: float) -> None:
+        self.calls.append("tick")
+
+    def view(self, now: float) -> NotePart:
+        return NotePart(f"{len(self.events)} events seen")
+
+    def key(self) -> Any:
+        return len(self.events)
+
+    async def close(self) -> None:
+        self.calls.append("close")
+        self.closed = True
+
+
+def test_an_attachment_in_the_list_gets_every_hook(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    candidates = [p for p in load_all_shipped() if p.detect]
+    rec = Recorder()
+    target = Target(TargetConfig(name="t", source=str(log), rules="sglang"),
+                    store=None, candidates=candidates, start_pack=restart_pack(candidates),
+                    pool=SSHPool(), attachments=[rec])
+    assert rec.calls == ["bind", "on_pipeline"] and rec.target is target
+    feed = _feeder(target)
+    for t, text in startup(seed=1):
+        feed(text, T0 + t)
+    assert any(isinstance(e, StartupBegan) for e in rec.events)
+    assert any(isinstance(e, Ready) for e in rec.events)
+    key_before = target.metrics_key(T0 + 300)
+    target.tick(T0 + 300)
+    assert rec.calls.count("tick") == 1
+    view = target.view(T0 + 300)
+    assert view.phase == READY and view.vs_previous == f"{len(rec.events)} events seen"
+    feed("[2026-01-01 10:06:00] server_args=ServerArgs(model_path='m', port=1)\n", T0 + 360)
+    assert target.metrics_key(T0 + 360) != key_before     # its key is in the target's
+
+    async def run() -> None:
+        target.start()
+        await target.stop()
+    asyncio.run(run())
+    assert rec.calls[-2:] == ["start", "close"] and rec.closed
+
+
+def test_every_piece_is_made_of_target_view_fields() -> None:
+    fields = {f.name for f in dataclasses.fields(TargetView)}
+    for part in (CatchUpPart, GpuPart, HistoryPart, LedgerPart, ProbePart, EtaPart):
+        names = {f.name for f in dataclasses.fields(part)}
+        assert names <= fields, (part.__name__, names - fields)
+
+
+def test_watch_builds_its_list_without_history_when_asked(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from logwatch.app.watch import WatchOptions, watch_attachments
+    monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path))
+    kinds = [type(a) for a in watch_attachments(WatchOptions(target="x.log"), "x.log")]
+    assert kinds == [HistoryAttachment, LedgerAttachment, GpuAttachment, ProbeAttachment]
+    kinds = [type(a) for a in watch_attachments(WatchOptions(target="x.log", history=False),
+                                                "x.log")]
+    assert kinds == [GpuAttachment, ProbeAttachment]
