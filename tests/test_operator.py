@@ -440,6 +440,7 @@ def test_a_refused_source_is_tried_again_on_the_slow_timer(tmp_path: Path) -> No
     reads once the path is a log."""
     import asyncio
     from logwatch.app import daemon as dmod
+    from logwatch.app import supervise as smod
     from logwatch.app.config import load_config
     path = tmp_path / "server.log"
     path.mkdir()
@@ -454,11 +455,13 @@ def test_a_refused_source_is_tried_again_on_the_slow_timer(tmp_path: Path) -> No
         await asyncio.wait_for(first.ended.wait(), 20)
         assert first.follower is not None and first.follower.status.state == "fatal"
         now = time.time()
-        assert await d._retry_refused(now) == []                        # scheduled
-        assert await d._retry_refused(now + dmod.FATAL_RETRY_BASE - 1) == []   # not yet
+        assert await d.supervisor.retry_refused(d.runners, d.config.targets, now) == []  # scheduled
+        assert await d.supervisor.retry_refused(
+            d.runners, d.config.targets, now + smod.FATAL_RETRY_BASE - 1) == []   # not yet
         path.rmdir()
         path.write_text("[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m')\n")
-        assert await d._retry_refused(now + dmod.FATAL_RETRY_BASE + 1) == ["n"]
+        assert await d.supervisor.retry_refused(
+            d.runners, d.config.targets, now + smod.FATAL_RETRY_BASE + 1) == ["n"]
         second = d.runners["n"]
         assert second is not first
         deadline = time.monotonic() + 20

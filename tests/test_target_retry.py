@@ -18,6 +18,7 @@ import pytest
 
 from support.daemon import free_port, sim_texts
 import logwatch.app.daemon as daemon_mod
+import logwatch.app.supervise as supervise_mod
 from logwatch.app.config import load_config
 from logwatch.sources import local as local_mod
 
@@ -34,7 +35,7 @@ def test_a_target_that_fails_is_retried_and_the_others_go_on(tmp_path: Path, mon
         "listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "state"),
         "targets": [{"name": "flaky", "source": str(flaky)},
                     {"name": "healthy", "source": str(healthy)}]}), encoding="utf-8")
-    monkeypatch.setattr(daemon_mod, "RETRY_BASE", 0.3)
+    monkeypatch.setattr(supervise_mod, "RETRY_BASE", 0.3)
     real_events = local_mod.LocalFileSource.events
     calls = {"flaky": 0}
 

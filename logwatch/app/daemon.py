@@ -39,16 +39,11 @@ from .attachments.gpu import GpuAttachment, GpuStreams
 from .attachments.history import HistoryAttachment
 from .attachments.ledger import LedgerAttachment
 from .attachments.probe import ProbeAttachment
+from .supervise import SOURCE_CHECK_EVERY, Supervisor
 from .target import Target
 
 TICK = 0.5
 SLOW_CHECK_EVERY = 5.0
-RETRY_BASE = 10.0     # a failed target is tried again after this, doubling ...
-RETRY_MAX = 300.0     # ... up to this (and counts as healthy again after this long up)
-INF = float("inf")
-FATAL_RETRY_BASE = 120.0   # a source refused once (a key, a permission) is tried again after
-FATAL_RETRY_MAX = 900.0    # this, doubling up to this; and at once on SIGHUP
-SOURCE_CHECK_EVERY = 2.0   # `source_down`: the targets with an outage, this often
 # checkpoint files written a second at most, all targets together: each write (the state as
 # JSON, a file, a rename in state_dir) is ~0.5-0.8 ms of a core here, so 500 targets at 5 s
 # would be 100 a second; beyond 125 targets each checkpoints less often (500: every 20 s).
@@ -80,6 +75,9 @@ def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:
 
 
 class Daemon:
+    """Every target of the config, the HTTP endpoint, the alert router, one ticker; what
+    hangs off each target is `_attachments`, retries and outages are `Supervisor`'s."""
+
     def __init__(self, config: Config, config_path: str,
                  shard: tuple[int, int] | None = None) -> None:
         self.shard = shard
@@ -102,12 +100,7 @@ class Daemon:
         self.candidates: list[RulePack] = []
         self.start_pack: RulePack | None = None
         self._slow_checked = 0.0
-        # targets that failed (an error while starting, or their loop died): name ->
-        # (failures so far, when to try again); retried with backoff, the others go on
-        self._retry: dict[str, tuple[int, float]] = {}
-        # targets whose source was refused (fatal): name -> (tries so far, when to try again)
-        self._fatal: dict[str, tuple[int, float]] = {}
-        self._source_down: set[str] = set()   # targets with an outage seen (or alerted)
+        self.supervisor = Supervisor(self._restart)   # retries, refused sources, outages
         self._sources_checked = 0.0
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -140,7 +133,7 @@ class Daemon:
                             checkpoint_interval=self.config.checkpoint_interval,
                             alert_marks=self.alerts.marks_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
-            delay = self._schedule_retry(cfg.name, time.time())
+            delay = self.supervisor.schedule_retry(cfg.name, time.time())
             self.log.error("target not started", target=cfg.name, error=str(e),
                            retry_in=f"{delay:.0f}s")
             return
@@ -158,89 +151,10 @@ class Daemon:
                 gpu, LedgerAttachment(self.ledger, cfg.name, power=gpu),
                 ProbeAttachment(self.pool, on_result=self._on_probe)]
 
-    def _schedule_retry(self, name: str, now: float) -> float:
-        """Backoff for a target that failed: 10 s, doubling, at most 5 min between tries."""
-        failures = self._retry.get(name, (0, 0.0))[0] + 1
-        delay = min(RETRY_MAX, RETRY_BASE * 2 ** (failures - 1))
-        self._retry[name] = (failures, now + delay)
-        return delay
-
-    async def _retry_failed(self, now: float) -> None:
-        """Isolate and retry: a target whose loop died is restarted (from its checkpoint)
-        after its backoff; one that could not start is started again."""
-        for name, r in list(self.runners.items()):
-            if r.failed_at is not None and self._retry.get(name, (0, INF))[1] == INF:
-                delay = self._schedule_retry(name, now)
-                self.log.warning("target failed: retrying", target=name, retry_in=f"{delay:.0f}s")
-            elif r.failed_at is None and name in self._retry and r.attached \
-                    and now - r.started_at > RETRY_MAX:
-                del self._retry[name]   # healthy for a while: the next failure starts over
-        by_name = {t.name: t for t in self.config.targets}
-        for name, (failures, due) in list(self._retry.items()):
-            runner = self.runners.get(name)
-            if name not in by_name:
-                del self._retry[name]   # removed by a reload
-                continue
-            if due > now or (runner is not None and runner.failed_at is None):
-                continue
-            self._retry[name] = (failures, INF)   # scheduled again only if it fails again
-            await self._stop_target(name)
-            self._start_target(by_name[name])
-            self.log.info("target restarted", target=name, attempt=failures + 1)
-
-    def _refused(self, r: Target) -> bool:
-        """Its source gave up (a refused key, no such directory, permission denied): the
-        loop ended; nothing reads the log until it is tried again."""
-        f = r.follower
-        return r.ended.is_set() and r.failed_at is None and f is not None and f.status.fatal
-
-    async def _retry_refused(self, now: float, force: bool = False) -> list[str]:
-        """A source refused once is tried again on a slow timer (FATAL_RETRY_BASE,
-        doubling) and, with `force` (SIGHUP), at once: the key fixed, the directory made."""
-        by_name = {t.name: t for t in self.config.targets}
-        retried = []
-        for name, r in list(self.runners.items()):
-            if not self._refused(r):
-                if r.follower is not None and r.follower.status.state == "up":
-                    self._fatal.pop(name, None)      # reading: the next refusal starts over
-                continue
-            tries, due = self._fatal.get(name, (0, INF))
-            if due == INF:
-                delay = min(FATAL_RETRY_MAX, FATAL_RETRY_BASE * 2 ** tries)
-                self._fatal[name] = (tries, now + delay)
-                self.log.warning("source refused: trying again later", target=name,
-                                 error=r.follower.status.message if r.follower else "",
-                                 retry_in=f"{delay:.0f}s")
-                if not force:
-                    continue
-            elif due > now and not force:
-                continue
-            if name not in by_name:
-                continue
-            self._fatal[name] = (tries + 1, INF)
-            await self._stop_target(name)
-            self._start_target(by_name[name])
-            retried.append(name)
-            self.log.info("refused source: trying again", target=name, attempt=tries + 2,
-                          why="SIGHUP" if force else "timer")
-        return retried
-
-    def _check_sources(self, now: float) -> None:
-        """`source_down` decisions for the targets with an outage (or one alerted)."""
-        if self.alerts is None:
-            return
-        for name, r in list(self.runners.items()):
-            f = r.follower
-            if f is None:
-                continue
-            out = f.status.outage(now)
-            if out is None and name not in self._source_down:
-                continue
-            self.alerts.observe_source(r.view(now), r.cfg.source_down_after)
-            if out is not None:
-                self._source_down.add(name)
-            elif f.status.state == "up":
-                self._source_down.discard(name)
+    async def _restart(self, cfg: TargetConfig) -> None:
+        """Stop the target of that name (if running) and start it again from `cfg`."""
+        await self._stop_target(cfg.name)
+        self._start_target(cfg)
 
     async def _stop_target(self, name: str) -> None:
         runner = self.runners.pop(name, None)
@@ -310,12 +224,13 @@ class Daemon:
                 starting = [r for r in list(self.runners.values()) if r.starting()]
                 self.alerts.tick([r.view(now) for r in starting],
                                  {r.name: r.cfg.slow_factor for r in starting})
-            if self._retry or any(r.failed_at is not None for r in self.runners.values()):
-                await self._retry_failed(now)
+            if self.supervisor.pending(self.runners):
+                await self.supervisor.retry_failed(self.runners, self.config.targets, now)
             if now - self._sources_checked >= SOURCE_CHECK_EVERY:
                 self._sources_checked = now
-                self._check_sources(now)
-                await self._retry_refused(now)
+                if self.alerts is not None:
+                    self.supervisor.check_sources(self.runners, self.alerts, now)
+                await self.supervisor.retry_refused(self.runners, self.config.targets, now)
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()
@@ -346,7 +261,8 @@ class Daemon:
         for n in fresh:  # a target that failed to start before gets another try
             if n not in self.runners:
                 self._start_target(fresh[n])
-        refused = await self._retry_refused(time.time(), force=True)   # the key may be fixed
+        refused = await self.supervisor.retry_refused(   # the key may be fixed
+            self.runners, self.config.targets, time.time(), force=True)
         if self.alerts is not None:
             self.alerts.reconfigure(new)
         self.log.info("reloaded", added=added, removed=removed, restarted=changed,
