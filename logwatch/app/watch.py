@@ -123,6 +123,44 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
     wake = asyncio.Event()
     screen = sys.stderr if opts.json else out
     multi = MultiDisplay(names, screen) if len(names) > 1 else None
+    watched = await _watch_all(opts, names, screen, multi, wake)
+    if watched is None:
+        return EXIT_USAGE
+    interrupted: list[bool] = []
+
+    def on_sigint() -> None:
+        interrupted.append(True)
+        wake.set()
+
+    loop = asyncio.get_running_loop()
+    try:
+        loop.add_signal_handler(signal.SIGINT, on_sigint)
+    except (NotImplementedError, RuntimeError):  # not the main thread: Ctrl-C stays Python's
+        pass
+    for w in watched:
+        w.runner.start()
+    if multi is not None:
+        multi.start()
+    for w in watched:
+        w.display.start()
+    try:
+        code, outcome = await _follow(watched, opts, wake, interrupted, multi)
+    finally:
+        try:
+            loop.remove_signal_handler(signal.SIGINT)
+        except (NotImplementedError, RuntimeError):
+            pass
+        for w in watched:
+            await w.runner.stop()
+        await default_pool().close()
+    await _report(watched, opts, code, outcome, out, screen, multi)
+    return code
+
+
+async def _watch_all(opts: WatchOptions, names: list[str], screen: TextIO,
+                     multi: MultiDisplay | None, wake: asyncio.Event) -> list[Watched] | None:
+    """One `Watched` per TARGET, its events waking the loop; None (said on stderr) when a
+    TARGET cannot be followed (a bad target string, a refused host key)."""
     watched: list[Watched] = []
 
     def on_events_for(w_index: int) -> Callable[[Target, list[Event]], None]:
@@ -144,74 +182,57 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
         print(f"logwatch: {e}", file=sys.stderr)
         for w in watched:
             await w.runner.stop()
-        return EXIT_USAGE
-    interrupted: list[bool] = []
+        return None
+    return watched
 
-    def on_sigint() -> None:
-        interrupted.append(True)
-        wake.set()
 
-    loop = asyncio.get_running_loop()
-    try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
-    except (NotImplementedError, RuntimeError):  # not the main thread: Ctrl-C stays Python's
-        pass
+async def _follow(watched: list[Watched], opts: WatchOptions, wake: asyncio.Event,
+                  interrupted: list[bool], multi: MultiDisplay | None) -> tuple[int, str]:
+    """Tick the targets (at least every TICK, at once on their events) until the launch's
+    verdict, a timeout or Ctrl-C: (exit code, outcome)."""
     started = time.monotonic()
-    for w in watched:
-        w.runner.start()
-    if multi is not None:
-        multi.start()
-    for w in watched:
-        w.display.start()
-    outcome, code = "", EXIT_USAGE
     serving = False
-    try:
-        while True:
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=TICK)
-            except asyncio.TimeoutError:
-                pass
-            wake.clear()
-            now = time.time()
-            if interrupted:
-                if serving:
-                    code, outcome = EXIT_READY, "served until interrupted"
-                else:
-                    code = EXIT_INTERRUPTED
-                    outcome = "interrupted " + "; ".join(
-                        _where(w.runner.view(now)) if len(watched) == 1
-                        else f"{w.name} {_where(w.runner.view(now))}" for w in watched)
-                break
-            views = [_step(w, opts, now, serving) for w in watched]
-            if multi is not None:
-                multi.refresh(views, now)
-            result = _combine(watched, views, opts, serving)
-            if result == "serve":
-                serving = True
-                for w in watched:
-                    w.display.note("serving (Ctrl-C to stop; --serve)")
-                continue
-            if result is not None:
-                code, outcome = result
-                break
-            if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
-                code = EXIT_TIMEOUT
-                if len(watched) == 1:
-                    outcome = f"timed out after {opts.timeout:g}s" + \
-                        (": " if _deaf(views[0]) else " ") + _where(views[0])
-                else:
-                    outcome = f"timed out after {opts.timeout:g}s: " + "; ".join(
-                        f"{w.name} {_where(v)}" for w, v in zip(watched, views)
-                        if w.verdict is None or w.verdict[0] != EXIT_READY)
-                break
-    finally:
+    while True:
         try:
-            loop.remove_signal_handler(signal.SIGINT)
-        except (NotImplementedError, RuntimeError):
+            await asyncio.wait_for(wake.wait(), timeout=TICK)
+        except asyncio.TimeoutError:
             pass
-        for w in watched:
-            await w.runner.stop()
-        await default_pool().close()
+        wake.clear()
+        now = time.time()
+        if interrupted:
+            if serving:
+                return EXIT_READY, "served until interrupted"
+            return EXIT_INTERRUPTED, "interrupted " + "; ".join(
+                _where(w.runner.view(now)) if len(watched) == 1
+                else f"{w.name} {_where(w.runner.view(now))}" for w in watched)
+        views = [_step(w, opts, now, serving) for w in watched]
+        if multi is not None:
+            multi.refresh(views, now)
+        result = _combine(watched, views, opts, serving)
+        if result == "serve":
+            serving = True
+            for w in watched:
+                w.display.note("serving (Ctrl-C to stop; --serve)")
+            continue
+        if result is not None:
+            return result  # type: ignore[return-value]
+        if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
+            return EXIT_TIMEOUT, _timed_out(watched, views, opts.timeout)
+
+
+def _timed_out(watched: list[Watched], views: list[TargetView], timeout: float) -> str:
+    """--timeout's outcome: where the target was (each one not ready, for a launch)."""
+    if len(watched) == 1:
+        return f"timed out after {timeout:g}s" + (": " if _deaf(views[0]) else " ") + \
+            _where(views[0])
+    return f"timed out after {timeout:g}s: " + "; ".join(
+        f"{w.name} {_where(v)}" for w, v in zip(watched, views)
+        if w.verdict is None or w.verdict[0] != EXIT_READY)
+
+
+async def _report(watched: list[Watched], opts: WatchOptions, code: int, outcome: str,
+                  out: TextIO, screen: TextIO, multi: MultiDisplay | None) -> None:
+    """The verdict: the display's summary, the --json lines, the --notify message."""
     final_views: list[TargetView] = []
     for w in watched:
         r = w.runner
@@ -231,7 +252,6 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
             print(json.dumps(doc, ensure_ascii=False), file=out, flush=True)
     if opts.notify:
         await notify_verdict(opts.notify, code, outcome, final_views, screen)
-    return code
 
 
 def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetView:
