@@ -33,23 +33,7 @@ from logwatch.rules.locate import restart_pack
 from logwatch.rules.pack import READY, load_all_shipped
 from logwatch.sources.ssh import SSHPool
 from logwatch.view import TargetView
-from test_eta import T0, _feeder, _watch_runner, startup
-
-
-def _hung_second_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
-    """A target whose first startup is in its history; the second hangs at 10/24 shards.
-    (the target, its feed, the steps after the hang, when it hung)"""
-    first = _watch_runner(tmp_path, monkeypatch)
-    feed = _feeder(first)
-    for t, text in startup(seed=6):
-        feed(text, T0 + t)
-    runner = _watch_runner(tmp_path, monkeypatch)
-    feed = _feeder(runner)
-    steps = startup(seed=7)
-    upto = next(i for i, (_, text) in enumerate(steps) if "| 10/24" in text)
-    for t, text in steps[:upto + 1]:
-        feed(text, T0 + t)
-    return runner, feed, steps[upto + 1:], T0 + steps[upto][0]
+from test_eta import T0, _feeder, hung_second_start, startup
 
 
 def test_reading_the_view_never_moves_the_eta(tmp_path: Path,
@@ -58,8 +42,8 @@ def test_reading_the_view_never_moves_the_eta(tmp_path: Path,
     (the ETA jumps down: the smoother holds it); one is also read every second between
     ticks (a scrape, the page, an alert).  The ETA each shows at each tick is the same.
     Before issue 33 each read moved the smoother: 3 of these 40 ticks differed."""
-    quiet, feed_quiet, rest, hung_at = _hung_second_start(tmp_path / "a", monkeypatch)
-    busy, feed_busy, _, _ = _hung_second_start(tmp_path / "b", monkeypatch)
+    quiet, feed_quiet, rest, hung_at = hung_second_start(tmp_path / "a", monkeypatch)
+    busy, feed_busy, _, _ = hung_second_start(tmp_path / "b", monkeypatch)
     pause = 200.0
     shown_quiet, shown_busy = [], []
     i = 0
@@ -81,19 +65,6 @@ def test_reading_the_view_never_moves_the_eta(tmp_path: Path,
     # and a view is the same however many times it is read at one moment
     again = [busy.view(hung_at + 150).eta_seconds for _ in range(5)]
     assert len(set(again)) == 1, again
-
-
-def test_the_smoother_moves_only_in_tick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The smoothed ETA is the tick's: a hung startup's raw estimate grows, and the shown
-    one follows it no faster than MAX_ETA_STEP per tick (see test_eta's 30 % bound)."""
-    runner, _, _, hung_at = _hung_second_start(tmp_path, monkeypatch)
-    etas = []
-    for s in range(0, 300):
-        runner.tick(hung_at + s)
-        etas.append(runner.view(hung_at + s).eta_seconds)
-    assert etas[-1] > etas[30] > 0
-    jumps = [abs(b - a) / a for a, b in zip(etas, etas[1:]) if a > 0]
-    assert max(jumps) <= 0.30 + 1e-9, max(jumps)
 
 
 @dataclass(frozen=True)
