@@ -380,10 +380,11 @@ def test_checkpoints_are_spread_over_many_targets() -> None:
 
     def spread(n: int, configured: float = 5.0) -> set[float]:
         fake = SimpleNamespace(config=SimpleNamespace(checkpoint_interval=configured),
-                               runners={f"t{i}": SimpleNamespace(checkpoint_interval=None)
+                               runners={f"t{i}": SimpleNamespace(
+                                   checkpoints=SimpleNamespace(interval=None))
                                         for i in range(n)})
         Daemon._spread_checkpoints(fake)  # type: ignore[arg-type]
-        return {r.checkpoint_interval for r in fake.runners.values()}
+        return {r.checkpoints.interval for r in fake.runners.values()}
 
     assert CHECKPOINTS_PER_SECOND == 25.0
     assert spread(3) == {5.0}

@@ -169,7 +169,7 @@ class Daemon:
         every = max(self.config.checkpoint_interval,
                     len(self.runners) / CHECKPOINTS_PER_SECOND)
         for r in self.runners.values():
-            r.checkpoint_interval = every
+            r.checkpoints.interval = every
 
     def _on_events(self, runner: Target, events: list[Event]) -> None:
         if self.alerts is not None and any(isinstance(e, ALERTING) for e in events):

@@ -13,6 +13,7 @@ says what a checkpoint holds).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar, runtime_checkable
@@ -30,7 +31,7 @@ from ..sinks.metrics import Counted
 from ..sources import make_source
 from ..sources.ssh import SSHPool
 from ..state.positions import PositionStore
-from ..view import SeenAtAttach, TargetView, build_view, copy_counters
+from ..view import TargetView, build_view, copy_counters
 from .attachments import Attachment
 from .attachments.catchup import CatchUp
 from . import reading
@@ -73,9 +74,13 @@ class LiveEta:
         return startup_eta(pipe.pack, pipe.state, now, typical), typical
 
     def step(self, pipe: LogPipeline, now: float, dead: bool) -> None:
-        if pipe.state.stalled and dead:     # silent since before the attach: no ETA
+        st = pipe.state
+        if st.stalled and dead:     # silent since before the attach: no ETA
             return
-        self.smoother(pipe.state.phase, self._raw(pipe, now)[0], now)
+        if st.phase in (WAITING, READY, *TERMINAL):   # no startup under way: nothing to
+            self.smoother(st.phase, math.nan, now)     # hold (a serving target's tick)
+            return
+        self.smoother(st.phase, self._raw(pipe, now)[0], now)
 
     def part(self, pipe: LogPipeline, now: float) -> EtaPart:
         raw, typical = self._raw(pipe, now)
@@ -178,10 +183,6 @@ class Target:
     def catching_up(self) -> bool:
         return self.catchup.catching_up
 
-    @property
-    def seen_at_attach(self) -> SeenAtAttach | None:
-        return self.catchup.seen_at_attach
-
     def ended_at_attach(self, startup: str | None) -> bool:
         return self.catchup.ended_at_attach(startup)
 
@@ -189,13 +190,6 @@ class Target:
         """Its attachment of this class (None: not in its list)."""
         return next((a for a in self.attachments if isinstance(a, kind)), None)
 
-    @property
-    def checkpoint_interval(self) -> float:
-        return self.checkpoints.interval
-
-    @checkpoint_interval.setter
-    def checkpoint_interval(self, every: float) -> None:
-        self.checkpoints.interval = every
 
     # -- events and ticks ----------------------------------------------------------------------
     def _on_events(self, events: list[Event]) -> None:
@@ -282,6 +276,8 @@ class Target:
         self.checkpoint(durable=True)
 
     def checkpoint(self, durable: bool = False) -> None:
+        if self.checkpoints.store is None:
+            return              # watch: no checkpoints
         self.count_bytes()
         self.checkpoints.write(self.follower, self.cfg.source, self.counters, self.last_line_at,
                                self.alert_marks(self.name) if self.alert_marks else {}, durable)

@@ -384,7 +384,7 @@ def _awaiting_endpoint(runner: Target, view: TargetView) -> bool:
 
 def _historic(runner: Target) -> bool:
     """The current startup is the one that had ended before watch attached."""
-    s, pipe = runner.seen_at_attach, runner.pipe
+    s, pipe = runner.catchup.seen_at_attach, runner.pipe
     return s is not None and pipe is not None and pipe.state.startup_id == s.startup_id
 
 
