@@ -150,7 +150,23 @@ def test_watch_builds_its_list_without_history_when_asked(tmp_path: Path,
     from logwatch.app.watch import WatchOptions, watch_attachments
     monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path))
     kinds = [type(a) for a in watch_attachments(WatchOptions(target="x.log"), "x.log")]
-    assert kinds == [HistoryAttachment, LedgerAttachment, GpuAttachment, ProbeAttachment]
+    assert kinds == [HistoryAttachment, GpuAttachment, LedgerAttachment, ProbeAttachment]
     kinds = [type(a) for a in watch_attachments(WatchOptions(target="x.log", history=False),
                                                 "x.log")]
     assert kinds == [GpuAttachment, ProbeAttachment]
+
+
+def test_the_daemon_builds_one_list_per_target(tmp_path: Path) -> None:
+    """The daemon's list: history, GPU, the ledger reading that GPU's watts, the probe (the
+    ledger after the GPU: attachments close last-first, so it saves while the watts are
+    still there)."""
+    from types import SimpleNamespace
+
+    from logwatch.app.daemon import Daemon
+    fake = SimpleNamespace(gpu_streams=object(), ledger=object(), pool=SSHPool(),
+                           config=SimpleNamespace(state_dir=tmp_path), _on_probe=lambda t: None)
+    got = Daemon._attachments(fake, TargetConfig(name="t", source="x.log",  # type: ignore[arg-type]
+                                                 labels={"model": "m"}))
+    assert [type(a) for a in got] == [HistoryAttachment, GpuAttachment, LedgerAttachment,
+                                      ProbeAttachment]
+    assert got[2].power is got[1] and got[0].history.model == "m"

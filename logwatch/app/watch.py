@@ -95,10 +95,11 @@ def watch_attachments(opts: WatchOptions, target: str) -> list[Attachment]:
     """What hangs off a target of `watch` (app/attachments/): history and ledger in
     watch's own state dir (not with --no-history), the GPUs, the probe."""
     gpu = GpuAttachment(GpuStreams(default_pool()))
-    kept: list[Attachment] = [HistoryAttachment(watch_state_dir(), target),
-                              LedgerAttachment(LedgerStore(watch_state_dir()), target, gpu)] \
-        if opts.history else []
-    return [*kept, gpu, ProbeAttachment(default_pool())]
+    if not opts.history:
+        return [gpu, ProbeAttachment(default_pool())]
+    return [HistoryAttachment(watch_state_dir(), target), gpu,
+            LedgerAttachment(LedgerStore(watch_state_dir()), target, power=gpu),
+            ProbeAttachment(default_pool())]
 
 
 @dataclass
