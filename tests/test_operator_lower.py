@@ -123,8 +123,9 @@ def test_an_ended_launchs_serving_figures_are_not_shown_as_current() -> None:
 
     def view(phase: str, seen: SeenAtAttach | None = None) -> TargetView:
         pipe.state = State(phase=phase, startup_id="s1", stats=dict(serving))
-        return build_view(name="node1", source="x.log", kind="file", labels={}, now=1000.0,
-                          pipe=pipe, counters=Counters(), history=None, seen_at_attach=seen)
+        return build_view(TargetView(name="node1", engine="auto", source="x.log", kind="file",
+                                     labels={}, now=1000.0, counters=Counters(),
+                                     seen_at_attach=seen), pipe)
 
     assert view("ready").stats == serving                 # the launch that serves now
     for ended in ("stopped", "crashed"):
@@ -175,8 +176,8 @@ def test_a_first_attach_times_what_it_caught_up_on_by_the_stamps() -> None:
     pipe = LogPipeline(load_pack("sglang"))
     pipe.feed(stamped(STARTUP_LINES), read_at)
     retime(pipe.state, mtime)
-    v = build_view(name="n", source="x.log", kind="file", labels={}, now=read_at, pipe=pipe,
-                   counters=Counters(), history=None).to_json()
+    v = build_view(TargetView(name="n", engine="auto", source="x.log", kind="file", labels={},
+                              now=read_at, counters=Counters()), pipe).to_json()
     assert v["phase"] == "allocating"
     assert v["in_phase_seconds"] == pytest.approx(35.0), v       # 125 - 120 + 30
     assert read_at - v["phase_entered_at"] == pytest.approx(35.0)
