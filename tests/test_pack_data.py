@@ -11,7 +11,7 @@ import pytest
 
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import PackError, load_pack, shipped_pack_names
-from logwatch.view import build_view, pipeline_view, unknown_phases
+from logwatch.view import TargetView, build_view, pipeline_view, unknown_phases
 from logwatch.counters import Counters
 
 NEW_ENGINE = """\
@@ -104,6 +104,6 @@ def test_bad_pack_data_is_one_error_naming_the_key(tmp_path: Path, change: tuple
 def test_a_target_not_yet_detected_has_the_base_packs_phases() -> None:
     base = load_pack("base")
     assert unknown_phases() == base.phases and base.phases[-1] == "ready"
-    view = build_view(name="t", source="x.log", kind="file", labels={}, now=1.0,
-                      counters=Counters(), pipe=None, history=None)
+    view = build_view(TargetView(name="t", engine="auto", source="x.log", kind="file",
+                                 labels={}, now=1.0, counters=Counters()), None)
     assert view.phases == ("waiting", *base.phases, "crashed", "stopped")
