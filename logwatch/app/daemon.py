@@ -76,7 +76,9 @@ def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:
 
 class Daemon:
     """Every target of the config, the HTTP endpoint, the alert router, one ticker; what
-    hangs off each target is `_attachments`, retries and outages are `Supervisor`'s."""
+    hangs off each target is `_attachments`, retries and outages are `Supervisor`'s.
+
+    Long because: start, tick, reload and shutdown all walk the one table of targets."""
 
     def __init__(self, config: Config, config_path: str,
                  shard: tuple[int, int] | None = None) -> None:

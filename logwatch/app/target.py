@@ -122,8 +122,10 @@ class Stalls:
 
 class Target:
     """The live loop of one target (see the module docstring); its attachments get every
-    event, tick and close, and their views make up its view.  (~220 lines: the loop, its
-    events and the face /metrics reads; each side feature is already an attachment.)"""
+    event, tick and close, and their views make up its view.
+
+    Long because: the loop, its events and the face /metrics reads (metrics_key, counted)
+    share one object's state; every side feature is already an attachment."""
 
     def __init__(self, cfg: TargetConfig, *, store: PositionStore | None,
                  candidates: list[RulePack], start_pack: RulePack, pool: SSHPool,
