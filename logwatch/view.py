@@ -283,15 +283,7 @@ class TargetView:
             "stats": dict(self.stats),
             "history": list(self.history),
             "previous_startup": self.previous_startup,
-            "source_state": {"up": self.source_up, "message": self.source_message,
-                             "fatal": self.source_fatal, "error": self.source_error,
-                             "reconnects": self.counters.reconnects,
-                             "bytes_skipped": self.counters.bytes_skipped,
-                             "losses": self.counters.source_losses,
-                             "notice": self.source_notice,
-                             "state": self.source_state,
-                             "down_since": self.source_down_since,
-                             "offset": self.offset, "line_number": self.line_number},
+            "source_state": self._source_json(),
             "last_line": self.last_line,
             "last_line_at": self.last_line_at,
             "lines": self.counters.lines,
@@ -308,6 +300,15 @@ class TargetView:
             "rank_lag": self.rank_lag or None,
             "stall_after": self.stall_after,
         }
+
+    def _source_json(self) -> dict[str, Any]:
+        return {"up": self.source_up, "message": self.source_message,
+                "fatal": self.source_fatal, "error": self.source_error,
+                "reconnects": self.counters.reconnects,
+                "bytes_skipped": self.counters.bytes_skipped,
+                "losses": self.counters.source_losses, "notice": self.source_notice,
+                "state": self.source_state, "down_since": self.source_down_since,
+                "offset": self.offset, "line_number": self.line_number}
 
 
 def gpu_activity(gpu: dict[str, Any] | None) -> str:
