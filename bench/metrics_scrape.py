@@ -83,7 +83,7 @@ def measure(root: Path, n: int, growing: int, scrapes: int) -> dict[str, object]
 
 
 def _has_probe(root: Path) -> bool:
-    return (root / "logwatch" / "sources" / "probe.py").exists()
+    return any((root / "logwatch" / sub / "probe.py").exists() for sub in ("telemetry", "sources"))
 
 
 def main() -> int:
