@@ -163,9 +163,9 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
         rx = pack.prefixes
         key = None if rx is None else rx.pattern     # (every pack pattern has REGEX_FLAGS)
         if key not in views:
-            views[key] = _Unwrapped(lines, raw, present)
+            views[key] = _Unwrapped(lines, raw, present, rx)
         view = views[key]
-        scores.append(sum(d.weight for d in pack.detect if view.detected(d, pack)))
+        scores.append(sum(d.weight for d in pack.detect if view.detected(d)))
     return scores
 
 
@@ -175,13 +175,13 @@ class _Unwrapped:
     `unwrap` keeps a suffix of a line, so a literal in an unwrapped line is in the raw line:
     a pattern with required literals looks only at the raw lines holding one of them."""
 
-    def __init__(self, lines: list[str], raw: str, present: frozenset[str] | None = None
-                 ) -> None:
+    def __init__(self, lines: list[str], raw: str, present: frozenset[str] | None = None,
+                 prefixes: object = None) -> None:
         self.lines = lines
         self.raw = raw        # the lines joined (literals hold no newline)
         self.present = present  # the case-sensitive detect literals in raw (None: not known)
         self.inner: list[str | None] = [None] * len(lines)
-        self.prefixes: object = None     # the packs' shared `prefixes` (one per view)
+        self.prefixes = prefixes   # the `prefixes` of the packs this view serves
 
     def text(self, i: int) -> str:
         t = self.inner[i]
@@ -192,12 +192,11 @@ class _Unwrapped:
             self.inner[i] = t
         return t
 
-    def detected(self, d: DetectPattern, pack: RulePack) -> bool:
-        """Whether `d` (a pattern of `pack`) is found in one of the unwrapped lines, in line
+    def detected(self, d: DetectPattern) -> bool:
+        """Whether `d` (a detect pattern) is found in one of the unwrapped lines, in line
         order as `any(search(line) for line in lines)` would.  (The lines a literal picks
         are few: they are unwrapped without a matcher's prefilters, which would cost more to
         build, for every pack, than they save here.)"""
-        self.prefixes = pack.prefixes
         rx, lits = d.regex, d.literals
         if lits is None or lits.ignore_case:
             return any(_found(rx, self.text(i)) for i in range(len(self.lines)))
