@@ -262,6 +262,7 @@ class LogPipeline:
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
+        hit.own_stamp = bool(stamp and stamp.own)
         pos, data = hit.block_pos, block.data
         if pos == 0 or data[pos - 1] == 10:   # the segment starts its line (most do)
             offset = hit.offset

@@ -27,6 +27,7 @@ import regex
 
 from . import bounded
 from .literals import anchored_head, start_filters
+from .bars import BarRun
 from .literalscan import Re2Literals, literal_finder
 from .origin import Origin
 from ..lines import Block, iter_segments, segment_bounds, segment_text, split_glued
@@ -53,6 +54,8 @@ class Hit:
     ts: Any = NO_STAMP  # the pack's first timestamp format on `text`, when the rule's match
                         # found it too (`Joint`): (raw, the match's groups, (name, index) of
                         # the format's groups), or None for no match
+    own_stamp: bool | None = None  # set by the pipeline once timed: the line had its own
+                                   # stamp (a `BarRun` opens only at a frame without one)
 
 
 def _literal_parts(rules: list[Rule]) -> list[tuple[str, bool]]:
@@ -465,26 +468,37 @@ class Matcher:
             yield from self._scan_every_line(block)
             return
         scan = _BlockScan(self, block, collapse_stats)
-        cursor = 0        # end of the last segment that fired a rule (stats gaps start here)
         examined = 0      # end of the last segment looked at
         occurrences = getattr(self._rare, "occurrences", None)
         if occurrences is not None:    # Hyperscan: which literals, too
-            found_at = occurrences(block.data)
+            data, found_at = block.data, occurrences(block.data)
             bits, n, i = self._rare.id_bits, len(found_at), 0  # type: ignore[union-attr]
             mask, part_rules = (1 << bits) - 1, self._part_rules
+            run: BarRun | None = None    # collapse mode: the bar whose frames are skipped
             while i < n:
-                s, e = segment_bounds(block.data, found_at[i] >> bits)
+                first = found_at[i] >> bits
+                s, e = segment_bounds(data, first)
                 rules = 0
                 limit = e << bits          # every occurrence in this segment, at once
                 while i < n and found_at[i] < limit:
                     rules |= part_rules[found_at[i] & mask]
                     i += 1
+                if run is not None:
+                    if run.takes(data, s, e, rules):
+                        continue     # a frame of the bar (its last is matched at the run's end)
+                    yield from scan.end_run(run)
+                    run = None
                 found = scan.match_segment(s, e, checks=self.checks_for(rules))
                 if not found:
                     continue  # a literal but no rule: it does not interrupt a run of stats
-                yield from scan.stats_between(cursor, s)
-                yield from scan.output(scan.emit(s, found))
-                cursor = e
+                yield from scan.stats_between(scan.cursor, s)
+                hits = scan.emit(s, found)
+                yield from scan.output(hits)     # (the pipeline has timed them when it resumes)
+                scan.cursor = e
+                if collapse_stats:
+                    run = BarRun.opened_by(hits, rules, data, s, first, self.max_line_bytes)
+            if run is not None:
+                yield from scan.end_run(run)
         elif self._rare is not None:
             for pos in self._rare.positions(block.data):
                 if pos < examined:
@@ -494,10 +508,10 @@ class Matcher:
                 found = scan.match_segment(s, e)
                 if not found:
                     continue  # a literal but no rule: it does not interrupt a run of stats
-                yield from scan.stats_between(cursor, s)
+                yield from scan.stats_between(scan.cursor, s)
                 yield from scan.output(scan.emit(s, found))
-                cursor = e
-        yield from scan.stats_between(cursor, len(block.data))
+                scan.cursor = e
+        yield from scan.stats_between(scan.cursor, len(block.data))
         yield from scan.flush()
         scan.finish()
 
@@ -538,6 +552,7 @@ class _BlockScan:
         self.line_no = block.line_number
         self.newlines_before = 0   # `\n` in data[:line_pos]
         self.in_run = False   # the last hit emitted was a stats hit (a run is open)
+        self.cursor = 0       # end of the last segment that fired a rule (stats gaps start here)
         self._stats_at: list[int] | None = None  # exact mode: stats literal positions
         self._stats_next = 0                     # the first of them not passed yet
 
@@ -598,6 +613,25 @@ class _BlockScan:
                 yield hit
             else:
                 self.pending = hit  # the last of the run so far
+
+    def end_run(self, run: BarRun) -> Iterator[Hit]:
+        """The hits a bar run held back: its last frame's, or when that does not fire the
+        run's rule alone, every skipped segment's (as without a run)."""
+        if not run.skipped:
+            return
+        checks = self.m.checks_for(run.bits)
+        s, e = run.skipped[-1]
+        last = self.match_segment(s, e, checks=checks)
+        if len(last) == 1 and last[0].rule is run.rule:
+            segments = [(s, e, last)]
+        else:
+            segments = [(s, e, self.match_segment(s, e, checks=checks))
+                        for s, e in run.skipped[:-1]] + [(s, e, last)]
+        for s, e, found in segments:
+            if found:
+                yield from self.stats_between(self.cursor, s)
+                yield from self.output(self.emit(s, found))
+                self.cursor = e
 
     def flush(self) -> Iterator[Hit]:
         if self.pending is not None:

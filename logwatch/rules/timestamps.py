@@ -22,12 +22,12 @@ with no stamped line between, each get their own share of the time.
 from __future__ import annotations
 
 import calendar
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from . import bounded
+from .bars import bar_frame
 from .literals import anchored_head
 from .matcher import NO_STAMP, STAMP_WITHIN, char_test
 from .pack import TimestampFormat, pattern_literals
@@ -36,9 +36,6 @@ PATTERN_TIMEOUT = 0.01
 
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
-# a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
-_TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
-_DIGITS = re.compile(r"\d+(?:\.\d+)?")
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 
 
@@ -155,13 +152,12 @@ class LogClock:
     def _bar_time(self, text: str) -> float | None:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
         showed) plus its elapsed time."""
-        m = _TQDM.match(text)
-        if m is None or self._now is None:
+        if self._now is None:
             return None
-        elapsed = int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4))
-        # one bar whatever numbers its description shows as it goes (SGLang's capture bar:
-        # `Capturing batches (bs=64 avail_mem=5.50 GB)`, then bs=60, ...)
-        key = _DIGITS.sub("#", m.group(1).strip())
+        frame = bar_frame(text)
+        if frame is None:
+            return None
+        key, elapsed = frame
         bar = self._bars.get(key)
         if bar is None or elapsed < bar[1] - 2:      # a new bar (or the same one again)
             if len(self._bars) >= MAX_BARS:

@@ -1,0 +1,114 @@
+"""tqdm bars: which bar a frame belongs to and how far it got (`bar_frame`), and replay's
+shortcut through a bar's frames (`BarRun`).
+
+A bar redraws itself hundreds of times: a frame per shard, per captured batch size, and
+tqdm's `\\r` frames between.  A restart-dense log is mostly bars (`genlog.py --restarts`:
+56,000 of the 76,000 segments its first 199 startups fire are frames of a bar whose first
+frame fired already), and each frame matched, timed and stepped costs ~40 us of Python.  In
+replay (`Matcher.scan`'s collapse mode) the frames after a bar's first are skipped while
+they stay frames of that bar, and only the last of them is matched and stepped.
+
+Why that changes nothing replay reports (its summary, human text and timeline,
+sinks/summary.py).  A frame of a `progress:` rule that does nothing else (`runs_through`)
+moves the startup to the rule's phase, a rank to it, and sets the bar's counter; the first
+frame of the run did the first two and the frames between would repeat them unchanged (the
+same rule moves nowhere from its own phase; the same bytes up to the rule's literal name the
+same process and rank), and the last frame's counter wins.  The clock places a frame at its
+bar's start plus its elapsed time: frames of the same bar (`bar_frame`'s description) whose
+elapsed time never goes back keep the bar's start, and the clock ends at the last frame's
+time either way.  What the frames between would have changed is the bar's smoothed rate,
+its `Progress` events and the rule's match count: the live paths (watch, the daemon, the
+launch ledger) never collapse.  A frame with its own timestamp opens no run (the machine
+checks stamps between lines); a run ends at the first segment that is not such a frame;
+and when the last segment skipped does not fire the run's rule alone, every segment skipped
+is matched after all, as without a run.  tests/test_scan.py compares the collapsed replay
+with the exact pipeline on every fixture.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, Sequence
+
+from ..lines import segment_text
+
+if TYPE_CHECKING:
+    from .pack import Rule
+
+
+class TimedHit(Protocol):
+    """What a run needs of a hit (matcher.Hit) once the pipeline has timed it."""
+
+    rule: Rule
+    text: str
+    wrapped: tuple[str, ...]
+    own_stamp: bool | None
+
+# a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
+_TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
+_DIGITS = re.compile(r"\d+(?:\.\d+)?")
+
+
+def bar_frame(text: str) -> tuple[str, int] | None:
+    """A tqdm frame's bar and elapsed seconds: (its description with every number as `#`,
+    elapsed), or None for a line that is not one.  One bar whatever numbers its description
+    shows as it goes (SGLang's capture bar: `Capturing batches (bs=64 avail_mem=5.50 GB)`,
+    then bs=60, ...).  The clock places frames by it (timestamps.LogClock), and a `BarRun`
+    ends where it says another bar began."""
+    m = _TQDM.match(text)
+    if m is None:
+        return None
+    return (_DIGITS.sub("#", m.group(1).strip()),
+            int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4)))
+
+
+def runs_through(rule: Rule) -> bool:
+    """Whether a rule's frames may be skipped between a run's first and last: a progress
+    rule that does nothing else a skipped frame could change (no crash, restart, args,
+    address, span beside, provisional phase ...)."""
+    return bool(rule.progress) and not (
+        rule.crash or rule.hint or rule.restart or rule.stats or rule.stop or rule.chain
+        or rule.frame or rule.args or rule.endpoint or rule.beside or rule.closes_as
+        or rule.supervisor or rule.provisional)
+
+
+@dataclass(slots=True)
+class BarRun:
+    """The frames of one bar after the one that fired, skipped until the run ends."""
+
+    rule: Rule
+    bits: int           # the literals the block pass found in the first frame
+    head: bytes         # the first frame's bytes up to its first literal: process, rank, bar
+    key: str            # `bar_frame`'s description
+    elapsed: int        # the latest frame's elapsed seconds
+    max_line_bytes: int
+    skipped: list[tuple[int, int]] = field(default_factory=list)   # segments, in order
+
+    @classmethod
+    def opened_by(cls, hits: Sequence[TimedHit], bits: int, data: bytes, start: int, first: int,
+                  max_line_bytes: int) -> BarRun | None:
+        """The run a segment's hits open (`first`: where its first literal ends), or None:
+        one hit, of a rule that `runs_through`, on a line read as written (no wrapper came
+        off) without a timestamp of its own, that is a tqdm frame."""
+        if len(hits) != 1:
+            return None
+        hit = hits[0]
+        if hit.wrapped or hit.own_stamp is not False or not runs_through(hit.rule):
+            return None
+        frame = bar_frame(hit.text)
+        if frame is None:
+            return None
+        return cls(hit.rule, bits, data[start:first + 1], frame[0], frame[1], max_line_bytes)
+
+    def takes(self, data: bytes, start: int, end: int, bits: int) -> bool:
+        """Skip the segment [start, end) as a frame of this bar, if it is one: the same
+        literals, the same bytes up to the first of them, the same bar, not earlier."""
+        if bits != self.bits or not data.startswith(self.head, start):
+            return False
+        frame = bar_frame(segment_text(data[start:end], self.max_line_bytes))
+        if frame is None or frame[0] != self.key or frame[1] < self.elapsed:
+            return False
+        self.elapsed = frame[1]
+        self.skipped.append((start, end))
+        return True

@@ -1,0 +1,182 @@
+"""Replay's bar runs (rules/bars.py): the frames inside a run of one bar are skipped, and
+what replay reports stays what the exact pipeline says, on every fixture and on logs made
+to break the shortcut (bars that restart, ranks, other bars between, frames that fire nothing)."""
+
+from __future__ import annotations
+
+import functools
+import io
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import FIXTURES, ROOT
+from logwatch.app.replay import replay_stream
+from logwatch.rules.bars import bar_frame
+from logwatch.rules.locate import choose_pack
+from logwatch.sinks.summary import human, summary, timeline
+from logwatch.view import pipeline_view
+
+
+def reported(data: bytes, collapse: bool, pack_name: str = "auto") -> tuple[str, str, str, str, int]:
+    """What `logwatch replay` prints of `data` (JSON, text, timeline), how far each rank got
+    (the live view's "rank behind"), and the hits stepped."""
+    pipe = replay_stream(io.BytesIO(data), choose_pack(pack_name, data[:1 << 20]),
+                         collapse_stats=collapse)
+    view = pipeline_view("x.log", pipe)
+    doc = summary(view)
+    total = view.ready_in if view.ready_in is not None else view.total_seconds
+    ranks = sorted((r, p.phase, p.finished) for r, p in pipe.state.ranks.items())
+    return (repr(doc), human(doc, total), timeline(view), repr(ranks),
+            sum(pipe.counters.rule_matches.values()))
+
+
+def assert_same_report(data: bytes, pack_name: str = "auto") -> tuple[int, int]:
+    """The collapsed replay reports what the exact one does; (hits stepped: exact, collapsed)."""
+    exact, collapsed = reported(data, False, pack_name), reported(data, True, pack_name)
+    assert collapsed[:4] == exact[:4]
+    return exact[4], collapsed[4]
+
+
+LOGS = sorted(p.name for p in FIXTURES.glob("*.log")) + \
+    sorted(f"built/{p.name}" for p in (FIXTURES / "built").glob("*.log"))
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_every_fixture_replays_the_same_with_bar_runs(name):
+    assert_same_report((FIXTURES / name).read_bytes())
+
+
+@functools.lru_cache(maxsize=None)
+def genlog(*args: str) -> bytes:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "genlog.py"), *args],
+                          capture_output=True, check=True).stdout
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("args", [
+    ("--lines", "8000", "--restarts", "40", "--seed", "1", "--tp", "8", "--crash", "oom"),
+    ("--lines", "6000", "--restarts", "20", "--seed", "2", "--tp", "4", "--dp", "2"),
+    ("--lines", "4000", "--seed", "3", "--restarts", "3", "--crash", "nccl"),
+], ids=["tp8-oom", "dp2", "nccl"])
+def test_restart_dense_logs_replay_the_same_with_far_fewer_hits(args):
+    """The shortcut's point: a restart loop is mostly bars (issue 30)."""
+    exact, collapsed = assert_same_report(genlog(*args))
+    if "--restarts" in args:
+        assert collapsed * 2 < exact, (exact, collapsed)
+
+
+# -- logs made to break the shortcut ----------------------------------------------------------
+
+def shard(cur: int, total: int, elapsed: int, name: str = "Loading safetensors checkpoint shards") -> str:
+    pct = cur * 100 // total
+    return f"{name}: {pct:3d}% Completed | {cur}/{total} [00:{elapsed:02d}<00:10,  2.00it/s]"
+
+
+FRAMES = {
+    "shard": lambda k, e: shard(k % 5, 4, e),
+    "shard_other": lambda k, e: shard(k % 3, 2, e, "Loading pt checkpoint shards"),
+    "capture": lambda k, e: (f"Capturing batches (bs={64 - k % 8} avail_mem=5.{k % 10}0 GB): "
+                             f"{k % 100:3d}%|██   | {k % 8}/8 [00:{e:02d}<00:03,  7.40it/s]"),
+    "tuner": lambda k, e: (f"[AutoTuner]: Tuning {('fp_gemm', 'moe')[k % 2]}: {k % 100:3d}%|██  | {k % 4}/4 "
+                           f"[00:{e:02d}<00:00, 15.50it/s]"),
+    "no_count": lambda k, e: f"Loading safetensors checkpoint shards:  50% Completed | ?/4 [00:{e:02d}<",
+    "stamped": lambda k, e: f"[2026-11-30 10:{k % 60:02d}:{e:02d} TP{k % 2}] Load weight begin. avail mem=70.00 GB",
+    "rank_bar": lambda k, e: f"[2026-11-30 10:00:{e:02d} TP{k % 2}] " + shard(k % 5, 4, e),
+    "capture_begin": lambda k, e: f"[2026-11-30 10:01:{e:02d} TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB",
+    "plain": lambda k, e: "some other output",
+}
+START = "[2026-11-30 10:00:00] server_args=ServerArgs(model_path='m', tp_size=2, port=30000)\n"
+
+
+def frames_of(kinds: list[str]) -> st.SearchStrategy:
+    """(kind, elapsed, k, separator) lists: elapsed times that mostly grow (a bar's frames),
+    sometimes start over (another bar, or the same one again)."""
+    steps = st.lists(st.tuples(st.sampled_from(kinds), st.integers(-1, 4),
+                               st.integers(0, 1000), st.sampled_from(["\n", "\r"])),
+                     min_size=1, max_size=60)
+
+    def timed(items: list[tuple[str, int, int, str]]) -> list[tuple[str, int, int, str]]:
+        out, e = [], 0
+        for kind, step, k, sep in items:
+            e = 0 if step < 0 else min(59, e + step)
+            out.append((kind, e, k, sep))
+        return out
+    return steps.map(timed)
+
+
+def body_of(table: dict, frames: list[tuple[str, int, int, str]]) -> str:
+    return "".join(table[kind](k, e) + sep for kind, e, k, sep in frames)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames_of(sorted(FRAMES)), st.booleans())
+def test_no_sequence_of_frames_replays_differently(frames, crash):
+    """Bars that restart at the same description, other bars and ranks between, frames that
+    fire nothing, stamps: the collapsed replay reports what the exact one does (an
+    unstamped crash right after the bars is placed by the clock the frames moved)."""
+    body = body_of(FRAMES, frames)
+    tail = "torch.OutOfMemoryError: CUDA out of memory.\n" if crash else ""
+    assert_same_report((START + body + "\n" + tail).encode(), "sglang")
+
+
+VLLM_FRAMES = {
+    "shard": lambda k, e: shard(k % 5, 4, e),
+    "rank_shard": lambda k, e: f"(Worker_TP{k % 2} pid=7{k % 2}) " + shard(k % 5, 4, e),
+    "capture": lambda k, e: (f"Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): {k % 100:3d}%"
+                             f"|███▍      | {k % 67}/67 [00:{e:02d}<00:04,  8.92it/s]"),
+    "stamped": lambda k, e: (f"(Worker_TP{k % 2} pid=7{k % 2}) INFO 11-30 10:{k % 60:02d}:{e:02d} "
+                             "[gpu_model_runner.py:1] Starting to load model m..."),
+    "loaded": lambda k, e: (f"(Worker_TP{k % 2} pid=7{k % 2}) INFO 11-30 10:{k % 60:02d}:{e:02d} "
+                            "[default_loader.py:1] Loading weights took 1.27 seconds"),
+    "plain": lambda k, e: "some other output",
+}
+VLLM_START = ("INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version 0.34.0\n"
+              "INFO 11-30 10:00:00 [utils.py:1] non-default args: {'model': 'm', 'tensor_parallel_size': 2}\n")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(frames_of(sorted(VLLM_FRAMES)))
+def test_no_sequence_of_vllm_rank_frames_replays_differently(frames):
+    """Two ranks' bars interleaved behind their `(Worker_TPn pid=...)` tags: each rank's
+    position is the exact pipeline's (the run's bytes up to its literal name the rank)."""
+    assert_same_report((VLLM_START + body_of(VLLM_FRAMES, frames) + "\n").encode(), "vllm")
+
+
+def test_another_bar_between_ends_the_run():
+    """Two autotuner ops' bars, one after the other, then a crash the clock places: the
+    second bar begins where the first ended (20 s in, not 12 s)."""
+    def tune(op: str, cur: int, e: int) -> str:
+        return f"[AutoTuner]: Tuning {op}: 10%|██  | {cur}/4 [00:{e:02d}<00:00, 15.50it/s]\n"
+    log = START + tune("fp_gemm", 1, 1) + tune("fp_gemm", 2, 9) + tune("moe", 1, 10) + \
+        tune("moe", 2, 11) + "torch.OutOfMemoryError: CUDA out of memory.\n"
+    assert_same_report(log.encode(), "sglang")
+    assert "+20s" in reported(log.encode(), True, "sglang")[2]
+
+
+def test_another_ranks_frames_end_the_run():
+    """Rank 1's frames between rank 0's: rank 1 is seen loading, as without the shortcut."""
+    tp = lambda r, cur, e: f"(Worker_TP{r} pid=7{r}) " + shard(cur, 4, e) + "\n"
+    log = VLLM_START + tp(0, 1, 1) + tp(1, 1, 2) + tp(1, 2, 3) + tp(0, 2, 4)
+    assert_same_report(log.encode(), "vllm")
+    assert "TP1" in reported(log.encode(), True, "vllm")[3]
+
+
+def test_a_bar_that_starts_over_ends_the_run():
+    """Two loads of the same bar with nothing between: the clock gives each its own time
+    (the second begins where the first ended), with or without the shortcut."""
+    first = [shard(i, 4, 10 * i) for i in range(5)]
+    second = [shard(i, 4, 5 * i) for i in range(5)]
+    log = START + "\n".join(first + second) + "\n[2026-11-30 10:02:00] The server is fired up and ready to roll!\n"
+    assert_same_report(log.encode(), "sglang")
+    assert "loading_shards" in reported(log.encode(), True, "sglang")[2]
+
+
+def test_bar_frame_reads_the_bar_and_its_elapsed_time():
+    assert bar_frame(shard(2, 4, 14)) == ("Loading safetensors checkpoint shards", 14)
+    assert bar_frame("Capturing batches (bs=64 avail_mem=5.50 GB):  40%|█| 3/8 [1:02:03<00:04]") == \
+        ("Capturing batches (bs=# avail_mem=# GB)", 3723)
+    assert bar_frame("[2026-11-30 10:00:00 TP0] Load weight begin.") is None
