@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
 from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ArgsSpec, ParsedArgs,
@@ -551,3 +553,47 @@ def test_args_true_without_forms_is_a_pack_error_naming_the_data_form(tmp_path: 
     msg = str(e.value)
     assert "mine.yaml" in msg and "my_args" in msg and "args" in msg
     assert "form: repr, start:" in msg, msg
+
+
+# ---------------------------------------------------------------------------- the fast path
+
+def slow_parse(line: str, monkeypatch: pytest.MonkeyPatch) -> ParsedArgs | None:
+    """The dump read token by token (the `name=value,` shortcut never matching)."""
+    from logwatch.rules import args as args_mod
+    with monkeypatch.context() as m:
+        m.setattr(args_mod, "_SIMPLE_KW", re.compile(r"(?!)"))
+        return parse(line)
+
+
+def same_parse(a: ParsedArgs | None, b: ParsedArgs | None) -> bool:
+    """Equal, NaN included (repr: `nan` reads as itself)."""
+    return repr(a) == repr(b)
+
+
+def test_the_shortcut_reads_every_real_dump_and_its_cuts_as_the_parser(monkeypatch) -> None:
+    dumps = [line for _, _, line in ARG_LINES if expected_source(line) != "command_line"]
+    for line in dumps + [DUMP]:
+        assert same_parse(parse(line), slow_parse(line, monkeypatch)), line
+        for i in range(0, len(line), 7):
+            assert same_parse(parse(line[:i]), slow_parse(line[:i], monkeypatch)), line[:i]
+
+
+VALUES = ["'a b'", "'it\\'s'", '"x"', "''", "1", "-2", "1.5e3", "0x1F", "inf", "nan", "None",
+          "True", "false", "a.b", "abc", "[1, 2]", "{'a': 1}", "<Enum.X: 1>", "f(1)", "'a' 'b'",
+          "b'x'", "r'\\d'", "x == 1", "(1,)", "1 2", "'\\n'", "\"q\" ", " 7 ", "set()"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b_2", "port", "x.y", "_k", "2x", ""]),
+                          st.sampled_from(["=", " = ", "==", ": "]),
+                          st.sampled_from(VALUES), st.sampled_from([", ", ",", " ,", "; ", ""])),
+                max_size=12),
+       st.sampled_from(["ServerArgs(", "Namespace("]), st.sampled_from([")", ", )", "", ")x"]),
+       st.integers(0, 400))
+def test_the_shortcut_reads_any_dump_as_the_parser(items, head, tail, cut) -> None:
+    """Strings, numbers and names beside every other value shape, odd separators, keys
+    that are not names, cuts anywhere: the parse is the token-by-token parser's."""
+    body = "".join(k + eq + v + sep for k, eq, v, sep in items)
+    line = ("[2026-11-30 10:00:00] server_args=" + head + body + tail)[:60 + cut]
+    with pytest.MonkeyPatch.context() as mp:
+        assert same_parse(parse(line), slow_parse(line, mp)), line

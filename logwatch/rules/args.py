@@ -164,6 +164,11 @@ _NUM = re.compile(r"[+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf(?:i
 _NAME = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*")
 _ENUM = re.compile(r"<([^\W\d][\w.]*): (.*)>", re.S)
 _RAW_RUN = re.compile(r"[^()\[\]{},'\"]+")
+# `name=value,` where the value is a string without escapes, a number or a bare name: most of
+# a ServerArgs dump, read in one call each (token by token the parser spends ~0.5 ms on a
+# dump, and a restart loop prints one per startup); what `top` reads the same way slowly
+_SIMPLE_KW = re.compile(r"\s*([^\W\d]\w*)\s*=(?!=)\s*(?:'([^'\\\n]*)'|\"([^\"\\\n]*)\"|("
+                        + _NUM.pattern + ")|(" + _NAME.pattern + r"))(?:\s*(,)|(?=\s*\)))")
 _PUNCT = frozenset("()[]{},:=")
 _CLOSERS = {"(": ")", "[": "]", "{": "}"}
 _CONSTANTS: dict[str, Any] = {"True": True, "False": False, "None": None,
@@ -515,6 +520,22 @@ class _Parser:
 
     # -- the top level
 
+    def _simple_items(self, out: dict[str, Any]) -> bool | None:
+        """Read the `name=value` items `_SIMPLE_KW` reads from the cursor: None when it
+        reads none (the parser reads the item), True when the cursor is then past a comma,
+        False when the closer follows."""
+        text = self.text
+        m = _SIMPLE_KW.match(text, self.pos)
+        if m is None:
+            return None
+        while m is not None:
+            out[m.group(1)] = _simple_value(m)
+            self.pos = m.end()
+            if m.group(6) is None:
+                return False
+            m = _SIMPLE_KW.match(text, self.pos)
+        return True
+
     def top(self) -> tuple[dict[str, Any], bool]:
         """The dump starting at `pos` (`Name(k=v, ...)` or `{k: v, ...}`) and whether it is partial.
 
@@ -546,11 +567,15 @@ class _Parser:
                     else:
                         self._raw_entry(out)
                 else:
-                    name = self._kw_name()
-                    if name is not None:
-                        out[name] = self.element(1, closer)
-                    else:
-                        args.append(self.element(1, closer))
+                    read = self._simple_items(out)
+                    if read is None:
+                        name = self._kw_name()
+                        if name is not None:
+                            out[name] = self.element(1, closer)
+                        else:
+                            args.append(self.element(1, closer))
+                    elif read:
+                        continue     # past a comma
                 if not self._after_element(closer):
                     return self._finish(out, args), False
             except _Stop:
@@ -563,6 +588,18 @@ class _Parser:
         if args:
             out.setdefault("__args__", args)
         return out
+
+
+def _simple_value(m: re.Match[str]) -> Any:
+    """The value a `_SIMPLE_KW` match read, as `_Parser.value` reads it."""
+    if m.group(2) is not None:
+        return m.group(2)
+    if m.group(3) is not None:
+        return m.group(3)
+    if m.group(4) is not None:
+        return _number(m.group(4))
+    name = m.group(5)
+    return _CONSTANTS[name] if name in _CONSTANTS else name
 
 
 def _number(s: str) -> Any:
