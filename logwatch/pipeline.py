@@ -20,6 +20,8 @@ EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
 EXCERPT_MAX_LINE_CHARS = 2000
 EXCERPT_MAX_CHARS = 24_000
 _TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
+_LINE_BYTES = EXCERPT_MAX_LINE_CHARS * 2      # bytes an excerpt line is read from, at most
+_TAKE_BYTES = EXCERPT_MAX_LINES * _LINE_BYTES  # bytes after a crash the excerpt looks at
 
 
 def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
@@ -85,9 +87,11 @@ class ExcerptCollector:
         self.chars = 0
         for line in before:
             self._add(line)
-        # the crash's own physical line, from its start (frames before the crash segment too)
+        # the crash's own physical line, from its start (frames before the crash segment too);
+        # no more of the block than `_take` looks at (a restart loop crashes every few dozen
+        # lines of a 2 MiB block: copying the rest of it at each crash cost ~50 us)
         self.pending = b""
-        self._take(head + block.data[seg_start:])
+        self._take(head + block.data[seg_start:seg_start + _TAKE_BYTES])
 
     def stop(self) -> None:
         self.target = None
@@ -121,7 +125,7 @@ class ExcerptCollector:
             return
         # bounded: look at no more bytes than the lines still wanted can hold
         room = EXCERPT_MAX_LINES - len(self.target)
-        data = self.pending + raw[: room * EXCERPT_MAX_LINE_CHARS * 2]
+        data = self.pending + raw[: room * _LINE_BYTES]
         cut = data.rfind(b"\n") + 1
         self.pending = data[cut:][-EXCERPT_MAX_LINE_CHARS * 4:]
         start = 0

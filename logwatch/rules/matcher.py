@@ -260,6 +260,11 @@ class Matcher:
         # exact mode (live) wants every stats line: their positions in one pass over a block
         self._stats_all = literal_finder(stats, engine, cache_dir=cache_path().parent)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
+        # a gap shorter than every stats literal holds none (most gaps between two hits are
+        # one newline: not searched, ~4 us a hit)
+        # (a case-insensitive non-ASCII literal may match text of another byte length: 1)
+        self._stats_minlen = max(1, min((len(s.encode("utf-8")) if s.isascii() or not ci else 1
+                                         for s, ci in stats), default=1))
         # the same literals for `bytes.rfind` (the last stats line of a run), where a byte
         # search finds what RE2 finds: ASCII, case-sensitive
         self._stats_bytes = (tuple(s.encode("ascii") for s, _ in stats)
@@ -642,7 +647,7 @@ class _BlockScan:
         """Stats hits in [lo, hi): every one, or when collapsing only the first (unless a run
         is already open) and the last."""
         rx = self.m._stats_rx
-        if rx is None or lo >= hi:
+        if rx is None or hi - lo < self.m._stats_minlen:
             return
         if not self.collapse:
             yield from self._every_stats(lo, hi)
