@@ -8,6 +8,11 @@ replay: generates the 2,000,000-line SGLang log of the core issue
   program sglang.mtail) and `LC_ALL=C grep -c -E` over 21 markers.  Prints medians, peak RSS
   and the ratios; the machine is shared and noisy, so only ratios from one run mean much.
 
+restarts: a restart-dense log (issue 30): genlog.py --lines 330000 --restarts 2000 --seed 1
+  --tp 8 --crash oom (2,001 startups, 462,000 lines, every one a rule's or a bar's frame),
+  `logwatch replay --json` (checked: 2,001 startups, crashed of cuda_oom) and grep, in
+  rounds: seconds, per-line cost beside the replay section's, peak RSS.
+
 latency: bench/latency.py (a line appended -> processed by the watcher, local and SSH).
 scale: bench/scale.py (N targets in one daemon, 20 lines/s each: CPU, RSS, lines lost).
 metrics: bench/metrics_scrape.py (GET /metrics from a daemon with 1,000 targets, 100 of them
@@ -75,17 +80,20 @@ def ensure_mtail() -> str:
     return found
 
 
-def generate(log: Path, truth: Path) -> None:
-    stamp = OUT / "genlog.args"
-    if log.exists() and truth.exists() and stamp.exists() and \
-            stamp.read_text() == " ".join(GENLOG_ARGS):
+RESTART_ARGS = ["--lines", "330000", "--restarts", "2000", "--seed", "1", "--tp", "8",
+                "--crash", "oom"]
+
+
+def generate(log: Path, truth: Path, args: list[str] = GENLOG_ARGS) -> None:
+    stamp = log.with_suffix(".args")
+    if log.exists() and truth.exists() and stamp.exists() and stamp.read_text() == " ".join(args):
         return
     OUT.mkdir(parents=True, exist_ok=True)
     print(f"bench: generating {log} ...", file=sys.stderr)
     with open(log, "wb") as f:
-        subprocess.run([sys.executable, str(HERE / "genlog.py"), *GENLOG_ARGS,
+        subprocess.run([sys.executable, str(HERE / "genlog.py"), *args,
                         "--truth", str(truth)], stdout=f, check=True)
-    stamp.write_text(" ".join(GENLOG_ARGS))
+    stamp.write_text(" ".join(args))
 
 
 def check_replay(doc: dict, truth: dict) -> None:
@@ -142,6 +150,35 @@ def bench_replay(rounds: int) -> dict:
     }
 
 
+def bench_restarts(rounds: int) -> dict:
+    """A restart loop through replay, beside grep on the same file (issue 30)."""
+    log, truth_path = OUT / "genlog-restarts.log", OUT / "genlog-restarts.truth.json"
+    generate(log, truth_path, RESTART_ARGS)
+    truth = json.loads(truth_path.read_text())
+    logwatch = [sys.executable, "-m", "logwatch", "replay", "--json", str(log)]
+    env_c = {**os.environ, "LC_ALL": "C"}
+    grep = ["grep", "-c", "-E", "|".join(GREP_MARKERS), str(log)]
+    times: dict[str, list[float]] = {"logwatch": [], "grep": []}
+    rss: list[int] = []
+    for r in range(rounds):
+        t, m, out = run_measured(logwatch, stdout=None)
+        doc = json.loads(out)
+        if doc["startups"] != truth["phase"]["server_args"] or doc["phase"] != "crashed" or \
+                doc["lines"] != truth["lines"]:
+            raise SystemExit(f"bench: the restart log replayed as {doc['startups']} startups, "
+                             f"{doc['phase']}, {doc['lines']} lines")
+        times["logwatch"].append(t)
+        rss.append(m)
+        times["grep"].append(run_measured(grep, env=env_c, stdout=None)[0])
+        print(f"bench: restarts round {r + 1}/{rounds}: logwatch {t:.2f}s", file=sys.stderr)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"file": {"path": str(log), "bytes": log.stat().st_size, "lines": truth["lines"],
+                     "startups": truth["phase"]["server_args"]},
+            "rounds": rounds, "median_seconds": med, "peak_rss_mib": round(max(rss) / 1024, 1),
+            "us_per_line": round(med["logwatch"] / truth["lines"] * 1e6, 2),
+            "logwatch_over_grep": round(med["logwatch"] / med["grep"], 1)}
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -158,13 +195,13 @@ def machine() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["replay", "latency", "scale", "gpu", "metrics"],
+    ap.add_argument("--only", choices=["replay", "restarts", "latency", "scale", "gpu", "metrics"],
                     action="append",
                     help="run only these sections (default: all)")
     ap.add_argument("--scale-seconds", type=float, default=30.0,
                     help="writing time per scale run (default 30)")
     args = ap.parse_args()
-    sections = args.only or ["replay", "latency", "scale", "gpu", "metrics"]
+    sections = args.only or ["replay", "restarts", "latency", "scale", "gpu", "metrics"]
     results: dict = {"machine": machine()}
     if "replay" in sections:
         results["replay"] = r = bench_replay(args.rounds)
@@ -174,6 +211,18 @@ def main() -> int:
             print(f"  {k:<9} {r['median_seconds'][k]:7.2f} s   peak RSS {r['peak_rss_mib'][k]:7.1f} MiB")
         print(f"  logwatch is {r['mtail_over_logwatch']}x faster than mtail and "
               f"{r['logwatch_over_grep']}x the time of grep")
+    if "restarts" in sections:
+        results["restarts"] = r = bench_restarts(args.rounds)
+        f = r["file"]
+        print(f"\nreplay of a restart loop ({f['startups']:,} startups, {f['lines']:,} lines, "
+              f"{f['bytes'] / 1e6:.0f} MB), median of {r['rounds']} rounds:")
+        print(f"  logwatch  {r['median_seconds']['logwatch']:7.2f} s   peak RSS "
+              f"{r['peak_rss_mib']:7.1f} MiB   {r['us_per_line']} us a line, "
+              f"{r['logwatch_over_grep']}x the time of grep")
+        if "replay" in results:
+            base = results["replay"]
+            per = base["median_seconds"]["logwatch"] / base["file"]["lines"] * 1e6
+            print(f"  {r['us_per_line'] / per:.0f}x the replay section's cost a line ({per:.2f} us)")
     if "latency" in sections:
         import latency
         results["latency"] = lat = {"local": latency.local(), "ssh": latency.ssh()}
