@@ -62,7 +62,9 @@ class ExcerptCollector:
 
     Works on the raw block bytes (the excerpt needs every line, not only the matched ones)
     and keeps an unfinished physical line across blocks, so the excerpt does not depend on
-    where the input was split.
+    where the input was split.  The lines after the crash are read ahead of the scan (a
+    block's at once); a new startup found among them takes back the lines from its own
+    (`cut_at`): a restart loop's next launch is not the crash's traceback.
     """
 
     def __init__(self) -> None:
@@ -70,6 +72,10 @@ class ExcerptCollector:
         self.target: list[str] | None = None
         self.chars = 0
         self.pending = b""   # an unfinished physical line of the "after" part
+        self.taken: list[str] | None = None   # the excerpt being (or last) read ahead
+        # this block's read-ahead: (where a physical line taken ends in the block, the
+        # excerpt's length after it), the first entry where the block's part began
+        self.marks: list[tuple[int, int]] = []
 
     def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
         line_start = block.data.rfind(b"\n", 0, seg_start) + 1
@@ -83,7 +89,7 @@ class ExcerptCollector:
             head = block.data[line_start:seg_start]
             before = last_lines(tail, block.data, line_start, EXCERPT_BEFORE)
         excerpt.clear()
-        self.target = excerpt
+        self.target = self.taken = excerpt
         self.chars = 0
         for line in before:
             self._add(line)
@@ -91,15 +97,31 @@ class ExcerptCollector:
         # no more of the block than `_take` looks at (a restart loop crashes every few dozen
         # lines of a 2 MiB block: copying the rest of it at each crash cost ~50 us)
         self.pending = b""
-        self._take(head + block.data[seg_start:seg_start + _TAKE_BYTES])
+        self.marks = []
+        self._take(head + block.data[seg_start:seg_start + _TAKE_BYTES], seg_start - len(head))
 
     def stop(self) -> None:
         self.target = None
         self.pending = b""
 
+    def cut_at(self, block: Block, pos: int) -> None:
+        """A new startup begins at `pos` of `block`: the lines read ahead from its physical
+        line on are not the crash's; the excerpt ends before them."""
+        if self.taken is not None and self.marks:
+            line_start = block.data.rfind(b"\n", 0, pos) + 1
+            keep = self.marks[0][1]
+            for end, n in self.marks:
+                if end > line_start:
+                    break
+                keep = n
+            del self.taken[keep:]
+        self.taken = None
+        self.stop()
+
     def continue_block(self, block: Block) -> None:
+        self.marks = []
         if self.target is not None:
-            self._take(block.data)
+            self._take(block.data, 0)
 
     def end_block(self, block: Block) -> None:
         # appended and trimmed now and then, not rebuilt from 16 KiB at every block (a live
@@ -120,28 +142,32 @@ class ExcerptCollector:
                     break
         self.stop()
 
-    def _take(self, raw: bytes) -> None:
+    def _take(self, raw: bytes, base: int) -> None:
+        """The whole physical lines of `pending + raw` (`base`: where raw begins in the
+        block), one at a time: the excerpt wants ~80 lines, and decoding all the bytes that
+        could hold them cost a restart loop most of its replay time."""
         if self.target is None:
             return
         # bounded: look at no more bytes than the lines still wanted can hold
         room = EXCERPT_MAX_LINES - len(self.target)
         data = self.pending + raw[: room * _LINE_BYTES]
+        shift = base - len(self.pending)     # data[i] is the block's byte shift + i
         cut = data.rfind(b"\n") + 1
         self.pending = data[cut:][-EXCERPT_MAX_LINE_CHARS * 4:]
+        marks = self.marks
+        marks.append((shift, len(self.target)))
         start = 0
         while start < cut:
-            # a few physical lines at a time: the excerpt wants ~80 lines, and decoding all
-            # the bytes that could hold them cost a restart loop most of its replay time
-            end = start
-            for _ in range(EXCERPT_MAX_LINES - len(self.target) + 1):
-                end = data.find(b"\n", end, cut) + 1
-                if end == 0:
-                    end = cut
-                    break
+            end = data.find(b"\n", start, cut) + 1
+            full = False
             for line in excerpt_lines(data[start:end]):
                 if not self._add(line):
-                    self.stop()
-                    return
+                    full = True
+                    break
+            marks.append((shift + end, len(self.target)))
+            if full:
+                self.stop()
+                return
             start = end
 
     def _add(self, line: str) -> bool:
@@ -276,11 +302,14 @@ class LogPipeline:
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
                           bool(stamp and stamp.own), offset, hit.proc)
         events = self.machine.step(self.state, obs, now)
-        if events and self.on_step is not None:
-            self.on_step(events, self.state)
         for ev in events:
             if isinstance(ev, Crashed):
                 self.excerpt.start(ev.crash.excerpt, block, hit.block_pos)
-            elif isinstance(ev, (Restarted, CrashRetracted)):
+            elif isinstance(ev, Restarted):
+                self.excerpt.cut_at(block, hit.block_pos)
+            elif isinstance(ev, CrashRetracted):
                 self.excerpt.stop()
+        # (after the excerpt's part: the ledger records a crash's excerpt as it stands)
+        if events and self.on_step is not None:
+            self.on_step(events, self.state)
         return events

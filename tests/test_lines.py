@@ -910,3 +910,52 @@ def test_a_longer_line_ends_folding() -> None:
     got, _, f = frame([text.encode()])
     assert f._folds.off
     assert [ln.text for ln in got][-2:] == [row, "est three"]
+
+
+# -- a crash's excerpt ends where the next startup begins ---------------------------------------
+
+def settled_excerpts(chunks: list[bytes], collapse: bool = False) -> list[list[str]]:
+    """The excerpt of every crash of a log fed in `chunks`, as settled (alerted, recorded)."""
+    from logwatch.machine import CrashSettled
+    data = b"".join(chunks)
+    pipe = LogPipeline(load_pack("sglang"), collapse_stats=collapse)
+    got: list[list[str]] = []
+    pipe.on_step = lambda evs, st: got.extend(list(e.crash.excerpt) for e in evs
+                                              if isinstance(e, CrashSettled))
+    for c in chunks:
+        pipe.feed(c, 1000.0)
+    pipe.finish(1000.0)
+    assert data
+    return got
+
+
+def restart_loop(n: int = 3) -> bytes:
+    from support.daemon import sim_texts
+    return "".join(sim_texts(crash="oom") * n).encode()
+
+
+def test_a_crash_excerpt_stops_before_the_next_launch():
+    """A restart loop: the next launch's `server_args=` and init lines follow the traceback
+    within the 80 lines the excerpt reads ahead; they are not the crash's (an alert showed
+    the next launch's first 57 lines under the traceback)."""
+    excerpts = settled_excerpts([restart_loop()])
+    assert len(excerpts) == 3
+    for ex in excerpts:
+        assert "CUDA out of memory" in "\n".join(ex)
+        assert "Received sigquit" in ex[-1]
+        tail = ex[ex.index(next(l for l in ex if "hit an exception" in l)):]
+        assert not any("server_args=" in l or "Init torch distributed" in l for l in tail)
+    assert excerpts[0] == excerpts[1]          # each launch's crash reads the same
+
+
+@settings(max_examples=40, **NO_SHRINK)
+@given(data=st.data())
+def test_a_crash_excerpt_is_the_same_however_the_log_arrives(data):
+    """Whole, a line at a time (a live log's blocks), in any chunks, collapsed or exact."""
+    raw = restart_loop(2)
+    want = settled_excerpts([raw])
+    lines = raw.splitlines(keepends=True)
+    assert settled_excerpts(lines) == want
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=30), "cuts"))
+    chunks = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)]) if b > a]
+    assert settled_excerpts(chunks, data.draw(st.booleans(), "collapse")) == want
