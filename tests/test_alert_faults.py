@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from logwatch.pipeline import EXCERPT_BEFORE
+
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts, target,
     wait_for, write_config,
@@ -52,7 +54,12 @@ def test_the_rate_limit_never_drops_a_crash_and_counts_what_it_drops(tmp_path, r
     assert 20 <= restarted < 24, "the limit held back restarted alerts (20 tokens, then 1/30s)"
     assert d.metric("logwatch_alerts_dropped_total", kind="restarted") == float(24 - restarted)
     assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 0.0
-    assert len(rx.requests(hook("crashed", "firing"))) == 25
+    crashes = rx.requests(hook("crashed", "firing"))
+    assert len(crashes) == 25
+    for got in crashes:     # each traceback, not the next launch's lines read with it
+        excerpt = got.json["excerpt"]
+        assert any("CUDA out of memory" in line for line in excerpt)
+        assert not any("server_args=" in line for line in excerpt[EXCERPT_BEFORE:]), excerpt
 
 
 def test_a_receiver_that_answers_too_late_gets_a_bounded_number_of_copies(tmp_path, receivers,
