@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
 from .counters import Counters
-from .machine import RANK_LAG_AFTER, State, rank_clock, rank_lag
+from .machine import RANK_LAG_AFTER, State, crash_elapsed, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
@@ -185,6 +185,8 @@ class TargetView:
     eta_basis: int = 0             # earlier ready startups the ETA comes from (0: rough)
     ready_line: str | None = None
     crash: dict[str, Any] | None = None
+    crash_elapsed: float | None = None   # launch -> crash (the server's clock when it has one):
+                                         # the "after" of the one crash sentence, everywhere
     stalled: bool = False
     stats: dict[str, float] = field(default_factory=dict)
     rules: tuple[str, ...] = ()    # rule ids of the pack (every match series exists)
@@ -402,6 +404,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "silent_since": dead,
         "ready_line": st.ready_line,
         "crash": st.crash.to_json() if st.crash else None,
+        "crash_elapsed": crash_elapsed(st.crash, st.epoch_start()) if st.crash else None,
         "stalled": st.stalled,
         # the serving figures of the launch that serves now: those of one that stopped or
         # crashed are not current (the ledger keeps them, as that launch's)

@@ -249,6 +249,9 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
                r".*hung before the GPU", r1)
     ready = first(r"phase ready", s2)
     crash = first(r"CRASHED: cuda_oom during ready", ready)
+    # one crash sentence: watch says the time to the crash the alert says (not the startup's)
+    after = re.search(r"after (\S+)$", lines[crash])
+    assert after and f"during ready after {after.group(1)}" in crashed, (lines[crash], crashed)
     assert any(ln.strip().startswith("gpu: no GPU held memory before launch")
                for ln in lines[crash:crash + 5]), lines[crash:crash + 5]
     assert len([ln for ln in lines if re.search(r" gpu: GPU x1 \d+/700 W", ln)]) >= 4, text

@@ -280,8 +280,8 @@ class PlainDisplay:
             self.out.flush()
             return
         if view.crash is not None:
-            c = view.crash
-            after = f" after {fmt_duration(total)}" if total else ""
+            c = view.crash     # after: launch -> crash, as the alert says (not the startup's time)
+            after = f" after {fmt_duration(view.crash_elapsed)}" if view.crash_elapsed else ""
             self._say(f"CRASHED: {c['reason']} during {c['during']}{after}")
             if c.get("rank"):
                 print(f"  first rank to crash: {c['rank']}", file=self.out)
@@ -537,9 +537,7 @@ class MultiDisplay:
             head = v.phase
             if v.crash:
                 c = v.crash
-                took = c["at"] - v.startup_started_at \
-                    if v.startup_started_at and c.get("at") else None
-                head = crash_text(c["reason"], c["during"], took,
+                head = crash_text(c["reason"], c["during"], v.crash_elapsed,
                                   [f"{c['rank']} first" if c.get("rank") else ""])
             elif v.phase == "ready" and v.ready_in is not None:
                 head = f"ready in {fmt_duration(v.ready_in)}"
