@@ -14,7 +14,9 @@ segment is examined once whichever of its occurrences is reported.  Stats rules 
 the bulk of a serving log, are found between those hits with a second RE2: every occurrence
 in exact mode (live), or only the first and last of each run in `collapse_stats` mode
 (replay), which is enough because a stats match only sets gauges (last value wins) or, as
-the first serving line of a log that shows no startup, marks it ready.
+the first serving line of a log that shows no startup, marks it ready.  In that mode a
+progress bar's frames after the first are skipped too while they stay frames of that bar,
+and only the last is matched (rules/bars.py says why that changes nothing replay reports).
 """
 
 from __future__ import annotations
@@ -261,8 +263,8 @@ class Matcher:
         self._stats_all = literal_finder(stats, engine, cache_dir=cache_path().parent)
         self._stats_maxlen = max((len(s.encode("utf-8")) for s, _ in stats), default=0)
         # a gap shorter than every stats literal holds none (most gaps between two hits are
-        # one newline: not searched, ~4 us a hit)
-        # (a case-insensitive non-ASCII literal may match text of another byte length: 1)
+        # one newline: not searched, ~4 us a hit); a case-insensitive non-ASCII literal may
+        # match text of another byte length, so it counts as 1
         self._stats_minlen = max(1, min((len(s.encode("utf-8")) if s.isascii() or not ci else 1
                                          for s, ci in stats), default=1))
         # the same literals for `bytes.rfind` (the last stats line of a run), where a byte
