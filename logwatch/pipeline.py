@@ -183,6 +183,7 @@ class LogPipeline:
     """Framing, matching and the startup machine for one log."""
 
     def __init__(self, pack: RulePack, *, collapse_stats: bool = False,
+                 bar_runs: bool | None = None,
                  stall_after: float | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  offset: int = 0, line_number: int = 1,
@@ -195,6 +196,9 @@ class LogPipeline:
         self.state = State()
         self.clock = LogClock(pack.timestamps, year)   # `year`: of year-less stamps (file time)
         self.collapse_stats = collapse_stats
+        # a finished log's reading: the frames inside a run of one bar are not matched
+        # (rules/bars.py; by default with collapse_stats, as replay reads)
+        self.bar_runs = collapse_stats if bar_runs is None else bar_runs
         # the target's own counters (one object, counted here as lines are framed and
         # matched), or a fresh one for a replay
         self.counters = counters if counters is not None else Counters()
@@ -280,7 +284,7 @@ class LogPipeline:
         self.excerpt.continue_block(block)
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
-        for hit in self.matcher.scan(block, self.collapse_stats):
+        for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
             events.extend(self._hit(hit, block, now))
         self.counters.rule_errors += self.matcher.errors - errors_before
         self.counters.lines += block.newlines() + len(block.joins)

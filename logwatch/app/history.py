@@ -3,7 +3,8 @@
 Every startup in the file becomes a `StartupRecord` (ledger.py): its flags, what changed
 since the launch before, phases, outcome and serving throughput.  The file is read through
 the same pipeline as `replay`, with every serving line matched (not only the first and last
-of each run), since the throughput percentiles need them all.
+of each run), since the throughput percentiles need them all; the frames inside a run of one
+progress bar are skipped as in replay (rules/bars.py: a record takes nothing from them).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
         rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
-        pipe = replay_stream(f, pack, head, collapse_stats=False, on_step=rec.observe)
+        pipe = replay_stream(f, pack, head, collapse_stats=False, bar_runs=True,
+                             on_step=rec.observe)
         rec.finish(pipe.state)
         return rec.records
 

@@ -21,11 +21,13 @@ DETECT_BYTES = 1 << 20
 
 
 def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats: bool = True,
+                  bar_runs: bool | None = None,
                   on_step: Callable[[list[Event], State], None] | None = None) -> LogPipeline:
     """`f` (after `head`, its first bytes) through a pipeline of `pack`.  `collapse_stats`:
     of a run of serving lines only the first and last are matched; `on_step`: the pipeline's
     per-step hook (the launch ledger).  Year-less stamps get the year of the file's mtime."""
-    pipe = LogPipeline(pack, collapse_stats=collapse_stats, year=_file_year(f))
+    pipe = LogPipeline(pack, collapse_stats=collapse_stats, bar_runs=bar_runs,
+                       year=_file_year(f))
     pipe.on_step = on_step
     now = time.time()
     if head:

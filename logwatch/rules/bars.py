@@ -1,28 +1,29 @@
-"""tqdm bars: which bar a frame belongs to and how far it got (`bar_frame`), and replay's
-shortcut through a bar's frames (`BarRun`).
+"""tqdm bars: which bar a frame belongs to and how far it got (`bar_frame`), and the
+shortcut of a finished log's reading through a bar's frames (`BarRun`).
 
 A bar redraws itself hundreds of times: a frame per shard, per captured batch size, and
 tqdm's `\\r` frames between.  A restart-dense log is mostly bars (`genlog.py --restarts`:
 56,000 of the 76,000 segments its first 199 startups fire are frames of a bar whose first
-frame fired already), and each frame matched, timed and stepped costs ~40 us of Python.  In
-replay (`Matcher.scan`'s collapse mode) the frames after a bar's first are skipped while
-they stay frames of that bar, and only the last of them is matched and stepped.
+frame fired already), and each frame matched, timed and stepped costs ~40 us of Python.
+`replay` and `history FILE` (`Matcher.scan(bar_runs=True)`) skip the frames after a bar's
+first while they stay frames of that bar, and match and step only the last of them.
 
-Why that changes nothing replay reports (its summary, human text and timeline,
-sinks/summary.py).  A frame of a `progress:` rule that does nothing else (`runs_through`)
-moves the startup to the rule's phase, a rank to it, and sets the bar's counter; the first
-frame of the run did the first two and the frames between would repeat them unchanged (the
-same rule moves nowhere from its own phase; the same bytes up to the rule's literal name the
-same process and rank), and the last frame's counter wins.  The clock places a frame at its
-bar's start plus its elapsed time: frames of the same bar (`bar_frame`'s description) whose
+Why that changes nothing they report (replay's summary, human text and timeline; history's
+records).  A frame of a `progress:` rule that does nothing else (`runs_through`) moves the
+startup to the rule's phase, a rank to it, and sets the bar's counter; the first frame of
+the run did the first two and the frames between would repeat them unchanged (the same rule
+moves nowhere from its own phase; the same bytes up to the rule's literal name the same
+process and rank), and the last frame's counter wins.  The clock places a frame at its bar's
+start plus its elapsed time: frames of the same bar (`bar_frame`'s description) whose
 elapsed time never goes back keep the bar's start, and the clock ends at the last frame's
 time either way.  What the frames between would have changed is the bar's smoothed rate,
-its `Progress` events and the rule's match count: the live paths (watch, the daemon, the
-launch ledger) never collapse.  A frame with its own timestamp opens no run (the machine
-checks stamps between lines); a run ends at the first segment that is not such a frame;
-and when the last segment skipped does not fire the run's rule alone, every segment skipped
-is matched after all, as without a run.  tests/test_scan.py compares the collapsed replay
-with the exact pipeline on every fixture.
+its `Progress` events and the rule's match count, which neither reports; `watch` and the
+daemon read every frame (their rate and ETA need them).  A frame with its own timestamp
+opens no run (the machine checks stamps between lines); a run ends at the first segment that
+is not such a frame, and, where every serving line is read (history), at a serving line
+(it is read in its place, at the clock the frames before it set); when the last segment
+skipped does not fire the run's rule alone, every segment skipped is matched after all, as
+without a run.  tests/test_bars.py compares both readings with the exact pipeline's.
 """
 
 from __future__ import annotations
@@ -82,13 +83,15 @@ class BarRun:
     head: bytes         # the first frame's bytes up to its first literal: process, rank, bar
     key: str            # `bar_frame`'s description
     elapsed: int        # the latest frame's elapsed seconds
+    end: int            # where the latest frame ends in the block
     max_line_bytes: int
     skipped: list[tuple[int, int]] = field(default_factory=list)   # segments, in order
 
     @classmethod
     def opened_by(cls, hits: Sequence[TimedHit], bits: int, data: bytes, start: int, first: int,
-                  max_line_bytes: int) -> BarRun | None:
-        """The run a segment's hits open (`first`: where its first literal ends), or None:
+                  end: int, max_line_bytes: int) -> BarRun | None:
+        """The run the hits of the segment [start, end) open (`first`: where its first
+        literal ends), or None:
         one hit, of a rule that `runs_through`, on a line read as written (no wrapper came
         off) without a timestamp of its own, that is a tqdm frame."""
         if len(hits) != 1:
@@ -99,7 +102,8 @@ class BarRun:
         frame = bar_frame(hit.text)
         if frame is None:
             return None
-        return cls(hit.rule, bits, data[start:first + 1], frame[0], frame[1], max_line_bytes)
+        return cls(hit.rule, bits, data[start:first + 1], frame[0], frame[1], end,
+                   max_line_bytes)
 
     def takes(self, data: bytes, start: int, end: int, bits: int) -> bool:
         """Skip the segment [start, end) as a frame of this bar, if it is one: the same
@@ -109,6 +113,6 @@ class BarRun:
         frame = bar_frame(segment_text(data[start:end], self.max_line_bytes))
         if frame is None or frame[0] != self.key or frame[1] < self.elapsed:
             return False
-        self.elapsed = frame[1]
+        self.elapsed, self.end = frame[1], end
         self.skipped.append((start, end))
         return True

@@ -22,6 +22,7 @@ and only the last is matched (rules/bars.py says why that changes nothing replay
 from __future__ import annotations
 
 import functools
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -469,8 +470,10 @@ class Matcher:
         return {k: groups[i] for k, i in names if groups[i] is not None}
 
     # -- a block -------------------------------------------------------------------------------
-    def scan(self, block: Block, collapse_stats: bool = False) -> Iterator[Hit]:
-        """The hits of a block, in order."""
+    def scan(self, block: Block, collapse_stats: bool = False,
+             bar_runs: bool = False) -> Iterator[Hit]:
+        """The hits of a block, in order; `bar_runs`: skip the frames inside a run of one bar
+        (rules/bars.py; a finished log's reading)."""
         if self.unfiltered:
             yield from self._scan_every_line(block)
             return
@@ -481,7 +484,7 @@ class Matcher:
             data, found_at = block.data, occurrences(block.data)
             bits, n, i = self._rare.id_bits, len(found_at), 0  # type: ignore[union-attr]
             mask, part_rules = (1 << bits) - 1, self._part_rules
-            run: BarRun | None = None    # collapse mode: the bar whose frames are skipped
+            run: BarRun | None = None    # the bar whose frames are skipped (bar_runs)
             while i < n:
                 first = found_at[i] >> bits
                 s, e = segment_bounds(data, first)
@@ -491,7 +494,7 @@ class Matcher:
                     rules |= part_rules[found_at[i] & mask]
                     i += 1
                 if run is not None:
-                    if run.takes(data, s, e, rules):
+                    if scan.no_stats_before(run, e) and run.takes(data, s, e, rules):
                         continue     # a frame of the bar (its last is matched at the run's end)
                     yield from scan.end_run(run)
                     run = None
@@ -502,8 +505,8 @@ class Matcher:
                 hits = scan.emit(s, found)
                 yield from scan.output(hits)     # (the pipeline has timed them when it resumes)
                 scan.cursor = e
-                if collapse_stats:
-                    run = BarRun.opened_by(hits, rules, data, s, first, self.max_line_bytes)
+                if bar_runs:
+                    run = BarRun.opened_by(hits, rules, data, s, first, e, self.max_line_bytes)
             if run is not None:
                 yield from scan.end_run(run)
         elif self._rare is not None:
@@ -669,13 +672,28 @@ class _BlockScan:
             if last is not None:
                 yield from self.output(self.emit(last[0], self.match_segment(*last, stats_only=True)))
 
-    def _every_stats(self, lo: int, hi: int) -> Iterator[Hit]:
-        """Every stats hit in [lo, hi), from one pass of the literal finder over the block
-        (one call for a block, rather than one search per line).  Windows come in order."""
+    def _stats_positions(self) -> list[int]:
+        """Exact mode: where the stats literals end in the block, from one pass of the
+        literal finder (one call for a block, rather than one search per line)."""
         at = self._stats_at
         if at is None:
             finder = self.m._stats_all
             at = self._stats_at = list(finder.positions(self.data)) if finder else []
+        return at
+
+    def no_stats_before(self, run: BarRun, end: int) -> bool:
+        """Whether a bar run may take the segment ending at `end`: in exact mode, only when
+        no stats literal lies since the run's last frame (a serving line between two frames
+        is read in its place, at the time the frames before it moved the clock to)."""
+        if self.collapse:
+            return True
+        at = self._stats_positions()
+        i = bisect_left(at, run.end)
+        return i == len(at) or at[i] >= end
+
+    def _every_stats(self, lo: int, hi: int) -> Iterator[Hit]:
+        """Every stats hit in [lo, hi) (`_stats_positions`).  Windows come in order."""
+        at = self._stats_positions()
         i, n, examined = self._stats_next, len(at), lo
         while i < n and at[i] < lo:
             i += 1
