@@ -21,6 +21,7 @@ from .machine import RANK_LAG_AFTER, State, crash_elapsed, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
+from .verdict import crash_text
 
 @functools.lru_cache(maxsize=1)
 def unknown_phases() -> tuple[str, ...]:
@@ -403,7 +404,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "eta_seconds": math.nan if dead is not None else values["eta_seconds"],
         "silent_since": dead,
         "ready_line": st.ready_line,
-        "crash": st.crash.to_json() if st.crash else None,
+        "crash": _crash_json(st),
         "crash_elapsed": crash_elapsed(st.crash, st.epoch_start()) if st.crash else None,
         "stalled": st.stalled,
         # the serving figures of the launch that serves now: those of one that stopped or
@@ -416,6 +417,18 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "rank_lag": _rank_lag(pipe, now),
         "stall_after": pipe.machine.stall_budget(st.phase)
         if st.phase not in (WAITING, READY, *TERMINAL) else None}
+
+
+def _crash_json(st: State) -> dict[str, Any] | None:
+    """The crash as `/api/status` shows it, with its sentence (`text`: the one the alert and
+    `watch` say, less what only they know, the GPUs' preflight)."""
+    if st.crash is None:
+        return None
+    c = st.crash
+    doc = c.to_json()
+    doc["text"] = crash_text(c.reason, c.during, crash_elapsed(c, st.epoch_start()),
+                             [f"{c.rank} first" if c.rank else ""])
+    return doc
 
 
 def rank_key(rank: str) -> tuple[Any, ...]:

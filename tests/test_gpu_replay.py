@@ -211,6 +211,7 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
         code = watch.wait(timeout=clock.end - time.time() + 60)
         hooks = rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead)
         assert hooks
+        status_crash = d.target("h200")["crash"]
     finally:
         writer.stop()
         if watch.poll() is None:
@@ -233,6 +234,8 @@ def test_the_h200_start_replayed_live(tmp_path: Path, receivers: Any) -> None:  
     assert "GPU idle (12" in idle and "hung before the GPU" in idle, idle
     assert got[2][3] != got[0][3], "a new silence is a new stall, with its own key"
     assert crashed.startswith("crashed: cuda_oom during ready"), crashed
+    # /api/status (the page, `status`) says the alert's sentence, less the GPUs' preflight
+    assert status_crash["text"] == crashed.split(";")[0] + ")", (status_crash["text"], crashed)
     assert "no GPU held memory before launch" in crashed, crashed
     for _, _, summary, _ in got:
         assert "loading" not in summary, summary

@@ -317,6 +317,10 @@ def test_status_shows_the_daemons_fleet_bad_first(tmp_path: Path, daemons: Any) 
     names = [ln.split()[0] for ln in rows[1:-1]]
     assert names == ["n5-failing", "n2-crashed", "n3-dead", "n4-later", "n1-ready"], res.stdout
     assert "server probably dead" in rows[3] and "cuda_oom" in rows[2], res.stdout
+    # the crash's one sentence, as /api/status has it (rank and time to the crash included)
+    sentence = d.target("n2-crashed")["crash"]["text"]
+    assert re.fullmatch(r"crashed: cuda_oom during cuda_graph after \S+ \(TP\d first\)", sentence)
+    assert sentence.removeprefix("crashed: ") in rows[2], res.stdout
     assert rows[-1].startswith("5 targets: 1 error, 1 crashed, 1 silent"), rows[-1]
     d.stop()
     res = run_cli("status", "-c", str(cfg))

@@ -83,7 +83,9 @@ def row(t: dict[str, Any], now: float) -> list[str]:
     elif src.get("error") or src.get("fatal"):
         detail = f"source: {src.get('message') or 'down'}"
     elif crash:
-        detail = f"{crash.get('reason')} during {crash.get('during')}"
+        # the crash sentence, less the word the status column says already
+        text = crash.get("text") or f"{crash.get('reason')} during {crash.get('during')}"
+        detail = str(text).removeprefix("crashed: ")
     elif status == "unreachable":
         detail = f"endpoint: {probe.get('verdict') or 'not answering'}"
     elif t.get("rank_lag"):

@@ -172,7 +172,7 @@ function update(r,t,now){
   const g=t.stats&&t.stats.gen_throughput;set(r.tps,t.phase==="ready"&&g!=null?Math.round(g)+" tok/s":"");
   const s=t.source_state||{};set(r.src,s.up?"":"source: "+(s.message||"down"));
   r.src.className="src"+(s.error?" bad":"");
-  if(t.crash){r.crash.hidden=false;set(r.reason,"crashed: "+t.crash.reason+" during "+t.crash.during+" (line "+t.crash.line_number+")"+(t.crash.rank?" · "+t.crash.rank+" first":""));
+  if(t.crash){r.crash.hidden=false;set(r.reason,(t.crash.text||"crashed: "+t.crash.reason)+" · line "+t.crash.line_number);
     set(r.when,t.crash.at!=null?"crashed "+clock(t.crash.at)+", "+ago(now-t.crash.at)+" ago":"");
     set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
   const prev=t.previous_startup,cur=t.durations||{},spans=t.spans||[];

@@ -22,9 +22,9 @@ def summary(view: TargetView) -> dict[str, Any]:
     doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
     if doc["crash"]:
         # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
-        # (and the rank is the status's: `rank` in /api/status, not in the contract)
+        # (and the rank and the sentence are the status's, `/api/status`, not the contract's)
         doc["crash"] = {k: v for k, v in doc["crash"].items()
-                        if k not in ("at", "log_time", "rank")}
+                        if k not in ("at", "log_time", "rank", "text")}
     return doc
 
 
