@@ -42,10 +42,11 @@ def history_of(data: bytes, bar_runs: bool, pack_name: str = "auto") -> list[str
     """`logwatch history --json` of `data`: every serving line read, bar runs or not."""
     pack = choose_pack(pack_name, data[:1 << 20])
     rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
+    closed: list = []
     pipe = replay_stream(io.BytesIO(data), pack, collapse_stats=False, bar_runs=bar_runs,
-                         on_step=rec.observe)
-    rec.finish(pipe.state)
-    docs = [r.to_json() for r in rec.records]
+                         on_step=lambda evs, st: closed.extend(rec.observe(evs, st)))
+    closed += rec.finish(pipe.state)
+    docs = [r.to_json() for r in closed]
     for d in docs:    # a startup without a stamp starts when it was read: the run's wall clock
         if d["started_stamp"] is None:
             d.pop("started_at")

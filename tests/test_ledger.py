@@ -230,3 +230,23 @@ def test_trtllm_advice_on_its_own_flags() -> None:
     assert advice_lines(pack.advice, {"use_cuda_graph": False}, "ready", None, {}) == [
         "CUDA graphs are off (use_cuda_graph False): every generation step runs eagerly, usually far slower"]
     assert advice_lines(pack.advice, {"model": "m"}, "ready", None, {}) == []
+
+
+def test_a_restart_loop_is_read_in_the_memory_of_one_startup(tmp_path: Path) -> None:
+    """The recorder hands each closed record on and keeps only the last (the daemon's ledger
+    and `history FILE` alike): while a 200-startup loop is read, at most the open, the last
+    and the one being handed on are alive (a 20,001-startup loop held 450 MiB of records)."""
+    import gc
+    from logwatch.app.history import read_ledger
+    from logwatch.ledger import StartupRecord
+
+    log = tmp_path / "loop.log"
+    log.write_text("".join(t for i in range(200)
+                           for t in sim_texts(seed=i, start=T0 + 3600 * i, crash="oom")))
+    alive: list[int] = []
+
+    def emit(rec: StartupRecord) -> None:
+        if rec.index % 50 == 0:
+            alive.append(sum(1 for o in gc.get_objects() if type(o) is StartupRecord))
+    read_ledger(str(log), "auto", emit)
+    assert len(alive) == 4 and max(alive) <= 3, alive

@@ -10,25 +10,39 @@ progress bar are skipped as in replay (rules/bars.py: a record takes nothing fro
 from __future__ import annotations
 
 import json
+from collections import deque
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..ledger import LedgerRecorder, StartupRecord
+from ..machine import Event, State
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
 from ..verdict import Exit
 from .replay import DETECT_BYTES, replay_stream
 
 
-def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
-    """Every startup in the log at `path`, in order."""
+def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> None:
+    """Every startup in the log at `path`, in order, each handed to `emit` as it closes
+    (none is kept here: a log of 20,001 startups is read in the memory of one)."""
     with open(path, "rb") as f:
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
         rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
-        pipe = replay_stream(f, pack, head, collapse_stats=False, bar_runs=True,
-                             on_step=rec.observe)
-        rec.finish(pipe.state)
-        return rec.records
+
+        def step(events: list[Event], state: State) -> None:
+            for closed in rec.observe(events, state):
+                emit(closed)
+        pipe = replay_stream(f, pack, head, collapse_stats=False, bar_runs=True, on_step=step)
+        for closed in rec.finish(pipe.state):
+            emit(closed)
+
+
+def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
+    """Every startup in the log at `path`, in order (all of them in memory: tests)."""
+    records: list[StartupRecord] = []
+    read_ledger(path, spec, records.append)
+    return records
 
 
 def _short(v: Any, width: int = 24) -> str:
@@ -72,19 +86,30 @@ def at_watts(rec: StartupRecord, phase: str | None) -> str:
     return f" at {w['p50_w']:.0f} W" if w else ""
 
 
+TABLE_HEAD = ("#", "when", "outcome", "startup", "slowest phase", "tok/s p50", "W p50/limit",
+              "flags changed")
+
+
+def history_row(r: StartupRecord) -> tuple[str, ...]:
+    """A startup's row of the table (`TABLE_HEAD`)."""
+    outcome = r.outcome + (f": {r.reason}" if r.reason else "")
+    slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \
+        f"{at_watts(r, r.slowest_phase)}" \
+        if r.slowest_phase and r.slowest_phase in r.durations else "-"
+    return (str(r.index), r.started_stamp or "-", outcome,
+            fmt_duration(r.startup_seconds) if r.startup_seconds is not None else "-",
+            slow, _tps(r), _watts(r), changed_text(r.changed) or "-")
+
+
 def history_table(records: list[StartupRecord]) -> str:
     """One row per startup: when, outcome, startup time, slowest phase, flags changed, tok/s
     p50, watts p50 / limit."""
-    rows = [("#", "when", "outcome", "startup", "slowest phase", "tok/s p50", "W p50/limit",
-             "flags changed")]
-    for r in records:
-        outcome = r.outcome + (f": {r.reason}" if r.reason else "")
-        slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \
-            f"{at_watts(r, r.slowest_phase)}" \
-            if r.slowest_phase and r.slowest_phase in r.durations else "-"
-        rows.append((str(r.index), r.started_stamp or "-", outcome,
-                     fmt_duration(r.startup_seconds) if r.startup_seconds is not None else "-",
-                     slow, _tps(r), _watts(r), changed_text(r.changed) or "-"))
+    return rows_table([history_row(r) for r in records])
+
+
+def rows_table(body: list[tuple[str, ...]]) -> str:
+    """`TABLE_HEAD` and the rows, columns aligned (the last one, the flags, left ragged)."""
+    rows = [TABLE_HEAD, *body]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)) + "  " + row[-1] for row in rows]
     return "\n".join(line.rstrip() for line in lines)
@@ -127,7 +152,7 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
     return "\n".join(out)
 
 
-def pick(records: list[StartupRecord], ref: str) -> StartupRecord:
+def pick(records: Sequence[StartupRecord], ref: str) -> StartupRecord:
     """A startup by its number (1-based) or from the end (-1: the last)."""
     try:
         i = int(ref)
@@ -140,15 +165,18 @@ def pick(records: list[StartupRecord], ref: str) -> StartupRecord:
 
 def run_history(paths: list[str], spec: str, as_json: bool,
                 out: Callable[[str], None]) -> int:
+    """Each file's startups: JSON lines as they close, or the table (its rows kept, not the
+    records: a 20,001-startup log is read in the memory of one startup)."""
     for path in paths:
-        records = ledger_of_file(path, spec)
         if as_json:
-            for r in records:
-                out(json.dumps({"file": path, **r.to_json()}, ensure_ascii=False))
-        else:
-            if len(paths) > 1:
-                out(f"{path}:")
-            out(history_table(records) if records else "no startup in this log")
+            read_ledger(path, spec, lambda r: out(json.dumps({"file": path, **r.to_json()},
+                                                             ensure_ascii=False)))
+            continue
+        rows: list[tuple[str, ...]] = []
+        read_ledger(path, spec, lambda r: rows.append(history_row(r)))
+        if len(paths) > 1:
+            out(f"{path}:")
+        out(rows_table(rows) if rows else "no startup in this log")
     return Exit.OK
 
 
@@ -184,7 +212,7 @@ def run_history_store(state_dir: Any, target: str, as_json: bool,
     return Exit.OK
 
 
-def _compare(records: list[StartupRecord], what: str, a: str, b: str,
+def _compare(records: Sequence[StartupRecord], what: str, a: str, b: str,
              out: Callable[[str], None]) -> int:
     if len(records) < 2 and (a, b) == ("-2", "-1"):
         out(f"{what}: {len(records)} startup(s): nothing to compare")
@@ -200,4 +228,35 @@ def run_compare_store(state_dir: Any, target: str, a: str, b: str,
 
 
 def run_compare(path: str, a: str, b: str, spec: str, out: Callable[[str], None]) -> int:
-    return _compare(ledger_of_file(path, spec), path, a, b, out)
+    kept = _Kept((a, b))
+    read_ledger(path, spec, kept.add)
+    return _compare(kept, path, a, b, out)
+
+
+class _Kept(Sequence[StartupRecord]):
+    """The startups of a log that `compare` asks for (by number, or from the end), kept as
+    the log is read; indexed as `pick` indexes a list of them all."""
+
+    def __init__(self, refs: tuple[str, ...]) -> None:
+        nums = []
+        for r in refs:
+            try:
+                nums.append(int(r))       # as `pick` reads it
+            except ValueError:
+                pass                      # `pick` says what is wrong with it
+        self.wanted = {i for i in nums if i > 0}
+        self.by_number: dict[int, StartupRecord] = {}
+        self.tail: deque[StartupRecord] = deque(maxlen=max([-i for i in nums if i < 0] + [1]))
+        self.count = 0
+
+    def add(self, rec: StartupRecord) -> None:
+        self.count += 1
+        if self.count in self.wanted:
+            self.by_number[self.count] = rec
+        self.tail.append(rec)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> StartupRecord:  # type: ignore[override]
+        return self.by_number[i + 1] if i >= 0 else self.tail[i]
