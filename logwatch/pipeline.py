@@ -296,7 +296,7 @@ class LogPipeline:
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
-        hit.own_stamp = bool(stamp and stamp.own)
+        hit.own_stamp = own = bool(stamp and stamp.own)
         pos, data = hit.block_pos, block.data
         if pos == 0 or data[pos - 1] == 10:   # the segment starts its line (most do)
             offset = hit.offset
@@ -304,7 +304,7 @@ class LogPipeline:
             offset = block.raw_offset(data.rfind(b"\n", 0, pos) + 1)
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
-                          bool(stamp and stamp.own), offset, hit.proc)
+                          own, offset, hit.proc)
         events = self.machine.step(self.state, obs, now)
         for ev in events:
             if isinstance(ev, Crashed):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
 from .counters import Counters
-from .machine import RANK_LAG_AFTER, State, crash_elapsed, rank_clock, rank_lag
+from .machine import RANK_LAG_AFTER, Crash, State, crash_elapsed, rank_clock, rank_lag
 from .pipeline import LogPipeline
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
@@ -382,6 +382,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
     main = pipe.pack.primary_progress
     shards = st.progress.get(main) if main else None
     dead = values.get("silent_since") if st.stalled else None   # a new line ends the silence
+    elapsed = crash_elapsed(st.crash, st.epoch_start()) if st.crash else None
     return {
         "engine": pipe.pack.name,
         "phase": st.phase,
@@ -404,8 +405,8 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "eta_seconds": math.nan if dead is not None else values["eta_seconds"],
         "silent_since": dead,
         "ready_line": st.ready_line,
-        "crash": _crash_json(st),
-        "crash_elapsed": crash_elapsed(st.crash, st.epoch_start()) if st.crash else None,
+        "crash": _crash_json(st.crash, elapsed) if st.crash else None,
+        "crash_elapsed": elapsed,
         "stalled": st.stalled,
         # the serving figures of the launch that serves now: those of one that stopped or
         # crashed are not current (the ledger keeps them, as that launch's)
@@ -419,15 +420,11 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         if st.phase not in (WAITING, READY, *TERMINAL) else None}
 
 
-def _crash_json(st: State) -> dict[str, Any] | None:
+def _crash_json(c: Crash, elapsed: float | None) -> dict[str, Any]:
     """The crash as `/api/status` shows it, with its sentence (`text`: the one the alert and
     `watch` say, less what only they know, the GPUs' preflight)."""
-    if st.crash is None:
-        return None
-    c = st.crash
     doc = c.to_json()
-    doc["text"] = crash_text(c.reason, c.during, crash_elapsed(c, st.epoch_start()),
-                             [f"{c.rank} first" if c.rank else ""])
+    doc["text"] = crash_text(c.reason, c.during, elapsed, [f"{c.rank} first" if c.rank else ""])
     return doc
 
 

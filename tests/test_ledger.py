@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT
 from support.daemon import sim_texts
-from logwatch.app.history import ledger_of_file
+from logwatch.app.history import read_ledger
 from logwatch.ledger import percentile
 from logwatch.rules.advice import advice_lines
 from logwatch.rules.pack import load_pack
@@ -119,7 +119,8 @@ def test_a_crashed_and_an_incomplete_startup_are_recorded(tmp_path: Path) -> Non
     cut = "".join(sim_texts(seed=4, start=T0 + 3600))[:3000]   # stops mid-startup
     log = tmp_path / "two.log"
     log.write_text(crash + cut, encoding="utf-8")
-    recs = ledger_of_file(str(log))
+    recs: list = []
+    read_ledger(str(log), "auto", recs.append)
     assert [r.outcome for r in recs] == ["crashed", "incomplete"]
     assert recs[0].reason == "cuda_oom" and recs[0].serving == {}
     assert recs[1].durations, recs[1]
@@ -237,7 +238,6 @@ def test_a_restart_loop_is_read_in_the_memory_of_one_startup(tmp_path: Path) -> 
     and `history FILE` alike): while a 200-startup loop is read, at most the open, the last
     and the one being handed on are alive (a 20,001-startup loop held 450 MiB of records)."""
     import gc
-    from logwatch.app.history import read_ledger
     from logwatch.ledger import StartupRecord
 
     log = tmp_path / "loop.log"

@@ -38,13 +38,6 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
             emit(closed)
 
 
-def ledger_of_file(path: str, spec: str = "auto") -> list[StartupRecord]:
-    """Every startup in the log at `path`, in order (all of them in memory: tests)."""
-    records: list[StartupRecord] = []
-    read_ledger(path, spec, records.append)
-    return records
-
-
 def _short(v: Any, width: int = 24) -> str:
     text = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v
     return text if len(text) <= width else text[: width - 1] + "…"

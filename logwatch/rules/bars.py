@@ -46,6 +46,7 @@ class TimedHit(Protocol):
     wrapped: tuple[str, ...]
     own_stamp: bool | None
 
+
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
