@@ -11,7 +11,8 @@ replay: generates the 2,000,000-line SGLang log of the core issue
 restarts: a restart-dense log (issue 30): genlog.py --lines 330000 --restarts 2000 --seed 1
   --tp 8 --crash oom (2,001 startups, 462,000 lines, every one a rule's or a bar's frame),
   `logwatch replay --json` (checked: 2,001 startups, crashed of cuda_oom) and grep, in
-  rounds: seconds, per-line cost beside the replay section's, peak RSS.
+  rounds: seconds, per-line cost beside the replay section's, peak RSS; and bench/floor.py,
+  what only finding the literals and visiting each segment holding one costs a line.
 
 latency: bench/latency.py (a line appended -> processed by the watcher, local and SSH).
 scale: bench/scale.py (N targets in one daemon, 20 lines/s each: CPU, RSS, lines lost).
@@ -160,6 +161,7 @@ def bench_restarts(rounds: int) -> dict:
     grep = ["grep", "-c", "-E", "|".join(GREP_MARKERS), str(log)]
     times: dict[str, list[float]] = {"logwatch": [], "grep": []}
     rss: list[int] = []
+    floor: list[float] = []     # bench/floor.py: finding the literals, visiting their segments
     for r in range(rounds):
         t, m, out = run_measured(logwatch, stdout=None)
         doc = json.loads(out)
@@ -170,12 +172,17 @@ def bench_restarts(rounds: int) -> dict:
         times["logwatch"].append(t)
         rss.append(m)
         times["grep"].append(run_measured(grep, env=env_c, stdout=None)[0])
-        print(f"bench: restarts round {r + 1}/{rounds}: logwatch {t:.2f}s", file=sys.stderr)
+        floor.append(json.loads(subprocess.run(
+            [sys.executable, str(HERE / "floor.py"), str(log)], cwd=ROOT, check=True,
+            capture_output=True).stdout)["seconds"])
+        print(f"bench: restarts round {r + 1}/{rounds}: logwatch {t:.2f}s, "
+              f"floor {floor[-1]:.2f}s", file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"file": {"path": str(log), "bytes": log.stat().st_size, "lines": truth["lines"],
                      "startups": truth["phase"]["server_args"]},
             "rounds": rounds, "median_seconds": med, "peak_rss_mib": round(max(rss) / 1024, 1),
             "us_per_line": round(med["logwatch"] / truth["lines"] * 1e6, 2),
+            "floor_us_per_line": round(statistics.median(floor) / truth["lines"] * 1e6, 2),
             "logwatch_over_grep": round(med["logwatch"] / med["grep"], 1)}
 
 
@@ -223,6 +230,10 @@ def main() -> int:
             base = results["replay"]
             per = base["median_seconds"]["logwatch"] / base["file"]["lines"] * 1e6
             print(f"  {r['us_per_line'] / per:.0f}x the replay section's cost a line ({per:.2f} us)")
+        print(f"  floor (bench/floor.py: the literal pass, then only visiting each segment "
+              f"that holds one): {r['floor_us_per_line']} us a line"
+              + (f", {r['floor_us_per_line'] / per:.1f}x the replay section's" if "replay" in results
+                 else ""))
     if "latency" in sections:
         import latency
         results["latency"] = lat = {"local": latency.local(), "ssh": latency.ssh()}
