@@ -469,6 +469,22 @@ def test_hyperscan_is_the_default_literal_pass():
         assert matcher(pack)._rare.engine == "hyperscan"
 
 
+@pytest.mark.parametrize("machine,wanted", [
+    ("x86_64", True), ("AMD64", True), ("aarch64", True), ("arm64", True),
+    ("ppc64le", False), ("armv7l", False)])
+def test_hyperscan_is_installed_on_the_machines_its_wheels_exist_for(machine, wanted):
+    """x86-64 and 64-bit ARM (Grace nodes: GH200, GB200) get Hyperscan from `pip install`
+    (wheels 0.7+; tests/test_scan.py passes on aarch64 under qemu, scripts/check-aarch64.sh);
+    a machine without a wheel does not try to build it (the import fails, RE2 does the pass)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]["dependencies"]
+    hs = next(Requirement(d) for d in deps if Requirement(d).name == "hyperscan")
+    assert hs.marker is not None
+    assert hs.marker.evaluate({"platform_machine": machine}) is wanted
+
+
 @pytest.mark.parametrize("pack", PACKS)
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: p.stem)
 def test_engines_agree_on_fixture(path, pack):
