@@ -238,6 +238,9 @@ class Framer:
         self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
+        # the input so far ends inside a physical line (its last byte is not `\n`): that line
+        # counts as one at the end of the file, though a `\r` released all of it already
+        self.mid_line = False
 
     @property
     def pending(self) -> bytes:
@@ -268,6 +271,7 @@ class Framer:
         """Add bytes; return the block of segments they completed (None if none)."""
         if not chunk:
             return None
+        self.mid_line = chunk[-1] != 0x0A
         dropped = 0
         if self._discarding:
             sep = _first_sep(chunk)

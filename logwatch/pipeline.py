@@ -240,7 +240,7 @@ class LogPipeline:
         block = self.framer.flush(now)
         self.counters.lines_cut += self.framer.lines_cut_total - cut
         events = self._block(block, now) if block is not None else []
-        if block is not None and block.data and not block.data.endswith(b"\n"):
+        if self.framer.mid_line:     # the last line had no `\n` (a bar's last `\r` frame too)
             self.counters.lines += 1
         self.excerpt.finish()
         return events

@@ -662,6 +662,24 @@ def test_unfinished_line_held_until_complete_or_flush():
     assert f.flush(3.0) is None
 
 
+@pytest.mark.parametrize("data", [
+    b"a\nb\r", b"a\nb", b"a\nb\n", b"a\r\nb\r\n", b"a\nb\rc", b"a\nb\r\r", b"\r",
+    b"a\n" + b"x" * 70000, b"a\n" + b"x" * 70000 + b"\r"])
+def test_a_log_has_the_physical_lines_split_on_newline(data):
+    """DESIGN.md: `lines` counts physical lines split on `\\n`, the last one whether or not
+    it ended: also when it ended in a bar's `\\r` frame, which the framer releases at once
+    (it was not counted), or is an over-long line being cut; whole or a byte at a time."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    want = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+    for size in (len(data), 1, 7):
+        pipe = LogPipeline(load_pack("sglang"), max_line_bytes=65536)
+        for i in range(0, len(data), size):
+            pipe.feed(data[i:i + size], 0.0)
+        pipe.finish(0.0)
+        assert pipe.counters.lines == want, (size, pipe.counters.lines)
+
+
 def test_framer_resumes_at_offset_and_line_number():
     f = Framer(offset=1000, line_number=41)
     lines, _, _ = frame([b"a\nb\rc\n"], framer=f)
