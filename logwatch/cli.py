@@ -14,6 +14,7 @@ import sys
 from typing import Any, Sequence
 
 from . import __version__
+from .logfile import DamagedLog, LogFileError, open_log
 from .app.replay import replay_file
 from .rules.pack import PackError, load_pack, shipped_pack_names
 from .sinks.alerts.kinds import KIND_NAMES
@@ -105,7 +106,14 @@ Run finished logs through the rules as fast as possible and print the outcome: t
 server ended in (launching, downloading, loading_shards, allocating, autotune, cuda_graph,
 ready, crashed, stopped), the crash reason and its root-cause line, shard counts, durations.
 
-exit status: 0 when every file was read (whatever the servers did), 2 on a usage error.
+A FILE may be compressed as logrotate leaves rotated logs (gzip, bzip2, xz: told by its
+first bytes, not its name); `-` reads stdin (kubectl logs POD | logwatch replay -).
+
+  logwatch replay /var/log/sglang/server.log.3.gz
+  zstd -dc server.log.1.zst | logwatch replay --json -
+
+exit status: 0 when every file was read (whatever the servers did), 2 on a usage error or
+an unreadable file (compressed data cut short: what it held is reported first).
 """
 
 
@@ -325,6 +333,7 @@ since the launch before (parsed from SGLang's server_args=ServerArgs(...), vLLM'
 non-default args / Namespace(...), or the launch command line).
 
   logwatch history server.log
+  logwatch history server.log.2.gz server.log.1 server.log   # rotated: gzip, bzip2, xz; - is stdin
   logwatch history server.log --json | jq .changed
   logwatch history -c /etc/logwatch/logwatch.yaml --target glm5-node1   # the daemon's ledger
 """
@@ -424,8 +433,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
         load_pack(args.rules)  # fail early, before reading any file
     status = Exit.OK
     for path in args.files:
+        damage: DamagedLog | None = None
         try:
             pipe = replay_file(path, args.rules)
+        except DamagedLog as e:     # compressed data cut short: what was read, then that
+            pipe, damage = e.result, e
+        except LogFileError as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            status = Exit.USAGE
+            continue
         except OSError as e:
             print(f"logwatch: {path}: {e.strerror}", file=sys.stderr)
             status = Exit.USAGE
@@ -440,6 +456,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.timeline:
             out = sys.stderr if args.json else sys.stdout
             print(timeline(view), file=out, flush=True)
+        if damage is not None:
+            print(f"logwatch: {damage}", file=sys.stderr, flush=True)
+            status = Exit.USAGE
     return status
 
 
@@ -628,23 +647,29 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
     pack = load_pack(args.pack)
     counts: dict[str, int] = {}
     unmatched = 0
-    with open(args.file, "rb") as f:
-        for v in test_lines(pack, f):
-            if v.rule is None:
-                unmatched += 1
-            else:
-                counts[v.rule] = counts.get(v.rule, 0) + 1
-            if (args.unmatched and v.rule) or (args.matched and not v.rule):
-                continue
-            if args.json:
-                print(json.dumps({"line": v.line_number, **(v.meaning or {"rule": None}),
-                                  "text": v.text}, ensure_ascii=False))
-                continue
-            print(f"{v.line_number:>7} {v.rule or '-':<22} {visible(v.text[:300])}")
+    damage: DamagedLog | None = None
+    try:
+        with open_log(args.file) as f:
+            for v in test_lines(pack, f):
+                if v.rule is None:
+                    unmatched += 1
+                else:
+                    counts[v.rule] = counts.get(v.rule, 0) + 1
+                if (args.unmatched and v.rule) or (args.matched and not v.rule):
+                    continue
+                if args.json:
+                    print(json.dumps({"line": v.line_number, **(v.meaning or {"rule": None}),
+                                      "text": v.text}, ensure_ascii=False))
+                    continue
+                print(f"{v.line_number:>7} {v.rule or '-':<22} {visible(v.text[:300])}")
+    except DamagedLog as e:    # what was read is shown, then that
+        damage = e
     total = sum(counts.values()) + unmatched
     print(f"\n{total} lines: {total - unmatched} matched, {unmatched} unmatched", file=sys.stderr)
     for rid, n in sorted(counts.items(), key=lambda kv: -kv[1]):
         print(f"  {rid:<24} {n}", file=sys.stderr)
+    if damage is not None:
+        raise damage
     return Exit.OK
 
 
@@ -661,6 +686,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return Exit.USAGE
     except FileNotFoundError as e:
         print(f"logwatch: {e.filename}: no such file", file=sys.stderr)
+        return Exit.USAGE
+    except LogFileError as e:     # zstd; compressed data cut short (after what it held)
+        print(f"logwatch: {e}", file=sys.stderr)
         return Exit.USAGE
     except KeyboardInterrupt:
         return Exit.INTERRUPTED

@@ -24,7 +24,7 @@ PKG = ROOT / "logwatch"
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("logwatch", "log", "units", "errors", "verdict", "limits", "yamlload", "shown",
                 "state/files")),
-    ("io", ("sources/", "telemetry/")),
+    ("io", ("sources/", "telemetry/", "logfile")),
     ("parse", ("lines", "rules/")),
     ("machine", ("machine/", "eta", "counters")),
     ("core", ("pipeline", "follow", "ledger", "silence", "view", "state/")),

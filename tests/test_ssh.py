@@ -508,6 +508,17 @@ def test_directory_instead_of_a_file_is_fatal(sshd_server: SSHServer, tmp_path: 
     assert took < 10
 
 
+def test_a_compressed_file_is_refused_by_name(sshd_server: SSHServer, tmp_path: Path) -> None:
+    """A rotated log logrotate compressed is finished: `replay` reads it, not a watch."""
+    import gzip
+    gz = tmp_path / "sglang-server.log.1.gz"
+    gz.write_bytes(gzip.compress(b"[2026-11-30 10:00:00] server_args=ServerArgs()\n" * 50))
+    fatal, took = run(_first_fatal(sshd_server, gz, sshd_server.known_hosts))
+    assert fatal.message == f"{gz} is gzip-compressed: a finished log, which `logwatch replay " \
+        f"{gz}` reads", fatal
+    assert took < 10
+
+
 def test_rejected_client_key_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
     server = sshd_server
     stranger = tmp_path / "stranger_key"

@@ -19,13 +19,16 @@ from ..machine import Event, State
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
 from ..verdict import Exit
+from ..logfile import DamagedLog, open_log
 from .replay import DETECT_BYTES, replay_stream
 
 
 def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> None:
     """Every startup in the log at `path`, in order, each handed to `emit` as it closes
-    (none is kept here: a log of 20,001 startups is read in the memory of one)."""
-    with open(path, "rb") as f:
+    (none is kept here: a log of 20,001 startups is read in the memory of one).  Plain or
+    compressed, `-` for stdin (logfile.py `open_log`: `DamagedLog` after the records of
+    what could be read)."""
+    with open_log(path) as f:
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
         rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
@@ -159,17 +162,29 @@ def pick(records: Sequence[StartupRecord], ref: str) -> StartupRecord:
 def run_history(paths: list[str], spec: str, as_json: bool,
                 out: Callable[[str], None]) -> int:
     """Each file's startups: JSON lines as they close, or the table (its rows kept, not the
-    records: a 20,001-startup log is read in the memory of one startup)."""
+    records: a 20,001-startup log is read in the memory of one startup).  A compressed
+    file cut short: its startups are shown, then `DamagedLog` (the first) once every file
+    is read."""
+    damaged: list[DamagedLog] = []
     for path in paths:
-        if as_json:
-            read_ledger(path, spec, lambda r: out(json.dumps({"file": path, **r.to_json()},
-                                                             ensure_ascii=False)))
-            continue
         rows: list[tuple[str, ...]] = []
-        read_ledger(path, spec, lambda r: rows.append(history_row(r)))
+
+        def emit(r: StartupRecord, path: str = path) -> None:
+            if as_json:
+                out(json.dumps({"file": path, **r.to_json()}, ensure_ascii=False))
+            else:
+                rows.append(history_row(r))
+        try:
+            read_ledger(path, spec, emit)
+        except DamagedLog as e:
+            damaged.append(e)
+        if as_json:
+            continue
         if len(paths) > 1:
             out(f"{path}:")
         out(rows_table(rows) if rows else "no startup in this log")
+    if damaged:
+        raise damaged[0]
     return Exit.OK
 
 
@@ -222,7 +237,11 @@ def run_compare_store(state_dir: Any, target: str, a: str, b: str,
 
 def run_compare(path: str, a: str, b: str, spec: str, out: Callable[[str], None]) -> int:
     kept = _Kept((a, b))
-    read_ledger(path, spec, kept.add)
+    try:
+        read_ledger(path, spec, kept.add)
+    except DamagedLog:
+        _compare(kept, path, a, b, out)    # the startups that were read, then the damage
+        raise
     return _compare(kept, path, a, b, out)
 
 

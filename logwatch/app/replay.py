@@ -15,6 +15,7 @@ from ..machine import Event, State
 from ..pipeline import LogPipeline
 from ..rules.locate import choose_pack
 from ..rules.pack import RulePack
+from ..logfile import DamagedLog, open_log
 
 CHUNK = 2 << 20
 DETECT_BYTES = 1 << 20
@@ -73,7 +74,16 @@ def line_chunks(f: BinaryIO, size: int = CHUNK) -> Iterator[bytes]:
 
 
 def replay_file(path: str, spec: str = "auto") -> LogPipeline:
-    with open(path, "rb") as f:
-        head = f.read(DETECT_BYTES)
-        pack = choose_pack(spec, head)
-        return replay_stream(f, pack, head)
+    """The log at `path` (plain or compressed, `-` for stdin: logfile.py `open_log`) replayed.
+    Raises `DamagedLog` with the pipeline of what was read when compressed data stopped
+    decoding before its end."""
+    pipe: LogPipeline | None = None
+    try:
+        with open_log(path) as f:
+            head = f.read(DETECT_BYTES)
+            pack = choose_pack(spec, head)
+            pipe = replay_stream(f, pack, head)
+    except DamagedLog as e:
+        e.result = pipe
+        raise
+    return pipe

@@ -154,6 +154,31 @@ class SourceError(Exception):
     """A source that cannot work as configured (bad URL, refused host key, no permission)."""
 
 
+# What a compressed file starts with (its format's magic; bzip2's with its block or end
+# marker, so no text line that begins `BZh` is taken for one).  A log is never compressed
+# while written: logrotate compresses the files it rotated away.
+COMPRESSED_MAGIC = ((b"\x1f\x8b\x08", "gzip"), (b"\xfd7zXZ\x00", "xz"),
+                    (b"\x28\xb5\x2f\xfd", "zstd"))
+MAGIC_BYTES = 10
+
+
+def compression_of(head: bytes) -> str | None:
+    """"gzip", "bzip2", "xz" or "zstd" when `head` (a file's first MAGIC_BYTES or more)
+    starts a file of that format, else None."""
+    for magic, kind in COMPRESSED_MAGIC:
+        if head.startswith(magic):
+            return kind
+    if head[:3] == b"BZh" and head[3:4] in b"123456789" and len(head) >= 10 and \
+            head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
+        return "bzip2"
+    return None
+
+
+def compressed_refusal(path: object, kind: str) -> str:
+    """What a source says of a compressed file at its path (a rotated log, finished)."""
+    return f"{path} is {kind}-compressed: a finished log, which `logwatch replay {path}` reads"
+
+
 def identity_of(dev: int | None, ino: int | None, head: bytes) -> FileIdentity:
     head = head[:HEAD_BYTES]
     return FileIdentity(dev, ino, len(head), digest(head))

@@ -30,7 +30,10 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 from .. import log
-from .base import HEAD_BYTES, Position, SourceEvent, SourceState
+from .base import (
+    HEAD_BYTES, MAGIC_BYTES, Position, SourceEvent, SourceState, compressed_refusal,
+    compression_of,
+)
 from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
@@ -270,6 +273,10 @@ class LocalFileSource(FollowsWithCursor):
             with f:
                 fd = f.fileno()
                 st = os.fstat(fd)
+                kind = compression_of(os.pread(fd, MAGIC_BYTES, 0))
+                if kind is not None:
+                    yield SourceState(False, compressed_refusal(self.path, kind), fatal=True)
+                    return
                 yield SourceState(True, f"reading {self.path}")
                 io = _OpenFile(self, fd)
                 try:

@@ -52,7 +52,7 @@ import asyncssh
 from .. import log
 from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
-    StartLocator,
+    StartLocator, compressed_refusal, compression_of,
 )
 from .sshstream import ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .cursor import (
@@ -528,6 +528,11 @@ class SSHFileSource(FollowsWithCursor):
                     yield SourceState(False, f"{self.target.path} is a directory", fatal=True)
                     return
                 head = await f.read(HEAD_BYTES, 0)
+                kind = compression_of(head)
+                if kind is not None:
+                    yield SourceState(False, compressed_refusal(self.target.path, kind),
+                                      fatal=True)
+                    return
                 if say_up:
                     yield SourceState(True, f"reading {self.target}")
                     say_up = False
