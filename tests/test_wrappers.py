@@ -1,8 +1,8 @@
 """Lines wrapped by other programs read as the server's own (the packs' `prefixes`).
 
 Every real fixture is replayed again with each of its lines wrapped as docker compose,
-journald, Ray, a terminal that lost the ESC of its colour codes, kubectl --timestamps or
-another program's Python logger would print it: the engine, the final phase, the crash (its
+journald, Ray, a terminal that lost the ESC of its colour codes, kubectl --timestamps, the
+kubelet's container log file (CRI) or another program's Python logger would print it: the engine, the final phase, the crash (its
 reason and its line, without the wrapper), the shards and the ready line must not change;
 where the wrapper carries no clock of its own, neither may the phase durations.  And two
 servers that one compose stream interleaves are one launch, not a restart each line.
@@ -30,6 +30,8 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     "journald": (lambda ln: f"авг 18 14:15:04 gpu-node-1 python3[28059]: {ln}", False),
     "ansi-remnant": (lambda ln: f"[0;36m{ln}", False),
     "kubectl-timestamps": (lambda ln: f"2025-08-18T14:15:04.123456789Z {ln}", True),
+    # a container's log file as the kubelet writes it (CRI: /var/log/pods/.../0.log)
+    "kubelet-cri": (lambda ln: f"2025-08-18T14:15:04.123456789Z stderr F {ln}", True),
     "python-logger": (lambda ln: f"2025-04-03 12:06:29,948 - __main__ - INFO - {ln}", True),
 }
 
