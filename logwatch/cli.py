@@ -333,7 +333,8 @@ since the launch before (parsed from SGLang's server_args=ServerArgs(...), vLLM'
 non-default args / Namespace(...), or the launch command line).
 
   logwatch history server.log
-  logwatch history server.log.2.gz server.log.1 server.log   # rotated: gzip, bzip2, xz; - is stdin
+  logwatch history server.log.2.gz                   # rotated and compressed: gzip, bzip2, xz
+  zcat -f server.log.2.gz server.log.1 server.log | logwatch history -   # the rotated files as one log
   logwatch history server.log --json | jq .changed
   logwatch history -c /etc/logwatch/logwatch.yaml --target glm5-node1   # the daemon's ledger
 """

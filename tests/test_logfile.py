@@ -148,6 +148,32 @@ def test_replay_history_and_rules_test_read_a_rotated_gz_and_stdin(tmp_path):
 
 
 @pytest.mark.integration
+def test_rotated_files_read_as_one_stream_are_the_log_before_rotation(tmp_path):
+    """The README's `zcat -f server.log.2.gz server.log.1 server.log | logwatch history -`:
+    a log rotated twice (once in the middle of a line, as copytruncate can) and the older
+    part compressed has the startups of the log it was."""
+    data = (FIXTURES / "trtllm-012.log").read_bytes()
+    a, b = len(data) // 3, 2 * len(data) // 3 + 5
+    (tmp_path / "server.log.2.gz").write_bytes(gzip.compress(data[:a]))
+    (tmp_path / "server.log.1").write_bytes(data[a:b])
+    (tmp_path / "server.log").write_bytes(data[b:])
+    whole = tmp_path / "whole.log"
+    whole.write_bytes(data)
+    joined = subprocess.run("zcat -f server.log.2.gz server.log.1 server.log", shell=True,
+                            cwd=tmp_path, capture_output=True, check=True).stdout
+    want = run_cli("history", "--json", str(whole)).stdout.splitlines()
+    got = run_cli("history", "--json", "-", stdin=joined).stdout.splitlines()
+
+    def comparable(line: bytes) -> dict:
+        d = json.loads(line)
+        d.pop("file")
+        if d["started_stamp"] is None:
+            d.pop("started_at")
+        return d
+    assert len(want) == 2 and [comparable(x) for x in got] == [comparable(x) for x in want]
+
+
+@pytest.mark.integration
 def test_a_truncated_gz_is_reported_then_named_exit_2(tmp_path):
     data = (FIXTURES / "trtllm-012.log").read_bytes()
     packed = gzip.compress(data)
