@@ -190,10 +190,17 @@ def test_a_truncated_gz_is_reported_then_named_exit_2(tmp_path):
 
 
 @pytest.mark.integration
-def test_watch_refuses_a_compressed_file_by_name(tmp_path):
+def test_watch_refuses_a_compressed_file_or_stdin_by_name(tmp_path):
     gz = tmp_path / "sglang-server.log.1.gz"
     gz.write_bytes(gzip.compress((FIXTURES / "sglang-027.log").read_bytes()))
     res = run_cli("watch", "--last", str(gz))
     assert res.returncode == 2
     assert f"{gz} is gzip-compressed: a finished log, which `logwatch replay {gz}` reads".encode() \
         in res.stderr
+    with open(gz, "rb") as f:             # `< file` (a file on stdin) and `cat file |` (a pipe)
+        by_file = subprocess.run([sys.executable, "-m", "logwatch", "watch", "-"], cwd=ROOT,
+                                 stdin=f, capture_output=True, timeout=120)
+    for res in (by_file, run_cli("watch", "-", stdin=gz.read_bytes())):
+        assert res.returncode == 2
+        assert b"stdin is gzip-compressed: a finished log, which `logwatch replay -` reads" \
+            in res.stderr

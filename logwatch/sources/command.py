@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from .. import log
-from .base import Data, Opened, SourceEvent, SourceState
+from .base import Data, Opened, SourceEvent, SourceState, compression_of
 from .ssh import Backoff
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
@@ -206,6 +206,9 @@ class StdinSource:
                 if not chunk:
                     yield SourceState(False, "stdin closed")
                     return
+                if offset == 0 and (refused := _compressed(chunk)) is not None:
+                    yield refused
+                    return
                 yield Data(chunk, offset)
                 offset += len(chunk)
                 await asyncio.sleep(0)
@@ -223,5 +226,17 @@ class StdinSource:
             if not chunk:
                 yield SourceState(False, "stdin closed")
                 return
+            if offset == 0 and (refused := _compressed(chunk)) is not None:
+                yield refused
+                return
             yield Data(chunk, offset)
             offset += len(chunk)
+
+
+def _compressed(head: bytes) -> SourceState | None:
+    """The fatal state for a compressed stream on stdin (a rotated log, finished), or None."""
+    kind = compression_of(head)
+    if kind is None:
+        return None
+    return SourceState(False, f"stdin is {kind}-compressed: a finished log, which `logwatch "
+                              f"replay -` reads", fatal=True)
