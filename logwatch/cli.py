@@ -14,8 +14,8 @@ import sys
 from typing import Any, Sequence
 
 from . import __version__
-from .logfile import DamagedLog, LogFileError, open_log
 from .app.replay import replay_file
+from .logfile import DamagedLog, LogFileError, open_log
 from .rules.pack import PackError, load_pack, shipped_pack_names
 from .sinks.alerts.kinds import KIND_NAMES
 from .units import parse_duration

@@ -15,11 +15,11 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..ledger import LedgerRecorder, StartupRecord
+from ..logfile import DamagedLog, open_log
 from ..machine import Event, State
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
 from ..verdict import Exit
-from ..logfile import DamagedLog, open_log
 from .replay import DETECT_BYTES, replay_stream
 
 

@@ -11,11 +11,11 @@ import os
 import time
 from typing import BinaryIO, Callable, Iterator
 
+from ..logfile import DamagedLog, open_log
 from ..machine import Event, State
 from ..pipeline import LogPipeline
 from ..rules.locate import choose_pack
 from ..rules.pack import RulePack
-from ..logfile import DamagedLog, open_log
 
 CHUNK = 2 << 20
 DETECT_BYTES = 1 << 20
