@@ -15,6 +15,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
 from logwatch.app.history import read_ledger
@@ -103,6 +105,29 @@ def test_corrupt_compressed_data_ends_the_log_where_it_stops_decoding(tmp_path, 
     # only, so a corrupt block's output is read as log; a bzip2 block is all or nothing)
     assert f"{kind} data" in str(e.value) and "read up to there" in str(e.value)
     assert e.value.result is not None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(sorted(COMPRESS)), st.integers(0, 2), st.binary(min_size=1, max_size=64),
+       st.floats(0.0, 1.0))
+def test_no_damage_to_compressed_data_escapes_as_anything_but_its_own_error(
+        tmp_path, kind, how, junk, where):
+    """Cut, overwritten or followed by junk anywhere (the header too): the log read up to the
+    damage, or `LogFileError`, never another exception."""
+    packed = bytearray(COMPRESS[kind]((FIXTURES / "sglang-027.log").read_bytes()))
+    at = int(where * (len(packed) - 1))
+    if how == 0:
+        del packed[at:]
+    elif how == 1:
+        packed[at:at + len(junk)] = junk
+    else:
+        packed += junk
+    p = tmp_path / "x"
+    p.write_bytes(bytes(packed))
+    try:
+        replay_file(str(p))
+    except LogFileError:
+        pass
 
 
 def test_zstd_is_refused_with_the_command_that_reads_it(tmp_path):
