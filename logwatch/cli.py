@@ -139,7 +139,8 @@ def _add_replay(sub: Subparsers) -> None:
     r = sub.add_parser("replay", help="run finished logs through the rules",
                        description=REPLAY_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    r.add_argument("files", nargs="+", metavar="FILE", help="log files to read")
+    r.add_argument("files", nargs="+", metavar="FILE",
+                   help="log files to read (gzip, bzip2, xz too; - for stdin)")
     r.add_argument("--rules", default="auto", metavar="PACK",
                    help="rule pack name (%s), a .yaml path, or auto (default: detect from "
                         "the first lines)" % ", ".join(shipped_pack_names()))
@@ -154,7 +155,8 @@ def _add_history(sub: Subparsers) -> None:
     h = sub.add_parser("history", help="every startup in a log: flags, what changed, phases, tok/s",
                        description=HISTORY_HELP,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    h.add_argument("files", nargs="*", metavar="FILE", help="log files to read")
+    h.add_argument("files", nargs="*", metavar="FILE",
+                   help="log files to read (gzip, bzip2, xz too; - for stdin)")
     h.add_argument("-c", "--config", metavar="CONFIG",
                    help="read the daemon's ledger (state_dir/ledger.sqlite3) instead of a log")
     h.add_argument("--target", metavar="NAME", help="with -c: the target whose startups to show")
@@ -185,7 +187,8 @@ def _add_compare(sub: Subparsers) -> None:
     cmp_ = sub.add_parser("compare", help="two startups of a log side by side",
                           description=COMPARE_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    cmp_.add_argument("file", nargs="?", metavar="FILE", help="the log file (with -c: omitted)")
+    cmp_.add_argument("file", nargs="?", metavar="FILE",
+                      help="the log file (gzip, bzip2, xz too; - for stdin; with -c: omitted)")
     cmp_.add_argument("a", nargs="?", metavar="A",
                       help="a startup number (1 = the first, -1 = the last; default -2)")
     cmp_.add_argument("b", nargs="?", metavar="B",
@@ -317,7 +320,7 @@ def _add_rules(sub: Subparsers) -> None:
                         description="Print every line of FILE with the rule that matched it; "
                                     "lines no rule matched are marked '-'.")
     t.add_argument("pack", metavar="PACK", help="pack name or .yaml path")
-    t.add_argument("file", metavar="FILE", help="a log file")
+    t.add_argument("file", metavar="FILE", help="a log file (gzip, bzip2, xz too; - for stdin)")
     t.add_argument("--unmatched", action="store_true", help="print only lines no rule matched")
     t.add_argument("--matched", action="store_true", help="print only lines a rule matched")
     t.add_argument("--json", action="store_true",
