@@ -174,9 +174,11 @@ def compression_of(head: bytes) -> str | None:
     return None
 
 
-def compressed_refusal(path: object, kind: str) -> str:
-    """What a source says of a compressed file at its path (a rotated log, finished)."""
-    return f"{path} is {kind}-compressed: a finished log, which `logwatch replay {path}` reads"
+def compressed_refusal(what: object, kind: str, replay_arg: object = None) -> str:
+    """What a source says of a compressed file at its path, or on stdin (`what` "stdin",
+    `replay_arg` "-"): a rotated log, finished, which replay reads."""
+    arg = what if replay_arg is None else replay_arg
+    return f"{what} is {kind}-compressed: a finished log, which `logwatch replay {arg}` reads"
 
 
 def identity_of(dev: int | None, ino: int | None, head: bytes) -> FileIdentity:

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from .. import log
-from .base import Data, Opened, SourceEvent, SourceState, compression_of
+from .base import (
+    Data, Opened, SourceEvent, SourceState, compressed_refusal, compression_of,
+)
 from .ssh import Backoff
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
@@ -238,5 +240,4 @@ def _compressed(head: bytes) -> SourceState | None:
     kind = compression_of(head)
     if kind is None:
         return None
-    return SourceState(False, f"stdin is {kind}-compressed: a finished log, which `logwatch "
-                              f"replay -` reads", fatal=True)
+    return SourceState(False, compressed_refusal("stdin", kind, "-"), fatal=True)
