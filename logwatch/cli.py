@@ -206,7 +206,9 @@ def _add_watch(sub: Subparsers) -> None:
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("target", metavar="TARGET", nargs="+",
                    help="a local path, ssh://[user@]host[:port]/abs/path, - (stdin), or "
-                        "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang'); several: one launch")
+                        "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang'); several: one launch. "
+                        "A pattern in a path's file name, quoted ('logs/server-*.log'), "
+                        "follows the newest matching file: each relaunch's own log")
     w.add_argument("--rules", default="auto", metavar="PACK",
                    help="rule pack name, .yaml path, or auto (default)")
     w.add_argument("--timeout", type=_duration, metavar="DURATION",
@@ -512,6 +514,23 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
         return None
     if os.path.exists(target):
         return None
+    from .sources.newest import is_pattern, matching, pattern_problem
+    problem = pattern_problem(target)
+    if problem and not os.path.isdir(os.path.dirname(target)):
+        return problem     # a pattern in a directory (one that exists so named is taken)
+    if is_pattern(target):    # the newest file matching it (sources/newest.py)
+        parent, name = os.path.split(os.path.abspath(os.path.expanduser(target)))
+        try:
+            found = matching(name, os.listdir(parent))
+        except OSError:
+            found = []
+        if found or wait_for_file:
+            return None
+        if not os.path.isdir(parent):
+            return f"{parent} does not exist (the directory of {name}): check the path, or " \
+                "pass --wait to wait for it"
+        return f"no file matches {target}{nearest_names(parent, name)}; pass --wait to wait " \
+            "for one to appear"
     m = _SCP_STYLE.match(target)
     if m:
         user = f"{m['user']}@" if m["user"] else ""

@@ -58,8 +58,9 @@ def write(tmp_path: Path, doc: Any, name: str = "logwatch.yaml") -> Path:
     return p
 
 
-def assert_config_error(path: Path, key: str) -> None:
-    """Both `run --check` and `run` exit 2 with one stderr line naming the file and `key`."""
+def assert_config_error(path: Path, key: str, says: str = "") -> None:
+    """Both `run --check` and `run` exit 2 with one stderr line naming the file and `key`
+    (and saying `says`)."""
     for args in (("-c", str(path), "--check"), ("-c", str(path))):
         res = run(*args)
         lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
@@ -70,6 +71,7 @@ def assert_config_error(path: Path, key: str) -> None:
         assert f" {key}:" in lines[0] or lines[0].split(f"{path}: ", 1)[-1].startswith(f"{key}:"), \
             f"{where}: the key path {key!r} is not named: {lines[0]!r}"
         assert "Traceback" not in res.stderr
+        assert says in lines[0], f"{where}: {says!r} not said: {lines[0]!r}"
         assert res.stdout == "", f"{where}: stdout {res.stdout!r}"
 
 
@@ -144,6 +146,23 @@ def test_bad_ssh_url(tmp_path: Path, url: str) -> None:
 def test_relative_file_path(tmp_path: Path, source: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(source=source)),
                         "targets[0].source")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("source", ["/data/run-*/server.log", "ssh://gpu1/scratch/job-?/x.log"])
+def test_a_pattern_in_a_directory_is_refused(tmp_path: Path, source: str) -> None:
+    """Only the file name may be a pattern (the newest match: sources/newest.py)."""
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(source=source)),
+                        "targets[0].source", "only be in the file name")
+
+
+@pytest.mark.integration
+def test_a_pattern_in_the_file_name_passes_check(tmp_path: Path) -> None:
+    def f(d: dict[str, Any]) -> None:
+        d["targets"][0]["source"] = "/scratch/jobs/slurm-*.out"
+        d["targets"][1]["source"] = "ssh://gpu1/var/log/sglang/server-[0-9]*.log"
+    res = run("-c", str(mutate(tmp_path, f)), "--check")
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr
 
 
 @pytest.mark.integration

@@ -174,6 +174,43 @@ def test_restart_after_kill9_continues(tmp_path: Path, daemons: Any) -> None:
     assert sample(m, "logwatch_lines_total", target="gpu1") == float(count_lines(log))
 
 
+def test_a_pattern_target_follows_each_launch_file_across_a_restart(tmp_path: Path,
+                                                                     daemons: Any) -> None:
+    """`source: /jobs/job-*.out` (one log file per launch, as SLURM writes): the first
+    launch's file appears and crashes (alerted, counted); the daemon is killed; the job is
+    relaunched into job-2.out while it is down; restarted, the daemon reads the new file
+    from byte 0 as the target's next startup: ready, 2 startups, the crash counted once."""
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "notes.txt").write_text("not a log\n")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target_cfg("job", jobs / "job-*.out")])
+    d: Daemon = daemons(cfg, port).start()
+    d.wait_target("job", lambda t: "matching" in str(t["source_state"]), "waiting for a match")
+    first = jobs / "job-1.out"
+    append(first, "".join(sim_texts(crash="oom", seed=4)))
+    t = d.wait_target("job", lambda t: t["phase"] == "crashed", "the first launch's crash")
+    assert t["crash"]["reason"] == "cuda_oom"
+    n1 = count_lines(first)
+    wait_checkpoint(state, "job", lambda ck: ck["extra"]["counters"]["lines"] == n1, f"{n1} lines")
+    d.wait_metric("logwatch_crashes_total", 1.0, target="job", reason="cuda_oom")
+    d.kill9()
+
+    second = jobs / "job-2.out"
+    append(second, "".join(sim_texts(seed=5)))      # relaunched while the daemon is down
+    d.start()
+    t = d.wait_target("job", lambda t: t["phase"] == "ready", "the relaunch ready")
+    assert t["startups"] == 2, t
+    n = n1 + count_lines(second)
+    d.wait_target("job", lambda t: t["lines"] >= n, f"{n} lines")
+    m = d.metrics()
+    assert sample(m, "logwatch_lines_total", target="job") == float(n)
+    assert sample(m, "logwatch_crashes_total", target="job", reason="cuda_oom") == 1.0
+    assert sample(m, "logwatch_startups_total", target="job") == 2.0
+
+
 def test_restart_mid_bar_counts_no_byte_twice(tmp_path: Path, daemons: Any) -> None:
     """Stopped while a tqdm frame is still unfinished (held back by the framer, so the saved
     position is before it): after the restart the frame is read again from the log, and the

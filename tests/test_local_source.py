@@ -679,6 +679,112 @@ def test_without_pack_first_attach_reads_from_byte_0(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# 4b. a pattern: one log file per launch (sources/newest.py)
+
+def _launch_file(d: Path, name: str, k: int, lines: int = 5, mtime: float | None = None) -> bytes:
+    data = (SG_START.format(m=k) + "".join(f"[2026-01-01 10:{k:02d}:{s:02d}] launch {k} "
+                                           f"line {s}\n" for s in range(1, lines + 1))).encode()
+    (d / name).write_bytes(data)
+    if mtime is not None:
+        os.utime(d / name, (mtime, mtime))
+    return data
+
+
+@pytest.mark.parametrize("use_inotify", [True, False], ids=["inotify", "polling"])
+def test_a_pattern_follows_each_new_launch_file_once_and_in_order(tmp_path: Path,
+                                                                   use_inotify: bool) -> None:
+    """`/logs/server-*.log`: the newest match at attach (its latest startup), then every
+    newer file a relaunch writes, from byte 0, the one before drained first; an older file
+    written again, and the followed file deleted, never send it back to an old one."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    now = time.time()
+    _launch_file(d, "server-1.log", 1, mtime=now - 300)          # an old launch: not read
+    second = _launch_file(d, "server-2.log", 2, mtime=now - 200)
+    pattern = str(d / "server-*.log")
+
+    async def main() -> Reader:
+        src = make_source(pattern, locator=startup_locator(SGLANG), poll=not use_inotify,
+                          rotate_wait=0.3)
+        async with Reader(src) as r:
+            await r.wait(lambda: r.data_bytes() >= len(second), 10, "the newest at attach")
+            with open(d / "server-2.log", "ab") as f:     # the launch goes on a little
+                f.write(b"[2026-01-01 10:02:09] launch 2 last words\n")
+            await r.wait(lambda: r.data_bytes() >= len(second) + 42, 10, "launch 2's tail")
+            third = _launch_file(d, "server-3.log", 3)    # a relaunch: a new file
+            await r.wait(lambda: len(r.opened()) == 2 and r.segments()[-1][1] == third, 10,
+                         "the third launch's file")
+            # the old launch writes again: left, never read again
+            with open(d / "server-1.log", "ab") as f:
+                f.write(b"[2026-01-01 10:01:59] launch 1 again\n")
+            with open(d / "server-2.log", "ab") as f:
+                f.write(b"[2026-01-01 10:02:59] launch 2 again\n")
+            os.unlink(d / "server-3.log")                 # and the followed one goes
+            fourth = _launch_file(d, "server-4.log", 4)
+            await r.wait(lambda: len(r.opened()) == 3 and r.segments()[-1][1] == fourth, 10,
+                         "the fourth launch's file")
+        return r
+
+    r = run(main())
+    segs = r.segments()
+    assert [op.reason for op, _ in segs] == ["attach", "rotated", "rotated"]
+    assert [b.count(b"launch") for _, b in segs] == [6, 5, 5]
+    assert b"launch 1" not in r.stream() and b"again" not in r.stream()
+    assert segs[0][0].offset == 0 and all(op.new_file for op, _ in segs[1:])
+    said = [s.message for s in r.states()]
+    assert said == [f"reading {d / f'server-{k}.log'}" for k in (2, 3, 4)], said
+
+
+def test_a_pattern_with_no_file_yet_waits_for_the_first(tmp_path: Path) -> None:
+    d = tmp_path / "logs"
+    d.mkdir()
+    (d / "notes.txt").write_bytes(b"not a match\n")
+    pattern = str(d / "slurm-*.out")
+
+    async def main() -> Reader:
+        async with Reader(make_source(pattern)) as r:
+            await r.wait(lambda: bool(r.states()), 5, "a first state")
+            assert r.states()[0].message == f"waiting for a file matching {pattern} to appear"
+            (d / "slurm-12.out").mkdir()        # a directory that matches is not a log
+            data = _launch_file(d, "slurm-13.out", 1)
+            await r.wait(lambda: r.data_bytes() >= len(data), 10, "the first match")
+            assert r.states()[-1].message == f"reading {d / 'slurm-13.out'}"
+        return r
+
+    assert run(main()).stream().startswith(SG_START.format(m=1).encode())
+
+
+def test_a_pattern_resumed_after_a_restart_reads_what_it_missed(tmp_path: Path) -> None:
+    """The daemon stopped inside launch 1's file; launches 2 and 3 wrote their own files
+    meanwhile: the rest of 1, all of 2, all of 3, in that order, nothing twice."""
+    d = tmp_path / "logs"
+    d.mkdir()
+    now = time.time()
+    first = _launch_file(d, "run-a.log", 1, mtime=now - 100)
+    pattern = str(d / "run-*.log")
+    source = make_source(pattern)
+    follower = new_follower(source)
+    run(read_until(source, len(first), follower))
+    pos = follower.position()
+    assert pos is not None and pos.offset == len(first)
+    with open(d / "run-a.log", "ab") as f:
+        f.write(b"[2026-01-01 10:01:30] launch 1 crashed while we were away\n")
+    os.utime(d / "run-a.log", (now - 90, now - 90))
+    second = _launch_file(d, "run-b.log", 2, mtime=now - 50)
+    third = _launch_file(d, "run-c.log", 3, mtime=now - 10)
+
+    async def main() -> Reader:
+        async with Reader(make_source(pattern, start=pos, rotate_wait=0.2)) as r:
+            await r.wait(lambda: r.stream().endswith(third), 10, "the newest file")
+        return r
+
+    r = run(main())
+    assert r.stream() == b"[2026-01-01 10:01:30] launch 1 crashed while we were away\n" + \
+        second + third
+    assert [op.reason for op in r.opened()][0] == "resume"
+
+
+# ----------------------------------------------------------------------------------------------
 # 5. latency sanity (not a benchmark)
 
 @pytest.mark.serial   # a 2 s latency budget

@@ -781,6 +781,53 @@ def test_rotation_by_rename_while_connected(sshd_server: SSHServer, tmp_path: Pa
     assert follower.status.files == 2
 
 
+@pytest.mark.parametrize("transport", ["stream", "sftp"])
+def test_a_pattern_follows_each_new_launch_file_over_ssh(sshd_server: SSHServer, tmp_path: Path,
+                                                         transport: str) -> None:
+    """`ssh://host/logs/server-*.log` (sources/newest.py): the newest match, then each newer
+    file a relaunch writes, the one before drained; an old file written again is never
+    read again.  Through the streamed reader (dev:inode) and plain SFTP (names, seconds)."""
+    server = sshd_server
+    d = tmp_path / "logs"
+    d.mkdir()
+    now = time.time()
+    (d / "server-1.log").write_bytes(b"launch 1 old\n")
+    os.utime(d / "server-1.log", (now - 300, now - 300))
+    second = b"".join(b"launch 2 " + numbered(i) for i in range(1, 201))
+    (d / "server-2.log").write_bytes(second)
+    os.utime(d / "server-2.log", (now - 100, now - 100))
+    third = b"".join(b"launch 3 " + numbered(i) for i in range(1, 101))
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        src = make_source(server, d / "server-*.log", pool=pool, rotate_wait=0.3,
+                          options=ssh_opts(server, transport=transport))
+        col = Collector(src).start()
+        try:
+            await col.wait(lambda: col.data() == second, "the newest file at attach")
+            (d / "server-3.log").write_bytes(third)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == third,
+                           "the relaunch's file")
+            with open(d / "server-2.log", "ab") as f:    # the old launch writes again
+                f.write(b"launch 2 again\n")
+            os.utime(d / "server-2.log", (now + 5, now + 5))
+            with open(d / "server-3.log", "ab") as f:
+                f.write(b"launch 3 more\n")
+            await col.wait(lambda: col.data().endswith(b"launch 3 more\n"), "launch 3 goes on")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.errors == []
+    assert [o.reason for o in col.opened()] == ["attach", "rotated"]
+    assert col.data(0) == second and col.data(1) == third + b"launch 3 more\n"
+    assert col.fatal() is None
+    assert any(s.message == f"reading {d / 'server-3.log'} on 127.0.0.1" for s in col.states()), \
+        col.states()
+
+
 def test_rotation_of_a_file_that_was_empty_at_attach(sshd_server: SSHServer,
                                                      tmp_path: Path) -> None:
     """A log created empty (`server > log`) and watched from then on, later rotated."""

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -437,30 +437,77 @@ def test_last_reports_the_ended_startup_and_exits(tmp_path: Path) -> None:
     assert "crashed (cuda_oom)" in res.stderr and "40m" in res.stderr, res.stderr
 
 
-def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None:
-    """The engineer relaunches the server appending to the same log: watch, started before
-    the new server_args= line, ignores the old ready and exits on the new crash."""
-    path = _old_log(tmp_path, 30)
-    p = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(path), "--timeout",
-                          "60s"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+def _watch_through_a_relaunch(args: list[str], relaunch: Callable[[], None],
+                              said_on: str = "stdout") -> tuple[int, str, str, str]:
+    """Start `watch ARGS`; once it said the log's last startup is history, `relaunch()`;
+    (exit code, what it said before, stdout, stderr after)."""
+    p = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", *args], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
         seen = ""
-        assert p.stdout is not None
+        stream = p.stdout if said_on == "stdout" else p.stderr
+        assert stream is not None
         while "waiting for a new startup" not in seen:   # the old one was said: relaunch
             assert time.monotonic() < deadline and p.poll() is None, seen
-            seen += p.stdout.readline()
-        with open(path, "a") as f:
-            f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+            seen += stream.readline()
+        relaunch()
         out, err = p.communicate(timeout=60)
     finally:
         if p.poll() is None:
             p.kill()
+    return p.returncode, seen, out, err
+
+
+def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None:
+    """The engineer relaunches the server appending to the same log: watch, started before
+    the new server_args= line, ignores the old ready and exits on the new crash."""
+    path = _old_log(tmp_path, 30)
+
+    def relaunch() -> None:
+        with open(path, "a") as f:
+            f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+
+    rc, seen, out, err = _watch_through_a_relaunch([str(path), "--timeout", "60s"], relaunch)
     out = seen + out
-    assert p.returncode == 1, (out, err)
+    assert rc == 1, (out, err)
     assert "became ready" in out
     assert re.search(r"CRASHED: cuda_oom", out), out
+
+
+def test_a_pattern_follows_the_relaunch_into_its_own_log_file(tmp_path: Path) -> None:
+    """One log file per launch (`server-$(date +%s).log`): watch 'logs/server-*.log' reads
+    the newest, says its ended startup is history, and exits on the relaunch's verdict,
+    written to a new file."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    os.rename(_old_log(tmp_path, 30), logs / "server-1764900000.log")
+
+    def relaunch() -> None:
+        (logs / "server-1764903600.log").write_text(
+            "".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+
+    rc, seen, out, err = _watch_through_a_relaunch(
+        [str(logs / "server-*.log"), "--timeout", "60s", "--probe", "off", "--json"],
+        relaunch, said_on="stderr")
+    assert rc == 1, (out, seen + err)
+    assert "became ready" in seen
+    doc = one_json(subprocess.CompletedProcess([], 1, out, ""))
+    assert doc["phase"] == "crashed" and doc["crash"]["reason"] == "cuda_oom"  # type: ignore[index]
+    assert doc["startups"] == 2, doc
+
+
+def test_a_pattern_that_matches_nothing_exits_2_unless_waited_for(tmp_path: Path) -> None:
+    (tmp_path / "server.log.txt").write_text("x\n")
+    res = watch(str(tmp_path / "server-*.log"), "--timeout", "5s", timeout=30)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"no file matches {tmp_path / 'server-*.log'}" in res.stderr
+    assert "--wait" in res.stderr
+    res = watch(str(tmp_path / "*" / "server.log"), "--timeout", "5s", timeout=30)
+    assert res.returncode == 2 and "only be in the file name" in res.stderr, res.stderr
+    res = watch(str(tmp_path / "server-*.log"), "--wait-for-file", "--timeout", "1s",
+                timeout=30)
+    assert res.returncode == 3, (res.stdout, res.stderr)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from ..sinks.alerts.config import validate_alerts
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
+from ..sources.newest import pattern_problem
 from ..sources.cursor import ROTATE_WAIT
 from ..telemetry.gpu import GpuConfig, parse_gpu_config
 from ..telemetry.probe import ProbeConfig, parse_probe_config
@@ -376,6 +377,11 @@ def _source(path: str, key: str, source: Any) -> None:
         raise ConfigError(path, f"{key}.source", "cmd: needs a command")
     elif source_kind(source) == "file" and not os.path.isabs(os.path.expanduser(source)):
         raise ConfigError(path, f"{key}.source", f"use an absolute path: {source!r}")
+    file_path = SSHTarget.parse(source).path if source_kind(source) == "ssh" else source
+    # a pattern in the file name follows the newest matching file (sources/newest.py)
+    problem = pattern_problem(file_path) if source_kind(source) in ("file", "ssh") else None
+    if problem:
+        raise ConfigError(path, f"{key}.source", problem)
 
 
 def _rules(path: str, key: str, rules: Any) -> str:

@@ -14,6 +14,8 @@ open descriptor, `os.stat` of the path, and wakeups.  What that algorithm does h
   before our offset changed: restart at byte 0 of it.  What the writer appended between our
   last read and the truncation is lost; nothing else is.
 * Delete and recreate: like a rotation once the new file appears.
+* A pattern in the file name (`/logs/server-*.log`): the newest matching file, left for a
+  newer one as for a rotation (sources/newest.py).
 * Wakeups come from inotify through watchdog; a poll every `poll_interval` is the safety net
   (and the only mechanism when watchdog is unavailable or `poll=True`, e.g. on NFS).  A
   directory removed and created again is watched again (an inotify watch dies with its
@@ -23,11 +25,13 @@ open descriptor, `os.stat` of the path, and wakeups.  What that algorithm does h
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import functools
 import os
+import stat
 import threading
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, BinaryIO, Callable
 
 from .. import log
 from .base import (
@@ -38,6 +42,7 @@ from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
 )
+from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -54,6 +59,9 @@ class _Watcher:
     _observer = None  # type: ignore[var-annotated]
     # directory -> (its watch, the (dev, ino) of the directory watched, callbacks by path)
     _dirs: dict[str, tuple[object, tuple[int, int], dict[str, list[Wake]]]] = {}
+    # directory -> the subscribed paths that are patterns (an event's path is matched
+    # against these; the others are found by a dict lookup)
+    patterns: dict[str, frozenset[str]] = {}
 
     @staticmethod
     def dir_id(directory: str) -> tuple[int, int] | None:
@@ -115,7 +123,18 @@ class _Watcher:
             cbs = entry[2].setdefault(target, [])
             if wake not in cbs:
                 cbs.append(wake)
+            cls._note_patterns(directory)
         return functools.partial(cls._unsubscribe, directory, target, wake)
+
+    @classmethod
+    def _note_patterns(cls, directory: str) -> None:
+        """(Under the lock.)  The directory's pattern keys, again after a change."""
+        e = cls._dirs.get(directory)
+        keys = frozenset(k for k in e[2] if is_pattern(k)) if e is not None else frozenset()
+        if keys:
+            cls.patterns[directory] = keys
+        else:
+            cls.patterns.pop(directory, None)
 
     @classmethod
     def _unsubscribe(cls, directory: str, target: str, wake: Wake) -> None:
@@ -129,6 +148,7 @@ class _Watcher:
                 cbs.remove(wake)
             if not cbs:
                 e[2].pop(target, None)
+            cls._note_patterns(directory)
             if not e[2]:
                 del cls._dirs[directory]
                 try:
@@ -155,6 +175,11 @@ def _handler(base: type, directory: str, by_path: dict[str, list[Wake]]) -> Any:
             for p in (event.src_path, getattr(event, "dest_path", None)):
                 for cb in by_path.get(p, ()) if p else ():
                     cb(moved)
+                # the targets naming the newest file matching a pattern (newest.py)
+                for pattern in _Watcher.patterns.get(directory, ()) if p else ():
+                    if fnmatch.fnmatchcase(p, pattern):
+                        for cb in by_path.get(pattern, ()):
+                            cb(moved)
     return Handler()
 
 
@@ -166,6 +191,12 @@ class LocalFileSource(FollowsWithCursor):
         # absolute, so inotify events (reported under the watched directory) match it
         self.path = Path(path).expanduser().absolute()
         self.name = name or str(self.path)
+        # a pattern in the file name: the newest match is read (newest.py)
+        self.newest: NewestFile | None = None
+        if is_pattern(str(self.path)):
+            check_pattern(str(self.path))
+            self.newest = NewestFile()
+        self.current: Path | None = None    # the file read (opened by its name) now
         self.start = start
         self.find_start = find_start
         self.use_inotify = use_inotify
@@ -184,6 +215,7 @@ class LocalFileSource(FollowsWithCursor):
         self._no_inotify = False         # inotify refused (no support, no watches left)
         # descriptors of the files after ours (Cursor Hold), in the order they are read
         self._held: list[int] = []
+        self._held_path: dict[int, Path] = {}   # the name each held file had (statuses)
 
     async def close(self) -> None:
         self._closed = True
@@ -191,6 +223,7 @@ class LocalFileSource(FollowsWithCursor):
         for fd in self._held:
             os.close(fd)
         self._held.clear()
+        self._held_path.clear()
         if self._unsubscribe:
             self._unsubscribe()
             self._unsubscribe = None
@@ -250,16 +283,53 @@ class LocalFileSource(FollowsWithCursor):
                 timer.cancel()
         self._wake.clear()
 
+    def matches(self) -> list[Match]:
+        """The files matching the target's pattern now (regular files, symlinks followed)."""
+        out = []
+        try:
+            with os.scandir(self.path.parent) as it:
+                names = [e.name for e in it]
+        except OSError:
+            return []
+        for name in matching(self.path.name, names):
+            try:
+                st = os.stat(self.path.parent / name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                out.append(Match(name, st.st_dev, st.st_ino, st.st_mtime_ns))
+        return out
+
+    def named(self) -> Path | None:
+        """The file the target names now: its path, or the newest match of its pattern."""
+        if self.newest is None:
+            return self.path
+        m = self.newest.choose(self.matches())
+        return None if m is None else self.path.parent / m.name
+
+    def _open_next(self) -> BinaryIO:
+        """After a Reopen the first file held (Cursor Hold), else the file the target names."""
+        if self._held:
+            fd = self._held.pop(0)
+            self.current = self._held_path.pop(fd, None)
+            return os.fdopen(fd, "rb")
+        path = self.named()
+        if path is None:
+            raise FileNotFoundError(str(self.path))
+        f = open(path, "rb")
+        self.current = path
+        return f
+
     async def events(self) -> AsyncIterator[SourceEvent]:
         waiting_said = False
         while not self._closed:
             self._subscribe()
             try:
-                # after a Reopen: the first file held (Cursor Hold), else the path
-                f = os.fdopen(self._held.pop(0), "rb") if self._held else open(self.path, "rb")
+                f = self._open_next()
             except FileNotFoundError:
                 if not waiting_said:
-                    yield SourceState(False, f"waiting for {self.path} to appear")
+                    what = f"a file matching {self.path}" if self.newest else str(self.path)
+                    yield SourceState(False, f"waiting for {what} to appear")
                     waiting_said = True
                 await self._sleep()
                 continue
@@ -275,18 +345,29 @@ class LocalFileSource(FollowsWithCursor):
                 st = os.fstat(fd)
                 kind = compression_of(os.pread(fd, MAGIC_BYTES, 0))
                 if kind is not None:
-                    yield SourceState(False, compressed_refusal(self.path, kind), fatal=True)
+                    yield SourceState(False, compressed_refusal(self.current or self.path, kind),
+                                      fatal=True)
                     return
-                yield SourceState(True, f"reading {self.path}")
+                yield SourceState(True, f"reading {self.current or self.path}")
                 io = _OpenFile(self, fd)
+                if self.newest is not None:
+                    self.newest.read(_match_of(self.current, st))
                 try:
                     # until the file is left (Reopen: open the path again) or the source closes
                     async for ev in drive(self.cursor, io, st.st_dev, st.st_ino, st.st_size,
                                           os.pread(fd, HEAD_BYTES, 0), st.st_mtime):
                         if not isinstance(ev, Reopen):
                             yield ev
+                        elif self.newest is not None and self.newest.reading is not None:
+                            # drained and left: a pattern never names it again
+                            self.newest.left(self.newest.reading)
                 finally:
                     io.close()
+
+
+def _match_of(path: Path | None, st: os.stat_result) -> Match:
+    """The Match of a file opened (`path` None: held, its name unknown: dev:inode tell it)."""
+    return Match(path.name if path is not None else "", st.st_dev, st.st_ino, st.st_mtime_ns)
 
 
 class _OpenFile(CursorIO):
@@ -306,9 +387,14 @@ class _OpenFile(CursorIO):
     async def find_rotated(self, ask: FindRotated) -> tuple[bool, list[tuple[int, int, int]]]:
         """Our file among the rotated names beside the path, by dev:inode, head and tail; the
         rotated files written after it are held (Cursor Hold)."""
-        path = self.source.path
+        path, newest = self.source.path, self.source.newest
         try:
-            names = rotated_names(path.name, os.listdir(path.parent))
+            if newest is None:
+                names = rotated_names(path.name, os.listdir(path.parent))
+            else:      # the newest matches but the one opened (it is read after ours)
+                opened_now = newest.reading
+                names = [m.name for m in newest.newest_first(self.source.matches())
+                         if opened_now is None or m.key != opened_now.key]
         except OSError:
             return False, []
         lo, n = before_range(ask)
@@ -328,11 +414,14 @@ class _OpenFile(CursorIO):
         if ours is not None:
             self.close()
             self.found = self.fd = opened.pop(ours)[0]
+            if newest is not None:
+                newest.read(_match_of(path.parent / ours, os.fstat(self.fd)))
             later = later_files(os.fstat(self.fd).st_mtime,
                                 [(k, v[1].st_dev, v[1].st_mtime) for k, v in opened.items()])
             for name in later:
                 fd, st = opened.pop(name)
                 self.source._held.append(fd)
+                self.source._held_path[fd] = path.parent / name
                 held.append((st.st_dev, st.st_ino, st.st_size))
         for fd, _ in opened.values():
             os.close(fd)
@@ -340,8 +429,11 @@ class _OpenFile(CursorIO):
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
         """Open the file the path names and keep it, if it is still `ask`'s."""
+        named = self.source.named()
         try:
-            fd = os.open(self.source.path, os.O_RDONLY)
+            if named is None:
+                raise FileNotFoundError(str(self.source.path))
+            fd = os.open(named, os.O_RDONLY)
         except OSError:
             return False, 0
         st = os.fstat(fd)
@@ -349,6 +441,7 @@ class _OpenFile(CursorIO):
             os.close(fd)
             return False, 0
         self.source._held.append(fd)
+        self.source._held_path[fd] = named
         return True, st.st_size
 
     async def read(self, pos: int, n: int) -> bytes:
@@ -360,7 +453,10 @@ class _OpenFile(CursorIO):
     async def look(self, head: bool) -> PathFacts:
         # dev/inode always answer here: the head is never needed
         try:
-            st = os.stat(self.source.path)
+            named = self.source.named()
+            if named is None:
+                raise FileNotFoundError(str(self.source.path))
+            st = os.stat(named)
         except OSError:
             # still linked elsewhere: renamed away (rotation), not deleted
             return PathFacts(False, links=os.fstat(self.fd).st_nlink)
@@ -372,7 +468,7 @@ class _OpenFile(CursorIO):
         finder = self.source.find_start
         if finder is None:
             return 0, 1
-        return await asyncio.to_thread(finder, str(self.source.path))
+        return await asyncio.to_thread(finder, str(self.source.current or self.source.path))
 
     async def wait(self, idle: float, within: float | None = None) -> None:
         await self.source._sleep(within)

@@ -55,6 +55,7 @@ from .base import (
     StartLocator, compressed_refusal, compression_of,
 )
 from .sshstream import ExecFile, ExecFS, NoStream, StreamLost, bounded_run
+from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
@@ -76,11 +77,14 @@ class SSHTarget:
 
     @classmethod
     def parse(cls, url: str) -> "SSHTarget":
-        """`ssh://[user@]host[:port]/absolute/path`."""
-        parts = urlsplit(url)
-        if parts.scheme != "ssh" or not parts.hostname:
+        """`ssh://[user@]host[:port]/absolute/path`.  Everything after the host is the path:
+        a `?` or `#` there is part of a file name or pattern, not a URL's query."""
+        rest = url[len("ssh://"):] if url.startswith("ssh://") else ""
+        netloc, slash, tail = rest.partition("/")
+        parts = urlsplit("ssh://" + netloc)
+        if not url.startswith("ssh://") or not parts.hostname or "?" in netloc or "#" in netloc:
             raise SourceError(f"not an ssh:// URL: {url!r} (use ssh://[user@]host[:port]/abs/path)")
-        path = unquote(parts.path)
+        path = unquote(slash + tail)
         if not path.startswith("/") or path == "/":
             raise SourceError(f"{url!r}: the path must be absolute, e.g. ssh://host/var/log/x.log")
         try:
@@ -393,6 +397,12 @@ class SSHFileSource(FollowsWithCursor):
                  pool: SSHPool | None = None, name: str | None = None,
                  rotate_wait: float = ROTATE_WAIT) -> None:
         self.target = SSHTarget.parse(url)
+        # a pattern in the file name: the newest match is read (newest.py)
+        self.newest: NewestFile | None = None
+        if is_pattern(self.target.path):
+            check_pattern(self.target.path)
+            self.newest = NewestFile()
+        self.current: str | None = None     # the path of the file read (opened by name) now
         self.opts = options or SSHOptions()
         self.name = name or str(self.target)
         self.start = start
@@ -411,13 +421,14 @@ class SSHFileSource(FollowsWithCursor):
         # open handles of the files after ours (Cursor Hold), in the order they are read;
         # they go with the connection (the cursor then looks for them again)
         self._held: list[Any] = []
+        self._held_path: dict[int, str] = {}    # the name each held file had (statuses)
 
     async def close(self) -> None:
         self._closed = True
         self._wake.set()
         if self._streaming is not None:
             self._streaming._wake()
-        held, self._held = self._held, []
+        held, self._held, self._held_path = self._held, [], {}
         for h in held:
             try:
                 await h.close()
@@ -453,6 +464,7 @@ class SSHFileSource(FollowsWithCursor):
                 return
             except (OSError, asyncssh.Error, asyncio.TimeoutError, EOFError) as e:
                 self._held = []          # handles of the lost connection / reader
+                self._held_path = {}
                 if self._closed:
                     return
                 if isinstance(e, StreamLost):
@@ -474,12 +486,23 @@ class SSHFileSource(FollowsWithCursor):
             pass
         self._wake.clear()
 
+    async def named(self, sftp: Any) -> str | None:
+        """The file the target names now: its path, or the newest match of its pattern."""
+        if self.newest is None:
+            return self.target.path
+        m = self.newest.choose(await remote_matches(sftp, self.target.path))
+        return None if m is None else posixpath.join(posixpath.dirname(self.target.path), m.name)
+
     async def _open(self, sftp: Any) -> AsyncIterator[SourceEvent | Any]:
         """Open the path, waiting (with a message) while it does not exist."""
         said = False
         while not self._closed:
             try:
-                f = await sftp.open(self.target.path, "rb")
+                path = await self.named(sftp)
+                if path is None:
+                    raise asyncssh.SFTPNoSuchFile("no file matches")
+                f = await sftp.open(path, "rb")
+                self.current = path
                 yield f
                 return
             except asyncssh.SFTPNoSuchFile:
@@ -491,7 +514,9 @@ class SSHFileSource(FollowsWithCursor):
                                       fatal=True)
                     return
                 if not said:
-                    yield SourceState(False, f"waiting for {self.target.path} to appear on "
+                    what = f"a file matching {self.target.path}" if self.newest \
+                        else self.target.path
+                    yield SourceState(False, f"waiting for {what} to appear on "
                                              f"{self.target.host}")
                     said = True
                 await self._sleep(1.0)
@@ -510,7 +535,9 @@ class SSHFileSource(FollowsWithCursor):
         say_up = True
         while not self._closed:
             f = self._held.pop(0) if self._held else None   # after a Reopen: a held file
-            if f is None:
+            if f is not None:
+                self.current = self._held_path.pop(id(f), None)
+            else:
                 async for item in self._open(sftp):
                     if isinstance(item, SourceState):
                         yield item
@@ -533,14 +560,24 @@ class SSHFileSource(FollowsWithCursor):
                     yield SourceState(False, compressed_refusal(self.target.path, kind),
                                       fatal=True)
                     return
-                if say_up:
-                    yield SourceState(True, f"reading {self.target}")
+                if say_up or self.newest is not None:
+                    yield SourceState(True, f"reading {self.target}" if self.newest is None
+                                      or self.current is None else
+                                      f"reading {self.current} on {self.target.host}")
                     say_up = False
+                if self.newest is not None:
+                    self.newest.read(Match(posixpath.basename(self.current or ""),
+                                           getattr(attrs, "dev", None),
+                                           getattr(attrs, "ino", None),
+                                           int((attrs.mtime or 0) * 1_000_000_000)))
                 async for ev in drive(self.cursor, io, getattr(attrs, "dev", None),
                                       getattr(attrs, "ino", None), attrs.size or 0, head,
                                       attrs.mtime):
                     if not isinstance(ev, Reopen):
                         yield ev
+                    elif self.newest is not None and self.newest.reading is not None:
+                        # drained and left: a pattern never names it again
+                        self.newest.left(self.newest.reading)
             finally:
                 for handle in {id(f): f, id(io.f): io.f}.values():
                     try:
@@ -548,40 +585,62 @@ class SSHFileSource(FollowsWithCursor):
                     except (OSError, asyncssh.Error):
                         pass
 
-    async def _find_start(self, conn: Any, f: Any) -> tuple[int, int]:
-        """The latest startup: `grep -b -n` on the remote side, verified here."""
-        loc = self.locator
-        assert loc is not None
-        lits = loc.grep_literals
-        if lits:
-            # `env`, not `LC_ALL=C grep`: a csh/tcsh login shell has no such assignment
-            cmd = ("env LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
-                   + f" -- {shlex.quote(self.target.path)} | tail -n 50")
-            try:
-                if isinstance(f, ExecFile):
-                    # the streamed reader runs it: no session, no login shell per target
-                    status, out = await asyncio.wait_for(f.fs.grep(self.target.path, lits), 60)
-                else:
-                    async with self.pool.exec_slot(self.target, self.opts):
-                        out, status = await bounded_run(conn, cmd, GREP_MAX, 60)
-                if status in (0, 1):
-                    for raw in reversed(out.splitlines()):
-                        lineno, _, rest = raw.partition(b":")
-                        off, _, text = rest.partition(b":")
-                        if lineno.isdigit() and off.isdigit() and \
-                                loc.is_start_line(text.decode("utf-8", "replace")):
-                            return int(off), int(lineno)
-                    return 0, 1
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
-                self.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
-        finder = loc.scanner()
-        pos = 0
-        while True:
-            data = await f.read(4 << 20, pos)
-            if not data:
-                return finder.result()
-            finder.feed(data)
-            pos += len(data)
+async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int]:
+    """The latest startup of the log `source` reads: `grep -b -n` on the remote side,
+    verified here."""
+    loc = source.locator
+    assert loc is not None
+    lits = loc.grep_literals
+    path = source.current or source.target.path
+    if lits:
+        # `env`, not `LC_ALL=C grep`: a csh/tcsh login shell has no such assignment
+        cmd = ("env LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
+               + f" -- {shlex.quote(path)} | tail -n 50")
+        try:
+            if isinstance(f, ExecFile):
+                # the streamed reader runs it: no session, no login shell per target
+                status, out = await asyncio.wait_for(f.fs.grep(path, lits), 60)
+            else:
+                async with source.pool.exec_slot(source.target, source.opts):
+                    out, status = await bounded_run(conn, cmd, GREP_MAX, 60)
+            if status in (0, 1):
+                for raw in reversed(out.splitlines()):
+                    lineno, _, rest = raw.partition(b":")
+                    off, _, text = rest.partition(b":")
+                    if lineno.isdigit() and off.isdigit() and \
+                            loc.is_start_line(text.decode("utf-8", "replace")):
+                        return int(off), int(lineno)
+                return 0, 1
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+            source.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
+    finder = loc.scanner()
+    pos = 0
+    while True:
+        data = await f.read(4 << 20, pos)
+        if not data:
+            return finder.result()
+        finder.feed(data)
+        pos += len(data)
+
+
+async def remote_matches(sftp: Any, pattern: str) -> list[Match]:
+    """The files on the node matching a target's pattern now (one listing, a stat each:
+    requests to the streamed reader, or SFTP's; no command)."""
+    parent, name = posixpath.split(pattern)
+    out = []
+    try:
+        names = [str(x) for x in await sftp.listdir(parent or "/")]
+    except asyncssh.SFTPNoSuchFile:
+        return []     # the directory is gone: nothing matches (said where it matters)
+    for n in matching(name, names):
+        try:
+            a = await sftp.stat(posixpath.join(parent, n))
+        except asyncssh.SFTPError:
+            continue
+        if a.type == asyncssh.FILEXFER_TYPE_REGULAR:
+            out.append(Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
+                             int((a.mtime or 0) * 1_000_000_000)))
+    return out
 
 
 class _RemoteFile(CursorIO):
@@ -606,7 +665,8 @@ class _RemoteFile(CursorIO):
     async def look(self, head: bool) -> PathFacts:
         """The path's size, and its first bytes when asked (SFTP has no inode to compare;
         the streamed reader tells dev, inode and our file's link count)."""
-        path = self.source.target.path
+        # a pattern naming nothing now: the pattern itself, which names no file either
+        path = await self.source.named(self.sftp) or self.source.target.path
         if isinstance(self.f, ExecFile):
             m, first = await self.f.look(HEAD_BYTES if head else 0, path)
             if not m["exists"]:
@@ -626,16 +686,22 @@ class _RemoteFile(CursorIO):
         return PathFacts(True, size=attrs.size or 0, head=first)
 
     async def locate(self) -> tuple[int, int]:
-        return await self.source._find_start(self.conn, self.f)
+        return await find_start(self.source, self.conn, self.f)
 
     async def find_rotated(self, ask: FindRotated) -> tuple[bool, list[tuple[int, int, int]]]:
         """Our file among the rotated names beside the path, by its head, its size and the
         bytes before our offset (and dev:inode, which only the streamed reader tells); the
         rotated files written after it are held (streamed reader only: by dev:inode)."""
-        path = self.source.target.path
+        path, newest = self.source.target.path, self.source.newest
         parent, base = posixpath.split(path)
         try:
-            names = rotated_names(base, [str(n) for n in await self.sftp.listdir(parent or "/")])
+            if newest is None:
+                names = rotated_names(base, [str(n) for n in
+                                             await self.sftp.listdir(parent or "/")])
+            else:      # the newest matches but the one opened (it is read after ours)
+                opened_now = newest.reading
+                names = [m.name for m in newest.newest_first(await remote_matches(self.sftp, path))
+                         if opened_now is None or m.key != opened_now.key]
         except asyncssh.SFTPError:
             return False, []
         lo, n = before_range(ask)
@@ -659,11 +725,15 @@ class _RemoteFile(CursorIO):
         held: list[tuple[int, int, int]] = []
         if ours is not None:
             self.f, attrs = cands.pop(ours)   # read from now on; _follow closes both handles
+            if newest is not None:
+                newest.read(Match(ours, getattr(attrs, "dev", None), getattr(attrs, "ino", None),
+                                  int((attrs.mtime or 0) * 1_000_000_000)))
             later = later_files(attrs.mtime, [(k, getattr(a, "dev", None), a.mtime)
                                               for k, (_, a) in cands.items()])
             for name in later:
                 cand, a = cands.pop(name)
                 self.source._held.append(cand)
+                self.source._held_path[id(cand)] = posixpath.join(parent, name)
                 held.append((a.dev, a.ino, a.size or 0))
         for cand, _ in cands.values():
             try:
@@ -676,7 +746,10 @@ class _RemoteFile(CursorIO):
         """Open the file the path names and keep it, if it is still `ask`'s (only asked
         where a look told dev:inode: the streamed reader)."""
         try:
-            f = await self.sftp.open(self.source.target.path, "rb")
+            named = await self.source.named(self.sftp)
+            if named is None:
+                return False, 0
+            f = await self.sftp.open(named, "rb")
         except asyncssh.SFTPNoSuchFile:
             return False, 0
         attrs = await f.stat()
@@ -684,6 +757,7 @@ class _RemoteFile(CursorIO):
             await f.close()
             return False, 0
         self.source._held.append(f)
+        self.source._held_path[id(f)] = named
         return True, attrs.size or 0
 
     async def wait(self, idle: float, within: float | None = None) -> None:

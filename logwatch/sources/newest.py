@@ -1,0 +1,123 @@
+"""A file target that names the newest file matching a pattern: one log file per launch.
+
+Operators often give every launch its own log (`server-$(date +%s).log`, SLURM's
+`slurm-%j.out`), so a fixed path would follow the first launch forever.  A target whose file
+name holds a glob (`/logs/server-*.log`, `ssh://gpu1/scratch/slurm-*.out`) follows the newest
+matching file, and moves on when a newer one appears, the way it moves on when a log is
+rotated: the file it read is drained until quiet (or until the new one has bytes), then the
+new one is read from byte 0 (a relaunch is a new startup in the same target: one ledger, one
+set of metrics).  Only the file name may hold a pattern (`*`, `?`, `[...]`, fnmatch's); a
+literal `[` is written `[[]`.
+
+Which file is "the newest" (`NewestFile.choose`, pure, so tested without files): the match
+last modified (nanoseconds locally; SFTP's whole seconds), ties to the name sorting last.
+Two rules keep it from going back, which a pattern over a busy directory would otherwise do:
+a file once left is never chosen again, and a file older than the newest write seen of the
+files followed is never chosen (the followed file deleted does not make an old launch's log
+"the newest": it waits for a newer one, as a plain path waits for its file to appear).  Two
+servers writing two matching files at once are one target per server; a pattern over both
+follows one and then the other, each once.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import posixpath
+from collections import deque
+from dataclasses import dataclass
+
+from .base import SourceError
+
+_GLOB = frozenset("*?[")
+MAX_LEFT = 256         # files left remembered (a directory of thousands of old launches)
+MAX_MATCHES = 20       # the newest matches looked at for a file rotated while away
+
+
+def is_pattern(path: str) -> bool:
+    """Does this file target name a pattern (a glob character in its file name)?"""
+    return any(c in _GLOB for c in posixpath.basename(path))
+
+
+def pattern_problem(path: str) -> str | None:
+    """Why a file target's pattern cannot be followed (a glob in a directory), or None."""
+    directory = posixpath.dirname(path)
+    if any(c in _GLOB for c in directory):
+        return (f"{path}: a pattern may only be in the file name, not in its directories "
+                f"({directory}); a literal [ is written [[]")
+    return None
+
+
+def check_pattern(path: str) -> None:
+    problem = pattern_problem(path)
+    if problem:
+        raise SourceError(problem)
+
+
+def matching(pattern: str, names: list[str]) -> list[str]:
+    """The names in the pattern's directory that match its file name (hidden files only when
+    the pattern starts with a dot, as a shell's glob)."""
+    name = posixpath.basename(pattern)
+    hidden = name.startswith(".")
+    return [n for n in names if (hidden or not n.startswith("."))
+            and fnmatch.fnmatchcase(n, name)]
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A file matching the pattern: its name, dev:inode (None where the source cannot tell)
+    and modification time (nanoseconds since the epoch)."""
+
+    name: str
+    dev: int | None
+    ino: int | None
+    mtime_ns: int
+
+    @property
+    def key(self) -> tuple[int | None, int | None, str]:
+        # dev:inode where told; otherwise the name (SFTP): a file is recognised by either
+        return (self.dev, self.ino, "" if self.ino is not None else self.name)
+
+
+class NewestFile:
+    """Which matching file a pattern target reads now (see the module doc for the rules)."""
+
+    def __init__(self) -> None:
+        self.reading: Match | None = None
+        self._left: deque[tuple[int | None, int | None, str]] = deque(maxlen=MAX_LEFT)
+        self._floor: int | None = None     # the newest write seen of the files followed
+
+    def choose(self, matches: list[Match]) -> Match | None:
+        """The file the pattern names now, among the matches listed (None: none may be
+        read): the one read stays chosen until a newer one is written."""
+        reading = self.reading
+        floor = self._floor
+        if reading is not None and reading.key not in self._left:
+            for m in matches:
+                if m.key == reading.key:
+                    floor = m.mtime_ns if floor is None else max(floor, m.mtime_ns)
+                    break
+        self._floor = floor
+        best: Match | None = None
+        for m in matches:
+            if m.key in self._left:
+                continue
+            ours = reading is not None and m.key == reading.key
+            if not ours and floor is not None and m.mtime_ns <= floor:
+                continue
+            if best is None or (m.mtime_ns, m.name) > (best.mtime_ns, best.name):
+                best = m
+        return best
+
+    def read(self, m: Match) -> None:
+        """`m` is the file read now (opened, or found again after a restart)."""
+        self.reading = m
+
+    def left(self, m: Match) -> None:
+        """`m` was read and left (drained after a newer file appeared): never chosen again."""
+        if m.key not in self._left:
+            self._left.append(m.key)
+        self._floor = m.mtime_ns if self._floor is None else max(self._floor, m.mtime_ns)
+
+    def newest_first(self, matches: list[Match], limit: int = MAX_MATCHES) -> list[Match]:
+        """The newest `limit` matches (where a file rotated while away is looked for)."""
+        return sorted(matches, key=lambda m: (m.mtime_ns, m.name), reverse=True)[:limit]

@@ -1,0 +1,98 @@
+"""Which file a pattern target reads (sources/newest.py), decided without files."""
+
+from __future__ import annotations
+
+import pytest
+
+from logwatch.sources import SourceError, make_source
+from logwatch.sources.newest import (
+    Match, NewestFile, check_pattern, is_pattern, matching, pattern_problem,
+)
+
+S = 1_000_000_000   # a second in nanoseconds
+
+
+def m(name: str, ino: int, t: int) -> Match:
+    return Match(name, 1, ino, t * S)
+
+
+def test_what_is_a_pattern() -> None:
+    assert is_pattern("/logs/server-*.log") and is_pattern("/logs/slurm-?.out")
+    assert is_pattern("/logs/run[0-9].log")
+    assert not is_pattern("/logs/server.log") and not is_pattern("/lo*gs/server.log")
+    assert pattern_problem("/logs/*/server.log") is not None
+    with pytest.raises(SourceError, match=r"only be in the file name.*\[\[\]"):
+        check_pattern("/logs/run-*/server-*.log")
+    with pytest.raises(SourceError, match="only be in the file name"):
+        make_source("/logs/run-*/server-*.log")
+
+
+def test_matching_names_hide_dot_files_as_a_shell_does() -> None:
+    names = ["server-1.log", ".server-2.log", "server-3.log.1", "server.log", "other-4.log"]
+    assert matching("/l/server-*.log", names) == ["server-1.log"]
+    assert matching("/l/.server-*", names) == [".server-2.log"]
+    assert matching("/l/server-[[]1].log", ["server-[1].log", "server-1.log"]) == \
+        ["server-[1].log"]
+
+
+def test_the_newest_is_the_last_written_then_the_name_sorting_last() -> None:
+    n = NewestFile()
+    assert n.choose([]) is None
+    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 30), m("c.log", 3, 20)]).name == "b.log"
+    assert n.choose([m("a.log", 1, 30), m("b.log", 2, 30)]).name == "b.log"
+
+
+def test_a_newer_file_takes_over_and_the_left_one_is_never_chosen_again() -> None:
+    n = NewestFile()
+    a = m("a.log", 1, 10)
+    n.read(a)
+    # the file read, written on: still the one
+    assert n.choose([m("a.log", 1, 20)]) == m("a.log", 1, 20)
+    # a relaunch writes b: b is the newest
+    b = m("b.log", 2, 25)
+    assert n.choose([m("a.log", 1, 20), b]) == b
+    n.left(a)
+    n.read(b)
+    # the old server writes to a again: a was left, b stays
+    assert n.choose([m("a.log", 1, 40), m("b.log", 2, 30)]).name == "b.log"
+
+
+def test_an_older_file_is_never_taken_for_the_newest() -> None:
+    """The followed file deleted: an old launch's log is not the newest (it waits)."""
+    n = NewestFile()
+    n.read(m("c.log", 3, 50))
+    assert n.choose([m("c.log", 3, 60), m("a.log", 1, 10)]).name == "c.log"
+    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 55)]) is None   # c deleted
+    assert n.choose([m("a.log", 1, 10), m("d.log", 4, 61)]).name == "d.log"
+
+
+def test_found_again_after_a_restart_the_rest_are_read_in_order() -> None:
+    """After a restart: the newest was opened, ours found among the matches (read), and
+    the files between are read and left in order; the newest is then still the newest."""
+    n = NewestFile()
+    newest, ours, between = m("c.log", 3, 50), m("a.log", 1, 10), m("b.log", 2, 30)
+    n.read(newest)
+    n.read(ours)
+    n.left(ours)
+    n.read(between)
+    n.left(between)
+    assert n.choose([ours, between, newest]) == newest
+
+
+def test_files_left_are_remembered_within_a_bound() -> None:
+    n = NewestFile()
+    for i in range(1000):
+        n.left(m(f"{i}.log", i, i))
+    assert len(n._left) <= 256
+    # the bound forgets the oldest, and the floor still keeps them out
+    assert n.choose([m("0.log", 0, 0)]) is None
+
+
+def test_without_inodes_files_are_told_apart_by_name() -> None:
+    """SFTP without the streamed reader has no inode: the name says which file."""
+    n = NewestFile()
+    a, b = Match("a.log", None, None, 10 * S), Match("b.log", None, None, 20 * S)
+    n.read(a)
+    assert n.choose([a, b]) == b
+    n.left(a)
+    assert n.choose([Match("a.log", None, None, 30 * S), b]) == b
