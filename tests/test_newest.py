@@ -96,3 +96,27 @@ def test_without_inodes_files_are_told_apart_by_name() -> None:
     assert n.choose([a, b]) == b
     n.left(a)
     assert n.choose([Match("a.log", None, None, 30 * S), b]) == b
+
+
+def test_a_kept_listing_serves_while_the_directory_is_unchanged() -> None:
+    n = NewestFile()
+    listing = [m("a.log", 1, 10)]
+    assert n.cached(5.0, 100.0) is None
+    n.keep(5.0, 100.0, listing)
+    assert n.cached(5.0, 105.0) is listing
+    assert n.cached(6.0, 105.0) is None            # a file created, renamed or removed
+    assert n.cached(5.0, 111.0) is None            # and at least every LISTING_FOR seconds
+    n.keep(None, 120.0, listing)                   # no directory mtime: never kept
+    assert n.cached(None, 120.0) is None
+
+
+def test_a_fresh_stat_of_the_file_read_keeps_the_floor_while_the_listing_is_old() -> None:
+    """The listing says a.log was last written at 10; a look saw it written at 50; it is
+    deleted: b.log, written at 30, is older than what was read, never the newest."""
+    n = NewestFile()
+    n.read(m("a.log", 1, 10))
+    n.wrote(m("a.log", 1, 50))
+    n.wrote(m("b.log", 2, 70))                     # not the file read: no effect
+    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 30)]).name == "a.log"
+    assert n.choose([m("b.log", 2, 30)]) is None
+    assert n.choose([m("b.log", 2, 30), m("c.log", 3, 60)]).name == "c.log"

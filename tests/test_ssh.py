@@ -828,6 +828,38 @@ def test_a_pattern_follows_each_new_launch_file_over_ssh(sshd_server: SSHServer,
         col.states()
 
 
+def test_a_pattern_over_a_directory_of_many_outputs(sshd_server: SSHServer,
+                                                   tmp_path: Path) -> None:
+    """A SLURM directory: 1,500 old outputs and the running job's.  The newest is found
+    (the reader answers the 1,000 last modified in one request), and the next job's file,
+    created later, is followed."""
+    server = sshd_server
+    d = tmp_path / "jobs"
+    d.mkdir()
+    old = time.time() - 86400
+    for i in range(1500):
+        (d / f"slurm-{i}.out").write_bytes(b"old job %d\n" % i)
+        os.utime(d / f"slurm-{i}.out", (old + i, old + i))
+    (d / "slurm-9999.out").write_bytes(b"the running job\n")
+    nxt = b"".join(b"next job " + numbered(i) for i in range(1, 51))
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, d / "slurm-*.out", pool=pool, rotate_wait=0.2,
+                                    options=ssh_opts(server, transport="stream"))).start()
+        try:
+            await col.wait(lambda: col.data() == b"the running job\n", "the running job")
+            (d / "slurm-10000.out").write_bytes(nxt)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == nxt, "the next job")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.errors == [] and b"old job" not in b"".join(bytes(f[1]) for f in col.files)
+
+
 def test_rotation_of_a_file_that_was_empty_at_attach(sshd_server: SSHServer,
                                                      tmp_path: Path) -> None:
     """A log created empty (`server > log`) and watched from then on, later rotated."""

@@ -30,6 +30,7 @@ import functools
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, BinaryIO, Callable
 
@@ -285,12 +286,18 @@ class LocalFileSource(FollowsWithCursor):
 
     def matches(self) -> list[Match]:
         """The files matching the target's pattern now (regular files, symlinks followed)."""
-        out = []
-        try:
+        assert self.newest is not None
+        try:     # before the listing: a file created after it changes the directory's mtime
+            dir_mtime = os.stat(self.path.parent).st_mtime_ns
+            now = time.monotonic()
+            cached = self.newest.cached(dir_mtime, now)
+            if cached is not None:
+                return cached
             with os.scandir(self.path.parent) as it:
                 names = [e.name for e in it]
         except OSError:
             return []
+        out = []
         for name in matching(self.path.name, names):
             try:
                 st = os.stat(self.path.parent / name)
@@ -298,6 +305,7 @@ class LocalFileSource(FollowsWithCursor):
                 continue
             if stat.S_ISREG(st.st_mode):
                 out.append(Match(name, st.st_dev, st.st_ino, st.st_mtime_ns))
+        self.newest.keep(dir_mtime, now, out)
         return out
 
     def named(self) -> Path | None:
@@ -460,6 +468,8 @@ class _OpenFile(CursorIO):
         except OSError:
             # still linked elsewhere: renamed away (rotation), not deleted
             return PathFacts(False, links=os.fstat(self.fd).st_nlink)
+        if self.source.newest is not None:
+            self.source.newest.wrote(_match_of(named, st))
         return PathFacts(True, st.st_dev, st.st_ino, st.st_size)
 
     async def locate(self) -> tuple[int, int]:

@@ -31,6 +31,7 @@ from .base import SourceError
 _GLOB = frozenset("*?[")
 MAX_LEFT = 256         # files left remembered (a directory of thousands of old launches)
 MAX_MATCHES = 20       # the newest matches looked at for a file rotated while away
+LISTING_FOR = 10.0     # seconds a listing serves while its directory is unchanged
 
 
 def is_pattern(path: str) -> bool:
@@ -79,12 +80,31 @@ class Match:
 
 
 class NewestFile:
-    """Which matching file a pattern target reads now (see the module doc for the rules)."""
+    """Which matching file a pattern target reads now (see the module doc for the rules).
+
+    The sources look at the pattern every second or so, and a SLURM directory holds
+    thousands of outputs: a listing (names and a stat each) is kept while the directory's
+    own mtime stays the same (no file created, renamed or removed: a relaunch creates its
+    file) for up to LISTING_FOR seconds (`cached`, `keep`); an old file written again is
+    then seen within that time, which changes nothing the rules allow but the two-servers
+    case."""
 
     def __init__(self) -> None:
         self.reading: Match | None = None
         self._left: deque[tuple[int | None, int | None, str]] = deque(maxlen=MAX_LEFT)
         self._floor: int | None = None     # the newest write seen of the files followed
+        self._listing: tuple[float, float, list[Match]] | None = None  # dir mtime, when, matches
+
+    def cached(self, dir_mtime: float | None, now: float) -> list[Match] | None:
+        """The matches listed last, if the directory is unchanged since and they are recent."""
+        if self._listing is None or dir_mtime is None:
+            return None
+        mtime, when, matches = self._listing
+        return matches if mtime == dir_mtime and 0 <= now - when < LISTING_FOR else None
+
+    def keep(self, dir_mtime: float | None, now: float, matches: list[Match]) -> None:
+        """Remember a listing made when the directory's mtime was `dir_mtime`."""
+        self._listing = None if dir_mtime is None else (dir_mtime, now, matches)
 
     def choose(self, matches: list[Match]) -> Match | None:
         """The file the pattern names now, among the matches listed (None: none may be
@@ -107,6 +127,13 @@ class NewestFile:
             if best is None or (m.mtime_ns, m.name) > (best.mtime_ns, best.name):
                 best = m
         return best
+
+    def wrote(self, m: Match) -> None:
+        """A fresh stat of a match (the sources' look at the path): the file read keeps the
+        floor up to date while a kept listing has an older mtime of it."""
+        r = self.reading
+        if r is not None and m.key == r.key and m.key not in self._left:
+            self._floor = m.mtime_ns if self._floor is None else max(self._floor, m.mtime_ns)
 
     def read(self, m: Match) -> None:
         """`m` is the file read now (opened, or found again after a restart)."""

@@ -490,7 +490,7 @@ class SSHFileSource(FollowsWithCursor):
         """The file the target names now: its path, or the newest match of its pattern."""
         if self.newest is None:
             return self.target.path
-        m = self.newest.choose(await remote_matches(sftp, self.target.path))
+        m = self.newest.choose(await remote_matches(sftp, self.target.path, self.newest))
         return None if m is None else posixpath.join(posixpath.dirname(self.target.path), m.name)
 
     async def _open(self, sftp: Any) -> AsyncIterator[SourceEvent | Any]:
@@ -623,23 +623,37 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
         pos += len(data)
 
 
-async def remote_matches(sftp: Any, pattern: str) -> list[Match]:
-    """The files on the node matching a target's pattern now (one listing, a stat each:
-    requests to the streamed reader, or SFTP's; no command)."""
+async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Match]:
+    """The files on the node matching a target's pattern now: the streamed reader lists and
+    stats them in one request, SFTP reads the directory with its attributes (no command
+    either way); kept while the directory is unchanged (`NewestFile.cached`)."""
     parent, name = posixpath.split(pattern)
-    out = []
+    parent = parent or "/"
     try:
-        names = [str(x) for x in await sftp.listdir(parent or "/")]
+        dir_mtime = (await sftp.stat(parent)).mtime
     except asyncssh.SFTPNoSuchFile:
         return []     # the directory is gone: nothing matches (said where it matters)
-    for n in matching(name, names):
-        try:
-            a = await sftp.stat(posixpath.join(parent, n))
-        except asyncssh.SFTPError:
-            continue
-        if a.type == asyncssh.FILEXFER_TYPE_REGULAR:
-            out.append(Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
-                             int((a.mtime or 0) * 1_000_000_000)))
+    now = time.monotonic()
+    cached = newest.cached(dir_mtime, now)
+    if cached is not None:
+        return cached
+    if isinstance(sftp, ExecFS):
+        found = await sftp.matching(parent, name)
+    else:
+        entries = {str(e.filename): e.attrs for e in await sftp.readdir(parent)}
+        found = []
+        for n in matching(name, list(entries)):
+            a = entries[n]
+            if a.type == asyncssh.FILEXFER_TYPE_SYMLINK:     # readdir tells the link's own
+                try:
+                    a = await sftp.stat(posixpath.join(parent, n))
+                except asyncssh.SFTPError:
+                    continue
+            found.append((n, a))
+    out = [Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
+                 int((a.mtime or 0) * 1_000_000_000))
+           for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR]
+    newest.keep(dir_mtime, now, out)
     return out
 
 
@@ -671,9 +685,11 @@ class _RemoteFile(CursorIO):
             m, first = await self.f.look(HEAD_BYTES if head else 0, path)
             if not m["exists"]:
                 return PathFacts(False, links=m.get("links"))
+            self._wrote(path, m.get("dev"), m.get("ino"), m.get("mtime"))
             return PathFacts(True, m["dev"], m["ino"], m["size"], first if head else None)
         try:
             attrs = await self.sftp.stat(path)
+            self._wrote(path, None, None, attrs.mtime)
             if not head:
                 return PathFacts(True, size=attrs.size or 0)
             nf = await self.sftp.open(path, "rb")
@@ -684,6 +700,12 @@ class _RemoteFile(CursorIO):
         finally:
             await nf.close()
         return PathFacts(True, size=attrs.size or 0, head=first)
+
+    def _wrote(self, path: str, dev: int | None, ino: int | None, mtime: float | None) -> None:
+        """A look's fresh mtime of the file a pattern names (NewestFile.wrote)."""
+        if self.source.newest is not None and mtime is not None:
+            self.source.newest.wrote(Match(posixpath.basename(path), dev, ino,
+                                           int(mtime * 1_000_000_000)))
 
     async def locate(self) -> tuple[int, int]:
         return await find_start(self.source, self.conn, self.f)
@@ -700,7 +722,8 @@ class _RemoteFile(CursorIO):
                                              await self.sftp.listdir(parent or "/")])
             else:      # the newest matches but the one opened (it is read after ours)
                 opened_now = newest.reading
-                names = [m.name for m in newest.newest_first(await remote_matches(self.sftp, path))
+                found = await remote_matches(self.sftp, path, newest)
+                names = [m.name for m in newest.newest_first(found)
                          if opened_now is None or m.key != opened_now.key]
         except asyncssh.SFTPError:
             return False, []
