@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from logwatch.sources import SourceError, make_source
 from logwatch.sources.newest import (
@@ -120,3 +122,37 @@ def test_a_fresh_stat_of_the_file_read_keeps_the_floor_while_the_listing_is_old(
     assert n.choose([m("a.log", 1, 10), m("b.log", 2, 30)]).name == "a.log"
     assert n.choose([m("b.log", 2, 30)]) is None
     assert n.choose([m("b.log", 2, 30), m("c.log", 3, 60)]).name == "c.log"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["list", "read", "leave", "delete", "write"]),
+                          st.integers(0, 7), st.integers(1, 1000)), max_size=60))
+def test_never_back_to_a_file_left_nor_to_an_older_one(steps: list[tuple[str, int, int]]) -> None:
+    """Whatever a directory does (files written, deleted, read, left), the choice is never a
+    file left, never one older than the newest write seen of the files read, and a choice
+    is always among the matches listed."""
+    files: dict[int, int] = {}        # ino -> mtime (seconds)
+    n = NewestFile()
+    left: set[int] = set()
+    seen_read = 0                     # the newest write of a file read, as the sources see it
+    for op, ino, t in steps:
+        if op == "write":
+            files[ino] = max(files.get(ino, 0), t)
+        elif op == "delete":
+            files.pop(ino, None)
+        matches = [m(f"{i}.log", i, t) for i, t in files.items()]
+        chosen = n.choose(matches)
+        if chosen is not None:
+            assert chosen in matches
+            assert chosen.ino not in left
+            if n.reading is None or chosen.key != n.reading.key:
+                assert seen_read == 0 or chosen.mtime_ns > seen_read
+        if op == "read" and chosen is not None:
+            n.read(chosen)
+            seen_read = max(seen_read, chosen.mtime_ns)
+        elif op == "leave" and n.reading is not None:
+            n.left(n.reading)
+            left.add(n.reading.ino)
+            seen_read = max(seen_read, n.reading.mtime_ns)
+        elif n.reading is not None and n.reading.ino in files and n.reading.ino not in left:
+            seen_read = max(seen_read, files[n.reading.ino] * S)
