@@ -828,6 +828,36 @@ def test_a_pattern_follows_each_new_launch_file_over_ssh(sshd_server: SSHServer,
         col.states()
 
 
+def test_a_pattern_over_sftp_follows_a_rename_rotation_that_reuses_the_name(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    """SFTP tells no inode: the name is the file.  `server*.log` followed in server.log,
+    which is renamed to server.log.1 and made again: the new server.log is read from byte 0
+    after the old one is drained."""
+    server = sshd_server
+    target = tmp_path / "server.log"
+    old = b"".join(numbered(i) for i in range(1, 301))
+    new = b"".join(b"new " + numbered(i) for i in range(1, 101))
+    target.write_bytes(old)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, tmp_path / "server*.log", pool=pool,
+                                    rotate_wait=0.3,
+                                    options=ssh_opts(server, transport="sftp"))).start()
+        try:
+            await col.wait(lambda: col.data() == old, "the log")
+            os.rename(target, tmp_path / "server.log.1")
+            target.write_bytes(new)
+            await col.wait(lambda: len(col.files) == 2 and col.data() == new, "the new file")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    col = run(main())
+    assert col.errors == [] and col.data(0) == old
+
+
 def test_a_pattern_over_a_directory_of_many_outputs(sshd_server: SSHServer,
                                                    tmp_path: Path) -> None:
     """A SLURM directory: 1,500 old outputs and the running job's.  The newest is found

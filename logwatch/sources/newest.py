@@ -12,8 +12,9 @@ literal `[` is written `[[]`.
 Which file is "the newest" (`NewestFile.choose`, pure, so tested without files): the match
 last modified (nanoseconds locally; SFTP's whole seconds), ties to the name sorting last.
 Two rules keep it from going back, which a pattern over a busy directory would otherwise do:
-a file once left is never chosen again, and a file older than the newest write seen of the
-files followed is never chosen (the followed file deleted does not make an old launch's log
+a file once left is never chosen again (where dev:inode tell files apart; over SFTP without
+the streamed reader a name is all there is, and a name rotated away is a new file's next),
+and a file older than the newest write seen of the files followed is never chosen (the followed file deleted does not make an old launch's log
 "the newest": it waits for a newer one, as a plain path waits for its file to appear).  Two
 servers writing two matching files at once are one target per server; a pattern over both
 follows one and then the other, each once.
@@ -92,7 +93,8 @@ class NewestFile:
     def __init__(self) -> None:
         self.reading: Match | None = None
         self._left: deque[tuple[int | None, int | None, str]] = deque(maxlen=MAX_LEFT)
-        self._floor: int | None = None     # the newest write seen of the files followed
+        self._floor: int | None = None     # the newest write seen of the files left
+        self._reading_mtime: int | None = None   # ... and of the file read now
         self._listing: tuple[float, float, list[Match]] | None = None  # dir mtime, when, matches
 
     def cached(self, dir_mtime: float | None, now: float) -> list[Match] | None:
@@ -110,40 +112,58 @@ class NewestFile:
         """The file the pattern names now, among the matches listed (None: none may be
         read): the one read stays chosen until a newer one is written."""
         reading = self.reading
-        floor = self._floor
-        if reading is not None and reading.key not in self._left:
-            for m in matches:
+        if reading is not None and reading.ino is not None:
+            for m in matches:     # (by dev:inode: a name alone may be a new file's already)
                 if m.key == reading.key:
-                    floor = m.mtime_ns if floor is None else max(floor, m.mtime_ns)
+                    self._saw(m.mtime_ns)
                     break
-        self._floor = floor
+        floor = self._floor
+        if self._reading_mtime is not None:
+            floor = self._reading_mtime if floor is None else max(floor, self._reading_mtime)
         best: Match | None = None
         for m in matches:
             if m.key in self._left:
                 continue
             ours = reading is not None and m.key == reading.key
-            if not ours and floor is not None and m.mtime_ns <= floor:
+            # (a name alone, SFTP's whole seconds: a file of the floor's second may be new)
+            if not ours and floor is not None and (m.mtime_ns < floor if m.ino is None
+                                                   else m.mtime_ns <= floor):
                 continue
             if best is None or (m.mtime_ns, m.name) > (best.mtime_ns, best.name):
                 best = m
         return best
 
+    def _saw(self, mtime_ns: int) -> None:
+        if self._reading_mtime is None or mtime_ns > self._reading_mtime:
+            self._reading_mtime = mtime_ns
+
     def wrote(self, m: Match) -> None:
-        """A fresh stat of a match (the sources' look at the path): the file read keeps the
-        floor up to date while a kept listing has an older mtime of it."""
+        """A fresh stat of a match (the sources' look at the path): the file read keeps its
+        latest write known while a kept listing has an older mtime of it."""
         r = self.reading
-        if r is not None and m.key == r.key and m.key not in self._left:
-            self._floor = m.mtime_ns if self._floor is None else max(self._floor, m.mtime_ns)
+        if r is not None and m.ino is not None and m.key == r.key:
+            self._saw(m.mtime_ns)
 
     def read(self, m: Match) -> None:
-        """`m` is the file read now (opened, or found again after a restart)."""
+        """`m` is the file read now (opened, or found again after a restart): nothing older
+        than it is chosen while it is read.  (A file opened and then not read, the newest
+        opened at a restart before ours was found again, is not held against later ones.)"""
         self.reading = m
+        self._reading_mtime = m.mtime_ns
 
     def left(self, m: Match) -> None:
-        """`m` was read and left (drained after a newer file appeared): never chosen again."""
-        if m.key not in self._left:
+        """`m` was read and left (drained after a newer file appeared): never chosen again
+        where dev:inode tell it.  Without them (SFTP with no streamed reader) a name is not a
+        file: a log rotated by rename is followed by a new file of the same name, so only the
+        floor applies (an old launch's file written again is then read as a new one)."""
+        if m.ino is not None and m.key not in self._left:
             self._left.append(m.key)
-        self._floor = m.mtime_ns if self._floor is None else max(self._floor, m.mtime_ns)
+        latest = m.mtime_ns
+        if self.reading is not None and self.reading.key == m.key:
+            if self._reading_mtime is not None:
+                latest = max(latest, self._reading_mtime)
+            self.reading, self._reading_mtime = None, None
+        self._floor = latest if self._floor is None else max(self._floor, latest)
 
     def newest_first(self, matches: list[Match], limit: int = MAX_MATCHES) -> list[Match]:
         """The newest `limit` matches (where a file rotated while away is looked for)."""
