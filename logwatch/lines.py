@@ -235,6 +235,7 @@ class Framer:
         self._line_number = line_number
         self._prev: Block | None = None  # its newlines are counted lazily, once
         self._folds = RowFolds(off=not unfold)
+        self._cri: bool | None = None   # the kubelet's record format (`join_partial_records`)
         self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
@@ -326,17 +327,34 @@ class Framer:
         clean = clean_bytes(capped)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
-        if not self._folds.off:
+        if self._cri is None and clean:
+            # a container's log file as the kubelet writes it: records that may be partial
+            self._cri = CRI_RECORD.match(clean) is not None
+            if self._cri:
+                self._folds.off = True      # no terminal copy: no rows to rejoin
+        if self._cri:
+            joined, removed, keep = join_partial_records(clean, final, self.max_line_bytes)
+            if keep < len(clean):
+                held_len = self._hold_back(data, clean, keep)
+                if held_len is None:     # longer than a line may be: released as it is
+                    joined, removed, keep = join_partial_records(clean, True,
+                                                                 self.max_line_bytes)
+                else:
+                    raw_len -= held_len
+            if removed:
+                cuts = _merge_removals(cuts, removed, cleaned)
+                joins = _removal_positions(removed)
+            clean = joined
+            if keep == 0 and raw_len == 0:  # all of it waits for the next record
+                return None
+        elif not self._folds.off:
             unfolded, joins, keep = unfold_rows(clean, self._folds, final, self.max_line_bytes)
             if keep < len(clean):  # its last lines wait for the next (`\n` survives cleaning)
-                start = len(data)
-                for _ in range(clean.count(b"\n", keep)):
-                    start = data.rfind(b"\n", 0, start - 1) + 1
-                if len(data) - start <= self.max_line_bytes:  # it will not be capped again
-                    self._held = data[start:]
-                    raw_len -= len(data) - start
-                else:  # (ANSI codes by the kilobyte in a row: released as it is)
+                held_len = self._hold_back(data, clean, keep)
+                if held_len is None:  # (ANSI codes by the kilobyte in a row: released as is)
                     unfolded, joins, keep = unfold_rows(clean, RowFolds(off=True), True)
+                else:
+                    raw_len -= held_len
             if joins:
                 cuts = _shift_cuts(cuts, joins, cleaned)
             clean = unfolded
@@ -347,6 +365,18 @@ class Framer:
         self._prev = block
         self._tail_offset += raw_len
         return block
+
+    def _hold_back(self, data: bytes, clean: bytes, keep: int) -> int | None:
+        """Hold the lines of `data` that are `clean[keep:]` (cleaning keeps every `\n`) until
+        the next chunk shows whether they continue; their raw length, or None (nothing held)
+        when they are longer than a line may be."""
+        start = len(data)
+        for _ in range(clean.count(b"\n", keep)):
+            start = data.rfind(b"\n", 0, start - 1) + 1
+        if len(data) - start > self.max_line_bytes:   # it would be capped again
+            return None
+        self._held = data[start:]
+        return len(data) - start
 
     def _hold(self, data: bytes) -> None:
         self._tail_raw += len(data)
@@ -754,6 +784,97 @@ def _first_segment(data: bytes, pos: int) -> bytes:
         end = limit
     cr = data.find(b"\r", pos, end)
     return data[pos:cr if cr >= 0 else end]
+
+
+# A record of a container's log file as the kubelet (CRI) writes it: `TIME STREAM TAG `, the
+# tag P for a part of a line longer than the runtime's record (containerd: 16 KiB), F for a
+# line's last (or only) part.  rules/base.yaml strips the prefix of each record.
+CRI_RECORD = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "
+                        rb"(stdout|stderr) ([PF]) ")
+_CRI_PARTIAL = re.compile(rb"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
+                          rb"(?:Z|[+-]\d\d:?\d\d) (stdout|stderr) P ")
+
+
+def join_partial_records(data: bytes, final: bool, max_line_bytes: int
+                         ) -> tuple[bytes, tuple[tuple[int, int], ...], int]:
+    """Rejoin the parts of a line the kubelet split into records (SGLang 0.5's `server_args=`
+    dict of ~550 flags is over 16 KiB: a record P, then F with the last flags).
+
+    `data` is a block of complete records.  Each P record is joined to the next record of
+    the same stream: its `\n` and that record's prefix are removed, so the line reads as
+    written, under its first record's prefix.  Returns (data, removed, keep): the first
+    `keep` bytes of the input joined, and (position in the input, bytes) of each removal.
+    The P records ending the block wait for the next record (keep < len(data)) unless
+    `final`; a line is not joined past `max_line_bytes`.
+    """
+    if b" P " not in data:
+        return data, (), len(data)
+    n = len(data)
+    out: list[bytes] = []
+    removed: list[tuple[int, int]] = []
+    pos = 0                      # the input is copied up to here
+    for m in _CRI_PARTIAL.finditer(data):
+        start = m.start()
+        if start < pos:          # a record joined into the line before it already
+            continue
+        stream, chain, gone = m.group(1), [], 0
+        nl = data.find(b"\n", m.end())
+        while nl >= 0:           # record by record while the one before is a P
+            if nl + 1 >= n:      # the block ends inside the line: it waits for the rest
+                if not final:
+                    out.append(data[pos:start])
+                    return b"".join(out), tuple(removed), start
+                break
+            nxt = CRI_RECORD.match(data, nl + 1)
+            if nxt is None or nxt.group(1) != stream:
+                break            # not a record of the same stream: left as written
+            nl2 = data.find(b"\n", nxt.end())
+            if (n if nl2 < 0 else nl2) - start - gone - (nxt.end() - nl) > max_line_bytes:
+                break
+            chain.append((nl, nxt.end() - nl))
+            gone += nxt.end() - nl
+            if nxt.group(2) != b"P":
+                break
+            nl = nl2
+        for a, r in chain:
+            out.append(data[pos:a])
+            pos = a + r
+            removed.append((a, r))
+    out.append(data[pos:])
+    return b"".join(out), tuple(removed), n
+
+
+def _merge_removals(cuts: tuple[tuple[int, int], ...], removed: tuple[tuple[int, int], ...],
+                    cleaned: bool) -> tuple[tuple[int, int], ...]:
+    """A block's cut list (positions in its data, raw bytes missing up to there) after the
+    spans `removed` (input position, bytes) were taken out of the data."""
+    if cleaned:        # inner offsets are approximate anyway
+        return cuts
+    out: list[tuple[int, int]] = []
+    cap_total, gone, k = 0, 0, 0
+    for pos, total in cuts:              # positions before the removals
+        while k < len(removed) and removed[k][0] < pos:
+            a, r = removed[k]
+            gone += r
+            out.append((a + r - gone, cap_total + gone))
+            k += 1
+        cap_total = total
+        out.append((pos - gone, total + gone))
+    while k < len(removed):
+        a, r = removed[k]
+        gone += r
+        out.append((a + r - gone, cap_total + gone))
+        k += 1
+    return tuple(out)
+
+
+def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    """Where in the joined data each removed newline was (one physical line each)."""
+    out, gone = [], 0
+    for a, r in removed:
+        out.append(a - gone)
+        gone += r
+    return tuple(out)
 
 
 def _shift_cuts(cuts: tuple[tuple[int, int], ...], joins: tuple[int, ...],

@@ -977,3 +977,80 @@ def test_a_crash_excerpt_is_the_same_however_the_log_arrives(data):
     cuts = sorted(data.draw(st.lists(st.integers(0, len(raw)), max_size=30), "cuts"))
     chunks = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)]) if b > a]
     assert settled_excerpts(chunks, data.draw(st.booleans(), "collapse")) == want
+
+
+# ----------------------------------------------------------------------------------------------
+# a container's log file as the kubelet writes it: a line longer than a record is split into
+# records tagged P, the last F; the framer rejoins them (lines.join_partial_records)
+
+CRI_TEXT = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF,
+                                 blacklist_characters="\r\n\x7f"), max_size=60)
+
+
+@st.composite
+def cri_log(draw):
+    """(the file's bytes, the lines it holds: (text, offset, line number) per line, records
+    of one stream rejoined as the kubelet split them)."""
+    records: list[tuple[str, str, bytes]] = []     # stream, tag, content
+    for _ in range(draw(st.integers(0, 12))):
+        stream = draw(st.sampled_from(["stdout", "stderr"]))
+        raw = draw(CRI_TEXT).encode()
+        size = draw(st.integers(1, 25))
+        parts = [raw[i:i + size] for i in range(0, len(raw), size)] or [b""]
+        for k, p in enumerate(parts):
+            records.append((stream, "P" if k < len(parts) - 1 else "F", p))
+        if draw(st.booleans()) and records:   # the other stream between a line's records
+            records.insert(draw(st.integers(0, len(records))),
+                           ("stdout" if stream == "stderr" else "stderr", "F", b"interleaved"))
+    data, lines, off, pending = b"", [], 0, None
+    for n, (stream, tag, content) in enumerate(records):
+        rec = f"2026-12-05T10:00:00.{n:09d}Z {stream} {tag} ".encode() + content
+        if pending is not None and pending[0] == stream:
+            pending[1] += content      # the record continues the line before it
+        else:
+            if pending is not None:
+                lines.append(pending[1:])
+            pending = [stream, rec, off, n + 1]
+        if tag == "F":
+            lines.append(pending[1:])
+            pending = None
+        data += rec + b"\n"
+        off = len(data)
+    if pending is not None:
+        lines.append(pending[1:])
+    return data, [(b.decode("utf-8", "replace"), o, ln) for b, o, ln in lines
+                  if b.decode("utf-8", "replace").strip()]
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(data=st.data())
+def test_kubelet_partial_records_are_rejoined_whatever_the_chunking(data):
+    raw, expected = data.draw(cri_log(), "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    lines, blocks, f = frame(chunks)
+    assert [(ln.text, ln.offset, ln.line_number) for ln in lines] == expected
+    assert f.consumed_offset == len(raw) and f.line_number == raw.count(b"\n") + 1
+    pos = 0
+    for b in blocks:  # blocks tile the input
+        assert b.offset == pos
+        pos += len(b.data) + b.cut_bytes
+    assert pos == len(raw)
+
+
+def test_a_partial_record_waits_for_the_rest_of_its_line():
+    f = Framer()
+    first = b"2026-12-05T10:00:00.1Z stderr F one\n2026-12-05T10:00:00.2Z stderr P tw"
+    b1 = f.feed(first + b"\n", 0.0)
+    assert [ln.text for ln in iter_lines(b1)] == ["2026-12-05T10:00:00.1Z stderr F one"]
+    second = b"2026-12-05T10:00:00.3Z stderr F o\n"
+    got = list(iter_lines(f.feed(second, 1.0)))
+    assert [(ln.text, ln.offset, ln.line_number) for ln in got] == \
+        [("2026-12-05T10:00:00.2Z stderr P two", first.index(b"\n") + 1, 2)]
+    assert f.line_number == 4 and f.consumed_offset == len(first) + 1 + len(second)
+
+
+def test_a_log_that_is_not_the_kubelet_s_keeps_its_lines():
+    """A P between spaces in an ordinary log is text: nothing is joined."""
+    raw = b"[2026-12-05 10:00:00] tag P of the thing\nnext line\n"
+    lines, _, _ = frame([raw])
+    assert [ln.text for ln in lines] == ["[2026-12-05 10:00:00] tag P of the thing", "next line"]

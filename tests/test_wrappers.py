@@ -54,6 +54,46 @@ def verdict(path: Path, with_durations: bool) -> dict:
     return out
 
 
+def cri_records(line: str, size: int, stream: str = "stderr") -> str:
+    """A line as the kubelet writes it when it is longer than its record: records of `size`
+    bytes at most, tagged P but the last (F)."""
+    raw = line.encode("utf-8", "surrogateescape")
+    parts = [raw[i:i + size] for i in range(0, len(raw), size)] or [b""]
+    return "\n".join(f"2025-08-18T14:15:04.{k:09d}Z {stream} {'P' if k < len(parts) - 1 else 'F'} "
+                     + p.decode("utf-8", "surrogateescape") for k, p in enumerate(parts))
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_kubelet_log_with_lines_split_into_partial_records_reads_as_the_log(
+        name: str, tmp_path: Path) -> None:
+    """The kubelet splits a line longer than its record (containerd: 16 KiB) into records
+    tagged P, then F.  Split at 40 bytes here (every line of most logs): read as the log."""
+    src = FIXTURES / f"{name}.log"
+    dst = tmp_path / f"{name}.cri-partial.log"
+    wrapped_copy(src, dst, lambda ln: cri_records(ln, 40))
+    assert verdict(dst, False) == verdict(src, False)
+
+
+def test_sglang_s_server_args_over_a_kubelet_record_is_read_whole(tmp_path: Path) -> None:
+    """SGLang 0.5.23 logs `server_args=` with its ~550 resolved flags: over 16 KiB, so the
+    kubelet writes it as two records.  Every flag is read, as from the server's own log."""
+    from logwatch.app.replay import replay_file
+    texts = "".join(sim_texts(seed=3)).split("\n")
+    i = next(k for k, t in enumerate(texts) if "server_args=" in t)
+    flags = ", ".join(f"'flag_{k:03d}_of_the_resolved_dict': None" for k in range(550))
+    texts[i] = texts[i].replace("server_args=ServerArgs(", "server_args=ServerArgs(" + flags.replace("'", "").replace(": None", "=None") + ", ")
+    assert len(texts[i]) > 16384
+    plain, cri = tmp_path / "plain.log", tmp_path / "cri.log"
+    plain.write_text("\n".join(texts), encoding="utf-8")
+    cri.write_text("\n".join(cri_records(t, 16384) if t.strip() else t for t in texts),
+                   encoding="utf-8")
+    assert cri.read_text().count(" stderr P ") == 1
+    a, b = replay_file(str(plain)).state, replay_file(str(cri)).state
+    assert len(b.args) == len(a.args) > 550 and b.args == a.args
+    assert not b.args_partial
+    assert verdict(cri, False) == verdict(plain, False)
+
+
 @pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
 @pytest.mark.parametrize("name", CASES)
 def test_a_wrapped_log_reads_as_the_log_itself(name: str, wrapper: str, tmp_path: Path) -> None:

@@ -16,7 +16,9 @@ import dataclasses
 import functools
 from typing import Iterable
 
-from ..lines import Block, line_texts, split_glued
+from ..lines import (
+    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, join_partial_records, line_texts, split_glued,
+)
 from . import bounded
 from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
 from .literalscan import literal_finder
@@ -150,6 +152,8 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     removed)."""
     if complete_lines:
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
+    if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
+        head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     lines = line_texts(head)
     raw = "\n".join(lines)
     present = _literals_in(raw, tuple(sorted(
