@@ -117,14 +117,17 @@ class RotatingServer(WriterThread):
                 self._write(f)
 
 
-def logrotate(tmp_path: Path, log: Path, extra: str = "") -> None:
-    """Rotate `log` with Debian's logrotate: rename to .1 and create a new empty file."""
+def logrotate(tmp_path: Path, log: Path, extra: str = "", compress: bool = False) -> None:
+    """Rotate `log` with Debian's logrotate: rename to .1 (gzipped at once to .1.gz with
+    `compress`) and create a new empty file."""
     conf = tmp_path / "logrotate.conf"
-    conf.write_text(f"{log} {{\n  rotate 5\n  create\n  missingok\n  nocompress\n{extra}}}\n")
+    how = "compress" if compress else "nocompress"
+    conf.write_text(f"{log} {{\n  rotate 5\n  create\n  missingok\n  {how}\n{extra}}}\n")
     res = subprocess.run([LOGROTATE, "-f", "-s", str(tmp_path / "logrotate.state"), str(conf)],
                          capture_output=True, text=True, timeout=30)
     assert res.returncode == 0, res.stderr
-    assert Path(f"{log}.1").exists() and log.exists() and log.stat().st_size == 0
+    assert Path(f"{log}.1.gz" if compress else f"{log}.1").exists() and log.exists() and \
+        log.stat().st_size == 0
 
 
 def follow_logrotate(tmp_path: Path, rotate_wait: float, reopen_after: float = 1.0
@@ -247,17 +250,20 @@ def read_all_and_stop(log: Path) -> Position:
     return pos
 
 
+@pytest.mark.parametrize("compress", [False, True], ids=["renamed", "renamed-and-gzipped"])
 def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
-        tmp_path: Path) -> None:
+        tmp_path: Path, compress: bool) -> None:
     """A saved position in a file logrotate renamed since: the rest of `server.log.1` (what
-    the server wrote after the daemon stopped), then the new file from byte 0."""
+    the server wrote after the daemon stopped), then the new file from byte 0.  With
+    logrotate's `compress` the old file is `server.log.1.gz` by then: read from the archive
+    (before: counted as lost)."""
     log = tmp_path / "server.log"
     log.write_bytes(b"".join(numbered(i) for i in range(1, 2001)))
     pos = read_all_and_stop(log)
     assert pos.offset == log.stat().st_size
     with open(log, "ab") as f:               # written while the daemon was down ...
         f.write(b"".join(numbered(i) for i in range(2001, 3001)))
-    logrotate(tmp_path, log)                 # ... then rotated ...
+    logrotate(tmp_path, log, compress=compress)   # ... then rotated ...
     with open(log, "ab") as f:               # ... and the server writes the new file
         f.write(b"".join(numbered(i) for i in range(3001, 4001)))
 
@@ -274,6 +280,33 @@ def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
         [("resume", pos.offset, False), ("rotated", 0, True)]
     assert line_numbers(segs[0][1]) == list(range(2001, 3001))
     assert line_numbers(segs[1][1]) == list(range(3001, 4001))
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
+def test_an_archive_that_does_not_decode_is_a_loss_said(tmp_path: Path) -> None:
+    """The rotated file's archive cut in half (a copy interrupted): not read; what it held
+    after the saved position is counted as lost, and the new file is read."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 2001)))
+    pos = read_all_and_stop(log)
+    with open(log, "ab") as f:
+        f.write(b"".join(numbered(i) for i in range(2001, 3001)))
+    logrotate(tmp_path, log, compress=True)
+    gz = Path(f"{log}.1.gz")
+    gz.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
+    with open(log, "ab") as f:
+        f.write(b"".join(numbered(i) for i in range(3001, 3101)))
+
+    async def second() -> Reader:
+        async with Reader(LocalFileSource(str(log), start=pos, rotate_wait=0.5)) as r:
+            await r.wait(lambda: r.segments() and
+                         len(r.segments()[-1][1]) == log.stat().st_size, 20, "the new file")
+            return r
+
+    r = run(second())
+    skipped = [e for e in r.events if isinstance(e, Skipped)]
+    assert len(skipped) == 1 and "unread" in skipped[0].message, r.brief()
+    assert line_numbers(r.segments()[-1][1]) == list(range(3001, 3101))
 
 
 @pytest.mark.parametrize("poll_interval", [30.0], ids=["no-poll"])
@@ -314,19 +347,21 @@ def test_inotify_is_armed_again_when_the_directory_comes_back(tmp_path: Path,
 # ----------------------------------------------------------------------------------------------
 # SSH: rotated while the connection was down
 
-def ssh_source(server: SSHServer, path: Path, pool: SSHPool) -> SSHFileSource:
+def ssh_source(server: SSHServer, path: Path, pool: SSHPool,
+               transport: str = "auto") -> SSHFileSource:
     opts = SSHOptions(known_hosts=str(server.known_hosts), client_keys=(str(server.client_key),),
-                      poll_interval=0.05)
+                      poll_interval=0.05, transport=transport)
     return SSHFileSource(server.url(path), options=opts, pool=pool, rotate_wait=0.5)
 
 
-def _rotate_while_down(server: SSHServer, tmp_path: Path, after: Any) -> tuple[Reader, bytes]:
+def _rotate_while_down(server: SSHServer, tmp_path: Path, after: Any,
+                       transport: str = "auto") -> tuple[Reader, bytes]:
     log = tmp_path / "server.log"
     log.write_bytes(b"".join(numbered(i) for i in range(1, 10_001)))
 
     async def main() -> Reader:
         pool = SSHPool()
-        source = ssh_source(server, log, pool)
+        source = ssh_source(server, log, pool, transport)
         try:
             async with Reader(source) as r:
                 await r.wait(lambda: r.data_bytes() == log.stat().st_size, 20, "the first part")
@@ -360,15 +395,35 @@ def test_ssh_rotated_while_disconnected_the_old_file_is_found_and_drained(
     assert not [e for e in r.events if isinstance(e, Skipped)]
 
 
-def test_ssh_rotated_and_compressed_while_disconnected_the_loss_is_said(
-        sshd_server: SSHServer, tmp_path: Path) -> None:
-    def compress(log: Path) -> None:
-        old = Path(f"{log}.1")
-        with open(old, "rb") as src, gzip.open(f"{old}.gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        old.unlink()
+def _compress(log: Path, cut: bool = False) -> None:
+    """logrotate's `compress`: `server.log.1` gzipped to `server.log.1.gz` (`cut`: the
+    archive then cut in half, as a copy interrupted)."""
+    old = Path(f"{log}.1")
+    with open(old, "rb") as src, gzip.open(f"{old}.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    old.unlink()
+    if cut:
+        gz = Path(f"{old}.gz")
+        gz.write_bytes(gz.read_bytes()[: gz.stat().st_size // 2])
 
-    r, new = _rotate_while_down(sshd_server, tmp_path, compress)
+
+@pytest.mark.parametrize("transport", ["stream", "sftp"])
+def test_ssh_rotated_and_compressed_while_disconnected_is_read_from_the_archive(
+        sshd_server: SSHServer, tmp_path: Path, transport: str) -> None:
+    """The old file gzipped while the connection was down: fetched, unpacked here, its rest
+    read (before: the 10,000 lines written while down were counted as lost)."""
+    r, new = _rotate_while_down(sshd_server, tmp_path, _compress, transport)
+    segs = r.segments()
+    assert [o.reason for o, _ in segs] == ["attach", "reconnected", "rotated"]
+    old = [n for _, seg in segs[:2] for n in line_numbers(seg)]
+    assert old == list(range(1, 20_001))
+    assert segs[-1][1] == new
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
+def test_ssh_rotated_and_compressed_archive_damaged_the_loss_is_said(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    r, new = _rotate_while_down(sshd_server, tmp_path, lambda log: _compress(log, cut=True))
     skipped = [e for e in r.events if isinstance(e, Skipped)]
     assert len(skipped) == 1, r.brief()
     assert "rotated while disconnected" in skipped[0].message

@@ -142,7 +142,7 @@ class FindRotated:
 Action = Read | Locate | Look | Poll | Reopen | FindRotated | Hold
 
 # names a rotated copy of a log is given beside it: `x.log.1`, `x.log-20261202`, `x.log.old`;
-# compressed ones cannot be read by offset
+# compressed ones are looked into after these (sources/archive.py)
 _COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
 MAX_CANDIDATES = 20
 
@@ -332,7 +332,8 @@ class Cursor:
             if not ok:
                 self._events.append(Skipped(0, (
                     f"{self.path} is another file than the one the saved position was in, and "
-                    f"that one is not beside it any more (rotated and compressed, or removed): "
+                    f"that one is not beside it any more (removed, or in an archive that does "
+                    f"not decode): "
                     f"what it held after byte {saved.offset}, if anything, is unread")))
                 self.log.warning("the file of the saved position is gone: what it held after "
                                  "the position, if anything, is unread", offset=saved.offset)
@@ -356,7 +357,8 @@ class Cursor:
         unread = max(0, self._seen - self.offset)
         self._events.append(Skipped(unread, (
             f"{self.path} was rotated while disconnected and the old file was not found beside "
-            f"it (compressed or removed): what it held after byte {self.offset} is lost"
+            f"it (removed, or in an archive that does not decode): what it held after byte "
+            f"{self.offset} is lost"
             + (f" (at least {unread} bytes)" if unread else ""))))
         return self._replaced()
 

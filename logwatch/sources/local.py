@@ -32,7 +32,7 @@ import stat
 import threading
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, BinaryIO, Callable
+from typing import IO, Any, AsyncIterator, BinaryIO, Callable
 
 from .. import log
 from .base import (
@@ -44,6 +44,7 @@ from .cursor import (
     before_range, drive, is_ours, later_files, rotated_names,
 )
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
+from .archive import MAX_ARCHIVES, compressed_rotated_names, pread, unpack
 
 READ_SIZE = 1 << 20
 CHECK_EVERY = 0.5      # seconds between "is the path still our file / was it rewritten" checks
@@ -373,6 +374,29 @@ class LocalFileSource(FollowsWithCursor):
                     io.close()
 
 
+def _find_unpacked(path: Path, ask: FindRotated) -> IO[bytes] | None:
+    """Ours among the newest compressed copies beside `path`, unpacked (archive.py)."""
+    try:
+        names = compressed_rotated_names(path.name, os.listdir(path.parent))
+        by_age = sorted(names, key=lambda n: os.stat(path.parent / n).st_mtime, reverse=True)
+    except OSError:
+        return None
+    lo, n = before_range(ask)
+    for name in by_age[:MAX_ARCHIVES]:
+        try:
+            with open(path.parent / name, "rb") as f:
+                out = unpack(f, lambda head: ask.identity.matches(None, None, head))
+        except OSError:
+            continue
+        if out is None:
+            continue
+        size = os.fstat(out.fileno()).st_size
+        if is_ours(ask, None, None, size, pread(out, 0, HEAD_BYTES), pread(out, lo, n)):
+            return out
+        out.close()
+    return None
+
+
 def _match_of(path: Path | None, st: os.stat_result) -> Match:
     """The Match of a file opened (`path` None: held, its name unknown: dev:inode tell it)."""
     return Match(path.name if path is not None else "", st.st_dev, st.st_ino, st.st_mtime_ns)
@@ -386,8 +410,12 @@ class _OpenFile(CursorIO):
         super().__init__(source)
         self.fd = fd
         self.found: int | None = None    # a rotated file found again: read instead of fd
+        self.unpacked: IO[bytes] | None = None   # ... found compressed: its bytes (archive.py)
 
     def close(self) -> None:
+        if self.unpacked is not None:
+            self.unpacked.close()        # (its descriptor is `found`)
+            self.unpacked = self.found = None
         if self.found is not None:
             os.close(self.found)
             self.found = None
@@ -433,6 +461,13 @@ class _OpenFile(CursorIO):
                 held.append((st.st_dev, st.st_ino, st.st_size))
         for fd, _ in opened.values():
             os.close(fd)
+        if ours is None and newest is None:       # compressed at its rotation (archive.py)
+            unpacked = await asyncio.to_thread(_find_unpacked, path, ask)
+            if unpacked is not None:
+                self.close()
+                self.unpacked = unpacked
+                self.found = self.fd = unpacked.fileno()
+                return True, []
         return ours is not None, held
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:

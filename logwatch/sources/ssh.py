@@ -37,7 +37,9 @@ reconnects, and the remote grep for the first attach.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import tempfile
 import posixpath
 import random
 import re
@@ -54,8 +56,11 @@ from .base import (
     HEAD_BYTES, Data, Opened, Position, SourceError, SourceEvent, SourceState,
     StartLocator, compressed_refusal, compression_of,
 )
-from .sshstream import ExecFile, ExecFS, NoStream, StreamLost, bounded_run
+from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
+from .archive import (
+    HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
+)
 from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
@@ -657,6 +662,74 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
     return out
 
 
+async def find_unpacked(sftp: Any, parent: str, base: str, ask: FindRotated) -> Any | None:
+    """Ours among the newest compressed copies of `base` on the node, fetched and unpacked
+    here (archive.py): the first MiB of each tells whether it is ours before the rest is
+    fetched.  A handle-like `Unpacked`, or None."""
+    try:
+        names = compressed_rotated_names(base, [str(n) for n in await sftp.listdir(parent)])
+        ages = [(await sftp.stat(posixpath.join(parent, n))).mtime or 0 for n in names]
+    except asyncssh.SFTPError:
+        return None
+    lo, n = before_range(ask)
+    for _, name in sorted(zip(ages, names), reverse=True)[:MAX_ARCHIVES]:
+        try:
+            f = await sftp.open(posixpath.join(parent, name), "rb")
+        except asyncssh.SFTPError:
+            continue
+        copy = None
+        try:
+            head = head_of(await f.read(HEAD_PROBE, 0))
+            if head is None or not ask.identity.matches(None, None, head):
+                continue
+            copy = tempfile.TemporaryFile()
+            pos = 0
+            while pos <= MAX_UNPACKED:
+                data = await f.read(READ_SIZE, pos)
+                if not data:
+                    break
+                copy.write(data)
+                pos += len(data)
+        except asyncssh.SFTPError:
+            if copy is not None:
+                copy.close()
+            continue
+        finally:
+            try:
+                await f.close()
+            except (OSError, asyncssh.Error):
+                pass
+        with copy:
+            copy.seek(0)
+            out = await asyncio.to_thread(unpack, copy,
+                                          lambda h: ask.identity.matches(None, None, h))
+        if out is None:
+            continue
+        size = os.fstat(out.fileno()).st_size
+        if is_ours(ask, None, None, size, pread(out, 0, HEAD_BYTES), pread(out, lo, n)):
+            return Unpacked(out)
+        out.close()
+    return None
+
+
+class Unpacked:
+    """A rotated log unpacked from its archive (a local temporary file) behind the calls the
+    cursor's I/O makes of an SFTP file handle: read(n, pos), stat(), close()."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    async def read(self, n: int, pos: int) -> bytes:
+        return pread(self.f, pos, n)
+
+    async def stat(self) -> Attrs:
+        st = os.fstat(self.f.fileno())
+        return Attrs(st.st_size, st.st_mtime, asyncssh.FILEXFER_TYPE_REGULAR)
+
+    async def close(self) -> None:
+        self.f.close()
+
+
 class _RemoteFile(CursorIO):
     """The cursor's I/O on one open SFTP handle (which still reads a file renamed away):
     reads by offset, stats, a look at the path, the remote grep, the poll pacing."""
@@ -763,6 +836,11 @@ class _RemoteFile(CursorIO):
                 await cand.close()
             except (OSError, asyncssh.Error):
                 pass
+        if ours is None and newest is None:       # compressed at its rotation (archive.py)
+            unpacked = await find_unpacked(self.sftp, parent or "/", base, ask)
+            if unpacked is not None:
+                self.f = unpacked                 # read from now on; _follow closes it
+                return True, []
         return ours is not None, held
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
