@@ -735,6 +735,38 @@ def test_a_pattern_follows_each_new_launch_file_once_and_in_order(tmp_path: Path
     assert said == [f"reading {d / f'server-{k}.log'}" for k in (2, 3, 4)], said
 
 
+def test_a_pattern_over_the_kubelet_s_container_links_follows_a_new_pod(
+        tmp_path: Path) -> None:
+    """A Kubernetes node: /var/log/containers/POD_NS_CONTAINER-ID.log links to the pod's
+    log file; a new pod (a rollout, an evicted pod rescheduled here) is a new link.  The
+    pattern over the links follows the new pod's log from its first record."""
+    pods, links = tmp_path / "pods", tmp_path / "containers"
+    links.mkdir()
+
+    def pod(name: str, cid: str, records: list[str]) -> Path:
+        d = pods / f"inference_{name}_0c1d" / "sglang"
+        d.mkdir(parents=True)
+        (d / "0.log").write_text("".join(f"2026-12-05T10:00:00.{k:09d}Z stderr F {r}\n"
+                                         for k, r in enumerate(records)))
+        (links / f"{name}_inference_sglang-{cid}.log").symlink_to(d / "0.log")
+        return d / "0.log"
+
+    old = pod("sglang-7d9f-abcde", "a1", ["[2026-12-05 10:00:00] old pod"])
+    os.utime(old, (time.time() - 60, time.time() - 60))
+    pattern = str(links / "sglang-*_inference_sglang-*.log")
+
+    async def main() -> Reader:
+        async with Reader(make_source(pattern, rotate_wait=0.2)) as r:
+            await r.wait(lambda: b"old pod" in r.stream(), 10, "the old pod's log")
+            new = pod("sglang-7d9f-fghij", "b2", ["[2026-12-05 10:05:00] new pod"])
+            await r.wait(lambda: len(r.opened()) == 2 and r.segments()[-1][1] ==
+                         new.read_bytes(), 10, "the new pod's log")
+        return r
+
+    r = run(main())
+    assert [op.reason for op in r.opened()] == ["attach", "rotated"]
+
+
 def test_a_pattern_with_no_file_yet_waits_for_the_first(tmp_path: Path) -> None:
     d = tmp_path / "logs"
     d.mkdir()
