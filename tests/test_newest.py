@@ -35,6 +35,9 @@ def test_matching_names_hide_dot_files_as_a_shell_does() -> None:
     assert matching("/l/.server-*", names) == [".server-2.log"]
     assert matching("/l/server-[[]1].log", ["server-[1].log", "server-1.log"]) == \
         ["server-[1].log"]
+    # logrotate's archives are finished logs, never the newest one being written
+    assert matching("/l/server.log*", ["server.log", "server.log.1", "server.log.2.gz",
+                                       "server.log.3.XZ"]) == ["server.log", "server.log.1"]
 
 
 def test_the_newest_is_the_last_written_then_the_name_sorting_last() -> None:

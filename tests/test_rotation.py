@@ -283,6 +283,33 @@ def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
     assert not [e for e in r.events if isinstance(e, Skipped)]
 
 
+def test_a_pattern_over_a_log_and_its_rotated_copies_never_takes_an_archive(
+        tmp_path: Path) -> None:
+    """`server.log*` matches the log, `server.log.1` and logrotate's `server.log.2.gz`,
+    which logrotate wrote last: the archive is never taken for the newest (a compressed file
+    is refused by a watch); the rotation is followed, nothing lost."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
+    os.utime(log, (time.time() - 60, time.time() - 60))
+    # an archive written after the log's last line (compressed by a cron job, copied in)
+    old = Path(f"{log}.5.gz")
+    old.write_bytes(gzip.compress(b"an old launch\n"))
+
+    async def main() -> Reader:
+        async with Reader(LocalFileSource(str(log) + "*", rotate_wait=0.3)) as r:
+            await r.wait(lambda: r.data_bytes() == log.stat().st_size, 10, "the log")
+            logrotate(tmp_path, log, compress=True)
+            with open(log, "ab") as f:
+                f.write(b"".join(numbered(i) for i in range(1001, 1101)))
+            await r.wait(lambda: len(r.opened()) == 2 and
+                         len(r.segments()[-1][1]) == log.stat().st_size, 10, "the new log")
+        return r
+
+    r = run(main())
+    assert not [s for s in r.states() if s.fatal], r.states()
+    assert [n for _, seg in r.segments() for n in line_numbers(seg)] == list(range(1, 1101))
+
+
 def test_an_archive_that_does_not_decode_is_a_loss_said(tmp_path: Path) -> None:
     """The rotated file's archive cut in half (a copy interrupted): not read; what it held
     after the saved position is counted as lost, and the new file is read."""

@@ -55,13 +55,18 @@ def check_pattern(path: str) -> None:
         raise SourceError(problem)
 
 
+# a compressed file is a finished log (logrotate's archives), never the one being written
+_ARCHIVES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
+
+
 def matching(pattern: str, names: list[str]) -> list[str]:
     """The names in the pattern's directory that match its file name (hidden files only when
-    the pattern starts with a dot, as a shell's glob)."""
+    the pattern starts with a dot, as a shell's glob), compressed archives left out (a
+    pattern like `server.log*` matches `server.log.1.gz`, which logrotate wrote last)."""
     name = posixpath.basename(pattern)
     hidden = name.startswith(".")
     return [n for n in names if (hidden or not n.startswith("."))
-            and fnmatch.fnmatchcase(n, name)]
+            and fnmatch.fnmatchcase(n, name) and not n.lower().endswith(_ARCHIVES)]
 
 
 @dataclass(frozen=True, slots=True)

@@ -644,6 +644,8 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
         return cached
     if isinstance(sftp, ExecFS):
         found = await sftp.matching(parent, name)
+        kept = set(matching(name, [n for n, _ in found]))    # (archives left out here)
+        found = [(n, a) for n, a in found if n in kept]
     else:
         entries = {str(e.filename): e.attrs for e in await sftp.readdir(parent)}
         found = []
