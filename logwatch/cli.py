@@ -548,6 +548,23 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
         "pass --wait to wait for it to appear"
 
 
+def expanded_pattern_hint(targets: list[str]) -> str | None:
+    """Several local files of one directory: one launch's logs (prefill and decode), or a
+    pattern the shell expanded because it was not quoted; say how to follow the newest."""
+    files = [t for t in targets if t != "-" and not t.startswith(("ssh://", "cmd:"))]
+    if len(files) < 3 or len(files) != len(targets):
+        return None
+    dirs = {os.path.dirname(os.path.abspath(os.path.expanduser(t))) for t in files}
+    if len(dirs) != 1:
+        return None
+    names = [os.path.basename(t) for t in files]
+    common = os.path.commonprefix(names)
+    example = os.path.join(os.path.dirname(files[0]), (common or "") + "*")
+    return (f"watching {len(files)} files of {dirs.pop()} as ONE launch (one log per process "
+            f"or node); to follow the newest of them instead, quote a pattern so that the "
+            f"shell leaves it alone: logwatch watch '{example}'")
+
+
 def nearest_names(directory: str, name: str, limit: int = 2000) -> str:
     """`; in /root: server.log, server-old.log (did you mean server.log?)`: what is there,
     closest first (a typo'd log name is the common case); nothing when it is empty."""
@@ -594,6 +611,9 @@ def cmd_watch(args: argparse.Namespace) -> int:
         if problem:
             print(f"logwatch: {problem}", file=sys.stderr)
             return Exit.USAGE
+    hint = expanded_pattern_hint(targets)
+    if hint:
+        print(f"logwatch: note: {hint}", file=sys.stderr)
     if args.notify and args.notify != "bell" and \
             not args.notify.startswith(("http://", "https://")):
         print(f"logwatch: --notify: a Slack or webhook URL (http[s]://...) or bell, "

@@ -413,3 +413,14 @@ def test_demo_runs_the_readme_case_to_ready() -> None:
     text = Path(log.group(1)).read_text()
     assert "tp_size=8" in text and "GLM-5" in text
     assert sorted(set(re.findall(r"\] Load weight begin|(TP\d)\] Load weight begin", text)))[-1] == "TP7"
+
+
+def test_a_pattern_the_shell_expanded_gets_a_note() -> None:
+    """`logwatch watch logs/server-*.log` unquoted: the shell passes every match, which
+    watch reads as one launch of several logs; a note says how to follow the newest."""
+    from logwatch.cli import expanded_pattern_hint
+    hint = expanded_pattern_hint(["logs/server-1.log", "logs/server-2.log", "logs/server-3.log"])
+    assert hint is not None and "3 files" in hint and "'logs/server-*'" in hint
+    assert expanded_pattern_hint(["logs/prefill.log", "logs/decode.log"]) is None
+    assert expanded_pattern_hint(["a/x.log", "b/y.log", "c/z.log"]) is None
+    assert expanded_pattern_hint(["ssh://n1/x.log", "ssh://n2/x.log", "ssh://n3/x.log"]) is None
