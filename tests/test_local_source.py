@@ -767,6 +767,48 @@ def test_a_pattern_over_the_kubelet_s_container_links_follows_a_new_pod(
     assert [op.reason for op in r.opened()] == ["attach", "rotated"]
 
 
+def test_a_pattern_over_a_huge_directory_does_not_hold_the_event_loop(tmp_path: Path) -> None:
+    """60,000 SLURM outputs (a listing's stats take ~0.4 s here) and a job finishing every
+    50 ms (the directory changes each time): the listings run in a thread, at most a tenth of
+    the time, so the event loop (the daemon's endpoint, its other targets) keeps its pace;
+    the newest job's file is followed."""
+    d = tmp_path / "jobs"
+    d.mkdir()
+    old = time.time() - 3600
+    for i in range(60_000):
+        p = d / f"slurm-{i}.out"
+        p.write_bytes(b"")
+        if i % 1000 == 0:
+            os.utime(p, (old, old))
+
+    async def main() -> tuple[Reader, float]:
+        lags: list[float] = []
+        stop = asyncio.Event()
+
+        async def ticker() -> None:
+            loop = asyncio.get_running_loop()
+            while not stop.is_set():
+                t = loop.time()
+                await asyncio.sleep(0.01)
+                lags.append(loop.time() - t - 0.01)
+
+        tick = asyncio.create_task(ticker())
+        async with Reader(make_source(str(d / "slurm-*.out"), rotate_wait=0.2)) as r:
+            await r.wait(lambda: bool(r.opened()), 30, "the newest output")
+            for k in range(40):
+                (d / f"slurm-{100_000 + k}.out").write_bytes(b"job %d\n" % k)
+                await asyncio.sleep(0.05)
+            last = d / "slurm-200000.out"
+            last.write_bytes(b"the last job\n")
+            await r.wait(lambda: r.segments()[-1][1] == b"the last job\n", 30, "the last job")
+        stop.set()
+        await tick
+        return r, max(lags)
+
+    r, worst = run(main())
+    assert worst < 0.2, f"the event loop waited {worst:.2f}s behind a listing"
+
+
 def test_a_pattern_with_no_file_yet_waits_for_the_first(tmp_path: Path) -> None:
     d = tmp_path / "logs"
     d.mkdir()

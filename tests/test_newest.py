@@ -120,6 +120,9 @@ def test_a_kept_listing_serves_while_the_directory_is_unchanged() -> None:
     assert n.cached(5.0, 111.0) is None            # and at least every LISTING_FOR seconds
     n.keep(None, 120.0, listing)                   # no directory mtime: never kept
     assert n.cached(None, 120.0) is None
+    # a listing that took 0.6 s (100,000 files) serves 6 s, changed directory or not
+    n.keep(5.0, 200.0, listing, took=0.6)
+    assert n.cached(7.0, 205.9) is listing and n.cached(7.0, 206.1) is None
 
 
 def test_a_fresh_stat_of_the_file_read_keeps_the_floor_while_the_listing_is_old() -> None:

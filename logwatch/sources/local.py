@@ -285,15 +285,25 @@ class LocalFileSource(FollowsWithCursor):
                 timer.cancel()
         self._wake.clear()
 
-    def matches(self) -> list[Match]:
-        """The files matching the target's pattern now (regular files, symlinks followed)."""
+    async def matches(self) -> list[Match]:
+        """The files matching the target's pattern now (regular files, symlinks followed):
+        the listing kept (NewestFile.cached), or a new one, made in a thread (a directory of
+        100,000 SLURM outputs takes ~0.6 s of stats: not on the event loop)."""
         assert self.newest is not None
         try:     # before the listing: a file created after it changes the directory's mtime
             dir_mtime = os.stat(self.path.parent).st_mtime_ns
-            now = time.monotonic()
-            cached = self.newest.cached(dir_mtime, now)
-            if cached is not None:
-                return cached
+        except OSError:
+            return []
+        cached = self.newest.cached(dir_mtime, time.monotonic())
+        if cached is not None:
+            return cached
+        t0 = time.monotonic()
+        out = await asyncio.to_thread(self._listing)
+        self.newest.keep(dir_mtime, t0, out, time.monotonic() - t0)
+        return out
+
+    def _listing(self) -> list[Match]:
+        try:
             with os.scandir(self.path.parent) as it:
                 names = [e.name for e in it]
         except OSError:
@@ -306,23 +316,22 @@ class LocalFileSource(FollowsWithCursor):
                 continue
             if stat.S_ISREG(st.st_mode):
                 out.append(Match(name, st.st_dev, st.st_ino, st.st_mtime_ns))
-        self.newest.keep(dir_mtime, now, out)
         return out
 
-    def named(self) -> Path | None:
+    async def named(self) -> Path | None:
         """The file the target names now: its path, or the newest match of its pattern."""
         if self.newest is None:
             return self.path
-        m = self.newest.choose(self.matches())
+        m = self.newest.choose(await self.matches())
         return None if m is None else self.path.parent / m.name
 
-    def _open_next(self) -> BinaryIO:
+    async def _open_next(self) -> BinaryIO:
         """After a Reopen the first file held (Cursor Hold), else the file the target names."""
         if self._held:
             fd = self._held.pop(0)
             self.current = self._held_path.pop(fd, None)
             return os.fdopen(fd, "rb")
-        path = self.named()
+        path = await self.named()
         if path is None:
             raise FileNotFoundError(str(self.path))
         f = open(path, "rb")
@@ -334,7 +343,7 @@ class LocalFileSource(FollowsWithCursor):
         while not self._closed:
             self._subscribe()
             try:
-                f = self._open_next()
+                f = await self._open_next()
             except FileNotFoundError:
                 if not waiting_said:
                     what = f"a file matching {self.path}" if self.newest else str(self.path)
@@ -429,7 +438,7 @@ class _OpenFile(CursorIO):
                 names = rotated_names(path.name, os.listdir(path.parent))
             else:      # the newest matches but the one opened (it is read after ours)
                 opened_now = newest.reading
-                names = [m.name for m in newest.newest_first(self.source.matches())
+                names = [m.name for m in newest.newest_first(await self.source.matches())
                          if opened_now is None or m.key != opened_now.key]
         except OSError:
             return False, []
@@ -472,7 +481,7 @@ class _OpenFile(CursorIO):
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
         """Open the file the path names and keep it, if it is still `ask`'s."""
-        named = self.source.named()
+        named = await self.source.named()
         try:
             if named is None:
                 raise FileNotFoundError(str(self.source.path))
@@ -496,7 +505,7 @@ class _OpenFile(CursorIO):
     async def look(self, head: bool) -> PathFacts:
         # dev/inode always answer here: the head is never needed
         try:
-            named = self.source.named()
+            named = await self.source.named()
             if named is None:
                 raise FileNotFoundError(str(self.source.path))
             st = os.stat(named)

@@ -33,6 +33,7 @@ _GLOB = frozenset("*?[")
 MAX_LEFT = 256         # files left remembered (a directory of thousands of old launches)
 MAX_MATCHES = 20       # the newest matches looked at for a file rotated while away
 LISTING_FOR = 10.0     # seconds a listing serves while its directory is unchanged
+LISTING_PACE = 10.0    # ... and, changed, for this many times what making it took
 
 
 def is_pattern(path: str) -> bool:
@@ -100,18 +101,27 @@ class NewestFile:
         self._left: deque[tuple[int | None, int | None, str]] = deque(maxlen=MAX_LEFT)
         self._floor: int | None = None     # the newest write seen of the files left
         self._reading_mtime: int | None = None   # ... and of the file read now
-        self._listing: tuple[float, float, list[Match]] | None = None  # dir mtime, when, matches
+        # dir mtime, when made, how long it took, matches
+        self._listing: tuple[float | None, float, float, list[Match]] | None = None
 
     def cached(self, dir_mtime: float | None, now: float) -> list[Match] | None:
-        """The matches listed last, if the directory is unchanged since and they are recent."""
-        if self._listing is None or dir_mtime is None:
+        """The matches listed last, if the directory is unchanged since and they are recent,
+        or if making them took long and they are younger than LISTING_PACE times that (a
+        busy directory of 100,000 files: a listing's stats at most a tenth of the time)."""
+        if self._listing is None:
             return None
-        mtime, when, matches = self._listing
-        return matches if mtime == dir_mtime and 0 <= now - when < LISTING_FOR else None
+        mtime, when, took, matches = self._listing
+        age = now - when
+        if 0 <= age < LISTING_PACE * took:
+            return matches
+        return matches if dir_mtime is not None and mtime == dir_mtime and \
+            0 <= age < LISTING_FOR else None
 
-    def keep(self, dir_mtime: float | None, now: float, matches: list[Match]) -> None:
-        """Remember a listing made when the directory's mtime was `dir_mtime`."""
-        self._listing = None if dir_mtime is None else (dir_mtime, now, matches)
+    def keep(self, dir_mtime: float | None, now: float, matches: list[Match],
+             took: float = 0.0) -> None:
+        """Remember a listing begun at `now` (`took` seconds) when the directory's mtime was
+        `dir_mtime` (None: unknown, kept only for the pace)."""
+        self._listing = (dir_mtime, now, took, matches)
 
     def choose(self, matches: list[Match]) -> Match | None:
         """The file the pattern names now, among the matches listed (None: none may be

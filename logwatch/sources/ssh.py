@@ -660,7 +660,7 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
     out = [Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
                  int((a.mtime or 0) * 1_000_000_000))
            for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR]
-    newest.keep(dir_mtime, now, out)
+    newest.keep(dir_mtime, now, out, time.monotonic() - now)
     return out
 
 
