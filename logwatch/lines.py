@@ -333,12 +333,14 @@ class Framer:
             if self._cri:
                 self._folds.off = True      # no terminal copy: no rows to rejoin
         if self._cri:
-            joined, removed, keep = join_partial_records(clean, final, self.max_line_bytes)
+            capped_at = tuple(p for p, _ in cuts)
+            joined, removed, keep = join_partial_records(clean, final, self.max_line_bytes,
+                                                         capped_at)
             if keep < len(clean):
-                held_len = self._hold_back(data, clean, keep)
-                if held_len is None:     # longer than a line may be: released as it is
+                held_len = self._hold_back(data, clean, keep, 2 * self.max_line_bytes)
+                if held_len is None:     # longer than its records may be: released as is
                     joined, removed, keep = join_partial_records(clean, True,
-                                                                 self.max_line_bytes)
+                                                                 self.max_line_bytes, capped_at)
                 else:
                     raw_len -= held_len
             if removed:
@@ -366,14 +368,15 @@ class Framer:
         self._tail_offset += raw_len
         return block
 
-    def _hold_back(self, data: bytes, clean: bytes, keep: int) -> int | None:
+    def _hold_back(self, data: bytes, clean: bytes, keep: int,
+                   limit: int | None = None) -> int | None:
         """Hold the lines of `data` that are `clean[keep:]` (cleaning keeps every `\n`) until
         the next chunk shows whether they continue; their raw length, or None (nothing held)
-        when they are longer than a line may be."""
+        when they are longer than `limit` (a line's bytes: it would be capped again)."""
         start = len(data)
         for _ in range(clean.count(b"\n", keep)):
             start = data.rfind(b"\n", 0, start - 1) + 1
-        if len(data) - start > self.max_line_bytes:   # it would be capped again
+        if len(data) - start > (self.max_line_bytes if limit is None else limit):
             return None
         self._held = data[start:]
         return len(data) - start
@@ -795,7 +798,8 @@ _CRI_PARTIAL = re.compile(rb"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
                           rb"(?:Z|[+-]\d\d:?\d\d) (stdout|stderr) P ")
 
 
-def join_partial_records(data: bytes, final: bool, max_line_bytes: int
+def join_partial_records(data: bytes, final: bool, max_line_bytes: int,
+                         capped_at: tuple[int, ...] = ()
                          ) -> tuple[bytes, tuple[tuple[int, int], ...], int]:
     """Rejoin the parts of a line the kubelet split into records (SGLang 0.5's `server_args=`
     dict of ~550 flags is over 16 KiB: a record P, then F with the last flags).
@@ -805,7 +809,9 @@ def join_partial_records(data: bytes, final: bool, max_line_bytes: int
     written, under its first record's prefix.  Returns (data, removed, keep): the first
     `keep` bytes of the input joined, and (position in the input, bytes) of each removal.
     The P records ending the block wait for the next record (keep < len(data)) unless
-    `final`; a line is not joined past `max_line_bytes`.
+    `final`; a line is not joined past `max_line_bytes`, nor its records past twice that,
+    nor a record that was capped (`capped_at`: where the framer cut segments, sorted: the
+    rest of it is gone, and what the framer holds of a line is raw bytes).
     """
     if b" P " not in data:
         return data, (), len(data)
@@ -821,7 +827,7 @@ def join_partial_records(data: bytes, final: bool, max_line_bytes: int
         nl = data.find(b"\n", m.end())
         while nl >= 0:           # record by record while the one before is a P
             if nl + 1 >= n:      # the block ends inside the line: it waits for the rest
-                if not final:
+                if not final and not _capped_in(capped_at, start, n):
                     out.append(data[pos:start])
                     return b"".join(out), tuple(removed), start
                 break
@@ -829,7 +835,13 @@ def join_partial_records(data: bytes, final: bool, max_line_bytes: int
             if nxt is None or nxt.group(1) != stream:
                 break            # not a record of the same stream: left as written
             nl2 = data.find(b"\n", nxt.end())
-            if (n if nl2 < 0 else nl2) - start - gone - (nxt.end() - nl) > max_line_bytes:
+            end = n if nl2 < 0 else nl2
+            if _capped_in(capped_at, start, end):
+                break
+            # the joined line within a line's bytes, and its records (prefixes and all)
+            # within two (as much is what the framer holds of them: `Framer._block`)
+            if end - start - gone - (nxt.end() - nl) > max_line_bytes or \
+                    end - start > 2 * max_line_bytes:
                 break
             chain.append((nl, nxt.end() - nl))
             gone += nxt.end() - nl
@@ -842,6 +854,12 @@ def join_partial_records(data: bytes, final: bool, max_line_bytes: int
             removed.append((a, r))
     out.append(data[pos:])
     return b"".join(out), tuple(removed), n
+
+
+def _capped_in(capped_at: tuple[int, ...], lo: int, hi: int) -> bool:
+    """Was a segment cut (capped) within [lo, hi]?"""
+    return bool(capped_at) and bisect.bisect_left(capped_at, lo) != \
+        bisect.bisect_right(capped_at, hi)
 
 
 def _merge_removals(cuts: tuple[tuple[int, int], ...], removed: tuple[tuple[int, int], ...],

@@ -1054,3 +1054,24 @@ def test_a_log_that_is_not_the_kubelet_s_keeps_its_lines():
     raw = b"[2026-12-05 10:00:00] tag P of the thing\nnext line\n"
     lines, _, _ = frame([raw])
     assert [ln.text for ln in lines] == ["[2026-12-05 10:00:00] tag P of the thing", "next line"]
+
+
+@pytest.mark.parametrize("max_line_bytes", [40, 64, 120])
+@settings(max_examples=200, **SETTINGS)
+@given(data=st.data())
+def test_kubelet_records_longer_than_a_line_frame_alike_whatever_the_chunking(
+        max_line_bytes, data):
+    """Records longer than the framer's line cap (a runtime's record size set above it):
+    a capped record is never joined nor held (its rest is gone), so any chunking gives the
+    same lines, each at the offset and line number of its first record."""
+    raw, _ = data.draw(cri_log(), "log")
+    chunks = data.draw(chunkings(raw), "chunks")
+    whole, _, f = frame([raw], max_line_bytes)
+    split, _, f2 = frame(chunks, max_line_bytes)
+    key = [(ln.text, ln.offset, ln.line_number) for ln in whole]
+    assert [(ln.text, ln.offset, ln.line_number) for ln in split] == key
+    assert f.consumed_offset == f2.consumed_offset == len(raw)
+    for text, off, line in key:
+        assert off == 0 or raw[off - 1:off] == b"\n"
+        assert raw[:off].count(b"\n") + 1 == line
+        assert raw.startswith(text[:20].encode(), off)
