@@ -767,6 +767,7 @@ def test_a_pattern_over_the_kubelet_s_container_links_follows_a_new_pod(
     assert [op.reason for op in r.opened()] == ["attach", "rotated"]
 
 
+@pytest.mark.serial    # a latency bound: alone, after the parallel tier (Makefile)
 def test_a_pattern_over_a_huge_directory_does_not_hold_the_event_loop(tmp_path: Path) -> None:
     """60,000 SLURM outputs (a listing's stats take ~0.4 s here) and a job finishing every
     50 ms (the directory changes each time): the listings run in a thread, at most a tenth of
