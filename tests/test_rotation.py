@@ -283,6 +283,43 @@ def test_rotated_while_the_daemon_was_down_the_rest_of_the_old_file_is_read(
     assert not [e for e in r.events if isinstance(e, Skipped)]
 
 
+@pytest.mark.parametrize("compress", [False, True], ids=["rotated", "rotated-and-gzipped"])
+def test_a_log_read_through_a_link_rotated_beside_its_target_while_down(
+        tmp_path: Path, compress: bool) -> None:
+    """The kubelet's layout: /var/log/containers/X.log links to /var/log/pods/.../0.log,
+    which the kubelet rotates (10 MiB by default) to 0.log.DATE beside itself, older ones
+    gzipped.  Rotated while the daemon was down: the rest is found beside the link's target
+    (before: looked for beside the link only, and counted as lost)."""
+    pod = tmp_path / "pods" / "inference_sglang-7d9f_0c1d" / "sglang"
+    pod.mkdir(parents=True)
+    links = tmp_path / "containers"
+    links.mkdir()
+    target = pod / "0.log"
+    target.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
+    link = links / "sglang-7d9f_inference_sglang-a1.log"
+    link.symlink_to(target)
+    pos = read_all_and_stop(link)
+    with open(target, "ab") as f:                  # written while the daemon was down ...
+        f.write(b"".join(numbered(i) for i in range(1001, 2001)))
+    rotated = pod / "0.log.20261205-101010"
+    os.rename(target, rotated)                     # ... then rotated by the kubelet
+    if compress:
+        with open(rotated, "rb") as src, gzip.open(f"{rotated}.gz", "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        rotated.unlink()
+    target.write_bytes(b"".join(numbered(i) for i in range(2001, 2101)))
+
+    async def second() -> Reader:
+        async with Reader(LocalFileSource(str(link), start=pos, rotate_wait=0.3)) as r:
+            await r.wait(lambda: len(r.opened()) == 2 and
+                         len(r.segments()[-1][1]) == target.stat().st_size, 20, "the new file")
+            return r
+
+    r = run(second())
+    assert [n for _, seg in r.segments() for n in line_numbers(seg)] == list(range(1001, 2101))
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
 def test_a_pattern_over_a_log_and_its_rotated_copies_never_takes_an_archive(
         tmp_path: Path) -> None:
     """`server.log*` matches the log, `server.log.1` and logrotate's `server.log.2.gz`,

@@ -383,17 +383,34 @@ class LocalFileSource(FollowsWithCursor):
                     io.close()
 
 
-def _find_unpacked(path: Path, ask: FindRotated) -> IO[bytes] | None:
-    """Ours among the newest compressed copies beside `path`, unpacked (archive.py)."""
+def _beside(path: Path | None) -> list[tuple[Path, str]]:
+    """(directory, name) where rotated copies of the log at `path` are: beside it, and beside
+    the file it links to when it is a symlink."""
+    if path is None:
+        return []
+    out = [(path.parent, path.name)]
     try:
-        names = compressed_rotated_names(path.name, os.listdir(path.parent))
-        by_age = sorted(names, key=lambda n: os.stat(path.parent / n).st_mtime, reverse=True)
+        real = Path(os.path.realpath(path))
+    except (OSError, ValueError):
+        return out
+    if (real.parent, real.name) != out[0]:
+        out.append((real.parent, real.name))
+    return out
+
+
+def _find_unpacked(beside: list[tuple[Path, str]], ask: FindRotated) -> IO[bytes] | None:
+    """Ours among the newest compressed copies of the log (`beside`: where its rotated
+    copies are, `_beside`), unpacked (archive.py)."""
+    try:
+        paths = [d / n for d, base in beside
+                 for n in compressed_rotated_names(base, os.listdir(d))]
+        by_age = sorted(paths, key=lambda p: os.stat(p).st_mtime, reverse=True)
     except OSError:
         return None
     lo, n = before_range(ask)
-    for name in by_age[:MAX_ARCHIVES]:
+    for archive_path in by_age[:MAX_ARCHIVES]:
         try:
-            with open(path.parent / name, "rb") as f:
+            with open(archive_path, "rb") as f:
                 out = unpack(f, lambda head: ask.identity.matches(None, None, head))
         except OSError:
             continue
@@ -433,45 +450,52 @@ class _OpenFile(CursorIO):
         """Our file among the rotated names beside the path, by dev:inode, head and tail; the
         rotated files written after it are held (Cursor Hold)."""
         path, newest = self.source.path, self.source.newest
+        opened_now = newest.reading if newest is not None else None
+        # the log's name, and the file it links to (the kubelet's /var/log/containers/X.log
+        # -> /var/log/pods/.../0.log: rotated to 0.log.DATE beside its target, not the link)
+        named = path if newest is None else \
+            (path.parent / opened_now.name if opened_now is not None and opened_now.name
+             else None)
+        beside = _beside(named)
+        cands: list[Path] = []
         try:
-            if newest is None:
-                names = rotated_names(path.name, os.listdir(path.parent))
-            else:      # the newest matches but the one opened (it is read after ours)
-                opened_now = newest.reading
-                names = [m.name for m in newest.newest_first(await self.source.matches())
-                         if opened_now is None or m.key != opened_now.key]
+            if newest is not None:   # the newest matches but the one opened (read after ours)
+                cands = [path.parent / m.name for m in newest.newest_first(
+                    await self.source.matches()) if opened_now is None or m.key != opened_now.key]
+            for directory, base in beside:
+                cands += [directory / n for n in rotated_names(base, os.listdir(directory))]
         except OSError:
             return False, []
         lo, n = before_range(ask)
-        opened: dict[str, tuple[int, os.stat_result]] = {}
-        ours: str | None = None
-        for name in names:
+        opened: dict[Path, tuple[int, os.stat_result]] = {}
+        ours: Path | None = None
+        for cand in dict.fromkeys(cands):
             try:
-                fd = os.open(path.parent / name, os.O_RDONLY)
+                fd = os.open(cand, os.O_RDONLY)
             except OSError:
                 continue
             st = os.fstat(fd)
-            opened[name] = (fd, st)
+            opened[cand] = (fd, st)
             if ours is None and is_ours(ask, st.st_dev, st.st_ino, st.st_size,
                                         os.pread(fd, HEAD_BYTES, 0), os.pread(fd, n, lo)):
-                ours = name
+                ours = cand
         held: list[tuple[int, int, int]] = []
         if ours is not None:
             self.close()
             self.found = self.fd = opened.pop(ours)[0]
             if newest is not None:
-                newest.read(_match_of(path.parent / ours, os.fstat(self.fd)))
+                newest.read(_match_of(ours, os.fstat(self.fd)))
             later = later_files(os.fstat(self.fd).st_mtime,
-                                [(k, v[1].st_dev, v[1].st_mtime) for k, v in opened.items()])
+                                [(str(k), v[1].st_dev, v[1].st_mtime) for k, v in opened.items()])
             for name in later:
-                fd, st = opened.pop(name)
+                fd, st = opened.pop(Path(name))
                 self.source._held.append(fd)
-                self.source._held_path[fd] = path.parent / name
+                self.source._held_path[fd] = Path(name)
                 held.append((st.st_dev, st.st_ino, st.st_size))
         for fd, _ in opened.values():
             os.close(fd)
-        if ours is None and newest is None:       # compressed at its rotation (archive.py)
-            unpacked = await asyncio.to_thread(_find_unpacked, path, ask)
+        if ours is None and beside:       # compressed at its rotation (archive.py)
+            unpacked = await asyncio.to_thread(_find_unpacked, beside, ask)
             if unpacked is not None:
                 self.close()
                 self.unpacked = unpacked
