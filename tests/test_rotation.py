@@ -496,6 +496,50 @@ def test_ssh_rotated_and_compressed_archive_damaged_the_loss_is_said(
     assert r.segments()[-1][1] == new
 
 
+@pytest.mark.parametrize("transport,compress", [("stream", False), ("stream", True),
+                                                ("sftp", False)])
+def test_ssh_a_linked_log_rotated_beside_its_target_while_disconnected(
+        sshd_server: SSHServer, tmp_path: Path, transport: str, compress: bool) -> None:
+    """The kubelet's layout read over SSH: the link's target rotated to 0.log.DATE (gzipped
+    too) while the connection was down: found beside the target, the rest read."""
+    server = sshd_server
+    pod = tmp_path / "pods" / "inference_sglang-7d9f_0c1d" / "sglang"
+    pod.mkdir(parents=True)
+    (tmp_path / "containers").mkdir()
+    target = pod / "0.log"
+    target.write_bytes(b"".join(numbered(i) for i in range(1, 2001)))
+    link = tmp_path / "containers" / "sglang-7d9f_inference_sglang-a1.log"
+    link.symlink_to(target)
+
+    async def main() -> Reader:
+        pool = SSHPool()
+        try:
+            async with Reader(ssh_source(server, link, pool, transport)) as r:
+                await r.wait(lambda: r.data_bytes() == target.stat().st_size, 20, "the log")
+                await asyncio.to_thread(server.stop)
+                with open(target, "ab") as f:
+                    f.write(b"".join(numbered(i) for i in range(2001, 4001)))
+                rotated = pod / "0.log.20261205-101010"
+                os.rename(target, rotated)
+                if compress:
+                    with open(rotated, "rb") as src, gzip.open(f"{rotated}.gz", "wb") as dst:
+                        shutil.copyfileobj(src, dst)
+                    rotated.unlink()
+                target.write_bytes(b"".join(numbered(i, "new ") for i in range(1, 101)))
+                await asyncio.to_thread(server.start)
+                await r.wait(lambda: len(r.opened()) >= 2 and r.segments()[-1][0].new_file
+                             and len(r.segments()[-1][1]) == target.stat().st_size, 40,
+                             "the new file")
+                return r
+        finally:
+            await pool.close()
+
+    r = run(main())
+    old = [n for _, seg in r.segments()[:-1] for n in line_numbers(seg)]
+    assert old == list(range(1, 4001))
+    assert not [e for e in r.events if isinstance(e, Skipped)]
+
+
 def test_daemon_counts_and_shows_a_loss_over_ssh(sshd_server: SSHServer, tmp_path: Path,
                                                 daemons: Any) -> None:
     server = sshd_server

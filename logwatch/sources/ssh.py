@@ -664,19 +664,36 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
     return out
 
 
-async def find_unpacked(sftp: Any, parent: str, base: str, ask: FindRotated) -> Any | None:
-    """Ours among the newest compressed copies of `base` on the node, fetched and unpacked
-    here (archive.py): the first MiB of each tells whether it is ours before the rest is
-    fetched.  A handle-like `Unpacked`, or None."""
+async def remote_beside(sftp: Any, path: str | None) -> list[tuple[str, str]]:
+    """(directory, name) where rotated copies of the log at `path` are on the node: beside
+    it, and beside the file it links to (the kubelet's /var/log/containers links)."""
+    if path is None:
+        return []
+    out = [(posixpath.dirname(path) or "/", posixpath.basename(path))]
     try:
-        names = compressed_rotated_names(base, [str(n) for n in await sftp.listdir(parent)])
-        ages = [(await sftp.stat(posixpath.join(parent, n))).mtime or 0 for n in names]
+        real = str(await sftp.realpath(path))
+    except (asyncssh.SFTPError, OSError):
+        return out
+    there = (posixpath.dirname(real) or "/", posixpath.basename(real))
+    return out if there == out[0] else out + [there]
+
+
+async def find_unpacked(sftp: Any, beside: list[tuple[str, str]], ask: FindRotated
+                        ) -> Any | None:
+    """Ours among the newest compressed copies of the log on the node (`beside`:
+    `remote_beside`), fetched and unpacked here (archive.py): the first MiB of each tells
+    whether it is ours before the rest is fetched.  A handle-like `Unpacked`, or None."""
+    try:
+        paths = [posixpath.join(d, n) for d, base in beside
+                 for n in compressed_rotated_names(base, [str(x) for x in
+                                                          await sftp.listdir(d)])]
+        ages = [(await sftp.stat(p)).mtime or 0 for p in paths]
     except asyncssh.SFTPError:
         return None
     lo, n = before_range(ask)
-    for _, name in sorted(zip(ages, names), reverse=True)[:MAX_ARCHIVES]:
+    for _, name in sorted(zip(ages, paths), reverse=True)[:MAX_ARCHIVES]:
         try:
-            f = await sftp.open(posixpath.join(parent, name), "rb")
+            f = await sftp.open(name, "rb")
         except asyncssh.SFTPError:
             continue
         copy = None
@@ -789,25 +806,17 @@ class _RemoteFile(CursorIO):
         """Our file among the rotated names beside the path, by its head, its size and the
         bytes before our offset (and dev:inode, which only the streamed reader tells); the
         rotated files written after it are held (streamed reader only: by dev:inode)."""
-        path, newest = self.source.target.path, self.source.newest
-        parent, base = posixpath.split(path)
+        newest = self.source.newest
         try:
-            if newest is None:
-                names = rotated_names(base, [str(n) for n in
-                                             await self.sftp.listdir(parent or "/")])
-            else:      # the newest matches but the one opened (it is read after ours)
-                opened_now = newest.reading
-                found = await remote_matches(self.sftp, path, newest)
-                names = [m.name for m in newest.newest_first(found)
-                         if opened_now is None or m.key != opened_now.key]
+            names, beside = await self._rotated_candidates()
         except asyncssh.SFTPError:
             return False, []
         lo, n = before_range(ask)
         cands: dict[str, tuple[Any, Any]] = {}
         ours: Any = None
-        for name in names:
+        for name in dict.fromkeys(names):
             try:
-                cand = await self.sftp.open(posixpath.join(parent, name), "rb")
+                cand = await self.sftp.open(name, "rb")
             except asyncssh.SFTPError:
                 continue
             try:
@@ -824,26 +833,48 @@ class _RemoteFile(CursorIO):
         if ours is not None:
             self.f, attrs = cands.pop(ours)   # read from now on; _follow closes both handles
             if newest is not None:
-                newest.read(Match(ours, getattr(attrs, "dev", None), getattr(attrs, "ino", None),
+                newest.read(Match(posixpath.basename(ours), getattr(attrs, "dev", None),
+                                  getattr(attrs, "ino", None),
                                   int((attrs.mtime or 0) * 1_000_000_000)))
             later = later_files(attrs.mtime, [(k, getattr(a, "dev", None), a.mtime)
                                               for k, (_, a) in cands.items()])
             for name in later:
                 cand, a = cands.pop(name)
                 self.source._held.append(cand)
-                self.source._held_path[id(cand)] = posixpath.join(parent, name)
+                self.source._held_path[id(cand)] = name
                 held.append((a.dev, a.ino, a.size or 0))
         for cand, _ in cands.values():
             try:
                 await cand.close()
             except (OSError, asyncssh.Error):
                 pass
-        if ours is None and newest is None:       # compressed at its rotation (archive.py)
-            unpacked = await find_unpacked(self.sftp, parent or "/", base, ask)
+        if ours is None and beside:       # compressed at its rotation (archive.py)
+            unpacked = await find_unpacked(self.sftp, beside, ask)
             if unpacked is not None:
                 self.f = unpacked                 # read from now on; _follow closes it
                 return True, []
         return ours is not None, held
+
+    async def _rotated_candidates(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """The paths FindRotated looks at (a pattern's newest matches but the one opened,
+        then the rotated names beside the log and beside the file it links to), and those
+        places (`remote_beside`)."""
+        path, newest = self.source.target.path, self.source.newest
+        parent = posixpath.dirname(path) or "/"
+        opened_now = newest.reading if newest is not None else None
+        named = path if newest is None else \
+            (posixpath.join(parent, opened_now.name) if opened_now is not None and
+             opened_now.name else None)
+        beside = await remote_beside(self.sftp, named)
+        names: list[str] = []
+        if newest is not None:     # the one opened is read after ours
+            found = await remote_matches(self.sftp, path, newest)
+            names = [posixpath.join(parent, m.name) for m in newest.newest_first(found)
+                     if opened_now is None or m.key != opened_now.key]
+        for directory, base in beside:
+            names += [posixpath.join(directory, n) for n in rotated_names(
+                base, [str(x) for x in await self.sftp.listdir(directory)])]
+        return names, beside
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
         """Open the file the path names and keep it, if it is still `ask`'s (only asked

@@ -116,6 +116,8 @@ def op_read(h, pos, n):
     return {}, os.pread(fds[h], n, pos)
 def op_list(path):
     return {"names": [os.fsdecode(n) for n in os.listdir(os.fsencode(path))]}, b""
+def op_real(path):
+    return {"path": os.path.realpath(path)}, b""
 def op_match(path, pattern):
     import fnmatch
     files = []
@@ -188,7 +190,7 @@ def grep_read(fd):
     if grep_queue:
         grep_start(*grep_queue.pop(0))
 OPS = {"open": op_open, "fstat": op_fstat, "stat": op_stat, "read": op_read, "list": op_list,
-       "match": op_match, "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
+       "match": op_match, "real": op_real, "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
 def handle(line):
     req = json.loads(line.decode())
     rid, op, args = req[0], req[1], req[2:]
@@ -568,6 +570,10 @@ class ExecFS:
 
     async def listdir(self, path: str) -> list[str]:
         return list((await self.call("list", path))[0]["names"])
+
+    async def realpath(self, path: str) -> str:
+        """The path with its symlinks resolved, on the node (where a linked log is rotated)."""
+        return str((await self.call("real", path))[0]["path"])
 
     async def matching(self, path: str, pattern: str) -> list[tuple[str, Attrs]]:
         """The regular files in directory `path` whose names match `pattern` (fnmatch,
