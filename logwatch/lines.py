@@ -357,8 +357,9 @@ class Framer:
                     unfolded, joins, keep = unfold_rows(clean, RowFolds(off=True), True)
                 else:
                     raw_len -= held_len
-            if joins:
-                cuts = _shift_cuts(cuts, joins, cleaned)
+            if joins:    # each fold's newline, one byte (a CRLF fold's too)
+                cuts = _merge_removals(cuts, tuple((j + k, 1) for k, j in enumerate(joins)),
+                                       cleaned)
             clean = unfolded
             if keep == 0 and raw_len == 0:  # all of it waits for the next line
                 return None
@@ -892,24 +893,4 @@ def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
     for a, r in removed:
         out.append(a - gone)
         gone += r
-    return tuple(out)
-
-
-def _shift_cuts(cuts: tuple[tuple[int, int], ...], joins: tuple[int, ...],
-                cleaned: bool) -> tuple[tuple[int, int], ...]:
-    """Merge the newlines `unfold_rows` removed into a block's cut list (positions in the
-    joined data, raw bytes missing up to there; a CRLF fold counts one byte)."""
-    if cleaned:  # inner offsets are approximate anyway
-        return cuts
-    out: list[tuple[int, int]] = []
-    k = 0
-    for pos, total in cuts:  # positions before the joins were made
-        while k < len(joins) and joins[k] + k < pos:
-            out.append((joins[k], (out[-1][1] if out else 0) + 1))
-            k += 1
-        out.append((pos - k, total + k))
-    cap_total = cuts[-1][1] if cuts else 0
-    while k < len(joins):
-        out.append((joins[k], cap_total + k + 1))
-        k += 1
     return tuple(out)

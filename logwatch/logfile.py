@@ -18,11 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from .sources.base import MAGIC_BYTES, compression_of
-
-# the standard library's module reading each format (imported when one is met, not at every
-# start of the CLI); zstd has none before Python 3.14
-_MODULES = {"gzip": "gzip", "bzip2": "bz2", "xz": "lzma"}
+from .sources.base import MAGIC_BYTES, compression_of, decompressing
 
 
 class LogFileError(Exception):
@@ -93,28 +89,17 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         if kind is None:
             yield raw
             return
-        if kind not in _MODULES:
+        reader = decompressing(kind, raw)
+        if reader is None:    # zstd: no decoder in the standard library before 3.14
             raise LogFileError(f"{path}: {kind}-compressed, which logwatch does not decode; "
                                f"pipe it in: {kind} -dc {path} | logwatch ... -")
-        decoded = _Decoded(_reader(_MODULES[kind], raw), raw, kind, path)
+        decoded = _Decoded(reader, raw, kind, path)
         yield decoded       # type: ignore[misc]
         if decoded.damage is not None:
             raise DamagedLog(decoded.damage)
     finally:
         if raw is not sys.stdin.buffer:
             raw.close()
-
-
-def _reader(module: str, raw: BinaryIO) -> BinaryIO:
-    """The decompressing file of `module` over `raw` (which it does not close)."""
-    if module == "gzip":
-        import gzip
-        return gzip.GzipFile(fileobj=raw, mode="rb")
-    if module == "bz2":
-        import bz2
-        return bz2.BZ2File(raw)
-    import lzma
-    return lzma.LZMAFile(raw)
 
 
 def _decode_errors() -> tuple[type[Exception], ...]:

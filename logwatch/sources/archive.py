@@ -14,23 +14,17 @@ held then stays counted as lost, as before.
 
 from __future__ import annotations
 
-import bz2
-import gzip
+import io
 import lzma
 import os
 import shutil
 import tempfile
 import zlib
-from typing import IO, Any, Callable
+from typing import IO, Callable
 
-from .base import HEAD_BYTES, compression_of
+from .base import HEAD_BYTES, compression_of, decompressing
 
-_SUFFIXES = (".gz", ".bz2", ".xz")
-_OPEN: dict[str, Callable[[Any], IO[bytes]]] = {
-    "gzip": lambda f: gzip.GzipFile(fileobj=f, mode="rb"),
-    "bzip2": lambda f: bz2.BZ2File(f, "rb"),
-    "xz": lambda f: lzma.LZMAFile(f, "rb"),
-}
+_SUFFIXES = (".gz", ".bz2", ".xz")       # the archives `decompressing` reads
 _ERRORS = (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError)
 MAX_ARCHIVES = 3          # the newest compressed copies looked into
 MAX_UNPACKED = 2 << 30    # bytes unpacked of one archive at most (a bomb, a runaway log)
@@ -48,11 +42,12 @@ def head_of(compressed: bytes) -> bytes | None:
     """The first HEAD_BYTES a compressed file's first bytes decompress to (fewer when it
     holds fewer), or None: not gzip / bzip2 / xz, or not decodable."""
     kind = compression_of(compressed)
-    if kind not in _OPEN:
+    f = decompressing(kind, io.BytesIO(compressed)) if kind else None
+    if f is None:
         return None
     out = b""
     try:
-        with _OPEN[kind](_Prefix(compressed)) as f:
+        with f:
             while len(out) < HEAD_BYTES:
                 part = f.read(HEAD_BYTES - len(out))
                 if not part:
@@ -71,47 +66,22 @@ def unpack(archive: IO[bytes], head_matches: Callable[[bytes], bool]) -> IO[byte
     MAX_UNPACKED, or damaged.  Blocking: run it in a thread."""
     kind = compression_of(archive.read(16))
     archive.seek(0)
-    if kind not in _OPEN:
+    f = decompressing(kind, archive) if kind else None  # type: ignore[arg-type]
+    if f is None:
         return None
     out = tempfile.TemporaryFile()
     try:
-        with _OPEN[kind](archive) as f:
+        with f:
             head = f.read(HEAD_BYTES)
             if not head_matches(head):
                 raise ValueError("another file")
             out.write(head)
-            copied = shutil.copyfileobj
-            copied(_Bounded(f, MAX_UNPACKED - len(head)), out, 1 << 20)
+            shutil.copyfileobj(_Bounded(f, MAX_UNPACKED - len(head)), out, 1 << 20)
         out.flush()
         return out
     except _ERRORS:
         out.close()
         return None
-
-
-class _Prefix:
-    """The first bytes of a file as a file object (the rest unknown: EOF)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
-
-    def read(self, n: int = -1) -> bytes:
-        end = len(self.data) if n is None or n < 0 else self.pos + n
-        out, self.pos = self.data[self.pos:end], min(end, len(self.data))
-        return out
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    @property
-    def closed(self) -> bool:
-        return False
 
 
 class _Bounded:

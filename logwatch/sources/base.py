@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
-from typing import Any, AsyncIterator, Protocol
+from typing import Any, AsyncIterator, BinaryIO, Protocol
 
 HEAD_BYTES = 1024      # the identity of a file: a hash of its first bytes (plus dev/inode)
 TAIL_BYTES = 256       # and a hash of the bytes just before a saved offset
@@ -171,6 +171,26 @@ def compression_of(head: bytes) -> str | None:
     if head[:3] == b"BZh" and head[3:4] in b"123456789" and len(head) >= 10 and \
             head[4:10] in (b"1AY&SY", b"\x17rE8P\x90"):
         return "bzip2"
+    return None
+
+
+# names logrotate (and people) give compressed logs: finished, never the one being written
+ARCHIVE_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
+
+
+def decompressing(kind: str, raw: BinaryIO) -> BinaryIO | None:
+    """The standard library's decompressing file of `kind` ("gzip", "bzip2", "xz") over
+    `raw`, which it does not close; None for a kind it has no decoder for (zstd before
+    Python 3.14).  Imported when one is met, not at every start of the CLI."""
+    if kind == "gzip":
+        import gzip
+        return gzip.GzipFile(fileobj=raw, mode="rb")  # type: ignore[return-value]
+    if kind == "bzip2":
+        import bz2
+        return bz2.BZ2File(raw)  # type: ignore[return-value]
+    if kind == "xz":
+        import lzma
+        return lzma.LZMAFile(raw)  # type: ignore[return-value]
     return None
 
 

@@ -59,8 +59,8 @@ from typing import Any, AsyncIterator, Protocol
 
 from .. import log
 from .base import (
-    HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, SourceEvent,
-    SourceState, digest, identity_of,
+    ARCHIVE_SUFFIXES, HEAD_BYTES, TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped,
+    SourceEvent, SourceState, digest, identity_of,
 )
 
 
@@ -143,7 +143,6 @@ Action = Read | Locate | Look | Poll | Reopen | FindRotated | Hold
 
 # names a rotated copy of a log is given beside it: `x.log.1`, `x.log-20261202`, `x.log.old`;
 # compressed ones are looked into after these (sources/archive.py)
-_COMPRESSED = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
 MAX_CANDIDATES = 20
 
 
@@ -154,7 +153,7 @@ def rotated_names(base: str, names: list[str]) -> list[str]:
     for n in names:
         if n == base or not n.startswith(base) or n[len(base)] not in ".-_":
             continue
-        if n.lower().endswith(_COMPRESSED):
+        if n.lower().endswith(ARCHIVE_SUFFIXES):
             continue
         out.append(n)
     return sorted(out)[:MAX_CANDIDATES]

@@ -27,7 +27,7 @@ import posixpath
 from collections import deque
 from dataclasses import dataclass
 
-from .base import SourceError
+from .base import ARCHIVE_SUFFIXES, SourceError
 
 _GLOB = frozenset("*?[")
 MAX_LEFT = 256         # files left remembered (a directory of thousands of old launches)
@@ -56,10 +56,6 @@ def check_pattern(path: str) -> None:
         raise SourceError(problem)
 
 
-# a compressed file is a finished log (logrotate's archives), never the one being written
-_ARCHIVES = (".gz", ".bz2", ".xz", ".zst", ".lz4", ".z", ".zip")
-
-
 def matching(pattern: str, names: list[str]) -> list[str]:
     """The names in the pattern's directory that match its file name (hidden files only when
     the pattern starts with a dot, as a shell's glob), compressed archives left out (a
@@ -67,7 +63,7 @@ def matching(pattern: str, names: list[str]) -> list[str]:
     name = posixpath.basename(pattern)
     hidden = name.startswith(".")
     return [n for n in names if (hidden or not n.startswith("."))
-            and fnmatch.fnmatchcase(n, name) and not n.lower().endswith(_ARCHIVES)]
+            and fnmatch.fnmatchcase(n, name) and not n.lower().endswith(ARCHIVE_SUFFIXES)]
 
 
 @dataclass(frozen=True, slots=True)
