@@ -727,7 +727,10 @@ def test_a_pattern_follows_each_new_launch_file_once_and_in_order(tmp_path: Path
 
     r = run(main())
     segs = r.segments()
-    assert [op.reason for op, _ in segs] == ["attach", "rotated", "rotated"]
+    # the followed file deleted, then the next one written: "recreated" when a look fell
+    # between the two (the path named nothing, and ours had no link left), else "rotated"
+    assert [op.reason for op, _ in segs][:2] == ["attach", "rotated"]
+    assert segs[2][0].reason in ("rotated", "recreated")
     assert [b.count(b"launch") for _, b in segs] == [6, 5, 5]
     assert b"launch 1" not in r.stream() and b"again" not in r.stream()
     assert segs[0][0].offset == 0 and all(op.new_file for op, _ in segs[1:])

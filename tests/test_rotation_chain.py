@@ -336,11 +336,12 @@ def copytruncate_window(tmp_path: Path, batch_interval: float) -> float:
     return lost * 1000.0 / writer.rate        # 1 line = 1 ms
 
 
-@pytest.mark.serial
-def test_the_copytruncate_window_is_the_read_batch(tmp_path: Path) -> None:
-    """What copytruncate can lose is what the server wrote between logwatch's last read and
-    the truncation: at most one read batch (the daemon reads a growing local log at most
-    every 100 ms).  Measured, 5 times: README states the figures."""
+def test_a_copytruncate_loses_nothing_its_copy_holds(tmp_path: Path) -> None:
+    """What the server wrote between logwatch's last read and the truncation (up to one read
+    batch: the daemon reads a growing local log at most every 100 ms) is read from the copy
+    (tests/test_copytruncate.py).  Before, 10, 50, 80, 80 and 90 ms of lines were lost in 5
+    tries; the copy and the truncation here are one step of the writer (logrotate's own gap
+    between them: tests/test_copytruncate.py)."""
     windows = [copytruncate_window(tmp_path / str(k), 0.1) for k in range(5)]
     print("copytruncate window (ms):", windows)
-    assert max(windows) <= 150, windows
+    assert windows == [0.0] * 5, windows

@@ -28,7 +28,17 @@ Why it decides what it decides:
   our offset, else a new file read from byte 0 (`rotated`).
 * Truncation: every read starts with the TAIL_BYTES before our offset; if they changed, or
   the file is shorter than our offset, it was truncated and written again: `truncated`, from
-  byte 0.  A file that does not grow is re-checked that way every `check_every`.
+  byte 0.  A file that does not grow is re-checked that way every `check_every`.  First a
+  copy is looked for (FindRotated with `copy`: logrotate's `copytruncate` copied the log
+  before truncating it, so the copy beside it holds what we had not read): found, it is
+  read from our offset to its end, then the truncated file (Reopen).  The same happens when
+  the truncation happened while we were not reading (same dev:inode, other bytes).
+* A hole: a writer that does not append (`server > log`) writes on at its old offset after
+  a truncation, so the file begins with zeros as long as what it had written.  Reading
+  starts where they end, found in a few small reads (`_skip_hole`); that offset is exactly
+  what the writer had written, so what neither our reading nor a copy reached is said lost
+  to the byte (`_say_cut`).  The Opened of a truncated file still empty waits for its
+  first bytes, which tell whether they are a hole.
 * Rotation: every `check_every` the path is looked at.  Another file there (rename rotation,
   or a new file after a deletion): ours is read to its end (a descriptor / SFTP handle still
   reads a renamed or deleted file), and on while it grows, until it has been quiet for
@@ -137,6 +147,10 @@ class FindRotated:
     identity: FileIdentity
     offset: int
     tail_sha: str | None
+    # logrotate's `copytruncate`: ours was copied, then truncated in place.  The copy is
+    # another inode holding our bytes: told by its head and the bytes before `offset` only
+    # (`identity` carries no dev:inode), and nothing is held after it.
+    copy: bool = False
 
 
 Action = Read | Locate | Look | Poll | Reopen | FindRotated | Hold
@@ -215,8 +229,14 @@ GONE_LOOK = 0.1        # seconds between looks while the path names nothing
 MAX_HELD = 64          # files held at once (a rotation every few ms would exhaust descriptors)
 
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
-_READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain"})
+_READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain",
+                    "hole", "hole_end"})
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
+# A writer that does not append (`server > log`, not `>>`) writes on at its old offset after
+# a truncation: the file then begins with a hole of zeros as long as what it had written.
+HOLE_PROBE = 64        # bytes a probe reads: all zero = still inside the hole
+HOLE_STEP = 64 << 10   # the first probe's distance past the head; doubled until past the hole
+HOLE_SCAN = 64 << 10   # the hole's end is known to this much: read it byte by byte
 
 
 class Cursor:
@@ -267,6 +287,15 @@ class Cursor:
         self._holding: tuple[int, int] = (0, 0)   # the pending Hold's dev:inode
         self._hold_size = 0                  # and the path's size when it was seen
         self._lost_held: list[HeldFile] = []  # held when the connection was lost
+        self._head = b""                     # the first bytes of the file just opened
+        self._copying = False                # draining the copy of a truncated file
+        # at a truncation, where our reading of the old bytes ended (in the file or its
+        # copy): a writer that leaves a hole tells how much more it had written (lost)
+        self._cut: int | None = None
+        self._hole = (0, -1)                 # the hole search: (all zero before, not zero at)
+        # the Opened of a truncated file still empty: said with its first bytes, which may
+        # be a hole's zeros (then it is said past them)
+        self._pending: Opened | None = None
         # the current poll cycle: read, complete the head, verify, look, wait
         self._size = 0
         self._now = 0.0
@@ -291,6 +320,8 @@ class Cursor:
         self._doing, self._phase = "", "done"
         self._mtime = mtime
         self._file = identity_of(dev, ino, head)
+        self._head = head
+        self._pending = None
         self._size = size
         self._left = False
         if self._switch is not None:
@@ -306,6 +337,11 @@ class Cursor:
                 return self._ask(Read(lo, saved.offset - lo), "resume")
             if saved is not None and saved.identity is not None and self.can_find and \
                     saved.offset > 0:
+                if self._same_inode(saved.identity):
+                    # truncated in place while the daemon was down: a copy beside it?
+                    self._cut = saved.offset
+                    return self._ask(self._copy_search(saved.identity, saved.offset,
+                                                       saved.tail_sha), "find_saved_copy")
                 # rotated while the daemon was down?  The rest of ours may be beside the path
                 return self._ask(FindRotated(saved.identity, saved.offset, saved.tail_sha),
                                  "find_saved")
@@ -324,6 +360,8 @@ class Cursor:
     def found(self, ok: bool, held: list[tuple[int, int, int]] | tuple[()] = ()) -> Action:
         """The answer to FindRotated: our file was found (the source reads it now) or not;
         `held`: (dev, ino, size) of the later rotated files the source now holds."""
+        if self._doing in ("find_copy", "find_saved_copy", "find_reconnect_copy"):
+            return self._found_copy(ok)
         self._held = [HeldFile(*h) for h in held] if ok else []
         if self._doing == "find_saved":
             saved = self.saved
@@ -377,7 +415,64 @@ class Cursor:
                              nbytes=h.size)
             self._events.append(Skipped(h.size, msg))
 
+    def _same_inode(self, ident: FileIdentity) -> bool:
+        """Is the file just opened the file `ident` was taken from (by dev:inode)?"""
+        f = self._file
+        return f is not None and f.dev is not None and ident.dev is not None and \
+            (f.dev, f.ino) == (ident.dev, ident.ino)
+
+    def _copy_search(self, ident: FileIdentity, offset: int, tail_sha: str | None
+                     ) -> FindRotated:
+        """FindRotated for a copy of the file `ident`: its bytes, another inode."""
+        return FindRotated(FileIdentity(None, None, ident.head_len, ident.head_sha), offset,
+                           tail_sha, copy=True)
+
+    def _found_copy(self, ok: bool) -> Action:
+        """The answer to a copy search (a truncation seen live, after a lost connection, or
+        while the daemon was down): found, the copy is read from our offset to its end, then
+        the truncated file from its start; not found, the truncated file at once (where a
+        writer that left a hole tells what was lost: `_say_cut`)."""
+        doing = self._doing
+        if doing == "find_saved_copy":
+            saved = self.saved
+            assert saved is not None
+            if not ok:     # (or deleted, and its inode given to the new log): as before
+                self._cut = None
+                return self._ask(FindRotated(saved.identity, saved.offset, saved.tail_sha),
+                                 "find_saved")
+            self.log.info("the log was truncated since the position was saved "
+                          "(copytruncate): reading the rest of the copy, then the log",
+                          saved_offset=saved.offset)
+            self._file, self._drain_after, self._copying = saved.identity, True, True
+            self.truncations += 1
+            return self._start(saved.offset, saved.line_number, "resume", False)
+        assert self.offset is not None
+        if doing == "find_reconnect_copy":
+            if not ok:     # (or deleted, and its inode given to the new log): as before
+                assert self.identity is not None
+                self._cut = None
+                return self._ask(FindRotated(self.identity, self.offset,
+                                             digest(self.last) if self.last else None),
+                                 "find_reconnect")
+            self.truncations += 1
+            self._count_vanished()
+            self._gone = None
+            self._events.append(Opened(self.offset, 0, self.identity, "reconnected", False))
+        if not ok:
+            return self._ask(Read(0, HEAD_BYTES), "truncated")
+        self.log.info("the log was truncated after a copy of it was made (copytruncate): "
+                      "reading the rest of the copy first", offset=self.offset)
+        self._leaving, self._left, self._copying = "truncated", True, True
+        return self._ask(Read(self.offset, self.read_size), "drain")
+
     def _left_while_away(self) -> Action:
+        if self.can_find and self.identity is not None and self._same_inode(self.identity):
+            # the same file, truncated while we were not reading: a copy beside it?
+            assert self.offset is not None
+            self._cut = self.offset
+            return self._ask(self._copy_search(self.identity, self.offset,
+                                               digest(self.last) if self.last else None),
+                             "find_reconnect_copy")
         if self.can_find:
             assert self.identity is not None and self.offset is not None
             return self._ask(FindRotated(self.identity, self.offset,
@@ -422,12 +517,57 @@ class Cursor:
 
     def _start(self, offset: int, line_number: int, reason: str, new_file: bool,
                last: bytes | None = None) -> Action:
-        """Read from `offset` of the file just opened, once the bytes before it are known."""
+        """Read from `offset` of the file just opened, once the bytes before it are known
+        (from its start: past the hole it may begin with, `_hole_end`)."""
         self._begin = (offset, line_number, reason, new_file)
+        if offset == 0 and self._head[:1] == b"\0":
+            return self._skip_hole(self._head)
         if last is None and offset > 0:
             lo = max(0, offset - TAIL_BYTES)
             return self._ask(Read(lo, offset - lo), "last")
         return self._got_last(last or b"")
+
+    def _skip_hole(self, first: bytes) -> Action:
+        """The file's `first` bytes begin with a zero: read from where the zeros end."""
+        zeros = len(first) - len(first.lstrip(b"\0"))
+        if zeros < len(first):
+            return self._past_hole(zeros)
+        self._hole = (zeros, -1)
+        return self._probe_hole()
+
+    def _probe_hole(self) -> Action:
+        """The file begins with zeros (a non-appending writer after a truncation): find
+        where they end in a few small reads (doubling, then halving), not by reading them."""
+        lo, hi = self._hole
+        if hi < 0:
+            return self._ask(Read(max(HOLE_STEP, 2 * lo), HOLE_PROBE), "hole")
+        if hi - lo <= HOLE_SCAN:
+            return self._ask(Read(lo, max(0, hi - lo)), "hole_end")
+        return self._ask(Read((lo + hi) // 2, HOLE_PROBE), "hole")
+
+    def _got_hole(self, data: bytes) -> Action:
+        lo, hi = self._hole
+        pos = max(HOLE_STEP, 2 * lo) if hi < 0 else (lo + hi) // 2
+        zeros = len(data) - len(data.lstrip(b"\0"))
+        if data and zeros == len(data):
+            self._hole = (pos + len(data), hi)        # zero up to here (zero in between)
+        else:
+            self._hole = (lo, pos + zeros)            # not zero at pos + zeros (or the end)
+        return self._probe_hole()
+
+    def _got_hole_end(self, data: bytes) -> Action:
+        lo, _ = self._hole
+        return self._past_hole(lo + len(data) - len(data.lstrip(b"\0")))
+
+    def _past_hole(self, end: int) -> Action:
+        """The zeros end at `end`: read from there (said: the writer should append)."""
+        offset, line_number, reason, new_file = self._begin
+        self.log.warning("the log begins with zeros (a hole): its writer does not append "
+                         "(`>` instead of `>>`, or no O_APPEND), so after a truncation it "
+                         "writes on at its old offset; skipped to the first byte written",
+                         zeros=end)
+        self._head = b""
+        return self._start(end, line_number, reason, new_file)
 
     def _got_last(self, data: bytes) -> Action:
         offset, line_number, reason, new_file = self._begin
@@ -435,14 +575,36 @@ class Cursor:
         self.identity, self._gone, self._doing = self._file, None, ""
         self._seen = self._size
         attach = reason == "attach"
-        self._events.append(Opened(offset, line_number, self.identity, reason, new_file,
-                                   self._size if attach else None,
-                                   self._mtime if attach else None))
+        ev = Opened(offset, line_number, self.identity, reason, new_file,
+                    self._size if attach else None, self._mtime if attach else None)
+        if reason == "truncated" and offset == 0 and self._size == 0:
+            self._pending = ev      # its first bytes tell whether it begins with a hole
+        else:
+            if reason == "truncated":
+                self._say_cut(offset)
+            self._cut = None
+            self._events.append(ev)
         if self._drain_after:
             self._drain_after = False
-            self._leaving, self._left = "rotated", True
+            self._leaving, self._left = "truncated" if self._copying else "rotated", True
             return self._ask(Read(offset, self.read_size), "drain")
         return Poll()
+
+    def _say_cut(self, start: int) -> None:
+        """The truncated file is read from `start`.  A writer that does not append left a
+        hole of `start` bytes: it had written that much before the truncation, so what our
+        reading (of the file, then of its copy) did not reach is known, lost, and said.  An
+        appending writer tells nothing: what it wrote between our last read and the
+        truncation (one read batch) is lost unknown, unless a copy held it."""
+        cut, self._cut = self._cut, None
+        if cut is None or start <= cut:
+            return
+        lost = start - cut
+        self.log.warning("the log was truncated before all of it was read, and no copy beside "
+                         "it holds the rest: lost", nbytes=lost)
+        self._events.append(Skipped(lost, (
+            f"{self.path} was truncated (logrotate copytruncate) before {lost} bytes of it were "
+            f"read, and no copy beside it holds them: lost")))
 
     # following ----------------------------------------------------------------------------
 
@@ -583,6 +745,15 @@ class Cursor:
         if not chunk:          # shorter than it was a moment ago: the next cycle will tell
             self._phase = "head"
             return self._next()
+        if self._pending is not None:
+            # the first bytes of a truncated file that was empty: a hole, or the new log
+            opening, self._pending = self._pending, None
+            if chunk[:1] == b"\0":
+                self._begin = (0, opening.line_number, opening.reason, opening.new_file)
+                self._file = self.identity
+                return self._skip_hole(chunk)
+            self._cut = None
+            self._events.append(opening)
         self._take(chunk)
         self._got = self._verified = True
         return self._next()
@@ -597,13 +768,26 @@ class Cursor:
         self.truncations += 1
         self.log.warning("log truncated: reading it again from the start",
                          offset=self.offset, size=self._size)
+        assert self.offset is not None and self.identity is not None
+        self._cut = self.offset
+        if self.can_find and self.offset > 0 and not self._left:
+            # logrotate's copytruncate: what we had not read yet is in the copy beside it
+            return self._ask(self._copy_search(self.identity, self.offset,
+                                               digest(self.last) if self.last else None),
+                             "find_copy")
         return self._ask(Read(0, HEAD_BYTES), "truncated")
 
     def _got_truncated(self, data: bytes) -> Action:
         assert self.identity is not None
         self.identity = identity_of(self.identity.dev, self.identity.ino, data)
         self.offset, self.line_number, self.last = 0, 1, b""
-        self._events.append(Opened(0, 1, self.identity, "truncated", True))
+        ev = Opened(0, 1, self.identity, "truncated", True)
+        if not data or data[:1] == b"\0":
+            # empty, or a hole (the writer does not append): said with its first bytes
+            self._pending = ev
+        else:
+            self._cut = None
+            self._events.append(ev)
         self._phase = "read"
         return self._next()
 
@@ -626,6 +810,14 @@ class Cursor:
         writer moved on to it: a writer never goes back, so what was read is all of ours;
         only asked after a drain read that followed that sight), else read on at the next
         wakeup."""
+        if self._copying:
+            # a copy is complete when its original is truncated: back to the original
+            self._copying = False
+            self.log.info("the copy was read to its end: reading the truncated log from its "
+                          "start", offset=self.offset)
+            self._cut = self.offset
+            self._switch, self._gone, self._doing, self._left = "truncated", None, "", False
+            return Reopen("truncated")
         quiet = self._now - (self._data_at if self._data_at is not None else self._now)
         moved_on = any(h.size > 0 for h in self._held)
         if quiet < self.rotate_wait and not moved_on:
@@ -645,6 +837,9 @@ class Cursor:
 
     def _take(self, chunk: bytes) -> None:
         assert self.offset is not None
+        if self._pending is not None:          # (read by a drain: said as it is)
+            self._events.append(self._pending)
+            self._pending = self._cut = None
         self._events.append(Data(chunk, self.offset))
         self.offset += len(chunk)
         self.last = (self.last + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]

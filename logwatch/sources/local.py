@@ -376,8 +376,10 @@ class LocalFileSource(FollowsWithCursor):
                                           os.pread(fd, HEAD_BYTES, 0), st.st_mtime):
                         if not isinstance(ev, Reopen):
                             yield ev
-                        elif self.newest is not None and self.newest.reading is not None:
-                            # drained and left: a pattern never names it again
+                        elif self.newest is not None and self.newest.reading is not None \
+                                and ev.reason != "truncated":
+                            # drained and left: a pattern never names it again (a truncated
+                            # file is not left: its copy was read, then it is read again)
                             self.newest.left(self.newest.reading)
                 finally:
                     io.close()
@@ -459,7 +461,8 @@ class _OpenFile(CursorIO):
         beside = _beside(named)
         cands: list[Path] = []
         try:
-            if newest is not None:   # the newest matches but the one opened (read after ours)
+            # the newest matches but the one opened (read after ours); a copy is beside it
+            if newest is not None and not ask.copy:
                 cands = [path.parent / m.name for m in newest.newest_first(
                     await self.source.matches()) if opened_now is None or m.key != opened_now.key]
             for directory, base in beside:
@@ -483,6 +486,7 @@ class _OpenFile(CursorIO):
         if ours is not None:
             self.close()
             self.found = self.fd = opened.pop(ours)[0]
+        if ours is not None and not ask.copy:
             if newest is not None:
                 newest.read(_match_of(ours, os.fstat(self.fd)))
             later = later_files(os.fstat(self.fd).st_mtime,

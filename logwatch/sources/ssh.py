@@ -580,8 +580,10 @@ class SSHFileSource(FollowsWithCursor):
                                       attrs.mtime):
                     if not isinstance(ev, Reopen):
                         yield ev
-                    elif self.newest is not None and self.newest.reading is not None:
-                        # drained and left: a pattern never names it again
+                    elif self.newest is not None and self.newest.reading is not None \
+                            and ev.reason != "truncated":
+                        # drained and left: a pattern never names it again (a truncated file
+                        # is not left: its copy was read, then it is read again)
                         self.newest.left(self.newest.reading)
             finally:
                 for handle in {id(f): f, id(io.f): io.f}.values():
@@ -808,7 +810,7 @@ class _RemoteFile(CursorIO):
         rotated files written after it are held (streamed reader only: by dev:inode)."""
         newest = self.source.newest
         try:
-            names, beside = await self._rotated_candidates()
+            names, beside = await self._rotated_candidates(matches=not ask.copy)
         except asyncssh.SFTPError:
             return False, []
         lo, n = before_range(ask)
@@ -832,6 +834,7 @@ class _RemoteFile(CursorIO):
         held: list[tuple[int, int, int]] = []
         if ours is not None:
             self.f, attrs = cands.pop(ours)   # read from now on; _follow closes both handles
+        if ours is not None and not ask.copy:    # (a copy: the truncated log is read next)
             if newest is not None:
                 newest.read(Match(posixpath.basename(ours), getattr(attrs, "dev", None),
                                   getattr(attrs, "ino", None),
@@ -855,10 +858,11 @@ class _RemoteFile(CursorIO):
                 return True, []
         return ours is not None, held
 
-    async def _rotated_candidates(self) -> tuple[list[str], list[tuple[str, str]]]:
+    async def _rotated_candidates(self, matches: bool = True
+                                  ) -> tuple[list[str], list[tuple[str, str]]]:
         """The paths FindRotated looks at (a pattern's newest matches but the one opened,
-        then the rotated names beside the log and beside the file it links to), and those
-        places (`remote_beside`)."""
+        unless not `matches`, then the rotated names beside the log and beside the file it
+        links to), and those places (`remote_beside`)."""
         path, newest = self.source.target.path, self.source.newest
         parent = posixpath.dirname(path) or "/"
         opened_now = newest.reading if newest is not None else None
@@ -867,7 +871,7 @@ class _RemoteFile(CursorIO):
              opened_now.name else None)
         beside = await remote_beside(self.sftp, named)
         names: list[str] = []
-        if newest is not None:     # the one opened is read after ours
+        if newest is not None and matches:     # the one opened is read after ours
             found = await remote_matches(self.sftp, path, newest)
             names = [posixpath.join(parent, m.name) for m in newest.newest_first(found)
                      if opened_now is None or m.key != opened_now.key]
