@@ -238,7 +238,7 @@ class Sparse:
         if pos >= end:
             return b""
         z = max(0, min(end, self.zeros) - pos)
-        return bytes(z) + self.text[max(0, pos - self.zeros):end - self.zeros]
+        return bytes(z) + self.text[max(0, pos - self.zeros):max(0, end - self.zeros)]
 
 
 @settings(max_examples=300, deadline=None)

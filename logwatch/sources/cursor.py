@@ -518,7 +518,7 @@ class Cursor:
     def _start(self, offset: int, line_number: int, reason: str, new_file: bool,
                last: bytes | None = None) -> Action:
         """Read from `offset` of the file just opened, once the bytes before it are known
-        (from its start: past the hole it may begin with, `_hole_end`)."""
+        (from its start: past the hole it may begin with, `_skip_hole`)."""
         self._begin = (offset, line_number, reason, new_file)
         if offset == 0 and self._head[:1] == b"\0":
             return self._skip_hole(self._head)
