@@ -8,11 +8,19 @@ it was being compressed or copied, a corrupt block) the log ends there, and the 
 reports what it read and then says so (`DamagedLog`), instead of a traceback or a short
 answer given as whole.  zstd has no decoder in Python's standard library before 3.14: its
 files are refused with the command that reads them.
+
+A plain log may begin with a hole of zeros: its writer did not append (`server > log`, not
+`>>`) and the log was truncated (logrotate's `copytruncate`, `truncate -s 0`), so the writer
+went on at its old offset.  It is read from where the zeros end (`hole_end`), as the
+sources read it: otherwise the zeros and the first line after them were one line, and that
+line was lost.
 """
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +95,8 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         head = raw.peek(MAGIC_BYTES)[:MAGIC_BYTES] if hasattr(raw, "peek") else b""
         kind = compression_of(head)
         if kind is None:
+            if head[:1] == b"\0" and raw is not sys.stdin.buffer:
+                raw.seek(hole_end(raw.fileno()))    # the caller's offsets start at tell()
             yield raw
             return
         reader = decompressing(kind, raw)
@@ -100,6 +110,40 @@ def open_log(path: str) -> Iterator[BinaryIO]:
     finally:
         if raw is not sys.stdin.buffer:
             raw.close()
+
+
+HOLE_READ = 1 << 20
+
+
+def start_offset(f: BinaryIO) -> int:
+    """Where reading a log `open_log` gave starts in it (past a hole), 0 for a pipe."""
+    try:
+        return f.tell()
+    except (OSError, ValueError):      # (io.UnsupportedOperation is both)
+        return 0
+
+
+def hole_end(fd: int) -> int:
+    """Where the zeros the file `fd` begins with end: its first byte that is not zero (its
+    size when there is none).  The first block holding data is asked of the file system
+    (SEEK_DATA: a sparse hole of gigabytes is not read), the zeros before the first byte
+    written in it are read."""
+    size = os.fstat(fd).st_size
+    try:
+        pos = os.lseek(fd, 0, os.SEEK_DATA)
+    except OSError as e:
+        pos = size if e.errno == errno.ENXIO else 0    # no data at all / not supported
+    except AttributeError:
+        pos = 0
+    while pos < size:
+        data = os.pread(fd, HOLE_READ, pos)
+        if not data:
+            break
+        rest = data.lstrip(b"\0")
+        if rest:
+            return pos + len(data) - len(rest)
+        pos += len(data)
+    return min(pos, size)
 
 
 def _decode_errors() -> tuple[type[Exception], ...]:

@@ -229,3 +229,46 @@ def test_watch_refuses_a_compressed_file_or_stdin_by_name(tmp_path):
         assert res.returncode == 2
         assert b"stdin is gzip-compressed: a finished log, which `logwatch replay -` reads" \
             in res.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# a log that begins with a hole (a writer without append, after a truncation)
+
+@pytest.mark.parametrize("sparse", [True, False], ids=["sparse", "written-zeros"])
+@pytest.mark.parametrize("name", LOGS)
+def test_a_log_after_a_hole_replays_as_the_log(tmp_path, name, sparse):
+    """`server > log` and then `copytruncate` (or `truncate -s 0`): the writer goes on at its
+    old offset, so the log begins with zeros.  `replay`, `history` and the line numbers are
+    the log's (before: the zeros and the first line were one line, lost: sglang-027 lost
+    its launch line, `launching` was never seen)."""
+    data = (FIXTURES / name).read_bytes()
+    holed = tmp_path / name
+    zeros = (64 << 20) + 3 if sparse else 5000
+    with open(holed, "wb") as f:
+        if sparse:
+            f.seek(zeros)
+        else:
+            f.write(bytes(zeros))
+        f.write(data)
+    if sparse:
+        assert holed.stat().st_blocks * 512 < zeros      # really a hole
+    assert replayed(holed) == replayed(FIXTURES / name)
+    # the same startups, each at its offset in this file (a startup's id holds its offset)
+    ours, theirs = ([json.loads(r) for r in ledger(p)] for p in (holed, FIXTURES / name))
+    for r, t in zip(ours, theirs):
+        (rid, roff), (tid, toff) = r.pop("startup").split("@"), t.pop("startup").split("@")
+        assert (rid, int(roff)) == (tid, int(toff) + zeros)
+    assert ours == theirs
+    r = run_cli("rules", "test", "--json", name.split("-")[0], str(holed))
+    plain = run_cli("rules", "test", "--json", name.split("-")[0], str(FIXTURES / name))
+    assert r.stdout == plain.stdout and r.returncode == plain.returncode
+
+
+def test_hole_end_is_the_first_byte_that_is_not_zero(tmp_path):
+    from logwatch.logfile import hole_end
+    cases = {b"": 0, b"abc": 0, b"\0\0x": 2, b"\0" * 10: 10, bytes(3 << 20) + b"\x01": 3 << 20}
+    for k, (content, end) in enumerate(cases.items()):
+        p = tmp_path / str(k)
+        p.write_bytes(content)
+        with open(p, "rb") as f:
+            assert hole_end(f.fileno()) == end, (content[:8], end)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from ..ledger import LedgerRecorder, StartupRecord
-from ..logfile import DamagedLog, open_log
+from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
@@ -29,6 +29,7 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
     compressed, `-` for stdin (logfile.py `open_log`: `DamagedLog` after the records of
     what could be read)."""
     with open_log(path) as f:
+        start = start_offset(f)
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
         rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
@@ -36,7 +37,8 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
         def step(events: list[Event], state: State) -> None:
             for closed in rec.observe(events, state):
                 emit(closed)
-        pipe = replay_stream(f, pack, head, collapse_stats=False, bar_runs=True, on_step=step)
+        pipe = replay_stream(f, pack, head, collapse_stats=False, bar_runs=True, on_step=step,
+                             start=start)
         for closed in rec.finish(pipe.state):
             emit(closed)
 

@@ -11,7 +11,7 @@ import os
 import time
 from typing import BinaryIO, Callable, Iterator
 
-from ..logfile import DamagedLog, open_log
+from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
 from ..pipeline import LogPipeline
 from ..rules.locate import choose_pack
@@ -23,12 +23,16 @@ DETECT_BYTES = 1 << 20
 
 def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats: bool = True,
                   bar_runs: bool | None = None,
-                  on_step: Callable[[list[Event], State], None] | None = None) -> LogPipeline:
-    """`f` (after `head`, its first bytes) through a pipeline of `pack`.  `collapse_stats`:
-    of a run of serving lines only the first and last are matched; `on_step`: the pipeline's
-    per-step hook (the launch ledger).  Year-less stamps get the year of the file's mtime."""
+                  on_step: Callable[[list[Event], State], None] | None = None,
+                  start: int = 0) -> LogPipeline:
+    """`f` (after `head`, its first bytes, which are at `start` of the log) through a
+    pipeline of `pack`.  `collapse_stats`: of a run of serving lines only the first and last
+    are matched; `on_step`: the pipeline's per-step hook (the launch ledger).  Year-less
+    stamps get the year of the file's mtime."""
     pipe = LogPipeline(pack, collapse_stats=collapse_stats, bar_runs=bar_runs,
                        year=_file_year(f))
+    if start:
+        pipe.start_at(start, 1)
     pipe.on_step = on_step
     now = time.time()
     if head:
@@ -80,9 +84,10 @@ def replay_file(path: str, spec: str = "auto") -> LogPipeline:
     pipe: LogPipeline | None = None
     try:
         with open_log(path) as f:
+            start = start_offset(f)
             head = f.read(DETECT_BYTES)
             pack = choose_pack(spec, head)
-            pipe = replay_stream(f, pack, head)
+            pipe = replay_stream(f, pack, head, start=start)
     except DamagedLog as e:
         e.result = pipe
         raise

@@ -234,7 +234,8 @@ _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", 
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
 # A writer that does not append (`server > log`, not `>>`) writes on at its old offset after
 # a truncation: the file then begins with a hole of zeros as long as what it had written.
-HOLE_PROBE = 64        # bytes a probe reads: all zero = still inside the hole
+HOLE_PROBE = 64        # bytes a probe reads: all zero = still inside the hole (no log's
+                       # text holds so many zero bytes in a row)
 HOLE_STEP = 64 << 10   # the first probe's distance past the head; doubled until past the hole
 HOLE_SCAN = 64 << 10   # the hole's end is known to this much: read it byte by byte
 
@@ -549,7 +550,7 @@ class Cursor:
         lo, hi = self._hole
         pos = max(HOLE_STEP, 2 * lo) if hi < 0 else (lo + hi) // 2
         zeros = len(data) - len(data.lstrip(b"\0"))
-        if data and zeros == len(data):
+        if len(data) == HOLE_PROBE and zeros == HOLE_PROBE:
             self._hole = (pos + len(data), hi)        # zero up to here (zero in between)
         else:
             self._hole = (lo, pos + zeros)            # not zero at pos + zeros (or the end)

@@ -158,9 +158,14 @@ class NewestFile:
     def read(self, m: Match) -> None:
         """`m` is the file read now (opened, or found again after a restart): nothing older
         than it is chosen while it is read.  (A file opened and then not read, the newest
-        opened at a restart before ours was found again, is not held against later ones.)"""
+        opened at a restart before ours was found again, is not held against later ones.)
+        The same file read again (after a reconnect) keeps its latest write seen: an mtime
+        set back (`touch -d`, its inode given to a file restored with an old mtime) never
+        lets an older file in."""
+        same = self.reading is not None and m.ino is not None and m.key == self.reading.key
+        if not (same and self._reading_mtime is not None and self._reading_mtime > m.mtime_ns):
+            self._reading_mtime = m.mtime_ns
         self.reading = m
-        self._reading_mtime = m.mtime_ns
 
     def left(self, m: Match) -> None:
         """`m` was read and left (drained after a newer file appeared): never chosen again
