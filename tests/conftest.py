@@ -20,6 +20,14 @@ os.environ.setdefault("SLACK_WEBHOOK_URL", "http://127.0.0.1:9/slack-webhook-for
 os.environ.setdefault("LOGWATCH_WEBHOOK_SECRET", "secret-for-tests")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Property tests (Hypothesis) draw new examples at each run of `make test` / `make check`:
+# a failure there is a finding, to fix and keep.  CI (`.ci/run` sets HYPOTHESIS_PROFILE=ci)
+# draws the same examples each run, so a commit's verdict does not depend on the draw.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("HYPOTHESIS_PROFILE"):
+    settings.load_profile(os.environ["HYPOTHESIS_PROFILE"])
 
 # Tests in tiers: `make check` runs `-m "not integration"` (the pure core, about a minute: the
 # edit loop); `make test` runs everything in parallel.  A test is an integration test when its
