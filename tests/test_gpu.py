@@ -627,8 +627,13 @@ def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
             await until(lambda: s.counters.starts >= 3 and s.status == STATUS_HUNG,
                         "two watchdog restarts", timeout=12, stream=s)
             assert s.counters.restarts >= 2 and not s.up
-            await until(lambda: len(live_processes(str(fake))) <= 1,
-                        "the hung ones gone from the host", timeout=3, stream=s)
+            # the killed ones gone, and the last one running (sshd answers the exec request
+            # when it has forked: a pty hung up before its child took it as its terminal
+            # signals nothing, and the command then runs on unsignalled: seen twice in ~20 CI
+            # runs, when stop() came right after the third start)
+            await until(lambda: len(live_processes(str(fake))) == 1,
+                        "the hung ones gone from the host, the last one running", timeout=10,
+                        stream=s)
         finally:
             await s.stop()
             await pool.close()
