@@ -470,3 +470,50 @@ def test_the_daemon_follows_tensorrt_llm_logs_detected_by_its_pack(tmp_path: Pat
                                                 target="nccl") == 1.0 else None)(d.metrics()),
                  20, "the NCCL crash counted", alive=d.dead)
     assert sample(m, "logwatch_phase", phase="ready", target="serve") == 1.0
+
+
+def test_a_copytruncate_while_the_daemon_is_down_is_read_from_the_copy(tmp_path: Path,
+                                                                         daemons: Any) -> None:
+    """A server started as `... > server.log` (one descriptor, never reopened, no append);
+    the daemon is killed -9 while it loads; logrotate's copytruncate runs while it is down,
+    the server writes on at its old offset (a hole in front) and crashes.  Restarted, the
+    daemon reads the rest of the old log from server.log.1, then the new one past the
+    hole: every line counted once, the crash once, nothing lost (before: the lines in the
+    copy were skipped and a hole's zeros read)."""
+    import os
+    import shutil
+    import subprocess
+    if shutil.which("logrotate") is None:
+        raise AssertionError("logrotate is not installed: scripts/test-deps.sh installs it")
+    texts = sim_texts(crash="oom", seed=6, serve_lines=40)
+    cut, rotate_at = 70, split_at(texts, "Capture cuda graph bs") + 1    # (lines end there)
+    log = tmp_path / "server.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)   # the shell's `>`
+    try:
+        os.write(fd, "".join(texts[:cut]).encode())
+        port = free_port()
+        state = tmp_path / "state"
+        cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target_cfg("gpu6", log)])
+        d: Daemon = daemons(cfg, port).start()
+        n1 = lines_of(texts[:cut])
+        wait_checkpoint(state, "gpu6", lambda ck: ck["extra"]["counters"]["lines"] == n1,
+                        f"{n1} lines")
+        d.kill9()
+        os.write(fd, "".join(texts[cut:rotate_at]).encode())
+        conf = tmp_path / "logrotate.conf"
+        conf.write_text(f"{log} {{\n  copytruncate\n  rotate 2\n}}\n")
+        subprocess.run(["logrotate", "-f", "-s", str(tmp_path / "lr.state"), str(conf)],
+                       check=True, capture_output=True, timeout=30)
+        os.write(fd, "".join(texts[rotate_at:]).encode())
+    finally:
+        os.close(fd)
+    assert log.read_bytes()[:1] == b"\0"                           # the hole
+    d.start()
+    t = d.wait_target("gpu6", lambda t: t["phase"] == "crashed", "the crash")
+    assert t["crash"]["reason"] == "cuda_oom" and t["startups"] == 1, t
+    n = lines_of(texts)
+    d.wait_target("gpu6", lambda t: t["lines"] >= n, f"{n} lines")
+    d.wait_metric("logwatch_crashes_total", 1.0, target="gpu6", reason="cuda_oom")  # settled
+    m = d.metrics()
+    assert sample(m, "logwatch_lines_total", target="gpu6") == float(n)
+    assert not sample(m, "logwatch_source_losses_total", target="gpu6")
