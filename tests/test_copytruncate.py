@@ -357,20 +357,23 @@ def test_local_copytruncate_reads_every_line_and_no_zero(tmp_path: Path, append:
     check(run(main()), writer, f"local, append={append}")
 
 
-@pytest.mark.parametrize("compress", [False, True], ids=["plain", "compress"])
+@pytest.mark.parametrize("compress,pattern", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "compress", "pattern"])
 @pytest.mark.parametrize("append", [True, False], ids=["append", "no-append"])
 def test_local_what_was_not_read_at_the_truncation_is_read_from_the_copy(
-        tmp_path: Path, append: bool, compress: bool) -> None:
+        tmp_path: Path, append: bool, compress: bool, pattern: bool) -> None:
     """500 lines written right after a read, then logrotate's copytruncate before the next
     read (the daemon reads a busy log in batches; 2 s here): all 500 read from the copy,
     then the new lines (before: the 500 lost, and nothing said).  With `compress` the copy
-    is `server.log.1.gz` by then: read from the archive."""
-    log = tmp_path / "server.log"
+    is `server-1.log.1.gz` by then: read from the archive.  A pattern target
+    (`server-*.log`) reads the truncated file on: it was not left."""
+    log = tmp_path / "server-1.log"
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | (os.O_APPEND if append else 0))
     os.write(fd, b"".join(numbered(i) for i in range(1, 1001)))
 
     async def main() -> Reader:
-        async with Reader(LocalFileSource(str(log), batch_interval=2.0)) as r:
+        source = str(tmp_path / "server-*.log") if pattern else str(log)
+        async with Reader(LocalFileSource(source, batch_interval=2.0)) as r:
             await r.wait(lambda: 1000 in delivered(r)[0], 20, "the first 1,000 lines")
             os.write(fd, b"".join(numbered(i) for i in range(1001, 1501)))
             await asyncio.to_thread(logrotate, log, tmp_path / "state",
