@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable
@@ -642,6 +644,41 @@ def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
                     timeout=30)
 
     run(main(), timeout=60)
+
+
+@pytest.mark.integration
+def test_a_stop_right_after_a_start_leaves_no_hung_nvidia_smi(
+        sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    """The stream stopped the moment nvidia-smi started, 15 times, on a host kept busy (two
+    spinning processes): no hung one left.  sshd answers the exec request once it has
+    forked; a pty hung up before its child took it as its terminal signals nothing (9 of 40
+    such stops left one running for ever, before stop() waited PTY_SETTLE)."""
+    fake = marked_fake(tmp_path)
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+
+    async def one() -> None:
+        pool = SSHPool()
+        s = GpuStream(fast(f"env FAKE_NVSMI_HANG=1 {fake}", interval=0.2, timeout=1.0),
+                      ssh=ssh_pair(sshd_server), pool=pool, retry=(0.2, 1.0))
+        s.start()
+        try:
+            await until(lambda: s.counters.starts >= 1, "a start", timeout=20, stream=s)
+        finally:
+            await s.stop()
+            await pool.close()
+
+    try:
+        for _ in range(15):
+            run(one(), timeout=60)
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+
+    async def none_left() -> None:
+        await until(lambda: not live_processes(str(fake)), "none left", timeout=30)
+
+    run(none_left(), timeout=60)
 
 
 @pytest.mark.integration

@@ -36,6 +36,7 @@ from .summary import gpu_summary
 HISTORY = 120                 # total-power points kept for the sparkline (4 min at 2 s)
 SNAPSHOTS = 300               # snapshots kept for the silence verdict (10 min at 2 s, 1 min
                               # at 200 ms: it reads the last minute of a silence at most)
+PTY_SETTLE = 1.0              # seconds a remote nvidia-smi runs before stop() hangs up its pty
 
 
 @dataclass
@@ -110,6 +111,7 @@ class GpuStream:
         self._healthy_after = healthy_after
         self._retry_at: float | None = None
         self._proc: Proc | None = None
+        self._proc_started = 0.0          # monotonic time of its start
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._closed = False
@@ -165,7 +167,15 @@ class GpuStream:
         self._closed = True
         self._wake.set()
         if self._proc is not None:
-            self._proc.kill()
+            if self._pty and self.ssh is not None:
+                # sshd answers the exec request once it has forked; its child takes the pty
+                # as its terminal a moment later.  A pty hung up before that signals nothing,
+                # and a hung nvidia-smi would run on there: 9 of 40 stops right after a start
+                # left one, on a loaded host
+                await asyncio.sleep(max(0.0, PTY_SETTLE - (time.monotonic() -
+                                                          self._proc_started)))
+            if self._proc is not None:
+                self._proc.kill()
         task, self._task = self._task, None
         if task is not None:
             try:
@@ -231,6 +241,7 @@ class GpuStream:
                 argv = self.config.argv + query_args(self.fields, self.config.interval)
                 self._proc, self._pty = await spawn(argv, self.ssh, self.pool, self._pty,
                                                     self.log)
+                self._proc_started = time.monotonic()
             except START_ERRORS as e:
                 v = classify_start(e, cmd, self._explain)
                 if v.action != RESTART:
