@@ -21,6 +21,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -95,7 +96,8 @@ def open_log(path: str) -> Iterator[BinaryIO]:
         head = raw.peek(MAGIC_BYTES)[:MAGIC_BYTES] if hasattr(raw, "peek") else b""
         kind = compression_of(head)
         if kind is None:
-            if head[:1] == b"\0" and raw is not sys.stdin.buffer:
+            if head[:1] == b"\0" and raw is not sys.stdin.buffer and \
+                    stat.S_ISREG(os.fstat(raw.fileno()).st_mode):     # (not a FIFO)
                 raw.seek(hole_end(raw.fileno()))    # the caller's offsets start at tell()
             yield raw
             return
