@@ -25,7 +25,6 @@ import asyncio
 import os
 import re
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,11 +40,11 @@ from logwatch.sources.cursor import (
     is_ours,
 )
 from logwatch.sources.local import LocalFileSource
-from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
+from logwatch.sources.ssh import SSHPool
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 from test_cursor import Disk, File, contiguous, data_of, lines, opened
 from test_local_source import Reader, run
-from test_rotation import loss, numbered
+from test_rotation import WriterThread, loss, numbered, ssh_source
 
 
 @dataclass
@@ -276,30 +275,25 @@ def test_a_file_of_zeros_only_is_read_from_its_end() -> None:
 LINE = re.compile(rb"line (\d{6}) ")
 
 
-class Writer(threading.Thread):
+class Writer(WriterThread):
     """A server writing numbered lines 1,000/s to `path` for `duration` s through one
     descriptor it never reopens, with the shell's `>>` (append) or `>` (not)."""
 
     def __init__(self, path: Path, append: bool, duration: float = 2.5) -> None:
-        super().__init__(daemon=True)
+        super().__init__()
         self.path, self.append, self.duration = path, append, duration
-        self.written = 0
-        self.error: BaseException | None = None
 
-    def run(self) -> None:
-        try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
-                         (os.O_APPEND if self.append else 0))
-            start = tick = time.monotonic()
-            while time.monotonic() - start < self.duration:
-                first = self.written + 1
-                os.write(fd, b"".join(numbered(i) for i in range(first, first + 10)))
-                self.written += 10
-                tick += 0.01
-                time.sleep(max(0.0, tick - time.monotonic()))
-            os.close(fd)
-        except BaseException as e:  # noqa: BLE001 - checked by the test
-            self.error = e
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                     (os.O_APPEND if self.append else 0))
+        start = tick = time.monotonic()
+        while time.monotonic() - start < self.duration:
+            first = self.written + 1
+            os.write(fd, b"".join(numbered(i) for i in range(first, first + 10)))
+            self.written += 10
+            tick += 0.01
+            time.sleep(max(0.0, tick - time.monotonic()))
+        os.close(fd)
 
 
 def logrotate(log: Path, state: Path, *extra: str) -> None:
@@ -436,11 +430,7 @@ def test_ssh_copytruncate_reads_every_line_and_no_zero(
     async def main() -> Reader:
         pool = SSHPool()
         try:
-            opts = SSHOptions(client_keys=(str(sshd_server.client_key),),
-                              known_hosts=str(sshd_server.known_hosts), transport=transport,
-                              poll_interval=0.05)
-            src = SSHFileSource(sshd_server.url(log), options=opts, pool=pool)
-            async with Reader(src) as r:
+            async with Reader(ssh_source(sshd_server, log, pool, transport)) as r:
                 await through_copytruncate(r, log, writer)
                 return r
         finally:
@@ -462,11 +452,7 @@ def test_ssh_a_copytruncate_during_an_outage_reads_the_copy(
     async def main() -> Reader:
         pool = SSHPool()
         try:
-            opts = SSHOptions(client_keys=(str(sshd_server.client_key),),
-                              known_hosts=str(sshd_server.known_hosts), transport=transport,
-                              poll_interval=0.05)
-            src = SSHFileSource(sshd_server.url(log), options=opts, pool=pool)
-            async with Reader(src) as r:
+            async with Reader(ssh_source(sshd_server, log, pool, transport)) as r:
                 await r.wait(lambda: 1000 in delivered(r)[0], 20, "the first 1,000 lines")
                 await asyncio.to_thread(sshd_server.stop)
                 os.write(fd, b"".join(numbered(i) for i in range(1001, 1501)))

@@ -613,6 +613,12 @@ def test_eight_gpus_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:  #
     run(main())
 
 
+def hung_stream(fake: Path, server: SSHServer, pool: SSHPool) -> GpuStream:
+    """A stream over SSH of an nvidia-smi that hangs (a wedged driver), its watchdog at 1 s."""
+    return GpuStream(fast(f"env FAKE_NVSMI_HANG=1 {fake}", interval=0.2, timeout=1.0),
+                     ssh=ssh_pair(server), pool=pool, retry=(0.2, 1.0))
+
+
 @pytest.mark.integration
 def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
         sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
@@ -622,8 +628,7 @@ def test_a_hung_nvidia_smi_over_ssh_is_killed_on_the_host(
 
     async def main() -> None:
         pool = SSHPool()
-        s = GpuStream(fast(f"env FAKE_NVSMI_HANG=1 {fake}", interval=0.2, timeout=1.0),
-                      ssh=ssh_pair(sshd_server), pool=pool, retry=(0.2, 1.0))
+        s = hung_stream(fake, sshd_server, pool)
         s.start()
         try:
             await until(lambda: s.counters.starts >= 3 and s.status == STATUS_HUNG,
@@ -658,8 +663,7 @@ def test_a_stop_right_after_a_start_leaves_no_hung_nvidia_smi(
 
     async def one() -> None:
         pool = SSHPool()
-        s = GpuStream(fast(f"env FAKE_NVSMI_HANG=1 {fake}", interval=0.2, timeout=1.0),
-                      ssh=ssh_pair(sshd_server), pool=pool, retry=(0.2, 1.0))
+        s = hung_stream(fake, sshd_server, pool)
         s.start()
         try:
             await until(lambda: s.counters.starts >= 1, "a start", timeout=20, stream=s)

@@ -416,6 +416,10 @@ class Cursor:
                              nbytes=h.size)
             self._events.append(Skipped(h.size, msg))
 
+    def _last_sha(self) -> str | None:
+        """The hash of the bytes before our offset, as FindRotated compares them."""
+        return digest(self.last) if self.last else None
+
     def _same_inode(self, ident: FileIdentity) -> bool:
         """Is the file just opened the file `ident` was taken from (by dev:inode)?"""
         f = self._file
@@ -450,11 +454,8 @@ class Cursor:
         assert self.offset is not None
         if doing == "find_reconnect_copy":
             if not ok:     # (or deleted, and its inode given to the new log): as before
-                assert self.identity is not None
                 self._cut = None
-                return self._ask(FindRotated(self.identity, self.offset,
-                                             digest(self.last) if self.last else None),
-                                 "find_reconnect")
+                return self._rotated_while_away()
             self.truncations += 1
             self._count_vanished()
             self._gone = None
@@ -471,13 +472,14 @@ class Cursor:
             # the same file, truncated while we were not reading: a copy beside it?
             assert self.offset is not None
             self._cut = self.offset
-            return self._ask(self._copy_search(self.identity, self.offset,
-                                               digest(self.last) if self.last else None),
+            return self._ask(self._copy_search(self.identity, self.offset, self._last_sha()),
                              "find_reconnect_copy")
+        return self._rotated_while_away()
+
+    def _rotated_while_away(self) -> Action:
         if self.can_find:
             assert self.identity is not None and self.offset is not None
-            return self._ask(FindRotated(self.identity, self.offset,
-                                         digest(self.last) if self.last else None),
+            return self._ask(FindRotated(self.identity, self.offset, self._last_sha()),
                              "find_reconnect")
         return self._replaced()
 
@@ -773,8 +775,7 @@ class Cursor:
         self._cut = self.offset
         if self.can_find and self.offset > 0 and not self._left:
             # logrotate's copytruncate: what we had not read yet is in the copy beside it
-            return self._ask(self._copy_search(self.identity, self.offset,
-                                               digest(self.last) if self.last else None),
+            return self._ask(self._copy_search(self.identity, self.offset, self._last_sha()),
                              "find_copy")
         return self._ask(Read(0, HEAD_BYTES), "truncated")
 
