@@ -5,7 +5,8 @@ starts.  Before, every target's first attach ran its own `grep` command (a sessi
 ~/.bashrc each, 4 at a time per host): 500 targets behind a 0.3 s ~/.bashrc were ~14 s
 behind.  Now the grep runs inside the one streamed reader per connection (started once): the
 node's ~/.bashrc runs once per connection, whatever the number of targets.  And a tcsh login
-shell (no `VAR=value cmd` syntax) still finds the latest startup.
+shell (no `VAR=value cmd` syntax) still finds the latest startup; a ~/.bashrc that prints (a
+banner, a terminal title with no line end) is read past, or named where it breaks SFTP.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 from support.daemon import (  # noqa: F401
     daemons, free_port, sim_texts, target_cfg, wait_for, write_config,
 )
-from support.sshd import SSHServer
+from support.sshd import SFTP_SERVER, SSHServer
 
 pytestmark = pytest.mark.integration
 
@@ -101,5 +102,63 @@ def test_a_tcsh_login_shell_still_finds_the_latest_startup(
         d.wait_lines("csh", texts.count("\n"), timeout=20)     # the last startup only
         assert "Command not found" not in d.stderr()
         assert "remote grep failed" not in d.stderr()
+    finally:
+        server.cleanup()
+
+
+# a banner, then a terminal title with no line end of its own (what the reader's greeting
+# then shares its line with)
+PRINTING_BASHRC = 'echo "Welcome to gpu-node-17"; printf "\\033]0;gpu-node-17\\007"'
+
+
+def watch_printing_node(tmp_path: Path, daemons: Any, transport: str,  # noqa: F811
+                        **kw: Any) -> tuple[SSHServer, Any, str]:
+    """A node whose ~/.bashrc prints, a log of one startup there, and a daemon reading it
+    with `transport`: (the sshd, the daemon, the log's text)."""
+    server = SSHServer(str(tmp_path / "sshd"), bashrc=PRINTING_BASHRC, **kw)
+    server.start()
+    log = tmp_path / "server.log"
+    texts = "".join(sim_texts(port=8000))
+    log.write_text(texts, encoding="utf-8")
+    ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)],
+           "transport": transport}
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node", server.url(log), ssh=ssh, gpu=False, probe=False)])
+    try:
+        return server, daemons(cfg, port).start(), texts
+    except BaseException:
+        server.cleanup()
+        raise
+
+
+def test_a_bashrc_that_prints_does_not_hold_up_the_streamed_reader(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """Before, the reader's greeting had to be a line of its own: after a title with no line
+    end it was never seen, and each connection waited 20 s for it (then `transport: stream`
+    gave up: "did not start").  Now the first attach reads the log at once."""
+    server, d, texts = watch_printing_node(tmp_path, daemons, "stream")
+    try:
+        d.wait_target("node", lambda t: t["phase"] == "ready", "ready", timeout=8)
+        d.wait_lines("node", texts.count("\n"), timeout=8)
+        assert "did not start" not in d.stderr()
+        assert server.bashrc_runs.read_text().count("run") == 1
+    finally:
+        server.cleanup()
+
+
+def test_sftp_broken_by_a_bashrc_that_prints_is_named_with_what_it_printed(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """sshd runs an `sftp-server` subsystem through the login shell, so a banner comes
+    before the first SFTP packet.  Before: "cannot connect: SFTPBadMessage: Max packet size
+    exceeded", retried for ever.  Now one fatal message names the text and the fix."""
+    server, d, _ = watch_printing_node(tmp_path, daemons, "sftp", sftp=SFTP_SERVER)
+    try:
+        t = d.wait_target("node", lambda t: t["source_state"]["fatal"], "the fatal state",
+                          timeout=10)
+        said = t["source_state"]["message"]
+        assert "login shell prints text ('Welcome to gpu-node-17')" in said, said
+        assert "[[ $- == *i* ]] || return" in said and "transport: auto" in said, said
+        assert "SFTPBadMessage" not in d.stderr()
     finally:
         server.cleanup()

@@ -253,6 +253,11 @@ class SSHPool:
                 # the session opened, the "sftp" subsystem request was refused
                 raise NoSFTPSubsystem(target.host, self._stream_failed.get(key)) from e
             raise
+        except asyncssh.SFTPBadMessage as e:
+            # sshd runs an `sftp-server` subsystem through the login shell: a ~/.bashrc
+            # that prints ("Welcome to ...") puts its text before the first SFTP packet
+            raise SFTPNotClean(target.host, await login_prints(conn),
+                               self._stream_failed.get(key)) from e
 
     def drop_reader(self, target: SSHTarget, opts: SSHOptions, reader: Any) -> None:
         """The streamed reader ended (the connection may live on): the next `get` starts
@@ -323,6 +328,34 @@ class NoSFTPSubsystem(Exception):
         self.no_stream = no_stream
 
 
+class SFTPNotClean(Exception):
+    """SFTP's first reply was not SFTP: the login shell printed text before it (`printed`,
+    what a bare command's session prints, "" when it could not be read)."""
+
+    def __init__(self, host: str, printed: str, no_stream: str | None = None) -> None:
+        super().__init__(host, printed)
+        self.host = host
+        self.printed = printed
+        self.no_stream = no_stream
+
+
+LOGIN_PRINTS_MAX = 4 << 10     # bytes read of what a login script prints
+
+
+async def login_prints(conn: Any) -> str:
+    """The first line a session's login scripts print on stdout (run only after SFTP failed
+    on it, to name the cause), made safe to show; "" if nothing could be read."""
+    try:
+        out, _ = await bounded_run(conn, "true", LOGIN_PRINTS_MAX, 10)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        return ""
+    for raw in out.splitlines():
+        text = re.sub(r"[\x00-\x1f\x7f]+", " ", raw.decode("utf-8", "replace")).strip()
+        if text:
+            return text[:80] + ("..." if len(text) > 80 else "")
+    return ""
+
+
 class NoStreamReader(Exception):
     """`transport: stream` and the streamed reader did not start on the node."""
 
@@ -333,7 +366,7 @@ class NoStreamReader(Exception):
 
 
 _FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, NoSFTPSubsystem,
-          NoStreamReader)
+          SFTPNotClean, NoStreamReader)
 
 
 def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
@@ -370,6 +403,17 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
                 f"reading files does not{nopy}): add `Subsystem sftp internal-sftp` to its "
                 "/etc/ssh/sshd_config and reload sshd, or follow the log with a command "
                 f"source instead (`cmd: ssh {target.host} tail -n +1 -F {target.path}`)")
+    if isinstance(e, SFTPNotClean):
+        said = f" ({e.printed!r})" if e.printed else ""
+        other = (f"; the streamed reader, which does not mind it, did not start (python3 "
+                 f"there? {e.no_stream})" if e.no_stream else
+                 " (the streamed reader does not mind it: transport: auto, with python3 on "
+                 "the node)")
+        return (f"SFTP to {target.host} fails: the login shell prints text{said} before "
+                f"SFTP begins{other}. A ~/.bashrc or /etc/bash.bashrc that prints for "
+                "non-interactive shells breaks SFTP: print only in interactive shells "
+                "(`[[ $- == *i* ]] || return` before the output), or set "
+                "`Subsystem sftp internal-sftp` in the node's sshd_config")
     if isinstance(e, NoStreamReader):
         return (f"the streamed reader did not start on {target.host} (transport: stream "
                 f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")

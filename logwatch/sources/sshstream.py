@@ -460,8 +460,9 @@ class ExecFS:
                 head = bytes(buf[pos:nl]).split()
                 kind = head[0] if head else b""
                 if self._greeted is not None and not self._greeted.done():
-                    # before the greeting: whatever a login script printed
-                    if buf[pos:nl + 1] == GREETING:
+                    # before the greeting: whatever a login script printed, maybe with
+                    # no line end of its own (a terminal title: `printf '\033]0;...\007'`)
+                    if buf[pos:nl + 1].endswith(GREETING):
                         self._greeted.set_result(None)
                     pos = nl + 1
                 elif kind in (b"D", b"R"):
