@@ -30,6 +30,7 @@ from logwatch.telemetry.probe import (
 )
 from logwatch.view import probe_verdict
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from conftest import ROOT
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -230,6 +231,43 @@ def test_probe_over_ssh_unreachable_once_then_resolved(sshd_server: SSHServer,  
     finally:
         http.close()
         hook.close()
+
+
+def test_a_node_behind_a_bastion_named_in_ssh_config_is_read_probed_and_its_gpus_read(
+        sshd_server: SSHServer, tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """How fleets reach their nodes: a Host alias in the daemon user's ~/.ssh/config, reached
+    through a jump host (`ProxyJump`), key and known_hosts named there.  The source URL
+    names only the alias; the log, the probe (direct-tcpip from the node) and nvidia-smi all
+    go through the one jumped connection."""
+    bastion = SSHServer(str(tmp_path / "bastion"))
+    bastion.start()
+    app_port = free_port()
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "config").write_text("".join(
+        f"Host {name}\n  HostName 127.0.0.1\n  Port {s.port}\n  User {s.user}\n"
+        f"  IdentityFile {s.client_key}\n  UserKnownHostsFile {s.known_hosts}\n{extra}"
+        for name, s, extra in [("gpu-node-17", sshd_server, "  ProxyJump bastion\n"),
+                               ("bastion", bastion, "")]))
+    http = _serve(app_port)
+    port = free_port()
+    fake = ROOT / "tests" / "tools" / "fake-nvidia-smi"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node17", f"ssh://gpu-node-17{log}", probe={"interval": "1s"},
+                   gpu={"command": f"env FAKE_NVSMI_GPUS=2 {fake}", "interval": "250ms"})])
+    d = daemons(cfg, port, env={**os.environ, "HOME": str(home)}).start()
+    try:
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=30, target="node17")
+        t = d.wait_target("node17", lambda t: (t.get("gpu") or {}).get("up"), "GPUs read",
+                          timeout=20)
+        assert t["phase"] == "ready" and t["probe"]["url"] == f"http://127.0.0.1:{app_port}"
+        assert "2 GPUs" in str(t["gpu"]), t["gpu"]
+        assert bastion.session_pids(), "the node was not reached through the bastion"
+    finally:
+        http.close()
+        bastion.cleanup()
 
 
 def test_crash_while_the_endpoint_answers_and_ready_but_never_answering(
