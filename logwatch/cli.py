@@ -205,7 +205,8 @@ def _add_watch(sub: Subparsers) -> None:
     w = sub.add_parser("watch", help="follow a launch live (one or more logs) until ready or dead",
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     w.add_argument("target", metavar="TARGET", nargs="+",
-                   help="a local path, ssh://[user@]host[:port]/abs/path, - (stdin), or "
+                   help="a local path, ssh://[user@]host[:port]/abs/path (/~/path: in the login's "
+                        "home), - (stdin), or "
                         "cmd:COMMAND (e.g. 'cmd:docker logs -f sglang'); several: one launch. "
                         "A pattern in a path's file name, quoted ('logs/server-*.log'), "
                         "follows the newest matching file: each relaunch's own log")

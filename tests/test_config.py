@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
+from logwatch.sources.ssh import SSHTarget
 from support.daemon import free_port
 
 
@@ -139,6 +140,20 @@ def test_bad_duration_per_phase_and_checkpoint(tmp_path: Path) -> None:
 def test_bad_ssh_url(tmp_path: Path, url: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][1].update(source=url)),
                         "targets[1].source")
+
+
+@pytest.mark.parametrize("url, home, path", [
+    ("ssh://gpu-node-1/~/server.log", "/home/al", "/home/al/server.log"),
+    ("ssh://al@gpu-node-1:2222/~/logs/x-*.log", "/home/al/", "/home/al/logs/x-*.log"),
+    ("ssh://gpu-node-1/var/~/server.log", "/home/al", "/var/~/server.log"),   # only a leading ~/
+    ("ssh://gpu-node-1/~server.log", "/home/al", "/~server.log"),
+])
+def test_a_path_under_tilde_is_completed_in_the_home_the_node_names(
+        url: str, home: str, path: str) -> None:
+    t = SSHTarget.parse(url)
+    assert t.at_home(home).path == path
+    assert (t.in_home is None) == (path == t.path)
+    assert t.at_home(home).at_home("/elsewhere") == t.at_home(home)   # completed once
 
 
 @pytest.mark.integration

@@ -585,6 +585,39 @@ def test_missing_file_waits_then_reads(sshd_server: SSHServer, tmp_path: Path) -
     assert first.offset == 0 and first.reason == "attach"
 
 
+@pytest.mark.parametrize("transport", ["stream", "sftp"])
+def test_a_path_under_tilde_is_in_the_logins_home(sshd_server: SSHServer, tmp_path: Path,
+                                                  transport: str) -> None:
+    """`ssh://host/~/server.log` (how sftp and curl name a file in the home directory): the
+    log in the login's home, which only the node knows.  Before: read as the literal path
+    `/~/server.log`: "no such directory on HOST: /~/..."."""
+    server = sshd_server
+    home = Path(os.path.expanduser(f"~{server.user}"))
+    rel = f".cache/logwatch-test-{os.getpid()}-{transport}"
+    (home / rel).mkdir(parents=True, exist_ok=True)
+    content = b"".join(numbered(i) for i in range(1, 51))
+    (home / rel / "server.log").write_bytes(content)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=pool,
+                            options=ssh_opts(server, transport=transport))
+        col = Collector(src).start()
+        try:
+            await col.wait(lambda: col.data() == content, "the log in the home directory")
+            assert src.target.path == f"{home.resolve()}/{rel}/server.log"
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    try:
+        col = run(main())
+    finally:
+        shutil.rmtree(home / rel)
+    assert col.fatal() is None and col.errors == []
+
+
 # ----------------------------------------------------------------------------------------------
 # e. resume from a saved position, and not into another file
 

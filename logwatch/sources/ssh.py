@@ -45,7 +45,7 @@ import random
 import re
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator
 from urllib.parse import unquote, urlsplit
 
@@ -103,6 +103,17 @@ class SSHTarget:
             raise SourceError(f"{url!r}: the user name {user!r} has a character no login "
                               "name has (; | & $ ` quotes, spaces, ...)")
         return cls(parts.hostname, path, user, port)
+
+    @property
+    def in_home(self) -> str | None:
+        """`ssh://host/~/server.log` names a file in the login's home directory (as sftp and
+        curl read it): the path under it, which only the node can complete (`at_home`)."""
+        return self.path[3:] if self.path.startswith("/~/") else None
+
+    def at_home(self, home: str) -> "SSHTarget":
+        """This target with a path under `~/` made absolute in `home`."""
+        rest = self.in_home
+        return self if rest is None else replace(self, path=posixpath.join(home, rest))
 
     def __str__(self) -> str:
         who = f"{self.user}@" if self.user else ""
@@ -536,7 +547,11 @@ class SSHFileSource(FollowsWithCursor):
         self._wake.clear()
 
     async def named(self, sftp: Any) -> str | None:
-        """The file the target names now: its path, or the newest match of its pattern."""
+        """The file the target names now: its path, or the newest match of its pattern
+        (`/~/rest`: the login's home + rest; both readers start in the home directory)."""
+        if self.target.in_home is not None:
+            self.target = self.target.at_home(await sftp.realpath("."))
+            self.cursor.path = self.target.path
         if self.newest is None:
             return self.target.path
         m = self.newest.choose(await remote_matches(sftp, self.target.path, self.newest))
