@@ -592,12 +592,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
     from . import log
     from .sources.ssh import SSHOptions
+    from .sources.sshfail import SSH_FILE_OPTIONS, ssh_file_problems
     from .app.watch import WatchOptions, run_watch
     log.setup("warning")
     known = "none" if args.insecure_no_host_key_check else args.known_hosts
     ssh = SSHOptions(known_hosts=known,
                      client_keys=tuple(args.ssh_key) if args.ssh_key else None,
                      config=(args.ssh_config,) if args.ssh_config else None)
+    for bad in ssh_file_problems(ssh.client_keys, ssh.known_hosts, ssh.config):
+        print(f"logwatch: {SSH_FILE_OPTIONS[bad.option]} {bad.path}: {bad.why}", file=sys.stderr)
+        return Exit.USAGE
     if args.rules != "auto":
         load_pack(args.rules)
     targets: list[str] = list(args.target)

@@ -50,6 +50,7 @@ from typing import Any, AsyncIterator
 from urllib.parse import unquote, urlsplit
 
 import asyncssh
+from asyncssh.config import ConfigParseError
 
 from .. import log
 from .base import (
@@ -57,6 +58,9 @@ from .base import (
     StartLocator, compressed_refusal, compression_of,
 )
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
+from .sshfail import (
+    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPNotClean, ssh_file_problems,
+)
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -225,7 +229,12 @@ class SSHPool:
                 log.get("source.ssh").warning("host key verification is OFF for this target "
                                               "(known_hosts: none): anyone on the path can read "
                                               "your logs", host=target.host)
-            conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
+            for bad in ssh_file_problems(opts.client_keys, opts.known_hosts, opts.config):
+                raise bad
+            try:
+                conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
+            except ConfigParseError as e:      # "FILE line N: ...": ours, or ~/.ssh/config
+                raise BadSSHFile("config", str(e).partition(" line ")[0], str(e)) from None
             try:
                 reader = await self._start_stream(key, conn, opts)
                 if reader is None:
@@ -328,28 +337,6 @@ class Backoff:
         self.attempt = 0
 
 
-class NoSFTPSubsystem(Exception):
-    """The server opened a session and refused its `sftp` subsystem (sshd_config without a
-    `Subsystem sftp` line): a shell works, reading files by offset does not (the streamed
-    reader did not start either: `no_stream` says why, None when it was not tried)."""
-
-    def __init__(self, host: str, no_stream: str | None = None) -> None:
-        super().__init__(host)
-        self.host = host
-        self.no_stream = no_stream
-
-
-class SFTPNotClean(Exception):
-    """SFTP's first reply was not SFTP: the login shell printed text before it (`printed`,
-    what a bare command's session prints, "" when it could not be read)."""
-
-    def __init__(self, host: str, printed: str, no_stream: str | None = None) -> None:
-        super().__init__(host, printed)
-        self.host = host
-        self.printed = printed
-        self.no_stream = no_stream
-
-
 LOGIN_PRINTS_MAX = 4 << 10     # bytes read of what a login script prints
 
 
@@ -367,17 +354,7 @@ async def login_prints(conn: Any) -> str:
     return ""
 
 
-class NoStreamReader(Exception):
-    """`transport: stream` and the streamed reader did not start on the node."""
-
-    def __init__(self, host: str, why: str) -> None:
-        super().__init__(host, why)
-        self.host = host
-        self.why = why
-
-
-_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, NoSFTPSubsystem,
-          SFTPNotClean, NoStreamReader)
+_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, FatalSSH)
 
 
 def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
@@ -414,6 +391,8 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
                 f"reading files does not{nopy}): add `Subsystem sftp internal-sftp` to its "
                 "/etc/ssh/sshd_config and reload sshd, or follow the log with a command "
                 f"source instead (`cmd: ssh {target.host} tail -n +1 -F {target.path}`)")
+    if isinstance(e, BadSSHFile):
+        return f"cannot use {e}"
     if isinstance(e, SFTPNotClean):
         said = f" ({e.printed!r})" if e.printed else ""
         other = (f"; the streamed reader, which does not mind it, did not start (python3 "

@@ -16,7 +16,7 @@ from typing import Callable
 
 import asyncssh
 
-from ...sources.ssh import NoSFTPSubsystem
+from ...sources.sshfail import FatalSSH
 from ...units import fmt_duration
 from .parse import GpuCsvParser
 from .proc import Missing, Proc
@@ -107,14 +107,14 @@ def classify_run(end: RunEnd, cmd: str, fields: tuple[str, ...], timeout: float)
 
 
 #: What failing to start a run can be (`classify_start`); anything else is a bug, raised.
-START_ERRORS = (Missing, OSError, asyncssh.Error, asyncio.TimeoutError, NoSFTPSubsystem)
+START_ERRORS = (Missing, OSError, asyncssh.Error, asyncio.TimeoutError, FatalSSH)
 
 
 def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException], str] | None
                    ) -> RunVerdict:
     """What a failure to start a run means (`explain`: the SSH explanation of a remote
     stream's error, None for a local one).  No command, no permission, a refused host key or
-    login: the long wait (`kind` "quiet" where the log target's own source says it already);
+    login, another fatal SSH cause (a key file that cannot be used, ...): the long wait (`kind` "quiet" where the log target's own source says it already);
     any other connection or start error: a restart after the short backoff."""
     if isinstance(e, Missing):
         return RunVerdict(WAIT, STATUS_MISSING, f"{cmd}: command not found")
@@ -122,7 +122,7 @@ def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException]
         return RunVerdict(WAIT, f"cannot run {cmd}: permission denied",
                           f"cannot run {cmd}: {e.strerror}")
     if explain is not None and isinstance(e, (asyncssh.HostKeyNotVerifiable,
-                                              asyncssh.PermissionDenied, NoSFTPSubsystem)):
+                                              asyncssh.PermissionDenied, FatalSSH)):
         return RunVerdict(WAIT, "cannot connect", explain(e), kind="quiet")
     why = explain(e) if explain is not None else f"{type(e).__name__}: {e}"
     return RunVerdict(RESTART, "cannot connect" if explain is not None else f"cannot run {cmd}",

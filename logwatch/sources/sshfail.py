@@ -1,0 +1,152 @@
+"""Why an SSH target cannot be read until someone changes something: the fatal causes.
+
+A fatal cause stops the target with one message saying what to change (tried again on
+SIGHUP and on a slow timer), where a transient one (a host down, a dropped connection) is
+retried with backoff.  Each class here is one cause the pool or a source finds; `explain`
+in ssh.py words them.  The GPU stream on the same host waits quietly on them: the log
+target's own source says the cause once.
+
+Files the options name (`client_keys`, `known_hosts`, `config`) are checked here before a
+connection is tried: asyncssh raises a bare FileNotFoundError (retried for ever, as if the
+host were down) or a KeyImportError (which took the target down with a traceback) for them,
+and its "Invalid known hosts entry: ..." quotes the file's bytes (a private key given as
+known_hosts would be printed).  The checks run on the daemon's machine, at connect time, not
+at `--check`: a config is often checked where its key files do not exist (CI, a pod's
+secret mount).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Iterator
+
+import asyncssh
+
+# the option, the flag of `logwatch watch` that sets it
+SSH_FILE_OPTIONS = {"client_keys": "-i", "known_hosts": "--known-hosts",
+                    "config": "--ssh-config"}
+
+
+class FatalSSH(Exception):
+    """A cause that retrying does not cure."""
+
+
+class NoSFTPSubsystem(FatalSSH):
+    """The server opened a session and refused its `sftp` subsystem (sshd_config without a
+    `Subsystem sftp` line): a shell works, reading files by offset does not (the streamed
+    reader did not start either: `no_stream` says why, None when it was not tried)."""
+
+    def __init__(self, host: str, no_stream: str | None = None) -> None:
+        super().__init__(host)
+        self.host = host
+        self.no_stream = no_stream
+
+
+class SFTPNotClean(FatalSSH):
+    """SFTP's first reply was not SFTP: the login shell printed text before it (`printed`,
+    what a bare command's session prints, "" when it could not be read)."""
+
+    def __init__(self, host: str, printed: str, no_stream: str | None = None) -> None:
+        super().__init__(host, printed)
+        self.host = host
+        self.printed = printed
+        self.no_stream = no_stream
+
+
+class NoStreamReader(FatalSSH):
+    """`transport: stream` and the streamed reader did not start on the node."""
+
+    def __init__(self, host: str, why: str) -> None:
+        super().__init__(host, why)
+        self.host = host
+        self.why = why
+
+
+class BadSSHFile(FatalSSH):
+    """A file the options name cannot be used: `option` (client_keys, known_hosts, config),
+    its `path` as given, and `why` (never the file's content)."""
+
+    def __init__(self, option: str, path: str, why: str) -> None:
+        super().__init__(option, path, why)
+        self.option = option
+        self.path = path
+        self.why = why
+
+    def __str__(self) -> str:
+        why = self.why     # a parse error names the file itself
+        return f"ssh {self.option} {why}" if why.startswith(self.path + " ") else \
+            f"ssh {self.option} {self.path}: {why}"
+
+
+def ssh_file_problem(option: str, path: str) -> str | None:
+    """Why the file `path` that `option` names cannot be used; None if it can.  Kept while
+    the file is unchanged (8,000 targets sharing one key read it once)."""
+    full = os.path.expanduser(path)
+    try:
+        st = os.stat(full)
+    except OSError as e:
+        return _os_why(e)
+    # a key is loaded with the public key and certificate beside it, if any
+    beside = tuple(_stamp(full + end) for end in (".pub", "-cert.pub")) \
+        if option == "client_keys" else ()
+    return _problem(option, full, (st.st_mtime_ns, st.st_size, beside))
+
+
+def _stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+@lru_cache(maxsize=256)
+def _problem(option: str, full: str, stamp: object) -> str | None:
+    """`stamp`: what says the files are unchanged (the cache's key only)."""
+    try:
+        if option == "client_keys":
+            asyncssh.load_keypairs([full])     # as the connection will: .pub and -cert too
+        elif option == "known_hosts":
+            asyncssh.read_known_hosts(full)
+        else:
+            with open(full, "rb"):
+                pass                  # its syntax is asyncssh's to judge, at connect
+    except OSError as e:
+        return _os_why(e)
+    except asyncssh.KeyImportError as e:
+        if "assphrase" in str(e):
+            return ("the key has a passphrase, which logwatch cannot ask for: load it into "
+                    f"ssh-agent (`ssh-add {full}`) and name no key, or give a key without one")
+        pub = full.endswith(".pub")
+        return ("not a private key" + (f" (a public key: name {full[:-4]})" if pub else ""))
+    except ValueError as e:
+        if option == "client_keys":        # "Public key mismatch", or a bad certificate
+            return (f"{full}.pub (or -cert.pub) beside it is not its public key "
+                    f"({e}): remove it, or write it again (`ssh-keygen -y -f {full}`)")
+        # asyncssh's message quotes the offending line: a key file given here would be shown
+        return "not a known_hosts file (a line is not a host entry)"
+    return None
+
+
+def _os_why(e: OSError) -> str:
+    if isinstance(e, FileNotFoundError):
+        return "no such file"
+    if isinstance(e, IsADirectoryError):
+        return "a directory, not a file"
+    if isinstance(e, PermissionError):
+        return f"permission denied (logwatch runs as uid {os.getuid()})"
+    return e.strerror or type(e).__name__
+
+
+def ssh_file_problems(client_keys: tuple[str, ...] | None, known_hosts: str | None,
+                      config: tuple[str, ...] | None) -> Iterator[BadSSHFile]:
+    """Each named file that cannot be used (known_hosts "none" names no file)."""
+    named = [("client_keys", k) for k in client_keys or ()]
+    if known_hosts is not None and known_hosts.lower() != "none":
+        named.append(("known_hosts", known_hosts))
+    named += [("config", c) for c in config or ()]
+    for option, path in named:
+        why = ssh_file_problem(option, path)
+        if why is not None:
+            yield BadSSHFile(option, path, why)

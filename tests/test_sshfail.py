@@ -1,0 +1,139 @@
+"""The files SSH options name, checked before a connection is tried (sources/sshfail.py).
+
+Before: a missing key or known_hosts was "cannot connect: FileNotFoundError", retried for ever
+as if the host were down; a key with a passphrase or a .pub file took the target down with a
+traceback (KeyImportError), and the GPU stream of that host with it; a private key given as
+known_hosts was quoted in the error ("Invalid known hosts entry: b3BlbnNzaC1rZXkt...").
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from logwatch.sources.sshfail import ssh_file_problem, ssh_file_problems
+from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.integration     # ssh-keygen writes the keys
+
+
+@pytest.fixture
+def keys(tmp_path: Path) -> dict[str, Path]:
+    """Keys as ssh-keygen writes them (the passphrase one too: asyncssh would need bcrypt)."""
+    files = {"plain": tmp_path / "id_plain", "locked": tmp_path / "id_locked",
+             "pub": tmp_path / "id_plain.pub", "hosts": tmp_path / "known_hosts"}
+    for name, passphrase in (("plain", ""), ("locked", "secret")):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f",
+                        str(files[name])], check=True, capture_output=True, timeout=30)
+    files["hosts"].write_text("[127.0.0.1]:2222 " + files["pub"].read_text())
+    return files
+
+
+@pytest.mark.parametrize("option, name, said", [
+    ("client_keys", "plain", None),
+    ("client_keys", "locked", "the key has a passphrase, which logwatch cannot ask for: load "
+                              "it into ssh-agent (`ssh-add {path}`)"),
+    ("client_keys", "pub", "not a private key (a public key: name {dir}/id_plain)"),
+    ("client_keys", "hosts", "not a private key"),
+    ("client_keys", "missing", "no such file"),
+    ("client_keys", "dir", "a directory, not a file"),
+    ("known_hosts", "hosts", None),
+    ("known_hosts", "locked", "not a known_hosts file (a line is not a host entry)"),
+    ("known_hosts", "missing", "no such file"),
+    ("config", "hosts", None),                 # any readable file: asyncssh parses it
+    ("config", "missing", "no such file"),
+])
+def test_a_named_file_that_cannot_be_used_is_said_in_one_line(
+        keys: dict[str, Path], tmp_path: Path, option: str, name: str, said: str | None) -> None:
+    path = keys.get(name) or (tmp_path if name == "dir" else tmp_path / "no-such-file")
+    why = ssh_file_problem(option, str(path))
+    if said is None:
+        assert why is None
+    else:
+        assert why is not None and why.startswith(said.format(path=path, dir=tmp_path)), why
+        assert "\n" not in why
+
+
+def test_no_byte_of_a_key_given_as_known_hosts_is_shown(keys: dict[str, Path]) -> None:
+    body = keys["locked"].read_text().splitlines()[1]
+    why = ssh_file_problem("known_hosts", str(keys["locked"]))
+    assert why is not None and body[:12] not in why
+
+
+def test_every_bad_file_is_named_and_none_names_no_file(keys: dict[str, Path],
+                                                        tmp_path: Path) -> None:
+    bad = list(ssh_file_problems((str(keys["plain"]), str(keys["locked"])), "none",
+                                 (str(tmp_path / "cfg"),)))
+    assert [(b.option, b.path) for b in bad] == [("client_keys", str(keys["locked"])),
+                                                 ("config", str(tmp_path / "cfg"))]
+    assert str(bad[1]) == f"ssh config {tmp_path / 'cfg'}: no such file"
+    assert list(ssh_file_problems(None, None, None)) == []
+
+
+def test_a_file_fixed_in_place_is_read_again(keys: dict[str, Path]) -> None:
+    """The verdict is kept while the file is unchanged (one key, 8,000 targets), not after."""
+    path = keys["pub"]
+    assert ssh_file_problem("client_keys", str(path)) is not None
+    path.write_bytes(keys["plain"].read_bytes())
+    assert ssh_file_problem("client_keys", str(path)) is None
+
+
+def test_a_key_beside_another_keys_pub_is_said_and_fixed_by_writing_the_pub(
+        keys: dict[str, Path]) -> None:
+    """A key replaced in place beside its old .pub: the connection would fail "Public key
+    mismatch" (a ValueError that took the target down: "failed: ...")."""
+    key = keys["locked"]
+    key.write_bytes(keys["plain"].read_bytes())       # the old id_locked.pub stays
+    why = ssh_file_problem("client_keys", str(key))
+    assert why is not None and why.startswith(f"{key}.pub (or -cert.pub) beside it is not its "
+                                              "public key"), why
+    Path(f"{key}.pub").write_bytes(keys["pub"].read_bytes())
+    assert ssh_file_problem("client_keys", str(key)) is None
+
+
+def test_the_daemon_stops_a_target_whose_key_cannot_be_used_with_one_message(
+        sshd_server: SSHServer, keys: dict[str, Path], tmp_path: Path,  # noqa: F811
+        daemons: Any) -> None:  # noqa: F811
+    """A key with a passphrase (and that host's GPU stream on): the target fatal with the
+    advice, no traceback, the daemon and its other target up; a missing key: fatal, not
+    retried as a host down; an ssh config that does not parse (a GPU stream on too): fatal,
+    its line named.  The key replaced by one without a passphrase, SIGHUP: read."""
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(port=8000)), encoding="utf-8")
+    fake = ROOT / "tests" / "tools" / "fake-nvidia-smi"
+    kh = str(sshd_server.known_hosts)
+    bad_config = tmp_path / "ssh_config"
+    bad_config.write_text("Host *\n  Port abc\n")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("locked", sshd_server.url(log), probe=False,
+                   ssh={"known_hosts": kh, "client_keys": [str(keys["locked"])]},
+                   gpu={"command": f"env FAKE_NVSMI_GPUS=2 {fake}", "interval": "250ms"}),
+        target_cfg("missing", sshd_server.url(log), gpu=False, probe=False,
+                   ssh={"known_hosts": kh, "client_keys": [str(tmp_path / "id_gone")]}),
+        target_cfg("badconf", sshd_server.url(log), probe=False,
+                   ssh={"known_hosts": kh, "config": str(bad_config)},
+                   gpu={"command": f"env FAKE_NVSMI_GPUS=2 {fake}", "interval": "250ms"}),
+        target_cfg("local", log, gpu=False, probe=False),
+    ])
+    d = daemons(cfg, port).start()
+    for name, why in (("locked", f"client_keys {keys['locked']}: the key has a passphrase"),
+                      ("missing", f"client_keys {tmp_path / 'id_gone'}: no such file"),
+                      ("badconf", f"config {bad_config} line 2: Invalid Port integer value")):
+        t = d.wait_target(name, lambda t: t["source_state"]["state"] == "fatal", "fatal")
+        assert why in t["source_state"]["message"], t["source_state"]
+    d.wait_target("local", lambda t: t["phase"] == "ready", "the local target read")
+    err = d.stderr()
+    assert "Traceback" not in err and "target failed" not in err and \
+        "gpu stream failed" not in err, err[-3000:]
+    # fixed in place (the authorised key, no passphrase, and its .pub), then SIGHUP: read
+    keys["locked"].write_bytes(sshd_server.client_key.read_bytes())
+    Path(f"{keys['locked']}.pub").write_bytes(Path(f"{sshd_server.client_key}.pub").read_bytes())
+    d.signal(signal.SIGHUP)
+    d.wait_target("locked", lambda t: t["phase"] == "ready", "read after the fix", timeout=30)
