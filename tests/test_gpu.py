@@ -721,6 +721,13 @@ def test_no_nvidia_smi_over_ssh(sshd_server: SSHServer, tmp_path: Path) -> None:
     (RunEnd(code=126), FULL_FIELDS, "wait", "cannot run nvidia-smi: permission denied"),
     (RunEnd(code=6, head=b"No devices were found\n"), FULL_FIELDS, "wait", STATUS_NO_GPUS),
     (RunEnd(code=9), FULL_FIELDS, "wait", STATUS_NO_DRIVER),
+    # sshd's `ForceCommand internal-sftp`, as it answers a command on a pty (seen against
+    # OpenSSH 9): before, restarted with backoff and warned about for ever
+    (RunEnd(code=1, head=b"Connection from user root 127.0.0.1 port 52024: refusing non-sftp "
+                         b"session\r\n"),
+     FULL_FIELDS, "wait", "the SSH account allows SFTP only: no nvidia-smi"),
+    (RunEnd(code=1, head=b"This service allows sftp connections only.\n"),
+     FULL_FIELDS, "wait", "the SSH account allows SFTP only: no nvidia-smi"),
     (RunEnd(code=6, samples=3), FULL_FIELDS, "restart", "nvidia-smi exited with 6"),
     (RunEnd(code=None, hung=True), FULL_FIELDS, "restart", STATUS_HUNG),
     (RunEnd(code=None, lost="connection reset"), FULL_FIELDS, "restart", "connection lost"),

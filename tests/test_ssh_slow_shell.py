@@ -86,20 +86,11 @@ def test_a_tcsh_login_shell_still_finds_the_latest_startup(
     found.` there (before: the log read from byte 0, old crashes paged again).  The first
     attach starts at the latest of 3 startups, over the streamed reader and over SFTP (where
     the grep is a command: `env LC_ALL=C grep`)."""
-    server = SSHServer(str(tmp_path / "sshd"), shell="/usr/bin/tcsh")
-    server.start()
+    server, d, texts = watch_node(tmp_path, daemons, startups=3, transport=transport,
+                                  shell="/usr/bin/tcsh")
     try:
-        log = tmp_path / "server.log"
-        texts = "".join(sim_texts(port=8000))
-        log.write_text(texts * 3, encoding="utf-8")
-        ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)],
-               "transport": transport}
-        port = free_port()
-        cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-            target_cfg("csh", server.url(log), ssh=ssh, gpu=False, probe=False)])
-        d = daemons(cfg, port).start()
-        d.wait_target("csh", lambda t: t["phase"] == "ready", "ready")
-        d.wait_lines("csh", texts.count("\n"), timeout=20)     # the last startup only
+        d.wait_target("node", lambda t: t["phase"] == "ready", "ready")
+        d.wait_lines("node", texts.count("\n"), timeout=20)     # the last startup only
         assert "Command not found" not in d.stderr()
         assert "remote grep failed" not in d.stderr()
     finally:
@@ -111,20 +102,22 @@ def test_a_tcsh_login_shell_still_finds_the_latest_startup(
 PRINTING_BASHRC = 'echo "Welcome to gpu-node-17"; printf "\\033]0;gpu-node-17\\007"'
 
 
-def watch_printing_node(tmp_path: Path, daemons: Any, transport: str,  # noqa: F811
-                        **kw: Any) -> tuple[SSHServer, Any, str]:
-    """A node whose ~/.bashrc prints, a log of one startup there, and a daemon reading it
-    with `transport`: (the sshd, the daemon, the log's text)."""
-    server = SSHServer(str(tmp_path / "sshd"), bashrc=PRINTING_BASHRC, **kw)
+def watch_node(tmp_path: Path, daemons: Any, *, startups: int = 1,  # noqa: F811
+               transport: str = "auto", gpu: Any = False,
+               **server_kw: Any) -> tuple[SSHServer, Any, str]:
+    """An sshd configured by `server_kw`, a log there of `startups` startups, and a daemon
+    reading it (target "node") with `transport` and `gpu`: (the sshd, the daemon, the text
+    of one startup)."""
+    server = SSHServer(str(tmp_path / "sshd"), **server_kw)
     server.start()
     log = tmp_path / "server.log"
     texts = "".join(sim_texts(port=8000))
-    log.write_text(texts, encoding="utf-8")
+    log.write_text(texts * startups, encoding="utf-8")
     ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)],
            "transport": transport}
     port = free_port()
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("node", server.url(log), ssh=ssh, gpu=False, probe=False)])
+        target_cfg("node", server.url(log), ssh=ssh, gpu=gpu, probe=False)])
     try:
         return server, daemons(cfg, port).start(), texts
     except BaseException:
@@ -137,7 +130,8 @@ def test_a_bashrc_that_prints_does_not_hold_up_the_streamed_reader(
     """Before, the reader's greeting had to be a line of its own: after a title with no line
     end it was never seen, and each connection waited 20 s for it (then `transport: stream`
     gave up: "did not start").  Now the first attach reads the log at once."""
-    server, d, texts = watch_printing_node(tmp_path, daemons, "stream")
+    server, d, texts = watch_node(tmp_path, daemons, transport="stream",
+                                  bashrc=PRINTING_BASHRC)
     try:
         d.wait_target("node", lambda t: t["phase"] == "ready", "ready", timeout=8)
         d.wait_lines("node", texts.count("\n"), timeout=8)
@@ -152,7 +146,8 @@ def test_sftp_broken_by_a_bashrc_that_prints_is_named_with_what_it_printed(
     """sshd runs an `sftp-server` subsystem through the login shell, so a banner comes
     before the first SFTP packet.  Before: "cannot connect: SFTPBadMessage: Max packet size
     exceeded", retried for ever.  Now one fatal message names the text and the fix."""
-    server, d, _ = watch_printing_node(tmp_path, daemons, "sftp", sftp=SFTP_SERVER)
+    server, d, _ = watch_node(tmp_path, daemons, transport="sftp", bashrc=PRINTING_BASHRC,
+                              sftp=SFTP_SERVER)
     try:
         t = d.wait_target("node", lambda t: t["source_state"]["fatal"], "the fatal state",
                           timeout=10)
@@ -160,5 +155,28 @@ def test_sftp_broken_by_a_bashrc_that_prints_is_named_with_what_it_printed(
         assert "login shell prints text ('Welcome to gpu-node-17')" in said, said
         assert "[[ $- == *i* ]] || return" in said and "transport: auto" in said, said
         assert "SFTPBadMessage" not in d.stderr()
+    finally:
+        server.cleanup()
+
+
+def test_an_sftp_only_account_is_read_over_sftp_and_its_gpu_not_asked_again_and_again(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """sshd's `ForceCommand internal-sftp` refuses every command: the streamed reader and
+    the grep fail, and the log is read (from its latest startup) over SFTP.  nvidia-smi
+    cannot run there: said once and asked again after the long wait (before: "nvidia-smi
+    exited with 1", restarted and warned about every few seconds)."""
+    fake = Path(__file__).parent / "tools" / "fake-nvidia-smi"
+    server, d, texts = watch_node(tmp_path, daemons, startups=2, force_command="internal-sftp",
+                                  gpu={"command": str(fake), "interval": "250ms"})
+    try:
+        d.wait_target("node", lambda t: t["phase"] == "ready", "ready", timeout=30)
+        d.wait_lines("node", texts.count("\n"), timeout=10)    # the last startup only
+        t = d.wait_target("node", lambda t: (t.get("gpu") or {}).get("status", "")
+                          .startswith("the SSH account allows SFTP only"), "the GPU status")
+        time.sleep(2)   # a window to see none restarted (the old backoff was 0.3-2 s)
+        said = [e for e in d.log_events() if "SFTP only" in e.get("event", "")]
+        assert len(said) == 1, said
+        assert not any("nvidia-smi exited" in e.get("event", "") for e in d.log_events())
+        assert "Traceback" not in d.stderr(), t
     finally:
         server.cleanup()

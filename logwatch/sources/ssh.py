@@ -645,10 +645,17 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
             if isinstance(f, ExecFile):
                 # the streamed reader runs it: no session, no login shell per target
                 status, out = await asyncio.wait_for(f.fs.grep(path, lits), 60)
+                ran = status in (0, 1)      # grep's own: 1 is "no line matched"
             else:
                 async with source.pool.exec_slot(source.target, source.opts):
                     out, status = await bounded_run(conn, cmd, GREP_MAX, 60)
-            if status in (0, 1):
+                # tail's: 0 whether grep matched or not; else the command did not run (an
+                # account for SFTP only exits 1: before, read as "no startup", from byte 0)
+                ran = status == 0
+                if not ran:
+                    source.log.info("remote grep failed; scanning the log over SFTP",
+                                    error=f"exit status {status}")
+            if ran:
                 for raw in reversed(out.splitlines()):
                     lineno, _, rest = raw.partition(b":")
                     off, _, text = rest.partition(b":")

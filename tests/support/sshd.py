@@ -91,7 +91,8 @@ class SSHServer:
 
     def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp",
                  max_sessions: int = 200, python: bool = True,
-                 bashrc: str | None = None, shell: str | None = None) -> None:
+                 bashrc: str | None = None, shell: str | None = None,
+                 force_command: str | None = None) -> None:
         """`sftp`: the Subsystem line's command (None: no SFTP subsystem, as on some hardened
         hosts where a shell works and file transfer does not).  `max_sessions`: sshd's
         MaxSessions (OpenSSH's default is 10).  `python=False`: the sessions' commands run
@@ -99,7 +100,9 @@ class SSHServer:
         `bashrc`: the sessions' ~/.bashrc (bash runs it for every command sshd starts: a
         conda / pyenv init that takes 0.3 s on many GPU nodes); each run appends a line to
         `bashrc_runs` so a test counts them.  `shell`: the login shell the commands run
-        under (`/usr/bin/tcsh`: sshd runs `SHELL -c COMMAND`; played by a ForceCommand)."""
+        under (`/usr/bin/tcsh`: sshd runs `SHELL -c COMMAND`; played by a ForceCommand).
+        `force_command`: sshd's ForceCommand (`internal-sftp`: an account for file transfer
+        only, which refuses every command)."""
         # a directory of its own, world-readable (0755): when sshd runs as root it reads
         # AuthorizedKeysFile as the logging-in user, who may be a non-root test user
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="logwatch-sshd-"))
@@ -120,6 +123,7 @@ class SSHServer:
         self.max_sessions = max_sessions
         self.python = python
         self.shell = shell
+        self.force_command = force_command
         self.bashrc_runs = self.dir / "bashrc.runs"
         if bashrc is not None:
             (self.dir / ".bashrc").write_text(f"echo run >> {self.bashrc_runs}\n{bashrc}\n")
@@ -183,6 +187,8 @@ class SSHServer:
             force = f"ForceCommand {self._no_python_wrapper()}"
             if sftp == "internal-sftp":
                 sftp = SFTP_SERVER   # internal-sftp would not pass through the wrapper
+        if self.force_command:
+            force = f"ForceCommand {self.force_command}"
         self.config.write_text("\n".join([
             f"Port {self.port}",
             "ListenAddress 127.0.0.1",

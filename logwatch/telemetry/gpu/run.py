@@ -36,6 +36,9 @@ HEAD_BYTES = 4096          # the output kept to read an error from
 _NOT_FOUND_RE = re.compile(r"command not found|: not found|No such file or directory")
 _NO_DEVICES_RE = re.compile(r"No devices were found")
 _NO_DRIVER_RE = re.compile(r"couldn't communicate with the NVIDIA driver")
+# sshd's `ForceCommand internal-sftp` (an account for file transfer only): logs are read over
+# SFTP, and no command runs there
+_SFTP_ONLY_RE = re.compile(r"refusing non-sftp session|allows sftp connections only")
 
 # what a run's end is called in `RunVerdict.action`
 FALLBACK = "fallback"      # at once again, with MINIMAL_FIELDS
@@ -78,6 +81,8 @@ _WAITS: tuple[tuple[_Match, str, int | None], ...] = (
      STATUS_NO_GPUS, None),
     (lambda e, h: not e.samples and (e.code == 9 or bool(_NO_DRIVER_RE.search(h))),
      STATUS_NO_DRIVER, None),
+    (lambda e, h: not e.samples and bool(_SFTP_ONLY_RE.search(h)),
+     "the SSH account allows SFTP only: no nvidia-smi", None),
 )
 
 
@@ -114,8 +119,9 @@ def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException]
                    ) -> RunVerdict:
     """What a failure to start a run means (`explain`: the SSH explanation of a remote
     stream's error, None for a local one).  No command, no permission, a refused host key or
-    login, another fatal SSH cause (a key file that cannot be used, ...): the long wait (`kind` "quiet" where the log target's own source says it already);
-    any other connection or start error: a restart after the short backoff."""
+    login, another fatal SSH cause (a key file that cannot be used, ...): the long wait
+    (`kind` "quiet" where the log target's own source says it already); any other connection
+    or start error: a restart after the short backoff."""
     if isinstance(e, Missing):
         return RunVerdict(WAIT, STATUS_MISSING, f"{cmd}: command not found")
     if isinstance(e, PermissionError):
