@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -268,6 +270,48 @@ def test_a_node_behind_a_bastion_named_in_ssh_config_is_read_probed_and_its_gpus
     finally:
         http.close()
         bastion.cleanup()
+
+
+def test_a_node_that_forbids_forwarding_is_not_called_unreachable(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """`AllowTcpForwarding no` on the node (hardened hosts): the probe's channel is refused
+    by policy (administratively prohibited), which says nothing of the server.  Before: "not
+    answering: open failed", and an `unreachable` page for a healthy server; `watch` waited
+    for its timeout, exit 3.  Now: not probed, said why, no alert; `watch` takes the log's
+    word."""
+    server = SSHServer(str(tmp_path / "sshd"), forwarding=False)
+    server.start()
+    app_port = free_port()
+    http = _serve(app_port)
+    hook = Receiver().start()
+    try:
+        log = tmp_path / "server.log"
+        log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
+        ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)]}
+        port = free_port()
+        cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+            target_cfg("hardened", server.url(log), ssh=ssh, gpu=False,
+                       probe={"interval": "1s", "timeout": "2s", "fail_after": "2s"})],
+            alerts=[{"type": "webhook", "name": "hook", "url": hook.url(),
+                     "on": ["unreachable"]}])
+        d = daemons(cfg, port).start()
+        t = d.wait_target("hardened", lambda t: (t.get("probe") or {}).get("probes", 0) >= 3,
+                          "three probes", timeout=30)
+        assert t["probe"]["blocked"] is True and t["probe"]["up"] is None, t["probe"]
+        assert "forbids port forwarding" in t["probe"]["status"], t["probe"]
+        assert t["status"] == "ready", t["status"]
+        assert d.metric("logwatch_probe_up", target="hardened") != 0.0
+        assert hook.requests() == []        # three probes, fail_after 2 s: none alerted
+        res = subprocess.run(
+            [sys.executable, "-m", "logwatch", "watch", server.url(log), "--known-hosts",
+             str(server.known_hosts), "-i", str(server.client_key), "--timeout", "20s",
+             "--no-history"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+        assert "the endpoint cannot be probed" in res.stdout, res.stdout
+    finally:
+        hook.close()
+        http.close()
+        server.cleanup()
 
 
 def test_crash_while_the_endpoint_answers_and_ready_but_never_answering(

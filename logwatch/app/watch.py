@@ -115,6 +115,7 @@ class Watched:
     verdict_at: float | None = None
     fatal: bool = False          # its source failed before any verdict (exit 2)
     awaiting_said: bool = False  # "ready in log; waiting for the endpoint" said
+    blocked_said: bool = False   # "the endpoint cannot be probed" said
 
 
 async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
@@ -295,17 +296,7 @@ def _step(w: Watched, opts: WatchOptions, now: float, serving: bool) -> TargetVi
             w.verdict = _last_verdict(runner, view)
             w.verdict_at = now
         return view
-    verdict = _verdict(runner, view, events)
-    if verdict is not None and verdict[0] == EXIT_READY and _awaiting_endpoint(runner, view):
-        if not w.awaiting_said:      # ready means serving: the endpoint answers (or --probe off)
-            w.awaiting_said = True
-            probe = runner.part(ProbeAttachment)
-            ep = probe.plan().endpoint if probe is not None else None
-            url = (view.probe or {}).get("url") or \
-                (f"http://{ep.address}{ep.path}" if ep is not None else "its endpoint")
-            w.display.note(f"ready in log; waiting for {url} to answer (--probe off: the "
-                           f"log's word is enough)")
-        verdict = None
+    verdict = _held_for_the_endpoint(w, runner, view, _verdict(runner, view, events))
     if serving and verdict is not None and verdict[0] == EXIT_READY:
         return view          # still serving
     if verdict is not None:
@@ -371,6 +362,27 @@ def _deaf(view: TargetView) -> bool:
     return view.phase == READY and not view.historic and view.status == "unreachable"
 
 
+def _held_for_the_endpoint(w: Watched, runner: Target, view: TargetView,
+                           verdict: tuple[int, str] | None) -> tuple[int, str] | None:
+    """Ready means serving: a ready verdict waits until the endpoint answers (or --probe
+    off, or it cannot be probed from here); what it waits for is said once."""
+    if (view.probe or {}).get("blocked") and not w.blocked_said:
+        w.blocked_said = True
+        w.display.note(f"the endpoint cannot be probed: {view.probe['status']}; the log's "
+                       "word stands")
+    if verdict is None or verdict[0] != EXIT_READY or not _awaiting_endpoint(runner, view):
+        return verdict
+    if not w.awaiting_said:
+        w.awaiting_said = True
+        probe = runner.part(ProbeAttachment)
+        ep = probe.plan().endpoint if probe is not None else None
+        url = (view.probe or {}).get("url") or \
+            (f"http://{ep.address}{ep.path}" if ep is not None else "its endpoint")
+        w.display.note(f"ready in log; waiting for {url} to answer (--probe off: the "
+                       f"log's word is enough)")
+    return None
+
+
 def _awaiting_endpoint(runner: Target, view: TargetView) -> bool:
     """Ready in the log, a probe runs and knows where the server listens, and no probe of
     this startup has answered yet: not ready for `watch ... && run_benchmark`."""
@@ -380,6 +392,8 @@ def _awaiting_endpoint(runner: Target, view: TargetView) -> bool:
     if probe.plan().endpoint is None:
         return False             # no address in the log: the log's word is all there is
     p = view.probe or {}
+    if p.get("blocked"):
+        return False             # the node forbids the probe's way there: the same
     return not (p.get("ok_at") and p.get("ok_startup") == view.startup_id)
 
 

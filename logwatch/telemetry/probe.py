@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
+import asyncssh
+
 from ..units import parse_duration, parse_switch
 
 STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
@@ -177,7 +179,12 @@ Connect = Callable[[str, int], Awaitable[Streams]]
 
 class ProbeUnavailable(Exception):
     """The probe could not be made (the SSH connection to the node is down): neither up nor
-    down, and no alert."""
+    down, and no alert.  `lasting`: it cannot be made from here at all (the node's sshd
+    forbids forwarding), so the log's word is all there is."""
+
+    def __init__(self, why: str, lasting: bool = False) -> None:
+        super().__init__(why)
+        self.lasting = lasting
 
 
 async def http_get(connect: Connect, ep: Endpoint, path: str, timeout: float) -> int:
@@ -221,12 +228,14 @@ class ProbeState:
     outage: int = 0                    # failure streaks so far (keys the unreachable alert)
     probes: int = 0
     note: str = ""                     # why there is no probe (no address in the log yet ...)
+    blocked: bool = False              # it cannot be made from here (ProbeUnavailable.lasting)
 
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "up": self.up, "status": self.status,
                 "duration": self.duration, "last_at": self.last_at, "ok_at": self.ok_at,
                 "ok_startup": self.ok_startup, "failing_since": self.failing_since,
-                "outage": self.outage, "probes": self.probes, "note": self.note}
+                "outage": self.outage, "probes": self.probes, "note": self.note,
+                "blocked": self.blocked}
 
 
 @dataclass
@@ -295,7 +304,7 @@ class Prober:
             ep = server_only(ep, self.own_hosts)
             paths = plan.paths or ("/health",)
         st.url = f"http://{ep.address}" + ("" if len(paths) > 1 else paths[0])
-        st.note = ""
+        st.note, st.blocked = "", False
         now = time.time()
         t0 = time.monotonic()
         codes: list[str] = []
@@ -305,7 +314,7 @@ class Prober:
             try:
                 code = await http_get(self.connect, ep, path, left)
             except ProbeUnavailable as e:
-                ok, codes = None, [str(e)]
+                ok, codes, st.blocked = None, [str(e)], e.lasting
                 break
             except asyncio.TimeoutError:
                 ok = False
@@ -365,5 +374,15 @@ def ssh_connect(pool: Any, target: Any, opts: Any) -> Connect:
         except Exception as e:  # noqa: BLE001 - the log's source reports SSH trouble
             raise ProbeUnavailable(f"no SSH connection to {target.host}: {_short_error(e)}") \
                 from None
-        return await conn.open_connection(host, port)
+        try:
+            return await conn.open_connection(host, port)
+        except asyncssh.ChannelOpenError as e:
+            if e.code != asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+                raise                # the node could not connect: the server's answer
+            # sshd's policy (AllowTcpForwarding no, PermitOpen): says nothing of the server
+            raise ProbeUnavailable(
+                f"the sshd of {target.host} forbids port forwarding, so {host}:{port} "
+                "cannot be asked through SSH (allow it in its sshd_config: "
+                f"`AllowTcpForwarding local`, or `PermitOpen {host}:{port}`)",
+                lasting=True) from None
     return connect

@@ -92,7 +92,7 @@ class SSHServer:
     def __init__(self, workdir: str | None = None, sftp: str | None = "internal-sftp",
                  max_sessions: int = 200, python: bool = True,
                  bashrc: str | None = None, shell: str | None = None,
-                 force_command: str | None = None) -> None:
+                 force_command: str | None = None, forwarding: bool = True) -> None:
         """`sftp`: the Subsystem line's command (None: no SFTP subsystem, as on some hardened
         hosts where a shell works and file transfer does not).  `max_sessions`: sshd's
         MaxSessions (OpenSSH's default is 10).  `python=False`: the sessions' commands run
@@ -102,7 +102,8 @@ class SSHServer:
         `bashrc_runs` so a test counts them.  `shell`: the login shell the commands run
         under (`/usr/bin/tcsh`: sshd runs `SHELL -c COMMAND`; played by a ForceCommand).
         `force_command`: sshd's ForceCommand (`internal-sftp`: an account for file transfer
-        only, which refuses every command)."""
+        only, which refuses every command).  `forwarding=False`: `AllowTcpForwarding no`
+        (hardened nodes: no direct-tcpip channel, the probe's way to the server)."""
         # a directory of its own, world-readable (0755): when sshd runs as root it reads
         # AuthorizedKeysFile as the logging-in user, who may be a non-root test user
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="logwatch-sshd-"))
@@ -124,6 +125,7 @@ class SSHServer:
         self.python = python
         self.shell = shell
         self.force_command = force_command
+        self.forwarding = forwarding
         self.bashrc_runs = self.dir / "bashrc.runs"
         if bashrc is not None:
             (self.dir / ".bashrc").write_text(f"echo run >> {self.bashrc_runs}\n{bashrc}\n")
@@ -203,6 +205,7 @@ class SSHServer:
             "StrictModes no",
             f"Subsystem sftp {sftp}" if sftp else "",
             force,
+            "" if self.forwarding else "AllowTcpForwarding no",
             # the sessions' HOME is this folder: the user's own ~/.bashrc is not run by every
             # command (pyenv's rehash lock there, left by a killed session, made every later
             # session wait 60 s; the streamed reader runs a command per connection)
