@@ -331,6 +331,25 @@ def test_watch_says_the_verdict_where_the_operator_looks() -> None:
     assert "silence" in text and "slow, not hung" in text and "gpu power" in text, text
 
 
+def test_a_gpu_that_cannot_be_read_is_said_once_not_at_every_phase() -> None:
+    """`watch` on a node without nvidia-smi: before, "gpu: no nvidia-smi on host" after each
+    of a startup's 7 phase lines; now once, and again only when it changes."""
+    import io
+
+    from logwatch.machine import PhaseChanged
+    from logwatch.sinks.display import PlainDisplay
+    out = io.StringIO()
+    d = PlainDisplay("n", out)
+    phases = ["waiting", "launching", "downloading", "loading_shards", "cuda_graph", "ready"]
+    for i, (old, new) in enumerate(zip(phases, phases[1:])):
+        status = "no nvidia-smi on host" if i < 3 else "NVIDIA driver not loaded"
+        v = TargetView(name="n", engine="sglang", source="x", kind="file", labels={},
+                       now=100.0 + i, phase=new, gpu={"up": False, "status": status})
+        d.update(v, [PhaseChanged(1, old, new, 100.0 + i, "x", "s1")], 100.0 + i)
+    said = [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines() if " gpu: " in ln]
+    assert said == ["gpu: no nvidia-smi on host", "gpu: NVIDIA driver not loaded"], said
+
+
 def test_history_and_compare_show_the_watts_of_each_phase() -> None:
     """"autotune at 690 W": the live ledger's watts per phase, in `history` and `compare`;
     a serving window under a minute (a crash after 25 s of serving) is shown, marked short."""

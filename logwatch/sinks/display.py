@@ -169,6 +169,7 @@ class PlainDisplay:
         self._serving_said = 0.0
         self._beside: set[str] = set()    # phases running beside the main line, said
         self._gpu_said = 0.0
+        self._gpu_down_said = ""          # why there are no GPU figures, said at a phase
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -199,8 +200,13 @@ class PlainDisplay:
 
     def _phase_gpu(self, view: TargetView, ev: PhaseChanged) -> None:
         line = phase_change_gpu_text(view, ev)
-        if line:
-            self._say(line)
+        if not line:
+            return
+        down = not (view.gpu or {}).get("up")
+        if down and line == self._gpu_down_said:
+            return      # "gpu: no nvidia-smi on host" once, not again at every phase
+        self._gpu_down_said = line if down else ""
+        self._say(line)
 
     def start(self) -> None:
         self._say(f"watching {self.target}")
