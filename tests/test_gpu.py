@@ -765,3 +765,8 @@ def test_classify_start_says_what_a_failed_start_means() -> None:
         ("wait", "cannot connect", "quiet", "explained: PermissionDenied")
     lost = classify_start(ConnectionResetError(), "nvsmi", said)
     assert (lost.action, lost.status, lost.kind) == ("restart", "cannot connect", "start")
+    # MaxSessions 1: the log's reader holds the one session (seen against OpenSSH 9: code 2,
+    # "open failed"); before, "cannot connect" and a restart every few seconds
+    full = classify_start(asyncssh.ChannelOpenError(2, "open failed"), "nvsmi", said)
+    assert (full.action, full.status) == ("wait", "the node refuses another SSH session")
+    assert "MaxSessions" in full.why

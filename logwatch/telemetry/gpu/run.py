@@ -119,9 +119,9 @@ def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException]
                    ) -> RunVerdict:
     """What a failure to start a run means (`explain`: the SSH explanation of a remote
     stream's error, None for a local one).  No command, no permission, a refused host key or
-    login, another fatal SSH cause (a key file that cannot be used, ...): the long wait
-    (`kind` "quiet" where the log target's own source says it already); any other connection
-    or start error: a restart after the short backoff."""
+    login, another fatal SSH cause (a key file that cannot be used, ...), a session refused on
+    a live connection: the long wait (`kind` "quiet" where the log target's own source says
+    it already); any other connection or start error: a restart after the short backoff."""
     if isinstance(e, Missing):
         return RunVerdict(WAIT, STATUS_MISSING, f"{cmd}: command not found")
     if isinstance(e, PermissionError):
@@ -130,6 +130,12 @@ def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException]
     if explain is not None and isinstance(e, (asyncssh.HostKeyNotVerifiable,
                                               asyncssh.PermissionDenied, FatalSSH)):
         return RunVerdict(WAIT, "cannot connect", explain(e), kind="quiet")
+    if explain is not None and isinstance(e, asyncssh.ChannelOpenError):
+        # connected, and the session refused: sshd's MaxSessions (1 on some hardened nodes)
+        # taken by the log's reader; it will not free up in a second
+        return RunVerdict(WAIT, "the node refuses another SSH session",
+                          f"the node's sshd refused a session for {cmd} ({e.reason}): is its "
+                          "MaxSessions taken by the log's reader? (OpenSSH's default is 10)")
     why = explain(e) if explain is not None else f"{type(e).__name__}: {e}"
     return RunVerdict(RESTART, "cannot connect" if explain is not None else f"cannot run {cmd}",
                       why, kind="start")
