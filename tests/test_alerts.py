@@ -467,6 +467,47 @@ def test_sighup_and_restart_send_nothing_again(tmp_path, receivers, daemons):
     assert rx.brief() == sent
 
 
+def test_a_queued_alert_stays_with_its_receiver_across_renames_and_reorders(
+        tmp_path, receivers, daemons):
+    """A crash alert waits in the outbox for a receiver that is down.  The operator puts a
+    new sink before it (so its default name `webhook-0` passes to the new one, which takes
+    no alert of this target) and SIGHUPs: the alert still goes to its receiver, once, and
+    not to the new sink.  Then a second crash waits, its sink is removed: dropped, said and
+    counted.  Before: the first went to the new sink despite its filter, and a renamed or
+    removed sink's alerts were emptied from the outbox with nothing said."""
+    up = threading.Event()
+    old = receivers(lambda got, rx: (200, {}, b"ok") if up.is_set() else (503, {}, b"down"))
+    new = receivers()
+    hooks = {"crashed": {"type": "webhook", "url": old.url("/hook"), "on": ["crashed"]},
+             "other": {"type": "webhook", "url": new.url("/hook"), "on": ["crashed"],
+                       "targets": {"name": "nomatch"}}}
+    cfg, port, state, log = setup(tmp_path, [hooks["crashed"]])
+    d = daemons(cfg, port).start()
+    append(log, crash_log())
+    old.wait(hook("crashed", "firing"), timeout=15, alive=d.dead)     # refused: it waits
+    assert [e["sink"] for e in outbox(state)] == ["webhook-0"]
+    write_config(cfg, port, state, [target("t1", log, labels={"model": "Qwen3-235B"})],
+                 alerts=[hooks["other"], hooks["crashed"]])
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(reloads(d)) == 1, 10, "the reload", alive=d.dead)
+    assert [e["sink"] for e in outbox(state)] == ["webhook-1"]
+    up.set()
+    wait_for(lambda: not outbox(state), 30, "the alert delivered", alive=d.dead)
+    assert len(ok_firing(old, "crashed")) == 1 and new.requests() == []
+    # a second crash waits; its sink is removed
+    up.clear()
+    append(log, "".join(sim_texts(crash="oom", start=T0 + 600)))
+    wait_for(lambda: len(outbox(state)) == 1, 15, "the second crash queued", alive=d.dead)
+    write_config(cfg, port, state, [target("t1", log, labels={"model": "Qwen3-235B"})],
+                 alerts=[hooks["other"]])
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(reloads(d)) == 2, 10, "the second reload", alive=d.dead)
+    assert outbox(state) == []
+    dropped = [e for e in d.log_events() if e.get("event", "").startswith("undelivered alert")]
+    assert [(e["sink"], e["kind"]) for e in dropped] == [("webhook-1", "crashed")], dropped
+    assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 1.0
+
+
 # -- 8. logwatch alerts test --------------------------------------------------------------------
 
 def run_alerts_test(cfg: Path, kind: str = "crashed") -> subprocess.CompletedProcess[str]:

@@ -157,6 +157,22 @@ def test_a_path_under_tilde_is_completed_in_the_home_the_node_names(
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("text, says", [
+    ("", "the file is empty"), ("\n  \n", "the file is empty"), ("# nothing yet\n", "the file is empty"),
+    ("listen: 127.0.0.1:9105\n", "targets: missing"),
+])
+def test_an_empty_or_cut_config_is_refused(tmp_path: Path, text: str, says: str) -> None:
+    """A config caught mid-write parses; before, `--check` said "ok (0 targets, ...)" and a
+    SIGHUP stopped every target (tests/test_daemon.py).  `targets: []` is still a config."""
+    path = tmp_path / "cut.yaml"
+    path.write_text(text, encoding="utf-8")
+    res = run("-c", str(path), "--check")
+    assert res.returncode == 2 and says in res.stderr and str(path) in res.stderr, res.stderr
+    path.write_text("targets: []\n", encoding="utf-8")
+    assert run("-c", str(path), "--check").returncode == 0
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("source", ["logs/server.log", "server.log", "./server.log"])
 def test_relative_file_path(tmp_path: Path, source: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(source=source)),

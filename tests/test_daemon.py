@@ -101,7 +101,8 @@ def test_sighup_reload(tmp_path: Path, daemons: Any) -> None:
     assert sample(m, "logwatch_shards_loaded", target="B") == 24.0
 
     # an invalid config: the reload fails, the old targets keep running
-    bad = yaml.safe_load(cfg.read_text())
+    good = cfg.read_text()
+    bad = yaml.safe_load(good)
     bad["targets"] = [{**bad["targets"][0], "stall_after": "5x"}]  # and C removed
     cfg.write_text(yaml.safe_dump(bad), encoding="utf-8")
     d.signal(signal.SIGHUP)
@@ -113,6 +114,26 @@ def test_sighup_reload(tmp_path: Path, daemons: Any) -> None:
     append(b_log, "".join(b[cut2:]))  # serving lines: B still reads
     wait_lines(d, "B", b_log)
     assert d.proc is not None and d.proc.poll() is None
+    # the file caught mid-write (config management truncates, then writes): empty, then
+    # cut after its first keys; before, both loaded as a fleet of none: every target stopped
+    for n, (cut, says) in enumerate([("", "the file is empty"),
+                                     (good[:good.index("targets:")], "targets: missing")]):
+        cfg.write_text(cut, encoding="utf-8")
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: d.stderr().count("reload failed") == n + 2, 20, f"reload {n} refused",
+                 alive=d.dead)
+        assert says in d.stderr().splitlines()[-1], d.stderr()[-500:]
+        assert {t["name"] for t in d.status()["targets"]} == {"B", "C"}
+    # another listen address is refused (a restart's), and so kept: restoring the config is
+    # no change (before: the refused address was taken in, and restoring warned again)
+    moved = good.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
+    assert moved != good
+    reloaded = lambda: sum(e.get("event") == "reloaded" for e in d.log_events())  # noqa: E731
+    for n, doc in enumerate([moved, good], start=reloaded() + 1):
+        cfg.write_text(doc, encoding="utf-8")
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: reloaded() == n, 20, f"reload {n}", alive=d.dead)
+    assert d.stderr().count("listen address changes need a restart") == 1
 
 
 # -- b. restart after kill -9 ---------------------------------------------------------------

@@ -108,6 +108,13 @@ def load_config(path: str | Path) -> Config:
         raise yaml_error(p, e) from None
     except YAMLTooLarge as e:
         raise ConfigError(p, "", f"refused: {e}") from None
+    # a file caught mid-write (truncated, or cut after its first keys) parses: it would stop
+    # every target at a reload.  `targets: []` says it on purpose.
+    if doc is None:
+        raise ConfigError(p, "", "the file is empty (being written?)")
+    if isinstance(doc, dict) and "targets" not in doc:
+        raise ConfigError(p, "targets", "missing (a list of targets to watch; `targets: []` "
+                                        "for none)")
     return parse_config(doc, p)
 
 

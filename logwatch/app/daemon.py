@@ -245,6 +245,9 @@ class Daemon:
             return
         if (new.listen_host, new.listen_port) != (self.config.listen_host, self.config.listen_port):
             self.log.warning("listen address changes need a restart; keeping the old one")
+            # kept everywhere: the alerts' links, and the next reload's comparison
+            new = dataclasses.replace(new, listen_host=self.config.listen_host,
+                                      listen_port=self.config.listen_port)
         if new.state_dir != self.config.state_dir:
             self.log.warning("state_dir changes need a restart; keeping the old one")
             new = dataclasses.replace(new, state_dir=self.config.state_dir)

@@ -11,6 +11,9 @@
   entry already removed is never sent again.
 * `open`: alerts that wait for their resolution (crashed, stalled, slow).
 
+An entry names its sink and the sink's destination (a digest of its type and URL): a reload
+that renames or reorders the sinks leaves each alert with its receiver (`rebind`).
+
 An unreadable file is reported with its path and set aside (`state.json.corrupt`); the
 marks the targets' checkpoints carry (`adopt`) keep what was sent from being sent again.
 """
@@ -20,10 +23,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ... import log
 from ...state.files import save_state
+from .model import Alert
+
+if TYPE_CHECKING:
+    from .receivers import Sink
 
 VERSION = 2            # 1: without the two-phase `state` of entries (read as queued)
 SEEN_KEEP = 20000
@@ -95,6 +102,43 @@ class AlertStore:
             mine = sorted((at, m) for m, at in self.seen.items() if m.startswith(prefix))
             self._recent[target] = {m: at for at, m in mine[-MARKS_KEPT:]}
         return dict(self._recent[target])
+
+    def drop_undelivered(self, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Drop the undelivered entries whose alert `which` picks, and their open alerts."""
+        dropped = {e["alert"]["key"] for e in self.outbox if which(e["alert"])}
+        if dropped:
+            self.outbox = [e for e in self.outbox if not which(e["alert"])]
+            for key in dropped:
+                self.open.pop(key, None)
+            self.save()
+
+    def rebind(self, sinks: list[Sink]) -> list[dict[str, Any]]:
+        """Each undelivered alert stays with its receiver across a reload or a restart: found
+        by destination (a sink renamed, or moved in the list, where a default name is its
+        place: `webhook-0`), else by name if that sink takes it (its URL changed).  Those
+        whose sink is gone are dropped and returned, for the caller to say and count.
+        Before, entries were matched by name alone: a crash alert went to whichever sink
+        now had the name, or was lost unsaid."""
+        by_dest = {s.destination: s for s in sinks}
+        by_name = {s.name: s for s in sinks}
+        kept: list[dict[str, Any]] = []
+        dropped: list[dict[str, Any]] = []
+        moved = False
+        for e in self.outbox:
+            sink = by_dest.get(e.get("dest", ""))
+            if sink is None and e["sink"] in by_name and \
+                    by_name[e["sink"]].wants(Alert.from_json(e["alert"])):
+                sink = by_name[e["sink"]]
+            if sink is None:
+                dropped.append(e)
+                continue
+            if (e["sink"], e.get("dest")) != (sink.name, sink.destination):
+                e["sink"], e["dest"], moved = sink.name, sink.destination, True
+            kept.append(e)
+        if moved or dropped:
+            self.outbox = kept
+            self.save()
+        return dropped
 
     def save(self) -> None:
         if len(self.seen) > SEEN_KEEP:

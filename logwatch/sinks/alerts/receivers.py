@@ -84,6 +84,13 @@ class Sink:
         self.max_attempts = int(spec.get("max_attempts", 8))
         self.max_age = float(spec.get("max_age", 3600))
 
+    @property
+    def destination(self) -> str:
+        """Who receives this sink's alerts, as a digest (a URL may hold a token: it is never
+        stored): the sink across reloads, whatever its name or its place in the list."""
+        where = self.spec.get("url") or f"${self.spec.get('url_env')}"
+        return hashlib.sha256(f"{self.type} {where}".encode()).hexdigest()[:16]
+
     def url(self) -> str:
         if self.spec.get("url"):
             return str(self.spec["url"])

@@ -64,11 +64,11 @@ class AlertRouter:
         self.config = config
         self.sinks = make_sinks(list(config.alerts))
         self.policy.generator_url = f"http://{config.listen_host}:{config.listen_port}/"
-        names = {s.name for s in self.sinks}
-        before = len(self.store.outbox)
-        self.store.outbox = [e for e in self.store.outbox if e["sink"] in names]
-        if len(self.store.outbox) != before:
-            self.store.save()
+        for e in self.store.rebind(self.sinks):
+            a = e["alert"]
+            self._dropped[a["kind"]] = self._dropped.get(a["kind"], 0) + 1
+            self.log.warning("undelivered alert dropped: its sink is no longer configured",
+                             sink=e["sink"], target=a["target"], kind=a["kind"])
         if self._session is not None:
             self._start_workers()
 
@@ -145,16 +145,9 @@ class AlertRouter:
         if r.drop_undelivered:
             # superseded (a crash after a stall): an undelivered alert is dropped, and needs
             # no resolution; a delivered one is resolved below
-            def undelivered(e: dict[str, Any]) -> bool:
-                a = e["alert"]
-                return a["kind"] in r.kinds and a["target"] == r.target and \
-                    startup_of(a["key"]) == (r.only or "-") and a["status"] == FIRING
-            dropped = {e["alert"]["key"] for e in self.store.outbox if undelivered(e)}
-            if dropped:
-                self.store.outbox = [e for e in self.store.outbox if not undelivered(e)]
-                for key in dropped:
-                    self.store.open.pop(key, None)
-                self.store.save()
+            self.store.drop_undelivered(lambda a: a["kind"] in r.kinds and
+                                        a["target"] == r.target and a["status"] == FIRING and
+                                        startup_of(a["key"]) == (r.only or "-"))
         for key, doc in list(self.store.open.items()):
             if doc["target"] != r.target or doc["kind"] not in r.kinds:
                 continue
@@ -195,7 +188,8 @@ class AlertRouter:
             self.store.open[alert.key] = alert.to_json()
         now = time.time()
         for s in sinks:
-            self.store.outbox.append({"id": next(self._ids), "sink": s.name, "state": QUEUED,
+            self.store.outbox.append({"id": next(self._ids), "sink": s.name,
+                                      "dest": s.destination, "state": QUEUED,
                                       "alert": alert.to_json(), "attempts": 0,
                                       "first_at": now, "next_at": now})
         self.store.save()
