@@ -508,6 +508,30 @@ def test_a_queued_alert_stays_with_its_receiver_across_renames_and_reorders(
     assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 1.0
 
 
+def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, daemons):
+    """An open alert (a crash, waiting for the next ready) of a target removed from the
+    config: resolved at the reload, once, saying why; not again after a restart.  Before,
+    it stayed open for ever (state.json's `open`), and no receiver heard of it again."""
+    rx = receivers()
+    cfg, port, state, log = setup(tmp_path, [{"type": "webhook", "url": rx.url("/hook"),
+                                              "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    append(log, crash_log())
+    rx.wait(hook("crashed", "firing"), answered=True, timeout=15, alive=d.dead)
+    other = tmp_path / "other.log"
+    other.write_text("")
+    write_config(cfg, port, state, [target("t2", other)],
+                 alerts=[{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}])
+    d.signal(signal.SIGHUP)
+    got = rx.wait(hook("crashed", "resolved", "t1"), answered=True, timeout=15, alive=d.dead)
+    assert "no longer watched: removed from the config" in got[0].json["summary"], got[0].json
+    assert d.stop() == 0
+    d.start()
+    d.wait_target("t2", lambda t: t["source_state"]["up"], "t2 reading")
+    rx.assert_quiet(2.0, hook("crashed"), what="after a restart")
+    assert len(rx.requests(hook("crashed", "resolved"))) == 1
+
+
 # -- 8. logwatch alerts test --------------------------------------------------------------------
 
 def run_alerts_test(cfg: Path, kind: str = "crashed") -> subprocess.CompletedProcess[str]:

@@ -69,6 +69,12 @@ class AlertRouter:
             self._dropped[a["kind"]] = self._dropped.get(a["kind"], 0) + 1
             self.log.warning("undelivered alert dropped: its sink is no longer configured",
                              sink=e["sink"], target=a["target"], kind=a["kind"])
+        watched = {t.name for t in config.targets}
+        for key, doc in list(self.store.open.items()):
+            if doc["target"] not in watched:     # removed (at a reload, or while down)
+                del self.store.open[key]
+                self.fire(Alert.from_json(doc).resolved("no longer watched: removed from "
+                                                        "the config"))
         if self._session is not None:
             self._start_workers()
 
