@@ -364,8 +364,15 @@ def _ledger_of(args: argparse.Namespace) -> Any:
         print(f"logwatch: {e}", file=sys.stderr)
         return None
     if all(t.name != args.target for t in cfg.targets):
-        print(f"logwatch: {args.config}: no target {args.target!r}", file=sys.stderr)
-        return None
+        from .app.history import stored_records
+        from .state.ledger import FILE
+        if not (cfg.state_dir / FILE).is_file() or \
+                not stored_records(cfg.state_dir, args.target, lambda note: None):
+            print(f"logwatch: {args.config}: no target {args.target!r}", file=sys.stderr)
+            return None
+        # renamed or removed since: its records are still in the ledger
+        print(f"logwatch: {args.target!r} is not in {args.config} now; its recorded startups:",
+              file=sys.stderr)
     return cfg.state_dir
 
 

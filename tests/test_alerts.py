@@ -506,6 +506,8 @@ def test_a_queued_alert_stays_with_its_receiver_across_renames_and_reorders(
     dropped = [e for e in d.log_events() if e.get("event", "").startswith("undelivered alert")]
     assert [(e["sink"], e["kind"]) for e in dropped] == [("webhook-1", "crashed")], dropped
     assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 1.0
+    assert d.metric("logwatch_alerts_sent_total", kind="crashed", sink="webhook-1") is None
+    assert d.metric("logwatch_alert_failures_total", sink="webhook-1") is None
 
 
 def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, daemons):

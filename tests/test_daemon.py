@@ -124,9 +124,10 @@ def test_sighup_reload(tmp_path: Path, daemons: Any) -> None:
                  alive=d.dead)
         assert says in d.stderr().splitlines()[-1], d.stderr()[-500:]
         assert {t["name"] for t in d.status()["targets"]} == {"B", "C"}
-    # another listen address is refused (a restart's), and so kept: restoring the config is
-    # no change (before: the refused address was taken in, and restoring warned again)
-    moved = good.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}")
+    # another listen address or log_level is refused (a restart's), and so kept: restoring
+    # the config is no change (before: the refused address was taken in, and restoring
+    # warned again; a new log_level was ignored unsaid)
+    moved = good.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}") + "log_level: error\n"
     assert moved != good
     reloaded = lambda: sum(e.get("event") == "reloaded" for e in d.log_events())  # noqa: E731
     for n, doc in enumerate([moved, good], start=reloaded() + 1):
@@ -134,6 +135,7 @@ def test_sighup_reload(tmp_path: Path, daemons: Any) -> None:
         d.signal(signal.SIGHUP)
         wait_for(lambda: reloaded() == n, 20, f"reload {n}", alive=d.dead)
     assert d.stderr().count("listen address changes need a restart") == 1
+    assert d.stderr().count("log_level changes need a restart") == 1   # (before: unsaid)
 
 
 # -- b. restart after kill -9 ---------------------------------------------------------------

@@ -49,6 +49,16 @@ def test_the_daemon_records_launches_and_serves_them(tmp_path: Path, daemons: An
     assert res.returncode == 0, res.stderr
     docs = [json.loads(x) for x in res.stdout.splitlines()]
     assert [d["index"] for d in docs] == [1, 2] and docs[1]["changed"] == recs[1]["changed"]
+    # renamed in the config since: its records are still read (before: "no target 'node1'")
+    renamed = write_config(tmp_path / "renamed.yaml", port, tmp_path / "state",
+                           [target_cfg("node1-h200", log, gpu=False)])
+    said = {name: subprocess.run([sys.executable, "-m", "logwatch", "history", "-c",
+                                  str(renamed), "--target", name, "--json"],
+                                 capture_output=True, text=True, cwd=ROOT, timeout=60)
+            for name in ("node1", "nope")}
+    assert said["node1"].returncode == 0 and len(said["node1"].stdout.splitlines()) == 2
+    assert "'node1' is not in" in said["node1"].stderr, said["node1"].stderr
+    assert said["nope"].returncode == 2 and "no target 'nope'" in said["nope"].stderr
     # the page's launches table, in Chromium
     from playwright.sync_api import expect, sync_playwright
     from test_page import CHROME_ARGS, CHROMIUM

@@ -248,6 +248,9 @@ class Daemon:
             # kept everywhere: the alerts' links, and the next reload's comparison
             new = dataclasses.replace(new, listen_host=self.config.listen_host,
                                       listen_port=self.config.listen_port)
+        if new.log_level != self.config.log_level:
+            self.log.warning("log_level changes need a restart; keeping the old one")
+            new = dataclasses.replace(new, log_level=self.config.log_level)
         if new.state_dir != self.config.state_dir:
             self.log.warning("state_dir changes need a restart; keeping the old one")
             new = dataclasses.replace(new, state_dir=self.config.state_dir)

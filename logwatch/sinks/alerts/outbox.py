@@ -103,6 +103,13 @@ class AlertStore:
             self._recent[target] = {m: at for at, m in mine[-MARKS_KEPT:]}
         return dict(self._recent[target])
 
+    def take_open(self, which: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        """Remove the open alerts `which` picks and return them (to be resolved)."""
+        taken = [(k, doc) for k, doc in self.open.items() if which(doc)]
+        for k, _ in taken:
+            del self.open[k]
+        return [doc for _, doc in taken]
+
     def drop_undelivered(self, which: Callable[[dict[str, Any]], bool]) -> None:
         """Drop the undelivered entries whose alert `which` picks, and their open alerts."""
         dropped = {e["alert"]["key"] for e in self.outbox if which(e["alert"])}

@@ -63,18 +63,15 @@ class AlertRouter:
     def reconfigure(self, config: Any) -> None:
         self.config = config
         self.sinks = make_sinks(list(config.alerts))
+        names = {s.name for s in self.sinks}       # a removed sink's series go with it
+        self._sent = {k: n for k, n in self._sent.items() if k[0] in names}
+        self._failed = {k: n for k, n in self._failed.items() if k in names}
         self.policy.generator_url = f"http://{config.listen_host}:{config.listen_port}/"
-        for e in self.store.rebind(self.sinks):
-            a = e["alert"]
-            self._dropped[a["kind"]] = self._dropped.get(a["kind"], 0) + 1
-            self.log.warning("undelivered alert dropped: its sink is no longer configured",
-                             sink=e["sink"], target=a["target"], kind=a["kind"])
-        watched = {t.name for t in config.targets}
-        for key, doc in list(self.store.open.items()):
-            if doc["target"] not in watched:     # removed (at a reload, or while down)
-                del self.store.open[key]
-                self.fire(Alert.from_json(doc).resolved("no longer watched: removed from "
-                                                        "the config"))
+        for e in self.store.rebind(self.sinks):      # their sink is gone
+            said_dropped(self.log, self._dropped, e)
+        watched = {t.name for t in config.targets}   # removed at a reload, or while down:
+        for doc in self.store.take_open(lambda doc: doc["target"] not in watched):
+            self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"))
         if self._session is not None:
             self._start_workers()
 
@@ -240,6 +237,15 @@ class AlertRouter:
             if give_up_or_retry(entry, outcome, sink, self.log):
                 self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
         self.store.save()
+
+
+def said_dropped(logger: Any, dropped: dict[str, int], entry: dict[str, Any]) -> None:
+    """An undelivered alert dropped because its sink is no longer configured: counted
+    (`logwatch_alerts_dropped_total`) and logged."""
+    a = entry["alert"]
+    dropped[a["kind"]] = dropped.get(a["kind"], 0) + 1
+    logger.warning("undelivered alert dropped: its sink is no longer configured",
+                   sink=entry["sink"], target=a["target"], kind=a["kind"])
 
 
 class TokenBuckets:
