@@ -735,6 +735,9 @@ def test_a_pattern_follows_each_new_launch_file_once_and_in_order(tmp_path: Path
     assert b"launch 1" not in r.stream() and b"again" not in r.stream()
     assert segs[0][0].offset == 0 and all(op.new_file for op, _ in segs[1:])
     said = [s.message for s in r.states()]
+    if segs[2][0].reason == "recreated":    # that look may say so (seen in a CI run)
+        said = [m for m in said
+                if m != f"{pattern} was deleted; draining it, waiting for a new one"]
     assert said == [f"reading {d / f'server-{k}.log'}" for k in (2, 3, 4)], said
 
 
