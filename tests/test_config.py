@@ -142,6 +142,19 @@ def test_bad_ssh_url(tmp_path: Path, url: str) -> None:
                         "targets[1].source")
 
 
+@pytest.mark.parametrize("url, host", [
+    ("ssh://root@[::1]:2222/var/log/x.log", "::1"),
+    ("ssh://root@[fe80::1%25eth0]/x.log", "fe80::1%eth0"),      # a zone, percent-encoded
+    ("ssh://gpu-node-1.example.com/x.log", "gpu-node-1.example.com"),
+])
+def test_an_ipv6_host_is_read_and_written_back_in_brackets(url: str, host: str) -> None:
+    """The target's name is its URL written back (messages, the default name): before,
+    `ssh://root@::1:2222/var/log/x.log`, which names another port, and a zone's `%25`
+    was kept in the host asyncssh was asked to connect to."""
+    t = SSHTarget.parse(url)
+    assert t.host == host and str(t) == url and SSHTarget.parse(str(t)) == t
+
+
 @pytest.mark.parametrize("url, home, path", [
     ("ssh://gpu-node-1/~/server.log", "/home/al", "/home/al/server.log"),
     ("ssh://al@gpu-node-1:2222/~/logs/x-*.log", "/home/al/", "/home/al/logs/x-*.log"),

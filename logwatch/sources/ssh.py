@@ -47,7 +47,7 @@ import shlex
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import asyncssh
 from asyncssh.config import ConfigParseError
@@ -106,7 +106,8 @@ class SSHTarget:
             # would be shell text
             raise SourceError(f"{url!r}: the user name {user!r} has a character no login "
                               "name has (; | & $ ` quotes, spaces, ...)")
-        return cls(parts.hostname, path, user, port)
+        # an IPv6 zone (`[fe80::1%25eth0]`) is percent-encoded in a URL
+        return cls(unquote(parts.hostname), path, user, port)
 
     @property
     def in_home(self) -> str | None:
@@ -122,7 +123,8 @@ class SSHTarget:
     def __str__(self) -> str:
         who = f"{self.user}@" if self.user else ""
         port = f":{self.port}" if self.port else ""
-        return f"ssh://{who}{self.host}{port}{self.path}"
+        host = f"[{quote(self.host, safe=':')}]" if ":" in self.host else self.host
+        return f"ssh://{who}{host}{port}{self.path}"
 
 
 @dataclass(frozen=True)
