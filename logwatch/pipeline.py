@@ -20,6 +20,7 @@ EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
 EXCERPT_MAX_LINE_CHARS = 2000
 EXCERPT_MAX_CHARS = 24_000
 _TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
+PARTIAL_LINE_QUIET = 5.0   # seconds a log stays quiet mid-line before that line is read
 _LINE_BYTES = EXCERPT_MAX_LINE_CHARS * 2      # bytes an excerpt line is read from, at most
 _TAKE_BYTES = EXCERPT_MAX_LINES * _LINE_BYTES  # bytes after a crash the excerpt looks at
 
@@ -261,11 +262,7 @@ class LogPipeline:
     def tick(self, now: float) -> list[Event]:
         events: list[Event] = []
         st = self.state
-        if st.phase == CRASHED and not st.crash_settled and self.framer.pending and \
-                (st.crash_changed_at is None or now - st.crash_changed_at >= self.pack.crash_settle):
-            # the crash is about to be final and the log's last line never got its newline:
-            # a dead server writes nothing more, so that line (often the exception message
-            # itself) is all there is of it; it is read as a line before the crash settles
+        if self.framer.pending and self._last_line_is_all(now):
             block = self.framer.flush(now)
             if block is not None:
                 events += self._block(block, now)
@@ -274,6 +271,18 @@ class LogPipeline:
         if ticked and self.on_step is not None:
             self.on_step(ticked, st)
         return self._counted(events + ticked)
+
+    def _last_line_is_all(self, now: float) -> bool:
+        """The log's last line never got its newline: read it as a line once the log has
+        been quiet PARTIAL_LINE_QUIET (a server killed mid-line; TensorRT-LLM's crash record
+        glued to a bar frame: before, the daemon and watch never read it, and the crash was
+        never seen, where replay saw it), or sooner when a crash is about to be final (a
+        dead server writes nothing more: that line is often the exception message)."""
+        st = self.state
+        if st.phase == CRASHED and not st.crash_settled and \
+                (st.crash_changed_at is None or now - st.crash_changed_at >= self.pack.crash_settle):
+            return True
+        return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
 
     def _counted(self, events: list[Event]) -> list[Event]:
         if events:

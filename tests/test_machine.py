@@ -1016,6 +1016,62 @@ def test_a_crash_settles_once_after_the_packs_window_and_is_final() -> None:
     assert log.pipe.counters.crashes["cuda_oom"] == 1
 
 
+def test_a_traceback_still_being_written_keeps_the_crash_open() -> None:
+    """The evidence unchanged for the window is not enough while the log still writes the
+    traceback (ranks' tracebacks interleaved, a slow writer): its last line may name the
+    cause.  Before, a traceback written in 0.9 s steps settled on the generic reason 2 s
+    after its first line, and the OOM that ended it came too late."""
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    t = log.now
+    log.feed(sg("10:00:45", SG_EXC), now=t)
+    first = log.state.crash.reason
+    settle = log.pack.crash_settle
+    assert 0.9 * len(TB_FRAMES) > settle
+    for i, frame in enumerate(TB_FRAMES, 1):                # no new evidence, 0.9 s apart
+        log.feed(frame, now=t + 0.9 * i)
+        assert of(log.tick(t + 0.9 * i + 0.85), CrashSettled) == [], i
+    end = t + 0.9 * (len(TB_FRAMES) + 1)
+    log.feed(OOM_LINE, now=end)
+    assert of(log.tick(end + settle - 0.1), CrashSettled) == []
+    settled = of(log.tick(end + settle), CrashSettled)
+    assert [c.crash.reason for c in settled] == ["cuda_oom"] and first != "cuda_oom"
+
+
+def test_a_crash_in_a_log_that_never_goes_quiet_is_final_after_settle_longest() -> None:
+    """Other ranks keep printing after the crash: final at the latest SETTLE_LONGEST after
+    its first line was read, not never."""
+    from logwatch.machine.startup import SETTLE_LONGEST
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    t = log.now
+    log.feed(OOM_LINE, now=t)
+    n = 0
+    while not of(log.tick(t + 0.5 * n + 0.4), CrashSettled):
+        n += 1
+        log.feed(TB_FRAMES[n % len(TB_FRAMES)], now=t + 0.5 * n)
+        assert n < 200
+    assert SETTLE_LONGEST <= 0.5 * n + 0.4 < SETTLE_LONGEST + 1
+
+
+def test_a_last_line_that_never_gets_its_newline_is_read_once_the_log_is_quiet() -> None:
+    """A crash record with no newline (TensorRT-LLM's, glued to a bar frame; a server
+    killed mid-line): read as a line after PARTIAL_LINE_QUIET of silence.  Before, the
+    daemon and `watch` never read it (only a crash already seen flushed it): no crash,
+    where `replay` said cuda_oom."""
+    from logwatch.pipeline import PARTIAL_LINE_QUIET
+    log = Log()
+    sglang_to(log, "cuda_graph")
+    t = log.now
+    log.feed_chunk(b"Capturing batches (bs=8):  40%|####      | 2/5 [00:01<00:02]\r" +
+                   OOM_LINE.encode(), now=t)
+    assert log.state.phase == "cuda_graph"
+    assert log.tick(t + PARTIAL_LINE_QUIET - 0.1) == [] and log.state.phase == "cuda_graph"
+    log.tick(t + PARTIAL_LINE_QUIET)
+    assert log.state.phase == "crashed" and log.state.crash.reason == "cuda_oom"
+    assert log.pipe.framer.pending == b""
+
+
 def test_a_new_startup_and_the_end_of_input_settle_a_crash_at_once() -> None:
     log = Log()
     sglang_to(log, "cuda_graph")

@@ -178,6 +178,34 @@ def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:
     assert "timed out after 1s in waiting" in res.stdout
 
 
+def test_a_crash_not_yet_final_at_the_timeout_exits_1(tmp_path: Path) -> None:
+    """--timeout while a crash is in its settle window: the crash is known (the JSON and
+    the summary say crashed), so the exit status is a crash's, 1, not a timeout's 3 as
+    before.  A pack with a 60 s window makes the moment certain."""
+    pack = tmp_path / "slow-settle.yaml"
+    pack.write_text("name: slow-settle\nextends: sglang\ncrash_settle: 60s\n", encoding="utf-8")
+    log = tmp_path / "server.log"
+    log.write_text("")
+    out, err = tmp_path / "out.json", tmp_path / "err.txt"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log), "--json",
+                                 "--rules", str(pack), "--probe", "off", "--gpu", "off",
+                                 "--no-history", "--timeout", "4s"],
+                                cwd=ROOT, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while "source up" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)      # poll for watch reading the log (bounded by the deadline)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("".join(s.text for s in script(crash="oom")))
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    doc = json.loads(out.read_text())
+    assert doc["phase"] == "crashed" and code == 1, (code, doc["phase"], err.read_text()[-500:])
+
+
 def test_clean_vllm_stop_exits_1() -> None:
     res = watch(fixture("vllm-030.log"), "--timeout", "30s", "--last")
     assert res.returncode == 1, (res.stdout, res.stderr)

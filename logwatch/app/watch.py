@@ -219,7 +219,11 @@ async def _follow(watched: list[Watched], opts: WatchOptions, wake: asyncio.Even
         if result is not None:
             return result  # type: ignore[return-value]
         if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
-            return EXIT_TIMEOUT, _timed_out(watched, views, opts.timeout)
+            # a crash seen and not yet final (its settle window) is still a crash: 1, as
+            # --help says, not 3 beside a JSON that says crashed
+            crashed = any(v.phase == CRASHED for v in views)
+            return (EXIT_FAILED if crashed else EXIT_TIMEOUT), \
+                _timed_out(watched, views, opts.timeout)
 
 
 def _timed_out(watched: list[Watched], views: list[TargetView], timeout: float) -> str:

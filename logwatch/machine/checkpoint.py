@@ -55,6 +55,7 @@ def state_from_json(d: dict[str, object]) -> State:
         startup_id=d.get("startup_id"),  # type: ignore[arg-type]
         crash_settled=bool(d.get("crash_settled", False)),
         crash_changed_at=d.get("crash_changed_at"),  # type: ignore[arg-type]
+        crash_read_at=d.get("crash_read_at"),  # type: ignore[arg-type]
         endpoint=d.get("endpoint"),  # type: ignore[arg-type]
         ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
                                     [(int(a), bool(b), float(c))

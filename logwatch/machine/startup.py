@@ -23,6 +23,7 @@ from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_i
 
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
+SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, lines or not
 
 __all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
            "PROVISIONAL_FOR", "StartupMachine"]
@@ -112,10 +113,7 @@ class StartupMachine:
             ev, state.deferred = state.deferred, None
             return [ev, *self.tick(state, now)]
         if state.phase == CRASHED and not state.crash_settled:
-            changed = state.crash_changed_at
-            if changed is None or now - changed >= self.pack.crash_settle:
-                return self.settle(state)
-            return []
+            return self.settle(state) if self._crash_is_final(state, now) else []
         if state.stalled or state.phase not in self._startup or state.last_activity is None:
             return []
         budget = self.stall_budget(state.phase)
@@ -124,6 +122,20 @@ class StartupMachine:
             state.stalled = True
             return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
         return []
+
+    def _crash_is_final(self, state: State, now: float) -> bool:
+        """Its evidence unchanged for `crash_settle`, and the log quiet as long: a traceback
+        still being written (ranks' tracebacks interleaved, a slow writer) may yet name the
+        cause in its last line.  Before, only the evidence counted: a traceback written over
+        4.5 s in 0.9 s steps settled on `cuda_graph_capture_failed` before its
+        `torch.OutOfMemoryError` came.  At the latest SETTLE_LONGEST after the crash, for a
+        log that never goes quiet."""
+        changed, settle = state.crash_changed_at, self.pack.crash_settle
+        if changed is not None and now - changed < settle:
+            return False
+        quiet = state.last_activity is None or now - state.last_activity >= settle
+        first = state.crash_read_at
+        return quiet or first is None or now - first >= SETTLE_LONGEST
 
     def settle(self, state: State) -> list[Event]:
         """Make the current crash final now (the input ended, or a new startup begins)."""
@@ -278,7 +290,7 @@ class StartupMachine:
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
         state.crash_settled = False
-        state.crash_changed_at = self._read_at
+        state.crash_changed_at = state.crash_read_at = self._read_at
         add_evidence(self.pack, state, crash, rule, rule.crash, obs)
         crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         if not crash.rank and len(state.servers) > 1:

@@ -144,6 +144,7 @@ class State:
     startup_id: str | None = None         # see startup_id_of (None before the first line)
     crash_settled: bool = False           # the crash is final (CrashSettled was emitted)
     crash_changed_at: float | None = None  # wall time its evidence last changed
+    crash_read_at: float | None = None     # wall time its first line was read
     deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
     endpoint: str | None = None           # the address the server said it listens on
     ranks: dict[str, RankProgress] = field(default_factory=dict)  # per rank tag, this startup
