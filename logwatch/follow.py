@@ -14,7 +14,7 @@ from . import log
 from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
-from .rules.locate import detect_pack, fallback_pack
+from .rules.locate import detect_pack, detect_scores, fallback_pack
 from .rules.pack import RulePack
 from .sources.base import (
     TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, Source, SourceState, digest,
@@ -67,6 +67,8 @@ STEADY = 10.0     # seconds up (with no data) that end an outage
 
 DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
 DETECT_WAIT = 2.0           # ... or this many seconds after the first bytes
+DETECT_SURE = 3             # ... or at once on a `detect` weight this high (an engine's name
+                            # or its own phrases; a line format other programs share is 1-2)
 
 
 class LastLine:
@@ -225,7 +227,11 @@ class Follower:
             if len(self._head) >= self._detect_at or now - self._detect_tried >= 0.25:
                 # throttled: a try per 8 KiB or quarter second, not one per chunk
                 self._detect_at, self._detect_tried = len(self._head) + 8192, now
-                if detect_pack(self._head, self.candidates, complete_lines=True) is not None:
+                # a weak sign alone (vLLM's `INFO 11-26 14:23:34 file.py:243]` format,
+                # which SGLang's own loaders print too) waits for more lines: before, the
+                # first such line chose vLLM for an SGLang log whose next lines said so
+                scores = detect_scores(self._head, self.candidates, complete_lines=True)
+                if max(scores, default=0) >= DETECT_SURE:
                     return self.decide_pack(now)
         return []
 

@@ -107,3 +107,27 @@ def test_a_target_not_yet_detected_has_the_base_packs_phases() -> None:
     view = build_view(TargetView(name="t", engine="auto", source="x.log", kind="file",
                                  labels={}, now=1.0, counters=Counters()), None)
     assert view.phases == ("waiting", *base.phases, "crashed", "stopped")
+
+
+def test_a_weak_sign_alone_does_not_choose_the_engine_before_the_wait() -> None:
+    """`--rules auto`, live: sglang-006 begins with a line in vLLM's format (which SGLang's
+    weight loader also printed), and its SGLang lines come 0.6 s later.  Before, that first
+    line alone chose vLLM (the crash then read as python_exception instead of
+    warmup_failed).  A sign of weight 1-2 now waits for more lines, up to DETECT_WAIT."""
+    from logwatch.follow import DETECT_WAIT, Follower
+    from logwatch.rules.pack import load_all_shipped
+    from logwatch.sources.base import Data, Opened
+    lines = (Path(__file__).parent / "fixtures" / "sglang-006.log").read_bytes().splitlines(True)
+    follower = Follower("t", object(), lambda p: LogPipeline(p), None,  # type: ignore[arg-type]
+                        load_all_shipped())
+    follower.handle(Opened(0, 1, None, "attach", True), now=0.0)
+    follower.handle(Data(lines[0], 0), now=0.0)
+    assert follower.pack is None                   # undecided: a line format, weight 1
+    follower.handle(Data(b"".join(lines[1:]), len(lines[0])), now=0.6)
+    assert follower.pack is not None and follower.pack.name == "sglang"
+    lone = Follower("t", object(), lambda p: LogPipeline(p), None,  # type: ignore[arg-type]
+                    load_all_shipped())
+    lone.handle(Opened(0, 1, None, "attach", True), now=0.0)
+    lone.handle(Data(lines[0], 0), now=0.0)
+    lone.tick(DETECT_WAIT)                          # nothing more: the best there is
+    assert lone.pack is not None and lone.pack.name == "vllm"
