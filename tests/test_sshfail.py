@@ -45,7 +45,7 @@ def keys(tmp_path: Path) -> dict[str, Path]:
     ("client_keys", "dir", "a directory, not a file"),
     ("known_hosts", "hosts", None),
     ("known_hosts", "locked", "not a known_hosts file (a line is not a host entry)"),
-    ("known_hosts", "missing", "no such file"),
+    ("known_hosts", "missing", "no such file (put the node's host key there, after checking"),
     ("config", "hosts", None),                 # any readable file: asyncssh parses it
     ("config", "missing", "no such file"),
 ])

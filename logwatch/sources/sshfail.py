@@ -86,6 +86,9 @@ def ssh_file_problem(option: str, path: str) -> str | None:
     try:
         st = os.stat(full)
     except OSError as e:
+        if option == "known_hosts" and isinstance(e, FileNotFoundError):
+            return (f"no such file (put the node's host key there, after checking it: "
+                    f"`ssh-keyscan [-p PORT] HOST >> {path}`)")
         return _os_why(e)
     # a key is loaded with the public key and certificate beside it, if any
     beside = tuple(_stamp(full + end) for end in (".pub", "-cert.pub")) \
