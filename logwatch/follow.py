@@ -67,8 +67,8 @@ STEADY = 10.0     # seconds up (with no data) that end an outage
 
 DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
 DETECT_WAIT = 2.0           # ... or this many seconds after the first bytes
-DETECT_SURE = 3             # ... or at once on a `detect` weight this high (an engine's name
-                            # or its own phrases; a line format other programs share is 1-2)
+DETECT_SURE = 3             # ... or at once when a pack's signs weigh this much (an engine's
+                            # name or its own phrases; a line format others share is 1-2)
 
 
 class LastLine:

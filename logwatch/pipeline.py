@@ -279,8 +279,7 @@ class LogPipeline:
         never seen, where replay saw it), or sooner when a crash is about to be final (a
         dead server writes nothing more: that line is often the exception message)."""
         st = self.state
-        if st.phase == CRASHED and not st.crash_settled and \
-                (st.crash_changed_at is None or now - st.crash_changed_at >= self.pack.crash_settle):
+        if st.phase == CRASHED and not st.crash_settled and self.machine.crash_is_final(st, now):
             return True
         return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
 

@@ -113,7 +113,7 @@ class StartupMachine:
             ev, state.deferred = state.deferred, None
             return [ev, *self.tick(state, now)]
         if state.phase == CRASHED and not state.crash_settled:
-            return self.settle(state) if self._crash_is_final(state, now) else []
+            return self.settle(state) if self.crash_is_final(state, now) else []
         if state.stalled or state.phase not in self._startup or state.last_activity is None:
             return []
         budget = self.stall_budget(state.phase)
@@ -123,7 +123,7 @@ class StartupMachine:
             return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
         return []
 
-    def _crash_is_final(self, state: State, now: float) -> bool:
+    def crash_is_final(self, state: State, now: float) -> bool:
         """Its evidence unchanged for `crash_settle`, and the log quiet as long: a traceback
         still being written (ranks' tracebacks interleaved, a slow writer) may yet name the
         cause in its last line.  Before, only the evidence counted: a traceback written over

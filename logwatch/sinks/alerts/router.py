@@ -151,14 +151,11 @@ class AlertRouter:
             self.store.drop_undelivered(lambda a: a["kind"] in r.kinds and
                                         a["target"] == r.target and a["status"] == FIRING and
                                         startup_of(a["key"]) == (r.only or "-"))
-        for key, doc in list(self.store.open.items()):
-            if doc["target"] != r.target or doc["kind"] not in r.kinds:
-                continue
-            sid = startup_of(key)
-            if (r.exclude is not None and sid == r.exclude) or \
-                    (r.only is not None and sid != r.only):
-                continue
-            del self.store.open[key]
+        def resolves(doc: dict[str, Any]) -> bool:
+            sid = startup_of(doc["key"])
+            return doc["target"] == r.target and doc["kind"] in r.kinds and \
+                (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
+        for doc in self.store.take_open(resolves):
             self.fire(Alert.from_json(doc).resolved(r.why))
 
     def marks_of(self, target: str) -> dict[str, float]:
