@@ -121,29 +121,92 @@ class LastLine:
                 else self.meaningful
 
 
+class HeldHead:
+    """The events held back while the engine writing a log is not known yet: at the start
+    (`rules: auto`), and after a new file when another engine may write there now.  Which
+    pack the head shows, and when that is sure enough to decide (DETECT_* above)."""
+
+    def __init__(self, candidates: list[RulePack]) -> None:
+        self.candidates = candidates
+        self.events: list[object] = []
+        self.head = b""
+        self.since: float | None = None   # the first bytes held
+        self._detect_at = 1
+        self._tried = 0.0
+
+    def add(self, ev: object, now: float, current: RulePack | None) -> bool:
+        """Hold `ev`; True: decide now."""
+        self.events.append(ev)
+        if not isinstance(ev, Data):
+            return False
+        self.head += ev.data[: DETECT_BYTES - len(self.head)]
+        if self.since is None:
+            self.since = now
+        if len(self.head) >= DETECT_BYTES:
+            return True
+        if len(self.head) >= self._detect_at or now - self._tried >= 0.25:
+            # throttled: a try per 8 KiB or quarter second, not one per chunk.  A weak sign
+            # alone (vLLM's `INFO 11-26 14:23:34 file.py:243]` format, which SGLang's own
+            # loaders print too) waits for more lines: before, the first such line chose
+            # vLLM for an SGLang log whose next lines said so
+            self._detect_at, self._tried = len(self.head) + 8192, now
+            return self.choice(current, final=False) is not None
+        return False
+
+    def due(self, now: float) -> bool:
+        return self.since is not None and now - self.since >= DETECT_WAIT
+
+    def choice(self, current: RulePack | None, final: bool) -> RulePack | None:
+        """The pack the head shows; None: not sure yet (no pack's signs weigh DETECT_SURE,
+        and `final` is not set), or at the start nothing matched.  After a new file the
+        `current` pack stays unless another's signs weigh more than its own and at least
+        DETECT_SURE: the head of a rotated serving log shows little, and a line format
+        others share (SGLang's loaders printed vLLM's) is no reason to leave an engine the
+        log named."""
+        scores = detect_scores(self.head, self.candidates, complete_lines=not final)
+        if not final and max(scores, default=0) < DETECT_SURE:
+            return None
+        if current is None:
+            return detect_pack(self.head, self.candidates, complete_lines=not final)
+        mine = next((sc for p, sc in zip(self.candidates, scores) if p.name == current.name), 0)
+        others = [(sc, p) for p, sc in zip(self.candidates, scores) if p.name != current.name]
+        best, other = max(others, key=lambda o: o[0], default=(0, current))   # the first of a tie
+        if best > mine and best >= DETECT_SURE:
+            return other
+        return current
+
+
 class Follower:
     """Feeds one source into a pipeline.  With `pack=None` (`--rules auto`) it holds the
-    first bytes back until the pack's `detect` patterns recognise the engine."""
+    first bytes back until the pack's `detect` patterns recognise the engine.
 
-    def __init__(self, name: str, source: Source, make_pipeline: Callable[[RulePack], LogPipeline],
+    `redetect` (`rules: auto`, a pack restored from a checkpoint too): each new file (a
+    truncation, a rotation, a file replaced, a command run again) is held back the same way
+    until its head shows whether another engine writes there now.  A relaunch of another
+    engine into the same path (`vllm serve ... > server.log`, then `python -m
+    sglang.launch_server ... > server.log`) kept the first engine's rules: no ready, no crash.
+    `make_pipeline(pack, carry=old)` makes the new engine's pipeline carry the old state on."""
+
+    def __init__(self, name: str, source: Source, make_pipeline: Callable[..., LogPipeline],
                  pack: RulePack | None, candidates: list[RulePack] | None = None,
-                 on_events: Callable[[list[Event]], None] | None = None) -> None:
+                 on_events: Callable[[list[Event]], None] | None = None,
+                 redetect: bool = False) -> None:
         self.name = name
         self.source = source
         self.make_pipeline = make_pipeline
         self.candidates = candidates or []
+        self.redetect = redetect and len(self.candidates) > 1
         self.pipe: LogPipeline | None = make_pipeline(pack) if pack is not None else None
+        # the events held back until the pack is decided (None: none held)
+        self._held = HeldHead(self.candidates) if self.pipe is None else None
+        self._first_open = True             # the attach that opens the first file
+        self._detected = self.pipe is None  # the first file's head decides the pack
         self.on_events = on_events or (lambda evs: None)
         self.status = SourceStatus()
         self.identity: FileIdentity | None = None
         self.next_offset: int | None = None
         self._last = LastLine()
         self._roll = bytearray()  # the last raw bytes received (tail hash of a position)
-        self._held: list[object] = []
-        self._head = b""
-        self._held_since: float | None = None
-        self._detect_at = 1
-        self._detect_tried = 0.0
         self.log = log.get("follow").bind(target=name)
 
     @property
@@ -155,24 +218,31 @@ class Follower:
         return self.pipe.pack if self.pipe is not None else None
 
     def decide_pack(self, now: float | None = None) -> list[Event]:
-        """Pick the pack now (from what was held back, the fallback pack if nothing matched)."""
-        if self.pipe is not None:
+        """Decide the pack now, from what was held back (at the start: the fallback pack if
+        nothing matched; after a new file: the current pack unless another's signs weigh
+        more), and hand the held events on."""
+        held, self._held = self._held, None
+        if held is None:
             return []
-        found = detect_pack(self._head, self.candidates)
-        if found is None:
-            found = fallback_pack(self.candidates)
-        self.pipe = self.make_pipeline(found)
-        self.log.info("rule pack chosen", pack=found.name)
-        held, self._held, self._head = self._held, [], b""
+        self._use(held.choice(self.pack, final=True) or fallback_pack(self.candidates))
         events: list[Event] = []
-        for ev in held:
+        for ev in held.events:
             events += self.handle(ev, now)
         return events
 
-    def tick(self, now: float) -> list[Event]:
+    def _use(self, pack: RulePack) -> None:
         if self.pipe is None:
-            if self._held_since is not None and now - self._held_since >= DETECT_WAIT:
-                return self.decide_pack(now)
+            self.pipe = self.make_pipeline(pack)
+            self.log.info("rule pack chosen", pack=pack.name)
+        elif pack is not self.pipe.pack:
+            self.log.warning("another engine writes the log now: its rule pack follows",
+                             was=self.pipe.pack.name, pack=pack.name)
+            self.pipe = self.make_pipeline(pack, carry=self.pipe)
+
+    def tick(self, now: float) -> list[Event]:
+        if self._held is not None and self._held.due(now):
+            return self.decide_pack(now)
+        if self.pipe is None:
             return []
         events = self.pipe.tick(now)
         if events:
@@ -195,8 +265,8 @@ class Follower:
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
         now = time.time() if now is None else now
-        if self.pipe is None and not isinstance(ev, (SourceState, Skipped)):
-            return self._hold(ev, now)
+        if self._held is not None and not isinstance(ev, (SourceState, Skipped)):
+            return self.decide_pack(now) if self._held.add(ev, now, self.pack) else []
         events: list[Event] = []
         if isinstance(ev, Data):
             if self.next_offset is not None and ev.offset != self.next_offset:
@@ -215,26 +285,6 @@ class Follower:
             self.on_events(events)
         return events
 
-    def _hold(self, ev: object, now: float) -> list[Event]:
-        """No pack yet: hold the event back, and decide once the head shows the engine."""
-        self._held.append(ev)
-        if isinstance(ev, Data):
-            self._head += ev.data[: DETECT_BYTES - len(self._head)]
-            if self._held_since is None:
-                self._held_since = now
-            if len(self._head) >= DETECT_BYTES:
-                return self.decide_pack(now)
-            if len(self._head) >= self._detect_at or now - self._detect_tried >= 0.25:
-                # throttled: a try per 8 KiB or quarter second, not one per chunk
-                self._detect_at, self._detect_tried = len(self._head) + 8192, now
-                # a weak sign alone (vLLM's `INFO 11-26 14:23:34 file.py:243]` format,
-                # which SGLang's own loaders print too) waits for more lines: before, the
-                # first such line chose vLLM for an SGLang log whose next lines said so
-                scores = detect_scores(self._head, self.candidates, complete_lines=True)
-                if max(scores, default=0) >= DETECT_SURE:
-                    return self.decide_pack(now)
-        return []
-
     def _data(self, ev: Data, now: float) -> list[Event]:
         self.status.bytes += len(ev.data)
         self.status.last_data_at = now
@@ -251,6 +301,7 @@ class Follower:
     def _opened(self, ev: Opened, now: float) -> list[Event]:
         assert self.pipe is not None
         self.identity = ev.identity
+        first, self._first_open = self._first_open, False
         if ev.new_file or self.next_offset is None:
             self.status.files += 1
             events: list[Event] = []
@@ -261,6 +312,10 @@ class Follower:
             self._roll = bytearray()
             self._last.partial = b""
             self.next_offset = ev.offset
+            # a new file may be another engine's (not the first attach of a detected pack:
+            # its head was just looked at)
+            if self.redetect and ev.new_file and not (first and self._detected):
+                self._held = HeldHead(self.candidates)
             return events
         if ev.offset != self.next_offset:
             self.log.warning("source resumed at another offset", expected=self.next_offset,
@@ -284,7 +339,7 @@ class Follower:
     def finish(self, now: float | None = None) -> list[Event]:
         """The source ended: decide the pack if still undecided, close the last line."""
         now = time.time() if now is None else now
-        events = self.decide_pack(now) if self.pipe is None and self._held else []
+        events = self.decide_pack(now) if self._held is not None and self._held.events else []
         if self.pipe is not None:
             events += self.pipe.finish(now)
         if events:

@@ -246,6 +246,17 @@ class LogPipeline:
         self.excerpt.finish()
         return events
 
+    def carry_on(self, before: "LogPipeline") -> None:
+        """Take over from another engine's pipeline of the same log (a relaunch of another
+        engine into the same path): the server's state, the position and the counters go
+        on; what the old pack read stays read.  Its startup ends as a relaunch ends one,
+        at the new engine's first matched line (whatever it says: a log may show no launch
+        line)."""
+        self.state, self.framer, self.counters = before.state, before.framer, before.counters
+        self.state.relaunched = True
+        for reason in self.pack.all_reasons:
+            self.counters.crashes.setdefault(reason, 0)
+
     def start_at(self, offset: int, line_number: int) -> None:
         """Before the first byte: frame from this position of the log."""
         self.framer = Framer(offset=offset, line_number=line_number,

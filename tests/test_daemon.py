@@ -540,3 +540,39 @@ def test_a_copytruncate_while_the_daemon_is_down_is_read_from_the_copy(tmp_path:
     m = d.metrics()
     assert sample(m, "logwatch_lines_total", target="gpu6") == float(n)
     assert not sample(m, "logwatch_source_losses_total", target="gpu6")
+
+
+def test_another_engine_relaunched_into_the_log_is_read_by_its_own_pack(tmp_path: Path,
+                                                                        daemons: Any) -> None:
+    """One path, two engines, as an engineer comparing them relaunches (`vllm serve ... >
+    server.log`, killed while loading, then `python -m sglang.launch_server ... >
+    server.log`).  Before, the first engine's pack stayed for the target's life: SGLang's
+    CUDA OOM was never seen, no alert.  Now the truncated file's head decides the pack
+    again; and a log replaced by another engine's while the daemon is down is read by that
+    engine's pack, not by the one its checkpoint names."""
+    log = tmp_path / "server.log"
+    append(log, (FIXTURES / "vllm-006.log").read_text(encoding="utf-8"))
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target_cfg("node", log, rules="auto", gpu=False, probe=False)])
+    d: Daemon = daemons(cfg, port).start()
+    t = d.wait_target("node", lambda t: t["engine"] == "vllm" and t["phase"] == "loading_shards",
+                      "vLLM loading")
+    before = t["startups"]                            # (vllm-006 shows no launch line: 0)
+    with log.open("w", encoding="utf-8") as f:       # `>`: the same file, truncated
+        f.write((FIXTURES / "sglang-027.log").read_text(encoding="utf-8"))
+    t = d.wait_target("node", lambda t: t["crash"] and t["crash"]["reason"] == "cuda_oom",
+                      "crashed: cuda_oom")
+    assert t["engine"] == "sglang" and t["startups"] == before + 1, t
+    d.wait_metric("logwatch_crashes_total", 1.0, target="node", reason="cuda_oom")
+    wait_checkpoint(state, "node", lambda ck: ck["extra"]["pack"] == "sglang", "pack sglang")
+    d.kill9()
+
+    log.unlink()                                      # replaced while the daemon is down
+    append(log, (FIXTURES / "built" / "vllm-034-default.log").read_text(encoding="utf-8"))
+    d.start()
+    t = d.wait_target("node", lambda t: t["phase"] == "ready", "ready")
+    assert t["engine"] == "vllm" and t["startups"] == before + 2, t
+    m = d.metrics()
+    assert sample(m, "logwatch_crashes_total", target="node", reason="cuda_oom") == 1.0

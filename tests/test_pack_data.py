@@ -131,3 +131,77 @@ def test_a_weak_sign_alone_does_not_choose_the_engine_before_the_wait() -> None:
     lone.handle(Data(lines[0], 0), now=0.0)
     lone.tick(DETECT_WAIT)                          # nothing more: the best there is
     assert lone.pack is not None and lone.pack.name == "vllm"
+
+
+def _auto_follower(first: str) -> tuple[object, int]:
+    """A `rules: auto` follower that read fixture `first` as a log's first file."""
+    from logwatch.follow import Follower
+    from logwatch.rules.pack import load_all_shipped
+    from logwatch.sources.base import Data, Opened
+    follower = Follower("t", object(), lambda p, carry=None: _carried(p, carry), None,  # type: ignore[arg-type]
+                        [p for p in load_all_shipped() if p.detect], redetect=True)
+    data = (FIXTURE_DIR / f"{first}.log").read_bytes()
+    follower.handle(Opened(0, 1, None, "attach", True), now=0.0)
+    follower.handle(Data(data, 0), now=0.0)
+    follower.tick(5.0)
+    return follower, len(data)
+
+
+def _carried(pack, carry):  # type: ignore[no-untyped-def]
+    pipe = LogPipeline(pack)
+    if carry is not None:
+        pipe.carry_on(carry)
+    return pipe
+
+
+FIXTURE_DIR = Path(__file__).parent / "fixtures"
+
+
+def test_another_engine_relaunched_into_the_truncated_log_gets_its_own_pack() -> None:
+    """`vllm serve ... > server.log`, killed while loading, then `python -m
+    sglang.launch_server ... > server.log`: the same path, truncated, another engine.
+    Before, the vLLM pack stayed: SGLang's startup was never seen (no ready, no crash).
+    Now the new file's head is held back until it shows its engine (at once: server_args
+    weighs 5), and the SGLang pack reads it from its first line, the state going on."""
+    from logwatch.sources.base import Data, Opened
+    follower, size = _auto_follower("vllm-006")
+    assert follower.pack.name == "vllm" and follower.pipe.state.phase == "loading_shards"
+    sglang = (FIXTURE_DIR / "built" / "sglang-0523-download.log").read_bytes()
+    follower.handle(Opened(0, 1, None, "truncated", True), now=10.0)
+    events = follower.handle(Data(sglang, 0), now=10.0)
+    assert follower.pack.name == "sglang"
+    st = follower.pipe.state
+    assert st.phase == "ready" and st.epoch == 2, (st.phase, st.epoch)
+    assert any(type(e).__name__ == "Restarted" for e in events)
+    assert follower.pipe.counters.lines == 15 + 32          # both files' lines, each once
+    assert follower.pipe.framer.consumed_offset == len(sglang)
+
+
+def test_a_rotated_serving_log_keeps_its_engine_and_every_line() -> None:
+    """A serving log renamed by size: the new file's head shows little of the engine (an
+    access line, a weak sign of another format).  It is held back at most DETECT_WAIT and
+    given to the same pack: no line lost or read twice, no second startup."""
+    from logwatch.follow import DETECT_WAIT
+    from logwatch.sources.base import Data, Opened
+    follower, size = _auto_follower("built/sglang-0523-download")
+    assert follower.pack.name == "sglang" and follower.pipe.state.phase == "ready"
+    head = b"INFO 12-01 10:05:00 access.py:12] client connected\n"
+    follower.handle(Opened(0, 1, None, "rotated", True), now=20.0)
+    follower.handle(Data(head, 0), now=20.0)
+    assert follower.pipe.counters.lines == 32                  # held: weight 1 of vLLM's
+    follower.tick(20.0 + DETECT_WAIT)
+    assert follower.pack.name == "sglang" and follower.pipe.state.phase == "ready"
+    assert follower.pipe.counters.lines == 33 and follower.pipe.state.epoch == 1
+    more = b"[2026-12-01 10:05:01 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00\n"
+    follower.handle(Data(more, len(head)), now=21.0)          # no longer held
+    assert follower.pipe.counters.lines == 34
+
+
+def test_the_same_engine_relaunched_into_a_truncated_log_is_not_held_long() -> None:
+    """A truncation whose first line names the engine again is decided at once."""
+    from logwatch.sources.base import Data, Opened
+    follower, _ = _auto_follower("built/sglang-0523-download")
+    again = (FIXTURE_DIR / "built" / "sglang-0523-overlap.log").read_bytes()
+    follower.handle(Opened(0, 1, None, "truncated", True), now=30.0)
+    follower.handle(Data(again, 0), now=30.0)
+    assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 2

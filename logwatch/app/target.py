@@ -165,11 +165,16 @@ class Target:
                              pool=pool, poll=cfg.poll, name=self.name,
                              batch_interval=batch_interval, rotate_wait=cfg.rotate_wait)
         self.follower = Follower(self.name, source, self._new_pipeline, restored.pack,
-                                 candidates, on_events=self._on_events)
+                                 candidates, on_events=self._on_events,
+                                 redetect=cfg.rules == "auto")
 
-    def _new_pipeline(self, pack: RulePack) -> LogPipeline:
+    def _new_pipeline(self, pack: RulePack, carry: LogPipeline | None = None) -> LogPipeline:
+        """The pipeline of `pack`: the first (the restored state in it), or another engine's
+        that carries `carry`'s state and position on (Follower's `redetect`)."""
         pipe = LogPipeline(pack, stall_after=self.cfg.stall_after, counters=self.counters)
-        if self._restored_state is not None:
+        if carry is not None:
+            pipe.carry_on(carry)
+        elif self._restored_state is not None:
             pipe.state, self._restored_state = self._restored_state, None
             self.stalls.restored(pipe.state)
         for a in self.attachments:

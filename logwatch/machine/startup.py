@@ -68,8 +68,8 @@ class StartupMachine:
         if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
             state.deferred = None
-        if rule.restart:
-            self._restart(state, obs, now, events)
+        if rule.restart or state.relaunched:
+            self._launch(state, obs, now, events)
         if rule.args:
             parsed = parse_args_line(obs.text, rule.args_specs)
             if parsed is not None and parsed.values:
@@ -171,6 +171,18 @@ class StartupMachine:
         open_main(state, phase, obs, now, self.pack.silent)
         events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
+    def _launch(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        """A restart rule's line, or the first line another engine wrote into this log (a
+        relaunch into the same path): whatever that line says, the startup before, the
+        other engine's, is over."""
+        if state.relaunched:
+            state.relaunched = False
+            if state.phase != WAITING:
+                self._new_startup(state, obs, now, events)
+                return
+        if obs.rule.restart:
+            self._restart(state, obs, now, events)
+
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rid = obs.rule.id
         if obs.proc and state.procs and obs.proc not in state.procs:
@@ -200,9 +212,14 @@ class StartupMachine:
             if state.phase == WAITING:
                 self._enter(state, self._first_phase(), obs, now, events)
             return
-        # a new startup in the same log: the crash of the one before is final now
+        self._new_startup(state, obs, now, events, server)
+
+    def _new_startup(self, state: State, obs: Observation, now: float, events: list[Event],
+                     server: str = "") -> None:
+        """A new startup in the same log, begun by `obs`: the crash of the one before is
+        final now."""
         events.extend(self.settle(state))
-        _start_over(state, obs, rid, server)
+        _start_over(state, obs, obs.rule.id, server)
         state.spans.append(new_span(self._first_phase(), obs, now))
         state.phase = self._first_phase()
         sid = state.startup_id

@@ -157,6 +157,8 @@ class State:
                                           # read as it was written); see spans.event_time
     floating: float | None = None         # the current span began at an unstamped bar after a
                                           # silent phase: the log time of its latest line
+    relaunched: bool = False              # another engine writes the log now (a relaunch into
+                                          # the same path): its first matched line begins a startup
 
     @property
     def history(self) -> list[Span]:

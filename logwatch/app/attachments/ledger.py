@@ -52,6 +52,13 @@ class LedgerAttachment(Attachment):
         self._gpu_seen = -1                # the GPU stream's version last given to it
 
     def on_pipeline(self, pipe: LogPipeline) -> None:
+        if self.recorder is not None and self.pipe is not None and pipe.state is self.pipe.state:
+            # another engine's pipeline of the same log: the open record goes on (closed by
+            # the new engine's first startup); the records begun after it are the new one's
+            self.pipe, pipe.on_step = pipe, self._step
+            self.recorder.engine, self.recorder.advice = pipe.pack.name, pipe.pack.advice
+            self.recorder.model_flags = pipe.pack.model_flags
+            return
         self.pipe = pipe
         self.recorder = LedgerRecorder(pipe.pack.name, previous=self._previous(pipe.state),
                                        advice=pipe.pack.advice, model_flags=pipe.pack.model_flags)
