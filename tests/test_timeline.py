@@ -513,3 +513,25 @@ def test_a_log_that_begins_with_a_download_time_is_not_a_crash_of_logwatch():
            "downloading weights for m: 143.2 seconds"
     st_ = feed([line, READY_AT.format("12-01 10:03:00")], "vllm").state
     assert st_.phase == READY and main_phases(st_)[0] == "loading_shards"
+
+
+def test_a_log_that_begins_with_an_unstamped_bar_keeps_the_log_clock():
+    """A log (or an excerpt) whose first matched line is a tqdm frame without a stamp: that
+    span opens before the log's clock has a stamp.  The spans after it are timed by their
+    stamps all the same; before, the one unstamped span sent every duration to the wall
+    clock, all 0.0 in a replay (all lines read at once), and vllm-208's 15 s of torch.compile
+    (`Loading weights took` 21:47:45 -> `Available KV cache memory` 21:48:00) read 0.0 s."""
+    lines = ["Loading safetensors checkpoint shards:   0% Completed | 0/3 [00:00<?, ?it/s]",
+             "Loading safetensors checkpoint shards: 100% Completed | 3/3 [00:01<00:00,  2.50it/s]",
+             "(EngineCore_0 pid=1) INFO 10-26 21:47:45 [default_loader.py:267] Loading weights took 1.27 seconds",
+             "(EngineCore_0 pid=1) INFO 10-26 21:47:50 [backends.py:549] Dynamo bytecode transform time: 3.70 s",
+             "(EngineCore_0 pid=1) INFO 10-26 21:48:00 [gpu_worker.py:276] Available KV cache memory: 18.38 GiB"]
+    st_ = feed(lines, "vllm").state
+    assert main_phases(st_) == ["loading_shards", "autotune", "allocating"]
+    assert st_.durations() == {"loading_shards": 0.0, "autotune": 15.0, "allocating": 0.0}
+    assert replay_file(str(FIXTURES / "vllm-208.log")).state.durations()["autotune"] == 15.0
+    # read as it was written: the unstamped span keeps the time it took on the wall clock
+    pipe = LogPipeline(load_pack("vllm"))
+    for line, now in zip(lines, (1000.0, 1001.0, 1001.5, 1006.5, 1016.5)):
+        pipe.feed((line + "\n").encode(), now)
+    assert pipe.state.durations() == {"loading_shards": 1.5, "autotune": 15.0, "allocating": 0.0}

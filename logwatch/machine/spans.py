@@ -169,6 +169,25 @@ def event_time(state: State, obs: Observation, now: float) -> float:
     return at if now - at > LATE else now
 
 
+def start_clock(state: State, obs: Observation) -> None:
+    """The log's first stamp (`obs`, timed by `event_time` already): the spans that opened
+    before it (a log or excerpt that begins with unstamped bar frames) are put on the log's
+    clock, where they were read by the least difference seen (the first stamp's, for lines
+    read at once), never after it.  One clock per log: before, one span without a stamp sent
+    every duration of the startup to the wall clock, all 0.0 in a replay."""
+    t, offset = obs.log_time, state.clock_offset
+    assert t is not None
+
+    def log(at: float) -> float:
+        return t if offset is None else min(at - offset, t)
+
+    for sp in state.spans:
+        if sp.log_time is None:
+            sp.log_time = log(sp.at)
+        if sp.end_at is not None and sp.end_log is None:
+            sp.end_log = log(sp.end_at)
+
+
 def retime(state: State, written_at: float | None) -> None:
     """The lines of a first attach were all read at one moment, most long after they were
     written: the startup's spans, its crash and its ready take the time of their line's

@@ -17,7 +17,7 @@ from .ranks import advance_rank
 from .rates import next_progress
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
-    open_main, reattribute, retract, settle_float, trust,
+    open_main, reattribute, retract, settle_float, start_clock, trust,
 )
 from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_id_of
 
@@ -60,10 +60,13 @@ class StartupMachine:
             trust(state, obs)
             if state.floating is not None:
                 settle_float(state, obs)
+            first = state.last_log_time is None
             state.last_log_time = obs.log_time
             if rule.restart and state.phase not in (WAITING, self._first_phase()):
                 state.clock_offset = None      # a new server process: perhaps another clock
             now = event_time(state, obs, now)
+            if first:
+                start_clock(state, obs)
         events: list[Event] = []
         if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
