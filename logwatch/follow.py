@@ -15,7 +15,7 @@ from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
 from .rules.locate import detect_pack, detect_scores, fallback_pack
-from .rules.pack import RulePack
+from .rules.pack import CRASHED, STOPPED, RulePack
 from .sources.base import (
     TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, Source, SourceState, digest,
 )
@@ -201,6 +201,7 @@ class Follower:
         self._held = HeldHead(self.candidates) if self.pipe is None else None
         self._first_open = True             # the attach that opens the first file
         self._detected = self.pipe is None  # the first file's head decides the pack
+        self._looked_after: int | None = None   # the startup whose end was looked after
         self.on_events = on_events or (lambda evs: None)
         self.status = SourceStatus()
         self.identity: FileIdentity | None = None
@@ -265,6 +266,8 @@ class Follower:
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
         now = time.time() if now is None else now
+        if self._held is None and isinstance(ev, Data) and self._ended_before(ev):
+            self._held = HeldHead(self.candidates)
         if self._held is not None and not isinstance(ev, (SourceState, Skipped)):
             return self.decide_pack(now) if self._held.add(ev, now, self.pack) else []
         events: list[Event] = []
@@ -284,6 +287,17 @@ class Follower:
         if events:
             self.on_events(events)
         return events
+
+    def _ended_before(self, ev: Data) -> bool:
+        """The server of this log crashed (final) or stopped, and `ev` is the first data
+        after: a relaunch appended to the same file (`>> server.log`) may be another
+        engine's, so its head is held and looked at like a new file's (once a startup)."""
+        st = self.pipe.state if self.redetect and self.pipe is not None else None
+        if st is None or not ev.data or st.epoch == self._looked_after or \
+                not (st.phase == STOPPED or (st.phase == CRASHED and st.crash_settled)):
+            return False
+        self._looked_after = st.epoch
+        return True
 
     def _data(self, ev: Data, now: float) -> list[Event]:
         self.status.bytes += len(ev.data)

@@ -205,3 +205,26 @@ def test_the_same_engine_relaunched_into_a_truncated_log_is_not_held_long() -> N
     follower.handle(Opened(0, 1, None, "truncated", True), now=30.0)
     follower.handle(Data(again, 0), now=30.0)
     assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 2
+
+
+def test_another_engine_appended_after_a_crash_gets_its_own_pack() -> None:
+    """`nohup vllm serve ... >> server.log`, a crash, then SGLang launched into the same
+    file with `>>`: no new file, but the server of the log is dead, so the first bytes after
+    its crash is final are looked at like a new file's head."""
+    from logwatch.sources.base import Data
+    follower, size = _auto_follower("vllm-024")
+    follower.tick(100.0)                                     # the crash is final
+    st = follower.pipe.state
+    assert follower.pack.name == "vllm" and st.phase == "crashed" and st.crash_settled
+    epoch = st.epoch
+    sglang = (FIXTURE_DIR / "built" / "sglang-0523-download.log").read_bytes()
+    follower.handle(Data(sglang, size), now=200.0)
+    assert follower.pack.name == "sglang"
+    assert follower.pipe.state.phase == "ready" and follower.pipe.state.epoch == epoch + 1
+    # its own crash later, and vLLM appended again: back to vLLM's pack
+    follower.handle(Data(b"[2026-12-01 10:09:00] Received sigquit from a child process. "
+                         b"It usually means the child failed.\n", size + len(sglang)), now=201.0)
+    follower.tick(300.0)
+    again = (FIXTURE_DIR / "built" / "vllm-034-default.log").read_bytes()
+    follower.handle(Data(again, size + len(sglang) + 87), now=400.0)
+    assert follower.pack.name == "vllm" and follower.pipe.state.phase == "ready"
