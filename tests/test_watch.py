@@ -503,6 +503,28 @@ def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None
     assert re.search(r"CRASHED: cuda_oom", out), out
 
 
+def test_another_engine_appended_after_a_crash_is_read_by_its_rules(tmp_path: Path) -> None:
+    """vLLM crashed half an hour ago; the engineer tries SGLang, appending to the same log
+    (`>>`).  Before, vLLM's rules read SGLang's launch: no new startup, the engine said
+    vllm.  Now the bytes after the final crash are looked at again: SGLang's rules, a new
+    startup, its crash."""
+    path = tmp_path / "server.log"
+    path.write_bytes((FIXTURES / "vllm-024.log").read_bytes())
+    old = time.time() - 30 * 60
+    os.utime(path, (old, old))
+
+    def relaunch() -> None:
+        with open(path, "a") as f:
+            f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+
+    rc, seen, out, err = _watch_through_a_relaunch([str(path), "--timeout", "60s"], relaunch)
+    out = seen + out
+    assert rc == 1, (out, err)
+    assert "the latest startup in this log crashed" in seen, seen
+    assert re.search(r"engine: sglang writes the log now \(was vllm\)", out), out
+    assert "new startup (#2)" in out and re.search(r"CRASHED: cuda_oom", out), out
+
+
 def test_a_pattern_follows_the_relaunch_into_its_own_log_file(tmp_path: Path) -> None:
     """One log file per launch (`server-$(date +%s).log`): watch 'logs/server-*.log' reads
     the newest, says its ended startup is history, and exits on the relaunch's verdict,

@@ -170,6 +170,7 @@ class PlainDisplay:
         self._beside: set[str] = set()    # phases running beside the main line, said
         self._gpu_said = 0.0
         self._gpu_down_said = ""          # why there are no GPU figures, said at a phase
+        self._engine = ""                 # the pack reading the log, said when it changes
 
     def _say(self, msg: str) -> None:
         stamp = time.strftime("%H:%M:%S")
@@ -208,6 +209,14 @@ class PlainDisplay:
         self._gpu_down_said = line if down else ""
         self._say(line)
 
+    def _engine_change(self, view: TargetView) -> None:
+        """A line when another engine's pack reads the log now (`rules: auto`, a relaunch of
+        another engine into the same path): before its new startup's line."""
+        if self._engine and view.engine and view.engine != self._engine:
+            self.note(f"engine: {view.engine} writes the log now (was {self._engine}): "
+                      "read by its rules")
+        self._engine = view.engine or self._engine
+
     def start(self) -> None:
         self._say(f"watching {self.target}")
 
@@ -216,6 +225,7 @@ class PlainDisplay:
         if state != self._last_state and not view.source_fatal:  # a fatal one: said at the end
             self._last_state = state
             self._say(f"source {state}")
+        self._engine_change(view)
         for ev in events:
             if isinstance(ev, Restarted):
                 self._say(f"new startup (#{ev.epoch}): {ev.line[:160]}")
@@ -391,6 +401,7 @@ class RichDisplay(PlainDisplay):
         self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] {escape(msg)}")
 
     def update(self, view: TargetView, events: list[Event], now: float) -> None:
+        self._engine_change(view)
         for ev in events:  # keep a scrollback of the milestones above the panel
             if isinstance(ev, PhaseChanged):
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] phase "
