@@ -487,16 +487,19 @@ def _watch_through_a_relaunch(args: list[str], relaunch: Callable[[], None],
     return p.returncode, seen, out, err
 
 
-def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None:
-    """The engineer relaunches the server appending to the same log: watch, started before
-    the new server_args= line, ignores the old ready and exits on the new crash."""
-    path = _old_log(tmp_path, 30)
-
+def _watch_an_oom_appended(path: Path) -> tuple[int, str, str, str]:
+    """`watch PATH`; once the old startup is said, a relaunch that dies of CUDA OOM is
+    appended to the log (`>>`)."""
     def relaunch() -> None:
         with open(path, "a") as f:
             f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
+    return _watch_through_a_relaunch([str(path), "--timeout", "60s"], relaunch)
 
-    rc, seen, out, err = _watch_through_a_relaunch([str(path), "--timeout", "60s"], relaunch)
+
+def test_after_an_old_startup_watch_exits_on_the_new_one(tmp_path: Path) -> None:
+    """The engineer relaunches the server appending to the same log: watch, started before
+    the new server_args= line, ignores the old ready and exits on the new crash."""
+    rc, seen, out, err = _watch_an_oom_appended(_old_log(tmp_path, 30))
     out = seen + out
     assert rc == 1, (out, err)
     assert "became ready" in out
@@ -512,12 +515,7 @@ def test_another_engine_appended_after_a_crash_is_read_by_its_rules(tmp_path: Pa
     path.write_bytes((FIXTURES / "vllm-024.log").read_bytes())
     old = time.time() - 30 * 60
     os.utime(path, (old, old))
-
-    def relaunch() -> None:
-        with open(path, "a") as f:
-            f.write("".join(s.text for s in script(start=1_767_300_000.0, crash="oom")))
-
-    rc, seen, out, err = _watch_through_a_relaunch([str(path), "--timeout", "60s"], relaunch)
+    rc, seen, out, err = _watch_an_oom_appended(path)
     out = seen + out
     assert rc == 1, (out, err)
     assert "the latest startup in this log crashed" in seen, seen
