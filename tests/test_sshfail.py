@@ -137,3 +137,33 @@ def test_the_daemon_stops_a_target_whose_key_cannot_be_used_with_one_message(
     Path(f"{keys['locked']}.pub").write_bytes(Path(f"{sshd_server.client_key}.pub").read_bytes())
     d.signal(signal.SIGHUP)
     d.wait_target("locked", lambda t: t["phase"] == "ready", "read after the fix", timeout=30)
+
+
+@pytest.mark.parametrize("named_by", ["config", "default"])
+def test_a_key_skipped_for_its_passphrase_is_named_when_the_login_fails(
+        sshd_server: SSHServer, keys: dict[str, Path], tmp_path: Path,  # noqa: F811
+        named_by: str) -> None:
+    """No key named to logwatch: the connection offers the host's `IdentityFile` (the ssh
+    config) or OpenSSH's default key.  One with a passphrase is skipped by asyncssh without
+    a word, and the login fails.  Before: "give a key with --ssh-key ... or set up
+    ~/.ssh/config" (which was set up).  Now the key and the fix (ssh-agent) are named."""
+    import os
+    import sys
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    args = ["watch", sshd_server.url(tmp_path / "server.log"),
+            "--known-hosts", str(sshd_server.known_hosts), "--timeout", "20"]
+    if named_by == "config":
+        config = tmp_path / "ssh_config"
+        config.write_text(f"Host 127.0.0.1\n  IdentityFile {keys['locked']}\n")
+        args += ["--ssh-config", str(config)]
+        key = str(keys["locked"])
+    else:
+        (home / ".ssh" / "id_ed25519").write_bytes(keys["locked"].read_bytes())
+        key = "~/.ssh/id_ed25519"
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"} | {"HOME": str(home)}
+    res = subprocess.run([sys.executable, "-m", "logwatch", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"{key} has a passphrase, which logwatch cannot ask for" in res.stderr, res.stderr
+    assert f"`ssh-add {key}`" in res.stderr, res.stderr

@@ -59,7 +59,8 @@ from .base import (
 )
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
-    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPNotClean, ssh_file_problems,
+    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPNotClean, locked_keys,
+    ssh_file_problems,
 )
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
@@ -410,6 +411,13 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
         return (f"the streamed reader did not start on {target.host} (transport: stream "
                 f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")
     if isinstance(e, asyncssh.PermissionDenied):
+        locked = [] if opts.client_keys else locked_keys(
+            target.host, target.port or opts.port, target.user or opts.username, opts.config)
+        if locked:
+            return (f"SSH authentication to {target.host} failed ({e.reason}): "
+                    f"{', '.join(locked)} has a passphrase, which logwatch cannot ask for "
+                    f"(the key was skipped): load it into ssh-agent for the daemon's user "
+                    f"(`ssh-add {locked[0]}`), or give a key without one")
         return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
                 "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
     if isinstance(e, asyncssh.Error):

@@ -17,11 +17,13 @@ secret mount).
 
 from __future__ import annotations
 
+import getpass
 import os
 from functools import lru_cache
 from typing import Iterator
 
 import asyncssh
+from asyncssh.config import SSHClientConfig
 
 # the option, the flag of `logwatch watch` that sets it
 SSH_FILE_OPTIONS = {"client_keys": "-i", "known_hosts": "--known-hosts",
@@ -153,3 +155,26 @@ def ssh_file_problems(client_keys: tuple[str, ...] | None, known_hosts: str | No
         why = ssh_file_problem(option, path)
         if why is not None:
             yield BadSSHFile(option, path, why)
+
+
+# OpenSSH's default identities (ssh(1) -i), offered when the config names none for the host
+DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_dsa")
+
+
+def locked_keys(host: str, port: int | None, user: str | None,
+                config: tuple[str, ...] | None) -> list[str]:
+    """The keys a connection to `host` offers by itself (no client_keys named) that have a
+    passphrase: the host's `IdentityFile`s in the ssh config, else OpenSSH's default keys.
+    asyncssh skips such a key without a word (a daemon has nobody to ask), so the login
+    failed as if there were no key: said after an authentication failure."""
+    paths = [os.path.expanduser(c) for c in config or ()]
+    if not paths and os.path.exists(os.path.expanduser("~/.ssh/config")):
+        paths = [os.path.expanduser("~/.ssh/config")]
+    try:
+        named = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),
+                                     user or "", host, port or 22).get("IdentityFile")
+    except (OSError, ValueError, asyncssh.Error):
+        named = None
+    keys = named or [f"~/.ssh/{name}" for name in DEFAULT_KEYS]
+    return [k for k in keys if os.path.isfile(os.path.expanduser(k))
+            and (ssh_file_problem("client_keys", k) or "").startswith("the key has a passphrase")]
