@@ -14,8 +14,9 @@ from . import log
 from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
-from .rules.locate import detect_pack, detect_scores, fallback_pack
-from .rules.pack import CRASHED, STOPPED, RulePack
+from .engine import DETECT_WAIT, EngineWatch, HeldHead, server_ended  # noqa: F401
+from .rules.locate import fallback_pack
+from .rules.pack import RulePack
 from .sources.base import (
     TAIL_BYTES, Data, FileIdentity, Opened, Position, Skipped, Source, SourceState, digest,
 )
@@ -52,6 +53,21 @@ class SourceStatus:
             return None
         return self.down_since
 
+    def take(self, ev: SourceState, now: float) -> bool:
+        """The source's new state; True: it came (back) up."""
+        if self.up and not ev.up:
+            self.reconnects += 1
+        ongoing = self.outage(now)     # as it stood before this state
+        came_up = ev.up and not self.up
+        if came_up:
+            self.up_since = now
+        self.up, self.message, self.fatal = ev.up, ev.message, ev.fatal
+        self.error = not ev.up and (ev.error or ev.fatal)
+        self.cause = ev.cause
+        if self.error:
+            self.down_since = ongoing if ongoing is not None else now
+        return came_up
+
     @property
     def state(self) -> str:
         """up / waiting (for a file to appear, not started yet) / error / fatal."""
@@ -63,12 +79,6 @@ class SourceStatus:
 
 
 STEADY = 10.0     # seconds up (with no data) that end an outage
-
-
-DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
-DETECT_WAIT = 2.0           # ... or this many seconds after the first bytes
-DETECT_SURE = 3             # ... or at once when a pack's signs weigh this much (an engine's
-                            # name or its own phrases; a line format others share is 1-2)
 
 
 class LastLine:
@@ -121,71 +131,15 @@ class LastLine:
                 else self.meaningful
 
 
-class HeldHead:
-    """The events held back while the engine writing a log is not known yet: at the start
-    (`rules: auto`), and after a new file when another engine may write there now.  Which
-    pack the head shows, and when that is sure enough to decide (DETECT_* above)."""
-
-    def __init__(self, candidates: list[RulePack]) -> None:
-        self.candidates = candidates
-        self.events: list[object] = []
-        self.head = b""
-        self.since: float | None = None   # the first bytes held
-        self._detect_at = 1
-        self._tried = 0.0
-
-    def add(self, ev: object, now: float, current: RulePack | None) -> bool:
-        """Hold `ev`; True: decide now."""
-        self.events.append(ev)
-        if not isinstance(ev, Data):
-            return False
-        self.head += ev.data[: DETECT_BYTES - len(self.head)]
-        if self.since is None:
-            self.since = now
-        if len(self.head) >= DETECT_BYTES:
-            return True
-        if len(self.head) >= self._detect_at or now - self._tried >= 0.25:
-            # throttled: a try per 8 KiB or quarter second, not one per chunk.  A weak sign
-            # alone (vLLM's `INFO 11-26 14:23:34 file.py:243]` format, which SGLang's own
-            # loaders print too) waits for more lines: before, the first such line chose
-            # vLLM for an SGLang log whose next lines said so
-            self._detect_at, self._tried = len(self.head) + 8192, now
-            return self.choice(current, final=False) is not None
-        return False
-
-    def due(self, now: float) -> bool:
-        return self.since is not None and now - self.since >= DETECT_WAIT
-
-    def choice(self, current: RulePack | None, final: bool) -> RulePack | None:
-        """The pack the head shows; None: not sure yet (no pack's signs weigh DETECT_SURE,
-        and `final` is not set), or at the start nothing matched.  After a new file the
-        `current` pack stays unless another's signs weigh more than its own and at least
-        DETECT_SURE: the head of a rotated serving log shows little, and a line format
-        others share (SGLang's loaders printed vLLM's) is no reason to leave an engine the
-        log named."""
-        scores = detect_scores(self.head, self.candidates, complete_lines=not final)
-        if not final and max(scores, default=0) < DETECT_SURE:
-            return None
-        if current is None:
-            return detect_pack(self.head, self.candidates, complete_lines=not final)
-        mine = next((sc for p, sc in zip(self.candidates, scores) if p.name == current.name), 0)
-        others = [(sc, p) for p, sc in zip(self.candidates, scores) if p.name != current.name]
-        best, other = max(others, key=lambda o: o[0], default=(0, current))   # the first of a tie
-        if best > mine and best >= DETECT_SURE:
-            return other
-        return current
-
-
 class Follower:
     """Feeds one source into a pipeline.  With `pack=None` (`--rules auto`) it holds the
     first bytes back until the pack's `detect` patterns recognise the engine.
 
-    `redetect` (`rules: auto`, a pack restored from a checkpoint too): each new file (a
-    truncation, a rotation, a file replaced, a command run again) is held back the same way
-    until its head shows whether another engine writes there now.  A relaunch of another
-    engine into the same path (`vllm serve ... > server.log`, then `python -m
-    sglang.launch_server ... > server.log`) kept the first engine's rules: no ready, no crash.
-    `make_pipeline(pack, carry=old)` makes the new engine's pipeline carry the old state on."""
+    `redetect` (`rules: auto`, a pack restored from a checkpoint too): where another engine
+    may have begun writing the log (engine.py: a new file, the source back up, a restart,
+    after a final crash or a stop), an `EngineWatch` looks for a line of another engine's
+    own; from that line on, `make_pipeline(pack, carry=old)` reads the log with that
+    engine's pack, the old state carried on."""
 
     def __init__(self, name: str, source: Source, make_pipeline: Callable[..., LogPipeline],
                  pack: RulePack | None, candidates: list[RulePack] | None = None,
@@ -199,8 +153,9 @@ class Follower:
         self.pipe: LogPipeline | None = make_pipeline(pack) if pack is not None else None
         # the events held back until the pack is decided (None: none held)
         self._held = HeldHead(self.candidates) if self.pipe is None else None
-        self._first_open = True             # the attach that opens the first file
-        self._detected = self.pipe is None  # the first file's head decides the pack
+        self._watch: EngineWatch | None = None
+        # a pack from a checkpoint: what comes after the restart may be another engine's
+        self._watch_at_open = self.redetect and self.pipe is not None
         self._looked_after: int | None = None   # the startup whose end was looked after
         self.on_events = on_events or (lambda evs: None)
         self.status = SourceStatus()
@@ -225,7 +180,7 @@ class Follower:
         held, self._held = self._held, None
         if held is None:
             return []
-        self._use(held.choice(self.pack, final=True) or fallback_pack(self.candidates))
+        self._use(held.choice() or fallback_pack(self.candidates))
         events: list[Event] = []
         for ev in held.events:
             events += self.handle(ev, now)
@@ -266,10 +221,8 @@ class Follower:
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
         now = time.time() if now is None else now
-        if self._held is None and isinstance(ev, Data) and self._ended_before(ev):
-            self._held = HeldHead(self.candidates)
         if self._held is not None and not isinstance(ev, (SourceState, Skipped)):
-            return self.decide_pack(now) if self._held.add(ev, now, self.pack) else []
+            return self.decide_pack(now) if self._held.add(ev, now) else []
         events: list[Event] = []
         if isinstance(ev, Data):
             if self.next_offset is not None and ev.offset != self.next_offset:
@@ -283,21 +236,33 @@ class Follower:
             self.log.warning("part of the log could not be read", bytes=ev.nbytes,
                              message=ev.message)
         elif isinstance(ev, SourceState):
-            self._state(ev, now)
+            if self.status.take(ev, now) and self.next_offset is not None:
+                self._look_again(now)         # back up: a command run again, a reconnect
         if events:
             self.on_events(events)
         return events
 
-    def _ended_before(self, ev: Data) -> bool:
-        """The server of this log crashed (final) or stopped, and `ev` is the first data
-        after: a relaunch appended to the same file (`>> server.log`) may be another
-        engine's, so its head is held and looked at like a new file's (once a startup)."""
-        st = self.pipe.state if self.redetect and self.pipe is not None else None
-        if st is None or not ev.data or st.epoch == self._looked_after or \
-                not (st.phase == STOPPED or (st.phase == CRASHED and st.crash_settled)):
-            return False
-        self._looked_after = st.epoch
-        return True
+    def _look_again(self, now: float) -> None:
+        if self.redetect and self.pipe is not None:
+            self._watch = EngineWatch(self.candidates, now)
+
+    def _feed(self, data: bytes, now: float) -> list[Event]:
+        """`data` to the pipeline; where an `EngineWatch` finds another engine's own line,
+        the part before it to this pack's, the rest to that engine's."""
+        assert self.pipe is not None
+        st = self.pipe.state
+        if self._watch is None and data and st.epoch != self._looked_after and server_ended(st):
+            self._looked_after = st.epoch     # a relaunch appended (`>>`) comes next
+            self._look_again(now)
+        found = self._watch.scan(data, now, self.pipe.pack) if self._watch else None
+        if self._watch is not None and (found is not None or self._watch.over):
+            self._watch = None
+        if found is None:
+            return self.pipe.feed(data, now)
+        cut, pack = found
+        events = self.pipe.feed(data[:cut], now) if cut else []
+        self._use(pack)
+        return events + self.pipe.feed(data[cut:], now)
 
     def _data(self, ev: Data, now: float) -> list[Event]:
         self.status.bytes += len(ev.data)
@@ -309,14 +274,13 @@ class Follower:
         if len(self._roll) > 2 * _ROLL:  # trimmed now and then, not copied per chunk
             del self._roll[:-_ROLL]
         self._last.note(ev.data)
-        assert self.pipe is not None
-        return self.pipe.feed(ev.data, now)
+        return self._feed(ev.data, now)
 
     def _opened(self, ev: Opened, now: float) -> list[Event]:
         assert self.pipe is not None
         self.identity = ev.identity
-        first, self._first_open = self._first_open, False
-        if ev.new_file or self.next_offset is None:
+        first = self.next_offset is None
+        if ev.new_file or first:
             self.status.files += 1
             events: list[Event] = []
             if self.next_offset is None:
@@ -326,10 +290,9 @@ class Follower:
             self._roll = bytearray()
             self._last.partial = b""
             self.next_offset = ev.offset
-            # a new file may be another engine's (not the first attach of a detected pack:
-            # its head was just looked at)
-            if self.redetect and ev.new_file and not (first and self._detected):
-                self._held = HeldHead(self.candidates)
+            if self._watch_at_open or (ev.new_file and not first):
+                self._look_again(now)   # a new file (or a restart): another engine's?
+            self._watch_at_open = False
             return events
         if ev.offset != self.next_offset:
             self.log.warning("source resumed at another offset", expected=self.next_offset,
@@ -337,18 +300,6 @@ class Follower:
             self.next_offset = ev.offset
             return self.pipe.new_file(ev.offset, ev.line_number, now)
         return []
-
-    def _state(self, ev: SourceState, now: float) -> None:
-        if self.status.up and not ev.up:
-            self.status.reconnects += 1
-        ongoing = self.status.outage(now)     # as it stood before this state
-        if ev.up and not self.status.up:
-            self.status.up_since = now
-        self.status.up, self.status.message, self.status.fatal = ev.up, ev.message, ev.fatal
-        self.status.error = not ev.up and (ev.error or ev.fatal)
-        self.status.cause = ev.cause
-        if self.status.error:
-            self.status.down_since = ongoing if ongoing is not None else now
 
     def finish(self, now: float | None = None) -> list[Event]:
         """The source ended: decide the pack if still undecided, close the last line."""

@@ -561,7 +561,7 @@ def test_another_engine_relaunched_into_the_log_is_read_by_its_own_pack(tmp_path
                       "vLLM loading")
     before = t["startups"]                            # (vllm-006 shows no launch line: 0)
     with log.open("w", encoding="utf-8") as f:       # `>`: the same file, truncated
-        f.write((FIXTURES / "sglang-027.log").read_text(encoding="utf-8"))
+        f.write("".join(sim_texts(crash="oom")))
     t = d.wait_target("node", lambda t: t["crash"] and t["crash"]["reason"] == "cuda_oom",
                       "crashed: cuda_oom")
     assert t["engine"] == "sglang" and t["startups"] == before + 1, t

@@ -27,7 +27,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("io", ("sources/", "telemetry/", "logfile")),
     ("parse", ("lines", "rules/")),
     ("machine", ("machine/", "eta", "counters")),
-    ("core", ("pipeline", "follow", "ledger", "silence", "view", "state/")),
+    ("core", ("pipeline", "engine", "follow", "ledger", "silence", "view", "state/")),
     ("sinks", ("sinks/",)),
     ("app", ("app/", "cli", "__main__")),
 )

@@ -131,6 +131,15 @@ def test_a_weak_sign_alone_does_not_choose_the_engine_before_the_wait() -> None:
     lone.handle(Data(lines[0], 0), now=0.0)
     lone.tick(DETECT_WAIT)                          # nothing more: the best there is
     assert lone.pack is not None and lone.pack.name == "vllm"
+    # the SGLang lines 0.1 s after a try: tried by the next tick, not only at DETECT_WAIT
+    quick = Follower("t", object(), lambda p: LogPipeline(p), None,  # type: ignore[arg-type]
+                     load_all_shipped())
+    quick.handle(Opened(0, 1, None, "attach", True), now=0.0)
+    quick.handle(Data(lines[0], 0), now=0.0)
+    quick.handle(Data(b"".join(lines[1:]), len(lines[0])), now=0.1)
+    assert quick.pack is None                       # within the quarter second
+    quick.tick(0.4)
+    assert quick.pack is not None and quick.pack.name == "sglang"
 
 
 def _auto_follower(first: str) -> tuple[object, int]:
@@ -177,28 +186,76 @@ def test_another_engine_relaunched_into_the_truncated_log_gets_its_own_pack() ->
     assert follower.pipe.framer.consumed_offset == len(sglang)
 
 
-def test_a_rotated_serving_log_keeps_its_engine_and_every_line() -> None:
-    """A serving log renamed by size: the new file's head shows little of the engine (an
-    access line, a weak sign of another format).  It is held back at most DETECT_WAIT and
-    given to the same pack: no line lost or read twice, no second startup."""
-    from logwatch.follow import DETECT_WAIT
+def test_a_rotated_serving_log_keeps_its_engine_and_loses_no_time() -> None:
+    """A serving log renamed by size: the new file's lines are read as they come (nothing
+    held), and lines that name another engine, or share its line format, are not that
+    engine's own: a prompt in vLLM's request log that says `pip install sglang`, SGLang's
+    request log quoting `vllm serve`, vLLM's format printed by SGLang's loader.  Before the
+    watch, a rotated head like these switched the pack (and the next crash became a phantom
+    relaunch)."""
+    from logwatch.sources.base import Data, Opened
+    heads = {
+        "vllm-034-default": b"(APIServer pid=7) INFO 12-01 10:05:00 [logger.py:37] Received "
+                            b"request cmpl-1: prompt: 'how do I pip install sglang?'\n",
+        "sglang-0523-download": b"[2026-12-01 10:05:00] Receive: obj=GenerateReqInput(text="
+                                b"'vllm serve Qwen/Qwen3-8B --port 8000 fails, why?')\n"
+                                b"INFO 12-01 10:05:00 weight_utils.py:243] Using model weights "
+                                b"format ['*.safetensors']\n",
+    }
+    for fixture, head in heads.items():
+        follower, size = _auto_follower(f"built/{fixture}")
+        engine, lines = follower.pack.name, follower.pipe.counters.lines
+        assert follower.pipe.state.phase == "ready"
+        follower.handle(Opened(0, 1, None, "rotated", True), now=20.0)
+        follower.handle(Data(head, 0), now=20.0)
+        assert follower.pipe.counters.lines == lines + head.count(b"\n")   # at once
+        assert follower.pack.name == engine and follower.pipe.state.phase == "ready"
+        assert follower.pipe.state.epoch == 1 and not follower.pipe.state.relaunched
+
+
+def test_another_engine_whose_own_lines_come_late_still_gets_its_pack() -> None:
+    """trtllm-serve prints third-party lines first (`datasets`' `INFO config.py:54: PyTorch
+    version ...`), its own 6 s later; a wrapper may download for minutes.  The new file is
+    watched past those lines: at TensorRT-LLM's first own line its pack reads the log, and
+    its argument error is a new startup's crash (before: SGLang's ready stayed, no alert)."""
     from logwatch.sources.base import Data, Opened
     follower, size = _auto_follower("built/sglang-0523-download")
-    assert follower.pack.name == "sglang" and follower.pipe.state.phase == "ready"
-    head = b"INFO 12-01 10:05:00 access.py:12] client connected\n"
-    follower.handle(Opened(0, 1, None, "rotated", True), now=20.0)
-    follower.handle(Data(head, 0), now=20.0)
-    assert follower.pipe.counters.lines == 32                  # held: weight 1 of vLLM's
-    follower.tick(20.0 + DETECT_WAIT)
-    assert follower.pack.name == "sglang" and follower.pipe.state.phase == "ready"
-    assert follower.pipe.counters.lines == 33 and follower.pipe.state.epoch == 1
-    more = b"[2026-12-01 10:05:01 TP0] Decode batch, #running-req: 1, #token: 90, token usage: 0.00\n"
-    follower.handle(Data(more, len(head)), now=21.0)          # no longer held
-    assert follower.pipe.counters.lines == 34
+    trt = (FIXTURE_DIR / "trtllm-009.log").read_bytes().splitlines(keepends=True)
+    follower.handle(Opened(0, 1, None, "truncated", True), now=30.0)
+    head = b"".join(trt[:3])
+    follower.handle(Data(head, 0), now=30.0)
+    assert follower.pack.name == "sglang"
+    follower.tick(40.0)
+    follower.handle(Data(b"".join(trt[3:]), len(head)), now=40.0)
+    follower.tick(100.0)
+    st = follower.pipe.state
+    assert follower.pack.name == "trtllm" and st.epoch == 2, (follower.pack.name, st.epoch)
+    assert st.phase == "crashed" and st.crash.reason == "bad_argument", st.crash
 
 
-def test_the_same_engine_relaunched_into_a_truncated_log_is_not_held_long() -> None:
-    """A truncation whose first line names the engine again is decided at once."""
+def test_a_command_run_again_and_a_restart_are_looked_at_again() -> None:
+    """`cmd:` sources run again continue one stream (no new file): the source back up opens
+    the watch.  A pack restored from a checkpoint: the first lines after the restart."""
+    from logwatch.sources.base import Data, Opened, SourceState
+    follower, size = _auto_follower("built/vllm-034-default")
+    follower.handle(SourceState(False, "exited with 1; restarting in 1s", error=True), now=50.0)
+    follower.handle(SourceState(True, "running cmd"), now=51.0)
+    sglang = (FIXTURE_DIR / "built" / "sglang-0523-download.log").read_bytes()
+    follower.handle(Data(sglang, size), now=51.0)
+    assert follower.pack.name == "sglang" and follower.pipe.state.phase == "ready"
+
+    from logwatch.follow import Follower
+    from logwatch.rules.pack import load_all_shipped
+    restored = Follower("t", object(), lambda p, carry=None: _carried(p, carry),  # type: ignore[arg-type]
+                        load_pack("vllm"), [p for p in load_all_shipped() if p.detect],
+                        redetect=True)
+    restored.handle(Opened(0, 1, None, "resume", False), now=0.0)
+    restored.handle(Data(sglang, 0), now=0.0)
+    assert restored.pack.name == "sglang" and restored.pipe.state.phase == "ready"
+
+
+def test_the_same_engine_relaunched_into_a_truncated_log_keeps_its_pack() -> None:
+    """A truncation whose first line is the same engine's launch: its pack, a new startup."""
     from logwatch.sources.base import Data, Opened
     follower, _ = _auto_follower("built/sglang-0523-download")
     again = (FIXTURE_DIR / "built" / "sglang-0523-overlap.log").read_bytes()
