@@ -17,9 +17,8 @@ Two readers of a log's lines, each for one moment:
 
 from __future__ import annotations
 
-from .machine import State
 from .rules.locate import detect_pack, detect_scores
-from .rules.pack import CRASHED, STOPPED, RulePack
+from .rules.pack import RulePack
 from .sources.base import Data
 
 DETECT_BYTES = 256 * 1024   # `rules: auto` decides after this much of the log ...
@@ -143,8 +142,3 @@ class EngineWatch:
         if self.lines_left <= 0:
             self.over = True
 
-
-def server_ended(state: State) -> bool:
-    """The log's server crashed (the crash final) or stopped: the next bytes are a relaunch,
-    appended to the same file (`>> server.log`), perhaps by another engine."""
-    return state.phase == STOPPED or (state.phase == CRASHED and state.crash_settled)

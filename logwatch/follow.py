@@ -14,7 +14,7 @@ from . import log
 from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
 from .pipeline import LogPipeline
-from .engine import DETECT_WAIT, EngineWatch, HeldHead, server_ended  # noqa: F401
+from .engine import DETECT_WAIT, EngineWatch, HeldHead  # noqa: F401  (tests use it)
 from .rules.locate import fallback_pack
 from .rules.pack import RulePack
 from .sources.base import (
@@ -251,7 +251,7 @@ class Follower:
         the part before it to this pack's, the rest to that engine's."""
         assert self.pipe is not None
         st = self.pipe.state
-        if self._watch is None and data and st.epoch != self._looked_after and server_ended(st):
+        if self._watch is None and data and st.epoch != self._looked_after and st.server_gone:
             self._looked_after = st.epoch     # a relaunch appended (`>>`) comes next
             self._look_again(now)
         found = self._watch.scan(data, now, self.pipe.pack) if self._watch else None

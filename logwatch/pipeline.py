@@ -264,8 +264,13 @@ class LogPipeline:
 
     def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
         """The source moved to another file (rotation, truncation): close the old one's last
-        line and frame the new one from `offset`; the server's state carries on."""
+        line and frame the new one from `offset`; the server's state carries on.  A server
+        gone (a final crash, a stop) writes no new file: what comes in it is a relaunch,
+        even one that dies before its launch line (`error: unrecognized arguments`; before,
+        that error was taken for more of the old crash, and not alerted)."""
         events = self._close_file(now)
+        if self.state.server_gone:
+            self.state.relaunched = True
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=self.framer.max_line_bytes)
         return self._counted(events)

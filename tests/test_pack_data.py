@@ -285,3 +285,24 @@ def test_another_engine_appended_after_a_crash_gets_its_own_pack() -> None:
     again = (FIXTURE_DIR / "built" / "vllm-034-default.log").read_bytes()
     follower.handle(Data(again, size + len(sglang) + 87), now=400.0)
     assert follower.pack.name == "vllm" and follower.pipe.state.phase == "ready"
+
+
+def test_a_relaunch_into_a_new_file_after_a_crash_is_a_new_startup_even_without_its_launch_line() -> None:
+    """The server crashed; the engineer relaunches with `>` and a typo in a flag: argparse's
+    error is all the new file holds.  A dead server writes no new file, so it is a new
+    startup's crash (alerted); before, it was taken for more of the old crash."""
+    from logwatch.sources.base import Data, Opened
+    follower, _ = _auto_follower("vllm-024")
+    follower.tick(100.0)
+    st = follower.pipe.state
+    epoch = st.epoch
+    assert st.phase == "crashed" and st.crash_settled
+    typo = (b"usage: vllm serve [model_tag] [options]\n"
+            b"vllm serve: error: unrecognized arguments: --tensor-paralel-size 8\n")
+    follower.handle(Opened(0, 1, None, "truncated", True), now=200.0)
+    events = follower.handle(Data(typo, 0), now=200.0)
+    follower.tick(300.0)
+    st = follower.pipe.state
+    assert st.epoch == epoch + 1 and st.phase == "crashed", (st.epoch, st.phase)
+    assert st.crash.reason == "bad_argument" and st.crash_settled
+    assert any(type(e).__name__ == "StartupBegan" for e in events)

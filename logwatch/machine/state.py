@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..rules.pack import READY, TERMINAL, WAITING, Rule, reason_rank
+from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, reason_rank
 from .ranks import RankProgress
 from .rates import ProgressState
 
@@ -159,6 +159,12 @@ class State:
                                           # silent phase: the log time of its latest line
     relaunched: bool = False              # another engine writes the log now (a relaunch into
                                           # the same path): its first matched line begins a startup
+
+    @property
+    def server_gone(self) -> bool:
+        """The server crashed (the crash final) or stopped: nothing more comes from it, so
+        what the log shows next is a relaunch."""
+        return self.phase == STOPPED or (self.phase == CRASHED and self.crash_settled)
 
     @property
     def history(self) -> list[Span]:
