@@ -84,13 +84,21 @@ class HeldHead:
         """The pack the head shows best (None: no pack's signs at all)."""
         return detect_pack(self.head, self.candidates)
 
+    def sure_of_it(self) -> bool:
+        """Whether the head's best pack has signs weighing DETECT_SURE (else the choice was
+        made on a line format others share, or on nothing: the fallback)."""
+        return max(detect_scores(self.head, self.candidates), default=0) >= DETECT_SURE
+
 
 class EngineWatch:
     """The lines after a moment when another engine may have begun writing the log, watched
     for a line of another engine's own (see the module docstring)."""
 
-    def __init__(self, candidates: list[RulePack], now: float) -> None:
+    def __init__(self, candidates: list[RulePack], now: float, relaunch: bool = True) -> None:
         self.candidates = candidates
+        # another engine found is a relaunch (its first matched line begins a startup);
+        # False: the first choice, made on weak signs, was wrong
+        self.relaunch = relaunch
         self.until = now + WATCH_SECONDS
         self.lines_left = WATCH_LINES
         self.partial = b""

@@ -174,19 +174,23 @@ class Follower:
         return self.pipe.pack if self.pipe is not None else None
 
     def decide_pack(self, now: float | None = None) -> list[Event]:
-        """Decide the pack now, from what was held back (at the start: the fallback pack if
-        nothing matched; after a new file: the current pack unless another's signs weigh
-        more), and hand the held events on."""
+        """Decide the pack from the first bytes held back (the fallback pack if nothing
+        matched), and hand them on.  Decided on weak signs or none (a wrapper downloading
+        first), an `EngineWatch` may yet find the engine's own lines: not a relaunch."""
         held, self._held = self._held, None
         if held is None:
             return []
         self._use(held.choice() or fallback_pack(self.candidates))
+        if self.redetect and not held.sure_of_it():
+            self._watch = EngineWatch(self.candidates, now or time.time(), relaunch=False)
         events: list[Event] = []
         for ev in held.events:
             events += self.handle(ev, now)
         return events
 
-    def _use(self, pack: RulePack) -> None:
+    def _use(self, pack: RulePack, relaunch: bool = True) -> None:
+        """Read the log with `pack` from now; another engine's after a first one: its first
+        matched line begins a startup (`relaunch`), unless the first was a misjudgement."""
         if self.pipe is None:
             self.pipe = self.make_pipeline(pack)
             self.log.info("rule pack chosen", pack=pack.name)
@@ -194,6 +198,7 @@ class Follower:
             self.log.warning("another engine writes the log now: its rule pack follows",
                              was=self.pipe.pack.name, pack=pack.name)
             self.pipe = self.make_pipeline(pack, carry=self.pipe)
+            self.pipe.state.relaunched = relaunch
 
     def tick(self, now: float) -> list[Event]:
         if self._held is not None and self._held.due(now):
@@ -254,14 +259,15 @@ class Follower:
         if self._watch is None and data and st.epoch != self._looked_after and st.server_gone:
             self._looked_after = st.epoch     # a relaunch appended (`>>`) comes next
             self._look_again(now)
-        found = self._watch.scan(data, now, self.pipe.pack) if self._watch else None
-        if self._watch is not None and (found is not None or self._watch.over):
+        watch = self._watch
+        found = watch.scan(data, now, self.pipe.pack) if watch is not None else None
+        if watch is not None and (found is not None or watch.over):
             self._watch = None
-        if found is None:
+        if watch is None or found is None:
             return self.pipe.feed(data, now)
         cut, pack = found
         events = self.pipe.feed(data[:cut], now) if cut else []
-        self._use(pack)
+        self._use(pack, watch.relaunch)
         return events + self.pipe.feed(data[cut:], now)
 
     def _data(self, ev: Data, now: float) -> list[Event]:

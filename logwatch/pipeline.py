@@ -249,11 +249,9 @@ class LogPipeline:
     def carry_on(self, before: "LogPipeline") -> None:
         """Take over from another engine's pipeline of the same log (a relaunch of another
         engine into the same path): the server's state, the position and the counters go
-        on; what the old pack read stays read.  Its startup ends as a relaunch ends one,
-        at the new engine's first matched line (whatever it says: a log may show no launch
-        line)."""
+        on; what the old pack read stays read (the caller says whether this is a relaunch:
+        `State.relaunched`)."""
         self.state, self.framer, self.counters = before.state, before.framer, before.counters
-        self.state.relaunched = True
         for reason in self.pack.all_reasons:
             self.counters.crashes.setdefault(reason, 0)
 

@@ -306,3 +306,28 @@ def test_a_relaunch_into_a_new_file_after_a_crash_is_a_new_startup_even_without_
     assert st.epoch == epoch + 1 and st.phase == "crashed", (st.epoch, st.phase)
     assert st.crash.reason == "bad_argument" and st.crash_settled
     assert any(type(e).__name__ == "StartupBegan" for e in events)
+
+
+def test_a_wrapper_that_prints_first_does_not_fix_the_engine_for_good() -> None:
+    """trtllm-012 as written: a wrapper downloads for 29 s (wget, the Hugging Face hub)
+    before trtllm-serve's first line.  The first detection has nothing to go on after
+    DETECT_WAIT and takes the fallback pack; before, that pack read the whole startup
+    (the README told users to name the pack).  Now TensorRT-LLM's first own line hands it
+    to its pack, as a misjudgement, not a relaunch: the same report as `replay`."""
+    from logwatch.app.replay import replay_file
+    from logwatch.follow import Follower
+    from logwatch.rules.pack import load_all_shipped
+    from logwatch.sources.base import Data, Opened
+    data = (FIXTURE_DIR / "trtllm-012.log").read_bytes()
+    cut = data.index(b"[2025-12-20 04:19:59] INFO config.py:54")
+    follower = Follower("t", object(), lambda p, carry=None: _carried(p, carry),  # type: ignore[arg-type]
+                        None, [p for p in load_all_shipped() if p.detect], redetect=True)
+    follower.handle(Opened(0, 1, None, "attach", True), now=0.0)
+    follower.handle(Data(data[:cut], 0), now=0.0)
+    follower.tick(3.0)
+    assert follower.pack is not None and follower.pack.name != "trtllm"   # nothing to go on
+    follower.handle(Data(data[cut:], cut), now=30.0)
+    follower.finish(30.0)
+    live, replayed = follower.pipe.state, replay_file(str(FIXTURE_DIR / "trtllm-012.log")).state
+    assert follower.pack.name == "trtllm" and live.phase == "ready"
+    assert (live.startups, live.phases_seen) == (replayed.startups, replayed.phases_seen)
