@@ -17,7 +17,9 @@ Two readers of a log's lines, each for one moment:
 
 from __future__ import annotations
 
+from .lines import CRI_RECORD
 from .rules.locate import detect_pack, detect_scores
+from .rules.matcher import shared_matcher
 from .rules.pack import RulePack
 from .sources.base import Data
 
@@ -92,7 +94,11 @@ class HeldHead:
 
 class EngineWatch:
     """The lines after a moment when another engine may have begun writing the log, watched
-    for a line of another engine's own (see the module docstring)."""
+    for a line of another engine's own (see the module docstring).  Not one that carries
+    what a client sent (a prompt that quotes another engine's log: the current pack's
+    request logs), not one of another process in a stream of several (`docker compose
+    logs` of two services: its wrapper names another process than the launch's), not the
+    second part of a line the kubelet split."""
 
     def __init__(self, candidates: list[RulePack], now: float, relaunch: bool = True) -> None:
         self.candidates = candidates
@@ -101,29 +107,33 @@ class EngineWatch:
         self.relaunch = relaunch
         self.until = now + WATCH_SECONDS
         self.lines_left = WATCH_LINES
-        self.partial = b""
+        self.partial = b""            # the head of an unfinished line (its envelope)
+        self.part_follows = False     # the last line was a kubelet P record
         self.over = False
 
-    def scan(self, data: bytes, now: float,
-             current: RulePack) -> tuple[int, RulePack] | None:
+    def scan(self, data: bytes, now: float, current: RulePack,
+             procs: set[str]) -> tuple[int, RulePack] | None:
         """Where in `data` the first line of another engine's own begins (0: it began in an
         earlier chunk) and that engine's pack; None: no such line in `data` (`over` says
-        whether the watch has ended)."""
+        whether the watch has ended).  `procs`: the processes of the current launch."""
         buf, base = self.partial + data, len(self.partial)
         end = buf.rfind(b"\n") + 1
-        self.partial = buf[end:][-_PARTIAL_KEEP:]
+        self.partial = (buf[end:] if end else buf)[:_PARTIAL_KEEP]
         if now > self.until:
             self.over = True
         if self.over or not end:
             return None
+        lines = buf[:end].split(b"\n")[:-1]
         mine = next(i for i, p in enumerate(self.candidates) if p.name == current.name)
         scores = detect_scores(buf[:end], self.candidates)    # a sign in any line: a filter
         if max(scores) < SWITCH_LINE:
-            self._count(buf.count(b"\n", 0, end))
+            self._count(len(lines))
+            self.part_follows = _is_part(lines[-1])
             return None
         pos = 0
-        for line in buf[:end].split(b"\n")[:-1]:
-            found = self._whose(line + b"\n", mine)
+        for line in lines:
+            continued, self.part_follows = self.part_follows, _is_part(line)
+            found = None if continued else self._whose(line, mine, current, procs)
             if found is not None:
                 return max(0, pos - base), found
             if self.over:
@@ -131,18 +141,21 @@ class EngineWatch:
             pos += len(line) + 1
         return None
 
-    def _whose(self, line: bytes, mine: int) -> RulePack | None:
+    def _whose(self, line: bytes, mine: int, current: RulePack,
+               procs: set[str]) -> RulePack | None:
         """The other engine whose own line this is; None (and the watch over at a line of
         the current engine's own, or after WATCH_LINES)."""
-        scores = detect_scores(line, self.candidates)
+        self._count(1)
+        scores = detect_scores(line + b"\n", self.candidates)
         if scores[mine] == 0:
             best = max(range(len(scores)), key=lambda i: (scores[i], -i))
             if scores[best] >= SWITCH_LINE:
-                return self.candidates[best]
-        elif scores[mine] >= SWITCH_LINE and max(scores) == scores[mine] and \
-                sum(1 for s in scores if s) == 1:
+                client, proc = shared_matcher(current).from_client(
+                    line.decode("utf-8", "replace"))
+                if not client and not (proc and procs and proc not in procs):
+                    return self.candidates[best]
+        elif scores[mine] >= SWITCH_LINE and sum(1 for s in scores if s) == 1:
             self.over = True          # the current engine's own line: it writes there
-        self._count(1)
         return None
 
     def _count(self, lines: int) -> None:
@@ -150,3 +163,8 @@ class EngineWatch:
         if self.lines_left <= 0:
             self.over = True
 
+
+def _is_part(line: bytes) -> bool:
+    """A kubelet record that is part of a longer line (P): the next record continues it."""
+    m = CRI_RECORD.match(line)
+    return m is not None and m.group(2) == b"P"

@@ -260,7 +260,7 @@ class Follower:
             self._looked_after = st.epoch     # a relaunch appended (`>>`) comes next
             self._look_again(now)
         watch = self._watch
-        found = watch.scan(data, now, self.pipe.pack) if watch is not None else None
+        found = watch.scan(data, now, self.pipe.pack, st.procs) if watch is not None else None
         if watch is not None and (found is not None or watch.over):
             self._watch = None
         if watch is None or found is None:

@@ -142,14 +142,15 @@ def test_a_weak_sign_alone_does_not_choose_the_engine_before_the_wait() -> None:
     assert quick.pack is not None and quick.pack.name == "sglang"
 
 
-def _auto_follower(first: str) -> tuple[object, int]:
-    """A `rules: auto` follower that read fixture `first` as a log's first file."""
+def _auto_follower(first: str, data: bytes | None = None) -> tuple[object, int]:
+    """A `rules: auto` follower that read fixture `first` (or `data`) as a log's first file."""
     from logwatch.follow import Follower
     from logwatch.rules.pack import load_all_shipped
     from logwatch.sources.base import Data, Opened
     follower = Follower("t", object(), lambda p, carry=None: _carried(p, carry), None,  # type: ignore[arg-type]
                         [p for p in load_all_shipped() if p.detect], redetect=True)
-    data = (FIXTURE_DIR / f"{first}.log").read_bytes()
+    if data is None:
+        data = (FIXTURE_DIR / f"{first}.log").read_bytes()
     follower.handle(Opened(0, 1, None, "attach", True), now=0.0)
     follower.handle(Data(data, 0), now=0.0)
     follower.tick(5.0)
@@ -331,3 +332,67 @@ def test_a_wrapper_that_prints_first_does_not_fix_the_engine_for_good() -> None:
     live, replayed = follower.pipe.state, replay_file(str(FIXTURE_DIR / "trtllm-012.log")).state
     assert follower.pack.name == "trtllm" and live.phase == "ready"
     assert (live.startups, live.phases_seen) == (replayed.startups, replayed.phases_seen)
+
+
+V_ERR = "(EngineCore_DP0 pid=123) ERROR 10-03 10:00:05 [core.py:708] EngineCore failed to start."
+
+
+def test_a_prompt_that_quotes_another_engines_log_is_not_that_engine() -> None:
+    """After a rotation, the first request a user sends pastes another engine's log line:
+    SGLang's `--log-requests` (the request's text glued before the paste comes off as
+    wrapped output), vLLM 0.6's request logger.  Before, the paste was taken for the other
+    engine's own line: a false `restarted`, then its crash rules read the paste.  A line
+    that carries what a client sent (the current pack's request logs) is not an engine's."""
+    from logwatch.sources.base import Data, Opened
+    asked = {
+        "built/sglang-0523-download": (
+            "[2026-12-01 11:00:05] Receive OpenAI: obj={'messages': [{'role': 'user', "
+            f"'content': {(V_ERR + ' Why?')!r}}}], 'model': 'default'}}"),
+        "built/vllm-034-default": (
+            "INFO 01-30 18:00:05 logger.py:37] Received request chatcmpl-1: prompt: "
+            + repr("<|im_start|>user\n[2026-10-03 10:00:05 TP0] Scheduler hit an exception: "
+                   "Traceback (most recent call last): Why?") + ", params: SamplingParams(n=1)"),
+    }
+    for fixture, line in asked.items():
+        follower, _ = _auto_follower(fixture)
+        engine = follower.pack.name
+        follower.handle(Opened(0, 1, None, "rotated", True), now=20.0)
+        follower.handle(Data(line.encode() + b"\n", 0), now=20.0)
+        assert follower.pack.name == engine, (fixture, follower.pack.name)
+        assert follower.pipe.state.epoch == 1 and follower.pipe.state.phase == "ready"
+
+
+def test_the_second_part_of_a_line_the_kubelet_split_is_not_a_line_of_its_own() -> None:
+    """A pod's log file (CRI records): a request line over 16 KiB is a P record, then an F
+    record with the rest, which begins inside the pasted text.  Alone, that F record reads
+    as another engine's line; it is the end of the request's."""
+    from logwatch.sources.base import Data, Opened
+
+    def record(text: bytes, tag: bytes = b"F") -> bytes:
+        return b"2026-12-05T01:00:00.123456789Z stdout " + tag + b" " + text + b"\n"
+    follower, _ = _auto_follower("built/sglang-0523-download")
+    request = ("[2026-12-01 11:00:05] Receive: obj=GenerateReqInput(rid='1', text="
+               + repr("x" * 16300 + "\n" + V_ERR) + ")").encode()
+    split = request.index(b"(EngineCore_DP0")
+    follower.handle(Opened(0, 1, None, "rotated", True), now=20.0)
+    data = record(request[:split], b"P") + record(request[split:])
+    follower.handle(Data(data, 0), now=20.0)
+    assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 1
+
+
+def test_a_stream_of_two_engines_processes_does_not_flip_between_them() -> None:
+    """`docker compose logs -f` of an SGLang and a vLLM service in one target: at each run
+    of the command, a vLLM line came first, and was taken for a relaunch (5 runs: 5 false
+    `restarted`, a startup stuck in `launching`).  A line whose wrapper names another
+    process than the launch's is that process's, not a relaunch."""
+    from logwatch.sources.base import Data, SourceState
+    sglang = (FIXTURE_DIR / "built" / "sglang-0523-download.log").read_bytes()
+    composed = b"".join(b"sglang-1  | " + ln + b"\n" for ln in sglang.split(b"\n")[:-1])
+    follower, size = _auto_follower("", composed)
+    assert follower.pack.name == "sglang" and follower.pipe.state.procs == {"sglang-1"}
+    follower.handle(SourceState(False, "exited with 0; restarting", error=True), now=40.0)
+    follower.handle(SourceState(True, "running"), now=41.0)
+    vllm = (b"vllm-1    | (APIServer pid=1) INFO 12-01 10:05:00 [loggers.py:123] Engine 000: "
+            b"Avg prompt throughput: 0.0 tokens/s\n")
+    follower.handle(Data(vllm, size), now=41.0)
+    assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 1

@@ -319,6 +319,12 @@ class Matcher:
         found = self._match(text, stats_only, False, layers)
         return None if found is None else (found[0], found[1])
 
+    def from_client(self, text: str) -> tuple[bool, str]:
+        """Whether the line, as read, carries what a client sent (a request log's prompt,
+        which may quote any engine's lines), and the process its wrapper names."""
+        inner, proc, layers = self.unwrap(text)
+        return self._user_content(inner, layers), proc
+
     def _user_content(self, text: str, layers: tuple[str, ...]) -> bool:
         """Whether the line carries what a client sent: as read, or as it was before any of
         its wrappers came off (a removed "glued output" prefix may be a request log whose
