@@ -203,8 +203,7 @@ class LogPipeline:
         # the target's own counters (one object, counted here as lines are framed and
         # matched), or a fresh one for a replay
         self.counters = counters if counters is not None else Counters()
-        for reason in pack.all_reasons:     # a pack's own reasons exist at 0 too
-            self.counters.crashes.setdefault(reason, 0)
+        self._count_own_reasons()
         self.excerpt = ExcerptCollector()
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
@@ -252,7 +251,10 @@ class LogPipeline:
         on; what the old pack read stays read (the caller says whether this is a relaunch:
         `State.relaunched`)."""
         self.state, self.framer, self.counters = before.state, before.framer, before.counters
-        for reason in self.pack.all_reasons:
+        self._count_own_reasons()
+
+    def _count_own_reasons(self) -> None:
+        for reason in self.pack.all_reasons:     # a pack's own reasons exist at 0 too
             self.counters.crashes.setdefault(reason, 0)
 
     def start_at(self, offset: int, line_number: int) -> None:

@@ -175,9 +175,9 @@ class StartupMachine:
         events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
     def _launch(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
-        """A restart rule's line, or the first line another engine wrote into this log (a
-        relaunch into the same path): whatever that line says, the startup before, the
-        other engine's, is over."""
+        """A restart rule's line, or the first matched line of a relaunch (`State.relaunched`:
+        another engine's, or a new file after the server was gone): whatever that line says,
+        the startup before is over."""
         if state.relaunched:
             state.relaunched = False
             if state.phase != WAITING:

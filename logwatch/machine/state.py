@@ -157,8 +157,9 @@ class State:
                                           # read as it was written); see spans.event_time
     floating: float | None = None         # the current span began at an unstamped bar after a
                                           # silent phase: the log time of its latest line
-    relaunched: bool = False              # another engine writes the log now (a relaunch into
-                                          # the same path): its first matched line begins a startup
+    relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
+                                          # new file after the server was gone): its first
+                                          # matched line begins a startup
 
     @property
     def server_gone(self) -> bool:
