@@ -264,6 +264,28 @@ def test_watch_ready_and_answering_exits_0(tmp_path: Path, receivers: Any) -> No
     assert rx.requests(), "the endpoint was never asked"
 
 
+@pytest.mark.integration
+def test_watch_ready_on_a_server_with_an_api_key_exits_0(tmp_path: Path,
+                                                          receivers: Any) -> None:  # noqa: F811
+    """A server started with `--api-key` (production's usual launch) answers 401 on /v1/...
+    without the key and 200 on /health (vLLM's AuthenticationMiddleware and SGLang's
+    decide_request_auth, 0.34.0 / 0.5.23).  The probe carries no key: that 401 is the server
+    answering.  Before: "waiting for ... to answer" until the timeout, exit 3."""
+    def keyed(got: Any, rx: Any) -> tuple[int, dict[str, str], bytes]:
+        if got.path.startswith(("/v1", "/v2")) and \
+                got.header("Authorization") != "Bearer sk-test":
+            return 401, {}, b'{"error": "Unauthorized"}'
+        return 200, {}, b"{}"
+
+    rx = receivers(keyed)
+    path = _ready_log(tmp_path, rx.port)
+    res = run_cli("watch", "--gpu", "off", "--no-history", "--timeout", "20s", str(path))
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert re.search(r"READY in", res.stdout), res.stdout
+    assert "200 /health, 401 /v1/models (needs a key)" in res.stdout, res.stdout
+    assert {g.path for g in rx.requests()} == {"/health", "/v1/models"}
+
+
 # -- logwatch status -c CFG ------------------------------------------------------------------
 
 def test_fleet_table_puts_the_broken_targets_first() -> None:

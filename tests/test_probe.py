@@ -137,6 +137,17 @@ def test_probe_up_down_refused_hung_and_not_http() -> None:
         answers["/v1/models"] = 503          # the model is not served (yet)
         st = _probe(rx.port)
         assert st.up is False and st.status == "200 /health, 503 /v1/models", st
+        # a server started with an API key: /v1/... asks for it, /health is open.  It answers.
+        answers["/v1/models"] = 401
+        st = _probe(rx.port)
+        assert st.up is True and st.status == "200 /health, 401 /v1/models (needs a key)", st
+        answers["/v1/models"] = 403          # a gateway's word for the same
+        st = _probe(rx.port)
+        assert st.up is True and st.status == "200 /health, 403 /v1/models (refused without " \
+            "a key)", st
+        answers["/health"] = 503             # the key asked for, the engine down: down
+        st = _probe(rx.port)
+        assert st.up is False and st.status.startswith("503 /health, 403 /v1/models"), st
     finally:
         rx.close()
     port = free_port()                       # nothing listens: refused
@@ -175,6 +186,14 @@ def test_probe_up_down_refused_hung_and_not_http() -> None:
 
 
 # -- the daemon, over a real sshd ----------------------------------------------------------------
+
+def _keyed(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+    """A server started with `--api-key`: /v1/... without the key is 401 (vLLM 0.34's
+    AuthenticationMiddleware, SGLang 0.5.23's decide_request_auth), /health is open."""
+    if got.path.startswith(("/v1", "/v2")) and got.header("Authorization") != "Bearer sk-x":
+        return 401, {}, b'{"error": "Unauthorized"}'
+    return 200, {}, b"{}"
+
 
 def _serve(port: int) -> Receiver:
     """The inference server's HTTP side on 127.0.0.1:`port`: 200 on every path."""
@@ -408,14 +427,15 @@ def test_attaching_to_a_server_already_up_probes_it_and_alerts_its_loss_once(
     """Issue 30: the daemon starts after the fleet.  The log said ready an hour ago (history
     for alerts: no `ready` alert), its server answers: `logwatch_probe_up 1` within 2 probe
     intervals of the attach (the address comes from the startup caught up on, not from
-    lines read live).  Its HTTP side dies: 0 at the next probe, one `unreachable`; then the
-    server crashes in its log: the crash is alerted (a server up before us is monitored)."""
+    lines read live), though it was started with an API key (401 on /v1/models).  Its HTTP
+    side dies: 0 at the next probe, one `unreachable`; then the server crashes in its log:
+    the crash is alerted (a server up before us is monitored)."""
     app_port = free_port()
     log = tmp_path / "server.log"
     log.write_text("".join(sim_texts(seed=3, port=app_port)), encoding="utf-8")
     an_hour_ago = time.time() - 3600
     os.utime(log, (an_hour_ago, an_hour_ago))
-    http = _serve(app_port)
+    http = Receiver(_keyed, port=app_port).start()    # started with --api-key, as fleets are
     hook = Receiver().start()
     port = free_port()
     probe = {"interval": "1s", "timeout": "2s", "fail_after": "3s"}

@@ -19,6 +19,12 @@ the paths are the pack's (`probe: paths:`), never a path the log names.  Only th
 `probe: url:` names another host or path.  What answers is never shown: a status code, or
 "not HTTP (N bytes)"; none of its bytes reach /api/status, the page or an alert.
 
+A server started with an API key (`--api-key`, `VLLM_API_KEY`) answers 401 on `/v1/...`
+without one; its `/health` stays open (SGLang's `decide_request_auth`, vLLM's
+`AuthenticationMiddleware`: both let `/health` through).  The probe has no key and asks for
+none: a 401 or 403 is the server answering at that path (`ANSWERED_WITHOUT_KEY`), so a
+production server with a key is not paged `unreachable` forever.
+
 Pure parts (`parse_probe_config`, `endpoint_of`, `status_of`) are tested without I/O;
 `Prober` is the asyncio edge.
 """
@@ -39,6 +45,8 @@ from ..units import parse_duration, parse_switch
 STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
 _KEYS = ("url", "interval", "timeout", "fail_after")
 WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]", "*"}
+# a path that asks for a key (the server's API key) answered: the server is there
+ANSWERED_WITHOUT_KEY = {401: "needs a key", 403: "refused without a key"}
 
 
 @dataclass(frozen=True)
@@ -328,8 +336,8 @@ class Prober:
                 ok = False
                 codes.append(_short_error(e) + f" ({ep.address})")
                 break
-            codes.append(f"{code} {path}")
-            if not 200 <= code < 300:
+            codes.append(path_status(code, path))
+            if not answering(code):
                 ok = False
         st.duration = time.monotonic() - t0
         st.last_at = now
@@ -350,6 +358,18 @@ class Prober:
     def to_dict(self) -> dict[str, Any]:
         return {**self.state.to_dict(), "interval": self.cfg.interval,
                 "fail_after": self.cfg.fail_after}
+
+
+def answering(code: int) -> bool:
+    """Does this status say the server answers at that path: 2xx, or a request for the key
+    it was started with (the probe carries none)?"""
+    return 200 <= code < 300 or code in ANSWERED_WITHOUT_KEY
+
+
+def path_status(code: int, path: str) -> str:
+    """`200 /health`; `401 /v1/models (needs a key)`."""
+    why = ANSWERED_WITHOUT_KEY.get(code)
+    return f"{code} {path}" + (f" ({why})" if why else "")
 
 
 def _short_error(e: BaseException) -> str:
