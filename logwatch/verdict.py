@@ -6,7 +6,8 @@ scripts reading `$?`), and they had been written out three times (cli, watch, no
 the crash said five ways.  `Exit` is every status the CLI returns; the README's table is
 `exit_table()` (tests/test_verdict.py fails when they differ).  `Verdict` is `watch`'s
 outcome (a code and its sentence), and `crash_text` is the sentence of a crash wherever one
-is shown: watch, replay, the terminal, the alert summary.
+is shown: watch, replay, the terminal, the alert summary.  `FOLLOWER` is what a ready
+follower node's launch adds, wherever its ready is said.
 """
 
 from __future__ import annotations
@@ -83,6 +84,10 @@ class Verdict:
         if self.code == Exit.TIMEOUT and "timed out" in self.text:
             return "timeout"
         return self.code.kind
+
+
+# a multi-node launch's follower node (machine/follower.py): ready, with no server of its own
+FOLLOWER = "a follower node: the head node serves"
 
 
 def crash_text(reason: str | None, during: str | None = None, after: float | None = None,

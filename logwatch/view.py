@@ -175,6 +175,7 @@ class TargetView:
     phase_entered_at: float | None = None
     startup_started_at: float | None = None
     ready_in: float | None = None  # launch-to-ready seconds of this startup once ready
+    follower: bool = False         # a follower node's launch: ready without a server of its own
     phases_seen: list[str] = field(default_factory=list)
     timeline: list[SpanView] = field(default_factory=list)   # the startup's spans, in order
     total_seconds: float | None = None   # wall time the spans cover (overlap counted once)
@@ -277,6 +278,7 @@ class TargetView:
             "eta_basis": self.eta_basis,
             "ready_in_seconds": None if self.ready_in is None else round(self.ready_in, 3),
             "ready_line": self.ready_line,
+            "follower": self.follower,
             "crash": self.crash,
             "stalled": self.stalled,
             "silent_since": self.silent_since,
@@ -394,6 +396,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "phase_entered_at": entered.at if entered else None,
         "startup_started_at": first.at if first else None,
         "ready_in": st.ready_in(),
+        "follower": st.follower,
         "phases_seen": st.phases_seen,
         "timeline": span_views(st, now if now else None),
         "total_seconds": st.total() if st.spans else None,

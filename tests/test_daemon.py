@@ -576,3 +576,48 @@ def test_another_engine_relaunched_into_the_log_is_read_by_its_own_pack(tmp_path
     assert t["engine"] == "vllm" and t["startups"] == before + 2, t
     m = d.metrics()
     assert sample(m, "logwatch_crashes_total", target="node", reason="cuda_oom") == 1.0
+
+
+def _now_stamped(path: Path) -> str:
+    """A built log with its stamps moved to end now (a launch written as it happens)."""
+    import datetime as dt
+    import re
+    text = path.read_text(encoding="utf-8")
+    stamps = [dt.datetime.strptime(s, "%Y-%m-%d %H:%M:%S")
+              for s in re.findall(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", text)]
+    shift = dt.datetime.now().replace(microsecond=0) - max(stamps)
+    return re.sub(r"(?<=\[)(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)",
+                  lambda m: (dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") + shift)
+                  .strftime("%Y-%m-%d %H:%M:%S"), text)
+
+
+def test_a_follower_node_is_alerted_ready_never_stalled_nor_probed(tmp_path: Path,
+                                                                    daemons: Any) -> None:
+    """Node 1 of a 2-node SGLang launch (`--node-rank 1`) captures its graphs, then waits in
+    silence for node 0's requests: no HTTP server, no ready line.  Before: cuda_graph for
+    good, a `stalled` page after stall_after ("GPU idle: hung before the GPU"), every
+    silence.  Now: ready once its last rank finished capturing, said a follower's, and not
+    probed (the port in its arguments is node 0's to serve)."""
+    from support.receivers import Receiver, hook
+    log = tmp_path / "node1.log"
+    log.write_text("")
+    rx = Receiver().start()
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node1", log, gpu=False, stall_after="2s",
+                   probe={"interval": "1s", "timeout": "1s", "fail_after": "2s"}),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["ready", "stalled", "unreachable"]}])
+    d: Daemon = daemons(cfg, port).start()
+    try:
+        d.wait_target("node1", lambda t: t["source_state"]["state"] == "up", "reading")
+        append(log, _now_stamped(FIXTURES / "built" / "sglang-0523-follower.log"))
+        got = rx.wait(hook("ready", "firing", "node1"), timeout=30, alive=d.dead, what="ready")
+        assert "a follower node: the head node serves" in got[0].json["summary"], got[0].json
+        t = d.wait_target("node1", lambda t: t["probe"]["probes"] == 0 and "follower" in
+                          (t["probe"]["verdict"] or ""), "the probe says why it does not ask")
+        assert t["phase"] == "ready" and t["follower"] is True and t["status"] == "ready", t
+        rx.assert_quiet(5.0, lambda g: hook("stalled")(g) or hook("unreachable")(g),
+                        "a stalled or unreachable page for a follower waiting for requests")
+        assert d.target("node1")["probe"]["probes"] == 0     # type: ignore[index]
+    finally:
+        rx.close()

@@ -188,11 +188,29 @@ def silent_unknown_phase(d):
     return None, "silent"
 
 
+def follower_ready_without_a_finish(d):
+    d["follower"] = {"rules": ["start"], "ready": "launching"}   # no `finishes` rule there
+    return None, "follower.ready"
+
+
+def follower_unknown_rule(d):
+    d["rules"][0]["finishes"] = True
+    d["follower"] = {"rules": ["headless"], "ready": "launching"}
+    return None, "follower.rules"
+
+
+def follower_bad_args(d):
+    d["rules"][0]["finishes"] = True
+    d["follower"] = {"args": {"node_rank": "one"}, "ready": "launching"}
+    return None, "follower.args"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
                  begins_without_phase, beside_not_open_or_close, closes_as_unknown_phase,
-                 supervisor_without_restart, server_pattern_without_group, silent_unknown_phase]
+                 supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
+                 follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args]
 
 
 @pytest.mark.integration

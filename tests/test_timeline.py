@@ -106,6 +106,36 @@ def test_dp_supervisor_launch_crashes_when_one_engine_crashes_and_names_it():
     assert st_.crash is not None and st_.crash.rank == "DP1" and st_.crash.reason == "cuda_oom"
 
 
+# -- a follower node of a multi-node launch ------------------------------------------------------
+
+@pytest.mark.parametrize("name, took, last_rank", [
+    ("sglang-0523-follower.log", 240.0, "TP15"), ("vllm-034-headless.log", 114.0, "Worker_TP3")])
+def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
+        name: str, took: float, last_rank: str):
+    """SGLang `--node-rank 1` and vLLM `--headless` nodes run no HTTP server and print no
+    ready line: read as a head node's log they stayed in cuda_graph for good (and were paged
+    `stalled`).  Ready once the last of their ranks finished capturing; not a rank sooner."""
+    path = BUILT / name
+    pipe = replay_file(str(path))
+    st_ = pipe.state
+    assert st_.follower and st_.phase == READY and st_.startups == 1
+    assert st_.ready_in() == pytest.approx(took) and last_rank in (st_.ready_line or "")
+    lines = path.read_text().splitlines()
+    last_end = max(i for i, x in enumerate(lines) if "graph end" in x or "capturing finished" in x)
+    short = feed(lines[:last_end], pipe.pack.name).state
+    assert short.follower and short.phase == "cuda_graph", "ready before its last rank"
+    back = state_from_json(state_to_json(short))        # a daemon restart keeps it
+    assert back.follower
+
+
+def test_a_head_node_is_not_ready_at_its_capture_end():
+    """The same lines from node 0 (`node_rank` 0) are a head node's: its ready line comes."""
+    lines = (BUILT / "sglang-0523-follower.log").read_text().splitlines()
+    lines[0] = lines[0].replace("'node_rank': 1", "'node_rank': 0")
+    st_ = feed(lines, "sglang").state
+    assert not st_.follower and st_.phase == "cuda_graph"
+
+
 def test_sglang_0523_silent_download_is_downloading():
     st_ = replay("sglang-0523-download.log")
     assert main_phases(st_)[:3] == ["launching", "downloading", "loading_shards"]

@@ -68,6 +68,7 @@ def state_from_json(d: dict[str, object]) -> State:
         floating=d.get("floating"),  # type: ignore[arg-type]
         last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
         clock_offset=d.get("clock_offset"),  # type: ignore[arg-type]
+        follower=bool(d.get("follower", False)),
         relaunched=bool(d.get("relaunched", False)),
     )
     return st

@@ -12,6 +12,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
+from .follower import follower_ready, note_follower
 from .servers import all_ready as servers_ready, joins as server_joins
 from .ranks import advance_rank
 from .rates import next_progress
@@ -73,15 +74,7 @@ class StartupMachine:
             state.deferred = None
         if rule.restart or state.relaunched:
             self._launch(state, obs, now, events)
-        if rule.args:
-            parsed = parse_args_line(obs.text, rule.args_specs)
-            if parsed is not None and parsed.values:
-                # a new dict (never mutated in place): readers compare it by identity; a
-                # launch command line first, the server's own dump after it wins
-                state.args = {**state.args, **parsed.values}
-                state.args_partial = state.args_partial or parsed.partial
-        if rule.endpoint and obs.fields.get("url"):
-            state.endpoint = obs.fields["url"]
+        self._launch_facts(state, obs)
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now)
         if state.phase == CRASHED:
@@ -103,11 +96,28 @@ class StartupMachine:
             state.hints.setdefault(rule.hint, ev)
         if rule.phase:
             self._advance(state, rule, obs, now, events)
+            if follower_ready(self.pack, state, obs):   # no ready line will come
+                self._enter(state, READY, obs, now, events)
+                _announce_ready(state, obs, now, events)
         if rule.progress:
             _note_progress(state, rule.progress, obs, now, events)
         if rule.stats:
             self._stats(state, obs, now, events)
         return events
+
+    def _launch_facts(self, state: State, obs: Observation) -> None:
+        """What a line says about the launch: its arguments, its address, a follower node."""
+        rule = obs.rule
+        if rule.args:
+            parsed = parse_args_line(obs.text, rule.args_specs)
+            if parsed is not None and parsed.values:
+                # a new dict (never mutated in place): readers compare it by identity; a
+                # launch command line first, the server's own dump after it wins
+                state.args = {**state.args, **parsed.values}
+                state.args_partial = state.args_partial or parsed.partial
+        if rule.endpoint and obs.fields.get("url"):
+            state.endpoint = obs.fields["url"]
+        note_follower(self.pack, state, obs)
 
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase

@@ -75,7 +75,7 @@ MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale
                  "closes_as", "supervisor", "primary")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
-             "ignore", "prefixes", "ranks", "probe", "servers",
+             "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
              "user_content")
@@ -187,6 +187,32 @@ class DetectPattern:
 
 
 @dataclass(frozen=True)
+class FollowerSpec:
+    """A pack's `follower:`: how a launch is known to be a follower node's, and when it is
+    ready.  A node other than the head of a multi-node launch (SGLang `--node-rank 1`, vLLM
+    `--headless`) runs no HTTP server and never prints a ready line: its schedulers load,
+    size and capture, then wait for the head node's requests.  Its ready is every rank of
+    it having finished `ready` (a `finishes: true` rule of that phase, per rank)."""
+
+    rules: frozenset[str] = frozenset()   # a line of one of these rules says so
+    args: tuple[tuple[str, Any], ...] = ()  # or an argument: a number at least this, or true
+    ready: str = ""                       # the phase whose finish, by every rank, is ready
+
+    def says_follower(self, rule_id: str, args: dict[str, Any]) -> bool:
+        """Does this line's rule, or the launch's arguments so far, make it a follower's?"""
+        if rule_id in self.rules:
+            return True
+        for key, want in self.args:
+            v = args.get(key)
+            if want is True and v is True:
+                return True
+            if want is not True and isinstance(v, (int, float)) and not isinstance(v, bool) \
+                    and v >= want:
+                return True
+        return False
+
+
+@dataclass(frozen=True)
 class RulePack:
     name: str
     path: str
@@ -202,6 +228,7 @@ class RulePack:
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
+    follower: FollowerSpec | None = None   # a follower node's launch, and its ready
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -382,6 +409,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         silent = tuple(doc["silent"])
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
+    follower = _follower(src, doc["follower"], rules, phases) \
+        if doc.get("follower") is not None else (base.follower if base else None)
     envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
         else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
     user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
@@ -399,7 +428,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
-        server_count_args=count_args,
+        server_count_args=count_args, follower=follower,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -615,6 +644,33 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
     if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
         raise PackError(src, "must be a list of argument names", key="servers.count_args")
     return out, tuple(args)
+
+
+def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
+              ) -> FollowerSpec:
+    """`follower: {rules: [ID, ...], args: {FLAG: N | true}, ready: PHASE}` (FollowerSpec)."""
+    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready"}:
+        raise PackError(src, "must be a mapping {rules: [...], args: {...}, ready: PHASE}",
+                        key="follower")
+    ids = {r.id for r in rules}
+    named = value.get("rules") or []
+    if not isinstance(named, list) or any(x not in ids for x in named):
+        raise PackError(src, "must be a list of this pack's rule ids", key="follower.rules")
+    args = value.get("args") or {}
+    if not isinstance(args, dict) or not all(
+            isinstance(k, str) and (v is True or (isinstance(v, (int, float))
+                                                  and not isinstance(v, bool)))
+            for k, v in args.items()):
+        raise PackError(src, "must map argument names to a least number or true",
+                        key="follower.args")
+    ready = value.get("ready")
+    if ready not in phases or ready == READY:
+        raise PackError(src, f"must be a startup phase ({', '.join(p for p in phases if p != READY)})",
+                        key="follower.ready")
+    if not any(r.finishes and r.phase == ready for r in rules):
+        raise PackError(src, f"no rule of phase {ready} has `finishes: true`",
+                        key="follower.ready")
+    return FollowerSpec(frozenset(named), tuple(args.items()), ready)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:

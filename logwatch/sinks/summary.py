@@ -7,7 +7,7 @@ from typing import Any
 from ..rules.pack import CRASHED, READY, STOPPED
 from ..shown import visible
 from ..units import fmt_duration
-from ..verdict import crash_text
+from ..verdict import FOLLOWER, crash_text
 from ..view import TargetView
 
 
@@ -28,10 +28,10 @@ def summary(view: TargetView) -> dict[str, Any]:
     return doc
 
 
-def human(doc: dict[str, Any], total: float | None = None) -> str:
+def human(doc: dict[str, Any], total: float | None = None, follower: bool = False) -> str:
     """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
     wall time (the view's `ready_in`, else `total_seconds`: spans that overlap count once);
-    without it, the sum of the phases' durations."""
+    without it, the sum of the phases' durations.  `follower`: a follower node's launch."""
     phase = doc["phase"]
     dur = doc.get("durations") or {}
     if total is None:
@@ -40,7 +40,8 @@ def human(doc: dict[str, Any], total: float | None = None) -> str:
         c = doc["crash"]
         head = crash_text(c["reason"], c["during"])
     elif phase == READY:
-        head = "ready" + (f" after {fmt_duration(total)}" if total else "")
+        head = "ready" + (f" after {fmt_duration(total)}" if total else "") + \
+            (f" ({FOLLOWER})" if follower else "")
     elif phase == STOPPED:
         head = "stopped (clean shutdown)"
     else:

@@ -3,10 +3,10 @@
 `probe:` auto probes ssh:// targets through their connection and local files directly; a
 cmd: target only with an explicit `url` (its server may be anywhere); never stdin.  Where
 to probe comes from what the log says now (`plan`): the configured url, else the address
-the startup printed, else its arguments.  A startup that had ended before the attach, or
-a log still being caught up on, is not probed.  The probe is asked at once when a startup
-begins, gets ready, or the catch-up ends.  This is the one module of app/ that knows the
-prober's classes.
+the startup printed, else its arguments.  A startup that had ended before the attach, a
+log still being caught up on, or a follower node's launch (no HTTP server) is not probed.
+The probe is asked at once when a startup begins, gets ready, or the catch-up ends.  This is
+the one module of app/ that knows the prober's classes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...machine import Event, Ready, StartupBegan
+from ...verdict import FOLLOWER
 from ...telemetry.probe import (
     Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
 )
@@ -62,6 +63,10 @@ class ProbeAttachment(Attachment):
         if pipe is None or self.target.catching_up or self.target.ended_at_attach(startup):
             return ProbePlan(None, paths, startup)   # a server that ended is not probed
         st = pipe.state
+        if st.follower:           # no HTTP server on a follower node (machine/follower.py)
+            if self.prober is not None:
+                self.prober.state.note = f"{FOLLOWER} (not probed)"
+            return ProbePlan(None, paths, startup)
         ep: Endpoint | None = endpoint_of(st.endpoint) if st.endpoint else None
         if ep is None:
             ep = endpoint_from_args(st.args)
