@@ -28,7 +28,7 @@ from support.receivers import Got, Receiver
 from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
 from logwatch.telemetry.probe import (
     Endpoint, ProbeConfig, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect,
-    parse_probe_config, server_only, status_of,
+    parse_probe_config, server_endpoint, server_only, status_of,
 )
 from logwatch.view import probe_verdict
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
@@ -66,7 +66,7 @@ def test_probe_config_errors_name_the_key(value: Any, message: str) -> None:
 @pytest.mark.parametrize("url,want", [
     ("http://0.0.0.0:30000", Endpoint("127.0.0.1", 30000)),
     ("http://127.0.0.1:30000", Endpoint("127.0.0.1", 30000)),
-    ("https://[::]:8000/v1", Endpoint("127.0.0.1", 8000, "/v1")),
+    ("https://[::]:8000/v1", Endpoint("127.0.0.1", 8000, "/v1", tls=True)),
     ("http://[::1]:8000", Endpoint("::1", 8000)),
     ("http://10.1.2.3:8000/", Endpoint("10.1.2.3", 8000)),
     ("0.0.0.0:30000", Endpoint("127.0.0.1", 30000)),
@@ -86,6 +86,17 @@ def test_endpoint_from_the_server_arguments() -> None:
     assert endpoint_from_args({"host": "10.0.0.5", "port": 8000}) == Endpoint("10.0.0.5", 8000)
     assert endpoint_from_args({"port": True}) is None
     assert endpoint_from_args({"host": "x"}) is None
+    # `--ssl-certfile`: uvicorn serves https (SGLang's and vLLM's alike)
+    assert endpoint_from_args({"port": 8443, "ssl_certfile": "/etc/tls/srv.pem"}) == \
+        Endpoint("127.0.0.1", 8443, tls=True)
+    assert server_only(Endpoint("10.9.9.9", 8443, "/x", tls=True)) == \
+        Endpoint("127.0.0.1", 8443, tls=True)
+    # the address the log printed wins; its scheme, else the arguments', says https
+    tls_args = {"port": 8443, "ssl_certfile": "/etc/tls/srv.pem"}
+    assert server_endpoint("0.0.0.0:30000", tls_args) == Endpoint("127.0.0.1", 30000, tls=True)
+    assert server_endpoint("http://0.0.0.0:30000", tls_args) == Endpoint("127.0.0.1", 30000)
+    assert server_endpoint(None, tls_args) == Endpoint("127.0.0.1", 8443, tls=True)
+    assert server_endpoint("0.0.0.0:30000", {"port": 1}) == Endpoint("127.0.0.1", 30000)
 
 
 def test_status_line() -> None:
@@ -119,6 +130,26 @@ def _probe(port: int, paths: tuple[str, ...] = ("/health", "/v1/models"),
     prober = Prober(ProbeConfig(timeout=timeout), local_connect(), lambda: ProbePlan(None, ()))
     plan = ProbePlan(Endpoint("127.0.0.1", port), paths, "s1")
     return asyncio.run(prober.probe_once(plan))
+
+
+def test_an_https_server_is_asked_over_tls(tmp_path: Path) -> None:
+    """A server started with `--ssl-certfile` (its log: `Uvicorn running on https://...`,
+    vLLM's `Starting vLLM server on https://...`).  Before: asked in plain HTTP, its TLS
+    alert read as "not HTTP", down for good: an `unreachable` page and a watch that never
+    exits 0.  Its self-signed certificate is not checked."""
+    from support.tls import server_context
+    rx = Receiver(tls=server_context(tmp_path)).start()
+    try:
+        prober = Prober(ProbeConfig(timeout=3.0), local_connect(), lambda: ProbePlan(None, ()))
+        st = asyncio.run(prober.probe_once(ProbePlan(
+            endpoint_of(f"https://0.0.0.0:{rx.port}"), ("/health", "/v1/models"), "s1")))
+        assert st.up is True and st.status == "200 /health, 200 /v1/models", st
+        assert st.url == f"https://127.0.0.1:{rx.port}", st.url
+        assert [g.path for g in rx.requests()] == ["/health", "/v1/models"]
+        plain = _probe(rx.port)              # what was asked before: no answer in HTTP
+        assert plain.up is False and "200" not in plain.status, plain
+    finally:
+        rx.close()
 
 
 def test_probe_up_down_refused_hung_and_not_http() -> None:
@@ -289,6 +320,35 @@ def test_a_node_behind_a_bastion_named_in_ssh_config_is_read_probed_and_its_gpus
     finally:
         http.close()
         bastion.cleanup()
+
+
+def test_an_https_server_on_a_node_is_asked_over_tls_through_ssh(
+        sshd_server: SSHServer, tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """TLS over the SSH channel (asyncssh's streams cannot start TLS: `TlsStreams`): a node
+    whose server says `Uvicorn running on https://0.0.0.0:P` and was started with
+    `ssl_certfile` is up, and asked at https://."""
+    from support.tls import server_context
+    server = sshd_server
+    https = Receiver(tls=server_context(tmp_path)).start()
+    log = tmp_path / "server.log"
+    text = "".join(sim_texts(seed=3, port=https.port))
+    text = text.replace("host='0.0.0.0')", "host='0.0.0.0', ssl_certfile='/etc/tls/srv.pem')")
+    log.write_text(text.replace("running on http://", "running on https://"), encoding="utf-8")
+    port = free_port()
+    ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)]}
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node1", server.url(log), ssh=ssh, gpu=False,
+                   probe={"interval": "1s", "timeout": "3s", "fail_after": "3s"}),
+    ])
+    d = daemons(cfg, port).start()
+    try:
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=30, target="node1")
+        t = d.target("node1")
+        assert t is not None and t["probe"]["url"] == f"https://127.0.0.1:{https.port}", t
+        assert t["probe"]["verdict"].startswith("answering (200 /health, 200 /v1/models"), t
+        assert {g.path for g in https.requests()} >= {"/health", "/v1/models"}
+    finally:
+        https.close()
 
 
 def test_a_node_that_forbids_forwarding_is_not_called_unreachable(

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
@@ -45,6 +46,8 @@ from ..units import parse_duration, parse_switch
 STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
 _KEYS = ("url", "interval", "timeout", "fail_after")
 WILDCARD_HOSTS = {"", "0.0.0.0", "::", "[::]", "*"}
+# the arguments that make SGLang's and vLLM's uvicorn serve https (`--ssl-certfile`)
+TLS_ARGS = ("ssl_certfile",)
 # a path that asks for a key (the server's API key) answered: the server is there
 ANSWERED_WITHOUT_KEY = {401: "needs a key", 403: "refused without a key"}
 
@@ -107,6 +110,11 @@ class Endpoint:
     host: str
     port: int
     path: str = ""
+    tls: bool = False     # https: the server's own certificate, not checked (see `http_get`)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls else "http"
 
     @property
     def address(self) -> str:
@@ -147,7 +155,8 @@ def endpoint_of(url: str) -> Endpoint | None:
     if port is None:
         port = 443 if parts.scheme == "https" else 80
     host = parts.hostname or ""
-    return Endpoint(_connect_host(host), port, parts.path if parts.path not in ("", "/") else "")
+    return Endpoint(_connect_host(host), port, parts.path if parts.path not in ("", "/") else "",
+                    tls=parts.scheme == "https")
 
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
@@ -159,7 +168,7 @@ def server_only(ep: Endpoint, own_hosts: tuple[str, ...] = ()) -> Endpoint:
     paths are asked).  Any other host in the log is a hint for the port only."""
     host = ep.host if ep.host.lower() in LOOPBACK_HOSTS + tuple(h.lower() for h in own_hosts) \
         else "127.0.0.1"
-    return Endpoint(host, ep.port)
+    return Endpoint(host, ep.port, tls=ep.tls)
 
 
 def endpoint_from_args(args: Mapping[str, Any]) -> Endpoint | None:
@@ -172,7 +181,21 @@ def endpoint_from_args(args: Mapping[str, Any]) -> Endpoint | None:
     if port is None or not 0 < port < 65536:
         return None
     host = args.get("host")
-    return Endpoint(_connect_host(host if isinstance(host, str) else ""), port)
+    tls = any(isinstance(args.get(k), str) and args.get(k) for k in TLS_ARGS)
+    return Endpoint(_connect_host(host if isinstance(host, str) else ""), port, tls=tls)
+
+
+def server_endpoint(said: str | None, args: Mapping[str, Any]) -> Endpoint | None:
+    """Where the server listens by its log: the address it printed, else its arguments; https
+    when the address says so, or (an address without a scheme: `Uvicorn running on
+    0.0.0.0:30000 with 8 SO_REUSEPORT workers`) when its arguments do."""
+    from_args = endpoint_from_args(args)
+    ep = endpoint_of(said) if said else None
+    if ep is None:
+        return from_args
+    if "://" not in said and from_args is not None and from_args.tls:   # type: ignore[operator]
+        return Endpoint(ep.host, ep.port, ep.path, tls=True)
+    return ep
 
 
 def status_of(head: bytes) -> int | None:
@@ -196,13 +219,20 @@ class ProbeUnavailable(Exception):
 
 
 async def http_get(connect: Connect, ep: Endpoint, path: str, timeout: float) -> int:
-    """One GET; the status code.  Raises OSError-like errors when the port refuses."""
+    """One GET; the status code.  Raises OSError-like errors when the port refuses.
+
+    An https endpoint (a server started with `--ssl-certfile`) is asked over TLS on the same
+    streams, local or an SSH channel alike (`TlsStreams`).  Its certificate is not checked:
+    the probe asks the server on its own port whether it answers, and sends nothing secret."""
     async def go() -> int:
         reader, writer = await connect(ep.host, ep.port)
+        if ep.tls:
+            reader = writer = await TlsStreams.start(reader, writer)
         try:
             host = ep.address
             writer.write(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUser-Agent: logwatch-probe\r\n"
                          f"Accept: */*\r\nConnection: close\r\n\r\n".encode())
+            await writer.drain()
             head = b""
             while b"\n" not in head and len(head) < STATUS_LINE_MAX:
                 chunk = await reader.read(STATUS_LINE_MAX - len(head))
@@ -219,6 +249,69 @@ async def http_get(connect: Connect, ep: Endpoint, path: str, timeout: float) ->
             except Exception:  # noqa: BLE001
                 pass
     return await asyncio.wait_for(go(), timeout)
+
+
+class TlsStreams:
+    """TLS over a connection's reader and writer (`ssl.SSLObject` on memory BIOs), so the
+    same code asks an https server through a local socket or an SSH direct-tcpip channel
+    (asyncssh's streams cannot start TLS themselves).  Reads and writes as the writer and
+    reader of `http_get` do."""
+
+    def __init__(self, reader: Any, writer: Any) -> None:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        self._in, self._out = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls = ctx.wrap_bio(self._in, self._out)
+        self._reader, self._writer = reader, writer
+
+    @classmethod
+    async def start(cls, reader: Any, writer: Any) -> "TlsStreams":
+        streams = cls(reader, writer)
+        while True:
+            try:
+                streams._tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                await streams._send()
+                if not await streams._receive():
+                    raise ConnectionError("closed during the TLS handshake") from None
+            except ssl.SSLError as e:
+                raise ConnectionError(f"TLS: {e.reason or e}") from None
+        await streams._send()
+        return streams
+
+    async def _send(self) -> None:
+        data = self._out.read()
+        if data:
+            self._writer.write(data)
+            await self._writer.drain()
+
+    async def _receive(self) -> bool:
+        chunk = await self._reader.read(16384)
+        if not chunk:
+            self._in.write_eof()
+            return False
+        self._in.write(chunk if isinstance(chunk, bytes) else chunk.encode("latin-1"))
+        return True
+
+    def write(self, data: bytes) -> None:
+        self._tls.write(data)
+
+    async def drain(self) -> None:
+        await self._send()
+
+    async def read(self, n: int) -> bytes:
+        while True:
+            try:
+                return self._tls.read(n)
+            except ssl.SSLWantReadError:
+                if not await self._receive():
+                    return b""
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                return b""
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 @dataclass
@@ -311,7 +404,7 @@ class Prober:
         else:                       # the log's: its port, the target's host, the pack's paths
             ep = server_only(ep, self.own_hosts)
             paths = plan.paths or ("/health",)
-        st.url = f"http://{ep.address}" + ("" if len(paths) > 1 else paths[0])
+        st.url = f"{ep.scheme}://{ep.address}" + ("" if len(paths) > 1 else paths[0])
         st.note, st.blocked = "", False
         now = time.time()
         t0 = time.monotonic()

@@ -11,6 +11,7 @@ wait for).
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from dataclasses import dataclass
@@ -78,8 +79,10 @@ class Receiver:
     """A real HTTP server on a free loopback port, in a thread.  Every request is recorded;
     `responder(got, receiver)` decides the answer (it may block, e.g. on an Event)."""
 
-    def __init__(self, responder: Responder = ok, port: int | None = None) -> None:
+    def __init__(self, responder: Responder = ok, port: int | None = None,
+                 tls: "ssl.SSLContext | None" = None) -> None:
         self.responder = responder
+        self.tls = tls                     # serve https (support.tls `server_context`)
         self.got: list[Got] = []
         self.lock = threading.Lock()
         self.release = threading.Event()   # set at close: a held responder lets go
@@ -124,6 +127,9 @@ class Receiver:
             allow_reuse_address = True
 
         self.server = Server(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:      # the handshake in the handler's thread, not in accept
+            self.server.socket = self.tls.wrap_socket(self.server.socket, server_side=True,
+                                                      do_handshake_on_connect=False)
         self.port = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ...machine import Event, Ready, StartupBegan
 from ...verdict import FOLLOWER
 from ...telemetry.probe import (
-    Endpoint, ProbePlan, Prober, endpoint_from_args, endpoint_of, local_connect, ssh_connect,
+    ProbePlan, Prober, endpoint_of, local_connect, server_endpoint, ssh_connect,
 )
 from ...sources.ssh import SSHPool, SSHTarget
 from .base import Attachment, LiveTarget
@@ -67,9 +67,7 @@ class ProbeAttachment(Attachment):
             if self.prober is not None:
                 self.prober.state.note = f"{FOLLOWER} (not probed)"
             return ProbePlan(None, paths, startup)
-        ep: Endpoint | None = endpoint_of(st.endpoint) if st.endpoint else None
-        if ep is None:
-            ep = endpoint_from_args(st.args)
+        ep = server_endpoint(st.endpoint, st.args)
         if ep is None and self.prober is not None:
             self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
         return ProbePlan(ep, paths, startup)
