@@ -10,6 +10,7 @@ and the total never counts overlapping time twice.
 from __future__ import annotations
 
 import random
+import re
 import time
 from pathlib import Path
 
@@ -134,6 +135,25 @@ def test_a_head_node_is_not_ready_at_its_capture_end():
     lines[0] = lines[0].replace("'node_rank': 1", "'node_rank': 0")
     st_ = feed(lines, "sglang").state
     assert not st_.follower and st_.phase == "cuda_graph"
+
+
+SGLANG_LOGS = sorted(FIXTURES.glob("sglang-*.log")) + sorted(BUILT.glob("sglang-*.log"))
+_SGLANG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d)( [^\]]*)?\]", re.M)
+
+
+@pytest.mark.parametrize("path", SGLANG_LOGS, ids=lambda p: p.name)
+def test_sglang_stamps_with_milliseconds_read_the_same(path: Path):
+    """`SGLANG_LOG_MS=1` (0.5.23 utils/common.py `configure_logger`: `%(asctime)s.%(msecs)03d`)
+    changes only the stamps: the same phases, verdict and durations.  Before, the download's
+    marker did not match (`sglang-0523-download.log` lost its downloading phase)."""
+    text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    ms = _SGLANG_STAMP.sub(lambda m: f"[{m.group(1) or ''}{m.group(2)}.123{m.group(3) or ''}]", text)
+    plain, with_ms = feed(text.splitlines(), "sglang").state, feed(ms.splitlines(), "sglang").state
+    assert with_ms.phases_seen == plain.phases_seen and with_ms.phase == plain.phase
+    assert (with_ms.crash.reason if with_ms.crash else None) == \
+        (plain.crash.reason if plain.crash else None)
+    assert {k: round(v) for k, v in with_ms.durations().items()} == \
+        {k: round(v) for k, v in plain.durations().items()}
 
 
 def test_sglang_0523_silent_download_is_downloading():
