@@ -288,6 +288,14 @@ class LogPipeline:
             self.on_step(ticked, st)
         return self._counted(events + ticked)
 
+    def endpoint_answers(self, now: float, said: str) -> list[Event]:
+        """The probe found the server answering (app/attachments/probe.py): ready, where the
+        log is quiet and never said so (`StartupMachine.endpoint_answers`)."""
+        events = self.machine.endpoint_answers(self.state, now, said)
+        if events and self.on_step is not None:
+            self.on_step(events, self.state)
+        return self._counted(events)
+
     def _last_line_is_all(self, now: float) -> bool:
         """The log's last line never got its newline: read it as a line once the log has
         been quiet PARTIAL_LINE_QUIET (a server killed mid-line; TensorRT-LLM's crash record

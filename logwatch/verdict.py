@@ -6,8 +6,8 @@ scripts reading `$?`), and they had been written out three times (cli, watch, no
 the crash said five ways.  `Exit` is every status the CLI returns; the README's table is
 `exit_table()` (tests/test_verdict.py fails when they differ).  `Verdict` is `watch`'s
 outcome (a code and its sentence), and `crash_text` is the sentence of a crash wherever one
-is shown: watch, replay, the terminal, the alert summary.  `FOLLOWER` is what a ready
-follower node's launch adds, wherever its ready is said.
+is shown: watch, replay, the terminal, the alert summary.  `ready_notes` is what a ready
+sentence adds (a follower node's launch, a ready said by the endpoint), wherever it is said.
 """
 
 from __future__ import annotations
@@ -88,6 +88,17 @@ class Verdict:
 
 # a multi-node launch's follower node (machine/follower.py): ready, with no server of its own
 FOLLOWER = "a follower node: the head node serves"
+# a ready said by the server's endpoint where the log never said it (machine/startup.py
+# `endpoint_answers`): the machine's ready "line" begins with it, in parentheses
+BY_ENDPOINT = "no ready line in the log; the endpoint answers"
+
+
+def ready_notes(ready_line: str | None, follower: bool) -> list[str]:
+    """What the ready sentence adds: a follower node's, or ready by the endpoint."""
+    notes = [FOLLOWER] if follower else []
+    if (ready_line or "").startswith(f"({BY_ENDPOINT}"):
+        notes.append(BY_ENDPOINT)
+    return notes
 
 
 def crash_text(reason: str | None, during: str | None = None, after: float | None = None,

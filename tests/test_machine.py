@@ -1106,3 +1106,38 @@ def test_every_long_phase_has_its_bar_progress_and_eta():
     a = log.state.progress["autotune"]
     assert log.state.phase == "autotune" and (a.current, a.total) == (2, 4)
     assert a.rate == pytest.approx(15.5)
+
+
+# -- ready by the endpoint, where the log never says so --------------------------------------
+
+QUIET_SGLANG = (   # SGLang 0.5.23 at `--log-level warning`: only tqdm's bars are left
+    "Loading safetensors checkpoint shards: 100% Completed | 17/17 [00:30<00:00,  0.56it/s]\n"
+    "Capturing batches (bs=1 avail_mem=36.10 GB): 100%|##########| 52/52 [00:11<00:00,  4.60it/s]\n")
+
+
+def test_a_quiet_log_whose_endpoint_answers_is_ready():
+    """`--log-level warning` leaves no milestone and no ready line: read from the log alone
+    the server stayed in cuda_graph for good and was paged `stalled` while serving.  Its
+    endpoint answering (every path the probe asks) says ready, once the log has been quiet
+    QUIET_FOR; a crash or a log's own ready line is never overruled."""
+    from logwatch.machine.startup import QUIET_FOR
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(QUIET_SGLANG.encode(), 1000.0)
+    assert pipe.state.phase == "cuda_graph"
+    assert pipe.endpoint_answers(1000.0 + QUIET_FOR / 2, "200 /health") == []   # not quiet yet
+    events = pipe.endpoint_answers(1000.0 + QUIET_FOR, "200 /health, 200 /v1/models")
+    ready = [e for e in events if isinstance(e, Ready)]
+    assert pipe.state.phase == "ready" and len(ready) == 1, events
+    assert ready[0].line == "(no ready line in the log; the endpoint answers: 200 /health, " \
+        "200 /v1/models)"
+    assert pipe.endpoint_answers(1100.0, "200 /health") == []                    # once
+    # a server serving before logwatch came, silent: ready from waiting
+    idle = LogPipeline(load_pack("sglang"))
+    assert [type(e).__name__ for e in idle.endpoint_answers(1000.0, "200 /health")] == \
+        ["PhaseChanged", "Ready"]
+    # a crash is not overruled by a port that answers (another process may hold it)
+    crashed = LogPipeline(load_pack("sglang"))
+    crashed.feed(b"[2026-12-01 10:00:00 TP0] Scheduler hit an exception: Traceback\n"
+                 b"torch.OutOfMemoryError: CUDA out of memory.\n", 1000.0)
+    assert crashed.state.phase == "crashed"
+    assert crashed.endpoint_answers(1100.0, "200 /health") == []

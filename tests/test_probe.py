@@ -563,3 +563,43 @@ def test_the_probe_asks_only_the_server() -> None:
         assert [g.path for g in rx.requests()] == ["/health", "/ready"]
     finally:
         rx.close()
+
+
+def test_a_server_that_logs_at_warning_is_ready_when_its_endpoint_answers(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """SGLang at `--log-level warning` prints no milestone, no ready line and no address:
+    its log is two tqdm bars (0.5.23: every startup line is `logger.info`).  The operator
+    names the endpoint (`probe: {url}`); it answers.  Before: cuda_graph for good, a
+    `stalled` page while it served (and `watch` timed out).  Now: the `ready` alert, said to
+    come from the endpoint, once the log has been quiet 10 s; no `stalled`."""
+    from support.receivers import hook
+    http = Receiver().start()
+    rx = Receiver().start()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("quiet", log, gpu=False, stall_after="40s",
+                   probe={"url": f"http://127.0.0.1:{http.port}/health", "interval": "1s",
+                          "timeout": "2s", "fail_after": "5s"}),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["ready", "stalled", "unreachable"]}])
+    d = daemons(cfg, port).start()
+    try:
+        d.wait_target("quiet", lambda t: t["source_state"]["state"] == "up", "reading")
+        with log.open("a", encoding="utf-8") as f:
+            f.write("Loading safetensors checkpoint shards: 100% Completed | 17/17 "
+                    "[00:30<00:00,  0.56it/s]\n"
+                    "Capturing batches (bs=1 avail_mem=36.10 GB): 100%|##########| 52/52 "
+                    "[00:11<00:00,  4.60it/s]\n")
+        written = time.monotonic()
+        got = rx.wait(hook("ready", "firing", "quiet"), timeout=40, alive=d.dead, what="ready")
+        assert time.monotonic() - written >= 9.0, "ready before the log was quiet"
+        assert "no ready line in the log; the endpoint answers" in got[0].json["summary"], \
+            got[0].json
+        t = d.target("quiet")
+        assert t is not None and t["phase"] == "ready" and t["status"] == "ready", t
+        assert (t["ready_line"] or "").startswith("(no ready line in the log"), t
+        assert not rx.requests(lambda g: hook("stalled")(g) or hook("unreachable")(g))
+    finally:
+        http.close()
+        rx.close()

@@ -220,6 +220,12 @@ class Target:
         if events:
             self.on_events_cb(self, events)
 
+    def endpoint_answers(self, now: float, said: str) -> None:
+        """The probe found the server answering (attachments/probe.py): where the log is
+        quiet and never said ready, that is the ready (`LogPipeline.endpoint_answers`)."""
+        if self.pipe is not None and not self.catching_up:
+            self._on_events(self.pipe.endpoint_answers(now, said))
+
     def check_resumed(self) -> None:
         """After new bytes or a tick: a stall that lines ended is said (see `Stalls`)."""
         if self.pipe is not None and self.stalls.over(self.pipe.state):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..rules.args import parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
+from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence
 from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
@@ -25,9 +26,12 @@ from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_i
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
 SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, lines or not
+QUIET_FOR = 10.0               # the log quiet this long before its endpoint alone says ready
+# the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
+ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
-__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
-           "PROVISIONAL_FOR", "StartupMachine"]
+__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "ENDPOINT_READY", "FLOAT_GAP",
+           "HINT_WINDOW_LINES", "PROVISIONAL_FOR", "QUIET_FOR", "StartupMachine"]
 
 
 class StartupMachine:
@@ -135,6 +139,24 @@ class StartupMachine:
             state.stalled = True
             return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
         return []
+
+    def endpoint_answers(self, state: State, now: float, said: str) -> list[Event]:
+        """The server's own endpoint answered (every path the probe asks) while its log,
+        quiet for QUIET_FOR, never said ready: the server is ready, by its endpoint.  A
+        server that logs at WARNING prints no milestone and no ready line (SGLang's
+        `--log-level warning`; vLLM's with `--uvicorn-log-level warning` too), and read from
+        its log alone it stayed in its last phase (or waiting) for good: `stalled` pages
+        while it served.  The log's own ready line comes first where there is one (the
+        quiet wait), and only a startup not yet ended is moved (a crash stays a crash)."""
+        if state.phase != WAITING and state.phase not in self._startup:
+            return []
+        if state.last_activity is not None and now - state.last_activity < QUIET_FOR:
+            return []
+        obs = Observation(ENDPOINT_READY, {}, f"({BY_ENDPOINT}: {said})", own_time=False)
+        events: list[Event] = []
+        self._enter(state, READY, obs, now, events)
+        _announce_ready(state, obs, now, events)
+        return events
 
     def crash_is_final(self, state: State, now: float) -> bool:
         """Its evidence unchanged for `crash_settle`, and the log quiet as long: a traceback

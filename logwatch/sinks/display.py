@@ -22,7 +22,7 @@ from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..telemetry.gpu import preflight_note
 from ..units import fmt_duration
-from ..verdict import FOLLOWER, crash_text
+from ..verdict import crash_text, ready_notes
 from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
 
@@ -312,7 +312,7 @@ class PlainDisplay:
         elif view.phase == "ready" and view.status != "unreachable":  # deaf: not READY
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
             notes = ([f"slowest phase: {slow} {fmt_duration(d[slow])}"] if slow else []) + \
-                ([FOLLOWER] if view.follower else [])
+                ready_notes(view.ready_line, view.follower)
             self._say(f"READY{' in ' + fmt_duration(total) if total else ''}"
                       f"{' (' + '; '.join(notes) + ')' if notes else ''}"
                       f"{'; ' + outcome if outcome and outcome != 'ready' else ''}")
@@ -559,8 +559,9 @@ class MultiDisplay:
                 head = crash_text(c["reason"], c["during"], v.crash_elapsed,
                                   [f"{c['rank']} first" if c.get("rank") else ""])
             elif v.phase == "ready" and v.ready_in is not None:
+                notes = ready_notes(v.ready_line, v.follower)
                 head = f"ready in {fmt_duration(v.ready_in)}" + \
-                    (f" ({FOLLOWER})" if v.follower else "")
+                    (f" ({'; '.join(notes)})" if notes else "")
             print(f"  {v.name}: {head}", file=self.out)
             if v.crash:
                 print(f"    root cause (line {v.crash['line_number']}): {v.crash['line']}",

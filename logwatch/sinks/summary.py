@@ -7,7 +7,7 @@ from typing import Any
 from ..rules.pack import CRASHED, READY, STOPPED
 from ..shown import visible
 from ..units import fmt_duration
-from ..verdict import FOLLOWER, crash_text
+from ..verdict import crash_text, ready_notes
 from ..view import TargetView
 
 
@@ -40,8 +40,9 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
         c = doc["crash"]
         head = crash_text(c["reason"], c["during"])
     elif phase == READY:
+        notes = ready_notes(doc.get("ready_line"), follower)
         head = "ready" + (f" after {fmt_duration(total)}" if total else "") + \
-            (f" ({FOLLOWER})" if follower else "")
+            (f" ({'; '.join(notes)})" if notes else "")
     elif phase == STOPPED:
         head = "stopped (clean shutdown)"
     else:

@@ -42,6 +42,9 @@ class LiveTarget(Protocol):
 
     def ended_at_attach(self, startup: str | None) -> bool: ...
 
+    def endpoint_answers(self, now: float, said: str) -> None:
+        """The probe found the server answering: the machine may take it for ready."""
+
 
 class Attachment(Protocol):
     """One side feature of a live target (see the module docstring for the order)."""

@@ -11,6 +11,7 @@ the one module of app/ that knows the prober's classes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,8 +46,17 @@ class ProbeAttachment(Attachment):
         ssh = SSHTarget.parse(target.cfg.source) if kind == "ssh" else None
         connect = ssh_connect(self.pool, ssh, target.cfg.ssh) if ssh is not None \
             else local_connect()
-        self.prober = Prober(cfg, connect, self.plan, on_result=lambda p: self.on_result(target),
+        self.prober = Prober(cfg, connect, self.plan, on_result=lambda p: self._probed(target),
                              own_hosts=(ssh.host,) if ssh is not None else ())
+
+    def _probed(self, target: LiveTarget) -> None:
+        """After each probe: a startup whose endpoint answers is ready even where its quiet
+        log never says so (StartupMachine.endpoint_answers); then the owner's callback."""
+        st, pipe = self.prober.state if self.prober else None, target.pipe
+        if st is not None and st.up and pipe is not None and \
+                st.ok_startup == pipe.state.startup_id:
+            target.endpoint_answers(time.time(), st.status)
+        self.on_result(target)
 
     def start(self) -> None:
         if self.prober is not None:

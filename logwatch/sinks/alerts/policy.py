@@ -31,7 +31,7 @@ from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
 from ...telemetry.gpu import preflight_note
-from ...verdict import FOLLOWER, crash_text
+from ...verdict import crash_text, ready_notes
 from ...view import TargetView, gpu_activity
 from .model import FIRING, Alert
 
@@ -92,7 +92,7 @@ class AlertPolicy:
                 slow = ev.slowest_phase
                 took = fmt_duration(ev.took) if ev.took is not None else "?"
                 notes = ([f"slowest phase: {slow} {fmt_duration(durations.get(slow))}"]
-                         if slow in durations else []) + ([FOLLOWER] if v.follower else [])
+                         if slow in durations else []) + ready_notes(ev.line, v.follower)
                 summ = f"ready in {took}" + (f" ({'; '.join(notes)})" if notes else "")
                 out.append(self._alert(v, "ready", ev.startup, summ,
                                        {"took": ev.took, "durations": durations,
