@@ -15,6 +15,7 @@ demand, into `Line`s.  Two consumers exist:
 from __future__ import annotations
 
 import bisect
+import json
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -236,6 +237,7 @@ class Framer:
         self._prev: Block | None = None  # its newlines are counted lazily, once
         self._folds = RowFolds(off=not unfold)
         self._cri: bool | None = None   # the kubelet's record format (`join_partial_records`)
+        self._docker: bool | None = None  # Docker's json-file records (`docker_to_cri`)
         self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
@@ -327,6 +329,12 @@ class Framer:
         clean = clean_bytes(capped)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
+        if self._docker is None and clean:
+            # a container's log file as Docker's json-file driver writes it: one JSON record
+            # a line, read as the kubelet's records are (inner offsets approximate)
+            self._docker = is_docker_record(clean)
+        if self._docker:
+            clean, cleaned = docker_to_cri(clean), True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
             self._cri = CRI_RECORD.match(clean) is not None
@@ -797,6 +805,56 @@ CRI_RECORD = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d
                         rb"(stdout|stderr) ([PF]) ")
 _CRI_PARTIAL = re.compile(rb"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
                           rb"(?:Z|[+-]\d\d:?\d\d) (stdout|stderr) P ")
+
+
+_DOCKER_HEAD = re.compile(rb'\{(?:"log":"|"stream":"(?:stdout|stderr)",)')
+
+
+def is_docker_record(data: bytes) -> bool:
+    """Is the first line of `data` a record of Docker's json-file log driver
+    (`/var/lib/docker/containers/ID/ID-json.log`): `{"log":"...\\n","stream":"stderr",
+    "time":"2026-12-05T10:00:00.123456789Z"}`?  (moby `jsonlog.JSONLogs.MarshalJSONBuf`:
+    `log`, `stream`, `attrs`, `time`, in that order; `log` left out when empty.)"""
+    if _DOCKER_HEAD.match(data) is None:
+        return False
+    return _docker_fields(data.split(b"\n", 1)[0]) is not None
+
+
+def _docker_fields(line: bytes) -> tuple[str, str, str] | None:
+    """(time, stream, log) of one json-file record; None when the line is not one."""
+    try:
+        d = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(d, dict):
+        return None
+    t, stream, log = d.get("time"), d.get("stream"), d.get("log", "")
+    if not isinstance(t, str) or stream not in ("stdout", "stderr") or not isinstance(log, str):
+        return None
+    return t, stream, log
+
+
+def docker_to_cri(data: bytes) -> bytes:
+    """Docker's json-file records as the kubelet's (CRI) records, line for line: `TIME STREAM
+    F message` for a line, `P` for a part of one (the driver splits a line over 16 KiB into
+    records whose `log` has no newline: `join_partial_records` joins them again).  The JSON
+    escapes are undone (`\\u003c`, `\\r` of a bar's frames, `\\"`); a line that is not a
+    record is left as it is."""
+    out: list[bytes] = []
+    lines = data.split(b"\n")
+    for i, line in enumerate(lines):
+        rec = _docker_fields(line) if line.startswith(b"{") else None
+        if rec is None:
+            out.append(line)
+            continue
+        t, stream, log = rec
+        whole = log.endswith("\n") or i == len(lines) - 1 and not line
+        text = log[:-1] if log.endswith("\n") else log
+        if text.endswith("\r"):      # a terminal's line end (`docker run -t`)
+            text = text[:-1]
+        text = text.replace("\n", " ")   # one record, one line (the driver splits at `\n`)
+        out.append(f"{t} {stream} {'F' if whole else 'P'} {text}".encode("utf-8", "replace"))
+    return b"\n".join(out)
 
 
 def join_partial_records(data: bytes, final: bool, max_line_bytes: int,

@@ -10,6 +10,7 @@ servers that one compose stream interleaves are one launch, not a restart each l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
@@ -92,6 +93,58 @@ def test_sglang_s_server_args_over_a_kubelet_record_is_read_whole(tmp_path: Path
     assert len(b.args) == len(a.args) > 550 and b.args == a.args
     assert not b.args_partial
     assert verdict(cri, False) == verdict(plain, False)
+
+
+def docker_records(line: str, size: int, stream: str = "stderr") -> str:
+    """A line as Docker's json-file driver writes it (moby `jsonlog`: compact JSON, `log`,
+    `stream`, `time` in that order, `<>&` escaped as `\\u003c`..., other text raw): records of
+    `size` bytes of the line at most, only the last carrying its newline."""
+    raw = (line + "\n").encode("utf-8", "surrogateescape")
+    parts = [raw[i:i + size] for i in range(0, len(raw), size)]
+    out = []
+    for k, p in enumerate(parts):
+        text = json.dumps(p.decode("utf-8", "replace"), ensure_ascii=False)
+        text = text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        out.append(f'{{"log":{text},"stream":"{stream}","time":"2025-08-18T14:15:04.{k:09d}Z"}}')
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_docker_json_file_log_reads_as_the_log(name: str, tmp_path: Path) -> None:
+    """A container's log file as Docker writes it (`/var/lib/docker/containers/ID/ID-json.log`,
+    the default `json-file` driver): a JSON record a line, a line over 16 KiB split into
+    records without its newline (split at 40 bytes here: every line of most logs).  Read as
+    the log.  Before: 7 of the 80 logs of ../shared/fixtures, fixtures-trtllm and built/
+    ended otherwise, and every line shown was its JSON."""
+    src = FIXTURES / f"{name}.log"
+    dst = tmp_path / f"{name}-json.log"
+    lines = src.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    dst.write_text("\n".join(docker_records(ln, 40) for ln in lines) + "\n", encoding="utf-8",
+                   errors="surrogateescape")
+    assert verdict(dst, False) == verdict(src, False)
+
+
+def test_a_docker_json_file_log_fed_in_pieces_reads_as_replay(tmp_path: Path) -> None:
+    """Live (the daemon, watch): the same records fed 97 bytes at a time, lines cut anywhere,
+    a bar's `\\r` frames and `\\u003c` escapes included."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.locate import choose_pack
+    texts = "".join(sim_texts(seed=5, crash="oom")).split("\n")
+    path = tmp_path / "ID-json.log"
+    path.write_text("\n".join(docker_records(t, 60) for t in texts if t) + "\n",
+                    encoding="utf-8")
+    data = path.read_bytes()
+    assert b"\\r" in data or b"\\u003c" in data or b"\\u003e" in data
+    pipe = LogPipeline(choose_pack("auto", data))
+    for i in range(0, len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    replayed = replay_file(str(path)).state
+    assert pipe.state.phase == replayed.phase == "crashed"
+    assert pipe.state.crash is not None and pipe.state.crash.reason == "cuda_oom"
+    assert pipe.state.crash.line == replayed.crash.line and "{" not in pipe.state.crash.line[:2]
 
 
 @pytest.mark.parametrize("wrapper", sorted(WRAPPERS))

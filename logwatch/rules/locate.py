@@ -17,7 +17,8 @@ import functools
 from typing import Iterable
 
 from ..lines import (
-    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, join_partial_records, line_texts, split_glued,
+    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, docker_to_cri, is_docker_record,
+    join_partial_records, line_texts, split_glued,
 )
 from . import bounded
 from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
@@ -152,6 +153,8 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     removed)."""
     if complete_lines:
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
+    if is_docker_record(head):     # Docker's json-file records, as the framer reads them
+        head = docker_to_cri(head)
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     lines = line_texts(head)
