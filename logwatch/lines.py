@@ -824,7 +824,7 @@ def _docker_fields(line: bytes) -> tuple[str, str, str] | None:
     """(time, stream, log) of one json-file record; None when the line is not one."""
     try:
         d = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):     # not JSON; or nested beyond the parser's depth
         return None
     if not isinstance(d, dict):
         return None

@@ -240,3 +240,18 @@ def test_detection_finds_its_literals_in_one_pass_as_in_tests_do() -> None:
     for head in heads:
         raw = "\n".join(line_texts(head))
         assert _literals_in(raw, lits) == {s for s in lits if s in raw}
+
+
+def test_a_hostile_line_in_a_docker_log_is_a_line_not_a_crash() -> None:
+    """Untrusted input: JSON nested past the parser's depth (a RecursionError, not a
+    ValueError), a record of another shape, a half-written record at the end: each is left
+    as the line it is; the records around it read."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack("sglang"))
+    rec = (b'{"log":"[2026-12-01 10:00:00] Load weight begin. avail mem=78.92 GB\\n",'
+           b'"stream":"stderr","time":"2026-12-05T10:00:00.1Z"}\n')
+    pipe.feed(rec + b'{"log":' + b'[' * 60000 + b'\n' + b'{"log":1,"stream":"x"}\n' + rec +
+              b'{"log":"[2026-12-01 10:00:0', 1.0)
+    pipe.finish(1.0)
+    assert pipe.state.phase == "loading_shards" and pipe.counters.lines == 5
