@@ -841,15 +841,14 @@ def docker_to_cri(data: bytes) -> bytes:
     escapes are undone (`\\u003c`, `\\r` of a bar's frames, `\\"`); a line that is not a
     record is left as it is."""
     out: list[bytes] = []
-    lines = data.split(b"\n")
-    for i, line in enumerate(lines):
+    for line in data.split(b"\n"):
         rec = _docker_fields(line) if line.startswith(b"{") else None
         if rec is None:
             out.append(line)
             continue
         t, stream, log = rec
-        whole = log.endswith("\n") or i == len(lines) - 1 and not line
-        text = log[:-1] if log.endswith("\n") else log
+        whole = log.endswith("\n")
+        text = log[:-1] if whole else log
         if text.endswith("\r"):      # a terminal's line end (`docker run -t`)
             text = text[:-1]
         text = text.replace("\n", " ")   # one record, one line (the driver splits at `\n`)

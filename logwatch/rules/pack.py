@@ -661,12 +661,12 @@ def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
             isinstance(k, str) and (v is True or (isinstance(v, (int, float))
                                                   and not isinstance(v, bool)))
             for k, v in args.items()):
-        raise PackError(src, "must map argument names to a least number or true",
-                        key="follower.args")
+        raise PackError(src, "must map argument names to a number (the least that says "
+                        "so) or true", key="follower.args")
     ready = value.get("ready")
     if ready not in phases or ready == READY:
-        raise PackError(src, f"must be a startup phase ({', '.join(p for p in phases if p != READY)})",
-                        key="follower.ready")
+        before = ", ".join(p for p in phases if p != READY)
+        raise PackError(src, f"must be a startup phase ({before})", key="follower.ready")
     if not any(r.finishes and r.phase == ready for r in rules):
         raise PackError(src, f"no rule of phase {ready} has `finishes: true`",
                         key="follower.ready")
