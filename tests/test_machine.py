@@ -1141,3 +1141,16 @@ def test_a_quiet_log_whose_endpoint_answers_is_ready():
                  b"torch.OutOfMemoryError: CUDA out of memory.\n", 1000.0)
     assert crashed.state.phase == "crashed"
     assert crashed.endpoint_answers(1100.0, "200 /health") == []
+
+
+def test_a_log_at_info_waits_for_its_own_ready_line():
+    """A startup whose launch line was seen logs at INFO: its ready line will come, and an
+    endpoint that answers first (an older SGLang's /health during a long warmup) does not
+    say ready before it."""
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"[2026-12-01 10:00:00] server_args=ServerArgs(model_path='m', port=30000)\n"
+              + QUIET_SGLANG.encode(), 1000.0)
+    assert pipe.state.phase == "cuda_graph" and pipe.state.restart_rules
+    assert pipe.endpoint_answers(1100.0, "200 /health, 200 /v1/models") == []
+    pipe.feed(b"[2026-12-01 10:02:00] The server is fired up and ready to roll!\n", 1101.0)
+    assert pipe.state.phase == "ready" and "fired up" in (pipe.state.ready_line or "")

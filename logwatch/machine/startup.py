@@ -146,9 +146,11 @@ class StartupMachine:
         server that logs at WARNING prints no milestone and no ready line (SGLang's
         `--log-level warning`; vLLM's with `--uvicorn-log-level warning` too), and read from
         its log alone it stayed in its last phase (or waiting) for good: `stalled` pages
-        while it served.  The log's own ready line comes first where there is one (the
-        quiet wait), and only a startup not yet ended is moved (a crash stays a crash)."""
-        if state.phase != WAITING and state.phase not in self._startup:
+        while it served.  Only a startup whose launch line was not seen: a log at INFO
+        prints its launch (`server_args=`, vLLM's version and args) and its ready line will
+        come (an older SGLang's `/health` answers during a long warmup, before it); only
+        one not yet ended (a crash stays a crash); and the log quiet QUIET_FOR."""
+        if state.phase != WAITING and state.phase not in self._startup or state.restart_rules:
             return []
         if state.last_activity is not None and now - state.last_activity < QUIET_FOR:
             return []
