@@ -65,6 +65,14 @@ def test_the_rank_that_never_finishes_graph_capture_is_named() -> None:
     assert alert.summary == ("stalled in cuda_graph: no new line for 15m00s; "
                              "TP5 still in cuda_graph 4m00s after the other 7 ranks finished it")
     assert alert.details["ranks_behind"] == view.rank_lag
+    # its endpoint answers all the while (a log at INFO whose ready line never came): said
+    import dataclasses
+    view = dataclasses.replace(view, probe={"up": True, "status": "200 /health, 200 /v1/models",
+                                            "ok_startup": view.startup_id})
+    alert = next(d for d in AlertPolicy().observe(view, [Stalled(
+        view.epoch, "cuda_graph", 900.0, view.startup_id, 900.0)])
+        if getattr(d, "kind", "") == "stalled")
+    assert alert.summary.endswith("; yet its endpoint answers (200 /health, 200 /v1/models)")
 
 
 @pytest.mark.integration

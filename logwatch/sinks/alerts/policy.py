@@ -142,11 +142,16 @@ class AlertPolicy:
         # each silence is its own stall: keyed on where the log stopped (the line
         # before it), so a restarted daemon gives the same silence the same key
         where = f"{ev.phase}@L{v.line_number}" if v.line_number is not None else ev.phase
+        p = v.probe or {}
+        answering = p.get("up") and p.get("ok_startup") == v.startup_id
         return self._alert(v, "stalled", ev.startup,
                            f"stalled in {ev.phase}: no new line for "
                            f"{fmt_duration(ev.silent_for)}"
                            + (f"; {v.rank_lag}" if v.rank_lag else "")
-                           + (f"; {gpu}" if gpu else ""),
+                           + (f"; {gpu}" if gpu else "")
+                           # a server that serves while its log says nothing more
+                           + (f"; yet its endpoint answers ({p.get('status')})"
+                              if answering else ""),
                            {"phase": ev.phase, "silent_for": ev.silent_for,
                             "stall_after": ev.budget,
                             **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
