@@ -396,7 +396,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "phase_entered_at": entered.at if entered else None,
         "startup_started_at": first.at if first else None,
         "ready_in": st.ready_in(),
-        "follower": st.follower,
+        "follower": st.follower is True,
         "phases_seen": st.phases_seen,
         "timeline": span_views(st, now if now else None),
         "total_seconds": st.total() if st.spans else None,

@@ -34,6 +34,9 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # a container's log file as the kubelet writes it (CRI: /var/log/pods/.../0.log)
     "kubelet-cri": (lambda ln: f"2025-08-18T14:15:04.123456789Z stderr F {ln}", True),
     "python-logger": (lambda ln: f"2025-04-03 12:06:29,948 - __main__ - INFO - {ln}", True),
+    # SLURM's `srun --label`: the task's number (a sweep of the 80 shared, TensorRT-LLM and
+    # built logs: 4 read otherwise before, old vLLM records and a trtllm-serve usage error)
+    "srun-label": (lambda ln: f" 0: {ln}", False),
 }
 
 

@@ -68,7 +68,7 @@ def state_from_json(d: dict[str, object]) -> State:
         floating=d.get("floating"),  # type: ignore[arg-type]
         last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
         clock_offset=d.get("clock_offset"),  # type: ignore[arg-type]
-        follower=bool(d.get("follower", False)),
+        follower=d.get("follower") if d.get("follower") in (True, False) else None,  # type: ignore[arg-type]
         relaunched=bool(d.get("relaunched", False)),
     )
     return st

@@ -10,16 +10,24 @@ seen finished the pack's `ready` phase.  Only the machine calls these.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..rules.pack import READY, TERMINAL, WAITING, RulePack
 from .state import Observation, State
 
 
-def note_follower(pack: RulePack, state: State, obs: Observation) -> None:
-    """Mark the launch a follower's once a line or its arguments say so (a new startup
-    starts as a head node's again)."""
+def note_follower(pack: RulePack, state: State, obs: Observation,
+                  line_args: dict[str, Any]) -> None:
+    """Mark the launch a follower's once a line or its arguments say so, unless a head
+    node's launch line is in the same stream: SLURM's `srun` writes every node's output to
+    one file (`slurm-%j.out`), and there the head's ready line will come.  A head's word is
+    final for the startup (`State.follower` False); a new startup knows nothing (None)."""
     spec = pack.follower
-    if spec is not None and not state.follower:
-        state.follower = spec.says_follower(obs.rule.id, state.args)
+    if spec is None or state.follower is False:
+        return
+    said = spec.says(obs.rule.id, line_args)
+    if said is not None:
+        state.follower = said
 
 
 def follower_ready(pack: RulePack, state: State, obs: Observation) -> bool:
@@ -27,7 +35,8 @@ def follower_ready(pack: RulePack, state: State, obs: Observation) -> bool:
     follower whose lines name no rank: this line finishing it is enough.)"""
     spec = pack.follower
     rule = obs.rule
-    if spec is None or not state.follower or not rule.finishes or rule.phase != spec.ready:
+    if spec is None or state.follower is not True or not rule.finishes or \
+            rule.phase != spec.ready:
         return False
     if state.phase in (WAITING, READY, *TERMINAL):
         return False

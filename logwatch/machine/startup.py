@@ -5,6 +5,8 @@ The rules of the machine are in the package's docstring (logwatch/machine/__init
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..rules.args import parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
 from ..verdict import BY_ENDPOINT
@@ -112,16 +114,18 @@ class StartupMachine:
     def _launch_facts(self, state: State, obs: Observation) -> None:
         """What a line says about the launch: its arguments, its address, a follower node."""
         rule = obs.rule
+        line_args: dict[str, Any] = {}
         if rule.args:
             parsed = parse_args_line(obs.text, rule.args_specs)
             if parsed is not None and parsed.values:
                 # a new dict (never mutated in place): readers compare it by identity; a
                 # launch command line first, the server's own dump after it wins
-                state.args = {**state.args, **parsed.values}
+                line_args = parsed.values
+                state.args = {**state.args, **line_args}
                 state.args_partial = state.args_partial or parsed.partial
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
-        note_follower(self.pack, state, obs)
+        note_follower(self.pack, state, obs, line_args)
 
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase

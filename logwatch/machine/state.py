@@ -157,7 +157,8 @@ class State:
                                           # read as it was written); see spans.event_time
     floating: float | None = None         # the current span began at an unstamped bar after a
                                           # silent phase: the log time of its latest line
-    follower: bool = False                # a follower node's launch (machine/follower.py)
+    follower: bool | None = None          # a follower node's launch (True), a head's (False),
+                                          # not said (None): machine/follower.py
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup

@@ -73,11 +73,17 @@ def required_literals(pattern: str) -> Literals | None:
     return Literals(strings, ignore_case)
 
 
+_NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<\w+>")
+
+
 def _parse(pattern: str) -> object | None:
     """Python's parse tree of `pattern`, or None for syntax the `regex` module reads
     differently from `re` or that `re` refuses (no guessing: no prefilter then)."""
     if _REGEX_ONLY.search(pattern):
         return None
+    if "(?P=" not in pattern:   # a group's name never changes what it matches: the `regex`
+        # module lets alternatives share one (`proc` in the wrappers of rules/base.yaml)
+        pattern = _NAMED_GROUP.sub("(", pattern)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # e.g. "possible nested set" for [[:digit:]]

@@ -198,18 +198,26 @@ class FollowerSpec:
     args: tuple[tuple[str, Any], ...] = ()  # or an argument: a number at least this, or true
     ready: str = ""                       # the phase whose finish, by every rank, is ready
 
-    def says_follower(self, rule_id: str, args: dict[str, Any]) -> bool:
-        """Does this line's rule, or the launch's arguments so far, make it a follower's?"""
+    def says(self, rule_id: str, line_args: dict[str, Any]) -> bool | None:
+        """What this line says of its node: True a follower's (one of the rules, or its
+        arguments at least the threshold / true), False the head's (its arguments hold the
+        flag below it: SGLang's dump names `node_rank` 0), None nothing."""
         if rule_id in self.rules:
             return True
+        head = None
         for key, want in self.args:
-            v = args.get(key)
-            if want is True and v is True:
-                return True
-            if want is not True and isinstance(v, (int, float)) and not isinstance(v, bool) \
-                    and v >= want:
-                return True
-        return False
+            if key not in line_args:
+                continue
+            v = line_args[key]
+            if want is True:
+                if v is True:
+                    return True
+                head = False if v is False else head
+            elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                if v >= want:
+                    return True
+                head = False
+        return head
 
 
 @dataclass(frozen=True)

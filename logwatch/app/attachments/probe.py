@@ -73,7 +73,9 @@ class ProbeAttachment(Attachment):
         if pipe is None or self.target.catching_up or self.target.ended_at_attach(startup):
             return ProbePlan(None, paths, startup)   # a server that ended is not probed
         st = pipe.state
-        if st.follower:           # no HTTP server on a follower node (machine/follower.py)
+        # a follower node runs no HTTP server; an address printed in its stream is a head's
+        # (srun writes every node to one file)
+        if st.follower is True and not st.endpoint:
             if self.prober is not None:
                 self.prober.state.note = f"{FOLLOWER} (not probed)"
             return ProbePlan(None, paths, startup)
