@@ -229,7 +229,7 @@ class LogPipeline:
         if self.state.deferred is not None:     # nothing more will replace it
             events.append(self.state.deferred)
             self.state.deferred = None
-        settled = self.machine.settle(self.state)
+        settled = self.machine.input_ended(self.state, now)
         if settled and self.on_step is not None:
             self.on_step(settled, self.state)
         events += settled

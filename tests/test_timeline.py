@@ -110,7 +110,7 @@ def test_dp_supervisor_launch_crashes_when_one_engine_crashes_and_names_it():
 # -- a follower node of a multi-node launch ------------------------------------------------------
 
 @pytest.mark.parametrize("name, took, last_rank", [
-    ("sglang-0523-follower.log", 240.0, "TP15"), ("vllm-034-headless.log", 114.0, "Worker_TP3")])
+    ("sglang-0523-follower.log", 240.0, "TP15"), ("vllm-034-headless.log", 115.0, "Worker_TP3")])
 def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
         name: str, took: float, last_rank: str):
     """SGLang `--node-rank 1` and vLLM `--headless` nodes run no HTTP server and print no
@@ -127,6 +127,38 @@ def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
     assert short.follower and short.phase == "cuda_graph", "ready before its last rank"
     back = state_from_json(state_to_json(short))        # a daemon restart keeps it
     assert back.follower
+
+
+def test_a_follower_with_a_draft_model_is_ready_after_its_draft_capture():
+    """Speculative decoding (EAGLE, MTP): each rank loads the draft model and captures its
+    graphs after the target's capture ended.  Ready at the draft's capture end, once the
+    log stays quiet after it (live: FOLLOWER_QUIET; a replay: the input's end); a draft
+    capture that never ends is a stall, not a ready; its OOM a crash during cuda_graph."""
+    from logwatch.machine.follower import FOLLOWER_QUIET
+    lines = (BUILT / "sglang-0523-follower.log").read_text().splitlines()
+    ranks = range(8, 16)
+    draft = [f"[2026-12-01 10:04:02 TP{r}] Load weight begin. avail mem=8.50 GB" for r in ranks] + \
+        [f"[2026-12-01 10:04:20 TP{r}] Load weight end. elapsed=18.00 s, type=Eagle, avail "
+         f"mem=6.50 GB, mem usage=2.00 GB." for r in ranks] + \
+        [f"[2026-12-01 10:04:21 TP{r}] Capture draft decode CUDA graph begin. backend=flashinfer, "
+         f"num_tokens_per_req=1, avail mem=6.40 GB" for r in ranks]
+    end = [f"[2026-12-01 10:05:00 TP{r}] Capture draft decode CUDA graph end. bs=[1, 2, 4, 8], "
+           f"elapsed=39.00 s, mem usage=0.30 GB, avail mem=6.10 GB." for r in ranks]
+    st_ = feed(lines + draft + end, "sglang").state
+    assert st_.phase == READY and st_.ready_in() == pytest.approx(300.0), st_.ready_in()
+    assert "draft decode CUDA graph end" in (st_.ready_line or "")
+    assert feed(lines + draft, "sglang").state.phase == "cuda_graph"       # a hang
+    # live: not ready at the target's capture end while the draft's lines follow; ready only
+    # once the log is quiet after the draft's capture end
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(x + "\n" for x in lines).encode(), 1000.0)
+    assert pipe.tick(1000.0 + FOLLOWER_QUIET / 2) == [] and pipe.state.phase == "cuda_graph"
+    pipe.feed("".join(x + "\n" for x in draft + end).encode(), 1006.0)
+    assert pipe.state.phase == "cuda_graph"
+    assert pipe.tick(1006.0 + FOLLOWER_QUIET - 1) == []
+    events = pipe.tick(1006.0 + FOLLOWER_QUIET)
+    assert pipe.state.phase == READY and any(type(e).__name__ == "Ready" for e in events)
+    assert pipe.state.ready_in() == pytest.approx(300.0)     # at the line, by its stamp
 
 
 def test_a_head_node_is_not_ready_at_its_capture_end():

@@ -59,7 +59,8 @@ def state_from_json(d: dict[str, object]) -> State:
         endpoint=d.get("endpoint"),  # type: ignore[arg-type]
         ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
                                     [(int(a), bool(b), float(c))
-                                     for a, b, c in v.get("advances") or []])  # type: ignore[union-attr]
+                                     for a, b, c in v.get("advances") or []],  # type: ignore[union-attr]
+                                    _last(v.get("last")))  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
         begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
@@ -69,9 +70,18 @@ def state_from_json(d: dict[str, object]) -> State:
         last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
         clock_offset=d.get("clock_offset"),  # type: ignore[arg-type]
         follower=d.get("follower") if d.get("follower") in (True, False) else None,  # type: ignore[arg-type]
+        follower_line=d.get("follower_line"),  # type: ignore[arg-type]
+        follower_log_time=d.get("follower_log_time"),  # type: ignore[arg-type]
         relaunched=bool(d.get("relaunched", False)),
     )
     return st
+
+
+def _last(v: object) -> tuple[int, bool, bool] | None:
+    """A rank's latest marker from a checkpoint (one from before it had none)."""
+    if isinstance(v, (list, tuple)) and len(v) == 3:
+        return int(v[0]), bool(v[1]), bool(v[2])
+    return None
 
 
 def _spans(items: list[dict[str, object]]) -> list[Span]:

@@ -5,15 +5,21 @@ and never prints a ready line: its ranks load, size the KV cache and capture the
 then wait for the head node's requests in silence.  Read as a head node's log, it would stay
 in cuda_graph for good and be paged `stalled`.  A launch is a follower's when one of the
 pack's follower rules fires or its arguments say so; it is ready when every rank it has
-seen finished the pack's `ready` phase.  Only the machine calls these.
+seen ended the pack's `ready` phase and the log stayed quiet after (a draft model may load
+and capture next).  Only the machine calls these.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..rules.pack import READY, TERMINAL, WAITING, RulePack
+from ..rules.pack import READY, TERMINAL, WAITING, Rule, RulePack
+from .ranks import RankProgress
 from .state import Observation, State
+
+FOLLOWER_QUIET = 10.0   # seconds of quiet after every rank's last capture before ready
+# the "rule" of a follower's ready (its line is the last rank's capture end)
+FOLLOWER_READY = Rule(id="follower_ready", pattern="", source="logwatch", phase=READY)
 
 
 def note_follower(pack: RulePack, state: State, obs: Observation,
@@ -30,17 +36,42 @@ def note_follower(pack: RulePack, state: State, obs: Observation,
         state.follower = said
 
 
-def follower_ready(pack: RulePack, state: State, obs: Observation) -> bool:
-    """Has this line finished the follower's last phase for every rank it has seen?  (A
-    follower whose lines name no rank: this line finishing it is enough.)"""
+def note_follower_done(pack: RulePack, state: State, obs: Observation) -> None:
+    """After a follower's line: when every rank it has seen has its latest marker an end of
+    the spec's `ready` phase, keep that line (`State.follower_line`): the follower is ready
+    once the log stays quiet after it (`follower_ready`).  A rank's marker after it (a draft
+    model loaded and captured after the target's capture, with speculative decoding) puts
+    it back (a hang there is then a stall, not a ready)."""
     spec = pack.follower
+    if spec is None or state.follower is not True or state.phase in (WAITING, READY, *TERMINAL):
+        return
+    want = (pack.phase_index(spec.ready), True)
     rule = obs.rule
-    if spec is None or state.follower is not True or not rule.finishes or \
-            rule.phase != spec.ready:
+    done = all(_ended(rp, want, pack) for rp in state.ranks.values()) \
+        if state.ranks else rule.finishes and rule.phase == spec.ready
+    if done and rule.phase is not None:
+        state.follower_line, state.follower_log_time = obs.text, obs.log_time
+    elif rule.phase is not None:
+        state.follower_line = state.follower_log_time = None
+
+
+def _ended(rp: RankProgress, want: tuple[int, bool], pack: RulePack) -> bool:
+    """A rank got to the end of the ready phase, and its latest marker ended something (or
+    began a phase that comes back after it: vLLM 0.34's KV commit, its last line), not
+    work still under way (a draft model's load or capture begun)."""
+    if (pack.phase_index(rp.phase), rp.finished) < want or rp.last is None:
         return False
-    if state.phase in (WAITING, READY, *TERMINAL):
-        return False
-    want = pack.phase_index(spec.ready)
-    return all(pack.phase_index(rp.phase) > want or
-               (pack.phase_index(rp.phase) == want and rp.finished)
-               for rp in state.ranks.values())
+    _, finishes, begins = rp.last
+    return finishes or begins
+
+
+def follower_ready(state: State, now: float, ended: bool) -> Observation | None:
+    """The line a follower is ready at, once the log stayed quiet FOLLOWER_QUIET after it
+    (or the input `ended`: a replay); None while it is not."""
+    if state.follower is not True or state.follower_line is None:
+        return None
+    quiet = state.last_activity is None or now - state.last_activity >= FOLLOWER_QUIET
+    if not (quiet or ended):
+        return None
+    return Observation(FOLLOWER_READY, {}, state.follower_line, log_time=state.follower_log_time,
+                       own_time=state.follower_log_time is not None)

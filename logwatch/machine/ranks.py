@@ -21,6 +21,11 @@ class RankProgress:
     finished: bool
     at: float                  # when it got there
     advances: list[tuple[int, bool, float]] = field(default_factory=list)
+    # its latest marker, forward or not: (phase index, it finishes the phase, it begins one
+    # that comes back: vLLM 0.34's KV commit after the capture).  A draft model loads and
+    # captures after the target's capture (speculative decoding): a follower node is ready
+    # only once each rank's latest marker is an end (machine/follower.py)
+    last: tuple[int, bool, bool] | None = None
 
 
 
@@ -109,10 +114,12 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
         return
     now = obs.log_time if obs.log_time is not None and obs.own_time else now
     pos = (pack.phase_index(rule.phase), rule.finishes)
+    last = (pos[0], rule.finishes, rule.begins)
     rp = ranks.get(rank)
     if rp is None:
-        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)])
+        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)], last)
         return
+    rp.last = last
     if pos > (pack.phase_index(rp.phase), rp.finished):
         rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
         rp.advances.append((pos[0], pos[1], now))

@@ -15,7 +15,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .follower import follower_ready, note_follower
+from .follower import follower_ready, note_follower, note_follower_done
 from .servers import all_ready as servers_ready, joins as server_joins
 from .ranks import advance_rank
 from .rates import next_progress
@@ -102,9 +102,7 @@ class StartupMachine:
             state.hints.setdefault(rule.hint, ev)
         if rule.phase:
             self._advance(state, rule, obs, now, events)
-            if follower_ready(self.pack, state, obs):   # no ready line will come
-                self._enter(state, READY, obs, now, events)
-                _announce_ready(state, obs, now, events)
+            note_follower_done(self.pack, state, obs)    # no ready line will come
         if rule.progress:
             _note_progress(state, rule.progress, obs, now, events)
         if rule.stats:
@@ -135,6 +133,8 @@ class StartupMachine:
             return [ev, *self.tick(state, now)]
         if state.phase == CRASHED and not state.crash_settled:
             return self.settle(state) if self.crash_is_final(state, now) else []
+        if state.phase in self._startup and (done := follower_ready(state, now, False)):
+            return self._ready_at(state, done, now)
         if state.stalled or state.phase not in self._startup or state.last_activity is None:
             return []
         budget = self.stall_budget(state.phase)
@@ -159,10 +159,7 @@ class StartupMachine:
         if state.last_activity is not None and now - state.last_activity < QUIET_FOR:
             return []
         obs = Observation(ENDPOINT_READY, {}, f"({BY_ENDPOINT}: {said})", own_time=False)
-        events: list[Event] = []
-        self._enter(state, READY, obs, now, events)
-        _announce_ready(state, obs, now, events)
-        return events
+        return self._ready_at(state, obs, now)
 
     def crash_is_final(self, state: State, now: float) -> bool:
         """Its evidence unchanged for `crash_settle`, and the log quiet as long: a traceback
@@ -177,6 +174,20 @@ class StartupMachine:
         quiet = state.last_activity is None or now - state.last_activity >= settle
         first = state.crash_read_at
         return quiet or first is None or now - first >= SETTLE_LONGEST
+
+    def _ready_at(self, state: State, obs: Observation, now: float) -> list[Event]:
+        """Ready, at a line that is not a ready line (a follower's; the endpoint's word)."""
+        events: list[Event] = []
+        self._enter(state, READY, obs, now, events)
+        _announce_ready(state, obs, now, events)
+        return events
+
+    def input_ended(self, state: State, now: float) -> list[Event]:
+        """The input ended (a replay): a follower whose ranks all ended is ready; a crash is
+        final."""
+        if state.phase in self._startup and (done := follower_ready(state, now, True)):
+            return self._ready_at(state, done, now)
+        return self.settle(state)
 
     def settle(self, state: State) -> list[Event]:
         """Make the current crash final now (the input ended, or a new startup begins)."""

@@ -159,6 +159,8 @@ class State:
                                           # silent phase: the log time of its latest line
     follower: bool | None = None          # a follower node's launch (True), a head's (False),
                                           # not said (None): machine/follower.py
+    follower_line: str | None = None      # the line every rank of a follower had ended at
+    follower_log_time: float | None = None  # (its ready once the log stays quiet)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup
