@@ -1118,14 +1118,17 @@ QUIET_SGLANG = (   # SGLang 0.5.23 at `--log-level warning`: only tqdm's bars ar
 def test_a_quiet_log_whose_endpoint_answers_is_ready():
     """`--log-level warning` leaves no milestone and no ready line: read from the log alone
     the server stayed in cuda_graph for good and was paged `stalled` while serving.  Its
-    endpoint answering (every path the probe asks) says ready, once the log has been quiet
-    QUIET_FOR; a crash or a log's own ready line is never overruled."""
-    from logwatch.machine.startup import QUIET_FOR
+    endpoint answering (every path the probe asks) says ready, its lines going on or not;
+    not while a bar is still under way (another process answers on the port); a crash or a
+    log's own ready line is never overruled."""
+    loading = LogPipeline(load_pack("sglang"))
+    loading.feed(b"Loading safetensors checkpoint shards:  18% Completed | 3/17 "
+                 b"[00:05<00:25,  0.56it/s]\n", 1000.0)
+    assert loading.endpoint_answers(1100.0, "200 /health") == []
     pipe = LogPipeline(load_pack("sglang"))
     pipe.feed(QUIET_SGLANG.encode(), 1000.0)
     assert pipe.state.phase == "cuda_graph"
-    assert pipe.endpoint_answers(1000.0 + QUIET_FOR / 2, "200 /health") == []   # not quiet yet
-    events = pipe.endpoint_answers(1000.0 + QUIET_FOR, "200 /health, 200 /v1/models")
+    events = pipe.endpoint_answers(1000.5, "200 /health, 200 /v1/models")
     ready = [e for e in events if isinstance(e, Ready)]
     assert pipe.state.phase == "ready" and len(ready) == 1, events
     assert ready[0].line == "(no ready line in the log; the endpoint answers: 200 /health, " \

@@ -179,6 +179,9 @@ def test_probe_up_down_refused_hung_and_not_http() -> None:
         answers["/health"] = 503             # the key asked for, the engine down: down
         st = _probe(rx.port)
         assert st.up is False and st.status.startswith("503 /health, 403 /v1/models"), st
+        answers["/health"] = 401             # a key asked on every path: a gateway's word
+        st = _probe(rx.port)                 # (a proxy answers so for a dead backend too)
+        assert st.up is False and st.status.startswith("401 /health (needs a key)"), st
     finally:
         rx.close()
     port = free_port()                       # nothing listens: refused
@@ -571,7 +574,7 @@ def test_a_server_that_logs_at_warning_is_ready_when_its_endpoint_answers(
     its log is two tqdm bars (0.5.23: every startup line is `logger.info`).  The operator
     names the endpoint (`probe: {url}`); it answers.  Before: cuda_graph for good, a
     `stalled` page while it served (and `watch` timed out).  Now: the `ready` alert, said to
-    come from the endpoint, once the log has been quiet 10 s; no `stalled`."""
+    come from the endpoint, at the first probe that answers; no `stalled`."""
     from support.receivers import hook
     http = Receiver().start()
     rx = Receiver().start()
@@ -591,9 +594,7 @@ def test_a_server_that_logs_at_warning_is_ready_when_its_endpoint_answers(
                     "[00:30<00:00,  0.56it/s]\n"
                     "Capturing batches (bs=1 avail_mem=36.10 GB): 100%|##########| 52/52 "
                     "[00:11<00:00,  4.60it/s]\n")
-        written = time.monotonic()
         got = rx.wait(hook("ready", "firing", "quiet"), timeout=40, alive=d.dead, what="ready")
-        assert time.monotonic() - written >= 9.0, "ready before the log was quiet"
         assert "no ready line in the log; the endpoint answers" in got[0].json["summary"], \
             got[0].json
         t = d.target("quiet")

@@ -28,12 +28,11 @@ from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_i
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
 SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, lines or not
-QUIET_FOR = 10.0               # the log quiet this long before its endpoint alone says ready
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
 __all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "ENDPOINT_READY", "FLOAT_GAP",
-           "HINT_WINDOW_LINES", "PROVISIONAL_FOR", "QUIET_FOR", "StartupMachine"]
+           "HINT_WINDOW_LINES", "PROVISIONAL_FOR", "StartupMachine"]
 
 
 class StartupMachine:
@@ -145,19 +144,21 @@ class StartupMachine:
         return []
 
     def endpoint_answers(self, state: State, now: float, said: str) -> list[Event]:
-        """The server's own endpoint answered (every path the probe asks) while its log,
-        quiet for QUIET_FOR, never said ready: the server is ready, by its endpoint.  A
+        """The server's own endpoint answered (every path the probe asks) while its log
+        never said ready: the server is ready, by its endpoint.  A
         server that logs at WARNING prints no milestone and no ready line (SGLang's
         `--log-level warning`; vLLM's with `--uvicorn-log-level warning` too), and read from
         its log alone it stayed in its last phase (or waiting) for good: `stalled` pages
         while it served.  Only a startup whose launch line was not seen: a log at INFO
         prints its launch (`server_args=`, vLLM's version and args) and its ready line will
         come (an older SGLang's `/health` answers during a long warmup, before it); only
-        one not yet ended (a crash stays a crash); and the log quiet QUIET_FOR."""
+        one not yet ended (a crash stays a crash); and none of its bars still under way
+        (what answers then is another process on the port).  Its lines may go on (a
+        warning a request): no quiet is waited for."""
         if state.phase != WAITING and state.phase not in self._startup or state.restart_rules:
             return []
-        if state.last_activity is not None and now - state.last_activity < QUIET_FOR:
-            return []
+        if any(p.total and p.current < p.total for p in state.progress.values()):
+            return []    # a bar still under way (shards 3/17): what answers is not it
         obs = Observation(ENDPOINT_READY, {}, f"({BY_ENDPOINT}: {said})", own_time=False)
         return self._ready_at(state, obs, now)
 

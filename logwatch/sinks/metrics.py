@@ -256,8 +256,8 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_last_startup_seconds", "gauge", "launch to ready of the target's last "
          "startup that got ready (NaN before any; the launch ledger)"),
         ("logwatch_probe_up", "gauge", "the server's own endpoint answered the last probe "
-         "(2xx on every path of its pack, or 401 / 403 asking for its API key; absent "
-         "until probed)"),
+         "(2xx on every path of its pack, or 401 / 403 asking for its API key where another "
+         "answered 2xx; absent until probed)"),
         ("logwatch_probe_duration_seconds", "gauge", "how long the last probe of the server's "
          "endpoint took"),
         ("logwatch_phase", "gauge", "1 for the current phase of the target, 0 for the others"),

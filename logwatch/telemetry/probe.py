@@ -23,7 +23,9 @@ A server started with an API key (`--api-key`, `VLLM_API_KEY`) answers 401 on `/
 without one; its `/health` stays open (SGLang's `decide_request_auth`, vLLM's
 `AuthenticationMiddleware`: both let `/health` through).  The probe has no key and asks for
 none: a 401 or 403 is the server answering at that path (`ANSWERED_WITHOUT_KEY`), so a
-production server with a key is not paged `unreachable` forever.
+production server with a key is not paged `unreachable` forever, as long as one path
+answered 2xx (its open `/health`): a key asked on every path is a gateway's word, not the
+engine's (a proxy answers 401 for a dead backend too).
 
 Pure parts (`parse_probe_config`, `endpoint_of`, `status_of`) are tested without I/O;
 `Prober` is the asyncio edge.
@@ -410,6 +412,7 @@ class Prober:
         t0 = time.monotonic()
         codes: list[str] = []
         ok: bool | None = True
+        served = False          # a path answered 2xx: a key asked on every path is a gateway's
         for path in paths:
             left = max(self.cfg.timeout - (time.monotonic() - t0), 0.05)
             try:
@@ -430,8 +433,11 @@ class Prober:
                 codes.append(_short_error(e) + f" ({ep.address})")
                 break
             codes.append(path_status(code, path))
+            served = served or 200 <= code < 300
             if not answering(code):
                 ok = False
+        if ok and not served:
+            ok = False          # (401 on /health too: not the engine's open /health)
         st.duration = time.monotonic() - t0
         st.last_at = now
         st.status = ", ".join(codes)
