@@ -1157,3 +1157,16 @@ def test_a_log_at_info_waits_for_its_own_ready_line():
     assert pipe.endpoint_answers(1100.0, "200 /health, 200 /v1/models") == []
     pipe.feed(b"[2026-12-01 10:02:00] The server is fired up and ready to roll!\n", 1101.0)
     assert pipe.state.phase == "ready" and "fired up" in (pipe.state.ready_line or "")
+
+
+def test_a_ready_by_the_endpoint_from_waiting_is_said_without_a_time():
+    """A server serving before logwatch came, its log silent: ready from `waiting` has no
+    launch to time; the alert says "ready (...)", not "ready in ?"."""
+    from logwatch.sinks.alerts.policy import AlertPolicy
+    from logwatch.view import pipeline_view
+    pipe = LogPipeline(load_pack("sglang"))
+    events = pipe.endpoint_answers(1000.0, "200 /health")
+    view = pipeline_view("quiet", pipe, now=1000.0)
+    alert = next(d for d in AlertPolicy().observe(view, events)
+                 if getattr(d, "kind", "") == "ready")
+    assert alert.summary == "ready (no ready line in the log; the endpoint answers)", alert

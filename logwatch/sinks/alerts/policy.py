@@ -90,10 +90,10 @@ class AlertPolicy:
             elif isinstance(ev, Ready):
                 durations = {k: d for k, d in ev.durations.items() if k != READY}
                 slow = ev.slowest_phase
-                took = fmt_duration(ev.took) if ev.took is not None else "?"
+                took = f" in {fmt_duration(ev.took)}" if ev.took is not None else ""
                 notes = ([f"slowest phase: {slow} {fmt_duration(durations.get(slow))}"]
                          if slow in durations else []) + ready_notes(ev.line, v.follower)
-                summ = f"ready in {took}" + (f" ({'; '.join(notes)})" if notes else "")
+                summ = f"ready{took}" + (f" ({'; '.join(notes)})" if notes else "")
                 out.append(self._alert(v, "ready", ev.startup, summ,
                                        {"took": ev.took, "durations": durations,
                                         "slowest_phase": slow, "line": ev.line}, ev.epoch))
