@@ -604,3 +604,41 @@ def test_a_server_that_logs_at_warning_is_ready_when_its_endpoint_answers(
     finally:
         http.close()
         rx.close()
+
+
+def test_a_daemon_attaching_to_a_quiet_server_serving_for_an_hour_sends_no_page(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """A daemon restarted under a fleet of servers at WARNING: the log (two bars) was last
+    written an hour ago, its endpoint answers.  Before: `stalled` ("server probably dead") at
+    the first tick, then `ready` ("ready in 0.0s"): two pages for a server serving all along.
+    Now the stall at attach waits for the endpoint's first word; it answers: ready, as
+    history (no alert).  The same log whose endpoint does not answer: the stall goes out."""
+    from support.receivers import hook
+    http = Receiver().start()
+    rx = Receiver().start()
+    bars = ("Loading safetensors checkpoint shards: 100% Completed | 17/17 [00:30<00:00,  "
+            "0.56it/s]\n"
+            "Capturing batches (bs=1 avail_mem=36.10 GB): 100%|##########| 52/52 [00:11<00:00,"
+            "  4.60it/s]\n")
+    up, down = tmp_path / "up.log", tmp_path / "down.log"
+    an_hour_ago = time.time() - 3600
+    for p in (up, down):
+        p.write_text(bars, encoding="utf-8")
+        os.utime(p, (an_hour_ago, an_hour_ago))
+    probe = {"interval": "1s", "timeout": "2s", "fail_after": "5s"}
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("up", up, gpu=False, probe={**probe, "url": f"{http.url('/health')}"}),
+        target_cfg("down", down, gpu=False,
+                   probe={**probe, "url": f"http://127.0.0.1:{free_port()}/health"}),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["ready", "stalled"]}])
+    d = daemons(cfg, port).start()
+    try:
+        rx.wait(hook("stalled", "firing", "down"), timeout=30, alive=d.dead,
+                what="the stall of the server that does not answer")
+        t = d.wait_target("up", lambda t: t["phase"] == "ready", "ready by its endpoint")
+        assert (t["ready_line"] or "").startswith("(no ready line in the log"), t
+        assert not rx.requests(hook(target="up")), [g.json for g in rx.requests()]
+    finally:
+        http.close()
+        rx.close()

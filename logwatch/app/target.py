@@ -34,6 +34,7 @@ from ..state.positions import PositionStore
 from ..view import TargetView, build_view, copy_counters
 from .attachments import Attachment
 from .attachments.catchup import CatchUp
+from .attachments.probe import ProbeAttachment
 from . import reading
 from .checkpoint import Checkpoints, checkpoint_phase, restore
 from .config import TargetConfig
@@ -152,6 +153,7 @@ class Target:
         self.eta = LiveEta(next((a for a in attachments if isinstance(a, EtaBasis)), None))
         self.stalls = Stalls()
         self._events = 0                  # event batches seen (the /metrics key)
+        self._held_stall: list[Event] = []   # a stall at attach, until the first probe
         self._rule_ids: tuple[Any, tuple[str, ...]] = (None, ())   # pack, its rule ids
         for a in self.attachments:
             a.bind(self)
@@ -199,7 +201,7 @@ class Target:
 
 
     # -- events and ticks ----------------------------------------------------------------------
-    def _on_events(self, events: list[Event]) -> None:
+    def _on_events(self, events: list[Event], news: bool = True) -> None:
         now = time.time()
         resumed = self.stalls.resumed(self.pipe.state if self.pipe else None, now)
         if resumed:
@@ -217,14 +219,32 @@ class Target:
             # kill -9 meanwhile would attach again at this startup and number it 1
             self.checkpoints.now = True
         events = self.catchup.admit(events)
-        if events:
+        if events and self.catchup.silent_since is not None and self._first_probe_pending():
+            # silent at attach: "probably dead" waits for the endpoint's first word
+            self._held_stall += [e for e in events if isinstance(e, Stalled)]
+            events = [e for e in events if not isinstance(e, Stalled)]
+        if events and news:
             self.on_events_cb(self, events)
 
-    def endpoint_answers(self, now: float, said: str) -> None:
-        """The probe found the server answering (attachments/probe.py): where the log is
-        quiet and never said ready, that is the ready (`LogPipeline.endpoint_answers`)."""
-        if self.pipe is not None and not self.catching_up:
-            self._on_events(self.pipe.endpoint_answers(now, said))
+    def probed(self, now: float, answers: bool, said: str) -> None:
+        """A probe reported (attachments/probe.py).  Where the server answers and its log
+        never said ready, that is the ready (`LogPipeline.endpoint_answers`); for a log
+        silent past its budget when we attached (a server at WARNING, serving for an hour)
+        it is history, not news: no `ready` alert, and the `stalled` ("probably dead") held
+        until this first answer is dropped.  Else that stall goes out now."""
+        held, self._held_stall = self._held_stall, []
+        if self.pipe is None or self.catching_up:
+            self._held_stall = held
+            return
+        events = self.pipe.endpoint_answers(now, said) if answers else []
+        if events:
+            self._on_events(events, news=self.catchup.silent_since is None)
+        elif held and not (answers and self.pipe.state.phase == READY):
+            self.on_events_cb(self, held)
+
+    def _first_probe_pending(self) -> bool:
+        probe = self.part(ProbeAttachment)
+        return probe is not None and probe.first_pending()
 
     def check_resumed(self) -> None:
         """After new bytes or a tick: a stall that lines ended is said (see `Stalls`)."""

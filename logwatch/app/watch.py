@@ -406,9 +406,7 @@ def _first_probe_pending(runner: Target, view: TargetView) -> bool:
     hour is not "probably dead" before its endpoint is asked (a server that logs at WARNING
     says nothing while it serves; its endpoint says ready)."""
     probe = runner.part(ProbeAttachment)
-    if probe is None or probe.prober is None or probe.plan().endpoint is None:
-        return False
-    return probe.prober.state.probes == 0
+    return probe is not None and probe.first_pending()
 
 
 def _historic(runner: Target) -> bool:

@@ -42,8 +42,8 @@ class LiveTarget(Protocol):
 
     def ended_at_attach(self, startup: str | None) -> bool: ...
 
-    def endpoint_answers(self, now: float, said: str) -> None:
-        """The probe found the server answering: the machine may take it for ready."""
+    def probed(self, now: float, answers: bool, said: str) -> None:
+        """A probe reported: where the server answers, the machine may take it for ready."""
 
 
 class Attachment(Protocol):

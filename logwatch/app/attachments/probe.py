@@ -53,10 +53,16 @@ class ProbeAttachment(Attachment):
         """After each probe: a startup whose endpoint answers is ready even where its quiet
         log never says so (StartupMachine.endpoint_answers); then the owner's callback."""
         st, pipe = self.prober.state if self.prober else None, target.pipe
-        if st is not None and st.up and pipe is not None and \
-                st.ok_startup == pipe.state.startup_id:
-            target.endpoint_answers(time.time(), st.status)
+        answers = st is not None and bool(st.up) and pipe is not None and \
+            st.ok_startup == pipe.state.startup_id
+        target.probed(time.time(), answers, st.status if st is not None else "")
         self.on_result(target)
+
+    def first_pending(self) -> bool:
+        """A probe knows where the server listens and has not reported yet."""
+        if self.prober is None or self.plan().endpoint is None:
+            return False
+        return self.prober.state.probes == 0
 
     def start(self) -> None:
         if self.prober is not None:
