@@ -290,7 +290,7 @@ class LogPipeline:
 
     def endpoint_answers(self, now: float, said: str) -> list[Event]:
         """The probe found the server answering (app/attachments/probe.py): ready, where the
-        log is quiet and never said so (`StartupMachine.endpoint_answers`)."""
+        log never said so (`StartupMachine.endpoint_answers`)."""
         events = self.machine.endpoint_answers(self.state, now, said)
         if events and self.on_step is not None:
             self.on_step(events, self.state)

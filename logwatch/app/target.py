@@ -219,7 +219,7 @@ class Target:
             # kill -9 meanwhile would attach again at this startup and number it 1
             self.checkpoints.now = True
         events = self.catchup.admit(events)
-        if events and self.catchup.silent_since is not None and self._first_probe_pending():
+        if events and self._silent_since_attach() and self.first_probe_pending():
             # silent at attach: "probably dead" waits for the endpoint's first word
             self._held_stall += [e for e in events if isinstance(e, Stalled)]
             events = [e for e in events if not isinstance(e, Stalled)]
@@ -238,11 +238,20 @@ class Target:
             return
         events = self.pipe.endpoint_answers(now, said) if answers else []
         if events:
-            self._on_events(events, news=self.catchup.silent_since is None)
+            self._on_events(events, news=not self._silent_since_attach())
         elif held and not (answers and self.pipe.state.phase == READY):
             self.on_events_cb(self, held)
 
-    def _first_probe_pending(self) -> bool:
+    def _silent_since_attach(self) -> bool:
+        """The log was silent past its budget when we attached, and nothing came since (the
+        catch-up set its activity back to its last write; a new byte moves it on)."""
+        since, st = self.catchup.silent_since, self.pipe.state if self.pipe else None
+        return since is not None and st is not None and st.last_activity is not None and \
+            st.last_activity <= since
+
+    def first_probe_pending(self) -> bool:
+        """A probe knows where the server listens and has not reported yet: a log silent
+        for an hour is not "probably dead" before its endpoint is asked."""
         probe = self.part(ProbeAttachment)
         return probe is not None and probe.first_pending()
 

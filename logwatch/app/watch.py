@@ -401,14 +401,6 @@ def _awaiting_endpoint(runner: Target, view: TargetView) -> bool:
     return not (p.get("ok_at") and p.get("ok_startup") == view.startup_id)
 
 
-def _first_probe_pending(runner: Target, view: TargetView) -> bool:
-    """A probe knows where the server listens and has not answered yet: a log silent for an
-    hour is not "probably dead" before its endpoint is asked (a server that logs at WARNING
-    says nothing while it serves; its endpoint says ready)."""
-    probe = runner.part(ProbeAttachment)
-    return probe is not None and probe.first_pending()
-
-
 def _historic(runner: Target) -> bool:
     """The current startup is the one that had ended before watch attached."""
     s, pipe = runner.catchup.seen_at_attach, runner.pipe
@@ -446,7 +438,7 @@ def _verdict(runner: Target, view: TargetView,
     if _final(runner):
         return EXIT_FAILED, crash_text((view.crash or {}).get("reason"))
     if view.stalled and view.silent_since is not None and not gpu_working(view.gpu) and \
-            not _first_probe_pending(runner, view):
+            not runner.first_probe_pending():
         return EXIT_TIMEOUT, silent_text(view.silent_since, view.now)   # dead at attach
     if view.stalled and gives_up(view):
         verdict = gpu_activity(view.gpu)

@@ -31,8 +31,8 @@ SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, 
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
-__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "ENDPOINT_READY", "FLOAT_GAP",
-           "HINT_WINDOW_LINES", "PROVISIONAL_FOR", "StartupMachine"]
+__all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
+           "PROVISIONAL_FOR", "StartupMachine"]
 
 
 class StartupMachine:
@@ -145,11 +145,10 @@ class StartupMachine:
 
     def endpoint_answers(self, state: State, now: float, said: str) -> list[Event]:
         """The server's own endpoint answered (every path the probe asks) while its log
-        never said ready: the server is ready, by its endpoint.  A
-        server that logs at WARNING prints no milestone and no ready line (SGLang's
-        `--log-level warning`; vLLM's with `--uvicorn-log-level warning` too), and read from
-        its log alone it stayed in its last phase (or waiting) for good: `stalled` pages
-        while it served.  Only a startup whose launch line was not seen: a log at INFO
+        never said ready: the server is ready, by its endpoint.  A server that logs at
+        WARNING prints no milestone and no ready line (SGLang's `--log-level warning`;
+        vLLM's with `--uvicorn-log-level warning` too), and read from its log alone it
+        stayed in its last phase (or waiting) for good: `stalled` pages while it served.  Only a startup whose launch line was not seen: a log at INFO
         prints its launch (`server_args=`, vLLM's version and args) and its ready line will
         come (an older SGLang's `/health` answers during a long warmup, before it); only
         one not yet ended (a crash stays a crash); and none of its bars still under way
