@@ -330,11 +330,10 @@ class Framer:
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
         if self._docker is None and clean:
-            # a container's log file as Docker's json-file driver writes it: one JSON record
-            # a line, read as the kubelet's records are (inner offsets approximate)
             self._docker = is_docker_record(clean)
-        if self._docker:
-            clean, cleaned = docker_to_cri(clean), True
+        decoded = decode_records(clean, self._docker)
+        if decoded is not clean:         # (inner offsets approximate)
+            clean, cleaned = decoded, True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
             self._cri = CRI_RECORD.match(clean) is not None
@@ -820,13 +819,20 @@ def is_docker_record(data: bytes) -> bool:
     return _docker_fields(data.split(b"\n", 1)[0]) is not None
 
 
-def _docker_fields(line: bytes) -> tuple[str, str, str] | None:
-    """(time, stream, log) of one json-file record; None when the line is not one."""
+def json_object(line: bytes) -> dict | None:
+    """The JSON object a line holds; None when it holds none (untrusted: not JSON, nested
+    beyond the parser's depth, another JSON value)."""
     try:
         d = json.loads(line)
-    except (ValueError, RecursionError):     # not JSON; or nested beyond the parser's depth
+    except (ValueError, RecursionError):
         return None
-    if not isinstance(d, dict):
+    return d if isinstance(d, dict) else None
+
+
+def _docker_fields(line: bytes) -> tuple[str, str, str] | None:
+    """(time, stream, log) of one json-file record; None when the line is not one."""
+    d = json_object(line)
+    if d is None:
         return None
     t, stream, log = d.get("time"), d.get("stream"), d.get("log", "")
     if not isinstance(t, str) or stream not in ("stdout", "stderr") or not isinstance(log, str):
@@ -951,3 +957,86 @@ def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
         out.append(a - gone)
         gone += r
     return tuple(out)
+
+
+# Python logging records written as JSON, one a line (python-json-logger): vLLM 0.34's
+# `--logging-config.formatter json` (vllm/logger.py, `JSON_FORMAT`: asctime, levelname, name,
+# processName, process, message; `exc_info` after a logged exception; uvicorn's lines through
+# the same formatter: vllm/logging_utils/uvicorn_logging.py).  json.dumps writes `": "`.
+JSON_RECORD_MARK = b'"levelname":'
+# what may stand before a record on its line: a container runtime's stamp (kubectl
+# --timestamps, the kubelet's record), a compose service's column
+_JSON_RECORD_AT = re.compile(
+    rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "
+    rb"(?:(?:stdout|stderr) [FP] )?|\[?[A-Za-z0-9][\w.-]{0,62}\]?[ \t]+\| ?)?\{")
+_ASCTIME = re.compile(r"\d{4}-(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+_PROCESS_NAME = re.compile(r"[\w.-]{1,64}")
+
+
+def decode_records(data: bytes, docker: bool | None) -> bytes:
+    """The lines other programs wrote as records, as the lines they hold: a container's log
+    file as Docker's json-file driver writes it (`docker`: one JSON record a line, read as
+    the kubelet's records are); Python logging records as JSON (vLLM's json format).
+    `data` itself when there were none."""
+    if docker:
+        data = docker_to_cri(data)
+    if JSON_RECORD_MARK in data:
+        data = json_records_to_text(data)
+    return data
+
+
+def json_records_to_text(data: bytes) -> bytes:
+    """Each line of `data` that is a Python logging record written as JSON, as the text the
+    engine's own formatter writes for it (`record_text`); every other line as it is.
+
+    vLLM's text format is the one the packs read (`(EngineCore pid=150) INFO 12-01 10:00:04
+    [core.py] message`), and the records carry what it holds but the source line.  A message
+    or traceback of several lines becomes one segment a line, each under the record's envelope
+    (as vLLM's `NewLineFormatter` writes them), separated by `\\r`: the record stays one
+    physical line, and a traceback's source lines are each a line the `ignore` patterns see.
+    Returns `data` itself when it holds no record."""
+    if JSON_RECORD_MARK not in data:
+        return data
+    lines = data.split(b"\n")
+    changed = False
+    for i, line in enumerate(lines):
+        if JSON_RECORD_MARK not in line or not line.rstrip().endswith(b"}"):
+            continue
+        m = _JSON_RECORD_AT.match(line)
+        if m is None:
+            continue
+        text = record_text(line[m.end() - 1:])
+        if text is not None:
+            lines[i] = line[:m.end() - 1] + text.encode("utf-8", "replace")
+            changed = True
+    return b"\n".join(lines) if changed else data
+
+
+def record_text(raw: bytes) -> str | None:
+    """One JSON logging record as vLLM's formatter writes it; None when `raw` is not one (a
+    JSON object with a string `message` and `levelname`).  uvicorn's records as uvicorn
+    writes them (`INFO:     message`)."""
+    d = json_object(raw)
+    if d is None:
+        return None
+    message, level, name = d.get("message"), d.get("levelname"), d.get("name")
+    if not isinstance(message, str) or not isinstance(level, str) or len(level) > 16:
+        return None
+    name = name if isinstance(name, str) else ""
+    exc = d.get("exc_info")
+    if isinstance(exc, str) and exc:
+        message = f"{message}\n{exc}" if message else exc
+    if name == "uvicorn" or name.startswith("uvicorn."):
+        head = f"{level}:".ljust(9) + " "
+    else:
+        head = f"{level}: "
+        t = d.get("asctime")
+        m = _ASCTIME.match(t) if isinstance(t, str) else None
+        if m is not None:
+            module = name.rsplit(".", 1)[-1] or "root"
+            head = f"{level} {m.group(1)} {m.group(2)} [{module}.py] "
+        proc, pid = d.get("processName"), d.get("process")
+        if isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int):
+            head = f"({proc} pid={pid}) {head}"
+    return "\r".join(head + part for part in
+                     message.replace("\r\n", "\n").replace("\r", "\n").split("\n"))

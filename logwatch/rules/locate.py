@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..lines import (
     CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, docker_to_cri, is_docker_record,
-    join_partial_records, line_texts, split_glued,
+    join_partial_records, json_records_to_text, line_texts, split_glued,
 )
 from . import bounded
 from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
@@ -155,6 +155,7 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
     if is_docker_record(head):     # Docker's json-file records, as the framer reads them
         head = docker_to_cri(head)
+    head = json_records_to_text(head)   # logging records as JSON, as the framer reads them
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     lines = line_texts(head)

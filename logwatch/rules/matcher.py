@@ -505,7 +505,7 @@ class Matcher:
                     yield from scan.end_run(run)
                     run = None
                 found = scan.match_segment(s, e, checks=self.checks_for(rules))
-                if not found:
+                if not found or _serving_only(found):
                     continue  # a literal but no rule: it does not interrupt a run of stats
                 yield from scan.stats_between(scan.cursor, s)
                 hits = scan.emit(s, found)
@@ -522,7 +522,7 @@ class Matcher:
                 s, e = segment_bounds(block.data, pos)
                 examined = e
                 found = scan.match_segment(s, e)
-                if not found:
+                if not found or _serving_only(found):
                     continue  # a literal but no rule: it does not interrupt a run of stats
                 yield from scan.stats_between(scan.cursor, s)
                 yield from scan.output(scan.emit(s, found))
@@ -541,6 +541,17 @@ class Matcher:
                 if found is not None:
                     yield Hit(found[0], found[1], inner, line_no, block.raw_offset(start), start,
                               layers, proc, found[2])
+
+
+def _serving_only(found: list[Found]) -> bool:
+    """Only stats rules fired on a segment that holds another rule's literal (`(MainProcess
+    pid=1) ... Engine 000: Avg prompt throughput`: `Process `): a line of its run of serving
+    lines, which `_BlockScan.stats_between` reads as it reads the others (collapsed in a
+    replay), not a hit that ends the run."""
+    for f in found:
+        if not f.rule.stats:
+            return False
+    return True
 
 
 @dataclass(slots=True)

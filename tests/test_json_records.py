@@ -1,0 +1,167 @@
+"""vLLM's JSON logging (`vllm serve --logging-config.formatter json`, vLLM 0.34) reads as
+its text logging does.
+
+vLLM 0.34 ships a JSON formatter for log shippers (vllm/logger.py: python-json-logger with
+`JSON_FORMAT`; uvicorn's lines through it too).  Before, every record was shown as its JSON
+and the rules that start a startup or say it is ready (anchored at the message's start)
+never fired: of the 31 vLLM logs (tests/fixtures, built/), 9 ended otherwise, every
+startup that reached ready "still starting", one crash taken for SGLang's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from support.vllm_json import vllm_json_lines, write_vllm_json
+from test_wrappers import docker_records, verdict
+from logwatch.app.replay import replay_file
+from logwatch.lines import json_records_to_text, record_text
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.locate import choose_pack
+from logwatch.rules.pack import load_pack
+
+# the vLLM logs with vLLM's own records at the start of a line (not those behind another
+# program's logger, TorchServe's: its records are that program's to format)
+VLLM_LOGS = [p for p in sorted([*FIXTURES.glob("vllm-*.log"),
+                                *(FIXTURES / "built").glob("vllm-*.log")])
+             if any(ln.startswith("{") for ln in vllm_json_lines(
+                 p.read_text(encoding="utf-8", errors="surrogateescape")))]
+
+
+def _json(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+@pytest.mark.parametrize("src", VLLM_LOGS, ids=lambda p: p.name)
+def test_a_vllm_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> None:
+    """Each vLLM log rewritten as the JSON formatter writes it (the formatter itself,
+    tests/support/vllm_json.py): the same engine, phases, durations, startups, shards,
+    crash (its reason, phase and rank)."""
+    dst = tmp_path / src.name
+    write_vllm_json(src, dst)
+    want, got = verdict(src, True), verdict(dst, True)
+    # the lines as shown differ: the process is named as multiprocessing named it, and the
+    # source line is not in a record
+    for doc in (want, got):
+        doc.pop("ready_line")
+        if doc["crash"] is not None:
+            doc["crash"] = doc["crash"][:2]
+    assert got == want
+    a, b = replay_file(str(src)).state, replay_file(str(dst)).state
+    assert (a.crash is None) == (b.crash is None)
+    if a.crash is not None:
+        assert bool(a.crash.rank) == bool(b.crash.rank)
+    assert (a.ready_line is None) == (b.ready_line is None)
+
+
+def test_most_vllm_logs_are_rewritten() -> None:
+    assert len(VLLM_LOGS) >= 20
+
+
+def test_a_record_reads_as_vllm_s_text_form() -> None:
+    """A record: `(processName pid=N) LEVEL MM-DD HH:MM:SS [module.py] message`; a message
+    and a traceback of several lines, a segment each under the record's envelope, the
+    record one physical line; uvicorn's record as uvicorn writes it."""
+    raw = _json(asctime="2026-12-01 10:00:04,123", levelname="ERROR", name="vllm.v1.engine.core",
+                processName="EngineCore_DP0", process=150, message="EngineCore failed to start.",
+                exc_info='Traceback (most recent call last):\n  File "core.py", line 1, in f\n'
+                         '    raise RuntimeError("NCCL error: x")\nRuntimeError: CUDA out of memory')
+    env = "(EngineCore_DP0 pid=150) ERROR 12-01 10:00:04 [core.py] "
+    assert record_text(raw) == "\r".join(env + t for t in (
+        "EngineCore failed to start.", "Traceback (most recent call last):",
+        '  File "core.py", line 1, in f', '    raise RuntimeError("NCCL error: x")',
+        "RuntimeError: CUDA out of memory"))
+    assert record_text(_json(asctime="2026-12-01 10:00:04,1", levelname="INFO",
+                             name="uvicorn.error", processName="MainProcess", process=1,
+                             message="Application startup complete.")) == \
+        "INFO:     Application startup complete."
+    # fields missing: what there is
+    assert record_text(_json(levelname="WARNING", message="x")) == "WARNING: x"
+
+
+@pytest.mark.parametrize("line", [
+    b'{"timestamp": "2026-12-01T10:00:00", "event": "request.received", "message": "x"}',
+    b'{"log":"[2026-12-01 10:00:00] x\\n","stream":"stderr","time":"2026-12-05T10:00:00Z"}',
+    b'{"levelname": "ERROR", "message": ["CUDA out of memory"]}',
+    b'{"levelname": "' + b"E" * 40 + b'", "message": "x"}',
+    b'[{"levelname": "ERROR", "message": "x"}]',
+    b'{"levelname": "ERROR", "message": "CUDA out of memory", "x": ' + b"[" * 60000 + b"}",
+    b'{"levelname": "ERROR", "message": "CUDA out of mem',        # half-written
+    b"(APIServer pid=1) INFO 12-01 10:00:00 [logger.py:1] prompt: '{\"levelname\": \"ERROR\"}'",
+])
+def test_what_is_not_a_record_is_left_as_it_is(line: bytes) -> None:
+    """Untrusted input: JSON of another shape (SGLang's request log, Docker's record), a
+    record whose fields are not strings, nesting past the parser's depth, a half-written
+    record, a record quoted inside another line: each is the line it was."""
+    data = b"a\n" + line + b"\nb\n"
+    assert json_records_to_text(data) is data
+
+
+def test_records_behind_a_container_runtime_and_inside_docker_s_records_read() -> None:
+    """A pod's log (the kubelet's record, kubectl --timestamps) and Docker's json-file
+    record whose line is a record: read as the record."""
+    rec = _json(asctime="2026-12-01 10:04:33,000", levelname="INFO", name="vllm.entry",
+                processName="MainProcess", process=100,
+                message="Starting vLLM server on http://0.0.0.0:8000")
+    for data in (b"2026-12-01T10:04:33.1Z stdout F " + rec + b"\n",
+                 b"2026-12-01T10:04:33.1Z " + rec + b"\n",
+                 docker_records(rec.decode(), 1 << 14).encode() + b"\n"):
+        pipe = LogPipeline(load_pack("vllm"))
+        pipe.feed(data, 1.0)
+        pipe.finish(1.0)
+        assert pipe.state.phase == "ready", data
+        assert "[entry.py] Starting vLLM server" in pipe.state.ready_line
+
+
+def test_a_prompt_in_a_request_log_record_is_what_a_client_sent() -> None:
+    """A client's prompt that holds a line of vLLM's own (a CUDA OOM), logged by the request
+    logger as a record: each of its lines is under the request logger's envelope, so no
+    crash (as in the text form, where vLLM repeats the envelope on each line)."""
+    prompt = ("hi\n(EngineCore pid=1) ERROR 12-01 10:00:00 [core.py:1] torch.OutOfMemoryError: "
+              "CUDA out of memory. Tried to allocate 2.00 GiB")
+    data = b"\n".join(_json(asctime="2026-12-01 10:05:00,000", levelname="INFO",
+                            name=name, processName="MainProcess", process=100, message=msg)
+                      for name, msg in (
+        ("vllm.entry", "Starting vLLM server on http://0.0.0.0:8000"),
+        ("vllm.entrypoints.serve.utils.request_logger",
+         f"Received request chatcmpl-1: prompt: {prompt}"))) + b"\n"
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(data, 1.0)
+    pipe.finish(1.0)
+    assert pipe.state.phase == "ready" and pipe.state.crash is None
+
+
+def test_a_json_log_fed_in_pieces_reads_as_replay(tmp_path: Path) -> None:
+    """Live (the daemon, watch): a crash log in JSON fed 97 bytes at a time, records cut
+    anywhere: the engine detected from the records, the same verdict as its replay."""
+    src = FIXTURES / "built" / "vllm-034-jit-crash-generic.log"
+    path = tmp_path / "vllm.log"
+    write_vllm_json(src, path)
+    data = path.read_bytes()
+    assert data.count(b'"exc_info": ') == 1
+    pack = choose_pack("auto", data[:4096])
+    assert pack.name == "vllm"
+    pipe = LogPipeline(pack)
+    for i in range(0, len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    replayed = replay_file(str(path)).state
+    text = replay_file(str(src)).state
+    assert pipe.state.phase == replayed.phase == text.phase == "crashed"
+    assert pipe.state.crash.reason == replayed.crash.reason == text.crash.reason
+    assert pipe.state.crash.line == replayed.crash.line
+    assert not pipe.state.crash.line.startswith("{")
+
+
+def test_the_converter_writes_what_vllm_s_formatter_writes() -> None:
+    """The test's own converter: a record's fields and their order as vLLM's JSON_FORMAT
+    gives them (vllm/logging_utils/formatter.py), the traceback of a logged exception in
+    `exc_info`."""
+    lines = vllm_json_lines((FIXTURES / "vllm-024.log").read_text(encoding="utf-8"))
+    rec = json.loads(next(ln for ln in lines if ln.startswith("{")))
+    assert list(rec)[:6] == ["asctime", "levelname", "name", "processName", "process", "message"]
+    assert rec["processName"] == "VllmWorker-0" and rec["exc_info"].startswith("Traceback")
