@@ -396,3 +396,24 @@ def test_a_stream_of_two_engines_processes_does_not_flip_between_them() -> None:
             b"Avg prompt throughput: 0.0 tokens/s\n")
     follower.handle(Data(vllm, size), now=41.0)
     assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 1
+
+
+@pytest.mark.parametrize("eager, key", [
+    ("{args: {disable_cuda_graph: 1}, ready: allocating}", "follower.eager.args"),
+    ("{ready: allocating}", "follower.eager.args"),
+    ("{rules: [no_such_rule], ready: allocating}", "follower.eager.rules"),
+    ("{args: {disable_cuda_graph: true}, ready: ready}", "follower.eager.ready"),
+    ("{args: {disable_cuda_graph: true}, ready: loading_shards}", "follower.eager.ready"),
+    ("{args: {disable_cuda_graph: true}}", "follower.eager"),
+    ("{args: {disable_cuda_graph: true}, ready: allocating, when: x}", "follower.eager"),
+])
+def test_a_bad_follower_eager_entry_is_one_error_naming_the_key(tmp_path: Path, eager: str,
+                                                                key: str) -> None:
+    """`follower.eager` (a follower that captures no graphs): a flag that is not `true`, a
+    rule the pack lacks, a phase no `finishes: true` rule ends (loading_shards), the ready
+    phase itself, a missing or unknown key."""
+    path = write(tmp_path, "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n"
+                           f"  ready: cuda_graph\n  eager: {eager}\n")
+    with pytest.raises(PackError) as e:
+        load_pack(path)
+    assert e.value.key == key, str(e.value)

@@ -161,6 +161,49 @@ def test_a_follower_with_a_draft_model_is_ready_after_its_draft_capture():
     assert pipe.state.ready_in() == pytest.approx(300.0)     # at the line, by its stamp
 
 
+def _without_graphs(name: str) -> list[str]:
+    """A follower log as the node writes it with graphs off: no capture."""
+    return [x for x in (BUILT / name).read_text().splitlines()
+            if not re.search(r"Captur|capturing finished", x)]
+
+
+def test_a_follower_with_graphs_off_is_ready_once_its_ranks_sized_their_kv_cache():
+    """`--disable-cuda-graph` (SGLang: its `server_args` on every node say so) and
+    `--enforce-eager` (vLLM: a headless node prints no arguments, but its config's "Cudagraph
+    is disabled under eager mode"): no capture comes, and a rank's last step is its KV cache.
+    Before: cuda_graph never began, the node stayed in allocating for good (`stalled`).
+    Ready once every rank got there and the log stayed quiet; a rank still loading holds it
+    back, and the same lines with graphs on are not ready (their capture is still to come)."""
+    from logwatch.machine.follower import FOLLOWER_QUIET
+    sg = _without_graphs("sglang-0523-follower.log")
+    sg[0] = sg[0].replace("'trust_remote_code': True}",
+                          "'trust_remote_code': True, 'disable_cuda_graph': True}")
+    st_ = feed(sg, "sglang").state
+    assert st_.follower and st_.phase == READY, st_.phase
+    assert st_.ready_in() == pytest.approx(192.0) and "Memory pool end" in st_.ready_line
+    late = [x for x in sg if not ("TP15]" in x and ("KV Cache" in x or "Memory pool" in x))]
+    assert feed(late, "sglang").state.phase != READY, "a rank still loading"
+    on = _without_graphs("sglang-0523-follower.log")
+    assert feed(on, "sglang").state.phase != READY, "graphs on: the capture is still to come"
+    vl = _without_graphs("vllm-034-headless.log")
+    vl.insert(1, "(MainProcess pid=100) INFO 12-01 10:00:01 [vllm.py:1917] Cudagraph is "
+                 "disabled under eager mode")
+    st_ = feed(vl, "vllm").state
+    assert st_.follower and st_.graphs_off and st_.phase == READY, st_.phase
+    assert "committed to the KV cache" in st_.ready_line
+    plain = [x for x in vl if "Memory after warmup" not in x]     # no extensible KV cache
+    assert "Available KV cache memory" in (feed(plain, "vllm").state.ready_line or "")
+    assert feed(vl[:1] + vl[2:], "vllm").state.phase != READY
+    # live: ready only once the log stayed quiet after the last rank's KV cache
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(x + "\n" for x in sg).encode(), 1000.0)
+    assert pipe.tick(1000.0 + FOLLOWER_QUIET - 1) == [] and pipe.state.phase == "allocating"
+    pipe.tick(1000.0 + FOLLOWER_QUIET)
+    assert pipe.state.phase == READY and pipe.state.ready_in() == pytest.approx(192.0)
+    back = state_from_json(state_to_json(feed(vl[:3], "vllm").state))   # a daemon restart
+    assert back.graphs_off
+
+
 def test_a_head_node_is_not_ready_at_its_capture_end():
     """The same lines from node 0 (`node_rank` 0) are a head node's: its ready line comes."""
     lines = (BUILT / "sglang-0523-follower.log").read_text().splitlines()

@@ -72,6 +72,7 @@ def state_from_json(d: dict[str, object]) -> State:
         follower=d.get("follower") if d.get("follower") in (True, False) else None,  # type: ignore[arg-type]
         follower_line=d.get("follower_line"),  # type: ignore[arg-type]
         follower_log_time=d.get("follower_log_time"),  # type: ignore[arg-type]
+        graphs_off=bool(d.get("graphs_off", False)),
         relaunched=bool(d.get("relaunched", False)),
     )
     return st

@@ -29,7 +29,11 @@ def note_follower(pack: RulePack, state: State, obs: Observation,
     one file (`slurm-%j.out`), and there the head's ready line will come.  A head's word is
     final for the startup (`State.follower` False); a new startup knows nothing (None)."""
     spec = pack.follower
-    if spec is None or state.follower is False:
+    if spec is None:
+        return
+    if obs.rule.id in spec.eager_rules:
+        state.graphs_off = True
+    if state.follower is False:
         return
     said = spec.says(obs.rule.id, line_args)
     if said is not None:
@@ -45,10 +49,11 @@ def note_follower_done(pack: RulePack, state: State, obs: Observation) -> None:
     spec = pack.follower
     if spec is None or state.follower is not True or state.phase in (WAITING, READY, *TERMINAL):
         return
-    want = (pack.phase_index(spec.ready), True)
+    phase = spec.ready_for(state.args, state.graphs_off)
+    want = (pack.phase_index(phase), True)
     rule = obs.rule
     done = all(_ended(rp, want, pack) for rp in state.ranks.values()) \
-        if state.ranks else rule.finishes and rule.phase == spec.ready
+        if state.ranks else rule.finishes and rule.phase == phase
     if done and rule.phase is not None:
         state.follower_line, state.follower_log_time = obs.text, obs.log_time
     elif rule.phase is not None:

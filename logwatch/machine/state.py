@@ -161,6 +161,8 @@ class State:
                                           # not said (None): machine/follower.py
     follower_line: str | None = None      # the line every rank of a follower had ended at
     follower_log_time: float | None = None  # (its ready once the log stays quiet)
+    graphs_off: bool = False              # a line said this launch captures no graphs (the
+                                          # pack's `follower.eager.rules`)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup

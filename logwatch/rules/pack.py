@@ -197,6 +197,20 @@ class FollowerSpec:
     rules: frozenset[str] = frozenset()   # a line of one of these rules says so
     args: tuple[tuple[str, Any], ...] = ()  # or an argument: a number at least this, or true
     ready: str = ""                       # the phase whose finish, by every rank, is ready
+    # graphs off (`eager: {rules: [ID], args: {FLAG: true}, ready: PHASE}`): no capture
+    # comes, and the end of this phase is a rank's last step
+    eager_rules: frozenset[str] = frozenset()
+    eager_args: tuple[str, ...] = ()
+    eager_ready: str = ""
+
+    def ready_for(self, launch_args: dict[str, Any], graphs_off: bool) -> str:
+        """The phase whose end, by every rank, is the follower's ready: `eager.ready` where
+        the launch captures no graphs (`graphs_off`: one of the eager rules fired; or its
+        arguments say so), else `ready`."""
+        if self.eager_ready and (graphs_off or any(
+                launch_args.get(key) is True for key in self.eager_args)):
+            return self.eager_ready
+        return self.ready
 
     def says(self, rule_id: str, line_args: dict[str, Any]) -> bool | None:
         """What this line says of its node: True a follower's (one of the rules, or its
@@ -656,10 +670,11 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
 
 def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
               ) -> FollowerSpec:
-    """`follower: {rules: [ID, ...], args: {FLAG: N | true}, ready: PHASE}` (FollowerSpec)."""
-    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready"}:
-        raise PackError(src, "must be a mapping {rules: [...], args: {...}, ready: PHASE}",
-                        key="follower")
+    """`follower: {rules: [ID, ...], args: {FLAG: N | true}, ready: PHASE, eager: {args:
+    {FLAG: true}, ready: PHASE}}` (FollowerSpec)."""
+    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready", "eager"}:
+        raise PackError(src, "must be a mapping {rules: [...], args: {...}, ready: PHASE, "
+                        "eager: {...}}", key="follower")
     ids = {r.id for r in rules}
     named = value.get("rules") or []
     if not isinstance(named, list) or any(x not in ids for x in named):
@@ -672,13 +687,42 @@ def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
         raise PackError(src, "must map argument names to a number (the least that says "
                         "so) or true", key="follower.args")
     ready = value.get("ready")
+    _follower_ready(src, ready, rules, phases, "follower.ready")
+    return FollowerSpec(frozenset(named), tuple(args.items()), ready,
+                        *_follower_eager(src, value.get("eager"), rules, phases))
+
+
+def _follower_eager(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
+                    ) -> tuple[frozenset[str], tuple[str, ...], str]:
+    """`follower.eager: {rules: [ID], args: {FLAG: true}, ready: PHASE}`: the lines and
+    flags that say graphs are off, and the phase a rank has done its last step in then."""
+    if value is None:
+        return frozenset(), (), ""
+    if not isinstance(value, dict) or "ready" not in value or \
+            set(value) - {"rules", "args", "ready"}:
+        raise PackError(src, "must be a mapping {rules: [...], args: {FLAG: true}, ready: PHASE}",
+                        key="follower.eager")
+    named = value.get("rules") or []
+    if not isinstance(named, list) or any(x not in {r.id for r in rules} for x in named):
+        raise PackError(src, "must be a list of this pack's rule ids",
+                        key="follower.eager.rules")
+    args = value.get("args") or {}
+    if not isinstance(args, dict) or not all(
+            isinstance(k, str) and v is True for k, v in args.items()) or not (args or named):
+        raise PackError(src, "must map argument names to true (or give rules)",
+                        key="follower.eager.args")
+    _follower_ready(src, value["ready"], rules, phases, "follower.eager.ready")
+    return frozenset(named), tuple(args), value["ready"]
+
+
+def _follower_ready(src: str, ready: Any, rules: list[Rule], phases: tuple[str, ...],
+                    key: str) -> None:
+    """A follower's ready phase: a startup phase that a `finishes: true` rule ends."""
     if ready not in phases or ready == READY:
         before = ", ".join(p for p in phases if p != READY)
-        raise PackError(src, f"must be a startup phase ({before})", key="follower.ready")
+        raise PackError(src, f"must be a startup phase ({before})", key=key)
     if not any(r.finishes and r.phase == ready for r in rules):
-        raise PackError(src, f"no rule of phase {ready} has `finishes: true`",
-                        key="follower.ready")
-    return FollowerSpec(frozenset(named), tuple(args.items()), ready)
+        raise PackError(src, f"no rule of phase {ready} has `finishes: true`", key=key)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:
