@@ -1015,7 +1015,8 @@ def json_records_to_text(data: bytes) -> bytes:
 def record_text(raw: bytes) -> str | None:
     """One JSON logging record as vLLM's formatter writes it; None when `raw` is not one (a
     JSON object with a string `message` and `levelname`).  uvicorn's records as uvicorn
-    writes them (`INFO:     message`)."""
+    writes them (`INFO:     message`), SGLang's (`SGLANG_LOGGING_CONFIG_PATH` naming a JSON
+    formatter) as SGLang's own format does (`[2026-12-01 10:00:04] message`)."""
     d = json_object(raw)
     if d is None:
         return None
@@ -1026,15 +1027,17 @@ def record_text(raw: bytes) -> str | None:
     exc = d.get("exc_info")
     if isinstance(exc, str) and exc:
         message = f"{message}\n{exc}" if message else exc
+    t = d.get("asctime")
+    stamp = _ASCTIME.match(t) if isinstance(t, str) else None
     if name == "uvicorn" or name.startswith("uvicorn."):
         head = f"{level}:".ljust(9) + " "
+    elif (name == "sglang" or name.startswith("sglang.")) and stamp is not None:
+        head = f"[{t[:4]}-{stamp.group(1)} {stamp.group(2)}] "
     else:
         head = f"{level}: "
-        t = d.get("asctime")
-        m = _ASCTIME.match(t) if isinstance(t, str) else None
-        if m is not None:
+        if stamp is not None:
             module = name.rsplit(".", 1)[-1] or "root"
-            head = f"{level} {m.group(1)} {m.group(2)} [{module}.py] "
+            head = f"{level} {stamp.group(1)} {stamp.group(2)} [{module}.py] "
         proc, pid = d.get("processName"), d.get("process")
         if isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int):
             head = f"({proc} pid={pid}) {head}"

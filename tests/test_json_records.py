@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from support.vllm_json import vllm_json_lines, write_vllm_json
+from support.json_logging import sglang_json_lines, vllm_json_lines, write_vllm_json
 from test_wrappers import docker_records, verdict
 from logwatch.app.replay import replay_file
 from logwatch.lines import json_records_to_text, record_text
@@ -32,6 +32,19 @@ VLLM_LOGS = [p for p in sorted([*FIXTURES.glob("vllm-*.log"),
                  p.read_text(encoding="utf-8", errors="surrogateescape")))]
 
 
+def same_reading(src: Path, dst: Path) -> bool:
+    """The text log and its JSON form read alike: engine, phases, durations, startups,
+    shards, the crash's reason and phase.  (The lines as shown differ: vLLM's process is
+    named as multiprocessing named it, the source line is not in a record.)"""
+    want, got = verdict(src, True), verdict(dst, True)
+    for doc in (want, got):
+        doc.pop("ready_line")
+        if doc["crash"] is not None:
+            doc["crash"] = doc["crash"][:2]
+    assert got == want
+    return True
+
+
 def _json(**fields: object) -> bytes:
     return json.dumps(fields).encode()
 
@@ -39,18 +52,11 @@ def _json(**fields: object) -> bytes:
 @pytest.mark.parametrize("src", VLLM_LOGS, ids=lambda p: p.name)
 def test_a_vllm_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> None:
     """Each vLLM log rewritten as the JSON formatter writes it (the formatter itself,
-    tests/support/vllm_json.py): the same engine, phases, durations, startups, shards,
+    tests/support/json_logging.py): the same engine, phases, durations, startups, shards,
     crash (its reason, phase and rank)."""
     dst = tmp_path / src.name
     write_vllm_json(src, dst)
-    want, got = verdict(src, True), verdict(dst, True)
-    # the lines as shown differ: the process is named as multiprocessing named it, and the
-    # source line is not in a record
-    for doc in (want, got):
-        doc.pop("ready_line")
-        if doc["crash"] is not None:
-            doc["crash"] = doc["crash"][:2]
-    assert got == want
+    assert same_reading(src, dst)
     a, b = replay_file(str(src)).state, replay_file(str(dst)).state
     assert (a.crash is None) == (b.crash is None)
     if a.crash is not None:
@@ -58,8 +64,28 @@ def test_a_vllm_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> 
     assert (a.ready_line is None) == (b.ready_line is None)
 
 
-def test_most_vllm_logs_are_rewritten() -> None:
-    assert len(VLLM_LOGS) >= 20
+SGLANG_LOGS = [p for p in sorted([*FIXTURES.glob("sglang-*.log"),
+                                  *(FIXTURES / "built").glob("sglang-*.log")])
+               if any(ln.startswith("{") for ln in sglang_json_lines(
+                   p.read_text(encoding="utf-8", errors="surrogateescape")))]
+
+
+def test_most_logs_are_rewritten() -> None:
+    assert len(VLLM_LOGS) >= 20 and len(SGLANG_LOGS) >= 20
+
+
+@pytest.mark.parametrize("src", SGLANG_LOGS, ids=lambda p: p.name)
+def test_an_sglang_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> None:
+    """SGLang leaves the format to a `SGLANG_LOGGING_CONFIG_PATH` dictConfig where one is
+    given (0.5.23 `configure_logger`): with python-json-logger's formatter, each record a
+    JSON object, no rank tag.  Read as SGLang's own format: the same engine, phases,
+    durations, startups, shards and crash (before: 12 of 24 ended otherwise; read in
+    vLLM's form, 4)."""
+    dst = tmp_path / src.name
+    dst.write_text("\n".join(sglang_json_lines(
+        src.read_text(encoding="utf-8", errors="surrogateescape"))),
+        encoding="utf-8", errors="surrogateescape")
+    assert same_reading(src, dst)
 
 
 def test_a_record_reads_as_vllm_s_text_form() -> None:
@@ -79,6 +105,11 @@ def test_a_record_reads_as_vllm_s_text_form() -> None:
                              name="uvicorn.error", processName="MainProcess", process=1,
                              message="Application startup complete.")) == \
         "INFO:     Application startup complete."
+    # SGLang's (a SGLANG_LOGGING_CONFIG_PATH config) as SGLang's own format writes it
+    assert record_text(_json(asctime="2026-12-01 10:00:04,123", levelname="INFO",
+                             name="sglang.srt.model_executor.model_runner",
+                             message="Load weight begin. avail mem=78.92 GB")) == \
+        "[2026-12-01 10:00:04] Load weight begin. avail mem=78.92 GB"
     # fields missing: what there is
     assert record_text(_json(levelname="WARNING", message="x")) == "WARNING: x"
 

@@ -1,4 +1,6 @@
-"""A vLLM log as `vllm serve --logging-config.formatter json` writes it (vLLM 0.34).
+"""Logs as the engines write them with JSON logging.
+
+A vLLM log as `vllm serve --logging-config.formatter json` writes it (vLLM 0.34).
 
 vllm/logger.py then formats every record of the `vllm` loggers with python-json-logger's
 `JsonFormatter` and `JSON_FORMAT` below, and uvicorn's records too
@@ -116,3 +118,26 @@ def write_vllm_json(src: Path, dst: Path) -> None:
     """`src` (a vLLM text log) as the JSON formatter writes it, at `dst`."""
     text = src.read_text(encoding="utf-8", errors="surrogateescape")
     dst.write_text("\n".join(vllm_json_lines(text)), encoding="utf-8", errors="surrogateescape")
+
+
+_SGLANG = re.compile(r"^\[(?P<date>\d{4}-\d\d-\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.\d+)?"
+                     r"(?: [A-Za-z_]+\d+)*\] (?P<msg>.*)$")
+SGLANG_JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def sglang_json_lines(text: str) -> list[str]:
+    """The lines of an SGLang text log as a `SGLANG_LOGGING_CONFIG_PATH` config with
+    python-json-logger's formatter writes them (SGLang 0.5.23 `configure_logger` then leaves
+    the format to that config: no rank tag, the fields the config names).  Every record is
+    `sglang.srt` at INFO here (a text line says neither its logger nor its level)."""
+    fmt = JsonFormatter(SGLANG_JSON_FORMAT)
+    fmt.converter = time.localtime
+    out = []
+    for line in text.split("\n"):
+        m = _SGLANG.match(line)
+        if m is None:
+            out.append(line)
+            continue
+        when = time.mktime(time.strptime(f"{m['date']} {m['hms']}", "%Y-%m-%d %H:%M:%S"))
+        out.append(_record(fmt, "sglang.srt", "INFO", when, "MainProcess", 1, m["msg"]))
+    return out
