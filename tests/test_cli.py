@@ -292,7 +292,7 @@ def test_rules_test_shows_rule_per_line() -> None:
     assert by_line[1] == "load_weight_begin"
     assert by_line[2] == by_line[3] == "shard_bar"
     assert by_line[6] == "load_weight_end"
-    assert by_line[7] == by_line[8] == "kv_cache"
+    assert by_line[7] == "kv_cache" and by_line[8] == "kv_pool_end"
     assert by_line[9] == "-"
     assert "matched" in res.stderr and "unmatched" in res.stderr
 
