@@ -331,9 +331,8 @@ class Framer:
         joins: tuple[int, ...] = ()
         if self._docker is None and clean:
             self._docker = is_docker_record(clean)
-        decoded = decode_records(clean, self._docker)
-        if decoded is not clean:         # (inner offsets approximate)
-            clean, cleaned = decoded, True
+        if self._docker:                 # (inner offsets approximate)
+            clean, cleaned = docker_to_cri(clean), True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
             self._cri = CRI_RECORD.match(clean) is not None
@@ -370,6 +369,9 @@ class Framer:
             clean = unfolded
             if keep == 0 and raw_len == 0:  # all of it waits for the next line
                 return None
+        if JSON_RECORD_MARK in clean:    # logging records as JSON, once their parts are joined
+            decoded, joins = json_records_to_text(clean, joins)
+            clean, cleaned = decoded, cleaned or decoded is not clean
         block = Block(clean, self._tail_offset, self.line_number, received_at,
                       cut_bytes=raw_len - len(clean), cuts=cuts, cleaned=cleaned, joins=joins)
         self._prev = block
@@ -964,82 +966,148 @@ def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
 # processName, process, message; `exc_info` after a logged exception; uvicorn's lines through
 # the same formatter: vllm/logging_utils/uvicorn_logging.py).  json.dumps writes `": "`.
 JSON_RECORD_MARK = b'"levelname":'
-# what may stand before a record on its line: a container runtime's stamp (kubectl
-# --timestamps, the kubelet's record), a compose service's column
-_JSON_RECORD_AT = re.compile(
-    rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) "
-    rb"(?:(?:stdout|stderr) [FP] )?|\[?[A-Za-z0-9][\w.-]{0,62}\]?[ \t]+\| ?)?\{")
-_ASCTIME = re.compile(r"\d{4}-(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+_RECORD_PREFIX_MAX = 512     # bytes a wrapper may put before a record (journald, kubectl ...)
+# the record's time: `asctime` (Python's `%Y-%m-%d %H:%M:%S,f`, or a config's datefmt such as
+# vLLM's `%m-%d %H:%M:%S`), python-json-logger's `timestamp` (ISO)
+_RECORD_TIME = re.compile(r"(?:(\d{4})-)?(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
 _PROCESS_NAME = re.compile(r"[\w.-]{1,64}")
+_CUT_ESCAPE = re.compile(rb"(?:\\u[0-9A-Fa-f]{0,3}|\\)$")
 
 
-def decode_records(data: bytes, docker: bool | None) -> bytes:
-    """The lines other programs wrote as records, as the lines they hold: a container's log
-    file as Docker's json-file driver writes it (`docker`: one JSON record a line, read as
-    the kubelet's records are); Python logging records as JSON (vLLM's json format).
-    `data` itself when there were none."""
-    if docker:
-        data = docker_to_cri(data)
-    if JSON_RECORD_MARK in data:
-        data = json_records_to_text(data)
-    return data
+def json_records_to_text(data: bytes, joins: tuple[int, ...] = ()
+                         ) -> tuple[bytes, tuple[int, ...]]:
+    """Each line of `data` that is a Python logging record written as JSON, as the text its
+    engine's own formatter writes for it (`record_text`); every other line as it is.  With
+    `joins` (positions in `data` where the framer removed a newline), those positions in
+    the result.  Returns `data` itself when it holds no record.
 
-
-def json_records_to_text(data: bytes) -> bytes:
-    """Each line of `data` that is a Python logging record written as JSON, as the text the
-    engine's own formatter writes for it (`record_text`); every other line as it is.
-
-    vLLM's text format is the one the packs read (`(EngineCore pid=150) INFO 12-01 10:00:04
-    [core.py] message`), and the records carry what it holds but the source line.  A message
-    or traceback of several lines becomes one segment a line, each under the record's envelope
-    (as vLLM's `NewLineFormatter` writes them), separated by `\\r`: the record stays one
-    physical line, and a traceback's source lines are each a line the `ignore` patterns see.
-    Returns `data` itself when it holds no record."""
+    The record may stand behind a wrapper's prefix (a container runtime's stamp, journald,
+    compose, `kubectl logs --prefix`, a tqdm frame it was glued to), which each of its
+    segments keeps (a bar's frame only the first); it may be cut (the framer caps a line;
+    a half-written last line): the fields it holds are read.  A message or traceback of
+    several lines becomes one segment a line, each under the record's envelope (as vLLM's
+    `NewLineFormatter` writes them), separated by `\\r`: the record stays one physical line,
+    a traceback's source lines are each a line the `ignore` patterns see, and a request
+    log's prompt stays under the request logger's name, line by line."""
     if JSON_RECORD_MARK not in data:
-        return data
+        return data, joins
     lines = data.split(b"\n")
-    changed = False
+    spans: list[tuple[int, int, int, int]] = []   # per changed line: old start, new start,
+    #                                                new length, old length
+    old = new = 0
     for i, line in enumerate(lines):
-        if JSON_RECORD_MARK not in line or not line.rstrip().endswith(b"}"):
-            continue
-        m = _JSON_RECORD_AT.match(line)
-        if m is None:
-            continue
-        text = record_text(line[m.end() - 1:])
+        text = _line_record(line) if JSON_RECORD_MARK in line else None
         if text is not None:
-            lines[i] = line[:m.end() - 1] + text.encode("utf-8", "replace")
-            changed = True
-    return b"\n".join(lines) if changed else data
+            lines[i] = text
+            spans.append((old, new, len(text), len(line)))
+        old += len(line) + 1
+        new += len(lines[i]) + 1
+    if not spans:
+        return data, joins
+    return b"\n".join(lines), tuple(_moved(j, spans) for j in joins)
+
+
+def _moved(pos: int, spans: list[tuple[int, int, int, int]]) -> int:
+    """Where a position of the old data is in the new (`spans`: old start, new start, new
+    length, old length of each changed line, in order); within a changed line, at most its
+    new end (the physical line it is on is what counts)."""
+    k = bisect.bisect_right(spans, (pos, 1 << 62)) - 1
+    if k < 0:
+        return pos
+    o, n, new_len, old_len = spans[k]
+    if pos - o <= old_len:
+        return n + min(pos - o, new_len)
+    return pos + (n + new_len) - (o + old_len)
+
+
+def _line_record(line: bytes) -> bytes | None:
+    """The line, its record read as text (`record_text`); None when it holds none."""
+    at = line.find(b'{"', 0, _RECORD_PREFIX_MAX)
+    if at < 0:
+        return None
+    raw = line[at:].rstrip()
+    d = json_object(raw)
+    if d is None and not raw.endswith(b"}"):      # cut: close its last string
+        d = json_object(_CUT_ESCAPE.sub(b"", raw) + b'"}')
+    segments = None if d is None else record_segments(d, max(2 * len(raw), 4096))
+    if segments is None:
+        return None
+    prefix = line[:at].decode("utf-8", "replace")
+    if not prefix:
+        return "\r".join(segments).encode("utf-8", "replace")
+    if progress_frame(prefix) is not None:      # a bar's frame the record was glued to
+        return (prefix + "\r".join(segments)).encode("utf-8", "replace")
+    return "\r".join(prefix + seg for seg in segments).encode("utf-8", "replace")
 
 
 def record_text(raw: bytes) -> str | None:
-    """One JSON logging record as vLLM's formatter writes it; None when `raw` is not one (a
-    JSON object with a string `message` and `levelname`).  uvicorn's records as uvicorn
-    writes them (`INFO:     message`), SGLang's (`SGLANG_LOGGING_CONFIG_PATH` naming a JSON
-    formatter) as SGLang's own format does (`[2026-12-01 10:00:04] message`)."""
+    """One JSON logging record as its engine's formatter writes it, its lines `\\r`-separated;
+    None when `raw` is not one (`record_segments`)."""
     d = json_object(raw)
-    if d is None:
-        return None
+    segments = None if d is None else record_segments(d, max(2 * len(raw), 4096))
+    return None if segments is None else "\r".join(segments)
+
+
+def record_segments(d: dict, limit: int) -> list[str] | None:
+    """A logging record's lines as its engine's formatter writes them, each under the
+    record's envelope, `limit` characters in all at most (a message of many short lines, a
+    client's prompt, is not multiplied by its envelope without bound); None when `d` is not
+    a record (a string `message` and `levelname`).  The envelope by the logger's name:
+    SGLang's `[2026-12-01 10:00:04] ` (a `SGLANG_LOGGING_CONFIG_PATH` config), uvicorn's
+    `INFO:     `, else vLLM's `(EngineCore pid=150) INFO 12-01 10:00:04 [core.py] `."""
     message, level, name = d.get("message"), d.get("levelname"), d.get("name")
     if not isinstance(message, str) or not isinstance(level, str) or len(level) > 16:
         return None
     name = name if isinstance(name, str) else ""
     exc = d.get("exc_info")
+    if isinstance(exc, list):                   # `exc_info_as_array`
+        exc = "\n".join(x for x in exc if isinstance(x, str))
     if isinstance(exc, str) and exc:
         message = f"{message}\n{exc}" if message else exc
-    t = d.get("asctime")
-    stamp = _ASCTIME.match(t) if isinstance(t, str) else None
+    head = _envelope(d, level, name)
+    parts = message.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if sum(map(len, parts)) + len(parts) * (len(head) + 1) > limit:
+        parts = _ends(parts, limit // 2 // (len(head) + 1) or 1, limit // 2)
+    return [head + part for part in parts]
+
+
+def _ends(parts: list[str], most: int, room: int) -> list[str]:
+    """The first and the last of `parts` (a traceback's cause is its last line), up to
+    `most` of them and `room` characters at each end."""
+    keep: list[list[str]] = []
+    for seq in (parts, parts[::-1]):
+        got: list[str] = []
+        used = 0
+        for part in seq[:most]:
+            used += len(part)
+            if used > room and got:
+                break
+            got.append(part)
+        keep.append(got)
+    head, tail = keep
+    if len(head) + len(tail) >= len(parts):
+        return parts
+    return head + tail[::-1]
+
+
+def _envelope(d: dict, level: str, name: str) -> str:
+    """What the engine's formatter writes before a record's message (`record_segments`)."""
+    t = d.get("asctime", d.get("timestamp"))
+    stamp = _RECORD_TIME.match(t) if isinstance(t, str) else None
     if name == "uvicorn" or name.startswith("uvicorn."):
-        head = f"{level}:".ljust(9) + " "
-    elif (name == "sglang" or name.startswith("sglang.")) and stamp is not None:
-        head = f"[{t[:4]}-{stamp.group(1)} {stamp.group(2)}] "
-    else:
-        head = f"{level}: "
-        if stamp is not None:
-            module = name.rsplit(".", 1)[-1] or "root"
-            head = f"{level} {stamp.group(1)} {stamp.group(2)} [{module}.py] "
-        proc, pid = d.get("processName"), d.get("process")
-        if isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int):
-            head = f"({proc} pid={pid}) {head}"
-    return "\r".join(head + part for part in
-                     message.replace("\r\n", "\n").replace("\r", "\n").split("\n"))
+        return f"{level}:".ljust(9) + " "
+    if name == "sglang" or name.startswith("sglang."):
+        if stamp is None:
+            return ""
+        year = f"{stamp.group(1)}-{stamp.group(2)} " if stamp.group(1) else ""
+        return f"[{year}{stamp.group(3)}] "
+    module = name.rsplit(".", 1)[-1] or "root"
+    head = f"{level} {stamp.group(2)} {stamp.group(3)} [{module}.py] " if stamp is not None \
+        else f"{level} [{module}.py] "
+    proc, pid = d.get("processName"), d.get("process")
+    if isinstance(pid, str) and pid.isdigit():
+        pid = int(pid)
+    if isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int) \
+            and not isinstance(pid, bool):
+        head = f"({proc} pid={pid}) {head}"
+    return head

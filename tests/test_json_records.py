@@ -110,8 +110,11 @@ def test_a_record_reads_as_vllm_s_text_form() -> None:
                              name="sglang.srt.model_executor.model_runner",
                              message="Load weight begin. avail mem=78.92 GB")) == \
         "[2026-12-01 10:00:04] Load weight begin. avail mem=78.92 GB"
-    # fields missing: what there is
-    assert record_text(_json(levelname="WARNING", message="x")) == "WARNING: x"
+    # fields missing: what there is (no time: a config without `%(asctime)s`)
+    assert record_text(_json(levelname="WARNING", message="x")) == "WARNING [root.py] x"
+    assert record_text(_json(levelname="INFO", name="vllm.entrypoints.logger", message="a\nb",
+                             processName="MainProcess", process="7")) == \
+        "(MainProcess pid=7) INFO [logger.py] a\r(MainProcess pid=7) INFO [logger.py] b"
 
 
 @pytest.mark.parametrize("line", [
@@ -121,15 +124,14 @@ def test_a_record_reads_as_vllm_s_text_form() -> None:
     b'{"levelname": "' + b"E" * 40 + b'", "message": "x"}',
     b'[{"levelname": "ERROR", "message": "x"}]',
     b'{"levelname": "ERROR", "message": "CUDA out of memory", "x": ' + b"[" * 60000 + b"}",
-    b'{"levelname": "ERROR", "message": "CUDA out of mem',        # half-written
     b"(APIServer pid=1) INFO 12-01 10:00:00 [logger.py:1] prompt: '{\"levelname\": \"ERROR\"}'",
 ])
 def test_what_is_not_a_record_is_left_as_it_is(line: bytes) -> None:
     """Untrusted input: JSON of another shape (SGLang's request log, Docker's record), a
-    record whose fields are not strings, nesting past the parser's depth, a half-written
-    record, a record quoted inside another line: each is the line it was."""
+    record whose fields are not strings, nesting past the parser's depth, a record quoted
+    inside another line: each is the line it was."""
     data = b"a\n" + line + b"\nb\n"
-    assert json_records_to_text(data) is data
+    assert json_records_to_text(data)[0] is data
 
 
 def test_records_behind_a_container_runtime_and_inside_docker_s_records_read() -> None:
@@ -196,3 +198,82 @@ def test_the_converter_writes_what_vllm_s_formatter_writes() -> None:
     rec = json.loads(next(ln for ln in lines if ln.startswith("{")))
     assert list(rec)[:6] == ["asctime", "levelname", "name", "processName", "process", "message"]
     assert rec["processName"] == "VllmWorker-0" and rec["exc_info"].startswith("Traceback")
+
+
+def _vllm_records(*extra: bytes, wrap=lambda rec: rec) -> LogPipeline:
+    """vLLM's ready, then `extra`, through a pipeline (a replay's reading)."""
+    ready = wrap(_json(asctime="2026-12-01 10:04:33,000", levelname="INFO", name="vllm.entry",
+                       processName="MainProcess", process=100,
+                       message="Starting vLLM server on http://0.0.0.0:8000"))
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(b"\n".join((ready, *extra)) + b"\n", 1.0)
+    pipe.finish(1.0)
+    return pipe
+
+
+def _prompt_record(prompt: str, **fields: object) -> bytes:
+    rec = dict(asctime="2026-12-01 10:05:00,000", levelname="INFO", processName="MainProcess",
+               process=100, name="vllm.entrypoints.serve.utils.request_logger",
+               message=f"Received request chatcmpl-1: prompt: {prompt}")
+    rec.update(fields)
+    return json.dumps({k: v for k, v in rec.items() if v is not None}).encode()
+
+
+OOM_LINE = ("(EngineCore pid=1) ERROR 12-01 10:00:00 [core.py:1] torch.OutOfMemoryError: CUDA "
+            "out of memory. Tried to allocate 2.00 GiB")
+
+
+@pytest.mark.parametrize("how", ["kubelet split at 16 KiB", "cut at 64 KiB", "no time"])
+def test_a_long_or_timeless_request_record_is_still_what_a_client_sent(how: str) -> None:
+    """A prompt over 16 KiB is written by the kubelet as records P then F (read once
+    joined); over 64 KiB it is cut by the line cap (its fields read from what is left); a
+    config without `%(asctime)s` writes no time (the logger's name still written).  Before:
+    each stayed raw JSON or lost its logger, and the OOM line in the prompt was a crash."""
+    from test_wrappers import cri_records
+    pad = "x" * (20_000 if how != "cut at 64 KiB" else 70_000)
+    rec = _prompt_record(f"{pad}\n{OOM_LINE}\n{pad}",
+                         asctime=None if how == "no time" else "2026-12-01 10:05:00,000")
+    kubelet = how.startswith("kubelet")
+    wrap = (lambda r: cri_records(r.decode(), 16384).encode()) if kubelet else (lambda r: r)
+    pipe = _vllm_records(wrap(rec), wrap=wrap)
+    assert pipe.state.phase == "ready" and pipe.state.crash is None
+
+
+def test_a_crash_record_with_a_long_traceback_keeps_its_cause() -> None:
+    """A traceback of 600 lines (over 16 KiB, so split by the kubelet): its last line, the
+    cause, is read (a record's lines are kept at both ends)."""
+    from test_wrappers import cri_records
+    tb = "Traceback (most recent call last):\n" + "".join(
+        f'  File "/x/m{i}.py", line {i}, in f{i}\n    return g{i}(x)\n' for i in range(300)) + \
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    rec = _json(asctime="2026-12-01 10:00:40,000", levelname="ERROR", name="vllm.v1.engine.core",
+                processName="EngineCore", process=150, message="EngineCore failed to start.",
+                exc_info=tb)
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(cri_records(rec.decode(), 16384).encode() + b"\n", 1.0)
+    pipe.finish(1.0)
+    assert pipe.state.crash is not None and pipe.state.crash.reason == "cuda_oom"
+
+
+@pytest.mark.parametrize("prefix", [
+    "Dec 01 10:04:33 gpu-node-1 vllm[4242]: ", "[pod/vllm-0/vllm] ", "vllm-0 vllm ",
+    "vllm-1  | 2026-12-01T10:04:33.000000000Z "])
+def test_records_behind_other_wrappers_read(prefix: str) -> None:
+    """journald, `kubectl logs --prefix`, stern, `compose logs --timestamps`: each segment
+    of the record keeps the wrapper, which the pack removes."""
+    rec = _json(asctime="2026-12-01 10:04:33,000", levelname="INFO", name="vllm.entry",
+                processName="MainProcess", process=100,
+                message="Starting vLLM server on http://0.0.0.0:8000")
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(prefix.encode() + rec + b"\n", 1.0)
+    pipe.finish(1.0)
+    assert pipe.state.phase == "ready", prefix
+
+
+def test_a_prompt_of_many_newlines_is_read_within_twice_its_size() -> None:
+    """30,000 newlines in a prompt: rendered with an envelope each they would be ~2 MB; a
+    record's lines are kept within twice its bytes (plus 4 KiB), its first and last."""
+    rec = _prompt_record("\n" * 30_000 + "end")
+    out, _ = json_records_to_text(rec + b"\n")
+    assert len(out) <= 2 * len(rec) + 4096 + 1
+    assert out.split(b"\r")[-1].endswith(b"end\n")

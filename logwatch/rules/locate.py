@@ -76,12 +76,22 @@ class StartupFinder:
 
     def _scan(self, data: bytes) -> None:
         assert self.matcher is not None
-        block = Block(data, self.offset, self.line_number, 0.0)
+        read = json_records_to_text(data)[0]   # logging records as JSON, as the framer reads them
+        block = Block(read, self.offset, self.line_number, 0.0)
         for hit in self.matcher.scan(block):
-            line_start = data.rfind(b"\n", 0, hit.block_pos) + 1
+            line_start = _line_start(data, hit.line_number - self.line_number) \
+                if read is not data else data.rfind(b"\n", 0, hit.block_pos) + 1
             self.best = (self.offset + line_start, hit.line_number)
         self.line_number += block.newlines()
         self.offset += len(data)
+
+
+def _line_start(data: bytes, index: int) -> int:
+    """Where the `index`-th line (from 0) of `data` starts."""
+    pos = 0
+    for _ in range(index):
+        pos = data.index(b"\n", pos) + 1
+    return pos
 
 
 def latest_startup(pack: RulePack, chunks: Iterable[bytes]) -> tuple[int, int]:
@@ -97,6 +107,9 @@ def is_restart_line(pack: RulePack, text: str) -> bool:
     matcher = restart_matcher(pack)
     if matcher is None:
         return False
+    if '"levelname":' in text:     # a logging record as JSON, as the framer reads it
+        text = json_records_to_text(text.encode("utf-8", "surrogateescape"))[0].decode(
+            "utf-8", "replace")
     for seg in text.replace("\r", "\n").split("\n"):
         for part in split_glued(seg):
             if matcher.match_line(part) is not None:
@@ -155,9 +168,9 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
     if is_docker_record(head):     # Docker's json-file records, as the framer reads them
         head = docker_to_cri(head)
-    head = json_records_to_text(head)   # logging records as JSON, as the framer reads them
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
+    head = json_records_to_text(head)[0]   # logging records as JSON, as the framer reads them
     lines = line_texts(head)
     raw = "\n".join(lines)
     present = _literals_in(raw, tuple(sorted(
