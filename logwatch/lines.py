@@ -15,6 +15,8 @@ demand, into `Line`s.  Two consumers exist:
 from __future__ import annotations
 
 import bisect
+import datetime
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -227,8 +229,10 @@ class Framer:
     """
 
     def __init__(self, offset: int = 0, line_number: int = 1,
-                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, unfold: bool = True) -> None:
+                 max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, unfold: bool = True,
+                 records: tuple[RecordForm, ...] = ()) -> None:
         self.max_line_bytes = max_line_bytes
+        self.records = records    # how JSON logging records read (`json_records_to_text`)
         self._tail = b""
         self._tail_raw = 0        # raw log bytes the tail stands for (cleaning shrinks it)
         self._tail_offset = offset
@@ -370,7 +374,7 @@ class Framer:
             if keep == 0 and raw_len == 0:  # all of it waits for the next line
                 return None
         if JSON_RECORD_MARK in clean:    # logging records as JSON, once their parts are joined
-            decoded, joins = json_records_to_text(clean, joins)
+            decoded, joins = json_records_to_text(clean, self.records, joins)
             clean, cleaned = decoded, cleaned or decoded is not clean
         block = Block(clean, self._tail_offset, self.line_number, received_at,
                       cut_bytes=raw_len - len(clean), cuts=cuts, cleaned=cleaned, joins=joins)
@@ -969,17 +973,45 @@ JSON_RECORD_MARK = b'"levelname":'
 _RECORD_PREFIX_MAX = 512     # bytes a wrapper may put before a record (journald, kubectl ...)
 # the record's time: `asctime` (Python's `%Y-%m-%d %H:%M:%S,f`, or a config's datefmt such as
 # vLLM's `%m-%d %H:%M:%S`), python-json-logger's `timestamp` (ISO)
-_RECORD_TIME = re.compile(r"(?:(\d{4})-)?(\d\d-\d\d)[ T](\d\d:\d\d:\d\d)")
+_RECORD_TIME = re.compile(r"(?:(\d{4})-)?(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
 _PROCESS_NAME = re.compile(r"[\w.-]{1,64}")
 _CUT_ESCAPE = re.compile(rb"(?:\\u[0-9A-Fa-f]{0,3}|\\)$")
+# the fields a form's envelope may name (`RecordForm`)
+RECORD_FIELDS = ("asctime", "levelname", "levelprefix", "name", "module", "process",
+                 "processName")
 
 
-def json_records_to_text(data: bytes, joins: tuple[int, ...] = ()
-                         ) -> tuple[bytes, tuple[int, ...]]:
+@dataclass(frozen=True, slots=True)
+class RecordForm:
+    """How an engine's text formatter writes a logging record: a pack's `records:` entry, the
+    engine's own `logging` format as data.  For the loggers `loggers` names (each with its
+    children; none: any logger), the `envelope` pieces go before each line of the message,
+    `%`-style with the record's fields (`RECORD_FIELDS`; `asctime` formatted by `datefmt`,
+    `module` the logger name's last part, `levelprefix` uvicorn's padded `INFO:`); a piece
+    naming a field the record lacks is left out."""
+
+    loggers: tuple[str, ...]
+    envelope: tuple[str, ...]
+    datefmt: str = "%Y-%m-%d %H:%M:%S"
+
+    def serves(self, name: str) -> int:
+        """How well this form fits a logger: the length of the logger name it names (0 for
+        a form of any logger), -1 when it does not."""
+        if not self.loggers:
+            return 0
+        best = -1
+        for lg in self.loggers:
+            if name == lg or name.startswith(lg + "."):
+                best = max(best, len(lg))
+        return best
+
+
+def json_records_to_text(data: bytes, forms: tuple[RecordForm, ...],
+                         joins: tuple[int, ...] = ()) -> tuple[bytes, tuple[int, ...]]:
     """Each line of `data` that is a Python logging record written as JSON, as the text its
-    engine's own formatter writes for it (`record_text`); every other line as it is.  With
-    `joins` (positions in `data` where the framer removed a newline), those positions in
-    the result.  Returns `data` itself when it holds no record.
+    engine's own formatter writes for it (`forms`, the packs' `records:`); every other line
+    as it is.  With `joins` (positions in `data` where the framer removed a newline), those
+    positions in the result.  Returns `data` itself when it holds no record.
 
     The record may stand behind a wrapper's prefix (a container runtime's stamp, journald,
     compose, `kubectl logs --prefix`, a tqdm frame it was glued to), which each of its
@@ -989,14 +1021,14 @@ def json_records_to_text(data: bytes, joins: tuple[int, ...] = ()
     `NewLineFormatter` writes them), separated by `\\r`: the record stays one physical line,
     a traceback's source lines are each a line the `ignore` patterns see, and a request
     log's prompt stays under the request logger's name, line by line."""
-    if JSON_RECORD_MARK not in data:
+    if JSON_RECORD_MARK not in data or not forms:
         return data, joins
     lines = data.split(b"\n")
     spans: list[tuple[int, int, int, int]] = []   # per changed line: old start, new start,
     #                                                new length, old length
     old = new = 0
     for i, line in enumerate(lines):
-        text = _line_record(line) if JSON_RECORD_MARK in line else None
+        text = _line_record(line, forms) if JSON_RECORD_MARK in line else None
         if text is not None:
             lines[i] = text
             spans.append((old, new, len(text), len(line)))
@@ -1020,16 +1052,12 @@ def _moved(pos: int, spans: list[tuple[int, int, int, int]]) -> int:
     return pos + (n + new_len) - (o + old_len)
 
 
-def _line_record(line: bytes) -> bytes | None:
-    """The line, its record read as text (`record_text`); None when it holds none."""
+def _line_record(line: bytes, forms: tuple[RecordForm, ...]) -> bytes | None:
+    """The line, its record read as text; None when it holds none."""
     at = line.find(b'{"', 0, _RECORD_PREFIX_MAX)
     if at < 0:
         return None
-    raw = line[at:].rstrip()
-    d = json_object(raw)
-    if d is None and not raw.endswith(b"}"):      # cut: close its last string
-        d = json_object(_CUT_ESCAPE.sub(b"", raw) + b'"}')
-    segments = None if d is None else record_segments(d, max(2 * len(raw), 4096))
+    segments = record_segments(line[at:].rstrip(), forms)
     if segments is None:
         return None
     prefix = line[:at].decode("utf-8", "replace")
@@ -1040,21 +1068,18 @@ def _line_record(line: bytes) -> bytes | None:
     return "\r".join(prefix + seg for seg in segments).encode("utf-8", "replace")
 
 
-def record_text(raw: bytes) -> str | None:
-    """One JSON logging record as its engine's formatter writes it, its lines `\\r`-separated;
-    None when `raw` is not one (`record_segments`)."""
-    d = json_object(raw)
-    segments = None if d is None else record_segments(d, max(2 * len(raw), 4096))
-    return None if segments is None else "\r".join(segments)
-
-
-def record_segments(d: dict, limit: int) -> list[str] | None:
+def record_segments(raw: bytes, forms: tuple[RecordForm, ...]) -> list[str] | None:
     """A logging record's lines as its engine's formatter writes them, each under the
-    record's envelope, `limit` characters in all at most (a message of many short lines, a
-    client's prompt, is not multiplied by its envelope without bound); None when `d` is not
-    a record (a string `message` and `levelname`).  The envelope by the logger's name:
-    SGLang's `[2026-12-01 10:00:04] ` (a `SGLANG_LOGGING_CONFIG_PATH` config), uvicorn's
-    `INFO:     `, else vLLM's `(EngineCore pid=150) INFO 12-01 10:00:04 [core.py] `."""
+    record's envelope (its form: the one that names its logger most closely); None when
+    `raw` is not a record (a JSON object with a string `message` and `levelname`, or one cut
+    inside its last string).  Its lines fill twice its bytes (and 4 KiB) at most, its first
+    and last ones (a traceback's cause is its last line): a message of many short lines, a
+    client's prompt, is not multiplied by its envelope without bound."""
+    d = json_object(raw)
+    if d is None and not raw.endswith(b"}"):      # cut: close its last string
+        d = json_object(_CUT_ESCAPE.sub(b"", raw) + b'"}')
+    if d is None:
+        return None
     message, level, name = d.get("message"), d.get("levelname"), d.get("name")
     if not isinstance(message, str) or not isinstance(level, str) or len(level) > 16:
         return None
@@ -1064,16 +1089,17 @@ def record_segments(d: dict, limit: int) -> list[str] | None:
         exc = "\n".join(x for x in exc if isinstance(x, str))
     if isinstance(exc, str) and exc:
         message = f"{message}\n{exc}" if message else exc
-    head = _envelope(d, level, name)
+    head = _envelope(d, level, name, forms)
     parts = message.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    limit = max(2 * len(raw), 4096)
     if sum(map(len, parts)) + len(parts) * (len(head) + 1) > limit:
         parts = _ends(parts, limit // 2 // (len(head) + 1) or 1, limit // 2)
     return [head + part for part in parts]
 
 
 def _ends(parts: list[str], most: int, room: int) -> list[str]:
-    """The first and the last of `parts` (a traceback's cause is its last line), up to
-    `most` of them and `room` characters at each end."""
+    """The first and the last of `parts`, up to `most` of them and `room` characters at
+    each end."""
     keep: list[list[str]] = []
     for seq in (parts, parts[::-1]):
         got: list[str] = []
@@ -1090,24 +1116,65 @@ def _ends(parts: list[str], most: int, room: int) -> list[str]:
     return head + tail[::-1]
 
 
-def _envelope(d: dict, level: str, name: str) -> str:
-    """What the engine's formatter writes before a record's message (`record_segments`)."""
+def _envelope(d: dict, level: str, name: str, forms: tuple[RecordForm, ...]) -> str:
+    """What the record's form (`_form_for`) writes before each line of its message: the
+    pieces whose fields the record has (`_head`, its time put in)."""
+    form = _form_for(forms, name)
+    if form is None:
+        return f"{level}: "
     t = d.get("asctime", d.get("timestamp"))
-    stamp = _RECORD_TIME.match(t) if isinstance(t, str) else None
-    if name == "uvicorn" or name.startswith("uvicorn."):
-        return f"{level}:".ljust(9) + " "
-    if name == "sglang" or name.startswith("sglang."):
-        if stamp is None:
-            return ""
-        year = f"{stamp.group(1)}-{stamp.group(2)} " if stamp.group(1) else ""
-        return f"[{year}{stamp.group(3)}] "
-    module = name.rsplit(".", 1)[-1] or "root"
-    head = f"{level} {stamp.group(2)} {stamp.group(3)} [{module}.py] " if stamp is not None \
-        else f"{level} [{module}.py] "
+    at = _asctime(t, form.datefmt) if isinstance(t, str) else None
     proc, pid = d.get("processName"), d.get("process")
     if isinstance(pid, str) and pid.isdigit():
         pid = int(pid)
-    if isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int) \
-            and not isinstance(pid, bool):
-        head = f"({proc} pid={pid}) {head}"
-    return head
+    if not (isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int)
+            and not isinstance(pid, bool)):
+        proc = pid = None
+    head = _head(form, level, name, at is not None, proc, pid)
+    return head.replace("\x00", at) if at is not None else head
+
+
+@functools.lru_cache(maxsize=1024)
+def _form_for(forms: tuple[RecordForm, ...], name: str) -> RecordForm | None:
+    """The form that names the logger most closely (None: no form names it)."""
+    form, fit = None, -1
+    for f in forms:
+        n = f.serves(name)
+        if n > fit:
+            form, fit = f, n
+    return form
+
+
+@functools.lru_cache(maxsize=4096)
+def _head(form: RecordForm, level: str, name: str, timed: bool, proc: str | None,
+          pid: int | None) -> str:
+    """The form's pieces whose fields the record has (`RecordForm`), its time a NUL to put
+    it in (cached: one per logger, process and level, not per second)."""
+    fields: dict[str, object] = {"levelname": level, "levelprefix": f"{level}:".ljust(9),
+                                 "name": name, "module": name.rsplit(".", 1)[-1] or "root"}
+    if timed:
+        fields["asctime"] = "\x00"
+    if proc is not None:
+        fields["processName"], fields["process"] = proc, pid
+    out = []
+    for piece in form.envelope:
+        try:
+            out.append(piece % fields)
+        except (KeyError, TypeError, ValueError):
+            continue              # a field the record lacks: the piece is left out
+    return "".join(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def _asctime(text: str, datefmt: str) -> str | None:
+    """A record's time as `datefmt` writes it; None when it is not one, or when the format
+    wants the year and the record's time has none."""
+    m = _RECORD_TIME.match(text)
+    if m is None or (m.group(1) is None and "%Y" in datefmt):
+        return None
+    try:
+        # (a year-less time in a leap year, so that a 29 February is one)
+        return datetime.datetime(int(m.group(1) or 2000), *map(int, m.group(2, 3, 4, 5, 6))
+                                 ).strftime(datefmt)
+    except ValueError:
+        return None

@@ -12,7 +12,7 @@ from .counters import Counters, count_events
 from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
 from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
 from .rules.matcher import Hit, shared_matcher
-from .rules.pack import CRASHED, RulePack
+from .rules.pack import CRASHED, RulePack, record_forms
 from .rules.timestamps import LogClock
 
 EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
@@ -191,7 +191,7 @@ class LogPipeline:
                  counters: Counters | None = None, year: int | None = None) -> None:
         self.pack = pack
         self.framer = Framer(offset=offset, line_number=line_number,
-                             max_line_bytes=max_line_bytes)
+                             max_line_bytes=max_line_bytes, records=record_forms(pack))
         self.matcher = shared_matcher(pack, max_line_bytes)
         self.machine = StartupMachine(pack, stall_after)
         self.state = State()
@@ -260,7 +260,8 @@ class LogPipeline:
     def start_at(self, offset: int, line_number: int) -> None:
         """Before the first byte: frame from this position of the log."""
         self.framer = Framer(offset=offset, line_number=line_number,
-                             max_line_bytes=self.framer.max_line_bytes)
+                             max_line_bytes=self.framer.max_line_bytes,
+                             records=self.framer.records)
 
     def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
         """The source moved to another file (rotation, truncation): close the old one's last
@@ -272,7 +273,8 @@ class LogPipeline:
         if self.state.server_gone:
             self.state.relaunched = True
         self.framer = Framer(offset=offset, line_number=line_number,
-                             max_line_bytes=self.framer.max_line_bytes)
+                             max_line_bytes=self.framer.max_line_bytes,
+                             records=self.framer.records)
         return self._counted(events)
 
     def tick(self, now: float) -> list[Event]:

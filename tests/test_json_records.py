@@ -19,10 +19,21 @@ from conftest import FIXTURES
 from support.json_logging import sglang_json_lines, vllm_json_lines, write_vllm_json
 from test_wrappers import docker_records, verdict
 from logwatch.app.replay import replay_file
-from logwatch.lines import json_records_to_text, record_text
+from logwatch.lines import json_records_to_text as _to_text, record_segments
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.locate import choose_pack
-from logwatch.rules.pack import load_pack
+from logwatch.rules.pack import load_pack, record_forms
+
+FORMS = record_forms(load_pack("vllm"))     # every shipped pack's forms, vLLM's first
+
+
+def json_records_to_text(data: bytes) -> tuple[bytes, tuple[int, ...]]:
+    return _to_text(data, FORMS)
+
+
+def record_text(raw: bytes) -> str | None:
+    segments = record_segments(raw, FORMS)
+    return None if segments is None else "\r".join(segments)
 
 # the vLLM logs with vLLM's own records at the start of a line (not those behind another
 # program's logger, TorchServe's: its records are that program's to format)
@@ -277,3 +288,20 @@ def test_a_prompt_of_many_newlines_is_read_within_twice_its_size() -> None:
     out, _ = json_records_to_text(rec + b"\n")
     assert len(out) <= 2 * len(rec) + 4096 + 1
     assert out.split(b"\r")[-1].endswith(b"end\n")
+
+
+def test_a_new_engine_s_json_records_are_pack_data(tmp_path: Path) -> None:
+    """A pack's `records:` says how its engine's formatter writes a record: a new engine's
+    JSON logging needs its format in YAML, not code; its form wins for its loggers, the
+    shipped ones for theirs."""
+    path = tmp_path / "neweng.yaml"
+    path.write_text("name: neweng\nextends: sglang\nrecords:\n"
+                    "  - {loggers: [neweng], envelope: ['<%(asctime)s %(levelname)s> '], "
+                    "datefmt: '%H:%M:%S'}\n")
+    forms = record_forms(load_pack(str(path)))
+    rec = _json(asctime="2026-12-01 10:00:04,123", levelname="INFO", name="neweng.core",
+                message="up\nready")
+    assert record_segments(rec, forms) == ["<10:00:04 INFO> up", "<10:00:04 INFO> ready"]
+    sg = _json(asctime="2026-12-01 10:00:04,123", levelname="INFO", name="sglang.srt.x",
+               message="m")
+    assert record_segments(sg, forms) == ["[2026-12-01 10:00:04] m"]

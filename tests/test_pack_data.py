@@ -417,3 +417,22 @@ def test_a_bad_follower_eager_entry_is_one_error_naming_the_key(tmp_path: Path, 
     with pytest.raises(PackError) as e:
         load_pack(path)
     assert e.value.key == key, str(e.value)
+
+
+@pytest.mark.parametrize("records, key", [
+    ("{loggers: [x]}", "records"),
+    ("[{envelope: []}]", "records[0].envelope"),
+    ("[{envelope: ['%(nosuch)s ']}]", "records[0].envelope[0]"),
+    ("[{envelope: ['%(asctime']}]", "records[0].envelope[0]"),
+    ("[{envelope: ['x'], loggers: x}]", "records[0].loggers"),
+    ("[{envelope: ['x'], datefmt: 3}]", "records[0].datefmt"),
+    ("[{envelope: ['x'], when: 1}]", "records[0]"),
+])
+def test_a_bad_records_entry_is_one_error_naming_the_key(tmp_path: Path, records: str,
+                                                         key: str) -> None:
+    """`records:` (how an engine's formatter writes a logging record): a piece naming a
+    field records do not have, or no `%`-format at all, a key of the wrong shape."""
+    path = write(tmp_path, f"name: mine\nextends: vllm\nrecords: {records}\n")
+    with pytest.raises(PackError) as e:
+        load_pack(path)
+    assert e.value.key == key, str(e.value)

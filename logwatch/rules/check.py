@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Iterator
 
 from ..lines import Framer, iter_lines
 from .matcher import Matcher, shared_matcher
-from .pack import Rule, RulePack
+from .pack import Rule, RulePack, record_forms
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,7 @@ def meaning_accepts(expect: list[str], got: dict[str, Any]) -> bool:
 def test_lines(pack: RulePack, f: BinaryIO) -> Iterator[LineVerdict]:
     """Which rule matched each line of a log (None: no rule did), streaming."""
     matcher = Matcher(pack)
-    framer = Framer(max_line_bytes=matcher.max_line_bytes)
+    framer = Framer(max_line_bytes=matcher.max_line_bytes, records=record_forms(pack))
     blocks = (framer.feed(chunk, 0.0) for chunk in iter(lambda: f.read(1 << 20), b""))
     for block in itertools.chain(blocks, iter(lambda: framer.flush(0.0), None)):
         if block is None:

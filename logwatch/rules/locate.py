@@ -23,7 +23,7 @@ from ..lines import (
 from . import bounded
 from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
 from .literalscan import literal_finder
-from .pack import DetectPattern, RulePack, load_all_shipped, load_pack
+from .pack import DetectPattern, RulePack, load_all_shipped, load_pack, record_forms
 from .patterns import cache_path
 
 
@@ -49,6 +49,7 @@ class StartupFinder:
 
     def __init__(self, pack: RulePack) -> None:
         self.matcher = restart_matcher(pack)
+        self.records = record_forms(pack)
         self.best = (0, 1)
         self.tail = b""
         self.offset = 0        # log offset of tail[0]
@@ -76,7 +77,7 @@ class StartupFinder:
 
     def _scan(self, data: bytes) -> None:
         assert self.matcher is not None
-        read = json_records_to_text(data)[0]   # logging records as JSON, as the framer reads them
+        read = json_records_to_text(data, self.records)[0]   # as the framer reads them
         block = Block(read, self.offset, self.line_number, 0.0)
         for hit in self.matcher.scan(block):
             line_start = _line_start(data, hit.line_number - self.line_number) \
@@ -108,8 +109,8 @@ def is_restart_line(pack: RulePack, text: str) -> bool:
     if matcher is None:
         return False
     if '"levelname":' in text:     # a logging record as JSON, as the framer reads it
-        text = json_records_to_text(text.encode("utf-8", "surrogateescape"))[0].decode(
-            "utf-8", "replace")
+        text = json_records_to_text(text.encode("utf-8", "surrogateescape"),
+                                    record_forms(pack))[0].decode("utf-8", "replace")
     for seg in text.replace("\r", "\n").split("\n"):
         for part in split_glued(seg):
             if matcher.match_line(part) is not None:
@@ -170,7 +171,8 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
         head = docker_to_cri(head)
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
-    head = json_records_to_text(head)[0]   # logging records as JSON, as the framer reads them
+    # logging records as JSON, as the framer reads them (every pack's forms: by logger name)
+    head = json_records_to_text(head, tuple(dict.fromkeys(f for p in packs for f in record_forms(p))))[0]
     lines = line_texts(head)
     raw = "\n".join(lines)
     present = _literals_in(raw, tuple(sorted(

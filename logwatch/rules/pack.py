@@ -43,6 +43,7 @@ from typing import Any, Iterable
 
 import regex
 
+from ..lines import RECORD_FIELDS, RecordForm
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from .advice import Advice, AdviceError, parse_advice
@@ -78,7 +79,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content")
+             "user_content", "records")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -245,6 +246,8 @@ class RulePack:
     ignore: tuple[Any, ...] = ()
     prefixes: Any = None     # one regex: the wrappers other programs put before a line
     prefix_patterns: tuple[str, ...] = ()   # its parts, as written (a pack extending this)
+    # how its engine's formatter writes a logging record (JSON logging read as text)
+    records: tuple[RecordForm, ...] = ()
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (telemetry/probe.py)
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
@@ -457,6 +460,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         envelope=envelope, envelope_lead=lead, anchor=anchor, user_content=user_content,
         colours=_colours(src, doc.get("colours"), phases, base),
         primary_progress=_primary_progress(src, rules),
+        records=_records(src, doc.get("records")) + (base.records if base else ()),
     )
 
 
@@ -546,6 +550,56 @@ def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
             _groups(src, p, None, f"prefixes[{i}]")    # each alone: its error names it
             prefix_src.append(p)
     return ignore, prefix_src
+
+
+def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
+    """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME}]`: how
+    the engine's text formatter writes a logging record (`lines.RecordForm`), so that its
+    JSON records (python-json-logger) read as its text.  Each piece is checked here: a
+    `%`-format naming only `RECORD_FIELDS`."""
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise PackError(src, "must be a list of {loggers, envelope, datefmt}", key="records")
+    out = []
+    for i, item in enumerate(value):
+        key = f"records[{i}]"
+        if not isinstance(item, dict) or set(item) - {"loggers", "envelope", "datefmt"} or \
+                "envelope" not in item:
+            raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt}",
+                            key=key)
+        loggers, pieces = item.get("loggers") or [], item["envelope"]
+        datefmt = item.get("datefmt", "%Y-%m-%d %H:%M:%S")
+        if not isinstance(loggers, list) or not all(isinstance(x, str) and x for x in loggers):
+            raise PackError(src, "must be a list of logger names", key=f"{key}.loggers")
+        if not isinstance(datefmt, str) or not datefmt:
+            raise PackError(src, "must be a strftime format", key=f"{key}.datefmt")
+        every = dict.fromkeys(RECORD_FIELDS, 1)
+        if not isinstance(pieces, list) or not pieces:
+            raise PackError(src, "must be a list of %-format pieces", key=f"{key}.envelope")
+        for j, piece in enumerate(pieces):
+            try:
+                piece % every if isinstance(piece, str) else None
+            except (KeyError, ValueError, TypeError):
+                piece = None
+            if not isinstance(piece, str):
+                raise PackError(src, f"must be a %-format of {', '.join(RECORD_FIELDS)}",
+                                key=f"{key}.envelope[{j}]")
+        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt))
+    return tuple(out)
+
+
+def record_forms(pack: RulePack) -> tuple[RecordForm, ...]:
+    """The forms a log read with `pack` knows: its own, then every shipped pack's (before a
+    log's pack is known, `--rules auto` reads with the fallback pack; each form names its
+    engine's loggers, so they do not collide)."""
+    shipped = _shipped_forms()
+    return pack.records + tuple(f for f in shipped if f not in pack.records)
+
+
+@functools.lru_cache(maxsize=1)
+def _shipped_forms() -> tuple[RecordForm, ...]:
+    return tuple(dict.fromkeys(f for p in load_all_shipped() for f in p.records))
 
 
 def _crash_settle(src: str, doc: dict[str, Any], base: "RulePack | None") -> float:
