@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from support.json_logging import sglang_json_lines, vllm_json_lines, write_vllm_json
+from support.json_logging import (json_record_of, sglang_json_lines, vllm_json_lines,
+                                  write_vllm_json)
 from test_wrappers import docker_records, verdict
 from logwatch.app.replay import replay_file
 from logwatch.lines import json_records_to_text as _to_text, record_segments
@@ -305,3 +306,36 @@ def test_a_new_engine_s_json_records_are_pack_data(tmp_path: Path) -> None:
     sg = _json(asctime="2026-12-01 10:00:04,123", levelname="INFO", name="sglang.srt.x",
                message="m")
     assert record_segments(sg, forms) == ["[2026-12-01 10:00:04] m"]
+
+
+INVENTORIES = sorted((FIXTURES.parent / "inventory").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", INVENTORIES, ids=lambda p: p.stem)
+def test_every_logged_statement_of_the_releases_reads_the_same_as_a_record(path: Path) -> None:
+    """Not the fixtures: every statement of SGLang 0.5.23 and vLLM 0.34.0 that their source
+    logs (tests/inventory, read from the wheels), as a JSON record of the logger its module
+    names (`vllm/v1/engine/core.py` -> `vllm.v1.engine.core`), gets the meaning its text
+    line gets (`line_meaning` of each segment: the first that means something)."""
+    import yaml
+    from logwatch.rules.check import line_meaning
+    inv = yaml.safe_load(path.read_text())
+    pack = load_pack(inv["pack"])
+    forms = record_forms(pack)
+    checked, differ = 0, []
+    for st in inv["statements"]:
+        if not st.get("kind", "").startswith(("logger.", "composed")):
+            continue
+        source = st["source"].split(":")[0].removesuffix(".py").removesuffix("/__init__")
+        logger = "uvicorn.error" if "INFO:     " in st["line"] else source.replace("/", ".")
+        rec = json_record_of(st["line"], logger)
+        if rec is None:
+            continue
+        text = _to_text(rec.encode(), forms)[0].decode()
+        assert not text.startswith("{"), (st["id"], text)
+        got = [line_meaning(pack, seg) for seg in text.split("\r")]
+        got = next((g for g in got if g["rule"] is not None), got[0])
+        checked += 1
+        if got["rule"] != line_meaning(pack, st["line"])["rule"]:
+            differ.append((st["id"], text, got["rule"]))
+    assert checked >= 60 and not differ, (checked, differ)

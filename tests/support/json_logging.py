@@ -141,3 +141,30 @@ def sglang_json_lines(text: str) -> list[str]:
         when = time.mktime(time.strptime(f"{m['date']} {m['hms']}", "%Y-%m-%d %H:%M:%S"))
         out.append(_record(fmt, "sglang.srt", "INFO", when, "MainProcess", 1, m["msg"]))
     return out
+
+
+def json_record_of(line: str, logger: str, year: int = 2026) -> str | None:
+    """One line of an engine's text log (vLLM's envelope, uvicorn's, SGLang's stamp) as the
+    JSON formatter writes its record, logged by `logger` (the module's `__name__`, from a
+    statement's source file); None for a line that is no logging record (a bar, a print)."""
+    m = _ENVELOPE.match(line)
+    if m is not None:
+        when = time.mktime(time.strptime(f"{year}-{m['md']} {m['hms']}", "%Y-%m-%d %H:%M:%S"))
+        return _record(_formatter(JSON_FORMAT), logger, m["level"], when,
+                       _Processes().name(m["proc"], m["pid"]), int(m["pid"] or 1), m["msg"])
+    u = _UVICORN.match(line)
+    if u is not None and logger.startswith("uvicorn"):
+        return _record(_formatter(JSON_FORMAT), logger, u["level"], 0.0, "MainProcess", 1,
+                       u["msg"])
+    s = _SGLANG.match(line)
+    if s is not None:
+        when = time.mktime(time.strptime(f"{s['date']} {s['hms']}", "%Y-%m-%d %H:%M:%S"))
+        return _record(_formatter(SGLANG_JSON_FORMAT), logger, "INFO", when, "MainProcess", 1,
+                       s["msg"])
+    return None
+
+
+def _formatter(fmt: str) -> JsonFormatter:
+    out = JsonFormatter(fmt)
+    out.converter = time.localtime
+    return out
