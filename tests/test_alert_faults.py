@@ -44,6 +44,7 @@ def test_the_rate_limit_never_drops_a_crash_and_counts_what_it_drops(tmp_path, r
     cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
                                                   "on": ["crashed", "restarted"]})
     d = daemons(cfg, port).start()
+    d.wait_reading("t1")                   # read live: at attach only the latest startup counts
     append(log, crash_loop(25))            # 25 crashes, 24 restarts: more than 20 tokens
     rx.wait(hook("crashed", "firing"), n=25, timeout=90, alive=d.dead,
             what="all 25 crash alerts")

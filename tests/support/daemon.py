@@ -241,6 +241,12 @@ class Daemon:
     def wait_healthy(self, timeout: float = 20.0) -> None:
         wait_for(lambda: self.get("/healthz")[0] == 200, timeout, "/healthz", alive=self.dead)
 
+    def wait_reading(self, target: str, timeout: float = 20.0) -> None:
+        """Until `target`'s source is open (its size at attach taken): lines appended from
+        then on are read live, not found at attach (where only the latest startup counts)."""
+        wait_for(lambda: self.metric("logwatch_source_up", target=target) == 1.0, timeout,
+                 f"{target}'s source up", alive=self.dead)
+
     def signal(self, sig: int) -> None:
         assert self.proc is not None
         self.proc.send_signal(sig)
