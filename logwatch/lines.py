@@ -515,6 +515,8 @@ def unfold_padding(data: bytes) -> bytes:
         group = runs[i:j]
         i = j
         seg = data[seg_start:seg_end]
+        if JSON_RECORD_MARK in seg:     # a program wrote it, no terminal: its spaces are its
+            continue                    # message's (a traceback's carets after `\n`)
         ends = [len(seg[:e - seg_start].decode("utf-8", "replace")) for _, e in group]
         width = ends[0]
         if width < FOLD_WIDTH_MIN or any(e != width * (k + 1) for k, e in enumerate(ends)):
@@ -970,6 +972,12 @@ def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
 # processName, process, message; `exc_info` after a logged exception; uvicorn's lines through
 # the same formatter: vllm/logging_utils/uvicorn_logging.py).  json.dumps writes `": "`.
 JSON_RECORD_MARK = b'"levelname":'
+# Between the lines of one record: a carriage return, then ECMA-48's NEL ("next line"), which
+# every reader of segments drops with the other escapes (`strip_ansi`).  The record stays one
+# physical line (line numbers are the file's) and each of its lines a segment, as a bar's
+# frames are; but where a terminal shows only a bar's last frame, it shows each of these
+# lines: so does a crash excerpt (`excerpt_lines`), traceback frames and all.
+RECORD_LINE_BREAK = "\r\x1bE"
 _RECORD_PREFIX_MAX = 512     # bytes a wrapper may put before a record (journald, kubectl ...)
 # the record's time: `asctime` (Python's `%Y-%m-%d %H:%M:%S,f`, or a config's datefmt such as
 # vLLM's `%m-%d %H:%M:%S`), python-json-logger's `timestamp` (ISO)
@@ -988,11 +996,14 @@ class RecordForm:
     children; none: any logger), the `envelope` pieces go before each line of the message,
     `%`-style with the record's fields (`RECORD_FIELDS`; `asctime` formatted by `datefmt`,
     `module` the logger name's last part, `levelprefix` uvicorn's padded `INFO:`); a piece
-    naming a field the record lacks is left out."""
+    naming a field the record lacks is left out.  `each_line`: the envelope goes before every
+    line of a message of several (vLLM's `NewLineFormatter`), not only the first (Python's
+    `logging.Formatter`: a traceback's lines bare, as SGLang's text log shows them)."""
 
     loggers: tuple[str, ...]
     envelope: tuple[str, ...]
     datefmt: str = "%Y-%m-%d %H:%M:%S"
+    each_line: bool = False
 
     def serves(self, name: str) -> int:
         """How well this form fits a logger: the length of the logger name it names (0 for
@@ -1062,10 +1073,10 @@ def _line_record(line: bytes, forms: tuple[RecordForm, ...]) -> bytes | None:
         return None
     prefix = line[:at].decode("utf-8", "replace")
     if not prefix:
-        return "\r".join(segments).encode("utf-8", "replace")
+        return RECORD_LINE_BREAK.join(segments).encode("utf-8", "replace")
     if progress_frame(prefix) is not None:      # a bar's frame the record was glued to
-        return (prefix + "\r".join(segments)).encode("utf-8", "replace")
-    return "\r".join(prefix + seg for seg in segments).encode("utf-8", "replace")
+        return (prefix + RECORD_LINE_BREAK.join(segments)).encode("utf-8", "replace")
+    return RECORD_LINE_BREAK.join(prefix + seg for seg in segments).encode("utf-8", "replace")
 
 
 def record_segments(raw: bytes, forms: tuple[RecordForm, ...]) -> list[str] | None:
@@ -1089,11 +1100,14 @@ def record_segments(raw: bytes, forms: tuple[RecordForm, ...]) -> list[str] | No
         exc = "\n".join(x for x in exc if isinstance(x, str))
     if isinstance(exc, str) and exc:
         message = f"{message}\n{exc}" if message else exc
-    head = _envelope(d, level, name, forms)
+    form = _form_for(forms, name)
+    head = _envelope(d, level, name, form)
     parts = message.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     limit = max(2 * len(raw), 4096)
     if sum(map(len, parts)) + len(parts) * (len(head) + 1) > limit:
         parts = _ends(parts, limit // 2 // (len(head) + 1) or 1, limit // 2)
+    if form is not None and not form.each_line:
+        return [head + parts[0], *parts[1:]]
     return [head + part for part in parts]
 
 
@@ -1116,10 +1130,9 @@ def _ends(parts: list[str], most: int, room: int) -> list[str]:
     return head + tail[::-1]
 
 
-def _envelope(d: dict, level: str, name: str, forms: tuple[RecordForm, ...]) -> str:
-    """What the record's form (`_form_for`) writes before each line of its message: the
-    pieces whose fields the record has (`_head`, its time put in)."""
-    form = _form_for(forms, name)
+def _envelope(d: dict, level: str, name: str, form: RecordForm | None) -> str:
+    """What the record's form (`_form_for`) writes before its message: the pieces whose
+    fields the record has (`_head`, its time put in); no form: `LEVEL: `."""
     if form is None:
         return f"{level}: "
     t = d.get("asctime", d.get("timestamp"))

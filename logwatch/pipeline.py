@@ -9,7 +9,9 @@ from __future__ import annotations
 from typing import Callable
 
 from .counters import Counters, count_events
-from .lines import DEFAULT_MAX_LINE_BYTES, Block, Framer, segment_text, split_glued
+from .lines import (
+    DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, segment_text, split_glued,
+)
 from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
 from .rules.matcher import Hit, shared_matcher
 from .rules.pack import CRASHED, RulePack, record_forms
@@ -25,18 +27,23 @@ _LINE_BYTES = EXCERPT_MAX_LINE_CHARS * 2      # bytes an excerpt line is read fr
 _TAKE_BYTES = EXCERPT_MAX_LINES * _LINE_BYTES  # bytes after a crash the excerpt looks at
 
 
+_NEXT_LINE = RECORD_LINE_BREAK.encode()
+
+
 def excerpt_lines(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> list[str]:
-    """Physical lines as a terminal shows them: the last `\\r` frame of each, decoded."""
+    """Physical lines as a terminal shows them: the last `\\r` frame of each, decoded; a JSON
+    record's lines each (`RECORD_LINE_BREAK`: a terminal's next line)."""
     out: list[str] = []
     for physical in raw.split(b"\n"):
-        frames = [f for f in physical.split(b"\r") if f.strip()]
-        if not frames:
-            continue
-        text = segment_text(frames[-1], max_line_bytes)
-        for part in split_glued(text):
-            part = part.rstrip()
-            if part:
-                out.append(part[:EXCERPT_MAX_LINE_CHARS])
+        for row in physical.split(_NEXT_LINE) if _NEXT_LINE in physical else (physical,):
+            frames = [f for f in row.split(b"\r") if f.strip()]
+            if not frames:
+                continue
+            text = segment_text(frames[-1], max_line_bytes)
+            for part in split_glued(text):
+                part = part.rstrip()
+                if part:
+                    out.append(part[:EXCERPT_MAX_LINE_CHARS])
     return out
 
 

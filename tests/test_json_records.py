@@ -11,6 +11,7 @@ startup that reached ready "still starting", one crash taken for SGLang's.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,41 @@ def test_an_sglang_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) 
         src.read_text(encoding="utf-8", errors="surrogateescape"))),
         encoding="utf-8", errors="surrogateescape")
     assert same_reading(src, dst)
+
+
+def _json_form(src: Path, dst: Path) -> Path:
+    if src.name.startswith("vllm"):
+        write_vllm_json(src, dst)
+    else:
+        dst.write_text("\n".join(sglang_json_lines(
+            src.read_text(encoding="utf-8", errors="surrogateescape"))),
+            encoding="utf-8", errors="surrogateescape")
+    return dst
+
+
+def _message(line: str) -> str:
+    """An excerpt line without what a record has not (a rank tag, a process tag, a source
+    line number)."""
+    line = re.sub(r"^(?:\([\w.-]+ (?:rank=\d+ )?pid=\d+\) )+", "", line)
+    line = re.sub(r"\[([\w./-]+?\.py):\d+\] ", r"[\1] ", line)
+    return re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [A-Za-z_]+\d+)*\] ",
+                  r"[\1] ", line)
+
+
+CRASH_LOGS = [p for p in [*VLLM_LOGS, *SGLANG_LOGS] if replay_file(str(p)).state.crash]
+
+
+@pytest.mark.parametrize("src", CRASH_LOGS, ids=lambda p: p.name)
+def test_a_crash_s_excerpt_in_json_is_the_text_log_s(src: Path, tmp_path: Path) -> None:
+    """The crash excerpt (the alert's, `replay`'s) of the JSON form holds the lines the text
+    form's holds, a logged traceback's frames and carets too (a record's lines are each a
+    line of the excerpt; SGLang's `Scheduler hit an exception: {traceback}` is one record).
+    Before, a record's traceback showed as its last line, and a caret line lost its indent
+    to the terminal-fold repair."""
+    want = replay_file(str(src)).state.crash
+    got = replay_file(str(_json_form(src, tmp_path / src.name))).state.crash
+    assert want is not None and got is not None
+    assert [_message(x) for x in got.excerpt] == [_message(x) for x in want.excerpt]
 
 
 def test_a_record_reads_as_vllm_s_text_form() -> None:
@@ -298,11 +334,14 @@ def test_a_new_engine_s_json_records_are_pack_data(tmp_path: Path) -> None:
     path = tmp_path / "neweng.yaml"
     path.write_text("name: neweng\nextends: sglang\nrecords:\n"
                     "  - {loggers: [neweng], envelope: ['<%(asctime)s %(levelname)s> '], "
-                    "datefmt: '%H:%M:%S'}\n")
+                    "datefmt: '%H:%M:%S', each_line: true}\n"
+                    "  - {loggers: [neweng.plain], envelope: ['<%(levelname)s> ']}\n")
     forms = record_forms(load_pack(str(path)))
     rec = _json(asctime="2026-12-01 10:00:04,123", levelname="INFO", name="neweng.core",
                 message="up\nready")
     assert record_segments(rec, forms) == ["<10:00:04 INFO> up", "<10:00:04 INFO> ready"]
+    plain = _json(levelname="INFO", name="neweng.plain.x", message="up\n  ready")
+    assert record_segments(plain, forms) == ["<INFO> up", "  ready"]   # Python's Formatter
     sg = _json(asctime="2026-12-01 10:00:04,123", levelname="INFO", name="sglang.srt.x",
                message="m")
     assert record_segments(sg, forms) == ["[2026-12-01 10:00:04] m"]

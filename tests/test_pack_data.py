@@ -426,6 +426,7 @@ def test_a_bad_follower_eager_entry_is_one_error_naming_the_key(tmp_path: Path, 
     ("[{envelope: ['%(asctime']}]", "records[0].envelope[0]"),
     ("[{envelope: ['x'], loggers: x}]", "records[0].loggers"),
     ("[{envelope: ['x'], datefmt: 3}]", "records[0].datefmt"),
+    ("[{envelope: ['x'], each_line: 1}]", "records[0].each_line"),
     ("[{envelope: ['x'], when: 1}]", "records[0]"),
 ])
 def test_a_bad_records_entry_is_one_error_naming_the_key(tmp_path: Path, records: str,

@@ -553,20 +553,21 @@ def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
 
 
 def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
-    """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME}]`: how
+    """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME,
+    each_line: BOOL}]`: how
     the engine's text formatter writes a logging record (`lines.RecordForm`), so that its
     JSON records (python-json-logger) read as its text.  Each piece is checked here: a
     `%`-format naming only `RECORD_FIELDS`."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise PackError(src, "must be a list of {loggers, envelope, datefmt}", key="records")
+        raise PackError(src, "must be a list of {loggers, envelope, datefmt, each_line}", key="records")
     out = []
     for i, item in enumerate(value):
         key = f"records[{i}]"
-        if not isinstance(item, dict) or set(item) - {"loggers", "envelope", "datefmt"} or \
+        if not isinstance(item, dict) or set(item) - {"loggers", "envelope", "datefmt", "each_line"} or \
                 "envelope" not in item:
-            raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt}",
+            raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt, each_line}",
                             key=key)
         loggers, pieces = item.get("loggers") or [], item["envelope"]
         datefmt = item.get("datefmt", "%Y-%m-%d %H:%M:%S")
@@ -585,7 +586,10 @@ def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
             if not isinstance(piece, str):
                 raise PackError(src, f"must be a %-format of {', '.join(RECORD_FIELDS)}",
                                 key=f"{key}.envelope[{j}]")
-        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt))
+        each_line = item.get("each_line", False)
+        if not isinstance(each_line, bool):
+            raise PackError(src, "must be true or false", key=f"{key}.each_line")
+        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt, each_line))
     return tuple(out)
 
 

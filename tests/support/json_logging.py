@@ -133,14 +133,46 @@ def sglang_json_lines(text: str) -> list[str]:
     fmt = JsonFormatter(SGLANG_JSON_FORMAT)
     fmt.converter = time.localtime
     out = []
-    for line in text.split("\n"):
-        m = _SGLANG.match(line)
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        m = _SGLANG.match(lines[i])
         if m is None:
-            out.append(line)
+            out.append(lines[i])
+            i += 1
             continue
         when = time.mktime(time.strptime(f"{m['date']} {m['hms']}", "%Y-%m-%d %H:%M:%S"))
-        out.append(_record(fmt, "sglang.srt", "INFO", when, "MainProcess", 1, m["msg"]))
+        n = _traceback_lines(lines, i + 1) if m["msg"].endswith(_TRACEBACK) else 0
+        out.append(_record(fmt, "sglang.srt", "ERROR" if n else "INFO", when, "MainProcess", 1,
+                           "\n".join([m["msg"], *lines[i + 1:i + 1 + n]])))
+        i += 1 + n
     return out
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+
+
+def _traceback_lines(lines: list[str], at: int) -> int:
+    """How many lines from `at` on are the rest of a traceback a record's message began
+    (`logger.error(f"Scheduler hit an exception: {traceback}")`, SGLang 0.5.23
+    managers/scheduler.py): its indented frames, its exception line, and the tracebacks
+    chained to it.  0 when what follows is no traceback's (another process's line)."""
+    i = at
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith(" "):
+            i += 1
+            continue
+        if i == at or _SGLANG.match(line) is not None:
+            return i - at if i > at else 0
+        i += 1                                      # the exception line
+        if i + 1 < len(lines) and not lines[i].strip() and lines[i + 1].startswith(_CHAINED):
+            if i + 3 < len(lines) and lines[i + 3] == _TRACEBACK:
+                i += 4
+                continue
+        return i - at
+    return i - at
 
 
 def json_record_of(line: str, logger: str, year: int = 2026) -> str | None:
