@@ -437,3 +437,20 @@ def test_a_bad_records_entry_is_one_error_naming_the_key(tmp_path: Path, records
     with pytest.raises(PackError) as e:
         load_pack(path)
     assert e.value.key == key, str(e.value)
+
+
+@pytest.mark.parametrize("nodes, key", [
+    ("{rank: node_rank}", "follower.nodes"),
+    ("{rank: node_rank, count: 2}", "follower.nodes"),
+    ("{rank: node_rank, count: nnodes, same: dist_init_addr}", "follower.nodes.same"),
+    ("{rank: node_rank, count: nnodes, where: x}", "follower.nodes"),
+])
+def test_a_bad_follower_nodes_entry_is_one_error_naming_the_key(tmp_path: Path, nodes: str,
+                                                                key: str) -> None:
+    """`follower.nodes` (the arguments that name a node of a launch of several): a missing
+    or non-name `rank` / `count`, a `same` that is no list, an unknown key."""
+    path = write(tmp_path, "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n"
+                           f"  ready: cuda_graph\n  nodes: {nodes}\n")
+    with pytest.raises(PackError) as e:
+        load_pack(path)
+    assert e.value.key == key, str(e.value)

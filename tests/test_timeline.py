@@ -232,6 +232,77 @@ def test_both_nodes_in_one_srun_stream_wait_for_the_head_s_ready_line(head_first
     assert st_.phase == READY and "fired up" in (st_.ready_line or "")
 
 
+def _two_nodes(head_first: bool = True, addr: str = "10.0.0.1:5000") -> list[str]:
+    """Both nodes' lines of one SGLang launch as `srun -N2` without `--label` writes them to
+    one file: untagged, interleaved (node 1's ranks TP8-15, node 0's TP0-7)."""
+    follower = [x.replace("10.0.0.1:5000", addr)
+                for x in (BUILT / "sglang-0523-follower.log").read_text().splitlines()]
+    head = [re.sub(r" TP(\d+)\]", lambda m: f" TP{int(m.group(1)) - 8}]",
+                   x.replace("'node_rank': 1", "'node_rank': 0")) for x in follower]
+    return [x for pair in zip(head, follower) for x in (pair if head_first else pair[::-1])]
+
+
+READY_LINE = "[2026-12-01 10:04:10] The server is fired up and ready to roll!"
+
+
+@pytest.mark.parametrize("head_first", [True, False])
+def test_both_nodes_unlabelled_in_one_file_are_one_launch(head_first: bool):
+    """`srun -N2 python -m sglang.launch_server ... --node-rank $SLURM_NODEID` without
+    `--label`: each node's `server_args` untagged in one file.  Node 1's dump is another node
+    of the launch under way (as many nodes, the same `dist_init_addr`: the pack's
+    `follower.nodes`), not a relaunch; the head's word wins: ready at "fired up".  Before:
+    2 startups (a `restarted` alert), and with the head first, "ready" at node 1's capture
+    end, as a follower, while nothing served."""
+    both = _two_nodes(head_first)
+    st_ = feed(both, "sglang").state
+    assert (st_.startups, st_.follower, st_.phase) == (1, False, "cuda_graph")
+    assert st_.nodes == {0, 1} and st_.args["node_rank"] == 0
+    st_ = feed(both + [READY_LINE], "sglang").state
+    assert st_.phase == READY and "fired up" in (st_.ready_line or "")
+    assert state_from_json(state_to_json(feed(both[:1], "sglang").state)).nodes == \
+        {0 if head_first else 1}
+
+
+def test_unlabelled_nodes_relaunched_are_new_startups():
+    """What stays a relaunch: both nodes again after a crash (2 startups, not 1 of 4
+    nodes); node 0 again while the launch loads (a requeue: its node already printed); a
+    dump of another launch (another `dist_init_addr`) or of a single-node launch."""
+    both = _two_nodes()
+    crash = "[2026-12-01 10:02:00 TP3] Scheduler hit an exception: torch.OutOfMemoryError: " \
+            "CUDA out of memory"
+    st_ = feed(both[:40] + [crash] + both, "sglang").state
+    assert st_.startups == 2 and st_.nodes == {0, 1}
+    st_ = feed(both[:40] + both[:1], "sglang").state
+    assert st_.startups == 2 and st_.nodes == {0}
+    st_ = feed(both[:1] + _two_nodes(addr="10.0.0.9:5000")[1:2], "sglang").state
+    assert st_.startups == 2
+    single = [x.replace("'nnodes': 2", "'nnodes': 1").replace("'node_rank': 1", "'node_rank': 0")
+              for x in both[:2]]
+    assert feed(single, "sglang").state.startups == 2
+
+
+def test_a_daemon_attaching_to_unlabelled_nodes_starts_at_the_first_node_s_dump(tmp_path: Path):
+    """The latest-startup locator (a daemon attaching; over SSH, its remote grep's lines)
+    begins the launch at its first node's dump, not at node 1's after it (read from there,
+    the launch was a follower's)."""
+    from logwatch.rules.locate import latest_startup, startup_locator
+    earlier = "[2026-11-30 09:00:00] server_args={'model_path': 'x', 'nnodes': 1, " \
+              "'node_rank': 0}"
+    lines = [earlier, *_two_nodes()]
+    data = "".join(x + "\n" for x in lines).encode()
+    want = (len(earlier) + 1, 2)
+    assert latest_startup(load_pack("sglang"), [data]) == want
+    loc = startup_locator(load_pack("sglang"))
+    assert loc is not None
+    grepped, off = [], 0
+    for n, line in enumerate(lines, 1):
+        if "server_args=" in line:
+            grepped.append((off, n, line))
+        off += len(line.encode()) + 1
+    assert loc.latest_start(grepped) == want
+    assert loc.latest_start(grepped[:1]) == (0, 1) and loc.latest_start([]) is None
+
+
 SGLANG_LOGS = sorted(FIXTURES.glob("sglang-*.log")) + sorted(BUILT.glob("sglang-*.log"))
 _SGLANG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d)( [^\]]*)?\]", re.M)
 

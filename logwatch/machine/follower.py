@@ -40,6 +40,35 @@ def note_follower(pack: RulePack, state: State, obs: Observation,
         state.follower = said
 
 
+def node_joins(pack: RulePack, state: State, line_args: dict[str, Any]) -> bool:
+    """Is this launch line another node's of the launch under way, in the same stream?  SLURM's
+    `srun -N2 ... --node-rank $SLURM_NODEID` without `--label` writes every node's output to
+    one file, each node's dump untagged: a dump naming a node this launch has not printed,
+    of as many nodes, meeting where the launch meets (`follower.nodes`), while the launch is
+    still starting (no node gets past its start alone: a node's dump after a ready or a crash
+    is a relaunch's)."""
+    spec = pack.follower
+    node = spec.node_of(line_args) if spec is not None else None
+    if node is None or not state.nodes or node[0] in state.nodes or \
+            state.phase in (WAITING, READY, *TERMINAL):
+        return False
+    assert spec is not None
+    return spec.node_of(state.args) is not None and state.args.get(spec.node_count) == node[1] \
+        and all(state.args.get(k) == line_args.get(k) for k in spec.node_same)
+
+
+def note_node(pack: RulePack, state: State, line_args: dict[str, Any]) -> bool:
+    """Note the node a launch line names (`State.nodes`); whether its arguments are the
+    launch's: the first node's, then the head's (the lowest rank) over another's."""
+    spec = pack.follower
+    node = spec.node_of(line_args) if spec is not None else None
+    if node is None:
+        return True
+    first = not state.nodes
+    state.nodes.add(node[0])
+    return first or node[0] == min(state.nodes)
+
+
 def note_follower_done(pack: RulePack, state: State, obs: Observation) -> None:
     """After a follower's line: when every rank it has seen has its latest marker an end of
     the spec's `ready` phase, keep that line (`State.follower_line`): the follower is ready

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rules.args import parse_args_line
+from ..rules.args import ParsedArgs, parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence
@@ -15,7 +15,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .follower import follower_ready, note_follower, note_follower_done
+from .follower import follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins
 from .ranks import advance_rank
 from .rates import next_progress
@@ -77,9 +77,11 @@ class StartupMachine:
         if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
             state.deferred = None
+        parsed = parse_args_line(obs.text, rule.args_specs) if rule.args else None
+        line_args = parsed.values if parsed is not None else {}
         if rule.restart or state.relaunched:
-            self._launch(state, obs, now, events)
-        self._launch_facts(state, obs)
+            self._launch(state, obs, now, events, line_args)
+        self._launch_facts(state, obs, parsed)
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now)
         if state.phase == CRASHED:
@@ -108,18 +110,19 @@ class StartupMachine:
             self._stats(state, obs, now, events)
         return events
 
-    def _launch_facts(self, state: State, obs: Observation) -> None:
-        """What a line says about the launch: its arguments, its address, a follower node."""
+    def _launch_facts(self, state: State, obs: Observation, parsed: ParsedArgs | None) -> None:
+        """What a line says about the launch: its arguments (`parsed`), its address, a
+        follower node."""
         rule = obs.rule
         line_args: dict[str, Any] = {}
-        if rule.args:
-            parsed = parse_args_line(obs.text, rule.args_specs)
-            if parsed is not None and parsed.values:
-                # a new dict (never mutated in place): readers compare it by identity; a
-                # launch command line first, the server's own dump after it wins
-                line_args = parsed.values
+        if parsed is not None and parsed.values:
+            line_args = parsed.values
+            # a new dict (never mutated in place): readers compare it by identity; a launch
+            # command line first, the server's own dump after it wins (another node's dump
+            # of the same launch only where it is the head's: note_node)
+            if note_node(self.pack, state, line_args):
                 state.args = {**state.args, **line_args}
-                state.args_partial = state.args_partial or parsed.partial
+            state.args_partial = state.args_partial or parsed.partial
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         note_follower(self.pack, state, obs, line_args)
@@ -223,7 +226,8 @@ class StartupMachine:
         open_main(state, phase, obs, now, self.pack.silent)
         events.append(PhaseChanged(state.epoch, old, phase, now, obs.text, state.startup_id))
 
-    def _launch(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+    def _launch(self, state: State, obs: Observation, now: float, events: list[Event],
+                line_args: dict[str, Any]) -> None:
         """A restart rule's line, or the first matched line of a relaunch (`State.relaunched`:
         another engine's, or a new file after the server was gone): whatever that line says,
         the startup before is over."""
@@ -233,15 +237,18 @@ class StartupMachine:
                 self._new_startup(state, obs, now, events)
                 return
         if obs.rule.restart:
-            self._restart(state, obs, now, events)
+            self._restart(state, obs, now, events, line_args)
 
-    def _restart(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+    def _restart(self, state: State, obs: Observation, now: float, events: list[Event],
+                 line_args: dict[str, Any]) -> None:
         rid = obs.rule.id
         if obs.proc and state.procs and obs.proc not in state.procs:
             # another process of the same launch in one stream (prefill + decode servers of
             # one compose file): it joins this startup; its own restart is a new epoch
             state.procs.add(obs.proc)
             return
+        if node_joins(self.pack, state, line_args):
+            return      # another node's dump of this launch, untagged (`srun` unlabelled)
         server = self.pack.server_of(obs.text)
         if server_joins(self.pack, state, server, rid):
             # another server of a launch of several (a DP supervisor's, --api-server-count):

@@ -163,6 +163,8 @@ class State:
     follower_log_time: float | None = None  # (its ready once the log stays quiet)
     graphs_off: bool = False              # a line said this launch captures no graphs (the
                                           # pack's `follower.eager.rules`)
+    nodes: set[int] = field(default_factory=set)  # the node ranks whose launch line this
+                                          # launch of several nodes printed (follower.nodes)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Iterable
+from typing import Any, Iterable
 
 from ..lines import (
     CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, docker_to_cri, is_docker_record,
@@ -23,7 +23,10 @@ from ..lines import (
 from . import bounded
 from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
 from .literalscan import literal_finder
-from .pack import DetectPattern, RulePack, load_all_shipped, load_pack, record_forms
+from .args import parse_args_line
+from .pack import (
+    DetectPattern, FollowerSpec, Rule, RulePack, load_all_shipped, load_pack, record_forms,
+)
 from .patterns import cache_path
 
 
@@ -44,12 +47,41 @@ def _restart_matcher(pack: RulePack) -> Matcher | None:
 restart_matcher = PerPack(_restart_matcher)
 
 
+class LaunchNodes:
+    """The nodes of the launch whose dumps the finder met last (the pack's `follower.nodes`):
+    where every node of a launch writes one file untagged (`srun` without `--label`), the
+    launch begins at its first node's dump, not at its last node's (as the machine reads it:
+    machine/follower.py `node_joins`)."""
+
+    def __init__(self, spec: FollowerSpec) -> None:
+        self.spec = spec
+        self.launch: tuple[int, tuple[Any, ...]] | None = None   # (node count, what they share)
+        self.ranks: set[int] = set()
+
+    def joins(self, rule: Rule, text: str) -> bool:
+        """Is this restart marker (`rule` fired on `text`) another node's dump of the launch
+        before it?"""
+        parsed = parse_args_line(text, rule.args_specs) if rule.args else None
+        node = self.spec.node_of(parsed.values) if parsed is not None else None
+        if node is None:
+            self.launch = None
+            return False
+        launch = (node[1], tuple(parsed.values.get(k) for k in self.spec.node_same))  # type: ignore[union-attr]
+        if launch == self.launch and node[0] not in self.ranks:
+            self.ranks.add(node[0])
+            return True
+        self.launch, self.ranks = launch, {node[0]}
+        return False
+
+
 class StartupFinder:
     """Fed a log from byte 0 in chunks, remembers the last restart-marker line."""
 
     def __init__(self, pack: RulePack) -> None:
         self.matcher = restart_matcher(pack)
         self.records = record_forms(pack)
+        self.nodes = LaunchNodes(pack.follower) \
+            if pack.follower is not None and pack.follower.node_rank else None
         self.best = (0, 1)
         self.tail = b""
         self.offset = 0        # log offset of tail[0]
@@ -80,6 +112,8 @@ class StartupFinder:
         read = json_records_to_text(data, self.records)[0]   # as the framer reads them
         block = Block(read, self.offset, self.line_number, 0.0)
         for hit in self.matcher.scan(block):
+            if self.nodes is not None and self.nodes.joins(hit.rule, hit.text):
+                continue      # another node of the launch found before: it begins there
             line_start = _line_start(data, hit.line_number - self.line_number) \
                 if read is not data else data.rfind(b"\n", 0, hit.block_pos) + 1
             self.best = (self.offset + line_start, hit.line_number)
@@ -103,19 +137,21 @@ def latest_startup(pack: RulePack, chunks: Iterable[bytes]) -> tuple[int, int]:
     return finder.result()
 
 
-def is_restart_line(pack: RulePack, text: str) -> bool:
-    """Does this (raw, possibly \\r-joined) line carry a restart marker?"""
+def restart_marker(pack: RulePack, text: str) -> tuple[Rule, str] | None:
+    """The first restart marker of this (raw, possibly \\r-joined) line: its rule and the
+    part of the line it fired on; None when it carries none."""
     matcher = restart_matcher(pack)
     if matcher is None:
-        return False
+        return None
     if '"levelname":' in text:     # a logging record as JSON, as the framer reads it
         text = json_records_to_text(text.encode("utf-8", "surrogateescape"),
                                     record_forms(pack))[0].decode("utf-8", "replace")
     for seg in text.replace("\r", "\n").split("\n"):
         for part in split_glued(seg):
-            if matcher.match_line(part) is not None:
-                return True
-    return False
+            found = matcher.match_line(part)
+            if found is not None:
+                return found[0], part
+    return None
 
 
 class StartupLocator:
@@ -133,8 +169,18 @@ class StartupLocator:
     def scanner(self) -> StartupFinder:
         return StartupFinder(self.pack)
 
-    def is_start_line(self, text: str) -> bool:
-        return is_restart_line(self.pack, text)
+    def latest_start(self, lines: Iterable[tuple[int, int, str]]) -> tuple[int, int] | None:
+        """Of some lines of the log, in its order ((byte offset, line number, text): a remote
+        grep's), where the latest startup begins, as the scanner finds it; None when none
+        carries a restart marker."""
+        spec = self.pack.follower
+        nodes = LaunchNodes(spec) if spec is not None and spec.node_rank else None
+        best = None
+        for offset, line_number, text in lines:
+            found = restart_marker(self.pack, text)
+            if found is not None and (nodes is None or not nodes.joins(*found)):
+                best = (offset, line_number)
+        return best
 
     def in_file(self, path: str) -> tuple[int, int]:
         with open(path, "rb") as f:

@@ -203,6 +203,12 @@ class FollowerSpec:
     eager_rules: frozenset[str] = frozenset()
     eager_args: tuple[str, ...] = ()
     eager_ready: str = ""
+    # the nodes of one launch (`nodes: {rank: ARG, count: ARG, same: [ARG, ...]}`): the
+    # launch arguments that say which node of how many printed a dump, and those every node
+    # of one launch shares (where the launch meets); "" where the pack has none
+    node_rank: str = ""
+    node_count: str = ""
+    node_same: tuple[str, ...] = ()
 
     def ready_for(self, launch_args: dict[str, Any], graphs_off: bool) -> str:
         """The phase whose end, by every rank, is the follower's ready: `eager.ready` where
@@ -212,6 +218,16 @@ class FollowerSpec:
                 launch_args.get(key) is True for key in self.eager_args)):
             return self.eager_ready
         return self.ready
+
+    def node_of(self, line_args: dict[str, Any]) -> tuple[int, int] | None:
+        """(node rank, node count) a launch line's arguments name, for a launch of several
+        nodes; None otherwise."""
+        if not self.node_rank:
+            return None
+        rank, count = line_args.get(self.node_rank), line_args.get(self.node_count)
+        if type(rank) is not int or type(count) is not int or not 0 <= rank < count:
+            return None
+        return rank, count
 
     def says(self, rule_id: str, line_args: dict[str, Any]) -> bool | None:
         """What this line says of its node: True a follower's (one of the rules, or its
@@ -729,10 +745,11 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
 def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
               ) -> FollowerSpec:
     """`follower: {rules: [ID, ...], args: {FLAG: N | true}, ready: PHASE, eager: {args:
-    {FLAG: true}, ready: PHASE}}` (FollowerSpec)."""
-    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready", "eager"}:
+    {FLAG: true}, ready: PHASE}, nodes: {rank: ARG, count: ARG, same: [ARG, ...]}}`
+    (FollowerSpec)."""
+    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready", "eager", "nodes"}:
         raise PackError(src, "must be a mapping {rules: [...], args: {...}, ready: PHASE, "
-                        "eager: {...}}", key="follower")
+                        "eager: {...}, nodes: {...}}", key="follower")
     ids = {r.id for r in rules}
     named = value.get("rules") or []
     if not isinstance(named, list) or any(x not in ids for x in named):
@@ -747,7 +764,23 @@ def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
     ready = value.get("ready")
     _follower_ready(src, ready, rules, phases, "follower.ready")
     return FollowerSpec(frozenset(named), tuple(args.items()), ready,
-                        *_follower_eager(src, value.get("eager"), rules, phases))
+                        *_follower_eager(src, value.get("eager"), rules, phases),
+                        *_follower_nodes(src, value.get("nodes")))
+
+
+def _follower_nodes(src: str, value: Any) -> tuple[str, str, tuple[str, ...]]:
+    """`follower.nodes: {rank: ARG, count: ARG, same: [ARG, ...]}`: the arguments of a
+    launch line that name its node, the launch's number of nodes, and what its nodes share."""
+    if value is None:
+        return "", "", ()
+    if not isinstance(value, dict) or set(value) - {"rank", "count", "same"} or \
+            not all(isinstance(value.get(k), str) and value[k] for k in ("rank", "count")):
+        raise PackError(src, "must be a mapping {rank: ARG, count: ARG, same: [ARG, ...]}",
+                        key="follower.nodes")
+    same = value.get("same") or []
+    if not isinstance(same, list) or not all(isinstance(x, str) and x for x in same):
+        raise PackError(src, "must be a list of argument names", key="follower.nodes.same")
+    return value["rank"], value["count"], tuple(same)
 
 
 def _follower_eager(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import asdict, dataclass
-from typing import Any, AsyncIterator, BinaryIO, Protocol
+from typing import Any, AsyncIterator, BinaryIO, Iterable, Protocol
 
 HEAD_BYTES = 1024      # the identity of a file: a hash of its first bytes (plus dev/inode)
 TAIL_BYTES = 256       # and a hash of the bytes just before a saved offset
@@ -145,7 +145,7 @@ class StartLocator(Protocol):
 
     def scanner(self) -> StartScanner: ...
 
-    def is_start_line(self, text: str) -> bool: ...
+    def latest_start(self, lines: Iterable[tuple[int, int, str]]) -> tuple[int, int] | None: ...
 
     def in_file(self, path: str) -> tuple[int, int]: ...
 

@@ -666,13 +666,13 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
                     source.log.info("remote grep failed; scanning the log over SFTP",
                                     error=f"exit status {status}")
             if ran:
-                for raw in reversed(out.splitlines()):
+                found = []
+                for raw in out.splitlines():
                     lineno, _, rest = raw.partition(b":")
                     off, _, text = rest.partition(b":")
-                    if lineno.isdigit() and off.isdigit() and \
-                            loc.is_start_line(text.decode("utf-8", "replace")):
-                        return int(off), int(lineno)
-                return 0, 1
+                    if lineno.isdigit() and off.isdigit():
+                        found.append((int(off), int(lineno), text.decode("utf-8", "replace")))
+                return loc.latest_start(found) or (0, 1)
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
             source.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
     finder = loc.scanner()
