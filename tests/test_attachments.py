@@ -29,7 +29,6 @@ from logwatch.app.attachments.probe import ProbeAttachment, ProbePart
 from logwatch.app.config import TargetConfig
 from logwatch.app.target import EtaPart, Target
 from logwatch.machine import Ready, StartupBegan
-from logwatch.rules.locate import restart_pack
 from logwatch.rules.pack import READY, load_all_shipped
 from logwatch.sources.ssh import SSHPool
 from logwatch.view import TargetView
@@ -115,8 +114,7 @@ def test_an_attachment_in_the_list_gets_every_hook(tmp_path: Path) -> None:
     candidates = [p for p in load_all_shipped() if p.detect]
     rec = Recorder()
     target = Target(TargetConfig(name="t", source=str(log), rules="sglang"),
-                    store=None, candidates=candidates, start_pack=restart_pack(candidates),
-                    pool=SSHPool(), attachments=[rec])
+                    store=None, candidates=candidates, pool=SSHPool(), attachments=[rec])
     assert rec.calls == ["bind", "on_pipeline"] and rec.target is target
     feed = _feeder(target)
     for t, text in startup(seed=1):

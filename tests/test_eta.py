@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from logwatch.app.config import TargetConfig
-from logwatch.app.daemon import restart_pack
 from logwatch.eta import startup_eta
 from logwatch.state.history import StartupHistory
 from logwatch.machine import Ready, Restarted, State
@@ -186,7 +185,7 @@ def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
                        labels={"model": "Qwen3-235B"})
     history = HistoryAttachment(tmp_path, cfg.name, cfg.labels["model"])
     runner = Target(cfg, store=PositionStore(tmp_path), candidates=candidates,
-                    start_pack=restart_pack(candidates), pool=SSHPool(), attachments=[history])
+                    pool=SSHPool(), attachments=[history])
     f = runner.follower
     assert f is not None and f.pipe is not None
     offset = [0]

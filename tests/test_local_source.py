@@ -671,6 +671,39 @@ def test_first_attach_starts_at_the_latest_startup(tmp_path: Path, pack: Any, ma
     assert first_data.offset == off
 
 
+VL34_LAUNCH = ("(APIServer pid=1) INFO 12-01 10:{m:02d}:00 [startup.py:18] vLLM server version "
+               "0.34.0, serving model Qwen/Qwen3-32B\n"
+               "(APIServer pid=1) INFO 12-01 10:{m:02d}:00 [startup.py:96] non-default args: "
+               "{{'model': 'Qwen/Qwen3-32B'}}\n")
+TRT_START = "[12/20/2025-04:{m:02d}:04] [TRT-LLM] [I] Using LLM with PyTorch backend\n"
+QUOTED = ("(APIServer pid=1) INFO 12-01 11:00:00 [request_logger.py:40] Received request "
+          "chatcmpl-1: params: SamplingParams(n=1), prompt: 'my log: (APIServer pid=1) INFO "
+          "12-01 10:00:00 [startup.py:18] vLLM server version 0.34.0, serving model x'\n")
+
+
+@pytest.mark.parametrize("marker,tail", [
+    (SG_START, ""), (VL_START, ""), (VL34_LAUNCH, ""), (VL34_LAUNCH, QUOTED), (TRT_START, ""),
+], ids=["sglang", "vllm-0.11", "vllm-0.34", "vllm-prompt-quotes-a-launch", "trtllm"])
+def test_first_attach_under_rules_auto_starts_at_the_latest_launch(
+        tmp_path: Path, marker: str, tail: str) -> None:
+    """`rules: auto` (the daemon's and `watch`'s default): the latest launch of any engine's
+    log, found by every shipped pack's own markers, at its first line (vLLM 0.34 prints its
+    version, then its arguments: the launch begins at the version line); a request log's
+    prompt quoting a launch line is no launch.  Before, the packs' markers were read with
+    SGLang's envelope: a vLLM or TensorRT-LLM log was read from byte 0 (every old startup
+    again), and with `rules: vllm` a 0.34 launch began at its arguments, its version lost."""
+    from logwatch.rules.pack import load_all_shipped
+    path, data, off, line = _startup_file(tmp_path, marker, 3)
+    if tail:
+        data += tail.encode()
+        path.write_bytes(data)
+    auto = [p for p in load_all_shipped() if p.detect]
+    r = run(read_until(make_source(str(path), locator=startup_locator(auto)), len(data) - off))
+    assert (r.opened()[0].offset, r.opened()[0].line_number) == (off, line)
+    if marker is VL34_LAUNCH:
+        assert startup_locator(VLLM).in_file(str(path)) == (off, line)   # type: ignore[union-attr]
+
+
 def test_without_pack_first_attach_reads_from_byte_0(tmp_path: Path) -> None:
     path, data, _, _ = _startup_file(tmp_path, SG_START, 2)
     r = run(read_until(make_source(str(path)), len(data)))

@@ -291,7 +291,7 @@ def test_a_daemon_attaching_to_unlabelled_nodes_starts_at_the_first_node_s_dump(
     lines = [earlier, *_two_nodes()]
     data = "".join(x + "\n" for x in lines).encode()
     want = (len(earlier) + 1, 2)
-    assert latest_startup(load_pack("sglang"), [data]) == want
+    assert latest_startup([load_pack("sglang")], [data]) == want
     loc = startup_locator(load_pack("sglang"))
     assert loc is not None
     grepped, off = [], 0

@@ -241,6 +241,24 @@ def test_json_reports_from_the_latest_startup(tmp_path: Path) -> None:
     assert "\x1b" not in res.stderr
 
 
+def test_json_of_a_vllm_log_reports_from_its_latest_launch(tmp_path: Path) -> None:
+    """The same for vLLM under `--rules auto` (the default): an old crashed launch, then one
+    that serves, read from the latest launch's version line.  Before, every pack's markers
+    were read with SGLang's envelope: no vLLM launch line was found, the log was read from
+    byte 0 (2 startups, every line), and with `--rules vllm` from its arguments line."""
+    built = Path(__file__).parent / "fixtures" / "built"
+    old = (built / "vllm-034-jit-crash-generic.log").read_bytes()
+    new = (built / "vllm-034-default.log").read_bytes()
+    path = tmp_path / "server.log"
+    path.write_bytes(old + new)
+    for rules in ("auto", "vllm"):
+        res = watch(str(path), "--json", "--rules", rules, "--timeout", "30s")
+        assert res.returncode == 0, (res.stdout, res.stderr)
+        doc = one_json(res)
+        assert (doc["engine"], doc["phase"], doc["startups"]) == ("vllm", "ready", 1), doc
+        assert doc["lines"] == new.count(b"\n"), rules
+
+
 def test_json_from_start_reads_every_startup(tmp_path: Path) -> None:
     path, data, _ = _two_startups(tmp_path)
     res = watch(str(path), "--json", "--from-start", "--timeout", "30s")

@@ -28,7 +28,6 @@ from ..rules.pack import (
 )
 from ..state.ledger import LedgerStore
 from ..sources.ssh import SSHPool
-from ..rules.locate import restart_pack
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
 from ..limits import nofile_note, raise_nofile
@@ -100,7 +99,6 @@ class Daemon:
         self.alerts: AlertRouter | None = None
         self.observers: list[Any] = []   # extra (runner, events) callbacks, e.g. the demo's
         self.candidates: list[RulePack] = []
-        self.start_pack: RulePack | None = None
         self._slow_checked = 0.0
         self.supervisor = Supervisor(self._restart)   # retries, refused sources, outages
         self._sources_checked = 0.0
@@ -124,13 +122,10 @@ class Daemon:
 
     def _load_packs(self) -> None:
         self.candidates = [p for p in load_all_shipped() if p.detect]
-        self.start_pack = restart_pack(self.candidates)
 
     def _start_target(self, cfg: TargetConfig) -> None:
-        assert self.start_pack is not None
         try:
-            runner = Target(cfg, store=self.store, candidates=self.candidates,
-                            start_pack=self.start_pack, pool=self.pool,
+            runner = Target(cfg, store=self.store, candidates=self.candidates, pool=self.pool,
                             attachments=self._attachments(cfg), on_events=self._on_events,
                             checkpoint_interval=self.config.checkpoint_interval,
                             alert_marks=self.alerts.marks_of if self.alerts else None)

@@ -129,7 +129,7 @@ class Target:
     share one object's state; every side feature is already an attachment."""
 
     def __init__(self, cfg: TargetConfig, *, store: PositionStore | None,
-                 candidates: list[RulePack], start_pack: RulePack, pool: SSHPool,
+                 candidates: list[RulePack], pool: SSHPool,
                  attachments: Sequence[Attachment] = (),
                  on_events: Callable[["Target", list[Event]], None] | None = None,
                  checkpoint_interval: float = 5.0,
@@ -162,8 +162,11 @@ class Target:
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
         self.last_line_at = restored.last_line_at
         self._restored_state = restored.state
+        # where a log met for the first time is read from: its latest launch, by the markers
+        # of the target's pack (every candidate's under `rules: auto`)
+        packs = [restored.pack] if cfg.rules != "auto" and restored.pack else candidates
         source = make_source(cfg.source, locator=None if cfg.from_start else
-                             startup_locator(start_pack), start=restored.position, ssh=cfg.ssh,
+                             startup_locator(packs), start=restored.position, ssh=cfg.ssh,
                              pool=pool, poll=cfg.poll, name=self.name,
                              batch_interval=batch_interval, rotate_wait=cfg.rotate_wait)
         self.follower = Follower(self.name, source, self._new_pipeline, restored.pack,

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..machine import Event
-from ..rules.locate import restart_pack
 from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
 from ..sinks.summary import summary
@@ -78,15 +77,14 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[Target, list[Event]], 
     target = target or opts.target
     if opts.rules == "auto":
         candidates = [p for p in load_all_shipped() if p.detect]
-        start_pack = restart_pack(candidates)
     else:
         pack = load_pack(opts.rules)
-        candidates, start_pack = [pack], pack
+        candidates = [pack]
     cfg = TargetConfig(name=target, source=target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
                        from_start=opts.from_start, gpu=opts.gpu, probe=opts.probe)
-    return Target(cfg, store=None, candidates=candidates, start_pack=start_pack,
-                  pool=default_pool(), attachments=watch_attachments(opts, target),
+    return Target(cfg, store=None, candidates=candidates, pool=default_pool(),
+                  attachments=watch_attachments(opts, target),
                   on_events=on_events, batch_interval=0.0, log_sources=False,
                   report_history=opts.last)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from ..lines import (
-    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, docker_to_cri, is_docker_record,
+    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, RecordForm, docker_to_cri, is_docker_record,
     join_partial_records, json_records_to_text, line_texts, split_glued,
 )
 from . import bounded
@@ -25,16 +25,9 @@ from .matcher import PATTERN_TIMEOUT, Matcher, PerPack, strip_wrappers
 from .literalscan import literal_finder
 from .args import parse_args_line
 from .pack import (
-    DetectPattern, FollowerSpec, Rule, RulePack, load_all_shipped, load_pack, record_forms,
+    DetectPattern, Rule, RulePack, load_all_shipped, load_pack, record_forms,
 )
 from .patterns import cache_path
-
-
-def restart_pack(packs: list[RulePack]) -> RulePack:
-    """The restart markers of several packs in one (the latest startup under `--rules auto`,
-    before the engine is known)."""
-    rules = tuple(r for p in packs for r in p.rules if r.restart)
-    return dataclasses.replace(packs[0], name="auto", rules=rules)
 
 
 def _restart_matcher(pack: RulePack) -> Matcher | None:
@@ -46,49 +39,91 @@ def _restart_matcher(pack: RulePack) -> Matcher | None:
 # compile the same one: ~0.6 ms and two Hyperscan databases apiece)
 restart_matcher = PerPack(_restart_matcher)
 
+LAUNCH_LINES = 200   # lines after a launch's first marker its other markers come within
 
-class LaunchNodes:
-    """The nodes of the launch whose dumps the finder met last (the pack's `follower.nodes`):
-    where every node of a launch writes one file untagged (`srun` without `--label`), the
-    launch begins at its first node's dump, not at its last node's (as the machine reads it:
-    machine/follower.py `node_joins`)."""
 
-    def __init__(self, spec: FollowerSpec) -> None:
-        self.spec = spec
-        self.launch: tuple[int, tuple[Any, ...]] | None = None   # (node count, what they share)
-        self.ranks: set[int] = set()
+class LaunchMarkers:
+    """The restart markers of the launch a pack's markers began last: where it begins.
 
-    def joins(self, rule: Rule, text: str) -> bool:
-        """Is this restart marker (`rule` fired on `text`) another node's dump of the launch
-        before it?"""
-        parsed = parse_args_line(text, rule.args_specs) if rule.args else None
-        node = self.spec.node_of(parsed.values) if parsed is not None else None
-        if node is None:
-            self.launch = None
-            return False
-        launch = (node[1], tuple(parsed.values.get(k) for k in self.spec.node_same))  # type: ignore[union-attr]
-        if launch == self.launch and node[0] not in self.ranks:
+    One launch may print several: vLLM its version line, then its arguments (the machine
+    reads them as one startup while it is still launching); every node of a multi-node launch
+    its own dump where they share one file untagged (`srun` without `--label`; the pack's
+    `follower.nodes`, machine/follower.py `node_joins`).  The launch begins at the first of
+    them, not at the last (read from there, a vLLM launch had no version, a head node's
+    launch was its follower's)."""
+
+    def __init__(self, pack: RulePack) -> None:
+        spec = pack.follower
+        self.spec = spec if spec is not None and spec.node_rank else None
+        self.rules: set[str] = set()        # the markers the launch printed
+        self.line = -LAUNCH_LINES - 1       # the line of its first
+        self.nodes: tuple[int, tuple[Any, ...]] | None = None  # node count, what they share
+        self.ranks: set[int] = set()        # the nodes whose dump it printed
+
+    def joins(self, rule: Rule, text: str, line_number: int) -> bool:
+        """Is this marker (`rule` fired on `text`) another of the launch found before?"""
+        node = self._node(rule, text)
+        if node is not None and node[1] == self.nodes and node[0] not in self.ranks:
             self.ranks.add(node[0])
             return True
-        self.launch, self.ranks = launch, {node[0]}
+        if node is None and rule.id not in self.rules and \
+                line_number - self.line <= LAUNCH_LINES:
+            self.rules.add(rule.id)
+            return True
+        self.rules, self.line = {rule.id}, line_number
+        self.nodes, self.ranks = (node[1], {node[0]}) if node is not None else (None, set())
         return False
+
+    def _node(self, rule: Rule, text: str) -> tuple[int, tuple[Any, ...]] | None:
+        """(node rank, (node count, what the launch's nodes share)) of a dump that names a
+        node of a launch of several; None for any other marker."""
+        if self.spec is None or not rule.args:
+            return None
+        parsed = parse_args_line(text, rule.args_specs)
+        node = self.spec.node_of(parsed.values) if parsed is not None else None
+        if node is None:
+            return None
+        assert parsed is not None
+        return node[0], (node[1], tuple(parsed.values.get(k) for k in self.spec.node_same))
+
+
+class _PackMarkers:
+    """One pack's restart markers and where the latest launch they show begins."""
+
+    def __init__(self, pack: RulePack) -> None:
+        self.pack = pack
+        self.matcher = restart_matcher(pack)
+        self.launch = LaunchMarkers(pack)
+        self.best: tuple[int, int] | None = None
+
+    def found(self, rule: Rule, text: str, offset: int, line_number: int) -> None:
+        if not self.launch.joins(rule, text, line_number):
+            self.best = (offset, line_number)
+
+
+def _forms(packs: Sequence[RulePack]) -> tuple[RecordForm, ...]:
+    return tuple(dict.fromkeys(f for p in packs for f in record_forms(p)))
+
+
+def _latest(markers: list[_PackMarkers]) -> tuple[int, int] | None:
+    found = [m.best for m in markers if m.best is not None]
+    return max(found) if found else None
 
 
 class StartupFinder:
-    """Fed a log from byte 0 in chunks, remembers the last restart-marker line."""
+    """Fed a log from byte 0 in chunks, remembers where its latest launch begins: the first
+    marker of the last launch any of the packs shows (each pack's markers fire only where
+    its own engine's envelope puts them: `--rules auto` asks every shipped pack)."""
 
-    def __init__(self, pack: RulePack) -> None:
-        self.matcher = restart_matcher(pack)
-        self.records = record_forms(pack)
-        self.nodes = LaunchNodes(pack.follower) \
-            if pack.follower is not None and pack.follower.node_rank else None
-        self.best = (0, 1)
+    def __init__(self, packs: Sequence[RulePack]) -> None:
+        self.markers = [m for m in map(_PackMarkers, packs) if m.matcher is not None]
+        self.records = _forms(packs)
         self.tail = b""
         self.offset = 0        # log offset of tail[0]
         self.line_number = 1   # line of tail[0]
 
     def feed(self, chunk: bytes) -> None:
-        if self.matcher is None:
+        if not self.markers:
             return
         data = self.tail + chunk
         last = data.rfind(b"\n")
@@ -105,18 +140,17 @@ class StartupFinder:
         if self.tail:
             self._scan(self.tail)
             self.tail = b""
-        return self.best
+        return _latest(self.markers) or (0, 1)
 
     def _scan(self, data: bytes) -> None:
-        assert self.matcher is not None
         read = json_records_to_text(data, self.records)[0]   # as the framer reads them
         block = Block(read, self.offset, self.line_number, 0.0)
-        for hit in self.matcher.scan(block):
-            if self.nodes is not None and self.nodes.joins(hit.rule, hit.text):
-                continue      # another node of the launch found before: it begins there
-            line_start = _line_start(data, hit.line_number - self.line_number) \
-                if read is not data else data.rfind(b"\n", 0, hit.block_pos) + 1
-            self.best = (self.offset + line_start, hit.line_number)
+        for m in self.markers:
+            assert m.matcher is not None
+            for hit in m.matcher.scan(block):
+                line_start = _line_start(data, hit.line_number - self.line_number) \
+                    if read is not data else data.rfind(b"\n", 0, hit.block_pos) + 1
+                m.found(hit.rule, hit.text, self.offset + line_start, hit.line_number)
         self.line_number += block.newlines()
         self.offset += len(data)
 
@@ -129,9 +163,10 @@ def _line_start(data: bytes, index: int) -> int:
     return pos
 
 
-def latest_startup(pack: RulePack, chunks: Iterable[bytes]) -> tuple[int, int]:
-    """(byte offset, line number) of the line of the last restart marker, or (0, 1)."""
-    finder = StartupFinder(pack)
+def latest_startup(packs: Sequence[RulePack], chunks: Iterable[bytes]) -> tuple[int, int]:
+    """(byte offset, line number) of the line the latest launch begins at (its first
+    restart marker), or (0, 1)."""
+    finder = StartupFinder(packs)
     for chunk in chunks:
         finder.feed(chunk)
     return finder.result()
@@ -155,43 +190,46 @@ def restart_marker(pack: RulePack, text: str) -> tuple[Rule, str] | None:
 
 
 class StartupLocator:
-    """The latest startup of a log by its pack's restart markers (a source's start locator)."""
+    """The latest startup of a log by its packs' restart markers (a source's start locator;
+    several packs under `--rules auto`)."""
 
-    def __init__(self, pack: RulePack) -> None:
-        self.pack = pack
-        matcher = restart_matcher(pack)
-        rules = matcher.rules if matcher is not None else ()
+    def __init__(self, packs: Sequence[RulePack]) -> None:
+        self.packs = tuple(packs)
+        rules = [r for p in self.packs for r in p.rules if r.restart]
         lits = sorted({s for r in rules for s in (r.literals.strings if r.literals else ())})
         # a remote `grep -F` narrows the search unless a marker needs case folding
         usable = bool(lits) and not any(r.literals and r.literals.ignore_case for r in rules)
         self.grep_literals: tuple[str, ...] = tuple(lits) if usable else ()
 
     def scanner(self) -> StartupFinder:
-        return StartupFinder(self.pack)
+        return StartupFinder(self.packs)
 
     def latest_start(self, lines: Iterable[tuple[int, int, str]]) -> tuple[int, int] | None:
         """Of some lines of the log, in its order ((byte offset, line number, text): a remote
-        grep's), where the latest startup begins, as the scanner finds it; None when none
+        grep's), where the latest launch begins, as the scanner finds it; None when none
         carries a restart marker."""
-        spec = self.pack.follower
-        nodes = LaunchNodes(spec) if spec is not None and spec.node_rank else None
-        best = None
+        markers = [_PackMarkers(p) for p in self.packs]
         for offset, line_number, text in lines:
-            found = restart_marker(self.pack, text)
-            if found is not None and (nodes is None or not nodes.joins(*found)):
-                best = (offset, line_number)
-        return best
+            for m in markers:
+                found = restart_marker(m.pack, text)
+                if found is not None:
+                    m.found(*found, offset, line_number)
+        return _latest(markers)
 
     def in_file(self, path: str) -> tuple[int, int]:
         with open(path, "rb") as f:
-            return latest_startup(self.pack, iter(lambda: f.read(4 << 20), b""))
+            return latest_startup(self.packs, iter(lambda: f.read(4 << 20), b""))
 
 
-def startup_locator(pack: RulePack | None) -> StartupLocator | None:
-    """The start locator of a pack; None when it has no restart markers (read from byte 0)."""
-    if pack is None or not any(r.restart for r in pack.rules):
+def startup_locator(packs: RulePack | Sequence[RulePack] | None) -> StartupLocator | None:
+    """The start locator of a pack (or of the packs `--rules auto` may read a log with); None
+    when none has restart markers (read from byte 0)."""
+    if packs is None:
         return None
-    return StartupLocator(pack)
+    packs = (packs,) if isinstance(packs, RulePack) else tuple(packs)
+    if not any(r.restart for p in packs for r in p.rules):
+        return None
+    return StartupLocator(packs)
 
 
 def detect_pack(head: bytes, packs: Iterable[RulePack],

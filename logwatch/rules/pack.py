@@ -225,7 +225,7 @@ class FollowerSpec:
         if not self.node_rank:
             return None
         rank, count = line_args.get(self.node_rank), line_args.get(self.node_count)
-        if type(rank) is not int or type(count) is not int or not 0 <= rank < count:
+        if type(rank) is not int or type(count) is not int or not 0 <= rank < count or count < 2:
             return None
         return rank, count
 
