@@ -454,3 +454,12 @@ def test_a_bad_follower_nodes_entry_is_one_error_naming_the_key(tmp_path: Path, 
     with pytest.raises(PackError) as e:
         load_pack(path)
     assert e.value.key == key, str(e.value)
+
+
+def test_a_follower_head_naming_no_rule_is_one_error_naming_the_key(tmp_path: Path) -> None:
+    """`follower.head` (the lines only a head node prints) must name the pack's rules."""
+    path = write(tmp_path, "name: mine\nextends: vllm\nfollower:\n  rules: [headless_launch]\n"
+                           "  head: [no_such_rule]\n  ready: cuda_graph\n")
+    with pytest.raises(PackError) as e:
+        load_pack(path)
+    assert e.value.key == "follower.head", str(e.value)

@@ -303,6 +303,52 @@ def test_a_daemon_attaching_to_unlabelled_nodes_starts_at_the_first_node_s_dump(
     assert loc.latest_start(grepped[:1]) == (0, 1) and loc.latest_start([]) is None
 
 
+@pytest.mark.parametrize("order", ["head_first", "headless_first", "headless_after_init"])
+def test_a_vllm_head_and_its_headless_node_in_one_file_are_the_head_s_launch(order: str):
+    """A `vllm serve --nnodes 2 --node-rank 0` head and its `--headless` node 1 writing one
+    file (`srun` without `--label`): only an API server prints the version line and the
+    arguments (the pack's `follower.head`), so the launch is the head's, in any order, and
+    ready at the API server's line, not at the headless ranks' KV cache after the quiet
+    window.  Before: a follower's launch, "ready" at the KV cache line (268 s) while nothing
+    served (333 s)."""
+    head = [x.replace("'tensor_parallel_size': 2", "'tensor_parallel_size': 4, 'nnodes': 2, "
+                      "'node_rank': 0") for x in (BUILT / "vllm-034-default.log").read_text()
+            .splitlines()]
+    head = [re.sub(r"12-01 10:04:(3[1-9])", lambda m: f"12-01 10:05:{m.group(1)}", x)
+            for x in head]       # the API server slow after the capture: quiet for 60 s
+    node = (BUILT / "vllm-034-headless.log").read_text().splitlines()
+    k = {"head_first": 2, "headless_first": 0, "headless_after_init": 7}[order]
+    rest = [x for pair in zip(head[k:], node[1:]) for x in pair] + head[k + len(node) - 1:]
+    lines = head[:k] + node[:1] + rest
+    assert len(lines) == len(head) + len(node)
+    pipe = LogPipeline(load_pack("vllm"))
+    t0 = time.mktime(time.strptime("2026-12-01 10:00:00", "%Y-%m-%d %H:%M:%S"))
+    stamp = re.compile(r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
+    for line in lines:          # live, at the log's own pace, ticking through its silences
+        m = stamp.search(line)
+        at = t0 + (int(m[3]) - 10) * 3600 + int(m[4]) * 60 + int(m[5]) if m else None
+        if at is not None:
+            for t in range(int(pipe.state.last_log_time or at), int(at)):
+                pipe.tick(float(t))
+        pipe.feed((line + "\n").encode(), at if at is not None else t0)
+    st_ = pipe.state
+    assert (st_.startups, st_.follower, st_.phase) == (1, False, READY), \
+        (st_.startups, st_.follower, st_.phase)
+    assert "Starting vLLM server" in (st_.ready_line or "")
+
+
+def test_a_requeued_node_after_a_silent_death_is_a_new_launch():
+    """Node 1 of a launch printed its dump and died without a word (node 0 never printed);
+    30 minutes later the requeue's node 0 dump: past the launch's stall budget
+    (launching: 10m), a relaunch, not node 0 joining the dead launch.  Before: it joined,
+    and the requeue read as a follower's launch ("ready" at node 1's capture end)."""
+    both = _two_nodes(head_first=False)
+    dead = [x for x in both[:6] if "'node_rank': 1" in x or " TP1" in x]
+    late = [re.sub(r"^\[2026-12-01 10:", "[2026-12-01 11:", x) for x in _two_nodes()]
+    st_ = feed(dead + late + [READY_LINE.replace("10:04", "11:04")], "sglang").state
+    assert (st_.startups, st_.follower, st_.phase) == (2, False, READY)
+
+
 SGLANG_LOGS = sorted(FIXTURES.glob("sglang-*.log")) + sorted(BUILT.glob("sglang-*.log"))
 _SGLANG_STAMP = re.compile(r"^\[(\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d)( [^\]]*)?\]", re.M)
 

@@ -40,16 +40,17 @@ def note_follower(pack: RulePack, state: State, obs: Observation,
         state.follower = said
 
 
-def node_joins(pack: RulePack, state: State, line_args: dict[str, Any]) -> bool:
+def node_joins(pack: RulePack, state: State, line_args: dict[str, Any], stalled: bool) -> bool:
     """Is this launch line another node's of the launch under way, in the same stream?  SLURM's
     `srun -N2 ... --node-rank $SLURM_NODEID` without `--label` writes every node's output to
     one file, each node's dump untagged: a dump naming a node this launch has not printed,
     of as many nodes, meeting where the launch meets (`follower.nodes`), while the launch is
     still starting (no node gets past its start alone: a node's dump after a ready or a crash
-    is a relaunch's)."""
+    is a relaunch's) and not `stalled` (silent past its phase's stall budget: a launch that
+    died without a word, and a requeue of it)."""
     spec = pack.follower
     node = spec.node_of(line_args) if spec is not None else None
-    if node is None or not state.nodes or node[0] in state.nodes or \
+    if node is None or not state.nodes or node[0] in state.nodes or stalled or \
             state.phase in (WAITING, READY, *TERMINAL):
         return False
     assert spec is not None

@@ -49,6 +49,7 @@ class StartupMachine:
         self.stall_after = stall_after
         self._startup = set(pack.startup_phases)
         self._read_at = 0.0     # when the line being stepped was read (see `step`)
+        self._quiet_for = 0.0   # the log's seconds of silence before that line, by its stamps
 
     # -- public API -------------------------------------------------------------------------
     def note_activity(self, state: State, now: float) -> None:
@@ -62,11 +63,13 @@ class StartupMachine:
         the crash's settle window counts from when it was read."""
         rule = obs.rule
         self._read_at = now
+        self._quiet_for = 0.0
         if obs.log_time is not None:
             trust(state, obs)
             if state.floating is not None:
                 settle_float(state, obs)
             first = state.last_log_time is None
+            self._quiet_for = 0.0 if first else obs.log_time - state.last_log_time
             state.last_log_time = obs.log_time
             if rule.restart and state.phase not in (WAITING, self._first_phase()):
                 state.clock_offset = None      # a new server process: perhaps another clock
@@ -247,7 +250,8 @@ class StartupMachine:
             # one compose file): it joins this startup; its own restart is a new epoch
             state.procs.add(obs.proc)
             return
-        if node_joins(self.pack, state, line_args):
+        stalled = state.stalled or self._quiet_for >= self.stall_budget(state.phase)
+        if node_joins(self.pack, state, line_args, stalled):
             return      # another node's dump of this launch, untagged (`srun` unlabelled)
         server = self.pack.server_of(obs.text)
         if server_joins(self.pack, state, server, rid):

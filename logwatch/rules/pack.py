@@ -196,6 +196,7 @@ class FollowerSpec:
     it having finished `ready` (a `finishes: true` rule of that phase, per rank)."""
 
     rules: frozenset[str] = frozenset()   # a line of one of these rules says so
+    head_rules: frozenset[str] = frozenset()  # a line of one of these says a head's launch
     args: tuple[tuple[str, Any], ...] = ()  # or an argument: a number at least this, or true
     ready: str = ""                       # the phase whose finish, by every rank, is ready
     # graphs off (`eager: {rules: [ID], args: {FLAG: true}, ready: PHASE}`): no capture
@@ -231,11 +232,12 @@ class FollowerSpec:
 
     def says(self, rule_id: str, line_args: dict[str, Any]) -> bool | None:
         """What this line says of its node: True a follower's (one of the rules, or its
-        arguments at least the threshold / true), False the head's (its arguments hold the
-        flag below it: SGLang's dump names `node_rank` 0), None nothing."""
+        arguments at least the threshold / true), False the head's (one of the head rules:
+        vLLM's version line, which only its API server prints; or its arguments hold the flag
+        below it: SGLang's dump names `node_rank` 0), None nothing."""
         if rule_id in self.rules:
             return True
-        head = None
+        head = False if rule_id in self.head_rules else None
         for key, want in self.args:
             if key not in line_args:
                 continue
@@ -744,16 +746,20 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
 
 def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
               ) -> FollowerSpec:
-    """`follower: {rules: [ID, ...], args: {FLAG: N | true}, ready: PHASE, eager: {args:
-    {FLAG: true}, ready: PHASE}, nodes: {rank: ARG, count: ARG, same: [ARG, ...]}}`
-    (FollowerSpec)."""
-    if not isinstance(value, dict) or set(value) - {"rules", "args", "ready", "eager", "nodes"}:
-        raise PackError(src, "must be a mapping {rules: [...], args: {...}, ready: PHASE, "
-                        "eager: {...}, nodes: {...}}", key="follower")
+    """`follower: {rules: [ID, ...], head: [ID, ...], args: {FLAG: N | true}, ready: PHASE,
+    eager: {args: {FLAG: true}, ready: PHASE}, nodes: {rank: ARG, count: ARG, same: [ARG,
+    ...]}}` (FollowerSpec)."""
+    if not isinstance(value, dict) or \
+            set(value) - {"rules", "head", "args", "ready", "eager", "nodes"}:
+        raise PackError(src, "must be a mapping {rules: [...], head: [...], args: {...}, "
+                        "ready: PHASE, eager: {...}, nodes: {...}}", key="follower")
     ids = {r.id for r in rules}
     named = value.get("rules") or []
     if not isinstance(named, list) or any(x not in ids for x in named):
         raise PackError(src, "must be a list of this pack's rule ids", key="follower.rules")
+    heads = value.get("head") or []
+    if not isinstance(heads, list) or any(x not in ids for x in heads):
+        raise PackError(src, "must be a list of this pack's rule ids", key="follower.head")
     args = value.get("args") or {}
     if not isinstance(args, dict) or not all(
             isinstance(k, str) and (v is True or (isinstance(v, (int, float))
@@ -763,7 +769,7 @@ def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
                         "so) or true", key="follower.args")
     ready = value.get("ready")
     _follower_ready(src, ready, rules, phases, "follower.ready")
-    return FollowerSpec(frozenset(named), tuple(args.items()), ready,
+    return FollowerSpec(frozenset(named), frozenset(heads), tuple(args.items()), ready,
                         *_follower_eager(src, value.get("eager"), rules, phases),
                         *_follower_nodes(src, value.get("nodes")))
 
