@@ -756,6 +756,32 @@ def test_a_startup_that_ended_before_the_daemon_attached_is_history(tmp_path, re
     assert [(g.json["kind"], g.json["status"]) for g in rx.requests()] == [("ready", "firing")]
 
 
+@pytest.mark.parametrize("rules", ["sglang", "auto"])
+def test_a_command_s_printed_history_is_not_news(tmp_path, receivers, daemons, rules):
+    """`cmd:docker logs -f NAME` prints the container's whole log, then follows it (here
+    `tail -n +1 -f`): what it printed before its first pause is read as a log met for the
+    first time, from its latest launch.  An old launch's crash in it is not paged, nor a
+    `restarted`; a crash written later is.  Before: the old crash paged at once, then
+    `restarted`, and the latest launch's lines after them."""
+    rx = receivers()
+    log = tmp_path / "container.log"
+    log.write_text(crash_log() + ready_log(T0 + 3600))
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("t1", f"cmd:tail -n +1 -f {log}", rules=rules)],
+                       [{"type": "webhook", "url": rx.url("/hook"),
+                         "on": ["crashed", "restarted"]}])
+    d = daemons(cfg, port).start()
+    t = d.wait_target("t1", lambda t: t["phase"] == "ready" and not t["catching_up"],
+                      "the latest launch, ready")
+    assert t["startups"] == 1 and t["lines"] == ready_log(T0 + 3600).count("\n")
+    rx.assert_quiet(3.5, what="for the launches the command printed before we looked")
+    append(log, f"[2026-01-01 11:30:00 TP0] {OOM_LINE}\n")
+    rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
+    rx.assert_quiet(1.0, what="after the new crash")
+    assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
+
+
 def test_slow_startup_is_judged_only_while_a_startup_runs() -> None:
     """`slow`: a startup past slow_factor x its usual time (2 min at least).  The daemon asks
     only for the targets whose startup is under way (`Target.starting`); a serving,

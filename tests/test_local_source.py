@@ -704,6 +704,22 @@ def test_first_attach_under_rules_auto_starts_at_the_latest_launch(
         assert startup_locator(VLLM).in_file(str(path)) == (off, line)   # type: ignore[union-attr]
 
 
+def test_first_attach_to_a_supervised_vllm_launch_starts_at_its_supervisor(
+        tmp_path: Path) -> None:
+    """vLLM's DP supervisor starts two API servers, each printing its version line and its
+    arguments: one launch (the machine's `servers:`), which a daemon attaching reads from
+    its supervisor's line.  Before: from the second server's last marker, the launch read as
+    one server's, "ready" when the first of them served."""
+    from logwatch.rules.pack import load_all_shipped
+    one = (Path(__file__).parent / "fixtures" / "built" / "vllm-034-dp-supervisor.log").read_bytes()
+    path = tmp_path / "server.log"
+    path.write_bytes(one + one)
+    want = (len(one), one.count(b"\n") + 1)
+    for packs in ([VLLM], [p for p in load_all_shipped() if p.detect]):
+        loc = startup_locator(packs)
+        assert loc is not None and loc.in_file(str(path)) == want
+
+
 def test_without_pack_first_attach_reads_from_byte_0(tmp_path: Path) -> None:
     path, data, _, _ = _startup_file(tmp_path, SG_START, 2)
     r = run(read_until(make_source(str(path)), len(data)))
@@ -992,10 +1008,10 @@ def test_command_that_exits_is_restarted_with_backoff() -> None:
 
 
 def _cmd_run(command: str, runs: int, between: Callable[[int], None] | None = None,
-             timeout: float = 20) -> Reader:
+             timeout: float = 20, locator: Any = None) -> Reader:
     """Run a command source until it has exited `runs` times; `between(k)` after the k-th."""
     async def main() -> Reader:
-        src = make_source(f"cmd:{command}")
+        src = make_source(f"cmd:{command}", locator=locator)
         seen = [0]
 
         def on_event(ev: Any) -> None:
@@ -1031,6 +1047,44 @@ def test_command_printing_the_whole_log_again_gives_no_duplicates(tmp_path: Path
     r = _cmd_run(f"sh -c 'cat {path}; sleep 0.2'", 3, grow)
     # the 3 runs printed 200, 207 and 214 lines; the stream is the log once (through 214)
     assert r.stream() == _numbered(1, 214)
+
+
+def test_a_command_s_printed_history_is_read_from_its_latest_launch(tmp_path: Path) -> None:
+    """`docker logs -f` prints the container's whole log, then follows it: what the first run
+    prints before it pauses is the log as it was when we looked, read as a file met for the
+    first time is: from its latest launch (the launches before it not read), what it held
+    history for the catch-up (`Opened.size`).  Before, from byte 0: every old launch's crash
+    was read as news (a daemon paged it, then `restarted`)."""
+    path, data, off, line = _startup_file(tmp_path, SG_START, 3)
+
+    async def main() -> Reader:
+        src = make_source(f"cmd:sh -c 'cat {path}; sleep 1'", locator=startup_locator(SGLANG))
+        async with Reader(src) as r:
+            await r.wait(lambda: len(_restart_states(r)) >= 1, 10, "the run to end")
+            return r
+
+    r = run(main())
+    op = r.opened()
+    assert [(o.reason, o.offset, o.line_number, o.size) for o in op] == \
+        [("attach", off, line, len(data))]
+    assert r.stream() == data[off:]
+
+
+def test_a_command_printing_its_history_again_after_the_latest_launch(tmp_path: Path) -> None:
+    """The runs after the first are resynced with what was read, the bytes before the
+    latest launch included: each line once, none missing."""
+    path, data, off, _ = _startup_file(tmp_path, SG_START, 3)
+    grown = [data]
+
+    def grow(k: int) -> None:
+        more = f"[2026-01-01 11:00:{k:02d}] line written between runs {k}\n".encode()
+        with open(path, "ab") as f:
+            f.write(more)
+        grown[0] += more
+
+    r = _cmd_run(f"sh -c 'cat {path}; sleep 0.8'", 3, grow, locator=startup_locator(SGLANG))
+    printed = grown[0][: grown[0].rindex(b"[2026-01-01 11:00:03]")]   # runs 2 and 3 printed
+    assert r.stream() == printed[off:]
 
 
 def test_command_printing_the_whole_log_again_unchanged(tmp_path: Path) -> None:

@@ -46,16 +46,18 @@ class LaunchMarkers:
     """The restart markers of the launch a pack's markers began last: where it begins.
 
     One launch may print several: vLLM its version line, then its arguments (the machine
-    reads them as one startup while it is still launching); every node of a multi-node launch
-    its own dump where they share one file untagged (`srun` without `--label`; the pack's
-    `follower.nodes`, machine/follower.py `node_joins`).  The launch begins at the first of
-    them, not at the last (read from there, a vLLM launch had no version, a head node's
-    launch was its follower's)."""
+    reads them as one startup while it is still launching), each of its API servers its own
+    (a DP supervisor's, `--api-server-count`: the pack's `servers:`, machine/servers.py);
+    every node of a multi-node launch its own dump where they share one file untagged (`srun`
+    without `--label`; the pack's `follower.nodes`, machine/follower.py `node_joins`).  The
+    launch begins at the first of them, not at the last (read from there, a vLLM launch had
+    no version, a supervised one one server, a head node's launch was its follower's)."""
 
     def __init__(self, pack: RulePack) -> None:
         spec = pack.follower
+        self.pack = pack
         self.spec = spec if spec is not None and spec.node_rank else None
-        self.rules: set[str] = set()        # the markers the launch printed
+        self.rules: set[str] = set()        # the markers the launch printed, per server
         self.line = -LAUNCH_LINES - 1       # the line of its first
         self.nodes: tuple[int, tuple[Any, ...]] | None = None  # node count, what they share
         self.ranks: set[int] = set()        # the nodes whose dump it printed
@@ -66,11 +68,11 @@ class LaunchMarkers:
         if node is not None and node[1] == self.nodes and node[0] not in self.ranks:
             self.ranks.add(node[0])
             return True
-        if node is None and rule.id not in self.rules and \
-                line_number - self.line <= LAUNCH_LINES:
-            self.rules.add(rule.id)
+        key = f"{self.pack.server_of(text)}|{rule.id}"
+        if node is None and key not in self.rules and line_number - self.line <= LAUNCH_LINES:
+            self.rules.add(key)
             return True
-        self.rules, self.line = {rule.id}, line_number
+        self.rules, self.line = {key}, line_number
         self.nodes, self.ranks = (node[1], {node[0]}) if node is not None else (None, set())
         return False
 
@@ -140,6 +142,10 @@ class StartupFinder:
         if self.tail:
             self._scan(self.tail)
             self.tail = b""
+        return self.so_far()
+
+    def so_far(self) -> tuple[int, int]:
+        """Where the latest launch of the whole lines fed so far begins ((0, 1): none)."""
         return _latest(self.markers) or (0, 1)
 
     def _scan(self, data: bytes) -> None:

@@ -136,6 +136,8 @@ class StartScanner(Protocol):
 
     def result(self) -> tuple[int, int]: ...   # (byte offset, line number) of its line
 
+    def so_far(self) -> tuple[int, int]: ...   # the same, of the whole lines fed so far
+
 
 class StartLocator(Protocol):
     """Where to start reading a log met for the first time (given by the rules layer, so

@@ -5,6 +5,10 @@ A command that exits is started again with backoff.  Most of these commands prin
 again from some point when restarted (`docker logs -f` from the start, `journalctl -f` its
 last lines); to avoid reading the same lines twice, the new output is compared with what
 was already read (see `_Resync`).
+
+What the first run prints before it first pauses is the log as it was when we looked (`docker
+logs -f` prints the container's whole log, then follows it): with a start locator it is read
+as a file met for the first time is, from its latest launch (`_history`).
 """
 
 from __future__ import annotations
@@ -18,22 +22,25 @@ from typing import AsyncIterator
 
 from .. import log
 from .base import (
-    Data, Opened, SourceEvent, SourceState, compressed_refusal, compression_of,
+    Data, Opened, SourceEvent, SourceState, StartLocator, compressed_refusal, compression_of,
 )
 from .ssh import Backoff
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
+HISTORY_QUIET = 0.5          # seconds of pause that end the first run's printed history
+HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
 
 
 class CommandSource:
     def __init__(self, command: str | list[str], *, name: str | None = None,
-                 restart: bool = True) -> None:
+                 restart: bool = True, locator: StartLocator | None = None) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
             raise ValueError("empty command")
         self.name = name or "cmd:" + " ".join(self.argv)
         self.restart = restart
+        self.locator = locator
         self.log = log.get("source.command").bind(command=self.name)
         self._proc: asyncio.subprocess.Process | None = None
         self._closed = False
@@ -61,11 +68,15 @@ class CommandSource:
                 return
             assert self._proc.stdout is not None
             yield SourceState(True, f"running {self.name}")
-            if first:
-                yield Opened(0, 1, None, "attach", True)
-                first = False
             started = asyncio.get_running_loop().time()
-            async for data in self._read_run(self._proc.stdout, stream):
+            resync = not first
+            if first and self.locator is not None:
+                async for ev in self._history(self._proc.stdout, stream, self.locator):
+                    yield ev
+            elif first:
+                yield Opened(0, 1, None, "attach", True)
+            first = False
+            async for data in self._read_run(self._proc.stdout, stream, resync):
                 yield data
             code = await self._proc.wait()
             if self._closed or not self.restart:
@@ -79,10 +90,46 @@ class CommandSource:
             await asyncio.sleep(delay)
 
     @staticmethod
-    async def _read_run(out: asyncio.StreamReader, stream: "_Stream") -> AsyncIterator[Data]:
+    async def _history(out: asyncio.StreamReader, stream: "_Stream",
+                       locator: StartLocator) -> AsyncIterator[SourceEvent]:
+        """The first run's output up to its first pause (HISTORY_QUIET), read as a log met
+        for the first time: from its latest launch (the launches before it not read: their
+        crashes are not news), what it held history (`Opened.size`: the catch-up).  At most
+        HISTORY_HELD bytes from the latest launch found so far are held while looking; past
+        that, or at the pause, what is held is handed on and the run read as it comes."""
+        scanner = locator.scanner()
+        held, held_at, total, head = bytearray(), 0, 0, b""
+        while len(held) <= HISTORY_HELD:
+            try:
+                chunk = await asyncio.wait_for(out.read(1 << 16), HISTORY_QUIET)
+            except asyncio.TimeoutError:
+                break
+            if not chunk:
+                break
+            head += chunk[: max(0, 4096 - len(head))]
+            scanner.feed(chunk)
+            total += len(chunk)
+            held += chunk
+            at = scanner.so_far()[0]
+            if at > held_at:        # a later launch: what came before it is not read
+                del held[: at - held_at]
+                held_at = at
+        at, line = scanner.result()
+        if at > held_at:
+            del held[: at - held_at]
+            held_at = at
+        stream.head, stream.offset = head, held_at
+        yield Opened(held_at, line, None, "attach", True, size=total)
+        if held:
+            yield stream.data(bytes(held))
+
+    @staticmethod
+    async def _read_run(out: asyncio.StreamReader, stream: "_Stream",
+                        resync: bool = True) -> AsyncIterator[Data]:
         """One run's output, to its end.  A run after the first is resynced (`_Resync`): what
         the stream already handed on is dropped."""
-        skip_state = _Resync(stream.head, stream.tail, stream.offset) if stream.offset else None
+        skip_state = _Resync(stream.head, stream.tail, stream.offset) \
+            if resync and stream.offset else None
         run_head = b""
         while True:
             if skip_state is not None:
