@@ -236,7 +236,8 @@ class TargetView:
     def status(self) -> str:
         """The one word a fleet count puts the target under: `error` (its source failed),
         `crashed`, `stalled` (counted so, not in the phase it stalled in), `unreachable` (the
-        log says ready, the probe of its endpoint never succeeded), else the phase."""
+        log says ready, the probe of its endpoint never succeeded, or has failed for its
+        `fail_after`: what the `unreachable` alert says), else the phase."""
         if self.source_error:
             return "error"
         if self.phase == CRASHED:
@@ -247,8 +248,10 @@ class TargetView:
             return "stalled"
         if self.phase == READY:
             pv = self.probe_verdict
-            if pv is not None and pv.ready_not_answering:
-                return "unreachable"      # ready in the log, but its endpoint never answered
+            if pv is not None and pv.ready_not_answering or \
+                    probe_down_for(self.probe, self.phase, self.phase_entered_at,
+                                   self.now) is not None:
+                return "unreachable"      # ready in the log, but its endpoint does not answer
         return self.phase
 
     def to_json(self) -> dict[str, Any]:
@@ -492,6 +495,20 @@ def probe_verdict(probe: Mapping[str, Any] | None, phase: str, startup: str | No
         return ProbeSummary(f"ready in log, not answering{lasting}: {probe.get('status')}",
                             ready_not_answering=True)
     return ProbeSummary(f"not answering{lasting}: {probe.get('status')}")
+
+
+def probe_down_for(probe: Mapping[str, Any] | None, phase: str,
+                   phase_entered_at: float | None, now: float) -> float | None:
+    """How long the endpoint of a server whose log says ready has not answered (since it
+    said so, where it failed before), once that is the probe's `fail_after` or more: the
+    `unreachable` alert's condition; None otherwise."""
+    if not probe or probe.get("up") is not False or phase != READY:
+        return None
+    since = probe.get("failing_since")
+    if since is None:
+        return None
+    down = now - max(since, phase_entered_at or since)
+    return down if down >= float(probe.get("fail_after") or 0.0) else None
 
 
 def _fmt_s(seconds: float) -> str:

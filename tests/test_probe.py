@@ -106,6 +106,30 @@ def test_status_line() -> None:
     assert status_of(b"") is None
 
 
+def test_a_server_that_stopped_answering_counts_as_unreachable() -> None:
+    """The status word (what the page pins and the header counts) says what the
+    `unreachable` alert says: a server whose log says ready is `unreachable` once its
+    endpoint has failed for `fail_after`, not only when it never answered.  Before, one that
+    had answered and stopped stayed `ready` while its alert fired (and became `unreachable`
+    only after a daemon restart)."""
+    from logwatch.view import TargetView, probe_down_for
+    down = {"up": False, "status": "connection refused (127.0.0.1:30000)", "fail_after": 30.0,
+            "failing_since": 100.0, "ok_at": 90.0, "ok_startup": "s1"}
+
+    def status(probe: dict, now: float) -> str:
+        return TargetView(name="t", engine="vllm", source="t.log", kind="file", labels={},
+                          now=now, phase="ready", source_up=True, source_message="",
+                          startup_id="s1", phase_entered_at=50.0, probe=probe).status
+
+    assert probe_down_for(down, "ready", 50.0, 145.0) == 45.0
+    assert probe_down_for(down, "ready", 50.0, 120.0) is None          # under fail_after
+    assert probe_down_for(down, "ready", 130.0, 170.0) == 40.0         # since ready
+    assert probe_down_for(down, "cuda_graph", 50.0, 145.0) is None
+    assert probe_down_for({**down, "up": True}, "ready", 50.0, 145.0) is None
+    assert status(down, 145.0) == "unreachable" and status(down, 120.0) == "ready"
+    assert status({**down, "up": True, "failing_since": None}, 145.0) == "ready"
+
+
 def test_verdict_texts() -> None:
     up = {"up": True, "status": "200 /health, 200 /v1/models", "duration": 0.012}
     assert probe_verdict(up, "ready", "s1", 0.0).text == \
@@ -274,6 +298,7 @@ def test_probe_over_ssh_unreachable_once_then_resolved(sshd_server: SSHServer,  
         assert len(hook.requests(lambda g: g.json["kind"] == "unreachable")) == 1
         t = d.target("node1")
         assert t is not None and t["probe"]["verdict"].startswith("not answering for"), t["probe"]
+        assert t["status"] == "unreachable"     # what the page pins, as the alert says
         # it answers again: resolved, once
         http = _serve(app_port)
         d.wait_metric("logwatch_probe_up", 1.0, timeout=20, target="node1")
@@ -283,6 +308,7 @@ def test_probe_over_ssh_unreachable_once_then_resolved(sshd_server: SSHServer,  
                           g.json["status"] == "resolved", what="a second resolution")
         assert [g.json["status"] for g in hook.requests(
             lambda g: g.json["kind"] == "unreachable")] == ["firing", "resolved"]
+        assert d.target("node1")["status"] == "ready"     # type: ignore[index]
     finally:
         http.close()
         hook.close()

@@ -32,7 +32,7 @@ from ...units import fmt_duration
 from ...silence import Resumed
 from ...telemetry.gpu import preflight_note
 from ...verdict import crash_text, ready_notes
-from ...view import TargetView, gpu_activity
+from ...view import TargetView, gpu_activity, probe_down_for
 from .model import FIRING, Alert
 
 SLOW_FACTOR = 1.5
@@ -168,17 +168,13 @@ class AlertPolicy:
             return []
         if p["up"]:
             return [Resolve(v.name, ("unreachable",), "answering again")]
-        since = p.get("failing_since")
-        if v.phase != READY or since is None:
+        down_for = probe_down_for(p, v.phase, v.phase_entered_at, v.now)
+        if down_for is None:
             return []
         never = not p.get("ok_at") or p.get("ok_startup") != v.startup_id
         if v.historic and never:
             # ready before we attached and never answered since: a stale log of a server
             # gone long ago, not news; one that answered and stopped is (attach = monitored)
-            return []
-        ready_at = v.phase_entered_at or since
-        down_for = v.now - max(since, ready_at)
-        if down_for < float(p.get("fail_after") or 0.0):
             return []
         what = "ready in log, never answered" if never else "not answering"
         return [self._alert(v, "unreachable", v.startup_id,
