@@ -797,3 +797,28 @@ def test_a_log_that_begins_with_an_unstamped_bar_keeps_the_log_clock():
     for line, now in zip(lines, (1000.0, 1001.0, 1001.5, 1006.5, 1016.5)):
         pipe.feed((line + "\n").encode(), now)
     assert pipe.state.durations() == {"loading_shards": 1.5, "autotune": 15.0, "allocating": 0.0}
+
+
+@pytest.mark.parametrize("engine, lines", [
+    ("sglang", ["usage: launch_server.py [-h] --model-path MODEL_PATH",
+                "launch_server.py: error: unrecognized arguments: --tp-szie 8"]),
+    ("sglang", ["[2026-12-01 11:00:00] ERROR:    [Errno 98] error while attempting to bind on "
+                "address ('0.0.0.0', 30000): address already in use"]),
+    ("vllm", ["vllm serve: error: argument --max-model-len: invalid human_readable_int value: "
+              "'abc'"]),
+])
+def test_a_relaunch_that_dies_before_its_launch_line_is_not_the_server_s_crash(
+        engine: str, lines: list[str]):
+    """A launch appended (`>>`) to the log of a server that was ready (still serving, or
+    killed without a word) dies at once: argparse refuses its command line, or its port is
+    the serving server's.  Only a launch prints such a line (the rule's `launch_only`): a new
+    startup that crashed in launching, the ready one left ready.  Before: "crashed:
+    bad_argument during ready", a crash page for the server that served."""
+    ready = (BUILT / ("sglang-0523-download.log" if engine == "sglang"
+                      else "vllm-034-default.log")).read_text().splitlines()
+    st_ = feed(ready, engine).state
+    assert st_.phase == READY and st_.startups == 1
+    st_ = feed(ready + lines, engine).state
+    assert (st_.startups, st_.phase) == (2, "crashed")
+    assert st_.crash is not None and st_.crash.during == "launching", st_.crash
+    assert feed(["x: error: unrecognized arguments: --y"], engine).state.phase == "crashed"

@@ -80,6 +80,8 @@ class StartupMachine:
         if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
             state.deferred = None
+        if rule.launch_only and state.phase == READY:
+            state.relaunched = True    # only a launch prints it: the serving server's is over
         parsed = parse_args_line(obs.text, rule.args_specs) if rule.args else None
         line_args = parsed.values if parsed is not None else {}
         if rule.restart or state.relaunched:

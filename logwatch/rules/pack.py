@@ -73,7 +73,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor", "primary")
+                 "closes_as", "supervisor", "primary", "launch_only")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -144,6 +144,8 @@ class Rule:
     closes_as: str | None = None  # the span this end marker closes was this phase
     supervisor: bool = False      # a launcher of several servers (they join its launch)
     primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
+    launch_only: bool = False     # only a launch prints it (argparse's error): after a ready,
+                                  # a relaunch's line (it begins a startup)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -1059,7 +1061,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
         beside=d.get("beside"), closes_as=d.get("closes_as"),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
-        literals=literals, samples=samples, description=str(d.get("description") or ""),
+        launch_only=bool(d.get("launch_only")), literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
 
@@ -1104,7 +1106,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes", "begins", "supervisor", "primary"):
+                "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
