@@ -212,6 +212,9 @@ class LogPipeline:
         self.counters = counters if counters is not None else Counters()
         self._count_own_reasons()
         self.excerpt = ExcerptCollector()
+        # the unfinished last line was read after a quiet (`tick`) and counted: the newline
+        # that ends it later (the writer went on) is not another line
+        self._open_line_counted = False
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
         self.on_step: Callable[[list[Event], State], None] | None = None
@@ -247,8 +250,9 @@ class LogPipeline:
         block = self.framer.flush(now)
         self.counters.lines_cut += self.framer.lines_cut_total - cut
         events = self._block(block, now) if block is not None else []
-        if self.framer.mid_line:     # the last line had no `\n` (a bar's last `\r` frame too)
-            self.counters.lines += 1
+        if self.framer.mid_line and not self._open_line_counted:
+            self.counters.lines += 1   # the last line had no `\n` (a bar's last `\r` frame too)
+        self._open_line_counted = False
         self.excerpt.finish()
         return events
 
@@ -291,6 +295,9 @@ class LogPipeline:
             block = self.framer.flush(now)
             if block is not None:
                 events += self._block(block, now)
+                if not self._open_line_counted:
+                    self.counters.lines += 1     # read: a line, though its `\n` may come
+                    self._open_line_counted = True
             self.excerpt.finish()
         ticked = self.machine.tick(st, now)
         if ticked and self.on_step is not None:
@@ -328,7 +335,11 @@ class LogPipeline:
         for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
             events.extend(self._hit(hit, block, now))
         self.counters.rule_errors += self.matcher.errors - errors_before
-        self.counters.lines += block.newlines() + len(block.joins)
+        newlines = block.newlines()
+        self.counters.lines += newlines + len(block.joins)
+        if self._open_line_counted and newlines:
+            self.counters.lines -= 1       # the line read after a quiet ends here: counted
+            self._open_line_counted = False
         self.excerpt.end_block(block)
         return events
 

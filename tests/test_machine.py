@@ -1072,6 +1072,27 @@ def test_a_last_line_that_never_gets_its_newline_is_read_once_the_log_is_quiet()
     assert log.pipe.framer.pending == b""
 
 
+def test_a_last_line_read_after_a_quiet_is_counted_once() -> None:
+    """The line read after PARTIAL_LINE_QUIET is a line of the count (`logwatch_lines_total`,
+    `/api/status` `lines`), as `replay` counts it; if the writer goes on and ends it, its
+    newline is not another.  Before, the daemon showed N-1 lines for a log whose last line
+    had no newline (trtllm-003, -005, -006, -009, -016), where replay said N."""
+    from logwatch.pipeline import LogPipeline, PARTIAL_LINE_QUIET
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"one\ntwo\nthr", 0.0)
+    assert pipe.counters.lines == 2
+    pipe.tick(PARTIAL_LINE_QUIET)
+    assert pipe.counters.lines == 3
+    pipe.tick(2 * PARTIAL_LINE_QUIET)
+    pipe.feed(b"ee, the same line\nfour\n", 20.0)
+    assert pipe.counters.lines == 4
+    pipe.feed(b"fi", 21.0)
+    pipe.tick(21.0 + PARTIAL_LINE_QUIET)
+    pipe.finish(40.0)
+    assert pipe.counters.lines == 5 == len(b"one\ntwo\nthree\nfour\nfi".split(b"\n"))
+
+
 def test_a_new_startup_and_the_end_of_input_settle_a_crash_at_once() -> None:
     log = Log()
     sglang_to(log, "cuda_graph")
