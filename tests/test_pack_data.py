@@ -463,3 +463,13 @@ def test_a_follower_head_naming_no_rule_is_one_error_naming_the_key(tmp_path: Pa
     with pytest.raises(PackError) as e:
         load_pack(path)
     assert e.value.key == "follower.head", str(e.value)
+
+
+@pytest.mark.parametrize("value", ["downloading", "[no_such_phase]", "[ready]"])
+def test_a_bad_prelaunch_is_one_error_naming_the_key(tmp_path: Path, value: str) -> None:
+    """`prelaunch` (phases a wrapper may show before the server's launch line) lists some
+    of the pack's startup phases."""
+    path = write(tmp_path, f"name: mine\nextends: sglang\nprelaunch: {value}\n")
+    with pytest.raises(PackError) as e:
+        load_pack(path)
+    assert e.value.key == "prelaunch", str(e.value)

@@ -494,7 +494,8 @@ ALL_LOGS = sorted(FIXTURES.glob("*.log")) + sorted(BUILT.glob("*.log"))
 def test_only_a_line_that_begins_a_phase_moves_back_and_only_once(path: Path):
     """A rank repeating an earlier milestone is not a move back: every move to an earlier
     phase of the pack's order is made by a rule that begins its phase (or re-enters an
-    empty one), each such rule at most once per startup."""
+    empty one), each such rule at most once per startup; or by the server's launch line
+    after its wrapper's download (the pack's `prelaunch`), to the first phase, once."""
     data = path.read_bytes()
     pack = choose_pack("auto", data)
     pipe = LogPipeline(pack)
@@ -505,7 +506,12 @@ def test_only_a_line_that_begins_a_phase_moves_back_and_only_once(path: Path):
                 e.new not in pack.phases or pack.phases.index(e.new) > pack.phases.index(e.old):
             continue
         rule = next(r for r in pack.rules if r.regex.search(e.line))
-        assert rule.begins or rule.reenter or rule.closes_as, f"{path.name}: {e.old} -> {e.new} by {rule.id}"
+        launch = rule.restart and e.old in pack.prelaunch and e.new == pack.phases[0]
+        assert rule.begins or rule.reenter or rule.closes_as or launch, \
+            f"{path.name}: {e.old} -> {e.new} by {rule.id}"
+        if launch:
+            assert (e.epoch, "launch") not in used, f"{path.name}: launched twice"
+            used.add((e.epoch, "launch"))
         if rule.begins:
             assert (e.epoch, rule.id) not in used, f"{path.name}: {rule.id} moved back twice"
             used.add((e.epoch, rule.id))
@@ -822,3 +828,26 @@ def test_a_relaunch_that_dies_before_its_launch_line_is_not_the_server_s_crash(
     assert (st_.startups, st_.phase) == (2, "crashed")
     assert st_.crash is not None and st_.crash.during == "launching", st_.crash
     assert feed(["x: error: unrecognized arguments: --y"], engine).state.phase == "crashed"
+
+
+@pytest.mark.parametrize("engine, log", [
+    ("sglang", "sglang-0523-download.log"), ("vllm", "vllm-034-default.log")])
+def test_a_wrapper_s_download_before_the_server_is_one_startup(engine: str, log: str):
+    """An entrypoint script that downloads the model, then starts the server
+    (`huggingface-cli download M && vllm serve M`; trtllm-012's README wrapper): its hub bar
+    begins a startup in downloading, and the server's launch line that follows begins the
+    server in it (the pack's `prelaunch`): one startup, no `Restarted` (before: 2 startups
+    and a `restarted` alert on every such launch)."""
+    lines = ["Downloading Hugging Face model: Qwen/Qwen3-32B...",
+             "Fetching 37 files: 100%|██████████| 37/37 [00:40<00:00,  1.09s/it]",
+             "Starting the server..."] + (BUILT / log).read_text().splitlines()
+    pipe = LogPipeline(load_pack(engine))
+    events = pipe.feed(("\n".join(lines) + "\n").encode(), time.time())
+    events += pipe.finish(time.time())
+    st_ = pipe.state
+    assert (st_.startups, st_.phase) == (1, READY), (st_.startups, st_.phase)
+    assert not [e for e in events if type(e).__name__ == "Restarted"]
+    assert st_.phases_seen[:2] == ["downloading", "launching"]
+    # a launch line after a startup that printed its own is a relaunch, as before
+    twice = lines + (BUILT / log).read_text().splitlines()
+    assert feed(twice, engine).state.startups == 2

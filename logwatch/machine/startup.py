@@ -263,9 +263,11 @@ class StartupMachine:
             state.restart_rules.add(f"{server}|{rid}")
             return
         if state.phase == WAITING or (state.phase == self._first_phase()
-                                      and rid not in state.restart_rules):
+                                      and rid not in state.restart_rules) or \
+                (not state.restart_rules and state.phase in self.pack.prelaunch):
             # the first args dump / version line of a startup that is still launching (a
-            # launch prints several kinds: vLLM's version line, then its args)
+            # launch prints several kinds: vLLM's version line, then its args), or the
+            # server's first, after its wrapper's download (the pack's `prelaunch`)
             state.restart_rules.add(rid)
             if server:
                 state.servers.setdefault(server, False)
@@ -274,7 +276,7 @@ class StartupMachine:
                 state.procs.add(obs.proc)
             if obs.rule.supervisor:
                 state.supervised = True
-            if state.phase == WAITING:
+            if state.phase != self._first_phase():   # (waiting, or the wrapper's download)
                 self._enter(state, self._first_phase(), obs, now, events)
             return
         self._new_startup(state, obs, now, events, server)

@@ -79,7 +79,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records")
+             "user_content", "records", "prelaunch")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -271,6 +271,9 @@ class RulePack:
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (telemetry/probe.py)
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
+    # phases a wrapper's lines may show before the server's own launch line (an entrypoint's
+    # `huggingface-cli download`): a launch line then begins the server in that startup
+    prelaunch: tuple[str, ...] = ()
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
@@ -447,11 +450,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.ranks if base else ())
     probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
         else (base.probe_paths if base else ())
-    silent = base.silent if base else ()
-    if doc.get("silent") is not None:
-        if not isinstance(doc["silent"], list) or any(p not in phases for p in doc["silent"]):
-            raise PackError(src, f"must be a list of phases ({', '.join(phases)})", key="silent")
-        silent = tuple(doc["silent"])
+    silent = _phase_list(src, doc, "silent", phases, base.silent if base else ())
+    prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
     follower = _follower(src, doc["follower"], rules, phases) \
@@ -473,7 +473,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
-        server_count_args=count_args, follower=follower,
+        prelaunch=prelaunch, server_count_args=count_args, follower=follower,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -822,6 +822,18 @@ def _follower_ready(src: str, ready: Any, rules: list[Rule], phases: tuple[str, 
         raise PackError(src, f"must be a startup phase ({before})", key=key)
     if not any(r.finishes and r.phase == ready for r in rules):
         raise PackError(src, f"no rule of phase {ready} has `finishes: true`", key=key)
+
+
+def _phase_list(src: str, doc: dict[str, Any], key: str, phases: tuple[str, ...],
+                inherited: tuple[str, ...]) -> tuple[str, ...]:
+    """A pack key that lists some of its phases (`silent:`, `prelaunch:`), or the base's."""
+    value = doc.get(key)
+    if value is None:
+        return inherited
+    if not isinstance(value, list) or any(p not in phases or p == READY for p in value):
+        before = ", ".join(p for p in phases if p != READY)
+        raise PackError(src, f"must be a list of phases ({before})", key=key)
+    return tuple(value)
 
 
 def _probe(src: str, value: Any) -> tuple[str, ...]:
