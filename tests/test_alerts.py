@@ -782,6 +782,42 @@ def test_a_command_s_printed_history_is_not_news(tmp_path, receivers, daemons, r
     assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
 
 
+def test_a_daemon_restarted_under_a_command_reads_on_where_it_stopped(tmp_path, receivers,
+                                                                     daemons):
+    """A daemon stopped and started again under `cmd:docker logs -f NAME` (here `tail -n +1
+    -f`), which prints the whole log again: read on from the checkpoint once the output is
+    the same up to it (the hash of the bytes before it): every line once, one startup, each
+    alert once.  Before: the reprint read again on top of the restored state: 2 startups,
+    twice the lines, a false `restarted` and `ready`."""
+    rx = receivers()
+    log = tmp_path / "container.log"
+    log.write_text(ready_log(T0))
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("t1", f"cmd:tail -n +1 -f {log}")],
+                       [{"type": "webhook", "url": rx.url("/hook"),
+                         "on": ["crashed", "restarted", "ready"]}])
+    d = daemons(cfg, port).start()
+    first = d.wait_target("t1", lambda t: t["phase"] == "ready" and not t["catching_up"],
+                          "ready")["lines"]       # (from the launch line: the latest startup)
+    append(log, "".join(f"[2026-01-01 10:30:{i:02d}] serving line {i}\n" for i in range(5)))
+    truth = first + 5
+    d.wait_target("t1", lambda t: t["lines"] == truth, "every line")
+    assert d.stop() == 0
+    append(log, "".join(f"[2026-01-01 10:31:{i:02d}] written while down {i}\n" for i in range(5)))
+    d.start()
+    truth += 5
+    t = d.wait_target("t1", lambda t: t["lines"] >= truth, "the lines written while down")
+    rx.assert_quiet(2.5, what="after the daemon's restart")
+    t = d.target("t1")
+    assert t is not None and (t["lines"], t["startups"], t["phase"]) == (truth, 1, "ready"), t
+    assert d.metric("logwatch_lines_total", target="t1") == truth
+    append(log, f"[2026-01-01 11:30:00 TP0] {OOM_LINE}\n")
+    rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
+    # the first start's `ready` (a command's history has no file time to date it: news), once
+    assert [g.json["kind"] for g in rx.requests()] == ["ready", "crashed"]
+
+
 def test_slow_startup_is_judged_only_while_a_startup_runs() -> None:
     """`slow`: a startup past slow_factor x its usual time (2 min at least).  The daemon asks
     only for the targets whose startup is under way (`Target.starting`); a serving,

@@ -1087,6 +1087,45 @@ def test_a_command_printing_its_history_again_after_the_latest_launch(tmp_path: 
     assert r.stream() == printed[off:]
 
 
+def test_a_command_that_connects_slowly_still_prints_history(tmp_path: Path) -> None:
+    """A command that prints nothing for its first seconds (`kubectl`, `ssh` connecting),
+    then the log's history: still read from the latest launch (before: the history ended at
+    0.5 s of silence, before its first byte, and every old launch was read as news)."""
+    path, data, off, line = _startup_file(tmp_path, SG_START, 3)
+
+    async def main() -> Reader:
+        src = make_source(f"cmd:sh -c 'sleep 1.5; cat {path}; sleep 1'",
+                          locator=startup_locator(SGLANG))
+        async with Reader(src) as r:
+            await r.wait(lambda: len(_restart_states(r)) >= 1, 15, "the run to end")
+            return r
+
+    r = run(main())
+    assert [(o.reason, o.offset, o.size) for o in r.opened()] == [("attach", off, len(data))]
+    assert r.stream() == data[off:]
+
+
+def test_each_container_s_own_log_after_the_same_long_banner(tmp_path: Path) -> None:
+    """`kubectl logs -f` prints the current container's log: every container of an NGC
+    image starts with the same banner (license text, `set -x` echoes: several KiB).  A run
+    that starts with the first run's first bytes is a reprint only if it matches that far
+    (64 KiB): the new container's log is read whole.  Before (4 KiB), its first bytes, as
+    many as had been read, were dropped as a reprint."""
+    banner = b"".join(b"+ export OPTION_%d=value-%d-%s\n" % (i, i, b"z" * 60)
+                      for i in range(80))                 # 6.4 KiB
+    current = tmp_path / "current.log"
+    current.write_bytes(_numbered(1, 20))
+    runs = [banner + _numbered(1, 20)]
+
+    def next_container(k: int) -> None:
+        current.write_bytes(_numbered(100 * k, 100 * k + 20))
+        runs.append(banner + _numbered(100 * k, 100 * k + 20))
+
+    (tmp_path / "banner").write_bytes(banner)
+    r = _cmd_run(f"sh -c 'cat {tmp_path}/banner; cat {current}; sleep 0.3'", 2, next_container)
+    assert r.stream() == runs[0] + runs[1]
+
+
 def test_command_printing_the_whole_log_again_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     path.write_bytes(_numbered(1, 3000))   # bigger than a pipe read

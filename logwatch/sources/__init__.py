@@ -63,7 +63,7 @@ def make_source(target: str, *, locator: StartLocator | None = None, start: Posi
         cmd = target[len("cmd:"):].strip()
         if not cmd:
             raise SourceError("cmd: needs a command, e.g. cmd:docker logs -f sglang")
-        return CommandSource(cmd, name=name, locator=locator)
+        return CommandSource(cmd, name=name, locator=locator, start=start)
     if kind == "ssh":
         opts = ssh if isinstance(ssh, SSHOptions) else SSHOptions.from_dict(ssh)
         return SSHFileSource(target, options=opts, start=start, locator=locator, pool=pool,

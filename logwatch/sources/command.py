@@ -8,7 +8,9 @@ was already read (see `_Resync`).
 
 What the first run prints before it first pauses is the log as it was when we looked (`docker
 logs -f` prints the container's whole log, then follows it): with a start locator it is read
-as a file met for the first time is, from its latest launch (`_history`).
+as a file met for the first time is, from its latest launch; with a checkpoint (a daemon
+restarted), on from where the last one stopped, once the output is the same up to there
+(`_first_run`).
 """
 
 from __future__ import annotations
@@ -22,25 +24,30 @@ from typing import AsyncIterator
 
 from .. import log
 from .base import (
-    Data, Opened, SourceEvent, SourceState, StartLocator, compressed_refusal, compression_of,
+    TAIL_BYTES, Data, Opened, Position, SourceEvent, SourceState, StartLocator,
+    compressed_refusal, compression_of, digest,
 )
 from .ssh import Backoff
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
-HISTORY_QUIET = 0.5          # seconds of pause that end the first run's printed history
+HISTORY_QUIET = 2.0          # seconds of pause that end the first run's printed history
+HISTORY_FIRST = 15.0         # seconds its first byte may take (a command connecting)
 HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
+HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
 
 
 class CommandSource:
     def __init__(self, command: str | list[str], *, name: str | None = None,
-                 restart: bool = True, locator: StartLocator | None = None) -> None:
+                 restart: bool = True, locator: StartLocator | None = None,
+                 start: Position | None = None) -> None:
         self.argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not self.argv:
             raise ValueError("empty command")
         self.name = name or "cmd:" + " ".join(self.argv)
         self.restart = restart
         self.locator = locator
+        self.start = start     # a checkpoint's: where the last daemon stopped reading
         self.log = log.get("source.command").bind(command=self.name)
         self._proc: asyncio.subprocess.Process | None = None
         self._closed = False
@@ -70,8 +77,8 @@ class CommandSource:
             yield SourceState(True, f"running {self.name}")
             started = asyncio.get_running_loop().time()
             resync = not first
-            if first and self.locator is not None:
-                async for ev in self._history(self._proc.stdout, stream, self.locator):
+            if first and (self.locator is not None or self.start is not None):
+                async for ev in self._first_run(self._proc.stdout, stream):
                     yield ev
             elif first:
                 yield Opened(0, 1, None, "attach", True)
@@ -89,39 +96,36 @@ class CommandSource:
                               error=True)
             await asyncio.sleep(delay)
 
-    @staticmethod
-    async def _history(out: asyncio.StreamReader, stream: "_Stream",
-                       locator: StartLocator) -> AsyncIterator[SourceEvent]:
-        """The first run's output up to its first pause (HISTORY_QUIET), read as a log met
-        for the first time: from its latest launch (the launches before it not read: their
-        crashes are not news), what it held history (`Opened.size`: the catch-up).  At most
-        HISTORY_HELD bytes from the latest launch found so far are held while looking; past
-        that, or at the pause, what is held is handed on and the run read as it comes."""
-        scanner = locator.scanner()
-        held, held_at, total, head = bytearray(), 0, 0, b""
-        while len(held) <= HISTORY_HELD:
+    async def _first_run(self, out: asyncio.StreamReader,
+                         stream: "_Stream") -> AsyncIterator[SourceEvent]:
+        """The first run's output up to its first pause (`_FirstOutput`): where a checkpoint
+        is (a daemon restarted under a running command, which prints its log again), read on
+        from it once the output is the same up to there; else read as a log met for the
+        first time, from its latest launch, what it printed history (`Opened.size`)."""
+        first = _FirstOutput(self.locator, self.start)
+        quiet = HISTORY_FIRST        # a command may take a while to connect (ssh, kubectl)
+        while first.looking():
             try:
-                chunk = await asyncio.wait_for(out.read(1 << 16), HISTORY_QUIET)
+                chunk = await asyncio.wait_for(out.read(1 << 16), quiet)
             except asyncio.TimeoutError:
                 break
             if not chunk:
                 break
-            head += chunk[: max(0, 4096 - len(head))]
-            scanner.feed(chunk)
-            total += len(chunk)
-            held += chunk
-            at = scanner.so_far()[0]
-            if at > held_at:        # a later launch: what came before it is not read
-                del held[: at - held_at]
-                held_at = at
-        at, line = scanner.result()
-        if at > held_at:
-            del held[: at - held_at]
-            held_at = at
-        stream.head, stream.offset = head, held_at
-        yield Opened(held_at, line, None, "attach", True, size=total)
-        if held:
-            yield stream.data(bytes(held))
+            quiet = HISTORY_QUIET
+            first.feed(chunk)
+        stream.head = first.head
+        if first.resumed is not None:
+            pos = first.resumed
+            stream.offset, stream.tail = pos.offset, first.before
+            yield Opened(pos.offset, pos.line_number, None, "resume", False)
+            if first.rest:
+                yield stream.data(first.rest)
+            return
+        at, line = first.latest()
+        stream.offset = at
+        yield Opened(at, line, None, "attach", True, size=first.total)
+        if first.held:
+            yield stream.data(bytes(first.held))
 
     @staticmethod
     async def _read_run(out: asyncio.StreamReader, stream: "_Stream",
@@ -145,8 +149,8 @@ class CommandSource:
                 chunk = await out.read(1 << 16)
             if not chunk:
                 break
-            if len(run_head) < 4096:
-                run_head += chunk[: 4096 - len(run_head)]
+            if len(run_head) < HEAD_PROBE:
+                run_head += chunk[: HEAD_PROBE - len(run_head)]
             if skip_state is not None:
                 chunk = skip_state.feed(chunk)
                 if skip_state.done:
@@ -160,6 +164,72 @@ class CommandSource:
                 yield stream.data(rest)
         if run_head and not stream.head:
             stream.head = run_head  # the first run's first bytes
+
+
+class _FirstOutput:
+    """The first run's output while it is looked through (`CommandSource._first_run`).
+
+    With a checkpoint's position (`resume`): the output up to its offset is counted, not
+    held, and the bytes just before it are checked against the position's hash: the same
+    stream (`docker logs -f` printing the container's log again) is read on from there.
+    Otherwise, with a start locator: the latest launch found so far is held (at most
+    HISTORY_HELD bytes; past them the looking ends), what came before it dropped.  A resume
+    that fails past them (a new container printing more than that) starts at the output's
+    end: the restored state goes on from there."""
+
+    def __init__(self, locator: StartLocator | None, resume: Position | None) -> None:
+        self.scanner = locator.scanner() if locator is not None else None
+        self.resume = resume if resume is not None and resume.offset and resume.tail_sha \
+            else None
+        self.held, self.held_at, self.total, self.head = bytearray(), 0, 0, b""
+        self.lines = 1                     # the line number at `total`
+        self.truncated = False             # bytes past HISTORY_HELD were not held
+        self.recent = b""                  # the last TAIL_BYTES of the output so far
+        self.resumed: Position | None = None
+        self.before = b""                  # the bytes up to the resumed position (its end)
+        self.rest = b""                    # the bytes after it
+
+    def looking(self) -> bool:
+        return self.resumed is None and (len(self.held) <= HISTORY_HELD or
+                                         self.resume is not None)
+
+    def feed(self, chunk: bytes) -> None:
+        start = self.total
+        self.total += len(chunk)
+        self.lines += chunk.count(b"\n")
+        self.head += chunk[: max(0, HEAD_PROBE - len(self.head))]
+        r = self.resume
+        if r is not None and start < r.offset <= self.total:
+            cut = r.offset - start
+            before = (self.recent + chunk[:cut])[-min(r.offset, TAIL_BYTES):]
+            if digest(before) == r.tail_sha:
+                self.resumed, self.before, self.rest = r, before, chunk[cut:]
+                return
+            self.resume = None             # another log: read as one met for the first time
+        self.recent = (self.recent + chunk)[-TAIL_BYTES:]
+        if len(self.held) <= HISTORY_HELD and not self.truncated:
+            self.held += chunk
+        else:
+            self.truncated = True
+        if self.scanner is not None:
+            self.scanner.feed(chunk)
+            self._drop_before(self.scanner.so_far()[0])
+
+    def latest(self) -> tuple[int, int]:
+        """Where the latest launch of what was read begins (its bytes from there held)."""
+        if self.truncated:
+            self.held, self.held_at = bytearray(), self.total
+            return self.total, self.lines
+        if self.scanner is None:
+            return 0, 1
+        at, line = self.scanner.result()
+        self._drop_before(at)
+        return at, line
+
+    def _drop_before(self, at: int) -> None:
+        if at > self.held_at:        # a later launch: what came before it is not read
+            del self.held[: at - self.held_at]
+            self.held_at = at
 
 
 @dataclass
@@ -225,7 +295,7 @@ class _Resync:
         pos = buf.find(b"\n")
         while pos >= 0 and pos < len(self.tail) + 1:
             k = pos + 1
-            if self.tail.endswith(buf[:k]):
+            if buf[:k].strip() and self.tail.endswith(buf[:k]):   # (a blank line is no proof)
                 best = k
             pos = buf.find(b"\n", k)
         return buf[best:]
