@@ -195,6 +195,32 @@ def test_trtllm_log_is_not_taken_for_sglang_before_its_first_line() -> None:
     assert found is not None and found.name == "trtllm"
 
 
+def test_trtllm_serve_refusing_its_command_line_is_its_crash() -> None:
+    """click refusing trtllm-serve's options prints three lines and nothing of TensorRT-LLM
+    (MARKERS.md section 2): under `--rules auto` its `Usage: trtllm-serve` line names the
+    engine, so the refusal is read as TensorRT-LLM's `bad_argument` (before: taken for
+    SGLang, `waiting`, no crash).  And C++'s `std::terminate` message under `  what():  `
+    is read, not skipped as a traceback's quoted code: an MPI failure is `distributed_error`."""
+    import tempfile
+    from pathlib import Path
+    from logwatch.app.replay import replay_file
+    with tempfile.TemporaryDirectory() as d:
+        click = Path(d) / "click.log"
+        click.write_text("Usage: trtllm-serve serve [OPTIONS] MODEL\nTry 'trtllm-serve serve "
+                         "--help' for help.\n\nError: No such option: --model\n")
+        st = replay_file(str(click)).state
+        assert st.crash is not None and st.crash.reason == "bad_argument"
+        mpi = Path(d) / "mpi.log"
+        mpi.write_text("[TensorRT-LLM] TensorRT-LLM version: 1.2.0\n"
+                       "[12/01/2025-10:00:00] [TRT-LLM] [I] Using LLM with PyTorch backend\n"
+                       "terminate called after throwing an instance of "
+                       "'tensorrt_llm::common::TllmException'\n"
+                       "  what():  [TensorRT-LLM][ERROR] Assertion failed: Failed: MPI error "
+                       "/src/cpp/tensorrt_llm/common/mpiUtils.cpp:281 (MPI_ERR_OTHER)\n")
+        st = replay_file(str(mpi)).state
+        assert st.crash is not None and st.crash.reason == "distributed_error", st.crash
+
+
 def test_a_bare_line_after_an_unstamped_bar_is_placed_at_the_bars_end() -> None:
     """TensorRT-LLM's weights load under tqdm bars without stamps and end with a bare print
     (`Model init total -- 49.14s`): that line is where the clock stands, after the 46 s bar,
