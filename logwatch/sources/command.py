@@ -169,9 +169,10 @@ class CommandSource:
 class _FirstOutput:
     """The first run's output while it is looked through (`CommandSource._first_run`).
 
-    With a checkpoint's position (`resume`): the output up to its offset is counted, not
-    held, and the bytes just before it are checked against the position's hash: the same
-    stream (`docker logs -f` printing the container's log again) is read on from there.
+    With a checkpoint's position (`resume`): the output up to its offset is counted (held
+    only as below, for the case it is another log) and the bytes just before it are checked
+    against the position's hash: the same stream (`docker logs -f` printing the container's
+    log again) is read on from there.
     Otherwise, with a start locator: the latest launch found so far is held (at most
     HISTORY_HELD bytes; past them the looking ends), what came before it dropped.  A resume
     that fails past them (a new container printing more than that) starts at the output's
