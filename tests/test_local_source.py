@@ -1126,6 +1126,24 @@ def test_each_container_s_own_log_after_the_same_long_banner(tmp_path: Path) -> 
     assert r.stream() == runs[0] + runs[1]
 
 
+def test_command_printing_its_log_again_after_its_start_rotated_away(tmp_path: Path) -> None:
+    """`docker logs -f` after Docker's json-file driver rotated (max-size, max-file): the
+    rerun prints the log from a later point, not from the first run's first bytes.  The old
+    end (its last 4 KiB) is found in the new output: only what follows is read.  Before, the
+    whole reprint was read again (an old launch's crash paged again, its lines twice)."""
+    path = tmp_path / "server.log"
+    path.write_bytes(_numbered(1, 3000))
+    appended = [3000]
+
+    def rotate(k: int) -> None:     # the older half rotated away: what is kept is > 64 KiB
+        kept = _numbered(appended[0] - 1499, appended[0])
+        path.write_bytes(kept + _numbered(appended[0] + 1, appended[0] + 7))
+        appended[0] += 7
+
+    r = _cmd_run(f"sh -c 'cat {path}; sleep 0.2'", 3, rotate)
+    assert r.stream() == _numbered(1, 3014)
+
+
 def test_command_printing_the_whole_log_again_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "server.log"
     path.write_bytes(_numbered(1, 3000))   # bigger than a pipe read

@@ -35,6 +35,8 @@ HISTORY_QUIET = 2.0          # seconds of pause that end the first run's printed
 HISTORY_FIRST = 15.0         # seconds its first byte may take (a command connecting)
 HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
 HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
+RESYNC_NEEDLE = 4096         # the last bytes read, found in a rerun's output: the old end
+RESYNC_HELD = 32 << 20       # bytes of a rerun's output held while the old end is looked for
 
 
 class CommandSource:
@@ -252,18 +254,24 @@ class _Stream:
 class _Resync:
     """Drops the part of a restarted command's output that was already read.
 
-    Two shapes: the command prints everything again (`docker logs -f`): its output starts
+    Three shapes: the command prints everything again (`docker logs -f`): its output starts
     with the same bytes as the first run, so exactly the `seen` bytes already read are
-    skipped; or it prints the last lines again (`journalctl -f`, `tail -n N -f`): the longest
-    start of the new output (in whole lines) that the old output ended with is skipped.
-    Decided once the output pauses or exceeds what was kept of the old one.  Otherwise
+    skipped; it prints the log again from a later point (Docker's json-file driver rotated
+    its start away, `kubectl logs` of a rotated container log): the last bytes read
+    (`RESYNC_NEEDLE` of them) are found in the new output, and what follows them is new; or
+    it prints the last lines again (`journalctl -f`, `tail -n N -f`): the longest start of
+    the new output (in whole lines) that the old output ended with is skipped.  Decided once
+    the old end is found, the output pauses, or it exceeds what may be held.  Otherwise
     nothing is skipped (better a line twice than a line lost)."""
 
     def __init__(self, head: bytes, tail: bytes, seen: int) -> None:
         self.head, self.tail, self.seen = head, tail, seen
-        self.buf = b""
+        self.buf = bytearray()
         self.done = False
         self.skipping: int | None = None   # bytes still to drop in full-replay mode
+        # the old output's end, looked for in the new (too short to be proof: not looked for)
+        self.needle = tail[-RESYNC_NEEDLE:] if len(tail) >= 512 else b""
+        self.searched = 0                  # the new output looked through for it so far
 
     def feed(self, chunk: bytes) -> bytes:
         if self.skipping is not None:
@@ -280,16 +288,23 @@ class _Resync:
             if len(self.buf) < len(self.head):
                 return b""  # not sure yet
             self.skipping = self.seen
-            data, self.buf = self.buf, b""
+            data, self.buf = bytes(self.buf), bytearray()
             return self.feed(data)
-        if len(self.buf) > len(self.tail) + OVERLAP_WINDOW:
+        if self.needle:
+            at = self.buf.find(self.needle, max(0, self.searched - len(self.needle) + 1))
+            self.searched = len(self.buf)
+            if at >= 0:                    # the old end: what follows it is new
+                self.done = True
+                out, self.buf = bytes(self.buf[at + len(self.needle):]), bytearray()
+                return out
+        if len(self.buf) > (RESYNC_HELD if self.needle else len(self.tail) + OVERLAP_WINDOW):
             return self.settle()
         return b""
 
     def settle(self) -> bytes:
         """The output paused: skip the overlap with the end of the old output, if any."""
         self.done = True
-        buf, self.buf = self.buf, b""
+        buf, self.buf = bytes(self.buf), bytearray()
         if self.head and self.head.startswith(buf) and len(buf) <= self.seen:
             return b""  # a short log printed again, all of it already read
         best = 0
