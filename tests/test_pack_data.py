@@ -398,25 +398,39 @@ def test_a_stream_of_two_engines_processes_does_not_flip_between_them() -> None:
     assert follower.pack.name == "sglang" and follower.pipe.state.epoch == 1
 
 
-@pytest.mark.parametrize("eager, key", [
-    ("{args: {disable_cuda_graph: 1}, ready: allocating}", "follower.eager.args"),
-    ("{ready: allocating}", "follower.eager.args"),
-    ("{rules: [no_such_rule], ready: allocating}", "follower.eager.rules"),
-    ("{args: {disable_cuda_graph: true}, ready: ready}", "follower.eager.ready"),
-    ("{args: {disable_cuda_graph: true}, ready: loading_shards}", "follower.eager.ready"),
-    ("{args: {disable_cuda_graph: true}}", "follower.eager"),
-    ("{args: {disable_cuda_graph: true}, ready: allocating, when: x}", "follower.eager"),
+def _error_key(tmp_path: Path, pack: str) -> str:
+    """The key the one error of loading pack text `pack` names."""
+    with pytest.raises(PackError) as e:
+        load_pack(write(tmp_path, pack))
+    return str(e.value.key)
+
+
+FOLLOWER = "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n  ready: cuda_graph\n"
+
+
+@pytest.mark.parametrize("entry, key", [
+    ("eager: {args: {disable_cuda_graph: 1}, ready: allocating}", "follower.eager.args"),
+    ("eager: {ready: allocating}", "follower.eager.args"),
+    ("eager: {rules: [no_such_rule], ready: allocating}", "follower.eager.rules"),
+    ("eager: {args: {disable_cuda_graph: true}, ready: ready}", "follower.eager.ready"),
+    ("eager: {args: {disable_cuda_graph: true}, ready: loading_shards}", "follower.eager.ready"),
+    ("eager: {args: {disable_cuda_graph: true}}", "follower.eager"),
+    ("eager: {args: {disable_cuda_graph: true}, ready: allocating, when: x}", "follower.eager"),
+    ("nodes: {rank: node_rank}", "follower.nodes"),
+    ("nodes: {rank: node_rank, count: 2}", "follower.nodes"),
+    ("nodes: {rank: node_rank, count: nnodes, same: dist_init_addr}", "follower.nodes.same"),
+    ("nodes: {rank: node_rank, count: nnodes, where: x}", "follower.nodes"),
+    ("head: [no_such_rule]", "follower.head"),
 ])
-def test_a_bad_follower_eager_entry_is_one_error_naming_the_key(tmp_path: Path, eager: str,
-                                                                key: str) -> None:
+def test_a_bad_follower_entry_is_one_error_naming_the_key(tmp_path: Path, entry: str,
+                                                          key: str) -> None:
     """`follower.eager` (a follower that captures no graphs): a flag that is not `true`, a
     rule the pack lacks, a phase no `finishes: true` rule ends (loading_shards), the ready
-    phase itself, a missing or unknown key."""
-    path = write(tmp_path, "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n"
-                           f"  ready: cuda_graph\n  eager: {eager}\n")
-    with pytest.raises(PackError) as e:
-        load_pack(path)
-    assert e.value.key == key, str(e.value)
+    phase itself, a missing or unknown key; `follower.nodes` (the arguments that name a
+    node of a launch of several): a missing or non-name `rank` / `count`, a `same` that is
+    no list, an unknown key; `follower.head` (the lines only a head prints): a rule the
+    pack lacks."""
+    assert _error_key(tmp_path, FOLLOWER + f"  {entry}\n") == key
 
 
 @pytest.mark.parametrize("records, key", [
@@ -433,43 +447,12 @@ def test_a_bad_records_entry_is_one_error_naming_the_key(tmp_path: Path, records
                                                          key: str) -> None:
     """`records:` (how an engine's formatter writes a logging record): a piece naming a
     field records do not have, or no `%`-format at all, a key of the wrong shape."""
-    path = write(tmp_path, f"name: mine\nextends: vllm\nrecords: {records}\n")
-    with pytest.raises(PackError) as e:
-        load_pack(path)
-    assert e.value.key == key, str(e.value)
-
-
-@pytest.mark.parametrize("nodes, key", [
-    ("{rank: node_rank}", "follower.nodes"),
-    ("{rank: node_rank, count: 2}", "follower.nodes"),
-    ("{rank: node_rank, count: nnodes, same: dist_init_addr}", "follower.nodes.same"),
-    ("{rank: node_rank, count: nnodes, where: x}", "follower.nodes"),
-])
-def test_a_bad_follower_nodes_entry_is_one_error_naming_the_key(tmp_path: Path, nodes: str,
-                                                                key: str) -> None:
-    """`follower.nodes` (the arguments that name a node of a launch of several): a missing
-    or non-name `rank` / `count`, a `same` that is no list, an unknown key."""
-    path = write(tmp_path, "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n"
-                           f"  ready: cuda_graph\n  nodes: {nodes}\n")
-    with pytest.raises(PackError) as e:
-        load_pack(path)
-    assert e.value.key == key, str(e.value)
-
-
-def test_a_follower_head_naming_no_rule_is_one_error_naming_the_key(tmp_path: Path) -> None:
-    """`follower.head` (the lines only a head node prints) must name the pack's rules."""
-    path = write(tmp_path, "name: mine\nextends: vllm\nfollower:\n  rules: [headless_launch]\n"
-                           "  head: [no_such_rule]\n  ready: cuda_graph\n")
-    with pytest.raises(PackError) as e:
-        load_pack(path)
-    assert e.value.key == "follower.head", str(e.value)
+    assert _error_key(tmp_path, f"name: mine\nextends: vllm\nrecords: {records}\n") == key
 
 
 @pytest.mark.parametrize("value", ["downloading", "[no_such_phase]", "[ready]"])
 def test_a_bad_prelaunch_is_one_error_naming_the_key(tmp_path: Path, value: str) -> None:
     """`prelaunch` (phases a wrapper may show before the server's launch line) lists some
     of the pack's startup phases."""
-    path = write(tmp_path, f"name: mine\nextends: sglang\nprelaunch: {value}\n")
-    with pytest.raises(PackError) as e:
-        load_pack(path)
-    assert e.value.key == "prelaunch", str(e.value)
+    assert _error_key(tmp_path, f"name: mine\nextends: sglang\nprelaunch: {value}\n") == \
+        "prelaunch"

@@ -104,6 +104,7 @@ class _PackMarkers:
 
 
 def _forms(packs: Sequence[RulePack]) -> tuple[RecordForm, ...]:
+    """The record forms of several packs, each once (by logger name they do not collide)."""
     return tuple(dict.fromkeys(f for p in packs for f in record_forms(p)))
 
 
@@ -262,7 +263,7 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     # logging records as JSON, as the framer reads them (every pack's forms: by logger name)
-    head = json_records_to_text(head, tuple(dict.fromkeys(f for p in packs for f in record_forms(p))))[0]
+    head = json_records_to_text(head, _forms(packs))[0]
     lines = line_texts(head)
     raw = "\n".join(lines)
     present = _literals_in(raw, tuple(sorted(

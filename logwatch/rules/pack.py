@@ -574,10 +574,9 @@ def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
 
 def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
     """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME,
-    each_line: BOOL}]`: how
-    the engine's text formatter writes a logging record (`lines.RecordForm`), so that its
-    JSON records (python-json-logger) read as its text.  Each piece is checked here: a
-    `%`-format naming only `RECORD_FIELDS`."""
+    each_line: BOOL}]`: how the engine's text formatter writes a logging record
+    (`lines.RecordForm`), so that its JSON records (python-json-logger) read as its text.
+    Each piece is checked here: a `%`-format naming only `RECORD_FIELDS`."""
     if value is None:
         return ()
     if not isinstance(value, list):
