@@ -10,6 +10,7 @@ servers that one compose stream interleaves are one launch, not a restart each l
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Callable
@@ -176,6 +177,64 @@ def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(tmp_path: 
     again = mixed + [f"prefill-1  | {ln}" for ln in src if ln.strip()]
     path.write_text("\n".join(again) + "\n", encoding="utf-8")
     assert verdict(path, True)["startups"] == 2
+
+
+def _compose(lines: list[str], lag: int) -> tuple[list[str], int]:
+    """One server's startup as two compose services print it into one stream (`docker
+    compose logs -f`): prefill's lines, decode's `lag` lines behind; and the index after
+    which prefill has printed all of its lines (its ready line among them) and decode not."""
+    a = [f"prefill-1  | {ln}" for ln in lines if ln.strip()]
+    b = [f"decode-1   | {ln}" for ln in lines if ln.strip()]
+    b = [x.replace("port=30000", "port=30001").replace("8000", "8001") for x in b]
+    mixed = a[:lag] + [x for pair in zip(a[lag:], b) for x in pair] + b[len(a) - lag:]
+    return mixed, 2 * len(a) - lag
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_prefill_and_decode_in_one_compose_stream_are_ready_when_both_are(
+        engine: str, tmp_path: Path) -> None:
+    """PD disaggregation run from one compose file: a prefill and a decode server, each its
+    own launch lines (vLLM's version line, then its arguments) and its own ready line, one
+    stream.  One launch, ready at the second server's ready line.  Before: "ready" at the
+    prefill's (`watch` exited 0 while decode still captured its graphs, then ran out of
+    memory); vLLM's decode arguments read as a relaunch (2 startups, a `restarted`)."""
+    from logwatch.app.replay import replay_stream
+    from logwatch.rules.pack import load_pack
+    src = "".join(sim_texts(seed=9)).split("\n") if engine == "sglang" else \
+        (FIXTURES / "built" / "vllm-034-default.log").read_text().splitlines()
+    src = src[:next(i for i, x in enumerate(src) if "fired up" in x) + 2] \
+        if engine == "sglang" else src       # to the ready line (vLLM's: 4 lines before the end)
+    mixed, prefill_done = _compose(src, 6)
+    pack = load_pack(engine)
+
+    def state(lines: list[str]):
+        return replay_stream(io.BytesIO("".join(x + "\n" for x in lines).encode()), pack).state
+
+    half = state(mixed[:prefill_done])
+    assert (half.startups, half.phase) == (1, "cuda_graph"), (half.startups, half.phase)
+    whole = state(mixed)
+    assert (whole.startups, whole.phase) == (1, "ready"), (whole.startups, whole.phase)
+    assert whole.procs == {"prefill-1", "decode-1"} and not whole.procs_waiting
+    oom = "decode-1   | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    crashed = state(mixed[:prefill_done] + [oom])
+    assert crashed.phase == "crashed" and crashed.crash.during == "cuda_graph"
+    # either server printing its launch again is a relaunch: a new startup, of that server
+    relaunch = [x for x in mixed if x.startswith("decode-1")][:2]
+    again = state(mixed + relaunch)
+    assert again.startups == 2 and again.procs == {"decode-1"}
+    # a daemon attaching (and over SSH, its remote grep's lines) begins at the prefill's
+    # first launch line, not at the decode's (read from there, "ready" at the prefill's)
+    from logwatch.rules.locate import latest_startup, startup_locator
+    loc = startup_locator(pack)
+    assert loc is not None
+    for lines, want in ((mixed, 1), (mixed + relaunch, len(mixed) + 1)):
+        data = "".join(x + "\n" for x in lines).encode()
+        offsets = [0]
+        for x in lines:
+            offsets.append(offsets[-1] + len(x.encode()) + 1)
+        assert latest_startup([pack], [data]) == (offsets[want - 1], want)
+        grepped = [(offsets[n], n + 1, x) for n, x in enumerate(lines)]
+        assert loc.latest_start(grepped) == (offsets[want - 1], want)
 
 
 # ----------------------------------------------------------------------------------------------

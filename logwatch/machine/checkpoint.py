@@ -43,6 +43,7 @@ def state_from_json(d: dict[str, object]) -> State:
         spans=_spans(d.get("spans", d.get("history")) or []),  # type: ignore[arg-type]
         restart_rules=set(d.get("restart_rules", [])),  # type: ignore[arg-type]
         procs=set(d.get("procs", [])),  # type: ignore[arg-type]
+        procs_waiting=set(d.get("procs_waiting", [])),  # type: ignore[arg-type]
         args=dict(d.get("args") or {}),  # type: ignore[call-overload]
         args_partial=bool(d.get("args_partial", False)),
         progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]

@@ -1,9 +1,12 @@
-"""Several servers in one launch (vLLM's DP supervisor, `--api-server-count`).
+"""Several servers in one launch (vLLM's DP supervisor, `--api-server-count`; the prefill
+and decode servers of one compose file).
 
 The pack's `servers:` patterns name the server process a line comes from
-(`RulePack.server_of`).  A launch of several is one startup: another server's launch lines
-join it, it is ready when every one of them printed its ready line, and it crashed when one
-crashed (the crash's rank names the engine).  Only the machine calls these.
+(`RulePack.server_of`); a wrapper's `proc` prefix names a process of one stream (compose's
+`prefill-1  | `, `srun --label`'s ` 1: `).  A launch of several is one startup: another
+server's launch lines join it, it is ready when every one of them printed its ready line (a
+follower node prints none: it is not waited for), and it crashed when one crashed (the
+crash's rank names the engine).  Only the machine calls these.
 """
 
 from __future__ import annotations
@@ -35,9 +38,42 @@ def wanted(pack: RulePack, state: State) -> int:
     return 1
 
 
+def proc_joins(state: State, proc: str, rid: str) -> bool:
+    """Is this restart marker (rule `rid`) one of another process's of the launch under
+    way, in one stream?  A process the launch has not seen joins it (another compose
+    service starting); one of its processes joins with each marker it has not printed in
+    this launch while the launch is starting (the decode server's version line, then its
+    arguments, after the prefill's).  The same process printing a marker again is its
+    relaunch: a new startup."""
+    if not proc or not state.procs:
+        return False
+    key = f"{proc}>{rid}"
+    if proc not in state.procs:
+        state.procs.add(proc)
+        state.procs_waiting.add(proc)
+    elif len(state.procs) < 2 or key in state.restart_rules or \
+            state.phase in (WAITING, READY, *TERMINAL):
+        return False
+    state.restart_rules.add(key)
+    return True
+
+
+def note_proc(state: State, proc: str, rid: str) -> None:
+    """The first process of a launch printed a launch marker (`rid`)."""
+    if proc:
+        state.procs.add(proc)
+        state.procs_waiting.add(proc)
+        state.restart_rules.add(f"{proc}>{rid}")
+
+
 def all_ready(pack: RulePack, state: State, obs: Observation) -> bool:
     """A launch of several servers is ready when every one is: a ready line of one of them
-    counts for it (an untagged one for none, when there are several)."""
+    counts for it (an untagged one for none, when there are several).  Processes of one
+    stream likewise (`procs_waiting`: a follower node's left out)."""
+    if len(state.procs) > 1:
+        state.procs_waiting.discard(obs.proc)
+        if state.procs_waiting:
+            return False
     if len(state.servers) <= 1:
         return True       # one server (or none named): its ready line is the launch's
     server = pack.server_of(obs.text)

@@ -16,7 +16,7 @@ from .events import (
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
 from .follower import follower_ready, node_joins, note_follower, note_follower_done, note_node
-from .servers import all_ready as servers_ready, joins as server_joins
+from .servers import all_ready as servers_ready, joins as server_joins, note_proc, proc_joins
 from .ranks import advance_rank
 from .rates import next_progress
 from .spans import (
@@ -131,6 +131,9 @@ class StartupMachine:
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         note_follower(self.pack, state, obs, line_args)
+        if obs.proc and self.pack.follower is not None and \
+                self.pack.follower.says(rule.id, line_args):
+            state.procs_waiting.discard(obs.proc)    # a follower node prints no ready line
 
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase
@@ -247,10 +250,9 @@ class StartupMachine:
     def _restart(self, state: State, obs: Observation, now: float, events: list[Event],
                  line_args: dict[str, Any]) -> None:
         rid = obs.rule.id
-        if obs.proc and state.procs and obs.proc not in state.procs:
+        if proc_joins(state, obs.proc, rid):
             # another process of the same launch in one stream (prefill + decode servers of
             # one compose file): it joins this startup; its own restart is a new epoch
-            state.procs.add(obs.proc)
             return
         stalled = state.stalled or self._quiet_for >= self.stall_budget(state.phase)
         if node_joins(self.pack, state, line_args, stalled):
@@ -272,8 +274,7 @@ class StartupMachine:
             if server:
                 state.servers.setdefault(server, False)
                 state.restart_rules.add(f"{server}|{rid}")
-            if obs.proc:
-                state.procs.add(obs.proc)
+            note_proc(state, obs.proc, rid)
             if obs.rule.supervisor:
                 state.supervised = True
             if state.phase != self._first_phase():   # (waiting, or the wrapper's download)
@@ -490,10 +491,13 @@ def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:
     fresh = State(epoch=state.epoch + 1, startups=state.startups + 1,
                   restart_rules={rid, f"{server}|{rid}"} if server else {rid},
                   procs={obs.proc} if obs.proc else set(),
+                  procs_waiting={obs.proc} if obs.proc else set(),
                   last_activity=state.last_activity, last_log_time=state.last_log_time,
                   last_own_time=state.last_own_time,
                   startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,
                   servers={server: False} if server else {},
                   supervised=obs.rule.supervisor)
+    if obs.proc:
+        fresh.restart_rules.add(f"{obs.proc}>{rid}")
     for slot in State.__slots__:  # type: ignore[attr-defined]
         setattr(state, slot, getattr(fresh, slot))

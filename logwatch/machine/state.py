@@ -129,6 +129,8 @@ class State:
     spans: list[Span] = field(default_factory=list)  # this startup's, in the order they opened
     restart_rules: set[str] = field(default_factory=set)  # restart markers of this epoch
     procs: set[str] = field(default_factory=set)  # processes (by prefix) launched in this epoch
+    procs_waiting: set[str] = field(default_factory=set)  # those of them (not followers) whose
+                                          # ready line has not come (machine/servers.py)
     args: dict[str, Any] = field(default_factory=dict)  # the server's arguments (`args:` rules)
     args_partial: bool = False            # a line of them was cut: what was whole is kept
     progress: dict[str, ProgressState] = field(default_factory=dict)

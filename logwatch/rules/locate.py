@@ -51,7 +51,10 @@ class LaunchMarkers:
     every node of a multi-node launch its own dump where they share one file untagged (`srun`
     without `--label`; the pack's `follower.nodes`, machine/follower.py `node_joins`).  The
     launch begins at the first of them, not at the last (read from there, a vLLM launch had
-    no version, a supervised one one server, a head node's launch was its follower's)."""
+    no version, a supervised one one server, a head node's launch was its follower's).
+    Processes of one stream (a wrapper's `proc`: compose's prefill and decode services) each
+    print their own: another process's markers join the launch (machine/servers.py
+    `proc_joins`); the same process printing its launch again is a new one."""
 
     def __init__(self, pack: RulePack) -> None:
         spec = pack.follower
@@ -61,18 +64,25 @@ class LaunchMarkers:
         self.line = -LAUNCH_LINES - 1       # the line of its first
         self.nodes: tuple[int, tuple[Any, ...]] | None = None  # node count, what they share
         self.ranks: set[int] = set()        # the nodes whose dump it printed
+        self.procs: set[str] = set()        # the processes of one stream that printed one
 
-    def joins(self, rule: Rule, text: str, line_number: int) -> bool:
-        """Is this marker (`rule` fired on `text`) another of the launch found before?"""
+    def joins(self, rule: Rule, text: str, line_number: int, proc: str = "") -> bool:
+        """Is this marker (`rule` fired on `text`, unwrapped; `proc` the process its wrapper
+        names) another of the launch found before?"""
         node = self._node(rule, text)
         if node is not None and node[1] == self.nodes and node[0] not in self.ranks:
             self.ranks.add(node[0])
             return True
-        key = f"{self.pack.server_of(text)}|{rule.id}"
+        key = f"{proc}>{self.pack.server_of(text)}|{rule.id}"
+        if proc and self.procs and proc not in self.procs:
+            self.procs.add(proc)
+            self.rules.add(key)
+            return True
         if node is None and key not in self.rules and line_number - self.line <= LAUNCH_LINES:
             self.rules.add(key)
             return True
         self.rules, self.line = {key}, line_number
+        self.procs = {proc} if proc else set()
         self.nodes, self.ranks = (node[1], {node[0]}) if node is not None else (None, set())
         return False
 
@@ -98,8 +108,8 @@ class _PackMarkers:
         self.launch = LaunchMarkers(pack)
         self.best: tuple[int, int] | None = None
 
-    def found(self, rule: Rule, text: str, offset: int, line_number: int) -> None:
-        if not self.launch.joins(rule, text, line_number):
+    def found(self, rule: Rule, text: str, offset: int, line_number: int, proc: str = "") -> None:
+        if not self.launch.joins(rule, text, line_number, proc):
             self.best = (offset, line_number)
 
 
@@ -157,7 +167,7 @@ class StartupFinder:
             for hit in m.matcher.scan(block):
                 line_start = _line_start(data, hit.line_number - self.line_number) \
                     if read is not data else data.rfind(b"\n", 0, hit.block_pos) + 1
-                m.found(hit.rule, hit.text, self.offset + line_start, hit.line_number)
+                m.found(hit.rule, hit.text, self.offset + line_start, hit.line_number, hit.proc)
         self.line_number += block.newlines()
         self.offset += len(data)
 
@@ -220,7 +230,10 @@ class StartupLocator:
             for m in markers:
                 found = restart_marker(m.pack, text)
                 if found is not None:
-                    m.found(*found, offset, line_number)
+                    rule, part = found
+                    inner, proc, _ = m.matcher.unwrap(part) if m.matcher is not None \
+                        else (part, "", ())
+                    m.found(rule, inner, offset, line_number, proc)
         return _latest(markers)
 
     def in_file(self, path: str) -> tuple[int, int]:
