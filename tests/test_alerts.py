@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
-    OOM_LINE, T0, Got, Receiver, append, count_lines, daemons,
+    OOM_LINE, T0, Got, Receiver, append, count_lines, daemons, serving_crash,
     free_port, hold, hook, outbox, receivers, sim_texts, split_at, target, wait_for, write_config,
 )
 from conftest import ROOT
@@ -776,7 +776,7 @@ def test_a_command_s_printed_history_is_not_news(tmp_path, receivers, daemons, r
                       "the latest launch, ready")
     assert t["startups"] == 1 and t["lines"] == ready_log(T0 + 3600).count("\n")
     rx.assert_quiet(3.5, what="for the launches the command printed before we looked")
-    append(log, f"[2026-01-01 11:30:00 TP0] {OOM_LINE}\n")
+    append(log, serving_crash())
     rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
     rx.assert_quiet(1.0, what="after the new crash")
     assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
@@ -812,7 +812,7 @@ def test_a_daemon_restarted_under_a_command_reads_on_where_it_stopped(tmp_path, 
     t = d.target("t1")
     assert t is not None and (t["lines"], t["startups"], t["phase"]) == (truth, 1, "ready"), t
     assert d.metric("logwatch_lines_total", target="t1") == truth
-    append(log, f"[2026-01-01 11:30:00 TP0] {OOM_LINE}\n")
+    append(log, serving_crash())
     rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
     # the first start's `ready` (a command's history has no file time to date it: news), once
     assert [g.json["kind"] for g in rx.requests()] == ["ready", "crashed"]

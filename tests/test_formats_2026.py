@@ -205,3 +205,24 @@ def test_vllm_ray_worker_death_and_shm_and_ready_timeout(tmp_path: Path) -> None
     ]:
         doc = replay(tmp_path, VLLM_HEAD[:2] + ["Traceback (most recent call last):", line])
         assert doc["crash"]["reason"] == reason, line
+
+
+def test_an_encoder_only_server_is_ready_when_its_ranks_finished_init(tmp_path: Path) -> None:
+    """SGLang's encoder-only server (encode / prefill / decode disaggregation,
+    `--encoder-only`; 0.5.23 disaggregation/encoder/server.py, encoder/http_server.py): no
+    `server_args`, no "fired up"; its ranks init, then uvicorn serves `/encode`.  Before:
+    "still starting: loading_shards" for good, `stalled` paged while it served."""
+    e = "[2026-12-01 10:00:{:02d} encode_server] "
+    lines = [
+        e.format(2) + "init MMEncoder 0/1",
+        e.format(5) + "Using model weights format ['*.safetensors']",
+        "Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:04<00:00,  1.20it/s]",
+        e.format(10) + "Using transfer backend: zmq_to_scheduler",
+        e.format(10) + "rank 0 init finish ",
+        "INFO:     Application startup complete.",
+        "INFO:     Uvicorn running on http://0.0.0.0:30002 (Press CTRL+C to quit)",
+    ]
+    doc = replay(tmp_path, lines)
+    assert (doc["phase"], doc["startups"]) == ("ready", 1), doc
+    assert "init finish" in doc["ready_line"]
+    assert replay(tmp_path, lines[:4])["phase"] == "loading_shards"

@@ -206,3 +206,96 @@ def test_a_pack_extending_another_keeps_its_envelope_and_adds_user_content(
     m = Matcher(pack)
     assert m.match_line("[2026-01-01 10:00:00] MyApp echo: torch.OutOfMemoryError: x") is None
     assert m.match_line("[2026-01-01 10:00:00] torch.OutOfMemoryError: x") is not None
+
+
+# -- a serving server's own exceptions: a request's error is not a crash ------------------------
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB. GPU 0 has a "
+       "total capacity of 79.19 GiB of which 512.00 MiB is free.")
+SERVED_ON = [
+    '[2026-01-01 10:05:00] INFO:     10.0.0.7:40100 - "POST /v1/chat/completions HTTP/1.1" 500 '
+    'Internal Server Error',
+    "[2026-01-01 10:06:00 TP0] Decode batch, #running-req: 3, #token: 900, token usage: 0.00, "
+    "cuda graph: True, gen throughput (token/s): 160.20, #queue-req: 0",
+]
+
+
+def _request_errors(engine: str) -> list[str]:
+    """A request's exception logged by the server that serves on (0.5.23 / 0.34 source): an
+    image that ran the GPU out of memory in SGLang's HTTP process (multimodal
+    processors/base_processor.py, re-raised; entrypoints/openai/serving_base.py
+    `logger.exception(f"Error in request: {e}")`, a 500), and a tool name the model made
+    up, quoted in a parser's warning (SGLang function_call/base_format_detector.py:86, vLLM
+    tool_parsers/hy_v3_tool_parser.py `No tool named '%s'`, tool_parsers/utils.py)."""
+    if engine == "sglang":
+        return [
+            "[2026-01-01 10:05:00] Error in request: CUDA out of memory. Tried to allocate "
+            "1.20 GiB.",
+            "Traceback (most recent call last):",
+            '  File "/sgl-workspace/sglang/python/sglang/srt/multimodal/processors/'
+            'base_processor.py", line 941, in process_mm_data',
+            "    return self._call_processor(processor, input_text, processor_device, kwargs)",
+            OOM,
+            "[2026-01-01 10:05:01] Model attempted to call undefined function: "
+            "RuntimeError: NCCL error: unhandled system error",
+            *SERVED_ON,
+        ]
+    api = "(APIServer pid=1) WARNING 01-01 10:05:00 "
+    return [
+        f"{api}[hy_v3_tool_parser.py:97] No tool named 'torch.OutOfMemoryError: CUDA out of "
+        f"memory'",
+        f"{api}[utils.py:627] Tool call has non-simple function name: RuntimeError: NCCL "
+        f"error: unhandled system error",
+        f"{api}[muse_tool_parser.py:350] Muse: emitted tool name 'oom-killer' not in the "
+        f"request's tools",
+        "(APIServer pid=1) INFO 01-01 10:06:00 [loggers.py:257] Engine 000: Avg prompt "
+        "throughput: 10.0 tokens/s, Avg generation throughput: 160.2 tokens/s, Running: 3 "
+        "reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%",
+    ]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_request_s_exception_while_serving_is_no_crash(engine: str) -> None:
+    """Before: `crashed: cuda_oom during ready` paged (and, a crash alerted once per
+    startup, the server's real crash later was never alerted)."""
+    pipe, _ = ready_pipe(engine)
+    events = pipe.feed(("\n".join(_request_errors(engine)) + "\n").encode(), NOW + 20)
+    events += pipe.tick(NOW + 60)
+    assert [e for e in events if isinstance(e, (Crashed, CrashSettled, Restarted))] == []
+    assert pipe.state.phase == READY
+
+
+def test_a_real_crash_after_a_request_s_error_is_its_own_reason() -> None:
+    """The server's real crash after it: alerted, for its own reason (the request's OOM,
+    served on after, classifies nothing); a scheduler's own OOM is still cuda_oom, and the
+    c10d watchdog's timeout before a scheduler's death still names it nccl_error."""
+    detok = [
+        "[2026-01-01 10:30:00] DetokenizerManager hit an exception: Traceback (most recent "
+        "call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/detokenizer_manager.py", '
+        'line 200, in event_loop',
+        "IndexError: list index out of range",
+        "[2026-01-01 10:30:01] Subprocess sglang::detokenizer (pid=4250) crashed with exit "
+        "code 1. Triggering SIGQUIT for cleanup...",
+    ]
+    sched_oom = ["[2026-01-01 10:30:00 TP0] Scheduler hit an exception: Traceback (most "
+                 "recent call last):", OOM,
+                 "[2026-01-01 10:30:01] Received sigquit from a child process. It usually "
+                 "means the child failed."]
+    nccl = [
+        "[rank1]:[E1201 10:15:00.715298746 ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=28340, OpType=ALLREDUCE) ran for "
+        "600061 milliseconds before timing out.",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+        "[2026-01-01 10:30:02] Subprocess sglang::scheduler_TP1 (pid=4243) crashed with exit "
+        "code -6. Triggering SIGQUIT for cleanup...",
+    ]
+    for tail, reason in ((detok, "python_exception"), (sched_oom, "cuda_oom"),
+                         (nccl, "nccl_error")):
+        pipe, _ = ready_pipe("sglang")
+        lines = _request_errors("sglang") + tail
+        events = pipe.feed(("\n".join(lines) + "\n").encode(), NOW + 20)
+        events += pipe.tick(NOW + 60) + pipe.finish(NOW + 60)
+        settled = [e for e in events if isinstance(e, CrashSettled)]
+        assert len(settled) == 1 and pipe.state.crash is not None, (reason, events)
+        assert (pipe.state.crash.reason, pipe.state.crash.during) == (reason, READY)

@@ -205,12 +205,19 @@ def follower_bad_args(d):
     return None, "follower.args"
 
 
+def ready_hint_without_crash(d):
+    d["rules"].append({"id": "b", "pattern": "Decode batch", "phase": "ready",
+                       "ready_hint": True})
+    return "b", "ready_hint"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
                  begins_without_phase, beside_not_open_or_close, closes_as_unknown_phase,
                  supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
-                 follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args]
+                 follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
+                 ready_hint_without_crash]
 
 
 @pytest.mark.integration

@@ -101,7 +101,7 @@ class StartupMachine:
             events.append(Stopped(state.epoch, obs.text))
             return events
         if rule.crash:
-            self._crash(state, obs, now, events)
+            self._crash_line(state, obs, now, events)
             return events
         if rule.hint:
             ev = Evidence(rule.hint, obs.text, obs.line_number)
@@ -359,6 +359,8 @@ class StartupMachine:
             _announce_ready(state, obs, now, events)
         if state.phase != READY:
             return  # warmup batches before ready are not serving traffic
+        if state.hints:
+            state.hints.clear()   # it served on after them: they say nothing of a later crash
         values = stat_values(obs.fields, obs.rule.scale)
         if values:
             state.stats.update(values)
@@ -366,6 +368,20 @@ class StartupMachine:
                                        obs.log_time if obs.log_time is not None else now))
 
     # -- crashes ----------------------------------------------------------------------------
+    def _crash_line(self, state: State, obs: Observation, now: float,
+                    events: list[Event]) -> None:
+        """A crash rule's line: a crash; after a ready, one of a `ready_hint` rule is a hint
+        of the reason of a crash the engine announces (its scheduler's exception, a worker's
+        death), the latest kept: a serving server logs such an exception for one request and
+        serves on (SGLang's `Error in request:` of an image that ran the GPU out of memory in
+        the HTTP process; a tool name the model made up, quoted)."""
+        rule = obs.rule
+        assert rule.crash is not None
+        if rule.ready_hint and state.phase == READY:
+            state.hints[rule.crash] = Evidence(rule.crash, obs.text.rstrip(), obs.line_number)
+            return
+        self._crash(state, obs, now, events)
+
     def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rule = obs.rule
         assert rule.crash is not None

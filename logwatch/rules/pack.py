@@ -73,7 +73,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor", "primary", "launch_only")
+                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -146,6 +146,8 @@ class Rule:
     primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
     launch_only: bool = False     # only a launch prints it (argparse's error): after a ready,
                                   # a relaunch's line (it begins a startup)
+    ready_hint: bool = False      # after a ready, a hint of its reason, not a crash (a
+                                  # request's exception: the server serves on)
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -1072,7 +1074,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
         beside=d.get("beside"), closes_as=d.get("closes_as"),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
-        launch_only=bool(d.get("launch_only")), literals=literals, samples=samples, description=str(d.get("description") or ""),
+        launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
+        literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
 
@@ -1116,8 +1119,12 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                             "pack may declare its own under `reasons:`)", rule=rid, key=key)
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
+    if d.get("ready_hint") and not d.get("crash"):
+        raise PackError(src, "only a crash rule can be a hint after ready", rule=rid,
+                        key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
-                "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only"):
+                "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
+                "ready_hint"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):

@@ -35,6 +35,18 @@ OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
 READY_LINE = "The server is fired up and ready to roll!"
 
 
+def serving_crash(stamp: str = "2026-01-01 11:30:00") -> str:
+    """A ready SGLang server's scheduler dying of a CUDA OOM, as 0.5.23 logs it: its
+    exception announced, the traceback, the main process's SIGQUIT (a cause line alone,
+    after ready, is a request's error: no crash)."""
+    return (f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2712,'
+            " in run_scheduler_process\n"
+            f"{OOM_LINE}\n"
+            f"[{stamp}] Received sigquit from a child process. It usually means the child "
+            "failed.\n")
+
+
 # -- HTTP receivers -------------------------------------------------------------------------
 
 @dataclass
