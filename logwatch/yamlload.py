@@ -80,6 +80,34 @@ def written_size(node: yaml.Node) -> int:
     return len(seen)
 
 
+def refuse_duplicate_keys(node: yaml.Node) -> None:
+    """A mapping that names a key twice: PyYAML keeps the last silently, so a second
+    `targets:` block dropped the whole first fleet with `--check` saying ok.  Raised as
+    PyYAML's own ConstructorError, so it reads `file:line:col: ... duplicate key`."""
+    import yaml
+    seen: set[int] = set()
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, yaml.SequenceNode):
+            todo.extend(n.value)
+        elif isinstance(n, yaml.MappingNode):
+            first: dict[tuple[str, str], yaml.Node] = {}
+            for k, v in n.value:
+                todo += (k, v)
+                if not isinstance(k, yaml.ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+                    continue
+                was = first.setdefault((k.tag, k.value), k)
+                if was is not k:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", n.start_mark,
+                        f"duplicate key {k.value!r} (first at line {was.start_mark.line + 1}): "
+                        "YAML keeps only the last", k.start_mark)
+
+
 def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:
     """`yaml.safe_load`, refusing documents whose aliases expand past `limit` nodes
     (YAMLTooLarge, a ValueError with the reason).  yaml is imported here, on first use: a
@@ -91,6 +119,7 @@ def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:
         if node is None:
             return None
         expanded_size(node, max(limit, EXPANSION * written_size(node)))
+        refuse_duplicate_keys(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -173,6 +173,7 @@ def test_a_path_under_tilde_is_completed_in_the_home_the_node_names(
 @pytest.mark.parametrize("text, says", [
     ("", "the file is empty"), ("\n  \n", "the file is empty"), ("# nothing yet\n", "the file is empty"),
     ("listen: 127.0.0.1:9105\n", "targets: missing"),
+    ("listen: 127.0.0.1:9105\ntargets:\n", "targets: has no value"),
 ])
 def test_an_empty_or_cut_config_is_refused(tmp_path: Path, text: str, says: str) -> None:
     """A config caught mid-write parses; before, `--check` said "ok (0 targets, ...)" and a
@@ -414,3 +415,63 @@ def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user:
     """Issue 30: `ssh://a;id@host/...` is no login name: --check names the key."""
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(
         source=f"ssh://{user}@gpu-node-1/var/log/sglang.log")), "targets[0].source")
+
+
+# -- what `--check` passed and the daemon then died of, or silently did otherwise ------------
+
+@pytest.mark.integration
+@pytest.mark.parametrize("fn, key, says", [
+    # an invalid routing regex: before, `--check` ok, then a traceback at start and at a
+    # SIGHUP (systemd's ExecReload runs `--check` first: a reload took the daemon down)
+    (lambda d: d["alerts"][0].update(targets={"name": "(["}), "alerts[0].targets.name",
+     "invalid regex"),
+    # a label no target has (a typo): the sink would never fire
+    (lambda d: d["alerts"][0].update(targets={"modle": "GLM-.*"}), "alerts[0].targets.modle",
+     "no target has the label"),
+    # ssh options of the wrong type: before, every connect failed (OverflowError, TypeError,
+    # a key file per character of a string)
+    (lambda d: d["targets"][1]["ssh"].update(port=70000), "targets[1].ssh.port", "1 to 65535"),
+    (lambda d: d["targets"][1]["ssh"].update(known_hosts=5), "targets[1].ssh.known_hosts",
+     "a string"),
+    (lambda d: d["targets"][1]["ssh"].update(keepalive_count_max="many"),
+     "targets[1].ssh.keepalive_count_max", "whole number"),
+    (lambda d: d["targets"][1]["ssh"].update(username=["a", "b"]), "targets[1].ssh.username",
+     "a string"),
+    (lambda d: d["targets"][1]["ssh"].update(config=5), "targets[1].ssh.config", "file path"),
+], ids=["route-regex", "route-label", "ssh-port", "ssh-known-hosts", "ssh-keepalive",
+        "ssh-username", "ssh-config"])
+def test_what_check_passed_and_the_daemon_died_of(tmp_path: Path, fn: Any, key: str,
+                                                  says: str) -> None:
+    assert_config_error(mutate(tmp_path, fn), key, says)
+
+
+def test_routing_and_ssh_values_as_users_write_them(tmp_path: Path) -> None:
+    """What stays a config: routing on a label, the name, the engine; one key file as a
+    string; a port and `max_attempts` from `${VAR}` (text)."""
+    from logwatch.app.config import load_config
+    doc = good_doc(tmp_path)
+    doc["alerts"][0]["targets"] = {"model": "GLM-.*", "name": "node[12]", "engine": "sglang"}
+    doc["alerts"][0]["max_attempts"] = "${LOGWATCH_TEST_UNSET_MA:-3}"
+    doc["targets"][1]["ssh"].update(client_keys="~/.ssh/id_ed25519",
+                                   port="${LOGWATCH_TEST_UNSET_PORT:-2222}")
+    cfg = load_config(str(write(tmp_path, doc)))
+    assert cfg.targets[1].ssh.client_keys == ("~/.ssh/id_ed25519",)
+    assert cfg.targets[1].ssh.port == 2222 and cfg.alerts[0]["max_attempts"] == 3
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("text, line, key", [
+    ("listen: 127.0.0.1:9105\ntargets:\n  - {name: a, source: /x/a.log}\n"
+     "targets:\n  - {name: b, source: /x/b.log}\n", 4, "targets"),
+    ("listen: 127.0.0.1:9105\ntargets:\n  - name: a\n    source: /x/a.log\n"
+     "    source: /x/b.log\n", 5, "source"),
+])
+def test_a_key_written_twice_is_refused(tmp_path: Path, text: str, line: int, key: str) -> None:
+    """YAML keeps the last of two equal keys, silently: a second `targets:` block dropped the
+    first fleet while `--check` said ok.  Now one line at the second, naming the first."""
+    path = tmp_path / "dup.yaml"
+    path.write_text(text, encoding="utf-8")
+    res = run("-c", str(path), "--check")
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert f"{path}:{line}:" in lines[0] and f"duplicate key '{key}'" in lines[0], lines[0]

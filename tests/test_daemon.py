@@ -621,3 +621,29 @@ def test_a_follower_node_is_alerted_ready_never_stalled_nor_probed(tmp_path: Pat
         assert d.target("node1")["probe"]["probes"] == 0     # type: ignore[index]
     finally:
         rx.close()
+
+
+def test_a_second_daemon_on_the_same_state_dir_is_refused(tmp_path: Path, daemons: Any) -> None:
+    """Two configs on a host both take the default state_dir: before, the second daemon
+    overwrote the first's positions and alert marks and paged an hour-old crash the first
+    had judged history.  Now it is refused at its start, one line naming the first's pid,
+    exit 2; once the first is gone (kill -9 too: the kernel drops the lock), one starts."""
+    import subprocess
+    import sys
+    state = tmp_path / "state"
+    log = tmp_path / "server.log"
+    append(log, "".join(sim_texts(seed=3)))
+    port = free_port()
+    cfg = write_config(tmp_path / "a.yaml", port, state, [target_cfg("a", log)])
+    d: Daemon = daemons(cfg, port).start()
+    other = write_config(tmp_path / "b.yaml", free_port(), state, [target_cfg("b", log)])
+    res = subprocess.run([sys.executable, "-m", "logwatch", "run", "-c", str(other)],
+                         capture_output=True, text=True, timeout=30)
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr
+    assert str(state) in lines[0] and "in use by another logwatch daemon" in lines[0], lines[0]
+    assert d.proc is not None and f"pid {d.proc.pid}" in lines[0], lines[0]
+    assert d.target("a") is not None        # the first serves on
+    d.kill9()
+    d.start()
+    assert d.target("a") is not None

@@ -208,7 +208,8 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     with errors.part():
         interval = _checkpoint_interval(path, doc.get("checkpoint", {}) or {})
     with errors.part():
-        validate_alerts(path, alerts)  # the alert schema lives with the alerts
+        # the alert schema lives with the alerts
+        validate_alerts(path, alerts, {k for t in targets for k in t.labels})
     errors.raise_if_any()
     return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
 
@@ -217,8 +218,12 @@ def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, A
              errors: ErrorCollector) -> list[TargetConfig]:
     """`targets:`, each merged over `defaults:` (their `ssh:` merged key by key); every
     target's problems collected in `errors`, a duplicate name named with its first use."""
-    raw_targets = doc.get("targets") or []
+    raw_targets = doc.get("targets", [])
     with errors.part():
+        if raw_targets is None:     # `targets:` and nothing after: a file cut mid-write
+            raw_targets = []
+            raise ConfigError(path, "targets", "has no value (being written?); `targets: []` "
+                              "for none")
         if not isinstance(raw_targets, list):
             raw_targets = []
             raise ConfigError(path, "targets", "must be a list of targets")
@@ -450,12 +455,42 @@ def _ssh(path: str, key: str, ssh_doc: Any) -> SSHOptions:
         with errors.part():
             values[k] = _duration(path, f"{key}.ssh.{k}", v) \
                 if k in ("connect_timeout", "keepalive_interval", "poll_interval",
-                         "idle_poll_interval") else v
+                         "idle_poll_interval") else _ssh_value(path, f"{key}.ssh.{k}", k, v)
     errors.raise_if_any()
     try:
         return SSHOptions.from_dict(values)
     except TypeError as e:
         raise ConfigError(path, f"{key}.ssh", str(e)) from None
+
+
+def _ssh_value(path: str, key: str, name: str, v: Any) -> Any:
+    """An `ssh:` option of the right type, or a ConfigError naming it: before, a wrong one
+    passed `--check` and failed at every connect (`port: 70000` an OverflowError, a string
+    of `client_keys` a key file per character)."""
+    def whole(lo: int, hi: int) -> int:
+        nonlocal v
+        if isinstance(v, str) and v.strip().isdigit():     # from ${VAR}: text
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise ConfigError(path, key, f"a whole number from {lo} to {hi}, not {v!r}")
+        return v
+
+    def paths() -> list[str]:
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not items or \
+                not all(isinstance(x, str) and x for x in items):
+            raise ConfigError(path, key, f"a file path or a list of them, not {v!r}")
+        return items
+
+    if name == "port":
+        return whole(1, 65535)
+    if name == "keepalive_count_max":
+        return whole(0, 1000)
+    if name in ("client_keys", "config"):
+        return paths()
+    if name in ("known_hosts", "username", "transport") and (not isinstance(v, str) or not v):
+        raise ConfigError(path, key, f"a string, not {v!r}")
+    return v
 
 
 def _known_phases(rules: str) -> list[str]:

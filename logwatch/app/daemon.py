@@ -27,6 +27,7 @@ from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
 from ..state.ledger import LedgerStore
+from ..state.lock import StateDirInUse, hold_state_dir
 from ..sources.ssh import SSHPool
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
@@ -98,6 +99,7 @@ class Daemon:
         self._runner: web.AppRunner | None = None
         self.alerts: AlertRouter | None = None
         self.observers: list[Any] = []   # extra (runner, events) callbacks, e.g. the demo's
+        self.state_lock: Any = None      # state/lock.py: one daemon per state_dir
         self.candidates: list[RulePack] = []
         self._slow_checked = 0.0
         self.supervisor = Supervisor(self._restart)   # retries, refused sources, outages
@@ -304,7 +306,13 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
         print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
         return Exit.USAGE
     log.setup(cfg.log_level)
+    try:
+        lock = hold_state_dir(cfg.state_dir)   # held (open) until the process ends
+    except StateDirInUse as e:
+        print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
+        return Exit.USAGE
     daemon = Daemon(cfg, config_path, shard)
+    daemon.state_lock = lock
     if shard is not None:
         daemon.log.info("sharded", shard=f"{shard[0]}/{shard[1]}",
                         targets=len(daemon.config.targets), of=len(cfg.targets))

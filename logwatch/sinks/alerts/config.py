@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -15,15 +16,33 @@ SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
              "timeout", "max_attempts", "max_age")
 
 
-def validate_alerts(path: str, alerts: list[dict[str, Any]]) -> None:
+ROUTE_FIELDS = ("name", "target", "engine")   # what a sink's `targets:` may name besides labels
+
+
+def validate_alerts(path: str, alerts: list[dict[str, Any]],
+                    labels: set[str] | None = None) -> None:
     """Check (and normalise durations in) the `alerts:` entries of the config at `path`;
-    every sink is checked, and all the problems are raised together."""
+    every sink is checked, and all the problems are raised together.  `labels`: the label
+    names the targets have (a sink routed on another, a typo, would never fire)."""
     names: set[str] = set()
     errors = ErrorCollector()
     for i, a in enumerate(alerts):
         with errors.part():
             _validate_sink(path, f"alerts[{i}]", i, a, names)
+        with errors.part():
+            _routed_labels(path, f"alerts[{i}]", a, labels)
     errors.raise_if_any()
+
+
+def _routed_labels(path: str, key: str, a: dict[str, Any], labels: set[str] | None) -> None:
+    sel = a.get("targets")
+    if labels is None or not isinstance(sel, dict):
+        return
+    for label in sel:
+        if label not in ROUTE_FIELDS and label not in labels:
+            known = ", ".join(sorted(set(ROUTE_FIELDS) | labels))
+            raise ConfigError(path, f"{key}.targets.{label}", f"no target has the label "
+                              f"{label!r}: this sink would never fire (routable: {known})")
 
 
 def _env_value(path: str, key: str, var: Any) -> str:
@@ -72,6 +91,8 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
             except (ValueError, TypeError):
                 raise ConfigError(path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
                                   "(use e.g. 10s, 1h)") from None
+    if isinstance(a.get("max_attempts"), str) and a["max_attempts"].strip().isdigit():
+        a["max_attempts"] = int(a["max_attempts"])      # from ${VAR}: text
     if "max_attempts" in a and (not isinstance(a["max_attempts"], int)
                                 or isinstance(a["max_attempts"], bool) or a["max_attempts"] < 1):
         raise ConfigError(path, f"{key}.max_attempts", "a whole number >= 1")
@@ -79,3 +100,9 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
     if sel is not None and not (isinstance(sel, dict) and all(isinstance(v, str) for v in sel.values())):
         raise ConfigError(path, f"{key}.targets", "a mapping of label (or name) to a "
                           "value or regex, e.g. {model: 'GLM-.*'}")
+    for label, rx in (sel or {}).items():
+        try:
+            re.compile(rx)
+        except re.error as e:       # before: `--check` said ok, the daemon died at its start
+            raise ConfigError(path, f"{key}.targets.{label}", f"invalid regex {rx!r}: {e}") \
+                from None
