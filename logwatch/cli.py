@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import stat
 import sys
 from typing import Any, Sequence
 
@@ -214,7 +215,7 @@ def _add_watch(sub: Subparsers) -> None:
                    help="rule pack name, .yaml path, or auto (default)")
     w.add_argument("--timeout", type=_duration, metavar="DURATION",
                    help="give up (exit 3) if not ready or crashed by then, e.g. 20m")
-    w.add_argument("--stall-after", type=_duration, metavar="DURATION",
+    w.add_argument("--stall-after", type=_budget, metavar="DURATION",
                    help="a startup phase that prints nothing this long is stalled: said, "
                         "with what the GPUs do; exit 3 once the silence lasts twice this "
                         "unless the GPUs work through it (default: per phase, 10m to 30m)")
@@ -483,6 +484,14 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _budget(text: str) -> float:
+    """A stall budget: more than 0 (0s stalled every phase at once, exit 3)."""
+    seconds = _duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"more than 0s, not {text!r}")
+    return seconds
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import asyncio
 
@@ -521,6 +530,9 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
     if target == "-" or target.startswith(("ssh://", "cmd:")):
         return None
     if os.path.exists(target):
+        if stat.S_ISFIFO(os.stat(target).st_mode):   # before: "Illegal seek", a JSON log line
+            return (f"{target} is a named pipe (FIFO): a target is a file read by offset; "
+                    f"read the pipe as a stream: logwatch watch - < {target}")
         return None
     from .sources.newest import is_pattern, matching, pattern_problem
     problem = pattern_problem(target)

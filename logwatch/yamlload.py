@@ -11,7 +11,7 @@ alias are ~300,000 values from ~200,000 written (a bomb: 387 million from ~90).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:
     import yaml
@@ -62,8 +62,8 @@ def expanded_size(node: yaml.Node, limit: int = MAX_NODES) -> int:
         raise YAMLTooLarge("nested too deeply") from None
 
 
-def written_size(node: yaml.Node) -> int:
-    """How many distinct nodes the document writes out (each alias target once)."""
+def _distinct(node: yaml.Node) -> Iterator[yaml.Node]:
+    """Each node the document writes out, once (an alias's target once)."""
     import yaml
     seen: set[int] = set()
     todo = [node]
@@ -72,12 +72,17 @@ def written_size(node: yaml.Node) -> int:
         if id(n) in seen:
             continue
         seen.add(id(n))
+        yield n
         if isinstance(n, yaml.SequenceNode):
             todo.extend(n.value)
         elif isinstance(n, yaml.MappingNode):
             for k, v in n.value:
                 todo += (k, v)
-    return len(seen)
+
+
+def written_size(node: yaml.Node) -> int:
+    """How many distinct nodes the document writes out (each alias target once)."""
+    return sum(1 for _ in _distinct(node))
 
 
 def refuse_duplicate_keys(node: yaml.Node) -> None:
@@ -85,27 +90,19 @@ def refuse_duplicate_keys(node: yaml.Node) -> None:
     `targets:` block dropped the whole first fleet with `--check` saying ok.  Raised as
     PyYAML's own ConstructorError, so it reads `file:line:col: ... duplicate key`."""
     import yaml
-    seen: set[int] = set()
-    todo = [node]
-    while todo:
-        n = todo.pop()
-        if id(n) in seen:
+    for n in _distinct(node):
+        if not isinstance(n, yaml.MappingNode):
             continue
-        seen.add(id(n))
-        if isinstance(n, yaml.SequenceNode):
-            todo.extend(n.value)
-        elif isinstance(n, yaml.MappingNode):
-            first: dict[tuple[str, str], yaml.Node] = {}
-            for k, v in n.value:
-                todo += (k, v)
-                if not isinstance(k, yaml.ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
-                    continue
-                was = first.setdefault((k.tag, k.value), k)
-                if was is not k:
-                    raise yaml.constructor.ConstructorError(
-                        "while reading a mapping", n.start_mark,
-                        f"duplicate key {k.value!r} (first at line {was.start_mark.line + 1}): "
-                        "YAML keeps only the last", k.start_mark)
+        first: dict[tuple[str, str], yaml.Node] = {}
+        for k, _ in n.value:
+            if not isinstance(k, yaml.ScalarNode) or k.tag == "tag:yaml.org,2002:merge":
+                continue
+            was = first.setdefault((k.tag, k.value), k)
+            if was is not k:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", n.start_mark,
+                    f"duplicate key {k.value!r} (first at line {was.start_mark.line + 1}): "
+                    "YAML keeps only the last", k.start_mark)
 
 
 def load_yaml(stream: Any, limit: int = MAX_NODES) -> Any:

@@ -115,7 +115,7 @@ def test_unknown_nested_keys(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("value", ["5x", "five minutes", "-5s"])
+@pytest.mark.parametrize("value", ["5x", "five minutes", "-5s", "0s"])
 def test_bad_duration(tmp_path: Path, value: str) -> None:
     assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(stall_after=value)),
                         "targets[0].stall_after")

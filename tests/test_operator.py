@@ -366,6 +366,17 @@ def test_a_mistyped_file_names_the_nearest_names() -> None:
         assert target_problem(os.path.join(d, "server.log")) is None
 
 
+def test_a_named_pipe_says_how_to_read_it(tmp_path: Path) -> None:
+    """Before: `watch FIFO` printed a daemon's JSON log line and `OSError(29, 'Illegal
+    seek')`, exit 2."""
+    from logwatch.cli import target_problem
+    fifo = tmp_path / "server.fifo"
+    os.mkfifo(fifo)
+    assert target_problem(str(fifo)) == (f"{fifo} is a named pipe (FIFO): a target is a file "
+                                         f"read by offset; read the pipe as a stream: "
+                                         f"logwatch watch - < {fifo}")
+
+
 @pytest.mark.integration
 def test_watch_exits_2_on_a_mistyped_file_and_waits_only_with_wait(tmp_path: Path) -> None:
     (tmp_path / "server.log").write_text("")

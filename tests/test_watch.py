@@ -471,6 +471,18 @@ def test_an_old_ready_log_is_history_not_a_false_ready(tmp_path: Path) -> None:
     assert_plain(res)
 
 
+def test_an_old_crash_then_no_launch_times_out_as_after_an_old_ready(tmp_path: Path) -> None:
+    """The latest startup crashed 40 min before watch attached (history), and no launch
+    came before --timeout: 3, "no launch came", as after an old ready or stop.  Before: 1,
+    as if the new launch had crashed (a CI step could not tell them apart)."""
+    path = _old_log(tmp_path, 40, crash="oom")
+    res = watch(str(path), "--timeout", "4s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert re.search(r"the latest startup in this log crashed \(cuda_oom\) \d+m\d\ds ago",
+                     res.stdout), res.stdout
+    assert "while waiting for a new startup" in verdict_line(res.stdout)
+
+
 def test_last_reports_the_ended_startup_and_exits(tmp_path: Path) -> None:
     path = _old_log(tmp_path, 23)
     res = watch(str(path), "--last", "--timeout", "30s")

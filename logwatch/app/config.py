@@ -428,7 +428,7 @@ def _stall(path: str, key: str, sv: Any, rules: str) -> float | dict[str, float]
     if sv is None:
         return None
     if not isinstance(sv, dict):
-        return _duration(path, f"{key}.stall_after", sv)
+        return _budget(path, f"{key}.stall_after", sv)
     known = _known_phases(rules)
     errors = ErrorCollector()
     out: dict[str, float] = {}
@@ -437,9 +437,17 @@ def _stall(path: str, key: str, sv: Any, rules: str) -> float | dict[str, float]
             if ph not in known:
                 raise ConfigError(path, f"{key}.stall_after.{ph}", "unknown phase (phases: "
                                   f"{', '.join(known)})")
-            out[str(ph)] = _duration(path, f"{key}.stall_after.{ph}", d)
+            out[str(ph)] = _budget(path, f"{key}.stall_after.{ph}", d)
     errors.raise_if_any()
     return out
+
+
+def _budget(path: str, key: str, v: Any) -> float:
+    """A stall budget: more than 0 (0s stalled every phase at once)."""
+    seconds = _duration(path, key, v)
+    if seconds <= 0:
+        raise ConfigError(path, key, f"more than 0s (a budget of {v!r} stalls at once)")
+    return seconds
 
 
 def _ssh(path: str, key: str, ssh_doc: Any) -> SSHOptions:

@@ -218,8 +218,9 @@ async def _follow(watched: list[Watched], opts: WatchOptions, wake: asyncio.Even
             return result  # type: ignore[return-value]
         if opts.timeout is not None and time.monotonic() - started >= opts.timeout:
             # a crash seen and not yet final (its settle window) is still a crash: 1, as
-            # --help says, not 3 beside a JSON that says crashed
-            crashed = any(v.phase == CRASHED for v in views)
+            # --help says, not 3 beside a JSON that says crashed; one that had ended before
+            # watch attached is history: no launch came, 3 (as after an old ready)
+            crashed = any(v.phase == CRASHED and not v.historic for v in views)
             return (EXIT_FAILED if crashed else EXIT_TIMEOUT), \
                 _timed_out(watched, views, opts.timeout)
 
