@@ -361,6 +361,28 @@ def test_clean_stop_and_status(tmp_path: Path, daemons: Any, sig: int) -> None:
     assert checkpoint(state, "ok")["position"]["offset"] == logs["ok"].stat().st_size  # type: ignore[index]
 
 
+def test_sigterm_with_chatty_commands_stops_them_and_exits_cleanly(tmp_path: Path,
+                                                                  daemons: Any) -> None:
+    """`cmd:` targets whose commands never pause (their next read always done, their pipe
+    full): SIGTERM stops the daemon at once, no command started again, nothing printed at
+    exit.  Before, a stop could hang for good, restarting the commands (the cancel dropped
+    by `wait_for`: tests/test_local_source.py has the exact case), and each stop ended in
+    `Exception ignored ... Event loop is closed` (a command's pipe closed after the loop)."""
+    port = free_port()
+    names = ("a", "b", "c")
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target_cfg(n, f"cmd:yes target {n} says hello") for n in names])
+    d: Daemon = daemons(cfg, port).start()
+    for n in names:
+        d.wait_target(n, lambda t: t["source_state"]["up"], "its command running")
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit(timeout=20) == 0, d.stderr()[-3000:]
+    err = d.stderr()
+    stopped = err.index('"logwatch stopped"')
+    assert "Exception ignored" not in err and "Traceback" not in err, err[stopped - 200:]
+    assert "restarting" not in err, [e for e in d.log_events() if "restarting" in str(e)]
+
+
 # -- d. a broken target does not delay the others -------------------------------------------
 
 def test_broken_targets_do_not_delay_healthy_ones(tmp_path: Path, daemons: Any) -> None:

@@ -1176,6 +1176,45 @@ def test_command_printing_the_last_lines_again_of_a_growing_log(tmp_path: Path) 
     assert got == _numbered(48, 52), got.decode()
 
 
+@pytest.mark.parametrize("rerun", [False, True], ids=["first-run", "rerun"])
+def test_a_stop_that_meets_a_finished_read_still_stops_the_command(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, rerun: bool) -> None:
+    """A chatty command's next read has nearly always finished when the daemon's stop cancels
+    its target: the cancel must end the reading all the same.  Before, `asyncio.wait_for`
+    (Python 3.11) returned the finished read and dropped the cancel: the target read on, and
+    a `logwatch run` sent SIGTERM never exited; it restarted the commands the signal had
+    killed (2 of 10 stops of three `cat /dev/urandom` targets).  Here the cancel arrives
+    exactly as a read finishes, in each read that has a timeout: the first run's history
+    (read with a start locator) and a rerun's resync."""
+    finished_read = asyncio.StreamReader.read
+    stop: list[asyncio.Task[None]] = []
+
+    async def read_then_stop(self: asyncio.StreamReader, n: int = -1) -> bytes:
+        data = await finished_read(self, n)
+        if stop:
+            stop.pop().cancel()
+        return data
+
+    monkeypatch.setattr(asyncio.StreamReader, "read", read_then_stop)
+    script = tmp_path / "chatty.sh"   # a line every 50 ms: the history (or resync) goes on
+    script.write_text(("[ -e once ] || { touch once; echo first; exit; }\n" if rerun else "")
+                      + "while :; do echo chatty; sleep 0.05; done\n", encoding="utf-8")
+
+    async def main() -> None:
+        src = make_source(f"cmd:sh -c 'cd {tmp_path} && exec sh {script}'",
+                          locator=startup_locator(SGLANG))
+        async with Reader(src) as r:
+            runs = 2 if rerun else 1
+            await r.wait(lambda: sum(s.up for s in r.states()) >= runs, 10, f"run {runs}")
+            assert r.task is not None
+            stop.append(r.task)
+            await asyncio.wait({r.task}, timeout=5)
+            assert r.task.done() and r.task.cancelled(), \
+                f"the cancel was dropped: still reading; events: {r.brief()}"
+
+    run(main())
+
+
 def test_missing_executable_is_fatal() -> None:
     async def main() -> None:
         async with Reader(make_source("cmd:/nonexistent/logwatch-no-such-tool -f x")) as r:

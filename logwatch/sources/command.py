@@ -16,6 +16,7 @@ restarted), on from where the last one stopped, once the output is the same up t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shlex
 import sys
@@ -37,6 +38,7 @@ HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while l
 HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
 RESYNC_NEEDLE = 4096         # the last bytes read, found in a rerun's output: the old end
 RESYNC_HELD = 32 << 20       # bytes of a rerun's output held while the old end is looked for
+CLOSE_WAIT = 2.0             # seconds a terminated command has to exit before it is killed
 
 
 class CommandSource:
@@ -56,12 +58,27 @@ class CommandSource:
         self.restarts = 0
 
     async def close(self) -> None:
+        """Stop reading: the command is terminated and waited for (killed after CLOSE_WAIT).
+        Its pipe is closed first, what it still holds dropped: 3.11's `wait()` waits for the
+        pipe's end too, and a pipe left to the garbage collector (a chatty command's, never
+        read to its end) was closed after the event loop: `Exception ignored ... Event loop
+        is closed` at a daemon's stop."""
         self._closed = True
-        if self._proc is not None and self._proc.returncode is None:
-            try:
-                self._proc.terminate()
-            except ProcessLookupError:
-                pass
+        proc = self._proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):   # it had exited
+            proc.terminate()
+        transport = getattr(proc, "_transport", None)   # (3.11 has no public way to it)
+        pipe = transport.get_pipe_transport(1) if transport is not None else None
+        if pipe is not None:
+            pipe.close()
+        try:
+            async with asyncio.timeout(CLOSE_WAIT):
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
     async def events(self) -> AsyncIterator[SourceEvent]:
         backoff = Backoff(base=1.0, cap=30.0)
@@ -108,7 +125,7 @@ class CommandSource:
         quiet = HISTORY_FIRST        # a command may take a while to connect (ssh, kubectl)
         while first.looking():
             try:
-                chunk = await asyncio.wait_for(out.read(1 << 16), quiet)
+                chunk = await _read(out, quiet)
             except asyncio.TimeoutError:
                 break
             if not chunk:
@@ -140,7 +157,7 @@ class CommandSource:
         while True:
             if skip_state is not None:
                 try:  # a pause in the output settles the resync
-                    chunk = await asyncio.wait_for(out.read(1 << 16), 0.5)
+                    chunk = await _read(out, 0.5)
                 except asyncio.TimeoutError:
                     rest = skip_state.settle()
                     skip_state = None
@@ -166,6 +183,15 @@ class CommandSource:
                 yield stream.data(rest)
         if run_head and not stream.head:
             stream.head = run_head  # the first run's first bytes
+
+
+async def _read(out: asyncio.StreamReader, within: float) -> bytes:
+    """The command's next output; TimeoutError after `within` seconds.  Not `wait_for`: on
+    Python 3.11 a cancel that meets a finished read is dropped (the read is returned), and a
+    chatty command's read has nearly always finished: a stopped target read on, so a daemon
+    sent SIGTERM never exited and restarted the commands the signal had killed."""
+    async with asyncio.timeout(within):
+        return await out.read(1 << 16)
 
 
 class _FirstOutput:

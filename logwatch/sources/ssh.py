@@ -37,6 +37,7 @@ reconnects, and the remote grep for the first attach.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import tempfile
@@ -529,10 +530,9 @@ class SSHFileSource(FollowsWithCursor):
                 await self._sleep(delay)
 
     async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+        with contextlib.suppress(TimeoutError):   # (not wait_for: it can drop a cancel)
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
         self._wake.clear()
 
     async def named(self, sftp: Any) -> str | None:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import re
@@ -209,10 +210,9 @@ class AlertRouter:
             if not due:
                 wait = min((e["next_at"] for e in mine), default=now + 3600) - now
                 wake.clear()
-                try:
-                    await asyncio.wait_for(wake.wait(), timeout=max(0.05, wait))
-                except asyncio.TimeoutError:
-                    pass
+                with contextlib.suppress(TimeoutError):   # (not wait_for: it can drop a cancel)
+                    async with asyncio.timeout(max(0.05, wait)):
+                        await wake.wait()
                 continue
             entry = min(due, key=lambda e: e["id"])
             current = next((s for s in self.sinks if s.name == sink.name), sink)

@@ -14,6 +14,7 @@ is written down in docs/architecture.md, section "GPU telemetry".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -213,9 +214,9 @@ class GpuStream:
     async def _sleep(self, seconds: float) -> None:
         self._retry_at = time.monotonic() + seconds
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):   # (not wait_for: it can drop a cancel)
+                async with asyncio.timeout(seconds):
+                    await self._wake.wait()
         finally:
             self._retry_at = None
         self._wake.clear()
