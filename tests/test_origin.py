@@ -299,3 +299,16 @@ def test_a_real_crash_after_a_request_s_error_is_its_own_reason() -> None:
         settled = [e for e in events if isinstance(e, CrashSettled)]
         assert len(settled) == 1 and pipe.state.crash is not None, (reason, events)
         assert (pipe.state.crash.reason, pipe.state.crash.during) == (reason, READY)
+
+
+def test_tensorrt_llm_s_cause_line_after_ready_is_a_crash() -> None:
+    """TensorRT-LLM serves every request from one executor loop: an OOM in it ends the
+    server, its ranks killed without an announcement (the pack's `ready_hints: false`)."""
+    assert not any(r.ready_hint for r in load_pack("trtllm").rules)
+    data = (FIXTURES / "trtllm-012.log").read_bytes()
+    pipe = LogPipeline(load_pack("trtllm"))
+    pipe.feed(data.rstrip(b"\n") + b"\n", NOW)
+    assert pipe.state.phase == READY
+    pipe.feed(b"[01/16/2026-06:20:17] [TRT-LLM] [RANK 0] [E] " + OOM.encode() + b"\n", NOW + 5)
+    pipe.tick(NOW + 30)
+    assert pipe.state.phase == "crashed" and pipe.state.crash.reason == "cuda_oom"

@@ -79,7 +79,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records", "prelaunch")
+             "user_content", "records", "prelaunch", "ready_hints")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -541,6 +541,11 @@ def _pack_rules(src: str, doc: dict[str, Any], base: "RulePack | None",
     own = [_rule(src, i, r, phases, known) for i, r in enumerate(rules_doc or [])]
     rules = _merge_rules(src, base, own, rules_doc or [], doc.get("disable"))
     rules = _args_true(src, rules)
+    hints = doc.get("ready_hints", True)
+    if not isinstance(hints, bool):
+        raise PackError(src, "must be true or false", key="ready_hints")
+    if not hints:     # this engine's cause lines after a ready are crashes (its rules' ready_hint off)
+        rules = [replace(r, ready_hint=False) if r.ready_hint else r for r in rules]
     if base is not None and phases != base.phases:
         for r in rules:
             for p in ([r.phase] if r.phase else []) + sorted(r.when or ()):
