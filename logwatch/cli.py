@@ -527,7 +527,11 @@ _SCP_STYLE = re.compile(r"^(?:(?P<user>[\w.-]+)@)?(?P<host>[\w.-]+):(?P<path>[/~
 def target_problem(target: str, wait_for_file: bool = False) -> str | None:
     """A watch TARGET that cannot be what the user meant: scp's `host:/path` (a local file of
     that name does not exist), or a local path whose directory does not exist."""
-    if target == "-" or target.startswith(("ssh://", "cmd:")):
+    if target.startswith("cmd:"):
+        from .sources.command import shell_note, shell_syntax
+        op = shell_syntax(target[4:])
+        return shell_note(target[4:], op) if op else None
+    if target == "-" or target.startswith("ssh://"):
         return None
     if os.path.exists(target):
         if stat.S_ISFIFO(os.stat(target).st_mode):   # before: "Illegal seek", a JSON log line

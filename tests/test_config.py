@@ -438,8 +438,14 @@ def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user:
     (lambda d: d["targets"][1]["ssh"].update(username=["a", "b"]), "targets[1].ssh.username",
      "a string"),
     (lambda d: d["targets"][1]["ssh"].update(config=5), "targets[1].ssh.config", "file path"),
+    # a shell pipeline in a `cmd:` (run without a shell: `|` an argument of docker, silently)
+    (lambda d: d["targets"][2].update(source="cmd:docker logs -f sglang 2>&1 | grep -v GET"),
+     "targets[2].source", "cmd:sh -c 'docker logs -f sglang 2>&1 | grep -v GET'"),
+    # one log under two names: each line read, each crash paged, twice
+    (lambda d: d["targets"].append({"name": "again", "source": d["targets"][0]["source"]}),
+     "targets[3].source", "the same log as target 'node1'"),
 ], ids=["route-regex", "route-label", "ssh-port", "ssh-known-hosts", "ssh-keepalive",
-        "ssh-username", "ssh-config"])
+        "ssh-username", "ssh-config", "cmd-pipeline", "same-log"])
 def test_what_check_passed_and_the_daemon_died_of(tmp_path: Path, fn: Any, key: str,
                                                   says: str) -> None:
     assert_config_error(mutate(tmp_path, fn), key, says)

@@ -366,6 +366,20 @@ def test_a_mistyped_file_names_the_nearest_names() -> None:
         assert target_problem(os.path.join(d, "server.log")) is None
 
 
+@pytest.mark.parametrize("command, op", [
+    ("docker logs -f sglang", None), ("grep -v 'a|b' server.log", None),
+    ("kubectl logs -f pod --tail=-1", None), ("sh -c 'tail -F x | grep -v GET'", None),
+    ("docker logs -f x | grep -v GET", "|"), ("docker logs -f x 2>&1", ">&"),
+    ("tail -F a.log > copy.log", ">"), ("cd /logs && tail -F x", "&&"), ("a; b", ";"),
+    ("echo 'unclosed", None),
+])
+def test_a_command_s_shell_syntax_is_named(command: str, op: str | None) -> None:
+    """`cmd:` runs its words without a shell: an unquoted operator is named, with the
+    `sh -c` form to write instead (config: tests/test_config.py)."""
+    from logwatch.sources.command import shell_syntax
+    assert shell_syntax(command) == op
+
+
 def test_a_named_pipe_says_how_to_read_it(tmp_path: Path) -> None:
     """Before: `watch FIFO` printed a daemon's JSON log line and `OSError(29, 'Illegal
     seek')`, exit 2."""

@@ -26,6 +26,7 @@ from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.newest import pattern_problem
+from ..sources.command import shell_note, shell_syntax
 from ..sources.cursor import ROTATE_WAIT
 from ..telemetry.gpu import GpuConfig, parse_gpu_config
 from ..telemetry.probe import ProbeConfig, parse_probe_config
@@ -229,6 +230,7 @@ def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, A
             raise ConfigError(path, "targets", "must be a list of targets")
     targets: list[TargetConfig] = []
     seen: dict[str, int] = {}
+    logs: dict[str, int] = {}         # the log a target reads -> its index in `targets`
     for i, t in enumerate(raw_targets):
         key = f"targets[{i}]"
         with errors.part():
@@ -243,9 +245,23 @@ def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, A
             if tc.name in seen:
                 raise ConfigError(path, f"{key}.name", f"duplicate target name {tc.name!r} "
                                   f"(also targets[{seen[tc.name]}])")
+            log = _same_log(tc.source)
+            if log in logs:      # before: every line read twice, every crash paged twice
+                first = targets[logs[log]]
+                raise ConfigError(path, f"{key}.source", f"the same log as target "
+                                  f"{first.name!r} (targets[{seen[first.name]}]): each crash "
+                                  "would be alerted once per target")
             seen[tc.name] = i
+            logs[log] = len(targets)
             targets.append(tc)
     return targets
+
+
+def _same_log(source: str) -> str:
+    """What names one log whichever way it is written (a local path: absolute, normalised)."""
+    if source_kind(source) == "file":
+        return os.path.normpath(os.path.expanduser(source))
+    return source.strip()
 
 
 def _checkpoint_interval(path: str, ck: Any) -> float:
@@ -387,6 +403,8 @@ def _source(path: str, key: str, source: Any) -> None:
             raise ConfigError(path, f"{key}.source", str(e)) from None
     elif source_kind(source) == "command" and not source[4:].strip():
         raise ConfigError(path, f"{key}.source", "cmd: needs a command")
+    elif source_kind(source) == "command" and (op := shell_syntax(source[4:])):
+        raise ConfigError(path, f"{key}.source", shell_note(source[4:], op))
     elif source_kind(source) == "file" and not os.path.isabs(os.path.expanduser(source)):
         raise ConfigError(path, f"{key}.source", f"use an absolute path: {source!r}")
     file_path = SSHTarget.parse(source).path if source_kind(source) == "ssh" else source

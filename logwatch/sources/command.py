@@ -185,6 +185,28 @@ class CommandSource:
             stream.head = run_head  # the first run's first bytes
 
 
+def shell_syntax(command: str) -> str | None:
+    """The first shell operator a `cmd:` command holds unquoted (`|`, `>`, `2>&1`, `&&`,
+    `;`), or None.  The command runs without a shell (its words as argv): before, `cmd:docker
+    logs -f x | grep -v health` ran `docker` with `|`, `grep`, ... as its arguments, silently."""
+    lex = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lex.whitespace_split = True
+    try:
+        for token in lex:
+            if token and all(c in "|&;<>()" for c in token):
+                return token
+    except ValueError:            # an unclosed quote: shlex.split says so at the run
+        return None
+    return None
+
+
+def shell_note(command: str, op: str) -> str:
+    """What to say of a `cmd:` command holding shell operator `op`."""
+    argv0 = command.split()[0] if command.split() else command
+    return (f"cmd: runs its command without a shell: {op!r} would be an argument of "
+            f"{argv0!r}; for a pipeline or a redirection: cmd:sh -c {shlex.quote(command.strip())}")
+
+
 async def _read(out: asyncio.StreamReader, within: float) -> bytes:
     """The command's next output; TimeoutError after `within` seconds.  Not `wait_for`: on
     Python 3.11 a cancel that meets a finished read is dropped (the read is returned), and a
