@@ -457,6 +457,9 @@ def test_routing_and_ssh_values_as_users_write_them(tmp_path: Path) -> None:
     from logwatch.app.config import load_config
     doc = good_doc(tmp_path)
     doc["alerts"][0]["targets"] = {"model": "GLM-.*", "name": "node[12]", "engine": "sglang"}
+    doc["alerts"][1]["targets"] = {"team": "infra"}   # no target has it yet: no typo either
+    doc["defaults"] = {"ssh": {"client_keys": ["~/.ssh/fleet_key"]}}
+    doc["targets"][1]["ssh"]["config"] = None        # unset: OpenSSH's own
     doc["alerts"][0]["max_attempts"] = "${LOGWATCH_TEST_UNSET_MA:-3}"
     doc["targets"][1]["ssh"].update(client_keys="~/.ssh/id_ed25519",
                                    port="${LOGWATCH_TEST_UNSET_PORT:-2222}")
@@ -481,3 +484,17 @@ def test_a_key_written_twice_is_refused(tmp_path: Path, text: str, line: int, ke
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert res.returncode == 2 and len(lines) == 1, res.stderr
     assert f"{path}:{line}:" in lines[0] and f"duplicate key '{key}'" in lines[0], lines[0]
+
+
+def test_a_relative_state_dir_is_next_to_the_config() -> None:
+    """As a pack path is (before: the working directory's, `/` under systemd); a state_dir
+    that is not a path is refused (before: `state_dir: 5` was `./5`)."""
+    from logwatch.app.config import parse_config
+    from logwatch.errors import ConfigError
+    cfg = parse_config({"listen": ":9105", "state_dir": "state", "targets": []},
+                       "/etc/logwatch/logwatch.yaml")
+    assert cfg.state_dir == Path("/etc/logwatch/state")
+    assert (cfg.listen_host, cfg.listen_port) == ("127.0.0.1", 9105)
+    with pytest.raises(ConfigError) as e:
+        parse_config({"state_dir": 5, "targets": []}, "/etc/logwatch/logwatch.yaml")
+    assert e.value.key == "state_dir", e.value

@@ -43,10 +43,11 @@ def test_gpu_telemetry_over_ssh_in_metrics_status_and_page(sshd_server: SSHServe
     missing = {"command": "/nonexistent/bin/nvidia-smi", "interval": "1s", "timeout": "5s"}
     other = tmp_path / "other.log"
     other.write_text("".join(sim_texts(seed=9)), encoding="utf-8")
+    Path(f"{other}.off").write_text("".join(sim_texts(seed=9)), encoding="utf-8")
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
         target_cfg("node1", server.url(log), ssh=ssh, gpu=gpu),
         target_cfg("nogpu", str(other), gpu=missing),
-        target_cfg("off", str(other), gpu=False),
+        target_cfg("off", f"{other}.off", gpu=False),   # (one log under two names: refused)
     ])
     d = daemons(cfg, port).start()
     d.wait_metric("logwatch_gpu_up", 1.0, timeout=30, target="node1")

@@ -250,3 +250,19 @@ def test_a_restart_loop_is_read_in_the_memory_of_one_startup(tmp_path: Path) -> 
             alive.append(sum(1 for o in gc.get_objects() if type(o) is StartupRecord))
     read_ledger(str(log), "auto", emit)
     assert len(alive) == 4 and max(alive) <= 3, alive
+
+
+def test_compare_numbers_a_ledger_s_launches_as_history_does() -> None:
+    """A ledger keeps the last 50 launches, numbered on (#11-#60 after 60): `compare 11 12`
+    compares #11 and #12 (before: #21 and #22), and `compare 1 2` says #1 is gone (before:
+    #11 vs #12 under a header that looked right)."""
+    from logwatch.app.history import _numbered, pick
+    from logwatch.ledger import StartupRecord
+    records = [StartupRecord(startup=f"s{i}", index=i, started_at=None, engine="sglang",
+                             model="m", args={}, args_partial=False, outcome="ready")
+               for i in range(11, 61)]
+    assert pick(records, _numbered(records, "11")).index == 11
+    assert pick(records, _numbered(records, "60")).index == 60
+    assert pick(records, _numbered(records, "-2")).index == 59
+    with pytest.raises(LookupError, match=r"no startup 1: the ledger has 50 \(kept: #11-#60\)"):
+        _numbered(records, "1")

@@ -106,18 +106,22 @@ def test_the_daemon_stops_a_target_whose_key_cannot_be_used_with_one_message(
     its line named.  The key replaced by one without a passphrase, SIGHUP: read."""
     log = tmp_path / "server.log"
     log.write_text("".join(sim_texts(port=8000)), encoding="utf-8")
+    logs = {}                         # a log each: one log under two names is refused
+    for n in ("locked", "missing", "badconf"):
+        logs[n] = tmp_path / f"{n}.log"
+        logs[n].write_bytes(log.read_bytes())
     fake = ROOT / "tests" / "tools" / "fake-nvidia-smi"
     kh = str(sshd_server.known_hosts)
     bad_config = tmp_path / "ssh_config"
     bad_config.write_text("Host *\n  Port abc\n")
     port = free_port()
     cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-        target_cfg("locked", sshd_server.url(log), probe=False,
+        target_cfg("locked", sshd_server.url(logs["locked"]), probe=False,
                    ssh={"known_hosts": kh, "client_keys": [str(keys["locked"])]},
                    gpu={"command": f"env FAKE_NVSMI_GPUS=2 {fake}", "interval": "250ms"}),
-        target_cfg("missing", sshd_server.url(log), gpu=False, probe=False,
+        target_cfg("missing", sshd_server.url(logs["missing"]), gpu=False, probe=False,
                    ssh={"known_hosts": kh, "client_keys": [str(tmp_path / "id_gone")]}),
-        target_cfg("badconf", sshd_server.url(log), probe=False,
+        target_cfg("badconf", sshd_server.url(logs["badconf"]), probe=False,
                    ssh={"known_hosts": kh, "config": str(bad_config)},
                    gpu={"command": f"env FAKE_NVSMI_GPUS=2 {fake}", "interval": "250ms"}),
         target_cfg("local", log, gpu=False, probe=False),

@@ -183,8 +183,12 @@ def _compose(lines: list[str], lag: int) -> tuple[list[str], int]:
     """One server's startup as two compose services print it into one stream (`docker
     compose logs -f`): prefill's lines, decode's `lag` lines behind; and the index after
     which prefill has printed all of its lines (its ready line among them) and decode not."""
-    a = [f"prefill-1  | {ln}" for ln in lines if ln.strip()]
-    b = [f"decode-1   | {ln}" for ln in lines if ln.strip()]
+    def role(line: str, mode: str) -> str:     # what makes each a role of one deployment
+        return line.replace("ServerArgs(", f"ServerArgs(disaggregation_mode='{mode}', ") \
+            .replace("non-default args: {", "non-default args: {'kv_transfer_config': "
+                     "KVTransferConfig(kv_connector='NixlConnector', kv_role='kv_both'), ")
+    a = [f"prefill-1  | {role(ln, 'prefill')}" for ln in lines if ln.strip()]
+    b = [f"decode-1   | {role(ln, 'decode')}" for ln in lines if ln.strip()]
     b = [x.replace("port=30000", "port=30001").replace("8000", "8001") for x in b]
     mixed = a[:lag] + [x for pair in zip(a[lag:], b) for x in pair] + b[len(a) - lag:]
     return mixed, 2 * len(a) - lag
@@ -215,6 +219,17 @@ def test_prefill_and_decode_in_one_compose_stream_are_ready_when_both_are(
     whole = state(mixed)
     assert (whole.startups, whole.phase) == (1, "ready"), (whole.startups, whole.phase)
     assert whole.procs == {"prefill-1", "decode-1"} and not whole.procs_waiting
+    # a batch job's launch line beside them (`vllm run-batch`, an offline `sglang.Engine`:
+    # no role, no ready line) is not waited for; another service's uvicorn line (a gateway's)
+    # is not the launch's ready line
+    job = [x.replace("prefill-1  |", "batch-job-1 |").replace("disaggregation_mode='prefill', ", "")
+           .replace("'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', "
+                    "kv_role='kv_both'), ", "") for x in mixed[:2]]
+    with_job = state(job + mixed)
+    assert (with_job.startups, with_job.phase) == (1, "ready"), (with_job.startups,
+                                                                 with_job.phase)
+    gateway = "gateway-1  | INFO:     Application startup complete."
+    assert state(mixed[:prefill_done // 3] + [gateway]).phase != "ready"
     oom = "decode-1   | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
     crashed = state(mixed[:prefill_done] + [oom])
     assert crashed.phase == "crashed" and crashed.crash.during == "cuda_graph"

@@ -186,7 +186,7 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
         _keys(path, "", doc, TOP_KEYS)
     with errors.part():
         host, port = _listen(path, doc.get("listen", "127.0.0.1:9105"))
-    state_dir = Path(os.path.expanduser(str(doc.get("state_dir") or default_state_dir())))
+    state_dir = _state_dir(path, doc.get("state_dir"), errors)
     defaults = doc.get("defaults") or {}
     with errors.part():
         if not isinstance(defaults, dict):
@@ -213,6 +213,19 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
         validate_alerts(path, alerts, {k for t in targets for k in t.labels})
     errors.raise_if_any()
     return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
+
+
+def _state_dir(path: str, value: Any, errors: ErrorCollector) -> Path:
+    """`state_dir`: a relative one is next to the config, as a pack path is (before: the
+    working directory's, `/` under systemd)."""
+    with errors.part():
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            value = None
+            raise ConfigError(path, "state_dir", "a directory path")
+    state_dir = Path(os.path.expanduser(str(value or default_state_dir())))
+    if not state_dir.is_absolute():
+        state_dir = Path(os.path.dirname(os.path.abspath(path))) / state_dir
+    return state_dir
 
 
 def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, Any],
@@ -513,7 +526,7 @@ def _ssh_value(path: str, key: str, name: str, v: Any) -> Any:
     if name == "keepalive_count_max":
         return whole(0, 1000)
     if name in ("client_keys", "config"):
-        return paths()
+        return None if v is None else paths()    # None: unset (a default's, for the agent)
     if name in ("known_hosts", "username", "transport") and (not isinstance(v, str) or not v):
         raise ConfigError(path, key, f"a string, not {v!r}")
     return v

@@ -313,6 +313,10 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
         return Exit.USAGE
     daemon = Daemon(cfg, config_path, shard)
     daemon.state_lock = lock
+    if lock is None:
+        daemon.log.warning("state_dir cannot be written: running from memory (no positions, "
+                           "launch ledger or alert marks kept across a restart)",
+                           state_dir=str(cfg.state_dir))
     if shard is not None:
         daemon.log.info("sharded", shard=f"{shard[0]}/{shard[1]}",
                         targets=len(daemon.config.targets), of=len(cfg.targets))

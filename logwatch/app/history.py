@@ -161,6 +161,23 @@ def pick(records: Sequence[StartupRecord], ref: str) -> StartupRecord:
     return records[i - 1] if i > 0 else records[i]
 
 
+def _numbered(records: Sequence[StartupRecord], ref: str) -> str:
+    """`ref` as `history` numbers a ledger's launches (it keeps the last 50, numbered on:
+    #11-#60), as the position `pick` reads.  Before, 1 and 2 picked #11 and #12 under a
+    header that looked right."""
+    try:
+        i = int(ref)
+    except ValueError:
+        return ref
+    if i <= 0:
+        return ref
+    for pos, r in enumerate(records, 1):
+        if r.index == i:
+            return str(pos)
+    kept = f" (kept: #{records[0].index}-#{records[-1].index})" if records else ""
+    raise LookupError(f"no startup {i}: the ledger has {len(records)}{kept}")
+
+
 def run_history(paths: list[str], spec: str, as_json: bool,
                 out: Callable[[str], None]) -> int:
     """Each file's startups: JSON lines as they close, or the table (its rows kept, not the
@@ -168,10 +185,12 @@ def run_history(paths: list[str], spec: str, as_json: bool,
     file cut short: its startups are shown, then `DamagedLog` (the first) once every file
     is read."""
     damaged: list[DamagedLog] = []
+    seen = [0]                            # startups read, of every file
     for path in paths:
         rows: list[tuple[str, ...]] = []
 
         def emit(r: StartupRecord, path: str = path) -> None:
+            seen[0] += 1
             if as_json:
                 out(json.dumps({"file": path, **r.to_json()}, ensure_ascii=False))
             else:
@@ -187,7 +206,7 @@ def run_history(paths: list[str], spec: str, as_json: bool,
         out(rows_table(rows) if rows else "no startup in this log")
     if damaged:
         raise damaged[0]
-    return Exit.OK
+    return Exit.OK if seen[0] else Exit.FAILED   # nothing recorded: 1, as the exit table says
 
 
 def stored_records(state_dir: Any, target: str,
@@ -219,7 +238,7 @@ def run_history_store(state_dir: Any, target: str, as_json: bool,
             out(json.dumps({"target": target, **r.to_json()}, ensure_ascii=False))
     else:
         out(history_table(records) if records else f"no startup recorded for {target}")
-    return Exit.OK
+    return Exit.OK if records else Exit.FAILED     # the exit table: nothing recorded is 1
 
 
 def _compare(records: Sequence[StartupRecord], what: str, a: str, b: str,
@@ -234,7 +253,8 @@ def _compare(records: Sequence[StartupRecord], what: str, a: str, b: str,
 def run_compare_store(state_dir: Any, target: str, a: str, b: str,
                       out: Callable[[str], None]) -> int:
     """Two startups of the daemon's ledger of one target (with their watts per phase)."""
-    return _compare(stored_records(state_dir, target), target, a, b, out)
+    records = stored_records(state_dir, target)
+    return _compare(records, target, _numbered(records, a), _numbered(records, b), out)
 
 
 def run_compare(path: str, a: str, b: str, spec: str, out: Callable[[str], None]) -> int:

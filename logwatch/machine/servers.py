@@ -11,6 +11,8 @@ crash's rank names the engine).  Only the machine calls these.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..rules.pack import READY, TERMINAL, WAITING, RulePack
 from .state import Observation, State
 
@@ -50,7 +52,6 @@ def proc_joins(state: State, proc: str, rid: str) -> bool:
     key = f"{proc}>{rid}"
     if proc not in state.procs:
         state.procs.add(proc)
-        state.procs_waiting.add(proc)
     elif len(state.procs) < 2 or key in state.restart_rules or \
             state.phase in (WAITING, READY, *TERMINAL):
         return False
@@ -62,18 +63,29 @@ def note_proc(state: State, proc: str, rid: str) -> None:
     """The first process of a launch printed a launch marker (`rid`)."""
     if proc:
         state.procs.add(proc)
-        state.procs_waiting.add(proc)
         state.restart_rules.add(f"{proc}>{rid}")
+
+
+def note_role(pack: RulePack, state: State, proc: str, line_args: dict[str, Any]) -> None:
+    """A process of the launch whose arguments give it a role in one deployment (the pack's
+    `roles:`: SGLang's `disaggregation_mode`, vLLM's `kv_transfer_config`): the launch waits
+    for its ready line.  Only such a one: a batch job or an offline engine in the same
+    compose stream prints a launch line too, and never a ready line."""
+    if proc and proc in state.procs and any(
+            line_args.get(k) not in (None, False, "", "null", "None") for k in pack.roles
+            if k in line_args):
+        state.procs_waiting.add(proc)
 
 
 def all_ready(pack: RulePack, state: State, obs: Observation) -> bool:
     """A launch of several servers is ready when every one is: a ready line of one of them
     counts for it (an untagged one for none, when there are several).  Processes of one
     stream likewise (`procs_waiting`: a follower node's left out)."""
-    if len(state.procs) > 1:
-        state.procs_waiting.discard(obs.proc)
-        if state.procs_waiting:
-            return False
+    if state.procs and obs.proc and obs.proc not in state.procs:
+        return False      # another service's line (a gateway's uvicorn): not this launch's
+    state.procs_waiting.discard(obs.proc)
+    if state.procs_waiting:
+        return False
     if len(state.servers) <= 1:
         return True       # one server (or none named): its ready line is the launch's
     server = pack.server_of(obs.text)

@@ -16,7 +16,8 @@ from .events import (
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
 from .follower import follower_ready, node_joins, note_follower, note_follower_done, note_node
-from .servers import all_ready as servers_ready, joins as server_joins, note_proc, proc_joins
+from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
+    proc_joins
 from .ranks import advance_rank
 from .rates import next_progress
 from .spans import (
@@ -131,6 +132,7 @@ class StartupMachine:
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         note_follower(self.pack, state, obs, line_args)
+        note_role(self.pack, state, obs.proc, line_args)
         if obs.proc and self.pack.follower is not None and \
                 self.pack.follower.says(rule.id, line_args):
             state.procs_waiting.discard(obs.proc)    # a follower node prints no ready line
@@ -507,7 +509,6 @@ def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:
     fresh = State(epoch=state.epoch + 1, startups=state.startups + 1,
                   restart_rules={rid, f"{server}|{rid}"} if server else {rid},
                   procs={obs.proc} if obs.proc else set(),
-                  procs_waiting={obs.proc} if obs.proc else set(),
                   last_activity=state.last_activity, last_log_time=state.last_log_time,
                   last_own_time=state.last_own_time,
                   startup_id=startup_id_of(obs), untrusted_stamps=state.untrusted_stamps,

@@ -79,7 +79,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records", "prelaunch", "ready_hints")
+             "user_content", "records", "prelaunch", "ready_hints", "roles")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -276,6 +276,7 @@ class RulePack:
     # phases a wrapper's lines may show before the server's own launch line (an entrypoint's
     # `huggingface-cli download`): a launch line then begins the server in that startup
     prelaunch: tuple[str, ...] = ()
+    roles: tuple[str, ...] = ()   # launch args naming a process's role in one deployment (PD)
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
@@ -454,6 +455,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.probe_paths if base else ())
     silent = _phase_list(src, doc, "silent", phases, base.silent if base else ())
     prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
+    roles = _names(src, doc, "roles", base.roles if base else ())
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
     follower = _follower(src, doc["follower"], rules, phases) \
@@ -475,7 +477,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
-        prelaunch=prelaunch, server_count_args=count_args, follower=follower,
+        prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -737,6 +739,16 @@ def _tag_patterns(src: str, value: Any, group: str, key: str) -> tuple[Any, ...]
             raise PackError(src, f"needs a named group (?P<{group}>...)", key=f"{key}[{i}]")
         out.append(rx)
     return tuple(out)
+
+
+def _names(src: str, doc: dict[str, Any], key: str, inherited: tuple[str, ...]) -> tuple[str, ...]:
+    """A pack key that lists argument names (`roles:`), or the base's."""
+    if doc.get(key) is None:
+        return inherited
+    value = doc[key]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PackError(src, "must be a list of argument names", key=key)
+    return tuple(value)
 
 
 def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:

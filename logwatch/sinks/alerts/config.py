@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from typing import Any
@@ -35,14 +36,20 @@ def validate_alerts(path: str, alerts: list[dict[str, Any]],
 
 
 def _routed_labels(path: str, key: str, a: dict[str, Any], labels: set[str] | None) -> None:
+    """A routing label that no target has and is one letter or two off one that a target has
+    (`modle` for `model`): a typo, the sink would never fire.  Another unknown label passes:
+    a fleet may have no target with it yet (`targets: []`, a reload removing the last)."""
     sel = a.get("targets")
     if labels is None or not isinstance(sel, dict):
         return
+    known = set(ROUTE_FIELDS) | labels
     for label in sel:
-        if label not in ROUTE_FIELDS and label not in labels:
-            known = ", ".join(sorted(set(ROUTE_FIELDS) | labels))
+        near = difflib.get_close_matches(str(label), sorted(known), n=1, cutoff=0.75) \
+            if label not in known else []
+        if near:
             raise ConfigError(path, f"{key}.targets.{label}", f"no target has the label "
-                              f"{label!r}: this sink would never fire (routable: {known})")
+                              f"{label!r} (did you mean {near[0]!r}?): this sink would never "
+                              "fire")
 
 
 def _env_value(path: str, key: str, var: Any) -> str:
