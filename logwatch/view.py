@@ -386,7 +386,12 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
     first = st.history[0] if st.history else None
     main = pipe.pack.primary_progress
     shards = st.progress.get(main) if main else None
-    dead = values.get("silent_since") if st.stalled else None   # a new line ends the silence
+    since = values.get("silent_since")
+    # silent since before the attach: until a new line ends the silence (also before the
+    # machine's next tick has stalled it: watch's first lines of a dead log had an ETA)
+    dead = since if since is not None and (st.stalled or (st.last_activity or 0) <= since) \
+        else None
+    stale = dead is not None or st.stalled     # no ETA for a startup that is not moving
     elapsed = crash_elapsed(st.crash, st.epoch_start()) if st.crash else None
     return {
         "engine": pipe.pack.name,
@@ -405,10 +410,10 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "total_seconds": st.total() if st.spans else None,
         "durations": live_durations(st, now),
         "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
-                         "eta_seconds": p.remaining_seconds(now)}
+                         "eta_seconds": None if stale else p.remaining_seconds(now)}
                      for k, p in st.progress.items()},
         "shards": ShardView(shards.current, shards.total, shards.rate) if shards else None,
-        "eta_seconds": math.nan if dead is not None else values["eta_seconds"],
+        "eta_seconds": math.nan if stale else values["eta_seconds"],
         "silent_since": dead,
         "ready_line": st.ready_line,
         "crash": _crash_json(st.crash, elapsed) if st.crash else None,

@@ -409,3 +409,27 @@ def test_eta_smoother_caps_a_jump_within_a_phase() -> None:
     assert smooth("loading_shards", 40.0, 1.0) == pytest.approx(99.0 * 0.7)   # capped
     assert smooth("allocating", 40.0, 2.0) == 40.0                            # a new phase
     assert math.isnan(smooth("allocating", math.nan, 3.0))
+
+
+def test_a_stalled_startup_shows_no_eta() -> None:
+    """Stalled (silent past its phase's budget): no ETA in any view, nor the shard bar's
+    (before: `status` "7/24 shards · ETA 2m10s", the page "1.63/s · ETA 3m17s" for a
+    startup that had stopped moving)."""
+    from support.daemon import sim_texts, split_at
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    from logwatch.view import pipeline_view
+    texts = sim_texts(seed=4)
+    cut = split_at(texts, "| 7/24 ") + 1
+    pipe = LogPipeline(load_pack("sglang"))
+    t0 = 1_767_261_600.0
+    for i, text in enumerate(texts[:cut]):
+        pipe.feed(text.encode(), t0 + i * 0.5)
+    now = t0 + cut * 0.5
+    moving = pipeline_view("node1", pipe, now)
+    assert moving.phase == "loading_shards" and not math.isnan(moving.eta_seconds)
+    pipe.tick(now + 3600)
+    assert pipe.state.stalled
+    stalled = pipeline_view("node1", pipe, now + 3600)
+    assert math.isnan(stalled.eta_seconds)
+    assert all(p["eta_seconds"] is None for p in stalled.progress.values()), stalled.progress

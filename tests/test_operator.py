@@ -74,6 +74,21 @@ def test_watch_on_a_log_dead_for_an_hour_exits_3_probably_dead(tmp_path: Path) -
 
 
 @pytest.mark.integration
+def test_a_dead_log_of_bar_lines_only_gets_no_eta_either(tmp_path: Path) -> None:
+    """A log whose last lines are a checkpoint bar's frames, silent 70 min: before, watch
+    printed `shards 161/163 0.10/s, ready in ~2m00s (rough)` before "probably dead" (the
+    catch-up's lines shown before the machine's tick stalled it)."""
+    path = tmp_path / "dead.log"
+    path.write_text("".join(f"Loading safetensors checkpoint shards: 98% Completed | {n}/163 "
+                            f"[31:{40 + n - 159}<00:40, 10.00s/it]\n" for n in (159, 160, 161)))
+    old = time.time() - 70 * 60
+    os.utime(path, (old, old))
+    res = run_cli("watch", "--gpu", "off", "--probe", "off", "--timeout", "60s", str(path))
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "probably dead" in res.stdout and "ready in ~" not in res.stdout, res.stdout
+
+
+@pytest.mark.integration
 def test_watch_on_a_fresh_mid_startup_log_still_shows_an_eta(tmp_path: Path) -> None:
     path = dead_log(tmp_path, minutes_idle=0)
     res = run_cli("watch", "--gpu", "off", "--timeout", "3s", str(path))
@@ -91,6 +106,7 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
     d = daemons(cfg, port).start()
     t = d.wait_target("node1", lambda t: t["status"] == "silent", "silent")
     assert t["eta_seconds"] is None and t["phase"] == "loading_shards", t
+    assert all(p["eta_seconds"] is None for p in t["progress"].values()), t["progress"]
     assert re.fullmatch(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead",
                         t["silent"]), t["silent"]
     said = [e for e in d.log_events() if "probably dead" in str(e.get("event"))]
