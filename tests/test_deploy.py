@@ -376,6 +376,18 @@ def test_dashboard_queries_return_data(live: dict[str, Any]) -> None:
 
 
 @pytest.mark.integration
+def test_the_sources_down_panel_counts_what_the_alert_does(live: dict[str, Any]) -> None:
+    """`waiting-1`'s log is not there yet (a node not launched: not an error), its
+    `logwatch_source_up` 0: the "Sources down" panel counts it no more than the
+    LogwatchSourceDown alert does (before: counted, beside `status` saying waiting)."""
+    prom: Prometheus = live["prom"]
+    wait_for(lambda: prom.value('logwatch_source_up{target="waiting-1"}') == 0.0, 20,
+             "waiting-1 scraped", alive=prom.dead)
+    expr = dict(dashboard_exprs())["Sources down"]
+    assert prom.value(substitute(expr)) == 0.0, expr
+
+
+@pytest.mark.integration
 def test_alert_rules_evaluate_in_prometheus(live: dict[str, Any]) -> None:
     prom: Prometheus = live["prom"]
 
