@@ -4,9 +4,10 @@ and decode servers of one compose file).
 The pack's `servers:` patterns name the server process a line comes from
 (`RulePack.server_of`); a wrapper's `proc` prefix names a process of one stream (compose's
 `prefill-1  | `, `srun --label`'s ` 1: `).  A launch of several is one startup: another
-server's launch lines join it, it is ready when every one of them printed its ready line (a
-follower node prints none: it is not waited for), and it crashed when one crashed (the
-crash's rank names the engine).  Only the machine calls these.
+server's launch lines join it, it is ready when every one of them printed its ready line (of
+a stream's processes, those whose arguments give them a role, the pack's `roles:`; a follower
+node prints none: it is not waited for), and it crashed when one crashed (the crash's rank
+names the engine).  Only the machine calls these.
 """
 
 from __future__ import annotations
