@@ -433,3 +433,27 @@ def test_a_stalled_startup_shows_no_eta() -> None:
     stalled = pipeline_view("node1", pipe, now + 3600)
     assert math.isnan(stalled.eta_seconds)
     assert all(p["eta_seconds"] is None for p in stalled.progress.values()), stalled.progress
+
+
+def test_a_launch_killed_while_it_loaded_is_the_previous_one(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Ready, then a launch killed while it loaded (no word), then another: the history
+    shows the killed one `incomplete`, and it is the "previous" of the third (before: the
+    ready one, as if the killed launch had never been; the ledger had it).  The ETA's basis
+    stays the ready ones."""
+    runner = _watch_runner(tmp_path, monkeypatch)
+    feed = _feeder(runner)
+    steps = startup(seed=3)
+    for t, text in steps:
+        feed(text, T0 + t)
+    half = shift(steps, READY_AT + 600)
+    for t, text in half[:len(half) // 3]:        # killed while it loads its shards
+        feed(text, T0 + t)
+    for t, text in shift(steps, READY_AT + 1800):
+        feed(text, T0 + t)
+    view = runner.view(T0 + 2 * READY_AT + 1900)
+    assert [h["outcome"] for h in view.history] == ["ready", "incomplete", "ready"], view.history
+    assert view.previous_startup is not None and view.previous_startup["outcome"] == "incomplete"
+    assert view.previous_startup["phases"], view.previous_startup   # its durations so far
+    assert _history(runner).basis() == 2

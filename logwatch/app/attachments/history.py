@@ -1,7 +1,9 @@
 """Startup history: each finished startup's phase durations (state/history.py), per target.
 
 It records a startup when it gets ready or its crash settles (while catching up too: a
-startup is recorded once, by its StartupId, whatever re-reads it), and it is the ETA's
+startup is recorded once, by its StartupId, whatever re-reads it), or, `incomplete`, when
+another begins before it ended (killed while it loaded: before, the page's "previous" was
+the ready launch before it, as if the killed one had never been), and it is the ETA's
 basis (`typical`, `basis`: `Target` finds it among its attachments).  `watch --no-history`
 leaves it out of the list.
 """
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...machine import CrashSettled, Event, Ready, State
+from ...machine import CrashSettled, Event, Ready, StartupBegan, State, Stopped
 from ...rules.pack import READY
 from ...state.history import StartupHistory
 from .base import Attachment, LiveTarget
@@ -31,18 +33,33 @@ class HistoryAttachment(Attachment):
     def __init__(self, state_dir: str | Path, name: str, model: str = "") -> None:
         self.history = StartupHistory(state_dir, name, model)
         self.target: LiveTarget | None = None
+        # the startup under way and its durations as last seen (its state is the next one's
+        # by the time another begins): recorded `incomplete` if another begins before it ends
+        self.open: tuple[str, dict[str, float]] | None = None
 
     def bind(self, target: LiveTarget) -> None:
         self.target = target
 
     def on_events(self, events: list[Event], now: float) -> None:
         for ev in events:
-            if isinstance(ev, Ready):
+            if isinstance(ev, StartupBegan):
+                if self.open is not None and self.open[0] != ev.startup:
+                    self.history.record_durations(self.open[1], "incomplete", self.open[0])
+                self.open = (ev.startup, {})
+            elif isinstance(ev, Ready):
+                self.open = None
                 self.history.record_durations(ev.durations, "ready", ev.startup or "",
                                               total=ev.took)
             elif isinstance(ev, CrashSettled):
+                self.open = None
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "",
                                               ev.crash.reason, ev.elapsed)
+            elif isinstance(ev, Stopped):
+                self.open = None
+        pipe = self.target.pipe if self.target is not None else None
+        if self.open is not None and pipe is not None and \
+                pipe.state.startup_id == self.open[0]:
+            self.open = (self.open[0], pipe.state.durations())
 
     def typical(self) -> dict[str, float]:
         """Median seconds per phase of the earlier ready startups (the ETA's basis)."""
