@@ -51,7 +51,15 @@ class ErrorCollector:
         self.errors.append(error)
 
     def raise_if_any(self) -> None:
-        if len(self.errors) == 1:
-            raise self.errors[0]
-        if self.errors:
-            raise ConfigErrors(list(self.errors))
+        """One problem per key, the first: a later one of the same key is its consequence
+        (an unset `${VAR}` in `name:` made the name "missing" too: two lines, one cause)."""
+        seen: set[tuple[str, str]] = set()
+        errors = []
+        for e in self.errors:
+            if (e.path, e.key) not in seen or not e.key:
+                seen.add((e.path, e.key))
+                errors.append(e)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ConfigErrors(errors)

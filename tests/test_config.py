@@ -295,6 +295,9 @@ def test_unset_environment_variable(tmp_path: Path) -> None:
         source=f"/var/log/${{{var}:-node1}}/server.log"))
     res = run("-c", str(path), "--check")
     assert res.returncode == 0, res.stderr
+    # in `name:`: one line, the variable's (before: a second, "missing or not a simple name")
+    assert_config_error(mutate(tmp_path, lambda d: d["targets"][0].update(
+        name=f"${{{var}}}")), "targets[0].name", var)
 
 
 BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] +
