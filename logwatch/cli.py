@@ -19,7 +19,7 @@ from .app.replay import replay_file
 from .logfile import DamagedLog, LogFileError, open_log
 from .rules.pack import PackError, load_pack, shipped_pack_names
 from .sinks.alerts.kinds import KIND_NAMES
-from .units import parse_duration
+from .units import parse_budget, parse_duration
 from .sinks.summary import human, summary, timeline
 from .verdict import Exit
 from .view import pipeline_view
@@ -486,10 +486,10 @@ def _duration(text: str) -> float:
 
 def _budget(text: str) -> float:
     """A stall budget: more than 0 (0s stalled every phase at once, exit 3)."""
-    seconds = _duration(text)
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"more than 0s, not {text!r}")
-    return seconds
+    try:
+        return parse_budget(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -63,6 +63,24 @@ def parse_duration(text: str | float | int) -> float:
     h, mi, s, ms = m.groups()
     return float(h or 0) * 3600 + float(mi or 0) * 60 + float(s or 0) + float(ms or 0) / 1000
 
+
+def parse_budget(text: str | float | int) -> float:
+    """A duration that must be more than 0 (a stall budget, a poll interval: 0 fires at
+    once).  Raises ValueError."""
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise ValueError(f"more than 0s, not {text!r}")
+    return seconds
+
+
+def env_int(value: object) -> object:
+    """A whole number written as text (a `${VAR}` expands to text: `port: ${SSH_PORT}`) as an
+    int; any other value as it is (its own check says what is wrong with it)."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
 def fmt_duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"

@@ -22,7 +22,7 @@ from ..state.files import default_state_dir
 from ..rules.pack import PackError, load_pack
 from ..errors import ConfigError, ErrorCollector
 from ..sinks.alerts.config import validate_alerts
-from ..units import parse_duration
+from ..units import env_int, parse_budget, parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from ..sources import SourceError, source_kind
 from ..sources.newest import pattern_problem
@@ -476,9 +476,10 @@ def _stall(path: str, key: str, sv: Any, rules: str) -> float | dict[str, float]
 def _budget(path: str, key: str, v: Any) -> float:
     """A stall budget: more than 0 (0s stalled every phase at once)."""
     seconds = _duration(path, key, v)
-    if seconds <= 0:
-        raise ConfigError(path, key, f"more than 0s (a budget of {v!r} stalls at once)")
-    return seconds
+    try:
+        return parse_budget(seconds)
+    except ValueError:
+        raise ConfigError(path, key, f"more than 0s (a budget of {v!r} stalls at once)") from None
 
 
 def _ssh(path: str, key: str, ssh_doc: Any) -> SSHOptions:
@@ -508,8 +509,7 @@ def _ssh_value(path: str, key: str, name: str, v: Any) -> Any:
     of `client_keys` a key file per character)."""
     def whole(lo: int, hi: int) -> int:
         nonlocal v
-        if isinstance(v, str) and v.strip().isdigit():     # from ${VAR}: text
-            v = int(v)
+        v = env_int(v)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
             raise ConfigError(path, key, f"a whole number from {lo} to {hi}, not {v!r}")
         return v

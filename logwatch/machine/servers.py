@@ -67,15 +67,20 @@ def note_proc(state: State, proc: str, rid: str) -> None:
         state.restart_rules.add(f"{proc}>{rid}")
 
 
-def note_role(pack: RulePack, state: State, proc: str, line_args: dict[str, Any]) -> None:
+def note_role(pack: RulePack, state: State, proc: str, rule_id: str,
+              line_args: dict[str, Any]) -> None:
     """A process of the launch whose arguments give it a role in one deployment (the pack's
     `roles:`: SGLang's `disaggregation_mode`, vLLM's `kv_transfer_config`): the launch waits
     for its ready line.  Only such a one: a batch job or an offline engine in the same
-    compose stream prints a launch line too, and never a ready line."""
-    if proc and proc in state.procs and any(
-            line_args.get(k) not in (None, False, "", "null", "None") for k in pack.roles
-            if k in line_args):
+    compose stream prints a launch line too, and never a ready line; nor a follower node
+    (its line or its arguments say so: it prints no ready line)."""
+    if not proc or proc not in state.procs:
+        return
+    if any(line_args.get(k) not in (None, False, "", "null", "None") for k in pack.roles
+           if k in line_args):
         state.procs_waiting.add(proc)
+    if pack.follower is not None and pack.follower.says(rule_id, line_args):
+        state.procs_waiting.discard(proc)
 
 
 def all_ready(pack: RulePack, state: State, obs: Observation) -> bool:

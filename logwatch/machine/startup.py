@@ -132,10 +132,7 @@ class StartupMachine:
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         note_follower(self.pack, state, obs, line_args)
-        note_role(self.pack, state, obs.proc, line_args)
-        if obs.proc and self.pack.follower is not None and \
-                self.pack.follower.says(rule.id, line_args):
-            state.procs_waiting.discard(obs.proc)    # a follower node prints no ready line
+        note_role(self.pack, state, obs.proc, rule.id, line_args)
 
     def tick(self, state: State, now: float) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase

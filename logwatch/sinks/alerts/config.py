@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...errors import ConfigError, ErrorCollector
-from ...units import parse_duration
+from ...units import env_int, parse_duration
 from .kinds import DEFAULT_ON, KIND_NAMES
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
@@ -98,8 +98,8 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
             except (ValueError, TypeError):
                 raise ConfigError(path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
                                   "(use e.g. 10s, 1h)") from None
-    if isinstance(a.get("max_attempts"), str) and a["max_attempts"].strip().isdigit():
-        a["max_attempts"] = int(a["max_attempts"])      # from ${VAR}: text
+    if "max_attempts" in a:
+        a["max_attempts"] = env_int(a["max_attempts"])
     if "max_attempts" in a and (not isinstance(a["max_attempts"], int)
                                 or isinstance(a["max_attempts"], bool) or a["max_attempts"] < 1):
         raise ConfigError(path, f"{key}.max_attempts", "a whole number >= 1")

@@ -8,7 +8,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ...units import fmt_duration, parse_duration, parse_switch
+from ...units import fmt_duration, parse_budget, parse_switch
 
 @dataclass(frozen=True)
 class GpuConfig:
@@ -46,12 +46,9 @@ def _duration(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise ValueError(f"{name}: expected a duration like 2s or 500ms, got {value!r}")
     try:
-        seconds = parse_duration(value)
+        return parse_budget(value)
     except ValueError as e:
         raise ValueError(f"{name}: {e}") from None
-    if seconds <= 0:
-        raise ValueError(f"{name}: must be more than 0, got {value!r}")
-    return seconds
 
 
 def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
