@@ -20,7 +20,7 @@ from typing import Any
 
 from .machine import CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped
 from .rules.advice import Advice, advice_lines
-from .rules.args import changed_args
+from .rules.args import changed_args, changed_text
 from .rules.pack import READY
 
 WARMUP = 60.0          # seconds after ready that are warm-up, not the steady state
@@ -342,9 +342,7 @@ def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
                            common_only=prev.args_partial or cur.args_partial) \
         if prev.args and cur.args else {}
     if changed:
-        flags = ", ".join(f"{k} {x!r} -> {y!r}" for k, (x, y) in list(changed.items())[:6])
-        more = f" (+{len(changed) - 6} more)" if len(changed) > 6 else ""
-        parts.append(f"flags changed: {flags}{more}")
+        parts.append("flags changed: " + changed_text(changed, limit=6, width=40))
     elif prev.args and cur.args:
         parts.append("same flags")
     served = served_text(prev)

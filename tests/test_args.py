@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
 from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ArgsSpec, ParsedArgs,
-                                 changed_args, parse_args_line)
+                                 changed_args, changed_text, flag_value_text,
+                                 parse_args_line)
 from logwatch.rules.pack import PackError, load_pack
 
 
@@ -426,6 +427,19 @@ def test_changed_args_details() -> None:
     assert changed_args({"port": 1, "random_seed": 1}, {"port": 2, "random_seed": 2},
                         ignore=("port",)) == {"random_seed": (1, 2)}
     assert changed_args({}, {}) == {}
+
+
+def test_changed_flags_read_as_the_engine_prints_them() -> None:
+    """One rendering for watch, history, compare: `None -> 1024`, `False -> True` as the
+    arguments line has them (history said `null -> 1024`, `false -> true`, watch `False`)."""
+    assert changed_text({"max_running_requests": (None, 1024), "disable_cuda_graph": (False, True),
+                         "model_path": ("/m/a", "/m/b")}) == \
+        "max_running_requests None -> 1024, disable_cuda_graph False -> True, model_path /m/a -> /m/b"
+    # a string that would read as another value, or hides its bounds, is quoted
+    assert [flag_value_text(v) for v in ("", "None", "8", "a b", "x,y", 8, 0.5, [1, 2], {"k": 1})] \
+        == ["''", "'None'", "'8'", "'a b'", "'x,y'", "8", "0.5", "[1, 2]", "{'k': 1}"]
+    assert flag_value_text("x" * 30, width=24) == "x" * 23 + "…"
+    assert changed_text({f"f{i}": (i, i + 1) for i in range(6)}, limit=4).endswith("f3 3 -> 4 (+2 more)")
 
 
 # ---------------------------------------------------------------------------- forms as data

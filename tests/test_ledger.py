@@ -97,7 +97,7 @@ def test_history_table_and_compare(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     rows = res.stdout.splitlines()
     assert rows[0].split()[:3] == ["#", "when", "outcome"] and len(rows) == 3
-    assert "max_running_requests 64 -> 2048" in rows[2] and "disable_cuda_graph false -> true" in rows[2]
+    assert "max_running_requests 64 -> 2048" in rows[2] and "disable_cuda_graph False -> True" in rows[2]
     res = subprocess.run([sys.executable, "-m", "logwatch", "compare", str(log)],
                          capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert res.returncode == 0, res.stderr

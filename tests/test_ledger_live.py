@@ -70,7 +70,7 @@ def test_the_daemon_records_launches_and_serves_them(tmp_path: Path, daemons: An
         launches.locator("summary").click()
         row = launches.locator("tr[data-startup='2']")
         expect(row).to_contain_text("max_running_requests 64 -> 2048", timeout=15_000)
-        expect(row).to_contain_text("disable_cuda_graph false -> true")
+        expect(row).to_contain_text("disable_cuda_graph False -> True")
         expect(launches.locator("tr[data-startup='1']")).to_contain_text("ready")
         page.screenshot(path=str(tmp_path / "launches.png"), full_page=True)
         browser.close()

@@ -22,7 +22,7 @@ from conftest import FIXTURES, ROOT
 from logwatch.app.history import read_ledger
 from logwatch.logfile import DamagedLog, LogFileError, open_log
 from logwatch.app.replay import replay_file
-from logwatch.sinks.summary import summary
+from logwatch.sinks.summary import NO_STARTUP, human, summary
 from logwatch.sources.base import compression_of
 from logwatch.view import pipeline_view
 
@@ -272,3 +272,20 @@ def test_hole_end_is_the_first_byte_that_is_not_zero(tmp_path):
         p.write_bytes(content)
         with open(p, "rb") as f:
             assert hole_end(f.fileno()) == end, (content[:8], end)
+
+
+@pytest.mark.parametrize("data", [b"", bytes(range(256)) * 20, b"hello\nan app's own log\n"])
+def test_a_log_with_no_startup_says_so_not_still_starting(tmp_path, data):
+    """An empty, binary or other program's log began no startup: replay said "still starting:
+    waiting", as if a server were loading."""
+    log = tmp_path / "server.log"
+    log.write_bytes(data)
+    pipe = replay_file(str(log))
+    view = pipeline_view(str(log), pipe)
+    text = human(summary(view))
+    assert text.startswith(f"{log}: {NO_STARTUP}") and "still starting" not in text, text
+    # a log cut after its launch line still is "still starting"
+    lines = (FIXTURES / "sglang-018.log").read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[: next(i for i, x in enumerate(lines) if b"server_args=ServerArgs" in x) + 1]))
+    view = pipeline_view(str(log), replay_file(str(log)))
+    assert "still starting" in human(summary(view))

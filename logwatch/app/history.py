@@ -17,6 +17,7 @@ from typing import Any, Callable
 from ..ledger import LedgerRecorder, StartupRecord
 from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
+from ..rules.args import changed_text
 from ..rules.locate import choose_pack
 from ..units import fmt_duration
 from ..verdict import Exit
@@ -41,20 +42,6 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
                              start=start)
         for closed in rec.finish(pipe.state):
             emit(closed)
-
-
-def _short(v: Any, width: int = 24) -> str:
-    text = json.dumps(v, ensure_ascii=False) if not isinstance(v, str) else v
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def changed_text(changed: dict[str, list[Any]], limit: int = 4) -> str:
-    """"max_running_requests 64 -> 2048, disable_cuda_graph False -> True (+2 more)"."""
-    if not changed:
-        return ""
-    parts = [f"{k} {_short(a)} -> {_short(b)}" for k, (a, b) in list(changed.items())[:limit]]
-    more = f" (+{len(changed) - limit} more)" if len(changed) > limit else ""
-    return ", ".join(parts) + more
 
 
 SHORT = " (short)"    # a serving window under the ledger's WARMUP: figures of its warm-up

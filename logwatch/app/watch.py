@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
 from ..machine import Event
-from ..rules.pack import CRASHED, READY, STOPPED, load_all_shipped, load_pack
+from ..rules.pack import CRASHED, READY, STOPPED, WAITING, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
-from ..sinks.summary import summary
+from ..sinks.summary import NO_STARTUP, summary
 from ..sources import SourceError
 from ..telemetry.gpu import GpuConfig
 from ..telemetry.probe import ProbeConfig
@@ -414,6 +414,8 @@ def _last_verdict(runner: Target, view: TargetView) -> tuple[int, str]:
         return EXIT_FAILED, "stopped (clean shutdown)"
     if view.phase == CRASHED:
         return EXIT_FAILED, "crashed"
+    if view.phase == WAITING and not view.counters.startups:
+        return EXIT_TIMEOUT, NO_STARTUP
     return EXIT_TIMEOUT, f"still starting: {view.phase}"
 
 

@@ -841,6 +841,31 @@ def _canon(v: Any) -> Any:
     return v
 
 
+def flag_value_text(v: Any, width: int = 0) -> str:
+    """A flag's value as the engine prints it in its arguments line (`None`, `True`, `64`,
+    `[1, 2]`), a plain string bare unless that would hide what it is (empty, spaces, a comma,
+    or the text of another literal: `''`, `'None'`); cut to `width` characters (0: whole)."""
+    if isinstance(v, str):
+        plain = v and not any(c.isspace() or c in ",'\"" for c in v) \
+            and v not in _CONSTANTS and not _NUM.fullmatch(v)
+        text = v if plain else repr(v)
+    else:
+        text = repr(v)
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def changed_text(changed: dict[str, Any], limit: int = 4, width: int = 24) -> str:
+    """"max_running_requests 64 -> 2048, disable_cuda_graph False -> True (+2 more)": the
+    one rendering of `changed_args` (watch at ready, `history`, `compare`; the page's script
+    mirrors it)."""
+    if not changed:
+        return ""
+    parts = [f"{k} {flag_value_text(a, width)} -> {flag_value_text(b, width)}"
+             for k, (a, b) in list(changed.items())[:limit]]
+    more = f" (+{len(changed) - limit} more)" if len(changed) > limit else ""
+    return ", ".join(parts) + more
+
+
 def changed_args(old: dict[str, Any], new: dict[str, Any], *,
                  ignore: Iterable[str] = IGNORED_KEYS,
                  common_only: bool = False) -> dict[str, tuple[Any, Any]]:

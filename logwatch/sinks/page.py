@@ -121,6 +121,10 @@ function makeRow(name){
   r.ltable=el("table");r.launches.append(r.ltable);
   r.launches.addEventListener("toggle",()=>{if(r.launches.open)launches(name,r.ltable)});
   r.root.append(h,r.src,r.probe,r.ranks,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
+// a flag's value as the engine prints it (args.flag_value_text): None, True, 64, a plain string bare
+function flagText(v){if(v===null||v===undefined)return "None";if(typeof v==="boolean")return v?"True":"False";
+  if(typeof v==="string")return v&&!/[\s,'"\\]/.test(v)&&!/^(None|True|False|true|false|null|[+-]?[\d.]+([eE][+-]?\d+)?|[+-]?(inf|infinity|nan))$/i.test(v)?v:"'"+v+"'";
+  return JSON.stringify(v)}
 // the target's launch ledger (/api/history): when, outcome, startup time, tok/s, flags changed
 async function launches(name,table){
   let d;try{const res=await fetch("/api/history?target="+encodeURIComponent(name),{cache:"no-store"});d=await res.json()}
@@ -129,7 +133,7 @@ async function launches(name,table){
   for(const c of ["#","when","outcome","startup","tok/s p50","flags changed"])head.append(el("th",null,c));table.append(head);
   for(const s of (d.startups||[]).slice().reverse()){const tr=el("tr");tr.dataset.startup=s.index;
     const g=s.serving&&s.serving.gen_throughput;
-    const ch=Object.entries(s.changed||{}).map(([k,v])=>k+" "+JSON.stringify(v[0])+" -> "+JSON.stringify(v[1])).join(", ");
+    const ch=Object.entries(s.changed||{}).map(([k,v])=>k+" "+flagText(v[0])+" -> "+flagText(v[1])).join(", ");
     for(const c of [s.index,s.started_stamp||"",s.outcome+(s.reason?": "+s.reason:""),
       s.startup_seconds!=null?dur(s.startup_seconds):"",g&&g.p50!=null?Math.round(g.p50):"",ch])tr.append(el("td",null,c));
     table.append(tr)}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..rules.pack import CRASHED, READY, STOPPED
+from ..rules.pack import CRASHED, READY, STOPPED, WAITING
 from ..shown import visible
 from ..units import fmt_duration
 from ..verdict import crash_text, ready_notes
@@ -28,6 +28,9 @@ def summary(view: TargetView) -> dict[str, Any]:
     return doc
 
 
+NO_STARTUP = "no startup in this log (no launch line of the engine)"
+
+
 def human(doc: dict[str, Any], total: float | None = None, follower: bool = False) -> str:
     """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
     wall time (the view's `ready_in`, else `total_seconds`: spans that overlap count once);
@@ -45,6 +48,8 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
             (f" ({'; '.join(notes)})" if notes else "")
     elif phase == STOPPED:
         head = "stopped (clean shutdown)"
+    elif phase == WAITING and not doc["startups"]:
+        head = NO_STARTUP      # not "still starting": nothing in it began one (binary, empty)
     else:
         head = f"still starting: {phase}"
     out = [f"{doc['file']}: {head}  [{doc['engine']}]"]
