@@ -635,6 +635,26 @@ def test_while_the_log_is_silent_a_line_a_minute_says_so() -> None:
     assert "no new line for 3m06s" in notes[1]
 
 
+def test_an_engine_decided_late_is_named_not_called_a_relaunch() -> None:
+    """`rules: auto` on a log whose first lines name no engine: the pack decided after the
+    hold was said as "sglang writes the log now (was auto)", a relaunch's words."""
+    import io
+    from logwatch.sinks.display import PlainDisplay
+    from logwatch.view import TargetView
+    out = io.StringIO()
+    disp = PlainDisplay("t", out)
+
+    def view(engine: str) -> TargetView:
+        return TargetView(name="t", engine=engine, source="t", kind="file", labels={}, now=1.0,
+                          source_up=True, source_message="reading t")
+
+    for engine in ("auto", "sglang", "vllm"):
+        disp.update(view(engine), [], 1.0)
+    notes = [ln.split(" ", 1)[1] for ln in out.getvalue().splitlines() if "engine:" in ln]
+    assert notes == ["engine: read by sglang's rules (--rules PACK to choose)",
+                     "engine: vllm writes the log now (was sglang): read by its rules"], notes
+
+
 def test_the_attach_note_names_the_settled_crash_reason(tmp_path: Path) -> None:
     """sglang-027's last line (the OOM) has no newline: it is read when the crash settles.
     The note about the ended startup names that reason, the same as the verdict."""

@@ -212,7 +212,10 @@ class PlainDisplay:
     def _engine_change(self, view: TargetView) -> None:
         """A line when another engine's pack reads the log now (`rules: auto`, a relaunch of
         another engine into the same path): before its new startup's line."""
-        if self._engine and view.engine and view.engine != self._engine:
+        if self._engine == "auto" and view.engine and view.engine != "auto":
+            # decided late: the first lines were not sure (a wrapper's, none of an engine's)
+            self.note(f"engine: read by {view.engine}'s rules (--rules PACK to choose)")
+        elif self._engine and view.engine and view.engine != self._engine:
             self.note(f"engine: {view.engine} writes the log now (was {self._engine}): "
                       "read by its rules")
         self._engine = view.engine or self._engine
