@@ -99,7 +99,7 @@ missing file exits 2 naming the nearest names in its directory (--wait waits for
 
 exit status: 0 ready (all targets), 1 crashed or stopped, 3 timed out or stalled, 2 usage
 error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary
-is printed first).
+is printed first), 141 the output's reader went away first (`| head`).
 """
 
 REPLAY_HELP = """\
@@ -764,7 +764,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
     except BrokenPipeError:
-        return Exit.OK
+        # stdout's reader is gone: no more output (Python's flush at exit would say so again)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return Exit.PIPE_CLOSED
 
 
 if __name__ == "__main__":

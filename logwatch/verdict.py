@@ -27,6 +27,7 @@ class Exit(IntEnum):
     USAGE = 2
     TIMEOUT = 3
     INTERRUPTED = 130       # Ctrl-C (SIGINT), as shells report it
+    PIPE_CLOSED = 141       # the output's reader went away (SIGPIPE, as shells report it)
 
     @property
     def meaning(self) -> str:
@@ -51,11 +52,13 @@ _MEANING: dict[Exit, str] = {
     Exit.TIMEOUT: "`watch`: timed out (`--timeout`) or stalled (a phase silent for twice its "
                   "budget, or silent when watch attached)",
     Exit.INTERRUPTED: "interrupted (Ctrl-C) before a verdict; the summary is printed first",
+    Exit.PIPE_CLOSED: "the reader of the output went away (piped into `head -3`): stopped "
+                      "there, no verdict (0 would say ready), as a shell reports SIGPIPE",
 }
 
 _KIND: dict[Exit, str] = {
     Exit.OK: "ready", Exit.FAILED: "crashed", Exit.USAGE: "error", Exit.TIMEOUT: "stalled",
-    Exit.INTERRUPTED: "interrupted",
+    Exit.INTERRUPTED: "interrupted", Exit.PIPE_CLOSED: "interrupted",
 }
 
 

@@ -72,8 +72,23 @@ def test_what_the_cli_returns_is_a_member(argv: list[str], code: Exit, monkeypat
     assert isinstance(got, Exit) and got == code, (argv, got)
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("cmd", ["watch --last tests/fixtures/sglang-027.log",
+                                 "replay tests/fixtures/sglang-027.log tests/fixtures/vllm-030.log"])
+def test_a_reader_gone_is_not_a_ready_verdict(cmd: str) -> None:
+    """`logwatch watch ... | head -1` exited 0 (ready) after the reader left, before any
+    verdict: a script with `set -o pipefail` read a crashing server as ready."""
+    import subprocess
+    import sys
+    res = subprocess.run(["bash", "-o", "pipefail", "-c",
+                          f"{sys.executable} -m logwatch {cmd} | head -c 1 >/dev/null"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == Exit.PIPE_CLOSED, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
+
+
 def test_every_member_has_a_meaning_and_a_kind() -> None:
-    assert [int(e) for e in Exit] == [0, 1, 2, 3, 130]
+    assert [int(e) for e in Exit] == [0, 1, 2, 3, 130, 141]
     for e in Exit:
         assert e.meaning and e.kind
 
