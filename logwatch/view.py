@@ -214,6 +214,7 @@ class TargetView:
     gpu: dict[str, Any] | None = None  # the host's GPU telemetry (None: gpu off for it)
     last_startup_seconds: float | None = None   # launch to ready of the last ready startup
     vs_previous: str = ""          # at ready: this launch against the one before (the ledger)
+    advice: tuple[str, ...] = ()   # the pack's advice on this launch's flags (the ledger's)
     probe: dict[str, Any] | None = None   # the server's endpoint, probed (None: no probe)
     ranks: dict[str, dict[str, Any]] = field(default_factory=dict)  # how far each rank got
     rank_tags: tuple[str, ...] = ()   # the pack's `ranks:` patterns (the display folds by them)
@@ -301,6 +302,7 @@ class TargetView:
             "gpu": self.gpu,
             "last_startup_seconds": self.last_startup_seconds,
             "vs_previous": self.vs_previous or None,
+            "advice": list(self.advice),
             "probe": {**self.probe, "verdict": pv.text,
                       "ready_not_answering": pv.ready_not_answering}
             if self.probe is not None and (pv := self.probe_verdict) is not None else self.probe,

@@ -95,6 +95,10 @@ def test_watch_at_ready_compares_with_the_previous_launch(tmp_path: Path) -> Non
     line = next((ln for ln in second.stdout.splitlines() if "vs the previous launch" in ln), "")
     assert line, second.stdout
     assert "flags changed: max_running_requests 64 -> 2048, disable_cuda_graph False -> True" in line
+    # the pack's advice on the launch is said with the verdict (it was only in `history --json`)
+    advice = [ln for ln in second.stdout.splitlines() if "advice:" in ln]
+    assert len(advice) == 1 and "CUDA graphs are off (disable_cuda_graph)" in advice[0], second.stdout
+    assert "advice:" not in first.stdout, first.stdout
 
 
 def test_a_restarted_daemon_keeps_the_serving_startup_s_record(tmp_path: Path,

@@ -377,6 +377,7 @@ def summary_block(view: TargetView) -> list[str]:
         out.append(f"serving: {tps:,.0f} tok/s")
     if view.vs_previous and view.phase == "ready":
         out.append(view.vs_previous)
+    out += [f"advice: {a}" for a in view.advice]
     endpoint = probe_text(view)
     if endpoint and view.probe and view.probe.get("up") is not None and \
             (view.probe["up"] or view.phase == "ready"):

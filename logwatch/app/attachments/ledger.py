@@ -37,6 +37,7 @@ class LedgerPart:
 
     last_startup_seconds: float | None   # launch to ready of the last ready startup
     vs_previous: str                     # at ready: this launch against the one before
+    advice: tuple[str, ...]              # the pack's advice on this launch (ready or ended)
 
 
 class LedgerAttachment(Attachment):
@@ -48,6 +49,7 @@ class LedgerAttachment(Attachment):
         self.recorder: LedgerRecorder | None = None
         self.last_startup_seconds: float | None = None
         self.vs_previous = ""
+        self._advice: tuple[str | None, tuple[str, ...]] = (None, ())   # (its startup, lines)
         self._saved = 0.0
         self._gpu_seen = -1                # the GPU stream's version last given to it
 
@@ -95,6 +97,7 @@ class LedgerAttachment(Attachment):
             cur = rec.current(state)
             if cur is not None:
                 self._save(cur)
+                self._advice = (cur.startup, tuple(cur.advice))
                 if cur.outcome == "ready" and any(isinstance(e, Ready) for e in events):
                     prev = self._previous(state, exclude=cur.startup)
                     self.vs_previous = vs_previous_text(prev, cur) if prev is not None else ""
@@ -133,7 +136,9 @@ class LedgerAttachment(Attachment):
         self.save()
 
     def view(self, now: float) -> LedgerPart:
-        return LedgerPart(self.last_startup_seconds, self.vs_previous)
+        startup, advice = self._advice
+        current = self.pipe is not None and startup == self.pipe.state.startup_id
+        return LedgerPart(self.last_startup_seconds, self.vs_previous, advice if current else ())
 
     def key(self) -> Any:
         return self.last_startup_seconds
