@@ -226,3 +226,18 @@ def test_an_encoder_only_server_is_ready_when_its_ranks_finished_init(tmp_path: 
     assert (doc["phase"], doc["startups"]) == ("ready", 1), doc
     assert "init finish" in doc["ready_line"]
     assert replay(tmp_path, lines[:4])["phase"] == "loading_shards"
+
+
+def test_a_tagged_traceback_s_code_line_is_not_its_root_cause(tmp_path: Path) -> None:
+    """vLLM 0.8-0.28 tag every raw line of a child (`_add_prefix`), a traceback's quoted code
+    too: `raise RuntimeError(f"NCCL error: ...")` was the root cause, not the error it raised."""
+    doc = replay(tmp_path, VLLM_HEAD[:2] + [
+        "(EngineCore pid=2) ERROR 12-01 10:00:20 [core.py:700] EngineCore failed to start.",
+        "(EngineCore pid=2) Traceback (most recent call last):",
+        '(EngineCore pid=2)   File "/usr/lib/python3.12/site-packages/vllm/distributed/'
+        'device_communicators/pynccl_wrapper.py", line 280, in NCCL_CHECK',
+        '(APIServer pid=1) (EngineCore pid=2)     raise RuntimeError(f"NCCL error: {error_str}")',
+        "(EngineCore pid=2) RuntimeError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details)",
+    ])
+    assert doc["crash"]["reason"] == "nccl_error"
+    assert doc["crash"]["line"].startswith("(EngineCore pid=2) RuntimeError: NCCL error: unhandled"), doc["crash"]
