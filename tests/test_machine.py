@@ -748,6 +748,53 @@ def test_bare_traceback_during_loading_is_retracted_when_startup_goes_on():
     sglang_to(log, "ready")
 
 
+def _fallback_traceback(rank: str = "TP0") -> list[str]:
+    """A `logger.exception` the engine survives (vLLM's weight-cache IPC loader falling back
+    to the disk loader; any warning logged with its traceback): no announcement follows."""
+    return [sg("10:00:12", "Weight cache IPC loading failed; falling back to disk loading", rank),
+            sg("10:00:12", "Traceback (most recent call last):", rank),
+            '  File "/usr/lib/python3.12/site-packages/x/ipc_loader.py", line 255, in load_model',
+            "ConnectionRefusedError: [Errno 111] Connection refused"]
+
+
+def test_a_survived_traceback_is_taken_back_when_its_phase_goes_on():
+    """Before, only a later phase's line took an unconfirmed crash back: the fallback's shard
+    bar (the same phase) did not, and a live reader settled it 2 s later: a false page,
+    while `replay` of the same file, with the next phase's line in it, said ready."""
+    log = Log()
+    sglang_to(log, "loading_shards")
+    log.feed(*_fallback_traceback())
+    assert log.state.phase == "crashed" and not log.state.crash.confirmed
+    ev = log.feed(shard(2, 4))                 # the loader it fell back to counts shards
+    assert len(of(ev, CrashRetracted)) == 1 and log.state.phase == "loading_shards"
+    assert log.state.progress["shards"].current == 2, "the bar that took it back is read too"
+    # the process whose traceback it was, printing a line of its phase, lives too
+    log.feed(*_fallback_traceback("TP3"))
+    ev = log.feed(sg("10:00:30", SG_LOAD_BEGIN, "TP0"))   # another rank's: says nothing of TP3
+    assert of(ev, CrashRetracted) == [] and log.state.phase == "crashed"
+    ev = log.feed(sg("10:00:31", SG_LOAD_BEGIN, "TP3"))
+    assert len(of(ev, CrashRetracted)) == 1 and log.state.phase == "loading_shards"
+    sglang_to(log, "ready")
+
+
+def test_an_unconfirmed_crash_waits_longer_for_quiet_than_a_confirmed_one():
+    """A survived traceback's fallback may print its first line seconds later (the model
+    built before its first shard): an unconfirmed crash settles after UNCONFIRMED_QUIET of
+    quiet; one the engine announced, after the pack's window."""
+    from logwatch.machine.startup import UNCONFIRMED_QUIET
+    log = Log()
+    sglang_to(log, "loading_shards")
+    t = log.now
+    log.feed(*_fallback_traceback(), step=0.0, now=t)
+    assert of(log.tick(t + UNCONFIRMED_QUIET - 0.5), CrashSettled) == []
+    ev = log.feed(shard(3, 4), now=t + UNCONFIRMED_QUIET - 0.4)
+    assert len(of(ev, CrashRetracted)) == 1
+    log.feed(sg("10:00:20", SG_EXC, "TP1"), *TB_FRAMES, OOM_LINE, step=0.0, now=t + 20)
+    assert log.state.crash.confirmed
+    settled = of(log.tick(t + 20 + log.pack.crash_settle), CrashSettled)
+    assert [c.crash.reason for c in settled] == ["cuda_oom"]
+
+
 def test_confirmed_crash_is_not_retracted_by_a_late_rank_marker():
     log = Log()
     sglang_to(log, "loading_shards")

@@ -36,8 +36,10 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
   exception), not the `Traceback` header, the engine's announcement or the trailing SIGQUIT;
   the reason is the most specific one found in cause lines, then announcements, then hints
   seen shortly before, then the pack's default for the phase it crashed in;
-* tentative crash evidence (a bare traceback during startup) is retracted when a later
-  phase marker shows the server carried on;
+* tentative crash evidence (a bare traceback during startup: no announcement, no specific
+  cause) is retracted when the server shows it carried on: a later phase's marker, a bar of
+  the crash's phase moving, a line of that phase from the rank whose traceback it was (a
+  `logger.exception` of a fallback it survived); it settles after UNCONFIRMED_QUIET of quiet;
 * serving stats lines are serving traffic only once the server is ready (SGLang's warmup
   request prints them before); in a log that shows no startup at all they mean ready;
 * a startup is identified by the log itself, never by the clock: `StartupId` = the byte

@@ -29,6 +29,10 @@ from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_i
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
 SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, lines or not
+# the quiet an unconfirmed crash (a bare traceback: no announcement, no specific cause) waits
+# for: a `logger.exception` the engine survives is followed by its fallback's lines, perhaps
+# after a pause (the loader opening its first shard); a real one by nothing
+UNCONFIRMED_QUIET = 10.0
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
@@ -90,8 +94,7 @@ class StartupMachine:
         self._launch_facts(state, obs, parsed)
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now)
-        if state.phase == CRASHED:
-            self._while_crashed(state, obs, now, events)
+        if state.phase == CRASHED and not self._while_crashed(state, obs, now, events):
             return events
         if state.phase == STOPPED:
             return events
@@ -181,6 +184,9 @@ class StartupMachine:
         changed, settle = state.crash_changed_at, self.pack.crash_settle
         if changed is not None and now - changed < settle:
             return False
+        crash = state.crash
+        if crash is not None and not crash.confirmed and crash.during != READY:
+            settle = max(settle, UNCONFIRMED_QUIET)
         quiet = state.last_activity is None or now - state.last_activity >= settle
         first = state.crash_read_at
         return quiet or first is None or now - first >= SETTLE_LONGEST
@@ -398,14 +404,17 @@ class StartupMachine:
         events.append(Crashed(state.epoch, crash))
 
     def _while_crashed(self, state: State, obs: Observation, now: float,
-                       events: list[Event]) -> None:
+                       events: list[Event]) -> bool:
+        """A line after a crash: more evidence, or (the crash unconfirmed: a bare traceback,
+        no engine announcement, no specific cause) the startup carrying on, which takes the
+        crash back.  True when it did: the line is then read as any other."""
         crash = state.crash
         rule = obs.rule
         if crash is None or state.crash_settled:
-            return  # a settled crash is final: alerted and counted as it was
+            return False  # a settled crash is final: alerted and counted as it was
         if rule.chain:
             crash.chain_pending = True
-            return
+            return False
         if rule.crash or rule.hint:
             if not crash.rank and self.pack.ranks:   # the first crash line had no rank tag
                 crash.rank = self.pack.rank_of(obs.text)
@@ -414,17 +423,34 @@ class StartupMachine:
             if (crash.reason, crash.line, crash.confirmed) != before:
                 state.crash_changed_at = self._read_at
                 events.append(CrashUpdated(state.epoch, crash))
-            return
-        if crash.confirmed or not rule.phase or rule.phase == crash.during:
-            return
-        if self.pack.phase_index(rule.phase) > self.pack.phase_index(crash.during):
-            # the startup carried on: the traceback was not fatal
-            state.crash = None
-            state.crash_changed_at = None
-            retract(state, CRASHED)
-            state.phase = crash.during
-            events.append(CrashRetracted(state.epoch, crash.during))
-            self._advance(state, rule, obs, now, events)
+            return False
+        if crash.confirmed or not carries_on(self.pack, crash, obs):
+            return False
+        # the startup carried on: the traceback was not fatal (a `logger.exception` of a
+        # fallback: vLLM's weight-cache IPC loader, then the disk loader's shard bar)
+        state.crash = None
+        state.crash_changed_at = None
+        retract(state, CRASHED)
+        state.phase = crash.during
+        events.append(CrashRetracted(state.epoch, crash.during))
+        return True
+
+
+def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
+    """Does this line, after an unconfirmed crash, say the startup went on?  A later phase's
+    line; a bar of the crash's own phase moving (what a traceback logged and survived is
+    followed by: the loader it fell back to counting shards); or a line of the crash's
+    phase from the rank whose traceback it was (that process lives)."""
+    rule = obs.rule
+    if not rule.phase:
+        return False
+    if pack.phase_index(rule.phase) > pack.phase_index(crash.during):
+        return True
+    if rule.phase != crash.during:
+        return False
+    if rule.progress:
+        return True
+    return bool(crash.rank) and pack.rank_of(obs.text) == crash.rank
 
 
 def confirms(pack: RulePack, state: State, rule: Rule) -> bool:

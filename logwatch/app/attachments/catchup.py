@@ -16,7 +16,7 @@ from typing import Any
 
 from ...machine import Event, retime
 from ...pipeline import LogPipeline
-from ...rules.pack import READY
+from ...rules.pack import CRASHED, READY
 from ...sources import Data, Opened
 from ...view import SeenAtAttach, seen_at_attach, silent_at_attach, silent_text
 from .base import Attachment, LiveTarget
@@ -86,6 +86,11 @@ class CatchUp(Attachment):
         held, self.held = self.held, []
         now = time.time()
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
+        st = pipe.state
+        if st.phase == CRASHED and not st.crash_settled and self.attach_mtime is not None:
+            # a crash read from bytes written before: the log has been quiet since its last
+            # write, not since we read it (an unconfirmed crash waits for quiet: machine)
+            st.last_activity = min(st.last_activity or self.attach_mtime, self.attach_mtime)
         self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
         if self.seen_at_attach is None:
             self._silent_at_attach(pipe, now)
