@@ -241,3 +241,31 @@ def test_a_tagged_traceback_s_code_line_is_not_its_root_cause(tmp_path: Path) ->
     ])
     assert doc["crash"]["reason"] == "nccl_error"
     assert doc["crash"]["line"].startswith("(EngineCore pid=2) RuntimeError: NCCL error: unhandled"), doc["crash"]
+
+
+def test_a_port_search_that_goes_on_is_no_crash_its_end_is(tmp_path: Path) -> None:
+    """Both engines look for a free port and say each one taken (VLLM_PORT / SGLANG_PORT;
+    vLLM's DP rendezvous; SGLang waiting for the port a killed server holds): each line was
+    `crashed: port_in_use during launching`, the ready after it not read."""
+    searching = [
+        "(EngineCore pid=2) INFO 12-01 10:00:04 [network_utils.py:248] Port 29500 is already in use, trying port 29501",
+        "(EngineCore pid=2) WARNING 12-01 10:00:04 [parallel.py:841] Address already in use. Retrying with a new port.",
+    ]
+    doc = replay(tmp_path, VLLM_HEAD[:1] + searching + VLLM_HEAD[1:] + VLLM_READY)
+    assert doc["phase"] == "ready" and doc["crash"] is None, doc
+    waiting = [
+        "[2026-12-01 10:00:01] Port 30010 is already in use, trying port 30011",
+        "[2026-12-01 10:00:02] The port 30000 is in use, but we could not find the process that uses it.",
+        "[2026-12-01 10:00:03] port 30000 is in use. Waiting for 15 seconds for port_base to be available. "
+        "port_base is used by a process already. process.name()='python3'",
+    ]
+    doc = replay(tmp_path, waiting + SGLANG_HEAD + SGLANG_READY)
+    assert doc["phase"] == "ready" and doc["startups"] == 1, doc
+    # the wait's end is fatal (network.py raises after SGLANG_WAIT_PORT_TIMEOUT)
+    doc = replay(tmp_path, SGLANG_HEAD[:1] + [
+        "[2026-12-01 10:00:31] Port is already in use. dist_init_port=None port_base=30000 "
+        "detokenizer_port=30001 nccl_port=30002 scheduler_input_port=30003",
+        "Traceback (most recent call last):",
+        "ValueError: port_base at 30000 is not available in 30 seconds. port_base is used by a process already.",
+    ])
+    assert doc["phase"] == "crashed" and doc["crash"]["reason"] == "port_in_use", doc
