@@ -38,6 +38,7 @@ def markers() -> list[str]:
 def sglang_request_lines(prompt: str, stamp: str = "[2026-01-01 10:10:00] ") -> list[str]:
     """SGLang --log-requests, every format of 0.5.23 (text and json) and 0.3's."""
     r = repr(prompt)
+    one = prompt.replace("\n", " ")
     obj = (f"GenerateReqInput(validation_time=None, received_time=1767261600.0, rid='a1b2', "
            f"text={r}, input_ids=None, sampling_params={{'max_new_tokens': 8, 'stop': [{r}]}})")
     return [
@@ -56,6 +57,15 @@ def sglang_request_lines(prompt: str, stamp: str = "[2026-01-01 10:10:00] ") -> 
         f"out={{'text': {r}}}",
         f"{stamp}INFO:     127.0.0.1:49732 - \"GET /{quote(prompt)} HTTP/1.1\" 404 "
         f"Not Found",
+        # the tool-call parsers quoting what the model wrote (function_call/*_detector.py,
+        # serving_chat.py, anthropic/serving.py; its own lines: see the raw multi-line case)
+        f"{stamp}[InternLM Tool Call] Model attempted to call undefined function: {one}, "
+        f"available_tools=['get_weather']",
+        f"{stamp}[GigaChat35] undefined function call: {one}",
+        f"{stamp}Tool call parsing error: {one}",
+        f"{stamp}Unparsed required tool call output: {r}",
+        f"{stamp}Failed to parse JSON part: {one}, JSON parse error: Expecting value",
+        f"{stamp}Tool {r} emitted invalid JSON arguments: {r} — defaulting to empty input",
     ]
 
 
@@ -69,6 +79,7 @@ def vllm_request_lines(prompt: str) -> list[str]:
     params = (f"SamplingParams(n=1, temperature=0.7, stop=[{r}], max_tokens=16, "
               f"skip_special_tokens=True)")
     rid = "chatcmpl-" + prompt[:200].replace("\n", " ")   # a header holds no newline
+    one = prompt.replace("\n", " ")
     return [
         f"{dbg}Request chatcmpl-1 details: prompt: {r}, prompt_token_ids: [1, 2, 3], "
         f"prompt_embeds shape: None.",
@@ -83,6 +94,14 @@ def vllm_request_lines(prompt: str) -> list[str]:
         f"(APIServer pid=1) INFO 01-01 10:10:00 [async_llm.py:420] Aborted request {rid}.",
         f"(APIServer pid=1) INFO:     127.0.0.1:49732 - \"POST /v1/chat/completions?"
         f"q={quote(prompt)} HTTP/1.1\" 200 OK",
+        # the model's response, the prompt, a client's tool-call ids, logged on request
+        f"(APIServer pid=1) INFO 01-01 10:10:01 [log_response.py:121] response_body="
+        f"{{streaming_complete: content={r}, chunks=12}}",
+        f"(APIServer pid=1) DEBUG 01-01 10:10:00 [chat_message.py:180] Input prompt: {one}",
+        f"(APIServer pid=1) WARNING 01-01 10:10:00 [mistral.py:94] Truncating tool call ID: "
+        f"{one} to {one[-9:]}",
+        f"(APIServer pid=1) WARNING 01-01 10:10:00 [harmony.py:287] Invalid JSON in browser "
+        f"tool call, using error placeholder: {one}",
     ]
 
 
@@ -238,6 +257,14 @@ def _request_errors(engine: str) -> list[str]:
             OOM,
             "[2026-01-01 10:05:01] Model attempted to call undefined function: "
             "RuntimeError: NCCL error: unhandled system error",
+            # an image a client sent that PIL refuses (multimodal/processors/llava.py:106,
+            # logged and raised to that request; 0.3's tokenizer_manager.py the same)
+            "[2026-01-01 10:05:02] Exception in TokenizerManager:",
+            "Traceback (most recent call last):",
+            '  File "/usr/local/lib/python3.12/dist-packages/PIL/Image.py", line 3434, in '
+            "_decompression_bomb_check",
+            "PIL.Image.DecompressionBombError: Image size (200000000 pixels) exceeds limit of "
+            "178956970 pixels, could be decompression bomb DOS attack.",
             *SERVED_ON,
         ]
     api = "(APIServer pid=1) WARNING 01-01 10:05:00 "
