@@ -99,3 +99,44 @@ def test_retry_after_is_capped_by_max_age(tmp_path, receivers, daemons) -> None:
     got = rx.wait(hook("crashed", "firing"), n=2, timeout=20, alive=d.dead, answered=True,
                   what="the retry, at max_age rather than after 2 hours")
     assert got[1].status == 200 and got[1].at - got[0].at < 4.0, rx.brief()
+
+
+def test_a_resolution_never_overtakes_its_firing(tmp_path, receivers, daemons) -> None:
+    """The firing refused once waits out its backoff; the relaunch's ready resolves it
+    meanwhile.  Before, the resolution (due at once) went first and the firing after it:
+    the receiver, and Alertmanager, kept a crash open for a server that served."""
+    refused = threading.Event()
+
+    def once_down(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        if got.json["status"] == "firing" and not refused.is_set():
+            refused.set()
+            return 503, {}, b"down"
+        return 200, {}, b"ok"
+
+    rx = receivers(once_down)
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"]})
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, "".join(sim_texts(crash="oom")))
+    rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, answered=True,
+            what="the crash's first, refused, delivery")
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 3600, seed=2)))   # ready: resolves
+    got = rx.wait(hook("crashed"), n=3, timeout=30, alive=d.dead, answered=True,
+                  what="the firing again, and its resolution")
+    assert [(g.json["status"], g.status) for g in got] == \
+        [("firing", 503), ("firing", 200), ("resolved", 200)], rx.brief()
+
+
+def test_a_delivery_given_up_is_counted_as_dropped(tmp_path, receivers, daemons) -> None:
+    """A receiver down past `max_age`: the page is lost, and now a metric says so (before,
+    only `logwatch_alert_failures_total` moved, which a flaky receiver moves too)."""
+    rx = receivers(lambda got, rx: (503, {}, b"down"))
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"], "max_age": "3s"})
+    d = daemons(cfg, port).start()
+    append(log, "".join(sim_texts(crash="oom")))
+    wait_for(lambda: d.metric("logwatch_alerts_dropped_total", kind="crashed"), 30,
+             "the crash alert given up and counted", alive=d.dead)
+    assert "alert not delivered: giving up" in d.stderr()
+    assert len(rx.requests(hook("crashed", "firing"))) >= 2, rx.brief()

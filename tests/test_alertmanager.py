@@ -28,6 +28,7 @@ class Alertmanager:
     def __init__(self, tmp: Path, webhook: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
+        self.tmp = tmp
         cfg = tmp / "am.yml"
         cfg.write_text(yaml.safe_dump({
             "route": {"receiver": "hook", "group_wait": "1s", "group_interval": "1s",
@@ -36,9 +37,14 @@ class Alertmanager:
                                                                  "send_resolved": True}]}],
         }))
         self.log = tmp / "am.log"
-        with open(self.log, "wb") as out:
+        self.start()
+
+    def start(self) -> None:
+        tmp = self.tmp
+        with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(
-                [str(ALERTMANAGER), f"--config.file={cfg}", f"--storage.path={tmp / 'am'}",
+                [str(ALERTMANAGER), f"--config.file={tmp / 'am.yml'}",
+                 f"--storage.path={tmp / 'am'}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
                  "--log.level=debug"],
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out)
@@ -145,3 +151,28 @@ def test_crash_fires_and_ready_resolves_through_a_real_alertmanager(tmp_path, al
     wait_for(lambda: notified(rx, "LogwatchReady", "firing"), 15, "the ready notification")
     assert len({json.dumps(x["labels"], sort_keys=True)
                 for x in notified(rx, "LogwatchCrashed", "firing")}) == 1
+
+
+def test_a_restarted_alertmanager_has_the_open_crash_back(tmp_path, alertmanager, daemons):
+    """Alertmanager keeps alerts in memory and expects clients to send them again: after a
+    restart the open crash was gone for good (logwatch sent it once, endsAt 24 h ahead)."""
+    am, rx = alertmanager
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("n1", log)],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed"],
+                         "resend": "1s"}])
+    d = daemons(cfg, port).start()
+    simulate(log, "--crash", "oom")
+
+    def open_crash() -> list[dict[str, Any]]:
+        return [x for x in am.alerts() if x["labels"].get("alertname") == "LogwatchCrashed"
+                and x["status"]["state"] == "active"]
+    wait_for(open_crash, 30, "the crash open in Alertmanager", alive=d.dead)
+    am.stop()
+    am.start()                      # the same port and storage: its alerts are gone
+    back = wait_for(open_crash, 15, "the crash open again after the restart", alive=d.dead)
+    assert back[0]["labels"]["target"] == "n1" and back[0]["labels"]["reason"] == "cuda_oom"
+    assert back[0]["endsAt"] > back[0]["startsAt"]

@@ -9,7 +9,7 @@ from ..sinks.alerts.kinds import ALERT_KINDS
 from ..sinks.alerts.model import FIRING, Alert
 from ..sinks.alerts.policy import alert_key
 from ..sinks.alerts.receivers import make_sinks
-from ..sinks.alerts.router import deliver
+from ..sinks.alerts.delivery import deliver
 from ..verdict import Exit
 from .config import Config
 

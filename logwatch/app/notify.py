@@ -60,7 +60,7 @@ async def notify_verdict(target: str, code: int, outcome: str, views: list[Targe
         return True
     import aiohttp
 
-    from ..sinks.alerts.router import deliver
+    from ..sinks.alerts.delivery import deliver
     sink = make_sinks([sink_spec(target)])[0]
     alert = verdict_alert(code, outcome, views)
     async with aiohttp.ClientSession() as session:

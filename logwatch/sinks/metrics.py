@@ -422,8 +422,9 @@ def _global_lines(stats: AlertStats | None) -> str:
     for name, doc, lines in (
             ("logwatch_alerts_sent_total", "alerts delivered", sent),
             ("logwatch_alert_failures_total", "alert deliveries that failed", failed),
-            ("logwatch_alerts_dropped_total", "alerts the per-target rate limit dropped (never "
-             "crashed ones)", dropped),
+            ("logwatch_alerts_dropped_total", "alerts not delivered: the rate limit dropped "
+             "them (never crashed ones), their delivery was given up (max_age), or their "
+             "sink was removed", dropped),
             ("logwatch_alerts_repeated_total", "alert decisions made before (a log read again, "
              "a SIGHUP, a restart, a probe still failing): not sent again", repeated),
             ("logwatch_state_errors_total", "writes to state_dir that failed (full or read-only "

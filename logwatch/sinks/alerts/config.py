@@ -14,7 +14,7 @@ from .kinds import DEFAULT_ON, KIND_NAMES
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
 SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
-             "timeout", "max_attempts", "max_age")
+             "timeout", "max_attempts", "max_age", "resend")
 
 
 ROUTE_FIELDS = ("name", "target", "engine")   # what a sink's `targets:` may name besides labels
@@ -91,13 +91,18 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
     if name in names:
         raise ConfigError(path, f"{key}.name", f"duplicate sink name {name!r}")
     names.add(name)
-    for dk in ("timeout", "max_age"):
+    if "resend" in a and t != "alertmanager":
+        raise ConfigError(path, f"{key}.resend", "only an alertmanager sink sends its open "
+                          "alerts again")
+    for dk in ("timeout", "max_age", "resend"):
         if dk in a:
             try:
                 a[dk] = parse_duration(a[dk])
             except (ValueError, TypeError):
                 raise ConfigError(path, f"{key}.{dk}", f"not a duration: {a[dk]!r} "
                                   "(use e.g. 10s, 1h)") from None
+            if a[dk] <= 0:
+                raise ConfigError(path, f"{key}.{dk}", "a duration above 0 (e.g. 10s, 1h)")
     if "max_attempts" in a:
         a["max_attempts"] = env_int(a["max_attempts"])
     if "max_attempts" in a and (not isinstance(a["max_attempts"], int)

@@ -6,8 +6,8 @@ ok / retry (with an optional delay) / give up.
   Retry-After.
 * Generic webhook: the versioned JSON of `model.webhook_body`; optional HMAC-SHA256 of the
   body in `X-Logwatch-Signature: sha256=<hex>`, keyed by a secret from the environment.
-* Alertmanager v2: `POST /api/v2/alerts`; firing alerts carry endsAt 24 h ahead (so they stay
-  open without re-sending), resolved ones endsAt = now.
+* Alertmanager v2: `POST /api/v2/alerts`; firing alerts carry endsAt 24 h after they are
+  sent (the router sends the open ones again every few minutes), resolved ones endsAt = now.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 SLACK_TEXT = 3000      # a section's text
 SLACK_HEADER = 150     # a header's plain text
 FIRING_TTL = 24 * 3600.0
+AM_RESEND = 300.0      # an alertmanager sink's default `resend`
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,9 @@ class Sink:
         self.kinds = tuple(spec.get("on") or DEFAULT_ON)
         self.selector = {k: re.compile(v) for k, v in (spec.get("targets") or {}).items()}
         self.timeout = float(spec.get("timeout", 10))
-        self.max_attempts = int(spec.get("max_attempts", 8))
+        # None: retried until max_age (8 attempts ran out in ~4 minutes of a receiver's outage)
+        self.max_attempts: int | None = int(spec["max_attempts"]) if spec.get("max_attempts") \
+            else None
         self.max_age = float(spec.get("max_age", 3600))
 
     @property
@@ -217,12 +220,18 @@ def am_labels(alert: Alert) -> dict[str, str]:
 class AlertmanagerSink(Sink):
     type = "alertmanager"
 
+    @property
+    def resend(self) -> float:
+        """Seconds between re-sends of the open alerts it was given (Alertmanager keeps
+        alerts in memory only: a restart forgets them until they are sent again)."""
+        return float(self.spec.get("resend", AM_RESEND))
+
     def request(self, alert: Alert) -> Request:
         base = self.url().rstrip("/")
         annotations = {"summary": alert.summary,
                        "excerpt": "\n".join(alert.excerpt),
                        "root_cause": str(alert.details.get("line") or "")}
-        ends = alert.ends_at if alert.status == RESOLVED else alert.starts_at + FIRING_TTL
+        ends = alert.ends_at if alert.status == RESOLVED else time.time() + FIRING_TTL
         item = {"labels": am_labels(alert),
                 "annotations": {k: v for k, v in annotations.items() if v},
                 "startsAt": iso(alert.starts_at), "endsAt": iso(ends or time.time())}

@@ -1,44 +1,36 @@
-"""The alert router: policy -> outbox -> delivery workers -> receivers, each mark once.
+"""The alert router: policy -> outbox (delivery.py delivers it), each mark once.
 
 * The policy (policy.py) turns the machine's events into alerts; the router puts each new
   mark (key + status) in the outbox (outbox.py) in the same atomic write that records it as
-  seen, so a SIGHUP, a restart or a re-read of the log never sends it twice.
-* Delivery: one worker per sink; an entry is marked `sending` (saved) before its POST and
-  removed after the receiver's yes; every attempt carries `Idempotency-Key: <mark>`.
-  Retries with exponential backoff and jitter, bounded attempts and age; 429 / Retry-After
-  honoured.  Nothing here blocks reading logs: the router only appends to the outbox.
-* A per-target token bucket keeps a flapping server from flooding a channel; `crashed`
-  and resolutions are never held back by it, alerts that no sink takes cost nothing, and a
-  dropped alert is counted (`logwatch_alerts_dropped_total{kind}`) and not marked sent.
-* A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
-  have processed it): it is sent again with the same Idempotency-Key at most
-  `MAX_UNKNOWN` times, not `max_attempts`.  A Retry-After never pushes a retry past the
-  sink's `max_age`.
+  seen, so a SIGHUP, a restart or a re-read of the log never sends it twice.  Nothing here
+  blocks reading logs: the router only appends to the outbox.
+* A resolution goes to the sinks its firing went to (not to one added at a reload since).
+* A token bucket per target and sink keeps a flapping server from flooding a channel (one
+  sink's `phase` alerts do not spend another's `stalled` page); `crashed` and resolutions
+  are never held back by it, alerts that no sink takes cost nothing, and a dropped alert
+  is counted (`logwatch_alerts_dropped_total{kind}`) and not marked sent.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
-import random
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from ... import log
 from ...machine import Event
-from ...shown import visible_all
 from ...view import TargetView
+from .delivery import Delivery, deliver
 from .kinds import RESOLVABLE, kind_of
 from .model import FIRING, Alert, AlertCounts
-from .outbox import QUEUED, SENDING, AlertStore
+from .outbox import QUEUED, AlertStore
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
-from .receivers import Outcome, Request, Sink, classify, make_sinks
+from .receivers import Sink, make_sinks
 
-BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target
-MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
+__all__ = ["AlertRouter", "deliver"]
+
+BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target and sink
 
 
 class AlertRouter:
@@ -49,14 +41,9 @@ class AlertRouter:
         self.store = AlertStore(state_dir)
         self.sinks: list[Sink] = []
         self.policy = AlertPolicy(wants_phase=lambda: any("phase" in s.kinds for s in self.sinks))
-        self._sent: dict[tuple[str, str], int] = {}
-        self._failed: dict[str, int] = {}
-        self._dropped: dict[str, int] = {}
-        self._repeated: dict[str, int] = {}
+        self._counts = AlertCounts()
         self._buckets = TokenBuckets()
-        self._wake: dict[str, asyncio.Event] = {}
-        self._workers: dict[str, asyncio.Task[None]] = {}
-        self._session: Any = None
+        self.delivery = Delivery(self.store, lambda: self.sinks, self._counts)
         self._ids = itertools.count(int(time.time() * 1000))
         self.reconfigure(config)
 
@@ -65,51 +52,31 @@ class AlertRouter:
         self.config = config
         self.sinks = make_sinks(list(config.alerts))
         names = {s.name for s in self.sinks}       # a removed sink's series go with it
-        self._sent = {k: n for k, n in self._sent.items() if k[0] in names}
-        self._failed = {k: n for k, n in self._failed.items() if k in names}
+        c = self._counts
+        c.sent = {k: n for k, n in c.sent.items() if k[0] in names}
+        c.failed = {k: n for k, n in c.failed.items() if k in names}
         self.policy.generator_url = f"http://{config.listen_host}:{config.listen_port}/"
         for e in self.store.rebind(self.sinks):      # their sink is gone
-            said_dropped(self.log, self._dropped, e)
+            said_dropped(self.log, c.dropped, e)
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
         for doc in self.store.take_open(lambda doc: doc["target"] not in watched):
-            self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"))
-        if self._session is not None:
-            self._start_workers()
+            self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"),
+                      doc.get("sinks"))
+        if self.delivery.started:
+            self.delivery.start_workers()
 
     async def start(self) -> None:
-        import aiohttp
-        self._session = aiohttp.ClientSession()
-        self._start_workers()
+        await self.delivery.start()
         if self.store.outbox:
             self.log.info("delivering alerts left from the last run", pending=len(self.store.outbox))
 
-    def _start_workers(self) -> None:
-        for sink in self.sinks:
-            task = self._workers.get(sink.name)
-            if task is None or task.done():
-                self._wake[sink.name] = asyncio.Event()
-                self._workers[sink.name] = asyncio.create_task(self._worker(sink),
-                                                               name=f"alerts:{sink.name}")
-            else:  # the sink object may have changed: the worker looks it up each round
-                self._wake[sink.name].set()
-        for name in list(self._workers):
-            if name not in {s.name for s in self.sinks}:
-                self._workers.pop(name).cancel()
-
     async def stop(self) -> None:
-        for t in self._workers.values():
-            t.cancel()
-        # each worker's end awaited, whatever it ended with (cancelled, or a failure)
-        await asyncio.gather(*self._workers.values(), return_exceptions=True)
-        self._workers.clear()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.delivery.stop()
 
     def counts(self) -> AlertCounts:
         """The counts as they stand (copies: the caller may change them)."""
-        return AlertCounts(dict(self._sent), dict(self._failed), dict(self._dropped),
-                           dict(self._repeated))
+        c = self._counts
+        return AlertCounts(dict(c.sent), dict(c.failed), dict(c.dropped), dict(c.repeated))
 
     def sink_kinds(self) -> dict[str, tuple[str, ...]]:
         return {s.name: tuple(s.kinds) for s in self.sinks}
@@ -157,7 +124,7 @@ class AlertRouter:
             return doc["target"] == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
         for doc in self.store.take_open(resolves):
-            self.fire(Alert.from_json(doc).resolved(r.why))
+            self.fire(Alert.from_json(doc).resolved(r.why), doc.get("sinks"))
 
     def marks_of(self, target: str) -> dict[str, float]:
         return self.store.marks_of(target)
@@ -166,27 +133,33 @@ class AlertRouter:
         self.store.adopt(marks)
 
     # -- the outbox ----------------------------------------------------------------------------
-    def fire(self, alert: Alert) -> None:
+    def fire(self, alert: Alert, given: list[str] | None = None) -> None:
+        """Put a new mark in the outbox for every sink that takes it (a resolution: those of
+        `given`, the destinations its firing went to, when known)."""
         mark = alert.mark
         if mark in self.store.seen:
             # decided before (a log read again, a SIGHUP, a restart, a probe still failing):
             # not sent again, counted (what a test waits for instead of a quiet time)
-            self._repeated[alert.kind] = self._repeated.get(alert.kind, 0) + 1
+            self._counts.repeated[alert.kind] = self._counts.repeated.get(alert.kind, 0) + 1
             return
-        sinks = [s for s in self.sinks if s.wants(alert)]
+        sinks = [s for s in self.sinks if s.wants(alert)
+                 and (given is None or s.destination in given)]
         self.store.mark(alert.target, mark, time.time())
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
         kind = kind_of(alert.kind)
-        if alert.status == FIRING and (kind is None or kind.rate_limited) and \
-                not self._buckets.allow(alert.target):
-            self.store.unmark(alert.target, mark)   # not sent: a later decision may send it
-            self._dropped[alert.kind] = self._dropped.get(alert.kind, 0) + 1
-            self.log.warning("alert rate limit: dropped", target=alert.target, kind=alert.kind)
-            return
+        if alert.status == FIRING and (kind is None or kind.rate_limited):
+            sinks = [s for s in sinks if self._buckets.allow(f"{alert.target}\0{s.name}")]
+            if not sinks:
+                self.store.unmark(alert.target, mark)   # not sent: a later decision may
+                self._counts.dropped[alert.kind] = self._counts.dropped.get(alert.kind, 0) + 1
+                self.log.warning("alert rate limit: dropped", target=alert.target,
+                                 kind=alert.kind)
+                return
         if alert.kind in RESOLVABLE and alert.status == FIRING:
-            self.store.open[alert.key] = alert.to_json()
+            self.store.open[alert.key] = {**alert.to_json(),
+                                          "sinks": [s.destination for s in sinks]}
         now = time.time()
         for s in sinks:
             self.store.outbox.append({"id": next(self._ids), "sink": s.name,
@@ -197,43 +170,7 @@ class AlertRouter:
         self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
                       summary=alert.summary, sinks=[s.name for s in sinks])
         for s in sinks:
-            ev = self._wake.get(s.name)
-            if ev is not None:
-                ev.set()
-
-    async def _worker(self, sink: Sink) -> None:
-        wake = self._wake[sink.name]
-        while True:
-            now = time.time()
-            mine = [e for e in self.store.outbox if e["sink"] == sink.name]
-            due = [e for e in mine if e["next_at"] <= now]
-            if not due:
-                wait = min((e["next_at"] for e in mine), default=now + 3600) - now
-                wake.clear()
-                with contextlib.suppress(TimeoutError):   # (not wait_for: it can drop a cancel)
-                    async with asyncio.timeout(max(0.05, wait)):
-                        await wake.wait()
-                continue
-            entry = min(due, key=lambda e: e["id"])
-            current = next((s for s in self.sinks if s.name == sink.name), sink)
-            entry["state"] = SENDING         # phase 1: saved before the POST
-            self.store.save()
-            outcome = await deliver(self._session, current, Alert.from_json(entry["alert"]))
-            self._settle(current, entry, outcome)   # phase 2: removed once delivered
-
-    def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
-        alert = entry["alert"]
-        if outcome.ok:
-            self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
-            k = (sink.name, alert["kind"])
-            self._sent[k] = self._sent.get(k, 0) + 1
-            self.log.info("alert delivered", sink=sink.describe(), target=alert["target"],
-                          kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
-        else:
-            self._failed[sink.name] = self._failed.get(sink.name, 0) + 1
-            if give_up_or_retry(entry, outcome, sink, self.log):
-                self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
-        self.store.save()
+            self.delivery.poke(s.name)
 
 
 def said_dropped(logger: Any, dropped: dict[str, int], entry: dict[str, Any]) -> None:
@@ -246,7 +183,8 @@ def said_dropped(logger: Any, dropped: dict[str, int], entry: dict[str, Any]) ->
 
 
 class TokenBuckets:
-    """A token bucket per target: BUCKET_SIZE alerts, then one per BUCKET_REFILL seconds."""
+    """A token bucket per key (a target and a sink): BUCKET_SIZE alerts, then one per
+    BUCKET_REFILL seconds."""
 
     def __init__(self) -> None:
         self._buckets: dict[str, tuple[float, float]] = {}
@@ -262,65 +200,3 @@ class TokenBuckets:
         return True
 
 
-def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
-    """After a failed delivery of an outbox entry: True to give it up (said, as an error);
-    else the entry is queued again at its next try (`next_at`: exponential backoff with
-    jitter, or the receiver's Retry-After; a last try at the sink's max_age, never after)."""
-    alert = entry["alert"]
-    entry["attempts"] += 1
-    if outcome.unknown:
-        entry["unknown"] = entry.get("unknown", 0) + 1
-    now = time.time()
-    left = entry["first_at"] + sink.max_age - now
-    if entry.get("unknown", 0) > MAX_UNKNOWN:
-        logger.error("alert delivery unknown: the receiver did not answer in time; "
-                     "it may have it (each copy had the same Idempotency-Key)",
-                     sink=sink.describe(), target=alert["target"], kind=alert["kind"],
-                     timeout=sink.timeout, copies=entry["attempts"])
-        return True
-    if not outcome.retry or entry["attempts"] >= sink.max_attempts or left <= 0:
-        logger.error("alert not delivered: giving up", sink=sink.describe(),
-                     target=alert["target"], kind=alert["kind"], error=outcome.message,
-                     attempts=entry["attempts"])
-        return True
-    entry["state"] = QUEUED
-    backoff = min(300.0, 2.0 ** entry["attempts"])
-    delay = outcome.delay if outcome.delay is not None else \
-        backoff / 2 + random.uniform(0, backoff / 2)
-    delay = min(delay, left)        # a last try at max_age, never after it
-    entry["next_at"] = now + delay
-    logger.warning("alert delivery failed: will retry", sink=sink.describe(),
-                   target=alert["target"], kind=alert["kind"],
-                   error=outcome.message, retry_in=round(delay, 1))
-    return False
-
-
-async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
-    """One POST of `alert` to `sink`, with `Idempotency-Key: <mark>` (the same on every
-    attempt and after a restart, so a receiver can drop a copy it already has).  What the
-    sink sends is the alert with its text made visible (shown.py: RTL overrides, zero-width
-    and control characters escaped), for every sink alike."""
-    try:
-        req: Request = sink.request(visible_all(alert))
-    except LookupError as e:  # a missing secret or URL variable: nothing to retry
-        return Outcome(False, False, message=str(e))
-    import aiohttp
-    headers = {**req.headers, "Idempotency-Key": alert.mark}
-    try:
-        async with session.post(req.url, data=req.body, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
-            text = await resp.text()
-            return classify(resp.status, dict(resp.headers), scrub_urls(text))
-    except asyncio.TimeoutError:
-        return Outcome(False, True, message=f"no answer within {sink.timeout:g}s", unknown=True)
-    except (aiohttp.ClientError, OSError) as e:
-        # client errors quote the URL, which can hold a token: never show its path
-        return Outcome(False, True, message=scrub_urls(f"{type(e).__name__}: {e}"))
-
-
-_URL = re.compile(r"(https?://[^/\s'\"]+)/[^\s'\"]*")
-
-
-def scrub_urls(text: str) -> str:
-    """Keep scheme and host of URLs, drop path and query (Slack tokens live there)."""
-    return _URL.sub(lambda m: m.group(1) + "/…", text)

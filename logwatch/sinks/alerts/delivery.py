@@ -1,0 +1,233 @@
+"""Alert delivery: the outbox -> one worker per sink -> its receiver (router.py decides).
+
+* An entry is marked `sending` (saved) before its POST and removed after the receiver's yes;
+  every attempt carries `Idempotency-Key: <mark>`.  Retries with exponential backoff and
+  jitter until the sink's `max_age` (1 h; `max_attempts` when set: 8 attempts ran out in
+  about 4 minutes of a receiver's outage, `max_age` never came into play); 429 /
+  Retry-After honoured, never past `max_age`.  A delivery given up is counted as dropped.
+* Per alert, one entry at a time: a resolution waits for its firing, whatever their retry
+  times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
+  Alertmanager kept the crash open for a server that served); when a firing is given up
+  its queued resolution goes too.
+* A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
+  have processed it): it is sent again with the same Idempotency-Key at most
+  `MAX_UNKNOWN` times.
+* Alertmanager keeps alerts in memory and expects its clients to send them again: the open
+  alerts an alertmanager sink was given are sent again every `resend` (5 min): a restarted
+  Alertmanager has them back, and a crash open for a day does not lapse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+import time
+from typing import Any, Callable
+
+from ... import log
+from ...shown import visible_all
+from .model import FIRING, Alert, AlertCounts
+from .outbox import QUEUED, SENDING, AlertStore
+from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
+
+MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
+
+
+class Delivery:
+    """The delivery workers, one per sink, over the router's outbox."""
+
+    def __init__(self, store: AlertStore, sinks: Callable[[], list[Sink]],
+                 counts: AlertCounts) -> None:
+        self.store = store
+        self.sinks = sinks                  # the router's sinks as they are now (reloads)
+        self.counts = counts                # delivered, failed, dropped: the router's counts
+        self.log = log.get("alerts")
+        self.session: Any = None
+        self.wake: dict[str, asyncio.Event] = {}
+        self._workers: dict[str, asyncio.Task[None]] = {}
+        self._refreshed: dict[str, float] = {}    # alertmanager sink -> its last re-send
+
+    async def start(self) -> None:
+        import aiohttp
+        self.session = aiohttp.ClientSession()
+        self.start_workers()
+
+    @property
+    def started(self) -> bool:
+        return self.session is not None
+
+    def start_workers(self) -> None:
+        """A worker per sink (a new sink's started, a removed one's cancelled)."""
+        names = {s.name for s in self.sinks()}
+        for sink in self.sinks():
+            task = self._workers.get(sink.name)
+            if task is None or task.done():
+                self.wake[sink.name] = asyncio.Event()
+                self._workers[sink.name] = asyncio.create_task(self._worker(sink),
+                                                               name=f"alerts:{sink.name}")
+            else:  # the sink object may have changed: the worker looks it up each round
+                self.wake[sink.name].set()
+        for name in list(self._workers):
+            if name not in names:
+                self._workers.pop(name).cancel()
+
+    def poke(self, sink: str) -> None:
+        ev = self.wake.get(sink)
+        if ev is not None:
+            ev.set()
+
+    async def stop(self) -> None:
+        for t in self._workers.values():
+            t.cancel()
+        # each worker's end awaited, whatever it ended with (cancelled, or a failure)
+        await asyncio.gather(*self._workers.values(), return_exceptions=True)
+        self._workers.clear()
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def _worker(self, sink: Sink) -> None:
+        wake = self.wake[sink.name]
+        while True:
+            now = time.time()
+            mine = heads(e for e in self.store.outbox if e["sink"] == sink.name)
+            due = [e for e in mine if e["next_at"] <= now]
+            if not due:
+                wait = min((e["next_at"] for e in mine), default=now + 3600) - now
+                current = next((s for s in self.sinks() if s.name == sink.name), sink)
+                if isinstance(current, AlertmanagerSink):
+                    last = self._refreshed.setdefault(sink.name, now)
+                    wait = min(wait, last + current.resend - now)
+                    if wait <= 0:
+                        await self._refresh(current, now)
+                        continue
+                wake.clear()
+                with contextlib.suppress(TimeoutError):   # (not wait_for: it can drop a cancel)
+                    async with asyncio.timeout(max(0.05, wait)):
+                        await wake.wait()
+                continue
+            entry = min(due, key=lambda e: e["id"])
+            current = next((s for s in self.sinks() if s.name == sink.name), sink)
+            entry["state"] = SENDING         # phase 1: saved before the POST
+            self.store.save()
+            outcome = await deliver(self.session, current, Alert.from_json(entry["alert"]))
+            self._settle(current, entry, outcome)   # phase 2: removed once delivered
+
+    def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
+        alert = entry["alert"]
+        if outcome.ok:
+            self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
+            k = (sink.name, alert["kind"])
+            self.counts.sent[k] = self.counts.sent.get(k, 0) + 1
+            self.log.info("alert delivered", sink=sink.describe(), target=alert["target"],
+                          kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
+        else:
+            self.counts.failed[sink.name] = self.counts.failed.get(sink.name, 0) + 1
+            if give_up_or_retry(entry, outcome, sink, self.log):
+                # given up: counted as dropped; its resolution, queued behind it, goes too
+                # (the receiver never had the firing)
+                gone = {entry["id"]} | ({e["id"] for e in self.store.outbox
+                                         if e["sink"] == sink.name
+                                         and e["alert"]["key"] == alert["key"]}
+                                        if alert["status"] == FIRING else set())
+                self.store.outbox = [e for e in self.store.outbox if e["id"] not in gone]
+                self.counts.dropped[alert["kind"]] = self.counts.dropped.get(alert["kind"], 0) + 1
+                doc = self.store.open.get(alert["key"])
+                if doc is not None and alert["status"] == FIRING:
+                    doc["sinks"] = [d for d in doc.get("sinks", []) if d != sink.destination]
+        self.store.save()
+
+    async def _refresh(self, sink: AlertmanagerSink, now: float) -> None:
+        """Send Alertmanager the open alerts it was given again (it keeps them in memory
+        only, and expects its clients to repeat them); one whose firing is still queued is
+        not open there yet.  A failure waits for the next round; not counted as sent."""
+        self._refreshed[sink.name] = now
+        queued = {e["alert"]["key"] for e in self.store.outbox if e["sink"] == sink.name}
+        for doc in list(self.store.open.values()):
+            if sink.destination in doc.get("sinks", ()) and doc["key"] not in queued and \
+                    sink.wants(Alert.from_json(doc)):
+                outcome = await deliver(self.session, sink, Alert.from_json(doc))
+                if not outcome.ok:
+                    self.log.warning("open alerts not sent again to Alertmanager: next try "
+                                     f"in {sink.resend:g}s", sink=sink.describe(),
+                                     error=outcome.message)
+                    return
+
+
+
+def heads(entries: Any) -> list[dict[str, Any]]:
+    """Of one sink's outbox, the entries that may go now: per alert key the oldest (a
+    resolution waits for its firing, whatever their retry times)."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        k = e["alert"]["key"]
+        if k not in first or e["id"] < first[k]["id"]:
+            first[k] = e
+    return list(first.values())
+
+
+def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
+    """After a failed delivery of an outbox entry: True to give it up (said, as an error);
+    else the entry is queued again at its next try (`next_at`: exponential backoff with
+    jitter, or the receiver's Retry-After; a last try at the sink's max_age, never after)."""
+    alert = entry["alert"]
+    entry["attempts"] += 1
+    if outcome.unknown:
+        entry["unknown"] = entry.get("unknown", 0) + 1
+    now = time.time()
+    left = entry["first_at"] + sink.max_age - now
+    if entry.get("unknown", 0) > MAX_UNKNOWN:
+        logger.error("alert delivery unknown: the receiver did not answer in time; "
+                     "it may have it (each copy had the same Idempotency-Key)",
+                     sink=sink.describe(), target=alert["target"], kind=alert["kind"],
+                     timeout=sink.timeout, copies=entry["attempts"])
+        return True
+    if not outcome.retry or left <= 0 or \
+            (sink.max_attempts is not None and entry["attempts"] >= sink.max_attempts):
+        logger.error("alert not delivered: giving up", sink=sink.describe(),
+                     target=alert["target"], kind=alert["kind"], error=outcome.message,
+                     attempts=entry["attempts"])
+        return True
+    entry["state"] = QUEUED
+    backoff = min(300.0, 2.0 ** entry["attempts"])
+    delay = outcome.delay if outcome.delay is not None else \
+        backoff / 2 + random.uniform(0, backoff / 2)
+    delay = min(delay, left)        # a last try at max_age, never after it
+    entry["next_at"] = now + delay
+    logger.warning("alert delivery failed: will retry", sink=sink.describe(),
+                   target=alert["target"], kind=alert["kind"],
+                   error=outcome.message, retry_in=round(delay, 1))
+    return False
+
+
+async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
+    """One POST of `alert` to `sink`, with `Idempotency-Key: <mark>` (the same on every
+    attempt and after a restart, so a receiver can drop a copy it already has).  What the
+    sink sends is the alert with its text made visible (shown.py: RTL overrides, zero-width
+    and control characters escaped), for every sink alike."""
+    try:
+        req: Request = sink.request(visible_all(alert))
+    except LookupError as e:  # a missing secret or URL variable: nothing to retry
+        return Outcome(False, False, message=str(e))
+    import aiohttp
+    headers = {**req.headers, "Idempotency-Key": alert.mark}
+    try:
+        async with session.post(req.url, data=req.body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
+            text = await resp.text()
+            return classify(resp.status, dict(resp.headers), scrub_urls(text))
+    except asyncio.TimeoutError:
+        return Outcome(False, True, message=f"no answer within {sink.timeout:g}s", unknown=True)
+    except (aiohttp.ClientError, OSError) as e:
+        # client errors quote the URL, which can hold a token: never show its path
+        return Outcome(False, True, message=scrub_urls(f"{type(e).__name__}: {e}"))
+
+
+_URL = re.compile(r"(https?://[^/\s'\"]+)/[^\s'\"]*")
+
+
+def scrub_urls(text: str) -> str:
+    """Keep scheme and host of URLs, drop path and query (Slack tokens live there)."""
+    return _URL.sub(lambda m: m.group(1) + "/…", text)

@@ -1,0 +1,96 @@
+"""The router's decisions about the outbox, without a network: which sink gets which mark,
+and in which order a sink's worker may send them (sinks/alerts/router.py, delivery.py).
+The deliveries themselves, to real receivers and a real Alertmanager, are in
+test_alert_faults.py and test_alertmanager.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from logwatch.app.alerttest import sample
+from logwatch.sinks.alerts.delivery import give_up_or_retry, heads
+from logwatch.sinks.alerts.model import FIRING
+from logwatch.sinks.alerts.receivers import Outcome, make_sinks
+from logwatch.sinks.alerts.router import BUCKET_SIZE, AlertRouter
+
+
+def router(tmp_path: Path, sinks: list[dict[str, Any]]) -> AlertRouter:
+    cfg = SimpleNamespace(alerts=sinks, listen_host="127.0.0.1", listen_port=9105,
+                          targets=[SimpleNamespace(name="t1")])
+    return AlertRouter(cfg, tmp_path)
+
+
+def alert(kind: str, n: int = 0, target: str = "t1"):
+    a = sample(kind, "http://127.0.0.1:9105/")
+    a.target, a.key = target, f"{target}|s{n}|{kind}"
+    return a
+
+
+def queued(r: AlertRouter, sink: str, kind: str | None = None) -> list[dict[str, Any]]:
+    return [e for e in r.store.outbox if e["sink"] == sink and kind in (None, e["alert"]["kind"])]
+
+
+def test_one_sinks_phase_alerts_do_not_spend_anothers_pages(tmp_path: Path) -> None:
+    """Before, one token bucket per target: a sink taking `phase` alerts (automation)
+    spent the tokens of the on-call sink's `stalled` and `ready` pages, dropped for good."""
+    r = router(tmp_path, [{"type": "webhook", "name": "automation", "url": "http://127.0.0.1:9/a",
+                           "on": ["phase"]},
+                          {"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["stalled", "ready"]}])
+    for n in range(BUCKET_SIZE + 5):
+        r.fire(alert("phase", n))
+    r.fire(alert("stalled", 99))
+    r.fire(alert("ready", 99))
+    assert len(queued(r, "automation")) == BUCKET_SIZE          # its own budget, spent
+    assert [e["alert"]["kind"] for e in queued(r, "oncall")] == ["stalled", "ready"]
+    assert r.counts().dropped == {"phase": 5}
+
+
+def test_a_resolution_goes_only_where_its_firing_went(tmp_path: Path) -> None:
+    """A sink added at a reload got `stalled resolved` for a stall it never had."""
+    first = [{"type": "webhook", "name": "a", "url": "http://127.0.0.1:9/a", "on": ["stalled"]}]
+    r = router(tmp_path, first)
+    r.fire(alert("stalled", 1))
+    r.store.outbox.clear()                                        # delivered
+    later = first + [{"type": "webhook", "name": "b", "url": "http://127.0.0.1:9/b",
+                      "on": ["stalled"]}]
+    r.reconfigure(SimpleNamespace(alerts=later, listen_host="127.0.0.1", listen_port=9105,
+                                  targets=[SimpleNamespace(name="t1")]))
+    doc = r.store.take_open(lambda d: True)[0]
+    r.fire(alert("stalled", 1).resolved("lines again"), doc.get("sinks"))
+    assert [e["sink"] for e in r.store.outbox] == ["a"]
+
+
+def test_a_sink_sends_one_entry_per_alert_at_a_time() -> None:
+    """A resolution queued behind its firing (the firing waiting out its backoff) is not
+    eligible until the firing is gone, whatever their retry times."""
+    firing = {"id": 1, "alert": {"key": "t1|s|crashed", "status": FIRING}, "next_at": 50.0}
+    resolved = {"id": 2, "alert": {"key": "t1|s|crashed", "status": "resolved"}, "next_at": 0.0}
+    other = {"id": 3, "alert": {"key": "t2|s|ready", "status": FIRING}, "next_at": 0.0}
+    assert [e["id"] for e in heads([resolved, firing, other])] == [1, 3]
+    assert [e["id"] for e in heads([resolved, other])] == [2, 3]
+
+
+def test_delivery_is_retried_until_max_age_not_for_8_attempts() -> None:
+    """8 attempts with backoff ran out in about 4 minutes; `max_age` (1 h) never came into
+    play, and a 5-minute receiver outage lost the crash page."""
+    sink = make_sinks([{"type": "webhook", "url": "http://127.0.0.1:9/h"}])[0]
+    assert sink.max_attempts is None and sink.max_age == 3600
+    import time
+    entry = {"alert": alert("crashed").to_json(), "attempts": 0, "first_at": time.time(),
+             "next_at": 0.0}
+
+    class Quiet:
+        def __getattr__(self, name: str) -> Any:
+            return lambda *a, **k: None
+    down = Outcome(False, True, message="HTTP 503")
+    for _ in range(12):
+        assert give_up_or_retry(entry, down, sink, Quiet()) is False
+    assert entry["next_at"] - time.time() <= 300.0 + 1         # the backoff's cap
+    entry["first_at"] -= 3600                                    # an hour old: given up
+    assert give_up_or_retry(entry, down, sink, Quiet()) is True
+    capped = make_sinks([{"type": "webhook", "url": "http://127.0.0.1:9/h", "max_attempts": 3}])[0]
+    entry = {**entry, "attempts": 2, "first_at": time.time()}
+    assert give_up_or_retry(entry, down, capped, Quiet()) is True
