@@ -715,8 +715,8 @@ def test_kubernetes_workloads(kind: str, tmp_path: Path, clean_env: pytest.Monke
     assert not state.get("readOnly")
     volumes = {v["name"]: v for v in pod["volumes"]}
     templates = {t["metadata"]["name"] for t in w["spec"].get("volumeClaimTemplates", [])}
-    assert state["name"] in templates or "emptyDir" in volumes.get(state["name"], {}) \
-        or "persistentVolumeClaim" in volumes.get(state["name"], {})
+    assert state["name"] in templates or "persistentVolumeClaim" in volumes.get(state["name"], {}) \
+        or "hostPath" in volumes.get(state["name"], {}), "state that outlives the pod"
     # alerts: the Slack URL from the Secret
     envs = {e["name"]: e for e in c.get("env", [])}
     slack = [a for a in cfg.alerts if a.get("url_env")]
@@ -762,6 +762,15 @@ def test_kubernetes_daemonset_is_node_local(tmp_path: Path, clean_env: pytest.Mo
         assert t.kind == "file"
         m = next(m for m in c["volumeMounts"] if t.source.startswith(m["mountPath"] + "/"))
         assert m.get("readOnly") is True and "hostPath" in volumes[m["name"]], t.source
+    # the state outlives the pod (a rollout, a drain): the node's, owned by the pod's user;
+    # an emptyDir lost it at each, and a recent crash was paged again
+    state = next(m for m in c["volumeMounts"] if m["mountPath"] == str(cfg.state_dir))
+    assert volumes[state["name"]].get("hostPath", {}).get("path") == str(cfg.state_dir)
+    (init,) = pod["initContainers"]
+    uid = pod["securityContext"]["runAsUser"]
+    assert init["command"] == ["chown", f"{uid}:{uid}", str(cfg.state_dir)]
+    assert any(m["name"] == state["name"] for m in init["volumeMounts"])
+    assert init["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     # without NODE_NAME the config does not load: the names really come from it
     cm = one("ConfigMap", "daemonset.yaml")
     assert cm["metadata"]["name"] != one("ConfigMap", "configmap.yaml")["metadata"]["name"]
