@@ -235,6 +235,38 @@ def test_the_log_replaced_by_a_symlink_to_itself_goes_on(tmp_path: Path) -> None
     assert line_numbers(data) == list(range(1, 2001))
 
 
+def test_a_log_synced_by_copy_and_rename_is_read_once(tmp_path: Path) -> None:
+    """rsync-style delivery: each sync writes the whole log to a temp file and renames it
+    over the path (a new inode: our bytes and more).  Before, each sync was read from byte 0
+    again: 8 syncs of one crashed startup counted 8 startups and 4 crashes."""
+    log = tmp_path / "server.log"
+    src = b"".join(numbered(i) for i in range(1, 3001))
+
+    def sync(upto: int) -> None:
+        tmp = tmp_path / ".server.log.tmp"
+        tmp.write_bytes(src[:upto])
+        os.replace(tmp, log)
+
+    cuts = [len(src) * k // 4 for k in (1, 2, 3, 4)]
+    sync(cuts[0])
+
+    async def main() -> list[Any]:
+        async with Reader(LocalFileSource(str(log), rotate_wait=0.3)) as r:
+            for cut in cuts[1:] + [cuts[-1]]:        # the last sync: the log unchanged
+                await r.wait(lambda: r.data_bytes() >= log.stat().st_size, 10, "a sync read")
+                sync(cut)
+            await r.wait(lambda: r.data_bytes() >= len(src) and any(
+                isinstance(e, Opened) and e.reason == "copied" for e in r.events[-3:]),
+                10, "the last sync")
+            return list(r.events)
+
+    events = run(main())
+    data = b"".join(e.data for e in events if isinstance(e, Data))
+    assert line_numbers(data) == list(range(1, 3001))
+    reasons = [o.reason for o in events if isinstance(o, Opened)]
+    assert reasons[0] == "attach" and set(reasons[1:]) == {"copied"}, reasons
+
+
 def read_all_and_stop(log: Path) -> Position:
     """A daemon's first run: `log` read to its end, then stopped; the position it saved."""
     source = LocalFileSource(str(log))

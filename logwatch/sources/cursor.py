@@ -230,7 +230,7 @@ MAX_HELD = 64          # files held at once (a rotation every few ms would exhau
 
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
 _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain",
-                    "hole", "hole_end"})
+                    "hole", "hole_end", "copied"})
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
 # A writer that does not append (`server > log`, not `>>`) writes on at its old offset after
 # a truncation: the file then begins with a hole of zeros as long as what it had written.
@@ -327,6 +327,10 @@ class Cursor:
         self._left = False
         if self._switch is not None:
             reason, self._switch = self._switch, None
+            if reason == "rotated" and self._may_be_our_copy(head, size):
+                # replaced by a copy of itself and more (rsync, a sync's temp file renamed
+                # over the log): ours up to our offset?  Then read on from there
+                return self._ask(Read(self.offset - len(self.last), len(self.last)), "copied")
             return self._start(0, 1, reason, True)
         if self.offset is None:
             saved = self.saved
@@ -501,6 +505,26 @@ class Cursor:
         if self.can_locate:
             return self._ask(Locate(), "locate")
         return self._start(0, 1, "attach", True)
+
+    def _may_be_our_copy(self, head: bytes, size: int) -> bool:
+        """The file opened after ours was left begins as ours did (the head's hash) and is
+        at least as long as what we read: it may hold our bytes (their tail is read next)."""
+        ident = self.identity
+        return ident is not None and self.offset is not None and self.offset > 0 and \
+            size >= self.offset and ident.head_len > 0 and \
+            len(self.last) > 0 and ident.matches(None, None, head)
+
+    def _got_copied(self, data: bytes) -> Action:
+        """The bytes before our offset in the file that replaced ours: the same, it is a
+        copy of ours (and more): read on from our offset, nothing again.  Before, each sync
+        of an rsync-delivered log read it from byte 0 again: its startups and crashes
+        counted once per sync, a false `restarted`."""
+        assert self.offset is not None
+        if data != self.last:
+            return self._start(0, 1, "rotated", True)
+        self.log.info("the log was replaced by a copy of itself and more (a new inode, the "
+                      "same bytes up to where it was read): reading on", offset=self.offset)
+        return self._start(self.offset, self.line_number, "copied", False, last=self.last)
 
     def _got_reconnect(self, data: bytes) -> Action:
         return self._reconnected() if data == self.last else self._left_while_away()
