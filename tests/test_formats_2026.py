@@ -269,3 +269,27 @@ def test_a_port_search_that_goes_on_is_no_crash_its_end_is(tmp_path: Path) -> No
         "ValueError: port_base at 30000 is not available in 30 seconds. port_base is used by a process already.",
     ])
     assert doc["phase"] == "crashed" and doc["crash"]["reason"] == "port_in_use", doc
+
+
+def test_a_follower_node_s_silent_capture_is_timed_by_its_end_line(tmp_path: Path) -> None:
+    """vLLM prints capture bars on the cluster's first rank only (0.34
+    v1/worker/gpu/cudagraph_utils.py:495; 0.28 gpu_model_runner.py:7119): a `--headless`
+    node's capture is silent until `Graph capturing finished in 25 secs`.  Those 25 s were
+    timed as `allocating` (its stall budget, not capture's) and capture as 1 s."""
+    w = "(Worker_TP{r} pid=20{r}) INFO 12-01 10:{t} [{src}] {msg}"
+    lines = ["INFO 12-01 10:00:00 [serve.py:216] Launching vLLM (v0.28.0) headless multiproc "
+             "executor, with head node address 10.0.0.1:29501 for torch.distributed process group."]
+    for t, src, msg in [
+            ("00:11", "gpu_model_runner.py:5419", "Starting to load model Qwen/Qwen3-32B..."),
+            ("00:42", "default_loader.py:430", "Loading weights took 30.52 seconds"),
+            ("01:23", "monitor.py:34", "torch.compile took 39.00 s in total"),
+            ("01:27", "gpu_worker.py:578", "Available KV cache memory: 21.4 GiB"),
+            ("01:53", "gpu_model_runner.py:7048", "Graph capturing finished in 25 secs, took 1.20 GiB")]:
+        lines += [w.format(r=r, t=t, src=src, msg=msg) for r in (2, 3)]
+    doc = replay(tmp_path, lines)
+    assert doc["phase"] == "ready", doc
+    d = doc["durations"]
+    assert d["cuda_graph"] == 25.0 and d["allocating"] == 1.0, d
+    # the head's capture (bars, then the same line) is timed by its bars, as before
+    head = VLLM_HEAD + VLLM_READY
+    assert replay(tmp_path, head)["durations"]["cuda_graph"] == 20.0

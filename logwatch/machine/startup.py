@@ -317,19 +317,8 @@ class StartupMachine:
         new_i = self.pack.phase_index(target)
         begins = begins_now(state, rule)
         if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
-                state.phase not in (WAITING, READY, *TERMINAL):
-            # an end marker that says what the time before it was (vLLM's download): that
-            # span is relabelled, announced now, and the rule's phase opens here; once per
-            # startup (another rank's copy of the line is a mention)
-            state.begun.add(rule.id)
-            reattribute(state, rule, obs)
-            was = state.phase_entered.phase if state.phase_entered else state.phase
-            if state.deferred is not None:     # the provisional entry, as what it was
-                d, state.deferred = state.deferred, None
-                events.append(PhaseChanged(state.epoch, d.old, was, d.at, d.line,
-                                           state.startup_id))
-            state.phase = was
-            self._enter(state, target, obs, now, events)
+                state.phase not in (WAITING, READY, *TERMINAL, rule.closes_as):
+            self._closes(state, rule, obs, now, events)
         elif new_i > cur_i:
             self._enter(state, target, obs, now, events)
             if rule.provisional and events and isinstance(events[-1], PhaseChanged):
@@ -356,6 +345,30 @@ class StartupMachine:
             # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
             # warmup after the KV estimate, the KV commit after capture)
             self._enter(state, target, obs, now, events)
+
+    def _closes(self, state: State, rule: Rule, obs: Observation, now: float,
+                events: list[Event]) -> None:
+        """An end marker that says what the time before it was (vLLM's download): that span
+        is relabelled, announced now, and the rule's phase opens here; once per startup
+        (another rank's copy of the line is a mention)."""
+        target = rule.phase
+        assert target is not None
+        state.begun.add(rule.id)
+        old, spans = state.phase, len(state.spans)
+        reattribute(state, rule, obs)
+        was = state.phase_entered.phase if state.phase_entered else state.phase
+        if state.deferred is not None:     # the provisional entry, as what it was
+            d, state.deferred = state.deferred, None
+            events.append(PhaseChanged(state.epoch, d.old, was, d.at, d.line, state.startup_id))
+        if was == target and len(state.spans) > spans:
+            # the end of the phase it names, its seconds said (vLLM's `Graph capturing
+            # finished in 24 secs` on a follower node, which prints no capture bar): its last
+            # seconds were that phase, open until the next
+            state.phase, state.phase_progress = target, False
+            events.append(PhaseChanged(state.epoch, old, target, now, obs.text, state.startup_id))
+            return
+        state.phase = was
+        self._enter(state, target, obs, now, events)
 
     def _stats(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         if state.phase == WAITING:
