@@ -94,3 +94,26 @@ def test_delivery_is_retried_until_max_age_not_for_8_attempts() -> None:
     capped = make_sinks([{"type": "webhook", "url": "http://127.0.0.1:9/h", "max_attempts": 3}])[0]
     entry = {**entry, "attempts": 2, "first_at": time.time()}
     assert give_up_or_retry(entry, down, capped, Quiet()) is True
+
+
+def test_a_crash_in_a_restart_loop_says_it_is_one(tmp_path: Path) -> None:
+    """A server restarted every 20 s that crashes each time paged 30 identical crashes in
+    10 minutes.  Each is still paged (never rate-limited); from the second on, the page says
+    it is a loop: how many crashes since the last ready, and since when."""
+    from logwatch.sinks.alerts.policy import Resolve
+    r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["crashed"]}])
+    t0 = 1_767_261_600.0
+    for n in range(3):
+        a = alert("crashed", n)
+        a.starts_at = t0 + 20 * n
+        r.fire(a)
+    summaries = [e["alert"]["summary"] for e in queued(r, "oncall")]
+    assert "since the last ready" not in summaries[0]
+    assert summaries[1].endswith("(crash 2 since the last ready, the first 20s ago)")
+    assert summaries[2].endswith("(crash 3 since the last ready, the first 40s ago)")
+    assert queued(r, "oncall")[2]["alert"]["details"]["crashes_since_ready"] == 3
+    r._apply([Resolve("t1", ("crashed",), "ready again", exclude="s9")])   # a startup ready
+    a = alert("crashed", 10)
+    r.fire(a)
+    assert "since the last ready" not in queued(r, "oncall")[-1]["alert"]["summary"]

@@ -20,6 +20,7 @@ from typing import Any
 
 from ... import log
 from ...machine import Event
+from ...units import fmt_duration
 from ...view import TargetView
 from .delivery import Delivery, deliver
 from .kinds import RESOLVABLE, kind_of
@@ -64,6 +65,21 @@ class AlertRouter:
                       doc.get("sinks"))
         if self.delivery.started:
             self.delivery.start_workers()
+
+    def _crash_loop_note(self, alert: Alert) -> None:
+        """A crash while earlier crashes of the target are open (no startup ready since: a
+        restart loop) says so: `(crash 3 since the last ready, the first 4m10s ago)`, and
+        `details.crashes_since_ready`.  Each crash is still paged (never rate-limited); the
+        note tells the on-call it is a loop, not a new fault."""
+        earlier = [d["starts_at"] for d in self.store.open.values()
+                   if d["target"] == alert.target and d["kind"] == "crashed"
+                   and d["key"] != alert.key]
+        if not earlier:
+            return
+        n = len(earlier) + 1
+        ago = fmt_duration(max(0.0, alert.starts_at - min(earlier)))
+        alert.summary += f" (crash {n} since the last ready, the first {ago} ago)"
+        alert.details["crashes_since_ready"] = n
 
     async def start(self) -> None:
         await self.delivery.start()
@@ -157,6 +173,8 @@ class AlertRouter:
                 self.log.warning("alert rate limit: dropped", target=alert.target,
                                  kind=alert.kind)
                 return
+        if alert.kind == "crashed" and alert.status == FIRING:
+            self._crash_loop_note(alert)
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = {**alert.to_json(),
                                           "sinks": [s.destination for s in sinks]}
