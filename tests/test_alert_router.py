@@ -59,8 +59,29 @@ def test_a_resolution_goes_only_where_its_firing_went(tmp_path: Path) -> None:
     r.reconfigure(SimpleNamespace(alerts=later, listen_host="127.0.0.1", listen_port=9105,
                                   targets=[SimpleNamespace(name="t1")]))
     doc = r.store.take_open(lambda d: True)[0]
-    r.fire(alert("stalled", 1).resolved("lines again"), doc.get("sinks"))
+    r.fire(alert("stalled", 1).resolved("lines again"), doc)
     assert [e["sink"] for e in r.store.outbox] == ["a"]
+
+
+def test_a_resolution_follows_a_sink_whose_url_changed(tmp_path: Path) -> None:
+    """A SIGHUP that changes a sink's URL (its destination digest): the crash's resolution
+    went nowhere (the open alert named the old digest only), and the new URL never had it
+    resolved.  Now found by name too, as a queued entry is; an alert opened before sinks
+    were recorded goes to every sink that takes it."""
+    r = router(tmp_path, [{"type": "webhook", "name": "hook", "url": "http://127.0.0.1:9/a",
+                           "on": ["crashed"]}])
+    r.fire(alert("crashed", 1))
+    r.store.outbox.clear()
+    r.reconfigure(SimpleNamespace(alerts=[{"type": "webhook", "name": "hook",
+                                           "url": "http://127.0.0.1:9/b", "on": ["crashed"]}],
+                                  listen_host="127.0.0.1", listen_port=9105,
+                                  targets=[SimpleNamespace(name="t1")]))
+    doc = r.store.take_open(lambda d: True)[0]
+    r.fire(alert("crashed", 1).resolved("ready again"), doc)
+    assert [e["sink"] for e in r.store.outbox] == ["hook"]
+    old = {k: v for k, v in alert("crashed", 2).to_json().items()}   # no "sinks": before
+    r.fire(alert("crashed", 2).resolved("ready again"), old)
+    assert [e["alert"]["key"] for e in r.store.outbox][-1] == "t1|s2|crashed"
 
 
 def test_a_sink_sends_one_entry_per_alert_at_a_time() -> None:

@@ -176,3 +176,28 @@ def test_a_restarted_alertmanager_has_the_open_crash_back(tmp_path, alertmanager
     back = wait_for(open_crash, 15, "the crash open again after the restart", alive=d.dead)
     assert back[0]["labels"]["target"] == "n1" and back[0]["labels"]["reason"] == "cuda_oom"
     assert back[0]["endsAt"] > back[0]["startsAt"]
+
+
+def test_a_crash_given_up_while_alertmanager_was_down_reaches_it_when_back(
+        tmp_path, alertmanager, daemons):
+    """Alertmanager down past the sink's max_age while a server crashes: the delivery is
+    given up, but the crash stays open, so the next re-send brings it to Alertmanager once
+    it is back.  Before, a given-up firing left the open alert without its sink: the crash
+    was never in Alertmanager (an outage over the default max_age, 1 h, lost it for good)."""
+    am, rx = alertmanager
+    am.stop()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [target("n1", log)],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed"],
+                         "max_age": "2s", "resend": "1s"}])
+    d = daemons(cfg, port).start()
+    simulate(log, "--crash", "oom")
+    wait_for(lambda: "alert not delivered: giving up" in d.stderr(), 30,
+             "the delivery given up while Alertmanager is down", alive=d.dead)
+    am.start()
+    back = wait_for(lambda: [x for x in am.alerts()
+                             if x["labels"].get("alertname") == "LogwatchCrashed"], 15,
+                    "the crash in Alertmanager once it is back", alive=d.dead)
+    assert back[0]["labels"]["target"] == "n1"

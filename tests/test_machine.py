@@ -768,8 +768,11 @@ def test_a_survived_traceback_is_taken_back_when_its_phase_goes_on():
     ev = log.feed(shard(2, 4))                 # the loader it fell back to counts shards
     assert len(of(ev, CrashRetracted)) == 1 and log.state.phase == "loading_shards"
     assert log.state.progress["shards"].current == 2, "the bar that took it back is read too"
-    # the process whose traceback it was, printing a line of its phase, lives too
+    # another rank's traceback: the bar (printed by the first rank only) says nothing of it
     log.feed(*_fallback_traceback("TP3"))
+    ev = log.feed(shard(3, 4))
+    assert of(ev, CrashRetracted) == [] and log.state.phase == "crashed"
+    # the process whose traceback it was, printing a line of its phase, lives
     ev = log.feed(sg("10:00:30", SG_LOAD_BEGIN, "TP0"))   # another rank's: says nothing of TP3
     assert of(ev, CrashRetracted) == [] and log.state.phase == "crashed"
     ev = log.feed(sg("10:00:31", SG_LOAD_BEGIN, "TP3"))

@@ -5,6 +5,8 @@ The rules of the machine are in the package's docstring (logwatch/machine/__init
 
 from __future__ import annotations
 
+import re
+
 from typing import Any
 
 from ..rules.args import ParsedArgs, parse_args_line
@@ -31,8 +33,10 @@ PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replace
 SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, lines or not
 # the quiet an unconfirmed crash (a bare traceback: no announcement, no specific cause) waits
 # for: a `logger.exception` the engine survives is followed by its fallback's lines, perhaps
-# after a pause (the loader opening its first shard); a real one by nothing
-UNCONFIRMED_QUIET = 10.0
+# after a pause (the model built before the loader's first shard: 12 s was seen to page with
+# 10); a real one by nothing.  The engines announce their deaths, so few crashes wait so long;
+# SETTLE_LONGEST bounds it where other lines go on
+UNCONFIRMED_QUIET = 30.0
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
@@ -451,9 +455,10 @@ class StartupMachine:
 
 def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
     """Does this line, after an unconfirmed crash, say the startup went on?  A later phase's
-    line; a bar of the crash's own phase moving (what a traceback logged and survived is
-    followed by: the loader it fell back to counting shards); or a line of the crash's
-    phase from the rank whose traceback it was (that process lives)."""
+    line; a bar of the crash's own phase moving, where the traceback was the first rank's
+    (what a traceback logged and survived is followed by: the loader it fell back to
+    counting shards; rank 0's bar says nothing of rank 3); or a line of the crash's phase
+    from the rank whose traceback it was (that process lives)."""
     rule = obs.rule
     if not rule.phase:
         return False
@@ -461,9 +466,19 @@ def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
         return True
     if rule.phase != crash.during:
         return False
-    if rule.progress:
-        return True
-    return bool(crash.rank) and pack.rank_of(obs.text) == crash.rank
+    rank = pack.rank_of(obs.text) if pack.ranks else ""
+    if rule.progress and not rank:
+        # an untagged bar: the engines print it on the first rank only (SGLang 0.5.23
+        # model_loader/weight_utils.py:1154, vLLM's likewise): news of that rank alone
+        return not crash.rank or first_rank(crash.rank)
+    return bool(crash.rank) and rank == crash.rank
+
+
+def first_rank(rank: str) -> bool:
+    """`TP0`, `DP0_TP0`, `Worker_TP0`: every number in the tag is 0 (the rank a bar is
+    printed by); `TP3` is not."""
+    numbers = re.findall(r"\d+", rank)
+    return bool(numbers) and all(int(n) == 0 for n in numbers)
 
 
 def confirms(pack: RulePack, state: State, rule: Rule) -> bool:

@@ -45,6 +45,10 @@ Why it decides what it decides:
   `rotate_wait` seconds (a server reopens its log a moment after logrotate renamed it, and
   writes to the old one meanwhile), or until a file after it has bytes (the writer moved
   on); then Reopen.  Nothing there: said once, and ours is read on until a file appears.
+* A copy of ours: the file opened after ours was left begins as ours did, and holds our
+  bytes before our offset and at each mark (a window at every power of two we read past):
+  it replaced ours with our bytes and more (rsync's temp file renamed over the log), and is
+  read on from our offset (`copied`), not again from byte 0.
 * A chain of rotations: the file the path names when ours is left is held open at once
   (Hold, by dev:inode, where the source tells it), and while ours drains the path is looked
   at every cycle, each new file held behind the others; Reopen takes the first held file.
@@ -230,7 +234,8 @@ MAX_HELD = 64          # files held at once (a rotation every few ms would exhau
 
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
 _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain",
-                    "hole", "hole_end", "copied"})
+                    "hole", "hole_end", "copied", "copied_mark"})
+MARK_FIRST, MARK_BYTES = 1024, 256   # the first mark of what was read, the bytes it digests
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
 # A writer that does not append (`server > log`, not `>>`) writes on at its old offset after
 # a truncation: the file then begins with a hole of zeros as long as what it had written.
@@ -278,6 +283,8 @@ class Cursor:
         self._file: FileIdentity | None = None   # identity of the file just opened
         self._begin: tuple[int, int, str, bool] = (0, 1, "attach", True)
         self._switch: str | None = None      # Reopen was asked: the next file is a new one
+        self._marks: dict[int, str] = {}     # what we read of this file, at powers of two
+        self._checking: list[int] = []       # marks still to compare in a file replacing ours
         self._gone: str | None = None        # the path names nothing: rotated / recreated
         self._leaving = "rotated"            # why the file being drained is left
         self._left = False                   # ours was left: read on until quiet, then Reopen
@@ -515,16 +522,43 @@ class Cursor:
             len(self.last) > 0 and ident.matches(None, None, head)
 
     def _got_copied(self, data: bytes) -> Action:
-        """The bytes before our offset in the file that replaced ours: the same, it is a
+        """The bytes before our offset in the file that replaced ours: the same, and the
+        same at each mark (`_remember`: a window at every power of two we read past), it is a
         copy of ours (and more): read on from our offset, nothing again.  Before, each sync
         of an rsync-delivered log read it from byte 0 again: its startups and crashes
-        counted once per sync, a false `restarted`."""
+        counted once per sync, a false `restarted`.  A new log that only begins and ends as
+        ours did (a fixed banner, stamps of one width) differs at a mark: read from byte 0."""
         assert self.offset is not None
         if data != self.last:
             return self._start(0, 1, "rotated", True)
+        self._checking = sorted(p for p in self._marks if p + MARK_BYTES <= self.offset)
+        return self._check_mark()
+
+    def _check_mark(self) -> Action:
+        assert self.offset is not None
+        if self._checking:
+            return self._ask(Read(self._checking[0], MARK_BYTES), "copied_mark")
         self.log.info("the log was replaced by a copy of itself and more (a new inode, the "
                       "same bytes up to where it was read): reading on", offset=self.offset)
         return self._start(self.offset, self.line_number, "copied", False, last=self.last)
+
+    def _got_copied_mark(self, data: bytes) -> Action:
+        pos = self._checking.pop(0)
+        if digest(data) != self._marks[pos]:
+            self._checking = []
+            return self._start(0, 1, "rotated", True)
+        return self._check_mark()
+
+    def _remember(self, chunk: bytes) -> None:
+        """Marks of what we read (a digest of MARK_BYTES at every power of two from
+        MARK_FIRST): what a file that replaces ours must hold to be a copy of it."""
+        assert self.offset is not None
+        start, end = self.offset, self.offset + len(chunk)
+        p = MARK_FIRST
+        while p + MARK_BYTES <= end:
+            if p >= start:
+                self._marks[p] = digest(chunk[p - start: p - start + MARK_BYTES])
+            p *= 2
 
     def _got_reconnect(self, data: bytes) -> Action:
         return self._reconnected() if data == self.last else self._left_while_away()
@@ -599,6 +633,8 @@ class Cursor:
     def _got_last(self, data: bytes) -> Action:
         offset, line_number, reason, new_file = self._begin
         self.offset, self.line_number, self.last = offset, line_number, data[-TAIL_BYTES:]
+        if reason != "copied":
+            self._marks = {}       # of another file (a copy keeps them: the same bytes)
         self.identity, self._gone, self._doing = self._file, None, ""
         self._seen = self._size
         attach = reason == "attach"
@@ -867,6 +903,8 @@ class Cursor:
             self._events.append(self._pending)
             self._pending = self._cut = None
         self._events.append(Data(chunk, self.offset))
+        if len(chunk) >= MARK_BYTES:
+            self._remember(chunk)
         self.offset += len(chunk)
         self.last = (self.last + chunk[-TAIL_BYTES:])[-TAIL_BYTES:]
         self._data_at = self._now

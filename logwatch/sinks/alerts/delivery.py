@@ -29,7 +29,7 @@ from typing import Any, Callable
 from ... import log
 from ...shown import visible_all
 from .model import FIRING, Alert, AlertCounts
-from .outbox import QUEUED, SENDING, AlertStore
+from .outbox import QUEUED, SENDING, AlertStore, went_to
 from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
 
 MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
@@ -135,8 +135,12 @@ class Delivery:
                 self.store.outbox = [e for e in self.store.outbox if e["id"] not in gone]
                 self.counts.dropped[alert["kind"]] = self.counts.dropped.get(alert["kind"], 0) + 1
                 doc = self.store.open.get(alert["key"])
-                if doc is not None and alert["status"] == FIRING:
-                    doc["sinks"] = [d for d in doc.get("sinks", []) if d != sink.destination]
+                if doc is not None and alert["status"] == FIRING and \
+                        not isinstance(sink, AlertmanagerSink) and doc.get("sinks") is not None:
+                    # its resolution is not for this receiver (Alertmanager keeps it: the
+                    # re-sends of open alerts are its retries)
+                    doc["sinks"] = [r for r in doc["sinks"]
+                                    if not (isinstance(r, dict) and r.get("name") == sink.name)]
         self.store.save()
 
     async def _refresh(self, sink: AlertmanagerSink, now: float) -> None:
@@ -146,7 +150,7 @@ class Delivery:
         self._refreshed[sink.name] = now
         queued = {e["alert"]["key"] for e in self.store.outbox if e["sink"] == sink.name}
         for doc in list(self.store.open.values()):
-            if sink.destination in doc.get("sinks", ()) and doc["key"] not in queued and \
+            if went_to(doc, sink) and doc["key"] not in queued and \
                     sink.wants(Alert.from_json(doc)):
                 outcome = await deliver(self.session, sink, Alert.from_json(doc))
                 if not outcome.ok:

@@ -38,6 +38,23 @@ MARKS_KEPT = 64        # marks per target carried in its checkpoint
 QUEUED, SENDING = "queued", "sending"
 
 
+def sinks_record(sinks: list[Sink]) -> list[dict[str, str]]:
+    """What an open alert keeps of the sinks its firing went to: name and destination."""
+    return [{"name": s.name, "dest": s.destination} for s in sinks]
+
+
+def went_to(doc: dict[str, Any], sink: Sink) -> bool:
+    """Did the firing of the open alert `doc` go to `sink`?  By destination (a sink renamed
+    or moved), else by name (its URL changed at a reload), as `rebind` finds a queued
+    entry's sink.  An alert opened before sinks were recorded: every sink (it went to those
+    that took it)."""
+    record = doc.get("sinks")
+    if record is None:
+        return True
+    return any(r.get("dest") == sink.destination or r.get("name") == sink.name
+               if isinstance(r, dict) else r == sink.destination for r in record)
+
+
 class AlertStore:
     """Dedupe marks, open alerts and the outbox, persisted together."""
 

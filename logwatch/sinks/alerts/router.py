@@ -25,7 +25,7 @@ from ...view import TargetView
 from .delivery import Delivery, deliver
 from .kinds import RESOLVABLE, kind_of
 from .model import FIRING, Alert, AlertCounts
-from .outbox import QUEUED, AlertStore
+from .outbox import QUEUED, AlertStore, sinks_record, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Sink, make_sinks
 
@@ -62,7 +62,7 @@ class AlertRouter:
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
         for doc in self.store.take_open(lambda doc: doc["target"] not in watched):
             self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"),
-                      doc.get("sinks"))
+                      doc)
         if self.delivery.started:
             self.delivery.start_workers()
 
@@ -140,7 +140,7 @@ class AlertRouter:
             return doc["target"] == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
         for doc in self.store.take_open(resolves):
-            self.fire(Alert.from_json(doc).resolved(r.why), doc.get("sinks"))
+            self.fire(Alert.from_json(doc).resolved(r.why), doc)
 
     def marks_of(self, target: str) -> dict[str, float]:
         return self.store.marks_of(target)
@@ -149,9 +149,9 @@ class AlertRouter:
         self.store.adopt(marks)
 
     # -- the outbox ----------------------------------------------------------------------------
-    def fire(self, alert: Alert, given: list[str] | None = None) -> None:
-        """Put a new mark in the outbox for every sink that takes it (a resolution: those of
-        `given`, the destinations its firing went to, when known)."""
+    def fire(self, alert: Alert, opened: dict[str, Any] | None = None) -> None:
+        """Put a new mark in the outbox for every sink that takes it (a resolution: those
+        its firing went to, `opened` being the open alert it resolves)."""
         mark = alert.mark
         if mark in self.store.seen:
             # decided before (a log read again, a SIGHUP, a restart, a probe still failing):
@@ -159,25 +159,27 @@ class AlertRouter:
             self._counts.repeated[alert.kind] = self._counts.repeated.get(alert.kind, 0) + 1
             return
         sinks = [s for s in self.sinks if s.wants(alert)
-                 and (given is None or s.destination in given)]
+                 and (opened is None or went_to(opened, s))]
         self.store.mark(alert.target, mark, time.time())
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
         kind = kind_of(alert.kind)
         if alert.status == FIRING and (kind is None or kind.rate_limited):
-            sinks = [s for s in sinks if self._buckets.allow(f"{alert.target}\0{s.name}")]
-            if not sinks:
-                self.store.unmark(alert.target, mark)   # not sent: a later decision may
+            allowed = [s for s in sinks if self._buckets.allow(f"{alert.target}\0{s.name}")]
+            if len(allowed) < len(sinks):
                 self._counts.dropped[alert.kind] = self._counts.dropped.get(alert.kind, 0) + 1
                 self.log.warning("alert rate limit: dropped", target=alert.target,
-                                 kind=alert.kind)
+                                 kind=alert.kind,
+                                 sinks=[s.name for s in sinks if s not in allowed])
+            sinks = allowed
+            if not sinks:
+                self.store.unmark(alert.target, mark)   # not sent: a later decision may
                 return
         if alert.kind == "crashed" and alert.status == FIRING:
             self._crash_loop_note(alert)
         if alert.kind in RESOLVABLE and alert.status == FIRING:
-            self.store.open[alert.key] = {**alert.to_json(),
-                                          "sinks": [s.destination for s in sinks]}
+            self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks)}
         now = time.time()
         for s in sinks:
             self.store.outbox.append({"id": next(self._ids), "sink": s.name,
