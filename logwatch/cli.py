@@ -7,6 +7,7 @@ Exit codes are part of the interface (README): 0 ready / success, 1 crashed or s
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -744,6 +745,9 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
     return Exit.OK
 
 
+_OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # writing the output failed for room
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else list(argv)):
@@ -767,6 +771,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # stdout's reader is gone: no more output (Python's flush at exit would say so again)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return Exit.PIPE_CLOSED
+    except OSError as e:
+        if e.errno not in _OUTPUT_FULL:
+            raise
+        # the output cannot be written (`> /dev/full`, a full disk): said, not a traceback and
+        # exit 1, which a script reads as "crashed"
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"logwatch: cannot write the output: {e.strerror}", file=sys.stderr)
+        return Exit.USAGE
 
 
 if __name__ == "__main__":

@@ -48,7 +48,8 @@ _MEANING: dict[Exit, str] = {
                  "`alerts test`: a sink did not take the test alert; `history` / `compare`: "
                  "nothing recorded or nothing to compare",
     Exit.USAGE: "a usage or configuration error, one line naming file and key (bad target, "
-                "refused host key, unreadable file or pack, a daemon `status` cannot ask)",
+                "refused host key, unreadable file or pack, a daemon `status` cannot ask, an "
+                "output that cannot be written: `> /dev/full`)",
     Exit.TIMEOUT: "`watch`: timed out (`--timeout`) or stalled (a phase silent for twice its "
                   "budget, or silent when watch attached)",
     Exit.INTERRUPTED: "interrupted (Ctrl-C) before a verdict; the summary is printed first",

@@ -87,6 +87,19 @@ def test_a_reader_gone_is_not_a_ready_verdict(cmd: str) -> None:
     assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("cmd", ["watch --last tests/fixtures/sglang-027.log",
+                                 "replay tests/fixtures/vllm-030.log"])
+def test_an_output_that_cannot_be_written_is_said_not_a_crash(cmd: str) -> None:
+    """`> /dev/full` (a full disk): a traceback and exit 1, which a script reads as crashed."""
+    import subprocess
+    import sys
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m logwatch {cmd} > /dev/full"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == Exit.USAGE, (res.returncode, res.stderr)
+    assert res.stderr.strip() == "logwatch: cannot write the output: No space left on device"
+
+
 def test_every_member_has_a_meaning_and_a_kind() -> None:
     assert [int(e) for e in Exit] == [0, 1, 2, 3, 130, 141]
     for e in Exit:
