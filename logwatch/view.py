@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Protocol
 from .counters import Counters
 from .machine import RANK_LAG_AFTER, Crash, State, crash_elapsed, rank_clock, rank_lag
 from .pipeline import LogPipeline
+from .rules.advice import advice_lines
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
 from .verdict import crash_text
@@ -380,6 +381,17 @@ def build_view(base: TargetView, pipe: LogPipeline | None,
     return TargetView(**values)
 
 
+def launch_advice(pipe: LogPipeline) -> tuple[str, ...]:
+    """The pack's advice on a launch that is ready or ended, from its arguments and its crash
+    (the ledger's, which also reads its serving figures, when there is one: `watch
+    --no-history` and `--json` had none, the OOM's advice unsaid)."""
+    st = pipe.state
+    if st.phase not in (READY, *TERMINAL) or not st.args or not pipe.pack.advice:
+        return ()
+    reason = st.crash.reason if st.crash is not None else None
+    return tuple(advice_lines(pipe.pack.advice, st.args, st.phase, reason, {}))
+
+
 def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[str, Any]:
     """The view's fields that the pipeline's state gives (the phase, its spans, the crash...);
     `values`: the parts' (a silence at attach counts only while the startup is stalled)."""
@@ -418,6 +430,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "eta_seconds": math.nan if stale else values["eta_seconds"],
         "silent_since": dead,
         "ready_line": st.ready_line,
+        "advice": values.get("advice") or launch_advice(pipe),
         "crash": _crash_json(st.crash, elapsed) if st.crash else None,
         "crash_elapsed": elapsed,
         "stalled": st.stalled,

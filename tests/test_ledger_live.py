@@ -141,3 +141,21 @@ def test_a_restarted_daemon_keeps_the_serving_startup_s_record(tmp_path: Path,
     after = rows[0]
     assert after["outcome"] == "ready" and after["startup_seconds"] == before["startup_seconds"]
     assert after["durations"] == before["durations"] and after["args"] == before["args"]
+
+
+def test_watch_without_history_still_says_the_launch_s_advice(tmp_path: Path) -> None:
+    """The advice needs only the launch's arguments and its crash: `--no-history` (no
+    ledger) said none for an OOM with mem_fraction_static 0.93."""
+    from conftest import FIXTURES
+    head = (FIXTURES / "sglang-018.log").read_text(encoding="utf-8").splitlines(keepends=True)
+    i = next(n for n, line in enumerate(head) if "server_args=ServerArgs" in line)
+    args = "".join(head[: i + 1]).replace("mem_fraction_static=0.78", "mem_fraction_static=0.93")
+    crash = (FIXTURES / "sglang-027.log").read_text(encoding="utf-8")
+    crash = crash[crash.rfind("\n", 0, crash.find("Traceback")) + 1:]
+    log = tmp_path / "server.log"
+    log.write_text(args + crash + "\n", encoding="utf-8")
+    res = subprocess.run([sys.executable, "-m", "logwatch", "watch", "--last", str(log),
+                          "--no-history", "--gpu", "off", "--probe", "off"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "advice: an out-of-memory crash with mem_fraction_static 0.93" in res.stdout, res.stdout
