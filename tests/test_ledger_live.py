@@ -72,6 +72,11 @@ def test_the_daemon_records_launches_and_serves_them(tmp_path: Path, daemons: An
         expect(row).to_contain_text("max_running_requests 64 -> 2048", timeout=15_000)
         expect(row).to_contain_text("disable_cuda_graph False -> True")
         expect(launches.locator("tr[data-startup='1']")).to_contain_text("ready")
+        # the page's script renders a flag's value as `history` does (args.flag_value_text)
+        from logwatch.rules.args import flag_value_text
+        for v in (None, True, 64, "/m/a", "", "None", "8", "a b", "it's", "C:\\x", [1, 2],
+                  ["a", "b"], {"k": None, "x": True}):
+            assert page.evaluate("v => flagText(v)", v) == flag_value_text(v), v
         page.screenshot(path=str(tmp_path / "launches.png"), full_page=True)
         browser.close()
 

@@ -122,9 +122,14 @@ function makeRow(name){
   r.launches.addEventListener("toggle",()=>{if(r.launches.open)launches(name,r.ltable)});
   r.root.append(h,r.src,r.probe,r.ranks,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
 // a flag's value as the engine prints it (args.flag_value_text): None, True, 64, a plain string bare
-function flagText(v){if(v===null||v===undefined)return "None";if(typeof v==="boolean")return v?"True":"False";
-  if(typeof v==="string")return v&&!/[\s,'"\\]/.test(v)&&!/^(None|True|False|true|false|null|[+-]?[\d.]+([eE][+-]?\d+)?|[+-]?(inf|infinity|nan))$/i.test(v)?v:"'"+v+"'";
-  return JSON.stringify(v)}
+function pyQuote(s){return s.includes("'")&&!s.includes('"')?'"'+s.replace(/\\/g,"\\\\")+'"':"'"+s.replace(/\\/g,"\\\\").replace(/'/g,"\\'")+"'"}
+function pyRepr(v){if(v===null||v===undefined)return "None";if(typeof v==="boolean")return v?"True":"False";
+  if(typeof v==="string")return pyQuote(v);if(Array.isArray(v))return "["+v.map(pyRepr).join(", ")+"]";
+  if(typeof v==="object")return "{"+Object.entries(v).map(([k,x])=>pyQuote(k)+": "+pyRepr(x)).join(", ")+"}";
+  return String(v)}
+function flagText(v){
+  if(typeof v==="string"&&v&&!/[\s,'"]/.test(v)&&!/^(None|True|False|true|false|null|[+-]?[\d.]+([eE][+-]?\d+)?|[+-]?(inf|infinity|nan))$/i.test(v))return v;
+  return pyRepr(v)}
 // the target's launch ledger (/api/history): when, outcome, startup time, tok/s, flags changed
 async function launches(name,table){
   let d;try{const res=await fetch("/api/history?target="+encodeURIComponent(name),{cache:"no-store"});d=await res.json()}
