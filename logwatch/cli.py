@@ -99,7 +99,7 @@ Targets are checked first: scp-style host:/path gets "did you mean ssh://host/pa
 missing file exits 2 naming the nearest names in its directory (--wait waits for it).
 
 exit status: 0 ready (all targets), 1 crashed or stopped, 3 timed out or stalled, 2 usage
-error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C; the summary
+error (bad target, refused host key, unreadable file), 130 interrupted (Ctrl-C, SIGTERM, SIGHUP; the summary
 is printed first), 141 the output's reader went away first (`| head`).
 """
 
@@ -749,6 +749,14 @@ _OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # writing the output 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None:        # started with stdout closed (`>&-`): before, a traceback, exit 1
+        sys.stdout = open(os.devnull, "w")
+        if sys.stderr is not None:
+            print("logwatch: stdout is closed: the output is dropped", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):   # an encoding that cannot show a line: escaped
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     parser = build_parser()
     if not (sys.argv[1:] if argv is None else list(argv)):
         parser.print_help(sys.stderr)   # bare `logwatch`: what it can do, not one error line

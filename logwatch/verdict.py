@@ -52,7 +52,8 @@ _MEANING: dict[Exit, str] = {
                 "output that cannot be written: `> /dev/full`)",
     Exit.TIMEOUT: "`watch`: timed out (`--timeout`) or stalled (a phase silent for twice its "
                   "budget, or silent when watch attached)",
-    Exit.INTERRUPTED: "interrupted (Ctrl-C) before a verdict; the summary is printed first",
+    Exit.INTERRUPTED: "interrupted (Ctrl-C; for `watch` also SIGTERM, SIGHUP) before a "
+                      "verdict; the summary (and the `--json` object) is printed first",
     Exit.PIPE_CLOSED: "the reader of the output went away (piped into `head -3`): stopped "
                       "there, no verdict (0 would say ready), as a shell reports SIGPIPE",
 }

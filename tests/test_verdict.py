@@ -100,6 +100,20 @@ def test_an_output_that_cannot_be_written_is_said_not_a_crash(cmd: str) -> None:
     assert res.stderr.strip() == "logwatch: cannot write the output: No space left on device"
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("redirect, env", [(">&-", ""), ("", "PYTHONIOENCODING=ascii")])
+def test_a_closed_or_narrow_stdout_keeps_the_verdict_s_status(redirect: str, env: str) -> None:
+    """A ready log read with stdout closed (`>&-`: a traceback, exit 1 before) or an ASCII
+    stdout (an encode error on a non-ASCII line, exit 1): the verdict's status, 0."""
+    import subprocess
+    import sys
+    res = subprocess.run(["bash", "-c", f"{env} {sys.executable} -m logwatch watch --last "
+                          f"tests/fixtures/sglang-003.log {redirect}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == Exit.OK, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+
+
 def test_every_member_has_a_meaning_and_a_kind() -> None:
     assert [int(e) for e in Exit] == [0, 1, 2, 3, 130, 141]
     for e in Exit:

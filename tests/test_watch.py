@@ -430,7 +430,10 @@ def test_the_verdict_ends_with_a_summary_folded_excerpt_and_time_to_crash() -> N
     assert re.search(r"^  shards: 24/24$", out, re.M), out
 
 
-def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path, sig: int) -> None:
+    """Ctrl-C; and what a CI runner's timeout sends (SIGTERM), a closed terminal (SIGHUP):
+    those two died at 143 / 129 with no summary and no --json object."""
     log = tmp_path / "server.log"
     log.write_text(_script_text(until="Load weight end"))
     proc = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log)], cwd=ROOT,
@@ -440,7 +443,7 @@ def test_ctrl_c_prints_the_summary_and_exits_130(tmp_path: Path) -> None:
     for line in proc.stdout:          # the startup was read: now the user presses Ctrl-C
         if "phase allocating" in line or "phase loading_shards" in line:
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     rest, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, (rest, err)
     assert re.search(r"^\d\d:\d\d:\d\d interrupted in \w+$", rest, re.M), rest
@@ -685,3 +688,14 @@ def test_watch_a_tensorrt_llm_log(tmp_path: Path) -> None:
     assert re.search(r"^  root cause \(line 1\): .*Executor creation failed due to insufficient "
                      r"GPU memory\.$", res.stdout, re.M), res.stdout
     assert_plain(res)
+
+
+def test_stdin_from_dev_null_ends_not_hangs() -> None:
+    """A CI job's stdin is often /dev/null: `watch -` printed an asyncio traceback (epoll
+    refuses a device) and then waited forever; now it reads it as a file that ends."""
+    with open(os.devnull, "rb") as null:
+        res = subprocess.run([sys.executable, "-m", "logwatch", "watch", "-", "--json"],
+                             stdin=null, capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert res.returncode == 3, (res.returncode, res.stderr)
+    assert json.loads(res.stdout)["phase"] == "waiting"
+    assert "Traceback" not in res.stderr and "stdin closed" in res.stderr, res.stderr

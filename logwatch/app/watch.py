@@ -41,6 +41,7 @@ from .attachments.probe import ProbeAttachment
 from .target import Target
 
 # watch's names for the registry's statuses (verdict.py `Exit`: README "Exit codes")
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_READY, EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT, EXIT_INTERRUPTED = (
     Exit.OK, Exit.FAILED, Exit.USAGE, Exit.TIMEOUT, Exit.INTERRUPTED)
 TICK = 0.25
@@ -134,7 +135,11 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
 
     loop = asyncio.get_running_loop()
     try:
-        loop.add_signal_handler(signal.SIGINT, on_sigint)
+        # Ctrl-C, and what a CI runner's timeout or cancel sends (SIGTERM) or a closed
+        # terminal (SIGHUP): the summary and the --json object first (before, those two died
+        # at 143 / 129 with nothing on stdout)
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_sigint)
     except (NotImplementedError, RuntimeError):  # not the main thread: Ctrl-C stays Python's
         pass
     for w in watched:
@@ -147,7 +152,8 @@ async def run_watch(opts: WatchOptions, out: TextIO = sys.stdout) -> int:
         code, outcome = await _follow(watched, opts, wake, interrupted, multi)
     finally:
         try:
-            loop.remove_signal_handler(signal.SIGINT)
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
         except (NotImplementedError, RuntimeError):
             pass
         for w in watched:

@@ -380,7 +380,10 @@ class StdinSource:
     async def events(self) -> AsyncIterator[SourceEvent]:
         import stat
         fd = sys.stdin.fileno()
-        if stat.S_ISREG(os.fstat(fd).st_mode):  # `< file.log`: a file, not a pipe
+        mode = os.fstat(fd).st_mode
+        # `< file.log`: a file, not a pipe; `< /dev/null` (a CI job's stdin): a device the
+        # event loop cannot wait on (epoll refuses it: before, a traceback, then watch hung)
+        if stat.S_ISREG(mode) or stat.S_ISBLK(mode) or (stat.S_ISCHR(mode) and not os.isatty(fd)):
             yield SourceState(True, "reading stdin (a file)")
             yield Opened(0, 1, None, "attach", True)
             offset = 0
