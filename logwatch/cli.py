@@ -748,6 +748,11 @@ def cmd_rules_test(args: argparse.Namespace) -> int:
 _OUTPUT_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)   # writing the output failed for room
 
 
+def _drop_stdout() -> None:
+    """No more output: stdout's fd points at /dev/null (the flush at exit writes nothing)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:        # started with stdout closed (`>&-`): before, a traceback, exit 1
         sys.stdout = open(os.devnull, "w")
@@ -776,15 +781,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return Exit.INTERRUPTED
     except BrokenPipeError:
-        # stdout's reader is gone: no more output (Python's flush at exit would say so again)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()   # stdout's reader is gone (Python's flush at exit would say so again)
         return Exit.PIPE_CLOSED
     except OSError as e:
         if e.errno not in _OUTPUT_FULL:
             raise
         # the output cannot be written (`> /dev/full`, a full disk): said, not a traceback and
         # exit 1, which a script reads as "crashed"
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         print(f"logwatch: cannot write the output: {e.strerror}", file=sys.stderr)
         return Exit.USAGE
 

@@ -94,9 +94,10 @@ class Delivery:
             now = time.time()
             mine = heads(e for e in self.store.outbox if e["sink"] == sink.name)
             due = [e for e in mine if e["next_at"] <= now]
+            # the sink as configured now (a reload may have changed it)
+            current = next((s for s in self.sinks() if s.name == sink.name), sink)
             if not due:
                 wait = min((e["next_at"] for e in mine), default=now + 3600) - now
-                current = next((s for s in self.sinks() if s.name == sink.name), sink)
                 if isinstance(current, AlertmanagerSink):
                     last = self._refreshed.setdefault(sink.name, now)
                     wait = min(wait, last + current.resend - now)
@@ -109,7 +110,6 @@ class Delivery:
                         await wake.wait()
                 continue
             entry = min(due, key=lambda e: e["id"])
-            current = next((s for s in self.sinks() if s.name == sink.name), sink)
             entry["state"] = SENDING         # phase 1: saved before the POST
             self.store.save()
             outcome = await deliver(self.session, current, Alert.from_json(entry["alert"]))

@@ -22,14 +22,12 @@ from ... import log
 from ...machine import Event
 from ...units import fmt_duration
 from ...view import TargetView
-from .delivery import Delivery, deliver
+from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Sink, make_sinks
-
-__all__ = ["AlertRouter", "deliver"]
 
 BUCKET_SIZE, BUCKET_REFILL = 20, 30.0     # 20 alerts, then one per 30 s, per target and sink
 
