@@ -6,10 +6,10 @@ source's promise (every byte once, in order) at every chunk and counts any break
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
+from . import clock
 from . import log
 from .lines import progress_frame, segment_text, split_glued
 from .machine import Event
@@ -182,7 +182,7 @@ class Follower:
             return []
         self._use(held.choice() or fallback_pack(self.candidates))
         if self.redetect and not held.sure_of_it():
-            self._watch = EngineWatch(self.candidates, now or time.time(), relaunch=False)
+            self._watch = EngineWatch(self.candidates, now or clock.now(), relaunch=False)
         events: list[Event] = []
         for ev in held.events:
             events += self.handle(ev, now)
@@ -225,7 +225,7 @@ class Follower:
                         self.source.name)
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         if self._held is not None and not isinstance(ev, (SourceState, Skipped)):
             return self.decide_pack(now) if self._held.add(ev, now) else []
         events: list[Event] = []
@@ -309,7 +309,7 @@ class Follower:
 
     def finish(self, now: float | None = None) -> list[Event]:
         """The source ended: decide the pack if still undecided, close the last line."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         events = self.decide_pack(now) if self._held is not None and self._held.events else []
         if self.pipe is not None:
             events += self.pipe.finish(now)

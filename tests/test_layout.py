@@ -22,8 +22,8 @@ PKG = ROOT / "logwatch"
 #: a module is in the layer of its longest name (`state/files` is ground, the rest of
 #: `state/` core).  `logwatch` is the package's `__init__`.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("ground", ("logwatch", "log", "units", "errors", "verdict", "limits", "yamlload", "shown",
-                "state/files")),
+    ("ground", ("logwatch", "log", "units", "clock", "errors", "verdict", "limits", "yamlload",
+                "shown", "state/files")),
     ("io", ("sources/", "telemetry/", "logfile")),
     ("parse", ("lines", "rules/")),
     ("machine", ("machine/", "eta", "counters")),

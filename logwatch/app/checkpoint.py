@@ -18,6 +18,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import clock
 from ..counters import Counters
 from ..follow import Follower
 from ..machine import State, state_from_json, state_to_json
@@ -126,7 +127,7 @@ class Checkpoints:
         extra = {"format": FORMAT, "source": source, "pack": pipe.pack.name,
                  "last_line_at": last_line_at, "state": state_to_json(pipe.state),
                  "counters": counters.to_json(), "alerts_seen": alert_marks,
-                 "saved_at": time.time()}
+                 "saved_at": clock.now()}
         if not self.store.save(self.name, pos, extra, durable=durable):
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
+from .. import clock
 from .. import log
 from .config import Config, ConfigError, TargetConfig, load_config, select_shard
 from ..machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
@@ -132,7 +132,7 @@ class Daemon:
                             checkpoint_interval=self.config.checkpoint_interval,
                             alert_marks=self.alerts.marks_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
-            delay = self.supervisor.schedule_retry(cfg.name, time.time())
+            delay = self.supervisor.schedule_retry(cfg.name, clock.now())
             self.log.error("target not started", target=cfg.name, error=str(e),
                            retry_in=f"{delay:.0f}s")
             return
@@ -172,13 +172,13 @@ class Daemon:
 
     def _on_events(self, runner: Target, events: list[Event]) -> None:
         if self.alerts is not None and any(isinstance(e, ALERTING) for e in events):
-            self.alerts.observe(runner.view(time.time()), events)
+            self.alerts.observe(runner.view(clock.now()), events)
         for observe in self.observers:
             observe(runner, events)
 
     def _on_probe(self, runner: Target) -> None:
         if self.alerts is not None:
-            self.alerts.observe_probe(runner.view(time.time()))
+            self.alerts.observe_probe(runner.view(clock.now()))
 
     def metric_sources(self) -> list[Target]:
         """The targets as /metrics reads them (each rendered again only when it changed)."""
@@ -210,7 +210,7 @@ class Daemon:
                 await asyncio.wait_for(self._stop.wait(), timeout=TICK)
             except asyncio.TimeoutError:
                 pass
-            now = time.time()
+            now = clock.now()
             for r in list(self.runners.values()):
                 try:
                     r.tick(now)     # its events reach _on_events through the runner
@@ -267,7 +267,7 @@ class Daemon:
             if n not in self.runners:
                 self._start_target(fresh[n])
         refused = await self.supervisor.retry_refused(   # the key may be fixed
-            self.runners, self.config.targets, time.time(), force=True)
+            self.runners, self.config.targets, clock.now(), force=True)
         if self.alerts is not None:
             self.alerts.reconfigure(new)
         self.log.info("reloaded", added=added, removed=removed, restarted=changed,

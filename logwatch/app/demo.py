@@ -13,10 +13,10 @@ import asyncio
 import socket
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import clock
 from .config import parse_config
 from .daemon import Daemon
 from ..machine import Event, PhaseChanged, Progress, Ready
@@ -49,7 +49,7 @@ def _narrator(out: Callable[[str], None]) -> Callable[[Any, list[Event]], None]:
     last_progress = [0.0]
 
     def show(runner: Any, events: list[Event]) -> None:
-        now = time.time()
+        now = clock.now()
         for ev in events:
             if isinstance(ev, PhaseChanged):
                 out(f"  phase {ev.new}")
@@ -94,7 +94,7 @@ async def run_demo(speed: float = 1.0, crash: bool = False, linger: float = 10.0
         while writer.is_alive():
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)
-        view = daemon.runners["demo-sglang"].view(time.time())
+        view = daemon.runners["demo-sglang"].view(clock.now())
         if view.crash is not None:
             c = view.crash
             out(f"  CRASHED: {c['reason']} during {c['during']}: {c['line']}")

@@ -10,12 +10,12 @@ shell still names its daemon (only `listen` is read).
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .. import clock
 from ..units import fmt_duration
 from ..verdict import Exit
 from .config import ConfigError, _listen, expand_env
@@ -101,7 +101,7 @@ def row(t: dict[str, Any], now: float) -> list[str]:
 
 def fleet_table(doc: dict[str, Any], width: int = 160) -> list[str]:
     """The table's lines: a header, one row per target (bad first), and a count line."""
-    now = float(doc.get("now") or time.time())
+    now = float(doc.get("now") or clock.now())
     targets = sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name"))))
     rows = [["NAME", "STATUS", "PROGRESS", "LAST LINE", "DETAIL"]] + [row(t, now) for t in targets]
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from .. import clock
 from .. import __version__
 from ..shown import visible_all
 from ..sinks.metrics import AlertStats, MetricsCache, MetricSource
@@ -104,7 +105,7 @@ def make_app(daemon: Served) -> web.Application:
         return web.Response(text="ok\n")
 
     async def status(_: web.Request) -> web.Response:
-        now = time.time()
+        now = clock.now()
         doc = {"version": __version__, "now": now, "config": daemon.config_path,
                "targets": [visible_all(v.to_json()) for v in daemon.views(now)]}
         return web.Response(text=json.dumps(_finite(doc)), content_type="application/json")

@@ -8,10 +8,10 @@ message is sent once (a failure is said on stderr, and the exit status stays the
 
 from __future__ import annotations
 
-import time
 from typing import TextIO
 from urllib.parse import urlsplit
 
+from .. import clock
 from ..sinks.alerts.model import FIRING, Alert
 from ..sinks.alerts.receivers import make_sinks
 from ..units import fmt_duration
@@ -38,7 +38,7 @@ def verdict_alert(code: int, outcome: str, views: list[TargetView]) -> Alert:
                        excerpt=list(c.get("excerpt") or []))
         if c.get("rank"):
             details["rank"] = c["rank"]
-    now = time.time()
+    now = clock.now()
     return Alert(key=f"watch|{names}|{kind}|{now:.0f}", kind=kind, status=FIRING,
                  target=names if len(views) > 1 else views[0].name, engine=main.engine,
                  labels={}, epoch=main.epoch, summary=f"watch: {outcome}", details=details,

@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Any, Protocol
 
+from .. import clock
 from ..counters import Counters
 from ..follow import Follower
 from ..sources import Data, Opened, Skipped, SourceState
@@ -57,7 +58,7 @@ async def run(t: Target) -> None:
         raise
     except Exception as e:  # noqa: BLE001 - one target's failure never stops the others
         t.log.exception("target failed", error=repr(e))
-        t.failed_at = time.time()
+        t.failed_at = clock.now()
         status = t.follower.status
         status.up, status.fatal, status.error = False, True, True
         status.message = f"failed: {e!r}"
@@ -87,7 +88,7 @@ async def handle(t: Target, ev: object) -> bool:
     else:
         f.handle(ev)
     if isinstance(ev, Data) and ev.data:
-        t.last_line_at = time.time()
+        t.last_line_at = clock.now()
         t.count_bytes()
         t.end_catch_up()
         t.check_resumed()

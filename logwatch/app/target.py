@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar, runtime_checkable
 
+from .. import clock
 from .. import log
 from ..counters import Counters
 from ..eta import EtaSmoother, startup_eta
@@ -100,7 +101,7 @@ class Stalls:
 
     def restored(self, st: State) -> None:
         if st.stalled:               # stalled when the daemon stopped: still a stall
-            self.current = (st.last_activity or time.time(),
+            self.current = (st.last_activity or clock.now(),
                             Stalled(st.epoch, st.phase, 0.0, st.startup_id))
 
     def over(self, st: State) -> bool:
@@ -145,7 +146,7 @@ class Target:
         self.stop_reading = False         # set by the owner: the verdict is in (watch)
         self.failed_at: float | None = None   # its loop died of an unexpected error (retried)
         self.attached = False             # the source has opened the log
-        self.started_at = time.time()
+        self.started_at = clock.now()
         self.task: asyncio.Task[None] | None = None
         self.checkpoints = Checkpoints(store, cfg.name, checkpoint_interval)
         self.catchup = CatchUp(report_history=report_history, log_sources=log_sources)
@@ -205,7 +206,7 @@ class Target:
 
     # -- events and ticks ----------------------------------------------------------------------
     def _on_events(self, events: list[Event], news: bool = True) -> None:
-        now = time.time()
+        now = clock.now()
         resumed = self.stalls.resumed(self.pipe.state if self.pipe else None, now)
         if resumed:
             events = [*resumed, *events]
@@ -270,7 +271,7 @@ class Target:
         if held is None:
             return                  # not over (or no catch-up)
         self.eta.smoother = EtaSmoother()   # an ETA of the read time is not held to
-        now = time.time()
+        now = clock.now()
         for a in self.attachments:
             a.caught_up(now)
         if held:

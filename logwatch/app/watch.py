@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, TextIO
 
+from .. import clock
 from ..machine import Event
 from ..rules.pack import CRASHED, READY, STOPPED, WAITING, load_all_shipped, load_pack
 from ..sinks.display import MultiDisplay, PlainDisplay, attach_note, make_display
@@ -204,7 +205,7 @@ async def _follow(watched: list[Watched], opts: WatchOptions, wake: asyncio.Even
         except asyncio.TimeoutError:
             pass
         wake.clear()
-        now = time.time()
+        now = clock.now()
         if interrupted:
             if serving:
                 return EXIT_READY, "served until interrupted"
@@ -248,8 +249,8 @@ async def _report(watched: list[Watched], opts: WatchOptions, code: int, outcome
     for w in watched:
         r = w.runner
         if r.pipe is None and r.follower is not None:
-            r.follower.decide_pack(time.time())
-        view = r.view(time.time())
+            r.follower.decide_pack(clock.now())
+        view = r.view(clock.now())
         if opts.last:        # the ended startup is what was asked for: reported in full
             view = dataclasses.replace(view, seen_at_attach=None)
         final_views.append(view)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Hashable, Protocol
 
 from prometheus_client.utils import floatToGoString
 
+from .. import clock
 from ..counters import DURATION_BUCKETS
 from ..limits import REFUSED
 from ..rules.pack import CRASH_REASONS, READY
@@ -343,7 +344,7 @@ class MetricsCache:
         """The exposition of `sources`.  `subset` (``/metrics?target=``): those targets only,
         without the daemon's own families, and the other targets' blocks are kept for the
         next full scrape."""
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         blocks: list[tuple[dict[str, str], dict[str, str]]] = []
         fresh: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
         for src in sources:

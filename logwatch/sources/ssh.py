@@ -441,6 +441,12 @@ def connect_cause(e: BaseException) -> str:
     return ""
 
 
+def _written(attrs: Any) -> float | None:
+    """The file's mtime on this machine's wall clock: the node's moved by its clock's offset
+    (`Attrs.skew`, from the streamed reader; SFTP's attributes tell none)."""
+    return None if attrs.mtime is None else attrs.mtime + getattr(attrs, "skew", 0.0)
+
+
 class SSHFileSource(FollowsWithCursor):
     def __init__(self, url: str, *, options: SSHOptions | None = None,
                  start: Position | None = None, locator: StartLocator | None = None,
@@ -625,7 +631,7 @@ class SSHFileSource(FollowsWithCursor):
                                            int((attrs.mtime or 0) * 1_000_000_000)))
                 async for ev in drive(self.cursor, io, getattr(attrs, "dev", None),
                                       getattr(attrs, "ino", None), attrs.size or 0, head,
-                                      attrs.mtime):
+                                      _written(attrs)):
                     if not isinstance(ev, Reopen):
                         yield ev
                     elif self.newest is not None and self.newest.reading is not None \

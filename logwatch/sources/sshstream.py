@@ -49,6 +49,7 @@ import asyncio
 import base64
 import json
 import shlex
+import time
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -92,7 +93,7 @@ def flush():
         data = data[n:]
 def meta(st, **kw):
     kw.update(dev=st.st_dev, ino=st.st_ino, size=st.st_size, mtime=st.st_mtime,
-              nlink=st.st_nlink, dir=stat.S_ISDIR(st.st_mode))
+              nlink=st.st_nlink, dir=stat.S_ISDIR(st.st_mode), now=time.time())
     return kw
 def reply(rid, obj, data=b""):
     j = json.dumps(obj).encode()
@@ -323,7 +324,9 @@ class NoStream(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Attrs:
-    """What a stat tells, named like asyncssh's SFTPAttrs where they overlap."""
+    """What a stat tells, named like asyncssh's SFTPAttrs where they overlap.  `skew`: this
+    machine's wall clock less the node's at the stat (a node's clock minutes behind made a
+    log written a second ago 'silent for 6 minutes: server probably dead' at attach)."""
 
     size: int
     mtime: float | None
@@ -331,11 +334,15 @@ class Attrs:
     dev: int | None = None
     ino: int | None = None
     nlink: int | None = None
+    skew: float = 0.0
 
 
 def _attrs(m: dict[str, Any]) -> Attrs:
     kind = asyncssh.FILEXFER_TYPE_DIRECTORY if m.get("dir") else asyncssh.FILEXFER_TYPE_REGULAR
-    return Attrs(int(m["size"]), m.get("mtime"), kind, m.get("dev"), m.get("ino"), m.get("nlink"))
+    node_now = m.get("now")
+    skew = time.time() - node_now if isinstance(node_now, (int, float)) else 0.0
+    return Attrs(int(m["size"]), m.get("mtime"), kind, m.get("dev"), m.get("ino"), m.get("nlink"),
+                 skew)
 
 
 def _error(m: dict[str, Any]) -> Exception:

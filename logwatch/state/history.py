@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import clock
 from ..machine import State
 from .files import legacy_file_name, save_state, target_file_name
 from ..rules.pack import READY, WAITING
@@ -80,7 +80,7 @@ class StartupHistory:
             return None
         if startup and any(r.startup == startup for r in self.records):
             return None   # already recorded (the log was read again after a restart)
-        rec = StartupRecord(time.time(), self.model, outcome, durations,
+        rec = StartupRecord(clock.now(), self.model, outcome, durations,
                             round(total if total is not None else sum(durations.values()), 3),
                             startup, reason)
         self.records = (self.records + [rec])[-KEEP:]

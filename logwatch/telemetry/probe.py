@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 
 import asyncssh
 
+from .. import clock
 from ..units import parse_duration, parse_switch
 
 STATUS_LINE_MAX = 256          # bytes of the answer read: the status line is all we need
@@ -408,7 +409,7 @@ class Prober:
             paths = plan.paths or ("/health",)
         st.url = f"{ep.scheme}://{ep.address}" + ("" if len(paths) > 1 else paths[0])
         st.note, st.blocked = "", False
-        now = time.time()
+        now = clock.now()
         t0 = time.monotonic()
         codes: list[str] = []
         ok: bool | None = True

@@ -10,10 +10,10 @@ Every target has one (`Target.catchup`); the other attachments read `target.catc
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from ... import clock
 from ...machine import Event, retime
 from ...pipeline import LogPipeline
 from ...rules.pack import CRASHED, READY
@@ -52,7 +52,10 @@ class CatchUp(Attachment):
         """A first attach with bytes before its offset: those are caught up on first."""
         if ev.reason == "attach" and ev.size is not None and self.attach_end is None \
                 and ev.size > ev.offset:
-            self.attach_end, self.attach_mtime = ev.size, ev.mtime
+            # the file's last write on our clock (a node's mtime came on this machine's
+            # wall clock from its source; the wall clock may have stepped since we started)
+            self.attach_end = ev.size
+            self.attach_mtime = clock.from_wall(ev.mtime) if ev.mtime is not None else None
             self.catching_up = True
 
     def split(self, ev: Data) -> tuple[Data, Data] | None:
@@ -84,7 +87,7 @@ class CatchUp(Attachment):
             return None
         self.catching_up = False
         held, self.held = self.held, []
-        now = time.time()
+        now = clock.now()
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         st = pipe.state
         if st.phase == CRASHED and not st.crash_settled and self.attach_mtime is not None:

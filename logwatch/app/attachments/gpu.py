@@ -16,10 +16,10 @@ This is the one module of app/ that knows the GPU stream's classes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
+from ... import clock
 from ...machine import Event, StartupBegan, State
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...silence import SERVING, PhaseWatts, silence_verdict
@@ -150,6 +150,6 @@ class GpuAttachment(Attachment):
     async def close(self) -> None:
         if self.stream is None:
             return
-        self._final = self._view(time.time())   # watch's summary still reads it
+        self._final = self._view(clock.now())   # watch's summary still reads it
         stream, self.stream = self.stream, None
         await self.streams.release(stream)

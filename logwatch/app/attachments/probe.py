@@ -11,10 +11,10 @@ the one module of app/ that knows the prober's classes.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ... import clock
 from ...machine import Event, Ready, StartupBegan
 from ...verdict import FOLLOWER
 from ...telemetry.probe import (
@@ -55,7 +55,7 @@ class ProbeAttachment(Attachment):
         st, pipe = self.prober.state if self.prober else None, target.pipe
         answers = st is not None and bool(st.up) and pipe is not None and \
             st.ok_startup == pipe.state.startup_id
-        target.probed(time.time(), answers, st.status if st is not None else "")
+        target.probed(clock.now(), answers, st.status if st is not None else "")
         self.on_result(target)
 
     def first_pending(self) -> bool:

@@ -23,9 +23,9 @@ import asyncio
 import contextlib
 import random
 import re
-import time
 from typing import Any, Callable
 
+from ... import clock
 from ... import log
 from ...shown import visible_all
 from .model import FIRING, Alert, AlertCounts
@@ -91,7 +91,7 @@ class Delivery:
     async def _worker(self, sink: Sink) -> None:
         wake = self.wake[sink.name]
         while True:
-            now = time.time()
+            now = clock.now()
             mine = heads(e for e in self.store.outbox if e["sink"] == sink.name)
             due = [e for e in mine if e["next_at"] <= now]
             # the sink as configured now (a reload may have changed it)
@@ -180,7 +180,7 @@ def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger
     entry["attempts"] += 1
     if outcome.unknown:
         entry["unknown"] = entry.get("unknown", 0) + 1
-    now = time.time()
+    now = clock.now()
     left = entry["first_at"] + sink.max_age - now
     if entry.get("unknown", 0) > MAX_UNKNOWN:
         logger.error("alert delivery unknown: the receiver did not answer in time; "

@@ -9,10 +9,11 @@ a restart, a kill -9 nor a lost checkpoint gives the same alert another key.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
+
+from ... import clock
 
 FIRING, RESOLVED = "firing", "resolved"
 SCHEMA_VERSION = 1
@@ -31,7 +32,7 @@ class Alert:
     epoch: int
     summary: str
     details: dict[str, Any] = field(default_factory=dict)
-    starts_at: float = field(default_factory=time.time)
+    starts_at: float = field(default_factory=clock.now)
     ends_at: float | None = None
     generator_url: str = ""
     startup: str = ""         # the StartupId the alert is about
@@ -61,7 +62,7 @@ class Alert:
         return out
 
     def resolved(self, why: str, now: float | None = None) -> "Alert":
-        now = time.time() if now is None else now
+        now = clock.now() if now is None else now
         return Alert(self.key, self.kind, RESOLVED, self.target, self.engine, dict(self.labels),
                      self.epoch, f"resolved: {self.summary} ({why})",
                      {**self.details, "resolved_by": why}, self.starts_at, now,

@@ -22,10 +22,10 @@ outbox, which sends each mark once.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ... import clock
 from ...machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
@@ -79,7 +79,7 @@ class AlertPolicy:
     def _alert(self, v: TargetView, kind: str, startup: str | None, summary: str,
                details: dict[str, Any], epoch: int, extra: str = "") -> Alert:
         return Alert(alert_key(v.name, startup, kind, extra), kind, FIRING, v.name, v.engine,
-                     dict(v.labels), epoch, summary, details, time.time(), None,
+                     dict(v.labels), epoch, summary, details, clock.now(), None,
                      self.generator_url, startup or "")
 
     def observe(self, v: TargetView, events: list[Event]) -> list[Decision]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from ... import clock
 from ...rules.reasons import reason_text
 from ..display import fold_ranks   # the same line from 8 ranks: once, (x8 ranks)
 from .kinds import DEFAULT_ON, kind_of
@@ -231,10 +232,10 @@ class AlertmanagerSink(Sink):
         annotations = {"summary": alert.summary,
                        "excerpt": "\n".join(alert.excerpt),
                        "root_cause": str(alert.details.get("line") or "")}
-        ends = alert.ends_at if alert.status == RESOLVED else time.time() + FIRING_TTL
+        ends = alert.ends_at if alert.status == RESOLVED else clock.now() + FIRING_TTL
         item = {"labels": am_labels(alert),
                 "annotations": {k: v for k, v in annotations.items() if v},
-                "startsAt": iso(alert.starts_at), "endsAt": iso(ends or time.time())}
+                "startsAt": iso(alert.starts_at), "endsAt": iso(ends or clock.now())}
         if alert.generator_url:
             item["generatorURL"] = alert.generator_url
         return Request(f"{base}/api/v2/alerts", json.dumps([item]).encode(),

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ... import clock
 from ... import log
 from ...machine import Event
 from ...units import fmt_duration
@@ -158,7 +159,7 @@ class AlertRouter:
             return
         sinks = [s for s in self.sinks if s.wants(alert)
                  and (opened is None or went_to(opened, s))]
-        self.store.mark(alert.target, mark, time.time())
+        self.store.mark(alert.target, mark, clock.now())
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
@@ -178,7 +179,7 @@ class AlertRouter:
             self._crash_loop_note(alert)
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks)}
-        now = time.time()
+        now = clock.now()
         for s in sinks:
             self.store.outbox.append({"id": next(self._ids), "sink": s.name,
                                       "dest": s.destination, "state": QUEUED,

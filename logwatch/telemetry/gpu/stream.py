@@ -20,6 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ... import clock
 from ... import log
 from ...sources.ssh import Backoff, SSHOptions, SSHPool, SSHTarget, default_pool, explain
 from ...units import fmt_duration
@@ -80,7 +81,7 @@ class GpuStream:
 
     def __init__(self, config: GpuConfig, *, ssh: tuple[SSHTarget, SSHOptions] | None = None,
                  pool: SSHPool | None = None, history: int = HISTORY,
-                 clock: Callable[[], float] = time.time,
+                 clock: Callable[[], float] = clock.now,
                  retry: tuple[float, float] = (1.0, 60.0),
                  missing_retry: tuple[float, float] = (60.0, 300.0),
                  healthy_after: float = 60.0) -> None:
