@@ -195,14 +195,16 @@ class LogPipeline:
                  stall_after: float | None = None,
                  max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
                  offset: int = 0, line_number: int = 1,
-                 counters: Counters | None = None, year: int | None = None) -> None:
+                 counters: Counters | None = None, year: int | None = None,
+                 written: float | None = None) -> None:
         self.pack = pack
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=max_line_bytes, records=record_forms(pack))
         self.matcher = shared_matcher(pack, max_line_bytes)
         self.machine = StartupMachine(pack, stall_after)
         self.state = State()
-        self.clock = LogClock(pack.timestamps, year)   # `year`: of year-less stamps (file time)
+        # year-less stamps: of `year`, else placed by when the file was last `written`
+        self.clock = LogClock(pack.timestamps, year, written)
         self.collapse_stats = collapse_stats
         # a finished log's reading: the frames inside a run of one bar are not matched
         # (rules/bars.py; by default with collapse_stats, as replay reads)

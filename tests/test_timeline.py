@@ -9,6 +9,8 @@ and the total never counts overlapping time twice.
 
 from __future__ import annotations
 
+import calendar
+import os
 import random
 import re
 import time
@@ -455,6 +457,46 @@ def test_clock_over_new_year_with_mixed_formats(year):
     st_ = feed(lines, "vllm", year=year).state
     assert st_.ready_in() == pytest.approx(30.0)
     assert st_.untrusted_stamps == 0
+
+
+def feed_written(lines: list[str], written: float) -> LogPipeline:
+    """The lines through a pipeline as `replay` reads a file last written at `written`."""
+    pipe = LogPipeline(load_pack("vllm"), written=written)
+    pipe.feed("".join(x + "\n" for x in lines).encode(), 1_000.0)
+    pipe.finish(1_000.0)
+    return pipe
+
+
+def test_a_december_log_read_in_january_is_of_the_year_before():
+    """`cp` without -p gives a December log January's mtime (a pipe or a daemon in January:
+    now's year): its year-less stamps were dated 11 months ahead, `history` said 2027-12-04
+    for a launch of 2026-12-04.  No line is written after the file's last write."""
+    lines = [VL.format("12-04 10:00:00"), READY_AT.format("12-04 10:01:00")]
+    st_ = feed_written(lines, calendar.timegm((2027, 1, 5, 9, 0, 0))).state
+    assert st_.spans[0].log_time == calendar.timegm((2026, 12, 4, 10, 0, 0))
+    assert st_.ready_in() == pytest.approx(60.0)
+    # a log of this year, written today: this year
+    st_ = feed_written(lines, calendar.timegm((2026, 12, 4, 10, 5, 0))).state
+    assert st_.spans[0].log_time == calendar.timegm((2026, 12, 4, 10, 0, 0))
+
+
+def test_replay_dates_a_copied_december_log_by_its_mtime(tmp_path: Path):
+    """The path a user takes: the file copied on 5 January (its mtime then), replayed."""
+    log = tmp_path / "server.log"
+    log.write_text(VL.format("12-04 10:00:00") + "\n" + READY_AT.format("12-04 10:01:00") + "\n")
+    jan = calendar.timegm((2027, 1, 5, 9, 0, 0))
+    os.utime(log, (jan, jan))
+    st_ = replay_file(str(log)).state
+    assert st_.spans[0].log_time == calendar.timegm((2026, 12, 4, 10, 0, 0))
+
+
+def test_a_29_february_is_of_a_leap_year():
+    """A log of 29 February read in a year that has none: the date rolled to 1 March, and
+    the next day's lines went back a day (ready after 1m29s for 4m33s; cuda_graph 24 h)."""
+    lines = [VL.format("02-29 23:58:00"), READY_AT.format("03-01 00:02:33")]
+    st_ = feed_written(lines, calendar.timegm((2026, 12, 4, 10, 0, 0))).state
+    assert st_.spans[0].log_time == calendar.timegm((2024, 2, 29, 23, 58, 0))
+    assert st_.ready_in() == pytest.approx(273.0)
 
 
 def test_a_clock_that_jumps_back_is_not_used_and_counted():

@@ -28,9 +28,9 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
     """`f` (after `head`, its first bytes, which are at `start` of the log) through a
     pipeline of `pack`.  `collapse_stats`: of a run of serving lines only the first and last
     are matched; `on_step`: the pipeline's per-step hook (the launch ledger).  Year-less
-    stamps get the year of the file's mtime."""
+    stamps are placed by the file's mtime (none written after it)."""
     pipe = LogPipeline(pack, collapse_stats=collapse_stats, bar_runs=bar_runs,
-                       year=_file_year(f))
+                       written=_file_written(f))
     if start:
         pipe.start_at(start, 1)
     pipe.on_step = on_step
@@ -44,10 +44,10 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
     return pipe
 
 
-def _file_year(f: BinaryIO) -> int | None:
-    """The year the file was last written (None for a pipe: then this year)."""
+def _file_written(f: BinaryIO) -> float | None:
+    """When the file was last written (None where it cannot be told: then now)."""
     try:
-        return time.gmtime(os.fstat(f.fileno()).st_mtime).tm_year
+        return os.fstat(f.fileno()).st_mtime
     except (OSError, ValueError, AttributeError, OverflowError):
         return None
 

@@ -62,12 +62,17 @@ class Stamp:
 class LogClock:
     """Parses timestamps and carries the last one forward to lines that have none."""
 
-    def __init__(self, formats: tuple[TimestampFormat, ...], year: int | None = None) -> None:
+    def __init__(self, formats: tuple[TimestampFormat, ...], year: int | None = None,
+                 written: float | None = None) -> None:
         self.formats = formats
         self.last: Stamp | None = None
         self._last_raw: str | None = None
-        # the year of MM-DD stamps: the last explicit year seen, else the file's, else now's
-        self._year = year if year is not None else time.gmtime().tm_year
+        # the year of MM-DD stamps: the last explicit year seen, else the one given, else the
+        # year the file was last `written` (its mtime), else now's
+        self._year = year if year is not None else \
+            time.gmtime(written if written is not None else time.time()).tm_year
+        # no line was written after this (the file's mtime; now, where no year was given)
+        self._written = written if written is not None or year is not None else None
         self._year_offset = 0        # New Year crossings since then
         self._year_known = False     # a year-bearing stamp has fixed the frame
         self._yearless = False       # a year-less stamp was placed in the guessed year
@@ -194,8 +199,13 @@ class LogClock:
                     self._outlier = True
                 midnight = calendar.timegm((framed, month, day, 0, 0, 0))
             else:
+                if not self._yearless and last is None:
+                    self._first_year(month, day, tod)
                 self._yearless = True
                 year = self._year + self._year_offset
+                if (month, day) == (2, 29) and not calendar.isleap(year):
+                    self._year -= year - _leap_year_before(year)     # a leap year's log
+                    year = self._year + self._year_offset
                 midnight = calendar.timegm((year, month, day, 0, 0, 0))
                 if last is not None and midnight + tod < last - _HALF_YEAR:
                     self._year_offset += 1
@@ -211,11 +221,31 @@ class LogClock:
         return secs
 
 
+    def _first_year(self, month: int, day: int, tod: float) -> None:
+        """The log's first stamp, year-less: not after the log was last written (the file's
+        mtime; now): a December log copied or read in January is of the year before (it was
+        dated 11 months ahead: `history` 2027-12-04 for a launch of 2026-12-04)."""
+        written = self._written if self._written is not None else time.time()
+        if (month, day) == (2, 29) or not 1 <= month <= 12 or not 1 <= day <= 31:
+            return
+        try:
+            if calendar.timegm((self._year, month, day, 0, 0, 0)) + tod > written + 86400:
+                self._year -= 1
+        except (ValueError, OverflowError):
+            pass
+
     def _frame_year(self, month: int, day: int, tod: float, last: float) -> int:
         """The year, near the guessed one, in which month-day-time is nearest to `last`."""
         guess = self._year + self._year_offset
         return min((guess - 1, guess, guess + 1),
                    key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
+
+
+def _leap_year_before(year: int) -> int:
+    """The nearest leap year not after `year` (a year-less 29 February is of one)."""
+    while not calendar.isleap(year):
+        year -= 1
+    return year
 
 
 def _stamp_text(g: dict[str, str | None]) -> str:
