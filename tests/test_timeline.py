@@ -893,3 +893,35 @@ def test_a_wrapper_s_download_before_the_server_is_one_startup(engine: str, log:
     # a launch line after a startup that printed its own is a relaunch, as before
     twice = lines + (BUILT / log).read_text().splitlines()
     assert feed(twice, engine).state.startups == 2
+
+
+# -- a silence after a bar, read live -----------------------------------------------------------
+
+GAP_AFTER_BAR = [   # (read at, line): SGLang 0.5.x, the shards loaded, then 3 h of nothing
+    (0, "[2026-12-04 10:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', 'tp_size': 2}"),
+    (9, "[2026-12-04 10:00:09 TP0] Load weight begin. avail mem=138.92 GB"),
+    (9, "[2026-12-04 10:00:09 TP0] Using model weights format ['*.safetensors']"),
+    (9, "Loading safetensors checkpoint shards:   0% Completed | 0/17 [00:00<?, ?it/s]"),
+    (23, "Loading safetensors checkpoint shards:  47% Completed | 8/17 [00:14<00:16,  0.56it/s]"),
+    (39, "Loading safetensors checkpoint shards: 100% Completed | 17/17 [00:30<00:00,  0.56it/s]"),
+    (10960, "[2026-12-04 13:02:40 TP0] Load weight end. elapsed=151.20 s, type=Qwen3ForCausalLM"),
+    (10961, "[2026-12-04 13:02:41 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1105920"),
+]
+
+
+@pytest.mark.parametrize("live", [True, False])
+def test_a_silence_after_a_bar_read_live_is_the_bar_phase(live: bool):
+    """The shards loaded in 30 s, then a rank stuck for 3 h before `Load weight end`.  Read
+    as it was written, our clock saw the bar begin right after the download's line: the 3 h
+    were loading_shards' (as the stall alert said), not a download's (the ledger and the
+    ready alert said `slowest phase: downloading 3h`).  Read at once (replay), nothing says
+    where the unseen time went: the download's, as before."""
+    pipe = LogPipeline(load_pack("sglang"), year=2026)
+    for at, line in GAP_AFTER_BAR:
+        pipe.feed((line + "\n").encode(), 1_000.0 + (at if live else 20_000))
+    d = pipe.state.durations()
+    if live:
+        assert "downloading" not in d and d["loading_shards"] == pytest.approx(10951, abs=2), d
+    else:
+        assert d["downloading"] == pytest.approx(10921, abs=2) and d["loading_shards"] == \
+            pytest.approx(30, abs=2), d

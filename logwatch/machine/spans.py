@@ -96,22 +96,28 @@ def reattribute(state: State, rule: Rule, obs: Observation) -> None:
         cur.phase = rule.closes_as
 
 
-def settle_float(state: State, obs: Observation) -> None:
+def settle_float(state: State, obs: Observation, read_at: float) -> None:
     """The current span opened at an unstamped bar right after a silent phase (a hub download
     that prints nothing): its frames were placed from the last stamp.  The first stamped line
     after them says how much time went by unseen: that time was the silent phase's (the bar's
     own frames say how long the bar ran), so the span moves to end there.  When none went by
     and the silent span had no time of its own before the bar, it was not: it is taken back
-    (the bar's span starts where it did)."""
+    (the bar's span starts where it did).  Where the lines were read as they were written,
+    our clock says when the bar began (`read_at`: this line's read time): the time after
+    the bar's own is its phase's (a rank stuck after its shards were loaded was a 3-hour
+    download in the ledger and the ready alert, while the stall said loading_shards)."""
     assert obs.log_time is not None and state.floating is not None
     if not obs.own_time:
         state.floating = max(state.floating, obs.log_time)
         return
-    gap = obs.log_time - state.floating
-    state.floating = None
+    frames_end, state.floating = state.floating, None
+    gap = obs.log_time - frames_end
     main = [sp for sp in state.spans if not sp.beside]
     if len(main) < 2 or main[-1].log_time is None:
         return
+    bar = main[-1]
+    after = (read_at - bar.at) - (frames_end - bar.log_time)   # 0 or less: read at once
+    gap -= min(max(after, 0.0), max(gap, 0.0))
     silent = main[-2]
     if gap <= FLOAT_GAP:
         if silent.log_time is not None and main[-1].log_time - silent.log_time <= FLOAT_GAP:

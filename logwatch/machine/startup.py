@@ -76,7 +76,7 @@ class StartupMachine:
         if obs.log_time is not None:
             trust(state, obs)
             if state.floating is not None:
-                settle_float(state, obs)
+                settle_float(state, obs, now)
             first = state.last_log_time is None
             self._quiet_for = 0.0 if first else obs.log_time - state.last_log_time
             state.last_log_time = obs.log_time
