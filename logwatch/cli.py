@@ -250,7 +250,8 @@ def _add_watch(sub: Subparsers) -> None:
                         "in $LOGWATCH_STATE_DIR or ~/.local/state/logwatch, and the next watch "
                         "of the same TARGET bases its ETA on them)")
     w.add_argument("--wait", "--wait-for-file", dest="wait_for_file", action="store_true",
-                   help="wait for a local log (or its directory) that does not exist yet: "
+                   help="wait for a log (or its directory, locally or on an SSH node) that does "
+                        "not exist yet: "
                         "watch started before the server (default: exit 2 naming the nearest "
                         "names in its directory)")
     g = w.add_argument_group("ssh (defaults come from ~/.ssh/config and ~/.ssh/known_hosts)")

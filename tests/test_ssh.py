@@ -27,6 +27,7 @@ from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
+from support.daemon import sim_texts, wait_for
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
@@ -302,9 +303,9 @@ def _other_host_key(tmp_path: Path) -> str:
 
 
 async def _first_fatal(server: SSHServer, path: Path, known_hosts: Path,
-                       timeout: float = 15) -> tuple[SourceState, float]:
+                       timeout: float = 15, **kw: Any) -> tuple[SourceState, float]:
     pool = SSHPool()
-    source = make_source(server, path, pool=pool, options=ssh_opts(server, known_hosts))
+    source = make_source(server, path, pool=pool, options=ssh_opts(server, known_hosts), **kw)
     col = Collector(source).start()
     t0 = time.monotonic()
     try:
@@ -388,11 +389,13 @@ def test_changed_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> 
 # ----------------------------------------------------------------------------------------------
 # c. missing directory, unreadable file
 
-def test_missing_directory_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
+def test_missing_directory_is_fatal_to_watch_without_wait(sshd_server: SSHServer,
+                                                          tmp_path: Path) -> None:
+    """`watch` without --wait (the source's wait_for_dir=False): a typo, refused at once."""
     server = sshd_server
     missing_dir = tmp_path / "no-such-dir"
     target = missing_dir / "server.log"
-    fatal, took = run(_first_fatal(server, target, server.known_hosts))
+    fatal, took = run(_first_fatal(server, target, server.known_hosts, wait_for_dir=False))
     assert str(missing_dir) in fatal.message and "no such directory" in fatal.message, fatal
     assert took < 10
 
@@ -401,6 +404,34 @@ def test_missing_directory_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> N
     assert res.returncode == 2, (res.returncode, res.stdout, res.stderr)
     assert str(missing_dir) in res.stderr, res.stderr
     assert took < 12
+
+
+def test_watch_wait_waits_for_a_missing_directory_on_the_node(sshd_server: SSHServer,
+                                                              tmp_path: Path) -> None:
+    """`watch --wait ssh://node/jobs/job-8/server.log` before the job made its directory: it
+    says it waits for the directory, then reads the job's crash (exit 1).  Before: exit 2,
+    "no such directory", whatever --wait said."""
+    server = sshd_server
+    job = tmp_path / "job-8"
+    out = tmp_path / "watch.out"
+    with open(out, "wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "logwatch", "watch", "--wait", "--no-history", "--gpu", "off",
+             "--probe", "off", server.url(job / "server.log"), "--known-hosts",
+             str(server.known_hosts), "-i", str(server.client_key), "--timeout", "60"],
+            cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: b"no such directory yet" in out.read_bytes(), 30, "the wait said",
+                 alive=lambda: None if proc.poll() is None else out.read_text())
+        job.mkdir()
+        (job / "server.log").write_text("".join(sim_texts(crash="oom")), encoding="utf-8")
+        assert proc.wait(timeout=40) == 1, out.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert "cuda_oom" in out.read_text() or "CUDA out of memory" in out.read_text(), \
+        out.read_text()
 
 
 def test_server_without_an_sftp_subsystem_is_named_as_such(tmp_path: Path) -> None:

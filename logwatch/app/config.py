@@ -61,6 +61,9 @@ class TargetConfig:
     gpu: GpuConfig = field(default_factory=GpuConfig)   # nvidia-smi beside the log
     probe: ProbeConfig = field(default_factory=ProbeConfig)  # the server's HTTP endpoint
     source_down_after: float = SOURCE_DOWN_AFTER   # grace before `source_down`
+    # an ssh:// log's missing directory is waited for, as a local one's is (the daemon
+    # always: a job's own directory is made when it starts); `watch` only with --wait
+    wait_for_dir: bool = True
 
     @property
     def display_source(self) -> str:

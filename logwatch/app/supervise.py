@@ -2,7 +2,7 @@
 
 - A target whose loop died of an unexpected error (or that could not start) is restarted
   from its checkpoint after a backoff (RETRY_BASE, doubling to RETRY_MAX); the others go on.
-- A source that gave up (a refused key, no such directory, permission denied) is tried
+- A source that gave up (a refused key, permission denied) is tried
   again on a slow timer (FATAL_RETRY_BASE doubling to FATAL_RETRY_MAX) and at once on SIGHUP.
 - `source_down`: the targets with an outage are handed to the alert policy every
   SOURCE_CHECK_EVERY seconds (one open per target, resolved when the source is up again).
@@ -79,7 +79,7 @@ class Supervisor:
     async def retry_refused(self, runners: Mapping[str, Target], targets: list[TargetConfig],
                             now: float, force: bool = False) -> list[str]:
         """A source refused once is tried again on a slow timer (FATAL_RETRY_BASE,
-        doubling) and, with `force` (SIGHUP), at once: the key fixed, the directory made."""
+        doubling) and, with `force` (SIGHUP), at once: the key fixed, the file made readable."""
         by_name = {t.name: t for t in targets}
         retried = []
         for name, r in list(runners.items()):

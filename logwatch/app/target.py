@@ -169,7 +169,8 @@ class Target:
         source = make_source(cfg.source, locator=None if cfg.from_start else
                              startup_locator(packs), start=restored.position, ssh=cfg.ssh,
                              pool=pool, poll=cfg.poll, name=self.name,
-                             batch_interval=batch_interval, rotate_wait=cfg.rotate_wait)
+                             batch_interval=batch_interval, rotate_wait=cfg.rotate_wait,
+                             wait_for_dir=cfg.wait_for_dir)
         self.follower = Follower(self.name, source, self._new_pipeline, restored.pack,
                                  candidates, on_events=self._on_events,
                                  redetect=cfg.rules == "auto")

@@ -84,7 +84,8 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[Target, list[Event]], 
         candidates = [pack]
     cfg = TargetConfig(name=target, source=target, rules=opts.rules,
                        stall_after=opts.stall_after, ssh=opts.ssh, poll=opts.poll,
-                       from_start=opts.from_start, gpu=opts.gpu, probe=opts.probe)
+                       from_start=opts.from_start, gpu=opts.gpu, probe=opts.probe,
+                       wait_for_dir=opts.wait_for_file)
     return Target(cfg, store=None, candidates=candidates, pool=default_pool(),
                   attachments=watch_attachments(opts, target),
                   on_events=on_events, batch_interval=0.0, log_sources=False,

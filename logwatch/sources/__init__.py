@@ -50,9 +50,11 @@ def source_kind(target: str) -> str:
 def make_source(target: str, *, locator: StartLocator | None = None, start: Position | None = None,
                 ssh: dict[str, Any] | SSHOptions | None = None, pool: SSHPool | None = None,
                 poll: bool = False, name: str | None = None, batch_interval: float = 0.0,
-                rotate_wait: float = ROTATE_WAIT) -> Source:
+                rotate_wait: float = ROTATE_WAIT, wait_for_dir: bool = True) -> Source:
     """Build the source for a TARGET string.  `locator` finds the latest startup on first attach
-    (without one, a log met for the first time is read from its start)."""
+    (without one, a log met for the first time is read from its start).  `wait_for_dir`: an
+    ssh:// log's missing directory is waited for (False: refused at once, `watch` without
+    --wait)."""
     from .command import CommandSource, StdinSource
     from .local import LocalFileSource
     from .ssh import SSHFileSource, SSHOptions
@@ -67,7 +69,7 @@ def make_source(target: str, *, locator: StartLocator | None = None, start: Posi
     if kind == "ssh":
         opts = ssh if isinstance(ssh, SSHOptions) else SSHOptions.from_dict(ssh)
         return SSHFileSource(target, options=opts, start=start, locator=locator, pool=pool,
-                             name=name, rotate_wait=rotate_wait)
+                             name=name, rotate_wait=rotate_wait, wait_for_dir=wait_for_dir)
     finder = locator.in_file if locator is not None else None
     return LocalFileSource(target, start=start, find_start=finder, use_inotify=not poll,
                            name=name, batch_interval=batch_interval, rotate_wait=rotate_wait)

@@ -451,8 +451,9 @@ class SSHFileSource(FollowsWithCursor):
     def __init__(self, url: str, *, options: SSHOptions | None = None,
                  start: Position | None = None, locator: StartLocator | None = None,
                  pool: SSHPool | None = None, name: str | None = None,
-                 rotate_wait: float = ROTATE_WAIT) -> None:
+                 rotate_wait: float = ROTATE_WAIT, wait_for_dir: bool = True) -> None:
         self.target = SSHTarget.parse(url)
+        self.wait_for_dir = wait_for_dir     # False: a missing directory is refused (missing)
         # a pattern in the file name: the newest match is read (newest.py)
         self.newest: NewestFile | None = None
         if is_pattern(self.target.path):
@@ -553,8 +554,9 @@ class SSHFileSource(FollowsWithCursor):
         return None if m is None else posixpath.join(posixpath.dirname(self.target.path), m.name)
 
     async def _open(self, sftp: Any) -> AsyncIterator[SourceEvent | Any]:
-        """Open the path, waiting (with a message) while it does not exist."""
-        said = False
+        """Open the path, waiting (with a message, said again only when it changes) while
+        it, or its directory, does not exist."""
+        said = ""
         while not self._closed:
             try:
                 path = await self.named(sftp)
@@ -565,19 +567,13 @@ class SSHFileSource(FollowsWithCursor):
                 yield f
                 return
             except asyncssh.SFTPNoSuchFile:
-                parent = posixpath.dirname(self.target.path) or "/"
-                try:
-                    await sftp.stat(parent)
-                except asyncssh.SFTPNoSuchFile:
-                    yield SourceState(False, f"no such directory on {self.target.host}: {parent}",
-                                      fatal=True)
+                state = await missing(sftp, self)
+                if state.fatal:
+                    yield state
                     return
-                if not said:
-                    what = f"a file matching {self.target.path}" if self.newest \
-                        else self.target.path
-                    yield SourceState(False, f"waiting for {what} to appear on "
-                                             f"{self.target.host}")
-                    said = True
+                if state.message != said:
+                    yield state
+                    said = state.message
                 await self._sleep(1.0)
             except asyncssh.SFTPPermissionDenied:
                 yield SourceState(False, f"permission denied reading {self.target.path} on "
@@ -645,6 +641,26 @@ class SSHFileSource(FollowsWithCursor):
                         await handle.close()
                     except (OSError, asyncssh.Error):
                         pass
+
+async def missing(sftp: Any, source: SSHFileSource) -> SourceState:
+    """What to say of a path that names no file: waiting for it, or for its directory (a
+    job's own directory, `/jobs/job-8/`, is made when the job starts: waited for as a local
+    target's is; before, refused and tried again only after 2 minutes, by when the job's
+    crash was history), or refused where `source.wait_for_dir` is off (`watch` without
+    --wait: a typo far more often than a job to come)."""
+    target = source.target
+    parent = posixpath.dirname(target.path) or "/"
+    try:
+        await sftp.stat(parent)
+    except asyncssh.SFTPNoSuchFile:
+        if not source.wait_for_dir:
+            return SourceState(False, f"no such directory on {target.host}: {parent}",
+                               fatal=True)
+        return SourceState(False, f"waiting for {parent} (no such directory yet) to appear "
+                                  f"on {target.host}")
+    what = f"a file matching {target.path}" if source.newest else target.path
+    return SourceState(False, f"waiting for {what} to appear on {target.host}")
+
 
 async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int]:
     """The latest startup of the log `source` reads: `grep -b -n` on the remote side,
