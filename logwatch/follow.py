@@ -68,6 +68,18 @@ class SourceStatus:
             self.down_since = ongoing if ongoing is not None else now
         return came_up
 
+    def reading(self, now: float) -> bool:
+        """The log is being read, so a silence in it is the server's: not during an outage
+        (the source failing: `source_down` says that, a `stalled` page would blame the
+        server for the network), nor in the RESUME_GRACE after the source came back before
+        its first byte (what the server wrote meanwhile is still on its way)."""
+        if self.error:
+            return False
+        if not self.up or self.up_since is None:
+            return True
+        unread = self.last_data_at is None or self.last_data_at < self.up_since
+        return not (unread and now - self.up_since < RESUME_GRACE)
+
     @property
     def state(self) -> str:
         """up / waiting (for a file to appear, not started yet) / error / fatal."""
@@ -79,6 +91,7 @@ class SourceStatus:
 
 
 STEADY = 10.0     # seconds up (with no data) that end an outage
+RESUME_GRACE = 2.0   # seconds after a source is back for the bytes written while it was down
 
 
 class LastLine:
@@ -205,7 +218,7 @@ class Follower:
             return self.decide_pack(now)
         if self.pipe is None:
             return []
-        events = self.pipe.tick(now)
+        events = self.pipe.tick(now, reading=self.status.reading(now))
         if events:
             self.on_events(events)
         return events

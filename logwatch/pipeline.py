@@ -290,7 +290,9 @@ class LogPipeline:
                              records=self.framer.records)
         return self._counted(events)
 
-    def tick(self, now: float) -> list[Event]:
+    def tick(self, now: float, reading: bool = True) -> list[Event]:
+        """Time passed (`reading`: the log can be read now, its silence is the server's:
+        `StartupMachine.tick`)."""
         events: list[Event] = []
         st = self.state
         if self.framer.pending and self._last_line_is_all(now):
@@ -301,7 +303,7 @@ class LogPipeline:
                     self.counters.lines += 1     # read: a line, though its `\n` may come
                     self._open_line_counted = True
             self.excerpt.finish()
-        ticked = self.machine.tick(st, now)
+        ticked = self.machine.tick(st, now, reading)
         if ticked and self.on_step is not None:
             self.on_step(ticked, st)
         return self._counted(events + ticked)

@@ -8,6 +8,7 @@ not come has no event to wait for).
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -55,3 +56,83 @@ def test_a_job_directory_made_later_is_waited_for_and_its_crash_paged(
     rx.assert_quiet(3.0, hook("source_down"), "for a directory not made yet")
     assert len(rx.requests(hook("crashed", "firing", "job"))) == 1   # once
 
+
+class Server:
+    """The inference server writing its log on the node: a line every `every` seconds from a
+    thread while `writing` is set (it keeps loading while the network is down)."""
+
+    def __init__(self, log: Path, every: float = 0.3) -> None:
+        self.log, self.every = log, every
+        self.writing = threading.Event()
+        self.done = threading.Event()
+        self.lines = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every):
+            if self.writing.is_set():
+                self.lines += 1
+                with open(self.log, "a", encoding="utf-8") as f:
+                    f.write(f"[2026-01-01 10:00:05 TP0] loading layer {self.lines}\n")
+
+    def start(self) -> "Server":
+        self.writing.set()
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(5)
+
+
+def test_no_stall_page_while_the_node_cannot_be_read_and_one_at_once_after(
+        sshd_server: SSHServer, tmp_path: Path, daemons: Any, receivers: Any) -> None:  # noqa: F811
+    """sshd down (the connection lost, reconnects refused) for three stall budgets while the
+    server loads on and writes: no `stalled` page (the outage is `source_down`'s; before, a
+    `stalled` page blamed the server for the network, resolved at the reconnect), and none
+    once its lines are read again.  Then the server goes silent and the node is unreachable
+    again for longer than the budget: the `stalled` page comes once the log is read again,
+    within seconds, not during the outage and not a budget later."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    texts = sim_texts()
+    log.write_text("".join(texts[:17]), encoding="utf-8")    # up to "Load weight begin"
+    port = free_port()
+    budget = 3.0
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        ssh_target(sshd_server, "node", log, stall_after=f"{budget:g}s"),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["stalled", "source_down"]}])
+    d = daemons(cfg, port).start()
+    server = Server(log).start()
+    try:
+        d.wait_target("node", lambda t: t["source_state"]["state"] == "up" and
+                      t["phase"] not in ("waiting", "launching"), "loading", timeout=30)
+        outage(sshd_server, d, rx, 3 * budget)
+        lines = server.lines
+        d.wait_target("node", lambda t: t["source_state"]["state"] == "up" and
+                      t["source_state"]["line_number"] > 17 + lines, "the outage's lines read",
+                      timeout=30)
+        rx.assert_quiet(budget / 2, hook("stalled"), "once read again")
+        # the server goes silent, then the node can not be reached for longer than the budget
+        server.writing.clear()
+        outage(sshd_server, d, rx, 2 * budget)
+        d.wait_target("node", lambda t: t["source_state"]["state"] == "up", "up again",
+                      timeout=30)
+        back = time.monotonic()
+        rx.wait(hook("stalled", "firing", "node"), timeout=15, alive=d.dead, what="the stall")
+        assert time.monotonic() - back < 4.0, time.monotonic() - back
+        assert len(rx.requests(hook("stalled", "firing"))) == 1
+    finally:
+        server.stop()
+
+
+def outage(sshd: SSHServer, d: Any, rx: Any, seconds: float) -> None:
+    """sshd stopped (every connection dropped, new ones refused) for `seconds`, during which
+    no `stalled` page may come; then started again on its port."""
+    sshd.stop()
+    d.wait_target("node", lambda t: t["source_state"]["state"] == "error", "the outage seen",
+                  timeout=15)
+    try:
+        rx.assert_quiet(seconds, hook("stalled"), "while the node cannot be read")
+    finally:
+        sshd.start()

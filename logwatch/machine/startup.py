@@ -141,14 +141,19 @@ class StartupMachine:
         note_follower(self.pack, state, obs, line_args)
         note_role(self.pack, state, obs.proc, rule.id, line_args)
 
-    def tick(self, state: State, now: float) -> list[Event]:
+    def tick(self, state: State, now: float, reading: bool = True) -> list[Event]:
         """Time passed: a crash whose evidence stopped changing settles; a startup phase
-        silent too long is stalled; a provisional phase nothing replaced is announced."""
+        silent too long is stalled; a provisional phase nothing replaced is announced.
+        Not `reading` (the log cannot be read: an SSH connection lost), its silence is no
+        evidence: no stall, no follower's ready by quiet; once read again, a silence past
+        the budget stalls at the next tick (`last_activity` is the server's last line)."""
         if state.deferred is not None and now - state.deferred.at >= PROVISIONAL_FOR:
             ev, state.deferred = state.deferred, None
-            return [ev, *self.tick(state, now)]
+            return [ev, *self.tick(state, now, reading)]
         if state.phase == CRASHED and not state.crash_settled:
             return self.settle(state) if self.crash_is_final(state, now) else []
+        if not reading:
+            return []
         if state.phase in self._startup and (done := follower_ready(state, now, False)):
             return self._ready_at(state, done, now)
         if state.stalled or state.phase not in self._startup or state.last_activity is None:
