@@ -28,7 +28,7 @@ from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
 from support.daemon import sim_texts, wait_for
-from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SFTP_SERVER, SSHServer, sshd_server  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -647,6 +647,44 @@ def test_a_path_under_tilde_is_in_the_logins_home(sshd_server: SSHServer, tmp_pa
     finally:
         shutil.rmtree(home / rel)
     assert col.fatal() is None and col.errors == []
+
+
+@pytest.mark.parametrize("transport", ["stream", "sftp"])
+def test_a_path_under_tilde_is_in_the_home_whatever_bashrc_cds_to(tmp_path: Path,
+                                                                  transport: str) -> None:
+    """A ~/.bashrc doing `cd $SCRATCH` (both readers start through the login shell: the
+    streamed reader, and an `sftp-server` subsystem): `ssh://host/~/server.log` is still the
+    one in the login's home (its passwd entry's).  Before: the one in $SCRATCH, another
+    file, read without a word."""
+    scratch = tmp_path / "scratch"
+    home = Path(os.path.expanduser(f"~{getpass.getuser()}"))
+    rel = f".cache/logwatch-test-cd-{os.getpid()}-{transport}"
+    for where, first in ((home, 1), (scratch, 1001)):
+        (where / rel).mkdir(parents=True, exist_ok=True)
+        (where / rel / "server.log").write_bytes(b"".join(numbered(i)
+                                                          for i in range(first, first + 20)))
+    server = SSHServer(str(tmp_path / "sshd"), bashrc=f"cd {scratch}", sftp=SFTP_SERVER)
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=pool,
+                            options=ssh_opts(server, transport=transport))
+        col = Collector(src).start()
+        try:
+            await col.wait(lambda: len(col.data()) > 0, "the log read")
+            assert server.bashrc_runs.exists()       # the login shell did run the `cd`
+            assert src.target.path == f"{home.resolve()}/{rel}/server.log"
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    try:
+        with server:
+            col = run(main())
+    finally:
+        shutil.rmtree(home / rel)
+    assert col.data() == b"".join(numbered(i) for i in range(1, 21)), col.data()[:200]
 
 
 # ----------------------------------------------------------------------------------------------

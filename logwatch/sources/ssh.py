@@ -544,10 +544,7 @@ class SSHFileSource(FollowsWithCursor):
 
     async def named(self, sftp: Any) -> str | None:
         """The file the target names now: its path, or the newest match of its pattern
-        (`/~/rest`: the login's home + rest; both readers start in the home directory)."""
-        if self.target.in_home is not None:
-            self.target = self.target.at_home(await sftp.realpath("."))
-            self.cursor.path = self.target.path
+        (`/~/rest`: made absolute by `_follow` first, `login_home`)."""
         if self.newest is None:
             return self.target.path
         m = self.newest.choose(await remote_matches(sftp, self.target.path, self.newest))
@@ -588,6 +585,9 @@ class SSHFileSource(FollowsWithCursor):
         """Read the path on one connection: open it, let the cursor read it, and open it
         again when the cursor leaves it (rotation); connection errors propagate."""
         say_up = True
+        if self.target.in_home is not None:
+            self.target = self.target.at_home(await login_home(self, conn, sftp))
+            self.cursor.path = self.target.path
         while not self._closed:
             f = self._held.pop(0) if self._held else None   # after a Reopen: a held file
             if f is not None:
@@ -641,6 +641,32 @@ class SSHFileSource(FollowsWithCursor):
                         await handle.close()
                     except (OSError, asyncssh.Error):
                         pass
+
+# the login's home directory by its passwd entry, for SFTP (no reader there to ask): through
+# `sh -c` so that tcsh, csh and fish login shells run it too
+HOME_CMD = """sh -c 'getent passwd "$(id -u)" | cut -d: -f6'"""
+
+
+async def login_home(source: SSHFileSource, conn: Any, sftp: Any) -> str:
+    """The login's home directory on the node, where `ssh://host/~/rest` lies: its passwd
+    entry's, not the readers' working directory, which a ~/.bashrc `cd $SCRATCH` moves (both
+    start through the login shell; before, `realpath(".")` read $SCRATCH/rest, another file).
+    The streamed reader asks the passwd database; over SFTP `getent` is run, and where no
+    command runs (an SFTP-only account: internal-sftp, no shell, so no `cd` either) or it
+    answers nothing (no getent: BusyBox), SFTP's own working directory is taken."""
+    if isinstance(sftp, ExecFS):
+        return await sftp.home()
+    try:
+        async with source.pool.exec_slot(source.target, source.opts):
+            out, status = await bounded_run(conn, HOME_CMD, 4096, 10)
+        home = out.decode("utf-8", "replace").strip()
+        if status == 0 and home.startswith("/"):
+            return str(await sftp.realpath(home))
+    except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+        source.log.info("the login's home directory not found by getent; SFTP's working "
+                        "directory is taken", error=str(e))
+    return str(await sftp.realpath("."))
+
 
 async def missing(sftp: Any, source: SSHFileSource) -> SourceState:
     """What to say of a path that names no file: waiting for it, or for its directory (a

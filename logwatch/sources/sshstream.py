@@ -119,6 +119,13 @@ def op_list(path):
     return {"names": [os.fsdecode(n) for n in os.listdir(os.fsencode(path))]}, b""
 def op_real(path):
     return {"path": os.path.realpath(path)}, b""
+def op_home():
+    try:
+        import pwd
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except (ImportError, KeyError):
+        home = os.path.expanduser("~")
+    return {"path": os.path.realpath(home)}, b""
 def op_match(path, pattern):
     import fnmatch
     files = []
@@ -191,7 +198,7 @@ def grep_read(fd):
     if grep_queue:
         grep_start(*grep_queue.pop(0))
 OPS = {"open": op_open, "fstat": op_fstat, "stat": op_stat, "read": op_read, "list": op_list,
-       "match": op_match, "real": op_real, "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
+       "match": op_match, "real": op_real, "home": op_home, "look": op_look, "close": op_close, "watch": op_watch, "unwatch": op_unwatch}
 def handle(line):
     req = json.loads(line.decode())
     rid, op, args = req[0], req[1], req[2:]
@@ -578,6 +585,12 @@ class ExecFS:
 
     async def listdir(self, path: str) -> list[str]:
         return list((await self.call("list", path))[0]["names"])
+
+    async def home(self) -> str:
+        """The login's home directory, its passwd entry's (where sshd starts the session),
+        symlinks resolved: not the reader's working directory, which a ~/.bashrc's
+        `cd $SCRATCH` moves (nor $HOME, which an sshd's SetEnv may)."""
+        return str((await self.call("home"))[0]["path"])
 
     async def realpath(self, path: str) -> str:
         """The path with its symlinks resolved, on the node (where a linked log is rotated)."""
