@@ -11,10 +11,11 @@ banner, a terminal title with no line end) is read past, or named where it break
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -97,6 +98,37 @@ def test_a_tcsh_login_shell_still_finds_the_latest_startup(
         server.cleanup()
 
 
+BUSYBOX = "/usr/bin/busybox"
+
+
+@pytest.mark.parametrize("grep", ["none", "busybox"])
+def test_a_grep_that_fails_on_the_node_is_no_startup_found(
+        tmp_path: Path, daemons: Any, grep: str) -> None:  # noqa: F811
+    """A node without python3 (read over SFTP, the startup grep a command) whose login PATH
+    has a grep that cannot run it: BusyBox's, without `-b` (exit 2), or none (127).  Before:
+    `grep ... | tail -n 50` answered tail's 0, read as "no startup in the log": the log read
+    from byte 0, 3 startups counted for 1.  Now grep's own status comes back, the failure is
+    known, and the log is scanned over SFTP: the latest startup only."""
+    if grep == "busybox" and not os.path.exists(BUSYBOX):
+        pytest.skip("busybox is not installed here")
+
+    def node_grep(server: SSHServer) -> None:
+        tool = server.dir / "nopython-bin" / "grep"
+        tool.unlink()
+        if grep == "busybox":
+            tool.symlink_to(BUSYBOX)
+
+    server, d, texts = watch_node(tmp_path, daemons, startups=3, python=False,
+                                  prepare=node_grep)
+    try:
+        d.wait_target("node", lambda t: t["phase"] == "ready", "ready", timeout=30)
+        d.wait_lines("node", texts.count("\n"), timeout=20)     # the last startup only
+        assert d.metric("logwatch_startups_total", target="node") == 1.0
+        assert "remote grep failed" in d.stderr()
+    finally:
+        server.cleanup()
+
+
 # a banner, then a terminal title with no line end of its own (what the reader's greeting
 # then shares its line with)
 PRINTING_BASHRC = 'echo "Welcome to gpu-node-17"; printf "\\033]0;gpu-node-17\\007"'
@@ -104,11 +136,14 @@ PRINTING_BASHRC = 'echo "Welcome to gpu-node-17"; printf "\\033]0;gpu-node-17\\0
 
 def watch_node(tmp_path: Path, daemons: Any, *, startups: int = 1,  # noqa: F811
                transport: str = "auto", gpu: Any = False,
+               prepare: Callable[[SSHServer], None] | None = None,
                **server_kw: Any) -> tuple[SSHServer, Any, str]:
-    """An sshd configured by `server_kw`, a log there of `startups` startups, and a daemon
-    reading it (target "node") with `transport` and `gpu`: (the sshd, the daemon, the text
-    of one startup)."""
+    """An sshd configured by `server_kw` (and by `prepare` before it starts), a log there of
+    `startups` startups, and a daemon reading it (target "node") with `transport` and `gpu`:
+    (the sshd, the daemon, the text of one startup)."""
     server = SSHServer(str(tmp_path / "sshd"), **server_kw)
+    if prepare is not None:
+        prepare(server)
     server.start()
     log = tmp_path / "server.log"
     texts = "".join(sim_texts(port=8000))

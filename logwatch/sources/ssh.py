@@ -688,6 +688,34 @@ async def missing(sftp: Any, source: SSHFileSource) -> SourceState:
     return SourceState(False, f"waiting for {what} to appear on {target.host}")
 
 
+GREP_STATUS = b"logwatch-grep "    # the line after the grep's: its own exit status
+
+
+def grep_command(lits: list[str] | tuple[str, ...], path: str) -> str:
+    """The startup grep as one command for any login shell (sh, bash, tcsh, csh, fish), its
+    lines then grep's own exit status (`grep_status`): `grep ... | tail` alone answers tail's
+    status, 0 for a grep that did not run (BusyBox grep has no -b: 2; no grep in the login
+    PATH: 127), and that read as "no startup here", the log from byte 0, old crashes counted
+    again.  `env`: a csh login shell has no `VAR=value cmd`; the script in single quotes and
+    the words after it: nothing there for the login shell to expand, but a `!` (csh history)."""
+    words = " ".join(f"-e {_csh_safe(shlex.quote(s))}" for s in lits)
+    return ("env LC_ALL=C sh -c '{ grep -a -b -n -F \"$@\"; echo \"" + GREP_STATUS.decode()
+            + "$?\"; } | tail -n 51' sh " + f"{words} -- {_csh_safe(shlex.quote(path))}")
+
+
+def grep_status(out: bytes) -> tuple[bytes, int | None]:
+    """`grep_command`'s output: the grep's lines, and its exit status (None: none said)."""
+    body, _, last = out.rstrip(b"\n").rpartition(b"\n")
+    said = last[len(GREP_STATUS):] if last.startswith(GREP_STATUS) else b""
+    return body, int(said) if said.isdigit() else None
+
+
+def _csh_safe(quoted: str) -> str:
+    """A shlex-quoted word that csh and tcsh read the same: a `!` taken out of the single
+    quotes and escaped (their history substitution happens inside single quotes too)."""
+    return quoted.replace("!", "'\\!'")
+
+
 async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int]:
     """The latest startup of the log `source` reads: `grep -b -n` on the remote side,
     verified here."""
@@ -696,23 +724,20 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
     lits = loc.grep_literals
     path = source.current or source.target.path
     if lits:
-        # `env`, not `LC_ALL=C grep`: a csh/tcsh login shell has no such assignment
-        cmd = ("env LC_ALL=C grep -a -b -n -F " + " ".join(f"-e {shlex.quote(s)}" for s in lits)
-               + f" -- {shlex.quote(path)} | tail -n 50")
         try:
             if isinstance(f, ExecFile):
                 # the streamed reader runs it: no session, no login shell per target
                 status, out = await asyncio.wait_for(f.fs.grep(path, lits), 60)
-                ran = status in (0, 1)      # grep's own: 1 is "no line matched"
             else:
                 async with source.pool.exec_slot(source.target, source.opts):
-                    out, status = await bounded_run(conn, cmd, GREP_MAX, 60)
-                # tail's: 0 whether grep matched or not; else the command did not run (an
-                # account for SFTP only exits 1: before, read as "no startup", from byte 0)
-                ran = status == 0
-                if not ran:
-                    source.log.info("remote grep failed; scanning the log over SFTP",
-                                    error=f"exit status {status}")
+                    out, ssh_status = await bounded_run(conn, grep_command(lits, path),
+                                                        GREP_MAX, 60)
+                # (an account for SFTP only refuses the command: exit 1, no status line)
+                out, status = grep_status(out) if ssh_status == 0 else (out, None)
+            ran = status in (0, 1)      # grep's own: 1 is "no line matched"
+            if not ran:
+                source.log.info("remote grep failed; scanning the log instead",
+                                error=f"grep's exit status {status}")
             if ran:
                 found = []
                 for raw in out.splitlines():
@@ -722,7 +747,7 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
                         found.append((int(off), int(lineno), text.decode("utf-8", "replace")))
                 return loc.latest_start(found) or (0, 1)
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
-            source.log.info("remote grep failed; scanning the log over SFTP", error=str(e))
+            source.log.info("remote grep failed; scanning the log instead", error=str(e))
     finder = loc.scanner()
     pos = 0
     while True:
