@@ -11,6 +11,7 @@ import asyncio
 import getpass
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -432,6 +433,80 @@ def test_watch_wait_waits_for_a_missing_directory_on_the_node(sshd_server: SSHSe
             proc.wait()
     assert "cuda_oom" in out.read_text() or "CUDA out of memory" in out.read_text(), \
         out.read_text()
+
+
+def test_a_login_shell_that_exits_at_start_is_one_fatal_message_quoting_it(
+        tmp_path: Path) -> None:
+    """A ~/.bashrc with `set -e` and a `source` of a file that is not there ends every ssh
+    command before it runs (the streamed reader's, and an `sftp-server` subsystem's, which
+    sshd runs through the login shell).  Before: "cannot connect: SFTPConnectionLost: 0 bytes
+    read on a total of 4 expected bytes", retried for ever.  Now one fatal message quoting
+    what the shell said."""
+    server = SSHServer(str(tmp_path / "sshd"), sftp=SFTP_SERVER,
+                       bashrc="set -e\n. /opt/no-conda/etc/profile.d/conda.sh")
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    with server:
+        fatal, took = run(_first_fatal(server, log_file, server.known_hosts))
+    assert "the login shell exits at start" in fatal.message, fatal.message
+    assert "/opt/no-conda/etc/profile.d/conda.sh" in fatal.message, fatal.message
+    assert took < 10, took
+
+
+def test_what_the_login_shell_said_is_not_a_later_losss_cause(tmp_path: Path) -> None:
+    """A ~/.bashrc that writes on stderr (conda's banner): a connection lost an hour later
+    is said without it.  Before: "connection lost (StreamLost: the remote reader ended:
+    conda: a newer version ...)", the banner given as the cause."""
+    server = SSHServer(str(tmp_path / "sshd"),
+                       bashrc='echo "conda: a newer version of conda exists" >&2')
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"".join(numbered(i) for i in range(1, 11)))
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, log_file, pool=pool)).start()
+        try:
+            await col.wait(lambda: col.data() == log_file.read_bytes(), "the log read")
+            server.kill_sessions()
+            await col.wait(lambda: any(s.error for s in col.states()), "the loss said")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    with server:
+        col = run(main())
+    lost = next(s for s in col.states() if s.error)
+    assert "connection lost" in lost.message and "conda" not in lost.message, lost.message
+
+
+def test_a_hung_host_is_said_as_such(sshd_server: SSHServer, tmp_path: Path) -> None:
+    """An sshd that accepts the connection and says nothing (SIGSTOP: a hung host).
+    Before: "cannot connect: TimeoutError: ; retrying", no text.  Now the host, its port and
+    the timeout are named."""
+    server = sshd_server
+    assert server.proc is not None
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, log_file, pool=pool,
+                                    options=ssh_opts(server, connect_timeout=1.0))).start()
+        try:
+            await col.wait(lambda: any(s.error for s in col.states()), "the failure said")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    os.kill(server.proc.pid, signal.SIGSTOP)
+    try:
+        col = run(main())
+    finally:
+        os.kill(server.proc.pid, signal.SIGCONT)
+    said = next(s for s in col.states() if s.error).message
+    assert f"no answer from 127.0.0.1:{server.port} within 1s" in said, said
 
 
 def test_server_without_an_sftp_subsystem_is_named_as_such(tmp_path: Path) -> None:

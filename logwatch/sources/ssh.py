@@ -60,7 +60,7 @@ from .base import (
 )
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
-    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPNotClean, locked_keys,
+    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     ssh_file_problems,
 )
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
@@ -277,6 +277,13 @@ class SSHPool:
                 # the session opened, the "sftp" subsystem request was refused
                 raise NoSFTPSubsystem(target.host, self._stream_failed.get(key)) from e
             raise
+        except asyncssh.SFTPConnectionLost as e:
+            if conn.is_closed():
+                raise             # the connection dropped: an outage, tried again
+            # the subsystem ended before a word on a connection still up: the login shell
+            # exits before any command (the reader's failure was not python3's: tried again)
+            self._no_stream.pop(key, None)
+            raise SFTPEnded(target.host, self._stream_failed.get(key)) from e
         except asyncssh.SFTPBadMessage as e:
             # sshd runs an `sftp-server` subsystem through the login shell: a ~/.bashrc
             # that prints ("Welcome to ...") puts its text before the first SFTP packet
@@ -370,24 +377,31 @@ def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
         return []
 
 
+def explain_host_key(e: asyncssh.HostKeyNotVerifiable, target: SSHTarget,
+                     opts: SSHOptions) -> str:
+    """A host key refused: unknown (how to add it after checking), or CHANGED (known_hosts
+    trusts another key for the host: never the advice to append)."""
+    where = opts.known_hosts or "~/.ssh/known_hosts"
+    known = known_keys(where, target)
+    if known:
+        # the host is known with another key: a reinstalled host, or someone in between;
+        # appending the new key (the advice for an unknown host) would hide that
+        name = f"[{target.host}]:{target.port}" if target.port else target.host
+        prints = ", ".join(sorted({k.get_fingerprint() for k in known}))
+        return (f"WARNING: the host key of {target.host} has CHANGED: {where} trusts "
+                f"{prints} for it, and the server presented another key. If the host was "
+                f"reinstalled, verify its new key out of band, then remove the old one "
+                f"(`ssh-keygen -R '{name}' -f {where}`) and add the new one; otherwise do "
+                "not connect: this may be a man-in-the-middle")
+    port = f"-p {target.port} " if target.port else ""
+    return (f"host key of {target.host} is not trusted ({e.reason}); check its "
+            f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
+            f">> {where}`), or set known_hosts: none to skip verification (insecure)")
+
+
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
-        where = opts.known_hosts or "~/.ssh/known_hosts"
-        known = known_keys(where, target)
-        if known:
-            # the host is known with another key: a reinstalled host, or someone in between;
-            # appending the new key (the advice for an unknown host) would hide that
-            name = f"[{target.host}]:{target.port}" if target.port else target.host
-            prints = ", ".join(sorted({k.get_fingerprint() for k in known}))
-            return (f"WARNING: the host key of {target.host} has CHANGED: {where} trusts "
-                    f"{prints} for it, and the server presented another key. If the host was "
-                    f"reinstalled, verify its new key out of band, then remove the old one "
-                    f"(`ssh-keygen -R '{name}' -f {where}`) and add the new one; otherwise do "
-                    "not connect: this may be a man-in-the-middle")
-        port = f"-p {target.port} " if target.port else ""
-        return (f"host key of {target.host} is not trusted ({e.reason}); check its "
-                f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
-                f">> {where}`), or set known_hosts: none to skip verification (insecure)")
+        return explain_host_key(e, target, opts)
     if isinstance(e, NoSFTPSubsystem):
         nopy = (f"; the streamed reader did not start either (python3 there? {e.no_stream})"
                 if e.no_stream else "")
@@ -408,6 +422,13 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
                 "non-interactive shells breaks SFTP: print only in interactive shells "
                 "(`[[ $- == *i* ]] || return` before the output), or set "
                 "`Subsystem sftp internal-sftp` in the node's sshd_config")
+    if isinstance(e, SFTPEnded):
+        said = (f": it said {e.said!r}" if e.said else
+                " (what it said on stderr: `ssh HOST true` shows it)")
+        return (f"every session on {target.host} ends before it runs anything, SFTP's too: "
+                f"the login shell exits at start{said}. A ~/.bashrc with `set -e` and a line "
+                "that fails (a missing `source .../conda.sh`), or an `exit` in it, ends every "
+                "ssh command: fix it on the node (`[ -f FILE ] && . FILE`)")
     if isinstance(e, NoStreamReader):
         return (f"the streamed reader did not start on {target.host} (transport: stream "
                 f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")
@@ -428,6 +449,11 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
         return f"no such host: {target.host} ({getattr(e, 'strerror', None) or e}; a typo?)"
     if cause == "refused":
         return f"connection refused by {target.host}:{target.port or 22} (no SSH server there?)"
+    if isinstance(e, (TimeoutError, asyncio.TimeoutError)) and not str(e):
+        # (before: "TimeoutError: ", nothing said)
+        return (f"no answer from {target.host}:{target.port or opts.port or 22} within "
+                f"{opts.connect_timeout:g}s (the host hung or down, or the packets dropped on "
+                "the way)")
     return f"{type(e).__name__}: {e}"
 
 

@@ -56,6 +56,18 @@ class SFTPNotClean(FatalSSH):
         self.no_stream = no_stream
 
 
+class SFTPEnded(FatalSSH):
+    """The SFTP subsystem ended before its first reply on a connection still up, after the
+    streamed reader ended too: the login shell exits before it runs any command (a ~/.bashrc
+    with `set -e` and a line that fails, an `exit` in it).  `said`: what the shell wrote on
+    stderr when the reader was started (None: not tried, `transport: sftp`)."""
+
+    def __init__(self, host: str, said: str | None = None) -> None:
+        super().__init__(host, said)
+        self.host = host
+        self.said = said
+
+
 class NoStreamReader(FatalSSH):
     """`transport: stream` and the streamed reader did not start on the node."""
 

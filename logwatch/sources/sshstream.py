@@ -478,6 +478,7 @@ class ExecFS:
                     # no line end of its own (a terminal title: `printf '\033]0;...\007'`)
                     if buf[pos:nl + 1].endswith(GREETING):
                         self._greeted.set_result(None)
+                        self.stderr = b""   # a login script's banner: no later loss's cause
                     pos = nl + 1
                 elif kind in (b"D", b"R"):
                     end = (_data_frame(self._files, buf, nl, head) if kind == b"D"
