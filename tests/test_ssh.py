@@ -387,6 +387,66 @@ def test_changed_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> 
     assert took < 12
 
 
+def _alias_config(server: SSHServer, tmp_path: Path, *extra: str) -> Path:
+    """An ssh config naming the test sshd `gpu-alias` (HostName, Port, User), plus `extra`."""
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("\n".join(["Host gpu-alias", "  HostName 127.0.0.1", f"  Port {server.port}",
+                              f"  User {server.user}", *(f"  {x}" for x in extra), ""]))
+    return cfg
+
+
+async def _alias_fatal(server: SSHServer, tmp_path: Path, known_hosts: Path | None,
+                       *extra: str) -> SourceState:
+    """The fatal state of `ssh://gpu-alias/...` through `_alias_config`."""
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    pool = SSHPool()
+    opts = SSHOptions(known_hosts=None if known_hosts is None else str(known_hosts),
+                      client_keys=(str(server.client_key),),
+                      config=(str(_alias_config(server, tmp_path, *extra)),))
+    col = Collector(SSHFileSource(f"ssh://gpu-alias{log_file}", options=opts,
+                                  pool=pool)).start()
+    try:
+        await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
+    finally:
+        await col.stop()
+        await pool.close()
+    fatal = col.fatal()
+    assert fatal is not None
+    return fatal
+
+
+def test_a_changed_host_key_behind_an_ssh_config_alias_is_said_changed(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    """`ssh://gpu-alias/...`, the alias's HostName and Port in the ssh config, known_hosts
+    trusting another key for [127.0.0.1]:PORT.  Before: the unknown-host advice, `ssh-keyscan
+    gpu-alias >> known_hosts` (the alias looked up as a host: appending would hide a
+    man-in-the-middle).  Now CHANGED, with the resolved host and port."""
+    server = sshd_server
+    changed = tmp_path / "known_hosts_changed"
+    changed.write_text(f"[127.0.0.1]:{server.port} {_other_host_key(tmp_path)}\n")
+    msg = run(_alias_fatal(server, tmp_path, changed)).message
+    assert "CHANGED" in msg and f"ssh-keygen -R '[127.0.0.1]:{server.port}' -f {changed}" in msg, \
+        msg
+    assert "gpu-alias" in msg and "ssh-keyscan" not in msg and ">>" not in msg, msg
+    # an unknown key through the alias: the advice names the resolved host and port
+    empty = tmp_path / "known_hosts_empty"
+    empty.write_text("")
+    msg = run(_alias_fatal(server, tmp_path, empty)).message
+    assert f"ssh-keyscan -p {server.port} 127.0.0.1 >> {empty}" in msg, msg
+
+
+def test_an_ssh_config_known_hosts_of_dev_null_is_said_plainly(sshd_server: SSHServer,
+                                                               tmp_path: Path) -> None:
+    """A Host alias with `UserKnownHostsFile /dev/null` and `StrictHostKeyChecking no` (ssh
+    takes any key; logwatch verifies): before, "add it to ~/.ssh/known_hosts (ssh-keyscan
+    gpu-alias >> ~/.ssh/known_hosts)", a file the config makes ssh never read."""
+    msg = run(_alias_fatal(sshd_server, tmp_path, None, "UserKnownHostsFile /dev/null",
+                           "StrictHostKeyChecking no")).message
+    assert "known_hosts is /dev/null" in msg and "--known-hosts" in msg, msg
+    assert "ssh-keyscan" not in msg, msg
+
+
 # ----------------------------------------------------------------------------------------------
 # c. missing directory, unreadable file
 

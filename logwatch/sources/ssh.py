@@ -377,26 +377,62 @@ def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
         return []
 
 
+def resolved(target: SSHTarget, opts: SSHOptions) -> tuple[SSHTarget, list[str]]:
+    """The target as the connection resolves it through the ssh config (a Host alias's
+    HostName and Port, or its HostKeyAlias: the name known_hosts is searched by), and the
+    known_hosts files it checks (the option, else the config's UserKnownHostsFile, else
+    ~/.ssh/known_hosts).  The config as asyncssh reads it: `--ssh-config`, else
+    ~/.ssh/config where readable."""
+    import getpass
+    from asyncssh.config import SSHClientConfig
+    paths = [_expand(c) for c in opts.config] if opts.config is not None else \
+        [p for p in [_expand("~/.ssh/config")] if os.access(p, os.R_OK)]
+    port: Any = target.port or opts.port
+    try:
+        cfg = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),
+                                   target.user or opts.username or (), target.host, port or ())
+    except (OSError, ValueError, KeyError, ConfigParseError, asyncssh.Error):
+        cfg = None
+    host = target.host
+    files = [opts.known_hosts] if opts.known_hosts is not None else []
+    if cfg is not None:
+        host = str(cfg.get("HostKeyAlias") or cfg.get("Hostname") or host)
+        port = port or cfg.get("Port")
+        files = files or [str(f) for f in cfg.get("UserKnownHostsFile") or ()]
+    port = int(port) if port and int(port) != 22 else None
+    return replace(target, host=host, port=port), files or ["~/.ssh/known_hosts"]
+
+
 def explain_host_key(e: asyncssh.HostKeyNotVerifiable, target: SSHTarget,
                      opts: SSHOptions) -> str:
     """A host key refused: unknown (how to add it after checking), or CHANGED (known_hosts
-    trusts another key for the host: never the advice to append)."""
-    where = opts.known_hosts or "~/.ssh/known_hosts"
-    known = known_keys(where, target)
-    if known:
+    trusts another key for the host: never the advice to append), for the host and port the
+    ssh config resolves an alias to, in the known_hosts files it names (before: an alias's
+    changed key got the advice to append it, the alias looked up as a host)."""
+    real, files = resolved(target, opts)
+    name = f"[{real.host}]:{real.port}" if real.port else real.host
+    shown = target.host if real.host == target.host else f"{target.host} ({name})"
+    if all(os.path.realpath(_expand(f)) == "/dev/null" for f in files):
+        return (f"host key of {shown} is not trusted: its known_hosts is /dev/null (the ssh "
+                "config's UserKnownHostsFile: with `StrictHostKeyChecking no` `ssh` takes any "
+                "key, logwatch does not): give logwatch a known_hosts holding the node's key "
+                "(--known-hosts FILE / ssh.known_hosts), or set known_hosts: none to skip "
+                "verification (insecure)")
+    trusted = [(f, keys) for f in files if (keys := known_keys(f, real))]
+    if trusted:
         # the host is known with another key: a reinstalled host, or someone in between;
         # appending the new key (the advice for an unknown host) would hide that
-        name = f"[{target.host}]:{target.port}" if target.port else target.host
+        where, known = trusted[0]
         prints = ", ".join(sorted({k.get_fingerprint() for k in known}))
-        return (f"WARNING: the host key of {target.host} has CHANGED: {where} trusts "
-                f"{prints} for it, and the server presented another key. If the host was "
+        return (f"WARNING: the host key of {shown} has CHANGED: {where} trusts "
+                f"{prints} for {name}, and the server presented another key. If the host was "
                 f"reinstalled, verify its new key out of band, then remove the old one "
                 f"(`ssh-keygen -R '{name}' -f {where}`) and add the new one; otherwise do "
                 "not connect: this may be a man-in-the-middle")
-    port = f"-p {target.port} " if target.port else ""
-    return (f"host key of {target.host} is not trusted ({e.reason}); check its "
-            f"fingerprint and add it to {where} (e.g. `ssh-keyscan {port}{target.host} "
-            f">> {where}`), or set known_hosts: none to skip verification (insecure)")
+    port = f"-p {real.port} " if real.port else ""
+    return (f"host key of {shown} is not trusted ({e.reason}); check its "
+            f"fingerprint and add it to {files[0]} (e.g. `ssh-keyscan {port}{real.host} "
+            f">> {files[0]}`), or set known_hosts: none to skip verification (insecure)")
 
 
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
