@@ -307,6 +307,12 @@ async def _first_fatal(server: SSHServer, path: Path, known_hosts: Path,
                        timeout: float = 15, **kw: Any) -> tuple[SourceState, float]:
     pool = SSHPool()
     source = make_source(server, path, pool=pool, options=ssh_opts(server, known_hosts), **kw)
+    return await _fatal_of(source, pool, timeout)
+
+
+async def _fatal_of(source: Any, pool: SSHPool, timeout: float = 15
+                    ) -> tuple[SourceState, float]:
+    """The source's fatal state (it reads nothing first; it ends), and how long it took."""
     col = Collector(source).start()
     t0 = time.monotonic()
     try:
@@ -404,15 +410,8 @@ async def _alias_fatal(server: SSHServer, tmp_path: Path, known_hosts: Path | No
     opts = SSHOptions(known_hosts=None if known_hosts is None else str(known_hosts),
                       client_keys=(str(server.client_key),),
                       config=(str(_alias_config(server, tmp_path, *extra)),))
-    col = Collector(SSHFileSource(f"ssh://gpu-alias{log_file}", options=opts,
-                                  pool=pool)).start()
-    try:
-        await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
-    finally:
-        await col.stop()
-        await pool.close()
-    fatal = col.fatal()
-    assert fatal is not None
+    fatal, _ = await _fatal_of(SSHFileSource(f"ssh://gpu-alias{log_file}", options=opts,
+                                             pool=pool), pool)
     return fatal
 
 
