@@ -10,7 +10,12 @@ its `startsAt` 10 minutes ahead), and a step back delayed every stall by as much
 the wall clock at most SLEW seconds per second that pass (as ntpd slews): a step is not a
 silence, a silence measured while the step is taken up is off by at most 5%, and the times
 shown (alerts, the ledger) agree with the wall clock again after 20x the step.  Between steps
-the two clocks agree (the kernel slews both alike), so `now()` is the wall time.
+the two clocks agree (the kernel slews both alike), so `now()` is the wall time.  A step of
+more than STEP_TAKEN_AT_ONCE is taken at once: a host that booted with its clock days off and
+was set after logwatch started would otherwise keep logwatch's times days off for weeks
+(Alertmanager took every alert for one that had ended); its silences then count the step once,
+as before this clock.  Times sent to a receiver that compares them with its own clock
+(Alertmanager's endsAt) are on the wall clock (`wall`).
 
 Times of this host's wall clock from elsewhere (a file's mtime) are put on this clock by
 `from_wall`; a remote host's wall clock by the source that reads it (sources/sshstream.py).
@@ -23,14 +28,16 @@ import time
 from typing import Callable
 
 SLEW = 0.05     # seconds taken up of a step per second that passes
+STEP_TAKEN_AT_ONCE = 3600.0   # a larger step is not slewed (20 h for an hour's)
 
 
 class SteadyClock:
     """Wall time that moves only as the monotonic clock does, slewed back to the wall."""
 
     def __init__(self, wall: Callable[[], float] = time.time,
-                 mono: Callable[[], float] = time.monotonic, slew: float = SLEW) -> None:
-        self._wall, self._mono, self._slew = wall, mono, slew
+                 mono: Callable[[], float] = time.monotonic, slew: float = SLEW,
+                 at_once: float = STEP_TAKEN_AT_ONCE) -> None:
+        self._wall, self._mono, self._slew, self._at_once = wall, mono, slew, at_once
         self._lock = threading.Lock()     # GPU readers and the HTTP thread read it too
         self._last_mono = mono()
         self._now = wall()
@@ -44,7 +51,7 @@ class SteadyClock:
             self._last_mono = mono
             t = self._now + passed
             off = self._wall() - t
-            room = self._slew * passed
+            room = self._slew * passed if abs(off) <= self._at_once else abs(off)
             self._now = t + max(-room, min(room, off))
             return self._now
 
@@ -59,6 +66,11 @@ _CLOCK = SteadyClock()
 def now() -> float:
     """The wall time without its steps (module doc)."""
     return _CLOCK.now()
+
+
+def wall() -> float:
+    """The wall clock itself: for times a receiver compares with its own clock."""
+    return time.time()
 
 
 def from_wall(wall_time: float) -> float:

@@ -64,3 +64,15 @@ def test_a_file_time_of_the_wall_clock_goes_onto_this_clock() -> None:
     c.wall += 600.0
     written = c.wall - 0.5          # the file's mtime, by the wall clock
     assert clock.now() - clock.from_wall(written) == pytest.approx(0.5)
+
+
+def test_a_step_of_days_is_taken_at_once() -> None:
+    """A host that booted with its clock 2 days slow, set by NTP after logwatch started:
+    slewed, logwatch's times stayed days off for 40 days (Alertmanager took every alert's
+    endsAt, 24 h after a time 2 days ago, for one that had ended).  Taken at once."""
+    c = Clocks()
+    clock = c.make()
+    clock.now()
+    c.run(1.0)
+    c.wall += 2 * 86400.0
+    assert clock.now() == pytest.approx(c.wall)

@@ -925,3 +925,46 @@ def test_a_silence_after_a_bar_read_live_is_the_bar_phase(live: bool):
     else:
         assert d["downloading"] == pytest.approx(10921, abs=2) and d["loading_shards"] == \
             pytest.approx(30, abs=2), d
+
+
+def test_a_line_read_late_after_a_bar_is_put_back_to_when_it_was_written():
+    """A real 3 h download, the bar's 30 s read live, then the next lines read 1 h late (an
+    SSH outage): the hour they waited is no time of the bar's (the second pass on the rule
+    above: loading_shards 1h00m31s, the download 2 h)."""
+    lines = GAP_AFTER_BAR[:3] + [(10800 + at, line) for at, line in GAP_AFTER_BAR[3:6]] + [
+        (3600 + 10840, "[2026-12-04 13:00:40 TP0] Load weight end. elapsed=151.20 s, type=Q"),
+        (3600 + 10841, "[2026-12-04 13:00:41 TP0] KV Cache is allocated. dtype: torch.bfloat16")]
+    pipe = LogPipeline(load_pack("sglang"), year=2026)
+    for at, line in lines:
+        pipe.feed((line + "\n").encode(), 1_000.0 + at)
+    d = pipe.state.durations()
+    assert d["downloading"] == pytest.approx(10800, abs=2), d
+    assert d["loading_shards"] == pytest.approx(31, abs=2), d
+
+
+def test_an_mtime_days_before_the_lines_is_no_year_change():
+    """A file restored with `touch -d` (or from an archive) whose mtime is a few days before
+    its lines: still their year (the rule above dated it a year early)."""
+    lines = [VL.format("12-01 10:00:00"), READY_AT.format("12-01 10:01:00")]
+    st_ = feed_written(lines, calendar.timegm((2026, 11, 25, 12, 0, 0))).state
+    assert st_.spans[0].log_time == calendar.timegm((2026, 12, 1, 10, 0, 0))
+
+
+def test_a_given_year_is_the_year():
+    """`year=` (a caller that knows it) is not moved by today's date."""
+    st_ = feed(["(APIServer pid=100) INFO 12-20 10:00:00 [startup.py:18] vLLM server version "
+                "0.34.0, serving model m"], "vllm", year=2026).state
+    assert st_.spans[0].log_time == calendar.timegm((2026, 12, 20, 10, 0, 0))
+
+
+def test_a_log_on_a_socket_is_dated_by_now_not_1969():
+    """stdin a socket (its fstat's mtime 0): dated 1969-12-01 before; now it is now's year."""
+    import socket
+    from logwatch.app.replay import replay_stream
+    a, b = socket.socketpair()
+    with a, b:
+        b.sendall((VL.format("12-01 10:00:00") + "\n").encode())
+        b.shutdown(socket.SHUT_WR)
+        with a.makefile("rb") as f:
+            st_ = replay_stream(f, load_pack("vllm")).state
+    assert time.gmtime(st_.spans[0].log_time).tm_year >= 2026

@@ -8,6 +8,7 @@ only the first and the last are matched, which changes no outcome (see matcher.p
 from __future__ import annotations
 
 import os
+import stat
 import time
 from typing import BinaryIO, Callable, Iterator
 
@@ -45,9 +46,11 @@ def replay_stream(f: BinaryIO, pack: RulePack, head: bytes = b"", collapse_stats
 
 
 def _file_written(f: BinaryIO) -> float | None:
-    """When the file was last written (None where it cannot be told: then now)."""
+    """When the file was last written (None where it cannot be told: a pipe, a socket (its
+    mtime 0: 1969): then now)."""
     try:
-        return os.fstat(f.fileno()).st_mtime
+        st = os.fstat(f.fileno())
+        return st.st_mtime if stat.S_ISREG(st.st_mode) and st.st_mtime > 0 else None
     except (OSError, ValueError, AttributeError, OverflowError):
         return None
 

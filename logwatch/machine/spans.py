@@ -103,7 +103,8 @@ def settle_float(state: State, obs: Observation, read_at: float) -> None:
     own frames say how long the bar ran), so the span moves to end there.  When none went by
     and the silent span had no time of its own before the bar, it was not: it is taken back
     (the bar's span starts where it did).  Where the lines were read as they were written,
-    our clock says when the bar began (`read_at`: this line's read time): the time after
+    our clock says when the bar began (`read_at`: when this line happened on our clock,
+    `event_time`: a line read late is put back to when it was written): the time after
     the bar's own is its phase's (a rank stuck after its shards were loaded was a 3-hour
     download in the ledger and the ready alert, while the stall said loading_shards)."""
     assert obs.log_time is not None and state.floating is not None

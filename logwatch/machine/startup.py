@@ -75,14 +75,14 @@ class StartupMachine:
         self._quiet_for = 0.0
         if obs.log_time is not None:
             trust(state, obs)
-            if state.floating is not None:
-                settle_float(state, obs, now)
             first = state.last_log_time is None
             self._quiet_for = 0.0 if first else obs.log_time - state.last_log_time
             state.last_log_time = obs.log_time
             if rule.restart and state.phase not in (WAITING, self._first_phase()):
                 state.clock_offset = None      # a new server process: perhaps another clock
             now = event_time(state, obs, now)
+            if state.floating is not None:    # (when it was written: a line read late)
+                settle_float(state, obs, now)
             if first:
                 start_clock(state, obs)
         events: list[Event] = []

@@ -71,8 +71,10 @@ class LogClock:
         # year the file was last `written` (its mtime), else now's
         self._year = year if year is not None else \
             time.gmtime(written if written is not None else time.time()).tm_year
-        # no line was written after this (the file's mtime; now, where no year was given)
-        self._written = written if written is not None or year is not None else None
+        # a year-less first stamp is placed by when the log was written (not where a year
+        # was given): the file's mtime, else now
+        self._place_first = year is None
+        self._written = written
         self._year_offset = 0        # New Year crossings since then
         self._year_known = False     # a year-bearing stamp has fixed the frame
         self._yearless = False       # a year-less stamp was placed in the guessed year
@@ -199,7 +201,7 @@ class LogClock:
                     self._outlier = True
                 midnight = calendar.timegm((framed, month, day, 0, 0, 0))
             else:
-                if not self._yearless and last is None:
+                if not self._yearless and last is None and self._place_first:
                     self._first_year(month, day, tod)
                 self._yearless = True
                 year = self._year + self._year_offset
@@ -222,14 +224,16 @@ class LogClock:
 
 
     def _first_year(self, month: int, day: int, tod: float) -> None:
-        """The log's first stamp, year-less: not after the log was last written (the file's
-        mtime; now): a December log copied or read in January is of the year before (it was
-        dated 11 months ahead: `history` 2027-12-04 for a launch of 2026-12-04)."""
+        """The log's first stamp, year-less, in the year the log was last written (the
+        file's mtime; now): where that puts it half a year or more after the write, it is of
+        the year before: a December log copied or read in January (it was dated 11 months
+        ahead: `history` 2027-12-04 for a launch of 2026-12-04).  Not for less: an mtime a
+        few days before the lines (`touch -d`, an archive's) is no year's change."""
         written = self._written if self._written is not None else time.time()
         if (month, day) == (2, 29) or not 1 <= month <= 12 or not 1 <= day <= 31:
             return
         try:
-            if calendar.timegm((self._year, month, day, 0, 0, 0)) + tod > written + 86400:
+            if calendar.timegm((self._year, month, day, 0, 0, 0)) + tod > written + _HALF_YEAR:
                 self._year -= 1
         except (ValueError, OverflowError):
             pass

@@ -232,10 +232,13 @@ class AlertmanagerSink(Sink):
         annotations = {"summary": alert.summary,
                        "excerpt": "\n".join(alert.excerpt),
                        "root_cause": str(alert.details.get("line") or "")}
-        ends = alert.ends_at if alert.status == RESOLVED else clock.now() + FIRING_TTL
+        # Alertmanager compares endsAt with its own clock: the wall's (logwatch's may be
+        # taking up a step of the wall clock: clock.py)
+        now = clock.wall()
+        ends = min(alert.ends_at or now, now) if alert.status == RESOLVED else now + FIRING_TTL
         item = {"labels": am_labels(alert),
                 "annotations": {k: v for k, v in annotations.items() if v},
-                "startsAt": iso(alert.starts_at), "endsAt": iso(ends or clock.now())}
+                "startsAt": iso(alert.starts_at), "endsAt": iso(ends)}
         if alert.generator_url:
             item["generatorURL"] = alert.generator_url
         return Request(f"{base}/api/v2/alerts", json.dumps([item]).encode(),

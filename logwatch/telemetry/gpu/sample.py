@@ -96,7 +96,7 @@ def _mean(values: Iterable[float | int | None]) -> float | None:
 class GpuSnapshot:
     """The rows of one loop of nvidia-smi: every GPU of the host at (about) one instant.
 
-    `at` is this machine's wall clock when the rows arrived (time.time()), not the host's
+    `at` is this machine's clock when the rows arrived (logwatch's, clock.now()), not the host's
     printed timestamp: a remote host's local time has an unknown zone and clock offset.
     Offline parsing (no clock given) uses the printed timestamp read as local time."""
 
