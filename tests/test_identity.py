@@ -180,6 +180,40 @@ def test_a_damaged_state_file_is_named_and_nothing_is_sent_again(tmp_path: Path,
     assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
 
 
+def state_files(state: Path) -> dict[str, bytes]:
+    """Every file under the state_dir but the lock (its pid is the last starter's), by path."""
+    return {str(p.relative_to(state)): p.read_bytes() for p in sorted(state.rglob("*"))
+            if p.is_file() and p.name != "daemon.lock"}
+
+
+def test_a_state_dir_of_a_newer_logwatch_is_refused_and_left_as_it_is(tmp_path: Path,
+                                                                     receivers, daemons) -> None:
+    """A rollback: a newer logwatch (checkpoint and alert state format 3, a field this
+    version lacks) alerted a crash and stopped.  Before: each checkpoint was dropped as
+    "unknown version 3" and alerts/state.json set aside as corrupt (the open alert lost,
+    the crash decided again from the latest startup).  Now: exit 2, one line naming the
+    state_dir, the files and their formats, and not one byte of the state_dir changed."""
+    import json
+
+    rx, d, state = delivered_crash(tmp_path, receivers, daemons)
+    assert json.loads((state / "alerts" / "state.json").read_text())["open"], "an open alert"
+    for which in ("positions/t1.json", "alerts/state.json"):
+        doc = json.loads((state / which).read_text())
+        (state / which).write_text(json.dumps({**doc, "version": 3, "added_in_3": {"x": 1}}))
+    before = state_files(state)
+    d.start(wait=False)
+    wait_for(lambda: d.proc.poll() is not None, 15, "the daemon to refuse the state_dir")
+    assert d.proc.returncode == 2, d.stderr()[-3000:]
+    said = [ln for ln in d.stderr().splitlines() if "newer logwatch" in ln]
+    assert len(said) == 1 and len(d.stderr().splitlines()) == 1, d.stderr()[-3000:]
+    for part in (str(state), "positions/t1.json (checkpoint format 3, this version reads up to 2)",
+                 "alerts/state.json (alert state format 3, this version reads up to 2)",
+                 "run that version again", "move the state_dir aside"):
+        assert part in said[0], (part, said[0])
+    assert state_files(state) == before, "the state_dir was changed"
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+
+
 def test_the_startup_id_comes_from_the_log_not_the_clock() -> None:
     """Replay at two different times, and a read that starts at the second startup: the
     second startup has one id in all three."""

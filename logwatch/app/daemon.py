@@ -27,8 +27,11 @@ from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
 from ..state.ledger import LedgerStore
+from ..state import history as history_store, positions as position_store
+from ..state.formats import StateDirNewer, check_formats
 from ..state.lock import StateDirInUse, hold_state_dir
 from ..sources.ssh import SSHPool
+from ..sinks.alerts import outbox
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
 from ..limits import nofile_note, raise_nofile
@@ -287,6 +290,10 @@ class Daemon:
         self.log.info("logwatch stopped")
 
 
+# the stores whose files a newer logwatch may have written (a rollback): refused at start
+STATE_FORMATS = [position_store.FORMAT, outbox.FORMAT, history_store.FORMAT]
+
+
 def _descriptors(daemon: Daemon) -> None:
     """Raise the soft descriptor limit to the hard one (a shell's 1,024 stops a daemon at
     ~1,000 targets or idle connections; the shipped unit sets LimitNOFILE=65536), and say so
@@ -308,7 +315,8 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
     log.setup(cfg.log_level)
     try:
         lock = hold_state_dir(cfg.state_dir)   # held (open) until the process ends
-    except StateDirInUse as e:
+        check_formats(cfg.state_dir, STATE_FORMATS)   # before any store reads (and sets aside)
+    except (StateDirInUse, StateDirNewer) as e:
         print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
         return Exit.USAGE
     daemon = Daemon(cfg, config_path, shard)

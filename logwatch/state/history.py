@@ -16,10 +16,12 @@ from typing import Any
 from .. import clock
 from ..machine import State
 from .files import legacy_file_name, save_state, target_file_name
+from .formats import StoreFormat
 from ..rules.pack import READY, WAITING
 
 KEEP = 20
 VERSION = 1
+FORMAT = StoreFormat("startup history", "history/*.json", VERSION)   # a newer one: formats.py
 
 
 @dataclass

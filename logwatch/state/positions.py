@@ -3,7 +3,8 @@
 One small JSON file per target, written atomically (temp file, fsync, rename, fsync of the
 directory) and versioned.  A missing file means "first attach"; a corrupt or unknown-version
 file is reported once and treated the same way (the safe restart point: the start of the
-latest startup in the log, never byte 0 of a log full of old crashes, never its end).
+latest startup in the log, never byte 0 of a log full of old crashes, never its end).  A
+newer version's checkpoints never get here: the daemon refuses that state_dir (formats.py).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 from .. import log
 from ..sources.base import Position
 from .files import legacy_file_name, save_state, target_file_name
+from .formats import StoreFormat
 
 VERSION = 2
 READABLE = (1, 2)    # version 1: before StartupId (upgraded in place on load)
+FORMAT = StoreFormat("checkpoint", "positions/*.json", VERSION)   # a newer one: formats.py
 
 
 class PositionStore:

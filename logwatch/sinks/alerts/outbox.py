@@ -16,6 +16,8 @@ that renames or reorders the sinks leaves each alert with its receiver (`rebind`
 
 An unreadable file is reported with its path and set aside (`state.json.corrupt`); the
 marks the targets' checkpoints carry (`adopt`) keep what was sent from being sent again.
+A newer version's file is not unreadable: the daemon refuses that state_dir at start
+(state/formats.py), before this store reads it.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ... import log
 from ...state.files import save_state
+from ...state.formats import StoreFormat
 from .model import Alert
 
 if TYPE_CHECKING:
     from .receivers import Sink
 
 VERSION = 2            # 1: without the two-phase `state` of entries (read as queued)
+FORMAT = StoreFormat("alert state", "alerts/state.json", VERSION)   # a newer one: formats.py
 SEEN_KEEP = 20000
 MARKS_KEPT = 64        # marks per target carried in its checkpoint
 QUEUED, SENDING = "queued", "sending"
