@@ -214,6 +214,66 @@ def test_a_state_dir_of_a_newer_logwatch_is_refused_and_left_as_it_is(tmp_path: 
     assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
 
 
+def with_new_fields(state: dict[str, Any]) -> dict[str, Any]:
+    """The machine state as a newer logwatch would write it: a field this version lacks in
+    every object it keeps (the state, its crash and the crash's evidence, each span, progress
+    bar, hint and rank)."""
+    def grown(obj: dict[str, Any]) -> dict[str, Any]:
+        return {**obj, "added_later": [1, "x"]}
+
+    crash = grown(state["crash"])
+    for k in ("cause", "marker", "marker_reason"):
+        if isinstance(crash.get(k), dict):
+            crash[k] = grown(crash[k])
+    objects = {k: {n: grown(v) for n, v in state[k].items()} for k in ("progress", "hints", "ranks")}
+    assert all(objects.values()), "the log has progress bars, hints and ranks"
+    return grown({**state, **objects, "crash": crash, "spans": [grown(e) for e in state["spans"]]})
+
+
+def test_a_machine_state_with_fields_of_a_newer_logwatch_continues(tmp_path: Path, receivers,
+                                                                   daemons) -> None:
+    """A rollback within checkpoint format 2: a newer logwatch added fields to the saved
+    machine state.  Before: TypeError ("unexpected keyword argument"), the phase started
+    over, the next startup numbered 1 and never paged `restarted`.  Now the fields are left
+    out: crashed, startup 1 kept; the relaunch is startup 2, paged `restarted` once."""
+    import json
+
+    rx, d, state = delivered_crash(tmp_path, receivers, daemons)
+    f = state / "positions" / "t1.json"
+    doc = json.loads(f.read_text())
+    doc["extra"]["state"] = with_new_fields(doc["extra"]["state"])
+    f.write_text(json.dumps(doc))
+    d.start()
+    t = d.wait_target("t1", lambda t: t["phase"] == "crashed", "crashed, from the checkpoint")
+    assert t["epoch"] == 1, t["epoch"]
+    assert "unreadable" not in d.stderr(), d.stderr()[-3000:]
+    append(state.parent / "server.log", "".join(sim_texts(start=1_767_265_200.0)))
+    d.wait_target("t1", lambda t: t["phase"] == "ready", "the relaunch ready")
+    rx.wait(hook("restarted", "firing"), status=200, timeout=20, alive=d.dead,
+            what="the relaunch paged as a restart")
+    assert d.target("t1")["epoch"] == 2
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+
+
+def test_a_machine_state_of_the_wrong_shape_starts_the_phase_over(tmp_path: Path) -> None:
+    """A saved state whose progress bars are a list, not an object: before, AttributeError
+    out of `restore` (only TypeError, ValueError and KeyError were caught) and the target
+    never started; now the phase starts over from the saved position."""
+    from logwatch import log
+    from logwatch.app.checkpoint import restore
+    from logwatch.app.config import TargetConfig
+    from logwatch.sources.base import Position
+    from logwatch.state.positions import PositionStore
+
+    store = PositionStore(tmp_path)
+    store.save("t1", Position(10, 2, None, None, "x.log"),
+               {"format": 2, "source": "x.log", "pack": "sglang",
+                "state": {"phase": "loading", "progress": [["shards", 1]]}})
+    got = restore(store, TargetConfig(name="t1", source="x.log", rules="sglang"), [],
+                  log.get("test"))
+    assert got.state is None and got.position is not None and got.position.offset == 10
+
+
 def test_the_startup_id_comes_from_the_log_not_the_clock() -> None:
     """Replay at two different times, and a read that starts at the second startup: the
     second startup has one id in all three."""

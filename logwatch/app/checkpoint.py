@@ -86,7 +86,8 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
             out.state = state_from_json(extra["state"])
             if extra.get("format") != FORMAT:
                 out.state = upgrade_state(out.state, extra.get("counters") or {})
-        except (TypeError, ValueError, KeyError) as e:
+        except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
+            # a state of the wrong shape (a list for an object) failed the target, for good
             log.warning("saved machine state unreadable: phase starts over", error=str(e))
     if out.state is None and extra.get("state") is None and position is not None \
             and out.pack is None:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, TypeVar
+
 from ..rules.pack import WAITING
 from .ranks import RankProgress
 from .rates import ProgressState
 from .state import Crash, Evidence, Span, State
 
+T = TypeVar("T")
+
+
+def known_fields(cls: type[T], d: dict[str, Any]) -> T:
+    """`cls` from the keys of `d` it has.  A field a newer logwatch added (a rollback, or a
+    state_dir from a host that runs a newer version) is left out, as `Alert.from_json`
+    does: before, `cls(**d)` raised TypeError and the target's phase started over (its
+    crash paged again, its startups numbered from 1, no `restarted` for the next one)."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in d.items() if k in names})
+
 
 def state_to_json(state: State) -> dict[str, object]:
     """The whole machine state as JSON (a daemon restart continues from it)."""
-    import dataclasses
-
     def conv(v: object) -> object:
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             return {f.name: conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
@@ -28,14 +40,14 @@ def state_to_json(state: State) -> dict[str, object]:
 
 def state_from_json(d: dict[str, object]) -> State:
     def ev(x: object) -> Evidence | None:
-        return Evidence(**x) if isinstance(x, dict) else None  # type: ignore[arg-type]
+        return known_fields(Evidence, x) if isinstance(x, dict) else None
 
     crash = None
     c = d.get("crash")
     if isinstance(c, dict):
-        crash = Crash(**{**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),  # type: ignore[arg-type]
-                         "marker_reason": ev(c.get("marker_reason")),
-                         "excerpt": list(c.get("excerpt") or [])})
+        crash = known_fields(Crash, {**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),
+                                     "marker_reason": ev(c.get("marker_reason")),
+                                     "excerpt": list(c.get("excerpt") or [])})
     st = State(
         phase=str(d.get("phase", WAITING)), epoch=int(d.get("epoch", 0)),  # type: ignore[arg-type]
         startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
@@ -46,11 +58,11 @@ def state_from_json(d: dict[str, object]) -> State:
         procs_waiting=set(d.get("procs_waiting", [])),  # type: ignore[arg-type]
         args=dict(d.get("args") or {}),  # type: ignore[call-overload]
         args_partial=bool(d.get("args_partial", False)),
-        progress={k: ProgressState(**v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
+        progress={k: known_fields(ProgressState, v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]
         stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
-        hints={k: Evidence(**v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
+        hints={k: known_fields(Evidence, v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
         last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
         stalled=bool(d.get("stalled", False)),
         startup_id=d.get("startup_id"),  # type: ignore[arg-type]
@@ -90,7 +102,7 @@ def _last(v: object) -> tuple[int, bool, bool] | None:
 def _spans(items: list[dict[str, object]]) -> list[Span]:
     """Spans from a checkpoint; one from before spans had no ends: each main one ends where
     the next began."""
-    spans = [Span(**e) for e in items]  # type: ignore[arg-type]
+    spans = [known_fields(Span, e) for e in items]
     main = [sp for sp in spans if not sp.beside]
     for cur, nxt in zip(main, main[1:]):
         if cur.open:
