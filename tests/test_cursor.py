@@ -177,7 +177,7 @@ def test_resume_when_identity_size_and_tail_fit() -> None:
     assert disk.reads[-1].pos == upto - TAIL_BYTES   # the read carries its truncation check
 
 
-@pytest.mark.parametrize("change", ["other-head", "other-tail", "shorter", "other-inode"])
+@pytest.mark.parametrize("change", ["other-head", "other-tail", "shorter", "copy-other-tail"])
 def test_no_resume_when_the_saved_position_does_not_fit(change: str) -> None:
     content = lines(1, 80)
     upto = len(lines(1, 60))
@@ -188,8 +188,8 @@ def test_no_resume_when_the_saved_position_does_not_fit(change: str) -> None:
         f.data[upto - 20: upto - 1] = b"Z" * 19        # same first KiB
     elif change == "shorter":
         del f.data[upto - 1:]
-    else:
-        f = disk.create(bytes(f.data))                # same bytes, another file
+    else:                                             # another file, our head, not our bytes
+        f = disk.create(bytes(f.data[: upto - 20]) + b"Z" * 19 + bytes(f.data[upto - 1:]))
     disk.located = (len(lines(1, 30)), 31)
     cur = Cursor("/l", saved=pos, can_locate=True)
     _, act, evs = disk.open(cur)
@@ -199,6 +199,32 @@ def test_no_resume_when_the_saved_position_does_not_fit(change: str) -> None:
     cur2 = Cursor("/l", saved=pos)                    # without a locator: byte 0
     _, _, evs = disk.open(cur2)
     assert opened(evs) == [("attach", 0, 1, True)]
+
+
+@pytest.mark.parametrize("can_find", [True, False])
+def test_a_copy_of_the_saved_file_at_the_path_resumes_at_the_position(can_find: bool) -> None:
+    """The daemon was stopped; the log became another inode with the same bytes and more
+    (cp + mv, rsync, the logs moved to another host, an NFS remount's new st_dev).  Its
+    file is not beside it (FindRotated: not found); the file at the path begins as ours and
+    holds our bytes before the position: resumed there, nothing read twice, nothing said
+    lost.  Before: the latest startup, read again."""
+    content = lines(1, 80)
+    upto = len(lines(1, 60))
+    disk, f, pos = first_run(content, upto)
+    f = disk.create(bytes(f.data) + lines(81, 90))
+    disk.located = (len(lines(1, 30)), 31)
+    cur = Cursor("/l", saved=pos, can_locate=True, can_find=can_find)
+    act = cur.opened(1, f.ino, len(f.data), bytes(f.data[:HEAD_BYTES]))
+    if can_find:
+        assert isinstance(act, FindRotated) and act.offset == upto
+        act = cur.found(False)
+    act, evs = disk.answer(cur, act, f)
+    assert act == Poll()
+    assert opened(evs) == [("resume", upto, 41, False)]
+    assert not [e for e in evs if isinstance(e, Skipped)]
+    assert cur.identity == identity_of(1, f.ino, bytes(f.data[:HEAD_BYTES]))   # the copy's now
+    _, evs = disk.poll(cur, f, 0.0)
+    assert data_of(evs) == bytes(f.data[upto:])
 
 
 def test_resume_at_0_or_without_tail_hash_reads_nothing_to_decide() -> None:

@@ -6,6 +6,9 @@ through.
   kill inside a delivery carry the same `Idempotency-Key`, and the crash is delivered.
 * A corrupted or truncated checkpoint or outbox: the daemon starts, names the file it could
   not read, and does not send again an alert that was delivered.
+* A rollback: a state_dir of a newer format is refused, untouched; a machine state with a
+  newer version's fields continues.  A log copied to another inode while the daemon was
+  stopped is read on from the saved position.
 * The same startup gets the same id from a replay, from a re-read at another offset and
   after a restart (pure, no daemon).
 """
@@ -272,6 +275,42 @@ def test_a_machine_state_of_the_wrong_shape_starts_the_phase_over(tmp_path: Path
     got = restore(store, TargetConfig(name="t1", source="x.log", rules="sglang"), [],
                   log.get("test"))
     assert got.state is None and got.position is not None and got.position.offset == 10
+
+
+def test_a_log_copied_to_another_inode_while_stopped_is_read_on_from_the_position(
+        tmp_path: Path, receivers, daemons) -> None:
+    """The daemon is stopped; its log becomes another inode holding the same bytes (cp and
+    mv, as rsync or a move of the logs and the state_dir to another host leaves it; an NFS
+    remount's new st_dev is the same case to the reader); the server then crashes while
+    serving.  Restarted, the daemon reads on from its saved position: the crash paged once,
+    no `restarted`, every line counted once.  Before: it started at the latest startup, took
+    the crash for history (never paged), counted the startup's lines twice."""
+    import os
+    import shutil
+
+    from support.receivers import serving_crash
+    from support.daemon import checkpoint, count_lines
+
+    rx = receivers()
+    cfg, port, state, log = config(tmp_path, rx)
+    append(log, "".join(sim_texts(serve_lines=3)))
+    d = daemons(cfg, port).start()
+    rx.wait(hook("ready", "firing"), status=200, timeout=20, alive=d.dead)
+    n1 = count_lines(log)
+    wait_for(lambda: checkpoint(state, "t1")["extra"]["counters"]["lines"] == n1, 10,
+             f"a checkpoint at {n1} lines", alive=d.dead)
+    assert d.stop() == 0
+    shutil.copyfile(log, tmp_path / "server.log.tmp")
+    os.replace(tmp_path / "server.log.tmp", log)          # the same bytes, another inode
+    append(log, serving_crash())
+    d.start()
+    rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead,
+            what="the crash written while the daemon was stopped")
+    d.wait_metric("logwatch_lines_total", float(count_lines(log)), target="t1")
+    rx.assert_quiet(2.0, what="after the crash")
+    assert [len(rx.requests(hook(k, "firing"))) for k in ("ready", "crashed", "restarted")] \
+        == [1, 1, 0], rx.brief()
+    assert d.target("t1")["epoch"] == 1
 
 
 def test_the_startup_id_comes_from_the_log_not_the_clock() -> None:

@@ -22,8 +22,11 @@ after every call, take_events() hands out the Opened / Data / SourceState to yie
 Why it decides what it decides:
 
 * Start: `resume` at a saved Position only if its identity, the file's size and the hash of
-  the bytes before it all fit (a replaced file is never resumed in its middle); otherwise
-  the latest startup (Locate, when the source has a locator); otherwise byte 0.  The same
+  the bytes before it all fit (a replaced file is never resumed in its middle), or, where
+  another inode is at the path and ours is not found beside it (below), if that file begins
+  as ours did and holds our bytes before the position: a copy (the logs moved to another
+  host, an NFS remount's new st_dev, rsync while the daemon was stopped); otherwise the
+  latest startup (Locate, when the source has a locator); otherwise byte 0.  The same
   path opened again after a lost connection is `reconnected` if it is still our file up to
   our offset, else a new file read from byte 0 (`rotated`).
 * Truncation: every read starts with the TAIL_BYTES before our offset; if they changed, or
@@ -234,7 +237,7 @@ MAX_HELD = 64          # files held at once (a rotation every few ms would exhau
 
 # what a pending Read is for: the answer in got() goes to `_got_<purpose>`
 _READS = frozenset({"resume", "last", "reconnect", "data", "truncated", "head", "verify", "drain",
-                    "hole", "hole_end", "copied", "copied_mark"})
+                    "hole", "hole_end", "copied", "copied_mark", "saved_copy"})
 MARK_FIRST, MARK_BYTES = 1024, 256   # the first mark of what was read, the bytes it digests
 ROTATE_WAIT = 5.0      # seconds a rotated file must stay quiet before it is left (Vector's)
 # A writer that does not append (`server > log`, not `>>`) writes on at its old offset after
@@ -357,6 +360,8 @@ class Cursor:
                 # rotated while the daemon was down?  The rest of ours may be beside the path
                 return self._ask(FindRotated(saved.identity, saved.offset, saved.tail_sha),
                                  "find_saved")
+            if self._may_be_saved_copy():
+                return self._ask(self._saved_tail(), "saved_copy")
             return self._not_resumed()
         assert self.identity is not None
         # opened again after a lost connection: the files held went with it
@@ -379,14 +384,9 @@ class Cursor:
             saved = self.saved
             assert saved is not None
             if not ok:
-                self._events.append(Skipped(0, (
-                    f"{self.path} is another file than the one the saved position was in, and "
-                    f"that one is not beside it any more (removed, or in an archive that does "
-                    f"not decode): "
-                    f"what it held after byte {saved.offset}, if anything, is unread")))
-                self.log.warning("the file of the saved position is gone: what it held after "
-                                 "the position, if anything, is unread", offset=saved.offset)
-                return self._not_resumed()
+                if self._may_be_saved_copy():
+                    return self._ask(self._saved_tail(), "saved_copy")
+                return self._saved_file_gone()
             self.log.info("the log was rotated since the position was saved: reading the rest "
                           "of the rotated file, then the new one", saved_offset=saved.offset,
                           rotated_after=len(self._held))
@@ -410,6 +410,51 @@ class Cursor:
             f"{self.offset} is lost"
             + (f" (at least {unread} bytes)" if unread else ""))))
         return self._replaced()
+
+    def _saved_file_gone(self) -> Action:
+        """The saved position's file is neither at the path nor beside it, and the file at the
+        path is not a copy of it: what it held past the position is unread."""
+        saved = self.saved
+        assert saved is not None
+        self._events.append(Skipped(0, (
+            f"{self.path} is another file than the one the saved position was in, and "
+            f"that one is not beside it any more (removed, or in an archive that does "
+            f"not decode): "
+            f"what it held after byte {saved.offset}, if anything, is unread")))
+        self.log.warning("the file of the saved position is gone: what it held after "
+                         "the position, if anything, is unread", offset=saved.offset)
+        return self._not_resumed()
+
+    def _may_be_saved_copy(self) -> bool:
+        """The file at the path is another inode (or the same inode on another st_dev) than
+        the saved position's, but begins as that file did and is at least as long as the
+        position: a copy of it (the logs and state_dir moved to another host, an NFS remount,
+        rsync while the daemon was stopped)?  The bytes before the position tell (read next)."""
+        saved = self.saved
+        return saved is not None and saved.identity is not None and \
+            saved.tail_sha is not None and 0 < saved.offset <= self._size and \
+            saved.identity.head_len > 0 and saved.identity.matches(None, None, self._head)
+
+    def _saved_tail(self) -> Read:
+        """The bytes before the saved position, whose hash it carries."""
+        assert self.saved is not None
+        lo = max(0, self.saved.offset - TAIL_BYTES)
+        return Read(lo, self.saved.offset - lo)
+
+    def _got_saved_copy(self, data: bytes) -> Action:
+        """The bytes before the saved position are the saved file's too: the file at the path
+        is a copy of it and more; resume at the position (the running daemon reads a copy on
+        the same way: `copied`).  Before, it started at the latest startup: a crash written
+        while the daemon was stopped was taken for history and never paged, the startup
+        read again was a false `restarted`, its lines counted twice."""
+        saved = self.saved
+        assert saved is not None
+        if digest(data) != saved.tail_sha:
+            return self._saved_file_gone() if self.can_find else self._not_resumed()
+        self.log.info("the log is another file holding the saved file's bytes up to the saved "
+                      "position (a copy: moved, synced or remounted): reading on from there",
+                      saved_offset=saved.offset)
+        return self._start(saved.offset, saved.line_number, "resume", False, data)
 
     def _count_vanished(self) -> None:
         """The files held before the connection was lost that are neither held again nor the
