@@ -9,6 +9,12 @@
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
   its queued resolution goes too.
+* Per sink, in order: the entries waiting for a receiver are tried together, oldest first.
+  A failure leaves none of the sink's others waiting longer than its own next try; a
+  success makes them all due at once; a restart makes every loaded entry due (outbox.py).
+  A time the receiver asked for (Retry-After) is kept, across a restart too.
+  Before, each kept its own backoff: a receiver back after an outage got the newest page
+  first (its backoff the shortest) and older ones of the same target minutes later.
 * A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
   have processed it): it is sent again with the same Idempotency-Key at most
   `MAX_UNKNOWN` times.
@@ -119,13 +125,16 @@ class Delivery:
         alert = entry["alert"]
         if outcome.ok:
             self.store.outbox = [e for e in self.store.outbox if e["id"] != entry["id"]]
+            self._waiting_until(sink.name, clock.now())    # it answers: the rest go now
             k = (sink.name, alert["kind"])
             self.counts.sent[k] = self.counts.sent.get(k, 0) + 1
             self.log.info("alert delivered", sink=sink.describe(), target=alert["target"],
                           kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
         else:
             self.counts.failed[sink.name] = self.counts.failed.get(sink.name, 0) + 1
-            if give_up_or_retry(entry, outcome, sink, self.log):
+            if not give_up_or_retry(entry, outcome, sink, self.log):
+                self._waiting_until(sink.name, entry["next_at"])
+            else:
                 # given up: counted as dropped; its resolution, queued behind it, goes too
                 # (the receiver never had the firing)
                 gone = {entry["id"]} | ({e["id"] for e in self.store.outbox
@@ -142,6 +151,15 @@ class Delivery:
                     doc["sinks"] = [r for r in doc["sinks"]
                                     if not (isinstance(r, dict) and r.get("name") == sink.name)]
         self.store.save()
+
+    def _waiting_until(self, sink: str, at: float) -> None:
+        """None of `sink`'s entries waits past `at`: they are tried together, oldest first
+        (the worker takes the oldest due), so a receiver that comes back gets them in the
+        order they were decided.  But for one the receiver itself told when to come back
+        (Retry-After): that time is kept."""
+        for e in self.store.outbox:
+            if e["sink"] == sink and e["next_at"] > at and not e.get("retry_after"):
+                e["next_at"] = at
 
     async def _refresh(self, sink: AlertmanagerSink, now: float) -> None:
         """Send Alertmanager the open alerts it was given again (it keeps them in memory
@@ -200,6 +218,7 @@ def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger
         backoff / 2 + random.uniform(0, backoff / 2)
     delay = min(delay, left)        # a last try at max_age, never after it
     entry["next_at"] = now + delay
+    entry["retry_after"] = outcome.delay is not None   # the receiver's time: kept (outbox.py)
     logger.warning("alert delivery failed: will retry", sink=sink.describe(),
                    target=alert["target"], kind=alert["kind"],
                    error=outcome.message, retry_in=round(delay, 1))

@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ... import log
+from ... import clock, log
 from ...state.files import save_state
 from ...state.formats import StoreFormat
 from .model import Alert
@@ -80,6 +80,7 @@ class AlertStore:
             self.seen = {str(k): float(v) for k, v in doc.get("seen", {}).items()}
             self.open = dict(doc.get("open", {}))
             self.outbox = [dict(e) for e in doc.get("outbox", [])]
+            self._due_at_start()
             for e in self.outbox:
                 if e.get("state") == SENDING:
                     self.log.info("alert delivery interrupted by the last stop: sending it again "
@@ -97,6 +98,18 @@ class AlertStore:
             self.log.error("alert state unreadable: starting without it (what the targets' "
                            "checkpoints record as alerted is not sent again)",
                            file=str(self.path), kept_as=str(aside), error=str(e))
+
+    def _due_at_start(self) -> None:
+        """Every loaded entry is due now: the backoff of the process before is no reason to
+        wait (the receiver may be back), and entries due together go oldest first.  Before,
+        an entry kept the old process's backoff (up to 5 minutes) while one decided after
+        the restart went at once: a receiver back after an outage spanning a restart got
+        the pages of a target out of order.  A time the receiver asked for (Retry-After)
+        is kept."""
+        now = clock.now()
+        for e in self.outbox:
+            if not e.get("retry_after"):
+                e["next_at"] = min(float(e.get("next_at", now)), now)
 
     def adopt(self, marks: dict[str, float]) -> None:
         """Marks a target's checkpoint recorded: alerts decided before, never to repeat."""
