@@ -512,6 +512,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ConfigError, PackError) as e:
             print(f"logwatch: {e}", file=sys.stderr)
             return Exit.USAGE
+        from .sinks.alerts.config import max_attempts_notes
+        for note in max_attempts_notes(cfg.path, cfg.alerts):   # a warning: still ok
+            print(f"logwatch: warning: {note}", file=sys.stderr)
         if shard is not None:
             from .app.config import select_shard
             mine = select_shard(cfg, shard)

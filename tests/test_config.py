@@ -19,7 +19,7 @@ import yaml
 
 from conftest import ROOT
 from logwatch.sources.ssh import SSHTarget
-from support.daemon import free_port
+from support.daemon import daemons, free_port, wait_for  # noqa: F401 (daemons: a fixture)
 
 
 def run(*args: str, timeout: float = 30,
@@ -501,3 +501,30 @@ def test_a_relative_state_dir_is_next_to_the_config() -> None:
     with pytest.raises(ConfigError) as e:
         parse_config({"state_dir": 5, "targets": []}, "/etc/logwatch/logwatch.yaml")
     assert e.value.key == "state_dir", e.value
+
+
+@pytest.mark.integration
+def test_a_max_attempts_that_gives_up_minutes_into_an_outage_is_warned_once(
+        tmp_path: Path, daemons: Any) -> None:
+    """Old example configs set `max_attempts: 8` (the default then): with the backoff of now
+    it gives up a page after ~3 minutes of a receiver's outage.  `--check` (exit 0) and the
+    daemon's start warn once, naming the file and the key; 20 attempts (~48m of an hour) and
+    an Alertmanager sink (its open alerts are re-sent) are not warned.  Before: nothing said."""
+    port = free_port()
+    doc = {"listen": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"),
+           "targets": [{"name": "t1", "source": str(tmp_path / "t1.log"), "rules": "sglang"}],
+           "alerts": [{"type": "webhook", "url": "http://127.0.0.1:9/hook", "max_attempts": 8},
+                      {"type": "slack", "url": "http://127.0.0.1:9/slack", "max_attempts": 20},
+                      {"type": "alertmanager", "url": "http://127.0.0.1:9", "max_attempts": 3}]}
+    path = write(tmp_path, doc)
+    said = (f"{path}: alerts[0].max_attempts: 8 attempts give up after ~3m of an outage of the "
+            "receiver (the page is lost); remove it to retry until max_age (1h)")
+    res = run("-c", str(path), "--check")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.splitlines() == [f"logwatch: warning: {said}"], res.stderr
+    d = daemons(path, port).start()
+    warned = lambda: [e for e in d.log_events() if "max_attempts" in str(e.get("event"))]  # noqa: E731
+    wait_for(warned, 10, "the warning at start", alive=d.dead)
+    assert d.stop() == 0
+    assert [e["event"] for e in warned()] == [said], warned()
+    assert warned()[0]["level"] == "warning", warned()

@@ -32,6 +32,7 @@ from ..state.formats import StateDirNewer, check_formats
 from ..state.lock import StateDirInUse, hold_state_dir
 from ..sources.ssh import SSHPool
 from ..sinks.alerts import outbox
+from ..sinks.alerts.config import max_attempts_notes
 from ..sinks.alerts.router import AlertRouter
 from ..view import TargetView
 from ..limits import nofile_note, raise_nofile
@@ -306,6 +307,13 @@ def _descriptors(daemon: Daemon) -> None:
         daemon.log.warning(note, soft=soft, hard=hard)
 
 
+def _config_notes(daemon: Daemon) -> None:
+    """What the config allows but will regret, said once at start (`--check` says it too):
+    a sink's `max_attempts` that gives up a page minutes into a receiver's outage."""
+    for note in max_attempts_notes(daemon.config.path, daemon.config.alerts):
+        daemon.log.warning(note)
+
+
 async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> int:
     try:
         cfg = load_config(config_path)
@@ -331,6 +339,7 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(OncePerMinute(log.get("asyncio")))
     _descriptors(daemon)
+    _config_notes(daemon)
     for sig, handler in ((signal.SIGHUP, daemon.request_reload),
                          (signal.SIGTERM, daemon.request_stop),
                          (signal.SIGINT, daemon.request_stop)):

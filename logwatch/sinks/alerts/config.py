@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 from ...errors import ConfigError, ErrorCollector
 from ...units import env_int, parse_duration
+from .backoff import outage_outlasted
 from .kinds import DEFAULT_ON, KIND_NAMES
 
 SINK_TYPES = ("slack", "webhook", "alertmanager")
@@ -18,6 +19,7 @@ SINK_KEYS = ("type", "name", "url", "url_env", "on", "targets", "secret_env",
 
 
 ROUTE_FIELDS = ("name", "target", "engine")   # what a sink's `targets:` may name besides labels
+DEFAULT_MAX_AGE = 3600.0
 
 
 def validate_alerts(path: str, alerts: list[dict[str, Any]],
@@ -118,3 +120,33 @@ def _validate_sink(path: str, key: str, i: int, a: dict[str, Any], names: set[st
         except re.error as e:       # before: `--check` said ok, the daemon died at its start
             raise ConfigError(path, f"{key}.targets.{label}", f"invalid regex {rx!r}: {e}") \
                 from None
+
+
+def _about(seconds: float) -> str:
+    """A rough duration as a person says it: 45s, 3m, 2h."""
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m"
+    return f"{round(seconds / 3600, 1):g}h"
+
+
+def max_attempts_notes(path: str, alerts: list[dict[str, Any]] | tuple[dict[str, Any], ...]
+                       ) -> list[str]:
+    """One warning per webhook or Slack sink whose `max_attempts` gives up well before its
+    `max_age` (in less than half of it) under the delivery backoff.  Old example configs set
+    `max_attempts: 8` (the default then): with the backoff of now a page is given up after
+    ~3 minutes of a receiver's outage, the loss that retrying until `max_age` fixed.  An
+    Alertmanager sink is left alone: the re-sends of its open alerts are its retries."""
+    notes = []
+    for i, a in enumerate(alerts):
+        attempts = a.get("max_attempts")
+        if a.get("type") == "alertmanager" or not isinstance(attempts, int):
+            continue
+        max_age = float(a.get("max_age", DEFAULT_MAX_AGE))
+        outlasted = outage_outlasted(attempts)
+        if outlasted < max_age / 2:
+            notes.append(f"{path}: alerts[{i}].max_attempts: {attempts} attempts give up after "
+                         f"~{_about(outlasted)} of an outage of the receiver (the page is lost); "
+                         f"remove it to retry until max_age ({_about(max_age)})")
+    return notes

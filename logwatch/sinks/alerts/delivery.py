@@ -34,6 +34,7 @@ from typing import Any, Callable
 from ... import clock
 from ... import log
 from ...shown import visible_all
+from .backoff import backoff
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, SENDING, AlertStore, went_to
 from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
@@ -213,9 +214,9 @@ def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger
                      attempts=entry["attempts"])
         return True
     entry["state"] = QUEUED
-    backoff = min(300.0, 2.0 ** entry["attempts"])
+    longest = backoff(entry["attempts"])
     delay = outcome.delay if outcome.delay is not None else \
-        backoff / 2 + random.uniform(0, backoff / 2)
+        longest / 2 + random.uniform(0, longest / 2)
     delay = min(delay, left)        # a last try at max_age, never after it
     entry["next_at"] = now + delay
     entry["retry_after"] = outcome.delay is not None   # the receiver's time: kept (outbox.py)
