@@ -59,6 +59,23 @@ class SteadyClock:
         """A time of this host's wall clock (a file's mtime) on this clock."""
         return wall_time + (self.now() - self._wall())
 
+    def lag(self) -> float:
+        """The step of the wall clock not yet taken up: the wall time less this clock's."""
+        return -self.from_wall(0.0)
+
+    def adopt(self, lag: float, since_wall: float) -> None:
+        """Go on with the clock of a process that lagged the wall clock by `lag` at wall
+        time `since_wall` (a daemon restarted while it took up a step): what it saved (a
+        target's last line, a crash's settle) stays on one clock with what is read now.
+        Before, the step taken up so far read as a silence at the restart (a false stall)."""
+        with self._lock:
+            wall = self._wall()
+            left = max(0.0, abs(lag) - self._slew * max(0.0, wall - since_wall))
+            if left > self._at_once:
+                left = 0.0
+            self._last_mono = self._mono()
+            self._now = wall - (left if lag > 0 else -left)
+
 
 _CLOCK = SteadyClock()
 
@@ -76,3 +93,13 @@ def wall() -> float:
 def from_wall(wall_time: float) -> float:
     """A time of this host's wall clock (a file's mtime) on logwatch's clock."""
     return _CLOCK.from_wall(wall_time)
+
+
+def lag() -> float:
+    """The step of the wall clock logwatch's clock has not yet taken up."""
+    return _CLOCK.lag()
+
+
+def adopt(lag_was: float, since_wall: float) -> None:
+    """Go on with the clock of the process before (SteadyClock.adopt)."""
+    _CLOCK.adopt(lag_was, since_wall)

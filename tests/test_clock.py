@@ -76,3 +76,26 @@ def test_a_step_of_days_is_taken_at_once() -> None:
     c.run(1.0)
     c.wall += 2 * 86400.0
     assert clock.now() == pytest.approx(c.wall)
+
+
+@pytest.mark.parametrize("step", [600.0, -600.0])
+def test_a_restarted_process_goes_on_with_the_clock_before(step: float) -> None:
+    """The daemon restarted 10 s after a step of 10 minutes: the new process's clock goes
+    on from the old one's (less what 10 s took up), so a time the old one saved is as far
+    back as it really is (before: the step read as a 10-minute silence at the restart)."""
+    c = Clocks()
+    old = c.make()
+    old.now()
+    c.run(1.0)
+    c.wall += step
+    last_line = old.now()                 # saved in a checkpoint
+    lag, saved_at = old.lag(), c.wall
+    assert lag == pytest.approx(step - SLEW * 1.0 if step > 0 else step + SLEW)
+    c.run(10.0)
+    new = c.make()                        # the new process: starts at the wall
+    new.adopt(lag, saved_at)
+    assert new.now() - last_line == pytest.approx(10.0 + SLEW * 10 * (1 if step > 0 else -1))
+    # a lag from long ago is all taken up: the wall clock
+    late = c.make()
+    late.adopt(lag, saved_at - 100_000)
+    assert late.now() == pytest.approx(c.wall)

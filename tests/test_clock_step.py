@@ -160,3 +160,34 @@ def test_a_node_whose_clock_is_behind_is_not_a_dead_server_at_attach(
         assert "probably dead" not in d.stderr(), d.stderr()[-1500:]
     finally:
         server.cleanup()
+
+
+def test_a_daemon_restarted_while_a_step_is_taken_up_sees_no_silence(
+        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
+    """The daemon's wall clock set 10 minutes on, the daemon restarted 2 s later (a deploy):
+    the new process goes on with the old one's clock (state_dir/clock.json), so the target's
+    last line, saved on that clock, is seconds old, not 10 minutes (before: `stalled: no new
+    line for 10m08s` at the restart, for a log silent 6 s)."""
+    spec = tmp_path / "faketime.spec"
+    spec.write_text("+0\n")
+    env = {"LD_PRELOAD": libfaketime(), "FAKETIME_NO_CACHE": "1",
+           "FAKETIME_TIMESTAMP_FILE": str(spec), "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    log, texts, shards = _startup(tmp_path)
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("t", log, gpu=False, probe=False, stall_after="5m")])
+    d = daemons(cfg, port, env=env).start()
+    _append(log, "".join(texts[:shards + 2]) + "\n")     # (the bar's last frame ended)
+    d.wait_target("t", lambda t: t.get("phase") == "loading_shards", "loading_shards")
+    d.wait_lines("t", "".join(texts[:shards + 2]).count("\n") + 1)
+    spec.write_text("+600\n")
+    wait_for(lambda: (tmp_path / "state" / "clock.json").exists(), 10, "the clock saved")
+    d.stop()
+    d.start()
+    d.wait_target("t", lambda t: t.get("phase") == "loading_shards", "loading_shards again")
+    # a window for what must not happen: past the source's resume grace (2 s) and a tick,
+    # a stall would be taken (it was, 10m08s, before)
+    time.sleep(6.0)
+    t = d.target("t")
+    assert t is not None and t["stalled"] is False, t
+    assert "stalled" not in d.stderr(), d.stderr()[-1500:]

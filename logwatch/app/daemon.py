@@ -27,7 +27,7 @@ from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
 from ..state.ledger import LedgerStore
-from ..state import history as history_store, positions as position_store
+from ..state import clockfile, history as history_store, positions as position_store
 from ..state.formats import StateDirNewer, check_formats
 from ..state.lock import StateDirInUse, hold_state_dir
 from ..sources.ssh import SSHPool
@@ -231,6 +231,7 @@ class Daemon:
                 await self.supervisor.retry_failed(self.runners, self.config.targets, now)
             if now - self._sources_checked >= SOURCE_CHECK_EVERY:
                 self._sources_checked = now
+                clockfile.save(self.config.state_dir)   # a step being taken up: for a restart
                 if self.alerts is not None:
                     self.supervisor.check_sources(self.runners, self.alerts, now)
                 await self.supervisor.retry_refused(self.runners, self.config.targets, now)
@@ -288,6 +289,7 @@ class Daemon:
         await self.pool.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        clockfile.save(self.config.state_dir)
         self.log.info("logwatch stopped")
 
 
@@ -324,6 +326,7 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
     try:
         lock = hold_state_dir(cfg.state_dir)   # held (open) until the process ends
         check_formats(cfg.state_dir, STATE_FORMATS)   # before any store reads (and sets aside)
+        clockfile.adopt(cfg.state_dir)   # the clock the saved times are on (a step taken up)
     except (StateDirInUse, StateDirNewer) as e:
         print(f"logwatch: {e}", flush=True, file=__import__("sys").stderr)
         return Exit.USAGE
