@@ -9,6 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from logwatch.app.alerttest import sample
 from logwatch.sinks.alerts.delivery import give_up_or_retry, heads
 from logwatch.sinks.alerts.model import FIRING
@@ -138,3 +140,96 @@ def test_a_crash_in_a_restart_loop_says_it_is_one(tmp_path: Path) -> None:
     a = alert("crashed", 10)
     r.fire(a)
     assert "since the last ready" not in queued(r, "oncall")[-1]["alert"]["summary"]
+
+
+# -- a sink's order, on a clock of the test's -------------------------------------------------
+
+class Outage:
+    """A webhook sink's outbox driven by `next_up` and `Delivery._settle` on the test's clock
+    (the worker's two steps, without its HTTP): who is sent when, what is given up."""
+
+    def __init__(self, tmp_path: Path, monkeypatch: Any, **spec: Any) -> None:
+        from logwatch import clock
+        from logwatch.sinks.alerts.delivery import Delivery
+        from logwatch.sinks.alerts.model import AlertCounts
+        from logwatch.sinks.alerts.outbox import AlertStore
+        self.t = 1000.0
+        monkeypatch.setattr(clock, "now", lambda: self.t)
+        self.store = AlertStore(tmp_path)
+        self.sink = make_sinks([{"type": "webhook", "url": "http://x/h", "name": "w", **spec}])[0]
+        self.delivery = Delivery(self.store, lambda: [self.sink], AlertCounts())
+        self.sent: list[tuple[float, str]] = []
+        self.tries: dict[str, int] = {}
+
+    def add(self, kind: str, key: str) -> None:
+        self.store.outbox.append({"id": len(self.tries) + len(self.store.outbox) + 1,
+                                  "sink": "w", "attempts": 0, "state": "queued",
+                                  "first_at": self.t, "next_at": self.t,
+                                  "alert": {"kind": kind, "key": key, "target": "t",
+                                            "status": FIRING}})
+
+    def run_until(self, end: float, answer: Any, every: Any = None) -> None:
+        from logwatch.sinks.alerts.delivery import next_up
+        while self.t < end:
+            if every is not None:
+                every(self)
+            while True:
+                entry, _ = next_up(self.store.outbox, "w", self.t)
+                if entry is None:
+                    break
+                out = answer(self, entry)
+                key = entry["alert"]["key"]
+                self.tries[key] = self.tries.get(key, 0) + 1
+                if out.ok:
+                    self.sent.append((self.t, key))
+                self.delivery._settle(self.sink, entry, out)
+            self.t += 0.25
+
+
+def test_a_receivers_outage_spends_no_attempts_of_the_oldest_page(tmp_path: Path,
+                                                                  monkeypatch: Any) -> None:
+    """`max_attempts: 20`, the receiver down 25 minutes, a crash page first and a new page
+    every 2 minutes: before, every failure pulled the sink's entries to the failing one's
+    next try, and the crash page's 20 attempts went in 6 minutes: given up, 10 pages lost.
+    Now the later pages wait behind it, untried; after the outage all go, in order."""
+    o = Outage(tmp_path, monkeypatch, max_attempts=20)
+    o.add("crashed", "A")
+    up_at = 1000 + 25 * 60
+
+    added = [0]
+
+    def every(o: Outage) -> None:
+        if o.t < up_at and o.t >= 1000 + 120 * (added[0] + 1):
+            added[0] += 1
+            o.add("stalled", f"K{added[0]:02d}")
+
+    o.run_until(1000 + 3600, lambda o, e: Outcome(True, False) if o.t >= up_at else
+                Outcome(False, True, None, "HTTP 503"), every)
+    assert o.delivery.counts.dropped == {}, o.delivery.counts.dropped
+    assert o.sent and o.sent[0][1] == "A" and o.sent[0][0] >= up_at, o.sent[:3]
+    assert [k for _, k in o.sent] == sorted((k for _, k in o.sent), key=lambda k: (k != "A", k))
+    assert len(o.sent) == 1 + added[0] == 13, o.sent
+    assert all(n == 1 for k, n in o.tries.items() if k != "A"), o.tries   # tried once: sent
+
+
+def test_a_page_the_receiver_asked_to_wait_for_holds_the_later_ones(tmp_path: Path,
+                                                                    monkeypatch: Any) -> None:
+    """429 with `Retry-After: 30` for a crash page, a ready page after it: before, the ready
+    page went at once and the crash 30 s later (and the receiver, rate-limiting the whole
+    hook, was hit at once).  Now the crash first, at 30 s, then the ready page."""
+    o = Outage(tmp_path, monkeypatch)
+    o.add("crashed", "A")
+    o.add("ready", "B")
+    o.run_until(1100, lambda o, e: Outcome(False, True, 30.0, "HTTP 429")
+                if o.tries.get("A", 0) == 0 else Outcome(True, False))
+    assert [k for _, k in o.sent] == ["A", "B"], o.sent
+    assert o.sent[0][0] == pytest.approx(1030, abs=0.5)
+
+
+def test_a_huge_max_attempts_is_a_number_not_an_overflow() -> None:
+    """`max_attempts: 5000`: `--check` and the daemon died of OverflowError (2.0 ** 1025);
+    a receiver down 85 h under `max_age: 4d` ended its sink's worker the same way."""
+    from logwatch.sinks.alerts.backoff import BACKOFF_CAP, backoff, outage_outlasted
+    assert backoff(1025) == backoff(5000) == BACKOFF_CAP
+    assert outage_outlasted(5000) == pytest.approx(outage_outlasted(9) + 4991 * 0.75 * 300)
+    assert outage_outlasted(8) == pytest.approx(sum(0.75 * 2.0 ** n for n in range(1, 8)))

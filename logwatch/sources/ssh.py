@@ -724,9 +724,12 @@ async def login_home(source: SSHFileSource, conn: Any, sftp: Any) -> str:
         home = out.decode("utf-8", "replace").strip()
         if status == 0 and home.startswith("/"):
             return str(await sftp.realpath(home))
+        why = f"getent answered {home[:80]!r}, exit status {status}"
     except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
-        source.log.info("the login's home directory not found by getent; SFTP's working "
-                        "directory is taken", error=str(e))
+        why = str(e) or type(e).__name__
+    # said: a ~/.bashrc that cds elsewhere would move what ~/ names (the wrong file, read)
+    source.log.warning("the login's home directory is not known on the node: ~/ is taken as "
+                       "SFTP's working directory", error=why)
     return str(await sftp.realpath("."))
 
 

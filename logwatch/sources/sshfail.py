@@ -56,16 +56,25 @@ class SFTPNotClean(FatalSSH):
         self.no_stream = no_stream
 
 
-class SFTPEnded(FatalSSH):
+READER_ENDED = "the remote reader ended"     # sshstream.ExecFS._lost's words
+
+
+class SFTPEnded(OSError):
     """The SFTP subsystem ended before its first reply on a connection still up, after the
     streamed reader ended too: the login shell exits before it runs any command (a ~/.bashrc
     with `set -e` and a line that fails, an `exit` in it).  `said`: what the shell wrote on
-    stderr when the reader was started (None: not tried, `transport: sftp`)."""
+    stderr when the reader was started (None: nothing, or not tried: `transport: sftp`).
+    Not fatal: retried with the connection backoff (a `source` of a conda.sh on NFS fails only
+    while the filesystem hiccups: fatal, the target waited 2 minutes and the crash written
+    meanwhile was read as history)."""
 
     def __init__(self, host: str, said: str | None = None) -> None:
-        super().__init__(host, said)
+        # the reader's own words ("the remote reader ended: ...") are not the shell's
+        said = (said or "").removeprefix(READER_ENDED).lstrip(": ").strip() or None
+        super().__init__(f"{host}: {said}" if said else host)
         self.host = host
         self.said = said
+
 
 
 class NoStreamReader(FatalSSH):

@@ -15,6 +15,8 @@ goes on, as for any other damage.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,14 +43,23 @@ class NewerFile:
     version: int
 
 
+MAX_READ = 64 << 20        # bytes of one state file read for its version
+
+
 def _version(path: Path) -> int | None:
-    """The file's integer `version`; None where it has none or cannot be read (damage is
-    the store's to report)."""
+    """The file's integer `version` (`3.0` is 3); None where it has none or cannot be read
+    (damage is the store's to report).  Only a regular file of sane size is opened: a FIFO
+    named like a checkpoint hung the start; JSON nested too deep is damage, not a crash."""
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ:
+            return None
         doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     v = doc.get("version") if isinstance(doc, dict) else None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 

@@ -9,12 +9,14 @@
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
   its queued resolution goes too.
-* Per sink, in order: the entries waiting for a receiver are tried together, oldest first.
-  A failure leaves none of the sink's others waiting longer than its own next try; a
-  success makes them all due at once; a restart makes every loaded entry due (outbox.py).
-  A time the receiver asked for (Retry-After) is kept, across a restart too.
-  Before, each kept its own backoff: a receiver back after an outage got the newest page
-  first (its backoff the shortest) and older ones of the same target minutes later.
+* Per sink, in order: the oldest entry goes first; while it waits for its retry (or for the
+  time a receiver asked with Retry-After, kept across a restart too) the sink's later ones
+  wait behind it, untried; a success makes them due at once, a restart every loaded entry
+  (outbox.py).  Before, each kept its own backoff: a receiver back after an outage got the
+  newest page first (its backoff the shortest) and older ones of the same target minutes
+  later; and pulling every entry to the failing one's next try spent the attempts of old
+  pages on the retries of new ones (with `max_attempts: 20`, a crash page given up 6
+  minutes into an outage).
 * A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
   have processed it): it is sent again with the same Idempotency-Key at most
   `MAX_UNKNOWN` times.
@@ -99,12 +101,10 @@ class Delivery:
         wake = self.wake[sink.name]
         while True:
             now = clock.now()
-            mine = heads(e for e in self.store.outbox if e["sink"] == sink.name)
-            due = [e for e in mine if e["next_at"] <= now]
+            entry, wait = next_up(self.store.outbox, sink.name, now)
             # the sink as configured now (a reload may have changed it)
             current = next((s for s in self.sinks() if s.name == sink.name), sink)
-            if not due:
-                wait = min((e["next_at"] for e in mine), default=now + 3600) - now
+            if entry is None:
                 if isinstance(current, AlertmanagerSink):
                     last = self._refreshed.setdefault(sink.name, now)
                     wait = min(wait, last + current.resend - now)
@@ -116,7 +116,6 @@ class Delivery:
                     async with asyncio.timeout(max(0.05, wait)):
                         await wake.wait()
                 continue
-            entry = min(due, key=lambda e: e["id"])
             entry["state"] = SENDING         # phase 1: saved before the POST
             self.store.save()
             outcome = await deliver(self.session, current, Alert.from_json(entry["alert"]))
@@ -133,9 +132,7 @@ class Delivery:
                           kind=alert["kind"], status=alert["status"], attempts=entry["attempts"] + 1)
         else:
             self.counts.failed[sink.name] = self.counts.failed.get(sink.name, 0) + 1
-            if not give_up_or_retry(entry, outcome, sink, self.log):
-                self._waiting_until(sink.name, entry["next_at"])
-            else:
+            if give_up_or_retry(entry, outcome, sink, self.log):
                 # given up: counted as dropped; its resolution, queued behind it, goes too
                 # (the receiver never had the firing)
                 gone = {entry["id"]} | ({e["id"] for e in self.store.outbox
@@ -154,10 +151,9 @@ class Delivery:
         self.store.save()
 
     def _waiting_until(self, sink: str, at: float) -> None:
-        """None of `sink`'s entries waits past `at`: they are tried together, oldest first
-        (the worker takes the oldest due), so a receiver that comes back gets them in the
-        order they were decided.  But for one the receiver itself told when to come back
-        (Retry-After): that time is kept."""
+        """None of `sink`'s entries waits past `at` (the receiver answered: the rest go now,
+        oldest first).  But for one the receiver itself told when to come back (Retry-After):
+        that time is kept."""
         for e in self.store.outbox:
             if e["sink"] == sink and e["next_at"] > at and not e.get("retry_after"):
                 e["next_at"] = at
@@ -189,6 +185,20 @@ def heads(entries: Any) -> list[dict[str, Any]]:
         if k not in first or e["id"] < first[k]["id"]:
             first[k] = e
     return list(first.values())
+
+
+def next_up(outbox: list[dict[str, Any]], sink: str, now: float
+            ) -> tuple[dict[str, Any] | None, float]:
+    """The entry of `sink` to send now, else None and the seconds until one is due.  In the
+    order decided: the oldest first, and while it waits for its retry the sink's later ones
+    wait behind it, untried (module doc)."""
+    mine = heads(e for e in outbox if e["sink"] == sink)
+    head = min(mine, key=lambda e: e["id"], default=None)
+    if head is None:
+        return None, 3600.0
+    if head["next_at"] <= now:
+        return head, 0.0
+    return None, head["next_at"] - now
 
 
 def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
