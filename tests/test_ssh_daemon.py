@@ -136,3 +136,34 @@ def outage(sshd: SSHServer, d: Any, rx: Any, seconds: float) -> None:
         rx.assert_quiet(seconds, hook("stalled"), "while the node cannot be read")
     finally:
         sshd.start()
+
+
+def test_a_relaunch_with_the_same_first_kib_is_read_over_sftp(tmp_path: Path, daemons: Any,
+                                                              receivers: Any) -> None:  # noqa: F811
+    """Over SFTP (no inode to tell files apart) the log removed and written again by a
+    relaunch whose first KiB is the same (an engine that stamps nothing at start): before,
+    its heads matched, the path was taken for ours, and the deleted file's handle was read on
+    for good: the relaunch's crash never paged.  Now a path shorter than what was read of
+    ours is another file: read, its crash paged."""
+    from support.sshd import SFTP_SERVER
+    server = SSHServer(str(tmp_path / "sshd"), sftp=SFTP_SERVER)
+    server.start()
+    try:
+        rx = receivers()
+        log = tmp_path / "server.log"
+        ready = "".join(sim_texts(serve_lines=40))
+        log.write_text(ready)
+        port = free_port()
+        t = ssh_target(server, "n", log)
+        t["ssh"]["transport"] = "sftp"
+        cfg = write_config(tmp_path / "c.yaml", port, tmp_path / "state", [t], alerts=[
+            {"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
+        d = daemons(cfg, port).start()
+        d.wait_target("n", lambda t: t["phase"] == "ready", "ready", timeout=40)
+        log.unlink()
+        crash = "".join(sim_texts(crash="oom"))
+        assert crash[:1024] == ready[:1024] and len(crash) < len(ready)   # the case
+        log.write_text(crash)
+        rx.wait(hook("crashed", "firing", "n"), timeout=30, alive=d.dead, what="the crash")
+    finally:
+        server.cleanup()
