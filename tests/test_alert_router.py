@@ -161,11 +161,11 @@ class Outage:
         self.sent: list[tuple[float, str]] = []
         self.tries: dict[str, int] = {}
 
-    def add(self, kind: str, key: str) -> None:
+    def add(self, kind: str, key: str, target: str = "t") -> None:
         self.store.outbox.append({"id": len(self.tries) + len(self.store.outbox) + 1,
                                   "sink": "w", "attempts": 0, "state": "queued",
                                   "first_at": self.t, "next_at": self.t,
-                                  "alert": {"kind": kind, "key": key, "target": "t",
+                                  "alert": {"kind": kind, "key": key, "target": target,
                                             "status": FIRING}})
 
     def run_until(self, end: float, answer: Any, every: Any = None) -> None:
@@ -233,3 +233,18 @@ def test_a_huge_max_attempts_is_a_number_not_an_overflow() -> None:
     assert backoff(1025) == backoff(5000) == BACKOFF_CAP
     assert outage_outlasted(5000) == pytest.approx(outage_outlasted(9) + 4991 * 0.75 * 300)
     assert outage_outlasted(8) == pytest.approx(sum(0.75 * 2.0 ** n for n in range(1, 8)))
+
+
+def test_a_page_refused_for_good_holds_only_its_own_servers_pages(tmp_path: Path,
+                                                                  monkeypatch: Any) -> None:
+    """The receiver answers 500 to one page, every time (a payload it chokes on), and takes
+    the rest: another server's crash page, decided after it, goes at once (it does not wait
+    out the refused one's `max_age`); that server's own next page waits behind it, in order."""
+    o = Outage(tmp_path, monkeypatch)
+    o.add("phase", "P", target="a")
+    o.add("crashed", "C", target="b")
+    o.add("ready", "R", target="a")
+    o.run_until(1060, lambda o, e: Outcome(False, True, None, "HTTP 500")
+                if e["alert"]["key"] == "P" else Outcome(True, False))
+    assert [k for _, k in o.sent] == ["C"] and o.sent[0][0] == 1000.0, o.sent
+    assert "R" not in o.tries       # behind P, untried

@@ -9,10 +9,10 @@
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
   its queued resolution goes too.
-* Per sink, in order: the oldest entry goes first; while it waits for its retry (or for the
-  time a receiver asked with Retry-After, kept across a restart too) the sink's later ones
-  wait behind it, untried; a success makes them due at once, a restart every loaded entry
-  (outbox.py).  Before, each kept its own backoff: a receiver back after an outage got the
+* Per sink and target, in order: a target's oldest entry goes first; while it waits for its
+  retry (or for the time a receiver asked with Retry-After, kept across a restart too) the
+  target's later ones wait behind it, untried; a success makes the sink's entries due at
+  once, a restart every loaded entry (outbox.py).  Before, each kept its own backoff: a receiver back after an outage got the
   newest page first (its backoff the shortest) and older ones of the same target minutes
   later; and pulling every entry to the failing one's next try spent the attempts of old
   pages on the retries of new ones (with `max_attempts: 20`, a crash page given up 6
@@ -190,15 +190,20 @@ def heads(entries: Any) -> list[dict[str, Any]]:
 def next_up(outbox: list[dict[str, Any]], sink: str, now: float
             ) -> tuple[dict[str, Any] | None, float]:
     """The entry of `sink` to send now, else None and the seconds until one is due.  In the
-    order decided: the oldest first, and while it waits for its retry the sink's later ones
-    wait behind it, untried (module doc)."""
-    mine = heads(e for e in outbox if e["sink"] == sink)
-    head = min(mine, key=lambda e: e["id"], default=None)
-    if head is None:
+    order decided, per target: its oldest first, and while that waits for its retry the
+    target's later ones wait behind it, untried (module doc).  Per target, not per sink: a
+    page a receiver keeps refusing holds its own server's later pages, not every server's."""
+    first: dict[str, dict[str, Any]] = {}
+    for e in heads(e for e in outbox if e["sink"] == sink):
+        t = str(e["alert"].get("target"))
+        if t not in first or e["id"] < first[t]["id"]:
+            first[t] = e
+    if not first:
         return None, 3600.0
-    if head["next_at"] <= now:
-        return head, 0.0
-    return None, head["next_at"] - now
+    due = [e for e in first.values() if e["next_at"] <= now]
+    if due:
+        return min(due, key=lambda e: e["id"]), 0.0
+    return None, min(e["next_at"] for e in first.values()) - now
 
 
 def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
