@@ -191,7 +191,8 @@ def test_a_receivers_outage_spends_no_attempts_of_the_oldest_page(tmp_path: Path
     """`max_attempts: 20`, the receiver down 25 minutes, a crash page first and a new page
     every 2 minutes: before, every failure pulled the sink's entries to the failing one's
     next try, and the crash page's 20 attempts went in 6 minutes: given up, 10 pages lost.
-    Now the later pages wait behind it, untried; after the outage all go, in order."""
+    Now each later page is tried once when it comes, then waits behind it; after the outage
+    all go, in order."""
     o = Outage(tmp_path, monkeypatch, max_attempts=20)
     o.add("crashed", "A")
     up_at = 1000 + 25 * 60
@@ -209,21 +210,33 @@ def test_a_receivers_outage_spends_no_attempts_of_the_oldest_page(tmp_path: Path
     assert o.sent and o.sent[0][1] == "A" and o.sent[0][0] >= up_at, o.sent[:3]
     assert [k for _, k in o.sent] == sorted((k for _, k in o.sent), key=lambda k: (k != "A", k))
     assert len(o.sent) == 1 + added[0] == 13, o.sent
-    assert all(n == 1 for k, n in o.tries.items() if k != "A"), o.tries   # tried once: sent
+    # each later page tried when it came, then once more behind A: sent
+    assert all(n == 2 for k, n in o.tries.items() if k != "A"), o.tries
 
 
-def test_a_page_the_receiver_asked_to_wait_for_holds_the_later_ones(tmp_path: Path,
-                                                                    monkeypatch: Any) -> None:
-    """429 with `Retry-After: 30` for a crash page, a ready page after it: before, the ready
-    page went at once and the crash 30 s later (and the receiver, rate-limiting the whole
-    hook, was hit at once).  Now the crash first, at 30 s, then the ready page."""
+def test_a_receiver_that_asks_to_wait_gets_the_pages_in_order(tmp_path: Path,
+                                                              monkeypatch: Any) -> None:
+    """A receiver rate-limiting the whole hook (429, `Retry-After: 30`) to a crash page and
+    the ready page after it: before, the ready page's own wait could end first.  Now the
+    ready page, refused too, waits behind the crash page: the crash at 30 s, then the ready."""
     o = Outage(tmp_path, monkeypatch)
     o.add("crashed", "A")
     o.add("ready", "B")
-    o.run_until(1100, lambda o, e: Outcome(False, True, 30.0, "HTTP 429")
-                if o.tries.get("A", 0) == 0 else Outcome(True, False))
+    o.run_until(1100, lambda o, e: Outcome(False, True, 1030.0 - o.t, "HTTP 429")
+                if o.t < 1030 else Outcome(True, False))
     assert [k for _, k in o.sent] == ["A", "B"], o.sent
     assert o.sent[0][0] == pytest.approx(1030, abs=0.5)
+
+
+def test_a_page_asked_to_wait_a_day_holds_no_other(tmp_path: Path, monkeypatch: Any) -> None:
+    """One page answered 429 with `Retry-After: 86400` (the receiver's word for it alone):
+    a crash page after it goes at once, not a day later."""
+    o = Outage(tmp_path, monkeypatch, max_age=4 * 86400)
+    o.add("phase", "P")
+    o.add("crashed", "C")
+    o.run_until(1010, lambda o, e: Outcome(False, True, 86400.0, "HTTP 429")
+                if e["alert"]["key"] == "P" else Outcome(True, False))
+    assert o.sent == [(1000.0, "C")], o.sent
 
 
 def test_a_huge_max_attempts_is_a_number_not_an_overflow() -> None:
@@ -235,16 +248,27 @@ def test_a_huge_max_attempts_is_a_number_not_an_overflow() -> None:
     assert outage_outlasted(8) == pytest.approx(sum(0.75 * 2.0 ** n for n in range(1, 8)))
 
 
-def test_a_page_refused_for_good_holds_only_its_own_servers_pages(tmp_path: Path,
-                                                                  monkeypatch: Any) -> None:
-    """The receiver answers 500 to one page, every time (a payload it chokes on), and takes
-    the rest: another server's crash page, decided after it, goes at once (it does not wait
-    out the refused one's `max_age`); that server's own next page waits behind it, in order."""
+def test_a_page_refused_for_good_holds_no_other(tmp_path: Path, monkeypatch: Any) -> None:
+    """The receiver answers 500 to one page, every time (a relay whose route for it is
+    down), and takes the rest: the pages decided after it, its own server's crash page too,
+    go at once (the crash page waited out the refused one's `max_age`, 1 h, before)."""
     o = Outage(tmp_path, monkeypatch)
-    o.add("phase", "P", target="a")
+    o.add("ready", "P", target="a")
     o.add("crashed", "C", target="b")
-    o.add("ready", "R", target="a")
+    o.add("crashed", "R", target="a")
     o.run_until(1060, lambda o, e: Outcome(False, True, None, "HTTP 500")
                 if e["alert"]["key"] == "P" else Outcome(True, False))
-    assert [k for _, k in o.sent] == ["C"] and o.sent[0][0] == 1000.0, o.sent
-    assert "R" not in o.tries       # behind P, untried
+    assert [k for _, k in o.sent] == ["C", "R"] and o.sent[-1][0] == 1000.0, o.sent
+
+
+def test_new_entries_come_after_the_loaded_ones_whatever_the_clock(tmp_path: Path) -> None:
+    """The ids that order a sink's entries started at the wall clock's milliseconds: after a
+    restart on a clock set back, new pages went before the old ones (a resolution before its
+    firing).  They start after the loaded ones."""
+    r = router(tmp_path, [{"type": "webhook", "name": "w", "url": "http://127.0.0.1:9/w"}])
+    r.store.outbox.append({"id": 10**16, "sink": "w", "attempts": 1, "state": "queued",
+                           "first_at": 0.0, "next_at": 0.0,
+                           "alert": alert("crashed").to_json()})
+    r.store.save()
+    again = router(tmp_path, [{"type": "webhook", "name": "w", "url": "http://127.0.0.1:9/w"}])
+    assert next(again._ids) == 10**16 + 1

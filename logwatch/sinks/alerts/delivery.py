@@ -9,14 +9,15 @@
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
   its queued resolution goes too.
-* Per sink and target, in order: a target's oldest entry goes first; while it waits for its
-  retry (or for the time a receiver asked with Retry-After, kept across a restart too) the
-  target's later ones wait behind it, untried; a success makes the sink's entries due at
+* Per sink and target, in order: every page is tried once when it comes; one that failed
+  waits behind its target's oldest waiting page (its retry, or the time a receiver asked
+  with Retry-After, kept across a restart too); a success makes the sink's entries due at
   once, a restart every loaded entry (outbox.py).  Before, each kept its own backoff: a receiver back after an outage got the
   newest page first (its backoff the shortest) and older ones of the same target minutes
-  later; and pulling every entry to the failing one's next try spent the attempts of old
+  later; pulling every entry to the failing one's next try spent the attempts of old
   pages on the retries of new ones (with `max_attempts: 20`, a crash page given up 6
-  minutes into an outage).
+  minutes into an outage); and holding untried pages behind a waiting one held a crash page
+  for the whole `max_age` behind a page the receiver refused for good.
 * A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
   have processed it): it is sent again with the same Idempotency-Key at most
   `MAX_UNKNOWN` times.
@@ -189,20 +190,23 @@ def heads(entries: Any) -> list[dict[str, Any]]:
 
 def next_up(outbox: list[dict[str, Any]], sink: str, now: float
             ) -> tuple[dict[str, Any] | None, float]:
-    """The entry of `sink` to send now, else None and the seconds until one is due.  In the
-    order decided, per target: its oldest first, and while that waits for its retry the
-    target's later ones wait behind it, untried (module doc).  Per target, not per sink: a
-    page a receiver keeps refusing holds its own server's later pages, not every server's."""
+    """The entry of `sink` to send now, else None and the seconds until one is due.  Every
+    page is tried once when it comes (a receiver that refuses one payload for good, or asked
+    one page to wait a day, holds no other); one that failed waits behind its target's oldest
+    waiting page, so that a receiver back after an outage gets a server's pages in the order
+    they were decided, and an outage spends the oldest page's attempts only (module doc)."""
+    mine = heads(e for e in outbox if e["sink"] == sink)
     first: dict[str, dict[str, Any]] = {}
-    for e in heads(e for e in outbox if e["sink"] == sink):
+    for e in mine:
         t = str(e["alert"].get("target"))
         if t not in first or e["id"] < first[t]["id"]:
             first[t] = e
-    if not first:
-        return None, 3600.0
-    due = [e for e in first.values() if e["next_at"] <= now]
+    due = [e for e in mine if e["next_at"] <= now and (not e.get("attempts") or
+                                                       first[str(e["alert"].get("target"))] is e)]
     if due:
         return min(due, key=lambda e: e["id"]), 0.0
+    if not first:
+        return None, 3600.0
     return None, min(e["next_at"] for e in first.values()) - now
 
 

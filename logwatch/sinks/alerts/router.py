@@ -44,7 +44,10 @@ class AlertRouter:
         self._counts = AlertCounts()
         self._buckets = TokenBuckets()
         self.delivery = Delivery(self.store, lambda: self.sinks, self._counts)
-        self._ids = itertools.count(int(time.time() * 1000))
+        # entries are sent in the order of their ids: after the ones loaded, whatever the
+        # wall clock says now (set back since the last run, new pages went before old ones)
+        loaded = max((int(e.get("id", 0)) for e in self.store.outbox), default=0)
+        self._ids = itertools.count(max(int(time.time() * 1000), loaded + 1))
         self.reconfigure(config)
 
     # -- setup ---------------------------------------------------------------------------------
