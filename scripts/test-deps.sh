@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Debian packages the test suite runs for real (sshd, Prometheus, Alertmanager, Chromium,
-# systemd-analyze, logrotate, tcsh as a login shell, libfaketime for a stepped clock):
+# systemd-analyze, logrotate, tcsh as a login shell, libfaketime for a stepped clock,
+# BusyBox's grep on a node):
 # installed when missing, never skipped.  Used by `make test` (and so by .ci/run).
 set -euo pipefail
-packages=(openssh-server openssh-client prometheus prometheus-alertmanager chromium systemd logrotate tcsh faketime)
+packages=(openssh-server openssh-client prometheus prometheus-alertmanager chromium systemd logrotate tcsh faketime busybox)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -494,6 +494,19 @@ def test_watch_wait_waits_for_a_missing_directory_on_the_node(sshd_server: SSHSe
         out.read_text()
 
 
+async def _reading(server: SSHServer, log_file: Path,
+                   steps: Callable[[Collector], Awaitable[None]]) -> Collector:
+    """A source reading `log_file` on `server`, `steps` run on its collector, then stopped."""
+    pool = SSHPool()
+    col = Collector(make_source(server, log_file, pool=pool)).start()
+    try:
+        await steps(col)
+    finally:
+        await col.stop()
+        await pool.close()
+    return col
+
+
 def test_a_login_shell_that_exits_at_start_is_said_and_retried(tmp_path: Path) -> None:
     """A ~/.bashrc with `set -e` and a `source` of a file that is not there ends every ssh
     command before it runs (the streamed reader's, and an `sftp-server` subsystem's, which
@@ -507,21 +520,14 @@ def test_a_login_shell_that_exits_at_start_is_said_and_retried(tmp_path: Path) -
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
 
-    async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool)).start()
-        try:
-            await col.wait(lambda: any("the login shell exits at start" in s.message
-                                       for s in col.states() if s.error), "the exit said")
-            (server.dir / ".bashrc").write_text("set -e\n")     # the filesystem is back
-            await col.wait(lambda: col.data() == b"hello\n", "the log read after it", 30)
-        finally:
-            await col.stop()
-            await pool.close()
-        return col
+    async def steps(col: Collector) -> None:
+        await col.wait(lambda: any("the login shell exits at start" in s.message
+                                   for s in col.states() if s.error), "the exit said")
+        (server.dir / ".bashrc").write_text("set -e\n")     # the filesystem is back
+        await col.wait(lambda: col.data() == b"hello\n", "the log read after it", 30)
 
     with server:
-        col = run(main())
+        col = run(_reading(server, log_file, steps))
     said = next(s.message for s in col.states() if "exits at start" in s.message)
     assert "/opt/no-conda/etc/profile.d/conda.sh" in said, said
     assert "the remote reader ended" not in said, said
@@ -537,20 +543,13 @@ def test_what_the_login_shell_said_is_not_a_later_losss_cause(tmp_path: Path) ->
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"".join(numbered(i) for i in range(1, 11)))
 
-    async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool)).start()
-        try:
-            await col.wait(lambda: col.data() == log_file.read_bytes(), "the log read")
-            server.kill_sessions()
-            await col.wait(lambda: any(s.error for s in col.states()), "the loss said")
-        finally:
-            await col.stop()
-            await pool.close()
-        return col
+    async def steps(col: Collector) -> None:
+        await col.wait(lambda: col.data() == log_file.read_bytes(), "the log read")
+        server.kill_sessions()
+        await col.wait(lambda: any(s.error for s in col.states()), "the loss said")
 
     with server:
-        col = run(main())
+        col = run(_reading(server, log_file, steps))
     lost = next(s for s in col.states() if s.error)
     assert "connection lost" in lost.message and "conda" not in lost.message, lost.message
 
