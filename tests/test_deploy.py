@@ -190,6 +190,10 @@ def test_alert_rules_cover_the_brief() -> None:
     # not logwatch_source_up == 0: that is also a node not launched yet (`waiting`)
     assert 'logwatch_source_state{state=~"error|fatal"}' in down["expr"] and down["for"] == "5m"
     assert "logwatch_stalled == 1" in by_name["LogwatchStartupStalled"]["expr"]
+    # a crashed server keeps its alert until relaunched; logwatch itself down is an alert
+    assert 'logwatch_phase{phase="crashed"} == 1' in crash["expr"]
+    assert by_name["LogwatchDown"]["expr"] == 'up{job="logwatch"} == 0 or absent(up{job="logwatch"})'
+    assert by_name["LogwatchDown"]["labels"]["severity"] == "critical"
     quiet = by_name["LogwatchNoLogLines"]["expr"]
     for part in ("time() - logwatch_last_line_timestamp_seconds", "logwatch_ready == 0",
                  'phase=~"waiting|crashed|stopped"'):
@@ -266,6 +270,16 @@ class _Hook(BaseHTTPRequestHandler):
         pass
 
 
+def rules_every_second(tmp: Path) -> Path:
+    """The alert rules as shipped, evaluated every second instead of every 30 s."""
+    rules = yaml.safe_load(RULES.read_text("utf-8"))
+    for g in rules["groups"]:
+        g["interval"] = "1s"
+    rule_file = tmp / "logwatch-alerts.yml"
+    rule_file.write_text(yaml.safe_dump(rules, sort_keys=False), "utf-8")
+    return rule_file
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """`python -m logwatch run -c CFG` following a log that gets to ready (24 shards) and one
@@ -290,12 +304,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                 # a closed loopback port: every delivery fails (logwatch_alert_failures_total)
                 {"type": "webhook", "name": "refused", "on": ["crashed", "ready"],
                  "url": "http://127.0.0.1:1/hook", "timeout": 2, "max_attempts": 3}])
-    # the alert rules as shipped, evaluated every second instead of every 30 s
-    rules = yaml.safe_load(RULES.read_text("utf-8"))
-    for g in rules["groups"]:
-        g["interval"] = "1s"
-    rule_file = tmp / "logwatch-alerts.yml"
-    rule_file.write_text(yaml.safe_dump(rules, sort_keys=False), "utf-8")
+    rule_file = rules_every_second(tmp)
     d = Daemon(cfg, port, tmp)
     prom: Prometheus | None = None
     try:
@@ -356,7 +365,8 @@ def test_metric_names_in_dashboard_and_rules_are_exposed(live: dict[str, Any]) -
         for n in promql_metric_names(rule["expr"]):
             used.setdefault(n, set()).add(f"alert {rule['alert']}")
     assert len(used) >= 20, sorted(used)
-    missing = {n: sorted(where) for n, where in used.items() if n not in exposed}
+    # `up`: Prometheus's own series of each scrape (LogwatchDown: the daemon not scraped)
+    missing = {n: sorted(where) for n, where in used.items() if n not in exposed | {"up"}}
     assert not missing, f"not exposed by the daemon: {missing}\nexposed: {sorted(exposed)}"
 
 
@@ -405,6 +415,46 @@ def test_alert_rules_evaluate_in_prometheus(live: dict[str, Any]) -> None:
     alerts = wait_for(crashed, 30, "LogwatchServerCrashed active", alive=prom.dead)
     assert alerts[0]["labels"]["target"] == "crash-1"
     assert alerts[0]["labels"]["reason"] == "cuda_oom"
+
+
+@pytest.mark.integration
+def test_an_old_crash_read_at_attach_fires_no_rule(tmp_path: Path) -> None:
+    """A target added by SIGHUP while Prometheus scrapes, its log holding a crash of 3 hours
+    ago: logwatch pages nothing (history), and LogwatchServerCrashed (critical) must not
+    fire either.  Before: `logwatch_crashes_total` was exposed at 0, then 1 once the old
+    log was read and its crash settled: an `increase()` of 1, the rule fired (helper adv25
+    H3).  The crash series appear once that read is over, at 1: no increase."""
+    import signal
+    import time as _time
+    port = free_port()
+    ok, old = tmp_path / "ok.log", tmp_path / "old.log"
+    ok.write_bytes((ROOT / "tests" / "fixtures" / "sglang-003.log").read_bytes())
+    old.write_bytes((ROOT / "tests" / "fixtures" / "sglang-009.log").read_bytes())
+    three_h = _time.time() - 3 * 3600
+    os.utime(old, (three_h, three_h))
+    targets = [{"name": "ok", "source": str(ok), "rules": "sglang", "probe": False}]
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", targets)
+    rule_file = rules_every_second(tmp_path)
+    d = Daemon(cfg, port, tmp_path)
+    prom: Prometheus | None = None
+    try:
+        d.start()
+        prom = p = Prometheus(tmp_path, port, rule_file)
+        wait_for(lambda: p.query('logwatch_ready{target="ok"}'), 30, "a scrape", alive=p.dead)
+        write_config(cfg, port, tmp_path / "state", targets + [
+            {"name": "old", "source": str(old), "rules": "sglang", "probe": False}])
+        d.signal(signal.SIGHUP)
+        series = 'logwatch_crashes_total{target="old", reason="python_exception"}'
+        wait_for(lambda: (p.value(f"count_over_time({series}[1m])") or 0) >= 5, 40,
+                 "the old crash scraped 5 times (5 rule evaluations)", alive=p.dead)
+        assert p.value(series) == 1.0
+        fired = p.query('count_over_time(ALERTS{alertname="LogwatchServerCrashed"}[5m])')
+        assert fired == [], fired
+        assert d.target("old")["phase"] == "crashed"
+    finally:
+        if prom is not None:
+            prom.stop()
+        d.cleanup()
 
 
 # -- 3. the example config ---------------------------------------------------------------------

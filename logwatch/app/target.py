@@ -163,6 +163,10 @@ class Target:
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
         self.last_line_at = restored.last_line_at
         self._restored_state = restored.state
+        # its counts of what the log held are final (a checkpoint's, or the catch-up read):
+        # until then /metrics leaves out the counters a history read raises at once
+        self.history_read = restored.position is not None
+        self._history_crash = False       # the catch-up ended on an old crash not yet settled
         # where a log met for the first time is read from: its latest launch, by the markers
         # of the target's pack (every candidate's under `rules: auto`)
         packs = [restored.pack] if cfg.rules != "auto" and restored.pack else candidates
@@ -271,6 +275,12 @@ class Target:
         held = self.catchup.end(self.pipe, self.follower.next_offset)
         if held is None:
             return                  # not over (or no catch-up)
+        self.history_read = True
+        st = self.pipe.state if self.pipe is not None else None
+        # a crash that had ended before the attach (history, not paged) is counted when it
+        # settles, just after this: its series wait for that (a fresh one is news: shown now)
+        self._history_crash = st is not None and st.phase == CRASHED and \
+            not st.crash_settled and self.catchup.seen_at_attach is not None
         self.eta.smoother = EtaSmoother()   # an ETA of the read time is not held to
         now = clock.now()
         for a in self.attachments:
@@ -348,7 +358,7 @@ class Target:
             source_down_since=st.outage(now), offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line,
             last_line_at=self.last_line_at, started_at=self.started_at,
-            checkpoint_age=self.position_age())
+            checkpoint_age=self.position_age(), history_read=self.history_counted())
 
     def metrics_key(self, now: float) -> tuple[Any, ...]:
         """Changes whenever a series of this target but the `COUNTED` ones (lines, bytes,
@@ -362,7 +372,16 @@ class Target:
                 c.rule_errors, c.startups, self._events, id(self.pipe),
                 status.phase if status is not None else None,
                 status.stalled if status is not None else None,
-                st.up, st.error, st.fatal, keys, int(now // 5) if self.starting() else None)
+                st.up, st.error, st.fatal, keys, self.history_counted(),
+                int(now // 5) if self.starting() else None)
+
+    def history_counted(self) -> bool:
+        """What the log held when first attached is read and counted, an old crash's settling
+        too (a crash is counted when it settles, just after the catch-up: `count_events`)."""
+        if not self.history_read:
+            return False
+        st = self.pipe.state if self._history_crash and self.pipe is not None else None
+        return st is None or st.phase != CRASHED or st.crash_settled
 
     def starting(self) -> bool:
         """A startup is under way (not waiting, serving, crashed or stopped)."""
