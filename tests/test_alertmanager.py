@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -201,3 +202,27 @@ def test_a_crash_given_up_while_alertmanager_was_down_reaches_it_when_back(
                              if x["labels"].get("alertname") == "LogwatchCrashed"], 15,
                     "the crash in Alertmanager once it is back", alive=d.dead)
     assert back[0]["labels"]["target"] == "n1"
+
+
+def test_alerts_test_reaches_alertmanager_marked_and_ends_by_itself(tmp_path, alertmanager):
+    """`logwatch alerts test` through a real Alertmanager: the sample is notified (the route
+    works), labelled `test="true"` (a route or silence can tell it from a real crash), and
+    ends within TEST_ENDS_AFTER.  Before: active in Alertmanager for 24 h with a real
+    crash's labels, never resolved (helper adv25 M8)."""
+    from datetime import datetime
+    from logwatch.app.alerttest import TEST_ENDS_AFTER
+    am, rx = alertmanager
+    log = tmp_path / "server.log"
+    log.write_text("")
+    cfg = write_config(tmp_path / "logwatch.yaml", free_port(), tmp_path / "state",
+                       [target("t1", log)], [{"type": "alertmanager", "url": am.base}])
+    p = subprocess.run([sys.executable, "-m", "logwatch", "alerts", "test", "-c", str(cfg)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=40,
+                       stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout + p.stderr
+    fired = wait_for(lambda: notified(rx, "LogwatchCrashed", "firing"), 20,
+                     "the test crash notified by Alertmanager", alive=am.dead)
+    assert fired[0]["labels"]["test"] == "true"
+    (active,) = am.alerts()
+    ends = datetime.fromisoformat(active["endsAt"].replace("Z", "+00:00")).timestamp()
+    assert ends - time.time() <= TEST_ENDS_AFTER + 5, active["endsAt"]

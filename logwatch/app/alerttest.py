@@ -1,4 +1,8 @@
-"""`logwatch alerts test`: send one sample alert to every sink of the config, now."""
+"""`logwatch alerts test`: send one sample alert to every sink of the config, now.
+
+The sample carries `test="true"` (a route or a silence can tell it from a real crash) and
+ends by itself after TEST_ENDS_AFTER: Alertmanager keeps a firing alert active until its
+`endsAt` (a day for logwatch's own), and nothing resolves a test."""
 
 from __future__ import annotations
 
@@ -13,15 +17,17 @@ from ..sinks.alerts.delivery import deliver
 from ..verdict import Exit
 from .config import Config
 
+TEST_ENDS_AFTER = 300.0   # seconds: Alertmanager's group_wait (30 s) and repeat well within
+
 
 def sample(kind: str, generator_url: str) -> Alert:
     """The registry's sample of `kind` (sinks/alerts/kinds.py), marked [test]."""
     k = ALERT_KINDS[kind]
     startup = f"test@{time.time():.0f}"
     return Alert(alert_key("logwatch-test", startup, kind), kind, FIRING, "logwatch-test",
-                 "sglang", {"model": "example"}, 1, f"[test] {k.sample_summary}",
+                 "sglang", {"model": "example", "test": "true"}, 1, f"[test] {k.sample_summary}",
                  dict(k.sample_details), time.time(),
-                 None, generator_url, startup)
+                 time.time() + TEST_ENDS_AFTER, generator_url, startup)
 
 
 async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) -> int:

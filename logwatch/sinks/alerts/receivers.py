@@ -235,7 +235,10 @@ class AlertmanagerSink(Sink):
         # Alertmanager compares endsAt with its own clock: the wall's (logwatch's may be
         # taking up a step of the wall clock: clock.py)
         now = clock.wall()
-        ends = min(alert.ends_at or now, now) if alert.status == RESOLVED else now + FIRING_TTL
+        if alert.status == RESOLVED:
+            ends = min(alert.ends_at or now, now)
+        else:     # open a day unless it says when it ends (`alerts test`'s sample)
+            ends = min(alert.ends_at or now + FIRING_TTL, now + FIRING_TTL)
         item = {"labels": am_labels(alert),
                 "annotations": {k: v for k, v in annotations.items() if v},
                 "startsAt": iso(alert.starts_at), "endsAt": iso(ends)}
