@@ -330,6 +330,48 @@ def test_fleet_table_puts_the_broken_targets_first() -> None:
         "  (2 need a look)", lines[-1]
 
 
+def test_fleet_table_keeps_the_why_with_a_long_name_and_a_narrow_terminal() -> None:
+    """One FQDN-style name widened every row and the fixed 160-column cut took every
+    DETAIL off (`source: cannot run ... No such file or di`); COLUMNS was ignored (helper
+    adv25 M1).  Now long names are shortened in their middle, a pipe gets whole rows, and
+    a narrow terminal gets the DETAIL on its own line."""
+    from logwatch.app.fleet import NAME_MAX, fleet_table
+    fqdn = "sglang-node-07.rack-17.datacenter-frankfurt.example-corp.internal"
+    why = "source: cannot run /nonexistent/bin/foo: No such file or directory"
+    doc = {"now": 1000.0, "targets": [
+        {"name": "broken-src", "status": "error", "phase": "waiting",
+         "source_state": {"up": False, "error": True, "fatal": True,
+                          "message": why.removeprefix("source: ")}},
+        {"name": fqdn, "status": "ready", "phase": "ready", "ready_in_seconds": 80,
+         "last_line_at": 990.0, "source_state": {"up": True}}]}
+    piped = fleet_table(doc)                 # a script's pipe: nothing cut
+    assert why in piped[1] and fqdn in piped[2], piped
+    for cols in (80, 200):
+        lines = fleet_table(doc, cols)
+        assert all(len(ln) <= cols for ln in lines[:-1]), (cols, lines)
+        assert max(len(ln.split("   ")[0]) for ln in lines[:-1]) <= NAME_MAX, lines
+        assert why in "".join(ln.strip() for ln in lines), (cols, lines)
+    import io
+    import os
+    import pty
+    from logwatch.app.fleet import terminal_width
+    assert terminal_width(io.StringIO()) is None          # a pipe: whole rows
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as tty:
+            os.environ["COLUMNS"] = "60"
+            try:
+                assert terminal_width(tty) == 60                # a terminal: COLUMNS
+            finally:
+                del os.environ["COLUMNS"]
+    finally:
+        os.close(master)
+        os.close(slave)
+    narrow = fleet_table(doc, 40)
+    assert all(len(ln) <= 40 for ln in narrow[:-1]), narrow
+    assert narrow[2] == "broken-src" and narrow[3].startswith("    source: cannot"), narrow
+
+
 @pytest.mark.integration
 def test_status_shows_the_daemons_fleet_bad_first(tmp_path: Path, daemons: Any) -> None:  # noqa: F811
     from support.daemon import sim_texts

@@ -10,6 +10,7 @@ shell still names its daemon (only `listen` is read).
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +23,8 @@ from .config import ConfigError, _listen, expand_env
 
 # the order rows are shown in: what needs a person first
 BAD = ("error", "crashed", "silent", "stalled", "unreachable")
+NAME_MAX = 40       # a longer target name (an FQDN) is shortened in its middle
+DETAIL_MIN = 24     # less room than this for DETAIL on a terminal: it goes on its own line
 ORDER = {s: i for i, s in enumerate(BAD)}
 WAITING_RANK, READY_RANK, STARTING_RANK = 90, 99, 50
 
@@ -99,16 +102,31 @@ def row(t: dict[str, Any], now: float) -> list[str]:
     return [str(t.get("name")), status, progress, age, detail]
 
 
-def fleet_table(doc: dict[str, Any], width: int = 160) -> list[str]:
-    """The table's lines: a header, one row per target (bad first), and a count line."""
+def short_name(name: str, most: int = NAME_MAX) -> str:
+    """`name` in at most `most` characters: its start and end (an FQDN's node and domain)."""
+    if len(name) <= most:
+        return name
+    head = (most - 1) // 2
+    return name[:head] + "…" + name[len(name) - (most - 1 - head):]
+
+
+def fleet_table(doc: dict[str, Any], width: int | None = None) -> list[str]:
+    """The table's lines: a header, one row per target (bad first), and a count line.
+
+    `width` (a terminal's columns; None: no limit, as piped to a script): a row cut to it
+    keeps its DETAIL, the why of a bad target: on its own indented line when the columns
+    before it leave less than DETAIL_MIN; names past NAME_MAX shortened (one long name
+    widened every row and cut every DETAIL off)."""
     now = float(doc.get("now") or clock.now())
     targets = sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name"))))
     rows = [["NAME", "STATUS", "PROGRESS", "LAST LINE", "DETAIL"]] + [row(t, now) for t in targets]
+    for r in rows[1:] if width is not None else ():
+        r[0] = short_name(r[0])      # a script's pipe keeps whole names (to grep)
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    lines = []
+    lines: list[str] = []
     for r in rows:
-        cells = [r[i].ljust(widths[i]) for i in range(4)] + [r[4]]
-        lines.append("   ".join(cells).rstrip()[:width])
+        head = "   ".join(r[i].ljust(widths[i]) for i in range(4)) + "   "
+        lines.extend(_fit(head, r[4], width))
     counts: dict[str, int] = {}
     for t in targets:
         s = str(t.get("status") or t.get("phase"))
@@ -118,6 +136,28 @@ def fleet_table(doc: dict[str, Any], width: int = 160) -> list[str]:
         f"{n} {s}" for s, n in sorted(counts.items(), key=lambda kv: (ORDER.get(kv[0], 50), kv[0])))
         + (f"  ({bad} need a look)" if bad else ""))
     return lines
+
+
+def _fit(head: str, detail: str, width: int | None) -> list[str]:
+    """One row in `width` columns: DETAIL after the other columns, or below them."""
+    line = (head + detail).rstrip()
+    if width is None or len(line) <= width:
+        return [line]
+    if width - len(head) >= DETAIL_MIN:
+        return [line[:width - 1] + "…"]
+    out = [head[:width].rstrip()]
+    room = max(width - 4, DETAIL_MIN)
+    out += ["    " + detail[i:i + room] for i in range(0, len(detail), room)]
+    return out
+
+
+def terminal_width(out: Any) -> int | None:
+    """A terminal's columns (COLUMNS first, as the shell sets it); None for a pipe: a
+    script gets whole rows, whatever COLUMNS an interactive shell exported."""
+    if not (hasattr(out, "isatty") and out.isatty()):
+        return None
+    cols = shutil.get_terminal_size((0, 0)).columns
+    return cols if cols > 0 else None
 
 
 def run_status(config_path: str | None, url: str | None, as_json: bool, out: Any,
@@ -140,6 +180,6 @@ def run_status(config_path: str | None, url: str | None, as_json: bool, out: Any
         print(json.dumps(sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name")))),
                          ensure_ascii=False), file=out)
         return Exit.OK
-    for line in fleet_table(doc):
+    for line in fleet_table(doc, terminal_width(out)):
         print(line, file=out)
     return Exit.OK
