@@ -76,6 +76,8 @@ def test_the_broken_targets_are_on_the_first_screen(tmp_path: Path, daemons: Any
         for name, status in want.items():
             expect(page.locator(f"section[data-target='{name}']")).to_have_class(
                 re.compile(r"\bbad\b"), timeout=10000)
+        # a source in error says so in its status cell (before: "waiting", helper adv25 M5)
+        expect(page.locator("section[data-target='zz-dir'] .phase")).to_have_text("source error")
         # pinned on top, worst first, whatever their names; all on the first screen
         order = page.eval_on_selector_all("#targets section", "s => s.map(e => e.dataset.target)")
         assert order[:4] == ["zz-dir", "zz-crashed", "zz-dead", "zz-stuck"], order[:8]

@@ -165,8 +165,10 @@ function update(r,t,now){
   r.t=t;r.root.classList.toggle("bad",(t.status||"") in PIN);set(r.brief,brief(t));
   set(r.engine,t.engine);const pr=t.probe,deaf=t.status==="unreachable";
   const dead=t.status==="silent";r.root.classList.toggle("silent",dead);   // greyed: no ETA, no "in phase"
-  set(r.phase,dead?t.phase+" (silent)":t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
-  r.phase.className="phase "+(dead?"silent":t.stalled||deaf?"stalled":t.phase);
+  const down=t.status==="error";   // the source fails: not "waiting" (its row is red, counted as error)
+  set(r.phase,dead?t.phase+" (silent)":down?(t.phase==="waiting"?"source error":t.phase+" (source error)")
+    :t.stalled&&t.phase!=="crashed"?t.phase+" (stalled)":deaf?"ready in log, not answering":t.phase);
+  r.phase.className="phase "+(dead?"silent":t.stalled||deaf||down?"stalled":t.phase);
   r.probe.hidden=!(pr&&pr.verdict);
   if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true&&t.phase!=="crashed"?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
   r.ranks.hidden=!t.rank_lag;set(r.ranks,t.rank_lag?"ranks: "+t.rank_lag:"");
