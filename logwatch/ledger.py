@@ -122,7 +122,7 @@ class StartupRecord:
     outcome: str                      # ready | crashed | stopped | incomplete
     reason: str | None = None
     durations: dict[str, float] = field(default_factory=dict)
-    startup_seconds: float | None = None
+    startup_seconds: float | None = None   # launch to ready (launch to the end if never ready)
     slowest_phase: str | None = None
     serving: dict[str, Any] = field(default_factory=dict)
     changed: dict[str, list[Any]] = field(default_factory=dict)
@@ -132,9 +132,21 @@ class StartupRecord:
     # the GPUs' total power per phase, "serving" for ready ({phase: {p50_w, max_w, samples}}):
     # the live runner's (silence.PhaseWatts); none for a log read from a file
     watts: dict[str, dict[str, float]] = field(default_factory=dict)
+    # ready, then crashed or stopped: how long it served (log time); None: never ready, or
+    # serving still.  Its startup_seconds and durations stay the launch's to ready.
+    served_seconds: float | None = None
+
+    @property
+    def got_ready(self) -> bool:
+        return self.outcome == "ready" or self.served_seconds is not None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _served(ready: float | None, end: float | None) -> float | None:
+    """Seconds served: from `ready` to `end` (the same clock; None when either is unknown)."""
+    return round(max(end - ready, 0.0), 3) if ready is not None and end is not None else None
 
 
 def model_of(args: dict[str, Any], keys: tuple[str, ...]) -> str | None:
@@ -203,14 +215,20 @@ class LedgerRecorder:
             elif isinstance(ev, CrashSettled):
                 rec = self._open
                 assert rec is not None
+                if rec.outcome == "ready":      # a crash while serving: not a slow startup
+                    rec.served_seconds = _served(rec.startup_seconds, ev.elapsed)
+                else:
+                    rec.durations = dict(ev.durations)
+                    rec.startup_seconds = ev.elapsed
                 rec.outcome, rec.reason = "crashed", ev.crash.reason
-                rec.durations = dict(ev.durations)
-                rec.startup_seconds = ev.elapsed
             elif isinstance(ev, Stopped):
                 rec = self._open
                 assert rec is not None
                 if rec.outcome == "incomplete":
                     rec.outcome = "stopped"
+                elif rec.outcome == "ready" and state.last_log_time is not None \
+                        and self._serving.ready_at is not None:
+                    rec.served_seconds = _served(self._serving.ready_at, state.last_log_time)
         self._sync_open(state)
         return closed
 

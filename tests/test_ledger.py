@@ -126,6 +126,39 @@ def test_a_crashed_and_an_incomplete_startup_are_recorded(tmp_path: Path) -> Non
     assert recs[1].durations, recs[1]
 
 
+def test_a_crash_while_serving_is_no_slow_startup(tmp_path: Path) -> None:
+    """Ready in ~40 s, served 3 minutes, then a scheduler OOM; then a relaunch.  Before: the
+    first launch recorded as "startup 3m4xs" (launch to the crash), `compare` -3m against the
+    next, its ready time lost (`logwatch_last_startup_seconds` NaN) (helper adv25 M6).  Now
+    its startup is launch to ready, and how long it served is said."""
+    import calendar
+    import time as _t
+    first = launch(1, T0, ARGS_1, 880.0, minutes=3.0)
+    last = re.findall(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", first, re.M)[-1]
+    at = _t.strftime("%Y-%m-%d %H:%M:%S", _t.gmtime(
+        calendar.timegm(_t.strptime(last, "%Y-%m-%d %H:%M:%S")) + 2))
+    crash = (f"[{at} TP1] Scheduler hit an exception: Traceback (most recent call last):\n"
+             '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2786,'
+             " in run_scheduler_process\n"
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has "
+             "a total capacity of 79.11 GiB of which 1.12 GiB is free.\n"
+             f"[{at}] Received sigquit from a child process. It usually means the child failed.\n")
+    log = tmp_path / "server.log"
+    log.write_text(first + crash + launch(2, T0 + 3600, ARGS_2, 3740.0), encoding="utf-8")
+    recs: list = []
+    read_ledger(str(log), "sglang", recs.append)
+    assert [(r.outcome, r.reason) for r in recs] == [("crashed", "cuda_oom"), ("ready", None)]
+    one, two = recs
+    assert one.startup_seconds is not None and one.startup_seconds < 120, one.startup_seconds
+    assert abs(one.startup_seconds - two.startup_seconds) < 30
+    assert one.served_seconds is not None and 170 <= one.served_seconds <= 190, one.served_seconds
+    assert one.got_ready and "cuda_graph" in one.durations
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", str(log)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert re.search(r"crashed: cuda_oom after serving 3m0\ds", res.stdout), res.stdout
+
+
 def test_percentile_and_advice() -> None:
     assert percentile([], 0.5) is None
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5

@@ -78,6 +78,8 @@ TABLE_HEAD = ("#", "when", "outcome", "startup", "slowest phase", "tok/s p50", "
 def history_row(r: StartupRecord) -> tuple[str, ...]:
     """A startup's row of the table (`TABLE_HEAD`)."""
     outcome = r.outcome + (f": {r.reason}" if r.reason else "")
+    if r.outcome != "ready" and r.served_seconds is not None:
+        outcome += f" after serving {fmt_duration(r.served_seconds)}"
     slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \
         f"{at_watts(r, r.slowest_phase)}" \
         if r.slowest_phase and r.slowest_phase in r.durations else "-"

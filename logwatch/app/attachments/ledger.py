@@ -74,7 +74,7 @@ class LedgerAttachment(Attachment):
         current = exclude or state.startup_id
         for rec in reversed(self.store.records(self.name, 3)):
             if rec.startup != current:
-                if rec.outcome == "ready" and self.last_startup_seconds is None:
+                if rec.got_ready and self.last_startup_seconds is None:
                     self.last_startup_seconds = rec.startup_seconds
                 return rec
         return None
@@ -108,7 +108,7 @@ class LedgerAttachment(Attachment):
             rec.watts = watts
         self.store.save(self.name, rec)
         self._saved = time.monotonic()
-        if rec.outcome == "ready" and rec.startup_seconds is not None:
+        if rec.got_ready and rec.startup_seconds is not None:
             self.last_startup_seconds = rec.startup_seconds
 
     def save(self) -> None:
