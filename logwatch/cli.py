@@ -7,6 +7,7 @@ Exit codes are part of the interface (README): 0 ready / success, 1 crashed or s
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import errno
 import json
 import os
@@ -203,6 +204,26 @@ def _add_compare(sub: Subparsers) -> None:
     cmp_.set_defaults(func=cmd_compare)
 
 
+def _add_telemetry(w: argparse.ArgumentParser) -> None:
+    """watch's GPU, probe and notify flags."""
+    w.add_argument("--gpu", default="auto", metavar="auto|off|COMMAND",
+                   help="GPU telemetry beside the log: auto (default) runs nvidia-smi where the "
+                        "log is (over the same SSH connection for ssh://, here for a local file "
+                        "when nvidia-smi is on PATH); off; or the command to run instead "
+                        "(e.g. '/usr/bin/nvidia-smi' or 'sudo -n nvidia-smi')")
+    w.add_argument("--gpu-devices", default=None, metavar="4,5,6,7",
+                   help="the server's GPUs (nvidia-smi indexes or GPU UUIDs): the verdicts, "
+                        "the preflight and the power read only these; by default the GPUs "
+                        "whose memory rose by 1 GiB after the launch line (all until one did)")
+    w.add_argument("--probe", default="auto", metavar="auto|off|URL",
+                   help="probe the server's own endpoint: auto (default: the address its log "
+                        "printed, the pack's paths; over SSH for ssh://), off, or a URL as seen "
+                        "from the node (http://127.0.0.1:30000/health)")
+    w.add_argument("--notify", metavar="URL|bell",
+                   help="one message at the verdict: a Slack webhook URL, any webhook URL "
+                        "(the daemon's JSON), or bell")
+
+
 def _add_watch(sub: Subparsers) -> None:
     w = sub.add_parser("watch", help="follow a launch live (one or more logs) until ready or dead",
                        description=WATCH_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -230,18 +251,7 @@ def _add_watch(sub: Subparsers) -> None:
                    help="report the latest startup in the log as it stands and exit, even if "
                         "it ended before watch started (by default such a startup is history: "
                         "watch says so and waits for a new one)")
-    w.add_argument("--gpu", default="auto", metavar="auto|off|COMMAND",
-                   help="GPU telemetry beside the log: auto (default) runs nvidia-smi where the "
-                        "log is (over the same SSH connection for ssh://, here for a local file "
-                        "when nvidia-smi is on PATH); off; or the command to run instead "
-                        "(e.g. '/usr/bin/nvidia-smi' or 'sudo -n nvidia-smi')")
-    w.add_argument("--probe", default="auto", metavar="auto|off|URL",
-                   help="probe the server's own endpoint: auto (default: the address its log "
-                        "printed, the pack's paths; over SSH for ssh://), off, or a URL as seen "
-                        "from the node (http://127.0.0.1:30000/health)")
-    w.add_argument("--notify", metavar="URL|bell",
-                   help="one message at the verdict: a Slack webhook URL, any webhook URL "
-                        "(the daemon's JSON), or bell")
+    _add_telemetry(w)
     w.add_argument("--serve", action="store_true",
                    help="after ready keep going (tok/s, running / queued, GPU) until Ctrl-C "
                         "(exit 0) or a crash (exit 1)")
@@ -652,11 +662,14 @@ def cmd_watch(args: argparse.Namespace) -> int:
         print(f"logwatch: --notify: a Slack or webhook URL (http[s]://...) or bell, "
               f"got {args.notify!r}", file=sys.stderr)
         return Exit.USAGE
-    from .telemetry.gpu import parse_gpu_config
+    from .telemetry.gpu import parse_devices, parse_gpu_config
     from .telemetry.probe import parse_probe_config
     try:
         gpu = parse_gpu_config(args.gpu if args.gpu in ("auto", "off", "false")
                                else {"command": args.gpu}, where="--gpu")
+        if args.gpu_devices is not None:
+            gpu = dataclasses.replace(gpu, devices=parse_devices(args.gpu_devices,
+                                                                 "--gpu-devices"))
         probe = parse_probe_config(args.probe if args.probe in ("auto", "off", "false")
                                    else {"url": args.probe, "interval": "5s",
                                          "fail_after": "15s"}, where="--probe")

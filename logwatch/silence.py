@@ -22,6 +22,8 @@ Idle power is the board's own: the lowest power the stream has seen it draw whil
 taken at `IDLE_FALLBACK` of its power limit.  Medians over the span, not the latest sample:
 the first second after a line often still shows the work that printed it.
 
+Only the server's GPUs are read (telemetry/gpu/scope.py), and of those, a GPU that holds no
+memory (`EMPTY`) only when all do: an unused GPU idle beside a busy TP=4 is no stuck rank.
 When the GPUs disagree, the ones that differ are named: 7 busy and 1 idle is a stuck rank
 (`stuck_rank`, naming the idle GPU); 1 busy and 7 idle is one rank working alone (`mixed`).
 
@@ -48,6 +50,7 @@ SPIN_CEILING = 0.35          # ... below this share of the range above idle powe
 BUSY_POWER = 0.5             # power at this share of the range above idle (or more): busy
 NEAR_IDLE = 0.15             # power within this share of the range above idle: at idle
 IDLE_FALLBACK = 0.15         # a board never seen idle: its idle power taken as this x limit
+EMPTY = 0.25 * GIB           # a GPU holding less runs no process: never a stuck rank
 WORKING = ("loading", "busy")           # kinds that say "slow, not hung"
 NOT_WORKING = ("idle", "spinning")      # kinds that say "hung" when the others work
 
@@ -66,13 +69,20 @@ class GpuActivity:
     mem_moved: float               # bytes, max - min over the span
     mem_recent: float              # bytes, max - min over its recent half
     samples: int
+    mem_used: float | None = None  # bytes at the span's end
+
+    @property
+    def empty(self) -> bool:
+        """Holds no memory: no process of any server runs on it."""
+        return self.mem_used is not None and self.mem_used < EMPTY
 
     def to_json(self) -> dict[str, Any]:
         return {"index": self.index, "kind": self.kind,
                 "power_w": _r(self.power_w), "limit_w": _r(self.limit_w),
                 "idle_w": _r(self.idle_w), "idle_learned": self.idle_learned,
                 "util": _r(self.util, 3), "mem_moved_gib": round(self.mem_moved / GIB, 2),
-                "mem_recent_gib": round(self.mem_recent / GIB, 2), "samples": self.samples}
+                "mem_recent_gib": round(self.mem_recent / GIB, 2), "samples": self.samples,
+                "mem_used_gib": None if self.mem_used is None else round(self.mem_used / GIB, 2)}
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,8 @@ def activity(index: int, samples: list[tuple[float, GpuSample]], start: float, n
     power, util = _median(powers), _median(utils)
     moved, moving = _moved(mem), _moved(recent)
     return GpuActivity(index, classify(power, limit, idle, util, moving), power, limit, idle,
-                       learned, util, moved, moving, len(samples))
+                       learned, util, moved, moving, len(samples),
+                       mem_used=mem[-1][1] if mem else None)
 
 
 def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
@@ -238,7 +249,19 @@ def _kind_text(kind: str, gpus: Sequence[GpuActivity], span: float) -> str:
 
 
 def _words(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
-    """(kind, text, GPUs named) for the GPUs together."""
+    """(kind, text, GPUs named) for the GPUs together.  GPUs that hold no memory (unused)
+    are left out while any other holds some: an unused GPU idle is no stuck rank, and it
+    does not outvote the server's."""
+    held = [g for g in gpus if not g.empty]
+    if held and len(held) < len(gpus):
+        kind, text, named = _together(tuple(held), span)
+        left = [g for g in gpus if g.empty]
+        return kind, text + f" ({_which(left)} hold{'s' if len(left) == 1 else ''} no memory: " \
+            "not read)", named
+    return _together(gpus, span)
+
+
+def _together(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
     kinds = [g.kind for g in gpus]
     working = [g for g in gpus if g.kind in WORKING]
     stopped = [g for g in gpus if g.kind in NOT_WORKING]
@@ -290,7 +313,7 @@ class _Series:
 
 
 class PhaseWatts:
-    """The host's total GPU power during each phase of one startup (`startup`): p50 and max
+    """The server's GPUs' total power (the host's until they are known) during each phase of one startup (`startup`): p50 and max
     per phase, for `watch`'s summary and the launch ledger ("autotune at 690 W").  Bounded:
     at most PHASE_SAMPLES values per phase (the max is exact)."""
 
@@ -298,7 +321,7 @@ class PhaseWatts:
         self.startup = startup
         self._series: dict[str, _Series] = {}
         self.limit_w: float | None = None
-        self.gpus = 0
+        self.gpus = 0                       # the GPUs summed (the server's: scope.py)
         self.last_at: float | None = None   # the last snapshot added (each is added once)
 
     def add(self, phase: str, snap: GpuSnapshot) -> None:
@@ -319,28 +342,32 @@ class PhaseWatts:
                 series.mem_first = series.mem_last
 
     def summary(self) -> dict[str, dict[str, float]]:
-        """{phase: {p50_w, max_w, samples, memory_gib (the change over the phase)}} in the
-        order the phases came."""
+        """{phase: {p50_w, max_w, samples, gpus (the total's GPUs), memory_gib (the change over
+        the phase)}} in the order the phases came."""
         out: dict[str, dict[str, float]] = {}
         for phase, s in self._series.items():
             if s.values:
                 out[phase] = {"p50_w": round(statistics.median(s.values), 1),
-                              "max_w": round(s.peak, 1), "samples": s.seen}
+                              "max_w": round(s.peak, 1), "samples": s.seen,
+                              "gpus": self.gpus}
                 if s.mem_first is not None and s.mem_last is not None:
                     out[phase]["memory_gib"] = round((s.mem_last - s.mem_first) / GIB, 1)
         return out
 
 
 def phase_watts_text(phases: dict[str, dict[str, float]] | None) -> str:
-    """"loading_shards p50 129 W / max 130 W · cuda_graph p50 691 W / max 694 W"."""
+    """"loading_shards p50 129 W / max 130 W · cuda_graph p50 691 W / max 694 W", and "(total
+    of 4 GPUs)" for several: the watts are the sum over the server's GPUs, not one board's."""
     if not phases:
         return ""
+    n = max((int(v.get("gpus") or 0) for v in phases.values()), default=0)
+    total = f" (total of {n} GPUs)" if n > 1 else ""
     def one(p: str, v: dict[str, float]) -> str:
         mem = v.get("memory_gib")
         moved = f", memory {mem:+.1f} GiB" if mem is not None and abs(mem) >= MEMORY_MOVING / GIB \
             else ""
         return f"{p} p50 {v['p50_w']:.0f} W / max {v['max_w']:.0f} W{moved}"
-    return " · ".join(one(p, v) for p, v in phases.items())
+    return " · ".join(one(p, v) for p, v in phases.items()) + total
 
 
 # -- the end of a stall -------------------------------------------------------------------------

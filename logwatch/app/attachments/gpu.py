@@ -23,7 +23,9 @@ from ... import clock
 from ...machine import Event, StartupBegan, State
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...silence import SERVING, PhaseWatts, silence_verdict
-from ...telemetry.gpu import GpuStream, GpuStreams, plan_gpu, preflight_held, preflight_text
+from ...telemetry.gpu import (
+    GpuScope, GpuSnapshot, GpuStream, GpuStreams, plan_gpu, preflight_held, preflight_text,
+)
 from ...sources.ssh import SSHTarget
 from .base import Attachment, LiveTarget
 
@@ -55,6 +57,7 @@ class GpuAttachment(Attachment):
         self.preflight: list[tuple[int, float]] = []   # GPUs that held memory at launch
         self.preflight_read = False        # ... read at this startup's launch line (live)
         self.watts = PhaseWatts(None)      # the GPUs' power per phase of this startup
+        self.scope = GpuScope()            # the server's GPUs (telemetry/gpu/scope.py)
         self._watts_seen = -1              # the stream's version last given to it
         self._final: dict[str, Any] | None = None   # the view when it stopped (watch's summary)
 
@@ -66,6 +69,7 @@ class GpuAttachment(Attachment):
         targets; a failure here is a GPU status, never the target's."""
         assert self.target is not None
         cfg = self.target.cfg
+        self.scope = GpuScope(cfg.gpu.devices)
         where = plan_gpu(cfg.gpu, cfg.kind)
         if where is None:
             return
@@ -95,15 +99,27 @@ class GpuAttachment(Attachment):
         st = pipe.state
         if st.phase in (WAITING, *TERMINAL) or st.startup_id is None or not gpu.up:
             return
-        if self.watts.startup != st.startup_id:
-            self.watts = PhaseWatts(st.startup_id)
-        last = self.watts.last_at
         history = st.history
         began = history[0].at if history else None
+        if self.watts.startup != st.startup_id:
+            self.watts = PhaseWatts(st.startup_id)
+            self.scope.begin(next((s for s in reversed(gpu.snapshots)
+                                   if began is not None and s.at < began), None))
+        last = self.watts.last_at
+        changed = False
         for snap in gpu.snapshots:
             if (last is None or snap.at > last) and (began is None or snap.at >= began):
-                phase = phase_at(st, snap.at, history)
-                self.watts.add(SERVING if phase == READY else phase, snap)
+                changed = self.scope.see(snap) or changed
+                self._add_watts(st, snap, history)
+        if changed:      # the server's GPUs are known now: its phases' power is theirs only
+            self.watts = PhaseWatts(st.startup_id)
+            for snap in gpu.snapshots:
+                if began is None or snap.at >= began:
+                    self._add_watts(st, snap, history)
+
+    def _add_watts(self, st: State, snap: GpuSnapshot, history: list[Any]) -> None:
+        phase = phase_at(st, snap.at, history)
+        self.watts.add(SERVING if phase == READY else phase, self.scope.select(snap))
 
     # -- what the ledger reads (ledger.py `Power`) --------------------------------------------
     def phase_watts(self, startup: str | None) -> dict[str, dict[str, float]] | None:
@@ -112,12 +128,12 @@ class GpuAttachment(Attachment):
             else None
 
     def serving_sample(self, seen: int) -> tuple[int, dict[str, Any]] | None:
-        """(version, the latest snapshot) of a stream that is up, when its version is not
-        `seen` (the one the caller has)."""
+        """(version, the latest snapshot of the server's GPUs) of a stream that is up, when
+        its version is not `seen` (the one the caller has)."""
         gpu = self.stream
         if gpu is None or not gpu.up or gpu.latest is None or gpu.version == seen:
             return None
-        return gpu.version, gpu.latest.to_dict()
+        return gpu.version, self.scope.select(gpu.latest).to_dict()
 
     # -- the view ----------------------------------------------------------------------------
     def view(self, now: float) -> GpuPart:
@@ -129,7 +145,8 @@ class GpuAttachment(Attachment):
         gpu = self.stream
         assert gpu is not None and self.target is not None
         pipe = self.target.pipe
-        out = {**gpu.to_dict(), "preflight": preflight_text(self.preflight),
+        out = {**gpu.to_dict(), "preflight": preflight_text(self.scope.held(self.preflight)),
+               "scope": self.scope.to_json(),
                "preflight_read": self.preflight_read,
                "phases": self.watts.summary()
                if pipe is not None and self.watts.startup == pipe.state.startup_id else {},
@@ -140,7 +157,8 @@ class GpuAttachment(Attachment):
         if st is not None and pipe is not None and gpu.up and st.last_activity is not None \
                 and st.phase not in (WAITING, READY, *TERMINAL) and not self.target.catching_up \
                 and now - st.last_activity >= pipe.machine.stall_budget(st.phase) / 2:
-            verdict = silence_verdict(gpu.snapshots, st.last_activity, now, gpu.idle_w)
+            snaps = [self.scope.select(s) for s in gpu.snapshots if s.at >= now - 120.0]
+            verdict = silence_verdict(snaps, st.last_activity, now, gpu.idle_w)
             out["silence"] = verdict.to_json() if verdict is not None else None
         return out
 

@@ -8,6 +8,7 @@ One job per file; `from logwatch.telemetry.gpu import X` is the import path:
   into `GpuSnapshot`s; garbage is counted, never raised.
 * `sample.py` (pure): `GpuSample`, `GpuSnapshot`, the clock-event bits, the learned idle power.
 * `summary.py`: `gpu_summary`, the watch panel's line.
+* `scope.py` (pure): `GpuScope`, which of the host's GPUs are the server's.
 * `preflight.py`: the GPUs that held memory before a launch, in words.
 * `config.py`: a target's `gpu:` value (`parse_gpu_config`) and where it runs (`plan_gpu`).
 * `proc.py`: nvidia-smi as a local child or an SSH session.
@@ -20,10 +21,11 @@ The contract is written down in docs/architecture.md, section "GPU telemetry".
 
 from __future__ import annotations
 
-from .config import GpuConfig, parse_gpu_config, plan_gpu
+from .config import GpuConfig, parse_devices, parse_gpu_config, plan_gpu
 from .parse import ABSENT_VALUES, GpuCsvParser, host_time, parse_csv, sample_from_row
 from .preflight import PREFLIGHT_HELD, preflight_held, preflight_note, preflight_text
 from .query import FULL_FIELDS, MINIMAL_FIELDS, canonical_field, invalid_field, query_args
+from .scope import ROSE, GpuScope
 from .run import (
     STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS, RunEnd, RunVerdict,
     classify_run, classify_start,
@@ -40,7 +42,7 @@ __all__ = [
     "ABSENT_VALUES", "FULL_FIELDS", "HISTORY", "IDLE_UTIL", "MINIMAL_FIELDS", "POWER_CAP_REASONS",
     "PREFLIGHT_HELD", "SNAPSHOTS", "STATUS_HUNG", "STATUS_MISSING", "STATUS_NO_DRIVER",
     "STATUS_NO_GPUS", "THERMAL_REASONS", "THROTTLE_BITS", "THROTTLE_REASONS",
-    "GpuConfig", "GpuCounters", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
+    "GpuConfig", "GpuCounters", "GpuScope", "ROSE", "parse_devices", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
     "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "classify_start",
     "decode_throttle",
     "gpu_summary", "host_time", "invalid_field", "learn_idle", "parse_csv", "parse_gpu_config",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ...units import fmt_duration, parse_budget, parse_switch
@@ -19,12 +19,16 @@ class GpuConfig:
     stdin; see `plan_gpu`), "on" (a mapping or `true`: run it even where auto would not,
     locally for non-ssh targets) or "off" (`false`).
     `command`: a path or a command line (`nvidia-smi`, `/usr/bin/nvidia-smi`,
-    `sudo -n nvidia-smi`); the query arguments are appended."""
+    `sudo -n nvidia-smi`); the query arguments are appended.
+    `devices`: the server's GPUs (nvidia-smi indexes, or UUIDs); empty: those whose memory
+    rose after its launch (scope.py).  Not the stream's: the host's one nvidia-smi reads
+    every GPU, and each target picks its own from it."""
 
     mode: str = "auto"
     command: str = "nvidia-smi"
     interval: float = 2.0
     timeout: float = 10.0
+    devices: tuple[int | str, ...] = ()
 
     @property
     def enabled(self) -> bool:
@@ -36,10 +40,44 @@ class GpuConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "command": self.command, "interval": self.interval,
-                "timeout": self.timeout}
+                "timeout": self.timeout, "devices": list(self.devices)}
+
+    @property
+    def stream(self) -> "GpuConfig":
+        """The host's stream's part (what two targets of one host must share)."""
+        return replace(self, devices=())
 
 
-_GPU_KEYS = ("command", "interval", "timeout")
+_GPU_KEYS = ("command", "interval", "timeout", "devices")
+_STREAM_KEYS = ("command", "interval", "timeout")
+
+
+def parse_devices(value: Any, name: str) -> tuple[int | str, ...]:
+    """`devices: [4, 5, 6, 7]` (or "4,5,6,7", or GPU UUIDs "GPU-..."/"MIG-...") -> a tuple;
+    ValueError("NAME: ...") for a non-integer, a negative index or a duplicate."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"{name}: expected a list of GPU indexes like [4, 5, 6, 7] "
+                         f"(nvidia-smi's) or GPU UUIDs, got {value!r}")
+    out: list[int | str] = []
+    for item in items:
+        v: int | str
+        text = item.strip() if isinstance(item, str) else item
+        if isinstance(text, str) and text.upper().startswith(("GPU-", "MIG-")):
+            v = text
+        elif isinstance(text, int) and not isinstance(text, bool):
+            v = text
+        elif isinstance(text, str) and text.lstrip("-").isdigit():
+            v = int(text)
+        else:
+            raise ValueError(f"{name}: {item!r} is not a GPU index (an integer, as "
+                             "nvidia-smi numbers them) or a GPU UUID (GPU-...)")
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"{name}: {v} is negative (nvidia-smi numbers GPUs from 0)")
+        if v in out:
+            raise ValueError(f"{name}: GPU {v} is listed twice")
+        out.append(v)
+    return tuple(out)
 
 
 def _duration(value: Any, name: str) -> float:
@@ -57,13 +95,18 @@ def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
 
     Accepted: None / "auto" (the default), false / "false" / "off", true / "on", or a mapping
     with `command` (str or list), `interval` (>= 0.1 s, default 2s), `timeout` (the
-    watchdog: longer than the interval, default 10s)."""
+    watchdog: longer than the interval, default 10s), `devices` (the server's GPUs:
+    `parse_devices`; alone it leaves the mode auto)."""
     switch = parse_switch(value, where=where, keys=_GPU_KEYS,
-                          example="command: nvidia-smi, interval: 2s, timeout: 10s",
-                          short="command: ..., interval: ..., timeout: ...")
+                          example="command: nvidia-smi, interval: 2s, timeout: 10s, "
+                                  "devices: [4, 5, 6, 7]",
+                          short="command: ..., interval: ..., timeout: ..., devices: [...]")
     if isinstance(switch, str):
         return GpuConfig() if switch == "auto" else GpuConfig(mode=switch)
     value = switch
+    devices = parse_devices(value["devices"], f"{where}.devices") if "devices" in value else ()
+    if devices and not any(k in value for k in _STREAM_KEYS):
+        return GpuConfig(devices=devices)    # devices alone: where it runs stays auto
     command: Any = value.get("command", "nvidia-smi")
     if isinstance(command, (list, tuple)):
         if not command or not all(isinstance(c, str) and c for c in command):
@@ -86,7 +129,8 @@ def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
         raise ValueError(f"{where}.timeout: must be longer than the interval "
                          f"({fmt_duration(timeout)} <= {fmt_duration(interval)}): the watchdog "
                          "would kill nvidia-smi between two samples")
-    return GpuConfig(mode="on", command=command.strip(), interval=interval, timeout=timeout)
+    return GpuConfig(mode="on", command=command.strip(), interval=interval, timeout=timeout,
+                     devices=devices)
 
 
 def plan_gpu(config: GpuConfig, source_kind: str, *,

@@ -43,6 +43,7 @@ class GpuStreams:
         """The host's stream (started if new), with one more reference.  Needs a running
         event loop.  `ssh`: the target and options of an ssh:// log; None: this machine."""
         key = self.key(ssh)
+        config = config.stream        # the GPUs a target reads are its own (scope.py)
         entry = self._entries.get(key)
         if entry is None:
             pool = self.pool if self.pool is not None else (default_pool() if ssh else None)

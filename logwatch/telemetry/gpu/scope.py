@@ -1,0 +1,86 @@
+"""Which of the host's GPUs are the server's (`GpuScope`): the ones its target names
+(`gpu: devices`, `watch --gpu-devices`), else the ones whose memory rose by `ROSE` or more
+above their level when the startup began.
+
+Why: a server rarely owns every GPU of its node (TP=4 on an 8-GPU node, another team's job
+beside it).  Read over all of them, the unused GPUs idle at 81 W named a healthy TP=4 "a
+stuck rank", and a neighbour's busy GPUs called a hung server "slow, not hung".  A server
+loads its weights onto its own GPUs first thing, so memory that rises by a GiB after its
+launch line is the cheapest sign of whose GPUs they are; once seen, a GPU stays the
+startup's (sticky: a rank that died and freed its memory is still a rank of it).  Before any
+rose, every GPU counts, as before.  Pure: snapshots in, the chosen GPUs out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .sample import GpuSample, GpuSnapshot
+
+GIB = 1024 ** 3
+ROSE = 1 * GIB           # memory a GPU gained over its level at launch: the startup's own
+
+
+@dataclass
+class GpuScope:
+    """The GPUs of one startup.  `devices`: nvidia-smi indexes (int) or UUIDs (str) from
+    the config; empty: learned from memory (`see`)."""
+
+    devices: tuple[int | str, ...] = ()
+    baseline: dict[int, int] = field(default_factory=dict)   # GPU -> bytes at launch
+    rose: set[int] = field(default_factory=set)              # GPUs seen rising (sticky)
+    named: set[int] = field(default_factory=set)   # the indexes of `devices`' UUIDs, as seen
+
+    def begin(self, before: GpuSnapshot | None) -> None:
+        """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
+        line, if any) is their level; what they gain from there is the server's."""
+        self.baseline, self.rose = {}, set()
+        if before is not None:
+            self._levels(before)
+
+    def _levels(self, snap: GpuSnapshot) -> None:
+        for g in snap.gpus:
+            if g.uuid is not None and g.uuid in self.devices:
+                self.named.add(g.index)
+            if g.mem_used_bytes is not None:
+                self.baseline.setdefault(g.index, g.mem_used_bytes)
+
+    def see(self, snap: GpuSnapshot) -> bool:
+        """One snapshot of the startup; True when the chosen GPUs changed."""
+        self._levels(snap)          # a GPU first seen now: its level is this one
+        before = len(self.rose)
+        for g in snap.gpus:
+            base = self.baseline.get(g.index)
+            if g.mem_used_bytes is not None and base is not None and \
+                    g.mem_used_bytes - base >= ROSE:
+                self.rose.add(g.index)
+        return not self.devices and len(self.rose) != before
+
+    def chosen(self, g: GpuSample) -> bool:
+        if self.devices:
+            return g.index in self.devices or (g.uuid is not None and g.uuid in self.devices)
+        return not self.rose or g.index in self.rose
+
+    def chosen_index(self, index: int) -> bool:
+        """GPU `index` is the startup's (a UUID of `devices`: once a snapshot showed it)."""
+        return index in self.named or self.chosen(GpuSample(index))
+
+    def held(self, preflight: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The preflight's (GPU, GiB) on the startup's GPUs only: the memory a neighbour
+        holds on its own GPUs is no threat to this server (helper adv24 M1: a TP=4 that
+        OOMed by itself was told "GPU 0 held 120 GiB ... before launch", another team's)."""
+        return [(i, gib) for i, gib in preflight if self.chosen_index(i)]
+
+    def select(self, snap: GpuSnapshot) -> GpuSnapshot:
+        """`snap` with the startup's GPUs only."""
+        if not self.devices and not self.rose:
+            return snap
+        return GpuSnapshot(snap.at, tuple(g for g in snap.gpus if self.chosen(g)))
+
+    @property
+    def how(self) -> str:
+        """How the GPUs were chosen: "config", "memory rose" or "all" (none rose yet)."""
+        return "config" if self.devices else "memory rose" if self.rose else "all"
+
+    def to_json(self) -> dict[str, object]:
+        return {"how": self.how, "devices": list(self.devices), "rose": sorted(self.rose)}

@@ -1,0 +1,174 @@
+"""The server's GPUs (telemetry/gpu/scope.py; helper adv24 H1, M1, L5): a server on 4 of a
+node's 8 GPUs is judged by its own.  Before, the verdict read every GPU of the host: a healthy
+TP=4 beside 4 unused GPUs was "a stuck rank (GPUs 4, 5, 6, 7)" (watch exit 3), a hung one
+beside another team's busy GPUs "slow, not hung"; the preflight named the neighbour's memory.
+
+Pure tests of the scope and the config, and `watch` on the real H200 start replayed on
+GPUs 4-7 of an 8-GPU fake node whose GPUs 0-3 print the idle capture's row."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ROOT
+from logwatch.silence import PhaseWatts, phase_watts_text, silence_verdict
+from logwatch.telemetry.gpu import (
+    GpuSample, GpuScope, GpuSnapshot, parse_devices, parse_gpu_config, parse_csv,
+)
+from support.gpureplay import FAKE, TRACE_CSV, LogWriter, log_pieces, make_clock, read_log
+
+GIB = 1024 ** 3
+
+
+def snap(at: float, mem_gib: dict[int, float], power: float = 691.0, util: float = 0.99,
+         uuid: str | None = None) -> GpuSnapshot:
+    return GpuSnapshot(at, tuple(
+        GpuSample(i, uuid=f"GPU-{i}" if uuid else None, power_w=power if m else 81.0,
+                  power_limit_w=700.0, util_ratio=util if m else 0.0,
+                  mem_used_bytes=int(m * GIB)) for i, m in sorted(mem_gib.items())))
+
+
+def test_the_gpus_whose_memory_rose_are_the_startups_and_stay_so() -> None:
+    scope = GpuScope()
+    scope.begin(snap(0, {i: 0 for i in range(8)}))
+    assert scope.how == "all" and scope.select(snap(1, {i: 0 for i in range(8)})).count == 8
+    assert scope.see(snap(2, {**{i: 0 for i in range(4)}, **{i: 3 for i in range(4, 8)}}))
+    assert scope.how == "memory rose" and scope.rose == {4, 5, 6, 7}
+    # a rank that died and freed its memory is still one of the startup's GPUs
+    later = snap(3, {**{i: 0 for i in range(4)}, 4: 61, 5: 0, 6: 61, 7: 61})
+    assert not scope.see(later)
+    assert [g.index for g in scope.select(later).gpus] == [4, 5, 6, 7]
+    # a neighbour holding 120 GiB before the launch, and a 0.5 GiB blip: not ours
+    scope.begin(snap(10, {0: 120, 1: 0}))
+    scope.see(snap(11, {0: 120.4, 1: 0.5}))
+    assert scope.how == "all"
+
+
+def test_the_preflight_names_only_the_servers_gpus() -> None:
+    """M1: the server on GPUs 4-7 OOMs by itself; GPUs 0-3 hold another server's 120 GiB.
+    Before: "GPU 0 held 120 GiB, GPU 1 held 120 GiB, GPU 2 held 120 GiB (and 1 more)"."""
+    held = [(i, 120.0) for i in range(4)]
+    scope = GpuScope()
+    scope.begin(snap(0, {**{i: 120 for i in range(4)}, **{i: 0 for i in range(4, 8)}}))
+    assert scope.held(held) == held          # nothing rose yet: every GPU, as before
+    scope.see(snap(1, {**{i: 120 for i in range(4)}, **{i: 40 for i in range(4, 8)}}))
+    assert scope.held(held) == [] and GpuScope((4, 5, 6, 7)).held(held) == []
+    assert GpuScope((0, 5)).held(held) == [(0, 120.0)]
+
+
+def test_devices_by_index_or_uuid() -> None:
+    s = snap(0, {i: 0 for i in range(8)}, uuid="yes")
+    assert [g.index for g in GpuScope((4, 5)).select(s).gpus] == [4, 5]
+    by_uuid = GpuScope(("GPU-6",))
+    by_uuid.begin(s)
+    assert [g.index for g in by_uuid.select(s).gpus] == [6] and by_uuid.chosen_index(6)
+
+
+@pytest.mark.parametrize("value, message", [
+    ([4, "x"], "'x' is not a GPU index"), ([4, -1], "-1 is negative"),
+    ([4, 4], "GPU 4 is listed twice"), ([], "expected a list"), ("4,five", "'five' is not"),
+])
+def test_bad_devices_say_what_is_wrong(value: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=f"^gpu.devices: .*{message}"):
+        parse_gpu_config({"devices": value})
+
+
+def test_devices_alone_leave_the_mode_auto() -> None:
+    assert parse_gpu_config({"devices": [4, 5, 6, 7]}).mode == "auto"
+    cfg = parse_gpu_config({"command": "nvidia-smi", "devices": "4,GPU-ab"})
+    assert cfg.mode == "on" and cfg.devices == (4, "GPU-ab") and cfg.stream.devices == ()
+    assert parse_devices(" 4, 5 ", "x") == (4, 5)
+
+
+def test_a_bad_devices_key_fails_check_naming_file_key_and_field(tmp_path: Path) -> None:
+    path = tmp_path / "logwatch.yaml"
+    path.write_text("targets:\n  - {name: a, source: /tmp/x.log, gpu: {devices: [4, 4]}}\n")
+    res = subprocess.run([sys.executable, "-m", "logwatch", "run", "-c", str(path), "--check"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res
+    assert f"{path}" in res.stderr and "targets[0].gpu.devices" in res.stderr and \
+        "GPU 4 is listed twice" in res.stderr, res.stderr
+    bad = subprocess.run([sys.executable, "-m", "logwatch", "watch", str(path),
+                          "--gpu-devices", "4,-1"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2 and "--gpu-devices: -1 is negative" in bad.stderr, bad
+
+
+def test_unused_gpus_are_no_stuck_rank_and_the_watts_say_how_many() -> None:
+    """TP=4 busy on GPUs 0-3, GPUs 4-7 unused (0 MiB): read over all 8 it was "a stuck rank
+    (GPUs 4, 5, 6, 7)"."""
+    snaps = [snap(t, {**{i: 61 for i in range(4)}, **{i: 0 for i in range(4, 8)}})
+             for t in range(20)]
+    v = silence_verdict(snaps, 0, 20, {i: 81.0 for i in range(8)})
+    assert v.kind == "busy" and v.working and v.named == (), v.text
+    assert "4 GPUs busy" in v.text and "GPUs 4, 5, 6, 7 hold no memory" in v.text, v.text
+    w = PhaseWatts("s")
+    for s in snaps:
+        w.add("cuda_graph", GpuScope((0, 1, 2, 3)).select(s))
+    assert phase_watts_text(w.summary()).endswith("(total of 4 GPUs)"), w.summary()
+
+
+# -- live: watch on the replayed start, the server on GPUs 4-7 of 8 --------------------------
+
+STEP, STALL = 0.25, 6.0
+
+
+def _watch(tmp_path: Path, extra_env: dict[str, str], args: list[str]) -> tuple[int, str]:
+    """`watch` on the H200 start replayed on GPUs 4-7 (GPUs 0-3 idle, 0 MiB); its exit and
+    output."""
+    log = tmp_path / "server.log"
+    log.touch()
+    clock = make_clock(STEP, lead=6.0)
+    env = {**os.environ, **clock.env(), "FAKE_NVSMI_GPUS": "8", "FAKE_NVSMI_IDLE_GPUS": "0,1,2,3",
+           "LOGWATCH_STATE_DIR": str(tmp_path / "state"), **extra_env}
+    with open(tmp_path / "watch.out", "w+", encoding="utf-8") as out:
+        watch = subprocess.Popen(
+            [sys.executable, "-m", "logwatch", "watch", str(log), "--stall-after", f"{STALL}s",
+             "--gpu", str(FAKE), "--probe", "off", "--no-history", "--timeout", "120s", *args],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        writer = LogWriter(log, clock)
+        try:
+            assert time.time() < clock.wall(log_pieces(read_log())[0][0])
+            writer.start()
+            code = watch.wait(timeout=clock.end - time.time() + 60)
+        finally:
+            writer.stop()
+            if watch.poll() is None:
+                watch.kill()
+        out.seek(0)
+        return code, out.read()
+
+
+
+def _stall(text: str) -> str:
+    return next((ln for ln in text.splitlines() if "stalled: no new line" in ln), "")
+
+
+@pytest.mark.integration
+def test_watch_reads_the_servers_gpus_found_by_their_memory(tmp_path: Path) -> None:
+    code, text = _watch(tmp_path, {}, [])
+    first = _stall(text)
+    assert "4 GPUs busy (69" in first and "slow, not hung" in first, text
+    assert "stuck rank" not in text, text
+    assert code == 0, text                      # ready (watch stops there)
+    power = next(ln for ln in text.splitlines() if "gpu power:" in ln)
+    assert power.endswith("(total of 4 GPUs)") and "cuda_graph p50 27" in power, power
+
+
+def test_the_trace_is_readable_by_the_fake_as_8_gpus() -> None:
+    """The fake prints the idle capture's row for GPUs 0-3 (81 W, 0 MiB), the trace's for
+    4-7: what the integration tests above run on."""
+    res = subprocess.run([str(FAKE), "--query-gpu=index,power.draw,memory.used",
+                          "--format=csv,nounits"], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "FAKE_NVSMI_CSV": str(TRACE_CSV),
+                              "FAKE_NVSMI_GPUS": "8", "FAKE_NVSMI_IDLE_GPUS": "0,1,2,3"})
+    rows = parse_csv(res.stdout)[0].gpus
+    assert [g.index for g in rows] == list(range(8))
+    assert all(g.mem_used_bytes == 0 and 80 < (g.power_w or 0) < 83 for g in rows[:4])
