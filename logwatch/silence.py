@@ -6,11 +6,19 @@ deadlock on the CPU side).  The log cannot tell; the GPUs can.  The verdict read
 silence itself: the GPU snapshots taken since the last line (its last `VERDICT_WINDOW`
 seconds when it is longer), per GPU:
 
-- memory: moved by `MEMORY_MOVING` or more in the recent half of that span -> `loading`
-  (weights or the KV cache still arriving);
+- memory: gained `MEMORY_MOVING` or more over the recent half of that span -> `loading`
+  (weights or the KV cache still arriving; memory that fell is no loading: a rank that
+  exited gave it back, and "GPU 3 freed 61 GiB: its process exited?" is said);
+- power at `AT_LIMIT` of the enforced limit or more -> `busy` (a board its operator capped
+  at 300 W works at 290 W);
 - utilisation at or above `SPIN_UTIL` while the power stays below `SPIN_CEILING` of the
   board's range above its idle power -> `spinning` (a kernel resident but doing nothing: an
-  NCCL collective waiting for a rank: likely hung);
+  NCCL collective waiting for a rank: likely hung), or `throttled` when a `SLOWDOWN` reason
+  holds the clocks down (a power brake runs work at near idle power too: slow or hung, it
+  cannot tell); the range is up to the board's default limit (TDP) when the enforced one is
+  capped below it (the chip's idle and spin power do not move with a cap);
+- utilisation at or above `SPIN_UTIL` with the power or the limit unknown -> `unclear`
+  (busy cannot be told from spinning);
 - power at or above `BUSY_POWER` of that range, or utilisation at or above `WORK_UTIL` ->
   `busy` (slow, not hung);
 - utilisation at most `IDLE_UTIL` and power within `NEAR_IDLE` of the range above idle ->
@@ -25,7 +33,9 @@ the first second after a line often still shows the work that printed it.
 Only the server's GPUs are read (telemetry/gpu/scope.py), and of those, a GPU that holds no
 memory (`EMPTY`) only when all do: an unused GPU idle beside a busy TP=4 is no stuck rank.
 When the GPUs disagree, the ones that differ are named: 7 busy and 1 idle is a stuck rank
-(`stuck_rank`, naming the idle GPU); 1 busy and 7 idle is one rank working alone (`mixed`).
+(`stuck_rank`, naming the idle GPU), and so is 7 spinning and 1 idle (the ranks in the
+collective spin, the one that never came is idle); 1 busy and 7 idle is one rank working
+alone (`mixed`).  Otherwise the kind of most GPUs; a tie goes to the first in `KINDS`.
 
 Pure: snapshots in, a `SilenceVerdict` out; the runner computes it for its view, the alert
 policy and `watch` read its text.  `PhaseWatts` keeps the power of each phase of a startup
@@ -43,16 +53,27 @@ from .units import fmt_duration
 
 GIB = 1024 ** 3
 VERDICT_WINDOW = 60.0        # seconds of the silence read (its last minute when longer)
-MEMORY_MOVING = 0.5 * GIB    # per GPU, within the recent half of the span: still loading
+MEMORY_MOVING = 0.5 * GIB    # per GPU, gained within the recent half of the span: still loading
 WORK_UTIL = 0.5              # utilisation of a GPU doing work (even at low power)
 SPIN_UTIL = 0.9              # utilisation of a kernel that is resident ...
 SPIN_CEILING = 0.35          # ... below this share of the range above idle power: spinning
 BUSY_POWER = 0.5             # power at this share of the range above idle (or more): busy
+AT_LIMIT = 0.9               # power at this share of the enforced limit (or more): busy (a
+                             # board capped by its operator at 300 W works at 290 W)
 NEAR_IDLE = 0.15             # power within this share of the range above idle: at idle
 IDLE_FALLBACK = 0.15         # a board never seen idle: its idle power taken as this x limit
 EMPTY = 0.25 * GIB           # a GPU holding less runs no process: never a stuck rank
-WORKING = ("loading", "busy")           # kinds that say "slow, not hung"
+FREED = 2 * GIB              # memory a GPU gave back in the span worth a word (a rank exited?)
+#: clock-event reasons that hold a working board's clocks and power down (a PSU lost, heat):
+#: its kernels run slowly at near idle power, which reads like a collective spinning
+SLOWDOWN = frozenset({"hw_slowdown", "hw_power_brake", "sw_thermal", "hw_thermal"})
+WORKING = ("loading", "busy", "throttled")   # kinds that say "slow, not hung" (throttled: may be)
 NOT_WORKING = ("idle", "spinning")      # kinds that say "hung" when the others work
+#: every kind, in the order that breaks a tie between as many GPUs of each: working before
+#: hung (a verdict that says hung needs a majority), then the more specific sign first
+#: (spinning: a collective waiting, before idle); never set order (it moved with the
+#: PYTHONHASHSEED, and a restarted daemon said another verdict)
+KINDS = ("loading", "busy", "throttled", "spinning", "idle", "partial", "unclear", "unknown")
 
 
 @dataclass(frozen=True)
@@ -60,16 +81,20 @@ class GpuActivity:
     """One GPU over the span read: medians of power and utilisation, memory movement."""
 
     index: int
-    kind: str                      # loading | busy | spinning | idle | partial | unknown
+    kind: str                      # one of KINDS
     power_w: float | None
     limit_w: float | None
     idle_w: float | None           # the board's idle power (learned, or IDLE_FALLBACK x limit)
     idle_learned: bool
     util: float | None
-    mem_moved: float               # bytes, max - min over the span
-    mem_recent: float              # bytes, max - min over its recent half
+    mem_moved: float               # bytes gained over the span (last - first, 0 when it fell)
+    mem_recent: float              # bytes gained over its recent half
     samples: int
     mem_used: float | None = None  # bytes at the span's end
+    mem_freed: float = 0.0         # bytes given back: the span's peak - its end
+    throttle: tuple[str, ...] = () # SLOWDOWN reasons active in half the samples or more
+    sm_clock_hz: float | None = None
+    tdp_w: float | None = None     # the board's default power limit
 
     @property
     def empty(self) -> bool:
@@ -82,7 +107,9 @@ class GpuActivity:
                 "idle_w": _r(self.idle_w), "idle_learned": self.idle_learned,
                 "util": _r(self.util, 3), "mem_moved_gib": round(self.mem_moved / GIB, 2),
                 "mem_recent_gib": round(self.mem_recent / GIB, 2), "samples": self.samples,
-                "mem_used_gib": None if self.mem_used is None else round(self.mem_used / GIB, 2)}
+                "mem_used_gib": None if self.mem_used is None else round(self.mem_used / GIB, 2),
+                "mem_freed_gib": round(self.mem_freed / GIB, 2),
+                "throttle": list(self.throttle), "tdp_w": _r(self.tdp_w)}
 
 
 @dataclass(frozen=True)
@@ -119,30 +146,48 @@ def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _moved(points: list[tuple[float, float]]) -> float:
-    ms = [m for _, m in points]
-    return max(ms) - min(ms) if len(ms) >= 2 else 0.0
+def _gained(points: list[tuple[float, float]]) -> float:
+    """Bytes gained from the first point to the last (0 when it fell: memory given back by
+    a rank that exited, or a health check's GiB freed again, is no loading)."""
+    return max(0.0, points[-1][1] - points[0][1]) if len(points) >= 2 else 0.0
 
 
 def classify(power: float | None, limit: float | None, idle: float | None,
-             util: float | None, mem_recent: float) -> str:
-    """One GPU's kind from its medians (see the module docstring for the thresholds)."""
+             util: float | None, mem_recent: float, *, tdp: float | None = None,
+             throttle: Iterable[str] = ()) -> str:
+    """One GPU's kind from its medians (see the module docstring for the thresholds).
+    `tdp`: the board's default limit, whose range above idle judges spinning when an
+    operator capped the enforced `limit` below it; `throttle`: the SLOWDOWN reasons active."""
     if mem_recent >= MEMORY_MOVING:
         return "loading"
-    span = (limit - idle) if limit and idle is not None and limit > idle else None
+    top = max(limit, tdp) if limit and tdp else limit
+    span = (top - idle) if top and idle is not None and top > idle else None
+    if util is not None and util >= SPIN_UTIL and (power is None or span is None):
+        return "unclear"                    # busy or spinning: only the power can tell
+    if power is not None and limit and power >= AT_LIMIT * limit:
+        return "busy"
     if util is not None and util >= SPIN_UTIL and power is not None and span is not None \
-            and power < idle + SPIN_CEILING * span:
-        return "spinning"
-    if power is not None and span is not None and power >= idle + BUSY_POWER * span:
+            and idle is not None and power < idle + SPIN_CEILING * span:
+        # the clocks held down by the board run work at near idle power too
+        return "throttled" if SLOWDOWN & set(throttle) else "spinning"
+    if power is not None and span is not None and idle is not None and \
+            power >= idle + BUSY_POWER * span:
         return "busy"
     if util is not None and util >= WORK_UTIL:
         return "busy"
-    near_idle = power is None or span is None or power <= idle + NEAR_IDLE * span
+    near_idle = power is None or span is None or idle is None or \
+        power <= idle + NEAR_IDLE * span
     if (util is None or util <= IDLE_UTIL) and near_idle and (util is not None or power is not None):
         return "idle"
     if util is None and power is None:
         return "unknown"
     return "partial"
+
+
+def _throttle(samples: list[tuple[float, GpuSample]]) -> tuple[str, ...]:
+    """The SLOWDOWN reasons active in half the samples or more (sorted)."""
+    known = [g.throttle_reasons for _, g in samples if g.throttle_mask is not None]
+    return tuple(sorted(r for r in SLOWDOWN if 2 * sum(r in rs for rs in known) >= len(known) > 0))
 
 
 def activity(index: int, samples: list[tuple[float, GpuSample]], start: float, now: float,
@@ -151,18 +196,23 @@ def activity(index: int, samples: list[tuple[float, GpuSample]], start: float, n
     powers = [g.power_w for _, g in samples if g.power_w is not None]
     utils = [g.util_ratio for _, g in samples if g.util_ratio is not None]
     limits = [g.power_limit_w for _, g in samples if g.power_limit_w]
+    tdps = [g.power_default_limit_w for _, g in samples if g.power_default_limit_w]
+    clocks = [g.sm_clock_hz for _, g in samples if g.sm_clock_hz is not None]
     mem = [(at, float(g.mem_used_bytes)) for at, g in samples if g.mem_used_bytes is not None]
     mid = now - (now - start) / 2
     before = [p for p in mem if p[0] < mid]
     recent = ([before[-1]] if before else []) + [p for p in mem if p[0] >= mid]
-    limit = limits[-1] if limits else None
+    limit, tdp = (limits[-1] if limits else None), (tdps[-1] if tdps else None)
     learned = idle_w is not None
     idle = idle_w if learned else (IDLE_FALLBACK * limit if limit else None)
     power, util = _median(powers), _median(utils)
-    moved, moving = _moved(mem), _moved(recent)
-    return GpuActivity(index, classify(power, limit, idle, util, moving), power, limit, idle,
-                       learned, util, moved, moving, len(samples),
-                       mem_used=mem[-1][1] if mem else None)
+    moved, moving = _gained(mem), _gained(recent)
+    throttle = _throttle(samples)
+    kind = classify(power, limit, idle, util, moving, tdp=tdp, throttle=throttle)
+    return GpuActivity(index, kind, power, limit, idle, learned, util, moved, moving,
+                       len(samples), mem_used=mem[-1][1] if mem else None,
+                       mem_freed=max(m for _, m in mem) - mem[-1][1] if mem else 0.0,
+                       throttle=throttle, sm_clock_hz=_median(clocks), tdp_w=tdp)
 
 
 def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
@@ -227,6 +277,13 @@ def _memory(gpus: Sequence[GpuActivity], span: float) -> str:
     return "memory flat"
 
 
+def _throttle_text(gpus: Sequence[GpuActivity]) -> str:
+    """"hw_power_brake, hw_slowdown; SM 345 MHz"."""
+    reasons = sorted({r for g in gpus for r in g.throttle})
+    sm = _mean(g.sm_clock_hz for g in gpus)
+    return ", ".join(reasons) + (f"; SM {sm / 1e6:.0f} MHz" if sm is not None else "")
+
+
 def _kind_text(kind: str, gpus: Sequence[GpuActivity], span: float) -> str:
     who = _subject(gpus)
     util = _util(gpus)
@@ -237,6 +294,14 @@ def _kind_text(kind: str, gpus: Sequence[GpuActivity], span: float) -> str:
                 f"{fmt_duration(span / 2)}): loading, not hung")
     if kind == "busy":
         return f"{who} busy ({_watts(gpus)}, {util + ', ' if util else ''}{mem}): slow, not hung"
+    if kind == "throttled":
+        return (f"{who} throttled ({_throttle_text(gpus)}) at {util or 'full util'} and "
+                f"{_watts(gpus)}, {mem}: the board holds the clocks down, so busy cannot be "
+                "told from waiting (slow if the work runs on)")
+    if kind == "unclear":
+        known = "power" if any(g.power_w is not None for g in gpus) else ""
+        return (f"{who} at {util}, {known + ' of an unknown limit' if known else 'power unknown'}"
+                f", {mem}: cannot tell busy from spinning (a collective waiting)")
     if kind == "spinning":
         return (f"{who} at {util or 'full util'} but near idle power ({_watts(gpus, idle=True)}), "
                 f"{mem}: likely hung (a collective waiting: NCCL / graph capture)")
@@ -248,42 +313,71 @@ def _kind_text(kind: str, gpus: Sequence[GpuActivity], span: float) -> str:
     return f"{who}: no power or utilisation reported"
 
 
-def _words(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
-    """(kind, text, GPUs named) for the GPUs together.  GPUs that hold no memory (unused)
-    are left out while any other holds some: an unused GPU idle is no stuck rank, and it
-    does not outvote the server's."""
-    held = [g for g in gpus if not g.empty]
-    if held and len(held) < len(gpus):
-        kind, text, named = _together(tuple(held), span)
-        left = [g for g in gpus if g.empty]
-        return kind, text + f" ({_which(left)} hold{'s' if len(left) == 1 else ''} no memory: " \
-            "not read)", named
-    return _together(gpus, span)
+def _stuck(stopped: Sequence[GpuActivity], others: Sequence[GpuActivity], doing: str
+           ) -> tuple[str, str, tuple[int, ...]]:
+    """A minority `stopped` while the `others` do `doing` ("busy", "spin in a collective"):
+    a stuck rank, named."""
+    what = "idle" if all(g.kind == "idle" for g in stopped) else "near idle power"
+    util = _util(stopped)
+    n = len(others)
+    text = (f"{_which(stopped)} {what} ({_watts(stopped)}{', ' + util if util else ''}) "
+            f"while {n} GPU{'s' if n > 1 else ''} {'are' if n > 1 else 'is'} {doing} "
+            f"({_watts(others)}): a stuck rank ({_which(stopped)})")
+    return "stuck_rank", text, tuple(g.index for g in stopped)
 
 
-def _together(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
-    kinds = [g.kind for g in gpus]
+def _disagree(gpus: Sequence[GpuActivity]) -> tuple[str, str, tuple[int, ...]] | None:
+    """GPUs that differ, named: a minority stopped while the others work (or all spin in a
+    collective: the rank that never came is idle) is a stuck rank; one rank working while
+    more wait is `mixed`."""
     working = [g for g in gpus if g.kind in WORKING]
     stopped = [g for g in gpus if g.kind in NOT_WORKING]
     if working and stopped:
         if len(stopped) <= len(working):
-            what = "idle" if all(g.kind == "idle" for g in stopped) else "near idle power"
-            text = (f"{_which(stopped)} {what} ({_watts(stopped)}{', ' + _util(stopped) if _util(stopped) else ''}) "
-                    f"while {len(working)} GPU{'s' if len(working) > 1 else ''} "
-                    f"{'are' if len(working) > 1 else 'is'} busy ({_watts(working)}): "
-                    f"a stuck rank ({_which(stopped)})")
-            return "stuck_rank", text, tuple(g.index for g in stopped)
+            return _stuck(stopped, working, "busy")
         text = (f"{_which(working)} busy alone ({_watts(working)}) while {len(stopped)} GPUs "
                 f"wait ({_watts(stopped)}): one rank working, the others waiting for it "
                 "(slow, not hung, unless it never ends)")
         return "mixed", text, tuple(g.index for g in working)
-    kind = max(set(kinds), key=lambda k: (kinds.count(k), k in WORKING))
-    same = [g for g in gpus if g.kind == kind]
-    text = _kind_text(kind, same, span)
-    if len(same) < len(gpus):
-        others = [g for g in gpus if g.kind != kind]
-        text += f" ({_which(others)}: {', '.join(sorted({g.kind for g in others}))})"
-    return kind, text, ()
+    spinning = [g for g in gpus if g.kind == "spinning"]
+    idle = [g for g in gpus if g.kind == "idle"]
+    if spinning and idle and len(idle) < len(spinning):
+        return _stuck(idle, spinning, "spinning in a collective")
+    return None
+
+
+def _freed(gpus: Sequence[GpuActivity]) -> str:
+    """"; GPU 3 freed 61 GiB: its process exited?" (memory given back during the silence)."""
+    gone = [g for g in gpus if g.mem_freed >= FREED]
+    if not gone:
+        return ""
+    most = max(g.mem_freed for g in gone) / GIB
+    if len(gone) == 1:
+        return f"; {_which(gone)} freed {most:.0f} GiB: its process exited?"
+    return f"; {_which(gone)} freed up to {most:.0f} GiB each: their processes exited?"
+
+
+def _words(gpus: tuple[GpuActivity, ...], span: float) -> tuple[str, str, tuple[int, ...]]:
+    """(kind, text, GPUs named) for the GPUs together.  GPUs that hold no memory (unused,
+    or a rank that exited) are left out while any other holds some: an unused GPU idle is
+    no stuck rank, and it does not outvote the server's."""
+    held = [g for g in gpus if not g.empty]
+    pool = held if held and len(held) < len(gpus) else list(gpus)
+    out = _disagree(pool)
+    if out is None:
+        kinds = [g.kind for g in pool]
+        kind = max(KINDS, key=lambda k: (kinds.count(k), -KINDS.index(k)))
+        same = [g for g in pool if g.kind == kind]
+        text = _kind_text(kind, same, span)
+        if len(same) < len(pool):
+            others = [g for g in pool if g.kind != kind]
+            text += f" ({_which(others)}: {', '.join(k for k in KINDS if k in kinds and k != kind)})"
+        out = (kind, text, ())
+    kind, text, named = out
+    left = [g for g in gpus if g not in pool and g.mem_freed < FREED]
+    if left:
+        text += f" ({_which(left)} hold{'s' if len(left) == 1 else ''} no memory: not read)"
+    return kind, text + _freed(gpus), named
 
 
 # -- the power of each phase ------------------------------------------------------------------
@@ -321,7 +415,7 @@ class PhaseWatts:
         self.startup = startup
         self._series: dict[str, _Series] = {}
         self.limit_w: float | None = None
-        self.gpus = 0                       # the GPUs summed (the server's: scope.py)
+        self.gpus = 0
         self.last_at: float | None = None   # the last snapshot added (each is added once)
 
     def add(self, phase: str, snap: GpuSnapshot) -> None:

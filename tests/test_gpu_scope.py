@@ -162,6 +162,18 @@ def test_watch_reads_the_servers_gpus_found_by_their_memory(tmp_path: Path) -> N
     assert power.endswith("(total of 4 GPUs)") and "cuda_graph p50 27" in power, power
 
 
+@pytest.mark.integration
+def test_watch_with_gpu_devices_and_a_power_brake_says_throttled(tmp_path: Path) -> None:
+    """The BMC's power brake on the server's GPUs (mask 0x88, SM 345 MHz, 190 W at util
+    99 %): the work runs on, slowly.  Before: "likely hung (a collective waiting)"."""
+    brake = {"FAKE_NVSMI_SET": "clocks_event_reasons.active=0x0000000000000088;"
+                               "clocks.sm=345 MHz;power.draw=190.00 W"}
+    code, text = _watch(tmp_path, brake, ["--gpu-devices", "4,5,6,7"])
+    first = _stall(text)
+    assert "4 GPUs throttled (hw_power_brake, hw_slowdown; SM 345 MHz)" in first, text
+    assert "busy cannot be told from waiting" in first and "likely hung" not in text, text
+
+
 def test_the_trace_is_readable_by_the_fake_as_8_gpus() -> None:
     """The fake prints the idle capture's row for GPUs 0-3 (81 W, 0 MiB), the trace's for
     4-7: what the integration tests above run on."""
