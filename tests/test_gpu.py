@@ -95,8 +95,12 @@ def script(path: Path, body: str) -> Path:
     return path
 
 
-def fast(command: str, interval: float = 0.2, timeout: float = 5.0) -> GpuConfig:
-    return GpuConfig(mode="on", command=command, interval=interval, timeout=timeout)
+def fast(command: str, interval: float = 0.2, timeout: float = 5.0,
+         first_timeout: float | None = None) -> GpuConfig:
+    """A stream config for tests: the first output's watchdog the same as the others' unless
+    given (60 s in use)."""
+    return GpuConfig(mode="on", command=command, interval=interval, timeout=timeout,
+                     first_timeout=first_timeout or timeout)
 
 
 def stream_local(config: GpuConfig, **kw: Any) -> GpuStream:

@@ -10,6 +10,11 @@ from typing import Any, Callable
 
 from ...units import fmt_duration, parse_budget, parse_switch
 
+#: the watchdog's deadline for nvidia-smi's first output: with persistence mode off it
+#: initialises every GPU before printing (~20 s on 8 GPUs), and over SSH a slow login shell
+#: adds its own; a 10 s watchdog killed every such start for good (helper adv24 M2)
+FIRST_TIMEOUT = 60.0
+
 @dataclass(frozen=True)
 class GpuConfig:
     """A target's `gpu:` setting.
@@ -29,6 +34,7 @@ class GpuConfig:
     interval: float = 2.0
     timeout: float = 10.0
     devices: tuple[int | str, ...] = ()
+    first_timeout: float = FIRST_TIMEOUT
 
     @property
     def enabled(self) -> bool:
@@ -40,7 +46,8 @@ class GpuConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "command": self.command, "interval": self.interval,
-                "timeout": self.timeout, "devices": list(self.devices)}
+                "timeout": self.timeout, "devices": list(self.devices),
+                "first_timeout": self.first_timeout}
 
     @property
     def stream(self) -> "GpuConfig":
@@ -48,8 +55,8 @@ class GpuConfig:
         return replace(self, devices=())
 
 
-_GPU_KEYS = ("command", "interval", "timeout", "devices")
-_STREAM_KEYS = ("command", "interval", "timeout")
+_GPU_KEYS = ("command", "interval", "timeout", "devices", "first_timeout")
+_STREAM_KEYS = ("command", "interval", "timeout", "first_timeout")
 
 
 def parse_devices(value: Any, name: str) -> tuple[int | str, ...]:
@@ -95,7 +102,8 @@ def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
 
     Accepted: None / "auto" (the default), false / "false" / "off", true / "on", or a mapping
     with `command` (str or list), `interval` (>= 0.1 s, default 2s), `timeout` (the
-    watchdog: longer than the interval, default 10s), `devices` (the server's GPUs:
+    watchdog: longer than the interval, default 10s), `first_timeout` (the watchdog until the
+    first output, at least `timeout`, default 60s), `devices` (the server's GPUs:
     `parse_devices`; alone it leaves the mode auto)."""
     switch = parse_switch(value, where=where, keys=_GPU_KEYS,
                           example="command: nvidia-smi, interval: 2s, timeout: 10s, "
@@ -129,8 +137,13 @@ def parse_gpu_config(value: Any, *, where: str = "gpu") -> GpuConfig:
         raise ValueError(f"{where}.timeout: must be longer than the interval "
                          f"({fmt_duration(timeout)} <= {fmt_duration(interval)}): the watchdog "
                          "would kill nvidia-smi between two samples")
+    first = _duration(value.get("first_timeout", max(FIRST_TIMEOUT, timeout)),
+                      f"{where}.first_timeout")
+    if first < timeout:
+        raise ValueError(f"{where}.first_timeout: at least the timeout ({fmt_duration(timeout)})"
+                         f", got {fmt_duration(first)}")
     return GpuConfig(mode="on", command=command.strip(), interval=interval, timeout=timeout,
-                     devices=devices)
+                     devices=devices, first_timeout=first)
 
 
 def plan_gpu(config: GpuConfig, source_kind: str, *,

@@ -184,6 +184,12 @@ class GpuCsvParser:
         return len(self._pending)
 
     @property
+    def loop_known(self) -> bool:
+        """The highest index of a loop is known: a loop completes when it arrives, so a pause
+        before a slow GPU's row must not cut the loop in two."""
+        return self._known_last is not None
+
+    @property
     def has_partial_line(self) -> bool:
         return bool(self._buf) or self._dropping
 
@@ -241,7 +247,9 @@ class GpuCsvParser:
             out += self._emit()
         self._pending.append(sample)
         self._last_index = sample.index
-        if self._known_last is not None and sample.index >= self._known_last:
+        if self._known_last is not None and sample.index > self._known_last:
+            self._known_last = None     # the loop is longer than the one cut by a pause
+        if self._known_last is not None and sample.index == self._known_last:
             out += self._emit()
         return out
 

@@ -102,6 +102,11 @@ def classify_run(end: RunEnd, cmd: str, fields: tuple[str, ...], timeout: float)
         if matches(end, head):
             named = code if code is not None else end.code
             return RunVerdict(WAIT, status.format(cmd=cmd), first or f"{cmd}: exit status {named}")
+    said = said_instead(head) if not end.samples else ""
+    if end.hung and said:
+        return RunVerdict(RESTART, f"nvidia-smi: {said[:120]}",
+                          f"no sample for {fmt_duration(timeout)}, only: {said[:300]}",
+                          kind="hung")
     if end.hung:
         return RunVerdict(RESTART, STATUS_HUNG, f"no sample for {fmt_duration(timeout)}: killed",
                           kind="hung")
@@ -109,6 +114,15 @@ def classify_run(end: RunEnd, cmd: str, fields: tuple[str, ...], timeout: float)
         return RunVerdict(RESTART, "connection lost", end.lost, kind="lost")
     why = f"exited with {end.code}" + (f": {first[:200]}" if first else "")
     return RunVerdict(RESTART, f"nvidia-smi {why[:120]}", why, kind="exited")
+
+
+def said_instead(head: str) -> str:
+    """The last line nvidia-smi printed that is neither a row nor the header (`Unable to
+    determine the device handle for GPU0000:18:00.0: Unknown Error` for every GPU lost):
+    what the status says of a run that printed no row, rather than "hung"."""
+    lines = [ln.strip() for ln in head.splitlines() if ln.strip()]
+    said = [ln for ln in lines if ", " not in ln and not ln[:1].isdigit()]
+    return said[-1] if said else ""
 
 
 #: What failing to start a run can be (`classify_start`); anything else is a bug, raised.
@@ -141,12 +155,20 @@ def classify_start(e: BaseException, cmd: str, explain: Callable[[BaseException]
                       why, kind="start")
 
 
+def _deadline(parser: GpuCsvParser, timeout: float, first_timeout: float | None) -> float:
+    """The watchdog's: `first_timeout` until the first header or row, `timeout` after."""
+    started = parser.rows or parser.headers
+    return timeout if started else max(timeout, first_timeout or timeout)
+
+
 async def read_run(proc: Proc, parser: GpuCsvParser, *, timeout: float, interval: float,
                    publish: Callable[[GpuSnapshot], None], closed: Callable[[], bool],
-                   explain: Callable[[BaseException], str]) -> RunEnd:
-    """Read one process until it ends, `closed()` or the watchdog fires (no header or row for
-    `timeout`); each snapshot goes to `publish`.  A loop's rows come in a burst: a pause of
-    half the interval (0.05-1 s) completes the first loop (`parser.flush`)."""
+                   explain: Callable[[BaseException], str],
+                   first_timeout: float | None = None) -> RunEnd:
+    """Read one process until it ends, `closed()` or the watchdog fires (`_deadline`); each
+    snapshot goes to `publish`.  A pause of half the interval (0.05-1 s) completes the first
+    loop (`parser.flush`); later ones complete at their highest index (a slow GPU's late row
+    is waited for, not split off)."""
     end = RunEnd()
     head = bytearray()
     loop = asyncio.get_running_loop()
@@ -161,11 +183,11 @@ async def read_run(proc: Proc, parser: GpuCsvParser, *, timeout: float, interval
     reader: asyncio.Future[bytes] = asyncio.ensure_future(proc.read(READ_SIZE))
     try:
         while not closed():
-            left = timeout - (loop.time() - last_useful)
+            left = _deadline(parser, timeout, first_timeout) - (loop.time() - last_useful)
             if left <= 0:
                 end.hung = True
                 break
-            waiting = parser.pending and not parser.has_partial_line
+            waiting = parser.pending and not parser.has_partial_line and not parser.loop_known
             done, _ = await asyncio.wait({reader}, timeout=min(left, settle) if waiting else left)
             if not done:
                 if waiting:

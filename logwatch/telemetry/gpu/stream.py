@@ -323,6 +323,7 @@ class GpuStream:
         try:
             return await read_run(
                 proc, parser, timeout=self.config.timeout, interval=self.config.interval,
+                first_timeout=self.config.first_timeout,
                 publish=self._publish, closed=lambda: self._closed,
                 explain=self._explain or repr)
         finally:

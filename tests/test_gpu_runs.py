@@ -1,0 +1,75 @@
+"""nvidia-smi's runs under the watchdog (telemetry/gpu/run.py) against what helper adv24
+found (M2, M7): a slow first output, every GPU lost, one GPU slow to answer.  A local
+`GpuStream` on tests/tools/fake-nvidia-smi (the real H200 rows; its error line as the real
+tool prints it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from logwatch.telemetry.gpu import STATUS_HUNG, RunEnd, classify_run, FULL_FIELDS
+from test_gpu import FAKE, fast, run, script, stream_local, until
+
+
+def test_a_slow_first_output_is_waited_for(tmp_path: Path) -> None:
+    """M2: nvidia-smi prints nothing for its first seconds (persistence mode off: 20 s on 8
+    GPUs; a slow login shell over SSH).  Before: the 10 s watchdog (1 s here) killed every
+    start, for ever: 6 kills, 0 samples in 100 s."""
+    slow = script(tmp_path / "slow-nvidia-smi", f'sleep 2.5\nFAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
+
+    async def main() -> None:
+        s = stream_local(fast(str(slow), interval=0.2, timeout=1.0, first_timeout=6.0))
+        s.start()
+        try:
+            await until(lambda: s.up and s.latest is not None, "the first sample", timeout=10,
+                        stream=s)
+            assert s.counters.hangs == 0 and s.counters.starts == 1
+        finally:
+            await s.stop()
+
+    run(main())
+
+
+def test_what_nvidia_smi_says_instead_of_rows_is_the_status(tmp_path: Path) -> None:
+    """M2: every GPU lost (Xid 79): nvidia-smi runs on and prints `Unable to determine the
+    device handle ...: Unknown Error` per GPU each loop.  Before: "nvidia-smi hung:
+    restarted", the error never shown."""
+    lost = script(tmp_path / "lost-nvidia-smi", f'FAKE_NVSMI_LOST=1 FAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
+
+    async def main() -> None:
+        s = stream_local(fast(str(lost), interval=0.2, timeout=1.0))
+        s.start()
+        try:
+            await until(lambda: s.counters.hangs >= 1, "the watchdog", timeout=8, stream=s)
+            assert s.status.startswith("nvidia-smi: Unable to determine the device handle for "
+                                       "GPU0000:1F:00.0: Unknown Error"), s.status
+            assert s.status != STATUS_HUNG and not s.up
+        finally:
+            await s.stop()
+
+    run(main())
+    head = b"index, power.draw [W]\nUnable to determine the device handle for GPU0000:18:00.0: Unknown Error\n"
+    v = classify_run(RunEnd(hung=True, head=head), "nvidia-smi", FULL_FIELDS, 10.0)
+    assert v.action == "restart" and "Unknown Error" in v.status and "only:" in v.why
+
+
+def test_a_slow_gpu_does_not_split_the_loop(tmp_path: Path) -> None:
+    """M7: GPU 4 answers 0.8 s late each loop (interval 1 s: a loop completes after a 0.5 s
+    pause).  Before: every loop split in two snapshots (4 GPUs, then 4), the status "4
+    GPUs" and the total power half of it."""
+    slow = script(tmp_path / "slowgpu-nvidia-smi",
+                  f'FAKE_NVSMI_SLOW_GPU=4:0.8 FAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
+
+    async def main() -> None:
+        s = stream_local(fast(str(slow), interval=1.0, timeout=5.0))
+        s.start()
+        try:
+            await until(lambda: len(s.snapshots) >= 6, "six snapshots", timeout=15, stream=s)
+            sizes = [x.count for x in s.snapshots]
+            # the first loop may be cut (its last index is not known yet), none after it
+            assert all(n == 8 for n in sizes[2:]), sizes
+            assert s.status == "8 GPUs", s.status
+        finally:
+            await s.stop()
+
+    run(main(), timeout=30)
