@@ -1,5 +1,6 @@
 """nvidia-smi's runs under the watchdog (telemetry/gpu/run.py) against what helper adv24
-found (M2, M7): a slow first output, every GPU lost, one GPU slow to answer.  A local
+found (M2, M7, M6, L6): a slow first output, every GPU lost, one GPU slow to answer, a
+wedged driver, failures a restart does not mend.  A local
 `GpuStream` on tests/tools/fake-nvidia-smi (the real H200 rows; its error line as the real
 tool prints it)."""
 
@@ -7,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from logwatch.telemetry.gpu import STATUS_HUNG, RunEnd, classify_run, FULL_FIELDS
+import pytest
+
+from logwatch.telemetry.gpu import FULL_FIELDS, STATUS_HUNG, STATUS_WEDGED, RunEnd, classify_run
 from test_gpu import FAKE, fast, run, script, stream_local, until
 
 
@@ -73,3 +76,50 @@ def test_a_slow_gpu_does_not_split_the_loop(tmp_path: Path) -> None:
             await s.stop()
 
     run(main(), timeout=30)
+
+
+def test_a_wedged_driver_gets_the_long_wait_after_three_hangs(tmp_path: Path) -> None:
+    """M6: every nvidia-smi hangs (a wedged driver).  Before: a new one every ~45 s for ever
+    (adv24 wedged/: 12 in 6 minutes; over SSH each killed run stayed on the node)."""
+    async def main() -> None:
+        s = stream_local(fast(f"env FAKE_NVSMI_HANG=1 {FAKE}", interval=0.2, timeout=0.5))
+        s.start()
+        try:
+            await until(lambda: s.status == STATUS_WEDGED, "the driver given up on", timeout=12,
+                        stream=s)
+            assert s.counters.starts == 3 and "3 runs in a row" in (s.error or "")
+            wait = s.next_retry_in()
+            assert wait is not None and wait >= 25, wait             # minutes, not seconds
+        finally:
+            await s.stop()
+
+    run(main())
+
+
+@pytest.mark.parametrize("prints, code, status", [
+    ("Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.95",
+     18, "NVIDIA driver/library version mismatch"),
+    ("NVIDIA-SMI couldn't find libnvidia-ml.so library in your system. Please make sure that "
+     "the NVIDIA Display Driver is properly installed and present in your system.", 12,
+     "no libnvidia-ml on host"),
+    ("sudo: a password is required", 1, "sudo asks for a password"),
+])
+def test_a_permanent_failure_waits_long_and_is_said_once(
+        tmp_path: Path, prints: str, code: int, status: str) -> None:
+    """L6: before, these restarted every <= 60 s with a warning each time, for ever."""
+    calls = tmp_path / "calls"
+    broken = script(tmp_path / "broken-nvidia-smi",
+                    f"echo x >> {calls}\ncat <<'END'\n{prints}\nEND\nexit {code}\n")
+
+    async def main() -> None:
+        s = stream_local(fast(str(broken)))
+        s.start()
+        try:
+            await until(lambda: status in s.status, "the status", stream=s)
+            wait = s.next_retry_in()
+            assert wait is not None and wait >= 25 and s.counters.restarts == 0, wait
+            assert len(calls.read_text().splitlines()) == 1
+        finally:
+            await s.stop()
+
+    run(main())

@@ -27,7 +27,8 @@ from .preflight import PREFLIGHT_HELD, preflight_held, preflight_note, preflight
 from .query import FULL_FIELDS, MINIMAL_FIELDS, canonical_field, invalid_field, query_args
 from .scope import ROSE, GpuScope
 from .run import (
-    STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS, RunEnd, RunVerdict,
+    STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS, STATUS_WEDGED, RunEnd,
+    RunVerdict,
     classify_run, classify_start,
 )
 from .sample import (
@@ -41,7 +42,7 @@ from .summary import gpu_summary
 __all__ = [
     "ABSENT_VALUES", "FULL_FIELDS", "HISTORY", "IDLE_UTIL", "MINIMAL_FIELDS", "POWER_CAP_REASONS",
     "PREFLIGHT_HELD", "SNAPSHOTS", "STATUS_HUNG", "STATUS_MISSING", "STATUS_NO_DRIVER",
-    "STATUS_NO_GPUS", "THERMAL_REASONS", "THROTTLE_BITS", "THROTTLE_REASONS",
+    "STATUS_NO_GPUS", "STATUS_WEDGED", "THERMAL_REASONS", "THROTTLE_BITS", "THROTTLE_REASONS",
     "GpuConfig", "GpuCounters", "GpuScope", "ROSE", "parse_devices", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
     "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "classify_start",
     "decode_throttle",

@@ -29,6 +29,11 @@ STATUS_HUNG = "nvidia-smi hung: restarted"
 # is not loaded (exit 9).  Waiting minutes, like a missing command: restarting will not help.
 STATUS_NO_GPUS = "no GPUs on host"
 STATUS_NO_DRIVER = "NVIDIA driver not loaded"
+# nvidia-smi hung `HANGS_BEFORE_WAIT` runs in a row without a sample: a wedged driver (in D
+# state it cannot even be killed, and over SSH each killed run may stay on the node); a new
+# one every ~45 s for ever changed nothing but the count of stuck processes (helper adv24 M6)
+STATUS_WEDGED = "driver not answering: nvidia-smi hangs"
+HANGS_BEFORE_WAIT = 3
 READ_SIZE = 64 * 1024
 HEAD_BYTES = 4096          # the output kept to read an error from
 # what shells print for a missing command: bash `command not found`, dash `sh: 1: X: not found`,
@@ -39,6 +44,11 @@ _NO_DRIVER_RE = re.compile(r"couldn't communicate with the NVIDIA driver")
 # sshd's `ForceCommand internal-sftp` (an account for file transfer only): logs are read over
 # SFTP, and no command runs there
 _SFTP_ONLY_RE = re.compile(r"refusing non-sftp session|allows sftp connections only")
+# the ends that a restart in a minute will not mend (helper adv24 L6): a driver upgraded
+# without a reboot (exit 18), no libnvidia-ml (exit 12), a sudo that asks for a password
+_MISMATCH_RE = re.compile(r"Driver/library version mismatch")
+_NO_NVML_RE = re.compile(r"couldn't find libnvidia-ml|NVML Shared Library Not Found")
+_SUDO_RE = re.compile(r"sudo: (a password is required|a terminal is required)")
 
 # what a run's end is called in `RunVerdict.action`
 FALLBACK = "fallback"      # at once again, with MINIMAL_FIELDS
@@ -83,6 +93,12 @@ _WAITS: tuple[tuple[_Match, str, int | None], ...] = (
      STATUS_NO_DRIVER, None),
     (lambda e, h: not e.samples and bool(_SFTP_ONLY_RE.search(h)),
      "the SSH account allows SFTP only: no nvidia-smi", None),
+    (lambda e, h: not e.samples and (e.code == 18 or bool(_MISMATCH_RE.search(h))),
+     "NVIDIA driver/library version mismatch: reboot, or reload the driver", 18),
+    (lambda e, h: not e.samples and (e.code == 12 or bool(_NO_NVML_RE.search(h))),
+     "no libnvidia-ml on host: the NVIDIA driver is not installed right", 12),
+    (lambda e, h: not e.samples and bool(_SUDO_RE.search(h)),
+     "{cmd}: sudo asks for a password (a NOPASSWD rule for nvidia-smi?)", None),
 )
 
 

@@ -29,7 +29,8 @@ from .parse import GpuCsvParser
 from .proc import Proc, spawn
 from .query import FULL_FIELDS, MINIMAL_FIELDS, query_args
 from .run import (
-    FALLBACK, RESTART, START_ERRORS, STATUS_MISSING, RunEnd, classify_run, classify_start,
+    FALLBACK, HANGS_BEFORE_WAIT, RESTART, START_ERRORS, STATUS_MISSING, STATUS_WEDGED, RunEnd,
+    classify_run, classify_start,
     read_run,
 )
 from .sample import GpuSnapshot, learn_idle
@@ -73,7 +74,8 @@ class GpuStream:
     Failure policy: what a failed start or a finished run means is decided in run.py
     (`classify_start`, `classify_run`); the stream acts on it: at once to MINIMAL_FIELDS, the
     short backoff (1 s doubling to 60 s, reset after `healthy_after` of samples) or the long
-    wait (1 min doubling to 5 min) with `status` saying why.
+    wait (1 min doubling to 5 min) with `status` saying why, said once; after
+    `HANGS_BEFORE_WAIT` hangs in a row without a sample, the long wait too (`STATUS_WEDGED`).
 
     Long because: its state and its asyncio life (start, stop, the loop, the waits) are one
     thing; what can be pure (parsing, the failure tables, the arithmetic) lives beside it.
@@ -118,6 +120,7 @@ class GpuStream:
         self._wake = asyncio.Event()
         self._closed = False
         self._pty = True                  # remote: run on a pty (see proc.RemoteProc)
+        self._hung_in_row = 0             # runs hung without a sample, in a row
 
     # -- what readers use ------------------------------------------------------------------
 
@@ -272,9 +275,10 @@ class GpuStream:
         """`quiet`: the log target's own source reports the cause (a refused host key):
         said once there, not again here."""
         delay = self._missing.next()
+        again = (self.up, self.status) == (False, status)   # said once, not at every retry
         self._set(False, status, why)
-        (self.log.debug if quiet else self.log.warning)("gpu: " + status, error=why,
-                                                        retry_in=fmt_duration(delay))
+        (self.log.debug if quiet or again else self.log.warning)(
+            "gpu: " + status, error=why, retry_in=fmt_duration(delay))
         await self._sleep(delay)
 
     async def _after(self, end: RunEnd, cmd: str, ran: float) -> None:
@@ -293,6 +297,13 @@ class GpuStream:
             return  # at once: the process never ran a loop
         if v.action != RESTART:
             await self._wait_missing(v.why, status=v.status)
+            return
+        self._hung_in_row = self._hung_in_row + 1 if v.kind == "hung" and not end.samples \
+            else 0
+        if self._hung_in_row >= HANGS_BEFORE_WAIT:
+            self.counters.hangs += 1
+            await self._wait_missing(f"{v.why} ({self._hung_in_row} runs in a row)",
+                                     STATUS_WEDGED)
             return
         self.counters.restarts += 1
         delay = self._retry.next()
