@@ -217,9 +217,11 @@ def activity(index: int, samples: list[tuple[float, GpuSample]], start: float, n
 
 def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
                     idle_w: dict[int, float] | None = None,
-                    window: float = VERDICT_WINDOW) -> SilenceVerdict | None:
+                    window: float = VERDICT_WINDOW,
+                    gone: Sequence[str] = ()) -> SilenceVerdict | None:
     """The verdict on the silence that began at `since` (wall clock, the same clock as the
-    snapshots' `at`), read over its last `window` seconds.  None without a snapshot in it."""
+    snapshots' `at`), read over its last `window` seconds.  None without a snapshot in it.
+    `gone`: the GPUs nvidia-smi no longer reports (`GpuStream.missing`), said after it."""
     start = max(since, now - window)
     per_gpu: dict[int, list[tuple[float, GpuSample]]] = {}
     for s in snapshots:
@@ -231,6 +233,8 @@ def silence_verdict(snapshots: Iterable[GpuSnapshot], since: float, now: float,
     idle_w = idle_w or {}
     gpus = tuple(activity(i, per_gpu[i], start, now, idle_w.get(i)) for i in sorted(per_gpu))
     kind, text, named = _words(gpus, now - start)
+    if gone:      # a GPU fallen off the bus: the rank on it is dead, whatever the rest do
+        text += f"; not answering: {'; '.join(gone)[:240]} (fallen off the bus? Xid 79)"
     return SilenceVerdict(kind, text, since, start, now, gpus, named)
 
 

@@ -1,6 +1,6 @@
 """nvidia-smi's runs under the watchdog (telemetry/gpu/run.py) against what helper adv24
-found (M2, M7, M6, L6): a slow first output, every GPU lost, one GPU slow to answer, a
-wedged driver, failures a restart does not mend.  A local
+found (M2, M7, M6, L6, M5): a slow first output, every GPU lost, one GPU slow to answer, a
+wedged driver, failures a restart does not mend, a GPU fallen off the bus.  A local
 `GpuStream` on tests/tools/fake-nvidia-smi (the real H200 rows; its error line as the real
 tool prints it)."""
 
@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from logwatch.telemetry.gpu import FULL_FIELDS, STATUS_HUNG, STATUS_WEDGED, RunEnd, classify_run
+from logwatch.silence import silence_verdict
+from logwatch.telemetry.gpu import (
+    FULL_FIELDS, STATUS_HUNG, STATUS_WEDGED, GpuSample, GpuSnapshot, RunEnd, classify_run,
+    gone_gpus,
+)
 from test_gpu import FAKE, fast, run, script, stream_local, until
 
 
@@ -37,7 +41,7 @@ def test_what_nvidia_smi_says_instead_of_rows_is_the_status(tmp_path: Path) -> N
     """M2: every GPU lost (Xid 79): nvidia-smi runs on and prints `Unable to determine the
     device handle ...: Unknown Error` per GPU each loop.  Before: "nvidia-smi hung:
     restarted", the error never shown."""
-    lost = script(tmp_path / "lost-nvidia-smi", f'FAKE_NVSMI_LOST=1 FAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
+    lost = script(tmp_path / "lost-nvidia-smi", f'FAKE_NVSMI_LOST=all FAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
 
     async def main() -> None:
         s = stream_local(fast(str(lost), interval=0.2, timeout=1.0))
@@ -123,3 +127,43 @@ def test_a_permanent_failure_waits_long_and_is_said_once(
             await s.stop()
 
     run(main())
+
+
+def test_a_gpu_that_falls_off_the_bus_is_named(tmp_path: Path) -> None:
+    """M5: GPU 3 falls off the bus (Xid 79) after 1 s: nvidia-smi prints its error line in
+    place of the row.  Before: the status said "7 GPUs" and the verdict "7 GPUs ... likely
+    hung", the lost GPU never named."""
+    lost = script(tmp_path / "xid79-nvidia-smi", "FAKE_NVSMI_LOST=3 FAKE_NVSMI_LOST_AFTER=1 "
+                  f'FAKE_NVSMI_GPUS=8 exec {FAKE} "$@"\n')
+
+    async def main() -> None:
+        s = stream_local(fast(str(lost), interval=0.2, timeout=5.0))
+        s.start()
+        try:
+            await until(lambda: s.up and s.latest is not None and s.latest.count == 7,
+                        "GPU 3 gone", timeout=10, stream=s)
+            await until(lambda: "GPU 3" in s.status, "GPU 3 named", timeout=5, stream=s)
+            assert s.status.startswith("7 GPUs; not answering: GPU 3; Unable to determine the "
+                                       "device handle for GPU0000:1B:00.0: Unknown Error"), s.status
+            verdict = silence_verdict(list(s.snapshots), s.latest.at - 1, s.latest.at + 0.1,
+                                      gone=s.missing)
+            assert verdict is not None and verdict.text.endswith(
+                "; not answering: GPU 3; Unable to determine the device handle for "
+                "GPU0000:1B:00.0: Unknown Error (fallen off the bus? Xid 79)"), verdict.text
+        finally:
+            await s.stop()
+
+    run(main())
+
+
+def test_gone_gpus_forgive_a_loop_cut_in_two() -> None:
+    """A first loop cut by a pause (GPUs 0-3, then 4-7) loses no GPU; one absent from two
+    loops in a row is gone."""
+    def snap(*idx: int) -> GpuSnapshot:
+        return GpuSnapshot(0.0, tuple(GpuSample(i) for i in idx))
+    seen: set[int] = set()
+    assert gone_gpus(seen, None, snap(0, 1, 2, 3)) == []
+    assert gone_gpus(seen, snap(0, 1, 2, 3), snap(4, 5, 6, 7)) == []
+    assert gone_gpus(seen, snap(4, 5, 6, 7), snap(*range(8))) == []
+    assert gone_gpus(seen, snap(*range(8)), snap(0, 1, 2, 4, 5, 6, 7)) == []
+    assert gone_gpus(seen, snap(0, 1, 2, 4, 5, 6, 7), snap(0, 1, 2, 4, 5, 6, 7)) == ["GPU 3"]

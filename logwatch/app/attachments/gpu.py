@@ -158,7 +158,9 @@ class GpuAttachment(Attachment):
                 and st.phase not in (WAITING, READY, *TERMINAL) and not self.target.catching_up \
                 and now - st.last_activity >= pipe.machine.stall_budget(st.phase) / 2:
             snaps = [self.scope.select(s) for s in gpu.snapshots if s.at >= now - 120.0]
-            verdict = silence_verdict(snaps, st.last_activity, now, gpu.idle_w)
+            gone = [m for m in gpu.missing if not m.startswith("GPU ") or
+                    self.scope.chosen_index(int(m.split()[1]))]
+            verdict = silence_verdict(snaps, st.last_activity, now, gpu.idle_w, gone=gone)
             out["silence"] = verdict.to_json() if verdict is not None else None
         return out
 

@@ -33,7 +33,7 @@ from .run import (
 )
 from .sample import (
     IDLE_UTIL, POWER_CAP_REASONS, THERMAL_REASONS, THROTTLE_BITS, THROTTLE_REASONS, GpuSample,
-    GpuSnapshot, decode_throttle, learn_idle,
+    GpuSnapshot, decode_throttle, gone_gpus, learn_idle,
 )
 from .stream import HISTORY, SNAPSHOTS, GpuCounters, GpuStream
 from .streams import GpuStreams
@@ -46,7 +46,7 @@ __all__ = [
     "GpuConfig", "GpuCounters", "GpuScope", "ROSE", "parse_devices", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
     "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "classify_start",
     "decode_throttle",
-    "gpu_summary", "host_time", "invalid_field", "learn_idle", "parse_csv", "parse_gpu_config",
+    "gone_gpus", "gpu_summary", "host_time", "invalid_field", "learn_idle", "parse_csv", "parse_gpu_config",
     "plan_gpu", "preflight_held", "preflight_note", "preflight_text", "query_args",
     "sample_from_row",
 ]

@@ -170,6 +170,7 @@ class GpuCsvParser:
         self._buf = bytearray()
         self._dropping = False
         self._pending: list[GpuSample] = []
+        self._errors: list[str] = []
         self._last_index = -1
         self._known_last: int | None = None
         self.rows = 0
@@ -235,6 +236,8 @@ class GpuCsvParser:
         cols = self.columns or self._fallback
         if cols is None or len(cells) != len(cols):
             self.skipped += 1
+            if self.rows and not line[:1].isdigit() and len(self._errors) < 64:
+                self._errors.append(line[:300])     # said in a loop instead of a row
             return []
         values = {c.key: v for c, v in zip(cols, cells)}
         sample = sample_from_row(values, {c.key: c.unit for c in cols})
@@ -272,12 +275,13 @@ class GpuCsvParser:
         if not self._pending:
             return []
         rows, self._pending = tuple(self._pending), []
+        errors, self._errors = tuple(dict.fromkeys(self._errors)), []
         top = max(g.index for g in rows)
         self._known_last = top if self._known_last is None else max(self._known_last, top)
         self._last_index = -1
         at = self.clock() if self.clock is not None else (host_time(rows[0].timestamp) or 0.0)
         self.snapshots += 1
-        return [GpuSnapshot(at, rows)]
+        return [GpuSnapshot(at, rows, errors)]
 
 
 def parse_csv(data: str | bytes, fields: Sequence[str] | None = None,

@@ -102,6 +102,9 @@ class GpuSnapshot:
 
     at: float
     gpus: tuple[GpuSample, ...]
+    #: what nvidia-smi printed in this loop instead of a GPU's row (`Unable to determine the
+    #: device handle for GPU0000:3B:00.0: Unknown Error`: a GPU fallen off the bus)
+    errors: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -123,7 +126,19 @@ class GpuSnapshot:
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "gpus": [g.to_dict() for g in self.gpus],
-                "total_power_w": self.total_power_w}
+                "total_power_w": self.total_power_w, "errors": list(self.errors)}
+
+
+def gone_gpus(seen: set[int], previous: GpuSnapshot | None, snap: GpuSnapshot) -> list[str]:
+    """The GPUs no longer reported (helper adv24 M5: a GPU fallen off the bus, Xid 79, simply
+    vanished from the set): those seen before but in neither of the last two loops (one
+    loop cut in two by a pause is no loss), and nvidia-smi's lines for a GPU it cannot read
+    in this loop.  Adds `snap`'s GPUs to `seen`."""
+    now = {g.index for g in snap.gpus}
+    before = {g.index for g in previous.gpus} if previous is not None else set()
+    gone = sorted(seen - now - before)
+    seen |= now
+    return [f"GPU {i}" for i in gone] + list(snap.errors)
 
 
 def learn_idle(idle_w: dict[int, float], snap: GpuSnapshot) -> None:

@@ -33,7 +33,7 @@ from .run import (
     classify_run, classify_start,
     read_run,
 )
-from .sample import GpuSnapshot, learn_idle
+from .sample import GpuSnapshot, gone_gpus, learn_idle
 from .summary import gpu_summary
 
 HISTORY = 120                 # total-power points kept for the sparkline (4 min at 2 s)
@@ -104,6 +104,8 @@ class GpuStream:
         # GPU's idle power: the lowest it drew at utilisation <= IDLE_UTIL since the start
         self.snapshots: deque[GpuSnapshot] = deque(maxlen=max(history, SNAPSHOTS))
         self.idle_w: dict[int, float] = {}
+        self.seen_gpus: set[int] = set()  # every GPU index a loop has reported
+        self.missing: list[str] = []      # GPUs gone: "GPU 3", or nvidia-smi's line for one
         self.up = False
         self.status = "starting nvidia-smi"
         self.error: str | None = None
@@ -157,7 +159,8 @@ class GpuStream:
                              if self.up and self.latest else None),
                 "power_history_w": self.power_values(),
                 "memory_history": [[round(t, 1), m] for t, m in self.memory_history],
-                "idle_w": {str(i): round(w, 1) for i, w in sorted(self.idle_w.items())}}
+                "idle_w": {str(i): round(w, 1) for i, w in sorted(self.idle_w.items())},
+                "missing": list(self.missing)}
 
     # -- life ------------------------------------------------------------------------------
 
@@ -199,6 +202,7 @@ class GpuStream:
             self.version += 1
 
     def _publish(self, snap: GpuSnapshot) -> None:
+        self.missing = gone_gpus(self.seen_gpus, self.latest, snap)
         self.latest = snap
         total = snap.total_power_w
         if total is not None:
@@ -211,6 +215,8 @@ class GpuStream:
         self.counters.snapshots += 1
         self.version += 1
         status = f"{snap.count} GPU{'s' if snap.count != 1 else ''}"
+        if self.missing:
+            status += f"; not answering: {'; '.join(self.missing)[:200]}"
         if self.minimal:
             status += " (minimal fields: old driver)"
         self._set(True, status)
