@@ -167,3 +167,22 @@ def test_gone_gpus_forgive_a_loop_cut_in_two() -> None:
     assert gone_gpus(seen, snap(4, 5, 6, 7), snap(*range(8))) == []
     assert gone_gpus(seen, snap(*range(8)), snap(0, 1, 2, 4, 5, 6, 7)) == []
     assert gone_gpus(seen, snap(0, 1, 2, 4, 5, 6, 7), snap(0, 1, 2, 4, 5, 6, 7)) == ["GPU 3"]
+
+
+def test_only_nvidia_smis_lost_gpu_lines_are_a_gpu_not_answering() -> None:
+    """Between a loop's rows over SSH a login script's background job may print (adv18 F8b):
+    that is skipped, not said as a GPU fallen off the bus; nvidia-smi's own line for a lost
+    GPU is.  Before this, any non-row line after the first row was "not answering ... (fallen
+    off the bus? Xid 79)" in the status and the stall page."""
+    from logwatch.telemetry.gpu.parse import GpuCsvParser
+    from test_gpu import H200
+    csv = (H200 / "query-idle.csv").read_text().splitlines()
+    header, row = csv[0], csv[1]
+    row1 = row.replace(", 0, NVIDIA", ", 1, NVIDIA", 1)
+    p = GpuCsvParser()
+    text = "\n".join([header, row, "[1]+  Done                    module load cuda/12.4", row1,
+                      "Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error",
+                      ""])
+    snaps = p.feed(text.encode()) + p.finish()
+    errors = [e for s in snaps for e in s.errors]
+    assert errors == ["Unable to determine the device handle for GPU0000:1B:00.0: Unknown Error"]

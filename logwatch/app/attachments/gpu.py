@@ -16,6 +16,8 @@ This is the one module of app/ that knows the GPU stream's classes.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,8 @@ from ...telemetry.gpu import (
 )
 from ...sources.ssh import SSHTarget
 from .base import Attachment, LiveTarget
+
+_GPU_N = re.compile(r"GPU (\d+)")      # a GPU gone from the loop (`gone_gpus`), by index
 
 
 @dataclass(frozen=True)
@@ -158,8 +162,8 @@ class GpuAttachment(Attachment):
                 and st.phase not in (WAITING, READY, *TERMINAL) and not self.target.catching_up \
                 and now - st.last_activity >= pipe.machine.stall_budget(st.phase) / 2:
             snaps = [self.scope.select(s) for s in gpu.snapshots if s.at >= now - 120.0]
-            gone = [m for m in gpu.missing if not m.startswith("GPU ") or
-                    self.scope.chosen_index(int(m.split()[1]))]
+            gone = [m for m in gpu.missing if not (n := _GPU_N.fullmatch(m)) or
+                    self.scope.chosen_index(int(n.group(1)))]
             verdict = silence_verdict(snaps, st.last_activity, now, gpu.idle_w, gone=gone)
             out["silence"] = verdict.to_json() if verdict is not None else None
         return out

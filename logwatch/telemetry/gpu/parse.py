@@ -34,6 +34,11 @@ _UNIT_SCALE: dict[str, float] = {
     "W": 1, "mW": 1e-3,
 }
 _NUMBER_RE = re.compile(r"^([-+]?\d+(?:\.\d+)?)\s*([A-Za-z%]+)?$")
+# what nvidia-smi prints in a loop instead of a GPU's row when it lost the GPU (Xid 79, a
+# GPU that needs a reset): only these are said as a GPU not answering; other text between
+# rows (a login script's background job over SSH) is skipped, not blamed on the bus
+_LOST_RE = re.compile(r"device handle|Unknown Error|GPU is lost|requires reset|"
+                      r"fallen off the bus", re.I)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +241,7 @@ class GpuCsvParser:
         cols = self.columns or self._fallback
         if cols is None or len(cells) != len(cols):
             self.skipped += 1
-            if self.rows and not line[:1].isdigit() and len(self._errors) < 64:
+            if self.rows and _LOST_RE.search(line) and len(self._errors) < 64:
                 self._errors.append(line[:300])     # said in a loop instead of a row
             return []
         values = {c.key: v for c, v in zip(cols, cells)}
