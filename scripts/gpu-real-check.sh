@@ -6,7 +6,7 @@
 # On the device machine, from the repository root (python3 there holds torch; the packages
 # logwatch needs that its image lacks come as wheels in build/whl, made here first by
 # scripts/gpu-real-wheels.sh; the run names build/whl in `carry`):
-#     scripts/gpu-real-check.sh                 # real GPU: BUSY=60 IDLE=45 STALL=30s by default
+#     scripts/gpu-real-check.sh                 # real GPU: BUSY=60 IDLE=45 SPIN=45 STALL=30s by default
 # Without a GPU (checks everything but the GPU): the H200 trace replayed beside its log, the
 # fake nvidia-smi printing its rows on the same clock, 4x faster:
 #     LOGWATCH=.venv/bin/logwatch scripts/gpu-real-check.sh --replay
@@ -33,7 +33,7 @@ if [ "$MODE" = "--replay" ]; then
     export FAKE_NVSMI_STEP=$STEP
     export FAKE_NVSMI_T0=$($PY -c 'import time; print(time.time() + 12)')
 else
-    BUSY=${BUSY:-60}; IDLE=${IDLE:-45}; STALL=${STALL:-30s}
+    BUSY=${BUSY:-60}; IDLE=${IDLE:-45}; SPIN=${SPIN:-45}; STALL=${STALL:-30s}
     NVSMI=${NVSMI:-nvidia-smi}
 fi
 
@@ -54,7 +54,7 @@ else
     fi
     LW="$PY -m logwatch"
 fi
-say "logwatch: $($LW --version 2>&1); nvidia-smi: $NVSMI; mode $MODE; busy ${BUSY}s idle ${IDLE}s stall_after $STALL"
+say "logwatch: $($LW --version 2>&1); nvidia-smi: $NVSMI; mode $MODE; busy ${BUSY}s idle ${IDLE}s spin ${SPIN:-0}s stall_after $STALL"
 
 # 2. a webhook receiver (the daemon's alerts, one JSON body a line) and the daemon
 PORTS=$($PY -c 'import socket
@@ -108,7 +108,7 @@ else
     nvidia-smi --query-gpu=timestamp,index,power.draw,power.limit,utilization.gpu,memory.used,clocks_event_reasons.active \
         --format=csv -l 1 >"$OUT/trace.csv" 2>&1 & pids+=($!)
     sleep 5    # the board idle before the launch: its idle power, and the preflight
-    $PY scripts/gpu-real/gpu_server.py "$LOG" "$BUSY" "$IDLE" >"$WORK/server.out" 2>&1
+    $PY scripts/gpu-real/gpu_server.py "$LOG" "$BUSY" "$IDLE" "$SPIN" >"$WORK/server.out" 2>&1
     say "gpu_server.py exited $?: $(tail -2 "$WORK/server.out" | tr '\n' ' ')"
 fi
 
