@@ -782,6 +782,37 @@ def test_a_command_s_printed_history_is_not_news(tmp_path, receivers, daemons, r
     assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
 
 
+def test_a_busy_command_s_history_is_read_and_its_endpoint_waits_for_it(tmp_path, receivers,
+                                                                        daemons):
+    """`cmd:kubectl logs -f POD` of a busy server: its history (an old launch that crashed,
+    then the one that serves), then a decode line every 0.2 s (SGLang under load:
+    scheduler_components/metrics_reporter.py:934), never a 2 s pause.  The history ends
+    HISTORY_LOOK (5 s) after its first byte; the endpoint, answering all along, says nothing
+    while it is held.  Before (adv26 cmd_busy, k8s_cmd): 0 lines read; `ready (no ready line
+    in the log; the endpoint answers)` for no launch, then `restarted` and a second `ready`."""
+    rx, health = receivers(), receivers()
+    log = tmp_path / "container.log"
+    log.write_text(crash_log() + ready_log(T0 + 3600))
+    busy = tmp_path / "busy.sh"
+    busy.write_text(f"cat {log}\nwhile :; do echo '[2026-01-01 11:00:47 TP0] Decode batch, "
+                    "#running-req: 3, gen throughput (token/s): 1000.00, #queue-req: 0'; "
+                    "sleep 0.2; done\n")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("t1", f"cmd:sh {busy}", probe={
+                           "url": health.url("/health"), "interval": "1s", "timeout": "1s"})],
+                       [{"type": "webhook", "url": rx.url("/hook"),
+                         "on": ["crashed", "restarted", "ready"]}])
+    d = daemons(cfg, port).start()
+    t = d.wait_target("t1", lambda t: t["lines"] > ready_log().count("\n") + 3, "lines read",
+                      timeout=15)
+    assert t["startups"] == 1 and t["phase"] == "ready", t
+    got = rx.wait(hook("ready", "firing"), status=200, timeout=10, alive=d.dead)[0]
+    assert "endpoint answers" not in got.json["summary"], got.json["summary"]
+    rx.assert_quiet(2.5, what="after the latest launch's ready")
+    assert [g.json["kind"] for g in rx.requests()] == ["ready"]
+
+
 def test_a_daemon_restarted_under_a_command_reads_on_where_it_stopped(tmp_path, receivers,
                                                                      daemons):
     """A daemon stopped and started again under `cmd:docker logs -f NAME` (here `tail -n +1

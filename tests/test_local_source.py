@@ -30,6 +30,7 @@ from logwatch.rules.pack import load_pack
 from logwatch.sources import (
     Data, Opened, SourceError, SourceState, make_source,
 )
+from logwatch.sources import command
 from logwatch.sources.command import CommandSource
 from logwatch.sources.local import LocalFileSource
 
@@ -1103,6 +1104,36 @@ def test_a_command_that_connects_slowly_still_prints_history(tmp_path: Path) -> 
     r = run(main())
     assert [(o.reason, o.offset, o.size) for o in r.opened()] == [("attach", off, len(data))]
     assert r.stream() == data[off:]
+
+
+def test_a_busy_command_s_history_ends_though_its_output_never_pauses(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`docker logs -f` of a busy server: its history, then SGLang's decode line several a
+    second (scheduler_components/metrics_reporter.py:934), never a 2 s pause.  The history
+    ends HISTORY_LOOK seconds after the first byte all the same, read from its latest launch;
+    what follows is read as it comes.  Before: held unread until a pause or 32 MiB (hours):
+    the adv26 `cmd_busy` daemon read 0 lines in 45 s."""
+    monkeypatch.setattr(command, "HISTORY_LOOK", 1.0, raising=False)
+    path, data, off, _ = _startup_file(tmp_path, SG_START, 2)
+    busy = tmp_path / "busy.sh"
+    busy.write_text(f"cat {path}\nwhile :; do echo '[2026-01-01 11:00:00 TP0] Decode batch, "
+                    "#running-req: 3, gen throughput (token/s): 1000.00'; sleep 0.1; done\n")
+
+    async def main() -> tuple[Reader, float]:
+        src = make_source(f"cmd:sh {busy}", locator=startup_locator(SGLANG))
+        async with Reader(src) as r:
+            t0 = time.monotonic()
+            await r.wait(lambda: bool(r.opened()), 6, "the history's end")
+            took = time.monotonic() - t0
+            size = r.opened()[0].size or 0
+            await r.wait(lambda: len(r.stream()) > size - off, 6, "lines after the history")
+            return r, took
+
+    r, took = run(main())
+    op = r.opened()
+    assert [(o.reason, o.offset) for o in op] == [("attach", off)] and op[0].size > len(data)
+    assert took < 3.0, took
+    assert r.stream().startswith(data[off:])
 
 
 def test_each_container_s_own_log_after_the_same_long_banner(tmp_path: Path) -> None:

@@ -242,7 +242,9 @@ class Target:
         it is history, not news: no `ready` alert, and the `stalled` ("probably dead") held
         until this first answer is dropped.  Else that stall goes out now."""
         held, self._held_stall = self._held_stall, []
-        if self.pipe is None or self.catching_up:
+        # not before the source opened: a command's printed history, still held, may hold
+        # this very launch (before: ready by endpoint, then `restarted` and a second ready)
+        if self.pipe is None or self.catching_up or not self.attached:
             self._held_stall = held
             return
         events = self.pipe.endpoint_answers(now, said) if answers else []

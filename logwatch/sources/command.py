@@ -6,7 +6,8 @@ again from some point when restarted (`docker logs -f` from the start, `journalc
 last lines); to avoid reading the same lines twice, the new output is compared with what
 was already read (see `_Resync`).
 
-What the first run prints before it first pauses is the log as it was when we looked (`docker
+What the first run prints before it first pauses (or in its first HISTORY_LOOK seconds: a busy
+server's output never pauses) is the log as it was when we looked (`docker
 logs -f` prints the container's whole log, then follows it): with a start locator it is read
 as a file met for the first time is, from its latest launch; with a checkpoint (a daemon
 restarted), on from where the last one stopped, once the output is the same up to there
@@ -34,6 +35,8 @@ OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise 
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
 HISTORY_QUIET = 2.0          # seconds of pause that end the first run's printed history
 HISTORY_FIRST = 15.0         # seconds its first byte may take (a command connecting)
+HISTORY_LOOK = 5.0           # seconds after its first byte that end it all the same: a busy
+                             # server's output never pauses 2 s (stats lines several a second)
 HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
 HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
 RESYNC_NEEDLE = 4096         # the last bytes read, found in a rerun's output: the old end
@@ -117,12 +120,15 @@ class CommandSource:
 
     async def _first_run(self, out: asyncio.StreamReader,
                          stream: "_Stream") -> AsyncIterator[SourceEvent]:
-        """The first run's output up to its first pause (`_FirstOutput`): where a checkpoint
+        """The first run's output up to its first pause, or HISTORY_LOOK seconds after its
+        first byte (`_FirstOutput`; a busy server's `docker logs -f` never pauses 2 s: before,
+        it was held unread for hours, until 32 MiB): where a checkpoint
         is (a daemon restarted under a running command, which prints its log again), read on
         from it once the output is the same up to there; else read as a log met for the
         first time, from its latest launch, what it printed history (`Opened.size`)."""
         first = _FirstOutput(self.locator, self.start)
-        quiet = HISTORY_FIRST        # a command may take a while to connect (ssh, kubectl)
+        loop = asyncio.get_running_loop()
+        quiet, until = HISTORY_FIRST, None   # a command may take a while to connect (kubectl)
         while first.looking():
             try:
                 chunk = await _read(out, quiet)
@@ -130,8 +136,11 @@ class CommandSource:
                 break
             if not chunk:
                 break
-            quiet = HISTORY_QUIET
             first.feed(chunk)
+            until = until if until is not None else loop.time() + HISTORY_LOOK
+            quiet = min(HISTORY_QUIET, until - loop.time())
+            if quiet <= 0:                   # never paused: what came so far is the history
+                break
         stream.head = first.head
         if first.resumed is not None:
             pos = first.resumed
