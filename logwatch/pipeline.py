@@ -75,7 +75,10 @@ class ExcerptCollector:
     (`cut_at`): a restart loop's next launch is not the crash's traceback.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, withhold: Callable[[str], str | None] | None = None) -> None:
+        # a request log's line (a user's prompt) -> its stand-in (Matcher.withheld)
+        self.withhold = withhold
+        self.withheld = 0              # such lines left out of excerpts (each a stand-in)
         self.prev_tail = bytearray()   # the last _TAIL_KEEP..2*_TAIL_KEEP bytes before
         self.target: list[str] | None = None
         self.chars = 0
@@ -180,8 +183,12 @@ class ExcerptCollector:
 
     def _add(self, line: str) -> bool:
         assert self.target is not None
+        stand_in = self.withhold(line) if self.withhold is not None else None
+        if stand_in is not None:
+            line = stand_in
         if len(self.target) >= EXCERPT_MAX_LINES or self.chars + len(line) > EXCERPT_MAX_CHARS:
             return False
+        self.withheld += stand_in is not None
         self.target.append(line)
         self.chars += len(line)
         return True
@@ -213,7 +220,7 @@ class LogPipeline:
         # matched), or a fresh one for a replay
         self.counters = counters if counters is not None else Counters()
         self._count_own_reasons()
-        self.excerpt = ExcerptCollector()
+        self.excerpt = ExcerptCollector(self.matcher.withheld)
         # the unfinished last line was read after a quiet (`tick`) and counted: the newline
         # that ends it later (the writer went on) is not another line
         self._open_line_counted = False

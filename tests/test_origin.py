@@ -17,7 +17,7 @@ import pytest
 
 from logwatch.machine import CrashSettled, Crashed, PhaseChanged, Restarted, StartupBegan
 from logwatch.pipeline import LogPipeline
-from logwatch.rules.matcher import Matcher
+from logwatch.rules.matcher import WITHHELD, Matcher
 from logwatch.rules.pack import READY, load_pack, shipped_pack_names
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -342,3 +342,46 @@ def test_tensorrt_llm_s_cause_line_after_ready_is_a_crash() -> None:
     pipe.feed(b"[01/16/2026-06:20:17] [TRT-LLM] [RANK 0] [E] " + OOM.encode() + b"\n", NOW + 5)
     pipe.tick(NOW + 30)
     assert pipe.state.phase == "crashed" and pipe.state.crash.reason == "cuda_oom"
+
+
+SECRET = "My SSN is 078-05-1120 and my password is hunter2"
+CRASH_AFTER = {
+    # SGLang 0.5.23 srt/managers/scheduler.py (the scheduler's traceback), its SIGQUIT
+    "sglang": ["[2026-01-01 10:10:01 TP0] Scheduler hit an exception: Traceback (most recent "
+               "call last):",
+               '  File "/usr/lib/python3/sglang/srt/managers/scheduler.py", line 6368, in '
+               "run_scheduler_process",
+               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+               "[2026-01-01 10:10:01] SIGQUIT received. signum=3, frame=None. It usually "
+               "means one child failed."],
+    # vLLM 0.34 v1/engine/core.py: the engine core's traceback
+    "vllm": ["(EngineCore_DP0 pid=2) ERROR 01-01 10:10:01 [core.py:1210] EngineCore "
+             "encountered a fatal error.",
+             "(EngineCore_DP0 pid=2) ERROR 01-01 10:10:01 [core.py:1210] Traceback (most "
+             "recent call last):",
+             "(EngineCore_DP0 pid=2) ERROR 01-01 10:10:01 [core.py:1210] torch.OutOfMemoryError:"
+             " CUDA out of memory. Tried to allocate 2.00 GiB."],
+}
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_crash_excerpt_withholds_the_request_logs_next_to_it(engine: str) -> None:
+    """A crash's excerpt goes to Slack, webhooks and Alertmanager: the request-log lines
+    before it (SGLang srt/utils/request_logger.py:116 `Receive: obj=...text='...'`, vLLM
+    entrypoints/serve/utils/request_logger.py:66 `Received request ...`) carried a user's
+    prompt there verbatim (adv26 sgl_excerpt_prompt).  Each is a stand-in now, its envelope
+    kept, counted; the server's own lines are whole."""
+    pipe, _ = ready_pipe(engine)
+    asked = sglang_request_lines(SECRET) if engine == "sglang" else vllm_request_lines(SECRET)
+    asked = asked[:3]
+    pipe.feed(("\n".join(asked + CRASH_AFTER[engine]) + "\n").encode(), NOW + 20)
+    pipe.tick(NOW + 60)
+    pipe.finish(NOW + 60)
+    crash = pipe.state.crash
+    assert crash is not None and crash.reason == "cuda_oom", crash
+    text = "\n".join(crash.excerpt)
+    assert "hunter2" not in text and "078-05" not in text, text
+    assert text.count(WITHHELD) == 3 == pipe.excerpt.withheld, text
+    assert all(line in crash.excerpt for line in CRASH_AFTER[engine][1:]), text
+    stamp = "[2026-01-01 10:10:00] " if engine == "sglang" else "(APIServer pid=1) "
+    assert [s for s in crash.excerpt if WITHHELD in s and not s.startswith(stamp)] == []

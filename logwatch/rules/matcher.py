@@ -71,6 +71,7 @@ JOINT_AFTER = 256        # lines a rule is tried on with a stamp wanted before i
                          # (~1 ms to compile, ~3 us saved a line: it pays after ~300 lines)
 PATTERN_TIMEOUT = 0.05   # seconds a rule's regex may take on one line (then: no match, counted)
 LINE_BUDGET = 0.05       # CPU seconds all the patterns together may take on one line
+WITHHELD = "a request log line, withheld: what a client sent"   # an excerpt's stand-in
 MAX_WRAPPERS = 4         # prefixes removed from one line at most (kubectl + compose + ...)
 class PerPack:
     """A value built once per pack and remembered while the pack is (hundreds of targets
@@ -324,6 +325,20 @@ class Matcher:
         which may quote any engine's lines), and the process its wrapper names."""
         inner, proc, layers = self.unwrap(text)
         return self._user_content(inner, layers), proc
+
+    def withheld(self, text: str) -> str | None:
+        """What a crash excerpt shows for `text` where it carries what a client sent (a
+        request log's prompt: SGLang `Receive: obj=...text='...'`, vLLM `Received request`):
+        its envelope (the stamp, the process) and a note of what was left out; None for the
+        server's own lines.  Excerpts go to Slack, webhooks, Alertmanager: a user's prompt
+        next to a crash went there verbatim."""
+        inner, _, layers = self.unwrap(text)
+        if not self._user_content(inner, layers):
+            return None
+        keep = len(text) - len(inner) if text.endswith(inner) else 0
+        if self.origin is not None:
+            keep += self.origin.message_start(inner)[0]
+        return f"{text[:keep]}[{WITHHELD} ({len(text) - keep} chars)]"
 
     def _user_content(self, text: str, layers: tuple[str, ...]) -> bool:
         """Whether the line carries what a client sent: as read, or as it was before any of
