@@ -1312,3 +1312,32 @@ def test_systemd_says_how_its_unit_ended(said: list[str], reason: str | None,
     crash = log.state.crash
     assert (crash.reason if crash is not None else None) == reason, crash
     assert (log.state.phase == "stopped") == stopped, log.state.phase
+
+
+HEALTH_FAILED = ("Health check failed. Server couldn't get a response from detokenizer for last "
+                 "20 seconds. tic start time: 10:02:10. last_heartbeat time: 10:01:58")
+SIGTERM_DRAIN = ("SIGTERM received. signum=15 frame=None. Draining requests and shutting "
+                 "down...")
+
+
+@pytest.mark.parametrize("last,reason", [
+    # 0.5.23 tokenizer_manager.py:3520: SIGTERM while unhealthy (a liveness kill)
+    ("Signal SIGTERM received while health check failed. Force exiting.", "hang"),
+    # tokenizer_manager.py:3529: the operator's SGL_FORCE_SHUTDOWN: a stop
+    ("Signal SIGTERM received while force shutdown flag set. Force exiting.", None),
+], ids=["liveness-kill", "force-shutdown-flag"])
+def test_a_liveness_kill_of_a_hung_sglang_server_is_a_hang(last: str, reason: str | None) -> None:
+    """Kubernetes kills a hung server: `Health check failed` (http_server.py:793), the
+    signal handler's `SIGTERM received ... Draining` (tokenizer_manager.py:4068: a stop),
+    then `Signal SIGTERM received while health check failed. Force exiting.`: a crash, `hang`,
+    during ready.  Before (adv26 sgl_k8s_hangkill): a clean stop, no page."""
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("10:02:30", HEALTH_FAILED, None), sg("10:03:11", SIGTERM_DRAIN, None),
+             sg("10:03:15", last, None))
+    settled = of(log.events + log.tick(log.now + 10), CrashSettled)
+    crash = log.state.crash
+    assert (crash.reason if crash else None) == reason, crash
+    assert log.state.phase == ("crashed" if reason else "stopped")
+    if crash is not None:
+        assert crash.during == "ready" and len(settled) == 1

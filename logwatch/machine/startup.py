@@ -103,8 +103,8 @@ class StartupMachine:
             advance_rank(self.pack, state.ranks, obs, now)
         if state.phase == CRASHED and not self._while_crashed(state, obs, now, events):
             return events
-        if state.phase == STOPPED:
-            return events
+        if state.phase == STOPPED and not (rule.crash and rule.when and STOPPED in rule.when):
+            return events       # (a crash rule `when: stopped` makes a stop just seen a crash)
         if rule.when is not None and state.phase not in rule.when:
             return events
         if rule.stop:
@@ -429,7 +429,8 @@ class StartupMachine:
             return
         rule = obs.rule
         assert rule.crash is not None
-        during = state.phase
+        main = state.history
+        during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
         crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
                       line_number=obs.line_number, at=now, log_time=obs.log_time)
         self._enter(state, CRASHED, obs, now, events)
