@@ -1341,3 +1341,70 @@ def test_a_liveness_kill_of_a_hung_sglang_server_is_a_hang(last: str, reason: st
     assert log.state.phase == ("crashed" if reason else "stopped")
     if crash is not None:
         assert crash.during == "ready" and len(settled) == 1
+
+
+def _vllm_serving() -> Log:
+    log = Log("vllm")
+    log.feed(*VLLM_STARTUP, VLLM_STARTUP_COMPLETE)
+    assert log.state.phase == "ready"
+    return log
+
+
+ENGINE_DEAD = [   # the API server's consequences (v1/engine/core_client.py:839, async_llm.py)
+    "(APIServer pid=1) ERROR 10-03 10:06:00 [async_llm.py:957] AsyncLLM output_handler failed.",
+    "(APIServer pid=1) ERROR 10-03 10:06:00 [async_llm.py:957] Traceback (most recent call "
+    "last):",
+    "(APIServer pid=1) ERROR 10-03 10:06:00 [async_llm.py:957]     raise EngineDeadError()",
+    "(APIServer pid=1) ERROR 10-03 10:06:00 [async_llm.py:957] vllm.v1.engine.exceptions."
+    "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+    "cause.",
+]
+EXECUTOR_FAILED = [   # the engine core's consequence (v1/engine/core.py:1985)
+    "(EngineCore_DP0 pid=2) ERROR 10-03 10:06:00 [core.py:1759] EngineCore encountered a fatal "
+    "error.",
+    "(EngineCore_DP0 pid=2) ERROR 10-03 10:06:00 [core.py:1759] Traceback (most recent call "
+    "last):",
+    "(EngineCore_DP0 pid=2) ERROR 10-03 10:06:00 [core.py:1759] RuntimeError: Executor failed.",
+]
+
+
+@pytest.mark.parametrize("death,reason", [
+    # v1/executor/multiproc_executor.py:405: a worker's segfault
+    (["Fatal Python error: Segmentation fault",
+      "(EngineCore_DP0 pid=2) ERROR 10-03 10:06:00 [multiproc_executor.py:405] Worker proc "
+      "VllmWorker-0 died unexpectedly (exit code: -11), shutting down executor.",
+      *EXECUTOR_FAILED], "child_process_died"),
+    # the same, SIGKILLed: the kernel's OOM killer (as before), its line the root cause now
+    (["(EngineCore_DP0 pid=2) ERROR 10-03 10:06:00 [multiproc_executor.py:405] Worker proc "
+      "VllmWorker-1 died unexpectedly (exit code: -9), shutting down executor.",
+      *EXECUTOR_FAILED], "host_oom_killed"),
+    # v1/engine/core_client.py:869: the engine core SIGKILLed
+    (["(APIServer pid=1) WARNING 10-03 10:06:00 [core_client.py:869] [shutdown] MPClient: "
+      "engine core exited unexpectedly; starting cleanup"], "child_process_died"),
+], ids=["worker-segv", "worker-sigkill", "enginecore-killed"])
+def test_a_vllm_process_death_is_the_cause_not_the_tracebacks_after_it(
+        death: list[str], reason: str) -> None:
+    """A death said first, then the tracebacks it causes (`RuntimeError: Executor failed.`,
+    `EngineDeadError`): the death's reason and its line are the crash's.  Before (adv26
+    vllm_segv, vllm_enginekill): python_exception, root cause `RuntimeError: Executor
+    failed.`; for -9 the reason was right but the root cause that consequence."""
+    log = _vllm_serving()
+    log.feed(*death, *ENGINE_DEAD)
+    log.tick(log.now + 10)
+    crash = log.state.crash
+    assert crash is not None and crash.reason == reason, crash
+    assert "died unexpectedly" in crash.line or "exited unexpectedly" in crash.line, crash.line
+
+
+def test_an_exception_before_a_death_is_still_the_cause() -> None:
+    """SGLang: the scheduler's traceback, then its parent's `child process died` line: the
+    exception (here a bare RuntimeError: python_exception) is the cause, as before."""
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("10:02:00", SG_EXC), "RuntimeError: something broke in the scheduler",
+             sg("10:02:01", "Subprocess scheduler_0 (pid=2345) crashed with exit code 1. "
+                "Triggering SIGQUIT for cleanup...", None))
+    log.tick(log.now + 10)
+    crash = log.state.crash
+    assert crash is not None and crash.reason == "python_exception", crash
+    assert crash.line.endswith("something broke in the scheduler"), crash.line

@@ -11,6 +11,7 @@ from ..rules.pack import SPECIFIC_RANK, Rule, RulePack, reason_rank
 from .state import Crash, Evidence, Observation, State
 
 HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still classifies it
+DIED, KILLED, EXCEPTION = "child_process_died", "host_oom_killed", "python_exception"
 
 
 def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason: str,
@@ -34,10 +35,28 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         crash.chain_pending = False
     if rule.crash and (not rule.tentative or reason_rank(reason) == SPECIFIC_RANK):
         crash.confirmed = True
+    if crash.died is None and (reason == DIED or rule.marker and reason == KILLED):
+        crash.died = ev
+    elif reason == EXCEPTION and crash.first_exception is None:
+        crash.first_exception = ev.line_number
     crash.reason = crash_reason(pack, state, crash)
-    line = crash.cause or crash.marker
+    died = crash.died
+    line = died if died is not None and died_first(crash) and crash.reason == died.reason \
+        else crash.cause or crash.marker
     if line is not None:
         crash.line, crash.line_number = line.line, line.line_number
+
+
+def died_first(crash: Crash) -> bool:
+    """A process's death was said before any Python exception: the tracebacks after it are
+    its consequences (vLLM's `Worker proc VllmWorker-0 died unexpectedly (exit code: -11)`,
+    multiproc_executor.py:405, then the engine core's `RuntimeError: Executor failed.`,
+    core.py:1985, and the API server's `EngineDeadError`), not its cause.  An exception
+    before the death (SGLang's scheduler traceback, then its parent's `child process died`)
+    is the cause."""
+    died = crash.died
+    return died is not None and (crash.first_exception is None
+                                 or died.line_number < crash.first_exception)
 
 
 def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
@@ -55,6 +74,8 @@ def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
     by_phase = pack.crash_by_phase.get(crash.during)
     if by_phase:
         return by_phase
+    if died_first(crash):
+        return DIED
     generic = [e for e in (crash.cause, crash.marker_reason) if e is not None]
     if crash.cause is not None and crash.marker_reason is not None and \
             crash.cause.line_number == crash.marker_reason.line_number:

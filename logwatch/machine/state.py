@@ -113,6 +113,8 @@ class Crash:
     chain_pending: bool = False
     marker_tentative: bool = False          # the marker is a bare traceback header
     rank: str = ""                          # the rank whose line crashed first (`TP3`)
+    died: Evidence | None = None            # the first line saying a process died
+    first_exception: int | None = None      # the line number of the first Python exception
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
