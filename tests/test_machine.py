@@ -1408,3 +1408,36 @@ def test_an_exception_before_a_death_is_still_the_cause() -> None:
     crash = log.state.crash
     assert crash is not None and crash.reason == "python_exception", crash
     assert crash.line.endswith("something broke in the scheduler"), crash.line
+
+
+def test_sglang_data_parallel_ranks_stats_are_summed() -> None:
+    """SGLang logs one decode line per DP rank (srt/observability/metrics_collector.py:1361,
+    tagged `DP1 TP1 EP1`): the server's figures are their sum (token usage their mean).
+    Before (adv26 sgl_dp_stats): the last line's, 1200 tok/s for 2200."""
+    log = Log()
+    sglang_to(log, "ready")
+    dec = ("Decode batch, #running-req: {r}, #token: 50000, token usage: {u}, cuda graph: "
+           "True, gen throughput (token/s): {g}, #queue-req: {q}")
+    for _ in range(2):
+        log.feed(sg("10:02:00", dec.format(r=40, u=0.20, g="1000.00", q=2), "DP0 TP0 EP0"),
+                 sg("10:02:00", dec.format(r=60, u=0.30, g="1200.00", q=5), "DP1 TP1 EP1"))
+    st = log.state.stats
+    assert (st["gen_throughput"], st["running_requests"], st["queued_requests"]) == \
+        (2200.0, 100.0, 7.0)
+    assert st["token_usage"] == pytest.approx(0.25)
+    events = log.feed(sg("10:02:10", dec.format(r=10, u=0.1, g="500.00", q=0), "DP0 TP0 EP0"))
+    assert of(events, StatsUpdated)[-1].values["gen_throughput"] == 1700.0
+
+
+def test_vllm_engines_stats_are_summed() -> None:
+    """vLLM with data parallel: one stats line per engine (`Engine 001: `, v1/metrics/
+    loggers.py:178).  Before (adv26 vllm_dp_stats): the last engine's."""
+    log = _vllm_serving()
+    line = ("(APIServer pid=1) INFO 10-03 10:05:00 [loggers.py:336] Engine {e:03d}: Avg prompt "
+            "throughput: 100.0 tokens/s, Avg generation throughput: {g} tokens/s, Running: {r} "
+            "reqs, Waiting: {q} reqs, GPU KV cache usage: 9.1%, Prefix cache hit rate: 42.0%")
+    log.feed(line.format(e=0, g="1000.0", r=40, q=2), line.format(e=1, g="1200.0", r=60, q=5))
+    st = log.state.stats
+    assert (st["gen_throughput"], st["running_requests"], st["queued_requests"],
+            st["prompt_throughput"]) == (2200.0, 100.0, 7.0, 200.0)
+    assert "engine" not in st

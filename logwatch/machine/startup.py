@@ -38,6 +38,10 @@ SETTLE_LONGEST = 30.0          # seconds after its first line a crash is final, 
 # 10); a real one by nothing.  The engines announce their deaths, so few crashes wait so long;
 # SETTLE_LONGEST bounds it where other lines go on
 UNCONFIRMED_QUIET = 30.0
+# serving figures that add up over a server's engines / DP ranks (`merge_stats`)
+SUMMED_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughput",
+                          "running_requests", "queued_requests", "new_tokens"})
+_DP_RANK = re.compile(r"\bDP\d+")
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 # the crash of a serving server relaunched with no stop or crash line (`silent_death`)
@@ -397,8 +401,8 @@ class StartupMachine:
             state.hints.clear()   # it served on after them: they say nothing of a later crash
         values = stat_values(obs.fields, obs.rule.scale)
         if values:
-            state.stats.update(values)
-            events.append(StatsUpdated(state.epoch, values,
+            state.stats = merge_stats(state.stats_by, stats_source(self.pack, obs), values)
+            events.append(StatsUpdated(state.epoch, dict(state.stats),
                                        obs.log_time if obs.log_time is not None else now))
 
     # -- crashes ----------------------------------------------------------------------------
@@ -558,11 +562,39 @@ def _note_progress(state: State, name: str, obs: Observation, now: float,
     events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
 
 
+def stats_source(pack: RulePack, obs: Observation) -> str:
+    """Which engine or data-parallel rank a serving-stats line is of: vLLM's `Engine 001:`
+    (the rule's `engine` group), SGLang's `DP1` of its rank tag (`DP1 TP1 EP1`: one line per
+    DP rank, srt/observability/metrics_collector.py:1361); "" where the line says neither
+    (one source: a TP rank's line is the whole server's)."""
+    if obs.fields.get("engine"):
+        return "Engine " + obs.fields["engine"]
+    m = _DP_RANK.search(pack.rank_of(obs.text)) if pack.ranks else None
+    return m.group(0) if m else ""
+
+
+def merge_stats(by: dict[str, dict[str, float]], source: str,
+                values: dict[str, float]) -> dict[str, float]:
+    """The server's figures once `source`'s latest are in `by`: throughput and request
+    counts summed over the engines / DP ranks, the rest (token usage) their mean.  Before,
+    the last line's: two DP ranks at 1000 and 1200 tok/s exported 1200."""
+    by[source] = {**by.get(source, {}), **values}
+    out: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for figures in by.values():
+        for k, v in figures.items():
+            out[k] = out.get(k, 0.0) + v
+            seen[k] = seen.get(k, 0) + 1
+    return {k: v if k in SUMMED_STATS else v / seen[k] for k, v in out.items()}
+
+
 def stat_values(fields: dict[str, str], scale: dict[str, float] | None) -> dict[str, float]:
     """A serving line's values as numbers (a `%` dropped, a flag 1.0 / 0.0, the rule's scale
     applied); what is not a number is left out."""
     values: dict[str, float] = {}
     for k, v in fields.items():
+        if k == "engine":                 # which engine's line (stats_source), no figure
+            continue
         if v == "True" or v == "False":   # a flag of the batch (SGLang's `cuda graph:`)
             values[k] = 1.0 if v == "True" else 0.0
             continue

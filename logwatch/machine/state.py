@@ -140,7 +140,8 @@ class State:
     crash: Crash | None = None
     ready_line: str | None = None
     ready_at: float | None = None
-    stats: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)  # the server's (merge_stats)
+    stats_by: dict[str, dict[str, float]] = field(default_factory=dict)  # per engine/DP rank
     hints: dict[str, Evidence] = field(default_factory=dict)
     last_activity: float | None = None
     last_log_time: float | None = None
