@@ -10,6 +10,7 @@ No sleeps are used to synchronise: every wait polls a condition with a deadline.
 from __future__ import annotations
 
 import asyncio
+import sys
 import collections
 import os
 import re
@@ -1134,6 +1135,41 @@ def test_a_busy_command_s_history_ends_though_its_output_never_pauses(
     assert [(o.reason, o.offset) for o in op] == [("attach", off)] and op[0].size > len(data)
     assert took < 3.0, took
     assert r.stream().startswith(data[off:])
+
+
+def test_a_long_reprint_at_a_dump_s_pace_is_history_whole(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`kubectl logs -f` of a long log through an API server: the reprint takes longer than
+    HISTORY_LOOK, at a dump's pace, never pausing.  It is history whole: read from its latest
+    launch, which comes after HISTORY_LOOK.  A bare time cap (the first form of the fix of a
+    busy command, review of e6e7218) ended the history inside it: the attach fell on the old
+    launch and the rest, its relaunch too, was read live."""
+    monkeypatch.setattr(command, "HISTORY_LOOK", 1.0, raising=False)
+    monkeypatch.setattr(command, "HISTORY_FAST", 64 << 10, raising=False)
+    old = SG_START.format(m=0) + "[2026-01-01 10:00:05] startup 0 line 1\n"
+    new = SG_START.format(m=30) + "[2026-01-01 10:30:05] startup 1 line 1\n"
+    script = tmp_path / "reprint.py"
+    script.write_text(
+        "import sys, time\n"
+        f"w = sys.stdout.write; w({old!r}); sys.stdout.flush()\n"
+        "filler = '[2026-01-01 10:10:00] INFO:     127.0.0.1:1 - \"GET /health HTTP/1.1\" 200 OK\\n'\n"
+        "for _ in range(25):\n"       # 2.5 s at ~200 KiB/s: a dump's pace, past HISTORY_LOOK
+        "    w(filler * 270); sys.stdout.flush(); time.sleep(0.1)\n"
+        f"w({new!r}); sys.stdout.flush()\n"
+        "while True:\n"
+        "    w('[2026-01-01 10:31:00 TP0] Decode batch, #running-req: 3\\n'); sys.stdout.flush()\n"
+        "    time.sleep(0.1)\n")
+
+    async def main() -> Reader:
+        src = make_source(f"cmd:{sys.executable} {script}", locator=startup_locator(SGLANG))
+        async with Reader(src) as r:
+            await r.wait(lambda: bool(r.opened()), 10, "the history's end")
+            return r
+
+    r = run(main())
+    (op,) = r.opened()
+    assert op.reason == "attach" and r.stream().startswith(new.encode()), \
+        (op, r.stream()[:200])
 
 
 def test_each_container_s_own_log_after_the_same_long_banner(tmp_path: Path) -> None:

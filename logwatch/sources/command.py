@@ -6,8 +6,9 @@ again from some point when restarted (`docker logs -f` from the start, `journalc
 last lines); to avoid reading the same lines twice, the new output is compared with what
 was already read (see `_Resync`).
 
-What the first run prints before it first pauses (or in its first HISTORY_LOOK seconds: a busy
-server's output never pauses) is the log as it was when we looked (`docker
+What the first run prints before it first pauses (or, past HISTORY_LOOK seconds, before it
+slows to a live server's pace: a busy server's output never pauses) is the log as it was when
+we looked (`docker
 logs -f` prints the container's whole log, then follows it): with a start locator it is read
 as a file met for the first time is, from its latest launch; with a checkpoint (a daemon
 restarted), on from where the last one stopped, once the output is the same up to there
@@ -35,8 +36,10 @@ OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise 
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
 HISTORY_QUIET = 2.0          # seconds of pause that end the first run's printed history
 HISTORY_FIRST = 15.0         # seconds its first byte may take (a command connecting)
-HISTORY_LOOK = 5.0           # seconds after its first byte that end it all the same: a busy
-                             # server's output never pauses 2 s (stats lines several a second)
+HISTORY_LOOK = 5.0           # seconds after its first byte past which a live pace ends it: a
+                             # busy server's output never pauses 2 s (stats lines several a
+                             # second), while a reprinted log comes at a dump's pace ...
+HISTORY_FAST = 256 << 10     # ... of this many bytes a second or more (`_Pace`)
 HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
 HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
 RESYNC_NEEDLE = 4096         # the last bytes read, found in a rerun's output: the old end
@@ -120,15 +123,16 @@ class CommandSource:
 
     async def _first_run(self, out: asyncio.StreamReader,
                          stream: "_Stream") -> AsyncIterator[SourceEvent]:
-        """The first run's output up to its first pause, or HISTORY_LOOK seconds after its
-        first byte (`_FirstOutput`; a busy server's `docker logs -f` never pauses 2 s: before,
-        it was held unread for hours, until 32 MiB): where a checkpoint
+        """The first run's output up to its first pause, or past HISTORY_LOOK seconds until it
+        comes at a live pace (`_FirstOutput`, `_Pace`; a busy server's `docker logs -f` never
+        pauses 2 s: before, it was held unread for hours, until 32 MiB): where a checkpoint
         is (a daemon restarted under a running command, which prints its log again), read on
         from it once the output is the same up to there; else read as a log met for the
         first time, from its latest launch, what it printed history (`Opened.size`)."""
         first = _FirstOutput(self.locator, self.start)
         loop = asyncio.get_running_loop()
-        quiet, until = HISTORY_FIRST, None   # a command may take a while to connect (kubectl)
+        pace = _Pace()
+        quiet = HISTORY_FIRST        # a command may take a while to connect (ssh, kubectl)
         while first.looking():
             try:
                 chunk = await _read(out, quiet)
@@ -136,11 +140,10 @@ class CommandSource:
                 break
             if not chunk:
                 break
+            quiet = HISTORY_QUIET
             first.feed(chunk)
-            until = until if until is not None else loop.time() + HISTORY_LOOK
-            quiet = min(HISTORY_QUIET, until - loop.time())
-            if quiet <= 0:                   # never paused: what came so far is the history
-                break
+            if pace.live(len(chunk), loop.time()):
+                break       # never paused, but at a server's pace: the history is over
         stream.head = first.head
         if first.resumed is not None:
             pos = first.resumed
@@ -223,6 +226,29 @@ async def _read(out: asyncio.StreamReader, within: float) -> bytes:
     sent SIGTERM never exited and restarted the commands the signal had killed."""
     async with asyncio.timeout(within):
         return await out.read(1 << 16)
+
+
+class _Pace:
+    """Whether a first run's output, past HISTORY_LOOK seconds, comes at a live server's pace
+    (under HISTORY_FAST bytes a second, over the last second or more) rather than a reprinted
+    log's: `docker logs -f` of a busy server never pauses 2 s, and a long log reprinted by
+    `kubectl logs -f` through an API server may take more than HISTORY_LOOK; a bare time cap
+    read the rest of such a reprint live (its old crashes paged)."""
+
+    def __init__(self) -> None:
+        self.first: float | None = None     # the first byte came (loop time)
+        self.since = 0.0                    # the window being measured began
+        self.bytes = 0                      # ... and what came in it
+
+    def live(self, n: int, now: float) -> bool:
+        if self.first is None:
+            self.first = self.since = now
+        self.bytes += n
+        if now - self.first < HISTORY_LOOK or now - self.since < 1.0:
+            return False
+        slow = self.bytes / (now - self.since) < HISTORY_FAST
+        self.since, self.bytes = now, 0
+        return slow
 
 
 class _FirstOutput:
