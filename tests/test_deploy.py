@@ -192,7 +192,8 @@ def test_alert_rules_cover_the_brief() -> None:
     assert "logwatch_stalled == 1" in by_name["LogwatchStartupStalled"]["expr"]
     # a crashed server keeps its alert until relaunched; logwatch itself down is an alert
     assert 'logwatch_phase{phase="crashed"} == 1' in crash["expr"]
-    assert by_name["LogwatchDown"]["expr"] == 'up{job="logwatch"} == 0 or absent(up{job="logwatch"})'
+    assert by_name["LogwatchDown"]["expr"] == \
+        'up{job=~"logwatch.*"} == 0 or absent(up{job=~"logwatch.*"})'
     assert by_name["LogwatchDown"]["labels"]["severity"] == "critical"
     quiet = by_name["LogwatchNoLogLines"]["expr"]
     for part in ("time() - logwatch_last_line_timestamp_seconds", "logwatch_ready == 0",

@@ -1246,23 +1246,17 @@ def test_a_ready_by_the_endpoint_from_waiting_is_said_without_a_time():
 
 # -- a serving server that dies without a word, relaunched into the same log (adv26 H2) -------
 
-def test_a_serving_server_relaunched_without_a_word_crashed() -> None:
-    """SIGKILL (or a segfault printed only to the journal) while serving, then systemd's
-    Restart=always / Kubernetes relaunch into the same log: no stop, no crash line.  The
-    serving startup crashed (`unknown`, "ended without a word after serving 2m00s;
-    relaunched"), settled at once, before the new one begins.  Before: `_new_startup`
-    started over from READY: only `restarted` and a second `ready` (sgl_silent_restart)."""
+def test_a_serving_server_relaunched_without_a_word_is_no_crash() -> None:
+    """No stop, no crash line, then a relaunch: `kill -9` by the operator or a closed
+    terminal read the same as a SIGKILL by the kernel; the relaunch is a `Restarted`, not a
+    crash page (a false page on an ordinary restart, and on a second server or a PD pair
+    started into one log: review of 6da74a0)."""
     log = Log()
     sglang_to(log, "ready")
     log.feed(sg("10:02:10", SG_DECODE), sg("10:03:10", SG_DECODE))
     events = log.feed(SG_ARGS.replace("10:00:00", "10:03:20"))
-    crashed, settled = of(events, Crashed), of(events, CrashSettled)
-    assert len(crashed) == len(settled) == 1 and len(of(events, Restarted)) == 1
-    crash = settled[0].crash
-    assert (crash.reason, crash.during) == ("unknown", "ready")
-    assert re.fullmatch(r"ended without a word after serving 2m\d\ds; relaunched", crash.line)
-    assert events.index(settled[0]) < events.index(of(events, Restarted)[0])
-    assert log.pipe.counters.crashes["unknown"] == 1 and log.state.phase == "launching"
+    assert of(events, Crashed) == [] and len(of(events, Restarted)) == 1
+    assert sum(log.pipe.counters.crashes.values()) == 0 and log.state.phase == "launching"
 
 
 @pytest.mark.parametrize("ending", [
@@ -1280,38 +1274,6 @@ def test_a_relaunch_after_a_stop_or_a_crash_adds_no_crash(ending: list[str]) -> 
     events = log.feed(SG_ARGS.replace("10:00:00", "10:03:20"))
     assert of(events, Crashed) == []
     assert sum(log.pipe.counters.crashes.values()) == (0 if len(ending) == 1 else 1)
-
-
-JOURNAL = "Dec 06 03:20:{s:02d} gpu-node-1 systemd[1]: sglang.service: {msg}"
-
-
-@pytest.mark.parametrize("said,reason,stopped", [
-    # systemd src/core/service.c service_sigchld_event (NOTICE: a failure), unit.c
-    # unit_log_failure: what the journal holds of a server that died without a word
-    (["Main process exited, code=dumped, status=11/SEGV", "Failed with result 'core-dump'."],
-     "unknown", False),
-    (["Main process exited, code=killed, status=9/KILL", "Failed with result 'signal'."],
-     "unknown", False),
-    (["Watchdog timeout (limit 1min)!", "Main process exited, code=dumped, status=6/ABRT",
-      "Failed with result 'watchdog'."], "hang", False),
-    # a planned stop: its clean SIGTERM exit is logged at DEBUG; the success lines only
-    (["Deactivated successfully."], None, False),
-    (["Main process exited, code=exited, status=0/SUCCESS", "Deactivated successfully."],
-     None, False),
-    # a planned stop past TimeoutStopSec: killed, still the stop the operator asked for
-    (["State 'stop-sigterm' timed out. Killing.", "Killing process 2301 (python3) with signal "
-      "SIGKILL.", "Main process exited, code=killed, status=9/KILL",
-      "Failed with result 'timeout'."], None, True),
-], ids=["segv", "sigkill", "watchdog", "clean", "exit-0", "stop-timeout"])
-def test_systemd_says_how_its_unit_ended(said: list[str], reason: str | None,
-                                         stopped: bool) -> None:
-    log = Log()
-    sglang_to(log, "ready")
-    log.feed(*(JOURNAL.format(s=i, msg=m) for i, m in enumerate(said)))
-    log.tick(log.now + 10)
-    crash = log.state.crash
-    assert (crash.reason if crash is not None else None) == reason, crash
-    assert (log.state.phase == "stopped") == stopped, log.state.phase
 
 
 HEALTH_FAILED = ("Health check failed. Server couldn't get a response from detokenizer for last "

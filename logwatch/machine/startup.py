@@ -11,7 +11,6 @@ from typing import Any
 
 from ..rules.args import ParsedArgs, parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
-from ..units import fmt_duration
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence
 from .events import (
@@ -44,8 +43,6 @@ SUMMED_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughp
 _DP_RANK = re.compile(r"\bDP\d+")
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
-# the crash of a serving server relaunched with no stop or crash line (`silent_death`)
-SILENT_DEATH = Rule(id="ended_silently", pattern="", source="logwatch", crash="unknown")
 
 __all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
            "PROVISIONAL_FOR", "StartupMachine"]
@@ -306,11 +303,9 @@ class StartupMachine:
     def _new_startup(self, state: State, obs: Observation, now: float, events: list[Event],
                      server: str = "") -> None:
         """A new startup in the same log, begun by `obs`: the crash of the one before is
-        final now.  One that was serving and said nothing (no stop, no crash: a SIGKILL, a
-        segfault printed only to the journal, relaunched by systemd or Kubernetes into the
-        same log) crashed: before, the machine started over from READY, no page."""
-        if state.phase == READY:
-            self._crash(state, silent_death(state, obs, now), now, events)
+        final now.  One that was serving and said nothing is not taken for a crash: a
+        relaunch after `kill -9` or a closed terminal reads the same as after a SIGKILL by
+        the kernel (systemd's journal says which: rules/base.yaml)."""
         events.extend(self.settle(state))
         _start_over(state, obs, obs.rule.id, server)
         state.spans.append(new_span(self._first_phase(), obs, now))
@@ -420,17 +415,7 @@ class StartupMachine:
             return
         self._crash(state, obs, now, events)
 
-    def _crash(self, state: State, obs: Observation | Crash, now: float,
-               events: list[Event]) -> None:
-        """A crash begun by a crash rule's line, or one known whole (`silent_death`)."""
-        if isinstance(obs, Crash):
-            crash = obs
-            self._enter(state, CRASHED, Observation(SILENT_DEATH, {}, crash.line,
-                                                    crash.line_number, crash.log_time), now,
-                        events)
-            state.crash, state.crash_settled = crash, False
-            events.append(Crashed(state.epoch, crash))
-            return
+    def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rule = obs.rule
         assert rule.crash is not None
         main = state.history
@@ -607,22 +592,6 @@ def stat_values(fields: dict[str, str], scale: dict[str, float] | None) -> dict[
                 continue
         values[k] = x * scale[k] if scale and k in scale else x
     return values
-
-
-def silent_death(state: State, obs: Observation, now: float) -> Crash:
-    """The crash of a serving startup that a relaunch (`obs`) follows with no stop or crash
-    line: reason `unknown`, its sentence the root-cause line, at its last line."""
-    ready = next((sp for sp in reversed(state.spans) if sp.phase == READY), None)
-    served = None
-    if ready is not None and ready.log_time is not None and state.last_log_time is not None:
-        served = state.last_log_time - ready.log_time
-    elif state.ready_at is not None and state.last_activity is not None:
-        served = state.last_activity - state.ready_at
-    text = f"ended without a word after serving {fmt_duration(max(0.0, served or 0.0))}; " \
-        f"relaunched"
-    return Crash(reason="unknown", during=READY, line=text, line_number=obs.line_number - 1,
-                 at=min(now, state.last_activity or now), log_time=state.last_log_time,
-                 confirmed=True)
 
 
 def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:

@@ -39,7 +39,9 @@ HISTORY_FIRST = 15.0         # seconds its first byte may take (a command connec
 HISTORY_LOOK = 5.0           # seconds after its first byte past which a live pace ends it: a
                              # busy server's output never pauses 2 s (stats lines several a
                              # second), while a reprinted log comes at a dump's pace ...
-HISTORY_FAST = 256 << 10     # ... of this many bytes a second or more (`_Pace`)
+HISTORY_FAST = 64 << 10      # ... of this many bytes a second or more (`_Pace`), a slower
+                             # pace over SLOW_WINDOWS seconds in a row ending it
+SLOW_WINDOWS = 2
 HISTORY_HELD = 32 << 20      # bytes of it held, from its latest launch, while looking on
 HEAD_PROBE = 64 * 1024       # the first run's first bytes: a run printing them again replays
 RESYNC_NEEDLE = 4096         # the last bytes read, found in a rerun's output: the old end
@@ -230,7 +232,7 @@ async def _read(out: asyncio.StreamReader, within: float) -> bytes:
 
 class _Pace:
     """Whether a first run's output, past HISTORY_LOOK seconds, comes at a live server's pace
-    (under HISTORY_FAST bytes a second, over the last second or more) rather than a reprinted
+    (under HISTORY_FAST bytes a second, SLOW_WINDOWS seconds in a row) rather than a reprinted
     log's: `docker logs -f` of a busy server never pauses 2 s, and a long log reprinted by
     `kubectl logs -f` through an API server may take more than HISTORY_LOOK; a bare time cap
     read the rest of such a reprint live (its old crashes paged)."""
@@ -239,6 +241,7 @@ class _Pace:
         self.first: float | None = None     # the first byte came (loop time)
         self.since = 0.0                    # the window being measured began
         self.bytes = 0                      # ... and what came in it
+        self.slow = 0                       # windows in a row under HISTORY_FAST
 
     def live(self, n: int, now: float) -> bool:
         if self.first is None:
@@ -246,9 +249,9 @@ class _Pace:
         self.bytes += n
         if now - self.first < HISTORY_LOOK or now - self.since < 1.0:
             return False
-        slow = self.bytes / (now - self.since) < HISTORY_FAST
+        self.slow = self.slow + 1 if self.bytes / (now - self.since) < HISTORY_FAST else 0
         self.since, self.bytes = now, 0
-        return slow
+        return self.slow >= SLOW_WINDOWS
 
 
 class _FirstOutput:
