@@ -9,7 +9,7 @@ machine state in one atomic checkpoint, so a restart neither loses nor repeats a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .machine import CrashSettled, Event, Ready, StartupBegan
 from .rules.pack import CRASH_REASONS
@@ -68,13 +68,20 @@ class Counters:
         return c
 
 
-def count_events(counters: Counters, events: list[Event]) -> None:
-    """Startups, settled crashes and startup durations, from the machine's events."""
+def count_events(counters: Counters, events: list[Event],
+                 counts_crash: Callable[[CrashSettled], bool] | None = None) -> None:
+    """Startups, settled crashes and startup durations, from the machine's events; a crash
+    only where `counts_crash` says so (a live target's history is not counted)."""
     for ev in events:
         if isinstance(ev, StartupBegan):
             counters.startups += 1
         elif isinstance(ev, CrashSettled):
-            reason = ev.crash.reason
-            counters.crashes[reason] = counters.crashes.get(reason, 0) + 1
+            if counts_crash is None or counts_crash(ev):
+                count_crash(counters, ev)
         elif isinstance(ev, Ready) and ev.took is not None:
             counters.observe_duration(ev.took)
+
+
+def count_crash(counters: Counters, ev: CrashSettled) -> None:
+    reason = ev.crash.reason
+    counters.crashes[reason] = counters.crashes.get(reason, 0) + 1

@@ -12,7 +12,9 @@ from .counters import Counters, count_events
 from .lines import (
     DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, segment_text, split_glued,
 )
-from .machine import Crashed, CrashRetracted, Event, Observation, Restarted, StartupMachine, State
+from .machine import (
+    Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupMachine, State,
+)
 from .rules.matcher import Hit, shared_matcher
 from .rules.pack import CRASHED, RulePack, record_forms
 from .rules.timestamps import LogClock
@@ -227,6 +229,9 @@ class LogPipeline:
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
         self.on_step: Callable[[list[Event], State], None] | None = None
+        # whether a settled crash is counted now (a live target's: not the crash that had
+        # ended before it attached, history; None: every one, as replay counts)
+        self.counts_crash: Callable[[CrashSettled], bool] | None = None
 
     def feed(self, chunk: bytes, now: float) -> list[Event]:
         if chunk:
@@ -335,8 +340,8 @@ class LogPipeline:
         return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
 
     def _counted(self, events: list[Event]) -> list[Event]:
-        if events:
-            count_events(self.counters, events)   # startups, settled crashes, durations
+        if events:   # startups, settled crashes, durations
+            count_events(self.counters, events, self.counts_crash)
         return events
 
     def _block(self, block: Block, now: float) -> list[Event]:

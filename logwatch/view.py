@@ -211,7 +211,6 @@ class TargetView:
     started_at: float = 0.0        # when this target started being watched
     checkpoint_age: float = 0.0    # seconds since the checkpoint was written (0: never)
     catching_up: bool = False      # reading what the log held when logwatch attached
-    history_read: bool = True      # what the log held at attach is read (or a checkpoint's)
     seen_at_attach: SeenAtAttach | None = None   # its latest startup had ended before that
     gpu: dict[str, Any] | None = None  # the host's GPU telemetry (None: gpu off for it)
     last_startup_seconds: float | None = None   # launch to ready of the last ready startup

@@ -37,7 +37,6 @@ class Target(Protocol):
     ended: asyncio.Event
     failed_at: float | None
     attached: bool
-    history_read: bool      # what the log held when first attached is read (/metrics)
     stop_reading: bool
     last_line_at: float | None
 
@@ -75,12 +74,9 @@ async def handle(t: Target, ev: object) -> bool:
     if isinstance(ev, Opened):
         t.attached = True
         t.catchup.opened(ev)
-        t.history_read = t.history_read or not t.catchup.catching_up
         if ev.reason != "resume" and (ev.new_file or ev.offset < counters.bytes_until):
             t.count_bytes()
             counters.bytes_until = ev.offset  # another file: count from here
-    elif isinstance(ev, SourceState) and not (ev.up or ev.error or ev.fatal or t.attached):
-        t.history_read = True     # the log is not there yet: all it will hold is news
     if isinstance(ev, Data) and (cut := t.catchup.split(ev)) is not None:
         await feed_in_slices(t, cut[0])  # what came before the boundary is decided first
         t.count_bytes()

@@ -20,10 +20,10 @@ from typing import Any, Callable, Hashable, Protocol, Sequence, TypeVar, runtime
 
 from .. import clock
 from .. import log
-from ..counters import Counters
+from ..counters import Counters, count_crash
 from ..eta import EtaSmoother, startup_eta
 from ..follow import Follower
-from ..machine import Event, Stalled, StartupBegan, State, StatsUpdated
+from ..machine import CrashSettled, Event, Stalled, StartupBegan, State, StatsUpdated
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, RulePack
@@ -163,10 +163,7 @@ class Target:
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
         self.last_line_at = restored.last_line_at
         self._restored_state = restored.state
-        # its counts of what the log held are final (a checkpoint's, or the catch-up read):
-        # until then /metrics leaves out the counters a history read raises at once
-        self.history_read = restored.position is not None
-        self._history_crash = False       # the catch-up ended on an old crash not yet settled
+        self._held_crashes: list[CrashSettled] = []   # settled while catching up: news?
         # where a log met for the first time is read from: its latest launch, by the markers
         # of the target's pack (every candidate's under `rules: auto`)
         packs = [restored.pack] if cfg.rules != "auto" and restored.pack else candidates
@@ -183,6 +180,7 @@ class Target:
         """The pipeline of `pack`: the first (the restored state in it), or another engine's
         that carries `carry`'s state and position on (Follower's `redetect`)."""
         pipe = LogPipeline(pack, stall_after=self.cfg.stall_after, counters=self.counters)
+        pipe.counts_crash = self.counts_crash
         if carry is not None:
             pipe.carry_on(carry)
         elif self._restored_state is not None:
@@ -277,12 +275,10 @@ class Target:
         held = self.catchup.end(self.pipe, self.follower.next_offset)
         if held is None:
             return                  # not over (or no catch-up)
-        self.history_read = True
-        st = self.pipe.state if self.pipe is not None else None
-        # a crash that had ended before the attach (history, not paged) is counted when it
-        # settles, just after this: its series wait for that (a fresh one is news: shown now)
-        self._history_crash = st is not None and st.phase == CRASHED and \
-            not st.crash_settled and self.catchup.seen_at_attach is not None
+        for ev in self._held_crashes:      # a crash that had ended before is not counted
+            if not self.catchup.ended_at_attach(ev.startup):
+                count_crash(self.counters, ev)
+        self._held_crashes = []
         self.eta.smoother = EtaSmoother()   # an ETA of the read time is not held to
         now = clock.now()
         for a in self.attachments:
@@ -360,7 +356,7 @@ class Target:
             source_down_since=st.outage(now), offset=pos.offset if pos else None,
             line_number=pos.line_number if pos else None, last_line=f.last_line,
             last_line_at=self.last_line_at, started_at=self.started_at,
-            checkpoint_age=self.position_age(), history_read=self.history_counted())
+            checkpoint_age=self.position_age())
 
     def metrics_key(self, now: float) -> tuple[Any, ...]:
         """Changes whenever a series of this target but the `COUNTED` ones (lines, bytes,
@@ -374,16 +370,18 @@ class Target:
                 c.rule_errors, c.startups, self._events, id(self.pipe),
                 status.phase if status is not None else None,
                 status.stalled if status is not None else None,
-                st.up, st.error, st.fatal, keys, self.history_counted(),
+                st.up, st.error, st.fatal, keys, sum(c.crashes.values()),
                 int(now // 5) if self.starting() else None)
 
-    def history_counted(self) -> bool:
-        """What the log held when first attached is read and counted, an old crash's settling
-        too (a crash is counted when it settles, just after the catch-up: `count_events`)."""
-        if not self.history_read:
+    def counts_crash(self, ev: CrashSettled) -> bool:
+        """Whether the pipeline counts this settled crash now (`logwatch_crashes_total`): not
+        while catching up (held: counted at its end if news), never the crash that had ended
+        before logwatch attached (history: no page, so no `increase()` for a rule either;
+        before, a target added with a 3-hour-old crash fired LogwatchServerCrashed)."""
+        if self.catchup.catching_up:
+            self._held_crashes.append(ev)
             return False
-        st = self.pipe.state if self._history_crash and self.pipe is not None else None
-        return st is None or st.phase != CRASHED or st.crash_settled
+        return not self.catchup.ended_at_attach(ev.startup)
 
     def starting(self) -> bool:
         """A startup is under way (not waiting, serving, crashed or stopped)."""

@@ -2,9 +2,8 @@
 
 A custom collector rather than metric objects updated on every line: the hot path stays
 free of metric bookkeeping, a scrape sees one consistent snapshot, and every series exists
-from the start (a dashboard sees 0, not "no data") but a target's startups, crashes and
-startup durations, which appear once what its log held at attach is read (`_history_lines`).
-Series are never expired: a removed target disappears on reload, nothing else does.
+from the start (a dashboard sees 0, not "no data").  Series are never expired: a removed
+target disappears on reload, nothing else does.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any, Callable, Hashable, Protocol
 from prometheus_client.utils import floatToGoString
 
 from .. import clock
-from ..counters import DURATION_BUCKETS, Counters
+from ..counters import DURATION_BUCKETS
 from ..limits import REFUSED
 from ..rules.pack import CRASH_REASONS, READY
 from ..state.files import STATE_ERRORS
@@ -216,28 +215,6 @@ def _counter_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
     counters."""
     val = _go_float
     cn = v.counters
-    if v.history_read:
-        _history_lines(add, cn, tl, one)
-    add("logwatch_source_up", f"logwatch_source_up{one} {'1.0' if v.source_up else '0.0'}")
-    for state in SOURCE_STATES:
-        add("logwatch_source_state", f'logwatch_source_state{{state="{state}",{tl}}} '
-            f"{'1.0' if v.source_state == state else '0.0'}")
-    add("logwatch_stalled", f"logwatch_stalled{one} {'1.0' if v.stalled else '0.0'}")
-    for fam, x in (("logwatch_source_reconnects_total", cn.reconnects),
-                   ("logwatch_source_rotations_total", cn.rotations),
-                   ("logwatch_bytes_skipped_total", cn.bytes_skipped),
-                   ("logwatch_source_losses_total", cn.source_losses),
-                   ("logwatch_lines_cut_total", cn.lines_cut),
-                   ("logwatch_rule_errors_total", cn.rule_errors)):
-        add(fam, f"{fam}{one} {val(float(x))}")
-
-
-def _history_lines(add: Add, cn: Counters, tl: str, one: str) -> None:
-    """Startups, crashes by reason, the startup-duration histogram: counts a first read of
-    the log raises at once (a crash of 3 hours ago).  Exposed only once that read is over
-    (`TargetView.history_read`): a series that first appears at 1 is no `increase()`, so an
-    old crash does not fire a rule on it (`LogwatchServerCrashed`), as it pages nothing."""
-    val = _go_float
     add("logwatch_startups_total", f"logwatch_startups_total{one} {val(float(cn.startups))}")
     for reason in (*CRASH_REASONS, *(r for r in cn.crashes if r not in CRASH_REASONS)):
         add("logwatch_crashes_total", f'logwatch_crashes_total{{reason="{_esc(reason)}",{tl}}} '
@@ -251,6 +228,18 @@ def _history_lines(add: Add, cn: Counters, tl: str, one: str) -> None:
     add(name, f'{name}_bucket{{le="+Inf",{tl}}} {val(float(acc))}')
     add(name, f"{name}_count{one} {val(float(acc))}")
     add(name, f"{name}_sum{one} {val(float(cn.duration_sum))}")
+    add("logwatch_source_up", f"logwatch_source_up{one} {'1.0' if v.source_up else '0.0'}")
+    for state in SOURCE_STATES:
+        add("logwatch_source_state", f'logwatch_source_state{{state="{state}",{tl}}} '
+            f"{'1.0' if v.source_state == state else '0.0'}")
+    add("logwatch_stalled", f"logwatch_stalled{one} {'1.0' if v.stalled else '0.0'}")
+    for fam, x in (("logwatch_source_reconnects_total", cn.reconnects),
+                   ("logwatch_source_rotations_total", cn.rotations),
+                   ("logwatch_bytes_skipped_total", cn.bytes_skipped),
+                   ("logwatch_source_losses_total", cn.source_losses),
+                   ("logwatch_lines_cut_total", cn.lines_cut),
+                   ("logwatch_rule_errors_total", cn.rule_errors)):
+        add(fam, f"{fam}{one} {val(float(x))}")
 
 
 def _families() -> list[tuple[str, str, str]]:
