@@ -87,7 +87,7 @@ class GpuActivity:
     idle_w: float | None           # the board's idle power (learned, or IDLE_FALLBACK x limit)
     idle_learned: bool
     util: float | None
-    mem_moved: float               # bytes gained over the span (last - first, 0 when it fell)
+    mem_moved: float               # bytes gained over the span (last - lowest, 0 when it fell)
     mem_recent: float              # bytes gained over its recent half
     samples: int
     mem_used: float | None = None  # bytes at the span's end
@@ -147,9 +147,10 @@ def _median(xs: list[float]) -> float | None:
 
 
 def _gained(points: list[tuple[float, float]]) -> float:
-    """Bytes gained from the first point to the last (0 when it fell: memory given back by
-    a rank that exited, or a health check's GiB freed again, is no loading)."""
-    return max(0.0, points[-1][1] - points[0][1]) if len(points) >= 2 else 0.0
+    """Bytes held at the last point above the lowest before it (0 when it fell: memory given
+    back by a rank that exited, or a health check's GiB freed again, is no loading; a KV
+    cache freed then allocated again larger is: review of 023bf1f, adv27 M3)."""
+    return max(0.0, points[-1][1] - min(m for _, m in points)) if len(points) >= 2 else 0.0
 
 
 def classify(power: float | None, limit: float | None, idle: float | None,
@@ -352,7 +353,7 @@ def _disagree(gpus: Sequence[GpuActivity]) -> tuple[str, str, tuple[int, ...]] |
 
 def _freed(gpus: Sequence[GpuActivity]) -> str:
     """"; GPU 3 freed 61 GiB: its process exited?" (memory given back during the silence)."""
-    gone = [g for g in gpus if g.mem_freed >= FREED]
+    gone = [g for g in gpus if g.mem_freed >= FREED and g.kind != "loading"]
     if not gone:
         return ""
     most = max(g.mem_freed for g in gone) / GIB

@@ -184,3 +184,23 @@ def test_the_trace_is_readable_by_the_fake_as_8_gpus() -> None:
     rows = parse_csv(res.stdout)[0].gpus
     assert [g.index for g in rows] == list(range(8))
     assert all(g.mem_used_bytes == 0 and 80 < (g.power_w or 0) < 83 for g in rows[:4])
+
+
+def test_a_server_hung_before_its_gpus_beside_a_busy_neighbour_is_hung() -> None:
+    """TP=4 on GPUs 0-3 hangs before its CUDA contexts (0 MiB, idle); another team's TP=4 has
+    been busy on GPUs 4-7 since before the launch; no `devices`.  No GPU rose, so the scope is
+    every GPU but those another job held at the launch: "idle: hung".  Before (review of
+    a36b406, helper adv27 H1): the empty GPUs were left out and the neighbour's judged: "4 GPUs
+    busy: slow, not hung", and `watch` never exited."""
+    layout = {**{i: 0.0 for i in range(4)}, **{i: 68.0 for i in range(4, 8)}}
+    scope = GpuScope()
+    scope.begin(snap(0, layout))
+    snaps = [snap(t, layout) for t in range(2, 122, 2)]
+    for s in snaps:
+        scope.see(s)
+    v = silence_verdict([scope.select(s) for s in snaps], 40.0, 120.0, {i: 81.0 for i in range(8)})
+    assert v is not None and v.kind == "idle" and not v.working, v.text
+    assert [g.index for g in v.gpus] == [0, 1, 2, 3]
+    # a daemon restarted mid-startup: no snapshot before the launch, every GPU as before
+    scope.begin(None)
+    assert scope.select(snaps[0]) == snaps[0]

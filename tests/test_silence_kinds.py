@@ -112,3 +112,14 @@ def test_a_tie_does_not_depend_on_the_hash_seed() -> None:
         assert res.returncode == 0, res.stderr
         said.add(res.stdout.strip())
     assert said == {"spinning"}, said
+
+
+def test_a_kv_cache_freed_then_allocated_again_is_loading() -> None:
+    """A KV cache resized during the silence: 20 GiB freed, then 14 GiB allocated again.
+    Before (review of 023bf1f, helper adv27 M3): "memory flat ... freed 20 GiB: its process
+    exited?" (last less first); now the memory held above the lowest is loading."""
+    def resize(t: float) -> dict:
+        mem = 61 if t < 134 else 41 if t < 140 else 41 + (t - 140) * 0.7
+        return {"power": 110, "util": 10, "mem": mem}
+    v = verdict({0: resize})
+    assert v is not None and v.kind == "loading" and "freed" not in v.text, v.text

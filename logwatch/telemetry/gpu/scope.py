@@ -29,14 +29,19 @@ class GpuScope:
     devices: tuple[int | str, ...] = ()
     baseline: dict[int, int] = field(default_factory=dict)   # GPU -> bytes at launch
     rose: set[int] = field(default_factory=set)              # GPUs seen rising (sticky)
+    held_at_launch: set[int] = field(default_factory=set)    # GPUs holding a GiB before it
     named: set[int] = field(default_factory=set)   # the indexes of `devices`' UUIDs, as seen
 
     def begin(self, before: GpuSnapshot | None) -> None:
         """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
         line, if any) is their level; what they gain from there is the server's."""
-        self.baseline, self.rose = {}, set()
+        self.baseline, self.rose, self.held_at_launch = {}, set(), set()
         if before is not None:
             self._levels(before)
+            # a GPU holding a GiB before the launch, whose memory has not risen since, is
+            # another job's while no GPU has risen (a hang in NCCL init holds only contexts)
+            self.held_at_launch = {g.index for g in before.gpus
+                                   if g.mem_used_bytes is not None and g.mem_used_bytes >= ROSE}
 
     def _levels(self, snap: GpuSnapshot) -> None:
         for g in snap.gpus:
@@ -72,9 +77,12 @@ class GpuScope:
         return [(i, gib) for i, gib in preflight if self.chosen_index(i)]
 
     def select(self, snap: GpuSnapshot) -> GpuSnapshot:
-        """`snap` with the startup's GPUs only."""
+        """`snap` with the startup's GPUs only; before any rose, all but those another job
+        held at the launch (all, if that leaves none): a server hung before its GPUs beside a
+        neighbour's busy ones read "slow, not hung" (review of a36b406, adv27 H1, H2)."""
         if not self.devices and not self.rose:
-            return snap
+            kept = tuple(g for g in snap.gpus if g.index not in self.held_at_launch)
+            return GpuSnapshot(snap.at, kept) if kept and len(kept) < len(snap.gpus) else snap
         return GpuSnapshot(snap.at, tuple(g for g in snap.gpus if self.chosen(g)))
 
     @property
