@@ -67,7 +67,10 @@ FREED = 2 * GIB              # memory a GPU gave back in the span worth a word (
 #: clock-event reasons that hold a working board's clocks and power down (a PSU lost, heat):
 #: its kernels run slowly at near idle power, which reads like a collective spinning
 SLOWDOWN = frozenset({"hw_slowdown", "hw_power_brake", "sw_thermal", "hw_thermal"})
-WORKING = ("loading", "busy", "throttled")   # kinds that say "slow, not hung" (throttled: may be)
+# kinds that say "slow, not hung"; `throttled` is neither (it cannot tell: `watch` gives it up
+# as it does a silence without telemetry: a hung collective on a node with a lasting
+# hw_slowdown was followed for good, review of 023bf1f, adv27 M2)
+WORKING = ("loading", "busy")
 NOT_WORKING = ("idle", "spinning")      # kinds that say "hung" when the others work
 #: every kind, in the order that breaks a tie between as many GPUs of each: working before
 #: hung (a verdict that says hung needs a majority), then the more specific sign first
