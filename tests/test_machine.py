@@ -1403,3 +1403,13 @@ def test_vllm_engines_stats_are_summed() -> None:
     assert (st["gen_throughput"], st["running_requests"], st["queued_requests"],
             st["prompt_throughput"]) == (2200.0, 100.0, 7.0, 200.0)
     assert "engine" not in st
+
+
+def test_serving_figures_keep_a_bounded_number_of_sources() -> None:
+    """A hostile log naming a new DP rank on every line: the figures of at most
+    MAX_STAT_SOURCES are kept (review of a749a72: a dict entry per distinct tag, unbounded)."""
+    from logwatch.machine.startup import MAX_STAT_SOURCES, merge_stats
+    by: dict = {}
+    for k in range(MAX_STAT_SOURCES * 4):
+        out = merge_stats(by, f"DP{k}", {"gen_throughput": 1.0})
+    assert len(by) == MAX_STAT_SOURCES and out["gen_throughput"] == MAX_STAT_SOURCES

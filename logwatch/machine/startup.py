@@ -41,6 +41,7 @@ UNCONFIRMED_QUIET = 30.0
 SUMMED_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughput",
                           "running_requests", "queued_requests", "new_tokens"})
 _DP_RANK = re.compile(r"\bDP\d+")
+MAX_STAT_SOURCES = 256      # engines / DP ranks whose figures are kept (`merge_stats`)
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
@@ -563,7 +564,8 @@ def merge_stats(by: dict[str, dict[str, float]], source: str,
     """The server's figures once `source`'s latest are in `by`: throughput and request
     counts summed over the engines / DP ranks, the rest (token usage) their mean.  Before,
     the last line's: two DP ranks at 1000 and 1200 tok/s exported 1200."""
-    by[source] = {**by.get(source, {}), **values}
+    if source in by or len(by) < MAX_STAT_SOURCES:   # a hostile log's DP9999999 tags: bounded
+        by[source] = {**by.get(source, {}), **values}
     out: dict[str, float] = {}
     seen: dict[str, int] = {}
     for figures in by.values():
