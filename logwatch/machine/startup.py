@@ -305,8 +305,8 @@ class StartupMachine:
                      server: str = "") -> None:
         """A new startup in the same log, begun by `obs`: the crash of the one before is
         final now.  One that was serving and said nothing is not taken for a crash: a
-        relaunch after `kill -9` or a closed terminal reads the same as after a SIGKILL by
-        the kernel (systemd's journal says which: rules/base.yaml)."""
+        relaunch after `kill -9`, a closed terminal, a second server started into the same
+        log read the same as after a SIGKILL by the kernel."""
         events.extend(self.settle(state))
         _start_over(state, obs, obs.rule.id, server)
         state.spans.append(new_span(self._first_phase(), obs, now))
