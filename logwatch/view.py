@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
 from .counters import Counters
-from .machine import RANK_LAG_AFTER, Crash, State, crash_elapsed, rank_clock, rank_lag
+from .machine import (
+    RANK_LAG_AFTER, Crash, State, crash_elapsed, current_stats, rank_clock, rank_lag,
+)
 from .pipeline import LogPipeline
 from .rules.advice import advice_lines
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
@@ -434,9 +436,10 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "crash": _crash_json(st.crash, elapsed) if st.crash else None,
         "crash_elapsed": elapsed,
         "stalled": st.stalled,
-        # the serving figures of the launch that serves now: those of one that stopped or
-        # crashed are not current (the ledger keeps them, as that launch's)
-        "stats": dict(st.stats) if st.phase == READY else {},
+        # the serving figures of the launch that serves now, those current (an idle or dead
+        # server's last are not; nor those of a launch that stopped or crashed: the ledger
+        # keeps them, as that launch's)
+        "stats": current_stats(st, now),
         "rules": tuple(r.id for r in pipe.pack.rules),
         "ranks": {r: {"phase": p.phase, "finished": p.finished, "at": p.at}
                   for r, p in sorted(st.ranks.items(), key=lambda kv: rank_key(kv[0]))},

@@ -8,6 +8,7 @@ directly with hand-made `Observation`s to pin the pure contract.
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -16,7 +17,7 @@ from logwatch.eta import startup_eta
 
 from logwatch.machine import (
     CrashRetracted, Crashed, CrashSettled, CrashUpdated, Observation, PhaseChanged, Progress, Ready, Restarted,
-    Stalled, StartupMachine, State, StatsUpdated, Stopped, parse_rate,
+    Stalled, StartupMachine, State, StatsUpdated, Stopped, current_stats, parse_rate,
 )
 from logwatch.pipeline import EXCERPT_MAX_LINES, LogPipeline
 from logwatch.rules.pack import load_pack
@@ -1410,6 +1411,72 @@ def test_serving_figures_keep_a_bounded_number_of_sources() -> None:
     MAX_STAT_SOURCES are kept (review of a749a72: a dict entry per distinct tag, unbounded)."""
     from logwatch.machine.startup import MAX_STAT_SOURCES, merge_stats
     by: dict = {}
+    seen: dict = {}
     for k in range(MAX_STAT_SOURCES * 4):
-        out = merge_stats(by, f"DP{k}", {"gen_throughput": 1.0})
-    assert len(by) == MAX_STAT_SOURCES and out["gen_throughput"] == MAX_STAT_SOURCES
+        out = merge_stats(by, seen, f"DP{k}", {"gen_throughput": 1.0}, 100.0)
+    assert len(by) == len(seen) == MAX_STAT_SOURCES and out["gen_throughput"] == MAX_STAT_SOURCES
+
+
+_DEC = ("Decode batch, #running-req: {r}, #token: 50000, token usage: {u}, cuda graph: "
+        "True, gen throughput (token/s): {g}, #queue-req: {q}")
+
+
+def test_a_data_parallel_rank_gone_quiet_leaves_the_sum() -> None:
+    """SGLang prints a decode line only while a DP rank has requests: a rank that went idle
+    is out of the server's figures once its latest line is STATS_STALE old.  Before (adv28
+    M1, cases/sgl_dp_stale): DP1's last 1200 tok/s stayed in the sum for good (1250 tok/s,
+    61 running, for one rank at 50 tok/s with 1 running)."""
+    from logwatch.machine.startup import STATS_STALE
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("10:02:00", _DEC.format(r=40, u=0.20, g="1000.00", q=2), "DP0 TP0 EP0"),
+             sg("10:02:00", _DEC.format(r=60, u=0.30, g="1200.00", q=5), "DP1 TP1 EP1"))
+    assert log.state.stats["gen_throughput"] == 2200.0
+    log.feed(sg("10:02:20", _DEC.format(r=1, u=0.1, g="50.00", q=0), "DP0 TP0 EP0"))
+    assert log.state.stats["gen_throughput"] == 1250.0     # DP1's 20 s old: current
+    log.now += STATS_STALE
+    events = log.feed(sg("10:03:30", _DEC.format(r=1, u=0.1, g="50.00", q=0), "DP0 TP0 EP0"))
+    assert of(events, StatsUpdated)[-1].values == {
+        "running_requests": 1.0, "token_usage": 0.1, "gen_throughput": 50.0,
+        "queued_requests": 0.0, "cuda_graph": 1.0}
+    assert current_stats(log.state, log.now)["running_requests"] == 1.0
+
+
+def test_an_idle_server_generates_nothing() -> None:
+    """What /metrics, the page and `watch --serve` show of a server whose serving lines
+    stopped (SGLang prints none while idle, nor while dead or hung): its figures while
+    current; past STATS_STALE the rates read 0 and the counts are unknown (left out).
+    Before (adv26 M5, cases/idle_attach): an SGLang server idle for 2 h exported its last
+    287 tok/s, and one killed without a word its 2,874 tok/s and 31 running."""
+    from logwatch.machine.startup import STATS_STALE
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("10:02:00", _DEC.format(r=31, u=0.09, g="2874.12", q=0)))
+    at = log.now
+    assert current_stats(log.state, at + STATS_STALE - 1) == log.state.stats
+    assert current_stats(log.state, at + STATS_STALE - 1)["gen_throughput"] == 2874.12
+    assert current_stats(log.state, at + STATS_STALE + 1) == {"gen_throughput": 0.0}
+    log.feed(sg("10:04:00", _DEC.format(r=2, u=0.09, g="40.00", q=0)), now=at + 120)
+    assert current_stats(log.state, log.now)["gen_throughput"] == 40.0   # serving again
+    log.feed(sg("10:04:10", "Received sigquit from a child process. It usually means the "
+                "child failed.", None))
+    assert current_stats(log.state, log.now) == {}      # not serving: no current figures
+
+
+def test_serving_figures_and_their_age_survive_a_restart() -> None:
+    """A daemon restarted under a serving DP server continues the per-rank figures and their
+    age from its checkpoint (before, only the sum came back: the next line of one rank
+    replaced the others' share of it)."""
+    from logwatch.machine import state_from_json, state_to_json
+    log = Log()
+    sglang_to(log, "ready")
+    log.feed(sg("10:02:00", _DEC.format(r=40, u=0.20, g="1000.00", q=2), "DP0 TP0 EP0"),
+             sg("10:02:00", _DEC.format(r=60, u=0.30, g="1200.00", q=5), "DP1 TP1 EP1"))
+    back = state_from_json(json.loads(json.dumps(state_to_json(log.state))))
+    assert back.stats_by == log.state.stats_by and back.stats_seen == log.state.stats_seen
+    assert current_stats(back, log.now)["gen_throughput"] == 2200.0
+    hostile = state_to_json(log.state)
+    hostile["stats_by"] = {"DP0": {"gen_throughput": "x", "ok": 1.0}, "DP1": 7}
+    hostile["stats_seen"] = {"DP0": None, "DP1": True}
+    back = state_from_json(hostile)
+    assert back.stats_by == {"DP0": {"ok": 1.0}} and back.stats_seen == {}

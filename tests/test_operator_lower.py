@@ -122,7 +122,8 @@ def test_an_ended_launchs_serving_figures_are_not_shown_as_current() -> None:
     pipe = LogPipeline(load_pack("sglang"))
 
     def view(phase: str, seen: SeenAtAttach | None = None) -> TargetView:
-        pipe.state = State(phase=phase, startup_id="s1", stats=dict(serving))
+        pipe.state = State(phase=phase, startup_id="s1", stats=dict(serving),
+                           stats_by={"": dict(serving)}, stats_seen={"": 995.0})
         return build_view(TargetView(name="node1", engine="auto", source="x.log", kind="file",
                                      labels={}, now=1000.0, counters=Counters(),
                                      seen_at_attach=seen), pipe)

@@ -23,7 +23,9 @@ from .. import log
 from ..counters import Counters, count_crash
 from ..eta import EtaSmoother, startup_eta
 from ..follow import Follower
-from ..machine import CrashSettled, Event, Stalled, StartupBegan, State, StatsUpdated
+from ..machine import (
+    CrashSettled, Event, Stalled, StartupBegan, State, StatsUpdated, current_stats,
+)
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, RulePack
@@ -400,7 +402,8 @@ class Target:
             rules = self._rule_ids = (pipe.pack, tuple(r.id for r in pipe.pack.rules))
         return Counted(self.counters.lines, self.counters.bytes, self.counters.rule_matches,
                        rules[1] if pipe is not None else (),
-                       st.stats if st is not None and st.phase == READY else None,
+                       current_stats(st, clock.now()) if st is not None and st.phase == READY
+                       else None,
                        self.last_line_at)
 
 

@@ -60,7 +60,7 @@ from .events import (
 from .ranks import RANK_LAG_AFTER, RankLag, RankProgress, rank_clock, rank_lag
 from .rates import RATE_SMOOTHING, ProgressState, parse_rate, phase_left
 from .spans import LATE, event_time, retime
-from .startup import DEFAULT_STALL_AFTER, PROVISIONAL_FOR, StartupMachine
+from .startup import DEFAULT_STALL_AFTER, PROVISIONAL_FOR, StartupMachine, current_stats
 from .state import (
     Crash, Evidence, Observation, PhaseEntry, State, crash_elapsed, elapsed_since, startup_id_of,
 )
@@ -70,6 +70,6 @@ __all__ = [
     "Event", "Evidence", "HINT_WINDOW_LINES", "LATE", "Observation", "PROVISIONAL_FOR", "PhaseChanged",
     "PhaseEntry", "Progress", "ProgressState", "RANK_LAG_AFTER", "RATE_SMOOTHING", "RankLag",
     "RankProgress", "Ready", "Restarted", "Stalled", "StartupBegan", "StartupMachine", "State",
-    "StatsUpdated", "Stopped", "crash_elapsed", "elapsed_since", "event_time", "parse_rate", "phase_left",
+    "StatsUpdated", "Stopped", "crash_elapsed", "current_stats", "elapsed_since", "event_time", "parse_rate", "phase_left",
     "rank_clock", "rank_lag", "retime", "startup_id_of", "state_from_json", "state_to_json",
 ]

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from ..rules.pack import WAITING
 from .ranks import RankProgress
 from .rates import ProgressState
+from .startup import MAX_STAT_SOURCES
 from .state import Crash, Evidence, Span, State
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ def state_from_json(d: dict[str, object]) -> State:
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]
         stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
+        stats_by=_stats_by(d.get("stats_by")), stats_seen=_stats_seen(d.get("stats_seen")),
         hints={k: known_fields(Evidence, v) for k, v in (d.get("hints") or {}).items()},  # type: ignore[union-attr, arg-type]
         last_activity=d.get("last_activity"), last_log_time=d.get("last_log_time"),  # type: ignore[arg-type]
         stalled=bool(d.get("stalled", False)),
@@ -90,6 +92,26 @@ def state_from_json(d: dict[str, object]) -> State:
         relaunched=bool(d.get("relaunched", False)),
     )
     return st
+
+
+def _stats_by(v: object) -> dict[str, dict[str, float]]:
+    """The serving figures per engine / DP rank from a checkpoint (at most MAX_STAT_SOURCES
+    of them; none from a checkpoint from before they were read back)."""
+    if not isinstance(v, dict):
+        return {}
+    out = {}
+    for k, figures in list(v.items())[:MAX_STAT_SOURCES]:
+        if isinstance(figures, dict):
+            out[str(k)] = {str(f): float(x) for f, x in figures.items()
+                           if isinstance(x, (int, float)) and not isinstance(x, bool)}
+    return out
+
+
+def _stats_seen(v: object) -> dict[str, float]:
+    if not isinstance(v, dict):
+        return {}
+    return {str(k): float(x) for k, x in list(v.items())[:MAX_STAT_SOURCES]
+            if isinstance(x, (int, float)) and not isinstance(x, bool)}
 
 
 def _last(v: object) -> tuple[int, bool, bool] | None:

@@ -5,6 +5,7 @@ The rules of the machine are in the package's docstring (logwatch/machine/__init
 
 from __future__ import annotations
 
+import math
 import re
 
 from typing import Any
@@ -42,6 +43,13 @@ SUMMED_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughp
                           "running_requests", "queued_requests", "new_tokens"})
 _DP_RANK = re.compile(r"\bDP\d+")
 MAX_STAT_SOURCES = 256      # engines / DP ranks whose figures are kept (`merge_stats`)
+# seconds after its latest serving line that an engine / DP rank's figures stop being current
+# (`current_stats`): SGLang prints a decode line every 40 decode steps while a rank has
+# requests and nothing while idle; vLLM every 10 s while busy, one line of zeros as it goes
+# idle, then nothing
+STATS_STALE = 60.0
+# the figures that are rates: with no current line, nothing was generated (`current_stats`)
+RATE_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughput"})
 # the "rule" of a ready said by the server's endpoint (`StartupMachine.endpoint_answers`)
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
@@ -397,7 +405,8 @@ class StartupMachine:
             state.hints.clear()   # it served on after them: they say nothing of a later crash
         values = stat_values(obs.fields, obs.rule.scale)
         if values:
-            state.stats = merge_stats(state.stats_by, stats_source(self.pack, obs), values)
+            state.stats = merge_stats(state.stats_by, state.stats_seen,
+                                      stats_source(self.pack, obs), values, now)
             events.append(StatsUpdated(state.epoch, dict(state.stats),
                                        obs.log_time if obs.log_time is not None else now))
 
@@ -559,20 +568,44 @@ def stats_source(pack: RulePack, obs: Observation) -> str:
     return m.group(0) if m else ""
 
 
-def merge_stats(by: dict[str, dict[str, float]], source: str,
-                values: dict[str, float]) -> dict[str, float]:
-    """The server's figures once `source`'s latest are in `by`: throughput and request
-    counts summed over the engines / DP ranks, the rest (token usage) their mean.  Before,
-    the last line's: two DP ranks at 1000 and 1200 tok/s exported 1200."""
+def merge_stats(by: dict[str, dict[str, float]], seen: dict[str, float], source: str,
+                values: dict[str, float], now: float) -> dict[str, float]:
+    """The server's figures once `source`'s latest (read at `now`) are in `by` / `seen`:
+    throughput and request counts summed over the engines / DP ranks whose latest line is
+    current (`STATS_STALE`), the rest (token usage) their mean.  Before, the last line's: two
+    DP ranks at 1000 and 1200 tok/s exported 1200; and an SGLang rank that went idle (it
+    prints nothing then) kept its last 1200 tok/s in the sum for good."""
     if source in by or len(by) < MAX_STAT_SOURCES:   # a hostile log's DP9999999 tags: bounded
         by[source] = {**by.get(source, {}), **values}
+        seen[source] = now
+    return _summed([f for s, f in by.items() if now - seen.get(s, -math.inf) <= STATS_STALE])
+
+
+def _summed(sources: list[dict[str, float]]) -> dict[str, float]:
     out: dict[str, float] = {}
-    seen: dict[str, int] = {}
-    for figures in by.values():
+    n: dict[str, int] = {}
+    for figures in sources:
         for k, v in figures.items():
             out[k] = out.get(k, 0.0) + v
-            seen[k] = seen.get(k, 0) + 1
-    return {k: v if k in SUMMED_STATS else v / seen[k] for k, v in out.items()}
+            n[k] = n.get(k, 0) + 1
+    return {k: v if k in SUMMED_STATS else v / n[k] for k, v in out.items()}
+
+
+def current_stats(state: State, now: float) -> dict[str, float]:
+    """The serving figures that are current at `now` (what /metrics, the page and `watch
+    --serve` show): those of the engines / DP ranks with a serving line in the last
+    `STATS_STALE` seconds; with none, the rates read 0 (nothing was logged as generated:
+    the engines print while they generate) and the counts and usage are unknown (left out:
+    an idle SGLang prints nothing, nor does a hung one).  Before, an SGLang server idle for
+    2 h exported its last 287 tok/s, and one dead for a minute its 2,874.  None but a
+    serving server's; those of a checkpoint from before the figures had an age are old."""
+    if state.phase != READY:
+        return {}
+    fresh = [f for s, f in state.stats_by.items()
+             if now - state.stats_seen.get(s, -math.inf) <= STATS_STALE]
+    if fresh:
+        return _summed(fresh)
+    return {k: 0.0 for k in state.stats if k in RATE_STATS}
 
 
 def stat_values(fields: dict[str, str], scale: dict[str, float] | None) -> dict[str, float]:

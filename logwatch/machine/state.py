@@ -142,6 +142,7 @@ class State:
     ready_at: float | None = None
     stats: dict[str, float] = field(default_factory=dict)  # the server's (merge_stats)
     stats_by: dict[str, dict[str, float]] = field(default_factory=dict)  # per engine/DP rank
+    stats_seen: dict[str, float] = field(default_factory=dict)  # when each's latest was read
     hints: dict[str, Evidence] = field(default_factory=dict)
     last_activity: float | None = None
     last_log_time: float | None = None
