@@ -191,7 +191,8 @@ def test_alert_rules_cover_the_brief() -> None:
     assert 'logwatch_source_state{state=~"error|fatal"}' in down["expr"] and down["for"] == "5m"
     assert "logwatch_stalled == 1" in by_name["LogwatchStartupStalled"]["expr"]
     # a crashed server keeps its alert until relaunched; logwatch itself down is an alert
-    assert 'logwatch_phase{phase="crashed"} == 1' in crash["expr"]
+    # (for the reason of the crash it is in: adv27 M5)
+    assert "on (target, instance, job, reason) (logwatch_crash_reason == 1)" in crash["expr"]
     assert by_name["LogwatchDown"]["expr"] == \
         'up{job=~"logwatch.*"} == 0 or absent(up{job=~"logwatch.*"})'
     assert by_name["LogwatchDown"]["labels"]["severity"] == "critical"
@@ -416,6 +417,10 @@ def test_alert_rules_evaluate_in_prometheus(live: dict[str, Any]) -> None:
     alerts = wait_for(crashed, 30, "LogwatchServerCrashed active", alive=prom.dead)
     assert alerts[0]["labels"]["target"] == "crash-1"
     assert alerts[0]["labels"]["reason"] == "cuda_oom"
+    # the reason of the crash it is in (what the rule's second clause joins on)
+    assert prom.query('logwatch_crash_reason == 1') and \
+        {r["metric"]["reason"] for r in prom.query('logwatch_crash_reason{target="crash-1"}')} \
+        == {"cuda_oom"}
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ from prometheus_client.utils import floatToGoString
 from .. import clock
 from ..counters import DURATION_BUCKETS
 from ..limits import REFUSED
-from ..rules.pack import CRASH_REASONS, READY
+from ..rules.pack import CRASH_REASONS, CRASHED, READY
 from ..state.files import STATE_ERRORS
 from ..view import TargetView
 from .alerts.kinds import KIND_NAMES
@@ -208,6 +208,10 @@ def _phase_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
     add("logwatch_startup_started_timestamp_seconds",
         f"logwatch_startup_started_timestamp_seconds{one} {val(v.startup_started_at or 0.0)}")
     add("logwatch_ready", f"logwatch_ready{one} {'1.0' if cur == READY else '0.0'}")
+    reason = v.crash.get("reason") if cur == CRASHED and v.crash else None
+    if reason:
+        add("logwatch_crash_reason", f'logwatch_crash_reason{{reason="{_esc(str(reason))}",'
+            f"{tl}}} 1.0")
 
 
 def _counter_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
@@ -269,6 +273,9 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_startup_started_timestamp_seconds", "gauge",
          "when the current startup began (unix time; 0 before any)"),
         ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),
+        ("logwatch_crash_reason", "gauge", "1 for the reason of the crash the server is in "
+         "now (no series unless crashed): the shipped LogwatchServerCrashed rule joins "
+         "crashes_total on it"),
         ("logwatch_shards_loaded", "gauge", "checkpoint shards loaded"),
         # a gauge in meaning, typed counter so that the DESIGN.md name `logwatch_shards_total`
         # passes `promtool check metrics` (which rejects the _total suffix on other types);
