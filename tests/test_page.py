@@ -119,6 +119,56 @@ def test_status_page_in_chromium(tmp_path: Path) -> None:
         daemon.wait(timeout=20)
 
 
+def test_a_daemon_that_stops_answering_is_said_on_the_page(tmp_path: Path) -> None:
+    """A daemon that accepts connections and never answers (stopped, hung; a network that
+    drops packets) left the page as it was, looking current: only the "updated" clock stood
+    still (helper adv25 M4: 25 s under SIGSTOP).  Now each poll gives up after 5 s and the
+    page says, past 6 s, since when it has no answer, the rows dimmed; back when it answers."""
+    import signal
+    port, daemon = _one_target_daemon(tmp_path, "node-a", FIXTURES / "sglang-003.log")
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            expect(page.locator("section[data-target='node-a'] .phase")).to_have_text(
+                "ready", timeout=15000)
+            expect(page.locator("#err")).to_have_text("")
+            daemon.send_signal(signal.SIGSTOP)
+            try:
+                expect(page.locator("#err")).to_contain_text("no answer for", timeout=15000)
+                expect(page.locator("#err")).to_contain_text("what is shown is from")
+                expect(page.locator("body")).to_have_class(re.compile(r"\bstale\b"))
+            finally:
+                daemon.send_signal(signal.SIGCONT)
+            expect(page.locator("#err")).to_have_text("", timeout=15000)
+            expect(page.locator("body")).not_to_have_class(re.compile(r"\bstale\b"))
+            browser.close()
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)
+
+
+def _one_target_daemon(tmp_path: Path, name: str, fixture: Path) -> tuple[int, subprocess.Popen]:
+    """`logwatch run` on a copy of `fixture` as one SGLang target (no probe: no server answers
+    behind it), once its /healthz answers: (its port, its process)."""
+    port = free_port()
+    log = tmp_path / fixture.name
+    log.write_bytes(fixture.read_bytes())
+    cfg = tmp_path / "logwatch.yaml"
+    cfg.write_text(f"listen: 127.0.0.1:{port}\nstate_dir: {tmp_path / 'state'}\ntargets:\n"
+                   f"  - {{name: {name}, source: {log}, rules: sglang, probe: false}}\n")
+    daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
+                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: _ok(port), what="the daemon's /healthz")
+    except BaseException:
+        daemon.kill()
+        daemon.wait()
+        raise
+    return port, daemon
+
+
 def _ok(port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
@@ -279,16 +329,9 @@ def test_page_timeline_draws_spans_and_what_ran_beside_them(tmp_path: Path) -> N
     of the main line, and the weights that loaded while graphs were captured are on a lane
     of their own, placed where they began; the lanes share one scale (the startup's wall
     time, not the sum of the phases)."""
-    port = free_port()
-    log = tmp_path / "overlap.log"
-    log.write_bytes((FIXTURES / "built" / "sglang-0523-overlap.log").read_bytes())
-    cfg = tmp_path / "logwatch.yaml"
-    cfg.write_text(f"listen: 127.0.0.1:{port}\nstate_dir: {tmp_path / 'state'}\ntargets:\n"
-                   f"  - {{name: overlap, source: {log}, rules: sglang, probe: false}}\n")
-    daemon = subprocess.Popen([sys.executable, "-m", "logwatch", "run", "-c", str(cfg)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    port, daemon = _one_target_daemon(tmp_path, "overlap",
+                                      FIXTURES / "built" / "sglang-0523-overlap.log")
     try:
-        wait_until(lambda: _ok(port), what="the daemon's /healthz")
         t = wait_until(lambda: next((x for x in status(port)["targets"]
                                      if x["phase"] == "ready"), None), what="ready")
         assert [s["phase"] for s in t["spans"] if s["beside"]] == ["loading_shards"]

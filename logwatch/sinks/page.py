@@ -56,6 +56,7 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .probe{font-size:.85em;color:var(--mute)}.probe.ok{color:var(--ok)}.probe.bad{color:var(--bad);font-weight:600}.probe[hidden],.ranks[hidden]{display:none}
 .ranks{font-size:.85em;color:var(--warn);font-weight:600}
 #err{color:var(--bad);padding:0 1.2em}
+body.stale #targets{opacity:.45}
 .tools{display:flex;gap:.6em;align-items:center;padding:.5em 1.2em;background:#fff;border-bottom:1px solid var(--line);font-size:.9em}
 .tools input[type=search]{width:22em;padding:.2em .4em}.tools .hint{color:var(--mute)}
 .count{cursor:pointer}.count.active{text-decoration:underline;outline:1px solid currentColor;padding:0 .2em}
@@ -206,9 +207,19 @@ function update(r,t,now){
     let limit=0;if(snap)for(const g of snap.gpus)limit+=g.power_limit_w||0;
     spark(r.spark,snap?(gpu.power_history_w||[]):[],limit)}
   set(r.last,t.last_line||"")}
+// a daemon that accepts and never answers (stopped, hung, a network dropping packets) left the
+// page as it was, looking current: each poll gives up after POLL_WAIT ms, one at a time, and
+// past STALE_AFTER ms without an answer the rows are dimmed and the page says since when
+const POLL_WAIT=5000,STALE_AFTER=6000;let lastOk=Date.now(),polling=false;
+function stale(why){const age=Math.round((Date.now()-lastOk)/1000),old=age*1000>=STALE_AFTER;
+  document.body.classList.toggle("stale",old);
+  set(document.getElementById("err"),why+(old?" — no answer for "+age+" s: what is shown is from "+new Date(lastOk).toLocaleTimeString():""))}
 async function refresh(){
-  let d;try{const res=await fetch("/api/status",{cache:"no-store"});d=await res.json();set(document.getElementById("err"),"")}
-  catch(e){set(document.getElementById("err"),"cannot reach the daemon: "+e);return}
+  let d;const ac=new AbortController(),timer=setTimeout(()=>ac.abort(),POLL_WAIT);
+  try{const res=await fetch("/api/status",{cache:"no-store",signal:ac.signal});d=await res.json()}
+  catch(e){stale(ac.signal.aborted?"the daemon does not answer":"cannot reach the daemon: "+e);return}
+  finally{clearTimeout(timer)}
+  lastOk=Date.now();document.body.classList.remove("stale");set(document.getElementById("err"),"")
   const box=document.getElementById("targets"),seen=new Set(),count={};
   for(const t of d.targets){seen.add(t.name);const k=t.status||t.phase;count[k]=(count[k]||0)+1;
     let r=rows.get(t.name);if(!r){r=makeRow(t.name);rows.set(t.name,r);box.append(r.root)}update(r,t,d.now)}
@@ -268,7 +279,9 @@ readHash();
     else if(ev.key==="Escape"&&document.activeElement===q){q.value="";view.q="";writeHash();layout(false);q.blur()}});
   window.addEventListener("hashchange",()=>{readHash();q.value=view.q;so.value=view.sort;layout(true);refreshCounts()})})();
 let first=true;
-async function tick(){await refresh();if(first&&rows.size){first=false;layout(true)}}
+async function tick(){if(polling){if(Date.now()-lastOk>=STALE_AFTER)stale("the daemon does not answer");return}
+  polling=true;try{await refresh()}finally{polling=false}
+  if(first&&rows.size){first=false;layout(true)}}
 tick();setInterval(tick,2000);
 </script></body></html>
 """
