@@ -55,3 +55,16 @@ def test_vllm_worker_exception_that_kills_the_engine_after_ready_is_still_a_cras
         + env("APIServer pid=100", "ERROR", "10:06:01", "async_llm.py:957", "AsyncLLM output_handler failed.")
     st = replay_lines(tmp_path, "fatal.log", lines)
     assert st.crash is not None and st.crash.during == READY
+
+
+# -- speculative decoding: the draft model's shards are a second round -------------------------
+
+def test_a_draft_model_s_shard_bar_does_not_replace_the_target_s_count():
+    """SGLang EAGLE3 (the draft runner loads after the target's capture) and vLLM's draft
+    model (loaded after the target's `Loading weights took`): each prints a second shard
+    bar, `1/1`.  Before: `shards 1/1` for the 17- and 30-shard targets."""
+    for name, total in (("sglang-0523-eagle3.log", 17), ("vllm-034-spec-draft.log", 30)):
+        st = replay(name)
+        assert st.phase == READY
+        bar = st.progress["shards"]
+        assert (bar.current, bar.total) == (total, total), name

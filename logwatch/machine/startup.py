@@ -131,7 +131,7 @@ class StartupMachine:
             self._advance(state, rule, obs, now, events)
             note_follower_done(self.pack, state, obs)    # no ready line will come
         if rule.progress:
-            _note_progress(state, rule.progress, obs, now, events)
+            _note_progress(self.pack, state, rule.progress, obs, now, events)
         if rule.stats:
             self._stats(state, obs, now, events)
         return events
@@ -540,17 +540,27 @@ def _announce_ready(state: State, obs: Observation, now: float, events: list[Eve
     events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
 
 
-def _note_progress(state: State, name: str, obs: Observation, now: float,
+def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, now: float,
                    events: list[Event]) -> None:
-    """A progress line (shards, a bar): its counter and rate, while the startup is starting."""
+    """A progress line (shards, a bar): its counter and rate, while the startup is starting.
+    The main bar once complete and its phase over is the startup's: another model's bar
+    after it (a speculative draft model's shards, SGLang 0.5.23's EAGLE draft runner after
+    the target's capture, vLLM 0.34's draft loaded after the target's `Loading weights
+    took`) does not replace the checkpoint's count (before: `shards 1/1` for a 17-shard
+    model with a 1-shard draft)."""
     if state.phase == READY:
         return  # e.g. a LoRA or weight update after startup: not startup progress
+    prev = state.progress.get(name)
+    rule = obs.rule
+    if (rule.primary and rule.phase and prev is not None and prev.total
+            and prev.current >= prev.total
+            and pack.phase_index(rule.phase) < pack.phase_index(state.phase)):
+        return
     try:
         cur = int(obs.fields["current"])
         total = int(obs.fields["total"])
     except (KeyError, ValueError):
         return
-    prev = state.progress.get(name)
     state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
                                          obs.log_time if obs.own_time else None, now)
     state.phase_progress = True
