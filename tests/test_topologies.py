@@ -68,3 +68,15 @@ def test_a_draft_model_s_shard_bar_does_not_replace_the_target_s_count():
         assert st.phase == READY
         bar = st.progress["shards"]
         assert (bar.current, bar.total) == (total, total), name
+
+
+# -- vLLM's Ray executor: a remote node's worker is a rank ---------------------------------------
+
+def test_a_ray_worker_on_another_node_is_named_by_its_rank():
+    """Ray forwards an actor's output behind `(RayWorkerProc pid=N, ip=10.0.0.2) `, then the
+    worker's own `(Worker_TP2 pid=N)`.  Before: the remote node's ranks were no ranks (the
+    rank lag never saw them) and its crash named none."""
+    st = replay("vllm-034-ray-remote-oom.log")
+    assert st.crash is not None and st.crash.reason == "cuda_oom"
+    assert st.crash.rank == "TP2"
+    assert sorted(st.ranks) == ["TP0", "TP1", "TP2", "TP3"]
