@@ -50,6 +50,7 @@ class TimedHit(Protocol):
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
+_COUNT = re.compile(r"(\d+)/(\d+)\s*\[")     # a frame's `k/N [`
 
 
 def bar_frame(text: str) -> tuple[str, int] | None:
@@ -63,6 +64,12 @@ def bar_frame(text: str) -> tuple[str, int] | None:
         return None
     return (_DIGITS.sub("#", m.group(1).strip()),
             int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4)))
+
+
+def frame_count(text: str) -> tuple[int, int] | None:
+    """A tqdm frame's `k/N` (None where it shows none)."""
+    m = _COUNT.search(text)
+    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def runs_through(rule: Rule) -> bool:
@@ -84,6 +91,7 @@ class BarRun:
     head: bytes         # the first frame's bytes up to its first literal: process, rank, bar
     key: str            # `bar_frame`'s description
     elapsed: int        # the latest frame's elapsed seconds
+    count: tuple[int, int] | None   # the latest frame's `k/N` (None: it shows none)
     end: int            # where the latest frame ends in the block
     max_line_bytes: int
     skipped: list[tuple[int, int]] = field(default_factory=list)   # segments, in order
@@ -103,17 +111,25 @@ class BarRun:
         frame = bar_frame(hit.text)
         if frame is None:
             return None
-        return cls(hit.rule, bits, data[start:first + 1], frame[0], frame[1], end,
-                   max_line_bytes)
+        return cls(hit.rule, bits, data[start:first + 1], frame[0], frame[1],
+                   frame_count(hit.text), end, max_line_bytes)
 
     def takes(self, data: bytes, start: int, end: int, bits: int) -> bool:
         """Skip the segment [start, end) as a frame of this bar, if it is one: the same
-        literals, the same bytes up to the first of them, the same bar, not earlier."""
+        literals, the same bytes up to the first of them, the same bar, not earlier, its
+        count not going back nor to another total (a bar drawn again from 0, or another
+        model's: a speculative draft's 1 shard after the target's 17 is not skipped
+        between them, as the machine keeps the target's count: `_note_progress`)."""
         if bits != self.bits or not data.startswith(self.head, start):
             return False
-        frame = bar_frame(segment_text(data[start:end], self.max_line_bytes))
+        text = segment_text(data[start:end], self.max_line_bytes)
+        frame = bar_frame(text)
         if frame is None or frame[0] != self.key or frame[1] < self.elapsed:
             return False
-        self.elapsed, self.end = frame[1], end
+        count = frame_count(text)
+        if self.count is not None and (count is None or count[1] != self.count[1]
+                                       or count[0] < self.count[0]):
+            return False
+        self.elapsed, self.count, self.end = frame[1], count, end
         self.skipped.append((start, end))
         return True
