@@ -111,6 +111,14 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
                         t["silent"]), t["silent"]
     said = [e for e in d.log_events() if "probably dead" in str(e.get("event"))]
     assert len(said) == 1, said
+    # the daemon restarted: the same words (before, a plain `stalled` with no detail,
+    # the header's 14 silent became 14 stalled with no server changed: helper adv25 M3)
+    assert d.stop() == 0
+    d = daemons(cfg, port).start()
+    t = d.wait_target("node1", lambda t: t["source_state"]["state"] == "up", "reading again")
+    assert t["status"] == "silent" and t["eta_seconds"] is None, t
+    assert re.fullmatch(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead",
+                        t["silent"]), t["silent"]
     with open(path, "a") as f:           # it writes again: not dead any more
         f.write("[2026-01-01 10:00:00 TP0] Load weight end. type=Qwen3ForCausalLM\n")
     t = d.wait_target("node1", lambda t: t["status"] != "silent", "alive again")

@@ -58,6 +58,7 @@ class Restored:
     counters: Counters = field(default_factory=Counters)
     alert_marks: dict[str, float] = field(default_factory=dict)   # what was alerted
     last_line_at: float | None = None
+    silent_since: float | None = None   # a startup silent past its budget at the first attach
 
 
 def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[RulePack],
@@ -81,6 +82,8 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
                            if isinstance(v, (int, float))}
     if isinstance(extra.get("last_line_at"), (int, float)):
         out.last_line_at = float(extra["last_line_at"])
+    if isinstance(extra.get("silent_since"), (int, float)):
+        out.silent_since = float(extra["silent_since"])
     if extra.get("state") and out.pack is not None and position is not None:
         try:
             out.state = state_from_json(extra["state"])
@@ -118,9 +121,11 @@ class Checkpoints:
 
     def write(self, follower: Follower, source: str, counters: Counters,
               last_line_at: float | None, alert_marks: dict[str, float],
-              durable: bool = False) -> None:
+              durable: bool = False, silent_since: float | None = None) -> None:
         """The position and the state, with the counters, in one atomic file (`durable`:
-        fsynced).  Nothing before the pack is chosen or the first bytes."""
+        fsynced).  Nothing before the pack is chosen or the first bytes.  `silent_since`: the
+        log's last write, when it was silent past its budget at the first attach and still
+        is (a restarted daemon says "probably dead" on, not a plain `stalled`)."""
         pipe = follower.pipe
         pos = follower.position() if pipe is not None and self.store is not None else None
         if pos is None or pipe is None or self.store is None:
@@ -129,6 +134,8 @@ class Checkpoints:
                  "last_line_at": last_line_at, "state": state_to_json(pipe.state),
                  "counters": counters.to_json(), "alerts_seen": alert_marks,
                  "saved_at": clock.now()}
+        if silent_since is not None:
+            extra["silent_since"] = silent_since
         if not self.store.save(self.name, pos, extra, durable=durable):
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()

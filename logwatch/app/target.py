@@ -165,6 +165,8 @@ class Target:
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
         self.last_line_at = restored.last_line_at
         self._restored_state = restored.state
+        if restored.state is not None:     # silent since before the first attach, and still
+            self.catchup.silent_since = restored.silent_since
         self._held_crashes: list[CrashSettled] = []   # settled while catching up: news?
         # where a log met for the first time is read from: its latest launch, by the markers
         # of the target's pack (every candidate's under `rules: auto`)
@@ -337,7 +339,8 @@ class Target:
             return              # watch: no checkpoints
         self.count_bytes()
         self.checkpoints.write(self.follower, self.cfg.source, self.counters, self.last_line_at,
-                               self.alert_marks(self.name) if self.alert_marks else {}, durable)
+                               self.alert_marks(self.name) if self.alert_marks else {}, durable,
+                               self.catchup.silent_since if self._silent_since_attach() else None)
 
     # -- the view ------------------------------------------------------------------------------
     def view(self, now: float) -> TargetView:
