@@ -338,6 +338,29 @@ def test_fleet_table_puts_the_broken_targets_first() -> None:
         "  (2 need a look)", lines[-1]
 
 
+def test_long_names_stay_told_apart_on_a_terminal() -> None:
+    """A fleet of FQDNs alike but for the node: the middle cut printed
+    `sglang-decode-node-…t-2.compute.internal` for node-17 (crashed) and node-18 (ready)
+    alike (helper adv27 M7).  Now the domain they share is left out; names alike at both
+    ends and differing in the middle keep their end cut apart."""
+    from logwatch.app.fleet import NAME_MAX, fleet_table, short_names
+    names = [f"sglang-decode-node-{i}.us-east-2.compute.internal" for i in (17, 18)]
+    doc = {"now": 1000.0, "targets": [
+        {"name": names[0], "status": "crashed", "phase": "crashed", "source_state": {"up": True},
+         "crash": {"text": "crashed: cuda_oom during cuda_graph"}},
+        {"name": names[1], "status": "ready", "phase": "ready", "ready_in_seconds": 80,
+         "source_state": {"up": True}}]}
+    lines = fleet_table(doc, 120)
+    shown = [ln.split("   ")[0].strip() for ln in lines[1:3]]
+    assert shown == ["sglang-decode-node-17…", "sglang-decode-node-18…"], lines
+    middle = [f"{'a' * 25}-{i}-{'b' * 25}" for i in (1, 2)]     # alike at both ends
+    out = short_names(middle)
+    assert len(set(out)) == 2 and all(len(n) <= NAME_MAX for n in out), out
+    one = ["x" * 60]                         # one long name: its middle cut, as before
+    assert short_names(one) == [one[0][:19] + "…" + one[0][-20:]]
+    assert short_names(["a", "b"]) == ["a", "b"]
+
+
 def test_fleet_table_keeps_the_why_with_a_long_name_and_a_narrow_terminal() -> None:
     """One FQDN-style name widened every row and the fixed 160-column cut took every
     DETAIL off (`source: cannot run ... No such file or di`); COLUMNS was ignored (helper

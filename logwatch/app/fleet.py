@@ -10,6 +10,7 @@ shell still names its daemon (only `listen` is read).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import urllib.error
 import urllib.request
@@ -110,6 +111,35 @@ def short_name(name: str, most: int = NAME_MAX) -> str:
     return name[:head] + "…" + name[len(name) - (most - 1 - head):]
 
 
+def short_names(names: list[str], most: int = NAME_MAX) -> list[str]:
+    """Each name in at most `most` characters, the fleet's names still told apart: the
+    domain the long ones share left out (`node-17.us-east-2.compute.internal` ->
+    `node-17…`), else their middle cut (`short_name`), else their end.  Before, the middle
+    cut alone printed `sglang-decode-node-…t-2.compute.internal` for node-17 (crashed) and
+    node-18 (ready) alike (helper adv27 M7)."""
+    long = [n for n in names if len(n) > most]
+    if not long:
+        return list(names)
+    shared = _shared_domain(long)
+    cuts = [lambda n: short_name(n[:len(n) - len(shared)] + "…", most) if shared else "",
+            lambda n: short_name(n, most), lambda n: n[:most - 1] + "…"]
+    for cut in cuts:
+        out = [cut(n) if len(n) > most else n for n in names]
+        if all(out) and len(set(out)) == len(set(names)):
+            return out
+    return [short_name(n, most) for n in names]
+
+
+def _shared_domain(names: list[str]) -> str:
+    """The end the names share from a `.` on (`.us-east-2.compute.internal`), "" for none
+    or one name."""
+    if len(names) < 2:
+        return ""
+    rev = os.path.commonprefix([n[::-1] for n in names])[::-1]
+    dot = rev.find(".")
+    return rev[dot:] if dot >= 0 and all(len(n) > len(rev[dot:]) for n in names) else ""
+
+
 def fleet_table(doc: dict[str, Any], width: int | None = None) -> list[str]:
     """The table's lines: a header, one row per target (bad first), and a count line.
 
@@ -120,8 +150,9 @@ def fleet_table(doc: dict[str, Any], width: int | None = None) -> list[str]:
     now = float(doc.get("now") or clock.now())
     targets = sorted(doc["targets"], key=lambda t: (rank(t), str(t.get("name"))))
     rows = [["NAME", "STATUS", "PROGRESS", "LAST LINE", "DETAIL"]] + [row(t, now) for t in targets]
-    for r in rows[1:] if width is not None else ():
-        r[0] = short_name(r[0])      # a script's pipe keeps whole names (to grep)
+    if width is not None:            # a script's pipe keeps whole names (to grep)
+        for r, name in zip(rows[1:], short_names([r[0] for r in rows[1:]])):
+            r[0] = name
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines: list[str] = []
     for r in rows:
