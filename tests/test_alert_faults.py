@@ -169,3 +169,32 @@ def test_pages_queued_across_a_restart_arrive_in_the_order_decided(tmp_path, rec
                   alive=d.dead, what="both crashes delivered")
     assert got[0].json["startup"] == first, rx.brief()
     assert len({g.json["startup"] for g in got}) == 2, rx.brief()
+
+
+@pytest.mark.parametrize("kind", ["webhook", "slack"])
+def test_a_sigterm_during_a_delivery_lets_it_finish_and_it_is_not_sent_again(
+        tmp_path, receivers, daemons, kind) -> None:
+    """`systemctl restart` in the second a page is on its way (Slack's API answers in 0.5-2 s):
+    the POST is let finish, so the restarted daemon does not send it again (Slack drops no
+    copy).  Before, the stop cut the POST the receiver had already processed: the page
+    posted twice (a relaunch's `ready` re-sent after a restart 1 s after a crash: 4 of 4)."""
+    def slow(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        time.sleep(1.5)                   # the fault: a receiver that takes 1.5 s to answer
+        return 200, {}, b"ok"
+
+    rx = receivers(slow)
+    cfg, port, state, log = one_target(tmp_path, {"type": kind, "url": rx.url("/hook"),
+                                                  "on": ["crashed"]})
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, "".join(sim_texts(crash="oom")))
+    rx.wait(lambda g: True, 1, timeout=20, alive=d.dead, what="the crash page's POST")
+    d.signal(15)                          # while the receiver processes it
+    assert d.wait_exit(10) == 0
+    wait_for(lambda: [g.status for g in rx.requests()] == [200], 5,
+             "the POST answered 200, not cut by the stop")
+    assert not outbox(state), "answered 200 during the stop: delivered, not left to send"
+    d.start()
+    d.wait_reading("t1")
+    rx.assert_quiet(2.0, what="the delivered page sent again after the restart")
+    assert len(rx.requests()) == 1

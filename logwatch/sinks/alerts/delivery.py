@@ -43,6 +43,7 @@ from .outbox import QUEUED, SENDING, AlertStore, went_to
 from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
 
 MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
+STOP_GRACE = 5.0                          # a stop waits this long for POSTs under way
 
 
 class Delivery:
@@ -58,9 +59,12 @@ class Delivery:
         self.wake: dict[str, asyncio.Event] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._refreshed: dict[str, float] = {}    # alertmanager sink -> its last re-send
+        self._posting: set[str] = set()           # sinks with a POST under way
+        self._closing = False
 
     async def start(self) -> None:
         import aiohttp
+        self._closing = False
         self.session = aiohttp.ClientSession()
         self.start_workers()
 
@@ -88,7 +92,14 @@ class Delivery:
         if ev is not None:
             ev.set()
 
-    async def stop(self) -> None:
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        """A POST under way is let finish (up to `grace`): cut, the receiver may have it
+        (Slack drops no copy) and the restarted daemon sends it again.  Before, a SIGTERM
+        in the second a page was in flight (`systemctl restart`) posted it twice."""
+        self._closing = True
+        busy = [t for n, t in self._workers.items() if n in self._posting]
+        if busy:
+            await asyncio.wait(busy, timeout=grace)
         for t in self._workers.values():
             t.cancel()
         # each worker's end awaited, whatever it ended with (cancelled, or a failure)
@@ -100,7 +111,7 @@ class Delivery:
 
     async def _worker(self, sink: Sink) -> None:
         wake = self.wake[sink.name]
-        while True:
+        while not self._closing:
             now = clock.now()
             entry, wait = next_up(self.store.outbox, sink.name, now)
             # the sink as configured now (a reload may have changed it)
@@ -119,8 +130,12 @@ class Delivery:
                 continue
             entry["state"] = SENDING         # phase 1: saved before the POST
             self.store.save()
-            outcome = await deliver(self.session, current, Alert.from_json(entry["alert"]))
-            self._settle(current, entry, outcome)   # phase 2: removed once delivered
+            self._posting.add(sink.name)
+            try:
+                outcome = await deliver(self.session, current, Alert.from_json(entry["alert"]))
+                self._settle(current, entry, outcome)   # phase 2: removed once delivered
+            finally:
+                self._posting.discard(sink.name)
 
     def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
         alert = entry["alert"]
