@@ -1463,6 +1463,21 @@ def test_an_idle_server_generates_nothing() -> None:
     assert current_stats(log.state, log.now) == {}      # not serving: no current figures
 
 
+def test_a_vllm_engine_that_said_it_went_idle_stays_idle() -> None:
+    """vLLM prints one line of zeros as an engine goes idle, then nothing until a request
+    comes (v1/metrics/loggers.py: the idle engine logs at DEBUG): past STATS_STALE its
+    `Running: 0 reqs` is still true (not unknown, as an SGLang rank's last decode line)."""
+    from logwatch.machine.startup import STATS_STALE
+    log = _vllm_serving()
+    line = ("(APIServer pid=1) INFO 10-03 10:05:00 [loggers.py:336] Engine 000: Avg prompt "
+            "throughput: {p} tokens/s, Avg generation throughput: {g} tokens/s, Running: {r} "
+            "reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 42.0%")
+    log.feed(line.format(p="10.0", g="900.0", r=8), line.format(p="0.0", g="0.0", r=0))
+    later = current_stats(log.state, log.now + STATS_STALE + 1)
+    assert later["running_requests"] == 0.0 and later["queued_requests"] == 0.0, later
+    assert later["gen_throughput"] == 0.0 and later["prompt_throughput"] == 0.0, later
+
+
 def test_serving_figures_and_their_age_survive_a_restart() -> None:
     """A daemon restarted under a serving DP server continues the per-rank figures and their
     age from its checkpoint (before, only the sum came back: the next line of one rank

@@ -588,7 +588,23 @@ def merge_stats(by: dict[str, dict[str, float]], seen: dict[str, float], source:
     if source in by or len(by) < MAX_STAT_SOURCES:   # a hostile log's DP9999999 tags: bounded
         by[source] = {**by.get(source, {}), **values}
         seen[source] = now
-    return _summed([f for s, f in by.items() if now - seen.get(s, -math.inf) <= STATS_STALE])
+    return _summed(_current(by, seen, now))
+
+
+def _current(by: dict[str, dict[str, float]], seen: dict[str, float],
+             now: float) -> list[dict[str, float]]:
+    """The figures of each engine / DP rank that count at `now`: its latest line's while
+    current (`STATS_STALE`); after, only those of one whose latest line said it was idle (0
+    running, 0 queued: vLLM's line as it goes idle), its rates 0: an engine that said so
+    prints nothing until a request comes.  One whose latest line had requests running is
+    unknown (SGLang's last decode line before idling, or before a hang)."""
+    out = []
+    for source, figures in by.items():
+        if now - seen.get(source, -math.inf) <= STATS_STALE:
+            out.append(figures)
+        elif figures.get("running_requests") == 0 and not figures.get("queued_requests"):
+            out.append({k: 0.0 if k in RATE_STATS else v for k, v in figures.items()})
+    return out
 
 
 def _summed(sources: list[dict[str, float]]) -> dict[str, float]:
@@ -604,17 +620,17 @@ def _summed(sources: list[dict[str, float]]) -> dict[str, float]:
 def current_stats(state: State, now: float) -> dict[str, float]:
     """The serving figures that are current at `now` (what /metrics, the page and `watch
     --serve` show): those of the engines / DP ranks with a serving line in the last
-    `STATS_STALE` seconds; with none, the rates read 0 (nothing was logged as generated:
-    the engines print while they generate) and the counts and usage are unknown (left out:
-    an idle SGLang prints nothing, nor does a hung one).  Before, an SGLang server idle for
+    `STATS_STALE` seconds, and of those whose latest line said they were idle (`_current`);
+    with none, the rates read 0 (nothing was logged as generated: the engines print while
+    they generate) and the counts and usage are unknown (left out: an idle SGLang prints
+    nothing, nor does a hung one).  Before, an SGLang server idle for
     2 h exported its last 287 tok/s, and one dead for a minute its 2,874.  None but a
     serving server's; those of a checkpoint from before the figures had an age are old."""
     if state.phase != READY:
         return {}
-    fresh = [f for s, f in state.stats_by.items()
-             if now - state.stats_seen.get(s, -math.inf) <= STATS_STALE]
-    if fresh:
-        return _summed(fresh)
+    counted = _current(state.stats_by, state.stats_seen, now)
+    if counted:
+        return _summed(counted)
     return {k: 0.0 for k in state.stats if k in RATE_STATS}
 
 
