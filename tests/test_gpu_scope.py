@@ -45,10 +45,38 @@ def test_the_gpus_whose_memory_rose_are_the_startups_and_stay_so() -> None:
     later = snap(3, {**{i: 0 for i in range(4)}, 4: 61, 5: 0, 6: 61, 7: 61})
     assert not scope.see(later)
     assert [g.index for g in scope.select(later).gpus] == [4, 5, 6, 7]
-    # a neighbour holding 120 GiB before the launch, and a 0.5 GiB blip: not ours
+    # a neighbour holding 120 GiB before the launch (and growing 0.4 GiB), a 0.2 GiB blip on
+    # an idle GPU: not ours
     scope.begin(snap(10, {0: 120, 1: 0}))
-    scope.see(snap(11, {0: 120.4, 1: 0.5}))
+    scope.see(snap(11, {0: 120.4, 1: 0.2}))
     assert scope.how == "all"
+    # a context (0.6 GiB) on a GPU idle at the launch: a rank's, before its weights
+    scope.see(snap(12, {0: 120.4, 1: 0.6}))
+    assert scope.rose == {1}
+
+
+def test_a_rank_stuck_with_only_its_context_is_named() -> None:
+    """TP=8: rank 5 hangs in NCCL init holding only its 0.6 GiB CUDA context while the other
+    7 load 70 GiB and spin in the collective waiting for it.  Before (helper adv27 M4, a
+    regression of a36b406): GPU 5 never rose a GiB, was left out of the scope, and the
+    verdict said "7 GPUs spinning ... likely hung", naming no rank."""
+    from logwatch.silence import silence_verdict
+    snaps = []
+    for t in range(0, 400, 2):
+        mem = {i: (0.6 + min(t, 100) * 0.7 if i != 5 else 0.6) if t >= 4 else 0 for i in range(8)}
+        snaps.append(GpuSnapshot(float(t), tuple(
+            GpuSample(i, power_w=90.0 if i == 5 else (120.0 if t > 110 else 300.0),
+                      power_limit_w=700.0, power_default_limit_w=700.0,
+                      util_ratio=0.0 if i == 5 else (1.0 if t > 110 else 0.4),
+                      mem_used_bytes=int(m * GIB)) for i, m in mem.items())))
+    scope = GpuScope()
+    scope.begin(snaps[0])
+    for sn in snaps[1:]:
+        scope.see(sn)
+    assert scope.rose == set(range(8)), scope.rose
+    v = silence_verdict([scope.select(sn) for sn in snaps if sn.at >= 278], 110.0, 398.0,
+                        {i: 82.0 for i in range(8)})
+    assert v is not None and v.kind == "stuck_rank" and v.text.endswith("a stuck rank (GPU 5)"), v
 
 
 def test_the_preflight_names_only_the_servers_gpus() -> None:

@@ -6,7 +6,8 @@ Why: a server rarely owns every GPU of its node (TP=4 on an 8-GPU node, another 
 beside it).  Read over all of them, the unused GPUs idle at 81 W named a healthy TP=4 "a
 stuck rank", and a neighbour's busy GPUs called a hung server "slow, not hung".  A server
 loads its weights onto its own GPUs first thing, so memory that rises by a GiB after its
-launch line is the cheapest sign of whose GPUs they are; once seen, a GPU stays the
+launch line (a context's worth on a GPU idle at the launch: a rank stuck before its weights)
+is the cheapest sign of whose GPUs they are; once seen, a GPU stays the
 startup's (sticky: a rank that died and freed its memory is still a rank of it).  Before any
 rose, every GPU counts, as before.  Pure: snapshots in, the chosen GPUs out.
 """
@@ -19,6 +20,10 @@ from .sample import GpuSample, GpuSnapshot
 
 GIB = 1024 ** 3
 ROSE = 1 * GIB           # memory a GPU gained over its level at launch: the startup's own
+# a CUDA context's worth (~0.5 GiB with torch on an H100): a GPU idle at the launch (under
+# this) that gained as much is a rank's, one that holds only its context (stuck before its
+# weights: the rank a hang waits for) as much as those that loaded
+CONTEXT = 256 * 1024 ** 2
 
 
 @dataclass
@@ -57,7 +62,7 @@ class GpuScope:
         for g in snap.gpus:
             base = self.baseline.get(g.index)
             if g.mem_used_bytes is not None and base is not None and \
-                    g.mem_used_bytes - base >= ROSE:
+                    g.mem_used_bytes - base >= (CONTEXT if base < CONTEXT else ROSE):
                 self.rose.add(g.index)
         return not self.devices and len(self.rose) != before
 
