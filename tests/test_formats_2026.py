@@ -293,3 +293,34 @@ def test_a_follower_node_s_silent_capture_is_timed_by_its_end_line(tmp_path: Pat
     # the head's capture (bars, then the same line) is timed by its bars, as before
     head = VLLM_HEAD + VLLM_READY
     assert replay(tmp_path, head)["durations"]["cuda_graph"] == 20.0
+
+
+def test_a_crash_read_from_the_nccl_watchdog_is_timed_by_its_stamps(tmp_path: Path) -> None:
+    """torch's c10 log stamps its lines glog-style (`[rank0]:[E1206 10:11:00.123456789
+    ProcessGroupNCCL.cpp:685]`; a vLLM child's behind its process tag): a serving server
+    hung in a collective until the watchdog's timeout is timed at the watchdog's line.
+    Before (helper adv26 L1): at the last stamped line before it, a 10-minute hang said
+    "after 1m00s" (here), hiding the hang."""
+    sglang = SGLANG_HEAD + SGLANG_READY + [
+        "[2026-12-01 10:01:00 TP0] Decode batch, #running-req: 31, #token: 40512, token usage: "
+        "0.09, cuda graph: True, gen throughput (token/s): 2874.12, #queue-req: 0",
+        "[rank0]:[E1201 10:11:00.123456789 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=123456, OpType=ALLREDUCE, NumelIn=8388608, "
+        "NumelOut=8388608, Timeout(ms)=600000) ran for 600045 milliseconds before timing out.",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+    ]
+    vllm = VLLM_HEAD + VLLM_READY + [
+        "(APIServer pid=1) INFO 12-01 10:02:00 [loggers.py:283] Engine 000: Avg prompt throughput: "
+        "1.0 tokens/s, Avg generation throughput: 874.1 tokens/s, Running: 8 reqs, Waiting: 0 reqs, "
+        "GPU KV cache usage: 3.1%, Prefix cache hit rate: 0.0%",
+        "(EngineCore pid=2) [rank0]:[E1201 10:12:00.123456789 ProcessGroupNCCL.cpp:685] [Rank 0] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600045 milliseconds before timing out.",
+        "(EngineCore pid=2) terminate called after throwing an instance of 'c10::DistBackendError'",
+    ]
+    for lines, after in ((sglang, 660.0), (vllm, 720.0)):
+        log = tmp_path / "server.log"
+        log.write_text("\n".join(lines) + "\n")
+        view = pipeline_view("server.log", replay_file(str(log)))
+        assert view.crash is not None and view.crash["reason"] == "nccl_error", view.crash
+        assert view.crash_elapsed == pytest.approx(after, abs=1.0), (lines[0], view.crash_elapsed)
