@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,3 +169,38 @@ def test_the_daemon_builds_one_list_per_target(tmp_path: Path) -> None:
     assert [type(a) for a in got] == [HistoryAttachment, GpuAttachment, LedgerAttachment,
                                       ProbeAttachment]
     assert got[2].power is got[1] and got[0].history.model == "m"
+
+
+def test_a_catch_up_holds_the_latest_serving_figures_not_one_per_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first attach to a log whose latest launch has served for long: its batch lines
+    are read before the attach offset, their events held until the catch-up ends.  Each
+    serving figure supersedes the one before, so one is held per run of them, the last:
+    before, one `StatsUpdated` per batch line was held (a 2 GB log's last launch, 2M
+    lines: `watch` at 600 MB, where the design keeps memory flat)."""
+    from logwatch.app.reading import handle
+    from logwatch.app.simulate import script
+    from logwatch.app.watch import WatchOptions, watch_runner
+    from logwatch.machine import StatsUpdated
+    from logwatch.sources import Data, Opened
+    monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "state"))
+    text = "".join(s.text for s in script(tp=1, serve_lines=3000, download=False,
+                                          start=time.time() - 900))
+    data = text.encode()
+    delivered: list[list[Any]] = []
+    runner = watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang",
+                                       last=True, history=False),
+                          on_events=lambda r, evs: delivered.append(list(evs)))
+
+    async def read() -> None:
+        await handle(runner, Opened(0, 1, None, "attach", True, size=len(data),
+                                    mtime=time.time()))
+        assert runner.catching_up
+        for i in range(0, len(data), 64 * 1024):   # as a file source hands it over
+            await handle(runner, Data(data[i:i + 64 * 1024], i))
+    asyncio.run(read())
+    assert not runner.catching_up and delivered, "the catch-up did not end"
+    stats = [e for batch in delivered for e in batch if isinstance(e, StatsUpdated)]
+    assert 1 <= len(stats) <= 3, len(stats)
+    view = runner.view(time.time())
+    assert view.phase == READY and stats[-1].values == view.stats

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import clock
-from ...machine import Event, retime
+from ...machine import Event, StatsUpdated, retime
 from ...pipeline import LogPipeline
 from ...rules.pack import CRASHED, READY
 from ...sources import Data, Opened
@@ -70,7 +70,7 @@ class CatchUp(Attachment):
         """What of these events reaches the owner now: nothing while catching up (held),
         nothing more of the startup that had ended before the attach (its crash settling)."""
         if self.catching_up:
-            self.held.extend(events)
+            self.hold(events)
             return []
         historic = self.seen_at_attach.startup_id if self.seen_at_attach and \
             not self.report_history and self.ended_at_attach(self.seen_at_attach.startup_id) \
@@ -78,6 +78,19 @@ class CatchUp(Attachment):
         if historic is None:
             return events
         return [e for e in events if getattr(e, "startup", None) != historic]
+
+    def hold(self, events: list[Event]) -> None:
+        """Held until the catch-up ends, a serving figure only as the latest of a run of
+        them: each carries every figure as it stands, so the one before it says nothing more
+        (before, a startup serving for days held one per batch line read: 600 MB for the 2M
+        lines of a 2 GB log's last launch, where the design keeps memory flat)."""
+        held = self.held
+        for ev in events:
+            if type(ev) is StatsUpdated and held and type(held[-1]) is StatsUpdated and \
+                    held[-1].epoch == ev.epoch:
+                held[-1] = ev
+            else:
+                held.append(ev)
 
     def end(self, pipe: LogPipeline | None, offset: int | None) -> list[Event] | None:
         """Once the bytes before the attach offset are through the rules: were they news?
