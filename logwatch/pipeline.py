@@ -6,6 +6,7 @@ and the daemon; sources only decide where the bytes come from.
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 from .counters import Counters, count_events
@@ -13,10 +14,11 @@ from .lines import (
     DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, segment_text, split_glued,
 )
 from .machine import (
-    Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupMachine, State,
+    Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupBegan,
+    StartupMachine, State,
 )
 from .rules.matcher import Hit, shared_matcher
-from .rules.pack import CRASHED, RulePack, record_forms
+from .rules.pack import CRASHED, STOPPED, RulePack, record_forms
 from .rules.timestamps import LogClock
 
 EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
@@ -232,6 +234,10 @@ class LogPipeline:
         # whether a settled crash is counted now (a live target's: not the crash that had
         # ended before it attached, history; None: every one, as replay counts)
         self.counts_crash: Callable[[CrashSettled], bool] | None = None
+        # watch: a crash or stop of a startup it says is news stays the verdict, though a
+        # relaunch begins in the same read (`step_keeping_verdict`); then the rest is not read
+        self.keep_final: Callable[[State], bool] | None = None
+        self.halted = False
 
     def feed(self, chunk: bytes, now: float) -> list[Event]:
         if chunk:
@@ -349,6 +355,8 @@ class LogPipeline:
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
         for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
+            if self.halted:
+                break
             events.extend(self._hit(hit, block, now))
         self.counters.rule_errors += self.matcher.errors - errors_before
         newlines = block.newlines()
@@ -373,7 +381,7 @@ class LogPipeline:
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
                           own, offset, hit.proc)
-        events = self.machine.step(self.state, obs, now)
+        events = step_keeping_verdict(self, obs, now)
         for ev in events:
             if isinstance(ev, Crashed):
                 self.excerpt.start(ev.crash.excerpt, block, hit.block_pos)
@@ -385,3 +393,23 @@ class LogPipeline:
         if events and self.on_step is not None:
             self.on_step(events, self.state)
         return events
+
+
+def step_keeping_verdict(pipe: LogPipeline, obs: Observation, now: float) -> list[Event]:
+    """The machine's step of `obs`, except where it begins a relaunch over a crash or a stop
+    that `pipe.keep_final` says is the verdict (watch's: news, read live): then the crash
+    is settled as it stands, the relaunch is not read, and the pipeline reads no further.
+    Before, a supervisor that relaunched within the crash's settle window (`until
+    python -m sglang.launch_server ...; do :; done >> server.log`, a container's restart)
+    wiped the crash before watch's next tick: "phase crashed", then the relaunch's READY and
+    exit 0; in a crash loop watch never exited."""
+    st = pipe.state
+    if pipe.keep_final is None or st.phase not in (CRASHED, STOPPED) or \
+            not (obs.rule.restart or st.relaunched) or not pipe.keep_final(st):
+        return pipe.machine.step(st, obs, now)
+    before = copy.deepcopy(st)
+    events = pipe.machine.step(st, obs, now)
+    if not any(isinstance(e, StartupBegan) for e in events):
+        return events
+    pipe.state, pipe.halted = before, True
+    return pipe.machine.settle(before)

@@ -206,6 +206,43 @@ def test_a_crash_not_yet_final_at_the_timeout_exits_1(tmp_path: Path) -> None:
     assert doc["phase"] == "crashed" and code == 1, (code, doc["phase"], err.read_text()[-500:])
 
 
+@pytest.mark.parametrize("relaunches", [1, 5])
+def test_a_crash_a_supervisor_relaunches_at_once_is_the_verdict(tmp_path: Path,
+                                                                relaunches: int) -> None:
+    """A launch crashes and its supervisor relaunches it into the same log at once, before
+    the crash's settle window is over (`until python -m sglang.launch_server ...; do :;
+    done >> server.log`; a crash loop: each relaunch dies the same way).  watch exits 1 on
+    the first crash, with its reason, in the JSON too.  Before, the relaunch wiped the crash
+    before watch's next tick: "phase crashed", then the relaunch was followed (its READY,
+    exit 0), and in a crash loop watch never exited."""
+    log = tmp_path / "server.log"
+    log.write_text("")
+    out, err = tmp_path / "out.json", tmp_path / "err.txt"
+    with open(out, "w") as o, open(err, "w") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log), "--json",
+                                 "--probe", "off", "--gpu", "off", "--no-history",
+                                 "--timeout", "30s"],
+                                cwd=ROOT, stdout=o, stderr=e, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while "source up" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)      # poll for watch reading the log (bounded by the deadline)
+        now = time.time()
+        crashes = "".join("".join(s.text for s in script(crash="oom", start=now + k, seed=k))
+                          for k in range(relaunches))
+        with open(log, "a", encoding="utf-8") as f:   # in one write: one read, one tick
+            f.write(crashes + "".join(s.text for s in script(start=now + relaunches)))
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    doc = json.loads(out.read_text())
+    said = err.read_text()
+    assert code == 1 and doc["phase"] == "crashed", (code, doc["phase"], said[-800:])
+    assert doc["crash"]["reason"] == "cuda_oom" and doc["startups"] == 1, doc
+    assert "CRASHED: cuda_oom" in said and "READY" not in said, said[-800:]
+
+
 def test_clean_vllm_stop_exits_1() -> None:
     res = watch(fixture("vllm-030.log"), "--timeout", "30s", "--last")
     assert res.returncode == 1, (res.stdout, res.stderr)

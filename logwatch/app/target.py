@@ -138,7 +138,7 @@ class Target:
                  checkpoint_interval: float = 5.0,
                  alert_marks: Callable[[str], dict[str, float]] | None = None,
                  batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
-                 report_history: bool = False) -> None:
+                 report_history: bool = False, keep_verdict: bool = False) -> None:
         self.cfg, self.name = cfg, cfg.name
         self.on_events_cb = on_events or (lambda r, e: None)
         self.alert_marks = alert_marks
@@ -146,6 +146,7 @@ class Target:
         self.log = log.get("target").bind(target=cfg.name)
         self.ended = asyncio.Event()      # the source ended (a command exited, a fatal error)
         self.stop_reading = False         # set by the owner: the verdict is in (watch)
+        self.keep_verdict = keep_verdict  # watch: a crash is not read over by a relaunch
         self.failed_at: float | None = None   # its loop died of an unexpected error (retried)
         self.attached = False             # the source has opened the log
         self.started_at = clock.now()
@@ -185,6 +186,7 @@ class Target:
         that carries `carry`'s state and position on (Follower's `redetect`)."""
         pipe = LogPipeline(pack, stall_after=self.cfg.stall_after, counters=self.counters)
         pipe.counts_crash = self.counts_crash
+        pipe.keep_final = self._news if self.keep_verdict else None
         if carry is not None:
             pipe.carry_on(carry)
         elif self._restored_state is not None:
@@ -193,6 +195,11 @@ class Target:
         for a in self.attachments:
             a.on_pipeline(pipe)
         return pipe
+
+    def _news(self, st: State) -> bool:
+        """The startup of `st` is news: read live, not the one that had ended at attach."""
+        seen = self.catchup.seen_at_attach
+        return not self.catching_up and (seen is None or seen.startup_id != st.startup_id)
 
     # -- what the attachments and the owner read -----------------------------------------------
     @property

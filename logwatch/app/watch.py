@@ -89,7 +89,7 @@ def watch_runner(opts: WatchOptions, on_events: Callable[[Target, list[Event]], 
     return Target(cfg, store=None, candidates=candidates, pool=default_pool(),
                   attachments=watch_attachments(opts, target),
                   on_events=on_events, batch_interval=0.0, log_sources=False,
-                  report_history=opts.last)
+                  report_history=opts.last, keep_verdict=not opts.last)
 
 
 def watch_attachments(opts: WatchOptions, target: str) -> list[Attachment]:
