@@ -770,12 +770,48 @@ def _drop_stdout() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+class Diagnostics:
+    """stderr, for what is said beside the output (the live display under --json, warnings,
+    errors): one that cannot be written (closed: `2>&-`; `2>/dev/full`; its reader gone)
+    drops what is said there from then on, never the output on stdout nor the exit status.
+    Before, `watch --json 2>&-` printed no JSON and exited 1 (the display's first line
+    failed), which a script reads as "crashed"."""
+
+    def __init__(self, out: Any) -> None:
+        self.out = out
+
+    def _gone(self) -> None:
+        self.out = open(os.devnull, "w")     # nothing more is said there
+
+    def write(self, s: str) -> int:
+        try:
+            self.out.write(s)
+        except (OSError, ValueError):
+            self._gone()
+        return len(s)
+
+    def flush(self) -> None:
+        try:
+            self.out.flush()
+        except (OSError, ValueError):
+            self._gone()
+
+    def isatty(self) -> bool:
+        return bool(self.out.isatty())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.out, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stderr is None:        # started with stderr closed (`2>&-`): fd 2 is /dev/null,
+        sys.stderr = open(os.devnull, "w")     # not the next file opened
+    if not isinstance(sys.stderr, Diagnostics):
+        sys.stderr = Diagnostics(sys.stderr)
     if sys.stdout is None:        # started with stdout closed (`>&-`): before, a traceback, exit 1
         sys.stdout = open(os.devnull, "w")
-        if sys.stderr is not None:
-            print("logwatch: stdout is closed: the output is dropped", file=sys.stderr)
-    for stream in (sys.stdout, sys.stderr):   # an encoding that cannot show a line: escaped
+        print("logwatch: stdout is closed: the output is dropped", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr.out):   # an encoding that cannot show a line: escaped
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:
             reconfigure(errors="backslashreplace")

@@ -114,6 +114,25 @@ def test_a_closed_or_narrow_stdout_keeps_the_verdict_s_status(redirect: str, env
     assert "Traceback" not in res.stderr, res.stderr
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("log, code", [("sglang-003.log", Exit.OK), ("sglang-027.log", Exit.FAILED)])
+@pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full"])
+def test_a_stderr_that_cannot_be_written_keeps_the_json_and_the_verdict(
+        redirect: str, log: str, code: Exit) -> None:
+    """`watch --json` writes its live display on stderr: closed (`2>&-`) or full, what is
+    said there is dropped, the JSON object still comes on stdout with the verdict's status.
+    Before: no JSON and exit 1 (the display's first line raised), read as "crashed"."""
+    import json
+    import subprocess
+    import sys
+    res = subprocess.run(["bash", "-c", f"{sys.executable} -m logwatch watch --last --json "
+                          f"--probe off --gpu off tests/fixtures/{log} {redirect}"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == code, (res.returncode, res.stdout)
+    doc = json.loads(res.stdout)
+    assert doc["phase"] == ("ready" if code == Exit.OK else "crashed"), doc
+
+
 def test_every_member_has_a_meaning_and_a_kind() -> None:
     assert [int(e) for e in Exit] == [0, 1, 2, 3, 130, 141]
     for e in Exit:
