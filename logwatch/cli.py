@@ -539,6 +539,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 _SCP_STYLE = re.compile(r"^(?:(?P<user>[\w.-]+)@)?(?P<host>[\w.-]+):(?P<path>[/~].*)$")
 
 
+_URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
+
+
+def url_problem(target: str, scheme: str, rest: str) -> str:
+    """A URL watch does not read (only ssh://): what to write instead.  Before, `http://x/y`
+    got "looks like scp's host:path; did you mean ssh://http//x/y?"."""
+    kinds = "a local path, ssh://[user@]host[:port]/abs/path, cmd:COMMAND or -"
+    if scheme in ("sftp", "scp"):
+        return f"{target}: {scheme}:// is not read; did you mean ssh://{rest}?"
+    if scheme == "file":
+        return f"{target}: file:// is not read; give the path: {rest or '/'}"
+    if scheme in ("http", "https"):
+        return f"{target}: {scheme}:// is not read ({kinds}); a log served over HTTP: " \
+            f"'cmd:curl -sSN {target}'"
+    return f"{target}: {scheme}:// is not read ({kinds})"
+
+
 def target_problem(target: str, wait_for_file: bool = False) -> str | None:
     """A watch TARGET that cannot be what the user meant: scp's `host:/path` (a local file of
     that name does not exist), or a local path whose directory does not exist."""
@@ -570,6 +587,9 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
                 "pass --wait to wait for it"
         return f"no file matches {target}{nearest_names(parent, name)}; pass --wait to wait " \
             "for one to appear"
+    url = _URL.match(target)
+    if url:
+        return url_problem(target, url["scheme"].lower(), url["rest"])
     m = _SCP_STYLE.match(target)
     if m:
         user = f"{m['user']}@" if m["user"] else ""

@@ -469,6 +469,23 @@ def test_a_command_s_shell_syntax_is_named(command: str, op: str | None) -> None
     assert shell_syntax(command) == op
 
 
+@pytest.mark.parametrize("target, said", [
+    ("http://gpu-1:8000/logs/server.log",
+     "http://gpu-1:8000/logs/server.log: http:// is not read (a local path, "
+     "ssh://[user@]host[:port]/abs/path, cmd:COMMAND or -); a log served over HTTP: "
+     "'cmd:curl -sSN http://gpu-1:8000/logs/server.log'"),
+    ("sftp://root@gpu-1/var/log/server.log",
+     "sftp://root@gpu-1/var/log/server.log: sftp:// is not read; did you mean "
+     "ssh://root@gpu-1/var/log/server.log?"),
+    ("file:///var/log/server.log", "file:///var/log/server.log: file:// is not read; give "
+                                   "the path: /var/log/server.log"),
+])
+def test_a_url_watch_does_not_read_says_what_to_write(target: str, said: str) -> None:
+    """Before: "http://x/y.log looks like scp's host:path; did you mean ssh://http//x/y.log?"."""
+    from logwatch.cli import target_problem
+    assert target_problem(target) == said
+
+
 def test_a_named_pipe_says_how_to_read_it(tmp_path: Path) -> None:
     """Before: `watch FIFO` printed a daemon's JSON log line and `OSError(29, 'Illegal
     seek')`, exit 2."""
