@@ -326,15 +326,17 @@ def _add_rules(sub: Subparsers) -> None:
     rsub.required = True
     c = rsub.add_parser("check", help="validate packs and prove their samples",
                         description="Load each pack (schema, regexes, phases, reasons) and check "
-                                    "that every sample line matches its rule. Exit 2 on the "
-                                    "first broken pack, with a message naming file, rule, key.")
+                                    "that every sample line matches its rule. Exit 0 when all "
+                                    "do; exit 2 on the first broken pack, with a message naming "
+                                    "file, rule, key.")
     c.add_argument("packs", nargs="*", metavar="PACK",
                    help="pack names or .yaml paths (default: every shipped pack)")
     c.add_argument("-q", "--quiet", action="store_true", help="no warnings, only errors")
     c.set_defaults(func=cmd_rules_check)
     t = rsub.add_parser("test", help="show which rule matched each line of a log",
                         description="Print every line of FILE with the rule that matched it; "
-                                    "lines no rule matched are marked '-'.")
+                                    "lines no rule matched are marked '-'.  Exit 0 when FILE "
+                                    "was read (matched or not), 2 on a usage error.")
     t.add_argument("pack", metavar="PACK", help="pack name or .yaml path")
     t.add_argument("file", metavar="FILE", help="a log file (gzip, bzip2, xz too; - for stdin)")
     t.add_argument("--unmatched", action="store_true", help="print only lines no rule matched")
@@ -356,6 +358,9 @@ non-default args / Namespace(...), or the launch command line).
   zcat -f server.log.2.gz server.log.1 server.log | logwatch history -   # the rotated files as one log
   logwatch history server.log --json | jq .changed
   logwatch history -c /etc/logwatch/logwatch.yaml --target glm5-node1   # the daemon's ledger
+
+exit status: 0 startups listed, 1 none recorded (none in the log, or none for the target),
+2 usage error (a missing file, a config or pack that does not load).
 """
 
 COMPARE_HELP = """\
@@ -364,6 +369,9 @@ watts and the flags that differ.  By default the last two.
 
   logwatch compare server.log          # the last two startups
   logwatch compare server.log 1 3      # the first and the third
+
+exit status: 0 compared, 1 nothing to compare (fewer than two startups), 2 usage error (no
+such startup number, a missing file).
 """
 
 

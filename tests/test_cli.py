@@ -61,6 +61,21 @@ def test_rules_check_help() -> None:
     assert "PACK" in res.stdout
 
 
+@pytest.mark.parametrize("command", [["watch"], ["replay"], ["history"], ["compare"],
+                                     ["status"], ["rules", "check"], ["rules", "test"]])
+def test_a_scripted_command_s_help_says_its_exit_statuses(command: list[str]) -> None:
+    """A script's author reads `--help` for what the status means; before, `history`,
+    `compare` and `rules test` said none (README's table: 1 is "nothing recorded")."""
+    import contextlib
+    import io
+    from logwatch.cli import build_parser
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        build_parser().parse_args([*command, "--help"])
+    text = " ".join(out.getvalue().split()).lower()
+    assert re.search(r"exit (status: )?0 ", text) and " 2 " in text, text[-400:]
+
+
 @pytest.mark.integration
 def test_no_command_is_a_usage_error() -> None:
     res = run_cli()
