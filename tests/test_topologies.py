@@ -57,6 +57,28 @@ def test_vllm_worker_exception_that_kills_the_engine_after_ready_is_still_a_cras
     assert st.crash is not None and st.crash.during == READY
 
 
+
+def test_vllm_forward_pass_error_on_a_rank_that_is_not_the_output_rank_is_a_crash(tmp_path):
+    """TP1 of TP2 runs out of memory in a forward pass after ready: it logs `WorkerProc hit
+    an exception.` and its traceback (0.34 multiproc_executor.py:1223) and nothing more is
+    said: only the output rank (TP0) answers the engine core, and it blocks in the
+    all-reduce (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s, before the engine's fatal
+    error).  After 9267fe6 the worker's line was a hint: `ready`, no page, for 5 minutes."""
+    start = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    tb = ("WorkerProc hit an exception.\nTraceback (most recent call last):\n"
+          '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 1215, in _execute_worker_rpc\n'
+          "    output = func(*args, **kwargs)\n"
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.19 GiB of which 1.06 GiB is free.")
+    lines = start + env("Worker_TP1 pid=201", "ERROR", "10:06:00", "multiproc_executor.py:1223", tb)
+    st = replay_lines(tmp_path, "tp1-oom.log", lines)
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == ("cuda_oom", READY)
+    # the same worker lines, then the engine core's utility failure: a call's, served on
+    util = env("EngineCore pid=150", "ERROR", "10:06:00", "core.py:2055",
+               "Invocation of reload_weights method failed")
+    st = replay_lines(tmp_path, "reload.log", lines + util)
+    assert st.phase == READY and st.crash is None
+
+
 # -- speculative decoding: the draft model's shards are a second round -------------------------
 
 def test_a_draft_model_s_shard_bar_does_not_replace_the_target_s_count():

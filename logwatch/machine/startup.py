@@ -451,6 +451,13 @@ class StartupMachine:
         rule = obs.rule
         if crash is None or state.crash_settled:
             return False  # a settled crash is final: alerted and counted as it was
+        if rule.withdraws:
+            # the exceptions were a call's, returned to its caller (vLLM's utility call:
+            # each worker's `WorkerProc hit an exception.`, then the engine core's
+            # `Invocation of add_lora method failed`): the server serves on
+            if crash.during == READY:
+                self._take_back(state, crash, events)
+            return False
         if rule.chain:
             crash.chain_pending = True
             return False
@@ -467,12 +474,17 @@ class StartupMachine:
             return False
         # the startup carried on: the traceback was not fatal (a `logger.exception` of a
         # fallback: vLLM's weight-cache IPC loader, then the disk loader's shard bar)
+        self._take_back(state, crash, events)
+        return True
+
+    @staticmethod
+    def _take_back(state: State, crash: Crash, events: list[Event]) -> None:
+        """The crash was none: the startup is back in the phase it crashed in."""
         state.crash = None
         state.crash_changed_at = None
         retract(state, CRASHED)
         state.phase = crash.during
         events.append(CrashRetracted(state.epoch, crash.during))
-        return True
 
 
 def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:

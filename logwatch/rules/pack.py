@@ -17,6 +17,8 @@ servers interleaved in one stream are told apart), and ordered rules.  Each rule
   stats: serving    numeric groups become serving gauges
   stop: true        clean shutdown
   chain: true       "During handling of the above exception": the next cause line supersedes
+  withdraws: true   after ready, the exceptions just logged went back to a caller (vLLM's
+                    `Invocation of add_lora method failed`): a crash not yet final is taken back
 
 and modifiers: `when` (phases the rule acts in), `marker` (a crash announcement, not a
 root-cause line), `tentative` (crash evidence that a later phase marker can retract),
@@ -70,7 +72,7 @@ GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
 SPECIFIC_RANK = len(GENERIC_REASONS)
 
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain",
-               "endpoint")
+               "endpoint", "withdraws")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "ready_hint")
@@ -129,6 +131,7 @@ class Rule:
     stats: str | None = None
     stop: bool = False
     chain: bool = False
+    withdraws: bool = False       # after ready: a crash not yet final is taken back (action)
     when: frozenset[str] | None = None
     marker: bool = False
     tentative: bool = False
@@ -1092,6 +1095,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         beside=d.get("beside"), closes_as=d.get("closes_as"),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
+        withdraws=bool(d.get("withdraws")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
@@ -1141,7 +1145,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                         key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
-                "ready_hint"):
+                "ready_hint", "withdraws"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
