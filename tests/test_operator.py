@@ -148,6 +148,26 @@ README_SHAPES = {
 }
 
 
+
+def test_a_log_that_served_hours_ago_is_not_read_as_serving_now(tmp_path: Path,
+                                                               daemons: Any) -> None:  # noqa: F811
+    """A first attach to a log whose last decode line was written two hours ago (its mtime):
+    its figures are as old as that line, not as the moment they were read.  Before (adv32,
+    regression of 4d48760): 2,812 tok/s and 66 running for the first minute after attach."""
+    from logwatch.app.simulate import script
+    t0 = time.time() - 7200
+    path = tmp_path / "served.log"
+    path.write_text("".join(s.text for s in script(start=t0, serve_lines=40)))
+    os.utime(path, (t0 + 100, t0 + 100))
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state",
+                       [target_cfg("node1", path, gpu="off")])
+    d = daemons(cfg, port).start()
+    t = d.wait_target("node1", lambda t: t["phase"] == "ready" and not t["catching_up"], "read")
+    assert t["stats"].get("gen_throughput") == 0.0, t["stats"]
+    assert "running_requests" not in t["stats"], t["stats"]
+
+
 def readme_things_to_try() -> list[tuple[str, int]]:
     """(command, documented exit code) of each line of the README's "Things to try" block
     (continuation lines joined; `# exit N` in the comment, else 0)."""

@@ -200,8 +200,14 @@ def retime(state: State, written_at: float | None) -> None:
     written: the startup's spans, its crash and its ready take the time of their line's
     stamp instead, set on our clock by the file's last write (`written_at`, its mtime: the
     log's last stamped line was written by then), or by the least difference seen, if less.
-    Only ever earlier than when they were read; a span without a stamp keeps its time."""
-    if written_at is None or state.last_log_time is None:
+    Only ever earlier than when they were read; a span without a stamp keeps its time.  The
+    serving figures' age (`current_stats`) counts from the last write at the latest: a log
+    that served two hours ago is not read as serving 2,800 tok/s for the first minute."""
+    if written_at is None:
+        return
+    for source, seen in state.stats_seen.items():
+        state.stats_seen[source] = min(seen, written_at)
+    if state.last_log_time is None:
         return
     offset = written_at - state.last_log_time
     if state.clock_offset is not None:
