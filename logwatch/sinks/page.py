@@ -208,9 +208,11 @@ function update(r,t,now){
     spark(r.spark,snap?(gpu.power_history_w||[]):[],limit)}
   set(r.last,t.last_line||"")}
 // a daemon that accepts and never answers (stopped, hung, a network dropping packets) left the
-// page as it was, looking current: each poll gives up after POLL_WAIT ms, one at a time, and
-// past STALE_AFTER ms without an answer the rows are dimmed and the page says since when
-const POLL_WAIT=5000,STALE_AFTER=6000;let lastOk=Date.now(),polling=false;
+// page as it was, looking current: one poll at a time; one that has waited STALE_AFTER ms dims
+// the rows and the page says since when it has no answer; it gives up after POLL_WAIT ms (a
+// dead connection).  A slow but healthy daemon (a big fleet's 5 s answer) is waited for: a
+// poll cut at 5 s never showed one of its answers
+const POLL_WAIT=30000,STALE_AFTER=6000;let lastOk=Date.now(),polling=0;
 function stale(why){const age=Math.round((Date.now()-lastOk)/1000),old=age*1000>=STALE_AFTER;
   document.body.classList.toggle("stale",old);
   set(document.getElementById("err"),why+(old?" — no answer for "+age+" s: what is shown is from "+new Date(lastOk).toLocaleTimeString():""))}
@@ -279,8 +281,8 @@ readHash();
     else if(ev.key==="Escape"&&document.activeElement===q){q.value="";view.q="";writeHash();layout(false);q.blur()}});
   window.addEventListener("hashchange",()=>{readHash();q.value=view.q;so.value=view.sort;layout(true);refreshCounts()})})();
 let first=true;
-async function tick(){if(polling){if(Date.now()-lastOk>=STALE_AFTER)stale("the daemon does not answer");return}
-  polling=true;try{await refresh()}finally{polling=false}
+async function tick(){if(polling){if(Date.now()-polling>=STALE_AFTER)stale("the daemon does not answer");return}
+  polling=Date.now();try{await refresh()}finally{polling=0}
   if(first&&rows.size){first=false;layout(true)}}
 tick();setInterval(tick,2000);
 </script></body></html>
