@@ -982,7 +982,7 @@ def test_make_source_cmd_targets() -> None:
             make_source(bad)
 
 
-RESTART_RE = re.compile(r"exited with (-?\d+); restarting in ([\d.]+)s")
+RESTART_RE = re.compile(r"exited with (-?\d+)(?: \(.*\))?; restarting in ([\d.]+)s")
 
 
 def _restart_states(r: Reader) -> list[re.Match[str]]:
@@ -1005,6 +1005,23 @@ def test_command_that_exits_is_restarted_with_backoff() -> None:
             # the same two lines printed each run are handed on once
             assert r.stream() == b"a\nb\n"
             assert [(o.reason, o.offset) for o in r.opened()] == [("attach", 0)]
+
+    run(main())
+
+
+def test_a_command_that_fails_says_its_last_line() -> None:
+    """`cmd:docker logs -f sglang` of a container that is gone prints its error and exits 1,
+    again at every restart: the source's state quotes that last line (control characters
+    out, cut to 160).  Before (helper adv30 M5): "docker exited with 1; restarting" for good,
+    the why never said."""
+    async def main() -> None:
+        src = make_source("cmd:sh -c 'printf \"\\033[31mError response from daemon: No such "
+                          "container: sglang\\033[0m\\n\\n\" >&2; exit 1'")
+        async with Reader(src) as r:
+            await r.wait(lambda: len(_restart_states(r)) >= 2, 15, "two restarts")
+            said = [s.message for s in r.states() if RESTART_RE.search(s.message)]
+            assert all(m.startswith("sh exited with 1 (Error response from daemon: No such "
+                                    "container: sglang); restarting in ") for m in said), said
 
     run(main())
 

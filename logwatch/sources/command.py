@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -31,6 +32,9 @@ from .base import (
     compressed_refusal, compression_of, digest,
 )
 from .ssh import Backoff
+
+LAST_WORDS = 1024   # bytes of a run's output kept for its exit's status (`last_words`)
+_ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")   # a terminal's colours
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
@@ -119,8 +123,11 @@ class CommandSource:
                 backoff.reset()
             delay = backoff.next()
             self.restarts += 1
-            yield SourceState(False, f"{self.argv[0]} exited with {code}; restarting in {delay:.1f}s",
-                              error=True)
+            said = last_words(stream.run_tail)
+            stream.run_tail = b""
+            yield SourceState(False, f"{self.argv[0]} exited with {code}"
+                              + (f" ({said})" if said else "")
+                              + f"; restarting in {delay:.1f}s", error=True)
             await asyncio.sleep(delay)
 
     async def _first_run(self, out: asyncio.StreamReader,
@@ -143,6 +150,7 @@ class CommandSource:
             if not chunk:
                 break
             quiet = HISTORY_QUIET
+            stream.run_tail = (stream.run_tail + chunk)[-LAST_WORDS:]
             first.feed(chunk)
             if pace.live(len(chunk), loop.time()):
                 break       # never paused, but at a server's pace: the history is over
@@ -182,6 +190,7 @@ class CommandSource:
                 chunk = await out.read(1 << 16)
             if not chunk:
                 break
+            stream.run_tail = (stream.run_tail + chunk)[-LAST_WORDS:]
             if len(run_head) < HEAD_PROBE:
                 run_head += chunk[: HEAD_PROBE - len(run_head)]
             if skip_state is not None:
@@ -197,6 +206,16 @@ class CommandSource:
                 yield stream.data(rest)
         if run_head and not stream.head:
             stream.head = run_head  # the first run's first bytes
+
+
+def last_words(tail: bytes, most: int = 160) -> str:
+    """The last line a run printed, as text for its exit's status: `docker logs -f` of a
+    container that is gone says `Error response from daemon: No such container: sglang` and
+    exits 1; before, the status said only "docker exited with 1; restarting" for good."""
+    text = _ESCAPES.sub(b"", tail).decode("utf-8", "replace").replace("\r", "\n")
+    line = next((ln.strip() for ln in reversed(text.split("\n")) if ln.strip()), "")
+    line = "".join(c if c.isprintable() else " " for c in line)
+    return line if len(line) <= most else line[:most - 1] + "…"
 
 
 def shell_syntax(command: str) -> str | None:
@@ -328,6 +347,7 @@ class _Stream:
     offset: int = 0               # bytes of this stream handed on so far
     head: bytes = b""             # the first bytes of the first run's output
     tail: bytes = b""             # the last bytes handed on
+    run_tail: bytes = b""         # the last bytes the current run printed (resynced or not)
 
     def data(self, chunk: bytes) -> Data:
         """`chunk`, handed on next."""
