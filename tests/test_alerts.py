@@ -534,6 +534,39 @@ def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, da
     assert len(rx.requests(hook("crashed", "resolved"))) == 1
 
 
+def test_alert_state_entries_of_the_wrong_shape_are_left_out_not_a_crash_loop(
+        tmp_path, receivers, daemons):
+    """alerts/state.json that parses but holds entries this version never writes (an open
+    alert that is a number, one without its target, an outbox entry without its sink: a
+    hand edit, a bit flip, a partial restore).  Before, the daemon exited 1 at every start
+    (`KeyError: 'target'`: a crash loop under systemd, every target unwatched); now those
+    entries are left out and said, the file kept aside as it was, and the good open alert
+    beside them still resolved once its target is removed."""
+    rx = receivers()
+    sinks = [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}]
+    cfg, port, state, log = setup(tmp_path, sinks)
+    d = daemons(cfg, port).start()
+    append(log, crash_log())
+    rx.wait(hook("crashed", "firing"), answered=True, timeout=15, alive=d.dead)
+    assert d.stop() == 0
+    path = state / "alerts" / "state.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    assert len(doc["open"]) == 1, doc["open"]
+    doc["open"].update({"bad-number": 5, "bad-no-target": {"kind": "crashed", "key": "x"}})
+    doc["outbox"].append({"id": 1, "alert": {"key": "y"}})
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    other = tmp_path / "other.log"
+    other.write_text("")
+    write_config(cfg, port, state, [target("t2", other)], alerts=sinks)
+    d.start()
+    got = rx.wait(hook("crashed", "resolved", "t1"), answered=True, timeout=15, alive=d.dead)
+    assert "no longer watched" in got[0].json["summary"], got[0].json
+    said = [e for e in d.log_events() if "wrong shape" in e.get("event", "")]
+    assert said and said[0]["open_left_out"] == 2 and said[0]["outbox_left_out"] == 1, said
+    assert json.loads((state / "alerts" / "state.json.corrupt").read_text())["open"]["bad-number"] == 5
+    assert d.stop() == 0
+
+
 # -- 8. logwatch alerts test --------------------------------------------------------------------
 
 def run_alerts_test(cfg: Path, kind: str = "crashed") -> subprocess.CompletedProcess[str]:

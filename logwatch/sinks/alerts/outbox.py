@@ -59,6 +59,45 @@ def went_to(doc: dict[str, Any], sink: Sink) -> bool:
                if isinstance(r, dict) else r == sink.destination for r in record)
 
 
+def _alert_ok(doc: Any) -> bool:
+    """`doc` is an alert as `Alert.to_json` writes it (what the router and delivery read)."""
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(k), str) for k in
+                                            ("key", "kind", "status", "target")):
+        return False
+    try:
+        Alert.from_json(doc)
+    except TypeError:
+        return False
+    return isinstance(doc.get("labels", {}), dict) and isinstance(doc.get("details", {}), dict)
+
+
+def _usable_open(raw: Any) -> tuple[dict[str, dict[str, Any]], int]:
+    """The open alerts whose shape is this version's, and how many were not."""
+    if not isinstance(raw, dict):
+        raise ValueError("`open` is not an object")
+    good = {str(k): dict(v) for k, v in raw.items()
+            if _alert_ok(v) and isinstance(v.get("sinks", []), (list, type(None)))}
+    return good, len(raw) - len(good)
+
+
+def _usable_outbox(raw: Any) -> tuple[list[dict[str, Any]], int]:
+    """The outbox entries whose shape is this version's, and how many were not."""
+    if not isinstance(raw, list):
+        raise ValueError("`outbox` is not a list")
+    good = []
+    now = clock.now()
+    for e in raw:
+        try:
+            if isinstance(e, dict) and isinstance(e.get("sink"), str) and \
+                    _alert_ok(e.get("alert")):
+                good.append({**e, "id": int(e["id"]), "attempts": int(e.get("attempts", 0)),
+                             "first_at": float(e.get("first_at", now)),
+                             "next_at": float(e.get("next_at", now))})
+        except (KeyError, TypeError, ValueError):
+            pass
+    return good, len(raw) - len(good)
+
+
 class AlertStore:
     """Dedupe marks, open alerts and the outbox, persisted together."""
 
@@ -78,8 +117,10 @@ class AlertStore:
                 raise ValueError(f"unknown version {doc.get('version')!r}"
                                  if isinstance(doc, dict) else "not a JSON object")
             self.seen = {str(k): float(v) for k, v in doc.get("seen", {}).items()}
-            self.open = dict(doc.get("open", {}))
-            self.outbox = [dict(e) for e in doc.get("outbox", [])]
+            self.open, bad_open = _usable_open(doc.get("open", {}))
+            self.outbox, bad_entries = _usable_outbox(doc.get("outbox", []))
+            if bad_open or bad_entries:
+                self._said_damaged(bad_open, bad_entries)
             self._due_at_start()
             for e in self.outbox:
                 if e.get("state") == SENDING:
@@ -98,6 +139,19 @@ class AlertStore:
             self.log.error("alert state unreadable: starting without it (what the targets' "
                            "checkpoints record as alerted is not sent again)",
                            file=str(self.path), kept_as=str(aside), error=str(e))
+
+    def _said_damaged(self, bad_open: int, bad_entries: int) -> None:
+        """Entries of a readable file that are not what this version writes (a hand edit, a
+        bit flip, a partial restore): left out, the rest kept, the file copied aside as it
+        was.  Before, one of them stopped the daemon at every start (a crash loop)."""
+        aside = self.path.with_name(self.path.name + ".corrupt")
+        try:
+            aside.write_bytes(self.path.read_bytes())
+        except OSError:
+            aside = self.path
+        self.log.error("alert state: entries of the wrong shape left out, the others kept",
+                       file=str(self.path), kept_as=str(aside), open_left_out=bad_open,
+                       outbox_left_out=bad_entries)
 
     def _due_at_start(self) -> None:
         """Every loaded entry is due now: the backoff of the process before is no reason to
