@@ -53,11 +53,17 @@ class Counters:
         return dict(self.__dict__)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> "Counters":
+    def from_json(cls, d: Any) -> "Counters":
+        """The counters a checkpoint saved; ValueError where they are not what `to_json`
+        writes (a list, a count that is a string): the caller counts afresh.  Before, a
+        string count failed every /metrics scrape of the fleet (500), and counters that were
+        a list kept the target from starting, for good (and out of /api/status)."""
+        if not isinstance(d, dict):
+            raise ValueError(f"counters: not an object but {type(d).__name__}")
         c = cls()
         for k, v in d.items():
             if hasattr(c, k):
-                setattr(c, k, v)
+                setattr(c, k, _checked(k, getattr(c, k), v))
         for r in CRASH_REASONS:
             c.crashes.setdefault(r, 0)
         if len(c.duration_buckets) != len(DURATION_BUCKETS) + 1:
@@ -66,6 +72,26 @@ class Counters:
             c.duration_buckets = [0] * (len(DURATION_BUCKETS) + 1)
             c.duration_sum, c.duration_count = 0.0, 0
         return c
+
+
+def _checked(key: str, default: Any, v: Any) -> Any:
+    """`v` when it has the shape of the field's `default` (numbers, dicts of numbers, a list
+    of numbers), else ValueError naming the field."""
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x
+    if isinstance(default, dict):
+        ok = isinstance(v, dict) and all(isinstance(n, int) and not isinstance(n, bool)
+                                         for n in v.values())
+    elif isinstance(default, list):
+        ok = isinstance(v, list) and all(isinstance(n, int) and not isinstance(n, bool)
+                                         for n in v)
+    elif isinstance(default, float):
+        ok = number(v)
+    else:
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    if not ok:
+        raise ValueError(f"counters: {key} is {v!r:.40}")
+    return v
 
 
 def count_events(counters: Counters, events: list[Event],

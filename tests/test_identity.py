@@ -15,6 +15,7 @@ through.
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import time
@@ -180,6 +181,29 @@ def test_a_damaged_state_file_is_named_and_nothing_is_sent_again(tmp_path: Path,
     else:
         # the position holds (with the alerts' marks): nothing is read again, nothing decided
         rx.assert_quiet(4.0, what=f"after the restart with a {damage} {which}")
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+
+
+@pytest.mark.parametrize("counters", [[1], {"lines": "abc"}], ids=["a-list", "a-string-count"])
+def test_a_checkpoints_counters_of_the_wrong_shape_start_over(tmp_path: Path, receivers,
+                                                               daemons, counters: Any) -> None:
+    """A checkpoint that reads but whose counters are not what this version writes.
+    Before: a list kept the target from starting, for good (retried every 5 min at most, and
+    absent from /api/status and /metrics); a count that was a string failed every /metrics
+    scrape (500) for the whole fleet.  Now the counters start over, said once, and the
+    position and alert marks are kept: the old crash is not sent again."""
+    rx, d, state = delivered_crash(tmp_path, receivers, daemons)
+    f = state / "positions" / "t1.json"
+    doc = json.loads(f.read_text(encoding="utf-8"))
+    doc["extra"]["counters"] = counters
+    f.write_text(json.dumps(doc), encoding="utf-8")
+    d.start()
+    d.wait_target("t1", lambda t: t["phase"] == "crashed", "t1 back, crashed as it was")
+    code, body = d.get("/metrics")
+    assert code == 200 and 'logwatch_source_up{target="t1"} 1' in body, (code, body[:300])
+    said = [e for e in d.log_events() if e.get("event", "").startswith("saved counters")]
+    assert len(said) == 1, said
+    rx.assert_quiet(2.0, what="after the restart with counters of the wrong shape")
     assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
 
 

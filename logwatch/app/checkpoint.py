@@ -76,7 +76,10 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
     elif extra.get("pack"):
         out.pack = next((p for p in candidates if p.name == extra["pack"]), None)
     if extra.get("counters"):
-        out.counters = Counters.from_json(extra["counters"])
+        try:
+            out.counters = Counters.from_json(extra["counters"])
+        except ValueError as e:
+            log.warning("saved counters unreadable: counting starts over", error=str(e))
     if isinstance(extra.get("alerts_seen"), dict):
         out.alert_marks = {str(k): float(v) for k, v in extra["alerts_seen"].items()
                            if isinstance(v, (int, float))}
