@@ -32,7 +32,8 @@ from ..telemetry.gpu import GpuConfig, parse_gpu_config
 from ..telemetry.probe import ProbeConfig, parse_probe_config
 from ..sources.ssh import SSHOptions, SSHTarget
 
-TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint")
+TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint",
+            "state_retention")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
                "from_start", "rotate_wait", "gpu", "probe", "source_down_after")
 SOURCE_DOWN_AFTER = 60.0    # a source failing this long is a `source_down` alert
@@ -88,6 +89,8 @@ class Config:
     alerts: tuple[dict[str, Any], ...] = ()
     log_level: str = "info"
     checkpoint_interval: float = 5.0
+    # seconds the state of a target no longer in the config is kept (0: for ever)
+    state_retention: float = 30 * 86400.0
 
     def target(self, name: str) -> TargetConfig:
         for t in self.targets:
@@ -211,11 +214,15 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     interval = 5.0
     with errors.part():
         interval = _checkpoint_interval(path, doc.get("checkpoint", {}) or {})
+    retention = 30 * 86400.0
+    with errors.part():
+        retention = _retention(path, doc.get("state_retention", "30d"))
     with errors.part():
         # the alert schema lives with the alerts
         validate_alerts(path, alerts, {k for t in targets for k in t.labels})
     errors.raise_if_any()
-    return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval)
+    return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval,
+                  retention)
 
 
 def _state_dir(path: str, value: Any, errors: ErrorCollector) -> Path:
@@ -285,6 +292,20 @@ def _checkpoint_interval(path: str, ck: Any) -> float:
         raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
     _keys(path, "checkpoint", ck, ("interval",))
     return _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
+
+
+def _retention(path: str, value: Any) -> float:
+    """`state_retention`: a duration, days allowed (`30d`); 0 keeps the state for ever."""
+    if isinstance(value, str) and value.strip().endswith("d"):
+        try:
+            days = float(value.strip()[:-1])
+            if days >= 0:
+                return days * 86400.0
+        except ValueError:
+            pass
+        raise ConfigError(path, "state_retention", f"not a duration: {value!r} (use e.g. 30d, "
+                          "720h; 0 keeps the state of removed targets for ever)")
+    return _duration(path, "state_retention", value)
 
 
 def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:

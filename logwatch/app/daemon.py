@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from ..rules.pack import (
 )
 from ..state.ledger import LedgerStore
 from ..state import clockfile, history as history_store, positions as position_store
+from ..state import retention
 from ..state.formats import StateDirNewer, check_formats
 from ..state.lock import StateDirInUse, hold_state_dir
 from ..sources.ssh import SSHPool
@@ -108,6 +110,8 @@ class Daemon:
         self._slow_checked = 0.0
         self.supervisor = Supervisor(self._restart)   # retries, refused sources, outages
         self._sources_checked = 0.0
+        self._pruned_at = -retention.EVERY    # the state of removed targets: at start, then
+        self._pruning: asyncio.Task[None] | None = None   # every retention.EVERY s
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -238,6 +242,9 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()
+            if time.monotonic() - self._pruned_at >= retention.EVERY and self._pruning is None:
+                self._pruned_at = time.monotonic()
+                self._pruning = asyncio.create_task(prune_state(self))
 
     async def reload(self) -> None:
         try:
@@ -280,6 +287,8 @@ class Daemon:
 
     async def shutdown(self) -> None:
         self.stopping = True
+        if self._pruning is not None:
+            await asyncio.wait([self._pruning])    # (its ledger part needs the worker)
         for name in list(self.runners):
             await self._stop_target(name)
         await self.gpu_streams.close()
@@ -291,6 +300,24 @@ class Daemon:
             await self._runner.cleanup()
         clockfile.save(self.config.state_dir)
         self.log.info("logwatch stopped")
+
+
+async def prune_state(daemon: Daemon) -> None:
+    """What state_dir keeps of targets no longer in the config, past `state_retention`:
+    removed off the event loop (state/retention.py), said once per pass."""
+    cfg = daemon.config
+    try:
+        gone = await asyncio.to_thread(
+            retention.prune, Path(cfg.state_dir).expanduser(), {t.name for t in cfg.targets},
+            cfg.state_retention, clock.now(), daemon.ledger.forget_unwatched)
+        if gone:
+            daemon.log.info("state of targets no longer watched removed (state_retention)",
+                            targets=len(gone), names=gone[:20],
+                            retention=f"{cfg.state_retention / 86400:g}d")
+    except Exception as e:  # noqa: BLE001 - housekeeping never stops the daemon
+        daemon.log.error("pruning the state of removed targets failed", error=repr(e))
+    finally:
+        daemon._pruning = None
 
 
 # the stores whose files a newer logwatch may have written (a rollback): refused at start

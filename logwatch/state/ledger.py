@@ -2,7 +2,8 @@
 
 One row per (target, startup), upserted as the startup goes on (at ready, while it serves,
 when it ends), so the page and `watch` see a startup before it is over.  Bounded: the last
-`keep` startups of each target.  A full or read-only disk, a lock held by another process,
+`keep` startups of each target, and a target no longer watched for `state_retention`
+(state/retention.py) loses its rows.  A full or read-only disk, a lock held by another process,
 any SQLite error is a state error like the others (`logwatch_state_errors_total{kind=
 "ledger"}`, said once, the daemon goes on from memory), never an exception in a target.
 
@@ -210,6 +211,20 @@ class LedgerStore:
     def as_json(self, target: str, limit: int = KEEP) -> list[dict[str, Any]]:
         return [r.to_json() for r in self.records(target, limit)]
 
+    def forget_unwatched(self, watched: set[str], before: float, seen: dict[str, float],
+                         wait: float = 60.0) -> list[str]:
+        """Remove the rows of every target not in `watched` whose newest startup began, and
+        whose `seen` time (its files' newest mtime) is, before `before`; the targets removed
+        ([] when the ledger cannot be written: tried again at the next pass)."""
+        try:
+            return self._worker.submit(self._run, lambda db: _forget(db, watched, before, seen)
+                                       ).result(timeout=wait)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            return []
+        except (sqlite3.Error, OSError) as e:
+            STATE_ERRORS.failed("ledger", self.path, e)
+            return []
+
     def close(self) -> None:
         """Write what is queued (one try), then stop the worker."""
         with self._lock:
@@ -231,3 +246,22 @@ class LedgerStore:
             except sqlite3.Error:
                 pass
             self._db = None
+
+
+def _forget(db: sqlite3.Connection, watched: set[str], before: float,
+            seen: dict[str, float]) -> list[str]:
+    """`LedgerStore.forget_unwatched` on the worker."""
+    gone = []
+    for target, doc, _ in db.execute("SELECT target, record, MAX(seq) FROM startups "
+                                     "GROUP BY target").fetchall():
+        if target in watched:
+            continue
+        try:
+            started = float(json.loads(doc).get("started_at") or 0.0)
+        except (ValueError, TypeError, AttributeError):
+            started = 0.0
+        if max(started, seen.get(target, 0.0)) < before:
+            gone.append(target)
+    with db:
+        db.executemany("DELETE FROM startups WHERE target=?", [(t,) for t in gone])
+    return gone

@@ -1,0 +1,96 @@
+"""What state_dir keeps of targets no longer in the config (`state_retention`): a fleet whose
+names churn (a name per job, per redeploy) must not grow its state_dir for good."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from logwatch.app.config import ConfigError, load_config
+from support.daemon import (  # noqa: F401 (daemons: a fixture)
+    daemons, free_port, sim_texts, target_cfg, wait_for, write_config,
+)
+
+DAY = 86400.0
+
+
+def ledger_targets(state: Path) -> set[str]:
+    db = sqlite3.connect(state / "ledger.sqlite3")
+    try:
+        return {t for (t,) in db.execute("SELECT DISTINCT target FROM startups")}
+    finally:
+        db.close()
+
+
+def stale(state: Path, name: str, age_days: float, ledger: bool = True) -> None:
+    """A checkpoint, a startup history and two ledger rows of `name`, last written
+    `age_days` ago (as a target removed that long ago leaves them)."""
+    at = time.time() - age_days * DAY
+    for folder, doc in (("positions", {"version": 2, "target": name, "position": {"offset": 0},
+                                       "extra": {}}),
+                        ("history", {"version": 1, "startups": []})):
+        p = state / folder / f"{name}.json"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(doc), encoding="utf-8")
+        os.utime(p, (at, at))
+    if ledger:
+        db = sqlite3.connect(state / "ledger.sqlite3")
+        with db:
+            db.execute("CREATE TABLE IF NOT EXISTS startups (target TEXT NOT NULL, startup TEXT "
+                       "NOT NULL, seq INTEGER NOT NULL, record TEXT NOT NULL, "
+                       "PRIMARY KEY (target, startup))")
+            db.executemany("INSERT INTO startups VALUES (?, ?, ?, ?)",
+                           [(name, f"s{i}", i, json.dumps({"startup": f"s{i}", "index": i,
+                                                           "started_at": at - 3600 + i}))
+                            for i in (1, 2)])
+        db.close()
+
+
+@pytest.mark.integration
+def test_the_state_of_targets_removed_long_ago_is_removed_at_start(tmp_path: Path,
+                                                                   daemons) -> None:
+    """Names removed 40 days ago (one a `node:1`, stored as `node%3A1`) lose their checkpoint,
+    startup history and ledger rows; a name removed 2 days ago keeps them (put back, it
+    resumes; `history --target` shows it); a watched target keeps its files however old.
+    Before, nothing was ever removed (`PositionStore.forget` had no caller)."""
+    state = tmp_path / "state"
+    for name in ("gone-1", "node:1"):
+        stale(state, name.replace(":", "%3A"), 40)
+    db = sqlite3.connect(state / "ledger.sqlite3")
+    with db:
+        db.execute("UPDATE startups SET target='node:1' WHERE target='node%3A1'")
+    db.close()
+    stale(state, "recent", 2)
+    stale(state, "live", 40, ledger=False)        # watched: never pruned, however old
+    log = tmp_path / "live.log"
+    log.write_text("".join(sim_texts(seed=1)), encoding="utf-8")
+    port = free_port()
+    cfg = write_config(tmp_path / "c.yaml", port, state, [target_cfg("live", log)])
+    d = daemons(cfg, port).start()
+    wait_for(lambda: not (state / "positions" / "gone-1.json").exists(), 15,
+             "the 40-day-old checkpoint removed", alive=d.dead)
+    said = wait_for(lambda: [e for e in d.log_events() if "no longer watched" in
+                             e.get("event", "")], 10, "the pass said", alive=d.dead)
+    assert sorted(said[0]["names"]) == ["gone-1", "node:1"], said
+    left = {p.relative_to(state).as_posix() for p in state.rglob("*.json")}
+    assert left >= {"positions/recent.json", "history/recent.json", "history/live.json"}, left
+    assert not {"history/gone-1.json", "positions/node%3A1.json", "history/node%3A1.json"} & left
+    assert ledger_targets(state) >= {"recent"} and not {"gone-1", "node:1"} & ledger_targets(state)
+    assert d.stop() == 0
+
+
+def test_state_retention_is_a_duration_in_days_or_zero(tmp_path: Path) -> None:
+    def load(value: object) -> float:
+        p = tmp_path / "c.yaml"
+        p.write_text(json.dumps({"targets": [], "state_retention": value}), encoding="utf-8")
+        return load_config(str(p)).state_retention
+
+    assert load("30d") == 30 * DAY and load("12h") == 12 * 3600 and load(0) == 0.0
+    for bad in ("soon", "-3d"):
+        with pytest.raises(ConfigError, match="state_retention: not a duration"):
+            load(bad)
