@@ -299,3 +299,35 @@ def test_compare_numbers_a_ledger_s_launches_as_history_does() -> None:
     assert pick(records, _numbered(records, "-2")).index == 59
     with pytest.raises(LookupError, match=r"no startup 1: the ledger has 50 \(kept: #11-#60\)"):
         _numbered(records, "1")
+
+
+def test_a_ledger_damaged_past_its_first_page_is_set_aside(tmp_path: Path) -> None:
+    """A stretch of the file overwritten mid-way (a bad sector, a restore cut and patched):
+    the file opens, but the reads of the targets on those pages fail.  Before: they failed
+    at every read, for good (those targets' `/api/history` and previous launch empty, one
+    state error after another), the file never set aside; now the first such error sets it
+    aside (`ledger.sqlite3.corrupt`, said once) and a new ledger takes the next records."""
+    from logwatch.ledger import StartupRecord
+    from logwatch.state.ledger import LedgerStore
+
+    def rec(key: str) -> StartupRecord:
+        return StartupRecord(key, 0, 1.7e9, "sglang", "m", {"x": "y" * 500}, False, "ready")
+
+    store = LedgerStore(tmp_path)
+    for t in range(200):
+        for i in range(10):
+            store.save(f"node-{t}", rec(f"s{t}-{i}"))
+    store.close()
+    path = tmp_path / "ledger.sqlite3"
+    with open(path, "r+b") as f:
+        f.seek(path.stat().st_size // 2)
+        f.write(b"\xff" * 65536)
+    store = LedgerStore(tmp_path)
+    try:
+        empty = [t for t in range(200) if not store.records(f"node-{t}", wait=None)]
+        assert store.set_aside is not None and "malformed" in store.set_aside, empty
+        assert (tmp_path / "ledger.sqlite3.corrupt").exists()
+        store.save("node-7", rec("after"))
+        assert [r.startup for r in store.records("node-7", wait=None)] == ["after"]
+    finally:
+        store.close()

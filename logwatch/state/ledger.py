@@ -105,8 +105,10 @@ class LedgerStore:
         """`fn(connection)` on the worker; an SQLite error resets the connection."""
         try:
             return fn(self._conn())
-        except (sqlite3.Error, OSError):
+        except (sqlite3.Error, OSError) as e:
             self._reset()
+            if _damaged(e):    # found past the open (a damaged page): never healed in place
+                self._set_aside(e)
             raise
 
     def _flush(self) -> None:
@@ -265,3 +267,12 @@ def _forget(db: sqlite3.Connection, watched: set[str], before: float,
     with db:
         db.executemany("DELETE FROM startups WHERE target=?", [(t,) for t in gone])
     return gone
+
+
+def _damaged(e: BaseException) -> bool:
+    """SQLite says the file is damaged (SQLITE_CORRUPT, SQLITE_NOTADB), not that it is busy,
+    full or read-only.  Before, damage met past the open (a page overwritten mid-file) failed
+    the reads of the targets on those pages for good, the file never set aside."""
+    code = getattr(e, "sqlite_errorcode", None)
+    return isinstance(e, sqlite3.DatabaseError) and not isinstance(e, sqlite3.OperationalError) \
+        and code is not None and code & 0xFF in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
