@@ -214,7 +214,9 @@ def _add_telemetry(w: argparse.ArgumentParser) -> None:
     w.add_argument("--gpu-devices", default=None, metavar="4,5,6,7",
                    help="the server's GPUs (nvidia-smi indexes or GPU UUIDs): the verdicts, "
                         "the preflight and the power read only these; by default the GPUs "
-                        "whose memory rose by 1 GiB after the launch line (all until one did)")
+                        "whose memory rose by 1 GiB after the launch line, or by a CUDA "
+                        "context's 0.25 GiB on one idle then, with the others' contexts (all "
+                        "until one did)")
     w.add_argument("--probe", default="auto", metavar="auto|off|URL",
                    help="probe the server's own endpoint: auto (default: the address its log "
                         "printed, the pack's paths; over SSH for ssh://), off, or a URL as seen "

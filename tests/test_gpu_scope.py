@@ -232,3 +232,52 @@ def test_a_server_hung_before_its_gpus_beside_a_busy_neighbour_is_hung() -> None
     # a daemon restarted mid-startup: no snapshot before the launch, every GPU as before
     scope.begin(None)
     assert scope.select(snaps[0]) == snaps[0]
+
+
+def _neighbour_beside_tp4(neighbour_busy: bool, server_busy: bool, weights_at: int = 0,
+                          neighbour_at: int = 400) -> tuple[set[int], Any]:
+    """A TP=4 on GPUs 4-7 (contexts at 4 s, then its weights: 70 GiB over 100 s from
+    `weights_at`, then a silent phase: busy in a CUDA graph capture, or spinning in a hung
+    collective); at `neighbour_at` a neighbour's notebook on GPU 0 makes its CUDA context
+    (0.55 GiB): idle, or running small kernels."""
+    snaps = []
+    for t in range(0, 900 + weights_at, 2):
+        gpus = []
+        for i in range(8):
+            if i >= 4:
+                mem = 0 if t < 4 else 0.6 + min(max(t - weights_at, 0), 100) * 0.7
+                p, u = ((650.0, 0.98) if server_busy else (120.0, 1.0)) \
+                    if t > 110 + weights_at else (300.0, 0.4)
+            elif i == 0 and t >= neighbour_at:
+                mem, (p, u) = 0.55, ((400.0, 0.95) if neighbour_busy else (85.0, 0.0))
+            else:
+                mem, p, u = 0, 81.0, 0.0
+            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
+                                  util_ratio=u, mem_used_bytes=int(mem * GIB)))
+        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    scope = GpuScope()
+    scope.begin(snaps[0])
+    for sn in snaps[1:]:
+        scope.see(sn)
+    end = 898.0 + weights_at
+    return scope.rose, silence_verdict([scope.select(s) for s in snaps if s.at >= end - 198],
+                                       end - 298, end, {i: 81.0 for i in range(8)})
+
+
+def test_a_neighbours_context_after_the_weights_is_not_the_servers() -> None:
+    """A context that comes minutes after the server's weights is a neighbour's (a
+    notebook's torch.cuda.init on GPU 0 of the node), not a rank's: the launch's ranks make
+    theirs together, before any loads its weights.  Before (a regression of c922ee3, which
+    took any 0.25 GiB on an idle GPU): a healthy TP=4 busy in a silent graph capture was "a
+    stuck rank (GPU 0)" (watch gave up, exit 3), and a hung one "GPU 0 busy alone ...: slow,
+    not hung" (followed until --timeout)."""
+    rose, v = _neighbour_beside_tp4(neighbour_busy=False, server_busy=True)
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "busy" and v.working, (rose, v)
+    rose, v = _neighbour_beside_tp4(neighbour_busy=True, server_busy=False)
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "spinning" and not v.working, \
+        (rose, v)
+    # the notebook came while the server downloaded its weights (its ranks holding only their
+    # contexts for 10 minutes): not the server's either, once its GPUs loaded
+    rose, v = _neighbour_beside_tp4(neighbour_busy=False, server_busy=True, weights_at=600,
+                                    neighbour_at=300)
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "busy" and v.working, (rose, v)

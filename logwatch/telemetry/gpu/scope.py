@@ -6,7 +6,8 @@ Why: a server rarely owns every GPU of its node (TP=4 on an 8-GPU node, another 
 beside it).  Read over all of them, the unused GPUs idle at 81 W named a healthy TP=4 "a
 stuck rank", and a neighbour's busy GPUs called a hung server "slow, not hung".  A server
 loads its weights onto its own GPUs first thing, so memory that rises by a GiB after its
-launch line (a context's worth on a GPU idle at the launch: a rank stuck before its weights)
+launch line (a context's worth on a GPU idle at the launch: a rank stuck before its weights,
+whose context came with the others', not minutes after their weights: a neighbour's notebook)
 is the cheapest sign of whose GPUs they are; once seen, a GPU stays the
 startup's (sticky: a rank that died and freed its memory is still a rank of it).  Before any
 rose, every GPU counts, as before.  Pure: snapshots in, the chosen GPUs out.
@@ -24,6 +25,11 @@ ROSE = 1 * GIB           # memory a GPU gained over its level at launch: the sta
 # this) that gained as much is a rank's, one that holds only its context (stuck before its
 # weights: the rank a hang waits for) as much as those that loaded
 CONTEXT = 256 * 1024 ** 2
+# ... that came with the contexts of the GPUs that went on to load (within this many seconds
+# of the first of them): a launch's ranks make their contexts together, before any loads its
+# weights (NCCL init needs every rank's); one that comes later (during the server's download,
+# or after its weights) is a neighbour's (a notebook's torch.cuda.init) on its own GPU
+CONTEXT_LATE = 30.0
 
 
 @dataclass
@@ -36,11 +42,14 @@ class GpuScope:
     rose: set[int] = field(default_factory=set)              # GPUs seen rising (sticky)
     held_at_launch: set[int] = field(default_factory=set)    # GPUs holding a GiB before it
     named: set[int] = field(default_factory=set)   # the indexes of `devices`' UUIDs, as seen
+    loaded: set[int] = field(default_factory=set)             # GPUs that rose a GiB
+    context_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it gained a context
 
     def begin(self, before: GpuSnapshot | None) -> None:
         """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
         line, if any) is their level; what they gain from there is the server's."""
         self.baseline, self.rose, self.held_at_launch = {}, set(), set()
+        self.loaded, self.context_at = set(), {}
         if before is not None:
             self._levels(before)
             # a GPU holding a GiB before the launch, whose memory has not risen since, is
@@ -58,13 +67,28 @@ class GpuScope:
     def see(self, snap: GpuSnapshot) -> bool:
         """One snapshot of the startup; True when the chosen GPUs changed."""
         self._levels(snap)          # a GPU first seen now: its level is this one
-        before = len(self.rose)
+        before = set(self.rose)
         for g in snap.gpus:
             base = self.baseline.get(g.index)
-            if g.mem_used_bytes is not None and base is not None and \
-                    g.mem_used_bytes - base >= (CONTEXT if base < CONTEXT else ROSE):
-                self.rose.add(g.index)
-        return not self.devices and len(self.rose) != before
+            if g.mem_used_bytes is None or base is None:
+                continue
+            gained = g.mem_used_bytes - base
+            if gained >= ROSE:
+                self.loaded.add(g.index)
+                self.context_at.setdefault(g.index, snap.at)
+            elif gained >= CONTEXT and base < CONTEXT:
+                self.context_at.setdefault(g.index, snap.at)
+        # a context only: a rank's (stuck before its weights) while none loaded yet, then
+        # only if it came with the loading GPUs' contexts; a neighbour's notebook that came
+        # later was "a stuck rank (GPU 0)" beside a healthy TP=4, its busy kernels "one rank
+        # working: slow, not hung" for a hung one (helper adv33 H1, review of c922ee3)
+        first = min((self.context_at[i] for i in self.loaded), default=None)
+        self.rose |= self.loaded | {i for i, at in self.context_at.items()
+                                    if first is None or at <= first + CONTEXT_LATE}
+        if first is not None:      # (a context admitted before any GPU loaded, then late)
+            self.rose -= {i for i, at in self.context_at.items()
+                          if i not in self.loaded and at > first + CONTEXT_LATE}
+        return not self.devices and self.rose != before
 
     def chosen(self, g: GpuSample) -> bool:
         if self.devices:
