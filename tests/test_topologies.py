@@ -79,6 +79,31 @@ def test_vllm_forward_pass_error_on_a_rank_that_is_not_the_output_rank_is_a_cras
     assert st.phase == READY and st.crash is None
 
 
+def test_a_utility_failure_long_after_a_real_crash_does_not_take_it_back(tmp_path):
+    """A real forward-pass crash (TP1's CUDA OOM, 10:06:00), then 14 minutes later by the
+    log's stamps a LoRA sidecar's failed `add_lora` (another engine's: DP1).  Read in one
+    go (replay, `watch --last`, the daemon's catch-up at attach) the crash was not yet
+    settled when the utility line came: before (helper adv33 H2, a regression of 6eb619f)
+    it was taken back, "ready", no page.  A call's failure takes back only the exceptions
+    logged with it (within the crash's longest settle, 30 s)."""
+    start = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    tb = ("WorkerProc hit an exception.\nTraceback (most recent call last):\n"
+          '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 1215, in _execute_worker_rpc\n'
+          "    output = func(*args, **kwargs)\n"
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.19 GiB of which 1.06 GiB is free.")
+    crash = env("Worker_TP1 pid=201", "ERROR", "10:06:00", "multiproc_executor.py:1223", tb)
+    late = env("EngineCore_DP1 pid=151", "ERROR", "10:20:00", "core.py:2055",
+               "Invocation of add_lora method failed")
+    st = replay_lines(tmp_path, "late.log", start + crash + late)
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == ("cuda_oom", READY), \
+        (st.phase, st.crash)
+    # the same call's failure a few seconds on is the call's, as before
+    soon = env("EngineCore pid=150", "ERROR", "10:06:03", "core.py:2055",
+               "Invocation of add_lora method failed")
+    st = replay_lines(tmp_path, "soon.log", start + crash + soon)
+    assert st.phase == READY and st.crash is None
+
+
 # -- speculative decoding: the draft model's shards are a second round -------------------------
 
 def test_a_draft_model_s_shard_bar_does_not_replace_the_target_s_count():

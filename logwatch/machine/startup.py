@@ -455,7 +455,7 @@ class StartupMachine:
             # the exceptions were a call's, returned to its caller (vLLM's utility call:
             # each worker's `WorkerProc hit an exception.`, then the engine core's
             # `Invocation of add_lora method failed`): the server serves on
-            if crash.during == READY:
+            if crash.during == READY and self._same_call(state, crash, obs):
                 self._take_back(state, crash, events)
             return False
         if rule.chain:
@@ -476,6 +476,18 @@ class StartupMachine:
         # fallback: vLLM's weight-cache IPC loader, then the disk loader's shard bar)
         self._take_back(state, crash, events)
         return True
+
+    def _same_call(self, state: State, crash: Crash, obs: Observation) -> bool:
+        """A call's failure (`withdraws`) came with the crash's exceptions: within
+        SETTLE_LONGEST of its first line, by the log's stamps where both have one, else by
+        when they were read.  A crash read in one go (replay, `watch --last`, the daemon's
+        catch-up at attach) is not settled between its lines: before (helper adv33 H2, a
+        regression of 6eb619f), a TP1 CUDA OOM at 10:06 was taken back by a LoRA sidecar's
+        `Invocation of add_lora method failed` at 10:20: "ready", no page."""
+        if obs.log_time is not None and crash.log_time is not None:
+            return obs.log_time - crash.log_time <= SETTLE_LONGEST
+        first = state.crash_read_at
+        return first is None or self._read_at - first <= SETTLE_LONGEST
 
     @staticmethod
     def _take_back(state: State, crash: Crash, events: list[Event]) -> None:
