@@ -324,3 +324,27 @@ def test_a_crash_read_from_the_nccl_watchdog_is_timed_by_its_stamps(tmp_path: Pa
         view = pipeline_view("server.log", replay_file(str(log)))
         assert view.crash is not None and view.crash["reason"] == "nccl_error", view.crash
         assert view.crash_elapsed == pytest.approx(after, abs=1.0), (lines[0], view.crash_elapsed)
+
+
+@pytest.mark.parametrize("month,stamp", [("09", "901"), ("01", "101"), ("05", "501")])
+def test_a_c10_stamp_of_january_to_september_has_a_three_digit_date(tmp_path: Path, month: str,
+                                                                    stamp: str) -> None:
+    """torch's c10 log writes its date unpadded, `(tm_mon + 1) * 100 + tm_mday`
+    (c10/util/Logging.cpp): `[rank0]:[E901 10:11:00.123456789 ...` on 1 September.  Before
+    (helper adv33 M1, left by 28a0d8c, whose stamps were all of Oct-Dec), nine months of
+    the year the watchdog's line went untimed: a 10-minute hang said "after 1m00s"."""
+    lines = [ln.replace("2026-12-01", f"2026-{month}-01")
+             for ln in SGLANG_HEAD + SGLANG_READY] + [
+        f"[2026-{month}-01 10:01:00 TP0] Decode batch, #running-req: 31, #token: 40512, token "
+        "usage: 0.09, cuda graph: True, gen throughput (token/s): 2874.12, #queue-req: 0",
+        f"[rank0]:[E{stamp} 10:11:00.123456789 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=123456, OpType=ALLREDUCE, "
+        "NumelIn=8388608, NumelOut=8388608, Timeout(ms)=600000) ran for 600045 milliseconds "
+        "before timing out.",
+        "terminate called after throwing an instance of 'c10::DistBackendError'",
+    ]
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    view = pipeline_view("server.log", replay_file(str(log)))
+    assert view.crash is not None and view.crash["reason"] == "nccl_error", view.crash
+    assert view.crash_elapsed == pytest.approx(660.0, abs=1.0), view.crash_elapsed
