@@ -555,14 +555,30 @@ _URL = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://(?P<rest>.*)$")
 def url_problem(target: str, scheme: str, rest: str) -> str:
     """A URL watch does not read (only ssh://): what to write instead.  Before, `http://x/y`
     got "looks like scp's host:path; did you mean ssh://http//x/y?"."""
+    import shlex
+    from urllib.parse import unquote
     kinds = "a local path, ssh://[user@]host[:port]/abs/path, cmd:COMMAND or -"
+    if scheme == "ssh":     # SSH://: the scheme is read in lower case only
+        return f"{target}: write the scheme in lower case: ssh://{rest}"
     if scheme in ("sftp", "scp"):
         return f"{target}: {scheme}:// is not read; did you mean ssh://{rest}?"
     if scheme == "file":
-        return f"{target}: file:// is not read; give the path: {rest or '/'}"
+        # file:///p and file://localhost/p are this machine's /p (percent-decoded); another
+        # host's is read over SSH
+        host, slash, path = rest.partition("/")
+        path = unquote(slash + path) or "/"
+        if host and host.lower() != "localhost":
+            return f"{target}: file:// is not read; another machine's file: ssh://{host}{path}"
+        return f"{target}: file:// is not read; give the path: {shlex.quote(path)}"
     if scheme in ("http", "https"):
+        # quoted for cmd:'s own word split (a query's `&` is a shell operator it refuses
+        # unquoted), then for the shell the suggestion is pasted into
+        word = shlex.quote(target)
+        if word != target and not set('"$`\\\'') & set(target):
+            word = f'"{target}"'      # 'cmd:curl -sSN "http://h/log?a=1&b=2"'
+        cmd = "cmd:curl -sSN " + word
         return f"{target}: {scheme}:// is not read ({kinds}); a log served over HTTP: " \
-            f"'cmd:curl -sSN {target}'"
+            f"{shlex.quote(cmd)}"
     return f"{target}: {scheme}:// is not read ({kinds})"
 
 
@@ -580,6 +596,9 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
             return (f"{target} is a named pipe (FIFO): a target is a file read by offset; "
                     f"read the pipe as a stream: logwatch watch - < {target}")
         return None
+    url = _URL.match(target)
+    if url:     # before the pattern's checks: a query's `?`, an IPv6 host's `[` are no glob
+        return url_problem(target, url["scheme"].lower(), url["rest"])
     from .sources.newest import is_pattern, matching, pattern_problem
     problem = pattern_problem(target)
     if problem and not os.path.isdir(os.path.dirname(target)):
@@ -597,9 +616,6 @@ def target_problem(target: str, wait_for_file: bool = False) -> str | None:
                 "pass --wait to wait for it"
         return f"no file matches {target}{nearest_names(parent, name)}; pass --wait to wait " \
             "for one to appear"
-    url = _URL.match(target)
-    if url:
-        return url_problem(target, url["scheme"].lower(), url["rest"])
     m = _SCP_STYLE.match(target)
     if m:
         user = f"{m['user']}@" if m["user"] else ""

@@ -506,6 +506,35 @@ def test_a_url_watch_does_not_read_says_what_to_write(target: str, said: str) ->
     assert target_problem(target) == said
 
 
+@pytest.mark.parametrize("target, tail", [
+    # a query: its `?` was read as a glob ("... does not exist (the directory of ...)"), and
+    # its `&` unquoted is a shell operator that cmd: refuses
+    ("http://gpu-1:8000/logs/server.log?since=0&follow=1",
+     """a log served over HTTP: 'cmd:curl -sSN "http://gpu-1:8000/logs/server.log?since=0&follow=1"'"""),
+    # an IPv6 host's brackets were read as a pattern ("a literal [ is written [[]")
+    ("sftp://root@[fe80::1]:2222/var/log/server.log",
+     "did you mean ssh://root@[fe80::1]:2222/var/log/server.log?"),
+    ("SSH://gpu-1/var/log/server.log", "write the scheme in lower case: ssh://gpu-1/var/log/server.log"),
+    ("file://localhost/var/log/server.log", "give the path: /var/log/server.log"),
+    ("file:///var/log/my%20server.log", "give the path: '/var/log/my server.log'"),
+    ("file://gpu-1/var/log/server.log", "another machine's file: ssh://gpu-1/var/log/server.log"),
+])
+def test_a_url_suggestion_is_one_that_works(target: str, tail: str) -> None:
+    """What watch suggests for a URL it does not read can be pasted as it is (helper adv33
+    L, left by ff0ed57): before, a query's URL got "... does not exist", its cmd:curl
+    suggestion was refused by cmd:'s shell check, SSH:// was "ssh:// is not read",
+    file://localhost/p gave the path "localhost/p"."""
+    import shlex
+    from logwatch.cli import target_problem
+    from logwatch.sources.command import shell_syntax
+    said = target_problem(target)
+    assert said is not None and said.endswith(tail), said
+    if "cmd:curl" in tail:
+        word = shlex.split(said.rsplit(": ", 1)[1])[0]
+        assert word.startswith("cmd:") and shell_syntax(word[4:]) is None, word
+        assert shlex.split(word[4:])[-1] == target
+
+
 def test_a_named_pipe_says_how_to_read_it(tmp_path: Path) -> None:
     """Before: `watch FIFO` printed a daemon's JSON log line and `OSError(29, 'Illegal
     seek')`, exit 2."""
