@@ -211,9 +211,12 @@ function update(r,t,now){
 // page as it was, looking current: one poll at a time; one that has waited STALE_AFTER ms dims
 // the rows and the page says since when it has no answer; it gives up after POLL_WAIT ms (a
 // dead connection).  A slow but healthy daemon (a big fleet's 5 s answer) is waited for: a
-// poll cut at 5 s never showed one of its answers
-const POLL_WAIT=30000,STALE_AFTER=6000;let lastOk=Date.now(),polling=0;
-function stale(why){const age=Math.round((Date.now()-lastOk)/1000),old=age*1000>=STALE_AFTER;
+// poll cut at 5 s never showed one of its answers.  A daemon that always takes 8 s is not
+// said "no answer" at each poll's 6th second (the banner came and went every 8 s): the wait
+// before saying so is twice its last answer's time (STALE_AFTER at least, POLL_WAIT at most)
+const POLL_WAIT=30000,STALE_AFTER=6000;let lastOk=Date.now(),polling=0,took=0;
+const patience=()=>Math.min(POLL_WAIT,Math.max(STALE_AFTER,2*took));
+function stale(why){const age=Math.round((Date.now()-lastOk)/1000),old=age*1000>=patience();
   document.body.classList.toggle("stale",old);
   set(document.getElementById("err"),why+(old?" — no answer for "+age+" s: what is shown is from "+new Date(lastOk).toLocaleTimeString():""))}
 async function refresh(){
@@ -221,7 +224,8 @@ async function refresh(){
   try{const res=await fetch("/api/status",{cache:"no-store",signal:ac.signal});d=await res.json()}
   catch(e){stale(ac.signal.aborted?"the daemon does not answer":"cannot reach the daemon: "+e);return}
   finally{clearTimeout(timer)}
-  lastOk=Date.now();document.body.classList.remove("stale");set(document.getElementById("err"),"")
+  lastOk=Date.now();if(polling)took=lastOk-polling;
+  document.body.classList.remove("stale");set(document.getElementById("err"),"")
   const box=document.getElementById("targets"),seen=new Set(),count={};
   for(const t of d.targets){seen.add(t.name);const k=t.status||t.phase;count[k]=(count[k]||0)+1;
     let r=rows.get(t.name);if(!r){r=makeRow(t.name);rows.set(t.name,r);box.append(r.root)}update(r,t,d.now)}
@@ -281,7 +285,7 @@ readHash();
     else if(ev.key==="Escape"&&document.activeElement===q){q.value="";view.q="";writeHash();layout(false);q.blur()}});
   window.addEventListener("hashchange",()=>{readHash();q.value=view.q;so.value=view.sort;layout(true);refreshCounts()})})();
 let first=true;
-async function tick(){if(polling){if(Date.now()-polling>=STALE_AFTER)stale("the daemon does not answer");return}
+async function tick(){if(polling){if(Date.now()-polling>=patience())stale("the daemon does not answer");return}
   polling=Date.now();try{await refresh()}finally{polling=0}
   if(first&&rows.size){first=false;layout(true)}}
 tick();setInterval(tick,2000);
