@@ -68,3 +68,56 @@ def test_a_target_that_fails_is_retried_and_the_others_go_on(tmp_path: Path, mon
     phases = asyncio.run(run())
     assert phases == {"flaky": "ready", "healthy": "ready"}
     assert calls["flaky"] == 3     # failed twice (backoff 0.3 s, 0.6 s), the third run read it
+
+
+def test_a_target_that_cannot_be_started_is_shown_as_error(tmp_path: Path, monkeypatch) -> None:
+    """A target whose construction fails (an error nobody foresaw: injected here in its
+    start) is shown as `error` in /api/status, the page and /metrics, saying why, until it
+    starts.  Before (helper adv34 M3), only the daemon's log said so: it was in none of
+    them, though the README says such a target is shown as `error`."""
+    import aiohttp
+    log = tmp_path / "a.log"
+    log.write_text("".join(sim_texts(seed=3)), encoding="utf-8")
+    cfg_path = tmp_path / "logwatch.yaml"
+    port = free_port()
+    cfg_path.write_text(yaml.safe_dump({
+        "listen": f"127.0.0.1:{port}", "state_dir": str(tmp_path / "state"),
+        "targets": [{"name": "broken", "source": str(log)}]}), encoding="utf-8")
+    monkeypatch.setattr(supervise_mod, "RETRY_BASE", 1.5)
+    real_target = daemon_mod.Target
+    calls = {"n": 0}
+
+    def target(cfg, **kw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected: a bug nobody knows yet")
+        return real_target(cfg, **kw)
+
+    monkeypatch.setattr(daemon_mod, "Target", target)
+
+    async def run() -> tuple[list[str], str, str]:
+        d = daemon_mod.Daemon(load_config(cfg_path), str(cfg_path))
+        await d.start()
+        serve = asyncio.create_task(d.serve())
+        try:
+            v = d.views(time.time())
+            seen = [f"{x.name} {x.status} {x.source_message}" for x in v]
+            async with aiohttp.ClientSession() as http:
+                async with http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                    metrics = await r.text()
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and \
+                    [x.phase for x in d.views(time.time())] != ["ready"]:
+                await asyncio.sleep(0.05)
+            return seen, " ".join(f"{x.name} {x.phase}" for x in d.views(time.time())), metrics
+        finally:
+            d.request_stop()
+            await serve
+            await d.shutdown()
+
+    seen, later, metrics = asyncio.run(run())
+    assert 'logwatch_source_state{state="error",target="broken"} 1' in metrics, \
+        [ln for ln in metrics.splitlines() if "broken" in ln][:20]
+    assert seen == ["broken error not started: injected: a bug nobody knows yet (tried again "
+                    "later)"], seen
+    assert later == "broken ready" and calls["n"] == 2, (later, calls)

@@ -45,7 +45,7 @@ from .attachments.gpu import GpuAttachment, GpuStreams
 from .attachments.history import HistoryAttachment
 from .attachments.ledger import LedgerAttachment
 from .attachments.probe import ProbeAttachment
-from .supervise import SOURCE_CHECK_EVERY, Supervisor
+from .supervise import SOURCE_CHECK_EVERY, Supervisor, Unstarted
 from .target import Target
 
 TICK = 0.5
@@ -97,6 +97,7 @@ class Daemon:
         self.gpu_streams = GpuStreams(self.pool)   # one nvidia-smi per host, shared
         self.ledger = LedgerStore(config.state_dir)  # the launch ledger (SQLite)
         self.runners: dict[str, Target] = {}
+        self.unstarted: dict[str, Unstarted] = {}   # could not be started: shown as `error`
         self.signatures: dict[str, tuple[Any, ...]] = {}
         self.stopping = False
         self._stop = asyncio.Event()
@@ -143,7 +144,9 @@ class Daemon:
             delay = self.supervisor.schedule_retry(cfg.name, clock.now())
             self.log.error("target not started", target=cfg.name, error=str(e),
                            retry_in=f"{delay:.0f}s")
+            self.unstarted[cfg.name] = Unstarted(cfg, str(e) or type(e).__name__, clock.now())
             return
+        self.unstarted.pop(cfg.name, None)
         if self.alerts is not None:   # what was alerted stays alerted, whatever file was lost
             self.alerts.adopt(runner.saved_alert_marks)
         self.runners[cfg.name] = runner
@@ -164,6 +167,7 @@ class Daemon:
         self._start_target(cfg)
 
     async def _stop_target(self, name: str) -> None:
+        self.unstarted.pop(name, None)
         runner = self.runners.pop(name, None)
         self.signatures.pop(name, None)
         if runner is not None:
@@ -188,13 +192,14 @@ class Daemon:
         if self.alerts is not None:
             self.alerts.observe_probe(runner.view(clock.now()))
 
-    def metric_sources(self) -> list[Target]:
-        """The targets as /metrics reads them (each rendered again only when it changed)."""
-        return list(self.runners.values())
+    def metric_sources(self) -> list[Target | Unstarted]:
+        """The targets as /metrics reads them (each rendered again only when it changed);
+        one that could not be started as such (`Unstarted`)."""
+        return [*self.runners.values(), *self.unstarted.values()]
 
     def views(self, now: float) -> list[TargetView]:
         """Every target's snapshot: what /metrics, /api/status and the page show."""
-        return [r.view(now) for r in list(self.runners.values())]
+        return [r.view(now) for r in self.metric_sources()]
 
     def history(self, target: str) -> list[dict[str, Any]] | None:
         """The launch ledger of a target (None: no such target)."""

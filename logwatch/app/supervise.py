@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any, Awaitable, Callable, Mapping
 
 from .. import log
+from ..counters import Counters
+from ..sinks.metrics import Counted
+from ..view import TargetView
 from .config import TargetConfig
 from .target import Target
 
@@ -118,3 +121,30 @@ class Supervisor:
                 self.source_down.add(name)
             elif status.state == "up":
                 self.source_down.discard(name)
+
+
+class Unstarted:
+    """A target that could not be started (an error nobody foresaw while building it), as
+    /api/status, the page and /metrics show it until it starts: `error`, saying why.
+    Before, it was in none of them (only the daemon's log said so), though the README says
+    such a target is shown as `error` (helper adv34 M3)."""
+
+    def __init__(self, cfg: TargetConfig, error: str, at: float) -> None:
+        self.cfg, self.name, self.error, self.at = cfg, cfg.name, error, at
+
+    def view(self, now: float) -> TargetView:
+        cfg = self.cfg
+        return TargetView(name=self.name, engine="auto", source=cfg.display_source,
+                          kind=cfg.kind, labels=dict(cfg.labels), now=now, counters=Counters(),
+                          source_message=f"not started: {self.error} (tried again later)",
+                          source_error=True, source_state="error",
+                          source_down_since=self.at, started_at=self.at)
+
+    def metrics_key(self, now: float) -> Any:
+        return ("unstarted", self.error, self.at)
+
+    def counted(self) -> Counted:
+        return Counted(0, 0, {}, (), None, None)
+
+    def position_age(self) -> float:
+        return 0.0
