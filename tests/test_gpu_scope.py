@@ -255,11 +255,17 @@ def _neighbour_beside_tp4(neighbour_busy: bool, server_busy: bool, weights_at: i
             gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
                                   util_ratio=u, mem_used_bytes=int(mem * GIB)))
         snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    return _scoped_verdict(snaps)
+
+
+def _scoped_verdict(snaps: list[GpuSnapshot]) -> tuple[set[int], Any]:
+    """The scope's GPUs after `snaps` (the first the level before the launch), and the
+    silence verdict on its GPUs over the last 300 s (idle 81 W learned on each)."""
     scope = GpuScope()
     scope.begin(snaps[0])
     for sn in snaps[1:]:
         scope.see(sn)
-    end = 898.0 + weights_at
+    end = snaps[-1].at
     return scope.rose, silence_verdict([scope.select(s) for s in snaps if s.at >= end - 198],
                                        end - 298, end, {i: 81.0 for i in range(8)})
 
@@ -281,3 +287,30 @@ def test_a_neighbours_context_after_the_weights_is_not_the_servers() -> None:
     rose, v = _neighbour_beside_tp4(neighbour_busy=False, server_busy=True, weights_at=600,
                                     neighbour_at=300)
     assert rose == {4, 5, 6, 7} and v is not None and v.kind == "busy" and v.working, (rose, v)
+
+
+@pytest.mark.parametrize("late,every", [(40, 2), (60, 5)])
+def test_a_rank_whose_context_came_last_and_then_stuck_is_a_rank(late: int, every: int) -> None:
+    """A TP=4 on GPUs 4-7 whose rank 7 made its context `late` s after the others (its torch
+    import slow over NFS: the others waited for it in NCCL init), then loaded nothing (hung
+    reading its weights) while 4-6 loaded theirs and spun in the first collective: the
+    scope holds GPU 7, the verdict names it.  Before (a regression of ebb9942, which took a
+    context 30 s after the first loading GPU's for a neighbour's), the hang was "likely hung
+    (a collective waiting)" on GPUs 4-6, the stuck rank unnamed; nvidia-smi every `every` s."""
+    snaps = []
+    for t in range(0, 900, every):
+        gpus = []
+        for i in range(8):
+            if i in (4, 5, 6):
+                mem = 0 if t < 4 else 0.6 + min(max(t - (late + 2), 0), 100) * 0.7
+                p, u = (120.0, 1.0) if t > late + 110 else (300.0, 0.4)
+            elif i == 7:
+                mem, p, u = (0 if t < late else 0.6), 85.0, 0.0
+            else:
+                mem, p, u = 0, 81.0, 0.0
+            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
+                                  util_ratio=u, mem_used_bytes=int(mem * GIB)))
+        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    rose, v = _scoped_verdict(snaps)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v

@@ -28,7 +28,10 @@ CONTEXT = 256 * 1024 ** 2
 # ... that came with the contexts of the GPUs that went on to load (within this many seconds
 # of the first of them): a launch's ranks make their contexts together, before any loads its
 # weights (NCCL init needs every rank's); one that comes later (during the server's download,
-# or after its weights) is a neighbour's (a notebook's torch.cuda.init) on its own GPU
+# or after its weights) is a neighbour's (a notebook's torch.cuda.init) on its own GPU.
+# A rank whose context came later than that (its torch import slow, over NFS) is still
+# one when it came at most this long before the first GPU loaded: the others waited for
+# it in NCCL init, and loaded once it came
 CONTEXT_LATE = 30.0
 
 
@@ -44,12 +47,13 @@ class GpuScope:
     named: set[int] = field(default_factory=set)   # the indexes of `devices`' UUIDs, as seen
     loaded: set[int] = field(default_factory=set)             # GPUs that rose a GiB
     context_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it gained a context
+    first_load: float | None = None          # when the first GPU had risen a GiB
 
     def begin(self, before: GpuSnapshot | None) -> None:
         """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
         line, if any) is their level; what they gain from there is the server's."""
         self.baseline, self.rose, self.held_at_launch = {}, set(), set()
-        self.loaded, self.context_at = set(), {}
+        self.loaded, self.context_at, self.first_load = set(), {}, None
         if before is not None:
             self._levels(before)
             # a GPU holding a GiB before the launch, whose memory has not risen since, is
@@ -76,18 +80,27 @@ class GpuScope:
             if gained >= ROSE:
                 self.loaded.add(g.index)
                 self.context_at.setdefault(g.index, snap.at)
+                if self.first_load is None:
+                    self.first_load = snap.at
             elif gained >= CONTEXT and base < CONTEXT:
                 self.context_at.setdefault(g.index, snap.at)
         # a context only: a rank's (stuck before its weights) while none loaded yet, then
         # only if it came with the loading GPUs' contexts; a neighbour's notebook that came
         # later was "a stuck rank (GPU 0)" beside a healthy TP=4, its busy kernels "one rank
-        # working: slow, not hung" for a hung one (helper adv33 H1, review of c922ee3)
+        # working: slow, not hung" for a hung one (helper adv33 H1, review of c922ee3).  A
+        # rank whose context came last, just before the others loaded (they waited for it in
+        # NCCL init), is one too: before, a rank 40 s late (a slow import) and then stuck in
+        # its weights' read was left out, the hang said "a collective waiting" without it
         first = min((self.context_at[i] for i in self.loaded), default=None)
-        self.rose |= self.loaded | {i for i, at in self.context_at.items()
-                                    if first is None or at <= first + CONTEXT_LATE}
+        load = self.first_load
+
+        def ranks(at: float) -> bool:
+            return first is None or at <= first + CONTEXT_LATE or \
+                (load is not None and load - CONTEXT_LATE <= at <= load)
+        self.rose |= self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
         if first is not None:      # (a context admitted before any GPU loaded, then late)
             self.rose -= {i for i, at in self.context_at.items()
-                          if i not in self.loaded and at > first + CONTEXT_LATE}
+                          if i not in self.loaded and not ranks(at)}
         return not self.devices and self.rose != before
 
     def chosen(self, g: GpuSample) -> bool:
