@@ -48,11 +48,24 @@ def daemon_url(config_path: str) -> str:
 
 
 def fetch_status(url: str, timeout: float = 5.0) -> dict[str, Any]:
+    """The daemon's /api/status; ValueError for whatever else answers there (another
+    service on the port: a body past 64 MiB, JSON nested past the parser's depth, targets
+    that are not objects), not a traceback."""
     with urllib.request.urlopen(url.rstrip("/") + "/api/status", timeout=timeout) as r:
-        doc = json.loads(r.read())
-    if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
+        body = r.read(STATUS_MAX + 1)
+    if len(body) > STATUS_MAX:
+        raise ValueError("not logwatch's /api/status (an answer past 64 MiB)")
+    try:
+        doc = json.loads(body)
+    except RecursionError:
+        raise ValueError("not logwatch's /api/status (JSON nested too deep)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list) or \
+            not all(isinstance(t, dict) for t in doc["targets"]):
         raise ValueError("not logwatch's /api/status")
     return doc
+
+
+STATUS_MAX = 64 << 20
 
 
 def rank(t: dict[str, Any]) -> int:

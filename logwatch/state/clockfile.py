@@ -12,11 +12,10 @@ what the time between took up).  No file while the clocks agree.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .. import clock
-from .files import save_state
+from .files import read_state_json, save_state
 
 CLOCK_FILE = "clock.json"
 LAG_SAVED = 1.0          # seconds of a step not yet taken up worth saving
@@ -38,7 +37,7 @@ def save(state_dir: Path) -> None:
 def adopt(state_dir: Path) -> None:
     """Go on with the clock the daemon before saved (none, unreadable: the wall clock)."""
     try:
-        doc = json.loads((Path(state_dir) / CLOCK_FILE).read_text(encoding="utf-8"))
+        doc = read_state_json(Path(state_dir) / CLOCK_FILE)
     except (OSError, ValueError):
         return
     if isinstance(doc, dict) and isinstance(doc.get("lag"), (int, float)) and \

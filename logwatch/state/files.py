@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,39 @@ def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local",
                                                             "state")
     return Path(base) / "logwatch"
+
+
+MAX_STATE_FILE = 64 << 20     # bytes: the largest state file read (the biggest written: ~2 MB)
+
+
+def read_state_json(path: Path) -> Any:
+    """A state file's JSON.  Damage of any shape is a ValueError the store reports (and
+    goes on without the file): JSON nested past the parser's depth raised RecursionError,
+    which no store caught (a damaged `history/NAME.json` stopped the target's start, and
+    `watch` with a traceback); a file of gigabytes (a wrong bind mount) is not read whole.
+    A missing file is FileNotFoundError, as before; one that is not a regular file (a
+    FIFO named like a checkpoint) is not opened: it would block the reader."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError("not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_STATE_FILE + 1)
+    if len(data) > MAX_STATE_FILE:
+        raise ValueError(f"larger than {MAX_STATE_FILE >> 20} MiB: not a state file")
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep") from None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged state file to `NAME.corrupt` (what it held kept for a look, the
+    store starting without it); the path it now has (`path` if the rename failed)."""
+    aside = path.with_name(path.name + ".corrupt")
+    try:
+        os.replace(path, aside)
+    except OSError:
+        return path
+    return aside
 
 
 _TEMPS = itertools.count()

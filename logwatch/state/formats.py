@@ -14,11 +14,10 @@ goes on, as for any other damage.
 
 from __future__ import annotations
 
-import json
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from .files import read_state_json
 
 SHOWN = 3     # files named in the message; the rest counted
 
@@ -43,19 +42,12 @@ class NewerFile:
     version: int
 
 
-MAX_READ = 64 << 20        # bytes of one state file read for its version
-
-
 def _version(path: Path) -> int | None:
     """The file's integer `version` (`3.0` is 3); None where it has none or cannot be read
-    (damage is the store's to report).  Only a regular file of sane size is opened: a FIFO
-    named like a checkpoint hung the start; JSON nested too deep is damage, not a crash."""
+    (damage is the store's to report; a FIFO or a file too big is not read, files.py)."""
     try:
-        st = os.stat(path)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        doc = read_state_json(path)
+    except (OSError, ValueError):
         return None
     v = doc.get("version") if isinstance(doc, dict) else None
     if isinstance(v, float) and v.is_integer():

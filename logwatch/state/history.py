@@ -7,15 +7,14 @@ ETA (eta.py) takes the per-phase medians of the ready ones (`StartupHistory.typi
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import clock
+from .. import clock, log
 from ..machine import State
-from .files import legacy_file_name, save_state, target_file_name
+from .files import legacy_file_name, read_state_json, save_state, set_aside, target_file_name
 from .formats import StoreFormat
 from ..rules.pack import READY, WAITING
 
@@ -51,19 +50,30 @@ class StartupHistory:
         self.load()
 
     def load(self) -> None:
+        """The file's startups; none when it is missing or unreadable.  A damaged one (not
+        JSON, the wrong shape) is set aside as `NAME.json.corrupt` and said once: before, it
+        was read as empty and overwritten by the next startup's record, the 20 it held gone
+        without a word (and JSON nested too deep stopped the target's start)."""
+        self.records, self._typical = [], None
+        path = self.path if self.path.exists() or not self._legacy.exists() else self._legacy
         try:
-            path = self.path if self.path.exists() or not self._legacy.exists() else self._legacy
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = read_state_json(path)
+            if not isinstance(doc, dict):
+                raise ValueError("not a JSON object")
             if doc.get("version") != VERSION:
                 return
             self.records = [StartupRecord(float(r["at"]), str(r.get("model", "")),
                                           str(r["outcome"]), {k: float(v) for k, v in r["phases"].items()},
-                                          r.get("total"), str(r.get("startup") or ""),
+                                          _total(r.get("total")), str(r.get("startup") or ""),
                                           str(r.get("reason") or ""))
                             for r in doc.get("startups", [])]
-        except (OSError, ValueError, KeyError, TypeError):
+        except OSError:
+            return            # missing, or not readable now: nothing to set aside
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.records = []
-        self._typical = None
+            log.get("history").error("startup history damaged: the ETA starts without it",
+                                     file=str(path), kept_as=str(set_aside(path)),
+                                     error=str(e) or type(e).__name__)
 
     def record(self, state: State, outcome: str) -> StartupRecord | None:
         """Remember a finished startup (when it became ready or its crash settled)."""
@@ -106,6 +116,15 @@ class StartupHistory:
             self._typical = {p: statistics.median([r.phases.get(p, 0.0) for r in same])
                              for p in phases}
         return self._typical
+
+
+def _total(value: Any) -> float | None:
+    """A record's total seconds: a number or none (a string there was damage)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"total {value!r} is not a number")
+    return float(value)
 
 
 def watch_state_dir() -> Path:

@@ -200,7 +200,7 @@ class LedgerStore:
         for seq, doc in reversed(rows):
             try:
                 rec = record_from_json(json.loads(doc))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, RecursionError):
                 continue
             rec.index = seq      # the target's startup number, across daemon restarts
             out.append(rec)
@@ -260,7 +260,7 @@ def _forget(db: sqlite3.Connection, watched: set[str], before: float,
             continue
         try:
             started = float(json.loads(doc).get("started_at") or 0.0)
-        except (ValueError, TypeError, AttributeError):
+        except (ValueError, TypeError, AttributeError, RecursionError):
             started = 0.0
         if max(started, seen.get(target, 0.0)) < before:
             gone.append(target)

@@ -9,13 +9,12 @@ newer version's checkpoints never get here: the daemon refuses that state_dir (f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from .. import log
 from ..sources.base import Position
-from .files import legacy_file_name, save_state, target_file_name
+from .files import legacy_file_name, read_state_json, save_state, target_file_name
 from .formats import StoreFormat
 
 VERSION = 2
@@ -38,12 +37,12 @@ class PositionStore:
         old, colliding file name) is read when it names this very target."""
         p = self.path(target)
         try:
-            return p, json.loads(p.read_text(encoding="utf-8"))
+            return p, read_state_json(p)
         except FileNotFoundError:
             old = self.dir / (legacy_file_name(target) + ".json")
             if old == p:
                 raise
-            doc = json.loads(old.read_text(encoding="utf-8"))
+            doc = read_state_json(old)
             if not isinstance(doc, dict) or doc.get("target") != target:
                 raise FileNotFoundError(str(p)) from None
             return old, doc

@@ -23,12 +23,11 @@ A newer version's file is not unreadable: the daemon refuses that state_dir at s
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ... import clock, log
-from ...state.files import save_state
+from ...state.files import read_state_json, save_state, set_aside
 from ...state.formats import StoreFormat
 from .model import Alert
 
@@ -112,7 +111,7 @@ class AlertStore:
 
     def load(self) -> None:
         try:
-            doc = json.loads(self.path.read_text(encoding="utf-8"))
+            doc = read_state_json(self.path)
             if not isinstance(doc, dict) or doc.get("version") not in (1, VERSION):
                 raise ValueError(f"unknown version {doc.get('version')!r}"
                                  if isinstance(doc, dict) else "not a JSON object")
@@ -131,11 +130,7 @@ class AlertStore:
             pass
         except (OSError, ValueError, TypeError, AttributeError, KeyError) as e:
             self.seen, self.open, self.outbox = {}, {}, []
-            aside = self.path.with_name(self.path.name + ".corrupt")
-            try:
-                os.replace(self.path, aside)
-            except OSError:
-                aside = self.path
+            aside = set_aside(self.path)
             self.log.error("alert state unreadable: starting without it (what the targets' "
                            "checkpoints record as alerted is not sent again)",
                            file=str(self.path), kept_as=str(aside), error=str(e))
