@@ -22,6 +22,7 @@ from logwatch.silence import PhaseWatts, phase_watts_text, silence_verdict
 from logwatch.telemetry.gpu import (
     GpuSample, GpuScope, GpuSnapshot, parse_devices, parse_gpu_config, parse_csv,
 )
+from support.daemon import daemons, free_port, target_cfg, wait_for, write_config  # noqa: F401
 from support.gpureplay import FAKE, TRACE_CSV, LogWriter, log_pieces, make_clock, read_log
 
 GIB = 1024 ** 3
@@ -314,3 +315,58 @@ def test_a_rank_whose_context_came_last_and_then_stuck_is_a_rank(late: int, ever
     rose, v = _scoped_verdict(snaps)
     assert rose == {4, 5, 6, 7}, rose
     assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
+
+
+def test_the_scope_saved_is_the_scope_resumed() -> None:
+    """What a daemon keeps in the checkpoint (app/attachments/gpu.py) brings the scope back
+    as it was; a damaged one is refused with ValueError, never half taken."""
+    import json
+    scope = GpuScope()
+    scope.begin(snap(0, {i: 0 for i in range(8)}))
+    scope.see(snap(2, {**{i: 0 for i in range(4)}, **{i: 3 for i in range(4, 8)}}))
+    again = GpuScope()
+    again.resume(json.loads(json.dumps(scope.saved())))
+    flat = snap(900, {**{i: 0.5 for i in range(4)}, **{i: 70 for i in range(4, 8)}})
+    assert again.rose == {4, 5, 6, 7} and again.how == "memory rose"
+    assert [g.index for g in again.select(flat).gpus] == [4, 5, 6, 7]
+    assert not again.see(flat)
+    for damage in ({"rose": "4"}, {**scope.saved(), "baseline": {"x": 1}},
+                   {**scope.saved(), "first_load": "soon"}, {**scope.saved(), "rose": [4.5]}):
+        fresh = GpuScope()
+        with pytest.raises(ValueError):
+            fresh.resume(damage)
+        assert fresh.rose == set() and fresh.baseline == {}
+
+
+@pytest.mark.integration
+def test_a_daemon_restarted_under_a_serving_server_keeps_its_gpus(tmp_path: Path,
+                                                                   daemons: Any) -> None:
+    """The H200 start replayed on GPUs 4-7 of an 8-GPU node; the daemon restarted (an
+    upgrade) once the server serves.  Before, the restarted daemon began the scope afresh
+    with no snapshot before the launch: the serving server's memory gains nothing more, so
+    all 8 GPUs counted for good (the serving power the node's average, a neighbour's busy
+    GPU "slow, not hung" for a hang); now the scope is in the checkpoint."""
+    log = tmp_path / "server.log"
+    log.touch()
+    clock = make_clock(STEP, lead=4.0)
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("tp4", log, probe=False, gpu={"command": str(FAKE), "interval": "0.25s"})])
+    d = daemons(cfg, port, env={**clock.env(), "FAKE_NVSMI_GPUS": "8",
+                                "FAKE_NVSMI_IDLE_GPUS": "0,1,2,3"})
+    d.start()
+    writer = LogWriter(log, clock)
+    writer.start()
+    try:
+        first = wait_for(lambda: (t := d.target("tp4")) and t["phase"] == "ready" and t, 90,
+                         "ready")
+        assert first["gpu"]["scope"] == {"how": "memory rose", "devices": [],
+                                         "rose": [4, 5, 6, 7]}, first["gpu"]
+        d.stop()
+        d.start()
+        # the restarted daemon's GPUs read 4 times (its phase power has samples)
+        again = wait_for(lambda: (t := d.target("tp4")) and t["gpu"]["up"] and
+                         t["gpu"]["phases"] and t, 30, "GPU samples after the restart")
+        assert again["gpu"]["scope"] == first["gpu"]["scope"], again["gpu"]
+    finally:
+        writer.stop()

@@ -59,6 +59,7 @@ class Restored:
     alert_marks: dict[str, float] = field(default_factory=dict)   # what was alerted
     last_line_at: float | None = None
     silent_since: float | None = None   # a startup silent past its budget at the first attach
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # attachments' `saved`
 
 
 def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[RulePack],
@@ -87,6 +88,8 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
         out.last_line_at = float(extra["last_line_at"])
     if isinstance(extra.get("silent_since"), (int, float)):
         out.silent_since = float(extra["silent_since"])
+    if isinstance(extra.get("attachments"), dict):
+        out.kept = {str(k): v for k, v in extra["attachments"].items() if isinstance(v, dict)}
     if extra.get("state") and out.pack is not None and position is not None:
         try:
             out.state = state_from_json(extra["state"])
@@ -124,11 +127,13 @@ class Checkpoints:
 
     def write(self, follower: Follower, source: str, counters: Counters,
               last_line_at: float | None, alert_marks: dict[str, float],
-              durable: bool = False, silent_since: float | None = None) -> None:
+              durable: bool = False, silent_since: float | None = None,
+              kept: dict[str, dict[str, Any]] | None = None) -> None:
         """The position and the state, with the counters, in one atomic file (`durable`:
         fsynced).  Nothing before the pack is chosen or the first bytes.  `silent_since`: the
         log's last write, when it was silent past its budget at the first attach and still
-        is (a restarted daemon says "probably dead" on, not a plain `stalled`)."""
+        is (a restarted daemon says "probably dead" on, not a plain `stalled`).  `kept`: what
+        its attachments keep across a restart, by their `saved_as`."""
         pipe = follower.pipe
         pos = follower.position() if pipe is not None and self.store is not None else None
         if pos is None or pipe is None or self.store is None:
@@ -139,6 +144,8 @@ class Checkpoints:
                  "saved_at": clock.now()}
         if silent_since is not None:
             extra["silent_since"] = silent_since
+        if kept:
+            extra["attachments"] = kept
         if not self.store.save(self.name, pos, extra, durable=durable):
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()

@@ -168,6 +168,10 @@ class Target:
         self._restored_state = restored.state
         if restored.state is not None:     # silent since before the first attach, and still
             self.catchup.silent_since = restored.silent_since
+        for a in self.attachments:
+            kept = restored.kept.get(getattr(a, "saved_as", ""))
+            if kept is not None:
+                a.resume(kept)
         self._held_crashes: list[CrashSettled] = []   # settled while catching up: news?
         # where a log met for the first time is read from: its latest launch, by the markers
         # of the target's pack (every candidate's under `rules: auto`)
@@ -347,7 +351,18 @@ class Target:
         self.count_bytes()
         self.checkpoints.write(self.follower, self.cfg.source, self.counters, self.last_line_at,
                                self.alert_marks(self.name) if self.alert_marks else {}, durable,
-                               self.catchup.silent_since if self._silent_since_attach() else None)
+                               self.catchup.silent_since if self._silent_since_attach() else None,
+                               self._kept())
+
+    def _kept(self) -> dict[str, dict[str, Any]]:
+        """What the attachments keep across a daemon restart, by their `saved_as`."""
+        kept = {}
+        for a in self.attachments:
+            name = getattr(a, "saved_as", "")
+            doc = a.saved() if name else None
+            if doc is not None:
+                kept[name] = doc
+        return kept
 
     # -- the view ------------------------------------------------------------------------------
     def view(self, now: float) -> TargetView:

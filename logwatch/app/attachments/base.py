@@ -11,8 +11,12 @@ for /metrics (anything that changes when the view may have), and `close()` once,
 target stops (attachments close last-first: one that reads an earlier one, the ledger
 reading the GPU's watts, closes while that one still has them).
 
+An attachment that keeps something across a daemon restart names it `saved_as` (its key in
+the target's checkpoint): `saved()` is written with each checkpoint, `resume(doc)` hears it
+once, after `bind`, when the daemon starts again (the GPU scope: which GPUs are the server's).
+
 Subclass `Attachment` for the defaults (each hook does nothing); any object with the same
-methods is an attachment too (typing.Protocol).
+methods is an attachment too (typing.Protocol; `saved_as` optional).
 """
 
 from __future__ import annotations
@@ -74,6 +78,16 @@ class Attachment(Protocol):
     def key(self) -> Hashable:
         """Changes whenever its view may have changed (/metrics renders again then)."""
         return None
+
+    saved_as: str = ""      # its key in the target's checkpoint ("": it keeps nothing)
+
+    def saved(self) -> dict[str, Any] | None:
+        """What it keeps in the target's checkpoint (JSON; None: nothing now)."""
+        return None
+
+    def resume(self, doc: dict[str, Any]) -> None:
+        """What `saved` gave before the daemon restarted (a dict of any shape: damage is
+        its to refuse, never to raise)."""
 
     async def close(self) -> None:
         """The target stops: stop tasks, release what it holds, save what it keeps."""

@@ -54,6 +54,8 @@ def phase_at(st: State, at: float, history: list[Any] | None = None) -> str:
 
 
 class GpuAttachment(Attachment):
+    saved_as = "gpu"        # the scope, kept across a daemon restart (`saved`, `resume`)
+
     def __init__(self, streams: GpuStreams) -> None:
         self.streams = streams
         self.target: LiveTarget | None = None
@@ -64,6 +66,7 @@ class GpuAttachment(Attachment):
         self.scope = GpuScope()            # the server's GPUs (telemetry/gpu/scope.py)
         self._watts_seen = -1              # the stream's version last given to it
         self._final: dict[str, Any] | None = None   # the view when it stopped (watch's summary)
+        self._resumed: dict[str, Any] | None = None  # the scope the daemon before learned
 
     def bind(self, target: LiveTarget) -> None:
         self.target = target
@@ -107,8 +110,9 @@ class GpuAttachment(Attachment):
         began = history[0].at if history else None
         if self.watts.startup != st.startup_id:
             self.watts = PhaseWatts(st.startup_id)
-            self.scope.begin(next((s for s in reversed(gpu.snapshots)
-                                   if began is not None and s.at < began), None))
+            if not self._resume_scope(st.startup_id):
+                self.scope.begin(next((s for s in reversed(gpu.snapshots)
+                                       if began is not None and s.at < began), None))
         last = self.watts.last_at
         changed = False
         for snap in gpu.snapshots:
@@ -120,6 +124,33 @@ class GpuAttachment(Attachment):
             for snap in gpu.snapshots:
                 if began is None or snap.at >= began:
                     self._add_watts(st, snap, history)
+
+    def saved(self) -> dict[str, Any] | None:
+        """The scope learned for the startup under way (none chosen by `devices`)."""
+        if self.scope.devices or self.watts.startup is None:
+            return None
+        return {"startup": self.watts.startup, "scope": self.scope.saved()}
+
+    def resume(self, doc: dict[str, Any]) -> None:
+        self._resumed = doc
+
+    def _resume_scope(self, startup: str) -> bool:
+        """The scope the daemon before learned for `startup`, if it saved one: a server
+        already past its weights gains nothing more, so a restarted daemon that began afresh
+        counted every GPU of the node for good."""
+        doc, self._resumed = self._resumed, None
+        if doc is None or doc.get("startup") != startup or self.scope.devices:
+            return False
+        try:
+            if not isinstance(doc.get("scope"), dict):
+                raise ValueError("gpu scope: not an object")
+            self.scope.resume(doc["scope"])
+        except (ValueError, TypeError) as e:
+            if self.target is not None:
+                self.target.log.warning("saved gpu scope unreadable: learning it again",
+                                        error=str(e))
+            return False
+        return True
 
     def _add_watts(self, st: State, snap: GpuSnapshot, history: list[Any]) -> None:
         phase = phase_at(st, snap.at, history)

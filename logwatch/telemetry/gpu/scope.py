@@ -134,3 +134,38 @@ class GpuScope:
 
     def to_json(self) -> dict[str, object]:
         return {"how": self.how, "devices": list(self.devices), "rose": sorted(self.rose)}
+
+    def saved(self) -> dict[str, object]:
+        """What it learned, for a daemon restarted under the running server (`resume`)."""
+        return {"baseline": {str(i): b for i, b in self.baseline.items()},
+                "rose": sorted(self.rose), "held_at_launch": sorted(self.held_at_launch),
+                "loaded": sorted(self.loaded),
+                "context_at": {str(i): at for i, at in self.context_at.items()},
+                "first_load": self.first_load}
+
+    def resume(self, doc: dict[str, object]) -> None:
+        """Go on from `saved`'s dict: the GPUs' levels at the launch and those found the
+        server's.  Before, a restarted daemon began afresh with no snapshot before the launch:
+        a server past its weights gains nothing more, so every GPU of the node counted for
+        good (a neighbour's busy GPU "slow, not hung" for a hang; the serving power the
+        node's average).  ValueError for a dict of the wrong shape."""
+        def gpus(key: str) -> set[int]:
+            value = doc.get(key)
+            if not isinstance(value, list) or not all(type(i) is int for i in value):
+                raise ValueError(f"gpu scope: {key} is not a list of GPU indexes")
+            return set(value)
+
+        def per_gpu(key: str) -> dict[int, float]:
+            value = doc.get(key)
+            if not isinstance(value, dict):
+                raise ValueError(f"gpu scope: {key} is not an object")
+            return {int(i): float(v) for i, v in value.items()}
+        first = doc.get("first_load")
+        if first is not None and (isinstance(first, bool) or not isinstance(first, (int, float))):
+            raise ValueError("gpu scope: first_load is not a time")
+        baseline = {i: int(b) for i, b in per_gpu("baseline").items()}
+        rose, held, loaded, context_at = gpus("rose"), gpus("held_at_launch"), gpus("loaded"), \
+            per_gpu("context_at")
+        self.baseline, self.rose, self.held_at_launch = baseline, rose, held
+        self.loaded, self.context_at = loaded, context_at
+        self.first_load = float(first) if first is not None else None
