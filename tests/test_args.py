@@ -423,7 +423,9 @@ def test_changed_args_details() -> None:
     assert changed_args({"a": 1, "gone": "x"}, {"a": 1, "new": True}, common_only=True) == {}
     assert changed_args({"f": False, "z": 0}, {"f": 0, "z": False}) == {"f": (False, 0), "z": (0, False)}
     assert changed_args({"l": [1, 2], "t": (1,), "n": 8}, {"l": (1, 2), "t": [1], "n": 8.0}) == {}
-    assert changed_args({"d": {"a": [1]}}, {"d": {"a": [2]}}) == {"d": ({"a": [1]}, {"a": [2]})}
+    # mappings on both sides: the change is named by its path (test_ledger_flags.py)
+    assert changed_args({"d": {"a": [1]}}, {"d": {"a": [2]}}) == {"d.a": ([1], [2])}
+    assert changed_args({"d": None}, {"d": {"a": [2]}}) == {"d": (None, {"a": [2]})}
     assert changed_args({"port": 1, "random_seed": 1}, {"port": 2, "random_seed": 2},
                         ignore=("port",)) == {"random_seed": (1, 2)}
     assert changed_args({}, {}) == {}

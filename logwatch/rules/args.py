@@ -777,7 +777,10 @@ def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
     boolean flag followed by a stray positional would take it as its value; real launch lines
     put the model first (`vllm serve MODEL --flag ...`: `positional` names it), which is
     handled.  With `negatable`, `--no-X` (vLLM's BooleanOptionalAction) becomes `X: False`,
-    as vLLM's `non-default args` prints it.  Repeated flags: the last wins.
+    as vLLM's `non-default args` prints it.  Repeated flags: the last wins.  A dotted flag
+    (vLLM's `--compilation-config.mode 3`, `-cc.cudagraph_mode FULL`) sets that key of the
+    config, as vLLM merges it (`_put`); only the name before the dot is an alias or has its
+    dashes read as underscores.
     """
     end_char = _opener_before(text, start, module=text.startswith("-m", start))
     words, cut = _shell_words(text, end, end_char)
@@ -791,7 +794,8 @@ def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
 
     def commit() -> None:
         if key is not None:
-            values[key] = True if not pending else pending[0] if len(pending) == 1 else list(pending)
+            _put(values, key, True if not pending else pending[0] if len(pending) == 1
+                 else list(pending))
 
     while i < len(words):
         w = words[i]
@@ -801,21 +805,39 @@ def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
         if _is_flag(w):
             commit()
             name, eq, val = w.lstrip("-").partition("=")
+            name, dot, sub = name.partition(".")
             name = name.replace("-", "_")
             pending = []
-            if negatable and name.startswith("no_") and not eq and name[3:]:
+            if negatable and name.startswith("no_") and not eq and name[3:] and not dot:
                 key = None
                 values[aliases.get(name[3:], name[3:])] = False
                 continue
-            key = aliases.get(name, name)
+            key = aliases.get(name, name) + dot + sub
             if eq:
-                values[key] = _typed(val)
+                _put(values, key, _typed(val))
                 key = None
             continue
         if key is not None:
             pending.append(_typed(w))
     commit()
     return ParsedArgs(values, cut or over, "command_line")
+
+
+def _put(values: dict[str, Any], key: str, value: Any) -> None:
+    """`values[key] = value`; a dotted key `cfg.a.b` sets `values['cfg']['a']['b']`, as vLLM's
+    FlexibleArgumentParser builds `--compilation-config '{"a": {"b": ...}}'` from it."""
+    head, dot, rest = key.partition(".")
+    if not dot or not head or not rest:
+        values[key] = value
+        return
+    parts = rest.split(".")
+    d = values
+    for p in [head, *parts[:-1]]:
+        nxt = d.get(p)
+        if not isinstance(nxt, dict):
+            nxt = d[p] = {}
+        d = nxt
+    d[parts[-1]] = value
 
 
 # --------------------------------------------------------------------------- comparing launches
@@ -876,6 +898,11 @@ def changed_args(old: dict[str, Any], new: dict[str, Any], *,
     lacks keys that the launch did have).  Keys in `ignore` (by default `IGNORED_KEYS`, values
     that differ on every launch) never count.  Order: the new launch's keys first, then those
     only the old one had.
+
+    A config given as a mapping on both sides (vLLM's `--compilation-config` /
+    `--speculative-config`, SGLang's resolved `cuda_graph_config`) is compared key by key, the
+    change named by its path: `speculative_config.num_speculative_tokens 3 -> 5`, not the two
+    whole dicts (which a line cuts before the key that moved).
     """
     skip = frozenset(ignore)
     out: dict[str, tuple[Any, Any]] = {}
@@ -889,5 +916,20 @@ def changed_args(old: dict[str, Any], new: dict[str, Any], *,
         a, b = old.get(k), new.get(k)
         if in_old and in_new and _canon(a) == _canon(b):
             continue
-        out[k] = (a, b)
+        _changes(str(k), a, b, out, 0)
     return out
+
+
+MAX_PATH_DEPTH = 8   # nested configs compared key by key this deep; below, as whole values
+
+
+def _changes(path: str, a: Any, b: Any, out: dict[str, tuple[Any, Any]], depth: int) -> None:
+    """`a` and `b` differ: record the change at `path`, or below it where both are mappings."""
+    if not (isinstance(a, dict) and isinstance(b, dict)) or depth >= MAX_PATH_DEPTH:
+        out[path] = (a, b)
+        return
+    for k in list(b) + [k for k in a if k not in b]:
+        x, y = a.get(k), b.get(k)
+        if k in a and k in b and _canon(x) == _canon(y):
+            continue
+        _changes(f"{path}.{k}", x, y, out, depth + 1)
