@@ -83,3 +83,42 @@ def test_a_dotted_flag_sets_the_key_of_its_config() -> None:
     assert cmd.values["compilation_config"] == {"mode": 3, "cudagraph_capture_sizes": [1, 2],
                                                 "pass_config": {"fuse_allreduce_rms": True}}
     assert changed_args(cmd.values, dump.values) == {}
+
+
+# ------------------------------------------------------------------- the engines' own aliases
+
+def test_short_flags_are_the_engines_own() -> None:
+    """vLLM 0.34's argparse (engine/arg_utils.py add_cli_args, entrypoints/common/cli_args.py)
+    declares -dcp -pcp -dpn -dpr -dpl -dpa -dpp -dpb -dph -dpe -dpm -ep -n -r -sc -dc -cc -ac
+    -asc -O beside -tp -pp -dp -q; SGLang 0.5.23's (arg_groups/fields/*.py) the long
+    `--*-parallel-size` forms, `--nccl-init-addr`, `--speculative-draft-model`, ...: before, a
+    launch line that spelled them short gave flags (`dpl`, `ep`, ...) no dump has, and two
+    launches of one command spelled two ways differed in 10 flags."""
+    specs = load_pack("vllm").rule("args").args_specs
+    short = parse_args_line(
+        "args: vllm serve deepseek-ai/DeepSeek-V3 --headless -tp 2 -dp 4 -dpl 1 -dpr 2 "
+        "-dpa 10.0.0.1 -dpp 13345 -dpb ray -ep -dcp 2 -pcp 2 -asc 2 -O 3 -n 2 -r 1 "
+        "-cc.mode 3 -sc '{\"method\": \"ngram\"}'", specs)
+    long = parse_args_line(
+        "args: vllm serve deepseek-ai/DeepSeek-V3 --headless --tensor-parallel-size 2 "
+        "--data-parallel-size 4 --data-parallel-size-local 1 --data-parallel-start-rank 2 "
+        "--data-parallel-address 10.0.0.1 --data-parallel-rpc-port 13345 "
+        "--data-parallel-backend ray --enable-expert-parallel "
+        "--decode-context-parallel-size 2 --prefill-context-parallel-size 2 "
+        "--api-server-count 2 --optimization-level 3 --nnodes 2 --node-rank 1 "
+        "--compilation-config '{\"mode\": 3}' --speculative-config '{\"method\": \"ngram\"}'",
+        specs)
+    assert short is not None and long is not None
+    assert short.values == long.values
+    assert short.values["data_parallel_size_local"] == 1
+    assert short.values["enable_expert_parallel"] is True
+    sgl = load_pack("sglang").rule("launch_command").args_specs
+    a = parse_args_line("+ python -m sglang.launch_server --model-path m --tp 8 "
+                        "--decode-context-parallel-size 2 --attention-data-parallel-size 4 "
+                        "--nccl-init-addr 10.0.0.1:5000 --speculative-draft-model d "
+                        "--enable-hicache --mem-frac 0.8 --fp8-gemm-backend cutlass", sgl)
+    b = parse_args_line("+ python -m sglang.launch_server --model-path m --tp-size 8 "
+                        "--dcp-size 2 --attn-dp-size 4 --dist-init-addr 10.0.0.1:5000 "
+                        "--speculative-draft-model-path d --enable-hierarchical-cache "
+                        "--mem-fraction-static 0.8 --fp8-gemm-runner-backend cutlass", sgl)
+    assert a is not None and b is not None and a.values == b.values
