@@ -135,6 +135,8 @@ class StartupRecord:
     # ready, then crashed or stopped: how long it served (log time); None: never ready, or
     # serving still.  Its startup_seconds and durations stay the launch's to ready.
     served_seconds: float | None = None
+    # its args hold a dump of every field (SGLang's `server_args=`): see `launch_changes`
+    args_complete: bool = False
 
     @property
     def got_ready(self) -> bool:
@@ -294,6 +296,7 @@ class LedgerRecorder:
             self._seen_args = state.args      # the machine replaces the dict when it changes
             rec.args = dict(state.args)
             rec.args_partial = state.args_partial
+            rec.args_complete = state.args_complete
             rec.model = model_of(rec.args, self.model_flags)
 
     def _complete(self, rec: StartupRecord, state: State) -> None:
@@ -307,10 +310,7 @@ class LedgerRecorder:
             else {}
         prev = self.previous
         if prev is not None and prev.args and rec.args:
-            # a cut dump lacks its tail: only the flags both sides show can be compared
-            partial = prev.args_partial or rec.args_partial
-            rec.changed = {k: [a, b] for k, (a, b) in
-                           changed_args(prev.args, rec.args, common_only=partial).items()}
+            rec.changed = {k: [a, b] for k, (a, b) in launch_changes(prev, rec).items()}
         rec.advice = advice_lines(self.advice, rec.args, rec.outcome, rec.reason, rec.serving)
         if self._gpu:     # samples are taken while it serves: kept if it crashed after
             powers = [p for p, _, _, _ in self._gpu]
@@ -337,6 +337,19 @@ def record_from_json(d: dict[str, Any]) -> StartupRecord:
     return StartupRecord(**{k: v for k, v in d.items() if k in known})
 
 
+def launch_changes(prev: StartupRecord, cur: StartupRecord) -> dict[str, tuple[Any, Any]]:
+    """The flags that changed from launch `prev` to `cur` (`changed_args`).  Only the flags both
+    show are compared where a dump was cut (it lacks its tail), and where one is a dump of
+    every field (SGLang's `server_args=`, vLLM's `Namespace(...)`): a field the other does not
+    name is one only that dump's engine version has (SGLang 0.5.21 -> 0.5.23 added 28), or
+    one at its default (a launch command line names only the flags given), not a flag the
+    operator changed."""
+    if not (prev.args and cur.args):
+        return {}
+    common = prev.args_partial or cur.args_partial or prev.args_complete or cur.args_complete
+    return changed_args(prev.args, cur.args, common_only=common)
+
+
 def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
     """`watch` at ready: "vs the previous launch: +2m10s (autotune 41s, new); flags changed:
     max_running_requests 64 -> 2048, disable_cuda_graph False -> True"."""
@@ -356,9 +369,7 @@ def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
                      + (f" ({'; '.join(notes[:2])})" if notes else ""))
     else:
         parts.append(f"{head} ({prev.outcome})")
-    changed = changed_args(prev.args, cur.args,
-                           common_only=prev.args_partial or cur.args_partial) \
-        if prev.args and cur.args else {}
+    changed = launch_changes(prev, cur)
     if changed:
         parts.append("flags changed: " + changed_text(changed, limit=6, width=40))
     elif prev.args and cur.args:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from conftest import FIXTURES
-from logwatch.app.history import read_ledger
-from logwatch.ledger import StartupRecord
+from logwatch.app.history import compare_text, read_ledger
+from logwatch.ledger import StartupRecord, launch_changes
 from logwatch.rules.args import changed_args, changed_text, parse_args_line
 from logwatch.rules.pack import load_pack
 
@@ -28,6 +28,20 @@ def vllm_launches(tmp_path: Path, dumps: list[str]) -> Path:
                 line = line.split("non-default args: ")[0] + "non-default args: " + dump
             out.append(line.replace("12-01 10:", f"12-01 {10 + i:02d}:"))
     path = tmp_path / "vllm.log"
+    path.write_text("\n".join(out) + "\n")
+    return path
+
+
+def sglang_launches(tmp_path: Path, dumps: list[dict[str, Any]]) -> Path:
+    """sglang-0523-overlap.log once per dump (its `server_args={...}` replaced)."""
+    tpl = (BUILT / "sglang-0523-overlap.log").read_text().splitlines()
+    out = []
+    for i, dump in enumerate(dumps):
+        for line in tpl:
+            if "server_args=" in line:
+                line = line.split("server_args=")[0] + "server_args=" + repr(dump)
+            out.append(line.replace("2026-12-01 10:", f"2026-12-01 {10 + i:02d}:"))
+    path = tmp_path / "sglang.log"
     path.write_text("\n".join(out) + "\n")
     return path
 
@@ -83,6 +97,47 @@ def test_a_dotted_flag_sets_the_key_of_its_config() -> None:
     assert cmd.values["compilation_config"] == {"mode": 3, "cudagraph_capture_sizes": [1, 2],
                                                 "pass_config": {"fuse_allreduce_rms": True}}
     assert changed_args(cmd.values, dump.values) == {}
+
+
+# ------------------------------------------------------------- dumps of every field, versions
+
+# fields only SGLang 0.5.21's / 0.5.23's resolved dump names (their wheels' arg_groups/fields)
+ONLY_0521 = ("cuda_graph_tc_compiler", "speculative_skip_dp_mlp_sync")
+ONLY_0523 = ("attn_dp_size", "enable_amd_monokernel", "enable_kv_cache_sharding",
+             "enable_paged_experts", "enable_watermark", "watermark_key", "qsa_indexer_dtype")
+
+
+def test_an_engine_upgrade_is_no_flag_change(tmp_path: Path) -> None:
+    """SGLang's `server_args=` names every field; 0.5.21 -> 0.5.23 added 28 and dropped 2.
+    The same command after the upgrade, with one flag raised: before, `changed` held every
+    field only one version has (`attn_dp_size None -> 1`, `cuda_graph_tc_compiler 'eager' ->
+    None`, ...) beside the one the operator changed."""
+    common = {"model_path": "/models/Qwen3-32B", "tp_size": 1, "port": 30000}
+    old = {**common, "max_running_requests": 1024, **{k: "eager" for k in ONLY_0521}}
+    new = {**common, "max_running_requests": 2048, **{k: 1 for k in ONLY_0523}}
+    recs = records(sglang_launches(tmp_path, [old, new]))
+    assert recs[1].changed == {"max_running_requests": [1024, 2048]}
+    text = compare_text(recs[0], recs[1])
+    assert "flags changed: max_running_requests 1024 -> 2048\n" in text
+    assert "fields only in #2: 7 (attn_dp_size, enable_amd_monokernel, enable_kv_cache_sharding, " \
+        "enable_paged_experts, ...); only in #1: 2 (cuda_graph_tc_compiler, " \
+        "speculative_skip_dp_mlp_sync): another engine version" in text
+    # vLLM's `non-default args` names only the flags set: one dropped is a change
+    a = StartupRecord(startup="a", index=1, started_at=None, engine="vllm", model="m",
+                      args={"model": "m", "max_num_seqs": 512}, args_partial=False,
+                      outcome="ready")
+    b = StartupRecord(**{**a.__dict__, "startup": "b", "index": 2, "args": {"model": "m"}})
+    assert launch_changes(a, b) == {"max_num_seqs": (512, None)}
+
+
+def test_compare_of_two_launches_apart_skips_what_a_cut_dump_lacks() -> None:
+    """`compare FILE 1 3` computed its flags without the cut-line rule that `changed` follows
+    (before: every flag past the cut of #1's dump read as dropped)."""
+    a = StartupRecord(startup="a", index=1, started_at=None, engine="vllm", model="m",
+                      args={"model": "m"}, args_partial=True, outcome="ready")
+    c = StartupRecord(**{**a.__dict__, "startup": "c", "index": 3, "args_partial": False,
+                         "args": {"model": "m", "max_num_seqs": 512}})
+    assert "flags changed: none" in compare_text(a, c)
 
 
 # ------------------------------------------------------------------- the engines' own aliases

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from ..ledger import LedgerRecorder, StartupRecord
+from ..ledger import LedgerRecorder, StartupRecord, launch_changes
 from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
 from ..rules.args import changed_text
@@ -131,12 +131,25 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
             at_watts(b, "serving").replace(" at ", "") or "-")
     changed = b.changed if b.index == a.index + 1 else None
     if changed is None:
-        from ..rules.args import changed_args
-        changed = {k: [x, y] for k, (x, y) in changed_args(a.args, b.args).items()}
+        changed = {k: [x, y] for k, (x, y) in launch_changes(a, b).items()}
     out.append("  flags changed: " + (changed_text(changed, limit=50) or "none"))
+    fields = _fields_apart(a, b)
+    if fields:
+        out.append("  " + fields)
     for line in b.advice:
         out.append(f"  advice: {line}")
     return "\n".join(out)
+
+
+def _fields_apart(a: StartupRecord, b: StartupRecord) -> str:
+    """"fields only in #2: 28 (attn_dp_size, ...); only in #1: 2 (...): another engine
+    version": two dumps of every field that name different fields are of two versions."""
+    if not (a.args_complete and b.args_complete and a.args and b.args):
+        return ""
+    only = [(r, [k for k in r.args if k not in o.args]) for r, o in ((b, a), (a, b))]
+    parts = [f"only in #{r.index}: {len(ks)} ({', '.join(ks[:4])}{', ...' if len(ks) > 4 else ''})"
+             for r, ks in only if ks]
+    return "fields " + "; ".join(parts) + ": another engine version" if parts else ""
 
 
 def pick(records: Sequence[StartupRecord], ref: str) -> StartupRecord:

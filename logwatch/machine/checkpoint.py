@@ -59,6 +59,7 @@ def state_from_json(d: dict[str, object]) -> State:
         procs_waiting=set(d.get("procs_waiting", [])),  # type: ignore[arg-type]
         args=dict(d.get("args") or {}),  # type: ignore[call-overload]
         args_partial=bool(d.get("args_partial", False)),
+        args_complete=bool(d.get("args_complete", False)),
         progress={k: known_fields(ProgressState, v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]

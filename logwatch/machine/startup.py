@@ -149,6 +149,7 @@ class StartupMachine:
             if note_node(self.pack, state, line_args):
                 state.args = {**state.args, **line_args}
             state.args_partial = state.args_partial or parsed.partial
+            state.args_complete = state.args_complete or parsed.complete
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         note_follower(self.pack, state, obs, line_args)

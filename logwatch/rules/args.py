@@ -71,6 +71,7 @@ class ParsedArgs:
     values: dict[str, Any]
     partial: bool
     source: str
+    complete: bool = False   # the spec's `complete`: the dump names every field
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,10 @@ class ArgsSpec:
     positional: str | None = None
     negatable: bool = False
     source: str = ""
+    # the dump names every field the engine has, set or not (SGLang's `server_args=`, vLLM's
+    # `Namespace(...)`), unlike vLLM's `non-default args`: a field only one launch's dump
+    # names is one only its engine version has, not a flag the operator changed
+    complete: bool = False
 
 
 ARGS_FORMS = ("repr", "command")
@@ -135,6 +140,7 @@ def _parse_specs(text: str, specs: tuple[ArgsSpec, ...], over: bool) -> ParsedAr
             values, partial = _Parser(text, m.end()).top()
             parsed = ParsedArgs(values, partial, "")
         parsed.source = spec.source or ("command_line" if spec.form == "command" else "repr")
+        parsed.complete = spec.complete
         return parsed
     return None
 

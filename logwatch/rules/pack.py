@@ -1100,7 +1100,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     )
 
 
-ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source")
+ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source", "complete")
 
 
 ARGS_EXAMPLE = "args: {form: repr, start: 'server_args=(?=ServerArgs\\(|\\{)'}"
@@ -1241,17 +1241,22 @@ def _args_specs(src: str, rid: str, value: Any) -> tuple[ArgsSpec, ...]:
                 isinstance(k, str) and k and isinstance(v, str) and v for k, v in aliases.items()):
             raise PackError(src, "must map a flag to a name", rule=rid, key=f"{key}.aliases")
         positional, negatable = item.get("positional"), item.get("negatable", False)
+        complete = item.get("complete", False)
         if positional is not None and (not isinstance(positional, str) or not positional):
             raise PackError(src, "must be a name", rule=rid, key=f"{key}.positional")
-        if not isinstance(negatable, bool):
-            raise PackError(src, "must be true or false", rule=rid, key=f"{key}.negatable")
+        for flag, v in (("negatable", negatable), ("complete", complete)):
+            if not isinstance(v, bool):
+                raise PackError(src, "must be true or false", rule=rid, key=f"{key}.{flag}")
+        if complete and form != "repr":
+            raise PackError(src, "is for form: repr (a dump of every field)", rule=rid,
+                            key=f"{key}.complete")
         if form != "command" and (aliases or positional or negatable):
             raise PackError(src, "aliases, positional and negatable are for form: command",
                             rule=rid, key=key)
         label = item.get("source", "")
         if not isinstance(label, str):
             raise PackError(src, "must be a name", rule=rid, key=f"{key}.source")
-        out.append(ArgsSpec(start, form, dict(aliases), positional, negatable, label))
+        out.append(ArgsSpec(start, form, dict(aliases), positional, negatable, label, complete))
     return tuple(out)
 
 
