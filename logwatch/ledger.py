@@ -137,6 +137,7 @@ class StartupRecord:
     served_seconds: float | None = None
     # its args hold a dump of every field (SGLang's `server_args=`): see `launch_changes`
     args_complete: bool = False
+    version: str | None = None        # the engine's version, where the launch printed it
 
     @property
     def got_ready(self) -> bool:
@@ -238,6 +239,7 @@ class LedgerRecorder:
         rec = self._open
         if rec is not None and rec.startup == state.startup_id:
             self._sync_args(rec, state)
+            rec.version = state.engine_version or rec.version
             if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
                 rec.durations = state.durations()
 
@@ -309,7 +311,7 @@ class LedgerRecorder:
             if rec.outcome == "ready" or self._serving.ready_at is not None or len(self._serving) \
             else {}
         prev = self.previous
-        if prev is not None and prev.args and rec.args:
+        if prev is not None:
             rec.changed = {k: [a, b] for k, (a, b) in launch_changes(prev, rec).items()}
         rec.advice = advice_lines(self.advice, rec.args, rec.outcome, rec.reason, rec.serving)
         if self._gpu:     # samples are taken while it serves: kept if it crashed after
@@ -343,11 +345,19 @@ def launch_changes(prev: StartupRecord, cur: StartupRecord) -> dict[str, tuple[A
     every field (SGLang's `server_args=`, vLLM's `Namespace(...)`): a field the other does not
     name is one only that dump's engine version has (SGLang 0.5.21 -> 0.5.23 added 28), or
     one at its default (a launch command line names only the flags given), not a flag the
-    operator changed."""
-    if not (prev.args and cur.args):
-        return {}
-    common = prev.args_partial or cur.args_partial or prev.args_complete or cur.args_complete
-    return changed_args(prev.args, cur.args, common_only=common)
+    operator changed.  A new engine version (vLLM's version line) comes first, as
+    `engine version` (no flag has a space in its name): the flags may be the same and the
+    startup two minutes longer."""
+    out: dict[str, tuple[Any, Any]] = {}
+    if prev.version and cur.version and prev.version != cur.version:
+        out[ENGINE_VERSION] = (prev.version, cur.version)
+    if prev.args and cur.args:
+        common = prev.args_partial or cur.args_partial or prev.args_complete or cur.args_complete
+        out.update(changed_args(prev.args, cur.args, common_only=common))
+    return out
+
+
+ENGINE_VERSION = "engine version"   # `changed`'s key for a launch on another engine version
 
 
 def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
@@ -370,6 +380,9 @@ def vs_previous_text(prev: StartupRecord, cur: StartupRecord) -> str:
     else:
         parts.append(f"{head} ({prev.outcome})")
     changed = launch_changes(prev, cur)
+    version = changed.pop(ENGINE_VERSION, None)
+    if version:
+        parts.append(f"engine version {version[0]} -> {version[1]}")
     if changed:
         parts.append("flags changed: " + changed_text(changed, limit=6, width=40))
     elif prev.args and cur.args:

@@ -6,19 +6,20 @@ tests/fixtures/built/ (helper adv38: cases/ of its clone)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from conftest import FIXTURES
 from logwatch.app.history import compare_text, read_ledger
-from logwatch.ledger import StartupRecord, launch_changes
+from logwatch.ledger import StartupRecord, launch_changes, vs_previous_text
 from logwatch.rules.args import changed_args, changed_text, parse_args_line
 from logwatch.rules.pack import load_pack
 
 BUILT = FIXTURES / "built"
 
 
-def vllm_launches(tmp_path: Path, dumps: list[str]) -> Path:
+def vllm_launches(tmp_path: Path, dumps: list[str], versions: list[str] | None = None) -> Path:
     """vllm-034-default.log once per dump (its `non-default args` replaced), an hour apart."""
     tpl = (BUILT / "vllm-034-default.log").read_text().splitlines()
     out = []
@@ -26,6 +27,8 @@ def vllm_launches(tmp_path: Path, dumps: list[str]) -> Path:
         for line in tpl:
             if "non-default args: " in line:
                 line = line.split("non-default args: ")[0] + "non-default args: " + dump
+            if versions:
+                line = line.replace("0.34.0", versions[i])
             out.append(line.replace("12-01 10:", f"12-01 {10 + i:02d}:"))
     path = tmp_path / "vllm.log"
     path.write_text("\n".join(out) + "\n")
@@ -138,6 +141,23 @@ def test_compare_of_two_launches_apart_skips_what_a_cut_dump_lacks() -> None:
     c = StartupRecord(**{**a.__dict__, "startup": "c", "index": 3, "args_partial": False,
                          "args": {"model": "m", "max_num_seqs": 512}})
     assert "flags changed: none" in compare_text(a, c)
+
+
+def test_a_launch_on_another_engine_version_says_so(tmp_path: Path) -> None:
+    """vLLM 0.33.0, then 0.34.0 with the same flags (both print `non-default args` with the
+    same code): before, `history` / `compare` / `watch` said nothing changed, and the version
+    printed at every launch was read and dropped."""
+    dump = "{'model_tag': 'Qwen/Qwen3-32B', 'model': 'Qwen/Qwen3-32B', 'tensor_parallel_size': 2}"
+    recs = records(vllm_launches(tmp_path, [dump, dump], ["0.33.0", "0.34.0"]))
+    assert [r.version for r in recs] == ["0.33.0", "0.34.0"]
+    assert recs[1].changed == {"engine version": ["0.33.0", "0.34.0"]}
+    text = compare_text(recs[0], recs[1])
+    assert re.search(r"engine version +0\.33\.0 +0\.34\.0", text)
+    assert "flags changed: none" in text
+    assert vs_previous_text(recs[0], recs[1]).endswith(
+        "engine version 0.33.0 -> 0.34.0; same flags")
+    same = records(vllm_launches(tmp_path, [dump, dump]))
+    assert same[1].changed == {} and same[1].version == "0.34.0"
 
 
 # ------------------------------------------------------------------- the engines' own aliases

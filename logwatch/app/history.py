@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from ..ledger import LedgerRecorder, StartupRecord, launch_changes
+from ..ledger import ENGINE_VERSION, LedgerRecorder, StartupRecord, launch_changes
 from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
 from ..rules.args import changed_text
@@ -129,9 +129,12 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
     if a.watts or b.watts:
         row("W serving p50", at_watts(a, "serving").replace(" at ", "") or "-",
             at_watts(b, "serving").replace(" at ", "") or "-")
-    changed = b.changed if b.index == a.index + 1 else None
+    changed = dict(b.changed) if b.index == a.index + 1 else None
     if changed is None:
         changed = {k: [x, y] for k, (x, y) in launch_changes(a, b).items()}
+    changed.pop(ENGINE_VERSION, None)
+    if a.version or b.version:
+        row("engine version", a.version or "-", b.version or "-")
     out.append("  flags changed: " + (changed_text(changed, limit=50) or "none"))
     fields = _fields_apart(a, b)
     if fields:

@@ -60,6 +60,7 @@ def state_from_json(d: dict[str, object]) -> State:
         args=dict(d.get("args") or {}),  # type: ignore[call-overload]
         args_partial=bool(d.get("args_partial", False)),
         args_complete=bool(d.get("args_complete", False)),
+        engine_version=d.get("engine_version") if isinstance(d.get("engine_version"), str) else None,
         progress={k: known_fields(ProgressState, v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]

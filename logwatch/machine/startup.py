@@ -152,6 +152,9 @@ class StartupMachine:
             state.args_complete = state.args_complete or parsed.complete
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
+        version = obs.fields.get("version") or obs.fields.get("logo_version")
+        if version and state.phase not in TERMINAL and state.phase != READY:
+            state.engine_version = str(version)[:64]    # vLLM's, TensorRT-LLM's version line
         note_follower(self.pack, state, obs, line_args)
         note_role(self.pack, state, obs.proc, rule.id, line_args)
 

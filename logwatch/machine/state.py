@@ -136,6 +136,7 @@ class State:
     args: dict[str, Any] = field(default_factory=dict)  # the server's arguments (`args:` rules)
     args_partial: bool = False            # a line of them was cut: what was whole is kept
     args_complete: bool = False           # a dump of every field (`ArgsSpec.complete`) is in them
+    engine_version: str | None = None     # the version the launch printed (a rule's `version`)
     progress: dict[str, ProgressState] = field(default_factory=dict)
     phase_progress: bool = False          # a progress event since the current phase began
     crash: Crash | None = None
