@@ -13,6 +13,7 @@ from typing import Any
 from conftest import FIXTURES
 from logwatch.app.history import compare_text, read_ledger
 from logwatch.ledger import StartupRecord, launch_changes, vs_previous_text
+from logwatch.rules.advice import advice_lines
 from logwatch.rules.args import changed_args, changed_text, parse_args_line
 from logwatch.rules.pack import load_pack
 
@@ -197,3 +198,68 @@ def test_short_flags_are_the_engines_own() -> None:
                         "--speculative-draft-model-path d --enable-hierarchical-cache "
                         "--mem-fraction-static 0.8 --fp8-gemm-runner-backend cutlass", sgl)
     assert a is not None and b is not None and a.values == b.values
+
+
+# ------------------------------------------------------------------------------- the advice
+
+BS = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+def sglang_0523(decode_backend: str = "full", **flags: Any) -> dict[str, Any]:
+    """A 0.5.23 dump's graph fields: the input flags and the resolved `cuda_graph_config`
+    (arg_groups/cuda_graph_hook.py parse_cuda_graph_config; memory_hook.py sizes max_bs)."""
+    phase = {"backend": decode_backend, "max_bs": 256, "bs": BS, "tc_compiler": "eager"}
+    return {"model_path": "m", "max_running_requests": 2048,
+            "cuda_graph_config": {"decode": phase, "prefill": {**phase, "backend": "breakable"}},
+            "cuda_graph_backend_decode": None, "cuda_graph_max_bs_decode": None,
+            "disable_decode_cuda_graph": False, "disable_cuda_graph": False, **flags}
+
+
+def test_sglang_0523_graph_advice_reads_its_own_flags() -> None:
+    """SGLang 0.5.21+ has no `--cuda-graph-max-bs` (its decode graphs' largest batch is
+    `--cuda-graph-max-bs-decode`, resolved into `cuda_graph_config.decode.max_bs`) and turns
+    decode graphs off with `--disable-decode-cuda-graph` / `--cuda-graph-backend-decode
+    disabled` (`--disable-cuda-graph` is deprecated): before, none of these three launches
+    got any advice."""
+    advice = load_pack("sglang").advice
+
+    def says(args: dict[str, Any]) -> list[str]:
+        return advice_lines(advice, args, "ready", None, {})
+    assert says(sglang_0523()) == [
+        "batches above 256 run without CUDA graphs (cuda_graph_config.decode.max_bs 256 < "
+        "max_running_requests 2048)"]
+    assert says(sglang_0523(cuda_graph_max_bs_decode=160)) == [
+        "batches above 160 run without CUDA graphs (cuda_graph_max_bs_decode 160 < "
+        "max_running_requests 2048)"]
+    off = "CUDA graphs are off ({}): every decode batch runs eagerly, usually far slower"
+    assert says(sglang_0523("disabled", disable_decode_cuda_graph=True)) == \
+        [off.format("disable_decode_cuda_graph")]
+    assert says(sglang_0523("disabled", cuda_graph_backend_decode="disabled")) == \
+        [off.format("cuda_graph_backend_decode=disabled")]
+    # prefill graphs off, decode graphs on: no "graphs are off"
+    assert says(sglang_0523(disable_prefill_cuda_graph=True, max_running_requests=128)) == []
+    # the shares of eager decode batches: not with decode graphs off
+    assert advice_lines(advice, sglang_0523("disabled"), "ready", None,
+                        {"no_cuda_graph_share": 0.9}) == \
+        [off.format("cuda_graph_config.decode.backend=disabled")]
+
+
+def test_vllm_graphs_off_by_optimization_level_or_mode() -> None:
+    """vLLM 0.34: `-O0` ("no compilation, no cudagraphs": config/vllm.py OptimizationLevel)
+    and `-cc '{"cudagraph_mode": "NONE"}'` turn CUDA graphs off as `--enforce-eager` does;
+    before, only `enforce_eager` got the advice."""
+    advice = load_pack("vllm").advice
+    off = "CUDA graphs are off ({}): every decode batch runs eagerly, usually far slower"
+    specs = load_pack("vllm").rule("args").args_specs
+    for dump, flag in (("{'model': 'm', 'optimization_level': 0}", "optimization_level=0"),
+                       ("{'model': 'm', 'compilation_config': {'cudagraph_mode': "
+                        "<CUDAGraphMode.NONE: 0>}}", "compilation_config.cudagraph_mode=0"),
+                       ("{'model': 'm', 'enforce_eager': True}", "enforce_eager")):
+        parsed = parse_args_line("non-default args: " + dump, specs)
+        assert parsed is not None
+        assert advice_lines(advice, parsed.values, "ready", None, {}) == [off.format(flag)]
+    for dump in ("{'model': 'm', 'optimization_level': 3}",
+                 "{'model': 'm', 'compilation_config': {'cudagraph_mode': "
+                 "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}}"):
+        parsed = parse_args_line("non-default args: " + dump, specs)
+        assert parsed is not None and advice_lines(advice, parsed.values, "ready", None, {}) == []
