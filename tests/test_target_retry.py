@@ -121,3 +121,24 @@ def test_a_target_that_cannot_be_started_is_shown_as_error(tmp_path: Path, monke
     assert seen == ["broken error not started: injected: a bug nobody knows yet (tried again "
                     "later)"], seen
     assert later == "broken ready" and calls["n"] == 2, (later, calls)
+
+
+def test_a_target_not_started_exports_no_counter_at_0(tmp_path: Path) -> None:
+    """A target that could not be started exports none of its counters: at 0 they were a
+    reset after its last run's counts (a restart that failed, a daemon restarted), and the
+    start after counted them all again: `increase(logwatch_crashes_total[10m]) > 0` (the
+    shipped LogwatchServerCrashed) paged for a crash of days ago (helper adv37).  Its
+    source state (error) is exported."""
+    from logwatch.app.supervise import Unstarted
+    from logwatch.sinks.metrics import MetricsCache
+    cfg_path = tmp_path / "logwatch.yaml"
+    cfg_path.write_text(yaml.safe_dump({"state_dir": str(tmp_path / "s"), "targets": [
+        {"name": "a", "source": str(tmp_path / "a.log")}]}), encoding="utf-8")
+    cfg = load_config(cfg_path).targets[0]
+    text = MetricsCache().render([Unstarted(cfg, "boom", time.time())], None).decode()
+    mine = [ln for ln in text.splitlines() if 'target="a"' in ln]
+    assert 'logwatch_source_state{state="error",target="a"} 1.0' in mine, mine
+    counters = [ln for ln in mine if ln.split("{")[0].endswith(("_total", "_bucket", "_count",
+                                                                  "_sum"))]
+    assert counters == [], counters
+    assert not any(ln.startswith("logwatch_last_line_timestamp_seconds") for ln in mine)

@@ -14,7 +14,6 @@ from typing import Any, Awaitable, Callable, Mapping
 
 from .. import log
 from ..counters import Counters
-from ..sinks.metrics import Counted
 from ..view import TargetView
 from .config import TargetConfig
 from .target import Target
@@ -143,8 +142,11 @@ class Unstarted:
     def metrics_key(self, now: float) -> Any:
         return ("unstarted", self.error, self.at)
 
-    def counted(self) -> Counted:
-        return Counted(0, 0, {}, (), None, None)
+    def counted(self) -> Counted | None:
+        """None: its counts are not known (its checkpoint is not read), so no counter
+        series.  Before, each was 0: a reset after the counts of its last run, which the
+        next start counted again (`increase(logwatch_crashes_total[10m]) > 0` paged)."""
+        return None
 
     def position_age(self) -> float:
         return 0.0

@@ -321,13 +321,15 @@ def _families() -> list[tuple[str, str, str]]:
 class MetricSource(Protocol):
     """A target as /metrics reads it: a cheap key that changes whenever any of its series
     but the `COUNTED` ones may have changed, its view (built only then), the `COUNTED` ones
-    and its position's age (both read at every scrape)."""
+    and its position's age (both read at every scrape).  `counted()` None: its counts are
+    not known (a target that could not be started): none of its counters is exported, as
+    0 they would be a reset (the next start's counts counted again by `increase()`)."""
 
     name: str
 
     def metrics_key(self, now: float) -> Hashable: ...
 
-    def counted(self) -> Counted: ...
+    def counted(self) -> Counted | None: ...
 
     def view(self, now: float) -> TargetView: ...
 
@@ -343,6 +345,7 @@ class MetricsCache:
     def __init__(self) -> None:
         self.families = _families()
         self._counted = frozenset(COUNTED)
+        self._counters = frozenset(n for n, typ, _ in self.families if typ != "gauge")
         self._blocks: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
         self.rebuilt = 0          # target blocks rendered (tests and the bench read it)
 
@@ -355,14 +358,16 @@ class MetricsCache:
         blocks: list[tuple[dict[str, str], dict[str, str]]] = []
         fresh: dict[str, tuple[Hashable, dict[str, str], CountedLines]] = {}
         for src in sources:
-            key = src.metrics_key(now)
+            key, counted = src.metrics_key(now), src.counted()
             have = self._blocks.get(src.name)
             if have is None or have[0] != key:
-                have = (key, target_lines(src.view(now)),
-                        have[2] if have is not None else CountedLines(src.name))
+                lines = target_lines(src.view(now))
+                if counted is None:    # counts not known: no counter series (not a reset)
+                    lines = {k: v for k, v in lines.items() if k not in self._counters}
+                have = (key, lines, have[2] if have is not None else CountedLines(src.name))
                 self.rebuilt += 1
             fresh[src.name] = have
-            blocks.append((have[1], have[2].render(src.counted())))
+            blocks.append((have[1], have[2].render(counted) if counted is not None else {}))
         if subset:
             self._blocks.update(fresh)
         else:
