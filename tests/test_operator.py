@@ -125,6 +125,28 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
     assert t["silent"] is None, t
 
 
+
+@pytest.mark.integration
+def test_a_dead_log_that_wrote_again_and_stalled_is_not_silent_since_the_attach(
+        tmp_path: Path, daemons: Any) -> None:
+    """A log silent past its budget at attach ("silent since ...: probably dead") that
+    writes again and later stalls again is stalled from its new line.  Before (helper
+    adv37), the attach's silence was never dropped: 28 s after the new line the target
+    was `silent` again, "silent since 06:28 (1h05m32s): server probably dead"."""
+    path = dead_log(tmp_path)
+    port = free_port()
+    cfg = write_config(tmp_path / "cfg.yaml", port, tmp_path / "state",
+                       [target_cfg("node1", path, gpu="off", stall_after=4)])
+    d = daemons(cfg, port).start()
+    d.wait_target("node1", lambda t: t["status"] == "silent", "silent")
+    with open(path, "a") as f:
+        f.write("[2026-01-01 10:00:00 TP0] Load weight end. type=Qwen3ForCausalLM\n")
+    d.wait_target("node1", lambda t: t["status"] != "silent", "alive again")
+    t = d.wait_target("node1", lambda t: t["stalled"], "stalled again", timeout=30)
+    time.sleep(1.5)
+    t = d.wait_target("node1", lambda t: t["stalled"], "stalled again")
+    assert t["status"] == "stalled" and t["silent"] is None, (t["status"], t["silent"])
+
 # -- the README's "things to try" --------------------------------------------------------------
 
 # what each command of the list must print (a regex over stdout + stderr); a command added to

@@ -309,6 +309,7 @@ class Target:
         self.follower.tick(now)
         self.end_catch_up()
         self.check_resumed()
+        self.catchup.lapse(self.pipe)    # a line since the silence at attach: it is over
         for a in self.attachments:
             a.tick(now)
         if self.pipe is not None:

@@ -132,6 +132,16 @@ class CatchUp(Attachment):
         if self.log_sources:          # the daemon says it once; watch says it as its verdict
             self.log.warning(silent_text(since, now), phase=st.phase, startup=st.startup_id)
 
+    def lapse(self, pipe: LogPipeline | None) -> None:
+        """A line came after the silence read at attach: that silence is over, and a later
+        stall is counted from the new line.  Before, the log that wrote again and then
+        stalled again said "silent since <the attach's last write> (1h05m): server probably
+        dead" with its last line 28 s old (helper adv37)."""
+        st = pipe.state if pipe is not None else None
+        if self.silent_since is not None and not self.catching_up and st is not None and \
+                st.last_activity is not None and st.last_activity > self.silent_since:
+            self.silent_since = None
+
     def ended_at_attach(self, startup: str | None) -> bool:
         """`startup` is the one that had crashed or stopped before we attached: history.  One
         that was ready then is a server up before us: probed, its stats read, its crash
