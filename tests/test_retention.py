@@ -94,3 +94,26 @@ def test_state_retention_is_a_duration_in_days_or_zero(tmp_path: Path) -> None:
     for bad in ("soon", "-3d"):
         with pytest.raises(ConfigError, match="state_retention: not a duration"):
             load(bad)
+
+
+def test_a_name_watched_until_a_crash_is_kept(tmp_path: Path) -> None:
+    """A watched target's files are marked watched at each pass: a quiet log's checkpoint is
+    not rewritten (only what was read is), so its files stayed as old as its last line, and
+    a daemon that died (kill -9) and came back without the name removed the checkpoint,
+    history and ledger rows of a target watched until minutes before (helper adv37)."""
+    from logwatch.state import retention
+    state = tmp_path / "state"
+    stale(state, "quiet", 40, ledger=False)
+    now = time.time()
+    forgot: list[dict[str, float]] = []
+
+    def ledger(watched: set[str], before: float, seen: dict[str, float]) -> list[str]:
+        forgot.append(seen)
+        return []
+
+    assert retention.prune(state, {"quiet"}, 30 * DAY, now, ledger) == []   # watched
+    # the daemon died 5 h later and came back without "quiet"
+    assert retention.prune(state, set(), 30 * DAY, now + 5 * 3600, ledger) == []
+    assert (state / "positions" / "quiet.json").exists()
+    assert (state / "history" / "quiet.json").exists()
+    assert forgot[-1]["quiet"] >= now - 1, forgot    # the ledger's rows kept as long

@@ -9,9 +9,12 @@ names churn (a name per job or per redeploy) grew its state_dir by ~20 KB a name
 ledger rows, for good, and each start read every stale checkpoint (20,000 names: 200 MB,
 4.6 s before /healthz).
 
-A name is last watched at the newest of its files' mtimes (a watched target's checkpoint
-is written every interval) and its newest ledger record's start; a name in the config is
-never pruned, whatever its age.
+A name is last watched at the newest of its files' mtimes and its newest ledger record's
+start; a name in the config is never pruned, whatever its age, and each pass sets its files'
+mtimes to the pass's time (`mark_watched`): a checkpoint is written only when something was
+read (and at a clean stop), so a quiet log's stayed as old as its last line, and a daemon
+that died (kill -9, OOM, power) and came back without the name removed the state of a target
+watched until minutes before (helper adv37).
 """
 
 from __future__ import annotations
@@ -59,6 +62,18 @@ def unwatched_files(state_dir: Path, watched: set[str]) -> dict[str, list[tuple[
     return out
 
 
+def mark_watched(state_dir: Path, watched: set[str], now: float) -> None:
+    """The files of the names `watched` are as new as `now`: watched until this pass."""
+    for folder in FOLDERS:
+        for name in watched:
+            for stem in {target_file_name(name), legacy_file_name(name)}:
+                try:
+                    os.utime(state_dir / folder / f"{stem}.json", (now, now),
+                             follow_symlinks=False)
+                except OSError:
+                    pass       # none (not written yet), or a read-only state_dir
+
+
 def prune(state_dir: Path, watched: set[str], keep: float, now: float,
           forget_ledger: Callable[[set[str], float, dict[str, float]], list[str]]) -> list[str]:
     """Remove the files and ledger rows of the names not in `watched` last watched more than
@@ -68,6 +83,7 @@ def prune(state_dir: Path, watched: set[str], keep: float, now: float,
     if keep <= 0:
         return []
     before = now - keep
+    mark_watched(state_dir, watched, now)
     files = unwatched_files(state_dir, watched)
     seen = {name: max(m for _, m in fs) for name, fs in files.items()}
     gone = set(forget_ledger(watched, before, seen))
