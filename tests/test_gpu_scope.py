@@ -317,6 +317,22 @@ def test_a_rank_whose_context_came_last_and_then_stuck_is_a_rank(late: int, ever
     assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
 
 
+@pytest.mark.parametrize("before", [20, 5])
+def test_a_neighbours_context_just_before_the_weights_after_a_download_is_not_the_servers(
+        before: int) -> None:
+    """A neighbour's notebook makes its context on GPU 0 `before` s before a TP=4 (GPUs 4-7)
+    loads its weights, after a 10-minute download (its ranks holding only their contexts):
+    not a rank, the ranks' late one waits in NCCL init, not through a download.  Before
+    (helper adv37, a regression of dc1d89d): GPU 0 joined the scope, the healthy TP=4 busy in
+    a silent graph capture was "a stuck rank (GPU 0)", a hung one "mixed"."""
+    rose, v = _neighbour_beside_tp4(neighbour_busy=False, server_busy=True, weights_at=600,
+                                    neighbour_at=600 - before)
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "busy" and v.working, (rose, v)
+    rose, v = _neighbour_beside_tp4(neighbour_busy=True, server_busy=False, weights_at=600,
+                                    neighbour_at=600 - before)
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "spinning", (rose, v)
+
+
 def test_the_scope_saved_is_the_scope_resumed() -> None:
     """What a daemon keeps in the checkpoint (app/attachments/gpu.py) brings the scope back
     as it was; a damaged one is refused with ValueError, never half taken."""

@@ -33,6 +33,12 @@ CONTEXT = 256 * 1024 ** 2
 # one when it came at most this long before the first GPU loaded: the others waited for
 # it in NCCL init, and loaded once it came
 CONTEXT_LATE = 30.0
+# ... where the first GPU loaded at most this long after the first contexts: ranks that held
+# only their contexts longer downloaded their weights meanwhile (vLLM, SGLang: after NCCL
+# init), and a context that came just before they loaded is a neighbour's (helper adv37: a
+# notebook's 20 s before a healthy TP=4's weights, after its 10-minute download, was "a
+# stuck rank (GPU 0)", as in adv33 H1)
+LATE_RANK_WAIT = 300.0
 
 
 @dataclass
@@ -96,7 +102,8 @@ class GpuScope:
 
         def ranks(at: float) -> bool:
             return first is None or at <= first + CONTEXT_LATE or \
-                (load is not None and load - CONTEXT_LATE <= at <= load)
+                (load is not None and load - first <= LATE_RANK_WAIT and
+                 load - CONTEXT_LATE <= at <= load)
         self.rose |= self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
         if first is not None:      # (a context admitted before any GPU loaded, then late)
             self.rose -= {i for i, at in self.context_at.items()
