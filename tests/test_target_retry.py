@@ -142,3 +142,35 @@ def test_a_target_not_started_exports_no_counter_at_0(tmp_path: Path) -> None:
                                                                   "_sum"))]
     assert counters == [], counters
     assert not any(ln.startswith("logwatch_last_line_timestamp_seconds") for ln in mine)
+
+
+def test_a_reload_tries_a_target_that_cannot_start_once(tmp_path: Path, monkeypatch) -> None:
+    """A SIGHUP that adds (or changes) a target that cannot be started tries it once.
+    Before (helper adv37), twice in the same reload: two 'target not started' lines, and its
+    first retry 20 s later instead of 10 s ('attempt 3')."""
+    log = tmp_path / "a.log"
+    log.write_text("".join(sim_texts(seed=3)), encoding="utf-8")
+    cfg_path = tmp_path / "logwatch.yaml"
+    doc = {"listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "state"),
+           "targets": []}
+    cfg_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    calls = {"n": 0}
+
+    def target(cfg, **kw):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        raise RuntimeError("injected: cannot start")
+
+    monkeypatch.setattr(daemon_mod, "Target", target)
+
+    async def run() -> tuple[int, int]:
+        d = daemon_mod.Daemon(load_config(cfg_path), str(cfg_path))
+        await d.start()
+        try:
+            doc["targets"] = [{"name": "new", "source": str(log)}]
+            cfg_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+            await d.reload()
+            return calls["n"], d.supervisor.retry["new"][0]
+        finally:
+            await d.shutdown()
+
+    assert asyncio.run(run()) == (1, 1)

@@ -280,8 +280,8 @@ class Daemon:
             await self._stop_target(n)
         for n in changed + added:
             self._start_target(fresh[n])
-        for n in fresh:  # a target that failed to start before gets another try
-            if n not in self.runners:
+        for n in fresh:  # a target that failed to start before gets another try (one: an
+            if n not in self.runners and n not in changed + added:   # added one was tried)
                 self._start_target(fresh[n])
         refused = await self.supervisor.retry_refused(   # the key may be fixed
             self.runners, self.config.targets, clock.now(), force=True)
