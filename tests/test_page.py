@@ -150,19 +150,22 @@ def test_a_daemon_that_stops_answering_is_said_on_the_page(tmp_path: Path) -> No
 
 
 
-@pytest.mark.parametrize("hold", [5.5, 8.0])
-def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, hold: float) -> None:
+@pytest.mark.parametrize("holds", [(5.5,), (8.0,), (2.5, 7.0)])
+def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, holds: tuple[float, ...]) -> None:
     """A daemon whose /api/status takes `hold` seconds (a big fleet on two busy cores), here
     through a proxy that holds each answer that long: the page shows its targets and never
     says it does not answer.  Before (adv32, regression of ac7c972): every poll was cut at
     5 s, the page never showed a target and said "no answer for N s" for good (5.5 s); then
     (adv33, left by 099f2b7) an 8 s daemon dimmed the rows and said "no answer for 7 s" at
-    each poll's 6th second, taken back at its answer: a banner flapping every 8 s.  Once an
-    answer has come, the next polls wait twice its time before saying so."""
+    each poll's 6th second, taken back at its answer: a banner flapping every 8 s; then
+    (helper adv37) answers of 2.5 s and 7 s in turn said it after every 2.5 s one (3 times in
+    6 answers).  Once answers have come, the next polls wait twice the longest of the last
+    ten's times before saying so."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
     port, daemon = _one_target_daemon(tmp_path, "node-a", FIXTURES / "sglang-003.log")
     answered: list[float] = []
+    asked = [0]
 
     class Slow(BaseHTTPRequestHandler):
         def log_message(self, *a: object) -> None:
@@ -172,7 +175,8 @@ def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, hold: float) ->
             with urllib.request.urlopen(f"http://127.0.0.1:{port}{self.path}", timeout=10) as r:
                 body, ctype = r.read(), r.headers["Content-Type"]
             if self.path.startswith("/api/status"):
-                threading.Event().wait(hold)     # the slow answer itself
+                asked[0] += 1
+                threading.Event().wait(holds[asked[0] % len(holds)])   # the slow answer
             self.send_response(200)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
@@ -198,7 +202,9 @@ def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, hold: float) ->
                 .observe(document.body, {attributes: true, subtree: true, childList: true,
                                          characterData: true})}""")
             n = len(answered)
-            wait_until(lambda: len(answered) >= n + 2, timeout=40, what="two more answers")
+            more = 2 * len(holds)
+            wait_until(lambda: len(answered) >= n + more, timeout=20 * more,
+                       what=f"{more} more answers")
             assert page.evaluate("window.__stale") is False
             browser.close()
     finally:

@@ -213,9 +213,11 @@ function update(r,t,now){
 // dead connection).  A slow but healthy daemon (a big fleet's 5 s answer) is waited for: a
 // poll cut at 5 s never showed one of its answers.  A daemon that always takes 8 s is not
 // said "no answer" at each poll's 6th second (the banner came and went every 8 s): the wait
-// before saying so is twice its last answer's time (STALE_AFTER at least, POLL_WAIT at most)
-const POLL_WAIT=30000,STALE_AFTER=6000;let lastOk=Date.now(),polling=0,took=0;
-const patience=()=>Math.min(POLL_WAIT,Math.max(STALE_AFTER,2*took));
+// before saying so is twice the longest of its last TOOK_KEPT answers' times (STALE_AFTER at
+// least, POLL_WAIT at most): one answer's time alone let answers of 2.5 s and 7 s in turn say
+// "no answer" after every short one (helper adv37)
+const POLL_WAIT=30000,STALE_AFTER=6000,TOOK_KEPT=10;let lastOk=Date.now(),polling=0,took=[0];
+const patience=()=>Math.min(POLL_WAIT,Math.max(STALE_AFTER,2*Math.max(...took)));
 function stale(why){const age=Math.round((Date.now()-lastOk)/1000),old=age*1000>=patience();
   document.body.classList.toggle("stale",old);
   set(document.getElementById("err"),why+(old?" — no answer for "+age+" s: what is shown is from "+new Date(lastOk).toLocaleTimeString():""))}
@@ -224,7 +226,7 @@ async function refresh(){
   try{const res=await fetch("/api/status",{cache:"no-store",signal:ac.signal});d=await res.json()}
   catch(e){stale(ac.signal.aborted?"the daemon does not answer":"cannot reach the daemon: "+e);return}
   finally{clearTimeout(timer)}
-  lastOk=Date.now();if(polling)took=lastOk-polling;
+  lastOk=Date.now();if(polling)took=[...took,lastOk-polling].slice(-TOOK_KEPT);
   document.body.classList.remove("stale");set(document.getElementById("err"),"")
   const box=document.getElementById("targets"),seen=new Set(),count={};
   for(const t of d.targets){seen.add(t.name);const k=t.status||t.phase;count[k]=(count[k]||0)+1;
