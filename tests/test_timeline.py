@@ -86,12 +86,16 @@ def test_flashinfer_year_stamps_among_vllm_yearless_ones_are_one_clock():
 
 
 def test_dp_supervisor_is_one_launch_ready_when_every_server_is():
+    """0.34's DP supervisor names its children `(APIServer_DP0 pid=N)` (dp_supervisor.py:260),
+    says `Launching vLLM DP Servers` first (:399) and `Started DPSupervisor on` only once they
+    all answer (:307, :363).  Before helper adv36 (the fixture had `(APIServer pid=N)` and the
+    supervisor's line first): 4 startups, `still starting: launching` for good."""
     path = BUILT / "vllm-034-dp-supervisor.log"
     st_ = replay_file(str(path)).state
     assert st_.startups == 1 and st_.phase == READY
     assert "0.0.0.0:8002" in (st_.ready_line or ""), st_.ready_line
     assert st_.ready_in() == pytest.approx(55.0)
-    assert sorted(st_.servers) == ["APIServer pid=100", "APIServer pid=101"]
+    assert sorted(st_.servers) == ["APIServer_DP0 pid=100", "APIServer_DP1 pid=101"]
     lines = path.read_text().splitlines()
     second = next(i for i, x in enumerate(lines) if "0.0.0.0:8002" in x)
     before = feed(lines[:second], "vllm").state
@@ -742,11 +746,11 @@ def test_phase_duration_metric_is_the_sum_of_the_phase_spans():
 
 def test_dp_supervisor_launch_names_the_api_server_that_crashed():
     lines = (BUILT / "vllm-034-dp-supervisor.log").read_text().splitlines()[:9] + [
-        "(APIServer pid=101) ERROR 12-01 10:00:12 [launcher.py:299] OSError: [Errno 98] "
+        "(APIServer_DP1 pid=101) ERROR 12-01 10:00:12 [launcher.py:299] OSError: [Errno 98] "
         "Address already in use"]
     st_ = feed(lines, "vllm").state
     assert st_.startups == 1 and st_.phase == "crashed" and st_.crash is not None
-    assert (st_.crash.reason, st_.crash.rank) == ("port_in_use", "APIServer pid=101")
+    assert (st_.crash.reason, st_.crash.rank) == ("port_in_use", "APIServer_DP1 pid=101")
 
 
 def test_weights_format_without_a_download_leaves_no_downloading_span():
