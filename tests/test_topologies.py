@@ -127,3 +127,41 @@ def test_a_ray_worker_on_another_node_is_named_by_its_rank():
     assert st.crash is not None and st.crash.reason == "cuda_oom"
     assert st.crash.rank == "TP2"
     assert sorted(st.ranks) == ["TP0", "TP1", "TP2", "TP3"]
+
+
+# -- vLLM: the engine up, its API server fails: no capture failure ------------------------------
+
+def _no_extensible_kv(lines: list[str]) -> list[str]:
+    """vllm-034-default.log as `--no-enable-extensible-kv-cache` prints it: the KV cache sized
+    before the capture (0.34 v1/engine/core.py:383), no commit after it."""
+    kv = next(x for x in lines if "GPU KV cache size" in x).replace("10:04:28", "10:01:28")
+    out = [x for x in lines if "extensible_kv_cache" not in x and "GPU KV cache size" not in x
+           and "CUDA graph pool" not in x]
+    at = max(i for i, x in enumerate(out) if "Available KV cache memory" in x) + 1
+    return out[:at] + [kv] + out[at:]
+
+
+def test_an_api_server_that_fails_after_the_engine_is_up_is_no_capture_failure(tmp_path):
+    """TP2 without the extensible KV cache: both workers finished capturing, the engine core
+    is up (`init engine ... took`, core.py:452), then the API server loads a `--chat-template`
+    path that does not exist (launchers/api_server/app_state.py:67; renderers/chat_utils/
+    chat_template.py:93) and dies.  Before helper adv36: `crashed: cuda_graph_capture_failed
+    during cuda_graph` (the phase's default reason); the template's ValueError is a Python
+    exception.  A rank that crashes while capturing is still a capture failure."""
+    start = _no_extensible_kv((BUILT / "vllm-034-default.log").read_text().splitlines())
+    up = [x for x in start[:next(i for i, x in enumerate(start) if "Supported tasks" in x) + 1]]
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/launchers/api_server/app_state.py", line 67, in init_app_state',
+          "    resolved_chat_template = load_chat_template(args.chat_template)",
+          "ValueError: The supplied chat template (/t/tool.jinja) looks like a file path, but it "
+          "failed to be opened. Reason: [Errno 2] No such file or directory: '/t/tool.jinja'"]
+    st = replay_lines(tmp_path, "template.log", up + tb)
+    assert st.crash is not None and st.crash.reason == "python_exception", st.crash
+    assert "chat template" in st.crash.line
+    one_left = [x for x in up if not ("Worker_TP1" in x and "capturing finished" in x)]
+    cut = max(i for i, x in enumerate(one_left) if "capturing finished" in x) + 1
+    st = replay_lines(tmp_path, "capture.log", one_left[:cut] + env(
+        "Worker_TP1 pid=201", "ERROR", "10:04:25", "multiproc_executor.py:1091",
+        "WorkerProc failed to start.\nTraceback (most recent call last):\n"
+        "RuntimeError: CUDA error: operation not permitted when stream is capturing"))
+    assert st.crash is not None and st.crash.reason == "cuda_graph_capture_failed", st.crash

@@ -90,6 +90,7 @@ def state_from_json(d: dict[str, object]) -> State:
         follower_line=d.get("follower_line"),  # type: ignore[arg-type]
         follower_log_time=d.get("follower_log_time"),  # type: ignore[arg-type]
         graphs_off=bool(d.get("graphs_off", False)),
+        phase_done=bool(d.get("phase_done", False)),
         nodes={x for x in d.get("nodes") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
     )

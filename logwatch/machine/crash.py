@@ -8,6 +8,7 @@ lines a rule names), the engine's announcements (`marker: true`), hints seen sho
 from __future__ import annotations
 
 from ..rules.pack import SPECIFIC_RANK, Rule, RulePack, reason_rank
+from .ranks import rank_ended
 from .state import Crash, Evidence, Observation, State
 
 HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still classifies it
@@ -47,6 +48,25 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         crash.line, crash.line_number = line.line, line.line_number
 
 
+def note_phase_done(pack: RulePack, state: State, rule: Rule) -> None:
+    """After a phase marker: has the work of the phase the launch is in ended
+    (`State.phase_done`)?  Yes when the marker is an end (`finishes: true`) and every rank the
+    launch knows of ended the phase (without ranks: the marker is of this phase or one
+    before it).  A crash after that is no failure of the phase's own work, so the phase's
+    default reason (`crash_by_phase`) is not given: vLLM's engine core says it is up after
+    its capture (`init engine ... took`) and then its API server fails (a `--chat-template`
+    path that does not exist) read `cuda_graph_capture_failed`.  A marker of work begun
+    (a draft model's capture bar) makes it no again."""
+    if not rule.finishes or rule.phase is None:
+        state.phase_done = False
+        return
+    want = (pack.phase_index(state.phase), True)
+    if state.ranks:
+        state.phase_done = all(rank_ended(rp, want, pack) for rp in state.ranks.values())
+    else:
+        state.phase_done = pack.phase_index(rule.phase) <= want[0]
+
+
 def died_first(crash: Crash) -> bool:
     """A process's death was said before any Python exception: the tracebacks after it are
     its consequences (vLLM's `Worker proc VllmWorker-0 died unexpectedly (exit code: -11)`,
@@ -71,7 +91,7 @@ def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
              if h.rank == SPECIFIC_RANK and first_line - h.line_number <= HINT_WINDOW_LINES]
     if hints:
         return min(hints, key=lambda h: h.line_number).reason
-    by_phase = pack.crash_by_phase.get(crash.during)
+    by_phase = None if crash.phase_done else pack.crash_by_phase.get(crash.during)
     if by_phase:
         return by_phase
     if died_first(crash):

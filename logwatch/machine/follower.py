@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..rules.pack import READY, TERMINAL, WAITING, Rule, RulePack
-from .ranks import RankProgress
+from .ranks import rank_ended
 from .state import Observation, State
 
 FOLLOWER_QUIET = 10.0   # seconds of quiet after every rank's last capture before ready
@@ -82,22 +82,12 @@ def note_follower_done(pack: RulePack, state: State, obs: Observation) -> None:
     phase = spec.ready_for(state.args, state.graphs_off)
     want = (pack.phase_index(phase), True)
     rule = obs.rule
-    done = all(_ended(rp, want, pack) for rp in state.ranks.values()) \
+    done = all(rank_ended(rp, want, pack) for rp in state.ranks.values()) \
         if state.ranks else rule.finishes and rule.phase == phase
     if done and rule.phase is not None:
         state.follower_line, state.follower_log_time = obs.text, obs.log_time
     elif rule.phase is not None:
         state.follower_line = state.follower_log_time = None
-
-
-def _ended(rp: RankProgress, want: tuple[int, bool], pack: RulePack) -> bool:
-    """A rank got to the end of the ready phase, and its latest marker ended something (or
-    began a phase that comes back after it: vLLM 0.34's KV commit, its last line), not
-    work still under way (a draft model's load or capture begun)."""
-    if (pack.phase_index(rp.phase), rp.finished) < want or rp.last is None:
-        return False
-    _, finishes, begins = rp.last
-    return finishes or begins
 
 
 def follower_ready(state: State, now: float, ended: bool) -> Observation | None:

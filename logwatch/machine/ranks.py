@@ -104,6 +104,17 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
 
 
 
+def rank_ended(rp: RankProgress, want: tuple[int, bool], pack: RulePack) -> bool:
+    """A rank got to `want` (a phase index, finished), and its latest marker ended something
+    (or began a phase that comes back after it: vLLM 0.34's KV commit, its last line), not
+    work still under way (a draft model's load or capture begun)."""
+    if (pack.phase_index(rp.phase), rp.finished) < want or rp.last is None:
+        return False
+    _, finishes, begins = rp.last
+    return finishes or begins
+
+
+
 def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
                  now: float) -> None:
     """Per rank, how far it got: the phase of its latest marker (only forward), at the log's

@@ -13,7 +13,7 @@ from typing import Any
 from ..rules.args import ParsedArgs, parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
 from ..verdict import BY_ENDPOINT
-from .crash import HINT_WINDOW_LINES, add_evidence
+from .crash import HINT_WINDOW_LINES, add_evidence, note_phase_done
 from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
@@ -130,6 +130,7 @@ class StartupMachine:
         if rule.phase:
             self._advance(state, rule, obs, now, events)
             note_follower_done(self.pack, state, obs)    # no ready line will come
+            note_phase_done(self.pack, state, rule)
         if rule.progress:
             _note_progress(self.pack, state, rule.progress, obs, now, events)
         if rule.stats:
@@ -435,7 +436,8 @@ class StartupMachine:
         main = state.history
         during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
         crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
-                      line_number=obs.line_number, at=now, log_time=obs.log_time)
+                      line_number=obs.line_number, at=now, log_time=obs.log_time,
+                      phase_done=state.phase_done and during == state.phase)
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
         state.crash_settled = False

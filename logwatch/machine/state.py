@@ -115,6 +115,8 @@ class Crash:
     rank: str = ""                          # the rank whose line crashed first (`TP3`)
     died: Evidence | None = None            # the first line saying a process died
     first_exception: int | None = None      # the line number of the first Python exception
+    phase_done: bool = False                # the work of the phase it crashed in had ended
+                                            # (State.phase_done): no `crash_by_phase` default
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
@@ -171,6 +173,8 @@ class State:
     follower_log_time: float | None = None  # (its ready once the log stays quiet)
     graphs_off: bool = False              # a line said this launch captures no graphs (the
                                           # pack's `follower.eager.rules`)
+    phase_done: bool = False              # the launch's latest phase marker ended the phase's
+                                          # work on every rank (machine/crash.py note_phase_done)
     nodes: set[int] = field(default_factory=set)  # the node ranks whose launch line this
                                           # launch of several nodes printed (follower.nodes)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
