@@ -211,13 +211,19 @@ def ready_hint_without_crash(d):
     return "b", "ready_hint"
 
 
+def during_on_a_pattern_rule(d):
+    d["rules"].append({"id": "b", "pattern": "Load weight", "hint": "unknown",
+                       "during": "ready"})
+    return "b", "during"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
                  begins_without_phase, beside_not_open_or_close, closes_as_unknown_phase,
                  supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
                  follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
-                 ready_hint_without_crash]
+                 ready_hint_without_crash, during_on_a_pattern_rule]
 
 
 @pytest.mark.integration

@@ -165,3 +165,41 @@ def test_an_api_server_that_fails_after_the_engine_is_up_is_no_capture_failure(t
         "WorkerProc failed to start.\nTraceback (most recent call last):\n"
         "RuntimeError: CUDA error: operation not permitted when stream is capturing"))
     assert st.crash is not None and st.crash.reason == "cuda_graph_capture_failed", st.crash
+
+
+# -- vLLM pipeline parallel: a later stage that crashes while the first one moved on -------------
+
+def test_a_pipeline_stage_that_crashes_while_loading_is_placed_in_loading(tmp_path):
+    """`-tp 2 -pp 2`: rank 0 prints the shard bar (0.34 weight_utils.py:875) and PP0 goes on to
+    torch.compile (`Loading weights took`, `Model loading took`, `Starting torch.compile`)
+    while PP1, whose stage holds the lm_head, is still reading its weights and runs out of
+    memory (`WorkerProc failed to start.`, multiproc_executor.py:1091, `in load_model`).
+    Before helper adv36: `cuda_oom during autotune`, as if torch.compile had; the frame of its
+    own traceback places it (base.yaml `during:`).  A later traceback's frames (another
+    rank's) do not move it again, and a frame after ready (a LoRA adapter) does not either."""
+    start = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    cut = next(i for i, x in enumerate(start) if "Starting torch.compile" in x) + 1
+    tb = ("WorkerProc failed to start.\nTraceback (most recent call last):\n"
+          '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/executor/multiproc_executor.py", line 822, in __init__\n'
+          "    self.worker.load_model()\n"
+          '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_worker.py", line 412, in load_model\n'
+          "    self.model_runner.load_model(load_dummy_weights=load_dummy_weights)\n"
+          "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB.")
+    lines = [x.replace("Worker_TP", "Worker_PP0_TP") for x in start[:cut]] + env(
+        "Worker_PP1_TP1 pid=203", "ERROR", "10:00:46", "multiproc_executor.py:1091", tb) + env(
+        "EngineCore pid=150", "ERROR", "10:00:47", "core.py:1757",
+        "EngineCore failed to start.\nTraceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/model_loader/weight_utils.py", line 280, in download_weights_from_hf\n'
+        "Exception: WorkerProc initialization failed due to an exception in a background process.")
+    st = replay_lines(tmp_path, "pp.log", lines)
+    assert st.crash is not None and st.phases_seen[-2] == "autotune"
+    assert (st.crash.reason, st.crash.during, st.crash.rank) == \
+        ("cuda_oom", "loading_shards", "PP1_TP1"), st.crash
+    served = (BUILT / "vllm-034-lora-load-fail.log").read_text().splitlines()
+    ready = next(i for i, x in enumerate(served) if "Application startup complete" in x) + 1
+    st = replay_lines(tmp_path, "after.log", served[:ready] + env(
+        "EngineCore pid=150", "ERROR", "10:06:00", "core.py:1759",
+        "EngineCore encountered a fatal error.\nTraceback (most recent call last):\n"
+        '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/llama.py", line 591, in load_weights\n'
+        "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"))
+    assert st.crash is not None and st.crash.during == READY, st.crash

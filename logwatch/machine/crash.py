@@ -7,7 +7,7 @@ lines a rule names), the engine's announcements (`marker: true`), hints seen sho
 
 from __future__ import annotations
 
-from ..rules.pack import SPECIFIC_RANK, Rule, RulePack, reason_rank
+from ..rules.pack import READY, SPECIFIC_RANK, Rule, RulePack, reason_rank
 from .ranks import rank_ended
 from .state import Crash, Evidence, Observation, State
 
@@ -20,6 +20,7 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
     """Add a crash line (cause, announcement or hint) to what is known of `crash`, and
     recompute its reason and root-cause line."""
     ev = Evidence(reason, obs.text.rstrip(), obs.line_number)
+    place_crash(pack, crash, rule)
     if rule.hint:
         state.hints.setdefault(reason, ev)
     elif rule.marker:
@@ -46,6 +47,22 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         else crash.cause or crash.marker
     if line is not None:
         crash.line, crash.line_number = line.line, line.line_number
+
+
+def place_crash(pack: RulePack, crash: Crash, rule: Rule) -> None:
+    """A frame of the crash's first traceback (no exception line yet: later tracebacks are
+    other processes' consequences) that says which phase its process was in (`during:`)
+    places the crash there when that is earlier than the launch's phase: the rank that
+    crashed had not got as far as the others.  vLLM pipeline parallel: PP0 loaded and began
+    torch.compile, then PP1, still reading its weights, ran out of memory (`in load_model`):
+    `during loading_shards`, not `during autotune` (DESIGN: where it happened is the
+    crash's `during`).  Not after ready: a LoRA adapter's or a weight update's load then is
+    the server's own request."""
+    if rule.during is None or crash.cause is not None:
+        return
+    now = pack.phase_index(crash.during)
+    if 0 <= pack.phase_index(rule.during) < now < pack.phase_index(READY):
+        crash.during, crash.phase_done = rule.during, False   # its work was not over there
 
 
 def note_phase_done(pack: RulePack, state: State, rule: Rule) -> None:

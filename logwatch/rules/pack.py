@@ -75,7 +75,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint", "withdraws")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint")
+                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -145,6 +145,7 @@ class Rule:
     begins: bool = False          # the line begins its phase: moves there whatever the order
     beside: str | None = None     # "open" / "close" a span of its phase beside the main line
     closes_as: str | None = None  # the span this end marker closes was this phase
+    during: str | None = None     # a frame: its process crashed in this phase (machine/crash.py)
     supervisor: bool = False      # a launcher of several servers (they join its launch)
     primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
     launch_only: bool = False     # only a launch prints it (argparse's error): after a ready,
@@ -1092,7 +1093,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         args=bool(d.get("args")), args_specs=_args_specs(src, rid, d.get("args")),
         endpoint=bool(d.get("endpoint")),
         finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
-        beside=d.get("beside"), closes_as=d.get("closes_as"),
+        beside=d.get("beside"), closes_as=d.get("closes_as"), during=d.get("during"),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
         withdraws=bool(d.get("withdraws")),
@@ -1182,9 +1183,12 @@ def _check_applies(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...
             raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
     if d.get("beside") is not None and d["beside"] not in ("open", "close"):
         raise PackError(src, "must be open or close", rule=rid, key="beside")
-    if d.get("closes_as") is not None and d["closes_as"] not in phases:
-        raise PackError(src, f"unknown phase '{d['closes_as']}' (phases: {', '.join(phases)})",
-                        rule=rid, key="closes_as")
+    for key in ("closes_as", "during"):
+        if d.get(key) is not None and d[key] not in phases:
+            raise PackError(src, f"unknown phase '{d[key]}' (phases: {', '.join(phases)})",
+                            rule=rid, key=key)
+    if d.get("during") is not None and d.get("frame") is None:
+        raise PackError(src, "only applies to frame rules", rule=rid, key="during")
     if d.get("primary") and not d.get("progress"):
         raise PackError(src, "only applies to progress rules", rule=rid, key="primary")
     if d.get("supervisor") and not d.get("restart"):
