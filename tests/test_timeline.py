@@ -139,6 +139,28 @@ def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
     assert back.follower
 
 
+def test_a_follower_that_serves_at_once_is_ready_without_a_quiet_window():
+    """Node 1 of an SGLang `--enable-dp-attention` launch: each DP rank logs its own batches
+    (`[... DP8 TP8 EP8] Decode batch.`), so under traffic from the moment the head serves the
+    node never stays quiet 10 s.  Before helper adv36 it stayed `cuda_graph` while it served;
+    its batches say its ranks' work is done: ready, at its last rank's capture end."""
+    lines = [re.sub(r" TP(\d+)\]", lambda m: f" DP{m[1]} TP{m[1]} EP{m[1]}]", x)
+             for x in (BUILT / "sglang-0523-follower.log").read_text().splitlines()]
+    lines += [f"[2026-12-01 10:{s // 60:02d}:{s % 60:02d} DP8 TP8 EP8] Decode batch. "
+              "#running-req: 2, #token: 4078, token usage: 0.00, gen throughput (token/s): "
+              "447.31, #queue-req: 0" for s in range(241, 360, 3)]
+    pipe = LogPipeline(load_pack("sglang"))
+    t0 = calendar.timegm(time.strptime("2026-12-01 10:00:00", "%Y-%m-%d %H:%M:%S"))
+    for line in lines:          # live: each line at its stamp, a tick before it
+        m = re.search(r"10:(\d\d):(\d\d)", line)
+        at = float(t0 + int(m[1]) * 60 + int(m[2])) if m else float(t0)
+        pipe.tick(at)
+        pipe.feed((line + "\n").encode(), at)
+    st_ = pipe.state
+    assert (st_.follower, st_.phase) == (True, READY), st_.phase
+    assert st_.ready_in() == pytest.approx(240.0) and st_.stats.get("gen_throughput") == 447.31
+
+
 def test_a_follower_with_a_draft_model_is_ready_after_its_draft_capture():
     """Speculative decoding (EAGLE, MTP): each rank loads the draft model and captures its
     graphs after the target's capture ended.  Ready at the draft's capture end, once the

@@ -400,6 +400,10 @@ class StartupMachine:
         self._enter(state, target, obs, now, events)
 
     def _stats(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
+        if state.phase in self._startup and (done := follower_ready(state, now, True)):
+            # a follower whose ranks all ended runs batches (SGLang `--enable-dp-attention`:
+            # each DP rank logs its own): it serves, and may never be quiet for 10 s
+            events.extend(self._ready_at(state, done, now))
         if state.phase == WAITING:
             # a log that starts while the server is already serving
             self._enter(state, READY, obs, now, events)
