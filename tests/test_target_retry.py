@@ -174,3 +174,27 @@ def test_a_reload_tries_a_target_that_cannot_start_once(tmp_path: Path, monkeypa
             await d.shutdown()
 
     assert asyncio.run(run()) == (1, 1)
+
+
+def test_an_unstarted_target_is_down_since_its_first_failure(tmp_path: Path, monkeypatch) -> None:
+    """Each retry of a target that cannot start keeps the time of its first failure (its
+    `source_down_since` in /api/status).  Before (helper adv37, low): each retry restarted
+    it, a target down for an hour said "down since" its last retry."""
+    cfg_path = tmp_path / "logwatch.yaml"
+    cfg_path.write_text(yaml.safe_dump({
+        "listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "state"),
+        "targets": [{"name": "broken", "source": str(tmp_path / "a.log")}]}), encoding="utf-8")
+
+    def target(cfg, **kw):  # type: ignore[no-untyped-def]
+        raise RuntimeError("injected: cannot start")
+
+    monkeypatch.setattr(daemon_mod, "Target", target)
+    d = daemon_mod.Daemon(load_config(cfg_path), str(cfg_path))
+    cfg = d.config.targets[0]
+    now = [1000.0]
+    monkeypatch.setattr(daemon_mod.clock, "now", lambda: now[0])
+    d._start_target(cfg)
+    now[0] = 1060.0               # its retry, a minute later
+    d._start_target(cfg)
+    view = d.unstarted["broken"].view(1200.0)
+    assert view.source_down_since == 1000.0, view.source_down_since

@@ -144,7 +144,11 @@ class Daemon:
             delay = self.supervisor.schedule_retry(cfg.name, clock.now())
             self.log.error("target not started", target=cfg.name, error=str(e),
                            retry_in=f"{delay:.0f}s")
-            self.unstarted[cfg.name] = Unstarted(cfg, str(e) or type(e).__name__, clock.now())
+            # down since its first failure, not its latest retry's (a target that has not
+            # started for an hour said "down since" a minute ago after each retry)
+            before = self.unstarted.get(cfg.name)
+            self.unstarted[cfg.name] = Unstarted(cfg, str(e) or type(e).__name__,
+                                                 before.at if before else clock.now())
             return
         self.unstarted.pop(cfg.name, None)
         if self.alerts is not None:   # what was alerted stays alerted, whatever file was lost
