@@ -22,9 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
+from .shown import TERMINAL_ESCAPES
+
 DEFAULT_MAX_LINE_BYTES = 64 * 1024
 
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+ANSI_RE = re.compile(TERMINAL_ESCAPES)
 # The end of a tqdm frame: "[elapsed<remaining, rate]" or "[elapsed, rate]" (+ tqdm's padding),
 # followed by something that is not a separator: a record glued onto the bar.
 _TQDM_TAIL = r"\[\d+:\d\d(?::\d\d)?(?:<(?:\d+:\d\d(?::\d\d)?|\?))?, *[^\[\]]{0,40}?(?:/s|/it|it)\]"
@@ -409,7 +411,7 @@ class Framer:
         self.cut_bytes_total += n
 
 
-_ANSI_B = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_ANSI_B = re.compile(TERMINAL_ESCAPES.encode())
 
 
 def clean_bytes(data: bytes) -> bytes:

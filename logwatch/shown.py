@@ -26,6 +26,16 @@ import regex
 
 # control characters (Cc) but tab and newline, format (Cf), line / paragraph separators
 # (Zl, Zp) and surrogates (Cs); the second escapes newlines too
+# A terminal's escape sequences, as a log captured from one holds them (`script`, tmux's
+# pipe-pane, a docker TTY): a string sequence (OSC: a window title `ESC ] 0;title BEL`, a
+# hyperlink; DCS, APC, PM, SOS) ended by BEL or ST within a line, a CSI sequence (colours,
+# cursor moves), or a two-byte one (ESC E: NEL, ESC ( B ...).  Every reader that drops them
+# compiles this one pattern (lines.py for log text, sources/command.py for a run's last
+# words).  Before, an OSC sequence lost only its `ESC ]`: its payload stayed in the line
+# ("0;title" before the record, its rules anchored at the start missing it).
+TERMINAL_ESCAPES = (r"\x1b[\]P^_X][^\x07\x1b\r\n]{0,1024}(?:\x07|\x1b\\)"
+                    r"|\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
 _HIDDEN = regex.compile(r"[^\P{Cc}\t\n]|[\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")
 _LINE_HIDDEN = regex.compile(r"[^\P{Cc}\t]|[\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")
 

@@ -616,6 +616,23 @@ def test_ansi_codes_are_stripped():
     assert strip_ansi("no escapes [1;36m here") == "no escapes [1;36m here"
 
 
+def test_a_terminal_title_or_hyperlink_is_dropped_whole():
+    """A log captured from a terminal (`script`, tmux's pipe-pane, a docker TTY) holds OSC
+    sequences: a window title before the record, a hyperlink around a word.  Before, only
+    their `ESC ]` was dropped: "0;vllm serve" stayed before the record's stamp (its rules
+    anchored at the start missed it) and a `cmd:` source quoted it in its last words."""
+    raw = (b"\x1b]0;vllm serve Qwen\x07(APIServer pid=1) INFO 03-10 10:00:00 [api_server.py:1] "
+           b"Starting vLLM API server on \x1b]8;;http://0.0.0.0:8000\x1b\\http://0.0.0.0:8000"
+           b"\x1b]8;;\x1b\\\n")
+    want = ["(APIServer pid=1) INFO 03-10 10:00:00 [api_server.py:1] Starting vLLM API server "
+            "on http://0.0.0.0:8000"]
+    for i in range(1, len(raw)):
+        lines, _, _ = frame([raw[:i], raw[i:]])
+        assert [ln.text for ln in lines] == want, i
+    # one never ended within its line is not a license to eat the line: its ESC ] only
+    assert strip_ansi("\x1b]0;title [2026-01-01 00:00:00] x") == "0;title [2026-01-01 00:00:00] x"
+
+
 def test_ansi_code_split_across_chunks():
     raw = b"\x1b[1;36mtag\x1b[0m rest\n"
     for i in range(1, len(raw)):

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator
 
 from .. import log
+from ..shown import TERMINAL_ESCAPES
 from .base import (
     TAIL_BYTES, Data, Opened, Position, SourceEvent, SourceState, StartLocator,
     compressed_refusal, compression_of, digest,
@@ -34,7 +35,7 @@ from .base import (
 from .ssh import Backoff
 
 LAST_WORDS = 1024   # bytes of a run's output kept for its exit's status (`last_words`)
-_ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")   # a terminal's colours
+_ESCAPES = re.compile(TERMINAL_ESCAPES.encode())   # a terminal's colours, titles (shown.py)
 
 OVERLAP_PROBE = 64 * 1024    # the end of the previous output kept to recognise a reprint
 OVERLAP_WINDOW = 1 << 20     # how much new output to buffer while looking
