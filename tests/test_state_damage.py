@@ -56,6 +56,25 @@ def test_a_damaged_history_is_set_aside_and_the_next_record_does_not_lose_it(
     assert [r.startup for r in StartupHistory(tmp_path, "gpu1").records] == ["s1"]
 
 
+def test_a_history_damaged_again_keeps_the_first_copy_set_aside(tmp_path: Path) -> None:
+    """Damaged at one start (20 startups set aside), damaged again at the next: both copies
+    kept (at most files.ASIDE_KEPT).  Before, the second rename went over the first
+    `.corrupt`: the 20 startups it held were gone (helper adv40, cases/h1)."""
+    path = history_file(tmp_path, "gpu1")
+    path.write_text(json.dumps(GOOD)[:-5])
+    StartupHistory(tmp_path, "gpu1")
+    path.write_text('{"version": 1, "startups": [')
+    StartupHistory(tmp_path, "gpu1")
+    first, second = path.with_name("gpu1.json.corrupt"), path.with_name("gpu1.json.corrupt.1")
+    assert first.read_text() == json.dumps(GOOD)[:-5], first.read_text()
+    assert second.read_text() == '{"version": 1, "startups": ['
+    for n in range(2 * files.ASIDE_KEPT):
+        path.write_text(f"damage {n}")
+        StartupHistory(tmp_path, "gpu1")
+    kept = sorted(p.name for p in path.parent.iterdir())
+    assert len(kept) == files.ASIDE_KEPT and first.read_text() == json.dumps(GOOD)[:-5], kept
+
+
 def test_a_good_history_is_read_and_a_newer_one_left_as_it_is(tmp_path: Path) -> None:
     path = history_file(tmp_path, "gpu1")
     path.write_text(json.dumps(GOOD))

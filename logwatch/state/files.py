@@ -58,10 +58,23 @@ def read_state_json(path: Path) -> Any:
         raise ValueError("JSON nested too deep") from None
 
 
+ASIDE_KEPT = 10      # damaged copies of one state file kept (NAME.corrupt, .corrupt.1, ...)
+
+
+def aside_name(path: Path) -> Path:
+    """Where a damaged `path` goes: `NAME.corrupt`, else the first free `NAME.corrupt.N`
+    (the last one reused once ASIDE_KEPT are there).  Before, a file damaged again (at the
+    next start: the same cause) was renamed over the first copy: the history of 20 startups
+    set aside at one start was gone at the next (helper adv40)."""
+    names = [path.with_name(path.name + ".corrupt")] + \
+        [path.with_name(f"{path.name}.corrupt.{n}") for n in range(1, ASIDE_KEPT)]
+    return next((p for p in names if not os.path.lexists(p)), names[-1])
+
+
 def set_aside(path: Path) -> Path:
-    """Rename a damaged state file to `NAME.corrupt` (what it held kept for a look, the
+    """Rename a damaged state file to `aside_name` (what it held kept for a look, the
     store starting without it); the path it now has (`path` if the rename failed)."""
-    aside = path.with_name(path.name + ".corrupt")
+    aside = aside_name(path)
     try:
         os.replace(path, aside)
     except OSError:

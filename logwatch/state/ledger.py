@@ -27,7 +27,7 @@ from typing import Any, Callable, TypeVar
 from .. import log
 
 from ..ledger import StartupRecord, record_from_json
-from .files import STATE_ERRORS
+from .files import STATE_ERRORS, aside_name
 
 KEEP = 50            # startups kept per target
 FILE = "ledger.sqlite3"
@@ -91,7 +91,7 @@ class LedgerStore:
     def _set_aside(self, e: Exception) -> None:
         """The file is not a ledger (`file is not a database`): keep it for a post-mortem
         under another name, start a new one."""
-        aside = self.path.with_name(self.path.name + ".corrupt")
+        aside = aside_name(self.path)
         for suffix in ("", "-wal", "-shm"):
             try:
                 os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ... import clock, log
-from ...state.files import read_state_json, save_state, set_aside
+from ...state.files import aside_name, read_state_json, save_state, set_aside
 from ...state.formats import StoreFormat
 from .model import Alert
 
@@ -139,7 +139,7 @@ class AlertStore:
         """Entries of a readable file that are not what this version writes (a hand edit, a
         bit flip, a partial restore): left out, the rest kept, the file copied aside as it
         was.  Before, one of them stopped the daemon at every start (a crash loop)."""
-        aside = self.path.with_name(self.path.name + ".corrupt")
+        aside = aside_name(self.path)
         try:
             aside.write_bytes(self.path.read_bytes())
         except OSError:
