@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+import structlog.testing
 
 from logwatch.sinks.alerts.outbox import AlertStore
 from logwatch.state import files
@@ -73,6 +74,28 @@ def test_a_history_damaged_again_keeps_the_first_copy_set_aside(tmp_path: Path) 
         StartupHistory(tmp_path, "gpu1")
     kept = sorted(p.name for p in path.parent.iterdir())
     assert len(kept) == files.ASIDE_KEPT and first.read_text() == json.dumps(GOOD)[:-5], kept
+
+
+def test_a_history_that_cannot_be_read_now_is_neither_set_aside_nor_written_over(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """EACCES (another user's 0600 file: root is not refused, so the read fails here by
+    hand) is no damage: not set aside, said, and the next startup's record does not rename
+    a one-startup file over it.  Before, it was read as empty without a word and replaced:
+    its 20 startups gone (helper adv40, cases/h2)."""
+    from logwatch.state import history as history_mod
+    path = history_file(tmp_path, "gpu1")
+    path.write_text(json.dumps(GOOD))
+
+    def denied(p: Path) -> object:
+        raise PermissionError(13, "Permission denied", str(p))
+    monkeypatch.setattr(history_mod, "read_state_json", denied)
+    with structlog.testing.capture_logs() as logs:
+        history = StartupHistory(tmp_path, "gpu1")
+    assert history.records == [] and history.unreadable == "Permission denied"
+    assert history.record_durations({"loading_shards": 12.0}, "ready", "s1", total=20.0)
+    assert json.loads(path.read_text()) == GOOD and not path.with_name("gpu1.json.corrupt").exists()
+    assert [e["event"] for e in logs] == ["startup history unreadable: the ETA starts without "
+                                          "it, and it is not written over"], logs
 
 
 def test_a_good_history_is_read_and_a_newer_one_left_as_it_is(tmp_path: Path) -> None:

@@ -53,8 +53,11 @@ class StartupHistory:
         """The file's startups; none when it is missing or unreadable.  A damaged one (not
         JSON, the wrong shape) is set aside as `NAME.json.corrupt` and said once: before, it
         was read as empty and overwritten by the next startup's record, the 20 it held gone
-        without a word (and JSON nested too deep stopped the target's start)."""
-        self.records, self._typical = [], None
+        without a word (and JSON nested too deep stopped the target's start).  One that
+        cannot be read now (another user's 0600 file, EIO) is no damage: said, and not
+        written over by the next record (before, read as empty without a word and replaced:
+        its 20 startups gone, helper adv40)."""
+        self.records, self._typical, self.unreadable = [], None, ""
         path = self.path if self.path.exists() or not self._legacy.exists() else self._legacy
         try:
             doc = read_state_json(path)
@@ -67,8 +70,13 @@ class StartupHistory:
                                           _total(r.get("total")), str(r.get("startup") or ""),
                                           str(r.get("reason") or ""))
                             for r in doc.get("startups", [])]
-        except OSError:
-            return            # missing, or not readable now: nothing to set aside
+        except FileNotFoundError:
+            return            # none yet
+        except OSError as e:  # not readable now (EACCES, EIO): not damage, nothing set aside,
+            self.unreadable = e.strerror or str(e)    # and not written over (`record`)
+            log.get("history").error("startup history unreadable: the ETA starts without it, "
+                                     "and it is not written over", file=str(path),
+                                     error=self.unreadable)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.records = []
             log.get("history").error("startup history damaged: the ETA starts without it",
@@ -97,6 +105,8 @@ class StartupHistory:
                             startup, reason)
         self.records = (self.records + [rec])[-KEEP:]
         self._typical = None
+        if self.unreadable:   # the startups it holds are not lost to this one (kept in memory)
+            return rec
         save_state("history", self.path, {"version": VERSION,
                                           "startups": [r.to_json() for r in self.records]})
         return rec
