@@ -386,3 +386,25 @@ def test_a_daemon_restarted_under_a_serving_server_keeps_its_gpus(tmp_path: Path
         assert again["gpu"]["scope"] == first["gpu"]["scope"], again["gpu"]
     finally:
         writer.stop()
+
+
+def test_a_saved_scope_not_yet_taken_up_is_kept_and_a_damaged_one_refused() -> None:
+    """After a restart the saved scope waits for the first GPU sample (nvidia-smi hung or
+    slow, the server past its weights): the checkpoints written meanwhile keep it as it
+    was.  Before, `saved()` was None until that sample, so those checkpoints dropped it and
+    a second restart began afresh: scope 'all' for good (helper adv40, cases/g1).  A
+    baseline of Infinity (JSON reads it; int() raises OverflowError) is refused like any
+    other damage: before, it raised out of the target's tick (cases/g2)."""
+    from logwatch.app.attachments.gpu import GpuAttachment
+    from logwatch.telemetry.gpu.streams import GpuStreams
+    scope = GpuScope()
+    scope.begin(snap(0, {i: 0 for i in range(8)}))
+    scope.see(snap(2, {**{i: 0 for i in range(4)}, **{i: 3 for i in range(4, 8)}}))
+    doc = {"startup": "s1", "scope": scope.saved()}
+    att = GpuAttachment(GpuStreams())
+    att.resume(doc)
+    assert att.saved() == doc
+    assert att._resume_scope("s1") and att.scope.rose == {4, 5, 6, 7}
+    damaged = GpuAttachment(GpuStreams())
+    damaged.resume({"startup": "s1", "scope": {**scope.saved(), "baseline": {"4": float("inf")}}})
+    assert damaged._resume_scope("s1") is False and damaged.scope.rose == set()

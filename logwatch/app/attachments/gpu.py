@@ -79,6 +79,7 @@ class GpuAttachment(Attachment):
         self.scope = GpuScope(cfg.gpu.devices)
         where = plan_gpu(cfg.gpu, cfg.kind)
         if where is None:
+            self._resumed = None     # no GPU read: nothing to go on from, nothing kept
             return
         try:
             ssh = (SSHTarget.parse(cfg.source), cfg.ssh) if where == "ssh" else None
@@ -126,8 +127,15 @@ class GpuAttachment(Attachment):
                     self._add_watts(st, snap, history)
 
     def saved(self) -> dict[str, Any] | None:
-        """The scope learned for the startup under way (none chosen by `devices`)."""
-        if self.scope.devices or self.watts.startup is None:
+        """The scope learned for the startup under way (none chosen by `devices`); the one
+        the daemon before saved, as it was, until the first GPU sample takes it up.  Before,
+        a checkpoint written from the lines read in between (nvidia-smi hung or slow after the
+        restart) had none: a second restart began afresh, every GPU the server's for good."""
+        if self.scope.devices:
+            return None
+        if self._resumed is not None:
+            return self._resumed
+        if self.watts.startup is None:
             return None
         return {"startup": self.watts.startup, "scope": self.scope.saved()}
 
@@ -145,8 +153,8 @@ class GpuAttachment(Attachment):
             if not isinstance(doc.get("scope"), dict):
                 raise ValueError("gpu scope: not an object")
             self.scope.resume(doc["scope"])
-        except (ValueError, TypeError) as e:
-            if self.target is not None:
+        except (ValueError, TypeError, ArithmeticError) as e:   # a baseline of Infinity:
+            if self.target is not None:                          # OverflowError in int()
                 self.target.log.warning("saved gpu scope unreadable: learning it again",
                                         error=str(e))
             return False
