@@ -117,3 +117,22 @@ def test_a_name_watched_until_a_crash_is_kept(tmp_path: Path) -> None:
     assert (state / "positions" / "quiet.json").exists()
     assert (state / "history" / "quiet.json").exists()
     assert forgot[-1]["quiet"] >= now - 1, forgot    # the ledger's rows kept as long
+
+
+def test_a_retention_shorter_than_the_pass_interval_is_passed_often_enough(
+        tmp_path: Path) -> None:
+    """Passes (which mark the watched names' files) come at least 4 times per
+    `state_retention`: with `state_retention: 1h` they came every 6 h, so a daemon killed
+    2 h after its last pass and started without a quiet name watched until then removed its
+    state (helper adv40, cases/r1_retention_shorter_than_pass.sh)."""
+    from logwatch.state import retention
+    state = tmp_path / "state"
+    stale(state, "quiet", 40, ledger=False)
+    keep, now = 3600.0, time.time()
+    every = retention.pass_every(keep)
+    assert retention.prune(state, {"quiet"}, keep, now, lambda *a: []) == []   # a pass
+    # killed just before the next pass; back without "quiet"
+    assert retention.prune(state, set(), keep, now + every - 1, lambda *a: []) == []
+    assert (state / "positions" / "quiet.json").exists()
+    assert retention.pass_every(30 * DAY) == retention.EVERY
+    assert retention.pass_every(0) == retention.EVERY and retention.pass_every(1) == 60.0

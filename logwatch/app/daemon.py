@@ -112,7 +112,7 @@ class Daemon:
         self.supervisor = Supervisor(self._restart)   # retries, refused sources, outages
         self._sources_checked = 0.0
         self._pruned_at = -retention.EVERY    # the state of removed targets: at start, then
-        self._pruning: asyncio.Task[None] | None = None   # every retention.EVERY s
+        self._pruning: asyncio.Task[None] | None = None   # every retention.pass_every s
 
     # -- lifecycle -----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -251,7 +251,8 @@ class Daemon:
             if self._reload.is_set():
                 self._reload.clear()
                 await self.reload()
-            if time.monotonic() - self._pruned_at >= retention.EVERY and self._pruning is None:
+            if time.monotonic() - self._pruned_at >= retention.pass_every(
+                    self.config.state_retention) and self._pruning is None:
                 self._pruned_at = time.monotonic()
                 self._pruning = asyncio.create_task(prune_state(self))
 

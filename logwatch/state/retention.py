@@ -62,6 +62,17 @@ def unwatched_files(state_dir: Path, watched: set[str]) -> dict[str, list[tuple[
     return out
 
 
+def pass_every(keep: float) -> float:
+    """Seconds between passes: EVERY, or a quarter of `keep` where that is shorter (at least
+    a minute).  A pass marks the watched names' files, so a daemon killed just before its next
+    pass left them as old as the gap: 6 h under `state_retention: 1h`, and its start without
+    a name watched until the kill removed that name's state (helper adv40)."""
+    return min(EVERY, max(MIN_EVERY, keep / 4)) if keep > 0 else EVERY
+
+
+MIN_EVERY = 60.0
+
+
 def mark_watched(state_dir: Path, watched: set[str], now: float) -> None:
     """The files of the names `watched` are as new as `now`: watched until this pass."""
     for folder in FOLDERS:
