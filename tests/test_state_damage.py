@@ -76,6 +76,21 @@ def test_a_history_damaged_again_keeps_the_first_copy_set_aside(tmp_path: Path) 
     assert len(kept) == files.ASIDE_KEPT and first.read_text() == json.dumps(GOOD)[:-5], kept
 
 
+def test_alert_state_with_bad_entries_is_copied_aside_once_until_saved(tmp_path: Path) -> None:
+    """Entries of the wrong shape: the file is copied aside as it was, once, however many
+    starts read it before the next save; a copy of other bytes goes beside it."""
+    (tmp_path / "alerts").mkdir()
+    path = tmp_path / "alerts" / "state.json"
+    path.write_text(json.dumps({"version": 1, "seen": {}, "open": {"bad": 5}, "outbox": []}))
+    for _ in range(3):
+        AlertStore(tmp_path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.json", "state.json.corrupt"]
+    path.write_text(json.dumps({"version": 1, "seen": {}, "open": {"bad": 6}, "outbox": []}))
+    AlertStore(tmp_path)
+    assert json.loads(path.with_name("state.json.corrupt").read_text())["open"] == {"bad": 5}
+    assert json.loads(path.with_name("state.json.corrupt.1").read_text())["open"] == {"bad": 6}
+
+
 def test_a_history_that_cannot_be_read_now_is_neither_set_aside_nor_written_over(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES (another user's 0600 file: root is not refused, so the read fails here by

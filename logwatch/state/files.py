@@ -61,13 +61,20 @@ def read_state_json(path: Path) -> Any:
 ASIDE_KEPT = 10      # damaged copies of one state file kept (NAME.corrupt, .corrupt.1, ...)
 
 
-def aside_name(path: Path) -> Path:
+def aside_name(path: Path, same: bytes | None = None) -> Path:
     """Where a damaged `path` goes: `NAME.corrupt`, else the first free `NAME.corrupt.N`
-    (the last one reused once ASIDE_KEPT are there).  Before, a file damaged again (at the
-    next start: the same cause) was renamed over the first copy: the history of 20 startups
-    set aside at one start was gone at the next (helper adv40)."""
+    (the last one reused once ASIDE_KEPT are there); a copy of `same` (bytes copied, not
+    renamed, and maybe already kept at an earlier start) goes where they are already.
+    Before, a file damaged again (at the next start: the same cause) was renamed over the
+    first copy: the history of 20 startups set aside at one start was gone at the next."""
     names = [path.with_name(path.name + ".corrupt")] + \
         [path.with_name(f"{path.name}.corrupt.{n}") for n in range(1, ASIDE_KEPT)]
+    for p in names if same is not None else ():
+        try:
+            if p.stat().st_size == len(same) and p.read_bytes() == same:
+                return p
+        except OSError:
+            continue
     return next((p for p in names if not os.path.lexists(p)), names[-1])
 
 

@@ -139,9 +139,10 @@ class AlertStore:
         """Entries of a readable file that are not what this version writes (a hand edit, a
         bit flip, a partial restore): left out, the rest kept, the file copied aside as it
         was.  Before, one of them stopped the daemon at every start (a crash loop)."""
-        aside = aside_name(self.path)
         try:
-            aside.write_bytes(self.path.read_bytes())
+            data = self.path.read_bytes()
+            aside = aside_name(self.path, same=data)   # not again at each start until saved
+            aside.write_bytes(data)
         except OSError:
             aside = self.path
         self.log.error("alert state: entries of the wrong shape left out, the others kept",
