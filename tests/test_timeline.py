@@ -117,7 +117,8 @@ def test_dp_supervisor_launch_crashes_when_one_engine_crashes_and_names_it():
 
 @pytest.mark.parametrize("name, took, last_rank", [
     ("sglang-0523-follower.log", 240.0, "TP15"), ("vllm-034-headless.log", 115.0, "Worker_TP3"),
-    ("vllm-034-headless-dp.log", 51.0, "EngineCore_DP3")])
+    ("vllm-034-headless-dp.log", 51.0, "EngineCore_DP3"),
+    ("vllm-034-headless-dp-tp2.log", 51.0, "EngineCore_DP3")])
 def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
         name: str, took: float, last_rank: str):
     """SGLang `--node-rank 1` and vLLM `--headless` nodes run no HTTP server and print no
@@ -125,7 +126,9 @@ def test_a_follower_node_is_ready_when_every_rank_of_it_finished_capturing(
     `stalled`).  Ready once the last of their ranks finished capturing; not a rank sooner.
     A headless data-parallel node's engine cores size their KV cache after the capture (0.34's
     extensible KV cache) and then say they are up (`init engine ... took`): before helper
-    adv36, that `GPU KV cache size` line left it `still starting: cuda_graph` for good."""
+    adv36, that `GPU KV cache size` line left it `still starting: cuda_graph` for good.  With
+    `-tp 2` the engine core's workers capture and it says only that it is up (`ends_rank`):
+    before helper adv39, still starting for good."""
     path = BUILT / name
     pipe = replay_file(str(path))
     st_ = pipe.state

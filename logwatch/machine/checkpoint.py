@@ -77,7 +77,8 @@ def state_from_json(d: dict[str, object]) -> State:
         ranks={str(k): RankProgress(v["phase"], bool(v["finished"]), float(v["at"]),  # type: ignore[index]
                                     [(int(a), bool(b), float(c))
                                      for a, b, c in v.get("advances") or []],  # type: ignore[union-attr]
-                                    _last(v.get("last")))  # type: ignore[union-attr]
+                                    _last(v.get("last")),  # type: ignore[union-attr]
+                                    v.get("up") is True)  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
         begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]

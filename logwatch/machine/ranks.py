@@ -26,6 +26,10 @@ class RankProgress:
     # captures after the target's capture (speculative decoding): a follower node is ready
     # only once each rank's latest marker is an end (machine/follower.py)
     last: tuple[int, bool, bool] | None = None
+    # its latest marker says the rank is done starting, whatever phase that line is of
+    # (`ends_rank`: vLLM's engine core `init engine ... took`; with TP > 1 its workers
+    # capture, and the engine core itself gets no further than sizing the KV cache)
+    up: bool = False
 
 
 
@@ -107,7 +111,10 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
 def rank_ended(rp: RankProgress, want: tuple[int, bool], pack: RulePack) -> bool:
     """A rank got to `want` (a phase index, finished), and its latest marker ended something
     (or began a phase that comes back after it: vLLM 0.34's KV commit, its last line), not
-    work still under way (a draft model's load or capture begun)."""
+    work still under way (a draft model's load or capture begun).  A rank whose latest
+    marker says it is done starting (`RankProgress.up`) has ended whatever phase is asked."""
+    if rp.up:
+        return True
     if (pack.phase_index(rp.phase), rp.finished) < want or rp.last is None:
         return False
     _, finishes, begins = rp.last
@@ -128,9 +135,10 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
     last = (pos[0], rule.finishes, rule.begins)
     rp = ranks.get(rank)
     if rp is None:
-        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)], last)
+        ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)], last,
+                                   rule.ends_rank)
         return
-    rp.last = last
+    rp.last, rp.up = last, rule.ends_rank
     if pos > (pack.phase_index(rp.phase), rp.finished):
         rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
         rp.advances.append((pos[0], pos[1], now))

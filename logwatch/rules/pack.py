@@ -28,7 +28,8 @@ place without a flip, e.g. SGLang's download inside weight loading), `scale` (mu
 `prefilter` (explicit literals when none can be derived from the pattern), `begins` (the
 line begins its phase: moves there whatever the order, the first time in a startup),
 `beside: open|close` (a span of the phase beside the main line), `closes_as: PHASE` (the
-span this end marker closes was PHASE), `supervisor` (a restart rule of a launcher whose
+span this end marker closes was PHASE), `ends_rank` (the rank that prints it is done
+starting, whatever phase its line is of), `supervisor` (a restart rule of a launcher whose
 servers join its launch).  Pack keys `servers:` and `silent:`: README "Rule packs".
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
@@ -75,7 +76,8 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint", "withdraws")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during")
+                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
+                 "ends_rank")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -146,6 +148,7 @@ class Rule:
     beside: str | None = None     # "open" / "close" a span of its phase beside the main line
     closes_as: str | None = None  # the span this end marker closes was this phase
     during: str | None = None     # a frame: its process crashed in this phase (machine/crash.py)
+    ends_rank: bool = False       # the rank that prints it is done starting (machine/ranks.py)
     supervisor: bool = False      # a launcher of several servers (they join its launch)
     primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
     launch_only: bool = False     # only a launch prints it (argparse's error): after a ready,
@@ -1094,6 +1097,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         endpoint=bool(d.get("endpoint")),
         finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
         beside=d.get("beside"), closes_as=d.get("closes_as"), during=d.get("during"),
+        ends_rank=bool(d.get("ends_rank")),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
         withdraws=bool(d.get("withdraws")),
@@ -1146,7 +1150,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                         key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
-                "ready_hint", "withdraws"):
+                "ready_hint", "withdraws", "ends_rank"):
         if key in d and not isinstance(d[key], bool):
             raise PackError(src, "must be true or false", rule=rid, key=key)
     for key in ("progress", "stats"):
@@ -1178,7 +1182,7 @@ def _check_groups(src: str, rid: str, d: dict[str, Any], groups: set[str]) -> di
 def _check_applies(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]) -> None:
     """The keys that qualify another key come with it."""
     phase = d.get("phase")
-    for key in ("finishes", "begins", "beside", "closes_as"):
+    for key in ("finishes", "begins", "beside", "closes_as", "ends_rank"):
         if d.get(key) and not phase:
             raise PackError(src, "only applies to rules with a phase", rule=rid, key=key)
     if d.get("beside") is not None and d["beside"] not in ("open", "close"):
