@@ -203,3 +203,38 @@ def test_a_pipeline_stage_that_crashes_while_loading_is_placed_in_loading(tmp_pa
         '  File "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/models/llama.py", line 591, in load_weights\n'
         "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"))
     assert st.crash is not None and st.crash.during == READY, st.crash
+
+
+V0_TP2 = [
+    "INFO 03-19 10:52:50 api_server.py:912] vLLM API server version 0.6.6.post1",
+    "INFO 03-19 10:53:00 model_runner.py:1094] Starting to load model m...",
+    "(VllmWorkerProcess pid=4001) INFO 03-19 10:53:00 model_runner.py:1094] Starting to load model m...",
+    "INFO 03-19 10:53:06 model_runner.py:1099] Loading model weights took 7.5 GiB",
+    "(VllmWorkerProcess pid=4001) INFO 03-19 10:53:06 model_runner.py:1099] Loading model weights took 7.5 GiB",
+    "INFO 03-19 10:53:10 distributed_gpu_executor.py:57] # GPU blocks: 27000, # CPU blocks: 4096",
+    "INFO 03-19 10:53:12 model_runner.py:1415] Capturing cudagraphs for decoding. This may lead "
+    "to unexpected consequences if the model is not static.",
+    "(VllmWorkerProcess pid=4001) INFO 03-19 10:53:12 model_runner.py:1415] Capturing cudagraphs "
+    "for decoding. This may lead to unexpected consequences if the model is not static.",
+    "(VllmWorkerProcess pid=4001) INFO 03-19 10:53:30 model_runner.py:1535] Graph capturing "
+    "finished in 18 secs, took 0.30 GiB"]
+V0_TB = ["Traceback (most recent call last):",
+         '  File "/usr/lib/python3/dist-packages/vllm/layers/custom.py", line 80, in forward',
+         "    return torch.ops._C.custom_op(x)",
+         "RuntimeError: custom_op: invalid configuration argument"]
+
+
+def test_a_rankless_worker_that_finished_capturing_leaves_the_capture_failure_of_the_driver(
+        tmp_path):
+    """vLLM V0 (0.4-0.7) TP2: the worker's lines carry `(VllmWorkerProcess pid=N)`, no rank,
+    the driver's none; the worker finished capturing, the driver failed capturing with a bare
+    RuntimeError.  Since b53c3f3 (a rankless phase end was the phase's work over) the crash
+    read `python_exception`; it is the capture that failed.  Without ranks only a line that
+    says the engine is up (`ends_rank`) ends the phase's work."""
+    st = replay_lines(tmp_path, "v0.log", V0_TP2 + V0_TB)
+    assert st.crash is not None and st.crash.during == "cuda_graph"
+    assert st.crash.reason == "cuda_graph_capture_failed", st.crash
+    up = "INFO 03-19 10:53:31 llm_engine.py:431] init engine (profile, create kv cache, " \
+         "warmup model) took 25.99 seconds"
+    st = replay_lines(tmp_path, "v0-up.log", V0_TP2 + [up] + V0_TB)
+    assert st.crash is not None and st.crash.reason == "python_exception", st.crash

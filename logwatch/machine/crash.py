@@ -68,8 +68,10 @@ def place_crash(pack: RulePack, crash: Crash, rule: Rule) -> None:
 def note_phase_done(pack: RulePack, state: State, rule: Rule) -> None:
     """After a phase marker: has the work of the phase the launch is in ended
     (`State.phase_done`)?  Yes when the marker is an end (`finishes: true`) and every rank the
-    launch knows of ended the phase (without ranks: the marker is of this phase or one
-    before it).  A crash after that is no failure of the phase's own work, so the phase's
+    launch knows of ended the phase (without ranks: the marker says the engine is done
+    starting, `ends_rank`: a rankless log's phase end may be one process's of several, vLLM
+    V0's `(VllmWorkerProcess pid=N)` worker finishing its capture while the driver, untagged,
+    still captures and then fails there).  A crash after that is no failure of the phase's own work, so the phase's
     default reason (`crash_by_phase`) is not given: vLLM's engine core says it is up after
     its capture (`init engine ... took`) and then its API server fails (a `--chat-template`
     path that does not exist) read `cuda_graph_capture_failed`.  A marker of work begun
@@ -81,7 +83,7 @@ def note_phase_done(pack: RulePack, state: State, rule: Rule) -> None:
     if state.ranks:
         state.phase_done = all(rank_ended(rp, want, pack) for rp in state.ranks.values())
     else:
-        state.phase_done = pack.phase_index(rule.phase) <= want[0]
+        state.phase_done = rule.ends_rank
 
 
 def died_first(crash: Crash) -> bool:
