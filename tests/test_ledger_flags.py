@@ -263,3 +263,21 @@ def test_vllm_graphs_off_by_optimization_level_or_mode() -> None:
                  "<CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}}"):
         parsed = parse_args_line("non-default args: " + dump, specs)
         assert parsed is not None and advice_lines(advice, parsed.values, "ready", None, {}) == []
+
+
+def test_a_one_letter_flag_takes_the_value_written_onto_it() -> None:
+    """vLLM's `-O0` / `-O3` (its docs' spelling; argparse_utils.py:395 reads `-O3` as
+    `--optimization-level 3`): before, a flag `O0` no dump has, so no graphs-off advice for
+    `-O0`, and `-O3` against `--optimization-level 3` two false changes."""
+    pack = load_pack("vllm")
+    specs = pack.rule("args").args_specs
+    off = parse_args_line("args: vllm serve m -O0", specs)
+    assert off is not None and off.values == {"model": "m", "optimization_level": 0}
+    assert advice_lines(pack.advice, off.values, "ready", None, {}) == [
+        "CUDA graphs are off (optimization_level=0): every decode batch runs eagerly, "
+        "usually far slower"]
+    short = parse_args_line("args: vllm serve m -O3 -tp 2 -n2", specs)
+    long = parse_args_line("args: vllm serve m --optimization-level 3 "
+                           "--tensor-parallel-size 2 --nnodes 2", specs)
+    assert short is not None and long is not None
+    assert changed_args(short.values, long.values) == {}

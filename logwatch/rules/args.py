@@ -810,7 +810,7 @@ def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
             break
         if _is_flag(w):
             commit()
-            name, eq, val = w.lstrip("-").partition("=")
+            name, eq, val = _attached(w, aliases).lstrip("-").partition("=")
             name, dot, sub = name.partition(".")
             name = name.replace("-", "_")
             pending = []
@@ -827,6 +827,18 @@ def _parse_command(text: str, start: int, end: int, aliases: dict[str, str],
             pending.append(_typed(w))
     commit()
     return ParsedArgs(values, cut or over, "command_line")
+
+
+def _attached(word: str, aliases: dict[str, str]) -> str:
+    """A one-letter option with its value written onto it as `-X=VALUE`: argparse reads
+    `-O3` as `-O 3` (vLLM's `-O0`, `-O3`, the spelling its docs use: `optimization_level`),
+    where `-O3` is no option of its own."""
+    if word.startswith("--") or len(word) < 3 or word[2] in "=.":
+        return word
+    name = word[1:].partition("=")[0].partition(".")[0].replace("-", "_")
+    if name in aliases or word[1] not in aliases:
+        return word
+    return f"-{word[1]}={word[2:]}"
 
 
 def _put(values: dict[str, Any], key: str, value: Any) -> None:
