@@ -281,3 +281,18 @@ def test_a_one_letter_flag_takes_the_value_written_onto_it() -> None:
                            "--tensor-parallel-size 2 --nnodes 2", specs)
     assert short is not None and long is not None
     assert changed_args(short.values, long.values) == {}
+
+
+def test_sglang_decode_graphs_off_by_backend_flag_get_no_batch_advice() -> None:
+    """A launch whose args hold only its command line (a wrapper's echo; the dump cut before
+    `cuda_graph_config`) with `--cuda-graph-backend-decode disabled`: before, both `CUDA
+    graphs are off` and `batches above 64 run without CUDA graphs`, which contradict each
+    other (graphs_off read the flag, graphs_below_batch and eager_batches did not)."""
+    pack = load_pack("sglang")
+    line = parse_args_line("+ python3 -m sglang.launch_server --model-path m "
+                           "--cuda-graph-backend-decode disabled --cuda-graph-max-bs-decode 64 "
+                           "--max-running-requests 256", pack.rule("launch_command").args_specs)
+    assert line is not None
+    assert advice_lines(pack.advice, line.values, "ready", None, {"no_cuda_graph_share": 0.9}) \
+        == ["CUDA graphs are off (cuda_graph_backend_decode=disabled): every decode batch runs "
+            "eagerly, usually far slower"]
