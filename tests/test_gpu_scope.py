@@ -298,21 +298,7 @@ def test_a_rank_whose_context_came_last_and_then_stuck_is_a_rank(late: int, ever
     scope holds GPU 7, the verdict names it.  Before (a regression of ebb9942, which took a
     context 30 s after the first loading GPU's for a neighbour's), the hang was "likely hung
     (a collective waiting)" on GPUs 4-6, the stuck rank unnamed; nvidia-smi every `every` s."""
-    snaps = []
-    for t in range(0, 900, every):
-        gpus = []
-        for i in range(8):
-            if i in (4, 5, 6):
-                mem = 0 if t < 4 else 0.6 + min(max(t - (late + 2), 0), 100) * 0.7
-                p, u = (120.0, 1.0) if t > late + 110 else (300.0, 0.4)
-            elif i == 7:
-                mem, p, u = (0 if t < late else 0.6), 85.0, 0.0
-            else:
-                mem, p, u = 0, 81.0, 0.0
-            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
-                                  util_ratio=u, mem_used_bytes=int(mem * GIB)))
-        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
-    rose, v = _scoped_verdict(snaps)
+    rose, v = _scoped_verdict(_late_rank_through_a_download(late, 0, every))
     assert rose == {4, 5, 6, 7}, rose
     assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
 
@@ -408,3 +394,191 @@ def test_a_saved_scope_not_yet_taken_up_is_kept_and_a_damaged_one_refused() -> N
     damaged = GpuAttachment(GpuStreams())
     damaged.resume({"startup": "s1", "scope": {**scope.saved(), "baseline": {"4": float("inf")}}})
     assert damaged._resume_scope("s1") is False and damaged.scope.rose == set()
+
+
+# -- the launch's size (its args: rules/gpus.py) chooses where memory timing cannot ---------
+
+def _late_rank_through_a_download(late: int, download: int, every: int,
+                                  neighbour_at: int | None = None) -> list[GpuSnapshot]:
+    """A TP=4 on GPUs 4-7 whose rank 7 makes its context `late` s after the others' (at
+    4 s), then the weights are downloaded for `download` s (vLLM, SGLang: after NCCL init)
+    before GPUs 4-6 load them and spin in the first collective; rank 7 hangs holding only its
+    context.  At `neighbour_at` a neighbour's notebook makes its context on GPU 0."""
+    load, snaps = late + 2 + download, []
+    for t in range(0, 900 + download, every):
+        gpus = []
+        for i in range(8):
+            if i in (4, 5, 6):
+                mem = 0 if t < 4 else 0.6 + min(max(t - load, 0), 100) * 0.7
+                p, u = (120.0, 1.0) if t > load + 110 else (300.0, 0.4)
+            elif i == 7:
+                mem, p, u = (0 if t < late else 0.6), 85.0, 0.0
+            elif i == 0 and neighbour_at is not None:
+                mem, p, u = (0 if t < neighbour_at else 0.55), 81.0, 0.0
+            else:
+                mem, p, u = 0, 81.0, 0.0
+            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
+                                  util_ratio=u, mem_used_bytes=int(mem * GIB)))
+        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    return snaps
+
+
+def _sized_verdict(snaps: list[GpuSnapshot], expect: int | None,
+                   before: bool = True) -> tuple[set[int], Any]:
+    """`_scoped_verdict` with the launch's size known (`expect`); `before` False: no
+    snapshot before the launch (a daemon first attached, or restarted: the first is the
+    level)."""
+    scope = GpuScope()
+    scope.expect = expect
+    scope.begin(snaps[0] if before else None)
+    for sn in snaps[1:] if before else snaps:
+        scope.see(sn)
+    end = snaps[-1].at
+    return scope.rose, silence_verdict([scope.select(s) for s in snaps if s.at >= end - 198],
+                                       end - 298, end, {i: 81.0 for i in range(8)})
+
+
+@pytest.mark.parametrize("download,every", [(60, 1), (60, 5), (180, 1), (180, 5)])
+def test_the_launch_size_takes_a_late_rank_stuck_through_a_download(download: int,
+                                                                    every: int) -> None:
+    """Rank 7's context came 40 s late, then a `download` s download, then it hung with
+    only its context while 4-6 loaded and spun: the launch says TP=4, 3 loaded, so the
+    fourth is the context that came with theirs.  Before (helper adv37 c2, timing alone: a
+    context 30 s before the first load, or 30 s after the first contexts), GPU 7 was left
+    out and the hang "likely hung (a collective waiting)" on GPUs 4-6, the rank unnamed."""
+    rose, v = _sized_verdict(_late_rank_through_a_download(40, download, every), 4)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
+
+
+@pytest.mark.parametrize("before", [20, 5])
+def test_the_launch_size_leaves_out_a_neighbour_beside_a_stuck_rank(before: int) -> None:
+    """Every rank's context on time (4 s), a 180 s download, rank 7 stuck with its context;
+    a neighbour's notebook makes its context on GPU 0 `before` s before the weights load:
+    of the two contexts the launch's fourth GPU is the one that came with the others'.
+    Before (adv37 c2 b), GPU 0 joined: "a stuck rank (GPUs 0, 7)"."""
+    snaps = _late_rank_through_a_download(4, 180, 5, neighbour_at=186 - before)
+    rose, v = _sized_verdict(snaps, 4)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
+    assert _sized_verdict(snaps, None)[0] == {0, 4, 5, 6, 7}     # (timing alone: unchanged)
+
+
+def test_the_launch_size_takes_a_rank_holding_its_context_when_first_seen() -> None:
+    """A daemon restarted (no checkpoint) after the TP=4's contexts came, before its
+    weights: rank 7 holds its context at the first snapshot, the level, and gains nothing.
+    Before (adv37 c8 r), the scope was GPUs 4-6 and the hang "a collective waiting"."""
+    snaps = _late_rank_through_a_download(4, 60, 2)[10:]
+    rose, v = _sized_verdict(snaps, 4, before=False)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
+
+
+def test_a_first_attach_past_the_weights_takes_the_launchs_gpus() -> None:
+    """A first attach to a TP=4 (GPUs 4-7, 70 GiB each) already past its weights, hung in a
+    collective (120 W, util 100 %), a neighbour's notebook busy on GPU 0 (0.55 GiB): no
+    snapshot before the launch, nothing rises.  The four GPUs that hold a GiB are the
+    launch's.  Before, every GPU of the node counted: "one rank working: slow, not hung"."""
+    snaps = [GpuSnapshot(float(t), tuple(
+        GpuSample(i, power_w=120.0 if i >= 4 else 400.0 if i == 0 else 81.0,
+                  power_limit_w=700.0, power_default_limit_w=700.0,
+                  util_ratio=1.0 if i >= 4 else 0.95 if i == 0 else 0.0,
+                  mem_used_bytes=int((70 if i >= 4 else 0.55 if i == 0 else 0) * GIB))
+        for i in range(8))) for t in range(600, 900, 2)]
+    rose, v = _sized_verdict(snaps, 4, before=False)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "spinning" and not v.working, v
+    # more GPUs holding memory than the launch has: memory cannot say which, all count
+    assert _sized_verdict(snaps, 3, before=False)[0] == set()
+
+
+@pytest.mark.parametrize("engine,line,gpus", [
+    ("sglang", "[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', "
+               "'tokenizer_path': 'Qwen/Qwen3-32B', 'tp_size': 2, 'port': 30000}", 2),
+    ("sglang", "[2026-12-01 10:00:00] server_args={'model_path': 'deepseek-ai/DeepSeek-V3', "
+               "'tp_size': 16, 'nnodes': 2, 'node_rank': 1, 'dist_init_addr': '10.0.0.1:5000'}", 8),
+    ("sglang", "[2025-06-23 15:06:53] server_args=ServerArgs(model_path='/m', tp_size=4, "
+               "pp_size=1, dp_size=2, enable_dp_attention=False, nnodes=1, node_rank=0)", 8),
+    ("sglang", "[2025-06-23 15:06:53] server_args=ServerArgs(model_path='/m', tp_size=8, "
+               "pp_size=1, dp_size=8, enable_dp_attention=True, nnodes=1, node_rank=0)", 8),
+    ("vllm", "(APIServer pid=100) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'Qwen/Qwen3-235B-A22B', 'tensor_parallel_size': 4, "
+             "'distributed_executor_backend': 'ray'}", 4),
+    ("vllm", "(APIServer pid=100) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'Qwen/Qwen3-8B'}", 1),
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 2, 'data_parallel_size': 4, "
+             "'data_parallel_size_local': 2}", 4),
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 2, 'data_parallel_size': 4, "
+             "'data_parallel_rank': 0}", 2),
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 8, 'pipeline_parallel_size': 2, "
+             "'nnodes': 2, 'node_rank': 1}", 8),
+])
+def test_the_launch_says_how_many_gpus_of_its_node_it_uses(engine: str, line: str,
+                                                          gpus: int) -> None:
+    """The GPUs of the node a launch uses, from the args line it printed (the packs'
+    `gpus:`, rules/gpus.py; SGLang 0.5.23 and vLLM 0.34 field names)."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack(engine))
+    pipe.feed((line + "\n").encode(), 1000.0)
+    spec = pipe.pack.gpus
+    assert spec is not None and spec.count(pipe.state.args, pipe.state.args_partial) == gpus
+
+
+def test_a_cut_args_line_says_no_size() -> None:
+    """A vLLM args dump cut before its sizes: unknown, not 1 (the timing heuristics
+    decide)."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(b"(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+              b"{'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 4, 'max_mod\n", 1000.0)
+    assert pipe.state.args_partial
+    assert pipe.pack.gpus is not None and pipe.pack.gpus.count(pipe.state.args, True) is None
+
+
+def test_the_attachment_gives_the_scope_the_launchs_size() -> None:
+    """app/attachments/gpu.py reads the size from the launch's args line (vLLM's
+    `non-default args`, TP=4) for the scope: the late rank stuck through a 180 s download
+    is the fourth, and the view says the size chose.  A DP supervisor's two servers in one
+    stream (each its own args, merged) say no size."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from logwatch.app.attachments.gpu import GpuAttachment, launch_gpus
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack("vllm"))
+    pipe.feed(b"(APIServer pid=100) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+              b"{'model': 'Qwen/Qwen3-235B-A22B', 'tensor_parallel_size': 4}\n", 1000.0)
+    snaps = [replace(s, at=999.0 + s.at) for s in _late_rank_through_a_download(40, 180, 5)]
+    att = GpuAttachment(None)  # type: ignore[arg-type]
+    att.target = SimpleNamespace(pipe=pipe, catching_up=False)  # type: ignore[assignment]
+    att.stream = SimpleNamespace(version=1, up=True, snapshots=snaps)  # type: ignore[assignment]
+    att.tick(2200.0)
+    assert att.scope.rose == {4, 5, 6, 7}, att.scope.rose
+    assert att.scope.to_json() == {"how": "memory rose", "devices": [], "rose": [4, 5, 6, 7],
+                                   "launch_gpus": 4}
+    dp = LogPipeline(load_pack("vllm"))
+    head = (ROOT / "tests/fixtures/built/vllm-034-dp-supervisor.log").read_bytes()
+    dp.feed(b"".join(head.splitlines(keepends=True)[:8]), 1000.0)
+    assert dp.state.startups == 1 and dp.state.args["data_parallel_rank"] == 1
+    assert launch_gpus(dp.state, dp.pack.gpus) is None
+
+
+@pytest.mark.parametrize("gpus", [[4], {"times": []}, {"times": ["tp_size", 4]},
+                                  {"times": ["tp_size"], "over": 2},
+                                  {"times": ["tp_size"], "unless": {"dp_size": "x"}},
+                                  {"times": ["tp_size"], "nodes": "nnodes"}])
+def test_a_bad_gpus_key_is_a_pack_error_naming_it(tmp_path: Path, gpus: Any) -> None:
+    from test_rulepack import minimal_pack, write
+
+    from logwatch.rules.pack import PackError, load_pack
+    doc = minimal_pack()
+    doc["gpus"] = gpus
+    with pytest.raises(PackError) as ei:
+        load_pack(str(write(tmp_path, doc)))
+    assert ei.value.key == "gpus", ei.value

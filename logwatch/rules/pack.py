@@ -51,6 +51,7 @@ from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from .advice import Advice, AdviceError, parse_advice
 from .args import ARGS_FORMS, ArgsSpec
+from .gpus import GpuCountSpec, parse_gpu_count
 from .literals import Literals
 from .patterns import MISSING, PatternCache
 
@@ -83,7 +84,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records", "prelaunch", "ready_hints", "roles")
+             "user_content", "records", "prelaunch", "ready_hints", "roles", "gpus")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -287,6 +288,7 @@ class RulePack:
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
+    gpus: GpuCountSpec | None = None   # the GPUs of a node a launch uses, from its args
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -467,6 +469,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else ((base.servers, base.server_count_args) if base else ((), ()))
     follower = _follower(src, doc["follower"], rules, phases) \
         if doc.get("follower") is not None else (base.follower if base else None)
+    gpus = _gpus(src, doc["gpus"]) if doc.get("gpus") is not None else (base.gpus if base else None)
     envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
         else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
     user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
@@ -485,6 +488,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
+        gpus=gpus,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -756,6 +760,14 @@ def _names(src: str, doc: dict[str, Any], key: str, inherited: tuple[str, ...]) 
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise PackError(src, "must be a list of argument names", key=key)
     return tuple(value)
+
+
+def _gpus(src: str, value: Any) -> GpuCountSpec:
+    """`gpus: {times: [...], over: ARG, unless: {...}}` (rules/gpus.py)."""
+    try:
+        return parse_gpu_count(value)
+    except ValueError as e:
+        raise PackError(src, str(e), key="gpus") from None
 
 
 def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:

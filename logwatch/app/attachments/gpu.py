@@ -23,6 +23,7 @@ from typing import Any
 
 from ... import clock
 from ...machine import Event, StartupBegan, State
+from ...rules.gpus import GpuCountSpec
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...silence import SERVING, PhaseWatts, silence_verdict
 from ...telemetry.gpu import (
@@ -51,6 +52,15 @@ def phase_at(st: State, at: float, history: list[Any] | None = None) -> str:
             break
         phase = e.phase
     return phase
+
+
+def launch_gpus(st: State, spec: GpuCountSpec | None) -> int | None:
+    """The GPUs of this node the launch uses, as its args say (the pack's `gpus:`); None
+    where unknown, or for several servers in one stream (a DP supervisor's, compose's
+    prefill and decode): each printed its own args, merged in `st.args`."""
+    if spec is None or len(st.servers) > 1 or st.supervised or len(st.procs) > 1:
+        return None
+    return spec.count(st.args, st.args_partial)
 
 
 class GpuAttachment(Attachment):
@@ -114,6 +124,7 @@ class GpuAttachment(Attachment):
             if not self._resume_scope(st.startup_id):
                 self.scope.begin(next((s for s in reversed(gpu.snapshots)
                                        if began is not None and s.at < began), None))
+        self.scope.expect = launch_gpus(st, pipe.pack.gpus)
         last = self.watts.last_at
         changed = False
         for snap in gpu.snapshots:

@@ -54,12 +54,17 @@ class GpuScope:
     loaded: set[int] = field(default_factory=set)             # GPUs that rose a GiB
     context_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it gained a context
     first_load: float | None = None          # when the first GPU had risen a GiB
+    # the GPUs of this node its launch uses (its args: tp x pp ..., rules/gpus.py), if known
+    expect: int | None = None
+    unseen: bool = False       # no snapshot before the launch: the first one is the level
+    sized: bool = False        # the chosen GPUs are `expect`'s (`fit`), not timing's
 
     def begin(self, before: GpuSnapshot | None) -> None:
         """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
         line, if any) is their level; what they gain from there is the server's."""
         self.baseline, self.rose, self.held_at_launch = {}, set(), set()
         self.loaded, self.context_at, self.first_load = set(), {}, None
+        self.unseen, self.sized = before is None, False
         if before is not None:
             self._levels(before)
             # a GPU holding a GiB before the launch, whose memory has not risen since, is
@@ -104,10 +109,11 @@ class GpuScope:
             return first is None or at <= first + CONTEXT_LATE or \
                 (load is not None and load - first <= LATE_RANK_WAIT and
                  load - CONTEXT_LATE <= at <= load)
-        self.rose |= self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
-        if first is not None:      # (a context admitted before any GPU loaded, then late)
-            self.rose -= {i for i, at in self.context_at.items()
-                          if i not in self.loaded and not ranks(at)}
+        # (a context admitted before any GPU loaded, then late, is left out again)
+        timed = self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
+        sized = fit(self.expect, self, first) if self.expect else None
+        self.sized = sized is not None
+        self.rose = sized if sized is not None else timed
         return not self.devices and self.rose != before
 
     def chosen(self, g: GpuSample) -> bool:
@@ -140,7 +146,11 @@ class GpuScope:
         return "config" if self.devices else "memory rose" if self.rose else "all"
 
     def to_json(self) -> dict[str, object]:
-        return {"how": self.how, "devices": list(self.devices), "rose": sorted(self.rose)}
+        out: dict[str, object] = {"how": self.how, "devices": list(self.devices),
+                                  "rose": sorted(self.rose)}
+        if self.sized and not self.devices:
+            out["launch_gpus"] = self.expect      # the launch's size chose them (`fit`)
+        return out
 
     def saved(self) -> dict[str, object]:
         """What it learned, for a daemon restarted under the running server (`resume`)."""
@@ -148,7 +158,7 @@ class GpuScope:
                 "rose": sorted(self.rose), "held_at_launch": sorted(self.held_at_launch),
                 "loaded": sorted(self.loaded),
                 "context_at": {str(i): at for i, at in self.context_at.items()},
-                "first_load": self.first_load}
+                "first_load": self.first_load, "unseen": self.unseen}
 
     def resume(self, doc: dict[str, object]) -> None:
         """Go on from `saved`'s dict: the GPUs' levels at the launch and those found the
@@ -176,3 +186,32 @@ class GpuScope:
         self.baseline, self.rose, self.held_at_launch = baseline, rose, held
         self.loaded, self.context_at = loaded, context_at
         self.first_load = float(first) if first is not None else None
+        self.unseen = doc.get("unseen") is True
+
+
+def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
+    """The `n` GPUs of the launch (its args say how many this node runs): those that loaded,
+    then those holding only a context, the nearest in time to the loading GPUs' contexts
+    first (a rank stuck before its weights, however late its context came or long the
+    others downloaded, before a neighbour's notebook), then, where no snapshot came before
+    the launch (a daemon first attached to a server past its weights, or restarted), those
+    that held memory at the first snapshot, when they are no more than wanted.  None where
+    memory cannot say which (more GPUs loaded than the launch has: two servers launched
+    together) or the launch has the whole node: the timing heuristics decide.
+    Before (helper adv41): a rank whose context came 40 s late, then stuck through a 60-180 s
+    download, was left out ("a collective waiting" on 3 GPUs, the rank unnamed); a neighbour's
+    context 5-20 s before the weights joined ("a stuck rank (GPU 0)"); a server first seen
+    past its weights had every GPU of the node."""
+    if n >= len(scope.baseline) or len(scope.loaded) > n:
+        return None
+    chosen = set(scope.loaded)
+    ref = first if first is not None else min(scope.context_at.values(), default=0.0)
+    contexts = sorted((i for i in scope.context_at if i not in chosen),
+                      key=lambda i: (abs(scope.context_at[i] - ref), i))
+    chosen.update(contexts[:n - len(chosen)])
+    if scope.unseen:
+        for floor in (ROSE, CONTEXT):      # the weights' GPUs, then the contexts'
+            held = {i for i, b in scope.baseline.items() if b >= floor and i not in chosen}
+            if held and len(held) <= n - len(chosen):
+                chosen |= held
+    return chosen or None
