@@ -423,13 +423,13 @@ def _late_rank_through_a_download(late: int, download: int, every: int,
     return snaps
 
 
-def _sized_verdict(snaps: list[GpuSnapshot], expect: int | None,
-                   before: bool = True) -> tuple[set[int], Any]:
-    """`_scoped_verdict` with the launch's size known (`expect`); `before` False: no
-    snapshot before the launch (a daemon first attached, or restarted: the first is the
-    level)."""
+def _sized_verdict(snaps: list[GpuSnapshot], expect: int | None, before: bool = True,
+                   named: frozenset[int] = frozenset()) -> tuple[set[int], Any]:
+    """`_scoped_verdict` with the launch's size known (`expect`) and the GPUs its log names
+    (`named`); `before` False: no snapshot before the launch (a daemon first attached, or
+    restarted: the first is the level)."""
     scope = GpuScope()
-    scope.expect = expect
+    scope.expect, scope.hint = expect, named
     scope.begin(snaps[0] if before else None)
     for sn in snaps[1:] if before else snaps:
         scope.see(sn)
@@ -582,3 +582,110 @@ def test_a_bad_gpus_key_is_a_pack_error_naming_it(tmp_path: Path, gpus: Any) -> 
     with pytest.raises(PackError) as ei:
         load_pack(str(write(tmp_path, doc)))
     assert ei.value.key == "gpus", ei.value
+
+
+def _two_tp4_launched_together() -> list[GpuSnapshot]:
+    """Two TP=4 servers launched together on one 8-GPU node (a node reboot), contexts at
+    4 s, weights from 10 s: A on GPUs 0-3 hangs (rank 3 holds only its context, 0-2 spin
+    in a collective), B on 4-7 loads and works (450 W, util 90 %)."""
+    snaps = []
+    for t in range(0, 900, 2):
+        gpus = []
+        for i in range(8):
+            mem = 0 if t < 4 else 0.6 + min(max(t - 10, 0), 100) * 0.7
+            p, u = ((120.0, 1.0) if t > 120 else (300.0, 0.4)) if i < 3 else \
+                (85.0, 0.0) if i == 3 else (450.0, 0.9)
+            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
+                                  util_ratio=u, mem_used_bytes=int((0.6 if i == 3 and t >= 4
+                                                                    else mem) * GIB)))
+        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    return snaps
+
+
+def test_two_servers_launched_together_each_take_the_gpus_their_log_names() -> None:
+    """With NCCL_DEBUG=INFO each rank's communicator names its GPU by NVML index
+    (`nvmlDev`): server A's log names 0-3 (or 0-2: rank 3 printed none), B's 4-7.  A is
+    "a stuck rank (GPU 3)", B busy.  Before (adv37 c8 (2)), 8 GPUs rose together and both
+    read all 8: A "a stuck rank (GPUs 0, 1, 2, 3)"; the launch's size alone cannot say
+    whose (7 loaded for 4): still all 8."""
+    snaps = _two_tp4_launched_together()
+    for named in ({0, 1, 2, 3}, {0, 1, 2}):
+        rose, v = _sized_verdict(snaps, 4, named=frozenset(named))
+        assert rose == {0, 1, 2, 3}, (named, rose)
+        assert v is not None and v.kind == "stuck_rank" and v.named == (3,), v
+    rose, v = _sized_verdict(snaps, 4, named=frozenset({4, 5, 6, 7}))
+    assert rose == {4, 5, 6, 7} and v is not None and v.kind == "busy" and v.working, (rose, v)
+    rose, v = _sized_verdict(snaps, None, named=frozenset({0, 1, 2, 3}))   # the names alone
+    assert rose == {0, 1, 2, 3} and v is not None and v.named == (3,), (rose, v)
+    assert _sized_verdict(snaps, 4)[0] == set(range(8))
+    # names of more GPUs than the launch has (several nodes' lines in one file): not used
+    assert _sized_verdict(snaps, 4, named=frozenset(range(8)))[0] == set(range(8))
+
+
+def test_nccl_init_lines_name_the_launchs_gpus() -> None:
+    """The real NCCL 2.28.9 `Init START` / `Init COMPLETE` lines (H100, NCCL_DEBUG=INFO,
+    tests/fixtures/gpu/h100/nccl-init.log) and a TP=4's on GPUs 4-7 (`cudaDev 0..3
+    nvmlDev 4..7` under CUDA_VISIBLE_DEVICES=4,5,6,7): `State.gpus`, kept in the
+    checkpoint, begun afresh by the next launch."""
+    from logwatch.machine.checkpoint import state_from_json, state_to_json
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    real = (ROOT / "tests/fixtures/gpu/h100/nccl-init.log").read_bytes()
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(b"[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-8B', "
+              b"'tp_size': 1}\n" + real, 1000.0)
+    assert pipe.state.gpus == {0}, pipe.state.gpus
+    pipe = LogPipeline(load_pack("sglang"))
+    lines = [b"[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', "
+             b"'tp_size': 4}\n"]
+    for r in range(4):
+        for what in (b"Init START", b"Init COMPLETE"):
+            lines.append(b"h100-15:%d:%d [%d] NCCL INFO ncclCommInitRankConfig comm 0x5581c0e%d "
+                         b"rank %d nranks 4 cudaDev %d nvmlDev %d busId %x000 commId "
+                         b"0xb0f3cb3ab6ba8299 - %s\n" % (2710 + r, 2710 + r, r, r, r, r, 4 + r,
+                                                         0x9a + r, what))
+    pipe.feed(b"".join(lines), 1000.0)
+    assert pipe.state.gpus == {4, 5, 6, 7}, pipe.state.gpus
+    assert state_from_json(state_to_json(pipe.state)).gpus == {4, 5, 6, 7}
+    pipe.feed(b"[2026-12-01 10:30:00] server_args={'model_path': 'Qwen/Qwen3-32B', "
+              b"'tp_size': 4}\n", 1100.0)
+    assert pipe.state.startups == 2 and pipe.state.gpus == set()
+
+
+def _nccl_tp4(first_gpu: int) -> bytes:
+    """An SGLang TP=4 launch on GPUs first_gpu.. with NCCL_DEBUG=INFO: its args, then each
+    rank's `Init START` (NCCL 2.28.9's format)."""
+    out = [b"[2026-12-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-32B', "
+           b"tp_size=4, pp_size=1, dp_size=1, enable_dp_attention=False, nnodes=1)\n"]
+    for r in range(4):
+        out.append(b"node1:%d:%d [%d] NCCL INFO ncclCommInitRankConfig comm 0x151314a%d rank %d "
+                   b"nranks 4 cudaDev %d nvmlDev %d busId 60 commId 0xb0f3cb3ab6ba8299 - "
+                   b"Init START\n" % (500 + r, 500 + r, r, r, r, r, first_gpu + r))
+    return b"".join(out)
+
+
+def test_two_servers_launched_together_each_read_their_own_gpus_live() -> None:
+    """app/attachments/gpu.py: two targets on one node's stream, two TP=4 SGLang servers
+    launched together with NCCL_DEBUG=INFO, A on GPUs 0-3 (hung, rank 3 stuck with its
+    context), B on 4-7 (working): each target's scope is its own 4.  Before, both read all
+    8 (A "a stuck rank (GPUs 0, 1, 2, 3)")."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from logwatch.app.attachments.gpu import GpuAttachment
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    snaps = [replace(s, at=999.0 + s.at) for s in _two_tp4_launched_together()]
+    scopes = []
+    for first in (0, 4):
+        pipe = LogPipeline(load_pack("sglang"))
+        pipe.feed(_nccl_tp4(first), 1000.0)
+        att = GpuAttachment(None)  # type: ignore[arg-type]
+        att.target = SimpleNamespace(pipe=pipe, catching_up=False)  # type: ignore[assignment]
+        att.stream = SimpleNamespace(version=1, up=True, snapshots=snaps)  # type: ignore[assignment]
+        att.tick(1900.0)
+        scopes.append(att.scope.to_json())
+    assert scopes == [{"how": "memory rose", "devices": [], "rose": [0, 1, 2, 3],
+                       "launch_gpus": 4, "log_gpus": [0, 1, 2, 3]},
+                      {"how": "memory rose", "devices": [], "rose": [4, 5, 6, 7],
+                       "launch_gpus": 4, "log_gpus": [4, 5, 6, 7]}], scopes

@@ -43,6 +43,7 @@ SUMMED_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughp
                           "running_requests", "queued_requests", "new_tokens"})
 _DP_RANK = re.compile(r"\bDP\d+")
 MAX_STAT_SOURCES = 256      # engines / DP ranks whose figures are kept (`merge_stats`)
+MAX_GPUS_NAMED = 64         # GPUs a launch's lines may name (State.gpus)
 # seconds after its latest serving line that an engine / DP rank's figures stop being current
 # (`current_stats`): SGLang prints a decode line every 40 decode steps while a rank has
 # requests and nothing while idle; vLLM every 10 s while busy, one line of zeros as it goes
@@ -151,6 +152,9 @@ class StartupMachine:
                 state.args = {**state.args, **line_args}
             state.args_partial = state.args_partial or parsed.partial
             state.args_complete = state.args_complete or parsed.complete
+        gpu = obs.fields.get("gpu")      # a rank's GPU, by nvidia-smi's index (the GPU scope)
+        if gpu is not None and str(gpu).isdigit() and len(state.gpus) < MAX_GPUS_NAMED:
+            state.gpus = state.gpus | {int(gpu)}   # (a new set: readers compare by identity)
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         version = obs.fields.get("version") or obs.fields.get("logo_version")

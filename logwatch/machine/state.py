@@ -177,6 +177,7 @@ class State:
                                           # work on every rank (machine/crash.py note_phase_done)
     nodes: set[int] = field(default_factory=set)  # the node ranks whose launch line this
                                           # launch of several nodes printed (follower.nodes)
+    gpus: set[int] = field(default_factory=set)   # GPUs its lines name (NCCL's nvmlDev)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup

@@ -125,6 +125,7 @@ class GpuAttachment(Attachment):
                 self.scope.begin(next((s for s in reversed(gpu.snapshots)
                                        if began is not None and s.at < began), None))
         self.scope.expect = launch_gpus(st, pipe.pack.gpus)
+        self.scope.hint = frozenset(st.gpus)      # the GPUs its lines name (NCCL's nvmlDev)
         last = self.watts.last_at
         changed = False
         for snap in gpu.snapshots:

@@ -56,6 +56,8 @@ class GpuScope:
     first_load: float | None = None          # when the first GPU had risen a GiB
     # the GPUs of this node its launch uses (its args: tp x pp ..., rules/gpus.py), if known
     expect: int | None = None
+    # the GPUs its log names (NCCL_DEBUG=INFO's `nvmlDev`: nvidia-smi's indexes), if any
+    hint: frozenset[int] = frozenset()
     unseen: bool = False       # no snapshot before the launch: the first one is the level
     sized: bool = False        # the chosen GPUs are `expect`'s (`fit`), not timing's
 
@@ -111,7 +113,8 @@ class GpuScope:
                  load - CONTEXT_LATE <= at <= load)
         # (a context admitted before any GPU loaded, then late, is left out again)
         timed = self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
-        sized = fit(self.expect, self, first) if self.expect else None
+        n = self.expect or len(self.hint)
+        sized = fit(n, self, first) if n else None
         self.sized = sized is not None
         self.rose = sized if sized is not None else timed
         return not self.devices and self.rose != before
@@ -150,6 +153,8 @@ class GpuScope:
                                   "rose": sorted(self.rose)}
         if self.sized and not self.devices:
             out["launch_gpus"] = self.expect      # the launch's size chose them (`fit`)
+            if self.hint:
+                out["log_gpus"] = sorted(self.hint)   # ... and the GPUs its log named
         return out
 
     def saved(self) -> dict[str, object]:
@@ -201,12 +206,20 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
     Before (helper adv41): a rank whose context came 40 s late, then stuck through a 60-180 s
     download, was left out ("a collective waiting" on 3 GPUs, the rank unnamed); a neighbour's
     context 5-20 s before the weights joined ("a stuck rank (GPU 0)"); a server first seen
-    past its weights had every GPU of the node."""
-    if n >= len(scope.baseline) or len(scope.loaded) > n:
+    past its weights had every GPU of the node.  The GPUs its log names (`hint`: NCCL's
+    `nvmlDev`) come first, and then loaded GPUs beyond the launch's size are another
+    server's: of two TP=4 launched together, each takes its own 4 (before, both all 8)."""
+    # the GPUs the log names are the launch's (more than it has: other nodes' lines in one
+    # file); with them, loaded GPUs beyond the launch's size are another server's
+    chosen = {i for i in scope.hint if i in scope.baseline} if len(scope.hint) <= n else set()
+    if not chosen and n >= len(scope.baseline):
         return None
-    chosen = set(scope.loaded)
+    if len(chosen | scope.loaded) <= n:
+        chosen |= scope.loaded
+    elif not chosen:
+        return None
     ref = first if first is not None else min(scope.context_at.values(), default=0.0)
-    contexts = sorted((i for i in scope.context_at if i not in chosen),
+    contexts = sorted((i for i in scope.context_at if i not in chosen | scope.loaded),
                       key=lambda i: (abs(scope.context_at[i] - ref), i))
     chosen.update(contexts[:n - len(chosen)])
     if scope.unseen:
