@@ -689,3 +689,20 @@ def test_two_servers_launched_together_each_read_their_own_gpus_live() -> None:
                        "launch_gpus": 4, "log_gpus": [0, 1, 2, 3]},
                       {"how": "memory rose", "devices": [], "rose": [4, 5, 6, 7],
                        "launch_gpus": 4, "log_gpus": [4, 5, 6, 7]}], scopes
+
+
+def test_a_first_attach_in_nccl_init_beside_a_neighbours_server_takes_the_contexts() -> None:
+    """A first attach to a TP=4 hung in its NCCL init (GPUs 4-7 holding only their
+    contexts, 85 W, util 0) beside another team's server working on GPU 0 (70 GiB, 450 W):
+    the four GPUs holding a context are the launch's, not the one holding weights alone.
+    (Taking the GPUs holding weights first, when fewer than the launch has, read the
+    neighbour alone: "busy: slow, not hung" for a hang.)"""
+    snaps = [GpuSnapshot(float(t), tuple(
+        GpuSample(i, power_w=450.0 if i == 0 else 85.0 if i >= 4 else 81.0,
+                  power_limit_w=700.0, power_default_limit_w=700.0,
+                  util_ratio=0.9 if i == 0 else 0.0,
+                  mem_used_bytes=int((70 if i == 0 else 0.6 if i >= 4 else 0) * GIB))
+        for i in range(8))) for t in range(600, 900, 2)]
+    rose, v = _sized_verdict(snaps, 4, before=False)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "idle" and not v.working, v

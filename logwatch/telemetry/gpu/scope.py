@@ -15,6 +15,8 @@ rose, every GPU counts, as before.  Pure: snapshots in, the chosen GPUs out.
 
 from __future__ import annotations
 
+import operator
+
 from dataclasses import dataclass, field
 
 from .sample import GpuSample, GpuSnapshot
@@ -200,7 +202,7 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
     first (a rank stuck before its weights, however late its context came or long the
     others downloaded, before a neighbour's notebook), then, where no snapshot came before
     the launch (a daemon first attached to a server past its weights, or restarted), those
-    that held memory at the first snapshot, when they are no more than wanted.  None where
+    that held memory at the first snapshot (see below).  None where
     memory cannot say which (more GPUs loaded than the launch has: two servers launched
     together) or the launch has the whole node: the timing heuristics decide.
     Before (helper adv41): a rank whose context came 40 s late, then stuck through a 60-180 s
@@ -223,8 +225,13 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
                       key=lambda i: (abs(scope.context_at[i] - ref), i))
     chosen.update(contexts[:n - len(chosen)])
     if scope.unseen:
-        for floor in (ROSE, CONTEXT):      # the weights' GPUs, then the contexts'
-            held = {i for i, b in scope.baseline.items() if b >= floor and i not in chosen}
-            if held and len(held) <= n - len(chosen):
+        # the GPUs holding weights then, or those holding only a context, when they are just
+        # the ones missing; else all holding either, when no more than missing (a
+        # neighbour's server holding 70 GiB beside ranks holding their contexts: not it alone)
+        for low, high, fits in ((ROSE, None, operator.eq), (CONTEXT, ROSE, operator.eq),
+                                (CONTEXT, None, operator.le)):
+            held = {i for i, b in scope.baseline.items() if b >= low and
+                    (high is None or b < high) and i not in chosen}
+            if held and fits(len(held), n - len(chosen)):
                 chosen |= held
     return chosen or None
