@@ -322,7 +322,7 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
     assert filters is not None and len(filters) == 11
-    compose = filters[1]
+    compose = filters[2]       # (after journald and kubectl)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
     # the group name `proc`, which the analysis reads past)

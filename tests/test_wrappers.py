@@ -30,6 +30,13 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     "compose": (lambda ln: f"sglang-server-1  | {ln}", False),
     "podman-compose": (lambda ln: f"[sglang]     | {ln}", False),
     "journald": (lambda ln: f"авг 18 14:15:04 gpu-node-1 python3[28059]: {ln}", False),
+    # `journalctl -o short-iso` / `-o short-precise` (`cmd:journalctl -u vllm -f -o ...`):
+    # before, the first lost only its stamp to kubectl's prefix and the second nothing, so
+    # `host python3[N]: ` stayed before the record (vllm-209 never ready, vllm-207 crashed)
+    "journald-short-iso": (lambda ln: f"2025-08-18T14:15:04+0300 gpu-node-1 python3[28059]: {ln}",
+                           True),
+    "journald-short-precise": (
+        lambda ln: f"Aug 18 14:15:04.123456 gpu-node-1 python3[28059]: {ln}", False),
     "ansi-remnant": (lambda ln: f"[0;36m{ln}", False),
     "kubectl-timestamps": (lambda ln: f"2025-08-18T14:15:04.123456789Z {ln}", True),
     # a container's log file as the kubelet writes it (CRI: /var/log/pods/.../0.log)
