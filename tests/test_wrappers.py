@@ -30,6 +30,9 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     "compose": (lambda ln: f"sglang-server-1  | {ln}", False),
     "podman-compose": (lambda ln: f"[sglang]     | {ln}", False),
     "journald": (lambda ln: f"авг 18 14:15:04 gpu-node-1 python3[28059]: {ln}", False),
+    # ja_JP's and ko_KR's month names are padded to two columns (glibc's abmon: " 8月");
+    # before, the line kept its journald prefix (29 of 54 shared fixtures read otherwise)
+    "journald-ja": (lambda ln: f" 8月 18 14:15:04 gpu-node-1 python3[28059]: {ln}", False),
     # `journalctl -o short-iso` / `-o short-precise` (`cmd:journalctl -u vllm -f -o ...`):
     # before, the first lost only its stamp to kubectl's prefix and the second nothing, so
     # `host python3[N]: ` stayed before the record (vllm-209 never ready, vllm-207 crashed)
