@@ -121,6 +121,38 @@ def test_a_good_history_is_read_and_a_newer_one_left_as_it_is(tmp_path: Path) ->
     assert StartupHistory(tmp_path, "gpu1").records == [] and path.exists()
 
 
+@pytest.mark.parametrize("version", [2, 2.0])
+def test_a_newer_logwatch_s_history_is_not_written_over(tmp_path: Path, version: float) -> None:
+    """`watch` checks no formats (the daemon refuses a newer state_dir at start): an older
+    install's watch beside a newer one read its history of 20 startups as empty, without a
+    word, and its first ready replaced it with 1 (helper adv43, cases/s2_history_version.sh)."""
+    path = history_file(tmp_path, "gpu1")
+    newer = dict(GOOD, version=version, startups=GOOD["startups"] * 20)
+    path.write_text(json.dumps(newer))
+    with structlog.testing.capture_logs() as logs:
+        history = StartupHistory(tmp_path, "gpu1")
+    assert history.records == [] and history.unreadable
+    assert history.record_durations({"loading_shards": 12.0}, "ready", "s1", total=20.0)
+    assert json.loads(path.read_text()) == newer
+    assert [e["event"] for e in logs] == ["startup history unreadable: the ETA starts without "
+                                          "it, and it is not written over"], logs
+
+
+@pytest.mark.parametrize("version", [None, "1", 0])
+def test_a_history_without_its_version_is_damage_set_aside(tmp_path: Path,
+                                                           version: object) -> None:
+    """A history whose `version` is missing or not a format (a hand edit, a bit flip) was
+    read as empty without a word and replaced by the next record (helper adv43): set aside."""
+    path = history_file(tmp_path, "gpu1")
+    doc = dict(GOOD, startups=GOOD["startups"] * 20)
+    doc.pop("version") if version is None else doc.update(version=version)
+    path.write_text(json.dumps(doc))
+    history = StartupHistory(tmp_path, "gpu1")
+    assert history.records == [] and not history.unreadable
+    assert history.record_durations({"loading_shards": 12.0}, "ready", "s1", total=20.0)
+    assert json.loads(path.with_name(path.name + ".corrupt").read_text()) == doc
+
+
 def test_a_fifo_or_a_file_too_big_is_not_read(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A FIFO named like a history file would block the reader for ever; a file past the

@@ -53,18 +53,24 @@ class StartupHistory:
         """The file's startups; none when it is missing or unreadable.  A damaged one (not
         JSON, the wrong shape) is set aside as `NAME.json.corrupt` and said once: before, it
         was read as empty and overwritten by the next startup's record, the 20 it held gone
-        without a word (and JSON nested too deep stopped the target's start).  One that
-        cannot be read now (another user's 0600 file, EIO) is no damage: said, and not
-        written over by the next record (before, read as empty without a word and replaced:
-        its 20 startups gone, helper adv40)."""
+        without a word (and JSON nested too deep stopped the target's start); one without its
+        `version` too (before, read as empty without a word and replaced, helper adv43).  One
+        that cannot be read now (another user's 0600 file, EIO) or a newer logwatch's (`watch`
+        of an older install beside a newer one) is no damage: said, and not written over by
+        the next record (before, read as empty without a word and replaced: its 20 startups
+        gone, helpers adv40, adv43)."""
         self.records, self._typical, self.unreadable = [], None, ""
         path = self.path if self.path.exists() or not self._legacy.exists() else self._legacy
         try:
             doc = read_state_json(path)
             if not isinstance(doc, dict):
                 raise ValueError("not a JSON object")
-            if doc.get("version") != VERSION:
-                return
+            version = doc.get("version")
+            if version != VERSION:
+                if _newer(version):   # a newer logwatch's (`watch` checks no formats): its own
+                    self._left_alone(path, f"format {version}, this version reads {VERSION}")
+                    return
+                raise ValueError(f"unknown version {version!r}")
             self.records = [StartupRecord(float(r["at"]), str(r.get("model", "")),
                                           str(r["outcome"]), {k: float(v) for k, v in r["phases"].items()},
                                           _total(r.get("total")), str(r.get("startup") or ""),
@@ -73,15 +79,19 @@ class StartupHistory:
         except FileNotFoundError:
             return            # none yet
         except OSError as e:  # not readable now (EACCES, EIO): not damage, nothing set aside,
-            self.unreadable = e.strerror or str(e)    # and not written over (`record`)
-            log.get("history").error("startup history unreadable: the ETA starts without it, "
-                                     "and it is not written over", file=str(path),
-                                     error=self.unreadable)
+            self._left_alone(path, e.strerror or str(e))    # and not written over (`record`)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             self.records = []
             log.get("history").error("startup history damaged: the ETA starts without it",
                                      file=str(path), kept_as=str(set_aside(path)),
                                      error=str(e) or type(e).__name__)
+
+    def _left_alone(self, path: Path, why: str) -> None:
+        """A history this run cannot read but that is no damage: said, and not written over
+        by the next record (its startups are another run's, or another version's)."""
+        self.unreadable = why
+        log.get("history").error("startup history unreadable: the ETA starts without it, "
+                                 "and it is not written over", file=str(path), error=why)
 
     def record(self, state: State, outcome: str) -> StartupRecord | None:
         """Remember a finished startup (when it became ready or its crash settled)."""
@@ -126,6 +136,12 @@ class StartupHistory:
             self._typical = {p: statistics.median([r.phases.get(p, 0.0) for r in same])
                              for p in phases}
         return self._typical
+
+
+def _newer(version: Any) -> bool:
+    """Whether a history's `version` is a newer logwatch's format (`2`, `2.0`), not damage."""
+    return isinstance(version, (int, float)) and not isinstance(version, bool) \
+        and version > VERSION
 
 
 def _total(value: Any) -> float | None:
