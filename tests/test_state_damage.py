@@ -91,6 +91,38 @@ def test_alert_state_with_bad_entries_is_copied_aside_once_until_saved(tmp_path:
     assert json.loads(path.with_name("state.json.corrupt.1").read_text())["open"] == {"bad": 6}
 
 
+def test_a_copy_aside_on_a_full_disk_leaves_no_empty_copy(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each start on a full disk wrote one more cut (empty) `state.json.corrupt.N`, taking a
+    slot of the 10 kept: after 10 starts every later copy went over the tenth (helper adv43,
+    cases/s1_full_disk_aside.py).  Now a copy that fails leaves nothing; the disk freed, one
+    whole copy is made."""
+    import errno
+    (tmp_path / "alerts").mkdir()
+    path = tmp_path / "alerts" / "state.json"
+    doc = {"version": 1, "seen": {f"k{i}": 1.0 for i in range(500)}, "open": {"bad": 5},
+           "outbox": []}
+    path.write_text(json.dumps(doc))
+    real_write, real_write_bytes = os.write, Path.write_bytes
+
+    def full(fd: int, data: bytes) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_bytes(self: Path, data: bytes) -> int:   # (the copy as written before)
+        real_write_bytes(self, bytes(data)[:0])
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(files.os, "write", full)
+    monkeypatch.setattr(Path, "write_bytes", full_bytes)
+    for _ in range(3):
+        AlertStore(tmp_path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.json"]
+    monkeypatch.setattr(files.os, "write", real_write)
+    monkeypatch.setattr(Path, "write_bytes", real_write_bytes)
+    AlertStore(tmp_path)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["state.json", "state.json.corrupt"]
+    assert json.loads(path.with_name("state.json.corrupt").read_text()) == doc
+
+
 def test_a_history_that_cannot_be_read_now_is_neither_set_aside_nor_written_over(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """EACCES (another user's 0600 file: root is not refused, so the read fails here by

@@ -89,6 +89,18 @@ def set_aside(path: Path) -> Path:
     return aside
 
 
+def copy_aside(path: Path, data: bytes) -> Path:
+    """Keep a copy of `data` (what `path` held) at `aside_name`, written then renamed: a copy
+    that fails (a full disk) leaves no empty or cut `NAME.corrupt.N` behind.  Before, each
+    start on a full disk left one more empty copy, taking a slot of ASIDE_KEPT (helper adv43).
+    Raises OSError when the copy cannot be made."""
+    aside = aside_name(path, same=data)
+    if aside.exists() and aside.stat().st_size == len(data) and aside.read_bytes() == data:
+        return aside                                 # kept at an earlier start
+    _write_then_rename(aside, data, durable=False)
+    return aside
+
+
 _TEMPS = itertools.count()
 
 
@@ -109,7 +121,22 @@ def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> 
     fsyncs the file and its directory (survives power loss, not only a killed process)."""
     # encoded whole first (`json.dump` to a file runs the pure-Python encoder chunk by
     # chunk; a daemon of 500 targets checkpoints 100 times a second)
-    data = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    _write_then_rename(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"), durable)
+    if not durable:
+        return
+    try:
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def _write_then_rename(path: Path, data: bytes, durable: bool) -> None:
+    """`data` into a new file beside `path`, then renamed onto it (fsynced first where
+    `durable`); the new file removed when that fails."""
     try:
         fd, tmp = _temp_beside(path)
     except FileNotFoundError:   # the directory is made on the first write (or again)
@@ -131,16 +158,6 @@ def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> 
         except OSError:
             pass
         raise
-    if not durable:
-        return
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
 
 
 

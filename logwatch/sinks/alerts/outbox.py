@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from ... import clock, log
-from ...state.files import aside_name, read_state_json, save_state, set_aside
+from ...state.files import copy_aside, read_state_json, save_state, set_aside
 from ...state.formats import StoreFormat
 from .model import Alert
 
@@ -140,9 +140,7 @@ class AlertStore:
         bit flip, a partial restore): left out, the rest kept, the file copied aside as it
         was.  Before, one of them stopped the daemon at every start (a crash loop)."""
         try:
-            data = self.path.read_bytes()
-            aside = aside_name(self.path, same=data)   # not again at each start until saved
-            aside.write_bytes(data)
+            aside = copy_aside(self.path, self.path.read_bytes())   # once, until saved
         except OSError:
             aside = self.path
         self.log.error("alert state: entries of the wrong shape left out, the others kept",
