@@ -321,19 +321,21 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 11
+    assert filters is not None and len(filters) == 12
     compose = filters[2]       # (after journald and kubectl)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
     # the group name `proc`, which the analysis reads past)
-    srun, srun_padded = filters[3], filters[4]
+    kubectl_prefix = filters[3]    # `[pod/NAME/CONTAINER] `
+    assert kubectl_prefix.head == r"\[" and "[pod/" in kubectl_prefix.literals
+    srun, srun_padded = filters[4], filters[5]
     assert srun.head == r"[\d]" and srun.literals == {": "}
     assert srun_padded.head == r"\ " and srun_padded.literals == {": "}
-    ansi = filters[6]      # `[0;36m`: a line without an `m` is no colour code
+    ansi = filters[7]      # `[0;36m`: a line without an `m` is no colour code
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
     # output glued before a record: a line that starts with the record itself (its `[` stamp,
     # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
-    glued_sglang, glued_vllm = filters[9], filters[10]
+    glued_sglang, glued_vllm = filters[10], filters[11]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
 

@@ -40,6 +40,9 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
                            True),
     "journald-short-precise": (
         lambda ln: f"Aug 18 14:15:04.123456 gpu-node-1 python3[28059]: {ln}", False),
+    # `kubectl logs -f --prefix` (before, only a JSON record behind it was read: 22 of 124
+    # fixture replays ended in another phase)
+    "kubectl-prefix": (lambda ln: f"[pod/vllm-7d9c8b6f4-x2k9q/vllm] {ln}", False),
     "ansi-remnant": (lambda ln: f"[0;36m{ln}", False),
     "kubectl-timestamps": (lambda ln: f"2025-08-18T14:15:04.123456789Z {ln}", True),
     # a container's log file as the kubelet writes it (CRI: /var/log/pods/.../0.log)
@@ -171,20 +174,24 @@ def test_a_wrapped_log_reads_as_the_log_itself(name: str, wrapper: str, tmp_path
     assert verdict(dst, not own_clock) == verdict(src, not own_clock)
 
 
-def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(tmp_path: Path) -> None:
-    """Prefill and decode servers of one compose file, their lines interleaved: each prints
-    its own server_args and startup; the stream is one launch (1 startup, no Restarted),
-    not a restart at every other server's line."""
+@pytest.mark.parametrize("tags", [("prefill-1  | ", "decode-1   | "),
+                                  ("[pod/sglang-0/sglang] ", "[pod/sglang-1/sglang] ")])
+def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(
+        tmp_path: Path, tags: tuple[str, str]) -> None:
+    """Prefill and decode servers of one compose file (or two pods under `kubectl logs -l
+    ... --prefix`), their lines interleaved: each prints its own server_args and startup;
+    the stream is one launch (1 startup, no Restarted), not a restart at every other
+    server's line."""
     src = "".join(sim_texts(seed=9)).split("\n")   # a whole SGLang startup, to ready
-    a = [f"prefill-1  | {ln}" for ln in src if ln.strip()]
-    b = [f"decode-1   | {ln}" for ln in src if ln.strip()]
+    a = [f"{tags[0]}{ln}" for ln in src if ln.strip()]
+    b = [f"{tags[1]}{ln}" for ln in src if ln.strip()]
     mixed = [x for pair in zip(a, b) for x in pair]
     path = tmp_path / "pd.log"
     path.write_text("\n".join(mixed) + "\n", encoding="utf-8")
     doc = verdict(path, True)
     assert doc["startups"] == 1 and doc["phase"] == "ready", doc
     # the same service printing its startup again is a new startup
-    again = mixed + [f"prefill-1  | {ln}" for ln in src if ln.strip()]
+    again = mixed + [f"{tags[0]}{ln}" for ln in src if ln.strip()]
     path.write_text("\n".join(again) + "\n", encoding="utf-8")
     assert verdict(path, True)["startups"] == 2
 
