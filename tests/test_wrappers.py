@@ -349,3 +349,22 @@ def test_a_hostile_line_in_a_docker_log_is_a_line_not_a_crash() -> None:
               b'{"log":"[2026-12-01 10:00:0', 1.0)
     pipe.finish(1.0)
     assert pipe.state.phase == "loading_shards" and pipe.counters.lines == 5
+
+
+@pytest.mark.parametrize("tags", [("", ""), ("vllm-1  | ", "vllm-1  | "),
+                                  ("vllm-1  | ", "vllm-2  | "),
+                                  ("[pod/sglang-5d8f-abcde/sglang] ", "[pod/sglang-5d8f-fghij/sglang] ")])
+def test_another_process_launched_after_the_crash_is_a_new_startup(
+        tmp_path: Path, tags: tuple[str, str]) -> None:
+    """A server crashed; a replacement under another process name (a Deployment's new pod,
+    another compose service) then starts and serves, in one stream.  Before, its launch
+    joined the crashed launch: `crashed`, 1 startup, while the new server served (helper
+    adv43, cases/k2_replacement_pod_after_crash.py)."""
+    crashed = "".join(sim_texts(seed=9, crash="oom")).split("\n")   # its launch, then OOM
+    ready = "".join(sim_texts(seed=9)).split("\n")
+    lines = [tags[0] + ln for ln in crashed if ln.strip()] + \
+        [tags[1] + ln for ln in ready if ln.strip()]
+    path = tmp_path / "replaced.log"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    doc = verdict(path, True)
+    assert doc["phase"] == "ready" and doc["startups"] == 2 and doc["crash"] is None, doc

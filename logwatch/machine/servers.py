@@ -47,11 +47,15 @@ def proc_joins(state: State, proc: str, rid: str) -> bool:
     service starting); one of its processes joins with each marker it has not printed in
     this launch while the launch is starting (the decode server's version line, then its
     arguments, after the prefill's).  The same process printing a marker again is its
-    relaunch: a new startup."""
+    relaunch: a new startup; so is any process's once the launch crashed or stopped (a
+    Deployment's replacement pod, named anew, after the pod that crashed: before, it joined
+    the crashed launch, which read `crashed` while the new pod served, helper adv43)."""
     if not proc or not state.procs:
         return False
     key = f"{proc}>{rid}"
     if proc not in state.procs:
+        if state.phase in TERMINAL:
+            return False
         state.procs.add(proc)
     elif len(state.procs) < 2 or key in state.restart_rules or \
             state.phase in (WAITING, READY, *TERMINAL):
