@@ -120,7 +120,8 @@ def test_idle_capture_with_units() -> None:
         power_w=81.85, power_limit_w=700.0, power_default_limit_w=None, util_ratio=0.0,
         mem_used_bytes=0, mem_total_bytes=143771 * MiB, sm_clock_hz=345e6,
         sm_clock_max_hz=1980e6, temperature_c=39.0, throttle_mask=0x1,
-        throttle_reasons=frozenset({"idle"}), timestamp="2026/12/02 17:37:59.113")
+        throttle_reasons=frozenset({"idle"}), timestamp="2026/12/02 17:37:59.113",
+        bus_id="00000000:00:06.0")
     # offline (no clock): the snapshot's time is the printed one, read as local time
     assert snaps[0].at == pytest.approx(
         time.mktime(time.strptime("2026/12/02 17:37:59", "%Y/%m/%d %H:%M:%S")) + 0.113)

@@ -20,8 +20,9 @@ import pytest
 from conftest import ROOT
 from logwatch.silence import PhaseWatts, phase_watts_text, silence_verdict
 from logwatch.telemetry.gpu import (
-    GpuSample, GpuScope, GpuSnapshot, parse_devices, parse_gpu_config, parse_csv,
+    GpuSample, GpuScope, GpuSnapshot, log_named, parse_devices, parse_gpu_config, parse_csv,
 )
+from logwatch.telemetry.gpu.scope import bus_number
 from support.daemon import daemons, free_port, target_cfg, wait_for, write_config  # noqa: F401
 from support.gpureplay import FAKE, TRACE_CSV, LogWriter, log_pieces, make_clock, read_log
 
@@ -647,9 +648,11 @@ def test_nccl_init_lines_name_the_launchs_gpus() -> None:
     pipe.feed(b"".join(lines), 1000.0)
     assert pipe.state.gpus == {4, 5, 6, 7}, pipe.state.gpus
     assert state_from_json(state_to_json(pipe.state)).gpus == {4, 5, 6, 7}
+    assert state_from_json(state_to_json(pipe.state)).gpu_buses == {0x9a000, 0x9b000, 0x9c000,
+                                                                      0x9d000}
     pipe.feed(b"[2026-12-01 10:30:00] server_args={'model_path': 'Qwen/Qwen3-32B', "
               b"'tp_size': 4}\n", 1100.0)
-    assert pipe.state.startups == 2 and pipe.state.gpus == set()
+    assert pipe.state.startups == 2 and pipe.state.gpus == set() == pipe.state.gpu_buses
 
 
 def _nccl_tp4(first_gpu: int) -> bytes:
@@ -706,3 +709,51 @@ def test_a_first_attach_in_nccl_init_beside_a_neighbours_server_takes_the_contex
     rose, v = _sized_verdict(snaps, 4, before=False)
     assert rose == {4, 5, 6, 7}, rose
     assert v is not None and v.kind == "idle" and not v.working, v
+
+
+def test_pods_name_their_gpus_by_bus_not_by_their_own_nvml_index() -> None:
+    """Two TP=4 pods on one 8-GPU node (the kubelet's log files watched on the node, its
+    nvidia-smi): inside a container NVML counts its own GPUs 0..N-1, so both logs print
+    `nvmlDev 0..3`, each with its GPUs' real `busId`.  B (host GPUs 4-7) hangs, rank 7
+    holding its context; A (0-3) works.  By bus (nvidia-smi's `pci.bus_id`): B's scope is
+    4-7, "a stuck rank (GPU 7)".  Before (helper adv42), by nvmlDev both took 0-3: B read A's
+    GPUs, "busy: slow, not hung" for a hang."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from logwatch.app.attachments.gpu import GpuAttachment
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    bus = [0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb]     # an HGX H100's
+    snaps = [replace(s, at=999.0 + s.at, gpus=tuple(sorted(
+        (replace(g, index=(g.index + 4) % 8, bus_id=f"00000000:{bus[(g.index + 4) % 8]:02X}:00.0")
+         for g in s.gpus), key=lambda g: g.index)))
+        for s in _two_tp4_launched_together()]     # (the hung server on 4-7, the other 0-3)
+    for first, want in ((0, [0, 1, 2, 3]), (4, [4, 5, 6, 7])):
+        log = _nccl_tp4(0).replace(b"busId 60", b"busId %x000")
+        log = log % tuple(bus[first + r] for r in range(4))
+        pipe = LogPipeline(load_pack("sglang"))
+        pipe.feed(log, 1000.0)
+        assert pipe.state.gpus == {0, 1, 2, 3}       # (the container's own indexes)
+        att = GpuAttachment(None)  # type: ignore[arg-type]
+        att.target = SimpleNamespace(pipe=pipe, catching_up=False)  # type: ignore[assignment]
+        att.stream = SimpleNamespace(version=1, up=True, snapshots=snaps)  # type: ignore[assignment]
+        att.tick(1900.0)
+        assert sorted(att.scope.rose) == want, (first, att.scope.to_json())
+        end = snaps[-1].at
+        v = silence_verdict([att.scope.select(s) for s in snaps if s.at >= end - 198],
+                            end - 298, end, {i: 81.0 for i in range(8)})
+        if first == 4:
+            assert v is not None and v.kind == "stuck_rank" and v.named == (7,), v
+        else:
+            assert v is not None and v.kind == "busy" and v.working, v
+    # no buses in the snapshots (a driver that refused the field): NCCL's indexes, as before
+    assert log_named({0, 1}, {0x9a000}, _two_tp4_launched_together()[0]) == {0, 1}
+
+
+def test_a_gpus_bus_reads_as_nccl_prints_it() -> None:
+    """nvidia-smi's `pci.bus_id` and NCCL's `busId` (its hex digits as one number): the real
+    H200 capture's `00000000:00:06.0` is NCCL's `busId 60` on that VM (fixtures)."""
+    assert bus_number("00000000:00:06.0") == 0x60
+    assert bus_number("00000000:E4:00.0") == 0xe4000 and bus_number("0001:E4:00.0") == 0x1e4000
+    assert bus_number(None) is None and bus_number("[N/A]") is None

@@ -94,6 +94,7 @@ def state_from_json(d: dict[str, object]) -> State:
         phase_done=bool(d.get("phase_done", False)),
         nodes={x for x in d.get("nodes") or [] if type(x) is int},  # type: ignore[union-attr]
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
+        gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
     )
     return st

@@ -152,9 +152,12 @@ class StartupMachine:
                 state.args = {**state.args, **line_args}
             state.args_partial = state.args_partial or parsed.partial
             state.args_complete = state.args_complete or parsed.complete
-        gpu = obs.fields.get("gpu")      # a rank's GPU, by nvidia-smi's index (the GPU scope)
+        gpu = obs.fields.get("gpu")      # a rank's GPU, by NVML's index (the GPU scope)
         if gpu is not None and str(gpu).isdigit() and len(state.gpus) < MAX_GPUS_NAMED:
             state.gpus = state.gpus | {int(gpu)}   # (a new set: readers compare by identity)
+        bus = obs.fields.get("bus")      # ... and by PCI bus: a container's NVML indexes are
+        if bus and len(state.gpu_buses) < MAX_GPUS_NAMED:      # its own, its buses the host's
+            state.gpu_buses = state.gpu_buses | {int(str(bus), 16)}
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
         version = obs.fields.get("version") or obs.fields.get("logo_version")

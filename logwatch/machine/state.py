@@ -178,6 +178,8 @@ class State:
     nodes: set[int] = field(default_factory=set)  # the node ranks whose launch line this
                                           # launch of several nodes printed (follower.nodes)
     gpus: set[int] = field(default_factory=set)   # GPUs its lines name (NCCL's nvmlDev)
+    gpu_buses: set[int] = field(default_factory=set)  # ... by PCI bus (NCCL's busId: the
+                                          # host's, where nvmlDev is a container's own index)
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup

@@ -27,7 +27,8 @@ from ...rules.gpus import GpuCountSpec
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...silence import SERVING, PhaseWatts, silence_verdict
 from ...telemetry.gpu import (
-    GpuScope, GpuSnapshot, GpuStream, GpuStreams, plan_gpu, preflight_held, preflight_text,
+    GpuScope, GpuSnapshot, GpuStream, GpuStreams, log_named, plan_gpu, preflight_held,
+    preflight_text,
 )
 from ...sources.ssh import SSHTarget
 from .base import Attachment, LiveTarget
@@ -125,7 +126,9 @@ class GpuAttachment(Attachment):
                 self.scope.begin(next((s for s in reversed(gpu.snapshots)
                                        if began is not None and s.at < began), None))
         self.scope.expect = launch_gpus(st, pipe.pack.gpus)
-        self.scope.hint = frozenset(st.gpus)      # the GPUs its lines name (NCCL's nvmlDev)
+        # the GPUs its lines name (NCCL's nvmlDev and busId), as nvidia-smi's indexes
+        self.scope.hint = log_named(st.gpus, st.gpu_buses,
+                                    gpu.snapshots[-1] if gpu.snapshots else None)
         last = self.watts.last_at
         changed = False
         for snap in gpu.snapshots:

@@ -8,7 +8,8 @@ One job per file; `from logwatch.telemetry.gpu import X` is the import path:
   into `GpuSnapshot`s; garbage is counted, never raised.
 * `sample.py` (pure): `GpuSample`, `GpuSnapshot`, the clock-event bits, the learned idle power.
 * `summary.py`: `gpu_summary`, the watch panel's line.
-* `scope.py` (pure): `GpuScope`, which of the host's GPUs are the server's.
+* `scope.py` (pure): `GpuScope`, which of the host's GPUs are the server's; `log_named`, the
+  GPUs a log names (NCCL's) as nvidia-smi's indexes.
 * `preflight.py`: the GPUs that held memory before a launch, in words.
 * `config.py`: a target's `gpu:` value (`parse_gpu_config`) and where it runs (`plan_gpu`).
 * `proc.py`: nvidia-smi as a local child or an SSH session.
@@ -25,7 +26,7 @@ from .config import GpuConfig, parse_devices, parse_gpu_config, plan_gpu
 from .parse import ABSENT_VALUES, GpuCsvParser, host_time, parse_csv, sample_from_row
 from .preflight import PREFLIGHT_HELD, preflight_held, preflight_note, preflight_text
 from .query import FULL_FIELDS, MINIMAL_FIELDS, canonical_field, invalid_field, query_args
-from .scope import ROSE, GpuScope
+from .scope import ROSE, GpuScope, log_named
 from .run import (
     STATUS_HUNG, STATUS_MISSING, STATUS_NO_DRIVER, STATUS_NO_GPUS, STATUS_WEDGED, RunEnd,
     RunVerdict,
@@ -46,7 +47,8 @@ __all__ = [
     "GpuConfig", "GpuCounters", "GpuScope", "ROSE", "parse_devices", "GpuCsvParser", "GpuSample", "GpuSnapshot", "GpuStream",
     "GpuStreams", "RunEnd", "RunVerdict", "canonical_field", "classify_run", "classify_start",
     "decode_throttle",
-    "gone_gpus", "gpu_summary", "host_time", "invalid_field", "learn_idle", "parse_csv", "parse_gpu_config",
+    "gone_gpus", "gpu_summary", "host_time", "invalid_field", "learn_idle", "log_named", "parse_csv",
+    "parse_gpu_config",
     "plan_gpu", "preflight_held", "preflight_note", "preflight_text", "query_args",
     "sample_from_row",
 ]

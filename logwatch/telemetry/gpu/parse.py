@@ -136,6 +136,7 @@ def sample_from_row(values: Mapping[str, str], units: Mapping[str, str | None] |
         throttle_mask=mask,
         throttle_reasons=decode_throttle(mask) if mask is not None else frozenset(),
         timestamp=_text(values.get("timestamp")),
+        bus_id=_text(values.get("pci.bus_id")),
     )
 
 

@@ -17,9 +17,11 @@ from typing import Sequence
 #: fixtures/gpu/h200/query-old-throttle-field.txt), older ones only the old one, so asking for
 #: the old name keeps the full set valid on more drivers.  Both power limits: the enforced one
 #: is what the power manager holds the board to, `power.limit` is the fallback where the
-#: enforced one is not reported; `power.default_limit` is the TDP.
+#: enforced one is not reported; `power.default_limit` is the TDP.  `pci.bus_id`: a GPU's
+#: name that a container's processes share with the host (NCCL's `busId`; NVML's indexes
+#: inside a container are its own, 0..N-1, telemetry/gpu/scope.py `log_named`).
 FULL_FIELDS: tuple[str, ...] = (
-    "timestamp", "index", "name", "uuid",
+    "timestamp", "index", "name", "uuid", "pci.bus_id",
     "power.draw", "enforced.power.limit", "power.limit", "power.default_limit",
     "utilization.gpu", "memory.used", "memory.total",
     "clocks.sm", "clocks.max.sm", "temperature.gpu", "clocks_throttle_reasons.active",

@@ -67,6 +67,8 @@ class GpuSample:
     throttle_mask: int | None = None
     throttle_reasons: frozenset[str] = frozenset()
     timestamp: str | None = None                # the host's local time, as printed
+    bus_id: str | None = None                   # `pci.bus_id` (`00000000:E4:00.0`): the same
+                                                # inside a container, where indexes are not
 
     def throttled(self) -> dict[str, int]:
         """1/0 per named reason (all eight), for `logwatch_gpu_throttled{reason}`; empty when

@@ -16,8 +16,10 @@ rose, every GPU counts, as before.  Pure: snapshots in, the chosen GPUs out.
 from __future__ import annotations
 
 import operator
+import re
 
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from .sample import GpuSample, GpuSnapshot
 
@@ -41,6 +43,7 @@ CONTEXT_LATE = 30.0
 # notebook's 20 s before a healthy TP=4's weights, after its 10-minute download, was "a
 # stuck rank (GPU 0)", as in adv33 H1)
 LATE_RANK_WAIT = 300.0
+_BUS_ID = re.compile(r"([0-9a-fA-F]{1,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-9a-fA-F])$")
 
 
 @dataclass
@@ -235,3 +238,25 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
             if held and fits(len(held), n - len(chosen)):
                 chosen |= held
     return chosen or None
+
+
+def bus_number(bus_id: str | None) -> int | None:
+    """nvidia-smi's `pci.bus_id` (`00000000:E4:00.0`) as NCCL prints a GPU's `busId` (e4000:
+    its hex digits as one number, init.cc `busIdToInt64`); None for anything else."""
+    m = _BUS_ID.match(bus_id or "")
+    return int("".join(m.groups()), 16) if m else None
+
+
+def log_named(indexes: Iterable[int], buses: Iterable[int],
+              snap: GpuSnapshot | None) -> frozenset[int]:
+    """The GPUs a launch's log names (NCCL's `nvmlDev`, `busId`) as nvidia-smi's indexes:
+    by bus where the snapshot has the GPUs' buses, for NVML's indexes inside a container are
+    its own (a pod given the host's GPUs 4-7 prints `nvmlDev 0..3`); else by index.
+    Before (helper adv42), by index alone: of two TP=4 pods on one node both took GPUs 0-3,
+    the one hung on 4-7 read its neighbour's "busy: slow, not hung"."""
+    wanted = set(buses)
+    on_bus = {bus_number(g.bus_id): g.index for g in snap.gpus} if snap is not None else {}
+    on_bus.pop(None, None)
+    if wanted and on_bus:
+        return frozenset(i for b, i in on_bus.items() if b in wanted)
+    return frozenset(indexes)
