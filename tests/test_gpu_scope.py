@@ -757,3 +757,52 @@ def test_a_gpus_bus_reads_as_nccl_prints_it() -> None:
     assert bus_number("00000000:00:06.0") == 0x60
     assert bus_number("00000000:E4:00.0") == 0xe4000 and bus_number("0001:E4:00.0") == 0x1e4000
     assert bus_number(None) is None and bus_number("[N/A]") is None
+
+
+def _neighbour_loads_during_the_download(end: int) -> list[GpuSnapshot]:
+    """A TP=4 on GPUs 4-7 makes its contexts at 4 s, then downloads its weights (idle, only
+    the contexts held) until 600 s, loads them, and from 700 s hangs spinning in a collective
+    (120 W, util 100 %); at 100 s another team's job loads 70 GiB onto GPU 0 and works."""
+    snaps = []
+    for t in range(0, end, 2):
+        gpus = []
+        for i in range(8):
+            mem = (0.6 if t >= 4 else 0) + (min(70, (t - 600) * 5) if t > 600 else 0) \
+                if i >= 4 else (0 if t < 98 else 0.5 if t < 100 else min(70, (t - 99) * 5)) \
+                if i == 0 else 0
+            p, u = (450.0, 0.9) if i == 0 and t >= 100 else (120.0, 1.0) if i >= 4 and t > 700 \
+                else (85.0 if i >= 4 else 81.0, 0.0)
+            gpus.append(GpuSample(i, power_w=p, power_limit_w=700.0, power_default_limit_w=700.0,
+                                  util_ratio=u, mem_used_bytes=int(mem * GIB)))
+        snaps.append(GpuSnapshot(float(t), tuple(gpus)))
+    return snaps
+
+
+def test_a_neighbour_loading_during_the_download_is_not_the_launchs() -> None:
+    """The launch's four contexts came together, GPU 0's 94 s later and long before the
+    launch's GPUs loaded: not the launch's, though it loaded.  Before (helper adv42), the
+    sized scope took it first: mid-download {0, 4, 5, 6}, "mixed (GPU 0)" with one GPU
+    working, rank 7 left out; hung after the weights, 5 loaded for 4, timing decided:
+    {0, 4, 5, 6, 7}, "mixed", working (slow, not hung) for a hang."""
+    rose, v = _sized_verdict(_neighbour_loads_during_the_download(400), 4)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and not v.working, v
+    rose, v = _sized_verdict(_neighbour_loads_during_the_download(900), 4)
+    assert rose == {4, 5, 6, 7}, rose
+    assert v is not None and v.kind == "spinning" and not v.working, v
+    assert _sized_verdict(_neighbour_loads_during_the_download(900), None)[0] == {0, 4, 5, 6, 7}
+
+
+def test_a_late_rank_beside_an_early_neighbours_context_is_a_rank() -> None:
+    """Ranks 4-6 make their contexts at 4 s, a neighbour's notebook its own on GPU 0 at 10 s
+    (four contexts together), rank 7 its context 40 s late; the others waited for it and
+    all four load from 46 s: rank 7, whose context came just before they loaded, is the
+    launch's, not the notebook."""
+    snaps = []
+    for t in range(0, 400, 2):
+        mem = {i: 0.0 if t < 4 else 0.6 + min(max(t - 46, 0), 100) * 0.7 for i in (4, 5, 6)}
+        mem.update({7: 0 if t < 44 else 0.6 if t < 46 else 2.6, 0: 0 if t < 10 else 0.55})
+        snaps.append(GpuSnapshot(float(t), tuple(
+            GpuSample(i, power_w=100.0, power_limit_w=700.0, util_ratio=0.5,
+                      mem_used_bytes=int(mem.get(i, 0) * GIB)) for i in range(8))))
+    assert _sized_verdict(snaps, 4)[0] == {4, 5, 6, 7}

@@ -59,6 +59,7 @@ class GpuScope:
     loaded: set[int] = field(default_factory=set)             # GPUs that rose a GiB
     context_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it gained a context
     first_load: float | None = None          # when the first GPU had risen a GiB
+    loaded_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it rose a GiB
     # the GPUs of this node its launch uses (its args: tp x pp ..., rules/gpus.py), if known
     expect: int | None = None
     # the GPUs its log names (NCCL_DEBUG=INFO's `nvmlDev`: nvidia-smi's indexes), if any
@@ -71,6 +72,7 @@ class GpuScope:
         line, if any) is their level; what they gain from there is the server's."""
         self.baseline, self.rose, self.held_at_launch = {}, set(), set()
         self.loaded, self.context_at, self.first_load = set(), {}, None
+        self.loaded_at = {}
         self.unseen, self.sized = before is None, False
         if before is not None:
             self._levels(before)
@@ -97,6 +99,7 @@ class GpuScope:
             gained = g.mem_used_bytes - base
             if gained >= ROSE:
                 self.loaded.add(g.index)
+                self.loaded_at.setdefault(g.index, snap.at)
                 self.context_at.setdefault(g.index, snap.at)
                 if self.first_load is None:
                     self.first_load = snap.at
@@ -119,7 +122,7 @@ class GpuScope:
         # (a context admitted before any GPU loaded, then late, is left out again)
         timed = self.loaded | {i for i, at in self.context_at.items() if ranks(at)}
         n = self.expect or len(self.hint)
-        sized = fit(n, self, first) if n else None
+        sized = fit(n, self) if n else None
         self.sized = sized is not None
         self.rose = sized if sized is not None else timed
         return not self.devices and self.rose != before
@@ -168,7 +171,8 @@ class GpuScope:
                 "rose": sorted(self.rose), "held_at_launch": sorted(self.held_at_launch),
                 "loaded": sorted(self.loaded),
                 "context_at": {str(i): at for i, at in self.context_at.items()},
-                "first_load": self.first_load, "unseen": self.unseen}
+                "first_load": self.first_load, "unseen": self.unseen,
+                "loaded_at": {str(i): at for i, at in self.loaded_at.items()}}
 
     def resume(self, doc: dict[str, object]) -> None:
         """Go on from `saved`'s dict: the GPUs' levels at the launch and those found the
@@ -196,11 +200,13 @@ class GpuScope:
         self.baseline, self.rose, self.held_at_launch = baseline, rose, held
         self.loaded, self.context_at = loaded, context_at
         self.first_load = float(first) if first is not None else None
+        self.loaded_at = per_gpu("loaded_at") if "loaded_at" in doc else {}
         self.unseen = doc.get("unseen") is True
 
 
-def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
-    """The `n` GPUs of the launch (its args say how many this node runs): those that loaded,
+def fit(n: int, scope: GpuScope) -> set[int] | None:
+    """The `n` GPUs of the launch (its args say how many this node runs): those that loaded
+    (`launch_loaded`: not another job loading after the launch's contexts all came),
     then those holding only a context, the nearest in time to the loading GPUs' contexts
     first (a rank stuck before its weights, however late its context came or long the
     others downloaded, before a neighbour's notebook), then, where no snapshot came before
@@ -219,11 +225,13 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
     chosen = {i for i in scope.hint if i in scope.baseline} if len(scope.hint) <= n else set()
     if not chosen and n >= len(scope.baseline):
         return None
-    if len(chosen | scope.loaded) <= n:
-        chosen |= scope.loaded
+    loaded = launch_loaded(n, scope)
+    if len(chosen | loaded) <= n:
+        chosen |= loaded
     elif not chosen:
         return None
-    ref = first if first is not None else min(scope.context_at.values(), default=0.0)
+    ref = min((scope.context_at[i] for i in loaded if i in scope.context_at),    # (the first
+              default=min(scope.context_at.values(), default=0.0))            # loaded's)
     contexts = sorted((i for i in scope.context_at if i not in chosen | scope.loaded),
                       key=lambda i: (abs(scope.context_at[i] - ref), i))
     chosen.update(contexts[:n - len(chosen)])
@@ -238,6 +246,26 @@ def fit(n: int, scope: GpuScope, first: float | None) -> set[int] | None:
             if held and fits(len(held), n - len(chosen)):
                 chosen |= held
     return chosen or None
+
+
+def launch_loaded(n: int, scope: GpuScope) -> set[int]:
+    """The GPUs that loaded which can be the launch's `n`: where `n` GPUs made their
+    contexts together (within CONTEXT_LATE of the first: its ranks, which load nothing
+    before NCCL init has them all), a GPU whose context came later and then loaded is
+    another job's (a neighbour loading during the launch's download), unless its context
+    came at most CONTEXT_LATE before the first of those loaded (a late rank: they waited for
+    it).  Before (helper adv42), it was taken first: a TP=4 on GPUs 4-7 downloading with
+    their contexts beside a job loading GPU 0 read {0, 4, 5, 6}, "mixed (GPU 0) ... working",
+    rank 7 left out."""
+    start = min(scope.context_at.values(), default=None)
+    if start is None or not scope.loaded <= scope.loaded_at.keys():   # (an older checkpoint)
+        return set(scope.loaded)
+    together = {i for i, at in scope.context_at.items() if at <= start + CONTEXT_LATE}
+    if len(together) < n:
+        return set(scope.loaded)
+    load = min((scope.loaded_at[i] for i in together if i in scope.loaded_at), default=None)
+    return {i for i in scope.loaded if i in together or (
+        load is not None and load - CONTEXT_LATE <= scope.context_at.get(i, -1.0) <= load)}
 
 
 def bus_number(bus_id: str | None) -> int | None:
