@@ -238,3 +238,21 @@ def test_a_rankless_worker_that_finished_capturing_leaves_the_capture_failure_of
          "warmup model) took 25.99 seconds"
     st = replay_lines(tmp_path, "v0-up.log", V0_TP2 + [up] + V0_TB)
     assert st.crash is not None and st.crash.reason == "python_exception", st.crash
+
+
+def test_trtllm_serve_failing_after_its_executor_is_up_is_no_capture_failure(tmp_path):
+    """trtllm-012 (a real gpt-oss start) to its executor's last line, `Setting PyTorch memory
+    fraction` (MARKERS.md: the executor is up), then trtllm-serve's OpenAIServer failing on a
+    `--chat-template` path that does not open.  Before (helper adv42, older than b53c3f3):
+    `cuda_graph_capture_failed during cuda_graph`: the executor's end line ended no rank of a
+    rankless log; now it says the engine is up (`ends_rank`)."""
+    real = (FIXTURES / "trtllm-012.log").read_text(encoding="utf-8").split("\n")
+    up = next(i for i, ln in enumerate(real) if "Setting PyTorch memory fraction" in ln)
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/local/lib/python3.12/dist-packages/tensorrt_llm/serve/openai_server.py", '
+          'line 98, in __init__',
+          "    self.chat_template = load_chat_template(chat_template)",
+          "ValueError: The supplied chat template (/templates/gpt-oss.jinja) looks like a file "
+          "path, but it failed to be opened."]
+    st = replay_lines(tmp_path, "trtllm.log", real[:up + 1] + tb)
+    assert st.crash is not None and st.crash.reason == "python_exception", st.crash
