@@ -28,12 +28,13 @@ import regex
 # (Zl, Zp) and surrogates (Cs); the second escapes newlines too
 # A terminal's escape sequences, as a log captured from one holds them (`script`, tmux's
 # pipe-pane, a docker TTY): a string sequence (OSC: a window title `ESC ] 0;title BEL`, a
-# hyperlink; DCS, APC, PM, SOS) ended by BEL or ST within a line, a CSI sequence (colours,
-# cursor moves), or a two-byte one (ESC E: NEL, ESC ( B ...).  Every reader that drops them
+# hyperlink; DCS, APC, PM, SOS; screen's and tmux's window name `ESC k name ESC \`) ended by
+# BEL or ST within a line (4 KiB at most: a longer one keeps its text), a CSI sequence (colours,
+# cursor moves), or a two-byte one (ESC E: NEL, ESC M ...).  Every reader that drops them
 # compiles this one pattern (lines.py for log text, sources/command.py for a run's last
 # words).  Before, an OSC sequence lost only its `ESC ]`: its payload stayed in the line
 # ("0;title" before the record, its rules anchored at the start missing it).
-TERMINAL_ESCAPES = (r"\x1b[\]P^_X][^\x07\x1b\r\n]{0,1024}(?:\x07|\x1b\\)"
+TERMINAL_ESCAPES = (r"\x1b[\]P^_Xk][^\x07\x1b\r\n]{0,4096}(?:\x07|\x1b\\)"
                     r"|\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 
 _HIDDEN = regex.compile(r"[^\P{Cc}\t\n]|[\p{Cf}\p{Zl}\p{Zp}\p{Cs}]")

@@ -629,6 +629,10 @@ def test_a_terminal_title_or_hyperlink_is_dropped_whole():
     for i in range(1, len(raw)):
         lines, _, _ = frame([raw[:i], raw[i:]])
         assert [ln.text for ln in lines] == want, i
+    # screen's / tmux's window name, and a title of 2 KiB (adv43: both kept their text)
+    named = b"\x1bkvllm-node1\x1b\\" + b"\x1b]0;" + b"t" * 2048 + b"\x07" + raw
+    lines, _, _ = frame([named])
+    assert [ln.text for ln in lines] == want
     # one never ended within its line is not a license to eat the line: its ESC ] only
     assert strip_ansi("\x1b]0;title [2026-01-01 00:00:00] x") == "0;title [2026-01-01 00:00:00] x"
 
