@@ -94,6 +94,12 @@ def test_state_retention_is_a_duration_in_days_or_zero(tmp_path: Path) -> None:
     for bad in ("soon", "-3d"):
         with pytest.raises(ConfigError, match="state_retention: not a duration"):
             load(bad)
+    # shorter than a few of the passes that mark watched names: refused (adv43: `1m` removed a
+    # name watched 2 s before a restart)
+    for short in ("1m", "30s", "0.001d"):
+        with pytest.raises(ConfigError, match="state_retention: .* is shorter than 10m"):
+            load(short)
+    assert load("10m") == 600.0
 
 
 def test_a_name_watched_until_a_crash_is_kept(tmp_path: Path) -> None:

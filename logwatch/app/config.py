@@ -294,18 +294,30 @@ def _checkpoint_interval(path: str, ck: Any) -> float:
     return _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
 
 
+RETENTION_MIN = 600.0     # seconds: `state_retention` below this (but 0) is refused
+
+
 def _retention(path: str, value: Any) -> float:
-    """`state_retention`: a duration, days allowed (`30d`); 0 keeps the state for ever."""
+    """`state_retention`: a duration, days allowed (`30d`); 0 keeps the state for ever; at
+    least RETENTION_MIN otherwise: the passes that mark the watched names come at most every
+    minute, so under a few minutes a name watched until a restart was removed at it (helper
+    adv43: `1m` removed a name watched 2 s before)."""
     if isinstance(value, str) and value.strip().endswith("d"):
         try:
             days = float(value.strip()[:-1])
-            if days >= 0:
-                return days * 86400.0
+            if days < 0:
+                raise ValueError(value)
+            keep = days * 86400.0
         except ValueError:
-            pass
-        raise ConfigError(path, "state_retention", f"not a duration: {value!r} (use e.g. 30d, "
-                          "720h; 0 keeps the state of removed targets for ever)")
-    return _duration(path, "state_retention", value)
+            raise ConfigError(path, "state_retention", f"not a duration: {value!r} (use e.g. "
+                              "30d, 720h; 0 keeps the state of removed targets for ever)") from None
+    else:
+        keep = _duration(path, "state_retention", value)
+    if 0 < keep < RETENTION_MIN:
+        raise ConfigError(path, "state_retention", f"{value!r} is shorter than 10m: the state "
+                          "of a target watched minutes ago would be removed (use e.g. 30d; 0 "
+                          "keeps it for ever)")
+    return keep
 
 
 def _keys(path: str, where: str, d: dict[str, Any], allowed: tuple[str, ...]) -> None:
