@@ -334,7 +334,8 @@ def test_the_scope_saved_is_the_scope_resumed() -> None:
     assert [g.index for g in again.select(flat).gpus] == [4, 5, 6, 7]
     assert not again.see(flat)
     for damage in ({"rose": "4"}, {**scope.saved(), "baseline": {"x": 1}},
-                   {**scope.saved(), "first_load": "soon"}, {**scope.saved(), "rose": [4.5]}):
+                   {**scope.saved(), "loaded_at": {"4": "soon"}},
+                   {**scope.saved(), "rose": [4.5]}):
         fresh = GpuScope()
         with pytest.raises(ValueError):
             fresh.resume(damage)

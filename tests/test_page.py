@@ -7,6 +7,7 @@ on the same time scale as this one; "last line" is the latest meaningful line.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,6 +17,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 from playwright.sync_api import expect, sync_playwright
@@ -127,12 +129,7 @@ def test_a_daemon_that_stops_answering_is_said_on_the_page(tmp_path: Path) -> No
     import signal
     port, daemon = _one_target_daemon(tmp_path, "node-a", FIXTURES / "sglang-003.log")
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{port}/")
-            expect(page.locator("section[data-target='node-a'] .phase")).to_have_text(
-                "ready", timeout=15000)
+        with _page_showing_ready(port, "node-a", 15000) as page:
             expect(page.locator("#err")).to_have_text("")
             daemon.send_signal(signal.SIGSTOP)
             try:
@@ -143,7 +140,6 @@ def test_a_daemon_that_stops_answering_is_said_on_the_page(tmp_path: Path) -> No
                 daemon.send_signal(signal.SIGCONT)
             expect(page.locator("#err")).to_have_text("", timeout=15000)
             expect(page.locator("body")).not_to_have_class(re.compile(r"\bstale\b"))
-            browser.close()
     finally:
         daemon.terminate()
         daemon.wait(timeout=20)
@@ -188,12 +184,7 @@ def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, holds: tuple[fl
     proxy = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     threading.Thread(target=proxy.serve_forever, daemon=True).start()
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{proxy.server_port}/")
-            expect(page.locator("section[data-target='node-a'] .phase")).to_have_text(
-                "ready", timeout=30000)
+        with _page_showing_ready(proxy.server_port, "node-a", 30000) as page:
             # from the first answer on (its time is known now)
             page.evaluate("""() => {window.__stale = document.body.classList.contains('stale');
                 new MutationObserver(() => {
@@ -206,11 +197,25 @@ def test_a_slow_but_healthy_daemon_is_waited_for(tmp_path: Path, holds: tuple[fl
             wait_until(lambda: len(answered) >= n + more, timeout=20 * more,
                        what=f"{more} more answers")
             assert page.evaluate("window.__stale") is False
-            browser.close()
     finally:
         proxy.shutdown()
         daemon.terminate()
         daemon.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def _page_showing_ready(port: int, name: str, timeout_ms: int) -> Iterator[Any]:
+    """Chromium on the status page at `port`, once it shows target `name` ready."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/")
+            expect(page.locator(f"section[data-target='{name}'] .phase")).to_have_text(
+                "ready", timeout=timeout_ms)
+            yield page
+        finally:
+            browser.close()
 
 
 def _one_target_daemon(tmp_path: Path, name: str, fixture: Path) -> tuple[int, subprocess.Popen]:

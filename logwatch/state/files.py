@@ -61,20 +61,17 @@ def read_state_json(path: Path) -> Any:
 ASIDE_KEPT = 10      # damaged copies of one state file kept (NAME.corrupt, .corrupt.1, ...)
 
 
-def aside_name(path: Path, same: bytes | None = None) -> Path:
-    """Where a damaged `path` goes: `NAME.corrupt`, else the first free `NAME.corrupt.N`
-    (the last one reused once ASIDE_KEPT are there); a copy of `same` (bytes copied, not
-    renamed, and maybe already kept at an earlier start) goes where they are already.
-    Before, a file damaged again (at the next start: the same cause) was renamed over the
-    first copy: the history of 20 startups set aside at one start was gone at the next."""
-    names = [path.with_name(path.name + ".corrupt")] + \
+def _aside_names(path: Path) -> list[Path]:
+    return [path.with_name(path.name + ".corrupt")] + \
         [path.with_name(f"{path.name}.corrupt.{n}") for n in range(1, ASIDE_KEPT)]
-    for p in names if same is not None else ():
-        try:
-            if p.stat().st_size == len(same) and p.read_bytes() == same:
-                return p
-        except OSError:
-            continue
+
+
+def aside_name(path: Path) -> Path:
+    """Where a damaged `path` goes: `NAME.corrupt`, else the first free `NAME.corrupt.N`
+    (the last one reused once ASIDE_KEPT are there).  Before, a file damaged again (at the
+    next start: the same cause) was renamed over the first copy: the history of 20 startups
+    set aside at one start was gone at the next."""
+    names = _aside_names(path)
     return next((p for p in names if not os.path.lexists(p)), names[-1])
 
 
@@ -94,9 +91,13 @@ def copy_aside(path: Path, data: bytes) -> Path:
     that fails (a full disk) leaves no empty or cut `NAME.corrupt.N` behind.  Before, each
     start on a full disk left one more empty copy, taking a slot of ASIDE_KEPT (helper adv43).
     Raises OSError when the copy cannot be made."""
-    aside = aside_name(path, same=data)
-    if aside.exists() and aside.stat().st_size == len(data) and aside.read_bytes() == data:
-        return aside                                 # kept at an earlier start
+    for kept in _aside_names(path):              # kept at an earlier start: that one
+        try:
+            if kept.stat().st_size == len(data) and kept.read_bytes() == data:
+                return kept
+        except OSError:
+            continue
+    aside = aside_name(path)
     _write_then_rename(aside, data, durable=False)
     return aside
 

@@ -56,9 +56,7 @@ class GpuScope:
     rose: set[int] = field(default_factory=set)              # GPUs seen rising (sticky)
     held_at_launch: set[int] = field(default_factory=set)    # GPUs holding a GiB before it
     named: set[int] = field(default_factory=set)   # the indexes of `devices`' UUIDs, as seen
-    loaded: set[int] = field(default_factory=set)             # GPUs that rose a GiB
     context_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it gained a context
-    first_load: float | None = None          # when the first GPU had risen a GiB
     loaded_at: dict[int, float] = field(default_factory=dict)  # GPU -> when it rose a GiB
     # the GPUs of this node its launch uses (its args: tp x pp ..., rules/gpus.py), if known
     expect: int | None = None
@@ -71,8 +69,7 @@ class GpuScope:
         """A new startup: the GPUs' memory in `before` (the last snapshot before its launch
         line, if any) is their level; what they gain from there is the server's."""
         self.baseline, self.rose, self.held_at_launch = {}, set(), set()
-        self.loaded, self.context_at, self.first_load = set(), {}, None
-        self.loaded_at = {}
+        self.context_at, self.loaded_at = {}, {}
         self.unseen, self.sized = before is None, False
         if before is not None:
             self._levels(before)
@@ -98,11 +95,8 @@ class GpuScope:
                 continue
             gained = g.mem_used_bytes - base
             if gained >= ROSE:
-                self.loaded.add(g.index)
                 self.loaded_at.setdefault(g.index, snap.at)
                 self.context_at.setdefault(g.index, snap.at)
-                if self.first_load is None:
-                    self.first_load = snap.at
             elif gained >= CONTEXT and base < CONTEXT:
                 self.context_at.setdefault(g.index, snap.at)
         # a context only: a rank's (stuck before its weights) while none loaded yet, then
@@ -126,6 +120,16 @@ class GpuScope:
         self.sized = sized is not None
         self.rose = sized if sized is not None else timed
         return not self.devices and self.rose != before
+
+    @property
+    def loaded(self) -> set[int]:
+        """The GPUs that rose a GiB."""
+        return set(self.loaded_at)
+
+    @property
+    def first_load(self) -> float | None:
+        """When the first GPU had risen a GiB."""
+        return min(self.loaded_at.values(), default=None)
 
     def chosen(self, g: GpuSample) -> bool:
         if self.devices:
@@ -169,10 +173,9 @@ class GpuScope:
         """What it learned, for a daemon restarted under the running server (`resume`)."""
         return {"baseline": {str(i): b for i, b in self.baseline.items()},
                 "rose": sorted(self.rose), "held_at_launch": sorted(self.held_at_launch),
-                "loaded": sorted(self.loaded),
                 "context_at": {str(i): at for i, at in self.context_at.items()},
-                "first_load": self.first_load, "unseen": self.unseen,
-                "loaded_at": {str(i): at for i, at in self.loaded_at.items()}}
+                "loaded_at": {str(i): at for i, at in self.loaded_at.items()},
+                "unseen": self.unseen}
 
     def resume(self, doc: dict[str, object]) -> None:
         """Go on from `saved`'s dict: the GPUs' levels at the launch and those found the
@@ -191,16 +194,11 @@ class GpuScope:
             if not isinstance(value, dict):
                 raise ValueError(f"gpu scope: {key} is not an object")
             return {int(i): float(v) for i, v in value.items()}
-        first = doc.get("first_load")
-        if first is not None and (isinstance(first, bool) or not isinstance(first, (int, float))):
-            raise ValueError("gpu scope: first_load is not a time")
         baseline = {i: int(b) for i, b in per_gpu("baseline").items()}
-        rose, held, loaded, context_at = gpus("rose"), gpus("held_at_launch"), gpus("loaded"), \
-            per_gpu("context_at")
+        rose, held = gpus("rose"), gpus("held_at_launch")
+        context_at, loaded_at = per_gpu("context_at"), per_gpu("loaded_at")
         self.baseline, self.rose, self.held_at_launch = baseline, rose, held
-        self.loaded, self.context_at = loaded, context_at
-        self.first_load = float(first) if first is not None else None
-        self.loaded_at = per_gpu("loaded_at") if "loaded_at" in doc else {}
+        self.context_at, self.loaded_at = context_at, loaded_at
         self.unseen = doc.get("unseen") is True
 
 
@@ -258,11 +256,11 @@ def launch_loaded(n: int, scope: GpuScope) -> set[int]:
     their contexts beside a job loading GPU 0 read {0, 4, 5, 6}, "mixed (GPU 0) ... working",
     rank 7 left out."""
     start = min(scope.context_at.values(), default=None)
-    if start is None or not scope.loaded <= scope.loaded_at.keys():   # (an older checkpoint)
-        return set(scope.loaded)
+    if start is None:
+        return scope.loaded
     together = {i for i, at in scope.context_at.items() if at <= start + CONTEXT_LATE}
     if len(together) < n:
-        return set(scope.loaded)
+        return scope.loaded
     load = min((scope.loaded_at[i] for i in together if i in scope.loaded_at), default=None)
     return {i for i in scope.loaded if i in together or (
         load is not None and load - CONTEXT_LATE <= scope.context_at.get(i, -1.0) <= load)}
