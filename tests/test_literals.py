@@ -321,7 +321,7 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 12
+    assert filters is not None and len(filters) == 15
     compose = filters[2]       # (after journald and kubectl)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
@@ -335,7 +335,11 @@ def test_start_filters_of_the_shipped_prefixes() -> None:
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
     # output glued before a record: a line that starts with the record itself (its `[` stamp,
     # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
-    glued_sglang, glued_vllm = filters[10], filters[11]
+    # moreutils' `ts`: its month names, or a digit first
+    ts_month, ts_time, ts_year = filters[9], filters[10], filters[11]
+    assert "Dec " in ts_month.literals and len(ts_month.literals) == 12
+    assert ts_time.head == ts_year.head == r"[\d]" and ":" in ts_time.chars
+    glued_sglang, glued_vllm = filters[13], filters[14]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
 

@@ -51,6 +51,13 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # SLURM's `srun --label`: the task's number (a sweep of the 80 shared, TensorRT-LLM and
     # built logs: 4 read otherwise before, old vLLM records and a trtllm-serve usage error)
     "srun-label": (lambda ln: f" 0: {ln}", False),
+    # moreutils' `ts` (`vllm serve ... 2>&1 | ts | tee server.log`): its default stamp, `ts -s`,
+    # and `ts '%F %T'` (a stamp with the year: the clock may read it, so durations aside).
+    # Before, 48, 48 and 72 of the 140 shared, built and TensorRT-LLM logs read otherwise, 5 in
+    # phase or reason (vllm-209 never ready, vllm-207 `crashed` while launching)
+    "ts": (lambda ln: f"Dec 06 10:00:00 {ln}", False),
+    "ts-since-start": (lambda ln: f"00:01:05.123456 {ln}", False),
+    "ts-with-year": (lambda ln: f"2026-12-06 10:00:00 {ln}", True),
 }
 
 
