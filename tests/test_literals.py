@@ -321,7 +321,7 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 15
+    assert filters is not None and len(filters) == 18
     compose = filters[2]       # (after journald and kubectl)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
@@ -331,15 +331,20 @@ def test_start_filters_of_the_shipped_prefixes() -> None:
     srun, srun_padded = filters[4], filters[5]
     assert srun.head == r"[\d]" and srun.literals == {": "}
     assert srun_padded.head == r"\ " and srun_padded.literals == {": "}
-    ansi = filters[7]      # `[0;36m`: a line without an `m` is no colour code
+    # a node's name (pdsh): a lower-case letter first (`RuntimeError: ` is ruled out by it),
+    # or an address; Open MPI's `[1,0]<stdout>:` by its stream's name
+    pdsh, pdsh_address, mpi = filters[6], filters[7], filters[8]
+    assert pdsh.head == "[a-z]" and pdsh_address.head == r"[\d]" and "." in pdsh_address.chars
+    assert mpi.head == r"\[" and "]<stdout>:" in mpi.literals
+    ansi = filters[10]      # `[0;36m`: a line without an `m` is no colour code
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
-    # output glued before a record: a line that starts with the record itself (its `[` stamp,
-    # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
     # moreutils' `ts`: its month names, or a digit first
-    ts_month, ts_time, ts_year = filters[9], filters[10], filters[11]
+    ts_month, ts_time, ts_year = filters[12], filters[13], filters[14]
     assert "Dec " in ts_month.literals and len(ts_month.literals) == 12
     assert ts_time.head == ts_year.head == r"[\d]" and ":" in ts_time.chars
-    glued_sglang, glued_vllm = filters[13], filters[14]
+    # output glued before a record: a line that starts with the record itself (its `[` stamp,
+    # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
+    glued_sglang, glued_vllm = filters[16], filters[17]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
 

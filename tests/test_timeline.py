@@ -247,23 +247,28 @@ def test_a_head_node_is_not_ready_at_its_capture_end():
     assert st_.follower is False and st_.phase == "cuda_graph"
 
 
+@pytest.mark.parametrize("labels", [("0: ", "1: "), ("gpu-node-0: ", "gpu-node-1: "),
+                                    ("[1,0]<stdout>:", "[1,1]<stdout>:")])
 @pytest.mark.parametrize("head_first", [True, False])
-def test_both_nodes_in_one_srun_stream_wait_for_the_head_s_ready_line(head_first: bool):
+def test_both_nodes_in_one_srun_stream_wait_for_the_head_s_ready_line(
+        head_first: bool, labels: tuple[str, str]):
     """`srun -N2 --label python -m sglang.launch_server ... --node-rank $SLURM_NODEID`
     writes both nodes to one file (`slurm-%j.out`), each line after its task's number: one
     launch of two processes.  Node 1's dump says follower, node 0's says head; the head's
-    word wins, in either order: ready at "fired up", not at the last rank's capture."""
+    word wins, in either order: ready at "fired up", not at the last rank's capture.  The
+    same with pdsh's node names (`pdsh -w gpu-node-[0-1] ...`) and Open MPI's
+    `--tag-output` (before, its labels stayed: never ready)."""
     follower = (BUILT / "sglang-0523-follower.log").read_text().splitlines()
     head = [x.replace("'node_rank': 1", "'node_rank': 0") for x in follower]
-    head = ["0: " + re.sub(r" TP(\d+)\]", lambda m: f" TP{int(m.group(1)) - 8}]", x)
+    head = [labels[0] + re.sub(r" TP(\d+)\]", lambda m: f" TP{int(m.group(1)) - 8}]", x)
             for x in head]
-    follower = ["1: " + x for x in follower]
+    follower = [labels[1] + x for x in follower]
     both = [x for pair in zip(head, follower) for x in (pair if head_first else pair[::-1])]
     st_ = feed(both, "sglang").state
     assert st_.startups == 1 and st_.follower is False and st_.phase == "cuda_graph", \
         (st_.startups, st_.follower, st_.phase)
-    st_ = feed(both + ["0: [2026-12-01 10:04:10] The server is fired up and ready to roll!"],
-               "sglang").state
+    st_ = feed(both + [f"{labels[0]}[2026-12-01 10:04:10] The server is fired up and ready "
+                       "to roll!"], "sglang").state
     assert st_.phase == READY and "fired up" in (st_.ready_line or "")
 
 

@@ -58,6 +58,12 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     "ts": (lambda ln: f"Dec 06 10:00:00 {ln}", False),
     "ts-since-start": (lambda ln: f"00:01:05.123456 {ln}", False),
     "ts-with-year": (lambda ln: f"2026-12-06 10:00:00 {ln}", True),
+    # a node's name before each of its lines (pdsh, clush, the DeepSpeed launcher) and Open
+    # MPI's `--tag-output`: before, 48 and 46 of the 140 logs read otherwise, 10 in phase or
+    # reason (vllm-209 never ready; the node's name stayed before lines without a stamp)
+    "pdsh": (lambda ln: f"gpu-node-1: {ln}", False),
+    "pdsh-address": (lambda ln: f"10.0.0.12: {ln}", False),
+    "mpirun-tag-output": (lambda ln: f"[1,0]<stdout>:{ln}", False),
 }
 
 
