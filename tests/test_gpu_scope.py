@@ -517,6 +517,17 @@ def test_a_first_attach_past_the_weights_takes_the_launchs_gpus() -> None:
     ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
              "{'model': 'm', 'tensor_parallel_size': 8, 'pipeline_parallel_size': 2, "
              "'nnodes': 2, 'node_rank': 1}", 8),
+    # --nnodes holds whole replicas: two of TP2 on each node (0.34 nnodes_within_dp), not 2
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 2, 'data_parallel_size': 4, "
+             "'data_parallel_size_local': 2, 'nnodes': 2, 'node_rank': 1}", 4),
+    # an external-LB process of DP4 over 2 nodes: its one replica on one node, not 1
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 2, 'data_parallel_size': 4, "
+             "'data_parallel_rank': 1, 'nnodes': 2, 'node_rank': 0}", 2),
+    ("vllm", "(APIServer pid=1) INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+             "{'model': 'm', 'tensor_parallel_size': 2, 'data_parallel_size': 4, "
+             "'nnodes': 2, 'node_rank': 1}", 4),
 ])
 def test_the_launch_says_how_many_gpus_of_its_node_it_uses(engine: str, line: str,
                                                           gpus: int) -> None:
@@ -574,7 +585,8 @@ def test_the_attachment_gives_the_scope_the_launchs_size() -> None:
 @pytest.mark.parametrize("gpus", [[4], {"times": []}, {"times": ["tp_size", 4]},
                                   {"times": ["tp_size"], "over": 2},
                                   {"times": ["tp_size"], "unless": {"dp_size": "x"}},
-                                  {"times": ["tp_size"], "nodes": "nnodes"}])
+                                  {"times": ["tp_size"], "nodes": "nnodes"},
+                                  {"times": ["tp_size"], "replicas": "dp_size"}])
 def test_a_bad_gpus_key_is_a_pack_error_naming_it(tmp_path: Path, gpus: Any) -> None:
     from test_rulepack import minimal_pack, write
 
