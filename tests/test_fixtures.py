@@ -133,12 +133,23 @@ def _phase_moves(text: bytes, pack_name: str) -> list[tuple[str, str]]:
 def test_phases_only_move_forward(name: str) -> None:
     """In every real log: each phase change goes forward in the pack's order (or ends the
     startup); a download inside weight loading is no loading_shards -> downloading flip.  The
-    one move back: the server's launch after its wrapper's download (`prelaunch`: trtllm-012)."""
+    moves back: the server's launch after its wrapper's download (`prelaunch`: trtllm-012),
+    and a line that begins a pass that comes back (a `begins` rule: TensorRT-LLM's memory
+    profile after the estimation dry run's capture, trtllm-012, MARKERS.md §1)."""
+    from logwatch.machine import PhaseChanged
     from logwatch.rules.pack import load_pack
     pack = load_pack(expectation(name)["engine"])
     order = pack.phases
-    for old, new in _phase_moves((FIXTURES / f"{name}.log").read_bytes(), pack.name):
-        if old in order and new in order and not (old in pack.prelaunch and new == order[0]):
+    pipe = LogPipeline(pack)
+    now = time.time()
+    events = pipe.feed((FIXTURES / f"{name}.log").read_bytes(), now) + pipe.finish(now)
+    begins = [r for r in pack.rules if r.begins]
+    for e in events:
+        if not isinstance(e, PhaseChanged):
+            continue
+        old, new = e.old, e.new
+        if old in order and new in order and not (old in pack.prelaunch and new == order[0]) \
+                and not any(r.phase == new and r.regex.search(e.line) for r in begins):
             assert order.index(new) > order.index(old), f"{name}: {old} -> {new}"
 
 
@@ -225,7 +236,8 @@ def test_a_bare_line_after_an_unstamped_bar_is_placed_at_the_bars_end() -> None:
     """TensorRT-LLM's weights load under tqdm bars without stamps and end with a bare print
     (`Model init total -- 49.14s`): that line is where the clock stands, after the 46 s bar,
     not at the stamp before the bar, so loading_shards takes its 46 s (trtllm-012 shows
-    04:20:21 `Use 63.32 GB for model weights.` and 04:21:09 the next stamped line)."""
+    04:20:21 `Use 63.32 GB for model weights.` and 04:21:09 the next stamped line).
+    allocating is both sizing passes: 3 s before the dry run, 2 s after its capture."""
     doc = summary(pipeline_view("x", replay_file(str(FIXTURES / "trtllm-012.log"))))
     assert doc["durations"]["loading_shards"] == pytest.approx(46.0, abs=1.0)
-    assert doc["durations"]["allocating"] == pytest.approx(3.0, abs=1.0)
+    assert doc["durations"]["allocating"] == pytest.approx(5.0, abs=1.0)

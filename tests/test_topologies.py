@@ -256,3 +256,31 @@ def test_trtllm_serve_failing_after_its_executor_is_up_is_no_capture_failure(tmp
           "path, but it failed to be opened."]
     st = replay_lines(tmp_path, "trtllm.log", real[:up + 1] + tb)
     assert st.crash is not None and st.crash.reason == "python_exception", st.crash
+
+
+def test_trtllm_failing_to_create_its_final_kv_cache_after_the_dry_run_is_no_capture_failure(
+        tmp_path):
+    """TensorRT-LLM sizes its KV cache with a dry run (autotune and CUDA-graph warmup on a
+    small cache), then profiles memory and creates the final cache (MARKERS.md §1: the
+    phases come back, allocating > autotune > cuda_graph twice).  trtllm-012 (a real start)
+    to its memory profile, then trtllm-005's real report (the final KV cache could not be
+    created).  Before: `cuda_oom during cuda_graph`, and a bare exception there
+    `cuda_graph_capture_failed`: the profile's first line did not bring the pass back."""
+    real = (FIXTURES / "trtllm-012.log").read_text(encoding="utf-8").split("\n")
+    report = (FIXTURES / "trtllm-005.log").read_text(encoding="utf-8").split("\n")
+    cut = next(i for i, ln in enumerate(real) if "Estimated max memory in KV cache" in ln) + 1
+    st = replay_lines(tmp_path, "kv.log", real[:cut] + report)
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == \
+        ("cuda_oom", "allocating"), st.crash
+    tb = ["Traceback (most recent call last):",
+          '  File "/usr/local/lib/python3.12/dist-packages/tensorrt_llm/_torch/pyexecutor/'
+          'py_executor_creator.py", line 640, in create_py_executor',
+          "    kv_cache_creator.build_managers(resources)",
+          "RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: mMaxAttentionWindow > 0"]
+    st = replay_lines(tmp_path, "bare.log", real[:cut] + tb)
+    assert st.crash is not None and st.crash.reason != "cuda_graph_capture_failed", st.crash
+    # the start that serves: both passes on its timeline, the capture only the capture
+    st = replay_lines(tmp_path, "ready.log", real)
+    assert st.phase == READY
+    assert [s.phase for s in st.spans][-6:] == ["autotune", "cuda_graph", "allocating",
+                                               "autotune", "cuda_graph", READY]
