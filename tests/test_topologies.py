@@ -284,3 +284,18 @@ def test_trtllm_failing_to_create_its_final_kv_cache_after_the_dry_run_is_no_cap
     assert st.phase == READY
     assert [s.phase for s in st.spans][-6:] == ["autotune", "cuda_graph", "allocating",
                                                "autotune", "cuda_graph", READY]
+
+
+
+def test_a_vllm_draft_model_is_timed_as_loading():
+    """vLLM 0.34 loads a speculative draft model after the target's `Loading weights took`
+    (the loader's line, info_once: the node's first rank only) and before `Model loading
+    took` (every worker: v1/worker/gpu/model_runner.py load_model, :442).  Before: loading
+    ended at the first, and the draft's load was timed as autotune (3 s here; a NextN / MTP
+    draft reading the target's checkpoint again: minutes).  The target's shard count stays
+    (30/30, not the draft's 1/1)."""
+    st = replay("vllm-034-spec-draft.log")
+    assert st.phase == READY
+    d = st.durations()
+    assert d["loading_shards"] == 91 + 3 and d["autotune"] == 39, d
+    assert (st.progress["shards"].current, st.progress["shards"].total) == (30, 30)

@@ -588,14 +588,18 @@ def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, no
     after it (a speculative draft model's shards, SGLang 0.5.23's EAGLE draft runner after
     the target's capture, vLLM 0.34's draft loaded after the target's `Loading weights
     took`) does not replace the checkpoint's count (before: `shards 1/1` for a 17-shard
-    model with a 1-shard draft)."""
+    model with a 1-shard draft).  Nor does a smaller bar after it in its own phase: a draft
+    loaded right after the target steps back into loading (SGLang 0.5.23's scheduler loads
+    the draft before the memory pool); a draft reading the target's checkpoint again (a
+    NextN / MTP layer) counts the same shards, and is shown as it goes."""
     if state.phase == READY:
         return  # e.g. a LoRA or weight update after startup: not startup progress
     prev = state.progress.get(name)
     rule = obs.rule
     if (rule.primary and rule.phase and prev is not None and prev.total
             and prev.current >= prev.total
-            and pack.phase_index(rule.phase) < pack.phase_index(state.phase)):
+            and (pack.phase_index(rule.phase) < pack.phase_index(state.phase)
+                 or _smaller_bar(obs, prev.total))):
         return
     try:
         cur = int(obs.fields["current"])
@@ -606,6 +610,14 @@ def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, no
                                          obs.log_time if obs.own_time else None, now)
     state.phase_progress = True
     events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
+
+
+def _smaller_bar(obs: Observation, total: int) -> bool:
+    """Does this bar count fewer than `total` (another, smaller model's)?"""
+    try:
+        return int(obs.fields["total"]) < total
+    except (KeyError, ValueError):
+        return False
 
 
 def stats_source(pack: RulePack, obs: Observation) -> str:
