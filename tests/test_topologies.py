@@ -299,3 +299,40 @@ def test_a_vllm_draft_model_is_timed_as_loading():
     d = st.durations()
     assert d["loading_shards"] == 91 + 3 and d["autotune"] == 39, d
     assert (st.progress["shards"].current, st.progress["shards"].total) == (30, 30)
+
+
+# -- SGLang PD disaggregation: a prefill server no decode server can find ----------------------
+
+def test_a_prefill_server_that_cannot_register_with_its_bootstrap_server_is_flagged(tmp_path):
+    """`--disaggregation-mode prefill` (TP2): after the capture each rank registers with the
+    bootstrap server (0.5.23 managers/scheduler.py init_disaggregation ->
+    disaggregation/common/conn.py register_to_bootstrap): 5 tries (`Prefill register attempt
+    N/5 failed: ...`, :1652), then `Prefill instance failed to register to bootstrap server
+    after 5 retries` (:1661) and it starts on: the PD warmup uses a fake bootstrap host
+    (entrypoints/http_server.py:2505), so it says "fired up", but no decode server can find
+    it and it never tries again.  Before: `ready after 4m31s`, nothing flagged."""
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    lines[0] = lines[0].replace("}", ", 'disaggregation_mode': 'prefill', "
+                                     "'disaggregation_bootstrap_port': 8998}")
+    cut = next(i for i, x in enumerate(lines) if "max_total_num_tokens" in x)
+    err = ("HTTPConnectionPool(host='127.0.0.1', port=8998): Max retries exceeded with url: "
+           "/route (Caused by NewConnectionError('<urllib3.connection.HTTPConnection object at "
+           "0x7f2a1c0d5e50>: Failed to establish a new connection: [Errno 111] Connection "
+           "refused'))")
+    reg = [f"[2026-12-01 {t} {r}] Prefill register attempt {n + 1}/5 failed: {err}"
+           for n, t in enumerate(("10:03:56", "10:03:58", "10:04:02", "10:04:09", "10:04:22"))
+           for r in ("TP0", "TP1")]
+    reg += [f"[2026-12-01 10:04:27 {r}] Prefill instance failed to register to bootstrap "
+            "server after 5 retries" for r in ("TP0", "TP1")]
+    tail = ["[2026-12-01 10:04:29] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)",
+            "[2026-12-01 10:04:30] Start of pd disaggregation warmup ...",
+            "[2026-12-01 10:04:31] Disaggregation warmup requests completed for all 1 DP ranks",
+            "[2026-12-01 10:04:31] End of disaggregation warmup",
+            "[2026-12-01 10:04:31] The server is fired up and ready to roll!"]
+    st = replay_lines(tmp_path, "prefill.log", lines[:cut] + reg + tail)
+    assert st.crash is not None and st.crash.reason == "distributed_error", (st.phase, st.crash)
+    assert "failed to register to bootstrap server" in st.crash.line
+    # registered at the second try: it serves
+    ok = [x for x in reg if "attempt 1/5" in x]
+    st = replay_lines(tmp_path, "prefill-ok.log", lines[:cut] + ok + tail)
+    assert st.phase == READY and st.crash is None
