@@ -342,15 +342,32 @@ def gpu_working(gpu: dict[str, Any] | None) -> bool:
 
 
 
+def live_extra(st: State, now: float) -> float:
+    """Seconds the current startup phase has run by our clock beyond what the log covers of
+    it (its last line): a silent phase (no line, or bars only) keeps counting."""
+    entered = st.phase_entered
+    if entered is None or st.phase in (READY, *TERMINAL, WAITING):
+        return 0.0
+    return max(now - entered.at - st.open_seconds(), 0.0)
+
+
 def live_durations(st: State, now: float) -> dict[str, float]:
     """Seconds per phase (the server's clock), the current startup phase at least as long
-    as it has been current by ours: a silent phase (no line, or bars only) keeps counting,
-    so the panel, the page and /api/status show the same growing number as the header."""
+    as it has been current by ours, so the panel, the page and /api/status show the same
+    growing number as the header (a phase entered again keeps its earlier spans: before,
+    its live span replaced them)."""
     out = st.durations()
-    entered = st.phase_entered
-    if entered is not None and st.phase not in (READY, *TERMINAL, WAITING):
-        out[st.phase] = round(max(out.get(st.phase, 0.0), now - entered.at), 3)
+    extra = live_extra(st, now)
+    if extra:
+        out[st.phase] = round(out.get(st.phase, 0.0) + extra, 3)
     return out
+
+
+def live_total(st: State, now: float) -> float:
+    """The startup's wall time so far (spans beside each other once), counting on with the
+    current phase as `live_durations` does: before, a phase silent for 2 minutes read
+    `cuda_graph 2m05s (total 1m03s)`, the total stopped at the last line."""
+    return round(st.total() + live_extra(st, now), 3)
 
 
 class ViewPart(Protocol):
@@ -423,7 +440,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "follower": st.follower is True,
         "phases_seen": st.phases_seen,
         "timeline": span_views(st, now if now else None),
-        "total_seconds": st.total() if st.spans else None,
+        "total_seconds": live_total(st, now) if st.spans else None,
         "durations": live_durations(st, now),
         "progress": {k: {"current": p.current, "total": p.total, "rate": p.rate,
                          "eta_seconds": None if stale else p.remaining_seconds(now)}

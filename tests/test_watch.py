@@ -20,6 +20,7 @@ import pytest
 
 from conftest import FIXTURES, ROOT
 from logwatch.app.simulate import script
+from logwatch.units import parse_duration
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -169,6 +170,26 @@ def test_timeout_while_launching(tmp_path: Path) -> None:
     assert "phase launching" in res.stdout
     assert verdict_line(res.stdout).endswith("timed out after 2s in launching"), res.stdout
     assert_plain(res)
+
+
+def test_the_total_counts_the_silent_phase_as_its_phases_do(tmp_path: Path) -> None:
+    """A startup silent in cuda_graph when --timeout ends it (the real H200 trace, cut at
+    `max_total_num_tokens`): the summary's total is the startup's wall time, the phases'
+    sum here (none overlaps), the silence counted in both.  Before, the current phase
+    counted on to now and the total stopped at the last line: `launching 1.0s ·
+    loading_shards 17s · allocating 0.0s · cuda_graph 49s  (total 1m03s)`, 4 s short."""
+    lines = (FIXTURES / "gpu" / "h200" / "startup-trace.log").read_bytes().split(b"\n")
+    path = tmp_path / "server.log"
+    path.write_bytes(b"\n".join(lines[:11]) + b"\n")    # the last: 15:57:28, in cuda_graph
+    res = watch(str(path), "--no-history", "--timeout", "3s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    m = re.search(r"^  phases: (.*)  \(total (\S+)\)$", res.stdout, re.M)
+    assert m, res.stdout
+    phases = {k: parse_duration(v) for k, v in
+              (part.split(" ") for part in m.group(1).split(" · "))}
+    assert list(phases) == ["launching", "loading_shards", "allocating", "cuda_graph"], phases
+    assert phases["cuda_graph"] >= 45 + 3 - 1, phases        # 45 s in the log, 3 s more here
+    assert abs(parse_duration(m.group(2)) - sum(phases.values())) <= 1.0, res.stdout
 
 
 def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:

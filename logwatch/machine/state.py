@@ -260,6 +260,14 @@ class State:
                 reach = b
         return round(total, 3)
 
+    def open_seconds(self) -> float:
+        """Seconds the current main span covers so far by the log (0: none open): what the
+        live figures (view.py `live_extra`) count on from."""
+        entered = self.phase_entered
+        if entered is None or not entered.open:
+            return 0.0
+        return entered.seconds(self._use_log(), self._until()) or 0.0
+
     def epoch_start(self) -> Span | None:
         return self.spans[0] if self.spans else None
 
