@@ -488,8 +488,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(doc, ensure_ascii=False), flush=True)
         else:
-            print(human(doc, view.ready_in if view.ready_in is not None
-                        else view.total_seconds, follower=view.follower))
+            print(human(doc, view.ready_in, follower=view.follower))
         if args.timeline:
             out = sys.stderr if args.json else sys.stdout
             print(timeline(view), file=out, flush=True)

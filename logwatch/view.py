@@ -425,7 +425,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
     dead = since if since is not None and (st.stalled or (st.last_activity or 0) <= since) \
         else None
     stale = dead is not None or st.stalled     # no ETA for a startup that is not moving
-    elapsed = crash_elapsed(st.crash, st.epoch_start()) if st.crash else None
+    elapsed = crash_elapsed(st.crash, st.launch_start()) if st.crash else None
     return {
         "engine": pipe.pack.name,
         "phase": st.phase,

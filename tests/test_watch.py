@@ -556,6 +556,34 @@ def test_last_reports_the_ended_startup_and_exits(tmp_path: Path) -> None:
     assert "crashed (cuda_oom)" in res.stderr and "40m" in res.stderr, res.stderr
 
 
+def test_a_log_that_begins_mid_startup_has_no_launch_to_time_from(tmp_path: Path) -> None:
+    """`kubectl logs --tail=26 ... | logwatch watch -`: the window of a vLLM 0.34 start that
+    took 4m33s begins at its JIT warmup.  Before: `READY in 1m34s`, and replay's `ready after
+    1m34s`: what the window showed, said as launch-to-ready.  A log whose first line is a
+    traceback (sglang-039: the launch rotated away, the file last written 10 minutes ago):
+    before, `CRASHED: ... after 10m00s`, the file's age."""
+    log = (FIXTURES / "built" / "vllm-034-default.log").read_text()
+    assert verdict_line(watch("-", "--no-history", input=log).stdout)[9:].startswith(
+        "READY in 4m33s")
+    window = "".join(log.splitlines(True)[32:])
+    res = watch("-", "--no-history", input=window)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert verdict_line(res.stdout)[9:].startswith("READY (slowest phase"), res.stdout
+    path = tmp_path / "window.log"
+    path.write_text(window)
+    out = subprocess.run([sys.executable, "-m", "logwatch", "replay", str(path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60).stdout
+    assert out.startswith(f"{path}: ready  [vllm]"), out
+    crash = tmp_path / "server.log"
+    crash.write_bytes((FIXTURES / "sglang-039.log").read_bytes())
+    old = time.time() - 600
+    os.utime(crash, (old, old))
+    res = watch(str(crash), "--last", "--no-history")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "ago" in res.stdout and " after " not in verdict_line(res.stdout), res.stdout
+    assert verdict_line(res.stdout)[9:] == "CRASHED: weight_loading_error during waiting"
+
+
 def _watch_through_a_relaunch(args: list[str], relaunch: Callable[[], None],
                               said_on: str = "stdout") -> tuple[int, str, str, str]:
     """Start `watch ARGS`; once it said the log's last startup is history, `relaunch()`;

@@ -96,6 +96,7 @@ def state_from_json(d: dict[str, object]) -> State:
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
         gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
+        mid_startup=bool(d.get("mid_startup", False)),
     )
     return st
 

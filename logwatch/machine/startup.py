@@ -244,7 +244,7 @@ class StartupMachine:
         if state.phase != CRASHED or state.crash is None or state.crash_settled:
             return []
         state.crash_settled = True
-        start = state.epoch_start()
+        start = state.launch_start()
         return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
                              crash_elapsed(state.crash, start))]
 
@@ -268,6 +268,10 @@ class StartupMachine:
             state.epoch = 1
             state.startups += 1
             events.append(StartupBegan(state.epoch, state.startup_id, obs.text))  # type: ignore[arg-type]
+        if not state.spans and not state.restart_rules:
+            # the startup's first phase marker: past its launch when not the pack's first
+            # phase (a wrapper's download before the launch line: see `_restart`)
+            state.mid_startup = phase != self._first_phase()
         state.phase = phase
         state.phase_progress = False
         open_main(state, phase, obs, now, self.pack.silent)
@@ -310,7 +314,8 @@ class StartupMachine:
             # launch prints several kinds: vLLM's version line, then its args), or the
             # server's first, after its wrapper's download (the pack's `prelaunch`)
             state.restart_rules.add(rid)
-            if server:
+            state.mid_startup = False          # its launch line: the startup is timed from
+            if server:                         # its first span (the download before it too)
                 state.servers.setdefault(server, False)
                 state.restart_rules.add(f"{server}|{rid}")
             note_proc(state, obs.proc, rid)

@@ -183,6 +183,9 @@ class State:
     relaunched: bool = False              # a relaunch writes the log now (another engine's, or a
                                           # new file after the server was gone): its first
                                           # matched line begins a startup
+    mid_startup: bool = False             # the log begins past this startup's launch (a window
+                                          # of a longer log: `kubectl logs --tail`, a file
+                                          # rotated mid-startup): no launch to time it from
 
     @property
     def server_gone(self) -> bool:
@@ -271,10 +274,16 @@ class State:
     def epoch_start(self) -> Span | None:
         return self.spans[0] if self.spans else None
 
+    def launch_start(self) -> Span | None:
+        """The startup's first span when the log has its launch (None for a log that begins
+        mid-startup): what "ready in" and "crashed after" count from."""
+        return None if self.mid_startup else self.epoch_start()
+
     def ready_in(self) -> float | None:
         """Seconds from the startup's first line to ready (None unless ready after a startup
-        that was seen: a log that begins while serving has no launch)."""
-        start = self.epoch_start()
+        that was seen: a log that begins while serving, or mid-startup, has no launch;
+        before, a window that began at graph capture read `READY in 1.0s`)."""
+        start = self.launch_start()
         end = self.phase_entered
         if self.phase != READY or start is None or start.phase == READY or \
                 end is None or end.phase != READY:

@@ -293,7 +293,7 @@ class PlainDisplay:
 
     def finish(self, view: TargetView, outcome: str) -> None:
         d = {k: v for k, v in view.durations.items() if k != "ready"}
-        total = startup_seconds(view) if d else None    # overlapping spans counted once
+        total = view.ready_in     # launch to ready (None: the log has no launch to count from)
         if view.historic:        # no new startup came: the old one was said at attach
             self._say(f"{outcome}; no new startup since logwatch attached")
             self.out.flush()

@@ -33,12 +33,11 @@ NO_STARTUP = "no startup in this log (no launch line of the engine)"
 
 def human(doc: dict[str, Any], total: float | None = None, follower: bool = False) -> str:
     """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
-    wall time (the view's `ready_in`, else `total_seconds`: spans that overlap count once);
-    without it, the sum of the phases' durations.  `follower`: a follower node's launch."""
+    launch-to-ready time (the view's `ready_in`); None where the log has no launch to count
+    from (it begins mid-startup or while serving): no "after" (before, the phases the window
+    showed: `ready after 1.0s` for a window that began at graph capture).  `follower`: a
+    follower node's launch."""
     phase = doc["phase"]
-    dur = doc.get("durations") or {}
-    if total is None:
-        total = sum(dur.values()) if dur else None
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
         head = crash_text(c["reason"], c["during"])
