@@ -882,6 +882,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _drop_stdout()   # stdout's reader is gone (Python's flush at exit would say so again)
         return Exit.PIPE_CLOSED
     except OSError as e:
+        if e.errno not in _OUTPUT_FULL and e.filename is not None:
+            # an input that cannot be read (`history DIR`, `compare` of an unreadable file):
+            # one line and 2, as `replay` says it (before: a traceback and exit 1, "crashed")
+            print(f"logwatch: {e.filename}: {e.strerror}", file=sys.stderr)
+            return Exit.USAGE
         if e.errno not in _OUTPUT_FULL:
             raise
         # the output cannot be written (`> /dev/full`, a full disk): said, not a traceback and

@@ -270,6 +270,18 @@ def test_replay_missing_file_among_good_ones() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("command", ["history", "compare", "replay"])
+def test_a_directory_given_as_the_log_is_one_line_and_2(tmp_path: Path, command: str) -> None:
+    """`logwatch history /var/log/sglang` (the directory, not the file in it): before,
+    `history` and `compare` printed an IsADirectoryError traceback and exited 1, which the
+    exit table reads as "nothing recorded"; `replay` already said it in one line."""
+    res = run_cli(command, str(tmp_path))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.strip() == f"logwatch: {tmp_path}: Is a directory", res.stderr
+
+
+@pytest.mark.integration
 def test_replay_empty_file(tmp_path: Path) -> None:
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
