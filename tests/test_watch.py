@@ -724,6 +724,38 @@ def test_while_the_log_is_silent_a_line_a_minute_says_so() -> None:
     assert "no new line for 3m06s" in notes[1]
 
 
+def test_a_log_silent_before_the_attach_says_how_long_at_once(tmp_path: Path) -> None:
+    """The H200 trace cut in cuda_graph, last written 5 minutes before watch attached (a
+    capture that hangs; its 15-minute budget not yet spent): the quiet line says the 5
+    minutes at once, and the stall comes when that silence passes the budget.  Before, the
+    silence counted from the read: nothing for a minute, then "no new line for 1m00s" (the
+    panel, status's LAST LINE and /api/status the same), the stall a budget after the read."""
+    lines = (FIXTURES / "gpu" / "h200" / "startup-trace.log").read_bytes().split(b"\n")
+    path = tmp_path / "server.log"
+    path.write_bytes(b"\n".join(lines[:11]) + b"\n")
+    old = time.time() - 300
+    os.utime(path, (old, old))
+    res = watch(str(path), "--no-history", "--timeout", "3s", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    notes = [ln for ln in res.stdout.splitlines() if "no new line for" in ln]
+    assert len(notes) == 1, res.stdout
+    assert re.search(r"no new line for 5m0\ds; last: \[2026-12-04 15:57:28 TP0\] max_total",
+                     notes[0]), notes
+    # 3 s short of cuda_graph's 15-minute budget: stalled within seconds, saying the log's
+    # silence (before: 15 minutes after the attach, "no new line for 15m00s")
+    near = time.time() - 15 * 60 + 3
+    os.utime(path, (near, near))
+    res = watch(str(path), "--no-history", "--gpu", "off", "--timeout", "10s", timeout=60)
+    assert re.search(r"^\d\d:\d\d:\d\d stalled: no new line for 15m0\ds in cuda_graph$",
+                     res.stdout, re.M), res.stdout
+    # an ended startup: the attach note says the idle time; no quiet line beside it
+    done = tmp_path / "done.log"
+    done.write_bytes(b"\n".join(lines[:51]) + b"\n")
+    os.utime(done, (old, old))
+    res = watch(str(done), "--no-history", "--timeout", "2s", timeout=60)
+    assert "became ready" in res.stdout and "no new line" not in res.stdout, res.stdout
+
+
 def test_an_engine_decided_late_is_named_not_called_a_relaunch() -> None:
     """`rules: auto` on a log whose first lines name no engine: the pack decided after the
     hold was said as "sglang writes the log now (was auto)", a relaunch's words."""

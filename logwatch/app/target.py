@@ -294,6 +294,12 @@ class Target:
             if not self.catchup.ended_at_attach(ev.startup):
                 count_crash(self.counters, ev)
         self._held_crashes = []
+        mtime = self.catchup.attach_mtime
+        if mtime is not None and self.last_line_at is not None:
+            # what it held was written by the file's last write, not when we read it: the
+            # log's silence counts from there (before, a log silent for 10 minutes read
+            # "no new line for 1m00s" a minute after the attach, and the panel no age)
+            self.last_line_at = min(self.last_line_at, mtime)
         self.eta.smoother = EtaSmoother()   # an ETA of the read time is not held to
         now = clock.now()
         for a in self.attachments:

@@ -446,9 +446,10 @@ def _verdict(runner: Target, view: TargetView,
         return EXIT_FAILED, "stopped (clean shutdown)"
     if _final(runner):
         return EXIT_FAILED, crash_text((view.crash or {}).get("reason"))
-    if view.stalled and view.silent_since is not None and not gpu_working(view.gpu) and \
-            not runner.first_probe_pending():
-        return EXIT_TIMEOUT, silent_text(view.silent_since, view.now)   # dead at attach
+    if view.stalled and view.silent_since is not None and not gpu_working(view.gpu):
+        if runner.first_probe_pending():
+            return None      # dead at attach: the endpoint's first word before that verdict
+        return EXIT_TIMEOUT, silent_text(view.silent_since, view.now)   # (not gives_up's)
     if view.stalled and gives_up(view):
         verdict = gpu_activity(view.gpu)
         return EXIT_TIMEOUT, f"stalled in {view.phase}" + \

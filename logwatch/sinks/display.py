@@ -186,6 +186,11 @@ class PlainDisplay:
         if at is None or now - at < QUIET_EVERY:
             self._quiet_said = 0.0
             return
+        if (view.historic or view.silent_since is not None) and not self._quiet_said:
+            # the attach note (or the stall's and "silent since"'s lines) says how long the
+            # log has been idle
+            self._quiet_said = now
+            return
         if now - max(self._quiet_said, at) >= QUIET_EVERY:
             self._quiet_said = now
             self.note(quiet_note(view, now))
@@ -246,7 +251,7 @@ class PlainDisplay:
                 self._say(f"the traceback was not fatal: still in {ev.phase}")
             elif isinstance(ev, Stalled):
                 self._say(stalled_text(ev, view))
-                self._gpu_said = now
+                self._gpu_said = self._quiet_said = now   # (it says how long: not twice)
             elif isinstance(ev, Resumed):
                 self._say(resumed_text(ev))
         self._beside_spans(view)
@@ -422,6 +427,8 @@ class RichDisplay(PlainDisplay):
             elif isinstance(ev, (Stalled, Resumed)):
                 from rich.markup import escape
                 text = stalled_text(ev, view) if isinstance(ev, Stalled) else resumed_text(ev)
+                if isinstance(ev, Stalled):
+                    self._quiet_said = now
                 self.live.console.print(f"[dim]{time.strftime('%H:%M:%S')}[/] "
                                         f"[yellow]{escape(text)}[/]")
         self._quiet(view, now)

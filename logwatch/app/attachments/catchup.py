@@ -123,6 +123,11 @@ class CatchUp(Attachment):
         machine's next tick stalls it (one `Stalled`: one alert, watch's exit 3) and the
         view says "silent since ...: server probably dead" instead of an ETA."""
         st = pipe.state
+        if self.attach_mtime is not None and st.phase in pipe.pack.startup_phases:
+            # within its budget too: the stall comes when the log's silence (not our read's)
+            # passes it, and says that silence (before: `stalled: no new line for 15m00s`
+            # 15 minutes after the attach of a log silent for 14 minutes then)
+            st.last_activity = min(st.last_activity or self.attach_mtime, self.attach_mtime)
         since = silent_at_attach(st, self.attach_mtime, now,
                                  pipe.machine.stall_budget(st.phase), pipe.pack.startup_phases)
         if since is None:
