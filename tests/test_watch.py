@@ -756,6 +756,29 @@ def test_a_log_silent_before_the_attach_says_how_long_at_once(tmp_path: Path) ->
     assert "became ready" in res.stdout and "no new line" not in res.stdout, res.stdout
 
 
+@pytest.mark.parametrize("term", ["dumb", "unknown", "xterm-256color"])
+def test_a_dumb_terminal_gets_the_plain_lines(monkeypatch: pytest.MonkeyPatch,
+                                              term: str) -> None:
+    """TERM=dumb on a terminal (Emacs' shell, a CI runner's pseudo-terminal): rich draws
+    no panel there, so the panel's display showed the phase names alone (no watching /
+    source / shards / ETA / quiet lines); the plain lines are all there."""
+    import pty
+    from logwatch.sinks.display import MultiDisplay, PlainDisplay, RichDisplay, make_display
+    monkeypatch.setenv("TERM", term)
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as tty:
+            disp = make_display("t", tty)
+            multi = MultiDisplay(["a", "b"], tty)
+            live = term.startswith("xterm")
+            assert isinstance(disp, RichDisplay) is live, type(disp)
+            assert isinstance(disp, PlainDisplay)
+            assert (multi.live is not None) is live
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 def test_an_engine_decided_late_is_named_not_called_a_relaunch() -> None:
     """`rules: auto` on a log whose first lines name no engine: the pack decided after the
     hold was said as "sglang writes the log now (was auto)", a relaunch's words."""

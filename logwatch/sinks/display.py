@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import re
 import sys
 import time
@@ -525,7 +526,7 @@ class MultiDisplay:
         self.targets = targets
         self.out = visible_out(out)
         self.live = None
-        if out.isatty():
+        if live_terminal(out):
             try:
                 from rich.console import Console
                 from rich.live import Live
@@ -582,8 +583,16 @@ class MultiDisplay:
         self.out.flush()
 
 
+def live_terminal(out: TextIO) -> bool:
+    """A terminal that can redraw a panel: not a pipe, and not TERM=dumb / unknown (Emacs'
+    shell, a CI runner's pseudo-terminal), where rich draws no panel: before, such a
+    terminal showed the phase names alone, without the plain lines' watching / source /
+    shards / ETA / quiet lines."""
+    return out.isatty() and os.environ.get("TERM", "").lower() not in ("dumb", "unknown")
+
+
 def make_display(target: str, out: TextIO = sys.stdout) -> PlainDisplay:
-    if out.isatty():
+    if live_terminal(out):
         try:
             return RichDisplay(target, out)
         except ImportError:  # pragma: no cover - rich is a dependency
