@@ -758,6 +758,28 @@ def test_eta_on_a_second_vllm_034_start_counts_the_phases_that_come_back():
         assert abs(eta - truth) <= 0.2 * truth, (p, at, eta, truth)
 
 
+def test_a_first_start_eta_does_not_count_a_phase_already_done_again():
+    """No history (the pack's typical seconds, `rough`): vLLM 0.34 goes back to allocating
+    after its graph capture (the KV cache's commit, 7 s before ready).  Before, the capture
+    (typical 30 s) was counted again as a phase still ahead: the ETA rose from 5 s in the
+    capture to 38 s at the last phase, 8 s before ready; now what the capture had of its
+    typical time is done (12 s: within the allocating's typical 10 s of the truth)."""
+    from logwatch.eta import startup_eta
+    pack = load_pack("vllm")
+    lines = (BUILT / "vllm-034-default.log").read_text().splitlines()
+    pipe = LogPipeline(pack)
+    t0, seen = 10_000.0, []
+    for line in lines:
+        at = _built_seconds(line)
+        pipe.feed((line + "\n").encode(), t0 + at)
+        if pipe.state.phase != READY:
+            seen.append((pipe.state.phase, at, startup_eta(pack, pipe.state, t0 + at, {})))
+    last = [(at, eta) for p, at, eta in seen if p == "allocating" and at > 260]
+    assert last, seen
+    at, eta = last[0]
+    assert abs(eta - (273.0 - at)) <= pack.typical_seconds["allocating"], (at, eta)
+
+
 def _built_seconds(line: str) -> float:
     """Seconds after 10:00:00 of a built line's stamp (unstamped lines: the last one's)."""
     import re as _re
