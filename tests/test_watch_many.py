@@ -81,6 +81,30 @@ def test_a_crash_while_the_other_still_loads(tmp_path: Path) -> None:
     assert f"  {slow}: launching" in res.stdout
 
 
+def test_a_target_whose_startup_ended_before_the_attach_is_not_shown_as_ready(
+        tmp_path: Path) -> None:
+    """Two nodes; node1's log became ready 40 minutes ago and nothing came since: the verdict
+    names it "while waiting for a new startup", and its row says that too.  Before, its row
+    said "ready" with the idle server's `serving: 0 tok/s` under it, as if it served."""
+    import os
+    texts = sim_texts(download=False)
+    a = tmp_path / "node0.log"          # still loading when the timeout comes
+    a.write_text("".join(texts[: max(i for i, t in enumerate(texts) if "Load weight end" in t)]))
+    b = write(tmp_path / "node1.log", start=time.time() - 45 * 60)
+    old = time.time() - 40 * 60
+    os.utime(b, (old, old))
+    res = subprocess.run([sys.executable, "-m", "logwatch", "watch", str(a), str(b),
+                          "--no-history", "--gpu", "off", "--probe", "off", "--timeout", "3s"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=90,
+                         stdin=subprocess.DEVNULL)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    rows = [ln for ln in res.stdout.splitlines() if ln.startswith(f"  {b}: ")]
+    assert len(rows) == 1, res.stdout
+    assert rows[0].startswith(f"  {b}: no new startup since logwatch attached (the last one: "
+                              "ready, 4"), rows
+    assert "serving:" not in res.stdout.split(rows[0])[1], res.stdout
+
+
 def test_usage_errors(tmp_path: Path) -> None:
     a = write(tmp_path / "node0.log", seed=1)
     for args, message in (((str(a), str(a)), "a TARGET is given twice"),

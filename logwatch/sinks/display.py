@@ -566,6 +566,12 @@ class MultiDisplay:
               file=self.out)
         for v in views:
             head = v.phase
+            if v.historic and v.seen_at_attach is not None:
+                # its last startup had ended before the attach (said then): not its state
+                # now (before: "ready" and the idle server's "serving: 0 tok/s")
+                print(f"  {v.name}: no new startup since logwatch attached (the last one: "
+                      f"{v.phase}, {fmt_duration(v.seen_at_attach.ago)} before the attach)", file=self.out)
+                continue
             if v.crash:
                 c = v.crash
                 head = crash_text(c["reason"], c["during"], v.crash_elapsed,
