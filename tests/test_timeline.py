@@ -733,6 +733,33 @@ def test_watch_says_what_runs_beside_the_current_phase():
     assert "READY in 1m00s" in text and "(total 1m00s)" in text, text
 
 
+def test_watch_read_at_once_says_how_long_each_span_it_left_took():
+    """The lines `watch` reads at once (the attach's catch-up, `watch - < log`, --last) come
+    as one batch of phase changes: each "took" is the span that change left.  Before, each
+    took its phase's latest span: `phase allocating (autotune took 2m31s)` for vLLM 0.34's
+    first autotune of 44 s, `phase autotune (allocating took 7.0s)` for a 2 s estimate (a
+    watch of the same log as it was written said 44s and 2.0s)."""
+    import io
+    from logwatch.sinks.display import PlainDisplay
+    text = (BUILT / "vllm-034-default.log").read_text()
+    lines = text.splitlines()
+    out = {}
+    for batch in ("once", "paced"):
+        buf = io.StringIO()
+        disp = PlainDisplay("x", buf)
+        pipe = LogPipeline(load_pack("vllm"))
+        steps = [(text, 10_000.0)] if batch == "once" else \
+            [(ln + "\n", 10_000.0 + _built_seconds(ln)) for ln in lines]
+        for chunk, now in steps:
+            events = pipe.feed(chunk.encode(), now)
+            disp.update(pipeline_view("x", pipe, now), events, now)
+        out[batch] = [ln[9:] for ln in buf.getvalue().splitlines() if ln[9:].startswith("phase ")]
+    assert out["once"] == out["paced"], out
+    assert out["once"][3:6] == ["phase allocating (autotune took 44s)",
+                                "phase autotune (allocating took 2.0s)",
+                                "phase cuda_graph (autotune took 2m31s)"], out["once"]
+
+
 def test_eta_on_a_second_vllm_034_start_counts_the_phases_that_come_back():
     """The ETA from the first start's spans (autotune 3m15s = compile + JIT warmup and
     autotune; allocating 9 s = estimate + commit): on the second start, at the KV estimate

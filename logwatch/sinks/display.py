@@ -157,6 +157,26 @@ def serving_text(view: TargetView) -> str:
     return "serving: " + " · ".join(parts) if parts else ""
 
 
+def left_span_seconds(view: TargetView, events: list[Event], i: int) -> float | None:
+    """How long the span that `events[i]` (a PhaseChanged) left lasted: of its phase's spans
+    on the main line, the one before those that later events of the same batch left (and
+    the open one, when the phase is current again).  A batch holds many changes when a log
+    is read at once (the attach's catch-up, stdin): before, each took the phase's latest
+    span, `phase allocating (autotune took 2m31s)` for vLLM 0.34's first autotune of 44 s."""
+    ev = events[i]
+    assert isinstance(ev, PhaseChanged)
+    if ev.epoch != view.epoch:
+        return None          # a startup before the view's: its spans are gone
+    spans = [sp for sp in view.timeline if not sp.beside and sp.phase == ev.old]
+    after = sum(1 for e in events[i + 1:] if isinstance(e, PhaseChanged) and e.old == ev.old
+                and e.epoch == ev.epoch)
+    if spans and spans[-1].open and view.phase == ev.old:
+        after += 1
+    if after < len(spans):
+        return spans[-1 - after].seconds
+    return view.durations.get(ev.old)
+
+
 class PlainDisplay:
     def __init__(self, target: str, out: TextIO = sys.stdout, prefix: str = "") -> None:
         self.target = target
@@ -235,13 +255,11 @@ class PlainDisplay:
             self._last_state = state
             self._say(f"source {state}")
         self._engine_change(view)
-        for ev in events:
+        for i, ev in enumerate(events):
             if isinstance(ev, Restarted):
                 self._say(f"new startup (#{ev.epoch}): {ev.line[:160]}")
             elif isinstance(ev, PhaseChanged):
-                # the span it just left (a phase that came back, or ran beside, has more)
-                took = next((sp.seconds for sp in reversed(view.timeline)
-                             if not sp.beside and sp.phase == ev.old), view.durations.get(ev.old))
+                took = left_span_seconds(view, events, i)
                 extra = f" ({ev.old} took {fmt_duration(took)})" if took and ev.old != "waiting" else ""
                 self._say(f"phase {ev.new}{extra}")
                 self._phase_gpu(view, ev)
