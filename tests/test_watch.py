@@ -192,6 +192,17 @@ def test_the_total_counts_the_silent_phase_as_its_phases_do(tmp_path: Path) -> N
     assert abs(parse_duration(m.group(2)) - sum(phases.values())) <= 1.0, res.stdout
 
 
+def test_the_timeout_is_said_as_it_was_given() -> None:
+    """`--timeout 20m` ends with `timed out after 20m ...` (README's words); before, `1200s`."""
+    from logwatch.app.watch import as_given
+    from logwatch.units import parse_duration
+    for given in ("20m", "1h", "1h30m", "45s", "2s", "90s", "1.5s"):
+        said = as_given(parse_duration(given))
+        assert parse_duration(said) == parse_duration(given), (given, said)
+    assert [as_given(parse_duration(g)) for g in ("20m", "1h30m", "90s", "2s")] == \
+        ["20m", "1h30m", "90s", "2s"]
+
+
 def test_timeout_waiting_for_a_file_that_never_appears(tmp_path: Path) -> None:
     res = watch(str(tmp_path / "never.log"), "--wait", "--timeout", "1s", timeout=60)
     assert res.returncode == 3, (res.stdout, res.stderr)

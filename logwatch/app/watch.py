@@ -233,12 +233,21 @@ async def _follow(watched: list[Watched], opts: WatchOptions, wake: asyncio.Even
                 _timed_out(watched, views, opts.timeout)
 
 
+def as_given(seconds: float) -> str:
+    """A --timeout as a person writes it: `20m`, `1h30m`, `45s` (before: `1200s`)."""
+    whole = int(seconds)
+    if whole != seconds or whole < 60 or whole % 60:
+        return f"{seconds:g}s"
+    h, m = divmod(whole // 60, 60)
+    return (f"{h}h" if h else "") + (f"{m}m" if m else "")
+
+
 def _timed_out(watched: list[Watched], views: list[TargetView], timeout: float) -> str:
     """--timeout's outcome: where the target was (each one not ready, for a launch)."""
     if len(watched) == 1:
-        return f"timed out after {timeout:g}s" + (": " if _deaf(views[0]) else " ") + \
+        return f"timed out after {as_given(timeout)}" + (": " if _deaf(views[0]) else " ") + \
             _where(views[0])
-    return f"timed out after {timeout:g}s: " + "; ".join(
+    return f"timed out after {as_given(timeout)}: " + "; ".join(
         f"{w.name} {_where(v)}" for w, v in zip(watched, views)
         if w.verdict is None or w.verdict[0] != EXIT_READY)
 
