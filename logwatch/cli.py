@@ -30,7 +30,7 @@ from .view import pipeline_view
 Subparsers = argparse._SubParsersAction
 
 MAIN_HELP = """\
-Watch LLM inference servers (SGLang, vLLM) start up and serve, from their logs.
+Watch LLM inference servers (SGLang, vLLM, TensorRT-LLM) start up and serve, from their logs.
 
 examples:
   logwatch watch ssh://gpu-node/root/server.log   follow a startup live until ready / crashed
@@ -86,7 +86,7 @@ after the other 7 ranks finished it"); a crash says which rank failed first.
 
 The server's own endpoint is probed where the log is (--probe; over the same SSH connection
 for ssh://, as a direct-tcpip channel: no route to the port needed) at the address its log
-printed, on its pack's paths (SGLang, vLLM: /health and /v1/models): the panel shows
+printed, on its pack's paths (SGLang, vLLM, TensorRT-LLM: /health and /v1/models): the panel shows
 "answering (200 /health, 200 /v1/models, 12 ms)" or "ready in log, not answering".
 
   logwatch watch ssh://gpu-1/srv/server.log --notify https://hooks.slack.com/services/...

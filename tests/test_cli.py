@@ -76,6 +76,20 @@ def test_a_scripted_command_s_help_says_its_exit_statuses(command: list[str]) ->
     assert re.search(r"exit (status: )?0 ", text) and " 2 " in text, text[-400:]
 
 
+def test_the_help_names_every_engine_shipped() -> None:
+    """`logwatch --help` and `watch --help` name the three engines whose packs ship (before:
+    "(SGLang, vLLM)" beside rules/trtllm.yaml)."""
+    import contextlib
+    import io
+    from logwatch.cli import build_parser
+    for command in ([], ["watch"]):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            build_parser().parse_args([*command, "--help"])
+        text = " ".join(out.getvalue().split())
+        assert "SGLang, vLLM, TensorRT-LLM" in text, (command, text[:300])
+
+
 @pytest.mark.integration
 def test_no_command_is_a_usage_error() -> None:
     res = run_cli()
