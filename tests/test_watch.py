@@ -567,6 +567,17 @@ def test_last_reports_the_ended_startup_and_exits(tmp_path: Path) -> None:
     assert "crashed (cuda_oom)" in res.stderr and "40m" in res.stderr, res.stderr
 
 
+def test_a_log_read_at_once_to_its_ready_line_shows_no_eta_of_zero() -> None:
+    """`watch - < server.log` (or --last): the lines come in one batch that ends ready; the
+    progress line printed in it said `ready in ~0.0s (rough)` beside `phase loading_shards`
+    (the ETA of the view after the batch: ready)."""
+    log = (FIXTURES / "built" / "vllm-034-default.log").read_text()
+    res = watch("-", "--no-history", input=log)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert re.search(r"^\d\d:\d\d:\d\d shards 17/17 ", res.stdout, re.M), res.stdout
+    assert "ready in ~" not in res.stdout, res.stdout
+
+
 def test_a_log_that_begins_mid_startup_has_no_launch_to_time_from(tmp_path: Path) -> None:
     """`kubectl logs --tail=26 ... | logwatch watch -`: the window of a vLLM 0.34 start that
     took 4m33s begins at its JIT warmup.  Before: `READY in 1m34s`, and replay's `ready after

@@ -41,7 +41,9 @@ SERVING_EVERY = 30.0        # --serve: a serving line this often (plain output)
 def eta_text(view: TargetView) -> str:
     """"ready in ~1m40s (from 3 earlier startups)"; "(rough)" without history."""
     eta = view.eta_seconds
-    if math.isnan(eta):
+    if math.isnan(eta) or view.phase == "ready":
+        # (ready: nothing to wait for; a batch read at once ends there, and its progress
+        # line said `ready in ~0.0s (rough)` beside the phase it was printed at)
         return ""
     n = view.eta_basis
     basis = f"from {n} earlier startup{'s' if n != 1 else ''}" if n else "rough"
