@@ -606,6 +606,21 @@ def test_a_log_that_begins_mid_startup_has_no_launch_to_time_from(tmp_path: Path
     assert verdict_line(res.stdout)[9:] == "CRASHED: weight_loading_error during waiting"
 
 
+def test_a_window_of_a_startup_is_not_the_next_eta_s_basis(tmp_path: Path) -> None:
+    """The window of a vLLM start from its JIT warmup (autotune, graphs, the KV commit:
+    1m34s of 4m33s), watched with history on: before, it was kept as a ready startup, and
+    the next start of the TARGET had an ETA `from 1 earlier startup` with launching and the
+    shards at 0 s (93 s at launch for a 4m33s start); now a startup without its launch is
+    not kept (the next ETA is rough)."""
+    from logwatch.state.history import StartupHistory, watch_state_dir
+    lines = (FIXTURES / "built" / "vllm-034-default.log").read_text().splitlines(True)
+    path = tmp_path / "server.log"
+    path.write_text("".join(lines[32:]))
+    res = watch(str(path), "--last")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert StartupHistory(watch_state_dir(), str(path)).typical() == {}
+
+
 def _watch_through_a_relaunch(args: list[str], relaunch: Callable[[], None],
                               said_on: str = "stdout") -> tuple[int, str, str, str]:
     """Start `watch ARGS`; once it said the log's last startup is history, `relaunch()`;

@@ -48,8 +48,11 @@ class HistoryAttachment(Attachment):
                 self.open = (ev.startup, {})
             elif isinstance(ev, Ready):
                 self.open = None
-                self.history.record_durations(ev.durations, "ready", ev.startup or "",
-                                              total=ev.took)
+                if ev.took is not None:   # a log that began mid-startup (no launch: no took)
+                    # is no typical startup: before, its window (autotune, graphs 1m34s of a
+                    # 4m33s start) became the next ETA's basis, its missing phases as 0 s
+                    self.history.record_durations(ev.durations, "ready", ev.startup or "",
+                                                  total=ev.took)
             elif isinstance(ev, CrashSettled):
                 self.open = None
                 self.history.record_durations(ev.durations, "crashed", ev.startup or "",
