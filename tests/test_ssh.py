@@ -1356,3 +1356,64 @@ def test_cli_watch_ssh_crash_oom(sshd_server: SSHServer, tmp_path: Path) -> None
     res, took = _watch_simulated(sshd_server, tmp_path, "--crash", "oom")
     assert res.returncode == 1, (res.returncode, res.stdout[-3000:], res.stderr[-3000:])
     assert "torch.OutOfMemoryError: CUDA out of memory" in res.stdout, res.stdout
+
+
+def test_a_bastion_refused_on_a_proxyjump_is_named_never_the_node(sshd_server: SSHServer,
+                                                                  tmp_path: Path) -> None:
+    """`ssh://gpu-node/...` with `ProxyJump bastion` in the ssh config (a second real sshd),
+    the node's key trusted, the bastion's not.  Before: "WARNING: the host key of gpu-node
+    has CHANGED ... this may be a man-in-the-middle" (asyncssh opened the hop and its refusal
+    was taken for the node's, whose known_hosts entry was found); a key the bastion refused
+    was "SSH authentication to gpu-node failed".  Now the bastion is named, with its own
+    host, port and known_hosts; trusted, the log is read through it."""
+    node = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    bastion_kh = tmp_path / "bastion_known_hosts"
+    bastion_kh.write_text("")
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            f"  User {bastion.user}", f"  IdentityFile {node.client_key}",
+            f"  UserKnownHostsFile {bastion_kh}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            f"  User {node.user}", "  ProxyJump bastion", ""]))
+        opts = SSHOptions(known_hosts=str(node.known_hosts), client_keys=(str(node.client_key),),
+                          config=(str(cfg),))
+
+        def fatal() -> str:
+            pool = SSHPool()
+            return run(_fatal_of(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
+                                               pool=pool), pool))[0].message
+
+        msg = fatal()
+        assert "CHANGED" not in msg and "man-in-the-middle" not in msg, msg
+        assert "jump host bastion" in msg, msg
+        assert f"ssh-keyscan -p {bastion.port} 127.0.0.1 >> {bastion_kh}" in msg, msg
+
+        # the bastion's key trusted, ours not in its authorized_keys: its login is named
+        bastion_kh.write_text(bastion.known_hosts_line() + "\n")
+        msg = fatal()
+        assert "jump host bastion" in msg and "SSH authentication to bastion failed" in msg, msg
+
+        # let in: the log read through the bastion, one connection to it per node connection
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+
+        async def through() -> tuple[bytes, int]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
+                                          pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n", "the log through the bastion")
+                return col.data(), len(bastion.session_pids())
+            finally:
+                await col.stop()
+                await pool.close()
+        data, sessions = run(through())
+        assert data == b"hello\n" and sessions >= 1
+        # closing the node's connection closed the bastion's too
+        deadline = time.monotonic() + 10
+        while bastion.session_pids() and time.monotonic() < deadline:
+            time.sleep(POLL)
+        assert not bastion.session_pids(), "the connection to the bastion was left open"

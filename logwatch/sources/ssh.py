@@ -63,6 +63,7 @@ from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     ssh_file_problems,
 )
+from .sshjump import JumpFailed, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -183,6 +184,28 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
     return kw
 
 
+async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientConnection:
+    """The connection to the target, through the ssh config's ProxyJump hops opened here
+    (sshjump.py: a hop's failure is said as the hop's, not the node's)."""
+    kw = _connect_kwargs(target, opts)
+    hops = jump_hops(host_config(target, opts))
+    if not hops:
+        return await asyncssh.connect(target.host, **kw)
+    # a hop is checked as its own Host block says (as OpenSSH does), but `known_hosts: none`
+    # turns checking off for the whole way (it warns)
+    hop_kw = {k: kw[k] for k in ("connect_timeout", "keepalive_interval", "keepalive_count_max")}
+    if "known_hosts" in kw and kw["known_hosts"] is None:
+        hop_kw["known_hosts"] = None
+    jump = await open_jumps(hops, kw.get("config", ()), **hop_kw)
+    try:
+        conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
+    except BaseException:
+        jump.close()
+        raise
+    conn.set_tunnel(jump)          # closing the node's connection closes the hops
+    return conn
+
+
 def _expand(p: str) -> str:
     import os
     return os.path.expanduser(p)
@@ -236,7 +259,7 @@ class SSHPool:
             for bad in ssh_file_problems(opts.client_keys, opts.known_hosts, opts.config):
                 raise bad
             try:
-                conn = await asyncssh.connect(target.host, **_connect_kwargs(target, opts))
+                conn = await _connect(target, opts)
             except ConfigParseError as e:      # "FILE line N: ...": ours, or ~/.ssh/config
                 raise BadSSHFile("config", str(e).partition(" line ")[0], str(e)) from None
             try:
@@ -377,22 +400,29 @@ def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
         return []
 
 
-def resolved(target: SSHTarget, opts: SSHOptions) -> tuple[SSHTarget, list[str]]:
-    """The target as the connection resolves it through the ssh config (a Host alias's
-    HostName and Port, or its HostKeyAlias: the name known_hosts is searched by), and the
-    known_hosts files it checks (the option, else the config's UserKnownHostsFile, else
-    ~/.ssh/known_hosts).  The config as asyncssh reads it: `--ssh-config`, else
-    ~/.ssh/config where readable."""
+def host_config(target: SSHTarget, opts: SSHOptions) -> Any | None:
+    """The ssh config as asyncssh reads it for the target (`--ssh-config`, else ~/.ssh/config
+    where readable), its Host and Match blocks applied; None where it cannot be read."""
     import getpass
     from asyncssh.config import SSHClientConfig
     paths = [_expand(c) for c in opts.config] if opts.config is not None else \
         [p for p in [_expand("~/.ssh/config")] if os.access(p, os.R_OK)]
     port: Any = target.port or opts.port
     try:
-        cfg = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),
-                                   target.user or opts.username or (), target.host, port or ())
+        return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),
+                                    target.user or opts.username or (), target.host,
+                                    port or ())
     except (OSError, ValueError, KeyError, ConfigParseError, asyncssh.Error):
-        cfg = None
+        return None
+
+
+def resolved(target: SSHTarget, opts: SSHOptions) -> tuple[SSHTarget, list[str]]:
+    """The target as the connection resolves it through the ssh config (a Host alias's
+    HostName and Port, or its HostKeyAlias: the name known_hosts is searched by), and the
+    known_hosts files it checks (the option, else the config's UserKnownHostsFile, else
+    ~/.ssh/known_hosts)."""
+    cfg = host_config(target, opts)
+    port: Any = target.port or opts.port
     host = target.host
     files = [opts.known_hosts] if opts.known_hosts is not None else []
     if cfg is not None:
@@ -435,7 +465,18 @@ def explain_host_key(e: asyncssh.HostKeyNotVerifiable, target: SSHTarget,
             f">> {files[0]}`), or set known_hosts: none to skip verification (insecure)")
 
 
+def explain_jump(e: JumpFailed, target: SSHTarget, opts: SSHOptions) -> str:
+    """A ProxyJump hop's own cause, said for the hop: its host key and login are checked as
+    its Host block says (the target's known_hosts and keys are the node's)."""
+    hop = SSHTarget(e.hop.host, target.path, e.hop.user, e.hop.port)
+    return (f"through the jump host {e.hop} (the ssh config's ProxyJump for {target.host}): "
+            + explain(e.cause, hop, replace(opts, known_hosts=None, client_keys=None,
+                                            username=None, port=None)))
+
+
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
+    if isinstance(e, JumpFailed):
+        return explain_jump(e, target, opts)
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         return explain_host_key(e, target, opts)
     if isinstance(e, NoSFTPSubsystem):
@@ -496,6 +537,8 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
 def connect_cause(e: BaseException) -> str:
     """"dns" / "refused" for the connect failures that are a typo far more often than an
     outage (watch stops at once on them before its first connection), else ""."""
+    if isinstance(e, JumpFailed):
+        e = e.cause
     if isinstance(e, socket.gaierror):
         return "dns"
     if isinstance(e, ConnectionRefusedError):

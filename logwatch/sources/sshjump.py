@@ -1,0 +1,102 @@
+"""A node behind a bastion: the ssh config's `ProxyJump` hops, opened here rather than by
+asyncssh, so that a hop that fails is named as the hop.
+
+asyncssh opens a Host's `ProxyJump` itself, inside `connect()`, and what a hop raises comes
+out as if the node had raised it: a bastion whose host key is not in known_hosts was said as
+"WARNING: the host key of gpu-node-17 has CHANGED ... this may be a man-in-the-middle" (the
+node's key was trusted: its known_hosts entry was found, the refusal taken for the node's),
+and a key the bastion refused as "SSH authentication to gpu-node-17 failed".  Each hop is
+opened as asyncssh opens it (its own Host block of the same ssh config, `user@host:port`
+as written, the previous hop as its tunnel: OpenSSH's order too), and what fails there is
+wrapped with the hop (`JumpFailed`): fatal where the cause is (`JumpRefused`), retried
+where it is not (`JumpLost`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import asyncssh
+
+from .sshfail import FatalSSH
+
+# what a hop raises that retrying does not cure (as for the node itself)
+HOP_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, FatalSSH)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One hop of a ProxyJump, `[user@]host[:port]` as the config writes it."""
+
+    host: str
+    port: int | None = None
+    user: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Hop":
+        user, at, host = text.strip().rpartition("@")
+        port: int | None = None
+        if host.startswith("[") and "]:" in host:          # [v6]:port
+            host, _, p = host[1:].partition("]:")
+            port = int(p) if p.isdigit() else None
+        elif host.count(":") == 1:     # (an IPv6 address alone has several)
+            host, _, p = host.partition(":")
+            port = int(p) if p.isdigit() else None
+        return cls(host.strip("[]"), port, user if at else None)
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host and self.port else self.host
+        return f"{self.user + '@' if self.user else ''}{host}" + \
+            (f":{self.port}" if self.port else "")
+
+
+def jump_hops(config: Any) -> list[Hop]:
+    """The hops of the host's `ProxyJump` in the loaded ssh config (none: `ProxyJump none`,
+    no such line, or no config)."""
+    value = config.get("ProxyJump") if config is not None else None
+    if not isinstance(value, str):
+        return []
+    return [Hop.parse(h) for h in value.split(",") if h.strip()]
+
+
+class JumpFailed(Exception):
+    """Connecting through the ProxyJump `hop` failed with `cause`."""
+
+    def __init__(self, hop: Hop, cause: BaseException) -> None:
+        super().__init__(f"{hop}: {cause}")
+        self.hop = hop
+        self.cause = cause
+
+
+class JumpRefused(JumpFailed, FatalSSH):
+    """The hop refused us for good: its host key, or our key."""
+
+
+class JumpLost(JumpFailed, OSError):
+    """The hop could not be reached, or dropped us: retried like the node itself."""
+
+
+async def open_jumps(hops: list[Hop], config: Any, **kw: Any) -> Any | None:
+    """A connection through `hops`, in order (None: no hops), to tunnel the node's through;
+    closing it closes the hops before it.  `config`: the ssh config paths, `()` for
+    asyncssh's default; `kw`: the timeouts and keepalives of the node's connection."""
+    conn: Any = None
+    try:
+        for hop in hops:
+            try:
+                nxt = await asyncssh.connect(hop.host, hop.port or (),
+                                             username=hop.user or (), tunnel=conn or (),
+                                             config=config, **kw)
+            except HOP_FATAL as e:
+                raise JumpRefused(hop, e) from e
+            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+                raise JumpLost(hop, e) from e
+            nxt.set_tunnel(conn)
+            conn = nxt
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    return conn

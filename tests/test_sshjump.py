@@ -1,0 +1,20 @@
+"""The ProxyJump hops read as OpenSSH writes them (sources/sshjump.py; the hops opened through
+real sshds: tests/test_ssh.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from logwatch.sources.sshjump import Hop
+
+
+@pytest.mark.parametrize("text, hop", [
+    ("bastion", ("bastion", None, None)), ("root@bastion:2222", ("bastion", 2222, "root")),
+    ("[::1]:2222", ("::1", 2222, None)), ("fe80::1", ("fe80::1", None, None)),
+    ("u@[fe80::1]", ("fe80::1", None, "u"))])
+def test_a_proxyjump_hop_is_read_as_ssh_writes_it(text: str, hop: tuple[Any, ...]) -> None:
+    parsed = Hop.parse(text)
+    assert (parsed.host, parsed.port, parsed.user) == hop
+    assert Hop.parse(str(parsed)) == parsed
