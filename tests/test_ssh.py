@@ -1417,3 +1417,51 @@ def test_a_bastion_refused_on_a_proxyjump_is_named_never_the_node(sshd_server: S
         while bastion.session_pids() and time.monotonic() < deadline:
             time.sleep(POLL)
         assert not bastion.session_pids(), "the connection to the bastion was left open"
+
+
+def test_host_keys_in_the_global_known_hosts_are_trusted_as_ssh_trusts_them(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No known_hosts option, nothing in ~/.ssh/known_hosts, the node's key in the global
+    file (OpenSSH's /etc/ssh/ssh_known_hosts, where a fleet's keys are put for every user;
+    here a file in tmp_path stands for it: the test does not write /etc).  Before: refused,
+    "not trusted ... add it to ~/.ssh/known_hosts (ssh-keyscan ... >>)" while `ssh` took it;
+    and a key the global file trusts another key for was not said CHANGED."""
+    import logwatch.sources.ssh as ssh_mod
+    server = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    fleet = tmp_path / "ssh_known_hosts"
+    monkeypatch.setattr(ssh_mod, "GLOBAL_KNOWN_HOSTS", (str(fleet),), raising=False)
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    opts = SSHOptions(client_keys=(str(server.client_key),))
+
+    # `ssh` itself takes the node's key from the global file (the reference)
+    fleet.write_text(server.known_hosts_line() + "\n")
+    ref = subprocess.run(["ssh", "-F", "/dev/null", "-o", "BatchMode=yes",
+                          "-o", "StrictHostKeyChecking=yes",
+                          "-o", f"UserKnownHostsFile={home}/.ssh/known_hosts",
+                          "-o", f"GlobalKnownHostsFile={fleet}", "-i", str(server.client_key),
+                          "-p", str(server.port), f"{server.user}@127.0.0.1", "true"],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert ref.returncode == 0, ref.stderr
+
+    async def read() -> bytes:
+        pool = SSHPool()
+        col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
+        try:
+            await col.wait(lambda: col.data() == b"hello\n" or col.fatal() is not None,
+                           "the log, or a refusal")
+            assert col.fatal() is None, col.fatal()
+            return col.data()
+        finally:
+            await col.stop()
+            await pool.close()
+    assert run(read()) == b"hello\n"
+
+    # the global file trusts another key for the node: CHANGED, never the advice to append
+    fleet.write_text(f"[127.0.0.1]:{server.port} {_other_host_key(tmp_path)}\n")
+    pool = SSHPool()
+    msg = run(_fatal_of(make_source(server, log_file, pool=pool, options=opts), pool))[0].message
+    assert "CHANGED" in msg and f"-f {fleet}" in msg and ">>" not in msg, msg

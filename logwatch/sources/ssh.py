@@ -184,11 +184,43 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
     return kw
 
 
+# OpenSSH's default GlobalKnownHostsFile: where a fleet's host keys are put for every user
+# (by its configuration management, FreeIPA, ...); asyncssh reads it only when the ssh
+# config names it, and then drops ~/.ssh/known_hosts
+GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+
+
+def global_known_hosts(cfg: Any | None) -> list[str]:
+    """The system-wide known_hosts files that exist: the ssh config's GlobalKnownHostsFile,
+    else OpenSSH's default."""
+    named = cfg.get("GlobalKnownHostsFile") if cfg is not None else None
+    return [str(f) for f in (named or GLOBAL_KNOWN_HOSTS) if os.path.isfile(_expand(str(f)))]
+
+
+def default_known_hosts(cfg: Any | None) -> Any:
+    """The known_hosts `ssh` checks where no option names one: the user's (the config's
+    UserKnownHostsFile, else ~/.ssh/known_hosts) and the global ones; `()` (asyncssh's own
+    choice, the same files) where no global file exists.  Before, a host whose key was in
+    /etc/ssh/ssh_known_hosts, which `ssh` takes, was refused with the advice to append its
+    key to ~/.ssh/known_hosts."""
+    glob = global_known_hosts(cfg)
+    if not glob:
+        return ()
+    user = [str(f) for f in (cfg.get("UserKnownHostsFile") if cfg is not None else None)
+            or USER_KNOWN_HOSTS]
+    return [_expand(f) for f in user if os.path.exists(_expand(f))] + \
+        [_expand(f) for f in glob]
+
+
 async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientConnection:
     """The connection to the target, through the ssh config's ProxyJump hops opened here
     (sshjump.py: a hop's failure is said as the hop's, not the node's)."""
     kw = _connect_kwargs(target, opts)
-    hops = jump_hops(host_config(target, opts))
+    cfg = host_config(target, opts)
+    if "known_hosts" not in kw and (files := default_known_hosts(cfg)):
+        kw["known_hosts"] = files
+    hops = jump_hops(cfg)
     if not hops:
         return await asyncssh.connect(target.host, **kw)
     # a hop is checked as its own Host block says (as OpenSSH does), but `known_hosts: none`
@@ -196,6 +228,9 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     hop_kw = {k: kw[k] for k in ("connect_timeout", "keepalive_interval", "keepalive_count_max")}
     if "known_hosts" in kw and kw["known_hosts"] is None:
         hop_kw["known_hosts"] = None
+    elif opts.known_hosts is None:      # each hop's own files, and the global ones
+        hop_kw["known_hosts"] = lambda hop: default_known_hosts(host_config(
+            SSHTarget(hop.host, "/", hop.user, hop.port), replace(opts, username=None, port=None)))
     jump = await open_jumps(hops, kw.get("config", ()), **hop_kw)
     try:
         conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
@@ -448,6 +483,8 @@ def explain_host_key(e: asyncssh.HostKeyNotVerifiable, target: SSHTarget,
                 "key, logwatch does not): give logwatch a known_hosts holding the node's key "
                 "(--known-hosts FILE / ssh.known_hosts), or set known_hosts: none to skip "
                 "verification (insecure)")
+    if opts.known_hosts is None:        # ssh's global files too (default_known_hosts)
+        files = files + global_known_hosts(host_config(target, opts))
     trusted = [(f, keys) for f in files if (keys := known_keys(f, real))]
     if trusted:
         # the host is known with another key: a reinstalled host, or someone in between;

@@ -81,14 +81,18 @@ class JumpLost(JumpFailed, OSError):
 async def open_jumps(hops: list[Hop], config: Any, **kw: Any) -> Any | None:
     """A connection through `hops`, in order (None: no hops), to tunnel the node's through;
     closing it closes the hops before it.  `config`: the ssh config paths, `()` for
-    asyncssh's default; `kw`: the timeouts and keepalives of the node's connection."""
+    asyncssh's default; `kw`: the timeouts and keepalives of the node's connection, and
+    `known_hosts` where the caller decides it (a function of the hop: per hop)."""
     conn: Any = None
     try:
         for hop in hops:
+            hop_kw = dict(kw)
+            if callable(hop_kw.get("known_hosts")):
+                hop_kw["known_hosts"] = hop_kw["known_hosts"](hop)
             try:
                 nxt = await asyncssh.connect(hop.host, hop.port or (),
                                              username=hop.user or (), tunnel=conn or (),
-                                             config=config, **kw)
+                                             config=config, **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
