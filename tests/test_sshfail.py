@@ -171,3 +171,59 @@ def test_a_key_skipped_for_its_passphrase_is_named_when_the_login_fails(
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert f"{key} has a passphrase, which logwatch cannot ask for" in res.stderr, res.stderr
     assert f"`ssh-add {key}`" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("agent", ["unset", "gone"])
+def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
+        sshd_server: SSHServer, tmp_path: Path, agent: str) -> None:  # noqa: F811
+    """`IdentityFile ~/.ssh/agent_key.pub` and `IdentitiesOnly yes` in the ssh config: the
+    private key kept in ssh-agent only (a hardware key, 1Password, an admin's agent), and
+    logwatch started without that agent (a systemd service has no SSH_AUTH_SOCK) or with a
+    stale one (a tmux session older than the login).  Before: "... give a key with --ssh-key
+    / ssh.client_keys or set up ~/.ssh/config" (it was).  Now: no key offered, the .pub and
+    why no agent, the fix; with a real ssh-agent holding the key, the log is read."""
+    import os
+    import sys
+    import time
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = tmp_path / "agent_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                   check=True, capture_output=True, timeout=30)
+    (home / ".ssh" / "agent_key.pub").write_bytes(Path(f"{key}.pub").read_bytes())
+    sshd_server.authorized_keys.write_bytes(Path(f"{key}.pub").read_bytes())
+    (home / ".ssh" / "config").write_text(
+        "Host 127.0.0.1\n  IdentityFile ~/.ssh/agent_key.pub\n  IdentitiesOnly yes\n")
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=3, port=free_port())), encoding="utf-8")
+    args = [sys.executable, "-m", "logwatch", "watch", sshd_server.url(log),
+            "--known-hosts", str(sshd_server.known_hosts), "--timeout", "20"]
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"} | {"HOME": str(home)}
+    sock = tmp_path / "agent.sock"
+    if agent == "gone":
+        env["SSH_AUTH_SOCK"] = str(sock)
+    res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert "no key was offered" in res.stderr and "~/.ssh/agent_key.pub" in res.stderr, \
+        res.stderr
+    why = "SSH_AUTH_SOCK is not set" if agent == "unset" else f"{sock}, which is gone"
+    assert why in res.stderr and "set up ~/.ssh/config" not in res.stderr, res.stderr
+
+    # the fix it names: the agent's socket, the key in it
+    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline and proc.poll() is None, "ssh-agent did not start"
+            time.sleep(0.02)
+        env["SSH_AUTH_SOCK"] = str(sock)
+        subprocess.run(["ssh-add", str(key)], env=env, check=True, capture_output=True,
+                       timeout=30)
+        res = subprocess.run(args + ["--last"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=60)
+        assert "source up: reading" in res.stdout + res.stderr, (res.stdout, res.stderr)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])   # ready
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

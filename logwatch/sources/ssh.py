@@ -61,7 +61,7 @@ from .base import (
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
-    ssh_file_problems,
+    no_key_offered, ssh_file_problems,
 )
 from .sshjump import JumpFailed, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
@@ -511,6 +511,26 @@ def explain_jump(e: JumpFailed, target: SSHTarget, opts: SSHOptions) -> str:
                                             username=None, port=None)))
 
 
+def explain_login(e: asyncssh.PermissionDenied, target: SSHTarget, opts: SSHOptions) -> str:
+    """The login refused: a key offered by itself that has a passphrase (skipped), or no key
+    offered at all (no key file, no agent: before, "... or set up ~/.ssh/config" to one whose
+    config named its agent's key), or the keys offered were not accepted."""
+    who = (target.host, target.port or opts.port, target.user or opts.username, opts.config)
+    locked = [] if opts.client_keys else locked_keys(*who)
+    if locked:
+        return (f"SSH authentication to {target.host} failed ({e.reason}): "
+                f"{', '.join(locked)} has a passphrase, which logwatch cannot ask for "
+                f"(the key was skipped): load it into ssh-agent for the daemon's user "
+                f"(`ssh-add {locked[0]}`), or give a key without one")
+    none = None if opts.client_keys else no_key_offered(*who)
+    if none:
+        return (f"SSH authentication to {target.host} failed ({e.reason}): {none}. Give a "
+                "key file (-i / ssh.client_keys), or set SSH_AUTH_SOCK to a running agent's "
+                "socket for the daemon (systemd: Environment=SSH_AUTH_SOCK=...)")
+    return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
+            "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
+
+
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     if isinstance(e, JumpFailed):
         return explain_jump(e, target, opts)
@@ -547,15 +567,7 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
         return (f"the streamed reader did not start on {target.host} (transport: stream "
                 f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")
     if isinstance(e, asyncssh.PermissionDenied):
-        locked = [] if opts.client_keys else locked_keys(
-            target.host, target.port or opts.port, target.user or opts.username, opts.config)
-        if locked:
-            return (f"SSH authentication to {target.host} failed ({e.reason}): "
-                    f"{', '.join(locked)} has a passphrase, which logwatch cannot ask for "
-                    f"(the key was skipped): load it into ssh-agent for the daemon's user "
-                    f"(`ssh-add {locked[0]}`), or give a key without one")
-        return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
-                "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
+        return explain_login(e, target, opts)
     if isinstance(e, asyncssh.Error):
         return f"{type(e).__name__}: {e.reason}"
     cause = connect_cause(e)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import stat
 from functools import lru_cache
 from typing import Iterator
 
@@ -182,12 +183,11 @@ def ssh_file_problems(client_keys: tuple[str, ...] | None, known_hosts: str | No
 DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_dsa")
 
 
-def locked_keys(host: str, port: int | None, user: str | None,
-                config: tuple[str, ...] | None) -> list[str]:
-    """The keys a connection to `host` offers by itself (no client_keys named) that have a
-    passphrase: the host's `IdentityFile`s in the ssh config, else OpenSSH's default keys.
-    asyncssh skips such a key without a word (a daemon has nobody to ask), so the login
-    failed as if there were no key: said after an authentication failure."""
+def identity_files(host: str, port: int | None, user: str | None,
+                   config: tuple[str, ...] | None) -> tuple[list[str], bool]:
+    """The keys a connection to `host` offers by itself (no client_keys named), as written:
+    the host's `IdentityFile`s in the ssh config, else OpenSSH's default keys; and whether
+    the config named them."""
     paths = [os.path.expanduser(c) for c in config or ()]
     if not paths and os.path.exists(os.path.expanduser("~/.ssh/config")):
         paths = [os.path.expanduser("~/.ssh/config")]
@@ -196,6 +196,48 @@ def locked_keys(host: str, port: int | None, user: str | None,
                                      user or "", host, port or 22).get("IdentityFile")
     except (OSError, ValueError, asyncssh.Error):
         named = None
-    keys = named or [f"~/.ssh/{name}" for name in DEFAULT_KEYS]
+    return (list(named), True) if named else ([f"~/.ssh/{n}" for n in DEFAULT_KEYS], False)
+
+
+def locked_keys(host: str, port: int | None, user: str | None,
+                config: tuple[str, ...] | None) -> list[str]:
+    """The keys a connection to `host` offers by itself that have a passphrase.  asyncssh
+    skips such a key without a word (a daemon has nobody to ask), so the login failed as if
+    there were no key: said after an authentication failure."""
+    keys, _ = identity_files(host, port, user, config)
     return [k for k in keys if os.path.isfile(os.path.expanduser(k))
             and (ssh_file_problem("client_keys", k) or "").startswith("the key has a passphrase")]
+
+
+def agent_unreachable() -> str | None:
+    """Why no ssh-agent can be asked for a key (None: one may be): asyncssh asks the one
+    SSH_AUTH_SOCK names, and says nothing when there is none."""
+    sock = os.environ.get("SSH_AUTH_SOCK")
+    if not sock:
+        return ("SSH_AUTH_SOCK is not set (a service started by systemd or cron has no "
+                "agent of its login)")
+    try:
+        is_socket = stat.S_ISSOCK(os.stat(sock).st_mode)
+    except OSError:
+        return f"SSH_AUTH_SOCK names {sock}, which is gone (the agent ended)"
+    return None if is_socket else f"SSH_AUTH_SOCK names {sock}, which is not a socket"
+
+
+def no_key_offered(host: str, port: int | None, user: str | None,
+                   config: tuple[str, ...] | None) -> str | None:
+    """Why a login offered no key at all, where it did not: no private key among the keys
+    it offers by itself and no agent to ask (an `IdentityFile ~/.ssh/key.pub` whose private
+    key is kept in ssh-agent, read by a daemon that has no agent); None if it may have."""
+    why = agent_unreachable()
+    if why is None:
+        return None
+    keys, named = identity_files(host, port, user, config)
+    if any(os.path.isfile(os.path.expanduser(k)) and ssh_file_problem("client_keys", k) is None
+           for k in keys):
+        return None
+    pubs = [k for k in keys if k.endswith(".pub") and os.path.isfile(os.path.expanduser(k))]
+    what = (f"the ssh config names {', '.join(pubs)} for the host, a public key (its private "
+            "key kept in ssh-agent)" if pubs else
+            f"no key the ssh config names for the host exists ({', '.join(keys)})" if named
+            else "there is no key in ~/.ssh (id_ed25519, id_rsa, ...)")
+    return f"no key was offered: {what}, and no ssh-agent can be asked: {why}"
