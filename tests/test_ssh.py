@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -1465,3 +1466,56 @@ def test_host_keys_in_the_global_known_hosts_are_trusted_as_ssh_trusts_them(
     pool = SSHPool()
     msg = run(_fatal_of(make_source(server, log_file, pool=pool, options=opts), pool))[0].message
     assert "CHANGED" in msg and f"-f {fleet}" in msg and ">>" not in msg, msg
+
+
+def test_a_host_block_of_the_system_ssh_config_applies_as_ssh_applies_it(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ssh://gpu-sys/...`, the alias's HostName, Port, User and IdentityFile only in the
+    system-wide client config (OpenSSH's /etc/ssh/ssh_config, where a fleet's Host blocks
+    often are; here a file in tmp_path stands for it: the test does not write /etc), none
+    in ~/.ssh/config.  Before: "no such host: gpu-sys (a typo?)" while `ssh gpu-sys` worked.
+    The user's config still comes first (its value wins), and a named config (`ssh -F`,
+    --ssh-config) replaces both."""
+    import logwatch.sources.sshfail as sshfail
+    server = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    system = tmp_path / "ssh_config"
+    system.write_text("\n".join(["Host gpu-sys", "  HostName 127.0.0.1", f"  Port {server.port}",
+                                 f"  User {server.user}", f"  IdentityFile {server.client_key}",
+                                 ""]))
+    monkeypatch.setattr(sshfail, "SYSTEM_SSH_CONFIG", str(system), raising=False)
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    opts = SSHOptions(known_hosts=str(server.known_hosts))
+
+    # `ssh` itself (its system config given with -F here: the reference)
+    ref = subprocess.run(["ssh", "-F", str(system), "-o", "BatchMode=yes",
+                          "-o", f"UserKnownHostsFile={server.known_hosts}", "gpu-sys", "true"],
+                         capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert ref.returncode == 0, ref.stderr
+
+    async def read(source_opts: SSHOptions) -> tuple[bytes, SourceState | None]:
+        pool = SSHPool()
+        col = Collector(SSHFileSource(f"ssh://gpu-sys{log_file}", options=source_opts,
+                                      pool=pool)).start()
+        try:
+            await col.wait(lambda: col.data() == b"hello\n" or any(
+                not s.up for s in col.states()), "the log, or a failure")
+            return col.data(), next((s for s in col.states() if not s.up), None)
+        finally:
+            await col.stop()
+            await pool.close()
+    data, failed = run(read(opts))
+    assert failed is None and data == b"hello\n", failed
+
+    # the user's own block comes first: a wrong port there wins, as with ssh
+    (home / ".ssh" / "config").write_text("Host gpu-sys\n  Port 1\n")
+    data, failed = run(read(opts))
+    assert failed is not None and "connection refused by gpu-sys" in failed.message, failed
+
+    # a named config replaces both (`ssh -F`): the system's block is not read
+    (home / ".ssh" / "config").write_text("")
+    data, failed = run(read(replace(opts, config=(str(home / ".ssh" / "config"),))))
+    assert failed is not None and "no such host: gpu-sys" in failed.message, failed

@@ -19,7 +19,8 @@ first attach also runs `grep` there to find the latest startup without downloadi
 whole log.
 
 * `~/.ssh/config`, `~/.ssh/known_hosts` and `~/.ssh/id_*` apply as with OpenSSH (asyncssh),
-  overridden by explicit options.  Host keys are verified: an unknown or changed key is
+  and so do the system's `/etc/ssh/ssh_config` and `/etc/ssh/ssh_known_hosts`, which
+  asyncssh alone does not read; overridden by explicit options.  Host keys are verified: an unknown or changed key is
   refused with a message saying how to trust it; `known_hosts: none` turns verification off
   and warns every time.
 * Keepalives detect a dead peer; reconnects back off exponentially with jitter.
@@ -61,7 +62,7 @@ from .base import (
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
-    no_key_offered, ssh_file_problems,
+    no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
 from .sshjump import JumpFailed, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
@@ -179,8 +180,7 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
         kw["known_hosts"] = None if kh.lower() == "none" else _expand(kh)
     if opts.client_keys is not None:
         kw["client_keys"] = [_expand(k) for k in opts.client_keys]
-    if opts.config is not None:
-        kw["config"] = [_expand(c) for c in opts.config]
+    kw["config"] = ssh_config_paths(opts.config)      # (the system's too, as ssh reads it)
     return kw
 
 
@@ -231,7 +231,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     elif opts.known_hosts is None:      # each hop's own files, and the global ones
         hop_kw["known_hosts"] = lambda hop: default_known_hosts(host_config(
             SSHTarget(hop.host, "/", hop.user, hop.port), replace(opts, username=None, port=None)))
-    jump = await open_jumps(hops, kw.get("config", ()), **hop_kw)
+    jump = await open_jumps(hops, kw["config"], **hop_kw)
     try:
         conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
     except BaseException:
@@ -296,7 +296,12 @@ class SSHPool:
             try:
                 conn = await _connect(target, opts)
             except ConfigParseError as e:      # "FILE line N: ...": ours, or ~/.ssh/config
-                raise BadSSHFile("config", str(e).partition(" line ")[0], str(e)) from None
+                if opts.config is not None or not skip_system_config(str(e)):
+                    raise BadSSHFile("config", str(e).partition(" line ")[0], str(e)) from None
+                log.get("source.ssh").warning(
+                    "the system's ssh config has a line logwatch cannot read (ssh can): it is "
+                    "left out until it changes", error=str(e))
+                conn = await _connect(target, opts)
             try:
                 reader = await self._start_stream(key, conn, opts)
                 if reader is None:
@@ -436,12 +441,11 @@ def known_keys(known_hosts: str, target: SSHTarget) -> list[Any]:
 
 
 def host_config(target: SSHTarget, opts: SSHOptions) -> Any | None:
-    """The ssh config as asyncssh reads it for the target (`--ssh-config`, else ~/.ssh/config
-    where readable), its Host and Match blocks applied; None where it cannot be read."""
+    """The ssh config as the connection reads it for the target (`ssh_config_paths`), its
+    Host and Match blocks applied; None where it cannot be read."""
     import getpass
     from asyncssh.config import SSHClientConfig
-    paths = [_expand(c) for c in opts.config] if opts.config is not None else \
-        [p for p in [_expand("~/.ssh/config")] if os.access(p, os.R_OK)]
+    paths = ssh_config_paths(opts.config)
     port: Any = target.port or opts.port
     try:
         return SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),

@@ -179,6 +179,45 @@ def ssh_file_problems(client_keys: tuple[str, ...] | None, known_hosts: str | No
             yield BadSSHFile(option, path, why)
 
 
+# OpenSSH's system-wide client config, read after the user's (the first value of an option
+# wins) unless a config is named (`ssh -F`): a fleet's Host blocks (HostName, User, ProxyJump
+# for a cluster's nodes) are often there, or in the ssh_config.d/ it includes.  asyncssh
+# reads only ~/.ssh/config: `ssh gpu-node-17` worked, logwatch said "no such host:
+# gpu-node-17 (a typo?)".
+SYSTEM_SSH_CONFIG = "/etc/ssh/ssh_config"
+
+
+_SYSTEM_LEFT_OUT: dict[str, object] = {}    # the system config -> its stamp when left out
+
+
+def ssh_config_paths(config: tuple[str, ...] | None) -> list[str]:
+    """The ssh config files read, as OpenSSH reads them: those named (`--ssh-config`,
+    `ssh.config`), else ~/.ssh/config and then the system's, where readable (and not left
+    out: `skip_system_config`)."""
+    if config is not None:
+        return [os.path.expanduser(c) for c in config]
+    system = SYSTEM_SSH_CONFIG
+    left_out = system in _SYSTEM_LEFT_OUT and _SYSTEM_LEFT_OUT[system] == _stamp(system)
+    return [p for p in (os.path.expanduser("~/.ssh/config"), None if left_out else system)
+            if p is not None and os.access(p, os.R_OK)]
+
+
+def skip_system_config(error: str) -> bool:
+    """Leave the system's ssh config out, until the file changes, where `error` (asyncssh's
+    ConfigParseError, "FILE line N: ...") is in it or a file it includes beside it: asyncssh
+    refuses lines `ssh` takes (a comment after a value, `Port 22 # jump`, `Match
+    localnetwork`), and a file the operator never named must not stop every target.  True:
+    left out now (connect again); False: not the system's (the error is said)."""
+    system = SYSTEM_SSH_CONFIG
+    where = error.partition(" line ")[0]
+    if system in _SYSTEM_LEFT_OUT and _SYSTEM_LEFT_OUT[system] == _stamp(system):
+        return False
+    if where != system and not where.startswith(os.path.dirname(system) + os.sep):
+        return False
+    _SYSTEM_LEFT_OUT[system] = _stamp(system)
+    return True
+
+
 # OpenSSH's default identities (ssh(1) -i), offered when the config names none for the host
 DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_dsa")
 
@@ -188,11 +227,8 @@ def identity_files(host: str, port: int | None, user: str | None,
     """The keys a connection to `host` offers by itself (no client_keys named), as written:
     the host's `IdentityFile`s in the ssh config, else OpenSSH's default keys; and whether
     the config named them."""
-    paths = [os.path.expanduser(c) for c in config or ()]
-    if not paths and os.path.exists(os.path.expanduser("~/.ssh/config")):
-        paths = [os.path.expanduser("~/.ssh/config")]
     try:
-        named = SSHClientConfig.load(None, paths, False, False, False, getpass.getuser(),
+        named = SSHClientConfig.load(None, ssh_config_paths(config), False, False, False, getpass.getuser(),
                                      user or "", host, port or 22).get("IdentityFile")
     except (OSError, ValueError, asyncssh.Error):
         named = None
