@@ -28,7 +28,7 @@ from logwatch.follow import Follower
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
-from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool
+from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool, SSHTarget
 from support.daemon import sim_texts, wait_for
 from support.sshd import SFTP_SERVER, SSHServer, sshd_server  # noqa: F401  (the fixture)
 
@@ -1519,3 +1519,41 @@ def test_a_host_block_of_the_system_ssh_config_applies_as_ssh_applies_it(
     (home / ".ssh" / "config").write_text("")
     data, failed = run(read(replace(opts, config=(str(home / ".ssh" / "config"),))))
     assert failed is not None and "no such host: gpu-sys" in failed.message, failed
+
+
+@pytest.mark.parametrize("transport", ["auto", "sftp"])
+def test_an_ssh_config_made_for_interactive_logins_does_not_break_the_reads(
+        sshd_server: SSHServer, tmp_path: Path, transport: str) -> None:
+    """`RequestTTY force` and `RemoteCommand tmux new -A -s main` for the host in the ssh
+    config (a shell that lands in tmux: made for `ssh host` by hand).  Before: every session
+    got a pty, the streamed reader's greeting never matched (CRLF) and SFTP over the pty
+    never answered: the source stayed "starting" for good, nothing said; over SFTP the
+    RemoteCommand ran instead of the subsystem ("0 bytes read ...").  Now they are not
+    applied to logwatch's sessions: the log is read either way, and a command asked with a
+    terminal type (the GPU stream's) still gets its pty."""
+    server = sshd_server
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host 127.0.0.1\n  RequestTTY force\n  RemoteCommand tmux new -A -s main\n")
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    opts = ssh_opts(server, config=(str(cfg),), transport=transport)
+
+    async def read() -> tuple[bytes, bytes, str]:
+        pool = SSHPool()
+        col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
+        try:
+            await col.wait(lambda: col.data() == b"hello\n", "the log", timeout=15)
+            conn, _ = await pool.get(SSHTarget.parse(server.url(log_file)), opts)
+            plain = await conn.run("tty", check=False)
+            proc = await conn.create_process("tty", term_type="dumb", encoding=None)
+            try:
+                pty = await asyncio.wait_for(proc.stdout.read(100), 10)
+            finally:
+                proc.close()
+            return col.data(), pty, str(plain.stdout)
+        finally:
+            await col.stop()
+            await pool.close()
+    data, pty, plain = run(read())
+    assert data == b"hello\n"
+    assert pty.startswith(b"/dev/pts/") and plain.startswith("not a tty"), (pty, plain)

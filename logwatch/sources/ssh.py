@@ -168,6 +168,13 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
         "connect_timeout": opts.connect_timeout,
         "keepalive_interval": opts.keepalive_interval,
         "keepalive_count_max": opts.keepalive_count_max,
+        # the ssh config's options for an interactive login are not for these sessions:
+        # `RequestTTY force` put each on a pty (the reader's frames never greeted, SFTP's
+        # packets mangled: the source stayed "starting" for good) and `RemoteCommand` ran
+        # in place of SFTP.  True: asyncssh's default, a pty only where a terminal type is
+        # asked (the GPU stream's, gpu/proc.py)
+        "request_pty": True,
+        "command": None,
     }
     user = target.user or opts.username
     if user:
