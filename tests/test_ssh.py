@@ -1557,3 +1557,47 @@ def test_an_ssh_config_made_for_interactive_logins_does_not_break_the_reads(
     data, pty, plain = run(read())
     assert data == b"hello\n"
     assert pty.startswith(b"/dev/pts/") and plain.startswith("not a tty"), (pty, plain)
+
+
+def test_forward_agent_in_the_ssh_config_does_not_hand_the_agent_to_the_node(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ForwardAgent yes` for the host (often under `Host *`) and the daemon's user with a
+    running ssh-agent (a real one, holding a key).  Before: every session logwatch opened,
+    the streamed reader's among them, had the agent forwarded: `ssh-add -l` on the node
+    listed the key for as long as the node was watched.  Now nothing is forwarded (nothing
+    logwatch runs needs it); the log is read as before."""
+    server = sshd_server
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline and agent.poll() is None, "no ssh-agent"
+            time.sleep(POLL)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", str(server.client_key)], check=True, capture_output=True,
+                       timeout=30)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n")
+        log_file = tmp_path / "server.log"
+        log_file.write_bytes(b"hello\n")
+        opts = ssh_opts(server, config=(str(cfg),))
+
+        async def node_sees() -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n", "the log")
+                conn, _ = await pool.get(SSHTarget.parse(server.url(log_file)), opts)
+                seen = await conn.run("printenv SSH_AUTH_SOCK DISPLAY", check=False)
+                return col.data(), str(seen.stdout)
+            finally:
+                await col.stop()
+                await pool.close()
+        data, seen = run(node_sees())
+        assert data == b"hello\n"
+        assert seen.strip() == "", f"the node was handed {seen.strip()!r}"
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)

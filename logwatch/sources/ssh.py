@@ -175,6 +175,12 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
         # asked (the GPU stream's, gpu/proc.py)
         "request_pty": True,
         "command": None,
+        # nor the forwardings (`Host *` / `ForwardAgent yes`, common): `ssh` forwards the
+        # agent for one interactive session, logwatch's connections stay up for months on
+        # every node watched, and a root there could use the daemon's agent (its keys to
+        # every other node) all along; nothing logwatch runs needs an agent or a display
+        "agent_forwarding": False,
+        "x11_forwarding": False,
     }
     user = target.user or opts.username
     if user:
