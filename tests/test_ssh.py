@@ -1601,3 +1601,48 @@ def test_forward_agent_in_the_ssh_config_does_not_hand_the_agent_to_the_node(
     finally:
         agent.kill()
         agent.wait(timeout=10)
+
+
+def test_a_proxycommand_that_ends_is_named_not_a_bare_connection_lost(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    """`ProxyCommand ssh -W %h:%p bastion` (the older way through a bastion; a second real
+    sshd), the bastion's key not trusted by that ssh: it ends at once.  Before: "cannot
+    connect: ConnectionLost: Connection lost", retried for ever, the command never named
+    (what it said on stderr goes into asyncssh's connection, lost).  Now the ProxyCommand is
+    named, to run by hand; trusted, the log is read through it."""
+    node = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    bastion_kh = tmp_path / "bastion_known_hosts"
+    bastion_kh.write_text("")
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            f"  User {bastion.user}", f"  IdentityFile {node.client_key}",
+            f"  UserKnownHostsFile {bastion_kh}", "  BatchMode yes",
+            "  StrictHostKeyChecking yes",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            f"  User {node.user}", f"  ProxyCommand ssh -F {cfg} -W %h:%p bastion", ""]))
+        opts = SSHOptions(known_hosts=str(node.known_hosts), client_keys=(str(node.client_key),),
+                          config=(str(cfg),))
+
+        async def first() -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
+                                          pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        data, msg = run(first())
+        assert data == b"" and "ProxyCommand for gpu-node" in msg, msg
+        assert f"-W 127.0.0.1:{node.port} bastion" in msg and "run it by hand" in msg, msg
+
+        bastion_kh.write_text(bastion.known_hosts_line() + "\n")
+        data, msg = run(first())
+        assert data == b"hello\n" and msg == "", msg

@@ -64,7 +64,7 @@ from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
-from .sshjump import JumpFailed, jump_hops, open_jumps
+from .sshjump import JumpFailed, ProxyLost, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -235,7 +235,14 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         kw["known_hosts"] = files
     hops = jump_hops(cfg)
     if not hops:
-        return await asyncssh.connect(target.host, **kw)
+        try:
+            return await asyncssh.connect(target.host, **kw)
+        except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError) as e:
+            proxy = cfg.get("ProxyCommand") if cfg is not None else None
+            if proxy:
+                raise ProxyLost(proxy if isinstance(proxy, str) else shlex.join(proxy),
+                                e) from e
+            raise
     # a hop is checked as its own Host block says (as OpenSSH does), but `known_hosts: none`
     # turns checking off for the whole way (it warns)
     hop_kw = {k: kw[k] for k in ("connect_timeout", "keepalive_interval", "keepalive_count_max")}
@@ -519,9 +526,14 @@ def explain_host_key(e: asyncssh.HostKeyNotVerifiable, target: SSHTarget,
             f">> {files[0]}`), or set known_hosts: none to skip verification (insecure)")
 
 
-def explain_jump(e: JumpFailed, target: SSHTarget, opts: SSHOptions) -> str:
+def explain_way(e: JumpFailed | ProxyLost, target: SSHTarget, opts: SSHOptions) -> str:
     """A ProxyJump hop's own cause, said for the hop: its host key and login are checked as
-    its Host block says (the target's known_hosts and keys are the node's)."""
+    its Host block says (the target's known_hosts and keys are the node's); a ProxyCommand
+    that ended, named (before: "ConnectionLost: Connection lost", retried for ever)."""
+    if isinstance(e, ProxyLost):
+        return (f"the ssh config's ProxyCommand for {target.host} (`{e.command}`) ended before "
+                f"the node's SSH server answered ({type(e.cause).__name__}): run it by hand "
+                "to see why (a bastion's host key or login, a proxy down)")
     hop = SSHTarget(e.hop.host, target.path, e.hop.user, e.hop.port)
     return (f"through the jump host {e.hop} (the ssh config's ProxyJump for {target.host}): "
             + explain(e.cause, hop, replace(opts, known_hosts=None, client_keys=None,
@@ -549,8 +561,8 @@ def explain_login(e: asyncssh.PermissionDenied, target: SSHTarget, opts: SSHOpti
 
 
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
-    if isinstance(e, JumpFailed):
-        return explain_jump(e, target, opts)
+    if isinstance(e, (JumpFailed, ProxyLost)):
+        return explain_way(e, target, opts)
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         return explain_host_key(e, target, opts)
     if isinstance(e, NoSFTPSubsystem):

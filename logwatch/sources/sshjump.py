@@ -78,6 +78,18 @@ class JumpLost(JumpFailed, OSError):
     """The hop could not be reached, or dropped us: retried like the node itself."""
 
 
+class ProxyLost(OSError):
+    """The ssh config's `ProxyCommand` (`command`, as run) ended before the node's SSH server
+    answered: `cause` is only "Connection lost" (asyncssh reads the command's stderr as the
+    connection's bytes: what it said, "Host key verification failed.", is not kept), so the
+    command is named, to be run by hand.  Retried like a host down."""
+
+    def __init__(self, command: str, cause: BaseException) -> None:
+        super().__init__(f"{command}: {cause}")
+        self.command = command
+        self.cause = cause
+
+
 async def open_jumps(hops: list[Hop], config: Any, **kw: Any) -> Any | None:
     """A connection through `hops`, in order (None: no hops), to tunnel the node's through;
     closing it closes the hops before it.  `config`: the ssh config paths, `()` for
