@@ -272,3 +272,30 @@ def test_a_system_ssh_config_line_only_ssh_reads_leaves_it_out_not_every_target_
                                          client_keys=(str(sshd_server.client_key),),
                                          config=(str(system),))))
     assert named.fatal and f"{system} line 2" in named.message, named
+
+
+def test_a_comment_after_a_value_in_the_ssh_config_is_said_with_its_fix(
+        sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    """`Port 22 # the old box` in the ssh config: `ssh` takes a comment after a value,
+    asyncssh's parser refuses the line.  Before: "cannot use ssh config FILE line 3: Extra
+    data at end: # the old box" (the line looked fine, ssh used it).  Now the same, then
+    what it is and the fix; with the comment on its own line, the log is read."""
+    import sys
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host 127.0.0.1\n  ServerAliveInterval 30\n  ServerAliveCountMax 3 # the old box\n")
+    ref = subprocess.run(["ssh", "-G", "-F", str(cfg), "127.0.0.1"], capture_output=True,
+                         text=True, timeout=30)
+    assert ref.returncode == 0 and "serveralivecountmax 3" in ref.stdout, ref.stderr
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(seed=3, port=free_port())), encoding="utf-8")
+    args = [sys.executable, "-m", "logwatch", "watch", sshd_server.url(log), "--last",
+            "--known-hosts", str(sshd_server.known_hosts), "-i", str(sshd_server.client_key),
+            "--ssh-config", str(cfg)]
+    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert f"{cfg} line 3" in res.stderr and "put the comment on a line of its own" in \
+        res.stderr, res.stderr
+    cfg.write_text("Host 127.0.0.1\n  ServerAliveInterval 30\n  # the old box\n"
+                   "  ServerAliveCountMax 3\n")
+    res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])

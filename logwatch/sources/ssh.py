@@ -62,7 +62,7 @@ from .base import (
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
-    no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
+    config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
 from .sshjump import JumpFailed, ProxyLost, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
@@ -317,7 +317,8 @@ class SSHPool:
                 conn = await _connect(target, opts)
             except ConfigParseError as e:      # "FILE line N: ...": ours, or ~/.ssh/config
                 if opts.config is not None or not skip_system_config(str(e)):
-                    raise BadSSHFile("config", str(e).partition(" line ")[0], str(e)) from None
+                    raise BadSSHFile("config", str(e).partition(" line ")[0],
+                                     config_parse_why(str(e))) from None
                 log.get("source.ssh").warning(
                     "the system's ssh config has a line logwatch cannot read (ssh can): it is "
                     "left out until it changes", error=str(e))

@@ -202,6 +202,17 @@ def ssh_config_paths(config: tuple[str, ...] | None) -> list[str]:
             if p is not None and os.access(p, os.R_OK)]
 
 
+def config_parse_why(error: str) -> str:
+    """asyncssh's ConfigParseError ("FILE line N: ..."), with the fix where it is a line
+    `ssh` takes and asyncssh's parser does not: a comment after a value (`Port 2222 # old
+    box`), said "Extra data at end: # old box" (before, only that: the line looked wrong,
+    `ssh` took it)."""
+    if "Extra data at end: #" in error:
+        return (f"{error} (a comment after a value: `ssh` takes it, logwatch's SSH library "
+                "does not; put the comment on a line of its own)")
+    return error
+
+
 def skip_system_config(error: str) -> bool:
     """Leave the system's ssh config out, until the file changes, where `error` (asyncssh's
     ConfigParseError, "FILE line N: ...") is in it or a file it includes beside it: asyncssh
