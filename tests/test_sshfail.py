@@ -299,3 +299,47 @@ def test_a_comment_after_a_value_in_the_ssh_config_is_said_with_its_fix(
                    "  ServerAliveCountMax 3\n")
     res = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+
+
+def test_an_agent_of_many_keys_does_not_use_up_the_logins_tries(
+        sshd_server: SSHServer, tmp_path: Path) -> None:  # noqa: F811
+    """The daemon's user has an ssh-agent holding 7 other keys (a real one; sshd's
+    MaxAuthTries is 6).  Before: with the node's key named (-i / ssh.client_keys) the agent's
+    keys were offered first and sshd ended the login: "ProtocolError: Too many authentication
+    failures", retried for ever; the host's IdentityFile in the ssh config, the same, no
+    hint.  Now a named key is the only one offered (the log is read), and the other case says
+    what happened and `IdentitiesOnly yes`."""
+    import os
+    import sys
+    import time
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline and agent.poll() is None, "no ssh-agent"
+            time.sleep(0.02)
+        env = dict(os.environ, SSH_AUTH_SOCK=str(sock), HOME=str(tmp_path))
+        for i in range(7):
+            key = tmp_path / f"other{i}"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                           check=True, capture_output=True, timeout=30)
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True,
+                           capture_output=True, timeout=30)
+        log = tmp_path / "server.log"
+        log.write_text("".join(sim_texts(seed=3, port=free_port())), encoding="utf-8")
+        base = [sys.executable, "-m", "logwatch", "watch", sshd_server.url(log), "--last",
+                "--timeout", "8", "--known-hosts", str(sshd_server.known_hosts)]
+        res = subprocess.run(base + ["-i", str(sshd_server.client_key)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text(f"Host 127.0.0.1\n  IdentityFile {sshd_server.client_key}\n")
+        res = subprocess.run(base + ["--ssh-config", str(cfg)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)
+        out = res.stdout + res.stderr
+        assert "Too many authentication failures" in out and "IdentitiesOnly yes" in out, out
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)

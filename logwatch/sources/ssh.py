@@ -193,6 +193,10 @@ def _connect_kwargs(target: SSHTarget, opts: SSHOptions) -> dict[str, Any]:
         kw["known_hosts"] = None if kh.lower() == "none" else _expand(kh)
     if opts.client_keys is not None:
         kw["client_keys"] = [_expand(k) for k in opts.client_keys]
+        # the named keys are the keys (IdentitiesOnly): asyncssh offered an agent's keys
+        # first, and an agent of 6 keys used up sshd's MaxAuthTries before the named one
+        # was tried ("Too many authentication failures", for ever)
+        kw["agent_path"] = None
     kw["config"] = ssh_config_paths(opts.config)      # (the system's too, as ssh reads it)
     return kw
 
@@ -541,10 +545,24 @@ def explain_way(e: JumpFailed | ProxyLost, target: SSHTarget, opts: SSHOptions) 
                                             username=None, port=None)))
 
 
-def explain_login(e: asyncssh.PermissionDenied, target: SSHTarget, opts: SSHOptions) -> str:
+def too_many_keys(e: BaseException) -> bool:
+    """sshd ended the login after its MaxAuthTries keys (6 by default) were refused."""
+    return isinstance(e, asyncssh.DisconnectError) and \
+        "too many authentication failures" in str(e.reason).lower()
+
+
+def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptions) -> str:
     """The login refused: a key offered by itself that has a passphrase (skipped), or no key
     offered at all (no key file, no agent: before, "... or set up ~/.ssh/config" to one whose
-    config named its agent's key), or the keys offered were not accepted."""
+    config named its agent's key), or too many keys offered (an agent's, before the host's
+    own: before, "ProtocolError: Too many authentication failures" alone), or the keys
+    offered were not accepted."""
+    if too_many_keys(e):
+        return (f"SSH authentication to {target.host} failed ({e.reason}): its sshd stops "
+                "a login after MaxAuthTries keys (6 by default), and more were offered (an "
+                "ssh-agent's keys come before the host's own): set `IdentitiesOnly yes` for "
+                "the host in the ssh config, or name its key (-i / ssh.client_keys: then only "
+                "the named keys are offered)")
     who = (target.host, target.port or opts.port, target.user or opts.username, opts.config)
     locked = [] if opts.client_keys else locked_keys(*who)
     if locked:
@@ -596,7 +614,7 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     if isinstance(e, NoStreamReader):
         return (f"the streamed reader did not start on {target.host} (transport: stream "
                 f"needs python3 there): {e.why}; use transport: auto to fall back to SFTP")
-    if isinstance(e, asyncssh.PermissionDenied):
+    if isinstance(e, asyncssh.PermissionDenied) or too_many_keys(e):
         return explain_login(e, target, opts)
     if isinstance(e, asyncssh.Error):
         return f"{type(e).__name__}: {e.reason}"
