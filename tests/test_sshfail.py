@@ -173,7 +173,7 @@ def test_a_key_skipped_for_its_passphrase_is_named_when_the_login_fails(
     assert f"`ssh-add {key}`" in res.stderr, res.stderr
 
 
-@pytest.mark.parametrize("agent", ["unset", "gone"])
+@pytest.mark.parametrize("agent", ["unset", "gone", "identity-agent"])
 def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
         sshd_server: SSHServer, tmp_path: Path, agent: str) -> None:  # noqa: F811
     """`IdentityFile ~/.ssh/agent_key.pub` and `IdentitiesOnly yes` in the ssh config: the
@@ -192,21 +192,25 @@ def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
                    check=True, capture_output=True, timeout=30)
     (home / ".ssh" / "agent_key.pub").write_bytes(Path(f"{key}.pub").read_bytes())
     sshd_server.authorized_keys.write_bytes(Path(f"{key}.pub").read_bytes())
+    sock = tmp_path / "agent.sock"
+    # `identity-agent`: the agent named by the host's IdentityAgent (1Password's way), none
+    # in the environment
     (home / ".ssh" / "config").write_text(
-        "Host 127.0.0.1\n  IdentityFile ~/.ssh/agent_key.pub\n  IdentitiesOnly yes\n")
+        "Host 127.0.0.1\n  IdentityFile ~/.ssh/agent_key.pub\n  IdentitiesOnly yes\n" +
+        (f"  IdentityAgent {sock}\n" if agent == "identity-agent" else ""))
     log = tmp_path / "server.log"
     log.write_text("".join(sim_texts(seed=3, port=free_port())), encoding="utf-8")
     args = [sys.executable, "-m", "logwatch", "watch", sshd_server.url(log),
             "--known-hosts", str(sshd_server.known_hosts), "--timeout", "20"]
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"} | {"HOME": str(home)}
-    sock = tmp_path / "agent.sock"
     if agent == "gone":
         env["SSH_AUTH_SOCK"] = str(sock)
     res = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert "no key was offered" in res.stderr and "~/.ssh/agent_key.pub" in res.stderr, \
         res.stderr
-    why = "SSH_AUTH_SOCK is not set" if agent == "unset" else f"{sock}, which is gone"
+    why = {"unset": "SSH_AUTH_SOCK is not set", "gone": f"SSH_AUTH_SOCK names {sock}, which "
+           "is gone", "identity-agent": f"IdentityAgent names {sock}, which is gone"}[agent]
     assert why in res.stderr and "set up ~/.ssh/config" not in res.stderr, res.stderr
 
     # the fix it names: the agent's socket, the key in it
@@ -217,9 +221,10 @@ def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
         while not sock.exists():
             assert time.monotonic() < deadline and proc.poll() is None, "ssh-agent did not start"
             time.sleep(0.02)
-        env["SSH_AUTH_SOCK"] = str(sock)
-        subprocess.run(["ssh-add", str(key)], env=env, check=True, capture_output=True,
-                       timeout=30)
+        subprocess.run(["ssh-add", str(key)], env=dict(env, SSH_AUTH_SOCK=str(sock)),
+                       check=True, capture_output=True, timeout=30)
+        if agent != "identity-agent":
+            env["SSH_AUTH_SOCK"] = str(sock)
         res = subprocess.run(args + ["--last"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=60)
         assert "source up: reading" in res.stdout + res.stderr, (res.stdout, res.stderr)

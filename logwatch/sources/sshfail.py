@@ -233,16 +233,23 @@ def skip_system_config(error: str) -> bool:
 DEFAULT_KEYS = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk", "id_dsa")
 
 
+def _host_config(host: str, port: int | None, user: str | None,
+                 config: tuple[str, ...] | None) -> SSHClientConfig | None:
+    """The ssh config as read for `host` (None where it cannot be read)."""
+    try:
+        return SSHClientConfig.load(None, ssh_config_paths(config), False, False, False,
+                                    getpass.getuser(), user or "", host, port or 22)
+    except (OSError, ValueError, asyncssh.Error):
+        return None
+
+
 def identity_files(host: str, port: int | None, user: str | None,
                    config: tuple[str, ...] | None) -> tuple[list[str], bool]:
     """The keys a connection to `host` offers by itself (no client_keys named), as written:
     the host's `IdentityFile`s in the ssh config, else OpenSSH's default keys; and whether
     the config named them."""
-    try:
-        named = SSHClientConfig.load(None, ssh_config_paths(config), False, False, False, getpass.getuser(),
-                                     user or "", host, port or 22).get("IdentityFile")
-    except (OSError, ValueError, asyncssh.Error):
-        named = None
+    cfg = _host_config(host, port, user, config)
+    named = cfg.get("IdentityFile") if cfg is not None else None
     return (list(named), True) if named else ([f"~/.ssh/{n}" for n in DEFAULT_KEYS], False)
 
 
@@ -256,18 +263,21 @@ def locked_keys(host: str, port: int | None, user: str | None,
             and (ssh_file_problem("client_keys", k) or "").startswith("the key has a passphrase")]
 
 
-def agent_unreachable() -> str | None:
+def agent_unreachable(identity_agent: str | None = None) -> str | None:
     """Why no ssh-agent can be asked for a key (None: one may be): asyncssh asks the one
-    SSH_AUTH_SOCK names, and says nothing when there is none."""
-    sock = os.environ.get("SSH_AUTH_SOCK")
+    the host's `IdentityAgent` names (1Password's, ...), else SSH_AUTH_SOCK's, and says
+    nothing when there is none."""
+    what = "the ssh config's IdentityAgent" if identity_agent else "SSH_AUTH_SOCK"
+    sock = os.path.expanduser(identity_agent) if identity_agent else \
+        os.environ.get("SSH_AUTH_SOCK")
     if not sock:
         return ("SSH_AUTH_SOCK is not set (a service started by systemd or cron has no "
                 "agent of its login)")
     try:
         is_socket = stat.S_ISSOCK(os.stat(sock).st_mode)
     except OSError:
-        return f"SSH_AUTH_SOCK names {sock}, which is gone (the agent ended)"
-    return None if is_socket else f"SSH_AUTH_SOCK names {sock}, which is not a socket"
+        return f"{what} names {sock}, which is gone (the agent ended)"
+    return None if is_socket else f"{what} names {sock}, which is not a socket"
 
 
 def no_key_offered(host: str, port: int | None, user: str | None,
@@ -275,7 +285,9 @@ def no_key_offered(host: str, port: int | None, user: str | None,
     """Why a login offered no key at all, where it did not: no private key among the keys
     it offers by itself and no agent to ask (an `IdentityFile ~/.ssh/key.pub` whose private
     key is kept in ssh-agent, read by a daemon that has no agent); None if it may have."""
-    why = agent_unreachable()
+    cfg = _host_config(host, port, user, config)
+    agent = cfg.get("IdentityAgent") if cfg is not None else None
+    why = agent_unreachable(str(agent) if agent else None)
     if why is None:
         return None
     keys, named = identity_files(host, port, user, config)
