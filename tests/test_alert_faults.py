@@ -198,3 +198,48 @@ def test_a_sigterm_during_a_delivery_lets_it_finish_and_it_is_not_sent_again(
     d.wait_reading("t1")
     rx.assert_quiet(2.0, what="the delivered page sent again after the restart")
     assert len(rx.requests()) == 1
+
+
+def test_a_receiver_that_never_accepts_the_connection_is_an_outage_not_a_lost_page(
+        tmp_path, receivers, daemons) -> None:
+    """A receiver whose accept queue is full (its process wedged, a relay overwhelmed; a
+    host behind a firewall that drops is the same): the daemon's connect never completes,
+    so the request is never written.  Before, that timeout read as "delivery unknown: it
+    may have it" and the crash page was given up after 3 tries (39 s with the default 10 s
+    timeout), though no copy existed.  Now it is an outage, retried until the receiver
+    takes it."""
+    import socket
+
+    wedged = socket.socket()
+    wedged.bind(("127.0.0.1", 0))
+    wedged.listen(0)                       # never accepts: its queue fills at once
+    port_rx = wedged.getsockname()[1]
+    fillers = []
+    for _ in range(3):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(("127.0.0.1", port_rx))
+        fillers.append(c)
+    probe = socket.socket()
+    probe.settimeout(0.3)
+    with pytest.raises(OSError):           # the fault as the daemon meets it: no connection
+        probe.connect(("127.0.0.1", port_rx))
+    probe.close()
+
+    cfg, port, state, log = one_target(tmp_path, {
+        "type": "webhook", "url": f"http://127.0.0.1:{port_rx}/hook", "on": ["crashed"],
+        "timeout": "0.5s", "max_age": "60s"})
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, "".join(sim_texts(crash="oom")))
+    wait_for(lambda: [e["attempts"] for e in outbox(state)] == [3]
+             or "alert delivery unknown" in d.stderr(), 40,
+             "3 attempts that could not connect", alive=d.dead)
+    assert "alert delivery unknown" not in d.stderr(), "never connected: nothing was sent"
+    assert "not connected within 0.5s" in d.stderr()
+    for c in fillers + [wedged]:           # the receiver comes back on its port
+        c.close()
+    rx = receivers(port=port_rx)
+    rx.wait(hook("crashed", "firing"), timeout=40, alive=d.dead, answered=True,
+            what="the crash page, once the receiver accepts")
+    assert d.metric("logwatch_alerts_dropped_total", kind="crashed") in (None, 0.0)

@@ -13,7 +13,7 @@ from ..sinks.alerts.kinds import ALERT_KINDS
 from ..sinks.alerts.model import FIRING, Alert
 from ..sinks.alerts.policy import alert_key
 from ..sinks.alerts.receivers import make_sinks
-from ..sinks.alerts.delivery import deliver
+from ..sinks.alerts.delivery import client_session, deliver
 from ..verdict import Exit
 from .config import Config
 
@@ -35,9 +35,8 @@ async def send_test(cfg: Config, kind: str, out: Callable[[str], None] = print) 
     if not sinks:
         out(f"{cfg.path}: no alert sinks configured (alerts: [...])")
         return Exit.USAGE
-    import aiohttp
     failed = 0
-    async with aiohttp.ClientSession() as session:   # only the delivery step: no outbox
+    async with client_session() as session:   # only the delivery step: no outbox
         alert = sample(kind, f"http://{cfg.listen_host}:{cfg.listen_port}/")
         for s in sinks:
             outcome = await deliver(session, s, alert)

@@ -58,12 +58,10 @@ async def notify_verdict(target: str, code: int, outcome: str, views: list[Targe
     if target == "bell":
         print("\a", end="", file=screen, flush=True)
         return True
-    import aiohttp
-
-    from ..sinks.alerts.delivery import deliver
+    from ..sinks.alerts.delivery import client_session, deliver
     sink = make_sinks([sink_spec(target)])[0]
     alert = verdict_alert(code, outcome, views)
-    async with aiohttp.ClientSession() as session:
+    async with client_session() as session:
         result = await deliver(session, sink, alert)
     if not result.ok:
         print(f"logwatch: --notify: not delivered: {result.message}", file=screen, flush=True)

@@ -20,7 +20,8 @@
   for the whole `max_age` behind a page the receiver refused for good.
 * A delivery with no answer within the sink's `timeout` is *unknown* (the receiver may
   have processed it): it is sent again with the same Idempotency-Key at most
-  `MAX_UNKNOWN` times.
+  `MAX_UNKNOWN` times.  One that never connected within it was not sent: an outage,
+  retried as one.
 * Alertmanager keeps alerts in memory and expects its clients to send them again: the open
   alerts an alertmanager sink was given are sent again every `resend` (5 min): a restarted
   Alertmanager has them back, and a crash open for a day does not lapse.
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import re
 from typing import Any, Callable
@@ -63,9 +65,8 @@ class Delivery:
         self._closing = False
 
     async def start(self) -> None:
-        import aiohttp
         self._closing = False
-        self.session = aiohttp.ClientSession()
+        self.session = client_session()
         self.start_workers()
 
     @property
@@ -260,6 +261,28 @@ def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger
     return False
 
 
+@functools.lru_cache(maxsize=1)
+def _sent_trace() -> Any:
+    """An aiohttp trace that marks a request written (its `trace_request_ctx["sent"]`): a
+    timeout before that is no unknown delivery (`deliver`)."""
+    import aiohttp
+
+    async def sent(session: Any, ctx: Any, params: Any) -> None:
+        if isinstance(ctx.trace_request_ctx, dict):
+            ctx.trace_request_ctx["sent"] = True
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(sent)
+    return trace
+
+
+def client_session() -> Any:
+    """The HTTP session of the alert sinks: `deliver` on it tells a request never written
+    (an outage) from one with no answer (unknown).  On another session every timeout is
+    unknown."""
+    import aiohttp
+    return aiohttp.ClientSession(trace_configs=[_sent_trace()])
+
+
 async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
     """One POST of `alert` to `sink`, with `Idempotency-Key: <mark>` (the same on every
     attempt and after a restart, so a receiver can drop a copy it already has).  What the
@@ -271,12 +294,21 @@ async def deliver(session: Any, sink: Sink, alert: Alert) -> Outcome:
         return Outcome(False, False, message=str(e))
     import aiohttp
     headers = {**req.headers, "Idempotency-Key": alert.mark}
+    traced = _sent_trace() in getattr(session, "trace_configs", ())
+    wrote = {"sent": False}        # set by the trace once the request's headers are written
     try:
         async with session.post(req.url, data=req.body, headers=headers,
-                                timeout=aiohttp.ClientTimeout(total=sink.timeout)) as resp:
+                                timeout=aiohttp.ClientTimeout(total=sink.timeout),
+                                trace_request_ctx=wrote) as resp:
             text = await resp.text()
             return classify(resp.status, dict(resp.headers), scrub_urls(text))
-    except asyncio.TimeoutError:
+    except asyncio.TimeoutError as e:
+        if traced and not wrote["sent"]:
+            # the request was never written (no connection: a receiver whose accept queue
+            # is full, a host behind a firewall that drops): no copy exists, an outage
+            # retried until max_age like a refused connection.  Before, "delivery unknown",
+            # given up after 3 tries (~40 s of an outage): the crash page lost
+            return Outcome(False, True, message=f"not connected within {sink.timeout:g}s")
         return Outcome(False, True, message=f"no answer within {sink.timeout:g}s", unknown=True)
     except (aiohttp.ClientError, OSError) as e:
         # client errors quote the URL, which can hold a token: never show its path
