@@ -4,7 +4,8 @@
   every attempt carries `Idempotency-Key: <mark>`.  Retries with exponential backoff and
   jitter until the sink's `max_age` (1 h; `max_attempts` when set: 8 attempts ran out in
   about 4 minutes of a receiver's outage, `max_age` never came into play); 429 /
-  Retry-After honoured, never past `max_age`.  A delivery given up is counted as dropped.
+  Retry-After honoured, never past `max_age`, and for the sink: no retry of its other pages
+  goes before it either (up to `PACE_CAP`).  A delivery given up is counted as dropped.
 * Per alert, one entry at a time: a resolution waits for its firing, whatever their retry
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
@@ -45,6 +46,7 @@ from .outbox import QUEUED, SENDING, AlertStore, went_to
 from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
 
 MAX_UNKNOWN = 2                           # re-sends after deliveries that timed out
+PACE_CAP = 60.0                           # the longest a Retry-After holds a sink's retries
 STOP_GRACE = 5.0                          # a stop waits this long for POSTs under way
 
 
@@ -62,6 +64,7 @@ class Delivery:
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._refreshed: dict[str, float] = {}    # alertmanager sink -> its last re-send
         self._posting: set[str] = set()           # sinks with a POST under way
+        self.paced: dict[str, float] = {}         # sink -> no retry before (its Retry-After)
         self._closing = False
 
     async def start(self) -> None:
@@ -114,7 +117,8 @@ class Delivery:
         wake = self.wake[sink.name]
         while not self._closing:
             now = clock.now()
-            entry, wait = next_up(self.store.outbox, sink.name, now)
+            entry, wait = next_up(self.store.outbox, sink.name, now,
+                                  self.paced.get(sink.name, 0.0))
             # the sink as configured now (a reload may have changed it)
             current = next((s for s in self.sinks() if s.name == sink.name), sink)
             if entry is None:
@@ -150,22 +154,35 @@ class Delivery:
         else:
             self.counts.failed[sink.name] = self.counts.failed.get(sink.name, 0) + 1
             if give_up_or_retry(entry, outcome, sink, self.log):
-                # given up: counted as dropped; its resolution, queued behind it, goes too
-                # (the receiver never had the firing)
-                gone = {entry["id"]} | ({e["id"] for e in self.store.outbox
-                                         if e["sink"] == sink.name
-                                         and e["alert"]["key"] == alert["key"]}
-                                        if alert["status"] == FIRING else set())
-                self.store.outbox = [e for e in self.store.outbox if e["id"] not in gone]
-                self.counts.dropped[alert["kind"]] = self.counts.dropped.get(alert["kind"], 0) + 1
-                doc = self.store.open.get(alert["key"])
-                if doc is not None and alert["status"] == FIRING and \
-                        not isinstance(sink, AlertmanagerSink) and doc.get("sinks") is not None:
-                    # its resolution is not for this receiver (Alertmanager keeps it: the
-                    # re-sends of open alerts are its retries)
-                    doc["sinks"] = [r for r in doc["sinks"]
-                                    if not (isinstance(r, dict) and r.get("name") == sink.name)]
+                self._given_up(sink, entry)
+            elif outcome.delay is not None:
+                self._pace(sink.name, entry)
         self.store.save()
+
+    def _given_up(self, sink: Sink, entry: dict[str, Any]) -> None:
+        """A delivery given up: counted as dropped; its resolution, queued behind it, goes
+        too (the receiver never had the firing)."""
+        alert = entry["alert"]
+        gone = {entry["id"]} | ({e["id"] for e in self.store.outbox
+                                 if e["sink"] == sink.name and e["alert"]["key"] == alert["key"]}
+                                if alert["status"] == FIRING else set())
+        self.store.outbox = [e for e in self.store.outbox if e["id"] not in gone]
+        self.counts.dropped[alert["kind"]] = self.counts.dropped.get(alert["kind"], 0) + 1
+        doc = self.store.open.get(alert["key"])
+        if doc is not None and alert["status"] == FIRING and \
+                not isinstance(sink, AlertmanagerSink) and doc.get("sinks") is not None:
+            # its resolution is not for this receiver (Alertmanager keeps it: the
+            # re-sends of open alerts are its retries)
+            doc["sinks"] = [r for r in doc["sinks"]
+                            if not (isinstance(r, dict) and r.get("name") == sink.name)]
+
+    def _pace(self, sink: str, entry: dict[str, Any]) -> None:
+        """The receiver answered Retry-After (Slack's 429): that is its pace, for every page
+        of the sink, so no retry goes before this one's (up to PACE_CAP: a page's own longer
+        wait is its own).  Before, each page waited out only its own, then all went again
+        at once: 50 crash pages to a rate-limited Slack took 837 POSTs, 787 answered 429."""
+        until = min(entry["next_at"], clock.now() + PACE_CAP)
+        self.paced[sink] = max(self.paced.get(sink, 0.0), until)
 
     def _waiting_until(self, sink: str, at: float) -> None:
         """None of `sink`'s entries waits past `at` (the receiver answered: the rest go now,
@@ -204,26 +221,29 @@ def heads(entries: Any) -> list[dict[str, Any]]:
     return list(first.values())
 
 
-def next_up(outbox: list[dict[str, Any]], sink: str, now: float
+def next_up(outbox: list[dict[str, Any]], sink: str, now: float, paced_until: float = 0.0
             ) -> tuple[dict[str, Any] | None, float]:
     """The entry of `sink` to send now, else None and the seconds until one is due.  Every
     page is tried once when it comes (a receiver that refuses one payload for good, or asked
     one page to wait a day, holds no other); one that failed waits behind its target's oldest
     waiting page, so that a receiver back after an outage gets a server's pages in the order
-    they were decided, and an outage spends the oldest page's attempts only (module doc)."""
+    they were decided, and an outage spends the oldest page's attempts only (module doc).
+    A retry goes no sooner than `paced_until` (the receiver's Retry-After, `_settle`)."""
+    def due_at(e: dict[str, Any]) -> float:
+        return max(e["next_at"], paced_until) if e.get("attempts") else e["next_at"]
     mine = heads(e for e in outbox if e["sink"] == sink)
     first: dict[str, dict[str, Any]] = {}
     for e in mine:
         t = str(e["alert"].get("target"))
         if t not in first or e["id"] < first[t]["id"]:
             first[t] = e
-    due = [e for e in mine if e["next_at"] <= now and (not e.get("attempts") or
+    due = [e for e in mine if due_at(e) <= now and (not e.get("attempts") or
                                                        first[str(e["alert"].get("target"))] is e)]
     if due:
         return min(due, key=lambda e: e["id"]), 0.0
     if not first:
         return None, 3600.0
-    return None, min(e["next_at"] for e in first.values()) - now
+    return None, min(due_at(e) for e in first.values()) - now
 
 
 def give_up_or_retry(entry: dict[str, Any], outcome: Outcome, sink: Sink, logger: Any) -> bool:
