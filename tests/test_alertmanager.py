@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from support.receivers import (
-    OOM_LINE, Receiver, daemons, free_port, http_get, receivers,  # noqa: F401
-    target, wait_for, write_config,
+    OOM_LINE, Receiver, append, daemons, free_port, http_get, receivers,  # noqa: F401
+    serving_crash, target, wait_for, write_config,
 )
 from conftest import ROOT
 
@@ -226,3 +226,33 @@ def test_alerts_test_reaches_alertmanager_marked_and_ends_by_itself(tmp_path, al
     (active,) = am.alerts()
     ends = datetime.fromisoformat(active["endsAt"].replace("Z", "+00:00")).timestamp()
     assert ends - time.time() <= TEST_ENDS_AFTER + 5, active["endsAt"]
+
+
+def test_a_ready_event_ends_by_itself_and_is_not_active_beside_a_later_crash(
+        tmp_path, alertmanager, daemons):
+    """An alertmanager sink without `on:` takes `ready` (the default kinds), which nothing
+    resolves.  Before, LogwatchReady was sent with endsAt a day ahead: a server that
+    crashed an hour after it served was `LogwatchReady` and `LogwatchCrashed` at once in
+    Alertmanager (its API, inhibitions, dashboards) until the next day.  Now an event ends
+    EVENT_TTL after it is sent; the crash stays open until resolved."""
+    from datetime import datetime
+    from logwatch.sinks.alerts.receivers import EVENT_TTL, FIRING_TTL
+    am, rx = alertmanager
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [target("n1", log)],
+                       [{"type": "alertmanager", "url": am.base}])
+    d = daemons(cfg, port).start()
+    simulate(log)
+    wait_for(lambda: notified(rx, "LogwatchReady", "firing"), 30, "the ready notification",
+             alive=d.dead)
+    append(log, serving_crash())
+    wait_for(lambda: notified(rx, "LogwatchCrashed", "firing"), 30, "the crash notification",
+             alive=d.dead)
+
+    def ends_in(name: str) -> float:
+        (a,) = [x for x in am.alerts() if x["labels"]["alertname"] == name]
+        return datetime.fromisoformat(a["endsAt"].replace("Z", "+00:00")).timestamp() - time.time()
+    assert ends_in("LogwatchReady") <= EVENT_TTL + 5, "an event ends by itself"
+    assert ends_in("LogwatchCrashed") > FIRING_TTL - 60, "the crash stays open"

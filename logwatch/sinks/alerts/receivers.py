@@ -7,7 +7,8 @@ ok / retry (with an optional delay) / give up.
 * Generic webhook: the versioned JSON of `model.webhook_body`; optional HMAC-SHA256 of the
   body in `X-Logwatch-Signature: sha256=<hex>`, keyed by a secret from the environment.
 * Alertmanager v2: `POST /api/v2/alerts`; firing alerts carry endsAt 24 h after they are
-  sent (the router sends the open ones again every few minutes), resolved ones endsAt = now.
+  sent (the router sends the open ones again every few minutes), resolved ones endsAt = now,
+  the kinds nothing resolves (ready, restarted, phase) endsAt EVENT_TTL after they are sent.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 SLACK_TEXT = 3000      # a section's text
 SLACK_HEADER = 150     # a header's plain text
 FIRING_TTL = 24 * 3600.0
+EVENT_TTL = 300.0      # a kind that nothing resolves (ready, restarted, phase) in Alertmanager
 AM_RESEND = 300.0      # an alertmanager sink's default `resend`
 
 
@@ -238,7 +240,11 @@ class AlertmanagerSink(Sink):
         if alert.status == RESOLVED:
             ends = min(alert.ends_at or now, now)
         else:     # open a day unless it says when it ends (`alerts test`'s sample)
-            ends = min(alert.ends_at or now + FIRING_TTL, now + FIRING_TTL)
+            kind = kind_of(alert.kind)
+            # an event (ready, restarted, phase) is never resolved: it ends by itself, or
+            # `LogwatchReady` stayed active a day, beside the same server's later crash
+            ttl = FIRING_TTL if kind is None or kind.resolvable else EVENT_TTL
+            ends = min(alert.ends_at or now + ttl, now + ttl)
         item = {"labels": am_labels(alert),
                 "annotations": {k: v for k, v in annotations.items() if v},
                 "startsAt": iso(alert.starts_at), "endsAt": iso(ends)}
