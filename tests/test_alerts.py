@@ -534,6 +534,38 @@ def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, da
     assert len(rx.requests(hook("crashed", "resolved"))) == 1
 
 
+@pytest.mark.parametrize("how", ["sighup", "restart"])
+def test_a_renamed_target_keeps_its_open_crash_neither_resolved_nor_paged_again(
+        tmp_path, receivers, daemons, how):
+    """A crashed server's target renamed in the config (a typo fixed, a naming scheme),
+    its source unchanged, at a SIGHUP or across a restart: the crash stays open, is not
+    paged again, and the next ready resolves it once, with the key the receiver had.
+    Before: `resolved: ... (no longer watched: removed from the config)` while the server
+    was still down, then the same crash paged again as `t1-renamed`."""
+    rx = receivers()
+    sinks = [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}]
+    cfg, port, state, log = setup(tmp_path, sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_log())
+    fired = rx.wait(hook("crashed", "firing"), answered=True, timeout=30, alive=d.dead)[0]
+    write_config(cfg, port, state, [target("t1-renamed", log, labels={"model": "Qwen3-235B"})],
+                 alerts=sinks)
+    if how == "sighup":
+        d.signal(signal.SIGHUP)
+    else:
+        assert d.stop() == 0
+        d.start()
+    rx.assert_not_sent_again(d, "crashed", hook("crashed"), since_start=how == "restart",
+                             timeout=30, what="after the rename")
+    append(log, ready_log(start=T0 + 3600))
+    got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=30, alive=d.dead)[0]
+    assert "ready again" in got.json["summary"], got.json
+    assert got.json["dedupe_key"] == fired.json["dedupe_key"], "the alert the receiver had"
+    rx.assert_quiet(1.0, hook("crashed"), what="after the resolution")
+    assert len(rx.requests(hook("crashed"))) == 2, rx.brief()
+
+
 def test_alert_state_entries_of_the_wrong_shape_are_left_out_not_a_crash_loop(
         tmp_path, receivers, daemons):
     """alerts/state.json that parses but holds entries this version never writes (an open

@@ -283,6 +283,8 @@ class Daemon:
         self.config = new
         for n in removed + changed:
             await self._stop_target(n)
+        if self.alerts is not None:   # before the targets start: a renamed one's open
+            self.alerts.reconfigure(new)   # alerts are its own before it reads its log
         for n in changed + added:
             self._start_target(fresh[n])
         for n in fresh:  # a target that failed to start before gets another try (one: an
@@ -290,8 +292,6 @@ class Daemon:
                 self._start_target(fresh[n])
         refused = await self.supervisor.retry_refused(   # the key may be fixed
             self.runners, self.config.targets, clock.now(), force=True)
-        if self.alerts is not None:
-            self.alerts.reconfigure(new)
         self.log.info("reloaded", added=added, removed=removed, restarted=changed,
                       retried=refused, targets=len(self.runners))
 

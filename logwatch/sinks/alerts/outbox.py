@@ -173,6 +173,13 @@ class AlertStore:
         if len(mine) > MARKS_KEPT:
             del mine[next(iter(mine))]
 
+    def carry_marks(self, old: str, new: str) -> None:
+        """The marks of target `old` are target `new`'s too (a rename: router.py)."""
+        prefix = f"{old}|"
+        for at, m in sorted((at, m) for m, at in list(self.seen.items())
+                            if m.startswith(prefix)):
+            self.mark(new, f"{new}|{m[len(prefix):]}", at)
+
     def unmark(self, target: str, mark: str) -> None:
         self.seen.pop(mark, None)
         self._recent.get(target, {}).pop(mark, None)

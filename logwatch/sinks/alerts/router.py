@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from pathlib import Path
@@ -62,11 +63,38 @@ class AlertRouter:
         for e in self.store.rebind(self.sinks):      # their sink is gone
             said_dropped(self.log, c.dropped, e)
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
-        for doc in self.store.take_open(lambda doc: doc["target"] not in watched):
+        self._follow_renames(config, watched)
+        for doc in self.store.take_open(lambda doc: owner(doc) not in watched):
             self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"),
                       doc)
         if self.delivery.started:
             self.delivery.start_workers()
+
+    def _follow_renames(self, config: Any, watched: set[str]) -> None:
+        """A target renamed (its source now under one other name) keeps its open alerts:
+        they are the new name's to resolve (`watched_as`), and the marks of the old name
+        are the new one's too, so the log read again under the new name pages nothing
+        twice.  The alerts keep their key and target: a resolution matches the firing the
+        receiver had.  Before, a rename at a reload (or a restart) resolved every open
+        alert ("no longer watched") while the server was still down, then paged its crash
+        again under the new name."""
+        names: dict[str, list[str]] = {}
+        for t in config.targets:
+            names.setdefault(source_digest(getattr(t, "source", t.name)), []).append(t.name)
+        for doc in self.store.open.values():
+            now_as = names.get(str(doc.get("source")), [])
+            if owner(doc) in watched or len(now_as) != 1:
+                continue
+            self.log.info("target renamed: its open alert goes with it", alert=doc["key"],
+                          was=owner(doc), now=now_as[0])
+            self.store.carry_marks(owner(doc), now_as[0])
+            doc["watched_as"] = now_as[0]
+            self.store.save()
+
+    def _source_of(self, target: str) -> str | None:
+        """The target's source, as a digest (a source may hold a password: never stored)."""
+        return next((source_digest(getattr(t, "source", t.name)) for t in self.config.targets
+                     if t.name == target), None)
 
     def _crash_loop_note(self, alert: Alert) -> None:
         """A crash while earlier crashes of the target are open (no startup ready since: a
@@ -74,7 +102,7 @@ class AlertRouter:
         `details.crashes_since_ready`.  Each crash is still paged (never rate-limited); the
         note tells the on-call it is a loop, not a new fault."""
         earlier = [d["starts_at"] for d in self.store.open.values()
-                   if d["target"] == alert.target and d["kind"] == "crashed"
+                   if owner(d) == alert.target and d["kind"] == "crashed"
                    and d["key"] != alert.key]
         if not earlier:
             return
@@ -113,7 +141,7 @@ class AlertRouter:
         new."""
         for d in self.policy.source(view, grace):
             if isinstance(d, Resolve) or not any(
-                    doc["target"] == view.name and doc["kind"] == "source_down"
+                    owner(doc) == view.name and doc["kind"] == "source_down"
                     for doc in self.store.open.values()):
                 self._apply([d])
 
@@ -139,7 +167,7 @@ class AlertRouter:
                                         startup_of(a["key"]) == (r.only or "-"))
         def resolves(doc: dict[str, Any]) -> bool:
             sid = startup_of(doc["key"])
-            return doc["target"] == r.target and doc["kind"] in r.kinds and \
+            return owner(doc) == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
         for doc in self.store.take_open(resolves):
             self.fire(Alert.from_json(doc).resolved(r.why), doc)
@@ -181,7 +209,8 @@ class AlertRouter:
         if alert.kind == "crashed" and alert.status == FIRING:
             self._crash_loop_note(alert)
         if alert.kind in RESOLVABLE and alert.status == FIRING:
-            self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks)}
+            self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks),
+                                          "source": self._source_of(alert.target)}
         now = clock.now()
         for s in sinks:
             self.store.outbox.append({"id": next(self._ids), "sink": s.name,
@@ -193,6 +222,15 @@ class AlertRouter:
                       summary=alert.summary, sinks=[s.name for s in sinks])
         for s in sinks:
             self.delivery.poke(s.name)
+
+
+def source_digest(source: Any) -> str:
+    return hashlib.sha256(str(source).encode()).hexdigest()[:16]
+
+
+def owner(doc: dict[str, Any]) -> str:
+    """The target an open alert is of now: its own, or the name it was renamed to."""
+    return str(doc.get("watched_as") or doc["target"])
 
 
 def said_dropped(logger: Any, dropped: dict[str, int], entry: dict[str, Any]) -> None:
