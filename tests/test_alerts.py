@@ -224,6 +224,39 @@ def test_slack_escapes_log_text_and_keeps_to_block_kit_limits(tmp_path, receiver
             assert t.count("```") == 2, t[-300:]
 
 
+def test_slack_shows_the_start_of_a_long_root_cause_line(tmp_path, receivers, daemons):
+    """A crash whose exception line is longer than a Slack section (an exception that
+    prints the server's arguments, a tensor, a config): the root cause block keeps the
+    line's start, where the exception's name and message are, and says it was cut.
+    Before, it kept the last 2,990 characters: the page showed only the arguments' end."""
+    rx = receivers()
+    cfg, port, state, log = setup(tmp_path, [{"type": "slack", "url": rx.url("/services/T/B/x"),
+                                              "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    args = ", ".join(f"option_{i}='{'v' * 30} & <more>'" for i in range(300))
+    cause = f"ValueError: Invalid server arguments: ServerArgs({args})"
+    assert len(cause) > 12_000
+    append(log, "\n".join([
+        "[2026-01-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1)",
+        "[2026-01-01 10:00:01 TP0] Init torch distributed begin.",
+        "[2026-01-01 10:00:03 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2712, in '
+        "run_scheduler_process", cause,
+        "[2026-01-01 10:00:04] Received sigquit from a child process. It usually means the "
+        "child failed."]) + "\n")
+    got = rx.wait(lambda g: g.path == "/services/T/B/x", answered=True, alive=d.dead)[0]
+    body = json.loads(got.body)
+    check_block_kit(body)
+    (root,) = [b["text"]["text"] for b in body["blocks"]
+               if b["type"] == "section" and b["text"]["text"].startswith("root cause: ")]
+    assert root.startswith("root cause: ```ValueError: Invalid server arguments: ServerArgs("
+                           "option_0="), root[:200]
+    assert root.endswith("…```"), root[-100:]
+    bad = [m.start() for m in re.finditer("&", root) if not re.match(r"&(amp|lt|gt);", root[m.start():])]
+    assert not bad and "<" not in root, "cut where an escape is whole"
+
+
 # -- 4. 429 + Retry-After -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("retry_after", [2, 3])

@@ -138,9 +138,14 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def _code(lines: list[str], budget: int) -> str:
+def _code(lines: list[str], budget: int, head: bool = False) -> str:
+    """A code block of escaped lines within `budget`: an excerpt keeps its end (the latest
+    lines), one line (`head`) its start, where the exception's name is: the root cause of
+    a crash with a 70 KB line showed only its last 2,990 characters before."""
     body = "\n".join(slack_escape(ln).replace("```", "`\u200b``") for ln in lines)
-    body = body[-(budget - 8):] if len(body) > budget - 8 else body
+    room = budget - 8
+    if len(body) > room:
+        body = re.sub(r"&[a-z]*$", "", body[:room - 1]) + "…" if head else body[-room:]
     return f"```{body}```"
 
 
@@ -165,7 +170,7 @@ class SlackSink(Sink):
         line = alert.details.get("line")
         if line and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
-                                                       "text": _cut(LINE_LABEL.get(alert.kind, "line: ") + _code([line], SLACK_TEXT - 20), SLACK_TEXT)}})
+                                                       "text": _cut(LINE_LABEL.get(alert.kind, "line: ") + _code([line], SLACK_TEXT - 20, head=True), SLACK_TEXT)}})
         if alert.excerpt and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
                                                        "text": _code(fold_ranks(list(alert.excerpt), _rank_tags(alert.engine)), SLACK_TEXT)}})
