@@ -243,3 +243,35 @@ def test_a_receiver_that_never_accepts_the_connection_is_an_outage_not_a_lost_pa
     rx.wait(hook("crashed", "firing"), timeout=40, alive=d.dead, answered=True,
             what="the crash page, once the receiver accepts")
     assert d.metric("logwatch_alerts_dropped_total", kind="crashed") in (None, 0.0)
+
+
+def test_a_restart_loop_ended_by_a_ready_is_one_slack_message_not_one_per_crash(
+        tmp_path, receivers, daemons) -> None:
+    """A server crashes 6 times in a restart loop, then comes up.  Each crash is paged, and
+    the ready resolves them all: a webhook (automation) gets each key's resolution, Slack
+    (people) one message, the last crash's, saying that the loop is over.  Before: 6
+    `resolved:` messages in the channel at once (25 after a loop of 25, 1 a second under
+    Slack's rate limit)."""
+    slack, hook_rx = receivers(), receivers()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [target("t1", log)],
+                       [{"type": "slack", "url": slack.url("/slack"), "on": ["crashed"]},
+                        {"type": "webhook", "url": hook_rx.url("/hook"), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_loop(6))
+    hook_rx.wait(hook("crashed", "firing"), n=6, timeout=60, alive=d.dead, what="6 crashes")
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 6 * 3600, seed=99, serve_lines=0)))
+    hook_rx.wait(hook("crashed", "resolved"), n=6, timeout=30, alive=d.dead,
+                 what="each crash resolved for the webhook")
+
+    def resolved(g: Got) -> bool:
+        return g.json["text"].startswith("t1: resolved: ")
+    slack.wait(resolved, timeout=10, alive=d.dead, what="Slack's resolution")
+    wait_for(lambda: not outbox(tmp_path / "state"), 10, "every delivery done", alive=d.dead)
+    msgs = slack.requests(resolved)
+    assert len(msgs) == 1, f"{len(msgs)} resolution messages: {slack.brief(msgs)}"
+    assert "the 6 crashes since the last ready are over" in msgs[0].json["text"], msgs[0].json
+    assert len(slack.requests(lambda g: not resolved(g))) == 6, "each crash paged"

@@ -78,6 +78,7 @@ def _retry_after(value: str | None) -> float | None:
 
 class Sink:
     type = "sink"
+    chat = False        # read by people, message by message (a loop's resolutions: one)
 
     def __init__(self, name: str, spec: dict[str, Any]) -> None:
         self.name = name
@@ -154,6 +155,7 @@ LINE_LABEL = {"crashed": "root cause: ", "ready": "ready line: ", "restarted": "
 
 class SlackSink(Sink):
     type = "slack"
+    chat = True
 
     def request(self, alert: Alert) -> Request:
         kind = kind_of(alert.kind)

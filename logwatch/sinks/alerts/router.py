@@ -169,8 +169,16 @@ class AlertRouter:
             sid = startup_of(doc["key"])
             return owner(doc) == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
-        for doc in self.store.take_open(resolves):
-            self.fire(Alert.from_json(doc).resolved(r.why), doc)
+        taken = self.store.take_open(resolves)
+        loop = [doc for doc in taken if doc["kind"] == "crashed"]
+        last = max(loop, key=lambda doc: doc["starts_at"]) if len(loop) > 1 else None
+        for doc in taken:
+            # a restart loop's crashes, resolved together (the ready after it): one chat
+            # message, the last crash's, says so; a webhook and Alertmanager get each key
+            # (before: one Slack message per crash of the loop, 25 at once after 25 crashes)
+            why = f"{r.why}; the {len(loop)} crashes since the last ready are over" \
+                if doc is last else r.why
+            self.fire(Alert.from_json(doc).resolved(why), doc, chat=last is None or doc is last)
 
     def marks_of(self, target: str) -> dict[str, float]:
         return self.store.marks_of(target)
@@ -179,16 +187,18 @@ class AlertRouter:
         self.store.adopt(marks)
 
     # -- the outbox ----------------------------------------------------------------------------
-    def fire(self, alert: Alert, opened: dict[str, Any] | None = None) -> None:
+    def fire(self, alert: Alert, opened: dict[str, Any] | None = None,
+             chat: bool = True) -> None:
         """Put a new mark in the outbox for every sink that takes it (a resolution: those
-        its firing went to, `opened` being the open alert it resolves)."""
+        its firing went to, `opened` being the open alert it resolves; not `chat` sinks,
+        Slack, where another resolution says it for this one)."""
         mark = alert.mark
         if mark in self.store.seen:
             # decided before (a log read again, a SIGHUP, a restart, a probe still failing):
             # not sent again, counted (what a test waits for instead of a quiet time)
             self._counts.repeated[alert.kind] = self._counts.repeated.get(alert.kind, 0) + 1
             return
-        sinks = [s for s in self.sinks if s.wants(alert)
+        sinks = [s for s in self.sinks if s.wants(alert) and (chat or not s.chat)
                  and (opened is None or went_to(opened, s))]
         self.store.mark(alert.target, mark, clock.now())
         if not sinks and alert.kind not in RESOLVABLE:
