@@ -79,6 +79,7 @@ def _retry_after(value: str | None) -> float | None:
 class Sink:
     type = "sink"
     chat = False        # read by people, message by message (a loop's resolutions: one)
+    parallel = 4        # POSTs at once, each of another target (delivery.py)
 
     def __init__(self, name: str, spec: dict[str, Any]) -> None:
         self.name = name
@@ -156,6 +157,7 @@ LINE_LABEL = {"crashed": "root cause: ", "ready": "ready line: ", "restarted": "
 class SlackSink(Sink):
     type = "slack"
     chat = True
+    parallel = 1        # one channel, about one message a second: in order, one at a time
 
     def request(self, alert: Alert) -> Request:
         kind = kind_of(alert.kind)
