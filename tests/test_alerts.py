@@ -567,6 +567,31 @@ def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, da
     assert len(rx.requests(hook("crashed", "resolved"))) == 1
 
 
+def test_a_resolution_reaches_a_sink_routed_elsewhere_since_its_firing(tmp_path, receivers,
+                                                                       daemons):
+    """A crash paged to a sink; a SIGHUP routes the target away from it (`targets:`); the
+    relaunch's ready resolves the crash: the receiver that had the firing gets its
+    resolution.  Before, the sink no longer took the target, so the crash stayed open there
+    for good (in Alertmanager until its endsAt, a day)."""
+    rx = receivers()
+    sinks = [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}]
+    cfg, port, state, log = setup(tmp_path, sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_log())
+    rx.wait(hook("crashed", "firing"), answered=True, timeout=30, alive=d.dead)
+    other = tmp_path / "other.log"
+    other.write_text("")
+    write_config(cfg, port, state, [target("t1", log, labels={"model": "Qwen3-235B"}),
+                                    target("t2", other)],
+                 alerts=[{**sinks[0], "targets": {"name": "t2"}}])
+    d.signal(signal.SIGHUP)
+    d.wait_target("t2", lambda t: t["source_state"]["up"], "t2 reading (the reload done)")
+    append(log, ready_log(start=T0 + 3600))
+    got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=30, alive=d.dead)
+    assert "ready again" in got[0].json["summary"], got[0].json
+
+
 @pytest.mark.parametrize("how", ["sighup", "restart"])
 def test_a_renamed_target_keeps_its_open_crash_neither_resolved_nor_paged_again(
         tmp_path, receivers, daemons, how):

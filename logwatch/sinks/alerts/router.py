@@ -91,8 +91,7 @@ class AlertRouter:
             doc["watched_as"] = now_as[0]
             self.store.save()
 
-    def _source_of(self, target: str) -> str | None:
-        """The target's source, as a digest (a source may hold a password: never stored)."""
+    def _source_of(self, target: str) -> str | None:   # a digest: it may hold a password
         return next((source_digest(getattr(t, "source", t.name)) for t in self.config.targets
                      if t.name == target), None)
 
@@ -198,8 +197,10 @@ class AlertRouter:
             # not sent again, counted (what a test waits for instead of a quiet time)
             self._counts.repeated[alert.kind] = self._counts.repeated.get(alert.kind, 0) + 1
             return
-        sinks = [s for s in self.sinks if s.wants(alert) and (chat or not s.chat)
-                 and (opened is None or went_to(opened, s))]
+        # a resolution goes where its firing went, whatever the sink takes now (README)
+        sinks = [s for s in self.sinks if (chat or not s.chat) and
+                 (s.wants(alert) if opened is None or opened.get("sinks") is None
+                  else went_to(opened, s))]
         self.store.mark(alert.target, mark, clock.now())
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
