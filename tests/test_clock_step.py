@@ -124,19 +124,23 @@ def test_the_wall_clock_set_10_minutes_back_still_stalls_on_time(tmp_path: Path)
     assert took < 20.0, f"watch ended {took:.1f}s after the step"
 
 
+@pytest.mark.parametrize("transport", ["auto", "sftp"])
 def test_a_node_whose_clock_is_behind_is_not_a_dead_server_at_attach(
-        tmp_path: Path, daemons: Any) -> None:  # noqa: F811
-    """The node's clock 6 minutes behind: its file times and its reader's clock both.  The
-    log was written a second ago; the target's stall budget is 5 minutes."""
+        tmp_path: Path, daemons: Any, transport: str) -> None:  # noqa: F811
+    """The node's clock 6 minutes behind: its file times and its programs' clock (the
+    streamed reader's python3, `date`).  The log was written a second ago; the target's
+    stall budget is 5 minutes.  Over SFTP (no time in its attributes) the mtime was taken
+    as it was, before: `silent since ...: server probably dead` and a stall at attach."""
     behind = 360
-    python = shutil.which("python3")
-    assert python is not None
     bin_dir = tmp_path / "nodebin"
     bin_dir.mkdir()
-    wrapper = bin_dir / "python3"
-    wrapper.write_text(f"#!/bin/sh\nexec env LD_PRELOAD={libfaketime()} FAKETIME=-{behind} "
-                       f"FAKETIME_DONT_FAKE_MONOTONIC=1 {python} \"$@\"\n")
-    wrapper.chmod(0o755)
+    for tool in ("python3", "date"):
+        found = shutil.which(tool)
+        assert found is not None
+        wrapper = bin_dir / tool
+        wrapper.write_text(f"#!/bin/sh\nexec env LD_PRELOAD={libfaketime()} FAKETIME=-{behind} "
+                           f"FAKETIME_DONT_FAKE_MONOTONIC=1 {found} \"$@\"\n")
+        wrapper.chmod(0o755)
     server = SSHServer(str(tmp_path / "sshd"), bashrc=f"export PATH={bin_dir}:$PATH")
     server.start()
     try:
@@ -149,11 +153,11 @@ def test_a_node_whose_clock_is_behind_is_not_a_dead_server_at_attach(
         ssh = {"known_hosts": str(server.known_hosts), "client_keys": [str(server.client_key)]}
         port = free_port()
         cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
-            target_cfg("node", server.url(log), ssh=ssh, gpu=False, probe=False,
-                       stall_after="5m")])
+            target_cfg("node", server.url(log), ssh={**ssh, "transport": transport}, gpu=False,
+                       probe=False, stall_after="5m")])
         d = daemons(cfg, port).start()
         d.wait_target("node", lambda t: t.get("phase") == "loading_shards", "loading_shards")
-        assert server.bashrc_runs.read_text().count("run") >= 1    # the node's python ran
+        assert server.bashrc_runs.read_text().count("run") >= 1    # the node's programs ran
         time.sleep(2.5)   # a window for what must not happen: two ticks would take a stall
         t = d.target("node")
         assert t is not None and t["stalled"] is False, t

@@ -989,6 +989,45 @@ def test_first_attach_starts_at_latest_startup(sshd_server: SSHServer, tmp_path:
     assert col.data() == content[off:]
 
 
+def test_a_node_clock_behind_ours_does_not_age_its_log_over_sftp(tmp_path: Path) -> None:
+    """SFTP's attributes carry no time of the node, and the file's mtime is on the node's
+    clock: with the node 20 minutes behind, a log written a second before the attach was
+    read as silent for 20 minutes (Opened.mtime 1200 s old: the daemon said "silent since
+    ...: server probably dead" and alerted a stall for a startup writing every 2 s, its
+    phase and total 20 minutes long).  The node's clock is read once per connection
+    (`date`), as the streamed reader's stats carry it.  The node here: its `date` 20
+    minutes behind, the log's mtime set as that clock writes it."""
+    bin_dir = tmp_path / "node-bin"
+    bin_dir.mkdir()
+    date = bin_dir / "date"
+    date.write_text("#!/bin/sh\necho $(( $(/bin/date +%s) - 1200 )).$(/bin/date +%N)\n")
+    date.chmod(0o755)
+    shell = tmp_path / "node-sh"
+    shell.write_text(f'#!/bin/sh\nPATH={bin_dir}:$PATH; export PATH\nexec /bin/sh "$@"\n')
+    shell.chmod(0o755)
+    log = tmp_path / "server.log"
+    log.write_bytes(b"[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m')\n")
+    written = time.time()
+    os.utime(log, (written - 1200, written - 1200))     # the node's clock wrote it
+
+    async def main() -> Collector:
+        pool = SSHPool()
+        col = Collector(make_source(server, log, pool=pool,
+                                    options=ssh_opts(server, transport="sftp"))).start()
+        try:
+            await col.wait(lambda: bool(col.opened()), "the log opened")
+        finally:
+            await col.stop()
+            await pool.close()
+        return col
+
+    with SSHServer(str(tmp_path / "sshd"), shell=str(shell)) as server:
+        opened = run(main()).opened()[0]
+    assert opened.mtime is not None
+    assert abs(opened.mtime - written) < 5, \
+        f"the log's last write read as {written - opened.mtime:.0f} s before it was written"
+
+
 # ----------------------------------------------------------------------------------------------
 # g. rotation and truncation while connected
 

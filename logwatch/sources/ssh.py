@@ -281,6 +281,7 @@ class SSHPool:
         self._exec: dict[tuple[Any, ...], asyncio.Semaphore] = {}
         self._no_stream: dict[tuple[Any, ...], str] = {}   # why the reader cannot start
         self._stream_failed: dict[tuple[Any, ...], str] = {}   # why it did not, last time
+        self._skews: dict[tuple[Any, ...], float] = {}   # an SFTP node's clock (node_skew)
         self.connects = 0
         self.streams = 0          # readers started
 
@@ -288,6 +289,11 @@ class SSHPool:
         """Remote commands share the connection's session limit (OpenSSH MaxSessions is 10
         by default): at most a few at once per connection."""
         return self._exec.setdefault(self.key(target, opts), asyncio.Semaphore(4))
+
+    def skew(self, target: SSHTarget, opts: SSHOptions) -> float:
+        """This machine's wall clock less the node's, as read when its SFTP session began
+        (0 for a streamed reader: its stats carry their own, `Attrs.skew`)."""
+        return self._skews.get(self.key(target, opts), 0.0)
 
     @staticmethod
     def key(target: SSHTarget, opts: SSHOptions) -> tuple[Any, ...]:
@@ -331,6 +337,7 @@ class SSHPool:
                 reader = await self._start_stream(key, conn, opts)
                 if reader is None:
                     reader = await self._start_sftp(key, conn, target)
+                    self._skews[key] = await node_skew(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -437,6 +444,28 @@ class Backoff:
 
 
 LOGIN_PRINTS_MAX = 4 << 10     # bytes read of what a login script prints
+_NODE_NOW = re.compile(rb"(?m)^(\d{9,12})(?:\.(\S{1,9}))?[ \t\r]*$")
+
+
+async def node_skew(conn: Any) -> float:
+    """This machine's wall clock less the node's, for a node read over SFTP, whose file
+    attributes carry no time of the node (the streamed reader's stats do: `Attrs.skew`).  A
+    file's mtime is on the node's clock: a node 20 minutes behind made a log written a second
+    ago read as silent for 20 minutes at attach ("silent since ...: server probably dead",
+    a stall alerted, phase and total times 20 minutes long).  One `date` per connection; 0
+    where no number comes back (an SFTP-only account, no `date`)."""
+    try:
+        out, _ = await bounded_run(conn, "date +%s.%N", LOGIN_PRINTS_MAX, 5,
+                                   stdin=asyncssh.DEVNULL)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        return 0.0
+    found = _NODE_NOW.findall(out)      # the last number line: a login script may print
+    if not found:
+        return 0.0
+    whole, frac = found[-1]
+    # no %N (BusyBox, BSD): the node's second began up to 1 s before, its middle counts
+    now = int(whole) + (int(frac) / 10 ** len(frac) if frac.isdigit() else 0.5)
+    return time.time() - now
 
 
 async def login_prints(conn: Any) -> str:
@@ -643,10 +672,12 @@ def connect_cause(e: BaseException) -> str:
     return ""
 
 
-def _written(attrs: Any) -> float | None:
+def _written(attrs: Any, sftp_skew: float = 0.0) -> float | None:
     """The file's mtime on this machine's wall clock: the node's moved by its clock's offset
-    (`Attrs.skew`, from the streamed reader; SFTP's attributes tell none)."""
-    return None if attrs.mtime is None else attrs.mtime + getattr(attrs, "skew", 0.0)
+    (`Attrs.skew`, from the streamed reader; over SFTP, `sftp_skew`: `node_skew`)."""
+    if attrs.mtime is None:
+        return None
+    return attrs.mtime + getattr(attrs, "skew", sftp_skew)
 
 
 class SSHFileSource(FollowsWithCursor):
@@ -829,7 +860,7 @@ class SSHFileSource(FollowsWithCursor):
                                            int((attrs.mtime or 0) * 1_000_000_000)))
                 async for ev in drive(self.cursor, io, getattr(attrs, "dev", None),
                                       getattr(attrs, "ino", None), attrs.size or 0, head,
-                                      _written(attrs)):
+                                      _written(attrs, self.pool.skew(self.target, self.opts))):
                     if not isinstance(ev, Reopen):
                         yield ev
                     elif self.newest is not None and self.newest.reading is not None \

@@ -291,12 +291,15 @@ def remote_command(python: str = "python3") -> str:
     return f"{python} -c {shlex.quote(code)} {MARKER}"
 
 
-async def bounded_run(conn: Any, cmd: str, limit: int, timeout: float) -> tuple[bytes, int | None]:
+async def bounded_run(conn: Any, cmd: str, limit: int, timeout: float,
+                      stdin: Any = asyncssh.PIPE) -> tuple[bytes, int | None]:
     """Run `cmd` on the node and read at most `limit` bytes of its output (asyncssh's
     `conn.run` keeps all of it: a node can send any amount); more than that is refused and
     counted (`limits.REFUSED`, what="ssh_output") and the command's channel closed.
+    `stdin=asyncssh.DEVNULL`: the command reads an end at once (an account whose forced
+    command is `internal-sftp` ends then, not at the timeout).
     Returns (stdout, exit status); raises asyncio.TimeoutError after `timeout`."""
-    proc = await asyncio.wait_for(conn.create_process(cmd, encoding=None,
+    proc = await asyncio.wait_for(conn.create_process(cmd, encoding=None, stdin=stdin,
                                                       stderr=asyncssh.DEVNULL), timeout)
     out = bytearray()
     try:
