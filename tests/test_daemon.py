@@ -9,6 +9,7 @@ when each piece arrives), so every step is synchronised by polling, never by sle
 from __future__ import annotations
 
 import math
+import os
 import signal
 import socket
 import time
@@ -641,6 +642,36 @@ def test_a_follower_node_is_alerted_ready_never_stalled_nor_probed(tmp_path: Pat
         rx.assert_quiet(5.0, lambda g: hook("stalled")(g) or hook("unreachable")(g),
                         "a stalled or unreachable page for a follower waiting for requests")
         assert d.target("node1")["probe"]["probes"] == 0     # type: ignore[index]
+    finally:
+        rx.close()
+
+
+def test_a_follower_ready_before_the_attach_is_history_not_alerted_nor_dead(
+        tmp_path: Path, daemons: Any) -> None:
+    """The same follower node's log, its last line (the last rank's capture) written 20
+    minutes before the daemon first attached.  A follower is ready once its log stays quiet
+    after that line; the quiet had passed before the read.  Before: the catch-up's end said
+    "silent since ...: server probably dead" (cuda_graph, its budget long spent), then a
+    tick made it ready: a `ready in 4m00s` alert for a startup 20 minutes old, where any
+    other server's log ready then is history, not alerted."""
+    from support.receivers import Receiver, hook
+    log = tmp_path / "node1.log"
+    log.write_text(_now_stamped(FIXTURES / "built" / "sglang-0523-follower.log"))
+    old = time.time() - 20 * 60
+    os.utime(log, (old, old))
+    rx = Receiver().start()
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        target_cfg("node1", log, gpu=False, probe=False),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["ready", "stalled", "crashed"]}])
+    d: Daemon = daemons(cfg, port).start()
+    try:
+        t = d.wait_target("node1", lambda t: t["phase"] == "ready", "ready")
+        assert t["follower"] is True and t["stalled"] is False, t
+        wait_for(lambda: "history, not alerted" in d.stderr(), 10, "the attach's history note",
+                 alive=d.dead)
+        assert "probably dead" not in d.stderr(), d.stderr()[-2000:]
+        rx.assert_quiet(3.0, hook("ready"), "a ready alert for a follower ready 20 minutes ago")
     finally:
         rx.close()
 

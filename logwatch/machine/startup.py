@@ -18,7 +18,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .follower import follower_ready, node_joins, note_follower, note_follower_done, note_node
+from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
 from .ranks import advance_rank
@@ -224,6 +224,17 @@ class StartupMachine:
         quiet = state.last_activity is None or now - state.last_activity >= settle
         first = state.crash_read_at
         return quiet or first is None or now - first >= SETTLE_LONGEST
+
+    def quiet_before(self, state: State, since: float, now: float) -> list[Event]:
+        """The log had been quiet since `since` (its last write) before it was read: a
+        follower whose ranks had all ended was ready when that quiet reached FOLLOWER_QUIET,
+        as a tick then would have found (before, read at attach it waited for a quiet of
+        our own: the daemon said "silent since ...: server probably dead" and alerted
+        "ready in 1m55s" for a follower ready 20 minutes before)."""
+        done = follower_ready(state, now, False) if state.phase in self._startup else None
+        if done is None:
+            return []
+        return self._ready_at(state, done, min(now, since + FOLLOWER_QUIET))
 
     def _ready_at(self, state: State, obs: Observation, now: float) -> list[Event]:
         """Ready, at a line that is not a ready line (a follower's; the endpoint's word)."""

@@ -103,10 +103,13 @@ class CatchUp(Attachment):
         now = clock.now()
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         st = pipe.state
-        if st.phase == CRASHED and not st.crash_settled and self.attach_mtime is not None:
-            # a crash read from bytes written before: the log has been quiet since its last
-            # write, not since we read it (an unconfirmed crash waits for quiet: machine)
+        if self.attach_mtime is not None and (st.phase == CRASHED and not st.crash_settled
+                                              or st.phase in pipe.pack.startup_phases):
+            # bytes written before: the log has been quiet since its last write, not since
+            # we read it (an unconfirmed crash waits for quiet, a follower's ready too:
+            # machine; a stall counts from there: `_silent_at_attach`)
             st.last_activity = min(st.last_activity or self.attach_mtime, self.attach_mtime)
+            held += pipe.machine.quiet_before(st, st.last_activity, now)
         self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
         if self.seen_at_attach is None:
             self._silent_at_attach(pipe, now)
@@ -123,11 +126,10 @@ class CatchUp(Attachment):
         machine's next tick stalls it (one `Stalled`: one alert, watch's exit 3) and the
         view says "silent since ...: server probably dead" instead of an ETA."""
         st = pipe.state
-        if self.attach_mtime is not None and st.phase in pipe.pack.startup_phases:
-            # within its budget too: the stall comes when the log's silence (not our read's)
-            # passes it, and says that silence (before: `stalled: no new line for 15m00s`
-            # 15 minutes after the attach of a log silent for 14 minutes then)
-            st.last_activity = min(st.last_activity or self.attach_mtime, self.attach_mtime)
+        # (its activity is the file's last write, set in `end`: within its budget too, the
+        # stall comes when the log's silence, not our read's, passes it, and says that
+        # silence; before, `stalled: no new line for 15m00s` 15 minutes after the attach of
+        # a log silent for 14 minutes then)
         since = silent_at_attach(st, self.attach_mtime, now,
                                  pipe.machine.stall_budget(st.phase), pipe.pack.startup_phases)
         if since is None:
