@@ -115,7 +115,8 @@ class CatchUp(Attachment):
             self._silent_at_attach(pipe, now)
             return held
         s = self.seen_at_attach
-        self.log.info("the latest startup in the log had ended before it was read: "
+        # (a ready startup is serving, not ended: "ended" read as a dead server to adv49)
+        self.log.info("the latest startup in the log had its verdict before it was read: "
                       "history, not alerted", phase=s.phase, ago=round(s.ago),
                       startup=s.startup_id)
         return held if self.report_history else []
