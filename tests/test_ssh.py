@@ -1685,3 +1685,49 @@ def test_a_proxycommand_that_ends_is_named_not_a_bare_connection_lost(
         bastion_kh.write_text(bastion.known_hosts_line() + "\n")
         data, msg = run(first())
         assert data == b"hello\n" and msg == "", msg
+
+
+def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
+        sshd_server: SSHServer, tmp_path: Path) -> None:
+    """`Host *` naming two keys (`IdentityFile ~/.ssh/id_work`, then the one that exists:
+    a config copied from a laptop, or the system config's defaults), for the node and for
+    its bastion (a second real sshd).  `ssh` skips the missing one ("no such identity") and
+    logs in.  Before: asyncssh read every IdentityFile and raised FileNotFoundError: "cannot
+    connect: FileNotFoundError: ... id_work", retried for ever, the log never read (the
+    bastion's the same, said for the bastion)."""
+    node = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    missing = tmp_path / "id_work"
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "Host gpu-behind", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "  ProxyJump bastion",
+            "Host *", f"  User {node.user}", f"  IdentityFile {missing}",
+            f"  IdentityFile {node.client_key}", f"  UserKnownHostsFile {kh}",
+            "  BatchMode yes", "  StrictHostKeyChecking yes", ""]))
+        # `ssh` itself logs in with that config (the reference)
+        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert ref.returncode == 0, ref.stderr
+
+        async def read(host: str) -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
+                config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        for host in ("gpu-node", "gpu-behind"):
+            data, msg = run(read(host))
+            assert data == b"hello\n" and msg == "", (host, msg)

@@ -64,7 +64,7 @@ from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
-from .sshjump import JumpFailed, ProxyLost, jump_hops, open_jumps
+from .sshjump import Hop, JumpFailed, ProxyLost, jump_hops, open_jumps
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -230,6 +230,21 @@ def default_known_hosts(cfg: Any | None) -> Any:
         [_expand(f) for f in glob]
 
 
+def present_identities(cfg: Any | None) -> dict[str, Any]:
+    """The connection's keys where the ssh config names an `IdentityFile` that does not
+    exist: the named ones that do (`{}`: leave them to asyncssh, all there or none named).
+    `ssh` skips a missing one ("no such identity"); asyncssh read each and raised
+    FileNotFoundError, "cannot connect: FileNotFoundError: ... id_work" retried for ever
+    (a `Host *` naming a laptop's keys, the system config's defaults).  A key with a
+    passphrase is still skipped (ignore_encrypted, as for the config's own keys); none
+    left: asyncssh's default keys and the agent."""
+    named = [str(k) for k in (cfg.get("IdentityFile") if cfg is not None else None) or ()]
+    there = [_expand(k) for k in named if os.path.isfile(_expand(k))]
+    if len(there) == len(named):
+        return {}
+    return {"client_keys": there, "ignore_encrypted": True}
+
+
 async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientConnection:
     """The connection to the target, through the ssh config's ProxyJump hops opened here
     (sshjump.py: a hop's failure is said as the hop's, not the node's)."""
@@ -237,6 +252,8 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     cfg = host_config(target, opts)
     if "known_hosts" not in kw and (files := default_known_hosts(cfg)):
         kw["known_hosts"] = files
+    if opts.client_keys is None:
+        kw.update(present_identities(cfg))
     hops = jump_hops(cfg)
     if not hops:
         try:
@@ -252,10 +269,17 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     hop_kw = {k: kw[k] for k in ("connect_timeout", "keepalive_interval", "keepalive_count_max")}
     if "known_hosts" in kw and kw["known_hosts"] is None:
         hop_kw["known_hosts"] = None
-    elif opts.known_hosts is None:      # each hop's own files, and the global ones
-        hop_kw["known_hosts"] = lambda hop: default_known_hosts(host_config(
-            SSHTarget(hop.host, "/", hop.user, hop.port), replace(opts, username=None, port=None)))
-    jump = await open_jumps(hops, kw["config"], **hop_kw)
+
+    def own(hop: Hop) -> dict[str, Any]:
+        """The hop's keys as its own Host block names them, and (no known_hosts option)
+        its own known_hosts files and the global ones."""
+        hcfg = host_config(SSHTarget(hop.host, "/", hop.user, hop.port),
+                           replace(opts, username=None, port=None))
+        out = present_identities(hcfg)
+        if opts.known_hosts is None:
+            out["known_hosts"] = default_known_hosts(hcfg)
+        return out
+    jump = await open_jumps(hops, kw["config"], own, **hop_kw)
     try:
         conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
     except BaseException:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import asyncssh
 
@@ -90,17 +90,18 @@ class ProxyLost(OSError):
         self.cause = cause
 
 
-async def open_jumps(hops: list[Hop], config: Any, **kw: Any) -> Any | None:
+async def open_jumps(hops: list[Hop], config: Any,
+                     own: Callable[[Hop], dict[str, Any]] | None = None,
+                     **kw: Any) -> Any | None:
     """A connection through `hops`, in order (None: no hops), to tunnel the node's through;
     closing it closes the hops before it.  `config`: the ssh config paths, `()` for
     asyncssh's default; `kw`: the timeouts and keepalives of the node's connection, and
-    `known_hosts` where the caller decides it (a function of the hop: per hop)."""
+    `known_hosts` where the caller decides it; `own(hop)`: what the caller decides per hop
+    (its own known_hosts, its keys), over `kw`."""
     conn: Any = None
     try:
         for hop in hops:
-            hop_kw = dict(kw)
-            if callable(hop_kw.get("known_hosts")):
-                hop_kw["known_hosts"] = hop_kw["known_hosts"](hop)
+            hop_kw = dict(kw, **(own(hop) if own is not None else {}))
             try:
                 nxt = await asyncssh.connect(hop.host, hop.port or (),
                                              username=hop.user or (), tunnel=conn or (),
