@@ -12,6 +12,7 @@ import getpass
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -1731,3 +1732,39 @@ def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
         for host in ("gpu-node", "gpu-behind"):
             data, msg = run(read(host))
             assert data == b"hello\n" and msg == "", (host, msg)
+
+
+def test_a_refused_connection_names_the_address_the_ssh_config_gave(tmp_path: Path) -> None:
+    """`ssh://gpu-node/...` whose Host block says HostName 127.0.0.1 and Port P (nothing
+    listens there), and the same for its bastion (ProxyJump).  `ssh` says "connect to host
+    127.0.0.1 port P: Connection refused".  Before: "connection refused by gpu-node:22" and
+    "through the jump host bastion ...: connection refused by bastion:22": a port never
+    tried, the operator sent to look at port 22."""
+    with socket.socket() as s:        # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("\n".join([
+        "Host bastion", "  HostName 127.0.0.1", f"  Port {closed}",
+        "Host gpu-node", "  HostName 127.0.0.1", f"  Port {closed}",
+        "Host gpu-behind", "  HostName 127.0.0.1", "  Port 22", "  ProxyJump bastion",
+        "Host *", "  BatchMode yes", ""]))
+    ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
+                         text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert f"127.0.0.1 port {closed}: Connection refused" in ref.stderr, ref.stderr
+
+    async def said(host: str) -> str:
+        pool = SSHPool()
+        col = Collector(SSHFileSource(f"ssh://{host}/srv/server.log", options=SSHOptions(
+            config=(str(cfg),)), pool=pool)).start()
+        try:
+            await col.wait(lambda: any(not s.up for s in col.states()), "a failure")
+            return next(s.message for s in col.states() if not s.up)
+        finally:
+            await col.stop()
+            await pool.close()
+    msg = run(said("gpu-node"))
+    assert f"connection refused by gpu-node (127.0.0.1:{closed})" in msg, msg
+    msg = run(said("gpu-behind"))
+    assert "jump host bastion" in msg, msg
+    assert f"connection refused by bastion (127.0.0.1:{closed})" in msg, msg

@@ -673,15 +673,28 @@ def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
         return f"{type(e).__name__}: {e.reason}"
     cause = connect_cause(e)
     if cause == "dns":
-        return f"no such host: {target.host} ({getattr(e, 'strerror', None) or e}; a typo?)"
+        return (f"no such host: {address(target, opts, port=False)} "
+                f"({getattr(e, 'strerror', None) or e}; a typo?)")
     if cause == "refused":
-        return f"connection refused by {target.host}:{target.port or 22} (no SSH server there?)"
+        return f"connection refused by {address(target, opts)} (no SSH server there?)"
     if isinstance(e, (TimeoutError, asyncio.TimeoutError)) and not str(e):
         # (before: "TimeoutError: ", nothing said)
-        return (f"no answer from {target.host}:{target.port or opts.port or 22} within "
+        return (f"no answer from {address(target, opts)} within "
                 f"{opts.connect_timeout:g}s (the host hung or down, or the packets dropped on "
                 "the way)")
     return f"{type(e).__name__}: {e}"
+
+
+def address(target: SSHTarget, opts: SSHOptions, port: bool = True) -> str:
+    """Where a connection to the target goes: `host:port`, or for a Host alias of the ssh
+    config the alias and its HostName and Port (`gpu-7 (10.0.3.7:2222)`).  Before, the
+    alias and port 22 were said ("connection refused by bastion:22") for a Host block whose
+    Port is another: the operator sent to look at a port never tried."""
+    cfg = host_config(target, opts)
+    host = str(cfg.get("Hostname") or target.host) if cfg is not None else target.host
+    number = target.port or opts.port or (cfg.get("Port") if cfg is not None else None) or 22
+    where = (f"[{host}]:{number}" if ":" in host else f"{host}:{number}") if port else host
+    return where if host == target.host else f"{target.host} ({where})"
 
 
 def connect_cause(e: BaseException) -> str:
