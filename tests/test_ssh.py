@@ -1768,3 +1768,41 @@ def test_a_refused_connection_names_the_address_the_ssh_config_gave(tmp_path: Pa
     msg = run(said("gpu-behind"))
     assert "jump host bastion" in msg, msg
     assert f"connection refused by bastion (127.0.0.1:{closed})" in msg, msg
+
+
+def test_a_proxyjump_written_as_an_ssh_uri_is_taken(sshd_server: SSHServer,
+                                                    tmp_path: Path) -> None:
+    """`ProxyJump ssh://user@127.0.0.1:P` (OpenSSH takes a jump host as [user@]host[:port]
+    or as an ssh URI; a second real sshd is the bastion).  Before: the user "ssh://user"
+    and "SSH authentication to 127.0.0.1 failed (Permission denied for user ssh://root ...)",
+    fatal; `ssh` went through."""
+    node = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            f"  ProxyJump ssh://{bastion.user}@127.0.0.1:{bastion.port}",
+            "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}",
+            f"  UserKnownHostsFile {kh}", "  BatchMode yes", ""]))
+        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert ref.returncode == 0, ref.stderr
+
+        async def read() -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
+                config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        data, msg = run(read())
+        assert data == b"hello\n" and msg == "", msg

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import unquote
 
 import asyncssh
 
@@ -36,7 +37,15 @@ class Hop:
 
     @classmethod
     def parse(cls, text: str) -> "Hop":
-        user, at, host = text.strip().rpartition("@")
+        """`[user@]host[:port]`, or the ssh URI OpenSSH takes too, `ssh://[user@]host[:port]`
+        (before: its user read as "ssh://root", the bastion's login refused for it)."""
+        text = text.strip()
+        uri = text[:6].lower() == "ssh://"
+        if uri:
+            text = text[6:].rstrip("/")
+        user, at, host = text.rpartition("@")
+        if uri:
+            user = unquote(user)
         port: int | None = None
         if host.startswith("[") and "]:" in host:          # [v6]:port
             host, _, p = host[1:].partition("]:")
