@@ -1806,3 +1806,54 @@ def test_a_proxyjump_written_as_an_ssh_uri_is_taken(sshd_server: SSHServer,
                 await pool.close()
         data, msg = run(read())
         assert data == b"hello\n" and msg == "", msg
+
+
+def test_a_proxycommand_before_a_proxyjump_wins_as_with_ssh(sshd_server: SSHServer,
+                                                            tmp_path: Path) -> None:
+    """The node's Host block says `ProxyCommand ssh -W %h:%p bastion` (a second real sshd),
+    and a `Host *` default after it says `ProxyJump jump.invalid` (the fleet's usual way).
+    `ssh` takes whichever of the two comes first (`ssh -G` shows only the ProxyCommand)
+    and goes through the bastion; the same for a bastion reached by its own ProxyCommand.
+    Before: asyncssh's order, the ProxyJump always, here a way `ssh` never takes (through
+    jump.invalid, whose own `Host *` ProxyJump is itself: a RecursionError that ended the
+    source with nothing said)."""
+    node = sshd_server
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "  ProxyJump none",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            f"  ProxyCommand ssh -F {cfg} -W %h:%p bastion",
+            # a bastion reached by its own ProxyCommand, the node by ProxyJump through it
+            "Host hop-pc", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            f"  ProxyCommand ssh -F {cfg} -W %h:%p bastion",
+            "Host gpu-behind", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "  ProxyJump hop-pc",
+            "Host *", "  ProxyJump jump.invalid", f"  User {node.user}",
+            f"  IdentityFile {node.client_key}", f"  UserKnownHostsFile {kh}",
+            "  BatchMode yes", ""]))
+        for host in ("gpu-node", "gpu-behind"):
+            ref = subprocess.run(["ssh", "-F", str(cfg), host, "true"], capture_output=True,
+                                 text=True, timeout=30, stdin=subprocess.DEVNULL)
+            assert ref.returncode == 0, ref.stderr
+
+        async def read(host: str) -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
+                config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        for host in ("gpu-node", "gpu-behind"):
+            data, msg = run(read(host))
+            assert data == b"hello\n" and msg == "", (host, msg)

@@ -64,7 +64,7 @@ from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
-from .sshjump import Hop, JumpFailed, ProxyLost, jump_hops, open_jumps
+from .sshjump import Hop, JumpFailed, ProxyLost, jump_hops, open_jumps, proxy_command_first
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -255,6 +255,8 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     if opts.client_keys is None:
         kw.update(present_identities(cfg))
     hops = jump_hops(cfg)
+    if proxy_command_first(cfg):
+        kw["tunnel"] = None           # not asyncssh's ProxyJump: the ProxyCommand, as ssh
     if not hops:
         try:
             return await asyncssh.connect(target.host, **kw)
@@ -276,6 +278,8 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         hcfg = host_config(SSHTarget(hop.host, "/", hop.user, hop.port),
                            replace(opts, username=None, port=None))
         out = present_identities(hcfg)
+        if proxy_command_first(hcfg):
+            out["tunnel"] = None
         if opts.known_hosts is None:
             out["known_hosts"] = default_known_hosts(hcfg)
         return out

@@ -61,10 +61,23 @@ class Hop:
             (f":{self.port}" if self.port else "")
 
 
+def proxy_command_first(config: Any) -> bool:
+    """The host's `ProxyCommand` (`none` too) comes before its `ProxyJump` in the ssh config.
+    OpenSSH takes whichever of the two comes first and drops the other (`ssh -G` shows
+    only it): a node's own ProxyCommand before a `Host *` default ProxyJump.  asyncssh
+    always took the ProxyJump, a way `ssh` never takes.  (Its config keeps the first value
+    of each option in the order they were met.)"""
+    order = list(getattr(config, "_options", None) or ())
+    return "ProxyCommand" in order and "ProxyJump" in order and \
+        order.index("ProxyCommand") < order.index("ProxyJump")
+
+
 def jump_hops(config: Any) -> list[Hop]:
     """The hops of the host's `ProxyJump` in the loaded ssh config (none: `ProxyJump none`,
-    no such line, or no config)."""
-    value = config.get("ProxyJump") if config is not None else None
+    no such line, no config, or a ProxyCommand before it: `proxy_command_first`)."""
+    if config is None or proxy_command_first(config):
+        return []
+    value = config.get("ProxyJump")
     if not isinstance(value, str):
         return []
     return [Hop.parse(h) for h in value.split(",") if h.strip()]
@@ -106,14 +119,16 @@ async def open_jumps(hops: list[Hop], config: Any,
     closing it closes the hops before it.  `config`: the ssh config paths, `()` for
     asyncssh's default; `kw`: the timeouts and keepalives of the node's connection, and
     `known_hosts` where the caller decides it; `own(hop)`: what the caller decides per hop
-    (its own known_hosts, its keys), over `kw`."""
+    (its own known_hosts, its keys, `tunnel=None` where its ProxyCommand comes first), over
+    `kw`."""
     conn: Any = None
     try:
         for hop in hops:
             hop_kw = dict(kw, **(own(hop) if own is not None else {}))
+            way = hop_kw.pop("tunnel", ())       # the first hop's own: None, its ProxyCommand
             try:
                 nxt = await asyncssh.connect(hop.host, hop.port or (),
-                                             username=hop.user or (), tunnel=conn or (),
+                                             username=hop.user or (), tunnel=conn or way,
                                              config=config, **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
