@@ -1857,3 +1857,25 @@ def test_a_proxycommand_before_a_proxyjump_wins_as_with_ssh(sshd_server: SSHServ
         for host in ("gpu-node", "gpu-behind"):
             data, msg = run(read(host))
             assert data == b"hello\n" and msg == "", (host, msg)
+
+
+def test_a_proxyjump_that_leads_back_to_its_jump_host_is_said(tmp_path: Path) -> None:
+    """`Host * ProxyJump bastion` with no `ProxyJump none` in the bastion's own block: the
+    jump host jumps through itself (`ssh -v` shows it running `ssh -W ... bastion` again and
+    again).  Before: asyncssh recursed, "failed: RecursionError('maximum recursion depth
+    exceeded')" and the target ended; now the loop is said, with its fix, once (fatal)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("\n".join([
+        "Host bastion", "  HostName 127.0.0.1", f"  Port {closed}",
+        "Host gpu-node", "  HostName 127.0.0.1", f"  Port {closed}",
+        "Host *", "  ProxyJump bastion", ""]))
+    pool = SSHPool()
+    fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
+        config=(str(cfg),)), pool=pool), pool))
+    assert "RecursionError" not in fatal.message, fatal.message
+    assert "jump host bastion" in fatal.message, fatal.message
+    assert "leads back to itself" in fatal.message and "ProxyJump none" in fatal.message, \
+        fatal.message

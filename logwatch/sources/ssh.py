@@ -64,7 +64,9 @@ from .sshfail import (
     BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
     config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
-from .sshjump import Hop, JumpFailed, ProxyLost, jump_hops, open_jumps, proxy_command_first
+from .sshjump import (
+    Hop, JumpFailed, JumpLoop, ProxyLost, jump_hops, open_jumps, proxy_command_first,
+)
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
@@ -639,6 +641,11 @@ def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptio
 def explain(e: BaseException, target: SSHTarget, opts: SSHOptions) -> str:
     if isinstance(e, (JumpFailed, ProxyLost)):
         return explain_way(e, target, opts)
+    if isinstance(e, JumpLoop):
+        return (f"the ssh config's ProxyJump for {target.host} leads back to itself (a `Host *` "
+                "ProxyJump applies to the jump host too; `ssh` loops the same way): add "
+                f"`ProxyJump none` to the Host block of {target.host}, above the `Host *` one "
+                "(the first value wins)")
     if isinstance(e, asyncssh.HostKeyNotVerifiable):
         return explain_host_key(e, target, opts)
     if isinstance(e, NoSFTPSubsystem):

@@ -100,6 +100,12 @@ class JumpLost(JumpFailed, OSError):
     """The hop could not be reached, or dropped us: retried like the node itself."""
 
 
+class JumpLoop(FatalSSH):
+    """The hop's own ProxyJump leads back to it: a `Host *` ProxyJump met by the jump host
+    itself, with no `ProxyJump none` in its block (`ssh` loops the same way); asyncssh
+    recursed until RecursionError, which ended the target with only that said."""
+
+
 class ProxyLost(OSError):
     """The ssh config's `ProxyCommand` (`command`, as run) ended before the node's SSH server
     answered: `cause` is only "Connection lost" (asyncssh reads the command's stderr as the
@@ -132,6 +138,8 @@ async def open_jumps(hops: list[Hop], config: Any,
                                              config=config, **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
+            except RecursionError:
+                raise JumpRefused(hop, JumpLoop(str(hop))) from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
                 raise JumpLost(hop, e) from e
             nxt.set_tunnel(conn)
