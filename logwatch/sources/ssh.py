@@ -247,14 +247,36 @@ def present_identities(cfg: Any | None) -> dict[str, Any]:
     return {"client_keys": there, "ignore_encrypted": True}
 
 
+async def read_config(host: str, kw: dict[str, Any], hop: bool = False
+                      ) -> tuple[Any, dict[str, Any]]:
+    """The ssh config as a connection to `host` with `kw` reads it (its Host and Match
+    blocks applied; read once, in a thread, as asyncssh.connect reads it), and what to give
+    asyncssh.connect beside `kw` so that it does not read it again.  Before, each connection
+    read it twice (`host_config` here, on the event loop, then asyncssh), four times through
+    a bastion: an ssh config of 8,000 Host blocks (a fleet's, generated) costs 0.3 s a read,
+    and a `Match exec` runs its command each time.  asyncssh reads it again where it must
+    (`Match final`, CanonicalizeHostname: a second pass), and for a `hop` whose own
+    ProxyJump asyncssh opens (the first hop: each later one goes through the one before).
+    The keys are loaded by connect (`present_identities` first): `client_keys` must be in
+    what is given to it."""
+    first = await asyncssh.SSHClientConnectionOptions.construct(
+        host=host, **dict(kw, client_keys=kw.get("client_keys")))
+    cfg = first.config
+    again = cfg.has_match_final() or bool(cfg.get("CanonicalizeHostname")) or \
+        (hop and isinstance(cfg.get("ProxyJump"), str) and not proxy_command_first(cfg))
+    return cfg, {"options": first, "config": kw["config"] if again else None}
+
+
 async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientConnection:
     """The connection to the target, through the ssh config's ProxyJump hops opened here
     (sshjump.py: a hop's failure is said as the hop's, not the node's)."""
     kw = _connect_kwargs(target, opts)
-    cfg = host_config(target, opts)
+    cfg, once = await read_config(target.host, kw)
+    kw.update(once)
     if "known_hosts" not in kw and (files := default_known_hosts(cfg)):
         kw["known_hosts"] = files
     if opts.client_keys is None:
+        kw["client_keys"] = ()            # asyncssh's own choice: the config's, the defaults
         kw.update(present_identities(cfg))
     hops = jump_hops(cfg)
     if proxy_command_first(cfg):
@@ -263,7 +285,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         try:
             return await asyncssh.connect(target.host, **kw)
         except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError) as e:
-            proxy = cfg.get("ProxyCommand") if cfg is not None else None
+            proxy = cfg.get("ProxyCommand")
             if proxy:
                 raise ProxyLost(proxy if isinstance(proxy, str) else shlex.join(proxy),
                                 e) from e
@@ -271,21 +293,23 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     # a hop is checked as its own Host block says (as OpenSSH does), but `known_hosts: none`
     # turns checking off for the whole way (it warns)
     hop_kw = {k: kw[k] for k in ("connect_timeout", "keepalive_interval", "keepalive_count_max")}
+    hop_kw["config"] = ssh_config_paths(opts.config)
     if "known_hosts" in kw and kw["known_hosts"] is None:
         hop_kw["known_hosts"] = None
 
-    def own(hop: Hop) -> dict[str, Any]:
-        """The hop's keys as its own Host block names them, and (no known_hosts option)
-        its own known_hosts files and the global ones."""
-        hcfg = host_config(SSHTarget(hop.host, "/", hop.user, hop.port),
-                           replace(opts, username=None, port=None))
-        out = present_identities(hcfg)
+    async def own(hop: Hop, first: bool) -> dict[str, Any]:
+        """The hop's config read once, its keys as its own Host block names them, and (no
+        known_hosts option) its own known_hosts files and the global ones."""
+        hcfg, out = await read_config(hop.host, dict(hop_kw, port=hop.port or (),
+                                                     username=hop.user or ()), hop=first)
+        out["client_keys"] = ()
+        out.update(present_identities(hcfg))
         if proxy_command_first(hcfg):
             out["tunnel"] = None
         if opts.known_hosts is None:
             out["known_hosts"] = default_known_hosts(hcfg)
         return out
-    jump = await open_jumps(hops, kw["config"], own, **hop_kw)
+    jump = await open_jumps(hops, own, **hop_kw)
     try:
         conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
     except BaseException:

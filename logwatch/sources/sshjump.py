@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 from urllib.parse import unquote
 
 import asyncssh
@@ -118,24 +118,25 @@ class ProxyLost(OSError):
         self.cause = cause
 
 
-async def open_jumps(hops: list[Hop], config: Any,
-                     own: Callable[[Hop], dict[str, Any]] | None = None,
+async def open_jumps(hops: list[Hop],
+                     own: Callable[[Hop, bool], Awaitable[dict[str, Any]]] | None = None,
                      **kw: Any) -> Any | None:
     """A connection through `hops`, in order (None: no hops), to tunnel the node's through;
-    closing it closes the hops before it.  `config`: the ssh config paths, `()` for
-    asyncssh's default; `kw`: the timeouts and keepalives of the node's connection, and
-    `known_hosts` where the caller decides it; `own(hop)`: what the caller decides per hop
-    (its own known_hosts, its keys, `tunnel=None` where its ProxyCommand comes first), over
+    closing it closes the hops before it.  `kw`: the ssh config paths (`config`), the
+    timeouts and keepalives of the node's connection, and `known_hosts` where the caller
+    decides it; `own(hop, first)`: what the caller decides per hop (its config read once,
+    its own known_hosts, its keys, `tunnel=None` where its ProxyCommand comes first), over
     `kw`."""
     conn: Any = None
     try:
         for hop in hops:
-            hop_kw = dict(kw, **(own(hop) if own is not None else {}))
-            way = hop_kw.pop("tunnel", ())       # the first hop's own: None, its ProxyCommand
             try:
+                hop_kw = dict(kw, **(await own(hop, conn is None) if own is not None
+                                     else {}))
+                way = hop_kw.pop("tunnel", ())   # the first hop's own: None, its ProxyCommand
                 nxt = await asyncssh.connect(hop.host, hop.port or (),
                                              username=hop.user or (), tunnel=conn or way,
-                                             config=config, **hop_kw)
+                                             **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
             except RecursionError:
