@@ -1929,3 +1929,61 @@ def test_the_ssh_config_is_read_once_per_connection_as_ssh_reads_it(sshd_server:
             data, msg = run(read(host))
             assert data == b"hello\n" and msg == "", (host, msg)
             assert reads() == by_ssh, host
+
+
+def test_a_bastion_that_does_not_forward_is_named_with_why(sshd_server: SSHServer,
+                                                           tmp_path: Path) -> None:
+    """`ProxyJump bastion`, the login to the bastion accepted, but its sshd has
+    `AllowTcpForwarding no` (a hardened bastion; a second real sshd): ssh says "channel 0:
+    open failed: administratively prohibited ... stdio forwarding failed".  Before: "cannot
+    connect: ChannelOpenError: open failed; retrying", for ever, neither the bastion nor the
+    cause named.  Now the bastion is named, with its sshd's setting, once (fatal); and a
+    node that the bastion cannot reach (nothing on its port) is said as that, retried."""
+    node = sshd_server
+    with SSHServer(workdir=str(tmp_path / "bastion"), forwarding=False) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            closed = s.getsockname()[1]
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "  ProxyJump bastion",
+            "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}",
+            f"  UserKnownHostsFile {kh}", "  BatchMode yes", ""]))
+        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert ref.returncode != 0 and "administratively prohibited" in ref.stderr, ref.stderr
+        pool = SSHPool()
+        fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log",
+                                               options=SSHOptions(config=(str(cfg),)),
+                                               pool=pool), pool))
+        assert "jump host bastion" in fatal.message, fatal.message
+        assert "AllowTcpForwarding" in fatal.message, fatal.message
+        assert f"gpu-node (127.0.0.1:{node.port})" in fatal.message, fatal.message
+
+    with SSHServer(workdir=str(tmp_path / "bastion2")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh.write_text(bastion.known_hosts_line() + "\n")
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {closed}", "  ProxyJump bastion",
+            "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}",
+            f"  UserKnownHostsFile {kh}", "  BatchMode yes", ""]))
+
+        async def said() -> SourceState:
+            pool = SSHPool()
+            col = Collector(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
+                config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: any(not s.up for s in col.states()), "a failure")
+                return next(s for s in col.states() if not s.up)
+            finally:
+                await col.stop()
+                await pool.close()
+        state = run(said())
+        assert not state.fatal and "jump host bastion" in state.message, state
+        assert f"could not connect to gpu-node (127.0.0.1:{closed})" in state.message, state

@@ -65,7 +65,8 @@ from .sshfail import (
     config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
 )
 from .sshjump import (
-    Hop, JumpFailed, JumpLoop, ProxyLost, jump_hops, open_jumps, proxy_command_first,
+    Hop, JumpFailed, JumpLoop, ProxyLost, forward_failed, jump_hops, open_jumps,
+    proxy_command_first,
 )
 from .newest import Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
@@ -312,6 +313,9 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
     jump = await open_jumps(hops, own, **hop_kw)
     try:
         conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
+    except asyncssh.ChannelOpenError as e:     # the last hop did not forward to the node
+        jump.close()
+        raise forward_failed(hops[-1], e, address(target, opts)) from e
     except BaseException:
         jump.close()
         raise
@@ -622,8 +626,16 @@ def explain_way(e: JumpFailed | ProxyLost, target: SSHTarget, opts: SSHOptions) 
         return (f"the ssh config's ProxyCommand for {target.host} (`{e.command}`) ended before "
                 f"the node's SSH server answered ({type(e.cause).__name__}): run it by hand "
                 "to see why (a bastion's host key or login, a proxy down)")
+    way = f"the jump host {e.hop} (the ssh config's ProxyJump for {target.host})"
+    if e.to is not None and isinstance(e.cause, asyncssh.ChannelOpenError):
+        if e.cause.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+            return (f"{way} logged us in and refuses to forward to {e.to} ({e.cause.reason}): "
+                    "its sshd has `AllowTcpForwarding no` (or a PermitOpen leaving that "
+                    "address out), which ProxyJump needs: allow it there for this login")
+        return (f"{way} could not connect to {e.to} ({e.cause.reason}): no SSH server there, "
+                "or not reachable from the jump host")
     hop = SSHTarget(e.hop.host, target.path, e.hop.user, e.hop.port)
-    return (f"through the jump host {e.hop} (the ssh config's ProxyJump for {target.host}): "
+    return (f"through {way}: "
             + explain(e.cause, hop, replace(opts, known_hosts=None, client_keys=None,
                                             username=None, port=None)))
 

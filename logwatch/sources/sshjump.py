@@ -84,12 +84,14 @@ def jump_hops(config: Any) -> list[Hop]:
 
 
 class JumpFailed(Exception):
-    """Connecting through the ProxyJump `hop` failed with `cause`."""
+    """Connecting through the ProxyJump `hop` failed with `cause`; `to`: where the hop was
+    asked to forward to, where that failed (a ChannelOpenError: `forward_failed`)."""
 
-    def __init__(self, hop: Hop, cause: BaseException) -> None:
+    def __init__(self, hop: Hop, cause: BaseException, to: str | None = None) -> None:
         super().__init__(f"{hop}: {cause}")
         self.hop = hop
         self.cause = cause
+        self.to = to
 
 
 class JumpRefused(JumpFailed, FatalSSH):
@@ -98,6 +100,15 @@ class JumpRefused(JumpFailed, FatalSSH):
 
 class JumpLost(JumpFailed, OSError):
     """The hop could not be reached, or dropped us: retried like the node itself."""
+
+
+def forward_failed(hop: Hop, e: asyncssh.ChannelOpenError, to: str) -> JumpFailed:
+    """The hop logged us in and did not forward to `to` (the next hop, or the node): its
+    sshd refuses to (`AllowTcpForwarding no`: fatal) or could not connect there (retried).
+    Before: "ChannelOpenError: open failed", retried for ever, the hop never named."""
+    if e.code == asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED:
+        return JumpRefused(hop, e, to)
+    return JumpLost(hop, e, to)
 
 
 class JumpLoop(FatalSSH):
@@ -128,6 +139,7 @@ async def open_jumps(hops: list[Hop],
     its own known_hosts, its keys, `tunnel=None` where its ProxyCommand comes first), over
     `kw`."""
     conn: Any = None
+    prev: Hop | None = None
     try:
         for hop in hops:
             try:
@@ -139,12 +151,16 @@ async def open_jumps(hops: list[Hop],
                                              **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
+            except asyncssh.ChannelOpenError as e:
+                if prev is None:
+                    raise JumpLost(hop, e) from e
+                raise forward_failed(prev, e, str(hop)) from e
             except RecursionError:
                 raise JumpRefused(hop, JumpLoop(str(hop))) from None
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
                 raise JumpLost(hop, e) from e
             nxt.set_tunnel(conn)
-            conn = nxt
+            conn, prev = nxt, hop
     except BaseException:
         if conn is not None:
             conn.close()
