@@ -1691,8 +1691,8 @@ def test_a_proxycommand_that_ends_is_named_not_a_bare_connection_lost(
 def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
         sshd_server: SSHServer, tmp_path: Path) -> None:
     """`Host *` naming two keys (`IdentityFile ~/.ssh/id_work`, then the one that exists:
-    a config copied from a laptop, or the system config's defaults), for the node and for
-    its bastion (a second real sshd).  `ssh` skips the missing one ("no such identity") and
+    a config copied from a laptop, or the system config's defaults) and a certificate that
+    does not exist either, for the node and for its bastion (a second real sshd).  `ssh` skips the missing one ("no such identity") and
     logs in.  Before: asyncssh read every IdentityFile and raised FileNotFoundError: "cannot
     connect: FileNotFoundError: ... id_work", retried for ever, the log never read (the
     bastion's the same, said for the bastion)."""
@@ -1712,6 +1712,7 @@ def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
             "  ProxyJump bastion",
             "Host *", f"  User {node.user}", f"  IdentityFile {missing}",
             f"  IdentityFile {node.client_key}", f"  UserKnownHostsFile {kh}",
+            f"  CertificateFile {tmp_path / 'id_work-cert.pub'}",
             "  BatchMode yes", "  StrictHostKeyChecking yes", ""]))
         # `ssh` itself logs in with that config (the reference)
         ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,

@@ -234,18 +234,22 @@ def default_known_hosts(cfg: Any | None) -> Any:
 
 
 def present_identities(cfg: Any | None) -> dict[str, Any]:
-    """The connection's keys where the ssh config names an `IdentityFile` that does not
-    exist: the named ones that do (`{}`: leave them to asyncssh, all there or none named).
-    `ssh` skips a missing one ("no such identity"); asyncssh read each and raised
-    FileNotFoundError, "cannot connect: FileNotFoundError: ... id_work" retried for ever
-    (a `Host *` naming a laptop's keys, the system config's defaults).  A key with a
-    passphrase is still skipped (ignore_encrypted, as for the config's own keys); none
-    left: asyncssh's default keys and the agent."""
-    named = [str(k) for k in (cfg.get("IdentityFile") if cfg is not None else None) or ()]
-    there = [_expand(k) for k in named if os.path.isfile(_expand(k))]
-    if len(there) == len(named):
-        return {}
-    return {"client_keys": there, "ignore_encrypted": True}
+    """The connection's keys and certificates where the ssh config names an `IdentityFile`
+    or `CertificateFile` that does not exist: the named ones that do (`{}`: leave them to
+    asyncssh, all there or none named).  `ssh` skips a missing one ("no such identity");
+    asyncssh read each and raised FileNotFoundError, "cannot connect: FileNotFoundError: ...
+    id_work" retried for ever (a `Host *` naming a laptop's keys, the system config's
+    defaults).  A key with a passphrase is still skipped (ignore_encrypted, as for the
+    config's own keys); no key left: asyncssh's default keys and the agent."""
+    out: dict[str, Any] = {}
+    for option, arg in (("IdentityFile", "client_keys"), ("CertificateFile", "client_certs")):
+        named = [str(k) for k in (cfg.get(option) if cfg is not None else None) or ()]
+        there = [_expand(k) for k in named if os.path.isfile(_expand(k))]
+        if len(there) < len(named):
+            out[arg] = there
+    if "client_keys" in out:
+        out["ignore_encrypted"] = True
+    return out
 
 
 async def read_config(host: str, kw: dict[str, Any], hop: bool = False
