@@ -1988,3 +1988,55 @@ def test_a_bastion_that_does_not_forward_is_named_with_why(sshd_server: SSHServe
         state = run(said())
         assert not state.fatal and "jump host bastion" in state.message, state
         assert f"could not connect to gpu-node (127.0.0.1:{closed})" in state.message, state
+
+
+def test_identity_agent_ssh_auth_sock_is_the_agent_that_variable_names(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`IdentityAgent SSH_AUTH_SOCK` for the node, before a `Host *` naming another agent
+    (1Password's socket, here gone): OpenSSH reads the agent's socket from SSH_AUTH_SOCK (a
+    real ssh-agent holding the key), and logs in.  Before: asyncssh took the words as a
+    path, offered no agent key, and af60db6 said "the ssh config's IdentityAgent names
+    SSH_AUTH_SOCK, which is gone (the agent ended)" of a running agent."""
+    server = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))       # no key of its own: the agent's only
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(POLL)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        subprocess.run(["ssh-add", "-q", str(server.client_key)], check=True, timeout=30,
+                       capture_output=True)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {server.port}",
+            "  IdentityAgent SSH_AUTH_SOCK",
+            "Host *", f"  IdentityAgent {tmp_path / '1password' / 'agent.sock'}",
+            f"  User {server.user}", f"  UserKnownHostsFile {server.known_hosts}",
+            "  BatchMode yes", ""]))
+        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
+                             text=True, timeout=30, stdin=subprocess.DEVNULL)
+        assert ref.returncode == 0, ref.stderr
+
+        async def read() -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
+                config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        data, msg = run(read())
+        assert data == b"hello\n" and msg == "", msg
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)

@@ -252,6 +252,16 @@ def present_identities(cfg: Any | None) -> dict[str, Any]:
     return out
 
 
+def environment_agent(cfg: Any | None) -> dict[str, Any]:
+    """`IdentityAgent SSH_AUTH_SOCK`: the agent that variable names, as `ssh` reads it (a
+    host kept to the usual agent where `Host *` names another, 1Password's).  asyncssh took
+    the words as a path and offered no agent key ("... names SSH_AUTH_SOCK, which is gone"
+    of a running agent)."""
+    if cfg is not None and cfg.get("IdentityAgent") == "SSH_AUTH_SOCK":
+        return {"agent_path": os.environ.get("SSH_AUTH_SOCK") or None}
+    return {}
+
+
 async def read_config(host: str, kw: dict[str, Any], hop: bool = False
                       ) -> tuple[Any, dict[str, Any]]:
     """The ssh config as a connection to `host` with `kw` reads it (its Host and Match
@@ -282,7 +292,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         kw["known_hosts"] = files
     if opts.client_keys is None:
         kw["client_keys"] = ()            # asyncssh's own choice: the config's, the defaults
-        kw.update(present_identities(cfg))
+        kw.update(present_identities(cfg), **environment_agent(cfg))
     hops = jump_hops(cfg)
     if proxy_command_first(cfg):
         kw["tunnel"] = None           # not asyncssh's ProxyJump: the ProxyCommand, as ssh
@@ -308,7 +318,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         hcfg, out = await read_config(hop.host, dict(hop_kw, port=hop.port or (),
                                                      username=hop.user or ()), hop=first)
         out["client_keys"] = ()
-        out.update(present_identities(hcfg))
+        out.update(present_identities(hcfg), **environment_agent(hcfg))
         if proxy_command_first(hcfg):
             out["tunnel"] = None
         if opts.known_hosts is None:

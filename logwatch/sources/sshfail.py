@@ -287,7 +287,8 @@ def no_key_offered(host: str, port: int | None, user: str | None,
     key is kept in ssh-agent, read by a daemon that has no agent); None if it may have."""
     cfg = _host_config(host, port, user, config)
     agent = cfg.get("IdentityAgent") if cfg is not None else None
-    why = agent_unreachable(str(agent) if agent else None)
+    # `SSH_AUTH_SOCK`: that variable's agent, as ssh reads it (not a path)
+    why = agent_unreachable(str(agent) if agent and agent != "SSH_AUTH_SOCK" else None)
     if why is None:
         return None
     keys, named = identity_files(host, port, user, config)
