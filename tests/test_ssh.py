@@ -2040,3 +2040,35 @@ def test_identity_agent_ssh_auth_sock_is_the_agent_that_variable_names(
     finally:
         agent.kill()
         agent.wait(timeout=10)
+
+
+def test_a_bastion_login_refused_is_not_told_to_use_the_nodes_key_option(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`-i KEY` names the node's key; the bastion (ProxyJump, a second real sshd) takes the
+    same key, which its Host block does not name, and there is no agent: `ssh -i KEY -J`
+    does not give -i to the jump either.  Before: "through the jump host bastion ...: no key
+    was offered ... Give a key file (-i / ssh.client_keys)", the option already given, which
+    names the node's keys only.  Now the bastion's own Host block (IdentityFile) is said."""
+    node = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "  ProxyJump bastion",
+            "Host *", f"  User {node.user}", f"  UserKnownHostsFile {kh}", ""]))
+        pool = SSHPool()
+        fatal, _ = run(_fatal_of(SSHFileSource(
+            "ssh://gpu-node/srv/server.log", options=SSHOptions(
+                config=(str(cfg),), client_keys=(str(node.client_key),)), pool=pool), pool))
+        msg = fatal.message
+        assert "jump host bastion" in msg and "SSH authentication to bastion failed" in msg, msg
+        assert "-i / ssh.client_keys)" not in msg and "--ssh-key" not in msg, msg
+        assert "IdentityFile" in msg and "Host block" in msg, msg

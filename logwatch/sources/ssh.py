@@ -649,9 +649,10 @@ def explain_way(e: JumpFailed | ProxyLost, target: SSHTarget, opts: SSHOptions) 
         return (f"{way} could not connect to {e.to} ({e.cause.reason}): no SSH server there, "
                 "or not reachable from the jump host")
     hop = SSHTarget(e.hop.host, target.path, e.hop.user, e.hop.port)
-    return (f"through {way}: "
-            + explain(e.cause, hop, replace(opts, known_hosts=None, client_keys=None,
-                                            username=None, port=None)))
+    own = replace(opts, known_hosts=None, client_keys=None, username=None, port=None)
+    if isinstance(e.cause, asyncssh.PermissionDenied) or too_many_keys(e.cause):
+        return f"through {way}: " + explain_login(e.cause, hop, own, hop=True)
+    return f"through {way}: " + explain(e.cause, hop, own)
 
 
 def too_many_keys(e: BaseException) -> bool:
@@ -660,18 +661,23 @@ def too_many_keys(e: BaseException) -> bool:
         "too many authentication failures" in str(e.reason).lower()
 
 
-def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptions) -> str:
+def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptions,
+                  hop: bool = False) -> str:
     """The login refused: a key offered by itself that has a passphrase (skipped), or no key
     offered at all (no key file, no agent: before, "... or set up ~/.ssh/config" to one whose
     config named its agent's key), or too many keys offered (an agent's, before the host's
     own: before, "ProtocolError: Too many authentication failures" alone), or the keys
-    offered were not accepted."""
+    offered were not accepted.  `hop`: a ProxyJump hop's, whose keys only its Host block
+    names (before, it was told to give -i / ssh.client_keys, the node's keys only)."""
+    name_it = ("name its key in its Host block of the ssh config (IdentityFile: -i / "
+               "ssh.client_keys name the node's keys only)" if hop else
+               "give a key file (-i / ssh.client_keys)")
     if too_many_keys(e):
         return (f"SSH authentication to {target.host} failed ({e.reason}): its sshd stops "
                 "a login after MaxAuthTries keys (6 by default), and more were offered (an "
                 "ssh-agent's keys come before the host's own): set `IdentitiesOnly yes` for "
-                "the host in the ssh config, or name its key (-i / ssh.client_keys: then only "
-                "the named keys are offered)")
+                "the host in the ssh config, " + (f"and {name_it}" if hop else "or name its "
+                "key (-i / ssh.client_keys: then only the named keys are offered)"))
     who = (target.host, target.port or opts.port, target.user or opts.username, opts.config)
     locked = [] if opts.client_keys else locked_keys(*who)
     if locked:
@@ -681,9 +687,12 @@ def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptio
                 f"(`ssh-add {locked[0]}`), or give a key without one")
     none = None if opts.client_keys else no_key_offered(*who)
     if none:
-        return (f"SSH authentication to {target.host} failed ({e.reason}): {none}. Give a "
-                "key file (-i / ssh.client_keys), or set SSH_AUTH_SOCK to a running agent's "
-                "socket for the daemon (systemd: Environment=SSH_AUTH_SOCK=...)")
+        return (f"SSH authentication to {target.host} failed ({e.reason}): {none}. "
+                f"{name_it[0].upper()}{name_it[1:]}, or set SSH_AUTH_SOCK to a running "
+                "agent's socket for the daemon (systemd: Environment=SSH_AUTH_SOCK=...)")
+    if hop:
+        return (f"SSH authentication to {target.host} failed ({e.reason}); {name_it}, or "
+                "load it into ssh-agent")
     return (f"SSH authentication to {target.host} failed ({e.reason}); give a key with "
             "--ssh-key / ssh.client_keys or set up ~/.ssh/config")
 
