@@ -2072,3 +2072,43 @@ def test_a_bastion_login_refused_is_not_told_to_use_the_nodes_key_option(
         assert "jump host bastion" in msg and "SSH authentication to bastion failed" in msg, msg
         assert "-i / ssh.client_keys)" not in msg and "--ssh-key" not in msg, msg
         assert "IdentityFile" in msg and "Host block" in msg, msg
+
+
+def test_too_many_keys_is_a_refused_login_not_retried(sshd_server: SSHServer, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ssh-agent holding 7 other keys (a real one; sshd's MaxAuthTries is 6), the node's
+    key named by its IdentityFile only: sshd ends each login with "Too many authentication
+    failures", as `ssh` sees it too.  Before: retried with the backoff, for ever, each try
+    6 more failed logins in the node's auth.log (6 tries in 20 s: fail2ban's sshd jail,
+    maxretry 5, bans the daemon's address, and every target on that host with it), where a
+    refused key (PermissionDenied) stops at once.  Now it stops the same way, with its fix."""
+    server = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(POLL)
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        for i in range(7):
+            key = tmp_path / f"other{i}"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                           check=True, capture_output=True, timeout=30)
+            subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True,
+                           timeout=30)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {server.port}",
+            f"  IdentityFile {server.client_key}", f"  User {server.user}", ""]))
+        pool = SSHPool()
+        fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
+            known_hosts=str(server.known_hosts), config=(str(cfg),)), pool=pool), pool))
+        assert "Too many authentication failures" in fatal.message, fatal.message
+        assert "IdentitiesOnly yes" in fatal.message, fatal.message
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)

@@ -61,8 +61,9 @@ from .base import (
 )
 from .sshstream import Attrs, ExecFile, ExecFS, NoStream, StreamLost, bounded_run
 from .sshfail import (
-    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, locked_keys,
-    config_parse_why, no_key_offered, skip_system_config, ssh_config_paths, ssh_file_problems,
+    BadSSHFile, FatalSSH, NoSFTPSubsystem, NoStreamReader, SFTPEnded, SFTPNotClean, TooManyKeys,
+    locked_keys, config_parse_why, no_key_offered, skip_system_config, ssh_config_paths,
+    ssh_file_problems, too_many_keys,
 )
 from .sshjump import (
     Hop, JumpFailed, JumpLoop, ProxyLost, forward_failed, jump_hops, open_jumps,
@@ -282,6 +283,17 @@ async def read_config(host: str, kw: dict[str, Any], hop: bool = False
     return cfg, {"options": first, "config": kw["config"] if again else None}
 
 
+async def _login(host: str, **kw: Any) -> asyncssh.SSHClientConnection:
+    """asyncssh.connect, with sshd's "Too many authentication failures" as the refused login
+    it is (TooManyKeys: fatal)."""
+    try:
+        return await asyncssh.connect(host, **kw)
+    except asyncssh.DisconnectError as e:
+        if too_many_keys(e):
+            raise TooManyKeys(e.code, e.reason, e.lang) from e
+        raise
+
+
 async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientConnection:
     """The connection to the target, through the ssh config's ProxyJump hops opened here
     (sshjump.py: a hop's failure is said as the hop's, not the node's)."""
@@ -298,7 +310,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         kw["tunnel"] = None           # not asyncssh's ProxyJump: the ProxyCommand, as ssh
     if not hops:
         try:
-            return await asyncssh.connect(target.host, **kw)
+            return await _login(target.host, **kw)
         except (asyncssh.ConnectionLost, ConnectionResetError, BrokenPipeError) as e:
             proxy = cfg.get("ProxyCommand")
             if proxy:
@@ -326,7 +338,7 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
         return out
     jump = await open_jumps(hops, own, **hop_kw)
     try:
-        conn = await asyncssh.connect(target.host, tunnel=jump, **kw)
+        conn = await _login(target.host, tunnel=jump, **kw)
     except asyncssh.ChannelOpenError as e:     # the last hop did not forward to the node
         jump.close()
         raise forward_failed(hops[-1], e, address(target, opts)) from e
@@ -653,12 +665,6 @@ def explain_way(e: JumpFailed | ProxyLost, target: SSHTarget, opts: SSHOptions) 
     if isinstance(e.cause, asyncssh.PermissionDenied) or too_many_keys(e.cause):
         return f"through {way}: " + explain_login(e.cause, hop, own, hop=True)
     return f"through {way}: " + explain(e.cause, hop, own)
-
-
-def too_many_keys(e: BaseException) -> bool:
-    """sshd ended the login after its MaxAuthTries keys (6 by default) were refused."""
-    return isinstance(e, asyncssh.DisconnectError) and \
-        "too many authentication failures" in str(e.reason).lower()
 
 
 def explain_login(e: asyncssh.DisconnectError, target: SSHTarget, opts: SSHOptions,

@@ -78,6 +78,19 @@ class SFTPEnded(OSError):
 
 
 
+def too_many_keys(e: BaseException) -> bool:
+    """sshd ended the login after its MaxAuthTries keys (6 by default) were refused."""
+    return isinstance(e, asyncssh.DisconnectError) and \
+        "too many authentication failures" in str(e.reason).lower()
+
+
+class TooManyKeys(asyncssh.DisconnectError, FatalSSH):
+    """sshd ended the login after its MaxAuthTries keys were refused: a refused login, fatal
+    as PermissionDenied is.  Retried, each try offered the same keys again: 6 failed logins
+    in the node's auth.log every few seconds, for ever, which fail2ban's sshd jail (maxretry
+    5) bans the daemon's address for, every target on that host with it."""
+
+
 class NoStreamReader(FatalSSH):
     """`transport: stream` and the streamed reader did not start on the node."""
 

@@ -21,7 +21,7 @@ from urllib.parse import unquote
 
 import asyncssh
 
-from .sshfail import FatalSSH
+from .sshfail import FatalSSH, too_many_keys
 
 # what a hop raises that retrying does not cure (as for the node itself)
 HOP_FATAL = (asyncssh.HostKeyNotVerifiable, asyncssh.PermissionDenied, FatalSSH)
@@ -151,6 +151,10 @@ async def open_jumps(hops: list[Hop],
                                              **hop_kw)
             except HOP_FATAL as e:
                 raise JumpRefused(hop, e) from e
+            except asyncssh.DisconnectError as e:
+                if too_many_keys(e):       # a refused login, as the node's (TooManyKeys)
+                    raise JumpRefused(hop, e) from e
+                raise JumpLost(hop, e) from e
             except asyncssh.ChannelOpenError as e:
                 if prev is None:
                     raise JumpLost(hop, e) from e
