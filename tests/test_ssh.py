@@ -2112,3 +2112,46 @@ def test_too_many_keys_is_a_refused_login_not_retried(sshd_server: SSHServer, tm
     finally:
         agent.kill()
         agent.wait(timeout=10)
+
+
+def test_a_bastion_in_the_global_known_hosts_is_trusted_beside_a_nodes_known_hosts(
+        sshd_server: SSHServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--known-hosts FILE` holding the node's key (the option is the node's), the bastion's
+    key in the global known_hosts (/etc/ssh/ssh_known_hosts, where configuration management
+    puts a fleet's keys; a file in tmp_path stands for it), nothing in ~/.ssh/known_hosts:
+    the jump's own `ssh` trusts the bastion from the global file.  Before: the hop was checked
+    without the global file, refused, and the explanation, which looks there, said "WARNING:
+    the host key of bastion has CHANGED ... this may be a man-in-the-middle" of the very key
+    the server presented."""
+    import logwatch.sources.ssh as ssh_mod
+    node = sshd_server
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    log_file = tmp_path / "server.log"
+    log_file.write_bytes(b"hello\n")
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        fleet = tmp_path / "ssh_known_hosts"
+        fleet.write_text(bastion.known_hosts_line() + "\n")
+        monkeypatch.setattr(ssh_mod, "GLOBAL_KNOWN_HOSTS", (str(fleet),), raising=False)
+        cfg = tmp_path / "ssh_config"
+        cfg.write_text("\n".join([
+            "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
+            "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
+            "  ProxyJump bastion",
+            "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}", ""]))
+
+        async def read() -> tuple[bytes, str]:
+            pool = SSHPool()
+            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
+                known_hosts=str(node.known_hosts), config=(str(cfg),)), pool=pool)).start()
+            try:
+                await col.wait(lambda: col.data() == b"hello\n" or any(
+                    not s.up for s in col.states()), "the log, or a failure")
+                return col.data(), next((s.message for s in col.states() if not s.up), "")
+            finally:
+                await col.stop()
+                await pool.close()
+        data, msg = run(read())
+        assert "CHANGED" not in msg and data == b"hello\n" and msg == "", msg

@@ -326,14 +326,17 @@ async def _connect(target: SSHTarget, opts: SSHOptions) -> asyncssh.SSHClientCon
 
     async def own(hop: Hop, first: bool) -> dict[str, Any]:
         """The hop's config read once, its keys as its own Host block names them, and (no
-        known_hosts option) its own known_hosts files and the global ones."""
+        `known_hosts: none`) its own known_hosts files and the global ones."""
         hcfg, out = await read_config(hop.host, dict(hop_kw, port=hop.port or (),
                                                      username=hop.user or ()), hop=first)
         out["client_keys"] = ()
         out.update(present_identities(hcfg), **environment_agent(hcfg))
         if proxy_command_first(hcfg):
             out["tunnel"] = None
-        if opts.known_hosts is None:
+        if "known_hosts" not in hop_kw:
+            # its own files and the global ones, whatever the node's option names (the
+            # node's: before, with one given, a hop was checked without the global file and
+            # its key found there was said CHANGED, a man-in-the-middle)
             out["known_hosts"] = default_known_hosts(hcfg)
         return out
     jump = await open_jumps(hops, own, **hop_kw)
