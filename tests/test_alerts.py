@@ -287,6 +287,37 @@ def test_429_retry_after_is_honoured(tmp_path, receivers, daemons, retry_after):
     assert first.body == second.body
 
 
+@pytest.mark.parametrize("retry_after", ["0", "-30", "Wed, 21 Oct 2015 07:28:00 GMT", "0.01"])
+def test_a_retry_after_of_now_or_the_past_is_no_licence_to_hammer(tmp_path, receivers, daemons,
+                                                                  retry_after):
+    """A receiver (or a proxy in front of it) answering 429 with `Retry-After: 0`, a negative
+    number, a date already past (its clock behind ours) or a sub-second fraction: each was
+    taken as "retry now", and the worker posted the same page again as fast as the receiver
+    answered (thousands of POSTs a minute, each with two saves of the state file), for the
+    page's whole max_age.  Such a Retry-After says nothing to wait for: the sink's own
+    backoff applies (the first retry 1-2 s later)."""
+    window = 3.0
+    opened: list[float] = []
+
+    def respond(got: Got, rx: Receiver):
+        if not hook("crashed", "firing")(got):
+            return 200, {}, b"ok"
+        opened.append(got.at) if not opened else None
+        if got.at - opened[0] < window:
+            return 429, {"Retry-After": retry_after}, b"rate_limited"
+        return 200, {}, b"ok"
+
+    rx = receivers(respond)
+    cfg, port, state, log = setup(tmp_path, [{"type": "webhook", "url": rx.url("/hook"),
+                                              "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    append(log, crash_log())
+    rx.wait(hook("crashed", "firing"), status=200, timeout=30, alive=d.dead)
+    refused = rx.requests(lambda g: hook("crashed", "firing")(g) and g.status == 429)
+    assert len(refused) <= 4, f"{len(refused)} POSTs answered 429 in {window:g}s: hammered"
+    wait_for(lambda: not outbox(state), 10, "the outbox to empty")
+
+
 # -- 5. kill -9 between detection and delivery ---------------------------------------------------
 
 def outbox_has(state: Path, kind: str) -> bool:

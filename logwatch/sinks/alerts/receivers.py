@@ -63,17 +63,25 @@ def classify(status: int, headers: dict[str, str], body: str = "") -> Outcome:
     return Outcome(False, False, message=f"HTTP {status}: {body[:200]}")
 
 
+RETRY_AFTER_MIN = 1.0  # a shorter Retry-After asks for no wait: the sink's own backoff
+
+
 def _retry_after(value: str | None) -> float | None:
+    """The seconds a `Retry-After` asks for (a number, or an HTTP date), or None (the
+    sink's own backoff) where it asks for no wait: 0, negative, a date already past (the
+    receiver's clock behind ours), a fraction under RETRY_AFTER_MIN, NaN, garbage.  Before,
+    those were "retry now": a 429 with `Retry-After: 0` was posted again as soon as it was
+    answered, 61 POSTs in 3 s to a local receiver, for the page's whole max_age."""
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
+        try:
+            seconds = parsedate_to_datetime(value).timestamp() - time.time()
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return seconds if seconds >= RETRY_AFTER_MIN else None
 
 
 class Sink:
