@@ -655,6 +655,41 @@ def test_a_renamed_target_keeps_its_open_crash_neither_resolved_nor_paged_again(
     assert len(rx.requests(hook("crashed"))) == 2, rx.brief()
 
 
+def test_two_targets_that_swap_names_keep_each_servers_open_crash(tmp_path, receivers,
+                                                                  daemons):
+    """Two crashed servers whose targets swap names at a SIGHUP (the names were on the wrong
+    logs): each crash is its server's, so it is not paged again under the other name, and
+    the ready of the server first paged as `t1` resolves that page (its key).  Before, both
+    names were still watched, so each open crash stayed with its name and not its server:
+    both crashes paged again under the other name, and a ready of either server resolved
+    the other one's crash."""
+    rx = receivers()
+    sinks = [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}]
+    cfg, port, state, log1 = setup(tmp_path, sinks)
+    log2 = tmp_path / "server2.log"
+    log2.write_text("")
+    write_config(cfg, port, state, [target("t1", log1), target("t2", log2)], alerts=sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    d.wait_reading("t2")
+    append(log1, crash_log())
+    append(log2, "".join(sim_texts(crash="oom", start=T0 + 600)))
+    fired = {g.json["target"]: g.json for g in
+             rx.wait(hook("crashed", "firing"), n=2, answered=True, timeout=30, alive=d.dead)}
+    assert set(fired) == {"t1", "t2"}, rx.brief()
+    write_config(cfg, port, state, [target("t1", log2), target("t2", log1)], alerts=sinks)
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(reloads(d)) == 1, 10, "the reload", alive=d.dead)
+    d.wait_lines("t1", count_lines(log2), timeout=15)
+    d.wait_lines("t2", count_lines(log1), timeout=15)
+    rx.assert_quiet(1.5, hook("crashed"), what="after the swap")
+    append(log1, ready_log(start=T0 + 3600))     # the server first paged as t1, now t2
+    got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=30, alive=d.dead)
+    assert [g.json["dedupe_key"] for g in got] == [fired["t1"]["dedupe_key"]], rx.brief()
+    rx.assert_quiet(1.0, hook("crashed"), what="after the resolution")
+    assert len(rx.requests(hook("crashed"))) == 3, rx.brief()
+
+
 def test_alert_state_entries_of_the_wrong_shape_are_left_out_not_a_crash_loop(
         tmp_path, receivers, daemons):
     """alerts/state.json that parses but holds entries this version never writes (an open

@@ -173,12 +173,16 @@ class AlertStore:
         if len(mine) > MARKS_KEPT:
             del mine[next(iter(mine))]
 
-    def carry_marks(self, old: str, new: str) -> None:
-        """The marks of target `old` are target `new`'s too (a rename: router.py)."""
-        prefix = f"{old}|"
-        for at, m in sorted((at, m) for m, at in list(self.seen.items())
-                            if m.startswith(prefix)):
-            self.mark(new, f"{new}|{m[len(prefix):]}", at)
+    def carry_marks(self, renamed: dict[str, str]) -> None:
+        """The marks of each target `old` are target `renamed[old]`'s too (a rename:
+        router.py), from the marks as they were before any of them (a swap: each name
+        gets the other's, not its own back)."""
+        before = sorted((at, m) for m, at in self.seen.items())
+        for old, new in renamed.items():
+            prefix = f"{old}|"
+            for at, m in before:
+                if m.startswith(prefix):
+                    self.mark(new, f"{new}|{m[len(prefix):]}", at)
 
     def unmark(self, target: str, mark: str) -> None:
         self.seen.pop(mark, None)

@@ -63,33 +63,12 @@ class AlertRouter:
         for e in self.store.rebind(self.sinks):      # their sink is gone
             said_dropped(self.log, c.dropped, e)
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
-        self._follow_renames(config, watched)
+        follow_renames(self.store, config, self.log)
         for doc in self.store.take_open(lambda doc: owner(doc) not in watched):
             self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"),
                       doc)
         if self.delivery.started:
             self.delivery.start_workers()
-
-    def _follow_renames(self, config: Any, watched: set[str]) -> None:
-        """A target renamed (its source now under one other name) keeps its open alerts:
-        they are the new name's to resolve (`watched_as`), and the marks of the old name
-        are the new one's too, so the log read again under the new name pages nothing
-        twice.  The alerts keep their key and target: a resolution matches the firing the
-        receiver had.  Before, a rename at a reload (or a restart) resolved every open
-        alert ("no longer watched") while the server was still down, then paged its crash
-        again under the new name."""
-        names: dict[str, list[str]] = {}
-        for t in config.targets:
-            names.setdefault(source_digest(getattr(t, "source", t.name)), []).append(t.name)
-        for doc in self.store.open.values():
-            now_as = names.get(str(doc.get("source")), [])
-            if owner(doc) in watched or len(now_as) != 1:
-                continue
-            self.log.info("target renamed: its open alert goes with it", alert=doc["key"],
-                          was=owner(doc), now=now_as[0])
-            self.store.carry_marks(owner(doc), now_as[0])
-            doc["watched_as"] = now_as[0]
-            self.store.save()
 
     def _source_of(self, target: str) -> str | None:   # a digest: it may hold a password
         return next((source_digest(getattr(t, "source", t.name)) for t in self.config.targets
@@ -233,6 +212,34 @@ class AlertRouter:
                       summary=alert.summary, sinks=[s.name for s in sinks])
         for s in sinks:
             self.delivery.poke(s.name)
+
+
+def follow_renames(store: AlertStore, config: Any, logger: Any) -> None:
+    """A target renamed (its source now under one other name) keeps its open alerts:
+    they are the new name's to resolve (`watched_as`), and the marks of the old name
+    are the new one's too, so the log read again under the new name pages nothing
+    twice.  The alerts keep their key and target: a resolution matches the firing the
+    receiver had.  Before, a rename at a reload (or a restart) resolved every open
+    alert ("no longer watched") while the server was still down, then paged its crash
+    again under the new name.  The source decides, not whether the old name is still
+    watched: two targets that swap names (or a name given to another log while its
+    own log gets a new name) each keep their server's alerts; before, both crashes
+    were paged again under the other name and a ready resolved the other server's."""
+    names: dict[str, list[str]] = {}
+    for t in config.targets:
+        names.setdefault(source_digest(getattr(t, "source", t.name)), []).append(t.name)
+    moved: dict[str, str] = {}
+    for doc in store.open.values():
+        now_as = names.get(str(doc.get("source")), [])
+        if len(now_as) != 1 or now_as[0] == owner(doc):
+            continue       # its source gone, watched twice, or still under its name
+        logger.info("target renamed: its open alert goes with it", alert=doc["key"],
+                    was=owner(doc), now=now_as[0])
+        moved[owner(doc)] = now_as[0]
+        doc["watched_as"] = now_as[0]
+    if moved:              # all at once: in a swap, each name gets the other's own marks
+        store.carry_marks(moved)
+        store.save()
 
 
 def source_digest(source: Any) -> str:
