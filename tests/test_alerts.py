@@ -574,6 +574,43 @@ def test_a_queued_alert_stays_with_its_receiver_across_renames_and_reorders(
     assert d.metric("logwatch_alert_failures_total", sink="webhook-1") is None
 
 
+def test_a_page_behind_one_in_flight_goes_when_it_ends_though_a_reload_renamed_its_sink(
+        tmp_path, receivers, daemons):
+    """A crash page on its way to a slow receiver, its resolution queued behind it (the
+    relaunch's ready), and a SIGHUP that adds a sink at the top of `alerts:` (so the
+    receiver's sink, named by its place, is `webhook-1` now): when the POST ends, the
+    resolution goes.  Before, the end of a POST woke the worker of the sink's old name, and
+    the new name's worker, which had found that server busy, slept until something else
+    woke it: the resolution waited up to an hour (3600 s)."""
+    release = threading.Event()
+
+    def respond(got: Got, rx: Receiver):
+        if hook("crashed", "firing")(got):
+            hold(release, rx)
+        return 200, {}, b"ok"
+
+    rx = receivers(respond)
+    other = receivers()
+    sink = {"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"], "timeout": "30s"}
+    cfg, port, state, log = setup(tmp_path, [sink])
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_log())
+    rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead)       # held there
+    append(log, ready_log(start=T0 + 3600))
+    wait_for(lambda: any(e["alert"]["status"] == "resolved" for e in outbox(state)), 15,
+             "the crash's resolution queued behind its firing", alive=d.dead)
+    write_config(cfg, port, state, [target("t1", log, labels={"model": "Qwen3-235B"})],
+                 alerts=[{"type": "webhook", "url": other.url("/other"), "on": ["ready"]}, sink])
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len(reloads(d)) == 1, 10, "the reload", alive=d.dead)
+    release.set()
+    rx.wait(hook("crashed", "firing"), answered=True, timeout=10, alive=d.dead)
+    got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=10, alive=d.dead)
+    assert got[0].json["dedupe_key"] == rx.requests()[0].json["dedupe_key"]
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+
+
 def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, daemons):
     """An open alert (a crash, waiting for the next ready) of a target removed from the
     config: resolved at the reload, once, saying why; not again after a restart.  Before,

@@ -148,7 +148,11 @@ class Delivery:
             self.store.save()
             task = asyncio.create_task(self._post(current, entry))
             posts.add(task)
-            task.add_done_callback(lambda t: (posts.discard(t), wake.set()))
+            # its end wakes this worker, and the one of the entry's sink as named now: a
+            # reload that renamed it (a sink added above: `webhook-0` is `webhook-1`) moved
+            # the server's next pages to a worker that found it busy and slept (up to 1 h)
+            task.add_done_callback(lambda t, e=entry: (posts.discard(t), wake.set(),
+                                                       self.poke(e["sink"])))
 
     async def _post(self, sink: Sink, entry: dict[str, Any]) -> None:
         outcome = await deliver(self.session, sink, Alert.from_json(entry["alert"]))
