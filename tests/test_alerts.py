@@ -491,6 +491,34 @@ def test_crash_suppresses_an_undelivered_stall(tmp_path, receivers, daemons):
     assert not any(e["alert"]["kind"] == "stalled" for e in outbox(state)), outbox(state)
 
 
+def test_a_crash_resolves_a_stall_one_receiver_had_while_another_was_down(tmp_path,
+                                                                        receivers, daemons):
+    """Two sinks take `stalled`: the pager got the stall, the other receiver is down (503).
+    The crash that follows drops the stall still queued for the down one (it never had it),
+    and resolves it at the pager.  Before, the open stall was dropped with that entry: the
+    pager never heard of it again (Alertmanager: LogwatchStalled active a day, beside the
+    crash and the ready after it)."""
+    pager = receivers()
+    down = receivers(lambda got, rx: (503, {"Retry-After": "30"}, b"down"))
+    cfg, port, state, log = setup(tmp_path, [
+        {"type": "webhook", "url": pager.url("/pager"), "on": ["crashed", "stalled"]},
+        {"type": "webhook", "url": down.url("/relay"), "on": ["stalled"]}], stall_after="2s")
+    d = daemons(cfg, port).start()
+    head, _ = stall_prefix()
+    append(log, head)
+    fired = pager.wait(hook("stalled", "firing"), answered=True, timeout=15, alive=d.dead)[0]
+    down.wait(hook("stalled", "firing"), answered=True, timeout=15, alive=d.dead)
+    append(log, "\n[2026-01-01 10:01:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/sgl-workspace/sglang/python/sglang/srt/model_loader/loader.py", line 412, in load_model\n'
+                "    param.data.copy_(loaded_weight)\n"
+                f"{OOM_LINE}. GPU 0 has a total capacity of 79.11 GiB of which 1.12 GiB is free.\n")
+    pager.wait(hook("crashed", "firing"), answered=True, timeout=15, alive=d.dead)
+    got = pager.wait(hook("stalled", "resolved"), answered=True, timeout=10, alive=d.dead)
+    assert got[0].json["dedupe_key"] == fired.json["dedupe_key"]
+    wait_for(lambda: not outbox(state), 10, "the outbox to empty (the down one's stall dropped)")
+    assert [g.json["status"] for g in down.requests(hook("stalled"))] == ["firing"], down.brief()
+
+
 # -- 7. SIGHUP and restart send nothing twice ------------------------------------------------
 
 def reloads(d) -> list[dict[str, Any]]:

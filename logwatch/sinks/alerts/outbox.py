@@ -204,13 +204,27 @@ class AlertStore:
         return [doc for _, doc in taken]
 
     def drop_undelivered(self, which: Callable[[dict[str, Any]], bool]) -> None:
-        """Drop the undelivered entries whose alert `which` picks, and their open alerts."""
-        dropped = {e["alert"]["key"] for e in self.outbox if which(e["alert"])}
-        if dropped:
-            self.outbox = [e for e in self.outbox if not which(e["alert"])]
-            for key in dropped:
+        """Drop the undelivered entries whose alert `which` picks (not one on its way, or
+        unanswered before: the receiver may have it), and their open alerts where no other
+        receiver has the firing; where one has, the open alert keeps only the sinks that
+        may have it, to be resolved there.  Before, the open alert went with the entry of
+        a receiver that was down: one that had the firing never got its resolution."""
+        gone = [e for e in self.outbox if which(e["alert"]) and
+                e.get("state") != SENDING and not e.get("unknown")]
+        if not gone:
+            return
+        ids = {e["id"] for e in gone}
+        self.outbox = [e for e in self.outbox if e["id"] not in ids]
+        for key in {e["alert"]["key"] for e in gone}:
+            doc = self.open.get(key)
+            lost = {(e["sink"], e.get("dest")) for e in gone if e["alert"]["key"] == key}
+            kept = [r for r in (doc or {}).get("sinks") or [] if isinstance(r, dict) and not
+                    any(r.get("name") == n or (d and r.get("dest") == d) for n, d in lost)]
+            if doc is not None and kept:
+                doc["sinks"] = kept
+            else:
                 self.open.pop(key, None)
-            self.save()
+        self.save()
 
     def rebind(self, sinks: list[Sink]) -> list[dict[str, Any]]:
         """Each undelivered alert stays with its receiver across a reload or a restart: found
