@@ -5,6 +5,7 @@ late gets a bounded number of copies (same Idempotency-Key), Retry-After never o
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from pathlib import Path
@@ -307,3 +308,38 @@ def test_a_slow_receiver_gets_a_fleets_crash_pages_side_by_side(tmp_path, receiv
     assert 2 <= at_once <= 4, f"{at_once} POSTs at once"
     span = max(g.answered_at for g in got) - min(g.at for g in got)
     assert span < 8 * 1.5 * 0.6, f"the last page {span:.1f}s after the first"
+
+
+def test_a_restart_loop_ended_by_removing_its_target_is_one_slack_message(
+        tmp_path, receivers, daemons) -> None:
+    """A server in a restart loop (4 crashes paged) is taken out of the config at a SIGHUP
+    (the operator gave up on it): every crash is resolved, `no longer watched`; a webhook
+    gets each key's resolution, Slack one message for the loop, as after a ready.  Before:
+    one `resolved:` message per crash of the loop (25 after a loop of 25)."""
+    slack, hook_rx = receivers(), receivers()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    other = tmp_path / "other.log"
+    other.write_text("")
+    port = free_port()
+    sinks = [{"type": "slack", "url": slack.url("/slack"), "on": ["crashed"]},
+             {"type": "webhook", "url": hook_rx.url("/hook"), "on": ["crashed"]}]
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("t1", log)], sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_loop(4))
+    hook_rx.wait(hook("crashed", "firing"), n=4, timeout=60, alive=d.dead, what="4 crashes")
+    write_config(cfg, port, tmp_path / "state", [target("t2", other)], sinks)
+    d.signal(signal.SIGHUP)
+    hook_rx.wait(hook("crashed", "resolved"), n=4, timeout=30, alive=d.dead,
+                 what="each crash resolved for the webhook")
+
+    def resolved(g: Got) -> bool:
+        return g.json["text"].startswith("t1: resolved: ")
+    slack.wait(resolved, timeout=10, alive=d.dead, what="Slack's resolution")
+    wait_for(lambda: not outbox(tmp_path / "state"), 15, "every delivery done", alive=d.dead)
+    msgs = slack.requests(resolved)
+    assert len(msgs) == 1, f"{len(msgs)} resolution messages: {slack.brief(msgs)}"
+    text = msgs[0].json["text"]
+    assert "no longer watched" in text and "this resolves the 4 crashes since the last ready" in text, text

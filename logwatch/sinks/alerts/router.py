@@ -64,9 +64,9 @@ class AlertRouter:
             said_dropped(self.log, c.dropped, e)
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
         follow_renames(self.store, config, self.log)
-        for doc in self.store.take_open(lambda doc: owner(doc) not in watched):
-            self.fire(Alert.from_json(doc).resolved("no longer watched: removed from the config"),
-                      doc)
+        self._resolve_taken(self.store.take_open(lambda doc: owner(doc) not in watched),
+                            "no longer watched: removed from the config",
+                            "; this resolves the {n} crashes since the last ready")
         if self.delivery.started:
             self.delivery.start_workers()
 
@@ -147,16 +147,25 @@ class AlertRouter:
             sid = startup_of(doc["key"])
             return owner(doc) == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
-        taken = self.store.take_open(resolves)
-        loop = [doc for doc in taken if doc["kind"] == "crashed"]
-        last = max(loop, key=lambda doc: doc["starts_at"]) if len(loop) > 1 else None
+        self._resolve_taken(self.store.take_open(resolves), r.why,
+                            "; the {n} crashes since the last ready are over")
+
+    def _resolve_taken(self, taken: list[dict[str, Any]], why: str, loop_note: str) -> None:
+        """Resolve open alerts taken together.  A restart loop's crashes (a ready, or the
+        target removed): one chat message per target, its last crash's, says so; a webhook
+        and Alertmanager get each key (before: one Slack message per crash, 25 at once)."""
+        loops: dict[str, list[dict[str, Any]]] = {}
         for doc in taken:
-            # a restart loop's crashes, resolved together (the ready after it): one chat
-            # message, the last crash's, says so; a webhook and Alertmanager get each key
-            # (before: one Slack message per crash of the loop, 25 at once after 25 crashes)
-            why = f"{r.why}; the {len(loop)} crashes since the last ready are over" \
-                if doc is last else r.why
-            self.fire(Alert.from_json(doc).resolved(why), doc, chat=last is None or doc is last)
+            if doc["kind"] == "crashed":
+                loops.setdefault(owner(doc), []).append(doc)
+        last = {id(max(docs, key=lambda d: d["starts_at"])): len(docs)
+                for docs in loops.values() if len(docs) > 1}
+        looped = {id(d) for docs in loops.values() if len(docs) > 1 for d in docs}
+        for doc in taken:
+            n = last.get(id(doc))
+            note = loop_note.format(n=n) if n else ""
+            self.fire(Alert.from_json(doc).resolved(why + note), doc,
+                      chat=id(doc) not in looped or n is not None)
 
     def marks_of(self, target: str) -> dict[str, float]:
         return self.store.marks_of(target)
