@@ -299,3 +299,27 @@ def test_new_entries_come_after_the_loaded_ones_whatever_the_clock(tmp_path: Pat
     r.store.save()
     again = router(tmp_path, [{"type": "webhook", "name": "w", "url": "http://127.0.0.1:9/w"}])
     assert next(again._ids) == 10**16 + 1
+
+
+def test_a_retry_after_for_one_servers_page_holds_no_other_servers_crash_page(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """A receiver rate-limits one server's pages (429 `Retry-After: 3600`, a per-alert limit
+    of a paging gateway) and answers another server's crash page 502 once (a blip): the
+    crash page's retry goes on its own backoff (1-2 s), not after the other page's pace.
+    Before, every retry of the sink waited the 429's pace (60 s): the crash page came a
+    minute late.  A page refused with a Retry-After of its own still follows the pace (the
+    Slack case, test above)."""
+    o = Outage(tmp_path, monkeypatch)
+    o.add("stalled", "X", target="x")
+    o.add("crashed", "Y", target="y")
+    tries = {"Y": 0}
+
+    def gateway(o: Outage, e: dict[str, Any]) -> Outcome:
+        if e["alert"]["key"] == "X":
+            return Outcome(False, True, 3600.0, "HTTP 429")
+        tries["Y"] += 1
+        return Outcome(False, True, None, "HTTP 502") if tries["Y"] == 1 else Outcome(True, False)
+
+    o.run_until(1000 + 120, gateway)
+    assert [k for _, k in o.sent] == ["Y"], o.sent
+    assert o.sent[0][0] <= 1000 + 2.5, f"the crash page at +{o.sent[0][0] - 1000:.1f}s"

@@ -5,7 +5,7 @@
   jitter until the sink's `max_age` (1 h; `max_attempts` when set: 8 attempts ran out in
   about 4 minutes of a receiver's outage, `max_age` never came into play); 429 /
   Retry-After honoured, never past `max_age`, and for the sink: no retry of its other pages
-  goes before it either (up to `PACE_CAP`).  A delivery given up is counted as dropped.
+  refused with a Retry-After goes before it either (up to `PACE_CAP`).  A delivery given up is counted as dropped.
 * Per alert, one entry at a time: a resolution waits for its firing, whatever their retry
   times (a receiver back after an outage got `crashed resolved`, then `crashed firing`:
   Alertmanager kept the crash open for a server that served); when a firing is given up
@@ -194,8 +194,8 @@ class Delivery:
 
     def _pace(self, sink: str, entry: dict[str, Any]) -> None:
         """The receiver answered Retry-After (Slack's 429): that is its pace, for every page
-        of the sink, so no retry goes before this one's (up to PACE_CAP: a page's own longer
-        wait is its own).  Before, each page waited out only its own, then all went again
+        of the sink it answered with one, so no retry of those goes before this one's (up
+        to PACE_CAP: a page's own longer wait is its own).  Before, each page waited out only its own, then all went again
         at once: 50 crash pages to a rate-limited Slack took 837 POSTs, 787 answered 429."""
         until = min(entry["next_at"], clock.now() + PACE_CAP)
         self.paced[sink] = max(self.paced.get(sink, 0.0), until)
@@ -245,10 +245,12 @@ def next_up(outbox: list[dict[str, Any]], sink: str, now: float, paced_until: fl
     one page to wait a day, holds no other); one that failed waits behind its target's oldest
     waiting page, so that a receiver back after an outage gets a server's pages in the order
     they were decided, and an outage spends the oldest page's attempts only (module doc).
-    A retry goes no sooner than `paced_until` (the receiver's Retry-After, `_settle`); none
+    A retry of a page refused with a Retry-After goes no sooner than `paced_until` (the
+    receiver's pace, `_settle`); one refused without (a 502, a refused connection) keeps its
+    own backoff: a 429 for one server's page held another's crash page 60 s before.  None
     of a target in `busy` (one of its pages on its way) goes."""
     def due_at(e: dict[str, Any]) -> float:
-        return max(e["next_at"], paced_until) if e.get("attempts") else e["next_at"]
+        return max(e["next_at"], paced_until) if e.get("retry_after") else e["next_at"]
     mine = [e for e in heads(e for e in outbox if e["sink"] == sink)
             if str(e["alert"].get("target")) not in busy]
     first: dict[str, dict[str, Any]] = {}
