@@ -1715,23 +1715,10 @@ def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
             f"  CertificateFile {tmp_path / 'id_work-cert.pub'}",
             "  BatchMode yes", "  StrictHostKeyChecking yes", ""]))
         # `ssh` itself logs in with that config (the reference)
-        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-        assert ref.returncode == 0, ref.stderr
+        ssh_reads_it(cfg)
 
-        async def read(host: str) -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
         for host in ("gpu-node", "gpu-behind"):
-            data, msg = run(read(host))
+            data, msg = read_hello(cfg, log_file, host)
             assert data == b"hello\n" and msg == "", (host, msg)
 
 
@@ -1790,22 +1777,9 @@ def test_a_proxyjump_written_as_an_ssh_uri_is_taken(sshd_server: SSHServer,
             f"  ProxyJump ssh://{bastion.user}@127.0.0.1:{bastion.port}",
             "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}",
             f"  UserKnownHostsFile {kh}", "  BatchMode yes", ""]))
-        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-        assert ref.returncode == 0, ref.stderr
+        ssh_reads_it(cfg)
 
-        async def read() -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
-        data, msg = run(read())
+        data, msg = read_hello(cfg, log_file)
         assert data == b"hello\n" and msg == "", msg
 
 
@@ -1840,23 +1814,10 @@ def test_a_proxycommand_before_a_proxyjump_wins_as_with_ssh(sshd_server: SSHServ
             f"  IdentityFile {node.client_key}", f"  UserKnownHostsFile {kh}",
             "  BatchMode yes", ""]))
         for host in ("gpu-node", "gpu-behind"):
-            ref = subprocess.run(["ssh", "-F", str(cfg), host, "true"], capture_output=True,
-                                 text=True, timeout=30, stdin=subprocess.DEVNULL)
-            assert ref.returncode == 0, ref.stderr
+            ssh_reads_it(cfg, host)
 
-        async def read(host: str) -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
         for host in ("gpu-node", "gpu-behind"):
-            data, msg = run(read(host))
+            data, msg = read_hello(cfg, log_file, host)
             assert data == b"hello\n" and msg == "", (host, msg)
 
 
@@ -2020,22 +1981,9 @@ def test_identity_agent_ssh_auth_sock_is_the_agent_that_variable_names(
             "Host *", f"  IdentityAgent {tmp_path / '1password' / 'agent.sock'}",
             f"  User {server.user}", f"  UserKnownHostsFile {server.known_hosts}",
             "  BatchMode yes", ""]))
-        ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
-                             text=True, timeout=30, stdin=subprocess.DEVNULL)
-        assert ref.returncode == 0, ref.stderr
+        ssh_reads_it(cfg)
 
-        async def read() -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
-        data, msg = run(read())
+        data, msg = read_hello(cfg, log_file)
         assert data == b"hello\n" and msg == "", msg
     finally:
         agent.kill()
@@ -2155,3 +2103,27 @@ def test_a_bastion_in_the_global_known_hosts_is_trusted_beside_a_nodes_known_hos
                 await pool.close()
         data, msg = run(read())
         assert "CHANGED" not in msg and data == b"hello\n" and msg == "", msg
+
+
+def ssh_reads_it(cfg: Path, host: str = "gpu-node") -> None:
+    """OpenSSH itself logs in to `host` with this config: the reference each case meets."""
+    ref = subprocess.run(["ssh", "-F", str(cfg), host, "true"], capture_output=True,
+                         text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert ref.returncode == 0, ref.stderr
+
+
+def read_hello(cfg: Path, log_file: Path, host: str = "gpu-node") -> tuple[bytes, str]:
+    """`ssh://HOST/LOG` read through the ssh config `cfg` until its `hello` line or a
+    failure: what came, and the failure's message ("" for none)."""
+    async def read() -> tuple[bytes, str]:
+        pool = SSHPool()
+        col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
+            config=(str(cfg),)), pool=pool)).start()
+        try:
+            await col.wait(lambda: col.data() == b"hello\n" or any(
+                not s.up for s in col.states()), "the log, or a failure")
+            return col.data(), next((s.message for s in col.states() if not s.up), "")
+        finally:
+            await col.stop()
+            await pool.close()
+    return run(read())
