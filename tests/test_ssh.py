@@ -8,6 +8,7 @@ eleven times (ten killed sessions, one sshd restart) arrive exactly once, in ord
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import os
 import shutil
@@ -19,7 +20,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -1700,10 +1701,7 @@ def test_an_identity_file_that_does_not_exist_is_skipped_as_ssh_skips_it(
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
     missing = tmp_path / "id_work"
-    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
-        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
-        kh = tmp_path / "known_hosts"
-        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+    with bastion_for(node, tmp_path) as (bastion, kh):
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
@@ -1767,10 +1765,7 @@ def test_a_proxyjump_written_as_an_ssh_uri_is_taken(sshd_server: SSHServer,
     node = sshd_server
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
-    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
-        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
-        kh = tmp_path / "known_hosts"
-        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+    with bastion_for(node, tmp_path) as (bastion, kh):
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
@@ -1795,10 +1790,7 @@ def test_a_proxycommand_before_a_proxyjump_wins_as_with_ssh(sshd_server: SSHServ
     node = sshd_server
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
-    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
-        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
-        kh = tmp_path / "known_hosts"
-        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+    with bastion_for(node, tmp_path) as (bastion, kh):
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
@@ -1854,10 +1846,7 @@ def test_the_ssh_config_is_read_once_per_connection_as_ssh_reads_it(sshd_server:
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
     runs = tmp_path / "exec.runs"
-    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
-        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
-        kh = tmp_path / "known_hosts"
-        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+    with bastion_for(node, tmp_path) as (bastion, kh):
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             f'Match exec "echo run >> {runs}"',
@@ -1873,22 +1862,10 @@ def test_the_ssh_config_is_read_once_per_connection_as_ssh_reads_it(sshd_server:
             runs.unlink(missing_ok=True)
             return n
 
-        async def read(host: str) -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
         for host, by_ssh in (("gpu-node", 1), ("gpu-behind", 2)):
-            ref = subprocess.run(["ssh", "-F", str(cfg), host, "true"], capture_output=True,
-                                 text=True, timeout=30, stdin=subprocess.DEVNULL)
-            assert ref.returncode == 0 and reads() == by_ssh, ref.stderr
-            data, msg = run(read(host))
+            ssh_reads_it(cfg, host)
+            assert reads() == by_ssh, host
+            data, msg = read_hello(cfg, log_file, host)
             assert data == b"hello\n" and msg == "", (host, msg)
             assert reads() == by_ssh, host
 
@@ -2002,10 +1979,7 @@ def test_a_bastion_login_refused_is_not_told_to_use_the_nodes_key_option(
     (home / ".ssh").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
-        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
-        kh = tmp_path / "known_hosts"
-        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+    with bastion_for(node, tmp_path) as (bastion, kh):
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host bastion", "  HostName 127.0.0.1", f"  Port {bastion.port}",
@@ -2127,3 +2101,14 @@ def read_hello(cfg: Path, log_file: Path, host: str = "gpu-node") -> tuple[bytes
             await col.stop()
             await pool.close()
     return run(read())
+
+
+@contextlib.contextmanager
+def bastion_for(node: SSHServer, tmp_path: Path) -> Iterator[tuple[SSHServer, Path]]:
+    """A second real sshd as the node's jump host: it takes the node's client key, and a
+    known_hosts file trusts both hosts."""
+    with SSHServer(workdir=str(tmp_path / "bastion")) as bastion:
+        bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
+        kh = tmp_path / "known_hosts"
+        kh.write_text(node.known_hosts_line() + "\n" + bastion.known_hosts_line() + "\n")
+        yield bastion, kh
