@@ -321,30 +321,35 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 18
-    compose = filters[2]       # (after journald and kubectl)
+    assert filters is not None and len(filters) == 20
+    # `aws logs tail`'s stream after its stamp: a digit first, a `/` in the line
+    cloudwatch = filters[1]
+    assert cloudwatch.head == r"[\d]" and "+00:00 " in cloudwatch.literals
+    compose = filters[3]       # (after journald, CloudWatch's and kubectl's stamps)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
     # the group name `proc`, which the analysis reads past)
-    kubectl_prefix = filters[3]    # `[pod/NAME/CONTAINER] `
+    kubectl_prefix = filters[4]    # `[pod/NAME/CONTAINER] `
     assert kubectl_prefix.head == r"\[" and "[pod/" in kubectl_prefix.literals
-    srun, srun_padded = filters[4], filters[5]
+    srun, srun_padded = filters[5], filters[6]
     assert srun.head == r"[\d]" and srun.literals == {": "}
     assert srun_padded.head == r"\ " and srun_padded.literals == {": "}
     # a node's name (pdsh): a lower-case letter first (`RuntimeError: ` is ruled out by it),
     # or an address; Open MPI's `[1,0]<stdout>:` by its stream's name
-    pdsh, pdsh_address, mpi = filters[6], filters[7], filters[8]
+    pdsh, pdsh_address, mpi = filters[7], filters[8], filters[9]
     assert pdsh.head == "[a-z]" and pdsh_address.head == r"[\d]" and "." in pdsh_address.chars
     assert mpi.head == r"\[" and "]<stdout>:" in mpi.literals
-    ansi = filters[10]      # `[0;36m`: a line without an `m` is no colour code
+    skypilot = filters[10]     # `(task, pid=N) `: by its `pid=` and `,`
+    assert skypilot.head == r"\(" and "pid=" in skypilot.literals and "," in skypilot.chars
+    ansi = filters[12]      # `[0;36m`: a line without an `m` is no colour code
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
     # moreutils' `ts`: its month names, or a digit first
-    ts_month, ts_time, ts_year = filters[12], filters[13], filters[14]
+    ts_month, ts_time, ts_year = filters[14], filters[15], filters[16]
     assert "Dec " in ts_month.literals and len(ts_month.literals) == 12
     assert ts_time.head == ts_year.head == r"[\d]" and ":" in ts_time.chars
     # output glued before a record: a line that starts with the record itself (its `[` stamp,
     # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
-    glued_sglang, glued_vllm = filters[16], filters[17]
+    glued_sglang, glued_vllm = filters[18], filters[19]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
 
@@ -379,3 +384,20 @@ def test_serving_lines_skip_the_prefix_match() -> None:
                     "2024-10-23T19:30:00.974109209Z [2026-12-02 10:00:00] x"):
         assert m._may_wrap(wrapped), wrapped
         assert m.unwrap(wrapped)[0] != wrapped, wrapped
+
+
+def test_cloudwatch_and_skypilot_wrappers_come_off_and_name_their_process() -> None:
+    """`aws logs tail`'s stream and SkyPilot's task tag come off, naming the stream or node;
+    a stamped line whose message begins with a path (`x.py:128: UserWarning`) or a level keeps
+    it: a CloudWatch stream has no `:` and a `/`."""
+    m = Matcher(load_pack("vllm"))
+    record = "INFO 08-18 14:15:04 [api_server.py:1] Starting vLLM API server"
+    assert m.unwrap(f"2025-08-18T14:15:04.123000+00:00 AllTraffic/i-0abc12 {record}")[:2] == (
+        record, "AllTraffic/i-0abc12")
+    assert m.unwrap(f"(task, pid=4120) {record}")[:2] == (record, "task")
+    assert m.unwrap(f"(worker1, rank=1, pid=2399, ip=10.0.0.2) {record}")[:2] == (record, "worker1")
+    for message in ("/usr/lib/python3/dist-packages/torch/x.py:128: UserWarning: y", record,
+                    "(APIServer pid=1) " + record):
+        assert m.unwrap(f"2025-08-18T14:15:04.123000+00:00 {message}")[0] == message
+    # vLLM's own tags (no comma after the name) stay: they name the rank
+    assert m.unwrap(f"(RayWorkerWrapper pid=4120, ip=10.0.0.2) {record}")[0].startswith("(Ray")

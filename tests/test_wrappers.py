@@ -1,8 +1,9 @@
 """Lines wrapped by other programs read as the server's own (the packs' `prefixes`).
 
 Every real fixture is replayed again with each of its lines wrapped as docker compose,
-journald, Ray, a terminal that lost the ESC of its colour codes, kubectl --timestamps, the
-kubelet's container log file (CRI) or another program's Python logger would print it: the engine, the final phase, the crash (its
+journald, Ray, SkyPilot, a terminal that lost the ESC of its colour codes, kubectl --timestamps,
+`aws logs tail`, the kubelet's container log file (CRI) or another program's Python logger would
+print it: the engine, the final phase, the crash (its
 reason and its line, without the wrapper), the shards and the ready line must not change;
 where the wrapper carries no clock of its own, neither may the phase durations.  And two
 servers that one compose stream interleaves are one launch, not a restart each line.
@@ -64,6 +65,13 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     "pdsh": (lambda ln: f"gpu-node-1: {ln}", False),
     "pdsh-address": (lambda ln: f"10.0.0.12: {ln}", False),
     "mpirun-tag-output": (lambda ln: f"[1,0]<stdout>:{ln}", False),
+    # SkyPilot's task output (`sky logs`, `sky serve logs`): before, 60 of 140 logs read
+    # otherwise, 12 in phase or reason (vllm-209 never ready, vllm-207 crashed while launching)
+    "skypilot": (lambda ln: f"(task, pid=4120) {ln}", False),
+    "skypilot-worker": (lambda ln: f"(worker1, rank=1, pid=2399, ip=10.0.0.2) {ln}", False),
+    # `aws logs tail` of an ECS task's / SageMaker endpoint's stream: before, the stream stayed
+    # before the line (20 of 140 in phase, reason or engine)
+    "cloudwatch": (lambda ln: f"2025-08-18T14:15:04.123000+00:00 AllTraffic/i-0abc12 {ln}", True),
 }
 
 
