@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from pathlib import Path
 
 import pytest
 import regex
@@ -21,6 +22,8 @@ from logwatch.rules.literals import (
 )
 from logwatch.rules.matcher import Matcher
 from logwatch.rules.pack import REGEX_FLAGS, load_pack
+
+from conftest import FIXTURES
 
 
 def _shipped_patterns() -> list[str]:
@@ -321,7 +324,7 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 20
+    assert filters is not None and len(filters) == 21
     # `aws logs tail`'s stream after its stamp: a digit first, a `/` in the line
     cloudwatch = filters[1]
     assert cloudwatch.head == r"[\d]" and "+00:00 " in cloudwatch.literals
@@ -352,6 +355,9 @@ def test_start_filters_of_the_shipped_prefixes() -> None:
     glued_sglang, glued_vllm = filters[18], filters[19]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
+    # VLLM_LOGGING_PREFIX before an untagged record: a record's level among the literals
+    vllm_prefix = filters[20]
+    assert "INFO " in vllm_prefix.literals and "-" in vllm_prefix.chars
 
 
 @PROPERTY
@@ -401,3 +407,22 @@ def test_cloudwatch_and_skypilot_wrappers_come_off_and_name_their_process() -> N
         assert m.unwrap(f"2025-08-18T14:15:04.123000+00:00 {message}")[0] == message
     # vLLM's own tags (no comma after the name) stay: they name the rank
     assert m.unwrap(f"(RayWorkerWrapper pid=4120, ip=10.0.0.2) {record}")[0].startswith("(Ray")
+
+
+@pytest.mark.parametrize("name", ["vllm-027", "vllm-207", "vllm-209"])
+def test_vllm_s_own_logging_prefix_comes_off_its_records(name: str, tmp_path: Path) -> None:
+    """`VLLM_LOGGING_PREFIX` (vLLM 0.6.4 on) puts any text before each record, tagged or not:
+    read as the plain log (before, vllm-027 never ready, vllm-207 `crashed` while launching)."""
+    from test_wrappers import verdict, wrapped_copy
+    record = re.compile(r"^(\([\w.-]+ pid=\d+\) )?(DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d ")
+    src = FIXTURES / f"{name}.log"
+    for prefix in ("[node-a] ", "vllm 0 > "):
+        dst = tmp_path / f"{name}.prefixed.log"
+        wrapped_copy(src, dst, lambda ln: prefix + ln if record.match(ln) else ln)
+        assert dst.read_text(errors="replace").count(prefix) >= 3
+        assert verdict(dst, True) == verdict(src, True)
+    m = Matcher(load_pack("vllm"))
+    # a record itself, and a line merely holding one later, keep their text
+    for text in ("INFO 01-09 07:33:46 launcher.py:19] Available routes are:",
+                 "Traceback (most recent call last) INFO 01-09 07:33:46 x"):
+        assert m.unwrap(text)[0] == text
