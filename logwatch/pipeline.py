@@ -311,20 +311,25 @@ class LogPipeline:
     def tick(self, now: float, reading: bool = True) -> list[Event]:
         """Time passed (`reading`: the log can be read now, its silence is the server's:
         `StartupMachine.tick`)."""
-        events: list[Event] = []
         st = self.state
-        if self.framer.pending and self._last_line_is_all(now):
-            block = self.framer.flush(now)
-            if block is not None:
-                events += self._block(block, now)
-                if not self._open_line_counted:
-                    self.counters.lines += 1     # read: a line, though its `\n` may come
-                    self._open_line_counted = True
-            self.excerpt.finish()
+        events = self.read_open_line(now) if self._last_line_is_all(now) else []
         ticked = self.machine.tick(st, now, reading)
         if ticked and self.on_step is not None:
             self.on_step(ticked, st)
-        return self._counted(events + ticked)
+        return events + self._counted(ticked)
+
+    def read_open_line(self, now: float) -> list[Event]:
+        """The unfinished last line read as a line now, its `\n` free to come (the log quiet
+        mid-line: `tick`, or a first attach to a file long unwritten: CatchUp.end)."""
+        if not self.framer.pending:
+            return []
+        block = self.framer.flush(now)
+        events = self._block(block, now) if block is not None else []
+        if block is not None and not self._open_line_counted:
+            self.counters.lines += 1     # read: a line, though its `\n` may come
+            self._open_line_counted = True
+        self.excerpt.finish()
+        return self._counted(events)
 
     def endpoint_answers(self, now: float, said: str) -> list[Event]:
         """The probe found the server answering (app/attachments/probe.py): ready, where the

@@ -877,3 +877,37 @@ def test_stdin_from_dev_null_ends_not_hangs() -> None:
     assert res.returncode == 3, (res.returncode, res.stderr)
     assert json.loads(res.stdout)["phase"] == "waiting"
     assert "Traceback" not in res.stderr and "stdin closed" in res.stderr, res.stderr
+
+
+def test_a_log_without_stamps_silent_before_the_attach_counts_its_phase_from_its_last_write(
+        tmp_path: Path) -> None:
+    """A hung load whose log has no stamps (the hub's and tqdm's bars only, its last bar
+    frame without a newline), last written 20 minutes before watch attached.  Before: its
+    phase opened when it was read, so the summary said `loading_shards 0.0s (total 0.0s)`
+    beside `stalled: no new line for 20m`; the unfinished last line was read 5 s later and
+    timed then (a launch line so cut: `launching 13s`); --last said one such log was
+    stalled and another (its bar read after the verdict) only "still starting"."""
+    path = tmp_path / "server.log"
+    path.write_bytes(
+        b"Loading safetensors checkpoint shards:   0% Completed | 0/163 [00:00<?, ?it/s]\n"
+        b"Loading safetensors checkpoint shards:  98% Completed | 160/163 [31:58<00:30, 10.12s/it]\n"
+        b"Loading safetensors checkpoint shards:  99% Completed | 161/163 [32:07<00:19, 10.00s/it]\n"
+        b"Loading safetensors checkpoint shards:")
+    old = time.time() - 20 * 60
+    os.utime(path, (old, old))
+    for args in (["--last"], ["--timeout", "10s"]):
+        res = watch(str(path), "--no-history", "--gpu", "off", *args, timeout=60)
+        assert res.returncode == 3, (res.stdout, res.stderr)
+        m = re.search(r"phases: loading_shards (\d+)m\d\ds  \(total (\d+)m\d\ds\)", res.stdout)
+        assert m and int(m.group(1)) == int(m.group(2)) == 20, res.stdout
+        assert re.search(r"silent since \d\d:\d\d \(20m\d\ds\): server probably dead",
+                         res.stdout), res.stdout
+    # a stamped launch line cut mid-write: read with the rest, its phase from its stamp
+    cut = tmp_path / "cut.log"
+    cut.write_bytes(b"+ python3 -m sglang.launch_server --model m\n"
+                    b"[2025-06-23 15:06:53] server_args=ServerArgs(model_path='m', tp_size=8")
+    os.utime(cut, (old, old))
+    res = watch(str(cut), "--no-history", "--gpu", "off", "--last", timeout=60)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert re.search(r"stalled in launching; silent since", res.stdout), res.stdout
+    assert re.search(r"phases: launching 20m\d\ds", res.stdout), res.stdout

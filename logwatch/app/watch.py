@@ -433,6 +433,11 @@ def _last_verdict(runner: Target, view: TargetView) -> tuple[int, str]:
         return EXIT_FAILED, "crashed"
     if view.phase == WAITING and not view.counters.startups:
         return EXIT_TIMEOUT, NO_STARTUP
+    if view.silent_since is not None:
+        # silent past its phase's budget by the file's last write: said whether or not a
+        # tick came before this verdict (before, of two logs silent 19 minutes in
+        # cuda_graph one said it was stalled and the other only "still starting")
+        return EXIT_TIMEOUT, f"stalled in {view.phase}; {silent_text(view.silent_since, view.now)}"
     return EXIT_TIMEOUT, f"still starting: {view.phase}"
 
 

@@ -200,22 +200,27 @@ def retime(state: State, written_at: float | None) -> None:
     written: the startup's spans, its crash and its ready take the time of their line's
     stamp instead, set on our clock by the file's last write (`written_at`, its mtime: the
     log's last stamped line was written by then), or by the least difference seen, if less.
-    Only ever earlier than when they were read; a span without a stamp keeps its time.  The
-    serving figures' age (`current_stats`) counts from the last write at the latest: a log
-    that served two hours ago is not read as serving 2,800 tok/s for the first minute."""
+    Only ever earlier than when they were read; a span without a stamp was written by the
+    last write at the latest (before, a log without stamps, a hub's or tqdm's bars only,
+    silent 18 minutes in loading_shards read `stalled: no new line for 18m35s` beside
+    `loading_shards 0.0s (total 0.0s)`: its phase opened when it was read).  The serving
+    figures' age (`current_stats`) counts from the last write at the latest: a log that
+    served two hours ago is not read as serving 2,800 tok/s for the first minute."""
     if written_at is None:
         return
     for source, seen in state.stats_seen.items():
         state.stats_seen[source] = min(seen, written_at)
-    if state.last_log_time is None:
-        return
-    offset = written_at - state.last_log_time
-    if state.clock_offset is not None:
-        offset = min(offset, state.clock_offset)
-    state.clock_offset = offset
+    offset: float | None = None
+    if state.last_log_time is not None:
+        offset = written_at - state.last_log_time
+        if state.clock_offset is not None:
+            offset = min(offset, state.clock_offset)
+        state.clock_offset = offset
 
     def wall(at: float, log_time: float | None) -> float:
-        return at if log_time is None else min(at, log_time + offset)
+        if log_time is None or offset is None:
+            return min(at, written_at)
+        return min(at, log_time + offset)
 
     for sp in state.spans:
         sp.at = wall(sp.at, sp.log_time)

@@ -15,7 +15,7 @@ from typing import Any
 
 from ... import clock
 from ...machine import Event, StatsUpdated, retime
-from ...pipeline import LogPipeline
+from ...pipeline import PARTIAL_LINE_QUIET, LogPipeline
 from ...rules.pack import CRASHED, READY
 from ...sources import Data, Opened
 from ...view import SeenAtAttach, seen_at_attach, silent_at_attach, silent_text
@@ -98,9 +98,15 @@ class CatchUp(Attachment):
         if not self.catching_up or pipe is None or self.attach_end is None or \
                 offset is None or offset < self.attach_end:
             return None
+        now = clock.now()
+        if self.attach_mtime is not None and now - self.attach_mtime >= PARTIAL_LINE_QUIET:
+            # its unfinished last line (a bar's last frame, a line cut by a kill) was written
+            # before the last write too, long enough ago to be all there is: read with the
+            # rest (before, read 5 s later and timed then: a hung launch 19 minutes silent
+            # read `launching 0.0s (total 0.0s)` beside `no new line for 19m07s`)
+            self.hold(pipe.read_open_line(now))
         self.catching_up = False
         held, self.held = self.held, []
-        now = clock.now()
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         st = pipe.state
         if self.attach_mtime is not None and (st.phase == CRASHED and not st.crash_settled
