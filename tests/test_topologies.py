@@ -107,14 +107,42 @@ def test_a_utility_failure_long_after_a_real_crash_does_not_take_it_back(tmp_pat
 # -- speculative decoding: the draft model's shards are a second round -------------------------
 
 def test_a_draft_model_s_shard_bar_does_not_replace_the_target_s_count():
-    """SGLang EAGLE3 (the draft runner loads after the target's capture) and vLLM's draft
-    model (loaded after the target's `Loading weights took`): each prints a second shard
-    bar, `1/1`.  Before: `shards 1/1` for the 17- and 30-shard targets."""
+    """SGLang EAGLE3 (the draft runner loads after the target's weights, before the KV pool)
+    and vLLM's draft model (loaded after the target's `Loading weights took`): each prints a
+    second shard bar, `1/1`.  Before: `shards 1/1` for the 17- and 30-shard targets."""
     for name, total in (("sglang-0523-eagle3.log", 17), ("vllm-034-spec-draft.log", 30)):
         st = replay(name)
         assert st.phase == READY
         bar = st.progress["shards"]
         assert (bar.current, bar.total) == (total, total), name
+
+
+def test_an_sglang_draft_that_loads_before_the_kv_pool_is_timed_as_loading():
+    """SGLang 0.5.23 builds the speculative draft worker right after the target's weights
+    and before any KV pool (managers/scheduler.py init_model_worker: init_tp_model_worker,
+    maybe_init_draft_worker, then init_memory_pools): a NextN (MTP) draft reads the whole
+    checkpoint again, its own `Load weight begin.` .. `Load weight end.`.  Before: those
+    2m30s were `allocating` (2m35s for a sizing that takes 4 s), the ETA and the slowest
+    phase wrong.  The second round of shards does not replace the target's count."""
+    st = replay("sglang-0523-nextn.log")
+    assert st.phase == READY
+    d = st.durations()
+    assert d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
+    bar = st.progress["shards"]
+    assert (bar.current, bar.total) == (17, 17)
+
+
+def test_a_straggler_rank_s_target_load_end_between_draft_loads_still_ends_in_allocating(tmp_path):
+    """TP1's own `Load weight end.` (the target's) read after TP0's draft began: the draft
+    loads on, and the last rank's draft end opens the KV sizing."""
+    lines = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
+    tp1_end = next(i for i, x in enumerate(lines) if "TP1] Load weight end. elapsed=151" in x)
+    moved = lines.pop(tp1_end)
+    draft = next(i for i, x in enumerate(lines) if "TP0] Load weight begin. avail mem=107" in x)
+    lines.insert(draft + 1, moved)
+    st = replay_lines(tmp_path, "interleaved.log", lines)
+    d = st.durations()
+    assert st.phase == READY and d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
 
 
 # -- vLLM's Ray executor: a remote node's worker is a rank ---------------------------------------
