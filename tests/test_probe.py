@@ -668,3 +668,90 @@ def test_a_daemon_attaching_to_a_quiet_server_serving_for_an_hour_sends_no_page(
     finally:
         http.close()
         rx.close()
+
+
+# -- a launch that serves no HTTP is not probed -------------------------------------------------
+
+H2_REFUSAL = (b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"                       # SETTINGS
+              b"\x00\x00\x08\x07\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01")  # GOAWAY
+
+
+def _grpc_port() -> tuple[socket.socket, threading.Thread]:
+    """The port of a gRPC server as an HTTP/1.1 client meets it: an HTTP/2 server's
+    SETTINGS and a GOAWAY (PROTOCOL_ERROR), then the connection closed."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return                   # closed: the test is over
+            with conn:
+                conn.recv(4096)
+                conn.sendall(H2_REFUSAL)
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return srv, th
+
+
+def test_a_vllm_grpc_server_is_not_probed_over_http(tmp_path: Path) -> None:
+    """`vllm serve --grpc` (0.34 launchers/grpc_server.py) serves gRPC on its `--port`: an HTTP
+    probe there never answers.  Once its log said ready (`vLLM gRPC server started on`),
+    `watch` waited for that port to answer HTTP: "ready in log, not answering", exit 3 at
+    its timeout (and the daemon paged `unreachable` for a server that served).  The pack's
+    `probe: {off_args: [grpc]}`: such a launch is not probed, the log's word stands."""
+    srv, th = _grpc_port()
+    try:
+        port = srv.getsockname()[1]
+        text = (ROOT / "tests/fixtures/built/vllm-034-grpc.log").read_text(encoding="utf-8")
+        log = tmp_path / "grpc.log"
+        log.write_text(text.replace("port=50051", f"port={port}"), encoding="utf-8")
+        res = subprocess.run(
+            [sys.executable, "-m", "logwatch", "watch", str(log), "--timeout", "20s",
+             "--no-history"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+        assert "READY in 4m31s" in res.stdout and "not answering" not in res.stdout, res.stdout
+    finally:
+        srv.close()
+        th.join(5)
+
+
+def test_the_daemon_does_not_page_a_grpc_server_unreachable(tmp_path: Path,
+                                                             daemons: Any) -> None:  # noqa: F811
+    """The daemon (probe: auto, the default) and two vLLM `--grpc` servers, ready, their
+    ports speaking HTTP/2 only: `grpc` read with the shipped pack, not probed, no page;
+    `control` with a pack that extends it and names no `off_args` (the pack as it was):
+    probed over HTTP, "ready in log, not answering", and paged `unreachable`."""
+    srv, th = _grpc_port()
+    hook = Receiver().start()
+    try:
+        port = srv.getsockname()[1]
+        text = (ROOT / "tests/fixtures/built/vllm-034-grpc.log").read_text(encoding="utf-8")
+        text = text.replace("port=50051", f"port={port}")
+        (tmp_path / "grpc.log").write_text(text, encoding="utf-8")
+        (tmp_path / "control.log").write_text(text, encoding="utf-8")
+        (tmp_path / "old.yaml").write_text(
+            "name: vllm-old\nextends: vllm\nprobe: {paths: [/health, /v1/models]}\nrules: []\n",
+            encoding="utf-8")
+        probe = {"interval": "500ms", "timeout": "2s", "fail_after": "2s"}
+        dport = free_port()
+        cfg = write_config(tmp_path / "logwatch.yaml", dport, tmp_path / "state", [
+            target_cfg("grpc", str(tmp_path / "grpc.log"), rules="vllm", gpu=False, probe=probe),
+            target_cfg("control", str(tmp_path / "control.log"), rules=str(tmp_path / "old.yaml"),
+                       gpu=False, probe=probe),
+        ], alerts=[{"type": "webhook", "name": "hook", "url": hook.url(), "on": ["unreachable"]}])
+        d = daemons(cfg, dport).start()
+        hook.wait(lambda g: g.json["kind"] == "unreachable" and g.json["target"] == "control",
+                  timeout=40, what="the control's unreachable page")
+        t = d.target("grpc")
+        assert t is not None and t["status"] == "ready" and t["phase"] == "ready", t
+        assert "serves no HTTP (--grpc): not probed" in str(t["probe"]), t["probe"]
+        assert not hook.requests(lambda g: g.json["target"] == "grpc")
+    finally:
+        hook.close()
+        srv.close()
+        th.join(5)

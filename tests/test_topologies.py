@@ -145,6 +145,32 @@ def test_a_straggler_rank_s_target_load_end_between_draft_loads_still_ends_in_al
     assert st.phase == READY and d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
 
 
+# -- vLLM's gRPC server: its own ready line ---------------------------------------------------
+
+def test_a_vllm_grpc_server_is_ready_when_its_grpc_server_starts():
+    """`vllm serve --grpc` (0.34 entrypoints/cli/serve.py -> launchers/grpc_server.py
+    `serve_grpc`) starts no uvicorn: no route table, no `Starting vLLM server on`, no
+    `Application startup complete.`; it says `vLLM gRPC server started on 0.0.0.0:50051`
+    and serves (its stats lines follow).  Before: `still starting: allocating` for good
+    (watch timed out, no ready alert, a phase gauge stuck while it served 31 requests)."""
+    st = replay("vllm-034-grpc.log")
+    assert st.phase == READY, st.phase
+    assert st.ready_line is not None and "gRPC server started on" in st.ready_line
+    assert st.args.get("grpc") is True and st.args.get("tensor_parallel_size") == 2
+
+
+def test_a_vllm_grpc_server_stopped_by_a_signal_is_stopped(tmp_path):
+    """Its SIGTERM handler's `Received shutdown signal` (grpc_server.py:267) is a stop; the
+    `finally`'s `Shutting down vLLM gRPC server...` is not (it precedes a crash's
+    traceback too)."""
+    lines = (BUILT / "vllm-034-grpc.log").read_text().splitlines()
+    stop = "(MainProcess pid=100) INFO 12-01 10:09:00 [grpc_server.py:{}] {}"
+    st = replay_lines(tmp_path, "stop.log", lines + [
+        stop.format(267, "Received shutdown signal"),
+        stop.format(278, "Shutting down vLLM gRPC server...")])
+    assert st.phase == "stopped" and st.crash is None
+
+
 # -- vLLM's Ray executor: a remote node's worker is a rank ---------------------------------------
 
 def test_a_ray_worker_on_another_node_is_named_by_its_rank():

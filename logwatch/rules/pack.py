@@ -280,6 +280,7 @@ class RulePack:
     records: tuple[RecordForm, ...] = ()
     ranks: tuple[Any, ...] = ()  # patterns whose group `rank` names the rank a line is from
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (telemetry/probe.py)
+    probe_off_args: tuple[str, ...] = ()   # launch args that, true, say it serves no HTTP
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
     # phases a wrapper's lines may show before the server's own launch line (an entrypoint's
     # `huggingface-cli download`): a launch line then begins the server in that startup
@@ -460,8 +461,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     ignore, prefix_src = _ignore_and_prefixes(src, doc, base)
     ranks = _ranks(src, doc["ranks"]) if doc.get("ranks") is not None \
         else (base.ranks if base else ())
-    probe_paths = _probe(src, doc["probe"]) if doc.get("probe") is not None \
-        else (base.probe_paths if base else ())
+    probe_paths, probe_off = _probe(src, doc["probe"]) if doc.get("probe") is not None \
+        else ((base.probe_paths, base.probe_off_args) if base else ((), ()))
     silent = _phase_list(src, doc, "silent", phases, base.silent if base else ())
     prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
     roles = _names(src, doc, "roles", base.roles if base else ())
@@ -486,7 +487,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         timestamps=timestamps, ignore=ignore, prefix_patterns=tuple(prefix_src),
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
-        reasons=reasons, ranks=ranks, probe_paths=probe_paths, servers=servers, silent=silent,
+        reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
+        servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
         gpus=gpus,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
@@ -873,15 +875,21 @@ def _phase_list(src: str, doc: dict[str, Any], key: str, phases: tuple[str, ...]
     return tuple(value)
 
 
-def _probe(src: str, value: Any) -> tuple[str, ...]:
-    """`probe: {paths: [/health, /v1/models]}`: what a probe of the server asks."""
-    if not isinstance(value, dict) or set(value) - {"paths"}:
-        raise PackError(src, "must be a mapping {paths: [/health, ...]}", key="probe")
+def _probe(src: str, value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`probe: {paths: [/health, /v1/models], off_args: [grpc]}`: what a probe of the server
+    asks, and the launch args that, true, say the launch serves no HTTP (vLLM's `--grpc`:
+    its port speaks gRPC, an HTTP probe of it never answers)."""
+    if not isinstance(value, dict) or set(value) - {"paths", "off_args"}:
+        raise PackError(src, "must be a mapping {paths: [/health, ...], off_args: [...]}",
+                        key="probe")
     paths = value.get("paths")
     if not isinstance(paths, list) or not paths or \
             not all(isinstance(x, str) and x.startswith("/") for x in paths):
         raise PackError(src, "a list of paths starting with /", key="probe.paths")
-    return tuple(paths)
+    off = value.get("off_args") or []
+    if not isinstance(off, list) or not all(isinstance(x, str) and x for x in off):
+        raise PackError(src, "a list of argument names", key="probe.off_args")
+    return tuple(paths), tuple(off)
 
 
 def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:

@@ -85,6 +85,12 @@ class ProbeAttachment(Attachment):
             if self.prober is not None:
                 self.prober.state.note = f"{FOLLOWER} (not probed)"
             return ProbePlan(None, paths, startup)
+        # a launch that serves no HTTP (vLLM `--grpc`): an HTTP probe of its port never answers
+        off = next((a for a in pipe.pack.probe_off_args if st.args.get(a) is True), None)
+        if off is not None:
+            if self.prober is not None:
+                self.prober.state.note = f"serves no HTTP (--{off.replace('_', '-')}): not probed"
+            return ProbePlan(None, paths, startup)
         ep = server_endpoint(st.endpoint, st.args)
         if ep is None and self.prober is not None:
             self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
