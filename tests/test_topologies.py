@@ -171,6 +171,27 @@ def test_a_vllm_grpc_server_stopped_by_a_signal_is_stopped(tmp_path):
     assert st.phase == "stopped" and st.crash is None
 
 
+# -- load formats: a streaming loader's bar counts tensors, not shards --------------------------
+
+def test_the_run_ai_streamer_s_tensor_count_is_not_the_shard_count(tmp_path):
+    """`--load-format runai_streamer`: the Run:ai Model Streamer's bar counts tensors (0.34
+    model_loader/weight_utils.py `runai_safetensors_weights_iterator`: `total=total_tensors`,
+    SGLang 0.5.23 alike), 707 of them for Qwen3-32B's 17 files.  Before: `shards 707/707`
+    (the view, replay --json, logwatch_shards_*).  It is the loading's progress."""
+    st = replay("vllm-034-runai.log")
+    assert st.phase == READY and "shards" not in st.progress, st.progress.keys()
+    bar = st.progress["tensors"]
+    assert (bar.current, bar.total) == (707, 707)
+    # vLLM's InstantTensor loader counts bytes (`31.2G/61.0G`): loading, no counter
+    lines = [x for x in (BUILT / "vllm-034-runai.log").read_text().splitlines()
+             if "Runai Model Streamer" not in x or "0/707" in x]
+    at = next(i for i, x in enumerate(lines) if "0/707" in x)
+    lines[at] = ("Loading safetensors using InstantTensor loader:  51% Completed | "
+                 "31.2G/61.0G [00:10<00:09, 3.12GB/s]")
+    st = replay_lines(tmp_path, "instant.log", lines)
+    assert st.phase == READY and not {"shards", "tensors"} & set(st.progress)
+
+
 # -- vLLM's Ray executor: a remote node's worker is a rank ---------------------------------------
 
 def test_a_ray_worker_on_another_node_is_named_by_its_rank():
