@@ -386,7 +386,8 @@ class StartupMachine:
             state.phase, state.phase_progress = target, False
             d, state.deferred = state.deferred, None
             events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
-        elif new_i < cur_i and rule.reenter and not state.phase_progress and state.phase != READY:
+        elif new_i < cur_i and rule.reenter and not state.phase_progress and \
+                state.phase != READY and self._rank_went_past(state, rule, obs, new_i):
             # the current phase was entered too early and is still empty: correct it
             last = state.phase_entered
             if last is not None and last.phase == state.phase and \
@@ -397,6 +398,17 @@ class StartupMachine:
             # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
             # warmup after the KV estimate, the KV commit after capture)
             self._enter(state, target, obs, now, events)
+
+    def _rank_went_past(self, state: State, rule: Rule, obs: Observation, new_i: int) -> bool:
+        """A `reenter: own_rank` rule steps back only on a line whose rank had itself got
+        past that phase: a rank's second load (SGLang's speculative draft, after its own
+        `Load weight end.`), not a slow rank's first while the others size the KV pool
+        (which flapped loading / allocating)."""
+        if not rule.reenter_own_rank:
+            return True
+        rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        rp = state.ranks.get(rank) if rank else None
+        return rp is None or self.pack.phase_index(rp.phase) > new_i
 
     def _closes(self, state: State, rule: Rule, obs: Observation, now: float,
                 events: list[Event]) -> None:

@@ -22,7 +22,8 @@ servers interleaved in one stream are told apart), and ordered rules.  Each rule
 
 and modifiers: `when` (phases the rule acts in), `marker` (a crash announcement, not a
 root-cause line), `tentative` (crash evidence that a later phase marker can retract),
-`reenter` (may step back into an earlier, still empty phase), `provisional` (the phase it
+`reenter` (may step back into an earlier, still empty phase; `own_rank`: only on a line whose
+rank had itself got past it), `provisional` (the phase it
 enters is announced once confirmed: an earlier phase's `reenter` rule coming first takes its
 place without a flip, e.g. SGLang's download inside weight loading), `scale` (multiply a field),
 `prefilter` (explicit literals when none can be derived from the pattern), `begins` (the
@@ -139,6 +140,9 @@ class Rule:
     marker: bool = False
     tentative: bool = False
     reenter: bool = False
+    # `reenter: own_rank`: only a line whose rank had itself got past that phase steps back
+    # (a rank's second load: a speculative draft), not a slow rank's first one
+    reenter_own_rank: bool = False
     provisional: bool = False
     frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
     args: bool = False            # the line holds the server's arguments (rules/args.py)
@@ -1111,7 +1115,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
         chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
-        reenter=bool(d.get("reenter")), provisional=bool(d.get("provisional")),
+        reenter=bool(d.get("reenter")), reenter_own_rank=d.get("reenter") == "own_rank",
+        provisional=bool(d.get("provisional")),
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
         args=bool(d.get("args")), args_specs=_args_specs(src, rid, d.get("args")),
         endpoint=bool(d.get("endpoint")),
@@ -1171,8 +1176,10 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
                 "ready_hint", "withdraws", "ends_rank"):
-        if key in d and not isinstance(d[key], bool):
-            raise PackError(src, "must be true or false", rule=rid, key=key)
+        if key in d and not isinstance(d[key], bool) and \
+                not (key == "reenter" and d[key] == "own_rank"):
+            raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
+                                                            else ""), rule=rid, key=key)
     for key in ("progress", "stats"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
