@@ -19,6 +19,7 @@ import datetime
 import functools
 import json
 import re
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -243,7 +244,7 @@ class Framer:
         self._prev: Block | None = None  # its newlines are counted lazily, once
         self._folds = RowFolds(off=not unfold)
         self._cri: bool | None = None   # the kubelet's record format (`join_partial_records`)
-        self._docker: bool | None = None  # Docker's json-file records (`docker_to_cri`)
+        self._records: bool | None = None  # Docker's / journald's JSON records (`records_to_cri`)
         self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
@@ -335,10 +336,10 @@ class Framer:
         clean = clean_bytes(capped)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
-        if self._docker is None and clean:
-            self._docker = is_docker_record(clean)
-        if self._docker:                 # (inner offsets approximate)
-            clean, cleaned = docker_to_cri(clean), True
+        if self._records is None and clean:
+            self._records = is_json_log_record(clean)
+        if self._records:                # (inner offsets approximate)
+            clean, cleaned = records_to_cri(clean), True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
             self._cri = CRI_RECORD.match(clean) is not None
@@ -817,16 +818,24 @@ _CRI_PARTIAL = re.compile(rb"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
 
 
 _DOCKER_HEAD = re.compile(rb'\{(?:"log":"|"stream":"(?:stdout|stderr)",)')
+# (systemd >= 243 writes compact JSON; older ones `{ "__CURSOR" : "s=...", ... }`)
+_JOURNAL_HEAD = re.compile(rb'\{ ?"__CURSOR" ?: ?"')
 
 
-def is_docker_record(data: bytes) -> bool:
+def is_json_log_record(data: bytes) -> bool:
     """Is the first line of `data` a record of Docker's json-file log driver
     (`/var/lib/docker/containers/ID/ID-json.log`): `{"log":"...\\n","stream":"stderr",
-    "time":"2026-12-05T10:00:00.123456789Z"}`?  (moby `jsonlog.JSONLogs.MarshalJSONBuf`:
-    `log`, `stream`, `attrs`, `time`, in that order; `log` left out when empty.)"""
-    if _DOCKER_HEAD.match(data) is None:
-        return False
-    return _docker_fields(data.split(b"\n", 1)[0]) is not None
+    "time":"2026-12-05T10:00:00.123456789Z"}` (moby `jsonlog.JSONLogs.MarshalJSONBuf`:
+    `log`, `stream`, `attrs`, `time`, in that order; `log` left out when empty), or of
+    `journalctl -o json` (`{"__CURSOR":"...","__REALTIME_TIMESTAMP":"1755515704123456",
+    ...,"MESSAGE":"..."}`: a systemd unit's output read as `cmd:journalctl -u vllm -f -o
+    json`)?"""
+    first = data.split(b"\n", 1)[0]
+    if _DOCKER_HEAD.match(data) is not None:
+        return _docker_fields(first) is not None
+    if _JOURNAL_HEAD.match(data) is not None:
+        return _journal_fields(first) is not None
+    return False
 
 
 def json_object(line: bytes) -> dict | None:
@@ -850,15 +859,41 @@ def _docker_fields(line: bytes) -> tuple[str, str, str] | None:
     return t, stream, log
 
 
-def docker_to_cri(data: bytes) -> bytes:
-    """Docker's json-file records as the kubelet's (CRI) records, line for line: `TIME STREAM
-    F message` for a line, `P` for a part of one (the driver splits a line over 16 KiB into
-    records whose `log` has no newline: `join_partial_records` joins them again).  The JSON
-    escapes are undone (`\\u003c`, `\\r` of a bar's frames, `\\"`); a line that is not a
-    record is left as it is."""
+def _journal_fields(line: bytes) -> tuple[str, str, str] | None:
+    """(time, stream, log) of one `journalctl -o json` entry; None when the line is not one.
+    MESSAGE is a string, an array of bytes (not UTF-8: journalctl's form for it) or null
+    (a field over 4 KiB without `--all`: the line is there, its text is not)."""
+    d = json_object(line)
+    if d is None:
+        return None
+    stamp, msg = d.get("__REALTIME_TIMESTAMP"), d.get("MESSAGE")
+    if not isinstance(stamp, str) or not stamp.isdigit() or len(stamp) > 19:
+        return None
+    if isinstance(msg, list) and all(isinstance(b, int) and 0 <= b < 256 for b in msg):
+        msg = bytes(msg).decode("utf-8", "replace")
+    elif msg is None:
+        msg = ""
+    elif not isinstance(msg, str):
+        return None
+    us = int(stamp)
+    t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1_000_000)) + \
+        f".{us % 1_000_000:06d}Z"
+    return t, "stdout", msg + "\n"
+
+
+def records_to_cri(data: bytes) -> bytes:
+    """Docker's json-file records (and journald's JSON entries) as the kubelet's (CRI)
+    records, line for line: `TIME STREAM F message` for a line, `P` for a part of one (the
+    driver splits a line over 16 KiB into records whose `log` has no newline:
+    `join_partial_records` joins them again).  The JSON escapes are undone (`\\u003c`,
+    `\\r` of a bar's frames, `\\"`); a line that is not a record is left as it is."""
     out: list[bytes] = []
     for line in data.split(b"\n"):
-        rec = _docker_fields(line) if line.startswith(b"{") else None
+        rec = None
+        if _JOURNAL_HEAD.match(line):
+            rec = _journal_fields(line)
+        elif line.startswith(b"{"):
+            rec = _docker_fields(line)
         if rec is None:
             out.append(line)
             continue

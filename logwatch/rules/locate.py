@@ -17,7 +17,7 @@ import functools
 from typing import Any, Iterable, Sequence
 
 from ..lines import (
-    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, RecordForm, docker_to_cri, is_docker_record,
+    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, RecordForm, is_json_log_record, records_to_cri,
     join_partial_records, json_records_to_text, line_texts, split_glued,
 )
 from . import bounded
@@ -271,8 +271,8 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     removed)."""
     if complete_lines:
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
-    if is_docker_record(head):     # Docker's json-file records, as the framer reads them
-        head = docker_to_cri(head)
+    if is_json_log_record(head):   # Docker's / journald's JSON records, as the framer reads them
+        head = records_to_cri(head)
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     # logging records as JSON, as the framer reads them (every pack's forms: by logger name)
