@@ -145,6 +145,45 @@ def test_a_straggler_rank_s_target_load_end_between_draft_loads_still_ends_in_al
     assert st.phase == READY and d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
 
 
+def test_a_draft_loaded_by_two_dp_replicas_steps_back_once(tmp_path):
+    """`--dp 2 --tp 2` with a NextN draft: each replica is its own TP group, and each loads
+    its draft after its own group's barrier (0.5.23 load_model_utils.py
+    dist_barrier_after_load), DP0's three seconds before DP1 ends its target's load.
+    Before: every group's end and draft flipped the phase again, live `phase allocating`,
+    `phase loading_shards`, `phase allocating`, `phase loading_shards` for one draft load
+    (the timeline three loading_shards rows).  Now the phase steps back once, when every
+    rank has ended its target's load."""
+    from logwatch.machine import PhaseChanged
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    src = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
+    lines = [src[0].replace("'tp_size': 2", "'tp_size': 2, 'dp_size': 2")]
+    ranks = [f"DP{d} TP{t}" for d in (0, 1) for t in (0, 1)]
+    lines += [f"[2026-12-01 10:00:0{s} {r}] {m}" for s, m in (
+        (4, "Init parallel begin."), (8, "Init parallel ends. elapsed=4.10 s"),
+        (9, "Load weight begin. avail mem=138.92 GB")) for r in ranks]
+    lines.append(next(x for x in src if "| 17/17 [00:30" in x))
+    end = ("Load weight end. elapsed=151.20 s, type=Glm4MoeForCausalLM, quant=fp8, fmt=e4m3, "
+           "avail mem=107.61 GB, mem usage=31.31 GB.")
+    for dp, (ended, draft) in enumerate(((40, 41), (44, 44))):
+        lines += [f"[2026-12-01 10:02:{ended} DP{dp} TP{t}] {end}" for t in (0, 1)]
+        lines += [f"[2026-12-01 10:02:{draft} DP{dp} TP{t}] Load weight begin. avail mem=107.61 GB"
+                  for t in (0, 1)]
+    lines.append(next(x for x in src if "| 17/17 [02:30" in x))
+    lines += [f"[2026-12-01 10:05:11 {r}] Load weight end. elapsed=150.52 s, "
+              f"type=Glm4MoeForCausalLMNextN, avail mem=106.71 GB, mem usage=0.90 GB." for r in ranks]
+    kv = next(i for i, x in enumerate(src) if "KV Cache is allocated" in x)
+    lines += [x.replace(" TP0]", " DP0 TP0]") for x in src[kv:]]
+    pipe, changes = LogPipeline(load_pack("sglang")), []
+    for i, x in enumerate(lines):
+        changes += [(e.old, e.new) for e in pipe.feed((x + "\n").encode(), 1000.0 + i)
+                    if isinstance(e, PhaseChanged)]
+    assert changes[2:6] == [("loading_shards", "allocating"), ("allocating", "loading_shards"),
+                            ("loading_shards", "allocating"), ("allocating", "autotune")], changes
+    d = replay_lines(tmp_path, "dp2.log", lines).durations()
+    assert d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
+
+
 # -- vLLM's gRPC server: its own ready line ---------------------------------------------------
 
 def test_a_vllm_grpc_server_is_ready_when_its_grpc_server_starts():

@@ -403,12 +403,17 @@ class StartupMachine:
         """A `reenter: own_rank` rule steps back only on a line whose rank had itself got
         past that phase: a rank's second load (SGLang's speculative draft, after its own
         `Load weight end.`), not a slow rank's first while the others size the KV pool
-        (which flapped loading / allocating)."""
+        (which flapped loading / allocating).  And only once every rank seen had: a TP
+        group loads its draft after its own barrier, and groups apart (DP replicas, PP
+        stages) end theirs at different times; before, each group's end and draft flipped
+        the phase again (DP2 x TP2 NextN: loading, allocating, loading, allocating,
+        loading, allocating)."""
         if not rule.reenter_own_rank:
             return True
         rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
-        rp = state.ranks.get(rank) if rank else None
-        return rp is None or self.pack.phase_index(rp.phase) > new_i
+        if not rank or rank not in state.ranks:
+            return True
+        return all(self.pack.phase_index(rp.phase) > new_i for rp in state.ranks.values())
 
     def _closes(self, state: State, rule: Rule, obs: Observation, now: float,
                 events: list[Event]) -> None:
