@@ -755,3 +755,51 @@ def test_the_daemon_does_not_page_a_grpc_server_unreachable(tmp_path: Path,
         hook.close()
         srv.close()
         th.join(5)
+
+
+# -- SGLang's Rust server: no ready line, its endpoint's answer is its ready ----------------------
+
+def test_an_sglang_rust_server_is_ready_when_its_endpoint_answers(tmp_path: Path) -> None:
+    """`SGLANG_RUST_SERVER=1` (0.5.23): rank 0's scheduler embeds the HTTP server, the main
+    process runs no uvicorn and no warmup request, so no "fired up" comes; the listener
+    says `Rust server listen on ADDR` and keeps /health at 503 until its own warmup passed.
+    Before: watch read `cuda_graph` while the endpoint answered 200, exit 3 at its timeout
+    (the daemon: `stalled` 10 minutes later).  Now ready once it answers, not on its 503s."""
+    import http.server
+    asked: list[int] = []
+
+    class Warming(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            code = 503 if len(asked) < 3 else 200      # its warmup: three 503s first
+            asked.append(code)
+            self.send_response(code)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *a: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Warming)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        port = srv.server_address[1]
+        src = (ROOT / "tests/fixtures/built/sglang-0523-nextn.log").read_text(
+            encoding="utf-8").splitlines()
+        end = next(i for i, x in enumerate(src) if "max_total_num_tokens=" in x)
+        lines = [src[0].replace("'port': 30000", f"'port': {port}, 'host': '127.0.0.1'")]
+        lines += src[1:end + 1] + [f"[2026-12-01 10:06:37 TP0] SGLANG_RUST_SERVER enabled, "
+                                   f"Rust server listen on 127.0.0.1:{port}"]
+        log = tmp_path / "rust.log"
+        log.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+        res = subprocess.run(
+            [sys.executable, "-m", "logwatch", "watch", str(log), "--timeout", "30s",
+             "--no-history", "--gpu", "off"], cwd=ROOT, capture_output=True, text=True, timeout=90)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+        assert "READY in" in res.stdout and "the endpoint answers" in res.stdout, res.stdout
+        assert asked[:3] == [503, 503, 503] and 200 in asked, asked
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)

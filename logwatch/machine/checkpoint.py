@@ -83,6 +83,7 @@ def state_from_json(d: dict[str, object]) -> State:
         begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
+        ready_by_endpoint=bool(d.get("ready_by_endpoint", False)), mid_startup=bool(d.get("mid_startup", False)),
         untrusted_stamps=int(d.get("untrusted_stamps", 0)),  # type: ignore[call-overload]
         floating=d.get("floating"),  # type: ignore[arg-type]
         last_own_time=d.get("last_own_time"),  # type: ignore[arg-type]
@@ -96,7 +97,6 @@ def state_from_json(d: dict[str, object]) -> State:
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
         gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
-        mid_startup=bool(d.get("mid_startup", False)),
     )
     return st
 

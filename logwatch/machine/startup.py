@@ -160,6 +160,7 @@ class StartupMachine:
             state.gpu_buses = state.gpu_buses | {int(str(bus), 16)}
         if rule.endpoint and obs.fields.get("url"):
             state.endpoint = obs.fields["url"]
+        state.ready_by_endpoint = state.ready_by_endpoint or rule.ready_by_endpoint
         version = obs.fields.get("version") or obs.fields.get("logo_version")
         if version and state.phase not in TERMINAL and state.phase != READY:
             state.engine_version = str(version)[:64]    # vLLM's, TensorRT-LLM's version line
@@ -197,11 +198,14 @@ class StartupMachine:
         vLLM's with `--uvicorn-log-level warning` too), and read from its log alone it
         stayed in its last phase (or waiting) for good: `stalled` pages while it served.  Only a startup whose launch line was not seen: a log at INFO
         prints its launch (`server_args=`, vLLM's version and args) and its ready line will
-        come (an older SGLang's `/health` answers during a long warmup, before it); only
+        come (an older SGLang's `/health` answers during a long warmup, before it), unless
+        a line said none will (`ready_by_endpoint`: SGLang's Rust server, whose /health says
+        503 until its own warmup passed; before, it read `cuda_graph` while it served); only
         one not yet ended (a crash stays a crash); and none of its bars still under way
         (what answers then is another process on the port).  Its lines may go on (a
         warning a request): no quiet is waited for."""
-        if state.phase != WAITING and state.phase not in self._startup or state.restart_rules:
+        if state.phase != WAITING and state.phase not in self._startup or \
+                state.restart_rules and not state.ready_by_endpoint:
             return []
         if any(p.total and p.current < p.total for p in state.progress.values()):
             return []    # a bar still under way (shards 3/17): what answers is not it

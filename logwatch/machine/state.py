@@ -161,6 +161,8 @@ class State:
     begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
     servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
     supervised: bool = False              # a launcher of several servers began this launch
+    ready_by_endpoint: bool = False       # a line said this launch's ready is its endpoint's
+                                          # answer, no ready line (`ready_by_endpoint` rules)
     untrusted_stamps: int = 0             # stamps not used: they would run the clock backwards
     last_own_time: float | None = None    # the last stamp a line had of its own (trusted)
     clock_offset: float | None = None     # our clock minus the log's (the least seen: a line

@@ -79,7 +79,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
-                 "ends_rank")
+                 "ends_rank", "ready_by_endpoint")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -160,6 +160,9 @@ class Rule:
                                   # a relaunch's line (it begins a startup)
     ready_hint: bool = False      # after a ready, a hint of its reason, not a crash (a
                                   # request's exception: the server serves on)
+    # this launch prints no ready line: its endpoint answering is its ready (SGLang's
+    # embedded Rust server keeps /health at 503 until its own warmup passed)
+    ready_by_endpoint: bool = False
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -1125,6 +1128,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         ends_rank=bool(d.get("ends_rank")),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
+        ready_by_endpoint=bool(d.get("ready_by_endpoint")),
         withdraws=bool(d.get("withdraws")),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
@@ -1175,7 +1179,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                         key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
-                "ready_hint", "withdraws", "ends_rank"):
+                "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint"):
         if key in d and not isinstance(d[key], bool) and \
                 not (key == "reenter" and d[key] == "own_rank"):
             raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
