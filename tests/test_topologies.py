@@ -184,6 +184,29 @@ def test_a_draft_loaded_by_two_dp_replicas_steps_back_once(tmp_path):
     assert d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
 
 
+def test_sglang_lora_adapters_loaded_before_the_kv_pool_are_timed_as_loading(tmp_path):
+    """`--enable-lora --lora-paths a1 a2 a3` (0.5.23): after the target's `Load weight end.`
+    each rank builds its LoRA manager (`Using triton as backend of LoRA kernels.`) and reads
+    every adapter (DefaultModelLoader: a 1/1 shard bar each, 50 s apiece here) before the KV
+    pool.  Before: those 2m33s were `allocating` (2m35s for a sizing of 1 s); now loading,
+    and the adapters' bars leave the checkpoint's shard count alone."""
+    src = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
+    head = src[0].replace("'speculative_algorithm': 'EAGLE'",
+                          "'speculative_algorithm': None, 'enable_lora': True")
+    draft = next(i for i, x in enumerate(src) if "Load weight begin. avail mem=107" in x)
+    kv = next(i for i, x in enumerate(src) if "KV Cache is allocated" in x)
+    lines = [head] + src[1:draft]
+    lines += [f"[2026-12-01 10:02:41 TP{r}] Using triton as backend of LoRA kernels." for r in (0, 1)]
+    lines += ["Loading safetensors checkpoint shards:   0% Completed | 0/1 [00:00<?, ?it/s]",
+              "Loading safetensors checkpoint shards: 100% Completed | 1/1 [00:50<00:00, 50.0s/it]"] * 3
+    lines += [x for x in src[kv:] if "draft" not in x.lower()]
+    st = replay_lines(tmp_path, "lora.log", lines)
+    d = st.durations()
+    assert st.phase == READY and d["loading_shards"] == 305.0 and d["allocating"] == 1.0, d
+    bar = st.progress["shards"]
+    assert (bar.current, bar.total) == (17, 17)
+
+
 # -- vLLM's gRPC server: its own ready line ---------------------------------------------------
 
 def test_a_vllm_grpc_server_is_ready_when_its_grpc_server_starts():
