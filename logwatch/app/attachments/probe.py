@@ -5,7 +5,8 @@ cmd: target only with an explicit `url` (its server may be anywhere); never stdi
 to probe comes from what the log says now (`plan`): the configured url, else the address
 the startup printed, else its arguments.  A startup that had ended before the attach, a
 log still being caught up on, or a follower node's launch (no HTTP server) is not probed.
-The probe is asked at once when a startup begins, gets ready, or the catch-up ends.  This is
+The probe is asked at once when a startup begins, gets ready, the catch-up ends, or a
+restarted daemon resumes a startup from its checkpoint.  This is
 the one module of app/ that knows the prober's classes.
 """
 
@@ -16,6 +17,7 @@ from typing import Any, Callable
 
 from ... import clock
 from ...machine import Event, Ready, StartupBegan
+from ...pipeline import LogPipeline
 from ...verdict import FOLLOWER
 from ...telemetry.probe import (
     ProbePlan, Prober, endpoint_of, local_connect, server_endpoint, ssh_connect,
@@ -95,6 +97,16 @@ class ProbeAttachment(Attachment):
         if ep is None and self.prober is not None:
             self.prober.state.note = "no address in the log yet (host/port, `Uvicorn running on`)"
         return ProbePlan(ep, paths, startup)
+
+    def on_pipeline(self, pipe: LogPipeline) -> None:
+        """A pipeline holding a startup already (the checkpoint's, after a daemon restart):
+        its server is asked at once, as at a first attach's catch-up.  Before, no event said
+        so (no new startup, no ready, no catch-up) and the first probe waited a whole
+        `interval`: every server of a fleet unprobed for 10 s after each restart
+        (`logwatch_probe_up` absent, `probe` empty in /api/status), against 2 s at a first
+        start."""
+        if self.prober is not None and pipe.state.startup_id is not None:
+            self.prober.poke()
 
     def on_events(self, events: list[Event], now: float) -> None:
         if self.prober is not None and any(isinstance(e, (Ready, StartupBegan)) for e in events):
