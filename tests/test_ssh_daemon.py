@@ -8,6 +8,7 @@ not come has no event to wait for).
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import Any
 
 import pytest
 
-from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
+from support.daemon import (  # noqa: F401
+    checkpoint, daemons, free_port, sim_texts, split_at, target_cfg, wait_for, write_config,
+)
 from support.receivers import hook, receivers  # noqa: F401  (the fixture)
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
 
@@ -124,6 +127,50 @@ def test_no_stall_page_while_the_node_cannot_be_read_and_one_at_once_after(
         assert len(rx.requests(hook("stalled", "firing"))) == 1
     finally:
         server.stop()
+
+
+def test_a_server_that_hangs_mid_bar_while_the_daemon_is_down_is_stalled_at_the_restart(
+        sshd_server: SSHServer, tmp_path: Path, daemons: Any, receivers: Any) -> None:  # noqa: F811
+    """The daemon is killed -9 just after a shard bar's frame came (a bar's last frame has no
+    line end until the next redraw: read again from the saved offset at the restart); the
+    server writes nothing more, and the daemon is down for twice `stall_after`.  At the
+    restart the log has been silent for longer than the budget: the `stalled` page comes at
+    once and says the whole silence.  Before, the frame read again was a new line to the
+    machine (its quiet flush counted as activity at the restart): the page came one budget
+    after the restart and said "no new line for 4.1s" (in a 48-target scene, 8.8 s after the
+    restart, "no new line for 8.1s" after 22 s of silence)."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    texts = sim_texts(shards=400)
+    k = split_at(texts, "| 10/400")           # frames up to 9/400; 9's \r ends frame 8
+    log.write_text("".join(texts[:k]), encoding="utf-8")
+    port = free_port()
+    budget = 4.0
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [
+        ssh_target(sshd_server, "node", log, stall_after=f"{budget:g}s"),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["stalled"]}])
+    d = daemons(cfg, port).start()
+    d.wait_target("node", lambda t: (t["progress"].get("shards") or {}).get("current") == 8,
+                  "frame 8 read", timeout=30)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(texts[k])                      # frame 10 (ends frame 9), then nothing more
+
+    def saved() -> Any:
+        st = ((checkpoint(state, "node") or {}).get("extra") or {}).get("state") or {}
+        return ((st.get("progress") or {}).get("shards") or {}).get("current") == 9
+    wait_for(saved, 10, "a checkpoint with frame 9", interval=0.05, alive=d.dead)
+    d.kill9()                                  # frame 10 not yet read as a line
+    killed = time.monotonic()
+    rx.assert_quiet(2 * budget, hook("stalled"), "while the daemon is down")
+    d.start()
+    back = time.monotonic()
+    got = rx.wait(hook("stalled", "firing", "node"), timeout=20, alive=d.dead, what="the stall")
+    late = time.monotonic() - back
+    assert late < 3.0, f"stalled {late:.1f}s after the restart"
+    said = float(re.search(r"no new line for ([\d.]+)s", got[0].json["summary"]).group(1))
+    assert said >= time.monotonic() - killed - 3.0 - 1.0, got[0].json["summary"]
+    assert len(rx.requests(hook("stalled", "firing"))) == 1
 
 
 def outage(sshd: SSHServer, d: Any, rx: Any, seconds: float) -> None:

@@ -17,7 +17,7 @@ from .. import clock
 from ..counters import Counters
 from ..follow import Follower
 from ..sources import Data, Opened, Skipped, SourceState
-from .attachments.catchup import CatchUp
+from .attachments.catchup import CatchUp, ResumedBytes
 from .checkpoint import Checkpoints
 
 SLICE = 64 * 1024           # bytes matched between two yields to the event loop ...
@@ -31,6 +31,7 @@ class Target(Protocol):
     follower: Follower
     counters: Counters
     catchup: CatchUp
+    resumed_bytes: ResumedBytes
     checkpoints: Checkpoints
     log: Any
     log_sources: bool
@@ -45,6 +46,8 @@ class Target(Protocol):
     def end_catch_up(self) -> None: ...
 
     def check_resumed(self) -> None: ...
+
+    def hold_resume_times(self) -> None: ...
 
 
 async def run(t: Target) -> None:
@@ -74,6 +77,7 @@ async def handle(t: Target, ev: object) -> bool:
     if isinstance(ev, Opened):
         t.attached = True
         t.catchup.opened(ev)
+        t.resumed_bytes.opened(ev)
         if ev.reason != "resume" and (ev.new_file or ev.offset < counters.bytes_until):
             t.count_bytes()
             counters.bytes_until = ev.offset  # another file: count from here
@@ -89,6 +93,7 @@ async def handle(t: Target, ev: object) -> bool:
         f.handle(ev)
     if isinstance(ev, Data) and ev.data:
         t.last_line_at = clock.now()
+        t.hold_resume_times()
         t.count_bytes()
         t.end_catch_up()
         t.check_resumed()

@@ -36,7 +36,7 @@ from ..sources.ssh import SSHPool
 from ..state.positions import PositionStore
 from ..view import TargetView, build_view, copy_counters
 from .attachments import Attachment
-from .attachments.catchup import CatchUp
+from .attachments.catchup import CatchUp, ResumedBytes
 from .attachments.probe import ProbeAttachment
 from . import reading
 from .checkpoint import Checkpoints, checkpoint_phase, restore
@@ -154,6 +154,7 @@ class Target:
         self.checkpoints = Checkpoints(store, cfg.name, checkpoint_interval)
         self.catchup = CatchUp(report_history=report_history, log_sources=log_sources)
         self.attachments: list[Attachment] = [self.catchup, *attachments]
+        self.resumed_bytes = ResumedBytes()   # read again at a restart: written before
         self.eta = LiveEta(next((a for a in attachments if isinstance(a, EtaBasis)), None))
         self.stalls = Stalls()
         self._events = 0                  # event batches seen (the /metrics key)
@@ -279,6 +280,12 @@ class Target:
         probe = self.part(ProbeAttachment)
         return probe is not None and probe.first_pending()
 
+    def hold_resume_times(self) -> None:
+        """What a restart read again, or was written while the daemon was down, is as old as
+        the file's last write then (ResumedBytes)."""
+        self.last_line_at = self.resumed_bytes.hold(self.pipe, self.follower.next_offset,
+                                                    self.last_line_at)
+
     def check_resumed(self) -> None:
         """After new bytes or a tick: a stall that lines ended is said (see `Stalls`)."""
         if self.pipe is not None and self.stalls.over(self.pipe.state):
@@ -313,6 +320,7 @@ class Target:
         `on_events` like those of new lines."""
         self.count_bytes()
         self.follower.tick(now)
+        self.hold_resume_times()
         self.end_catch_up()
         self.check_resumed()
         self.catchup.lapse(self.pipe)    # a line since the silence at attach: it is over

@@ -81,11 +81,13 @@ class Opened:
     identity: FileIdentity | None
     reason: str
     new_file: bool  # False: the same byte stream continues (resume, reconnected)
-    # on a first attach: the file's size and modification time (epoch seconds, on this
-    # machine's wall clock: a node's is moved by its clock's offset, where its source can
-    # read it) when it was opened.  What lies before `size` was written before logwatch looked: a startup that
-    # ended there is history, not news (how long ago: the file's idle time and the log's
-    # own clock between its verdict and its last line)
+    # on a first attach and a resume: the file's size and modification time (epoch
+    # seconds, on this machine's wall clock: a node's is moved by its clock's offset, where
+    # its source can read it) when it was opened.  What lies before `size` was written
+    # before logwatch looked: at an attach, a startup that ended there is history, not news
+    # (how long ago: the file's idle time and the log's own clock between its verdict and
+    # its last line); at a resume, the bytes past the saved offset (the unfinished line,
+    # what came while the daemon was down) are as old as that mtime
     size: int | None = None
     mtime: float | None = None
 

@@ -682,9 +682,9 @@ class Cursor:
             self._marks = {}       # of another file (a copy keeps them: the same bytes)
         self.identity, self._gone, self._doing = self._file, None, ""
         self._seen = self._size
-        attach = reason == "attach"
+        told = reason in ("attach", "resume")   # what lies before `size` was written before
         ev = Opened(offset, line_number, self.identity, reason, new_file,
-                    self._size if attach else None, self._mtime if attach else None)
+                    self._size if told else None, self._mtime if told else None)
         if reason == "truncated" and offset == 0 and self._size == 0:
             self._pending = ev      # its first bytes tell whether it begins with a hole
         else:

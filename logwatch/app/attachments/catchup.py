@@ -22,6 +22,41 @@ from ...view import SeenAtAttach, seen_at_attach, silent_at_attach, silent_text
 from .base import Attachment, LiveTarget
 
 
+@dataclass
+class ResumedBytes:
+    """A daemon restarted from a checkpoint reads again from the saved offset: the
+    unfinished last line (a tqdm bar's frame has no line end until the next one), and the
+    lines written while it was down.  They were written by the file's last write at the
+    resume (`Opened.mtime`), not when they are read: the log's silence counts from there.
+    Before, a loading server hung mid-bar (or dead while the daemon was down) was taken as
+    active at the restart: its stall came one `stall_after` after the restart, not at once,
+    saying "no new line for 8.1s" after 22 s of silence (the frame read again at the
+    restart, its quiet flush counted as a new line)."""
+
+    end: int | None = None        # the file's size at the resume
+    mtime: float | None = None    # its last write (our clock)
+
+    def opened(self, ev: Opened) -> None:
+        self.end = self.mtime = None
+        if ev.reason == "resume" and ev.size is not None and ev.mtime is not None and \
+                ev.size > ev.offset:
+            self.end, self.mtime = ev.size, clock.from_wall(ev.mtime)
+
+    def hold(self, pipe: LogPipeline | None, offset: int | None,
+             last_line_at: float | None) -> float | None:
+        """While everything read since the resume lies before its size: the activity and the
+        last line's time no later than the file's last write then.  The new last_line_at."""
+        if self.end is None or self.mtime is None or pipe is None or offset is None:
+            return last_line_at
+        if offset > self.end:          # a byte written since the restart: live from here
+            self.end = self.mtime = None
+            return last_line_at
+        st = pipe.state
+        if st.last_activity is not None and st.last_activity > self.mtime:
+            st.last_activity = self.mtime
+        return min(last_line_at, self.mtime) if last_line_at is not None else None
+
+
 @dataclass(frozen=True)
 class CatchUpPart:
     """The target view's catch-up fields."""
