@@ -16,6 +16,7 @@ through.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 import time
@@ -458,3 +459,69 @@ def test_kill_9_before_the_first_interval_checkpoint_keeps_the_startup_numbering
     d.start()
     t = d.wait_target("t1", lambda t: t["phase"] == "ready", "ready after the restart")
     assert t["epoch"] == 2, t["epoch"]
+
+
+def _old_crashed_log(path: Path, serving_lines: int) -> None:
+    """A startup that served (`serving_lines` batch lines) and crashed 3 days ago: history at
+    a first attach, never paged nor counted."""
+    old = time.time() - 3 * 86400
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(old + 600))
+    batch = (f"[{stamp} TP0] Decode batch, #running-req: 3, #token: 2700, token usage: 0.01, "
+             "cuda graph: True, gen throughput (token/s): 1234.00, #queue-req: 0\n")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(sim_texts(seed=1, serve_lines=3, start=old)))
+        for _ in range(serving_lines // 1000):
+            f.write(batch * 1000)
+        f.write(f"[{stamp} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                '  File "/sglang/srt/managers/scheduler.py", line 100, in event_loop\n'
+                "    self.run_batch(batch)\n"
+                f"{OOM_LINE}\n"
+                f"[{stamp}] Received sigquit from a child process. It usually means the child "
+                "failed.\n")
+    os.utime(path, (old + 700, old + 700))
+
+
+@pytest.mark.parametrize("when", ["during", "after"])
+def test_kill_9_around_the_first_attach_catch_up_pages_no_history(
+        tmp_path: Path, receivers, daemons, when: str) -> None:
+    """A daemon started on a fleet whose log holds a long startup that crashed 3 days ago,
+    killed -9 `during` its first attach's catch-up (checkpoints every 1 s), or just `after`
+    it (before the crash, read in the catch-up, settles ~2 s later).  The restarted daemon
+    still takes that crash for history: no page, `logwatch_crashes_total` 0.  Before: a
+    checkpoint 5 MB into a 95 MB log resumed the rest as news (paged "crashed: cuda_oom
+    during ready after 10m00s", counted 1); and the checkpoint just after the catch-up held
+    the crash unsettled, which settled as news at the restart (paged, counted)."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    _old_crashed_log(log, 300_000 if when == "during" else 2_000)
+    port = free_port()
+    state = tmp_path / "state"
+    from support.daemon import checkpoint, write_config as write_cfg     # checkpoints: 1 s
+    cfg = write_cfg(tmp_path / "logwatch.yaml", port, state,
+                    [target("t1", log, gpu=False, probe=False)],
+                    alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    if when == "during":
+        seen = time.monotonic()
+        d.wait_target("t1", lambda t: t["catching_up"] and t["lines"] > 0, "catching up")
+        # two checkpoint intervals into the catch-up (a 48 MB log: ~8 s of it here)
+        wait_for(lambda: time.monotonic() - seen > 2.5 or not d.target("t1")["catching_up"],
+                 10, "2.5 s of catch-up", interval=0.05, alive=d.dead)
+        assert d.target("t1")["catching_up"], "the catch-up ended too soon to test"
+    else:
+        def saved_unsettled() -> bool:
+            st = ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state") or {}
+            return st.get("phase") == "crashed"
+        wait_for(saved_unsettled, 20, "the checkpoint after the catch-up", interval=0.02,
+                 alive=d.dead)
+        st = checkpoint(state, "t1")["extra"]["state"]            # type: ignore[index]
+        assert not st["crash_settled"], "the crash settled before the kill: too late to test"
+    d.kill9()
+    d.start()
+    d.wait_target("t1", lambda t: t["phase"] == "crashed" and not t["catching_up"] and
+                  t["crash"] is not None, "crashed, caught up", timeout=60)
+    wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state", {})
+             .get("crash_settled"), 20, "the crash settled", alive=d.dead)
+    rx.assert_quiet(2.0, hook("crashed"), "a page for a crash of 3 days ago")
+    assert not rx.requests(hook("crashed")), [g.json["summary"] for g in rx.requests()]
+    assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 0.0

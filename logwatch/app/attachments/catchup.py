@@ -198,6 +198,28 @@ class CatchUp(Attachment):
         s = self.seen_at_attach
         return s is not None and s.startup_id == startup and s.phase != READY
 
+    saved_as = "catchup"
+
+    def saved(self) -> dict[str, Any] | None:
+        """The startup that had ended before the first attach, kept across a restart: its
+        crash settles ~2 s after the catch-up, and a daemon killed before that took it for
+        news at the restart (a crash of 3 days ago paged and counted)."""
+        s = self.seen_at_attach
+        return {"seen_at_attach": s.to_json()} if s is not None else None
+
+    def resume(self, doc: dict[str, Any]) -> None:
+        s = doc.get("seen_at_attach")
+        if not isinstance(s, dict) or not isinstance(s.get("phase"), str):
+            return
+        sid, reason, idle = s.get("startup_id"), s.get("reason"), s.get("idle_since")
+        ago = s.get("ago")
+        if not (sid is None or isinstance(sid, str)) or not isinstance(ago, (int, float)) or \
+                not (reason is None or isinstance(reason, str)) or \
+                not (idle is None or isinstance(idle, (int, float))):
+            return
+        self.seen_at_attach = SeenAtAttach(s["phase"], sid, float(ago),
+                                           None if idle is None else float(idle), reason)
+
     def view(self, now: float) -> CatchUpPart:
         return CatchUpPart(self.catching_up, self.seen_at_attach, self.silent_since)
 
