@@ -126,15 +126,18 @@ class Checkpoints:
         return self.dirty and (wall >= self.next or self.now)
 
     def write(self, follower: Follower, source: str, counters: Counters,
-              last_line_at: float | None, alert_marks: dict[str, float],
+              last_line_at: float | None, alert_marks: dict[str, float] | None,
               durable: bool = False, silent_since: float | None = None,
               kept: dict[str, dict[str, Any]] | None = None) -> None:
         """The position and the state, with the counters, in one atomic file (`durable`:
         fsynced).  Nothing before the pack is chosen or the first bytes.  `silent_since`: the
         log's last write, when it was silent past its budget at the first attach and still
         is (a restarted daemon says "probably dead" on, not a plain `stalled`).  `kept`: what
-        its attachments keep across a restart, by their `saved_as`."""
+        its attachments keep across a restart, by their `saved_as`.  `alert_marks` None:
+        an alert this target decided is not on disk yet; not now (tried at the next tick)."""
         pipe = follower.pipe
+        if alert_marks is None:
+            return
         pos = follower.position() if pipe is not None and self.store is not None else None
         if pos is None or pipe is None or self.store is None:
             return

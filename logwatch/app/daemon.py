@@ -292,6 +292,8 @@ class Daemon:
                 self._start_target(fresh[n])
         refused = await self.supervisor.retry_refused(   # the key may be fixed
             self.runners, self.config.targets, clock.now(), force=True)
+        if self.alerts is not None:   # what the reload did to the outbox is on disk when said
+            await self.alerts.saved()
         self.log.info("reloaded", added=added, removed=removed, restarted=changed,
                       retried=refused, targets=len(self.runners))
 
@@ -299,6 +301,8 @@ class Daemon:
         self.stopping = True
         if self._pruning is not None:
             await asyncio.wait([self._pruning])    # (its ledger part needs the worker)
+        if self.alerts is not None:      # the targets' last checkpoints carry their marks
+            await self.alerts.saved()
         for name in list(self.runners):
             await self._stop_target(name)
         await self.gpu_streams.close()

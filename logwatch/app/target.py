@@ -136,7 +136,7 @@ class Target:
                  attachments: Sequence[Attachment] = (),
                  on_events: Callable[["Target", list[Event]], None] | None = None,
                  checkpoint_interval: float = 5.0,
-                 alert_marks: Callable[[str], dict[str, float]] | None = None,
+                 alert_marks: Callable[[str], dict[str, float] | None] | None = None,
                  batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
                  report_history: bool = False, keep_verdict: bool = False) -> None:
         self.cfg, self.name = cfg, cfg.name

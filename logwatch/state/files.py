@@ -122,7 +122,12 @@ def atomic_write_json(path: Path, doc: dict[str, Any], durable: bool = True) -> 
     fsyncs the file and its directory (survives power loss, not only a killed process)."""
     # encoded whole first (`json.dump` to a file runs the pure-Python encoder chunk by
     # chunk; a daemon of 500 targets checkpoints 100 times a second)
-    _write_then_rename(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"), durable)
+    atomic_write_bytes(path, json.dumps(doc, separators=(",", ":")).encode("utf-8"), durable)
+
+
+def atomic_write_bytes(path: Path, data: bytes, durable: bool = True) -> None:
+    """`data` (a state file's encoded JSON) as `atomic_write_json` writes a document."""
+    _write_then_rename(path, data, durable)
     if not durable:
         return
     try:

@@ -145,8 +145,8 @@ class Delivery:
                         await wake.wait()
                 continue
             entry["state"] = SENDING         # phase 1: saved before the POST
-            self.store.save()
-            task = asyncio.create_task(self._post(current, entry))
+            saving = self.store.save()
+            task = asyncio.create_task(self._post(current, entry, saving))
             posts.add(task)
             # its end wakes this worker, and the one of the entry's sink as named now: a
             # reload that renamed it (a sink added above: `webhook-0` is `webhook-1`) moved
@@ -154,7 +154,8 @@ class Delivery:
             task.add_done_callback(lambda t, e=entry: (posts.discard(t), wake.set(),
                                                        self.poke(e["sink"])))
 
-    async def _post(self, sink: Sink, entry: dict[str, Any]) -> None:
+    async def _post(self, sink: Sink, entry: dict[str, Any], saving: int) -> None:
+        await self.store.file.saved(saving)   # its `sending` on disk (written off the loop)
         outcome = await deliver(self.session, sink, Alert.from_json(entry["alert"]))
         self._settle(sink, entry, outcome)   # phase 2: removed once delivered
 

@@ -90,12 +90,19 @@ class AlertRouter:
         alert.details["crashes_since_ready"] = n
 
     async def start(self) -> None:
+        self.store.file.start()          # saved off the loop from now on
         await self.delivery.start()
         if self.store.outbox:
             self.log.info("delivering alerts left from the last run", pending=len(self.store.outbox))
 
     async def stop(self) -> None:
         await self.delivery.stop()
+        await self.store.file.close()    # the last changes written
+
+    async def saved(self) -> None:
+        """Until every decision made so far is on disk (before the targets' last
+        checkpoints at a stop: they wait for their decisions, `marks_of`)."""
+        await self.store.file.saved()
 
     def counts(self) -> AlertCounts:
         """The counts as they stand (copies: the caller may change them)."""
@@ -167,7 +174,12 @@ class AlertRouter:
             self.fire(Alert.from_json(doc).resolved(why + note), doc,
                       chat=id(doc) not in looped or n is not None)
 
-    def marks_of(self, target: str) -> dict[str, float]:
+    def marks_of(self, target: str) -> dict[str, float] | None:
+        """The target's latest marks, for its checkpoint; None while one of its decisions is
+        not on disk yet: a checkpoint past the lines that made it, then a kill -9, lost the
+        page (the marks adopted as sent, the lines not read again)."""
+        if self.store.unsaved(target):
+            return None
         return self.store.marks_of(target)
 
     def adopt(self, marks: dict[str, float]) -> None:
