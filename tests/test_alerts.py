@@ -609,7 +609,9 @@ def test_a_page_behind_one_in_flight_goes_when_it_ends_though_a_reload_renamed_i
     receiver's sink, named by its place, is `webhook-1` now): when the POST ends, the
     resolution goes.  Before, the end of a POST woke the worker of the sink's old name, and
     the new name's worker, which had found that server busy, slept until something else
-    woke it: the resolution waited up to an hour (3600 s)."""
+    woke it: the resolution waited up to an hour (3600 s).  Both are counted under the
+    sink's new name; before, the POST under way at the reload was counted under its old
+    one, `webhook-0`, now the added sink's, which never had a crash page."""
     release = threading.Event()
 
     def respond(got: Got, rx: Receiver):
@@ -637,6 +639,8 @@ def test_a_page_behind_one_in_flight_goes_when_it_ends_though_a_reload_renamed_i
     got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=10, alive=d.dead)
     assert got[0].json["dedupe_key"] == rx.requests()[0].json["dedupe_key"]
     assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
+    d.wait_metric("logwatch_alerts_sent_total", 2.0, sink="webhook-1", kind="crashed")
+    assert d.metric("logwatch_alerts_sent_total", sink="webhook-0", kind="crashed") is None
 
 
 def test_a_removed_targets_open_alerts_are_resolved_once(tmp_path, receivers, daemons):

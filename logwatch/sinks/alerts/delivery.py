@@ -157,7 +157,14 @@ class Delivery:
     async def _post(self, sink: Sink, entry: dict[str, Any], saving: int) -> None:
         await self.store.file.saved(saving)   # its `sending` on disk (written off the loop)
         outcome = await deliver(self.session, sink, Alert.from_json(entry["alert"]))
-        self._settle(sink, entry, outcome)   # phase 2: removed once delivered
+        # the sink as it is named now: a reload during the POST renamed it (`rebind` moved
+        # the entry).  Before, the result was counted under the old name, which may be
+        # another sink's now (`webhook-0`, added at the top): its sent_total counted a page
+        # it never had.  An entry whose sink was removed meanwhile was dropped (and said).
+        if not any(e["id"] == entry["id"] for e in self.store.outbox):
+            return
+        now_as = next((s for s in self.sinks() if s.name == entry["sink"]), sink)
+        self._settle(now_as, entry, outcome)   # phase 2: removed once delivered
 
     def _settle(self, sink: Sink, entry: dict[str, Any], outcome: Outcome) -> None:
         alert = entry["alert"]
