@@ -142,6 +142,32 @@ def test_a_crash_in_a_restart_loop_says_it_is_one(tmp_path: Path) -> None:
     assert "since the last ready" not in queued(r, "oncall")[-1]["alert"]["summary"]
 
 
+def test_a_loops_end_reaches_slack_though_its_last_crash_page_was_given_up(
+        tmp_path: Path) -> None:
+    """A restart loop's crashes are resolved in one Slack message, the last crash's.  Where
+    Slack never had that crash (its page given up: Slack down then), the message was never
+    sent: the channel that had the loop's first crashes never heard it was over.  Now the
+    latest crash Slack had says it; the webhook still gets each key."""
+    from logwatch.sinks.alerts.policy import Resolve
+    r = router(tmp_path, [{"type": "slack", "url": "http://127.0.0.1:9/s", "on": ["crashed"]},
+                          {"type": "webhook", "url": "http://127.0.0.1:9/w", "on": ["crashed"]}])
+    slack = r.sinks[0]
+    for n in range(3):
+        a = alert("crashed", n)
+        a.starts_at = 1_767_261_600.0 + 20 * n
+        r.fire(a)
+    last = next(e for e in queued(r, slack.name) if e["alert"]["key"] == "t1|s2|crashed")
+    r.delivery._given_up(slack, last)              # Slack down when the last crash came
+    r.store.outbox.clear()                         # the others delivered
+    r._apply([Resolve("t1", ("crashed",), "ready again", exclude="s9")])
+    told = queued(r, slack.name)
+    assert [e["alert"]["key"] for e in told] == ["t1|s1|crashed"], told
+    assert "(ready again; the 3 crashes since the last ready are over)" in \
+        told[0]["alert"]["summary"]
+    assert sorted(e["alert"]["key"] for e in queued(r, r.sinks[1].name)) == \
+        ["t1|s0|crashed", "t1|s1|crashed", "t1|s2|crashed"]
+
+
 # -- a sink's order, on a clock of the test's -------------------------------------------------
 
 class Outage:

@@ -158,21 +158,16 @@ class AlertRouter:
                             "; the {n} crashes since the last ready are over")
 
     def _resolve_taken(self, taken: list[dict[str, Any]], why: str, loop_note: str) -> None:
-        """Resolve open alerts taken together.  A restart loop's crashes (a ready, or the
-        target removed): one chat message per target, its last crash's, says so; a webhook
-        and Alertmanager get each key (before: one Slack message per crash, 25 at once)."""
-        loops: dict[str, list[dict[str, Any]]] = {}
+        """Resolve open alerts taken together; a restart loop's crashes (a ready, or the
+        target removed) say it in one chat message per target and chat sink (`loop_speakers`);
+        a webhook and Alertmanager get each key (before: one Slack message per crash)."""
+        loops, speaks = loop_speakers(taken, [s for s in self.sinks if s.chat])
         for doc in taken:
-            if doc["kind"] == "crashed":
-                loops.setdefault(owner(doc), []).append(doc)
-        last = {id(max(docs, key=lambda d: d["starts_at"])): len(docs)
-                for docs in loops.values() if len(docs) > 1}
-        looped = {id(d) for docs in loops.values() if len(docs) > 1 for d in docs}
-        for doc in taken:
-            n = last.get(id(doc))
+            n = len(loops[owner(doc)]) if id(doc) in speaks else None
             note = loop_note.format(n=n) if n else ""
             self.fire(Alert.from_json(doc).resolved(why + note), doc,
-                      chat=id(doc) not in looped or n is not None)
+                      chat=speaks.get(id(doc), set()) if owner(doc) in loops and
+                      doc["kind"] == "crashed" else True)
 
     def marks_of(self, target: str) -> dict[str, float] | None:
         """The target's latest marks, for its checkpoint; None while one of its decisions is
@@ -187,10 +182,11 @@ class AlertRouter:
 
     # -- the outbox ----------------------------------------------------------------------------
     def fire(self, alert: Alert, opened: dict[str, Any] | None = None,
-             chat: bool = True) -> None:
+             chat: bool | set[str] = True) -> None:
         """Put a new mark in the outbox for every sink that takes it (a resolution: those
-        its firing went to, `opened` being the open alert it resolves; not `chat` sinks,
-        Slack, where another resolution says it for this one)."""
+        its firing went to, `opened` being the open alert it resolves; `chat`: the chat
+        sinks, Slack, it goes to (True: every one), another resolution saying it for this
+        one to the others)."""
         mark = alert.mark
         if mark in self.store.seen:
             # decided before (a log read again, a SIGHUP, a restart, a probe still failing):
@@ -198,7 +194,8 @@ class AlertRouter:
             self._counts.repeated[alert.kind] = self._counts.repeated.get(alert.kind, 0) + 1
             return
         # a resolution goes where its firing went, whatever the sink takes now (README)
-        sinks = [s for s in self.sinks if (chat or not s.chat) and
+        sinks = [s for s in self.sinks if (not s.chat or chat is True or
+                                           (isinstance(chat, set) and s.name in chat)) and
                  (s.wants(alert) if opened is None or opened.get("sinks") is None
                   else went_to(opened, s))]
         self.store.mark(alert.target, mark, clock.now())
@@ -233,6 +230,29 @@ class AlertRouter:
                       summary=alert.summary, sinks=[s.name for s in sinks])
         for s in sinks:
             self.delivery.poke(s.name)
+
+
+def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
+                  ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, set[str]]]:
+    """Of open alerts resolved together, the restart loops (a target's crashes, more than
+    one) and, by `id`, the crashes whose resolution says the loop is over and to which chat
+    sinks: the loop's last crash (to none where no chat sink had it), and for each chat sink
+    the latest crash it had.  Before, only the last crash's: where that page was given up
+    for Slack (down then), Slack, which had the loop's first crashes, never heard it end."""
+    loops: dict[str, list[dict[str, Any]]] = {}
+    for doc in taken:
+        if doc["kind"] == "crashed":
+            loops.setdefault(owner(doc), []).append(doc)
+    loops = {t: docs for t, docs in loops.items() if len(docs) > 1}
+    speaks: dict[int, set[str]] = {}
+    for docs in loops.values():
+        speaks[id(max(docs, key=lambda d: d["starts_at"]))] = set()
+        for sink in chats:
+            had = [d for d in docs if went_to(d, sink)]
+            if had:
+                speaks.setdefault(id(max(had, key=lambda d: d["starts_at"])),
+                                  set()).add(sink.name)
+    return loops, speaks
 
 
 def follow_renames(store: AlertStore, config: Any, logger: Any) -> None:
