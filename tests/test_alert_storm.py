@@ -28,6 +28,7 @@ from logwatch.state.coalesce import encode_chunked
 from support.daemon import (  # noqa: F401 (daemons: the fixture)
     append, daemons, free_port, http_get, sim_texts, target_cfg, wait_for, write_config,
 )
+from support.receivers import hook, outbox, receivers  # noqa: F401 (receivers: the fixture)
 
 N = 300          # servers: before, /healthz 3.4 s at worst at this size (p99 1.4 s)
 
@@ -161,3 +162,35 @@ def test_a_checkpoint_never_carries_a_mark_the_alert_state_lacks(tmp_path: Path)
         assert "t1|s1|crashed|firing" in on_disk()
         await r.stop()
     asyncio.run(go())
+
+
+@pytest.mark.integration
+@pytest.mark.serial
+def test_a_delivered_page_is_off_the_disk_outbox_at_once(tmp_path: Path, receivers,
+                                                          daemons) -> None:
+    """The file is written at most every SAVE_EVERY, but a delivered page's removal goes at
+    once: a kill -9 right after the receiver's 200 must not send it again after the restart
+    (within the writing, it is: with the same Idempotency-Key).  Coalesced like the rest,
+    the removal came ~0.2 s after the 200, the `sending` write just before the POST
+    holding it back: a kill in that time paged the crash twice."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port, state = free_port(), tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target_cfg("t1", log)],
+                       checkpoint=None, alerts=[{"type": "webhook", "url": rx.url("/hook"),
+                                                 "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, "".join(sim_texts(crash="oom")))
+    got = wait_for(lambda: [g for g in rx.requests(hook("crashed", "firing")) if g.status],
+                   30, "the crash page answered", interval=0.002, alive=d.dead)[0]
+    wait_for(lambda: not outbox(state), 5, "the delivered page off the outbox on disk",
+             interval=0.002, alive=d.dead)
+    took = time.monotonic() - got.answered_at
+    assert took < 0.1, f"the delivered page left the outbox on disk {took:.3f}s after the 200"
+    d.kill9()
+    d.start()
+    d.wait_reading("t1")
+    rx.assert_quiet(2.0, what="after the kill -9 and restart")
+    assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()

@@ -6,7 +6,9 @@ well under a millisecond for thousands of entries), encodes and writes it in a t
 (atomic: tmp + fsync + rename + directory fsync, as `atomic_write_json`), and writes again
 `every` seconds later if anything changed meanwhile.  The first change after a quiet spell
 is written at once; those that come while a write is under way or within `every` of the
-last one go together in the next.  `saved(gen)` waits until the state as it was at
+last one go together in the next, but for an `urgent` one (a page delivered: its removal
+on disk at once, so that a kill -9 right after the page does not send it again), which
+is written right after the write under way.  `saved(gen)` waits until the state as it was at
 `changed()` -> gen is on disk (or its write failed: counted, said, the daemon goes on from
 memory, as before).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,8 +38,14 @@ CHUNK = 64          # items of a top-level list or object encoded at once (a few
 
 def encode_chunked(doc: dict[str, Any], chunk: int = CHUNK) -> bytes:
     """`json.dumps(doc, separators=(",", ":"))`, byte for byte, its top-level lists and
-    objects encoded `chunk` items at a time (the loop thread gets the GIL in between)."""
-    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    objects encoded `chunk` items at a time, the GIL given up after each: the loop thread
+    waits a chunk at most, not a switch interval after each of its own system calls."""
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+
+    def dumps(value: Any) -> str:
+        text = encode(value)
+        time.sleep(0)     # the GIL to the loop thread now, not at the next switch (5 ms)
+        return text
     out = []
     for key, value in doc.items():
         if isinstance(value, dict):
@@ -66,7 +75,7 @@ class CoalescedFile:
         self._done: asyncio.Event | None = None     # set after each write, then replaced
         self._task: asyncio.Task[None] | None = None
         self._closing = False
-        self._closed = asyncio.Event()
+        self._hurry = asyncio.Event()   # the next write without the wait (or the stop)
 
     @property
     def running(self) -> bool:
@@ -77,18 +86,21 @@ class CoalescedFile:
         if self.running:
             return
         self._closing = False
-        self._closed = asyncio.Event()
+        self._hurry = asyncio.Event()   # the next write without the wait (or the stop)
         self._wake, self._done = asyncio.Event(), asyncio.Event()
         if self.saved_gen < self.gen:
             self._wake.set()
         self._task = asyncio.create_task(self._writer(), name=f"save:{self.kind}")
 
-    def changed(self) -> int:
-        """The state changed: written soon (at once without a writer task).  Its number,
-        for `saved`."""
+    def changed(self, urgent: bool = False) -> int:
+        """The state changed: written soon (at once without a writer task).  `urgent`:
+        without waiting out `every` (right after a write under way).  Its number, for
+        `saved`."""
         self.gen += 1
         if self.running and self._wake is not None:
             self._wake.set()
+            if urgent:
+                self._hurry.set()
         else:
             self._write_now()
         return self.gen
@@ -108,7 +120,7 @@ class CoalescedFile:
         second writer beside it could rename an older snapshot over a newer one); later
         changes are written at once."""
         self._closing = True
-        self._closed.set()
+        self._hurry.set()
         task = self._task
         if task is not None and self._wake is not None:
             self._wake.set()
@@ -144,6 +156,7 @@ class CoalescedFile:
             await self._wake.wait()
             self._wake.clear()
             if self.saved_gen < self.gen:
+                self._hurry.clear()        # (the changes so far are in this write)
                 gen, doc = self.gen, self.snapshot()
                 self._finish(gen, await asyncio.to_thread(self._attempt, doc))
                 done, self._done = self._done, asyncio.Event()
@@ -153,4 +166,4 @@ class CoalescedFile:
                 return
             with contextlib.suppress(TimeoutError):   # what changes meanwhile: one write
                 async with asyncio.timeout(self.every):
-                    await self._closed.wait()
+                    await self._hurry.wait()

@@ -181,7 +181,7 @@ class Delivery:
                 self._given_up(sink, entry)
             elif outcome.delay is not None:
                 self._pace(sink.name, entry)
-        self.store.save()
+        self.store.save(urgent=outcome.ok)   # delivered: never sent again, even after a kill
 
     def _given_up(self, sink: Sink, entry: dict[str, Any]) -> None:
         """A delivery given up: counted as dropped; its resolution, queued behind it, goes

@@ -18,8 +18,8 @@ a POST waits until its entry's `sending` is written (`Delivery`), and a target's
 checkpoint, which carries its marks and a read position past the lines that decided them,
 waits until the decisions of that target are written (`unsaved`): a decision lost by a
 kill -9 is made again from the log re-read, never taken as sent.  A delivered entry's
-removal is written within `SAVE_EVERY` (a kill -9 before it: sent again with the same
-Idempotency-Key, as a kill inside the POST always was).
+removal is written at once (right after a write under way; a kill -9 before it: sent
+again with the same Idempotency-Key, as a kill inside the POST always was).
 
 An entry names its sink and the sink's destination (a digest of its type and URL): a reload
 that renames or reorders the sinks leaves each alert with its receiver (`rebind`).
@@ -279,13 +279,13 @@ class AlertStore:
             gen = None
         return gen is not None
 
-    def save(self) -> int:
-        """The state changed: written soon, off the loop (at once before `start`).  The
-        change's number, for `file.saved`."""
+    def save(self, urgent: bool = False) -> int:
+        """The state changed: written soon, off the loop (at once before `start`; `urgent`:
+        without waiting out SAVE_EVERY).  The change's number, for `file.saved`."""
         if len(self.seen) > SEEN_KEEP:
             for k in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_KEEP]:  # type: ignore[arg-type]
                 del self.seen[k]
-        return self.file.changed()
+        return self.file.changed(urgent)
 
     def _snapshot(self) -> dict[str, Any]:
         """What the writer thread encodes: copies of what the loop changes in place (an
