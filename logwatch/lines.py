@@ -818,8 +818,9 @@ _CRI_PARTIAL = re.compile(rb"(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?"
 
 
 _DOCKER_HEAD = re.compile(rb'\{(?:"log":"|"stream":"(?:stdout|stderr)",)')
-# (systemd >= 243 writes compact JSON; older ones `{ "__CURSOR" : "s=...", ... }`)
-_JOURNAL_HEAD = re.compile(rb'\{ ?"__CURSOR" ?: ?"')
+# (systemd >= 243 writes compact JSON; older ones `{ "__CURSOR" : "s=...", ... }`; `-o
+# json-seq` puts RS (RFC 7464) before each entry, `-o json-sse` `data: ` and a blank line after)
+_JOURNAL_HEAD = re.compile(rb'(?:\x1e|data: )?\{ ?"__CURSOR" ?: ?"')
 
 
 def is_json_log_record(data: bytes) -> bool:
@@ -863,7 +864,7 @@ def _journal_fields(line: bytes) -> tuple[str, str, str] | None:
     """(time, stream, log) of one `journalctl -o json` entry; None when the line is not one.
     MESSAGE is a string, an array of bytes (not UTF-8: journalctl's form for it) or null
     (a field over 4 KiB without `--all`: the line is there, its text is not)."""
-    d = json_object(line)
+    d = json_object(line[line.index(b"{"):])
     if d is None:
         return None
     stamp, msg = d.get("__REALTIME_TIMESTAMP"), d.get("MESSAGE")

@@ -76,6 +76,10 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # one is test_journald_json_entries_of_every_form_read_as_lines): before, every line
     # was its JSON, 61 of 140 logs read otherwise, SGLang's taken for vLLM's
     "journald-json": (lambda ln: journal_entry(ln), True),
+    # `-o json-seq` (RS before each entry, RFC 7464) and `-o json-sse` (`data: ` before it, a
+    # blank line after): before, each line was its JSON, 35 of the 54 shared logs otherwise
+    "journald-json-seq": (lambda ln: "\x1e" + journal_entry(ln), True),
+    "journald-json-sse": (lambda ln: "data: " + journal_entry(ln) + "\n", True),
 }
 
 
