@@ -525,3 +525,37 @@ def test_kill_9_around_the_first_attach_catch_up_pages_no_history(
     rx.assert_quiet(2.0, hook("crashed"), "a page for a crash of 3 days ago")
     assert not rx.requests(hook("crashed")), [g.json["summary"] for g in rx.requests()]
     assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 0.0
+
+
+def test_a_log_truncated_during_the_first_attach_catch_up_reads_the_relaunch_live(
+        tmp_path: Path, receivers, daemons) -> None:
+    """The log truncated while a first attach catches up on it (a relaunch's `>` redirect,
+    no copy kept): the rest of the attach's bytes will never come, so the catch-up ends
+    there and the relaunch that crashes is news (paged, counted, checkpointed).  Before, the
+    catch-up waited for the new log to pass the old one's size (47 MB here): the relaunch's
+    crash held for good, `catching_up` true, no page, `logwatch_crashes_total` 0, and no
+    checkpoint written."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    _old_crashed_log(log, 300_000)
+    with open(log, "r+b") as f:      # the startup served until the relaunch: no crash, recent
+        f.truncate(f.read().rfind(b"Scheduler hit an exception"))
+    port = free_port()
+    state = tmp_path / "state"
+    from support.daemon import checkpoint, write_config as write_cfg     # checkpoints: 1 s
+    cfg = write_cfg(tmp_path / "logwatch.yaml", port, state,
+                    [target("t1", log, gpu=False, probe=False)],
+                    alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    d.wait_target("t1", lambda t: t["catching_up"] and t["lines"] > 0, "catching up")
+    with open(log, "w", encoding="utf-8") as f:          # `> server.log`: the relaunch
+        f.write("".join(sim_texts(crash="oom", start=time.time())))
+    assert d.target("t1")["catching_up"], "the catch-up ended too soon to test"
+    got = rx.wait(hook("crashed"), timeout=30, what="the relaunch's crash paged",
+                  alive=d.dead)
+    assert "cuda_oom" in json.dumps(got[0].json), got[0].json
+    t = d.target("t1")
+    assert not t["catching_up"] and t["phase"] == "crashed" and t["epoch"] == 2, t
+    assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 1.0
+    wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state", {})
+             .get("phase") == "crashed", 10, "the relaunch checkpointed", alive=d.dead)

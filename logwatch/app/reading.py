@@ -91,6 +91,8 @@ async def handle(t: Target, ev: object) -> bool:
         await feed_in_slices(t, ev)
     else:
         f.handle(ev)
+    if isinstance(ev, Opened):
+        t.end_catch_up()             # another file: what the catch-up read is all it gets
     if isinstance(ev, Data) and ev.data:
         t.last_line_at = clock.now()
         t.hold_resume_times()

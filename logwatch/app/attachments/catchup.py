@@ -84,7 +84,15 @@ class CatchUp(Attachment):
         self.log = target.log
 
     def opened(self, ev: Opened) -> None:
-        """A first attach with bytes before its offset: those are caught up on first."""
+        """A first attach with bytes before its offset: those are caught up on first.  Another
+        file during the catch-up (the log truncated by a relaunch's `>`, replaced, a command
+        run again): the rest of the attach's bytes will never come, so the catch-up ends where
+        the new file begins (`end`).  Before, it waited for the new file to pass the old
+        one's size: a relaunch that crashed 2 s into a truncated 47 MB log was held (no page,
+        no count, no checkpoint, `catching_up` true) until its log grew 47 MB."""
+        if self.catching_up and ev.new_file:
+            self.attach_end = ev.offset
+            return
         if ev.reason == "attach" and ev.size is not None and self.attach_end is None \
                 and ev.size > ev.offset:
             # the file's last write on our clock (a node's mtime came on this machine's
