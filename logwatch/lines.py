@@ -244,7 +244,7 @@ class Framer:
         self._prev: Block | None = None  # its newlines are counted lazily, once
         self._folds = RowFolds(off=not unfold)
         self._cri: bool | None = None   # the kubelet's record format (`join_partial_records`)
-        self._records: bool | None = None  # Docker's / journald's JSON records (`records_to_cri`)
+        self._json = JsonRecords()  # Docker's / journald's JSON records (`records_to_cri`)
         self._held = b""          # a complete line of the fold width, waiting for the next one
         self.cut_bytes_total = 0
         self.lines_cut_total = 0
@@ -336,10 +336,8 @@ class Framer:
         clean = clean_bytes(capped)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
-        if self._records is None and clean:
-            self._records = is_json_log_record(clean)
-        if self._records:                # (inner offsets approximate)
-            clean, cleaned = records_to_cri(clean), True
+        if (rec := self._json.read(clean)) is not None:   # (inner offsets approximate)
+            clean, cleaned, self._cri, self._folds.off = rec, True, True, True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
             self._cri = CRI_RECORD.match(clean) is not None
@@ -823,19 +821,26 @@ _DOCKER_HEAD = re.compile(rb'\{(?:"log":"|"stream":"(?:stdout|stderr)",)')
 _JOURNAL_HEAD = re.compile(rb'(?:\x1e|data: )?\{ ?"__CURSOR" ?: ?"')
 
 
+RECORD_LOOK = 8     # lines a stream's first JSON record may come after (a notice before it)
+
+
 def is_json_log_record(data: bytes) -> bool:
-    """Is the first line of `data` a record of Docker's json-file log driver
+    """Is one of the first `RECORD_LOOK` lines of `data` (a command's notice may come first:
+    ssh's `Warning: Permanently added ...`, journalctl's `Hint: You are currently not seeing
+    messages from other users ...`, on the stderr read with its output) a record of Docker's
+    json-file log driver
     (`/var/lib/docker/containers/ID/ID-json.log`): `{"log":"...\\n","stream":"stderr",
     "time":"2026-12-05T10:00:00.123456789Z"}` (moby `jsonlog.JSONLogs.MarshalJSONBuf`:
     `log`, `stream`, `attrs`, `time`, in that order; `log` left out when empty), or of
     `journalctl -o json` (`{"__CURSOR":"...","__REALTIME_TIMESTAMP":"1755515704123456",
     ...,"MESSAGE":"..."}`: a systemd unit's output read as `cmd:journalctl -u vllm -f -o
-    json`)?"""
-    first = data.split(b"\n", 1)[0]
-    if _DOCKER_HEAD.match(data) is not None:
-        return _docker_fields(first) is not None
-    if _JOURNAL_HEAD.match(data) is not None:
-        return _journal_fields(first) is not None
+    json`)?  Before, only the first line was looked at: one notice before the entries, and
+    every line was read as its JSON (35 of the 54 shared logs otherwise)."""
+    for line in data.split(b"\n", RECORD_LOOK)[:RECORD_LOOK]:
+        if _DOCKER_HEAD.match(line) is not None and _docker_fields(line) is not None:
+            return True
+        if _JOURNAL_HEAD.match(line) is not None and _journal_fields(line) is not None:
+            return True
     return False
 
 
@@ -880,6 +885,27 @@ def _journal_fields(line: bytes) -> tuple[str, str, str] | None:
     t = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(us // 1_000_000)) + \
         f".{us % 1_000_000:06d}Z"
     return t, "stdout", msg + "\n"
+
+
+@dataclass
+class JsonRecords:
+    """Whether a stream is Docker's or journald's JSON records, decided by its first lines:
+    undecided while a command's notices come first (up to `RECORD_LOOK` lines), then for
+    good.  Before, by its first line alone: one notice, and every entry read as its JSON."""
+
+    on: bool | None = None
+    looked: int = 0               # lines seen while undecided
+
+    def read(self, clean: bytes) -> bytes | None:
+        """`clean` as the kubelet's (CRI) records, or None where the stream is not records
+        (a notice before them is left as it is)."""
+        if self.on is None and clean:
+            self.looked += clean.count(b"\n")
+            if is_json_log_record(clean):
+                self.on = True
+            elif self.looked >= RECORD_LOOK:
+                self.on = False
+        return records_to_cri(clean) if self.on else None
 
 
 def records_to_cri(data: bytes) -> bytes:

@@ -428,3 +428,46 @@ def test_journald_json_entries_of_every_form_read_as_lines() -> None:
     assert out[2] == "2025-08-18T11:15:04.123456Z stdout F "
     assert out[3:] == ['{"__CURSOR":"x"}', "plain text"]     # no stamp: not an entry
     assert not is_json_log_record(b'{"__CURSOR":"x"}\n')
+
+
+# what a command may print on its stderr (read with its output) before the first entry
+NOTICES = {
+    "ssh": "Warning: Permanently added 'gpu-node-1' (ED25519) to the list of known hosts.\n",
+    "journalctl-hint": "Hint: You are currently not seeing messages from other users and the "
+    "system.\n      Users in groups 'adm', 'systemd-journal' can see all messages.\n      Pass "
+    "-q to turn off this notice.\n",
+}
+
+
+@pytest.mark.parametrize("notice", sorted(NOTICES))
+def test_journald_json_entries_after_a_command_s_notice_read_as_the_log(
+        notice: str, tmp_path: Path) -> None:
+    """`cmd:ssh gpu-node-1 journalctl -u sglang -f -o json`: ssh's known-hosts warning (or
+    journalctl's `Hint:` to a user outside `adm`) comes before the first entry.  Every shared
+    log reads as itself; and fed 97 bytes at a time, the notice a chunk of its own, as
+    replay.  Before: the first line decided for good that no line was an entry, 46 of the 70
+    logs read otherwise (SGLang's taken for vLLM's, the ready and crash lines JSON)."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.locate import choose_pack
+    bad = []
+    for name in CASES:
+        src = FIXTURES / f"{name}.log"
+        lines = src.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+        dst = tmp_path / f"{name}.log"
+        dst.write_text(NOTICES[notice] + "\n".join(journal_entry(ln) if ln.strip() else ln
+                                                   for ln in lines),
+                       encoding="utf-8", errors="surrogateescape")
+        if verdict(dst, False) != verdict(src, False):
+            bad.append(name)
+    assert not bad, f"{len(bad)} of {len(CASES)} read otherwise: {bad}"
+    texts = "".join(sim_texts(seed=5, crash="oom")).split("\n")
+    head = NOTICES[notice].encode()
+    data = head + "\n".join(journal_entry(t) for t in texts if t).encode() + b"\n"
+    pipe = LogPipeline(choose_pack("auto", data))
+    pipe.feed(head, 1000.0)
+    for i in range(len(head), len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    assert pipe.pack.name == "sglang" and pipe.state.phase == "crashed", pipe.state.phase
+    assert pipe.state.crash is not None and pipe.state.crash.reason == "cuda_oom"
+    assert "__CURSOR" not in (pipe.state.crash.line or "")
