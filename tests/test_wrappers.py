@@ -471,3 +471,29 @@ def test_journald_json_entries_after_a_command_s_notice_read_as_the_log(
     assert pipe.pack.name == "sglang" and pipe.state.phase == "crashed", pipe.state.phase
     assert pipe.state.crash is not None and pipe.state.crash.reason == "cuda_oom"
     assert "__CURSOR" not in (pipe.state.crash.line or "")
+
+
+@pytest.mark.parametrize("form", ["json", "json-seq", "json-ssh-notice"])
+def test_the_latest_launch_among_journald_json_entries_is_found(form: str) -> None:
+    """A first attach reads a log from its latest launch (`latest_startup`); journalctl's
+    entries as lines there too.  `cmd:journalctl -u sglang -f -o json -n 1000` of a launch
+    that crashed 2 hours ago and a relaunch serving now: the relaunch is where reading
+    begins, as in the plain log.  Before: the first entry (line 1 of 168): the old crash
+    read at the attach as news, paged and counted (`logwatch_crashes_total` 1)."""
+    from logwatch.rules.locate import latest_startup
+    from logwatch.rules.pack import load_pack
+    packs = [load_pack("sglang"), load_pack("vllm")]
+    lines = ("".join(sim_texts(seed=1, crash="oom", start=1_767_200_000.0)) +
+             "".join(sim_texts(seed=2, start=1_767_207_200.0))).split("\n")
+    wrap = {"json": journal_entry, "json-seq": lambda ln: "\x1e" + journal_entry(ln),
+            "json-ssh-notice": journal_entry}[form]
+    entries = "\n".join(wrap(ln) if ln.strip() else ln for ln in lines)
+    if form == "json-ssh-notice":
+        entries = NOTICES["ssh"] + entries
+    plain, wrapped = "\n".join(lines).encode(), entries.encode()
+
+    def latest(data: bytes) -> int:
+        return latest_startup(packs, [data[i:i + 4096] for i in range(0, len(data), 4096)])[1]
+    extra = 1 if form == "json-ssh-notice" else 0
+    assert latest(plain) > 1
+    assert latest(wrapped) == latest(plain) + extra

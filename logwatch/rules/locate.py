@@ -17,7 +17,8 @@ import functools
 from typing import Any, Iterable, Sequence
 
 from ..lines import (
-    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, RecordForm, is_json_log_record, records_to_cri,
+    CRI_RECORD, DEFAULT_MAX_LINE_BYTES, Block, JsonRecords, RecordForm, is_json_log_record,
+    records_to_cri,
     join_partial_records, json_records_to_text, line_texts, split_glued,
 )
 from . import bounded
@@ -131,6 +132,7 @@ class StartupFinder:
     def __init__(self, packs: Sequence[RulePack]) -> None:
         self.markers = [m for m in map(_PackMarkers, packs) if m.matcher is not None]
         self.records = _forms(packs)
+        self.json = JsonRecords()   # Docker's / journald's records, as the framer reads them
         self.tail = b""
         self.offset = 0        # log offset of tail[0]
         self.line_number = 1   # line of tail[0]
@@ -160,7 +162,10 @@ class StartupFinder:
         return _latest(self.markers) or (0, 1)
 
     def _scan(self, data: bytes) -> None:
-        read = json_records_to_text(data, self.records)[0]   # as the framer reads them
+        # as the framer reads them: journald's entries as lines (line for line; before, a
+        # `cmd:journalctl -u sglang -f -o json -n 1000` was read from its first entry, and a
+        # crash of an earlier launch in it paged and counted at the attach)
+        read = json_records_to_text(self.json.read(data) or data, self.records)[0]
         block = Block(read, self.offset, self.line_number, 0.0)
         for m in self.markers:
             assert m.matcher is not None
