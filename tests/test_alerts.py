@@ -1040,6 +1040,44 @@ def test_a_command_s_printed_history_is_not_news(tmp_path, receivers, daemons, r
     assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
 
 
+def kubectl_stamped(text: str, at: float) -> str:
+    """`text`'s lines as `kubectl logs --timestamps` prints them, the first written at `at`
+    (a wall time), each 10 ms after the one before."""
+    return "".join(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at + i * 0.01)) +
+                   f".{int((at + i * 0.01) % 1 * 1e9):09d}Z " + line
+                   for i, line in enumerate(text.splitlines(True)))
+
+
+@pytest.mark.parametrize("age", [2 * 86400.0, 0.0])
+def test_a_command_s_old_crash_dated_by_its_wrapper_s_stamps_is_history(tmp_path, receivers,
+                                                                         daemons, age):
+    """`cmd:kubectl logs -f --timestamps POD` whose latest startup crashed two days ago: a
+    command has no file time, so its absolute RFC 3339 stamps (`...Z`) date the log's last
+    write.  Before, the crash was paged as news and counted at the first attach (idle 0, a
+    gap of 0 with the crash the last line).  A crash stamped seconds ago is paged, once."""
+    rx = receivers()
+    log = tmp_path / "pod.log"
+    text = crash_log()
+    log.write_text(kubectl_stamped(text, time.time() - age - text.count("\n") * 0.01))
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("t1", f"cmd:tail -n +1 -f {log}")],
+                       [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    if age:
+        t = d.wait_target("t1", lambda t: t.get("seen_at_attach"), "the old crash, seen at attach")
+        assert t["seen_at_attach"]["phase"] == "crashed", t["seen_at_attach"]
+        assert t["seen_at_attach"]["ago"] >= age - 60, t["seen_at_attach"]
+        rx.assert_quiet(3.5, what="for a crash of two days ago")      # > crash settling
+        assert rx.requests() == []
+        assert not d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom")
+    else:
+        rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)
+        rx.assert_quiet(1.0, what="after the fresh crash")
+        assert [g.json["kind"] for g in rx.requests()] == ["crashed"]
+        assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 1
+
+
 def test_a_busy_command_s_history_is_read_and_its_endpoint_waits_for_it(tmp_path, receivers,
                                                                         daemons):
     """`cmd:kubectl logs -f POD` of a busy server: its history (an old launch that crashed,

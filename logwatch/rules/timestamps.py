@@ -22,6 +22,7 @@ with no stamped line between, each get their own share of the time.
 from __future__ import annotations
 
 import calendar
+import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,31 @@ PATTERN_TIMEOUT = 0.01
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
+
+# A wrapper's absolute stamp at the start of a line: RFC 3339 with its zone (kubectl's and
+# docker's `--timestamps`, the kubelet's CRI records, journald JSON's read as those, `aws logs
+# tail`'s `+00:00`, journalctl's short-iso `+0300`).  An engine's own stamp has no zone.
+_ZONED = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d+)?(?:(Z)|([+-])(\d\d):?(\d\d))[ \t]")
+
+
+def zoned_seconds(text: str) -> float | None:
+    """The wall time (seconds since the Unix epoch) of the zone-bearing RFC 3339 stamp that
+    starts `text`, its offset taken into account; None where there is none (no zone: the
+    server's zone is unknown, so it dates nothing)."""
+    m = _ZONED.match(text)
+    if m is None:
+        return None
+    Y, mo, d, H, M, S, frac, z, sign, oh, om = m.groups()
+    try:
+        secs = calendar.timegm((int(Y), int(mo), int(d), int(H), int(M), int(S)))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31 and int(H) < 24 and int(M) < 60):
+        return None
+    if z is None:
+        off = int(oh) * 3600 + int(om) * 60
+        secs -= off if sign == "+" else -off
+    return secs + (float(frac) if frac else 0.0)
 
 
 def _case_sensitive_literals(pattern: str) -> tuple[str, ...] | None:
@@ -82,6 +108,9 @@ class LogClock:
         self._outlier = False        # the stamp being read is years away from the clock
         self._midnight = 0.0         # the last date seen (for time-only stamps)
         self._now: float | None = None  # where the clock stands (stamps, ends of bars)
+        # the newest wall time a wrapper's zone-bearing stamp gave (`zoned_seconds`): the log's
+        # last write where its source has no file time (a `cmd:`), catchup.py
+        self.newest_zoned: float | None = None
         self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise); a format with
@@ -100,6 +129,8 @@ class LogClock:
         it with the rule (`Hit.ts`: (raw, groups) or None), instead of a search of its own."""
         # the pack's order of formats first (it prefers a stamp with a year), then outermost
         places = (*wrapped, text) if wrapped else (text,)
+        if wrapped:
+            self._note_zoned(wrapped)
         for k, (rx, head, lits) in enumerate(self._plan):
             if k == 0 and first is not NO_STAMP and not wrapped:
                 if first is not None:
@@ -132,6 +163,16 @@ class LogClock:
             # printed when an unstamped 46 s bar finished is not at the stamp before the bar)
             placed = self.last.seconds if self._now is None else max(self.last.seconds, self._now)
         return Stamp(placed, self.last.text, own=False)
+
+    def _note_zoned(self, wrapped: tuple[str, ...]) -> None:
+        """The newest absolute stamp of a wrapper (the outermost that has one)."""
+        for where in wrapped:
+            if where[:1].isdigit():
+                t = zoned_seconds(where)
+                if t is not None:
+                    if self.newest_zoned is None or t > self.newest_zoned:
+                        self.newest_zoned = t
+                    return
 
     def _repeated(self, raw: str) -> Stamp | None:
         """The last stamp again when `raw` (a format's whole match) is the one it came from:

@@ -142,6 +142,12 @@ class CatchUp(Attachment):
                 offset is None or offset < self.attach_end:
             return None
         now = clock.now()
+        if self.attach_mtime is None and pipe.clock.newest_zoned is not None:
+            # no file time (a `cmd:`, stdin): its wrapper's absolute stamps (kubectl's
+            # `--timestamps`, CRI, journald's) date its last write, never after now.  Before,
+            # idle was 0: `kubectl logs -f` of a pod that crashed two days ago paged the
+            # crash and counted it at the first attach
+            self.attach_mtime = min(clock.from_wall(pipe.clock.newest_zoned), now)
         if self.attach_mtime is not None and now - self.attach_mtime >= PARTIAL_LINE_QUIET:
             # its unfinished last line (a bar's last frame, a line cut by a kill) was written
             # before the last write too, long enough ago to be all there is: read with the
