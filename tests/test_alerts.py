@@ -1048,13 +1048,14 @@ def kubectl_stamped(text: str, at: float) -> str:
                    for i, line in enumerate(text.splitlines(True)))
 
 
-@pytest.mark.parametrize("age", [2 * 86400.0, 0.0])
+@pytest.mark.parametrize("age", [2 * 86400.0, 0.0, 90.0])
 def test_a_command_s_old_crash_dated_by_its_wrapper_s_stamps_is_history(tmp_path, receivers,
                                                                          daemons, age):
     """`cmd:kubectl logs -f --timestamps POD` whose latest startup crashed two days ago: a
     command has no file time, so its absolute RFC 3339 stamps (`...Z`) date the log's last
     write.  Before, the crash was paged as news and counted at the first attach (idle 0, a
-    gap of 0 with the crash the last line).  A crash stamped seconds ago is paged, once."""
+    gap of 0 with the crash the last line).  A crash stamped seconds ago is paged, once; so is
+    one stamped 90 s ago (the node's clock may be behind ours: STAMP_CLOCK_MARGIN)."""
     rx = receivers()
     log = tmp_path / "pod.log"
     text = crash_log()
@@ -1064,10 +1065,10 @@ def test_a_command_s_old_crash_dated_by_its_wrapper_s_stamps_is_history(tmp_path
                        [target("t1", f"cmd:tail -n +1 -f {log}")],
                        [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}])
     d = daemons(cfg, port).start()
-    if age:
+    if age > 3600:
         t = d.wait_target("t1", lambda t: t.get("seen_at_attach"), "the old crash, seen at attach")
         assert t["seen_at_attach"]["phase"] == "crashed", t["seen_at_attach"]
-        assert t["seen_at_attach"]["ago"] >= age - 60, t["seen_at_attach"]
+        assert t["seen_at_attach"]["ago"] >= age - 400, t["seen_at_attach"]
         rx.assert_quiet(3.5, what="for a crash of two days ago")      # > crash settling
         assert rx.requests() == []
         assert not d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom")

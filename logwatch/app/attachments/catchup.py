@@ -66,6 +66,12 @@ class CatchUpPart:
     silent_since: float | None
 
 
+# seconds a node's clock may be behind ours when a `cmd:` log is dated by its wrapper's stamps
+# (kubectl's `--timestamps`, journald's): its latest startup is history only when it ended
+# more than FRESH_WINDOW + this before the attach (adv57: a node 90 s behind lost a page)
+STAMP_CLOCK_MARGIN = 300.0
+
+
 class CatchUp(Attachment):
     """The attach boundary, the events held before it, and what they turned out to be."""
 
@@ -146,8 +152,11 @@ class CatchUp(Attachment):
             # no file time (a `cmd:`, stdin): its wrapper's absolute stamps (kubectl's
             # `--timestamps`, CRI, journald's) date its last write, never after now.  Before,
             # idle was 0: `kubectl logs -f` of a pod that crashed two days ago paged the
-            # crash and counted it at the first attach
-            self.attach_mtime = min(clock.from_wall(pipe.clock.newest_zoned), now)
+            # crash and counted it at the first attach.  The stamps are the node's clock, which
+            # nothing here measures: STAMP_CLOCK_MARGIN later, so a node a few minutes behind
+            # does not turn a fresh crash into history (a lost page is worse than a late one)
+            self.attach_mtime = min(clock.from_wall(pipe.clock.newest_zoned)
+                                    + STAMP_CLOCK_MARGIN, now)
         if self.attach_mtime is not None and now - self.attach_mtime >= PARTIAL_LINE_QUIET:
             # its unfinished last line (a bar's last frame, a line cut by a kill) was written
             # before the last write too, long enough ago to be all there is: read with the
