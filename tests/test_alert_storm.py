@@ -10,6 +10,7 @@ Now the file is written off the loop, at most once per SAVE_EVERY (state/coalesc
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 import socket
@@ -236,3 +237,68 @@ def test_a_store_at_its_mark_cap_saves_without_sorting_every_mark(tmp_path: Path
     assert "t1|n1199|crashed|firing" in json.loads((tmp_path / "alerts" / "state.json")
                                                   .read_text())["seen"]
 
+
+def test_a_renamed_targets_checkpoint_waits_for_the_resolution_its_log_decided(
+        tmp_path: Path) -> None:
+    """A target renamed (its log now under another name) resolves its old name's open
+    alerts: the resolution is decided by the new name's log (a ready line), but its mark is
+    the old name's.  The new name's checkpoint (a position past the ready) did not wait for
+    it: written before the resolution was on disk, then a kill -9, the restarted daemon
+    had the crash open, the ready behind its position, and never resolved it."""
+    from logwatch.sinks.alerts.policy import Resolve
+    hooks = [{"type": "webhook", "url": "http://127.0.0.1:9/h", "on": ["crashed"]}]
+    before = SimpleNamespace(alerts=hooks, listen_host="127.0.0.1", listen_port=9105,
+                             targets=[SimpleNamespace(name="t1", source="/srv/a.log")])
+    after = SimpleNamespace(alerts=hooks, listen_host="127.0.0.1", listen_port=9105,
+                            targets=[SimpleNamespace(name="t2", source="/srv/a.log")])
+    path = tmp_path / "alerts" / "state.json"
+
+    def resolved_on_disk() -> bool:
+        return any(m.endswith("|resolved") for m in json.loads(path.read_text())["seen"])
+
+    async def go() -> None:
+        r = AlertRouter(before, tmp_path)
+        await r.start()
+        a = sample("crashed", "http://127.0.0.1:9105/")
+        a.target, a.key = "t1", "t1|s1|crashed"
+        r.fire(a)
+        r.reconfigure(after)                  # t1's log is t2 now: the crash is t2's
+        await r.saved()
+        assert r.marks_of("t2") is not None
+        r._apply([Resolve("t2", ("crashed",), "ready again")])
+        assert r.store.open == {}, "the crash was not resolved"
+        marks = r.marks_of("t2")              # t2's checkpoint, past the ready line
+        assert marks is None or resolved_on_disk(), \
+            "t2's checkpoint went before the resolution its log decided was on disk"
+        await r.saved()
+        assert resolved_on_disk() and r.marks_of("t2") is not None
+        await r.stop()
+    asyncio.run(go())
+
+
+def test_a_checkpoint_waits_for_the_undelivered_pages_its_log_dropped(tmp_path: Path) -> None:
+    """A crash supersedes the stall page still queued (dropped undelivered, no mark): the
+    checkpoint past the crash line went before the drop was on disk, and a kill -9 then
+    sent the stale stall page after the restart."""
+    from logwatch.sinks.alerts.policy import Resolve
+    cfg = SimpleNamespace(alerts=[{"type": "webhook", "url": "http://127.0.0.1:9/h",
+                                   "on": ["stalled"]}], listen_host="127.0.0.1",
+                          listen_port=9105, targets=[SimpleNamespace(name="t1")])
+    path = tmp_path / "alerts" / "state.json"
+
+    async def go() -> None:
+        r = AlertRouter(cfg, tmp_path)
+        r.fire(dataclasses.replace(sample("stalled", "http://127.0.0.1:9105/"),
+                                   target="t1", key="t1|s1|stalled"))
+        await r.start()                       # (started after: the page stays queued)
+        await r.saved()
+        assert r.marks_of("t1") is not None
+        r._apply([Resolve("t1", ("stalled",), "crashed", only="s1", drop_undelivered=True)])
+        assert r.store.outbox == []
+        marks = r.marks_of("t1")
+        assert marks is None or json.loads(path.read_text())["outbox"] == [], \
+            "t1's checkpoint went before the drop of its stall page was on disk"
+        await r.saved()
+        assert r.marks_of("t1") is not None
+        await r.stop()
+    asyncio.run(go())

@@ -180,14 +180,22 @@ class AlertStore:
             self.seen.setdefault(m, at)
             self._recent.pop(m.split("|", 1)[0], None)   # rebuilt with them when next read
 
-    def mark(self, target: str, mark: str, at: float) -> None:
-        """Record a mark as decided (sent, or being sent); written with the next save."""
+    def mark(self, target: str, mark: str, at: float, decided_by: str | None = None) -> None:
+        """Record a mark as decided (sent, or being sent); written with the next save.
+        `decided_by`: the target whose log decided it, if not `target` (`decided`)."""
         self.seen[mark] = at
-        self._decided[target] = self.file.gen + 1
+        self.decided(decided_by or target)
         mine = self._recent.setdefault(target, {})
         mine[mark] = at
         if len(mine) > MARKS_KEPT:
             del mine[next(iter(mine))]
+
+    def decided(self, target: str) -> None:
+        """`target`'s log decided a change the next save writes: its checkpoint (past the
+        lines that decided it) waits until it is on disk (`unsaved`).  Keyed by the alert's
+        target, a renamed target's resolution of its old name's crash (or a drop, no mark)
+        let the checkpoint go first: a kill -9 then left the crash open for good."""
+        self._decided[target] = self.file.gen + 1
 
     def carry_marks(self, renamed: dict[str, str]) -> None:
         """The marks of each target `old` are target `renamed[old]`'s too (a rename:
@@ -219,18 +227,22 @@ class AlertStore:
             del self.open[k]
         return [doc for _, doc in taken]
 
-    def drop_undelivered(self, which: Callable[[dict[str, Any]], bool]) -> None:
+    def drop_undelivered(self, which: Callable[[dict[str, Any]], bool],
+                         decided_by: str | None = None) -> None:
         """Drop the undelivered entries whose alert `which` picks (not one on its way, or
         unanswered before: the receiver may have it), and their open alerts where no other
         receiver has the firing; where one has, the open alert keeps only the sinks that
         may have it, to be resolved there.  Before, the open alert went with the entry of
-        a receiver that was down: one that had the firing never got its resolution."""
+        a receiver that was down: one that had the firing never got its resolution.
+        `decided_by`: the target whose log dropped them (its checkpoint waits, `decided`)."""
         gone = [e for e in self.outbox if which(e["alert"]) and
                 e.get("state") != SENDING and not e.get("unknown")]
         if not gone:
             return
         ids = {e["id"] for e in gone}
         self.outbox = [e for e in self.outbox if e["id"] not in ids]
+        if decided_by is not None:
+            self.decided(decided_by)
         for key in {e["alert"]["key"] for e in gone}:
             doc = self.open.get(key)
             lost = {(e["sink"], e.get("dest")) for e in gone if e["alert"]["key"] == key}

@@ -149,7 +149,8 @@ class AlertRouter:
             # no resolution; a delivered one is resolved below
             self.store.drop_undelivered(lambda a: a["kind"] in r.kinds and
                                         a["target"] == r.target and a["status"] == FIRING and
-                                        startup_of(a["key"]) == (r.only or "-"))
+                                        startup_of(a["key"]) == (r.only or "-"),
+                                        decided_by=r.target)
         def resolves(doc: dict[str, Any]) -> bool:
             sid = startup_of(doc["key"])
             return owner(doc) == r.target and doc["kind"] in r.kinds and \
@@ -198,7 +199,9 @@ class AlertRouter:
                                            (isinstance(chat, set) and s.name in chat)) and
                  (s.wants(alert) if opened is None or opened.get("sinks") is None
                   else went_to(opened, s))]
-        self.store.mark(alert.target, mark, clock.now())
+        # decided by the log of the target the open alert is of now (renamed: not its own)
+        self.store.mark(alert.target, mark, clock.now(),
+                        owner(opened) if opened is not None else None)
         if not sinks and alert.kind not in RESOLVABLE:
             self.store.save()      # decided (never again), but nobody takes it: no token
             return
