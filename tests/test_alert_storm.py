@@ -302,3 +302,41 @@ def test_a_checkpoint_waits_for_the_undelivered_pages_its_log_dropped(tmp_path: 
         assert r.marks_of("t1") is not None
         await r.stop()
     asyncio.run(go())
+
+
+def test_a_rate_limited_alert_does_not_let_the_checkpoint_pass_an_unsaved_crash(
+        tmp_path: Path) -> None:
+    """A restart loop: each crash settles as the next startup begins, its `restarted` page
+    decided in the same batch.  Once the target's token bucket was empty (20 pages), the
+    `restarted` mark was taken back (rate limit), and its change number, never saved,
+    replaced the crash's in `_decided`: `unsaved` took it as "never to be", and the
+    checkpoint (the crash mark, a position past it) went before the crash was on disk: a
+    kill -9 then, and the crash was never paged."""
+    from logwatch.sinks.alerts.router import BUCKET_SIZE
+    cfg = SimpleNamespace(alerts=[{"type": "webhook", "url": "http://127.0.0.1:9/h",
+                                   "on": ["crashed", "restarted"]}], listen_host="127.0.0.1",
+                          listen_port=9105, targets=[SimpleNamespace(name="t1")])
+    path = tmp_path / "alerts" / "state.json"
+
+    def alert(kind: str, startup: str):
+        a = sample(kind, "http://127.0.0.1:9105/")
+        return dataclasses.replace(a, target="t1", key=f"t1|{startup}|{kind}")
+
+    async def go() -> None:
+        r = AlertRouter(cfg, tmp_path)
+        await r.start()
+        for i in range(BUCKET_SIZE):          # the loop so far: the bucket spent
+            r.fire(alert("restarted", f"s{i}"))
+        await r.saved()
+        assert r.marks_of("t1") is not None
+        crash = alert("crashed", "s20")
+        r.fire(crash)                         # settled as the next startup begins ...
+        r.fire(alert("restarted", "s21"))     # ... whose page the rate limit drops
+        assert crash.mark in r.store.seen and "t1|s21|restarted|firing" not in r.store.seen
+        marks = r.marks_of("t1")
+        assert marks is None or crash.mark in json.loads(path.read_text())["seen"], \
+            "t1's checkpoint carries the crash mark before the crash is on disk"
+        await r.saved()
+        assert crash.mark in (r.marks_of("t1") or {})
+        await r.stop()
+    asyncio.run(go())

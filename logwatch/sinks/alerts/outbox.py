@@ -33,6 +33,7 @@ A newer version's file is not unreadable: the daemon refuses that state_dir at s
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -110,6 +111,33 @@ def _usable_outbox(raw: Any) -> tuple[list[dict[str, Any]], int]:
     return good, len(raw) - len(good)
 
 
+@dataclass
+class Decisions:
+    """Which targets' decisions are not on disk yet (their checkpoints wait, `unsaved`).
+    The change number a decision is in is taken at its save: before, it was guessed at
+    the mark (the next number), and a mark taken back by the rate limit (never saved) put
+    its number over a crash decided just before; `unsaved` took it as never to be written,
+    and the checkpoint, the crash mark in it, went before the crash was on disk."""
+
+    deciding: set[str] = field(default_factory=set)   # decided, the save not asked yet
+    decided: dict[str, int] = field(default_factory=dict)   # target -> its latest's change
+
+    def saved_as(self, gen: int) -> int:
+        for target in self.deciding:
+            self.decided[target] = gen
+        self.deciding.clear()
+        return gen
+
+    def unsaved(self, target: str, file: CoalescedFile) -> bool:
+        if target in self.deciding:
+            return True
+        gen = self.decided.get(target)
+        if gen is not None and not file.unsaved(gen):
+            del self.decided[target]
+            gen = None
+        return gen is not None
+
+
 class AlertStore:
     """Dedupe marks, open alerts and the outbox, persisted together."""
 
@@ -119,7 +147,7 @@ class AlertStore:
         self.open: dict[str, dict[str, Any]] = {}
         self.outbox: list[dict[str, Any]] = []
         self._recent: dict[str, dict[str, float]] = {}   # target -> its latest marks, in order
-        self._decided: dict[str, int] = {}   # target -> the change of its latest mark
+        self.decisions = Decisions()         # which target's decisions are not on disk yet
         self.file = CoalescedFile("alerts", self.path, self._snapshot, SAVE_EVERY)
         self.log = log.get("alerts")
         self.load()
@@ -195,7 +223,7 @@ class AlertStore:
         lines that decided it) waits until it is on disk (`unsaved`).  Keyed by the alert's
         target, a renamed target's resolution of its old name's crash (or a drop, no mark)
         let the checkpoint go first: a kill -9 then left the crash open for good."""
-        self._decided[target] = self.file.gen + 1
+        self.decisions.deciding.add(target)
 
     def carry_marks(self, renamed: dict[str, str]) -> None:
         """The marks of each target `old` are target `renamed[old]`'s too (a rename:
@@ -209,6 +237,8 @@ class AlertStore:
                     self.mark(new, f"{new}|{m[len(prefix):]}", at)
 
     def unmark(self, target: str, mark: str) -> None:
+        """A mark taken back before its save (the rate limit: router.py)."""
+        self.decisions.deciding.discard(target)   # (its others were saved: `fire` saves each)
         self.seen.pop(mark, None)
         self._recent.get(target, {}).pop(mark, None)
 
@@ -285,12 +315,7 @@ class AlertStore:
     def unsaved(self, target: str) -> bool:
         """Is a decision about `target` not on disk yet?  Its checkpoint waits for it (the
         module says why)."""
-        gen = self._decided.get(target)
-        # saved, or never to be (a mark taken back unsaved: the rate limit, router.py)
-        if gen is not None and (not self.file.unsaved(gen) or gen > self.file.gen):
-            del self._decided[target]
-            gen = None
-        return gen is not None
+        return self.decisions.unsaved(target, self.file)
 
     def save(self, urgent: bool = False) -> int:
         """The state changed: written soon, off the loop (at once before `start`; `urgent`:
@@ -301,7 +326,7 @@ class AlertStore:
         if len(self.seen) > SEEN_KEEP + SEEN_SLACK:
             for k in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_KEEP]:  # type: ignore[arg-type]
                 del self.seen[k]
-        return self.file.changed(urgent)
+        return self.decisions.saved_as(self.file.changed(urgent))
 
     def _snapshot(self) -> dict[str, Any]:
         """What the writer thread encodes: copies of what the loop changes in place (an
