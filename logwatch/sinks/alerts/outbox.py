@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ... import clock, log
 from ...state.coalesce import CoalescedFile
-from ...state.files import copy_aside, read_state_json, set_aside
+from ...state.files import copy_aside, read_state_json, remove_left_temps, set_aside
 from ...state.formats import StoreFormat
 from .model import Alert
 
@@ -153,6 +153,9 @@ class AlertStore:
         self.load()
 
     def load(self) -> None:
+        if remove_left_temps(self.path):   # (half a 4 MB write, each kill -9 in one)
+            self.log.info("removed the unfinished writes of the alert state a killed "
+                          "process left", dir=str(self.path.parent))
         try:
             doc = read_state_json(self.path)
             if not isinstance(doc, dict) or doc.get("version") not in (1, VERSION):
