@@ -1309,3 +1309,52 @@ def test_missing_executable_is_fatal() -> None:
             assert not r.opened()
 
     run(main())
+
+
+@pytest.mark.integration
+def test_a_sigterm_stops_the_daemon_while_its_logs_are_written_fast(tmp_path: Path) -> None:
+    """Every inotify event of a watched log (an append is an open, a write and a close)
+    woke the loop from watchdog's thread with `call_soon_threadsafe`: one byte in the
+    loop's self-pipe each.  60 logs appended every 10 ms filled it faster than a busy loop
+    read it, and the signal wakeup fd is that same pipe: the SIGTERM's byte was refused
+    ("Exception ignored when trying to write to the signal wakeup fd: BlockingIOError"),
+    the signal lost, the daemon running on at 100% CPU minutes later (systemd's kill -9)."""
+    import signal
+    import subprocess
+    from support.daemon import (Daemon, append, free_port, sim_texts, target_cfg, wait_for,
+                                write_config)
+    n = 60
+    logs = [tmp_path / f"s{i}.log" for i in range(n)]
+    for p in logs:
+        p.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target_cfg(f"s{i}", p) for i, p in enumerate(logs)],
+                       checkpoint={"interval": "60s"})
+    d = Daemon(cfg, port, tmp_path).start()
+    texts = sim_texts()
+    stop = threading.Event()
+
+    def feed() -> None:
+        k = 0
+        while not stop.is_set():
+            for p in logs:
+                append(p, texts[k % len(texts)])
+            k += 1
+            time.sleep(0.01)   # the writers' pace, not a synchronisation
+    th = threading.Thread(target=feed, daemon=True)
+    th.start()
+    try:
+        wait_for(lambda: (d.metric("logwatch_lines_total", target="s0") or 0) >= 200, 60,
+                 "lines read", alive=d.dead)
+        t0 = time.monotonic()
+        d.signal(signal.SIGTERM)
+        try:
+            d.wait_exit(30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"SIGTERM lost: still running {time.monotonic() - t0:.0f}s "
+                                 f"later; {d.stderr()[-300:]}") from None
+    finally:
+        stop.set()
+        th.join(10)
+        d.cleanup()

@@ -159,6 +159,28 @@ class _Watcher:
                     pass
 
 
+def coalesced_wake(loop: asyncio.AbstractEventLoop, moved: Callable[[], None],
+                   written: Callable[[], None]) -> Wake:
+    """A source's wake for watchdog's thread: `moved` (look at the path in the next cycle:
+    a rename every few ms is seen) or `written` on the loop, one of each kind on its way
+    at a time.  Each call_soon_threadsafe is a byte in the loop's self-pipe, which is also
+    the signal wakeup fd; before, one per inotify event (an append: open, write, close): 60
+    logs appended every 10 ms filled it, the SIGTERM's byte was refused and the signal lost
+    (the daemon ran on at 100% CPU).  Cleared on the loop before the wake acts: an event
+    after that is sent again, one before it is read by the wake."""
+    pending = [False, False]
+
+    def on_loop(was_moved: bool) -> None:
+        pending[was_moved] = False
+        (moved if was_moved else written)()
+
+    def wake(was_moved: bool) -> None:
+        if not pending[was_moved]:
+            pending[was_moved] = True
+            loop.call_soon_threadsafe(on_loop, was_moved)
+    return wake
+
+
 def _handler(base: type, directory: str, by_path: dict[str, list[Wake]]) -> Any:
     """The watchdog handler of one directory: each event wakes the sources of its path(s)
     (`moved`: created, moved or deleted, not merely written)."""
@@ -247,14 +269,7 @@ class LocalFileSource(FollowsWithCursor):
                 self.log.info("the log's directory was made again: watching it again")
         if here is None:
             return                       # polled (fast) until the directory exists
-        loop = asyncio.get_running_loop()
-
-        def wake(moved: bool) -> None:
-            if moved:     # look at the path in the next cycle: a rename every few ms is seen
-                loop.call_soon_threadsafe(self._moved)
-            else:
-                loop.call_soon_threadsafe(self._wake.set)
-
+        wake = coalesced_wake(asyncio.get_running_loop(), self._moved, self._wake.set)
         self._unsubscribe = _Watcher.subscribe(self.path, wake)
         # refused while the directory is there: no inotify here (polled from now on)
         self._no_inotify = self._unsubscribe is None and \
