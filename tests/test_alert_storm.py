@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import json
 import re
+import shutil
 import socket
 import threading
 import time
@@ -370,3 +371,37 @@ def test_the_unfinished_write_a_killed_daemon_left_is_removed_at_the_start(
     assert [e["event"] for e in d.log_events()].count(
         "removed the unfinished writes of the alert state a killed process left") == 1
     d.stop()
+
+
+def test_a_failed_write_of_the_alert_state_is_written_once_the_disk_takes_it(
+        tmp_path: Path) -> None:
+    """A write that failed (a full disk, a directory gone wrong) marked its changes saved,
+    and nothing wrote the state again until the next change: the disk freed, then a clean
+    stop, and state.json was missing the crash (measured with a real daemon on a full
+    tmpfs: no alert state at all after the SIGTERM; the open crash lost, its resolution
+    never sent).  Now it is tried again (RETRY_FAILED) and at the stop."""
+    from logwatch.sinks.alerts.outbox import AlertStore
+    from logwatch.state.coalesce import RETRY_FAILED
+    path = tmp_path / "alerts" / "state.json"
+
+    def on_disk() -> set[str]:
+        return set(json.loads(path.read_text())["seen"]) if path.exists() else set()
+
+    async def go(stop_at_once: bool) -> None:
+        store = AlertStore(tmp_path)
+        (tmp_path / "alerts").write_text("")    # where the directory should be: writes fail
+        store.file.start()
+        store.mark("t1", "t1|s1|crashed|firing", 1.8e9)
+        await store.file.saved(store.save())
+        assert store.file.failed and not path.exists()
+        (tmp_path / "alerts").unlink()          # the disk takes writes again
+        if not stop_at_once:
+            deadline = time.monotonic() + RETRY_FAILED + 10
+            while "t1|s1|crashed|firing" not in on_disk():
+                assert time.monotonic() < deadline, "the failed write never tried again"
+                await asyncio.sleep(0.05)
+        await store.file.close()
+        assert "t1|s1|crashed|firing" in on_disk()
+    asyncio.run(go(stop_at_once=True))
+    shutil.rmtree(tmp_path / "alerts")
+    asyncio.run(go(stop_at_once=False))

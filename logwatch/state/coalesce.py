@@ -34,6 +34,7 @@ from .. import log
 from .files import STATE_ERRORS, atomic_write_bytes
 
 CHUNK = 64          # items of a top-level list or object encoded at once (a few ms at most)
+RETRY_FAILED = 5.0  # seconds: a failed write is tried again this late without a change
 
 
 def encode_chunked(doc: dict[str, Any], chunk: int = CHUNK) -> bytes:
@@ -76,6 +77,10 @@ class CoalescedFile:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._hurry = asyncio.Event()   # the next write without the wait (or the stop)
+        # the last write failed (a full disk): written again, at the stop too.  Before,
+        # nothing wrote it until the next change: a disk full at a crash, freed, then a
+        # clean stop left no alert state (the open crash lost: its resolution never sent)
+        self.failed = False
 
     @property
     def running(self) -> bool:
@@ -126,7 +131,7 @@ class CoalescedFile:
             self._wake.set()
             await asyncio.gather(task, return_exceptions=True)
         self._task = None
-        if self.saved_gen < self.gen:
+        if self.saved_gen < self.gen or self.failed:
             self._write_now()
 
     def _write_now(self) -> None:
@@ -142,6 +147,7 @@ class CoalescedFile:
 
     def _finish(self, gen: int, error: Exception | None) -> None:
         self.saved_gen = max(self.saved_gen, gen)
+        self.failed = error is not None
         if error is None:
             STATE_ERRORS.succeeded(self.kind)
             return
@@ -153,9 +159,11 @@ class CoalescedFile:
     async def _writer(self) -> None:
         assert self._wake is not None
         while True:
-            await self._wake.wait()
+            with contextlib.suppress(TimeoutError):   # (a failed write: tried again)
+                async with asyncio.timeout(RETRY_FAILED if self.failed else None):
+                    await self._wake.wait()
             self._wake.clear()
-            if self.saved_gen < self.gen:
+            if self.saved_gen < self.gen or self.failed:
                 self._hurry.clear()        # (the changes so far are in this write)
                 gen, doc = self.gen, self.snapshot()
                 self._finish(gen, await asyncio.to_thread(self._attempt, doc))
