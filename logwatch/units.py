@@ -1,9 +1,10 @@
-"""Durations as people write and read them (config values, the display, alert texts), and
-the per-target switches of the config (`gpu:`, `probe:`)."""
+"""Durations and moments as people write and read them (config values, the display, alert
+texts), and the per-target switches of the config (`gpu:`, `probe:`)."""
 
 from __future__ import annotations
 
 import re
+import time
 from typing import Any, Mapping
 
 TRUE_WORDS = {"true", "on", "yes"}
@@ -92,3 +93,13 @@ def fmt_duration(seconds: float | None) -> str:
         return f"{m}m{s:02d}s"
     h, m = divmod(m, 60)
     return f"{h}h{m:02d}m{s:02d}s"
+
+
+def fmt_clock(at: float, now: float, seconds: bool = True) -> str:
+    """A moment on this machine's clock as the operator reads it: `12:37:17` today, with its
+    day before it on another day (`Dec 04 12:37:17`: before, a log idle for two days said
+    "idle since 12:37:17", read as today's)."""
+    when, today = time.localtime(at), time.localtime(now)
+    clock = "%H:%M:%S" if seconds else "%H:%M"
+    same_day = (when.tm_year, when.tm_yday) == (today.tm_year, today.tm_yday)
+    return time.strftime(clock if same_day else f"%b %d {clock}", when)

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import math
 import re
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Iterable, Mapping, Protocol
 
@@ -155,8 +154,8 @@ def silent_at_attach(st: State, mtime: float | None, now: float, budget: float,
 
 def silent_text(since: float, now: float) -> str:
     """`silent since 17:23 (1h05m00s): server probably dead` (the operator's words)."""
-    from .units import fmt_duration
-    at = time.strftime("%H:%M", time.localtime(since))
+    from .units import fmt_clock, fmt_duration
+    at = fmt_clock(since, now, seconds=False)
     return f"silent since {at} ({fmt_duration(max(now - since, 0.0))}): server probably dead"
 
 

@@ -911,3 +911,26 @@ def test_a_log_without_stamps_silent_before_the_attach_counts_its_phase_from_its
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert re.search(r"stalled in launching; silent since", res.stdout), res.stdout
     assert re.search(r"phases: launching 20m\d\ds", res.stdout), res.stdout
+
+
+def test_a_moment_of_another_day_says_its_day(tmp_path: Path) -> None:
+    """The attach note and the dead-at-attach verdict name a moment of another day with its
+    day: before, a log idle two days read "idle since 14:52:47", taken for today's."""
+    from logwatch.units import fmt_clock
+    now = time.time()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d", fmt_clock(now - 1, now)) or \
+        time.localtime(now - 1).tm_yday != time.localtime(now).tm_yday
+    assert re.fullmatch(r"[A-Z][a-z]{2} \d\d \d\d:\d\d", fmt_clock(now - 2 * 86400, now, False))
+    old = now - 2 * 86400
+    ready = tmp_path / "ready.log"
+    ready.write_bytes((FIXTURES / "sglang-003.log").read_bytes())
+    stuck = tmp_path / "stuck.log"
+    stuck.write_bytes(b"Loading safetensors checkpoint shards:  50% Completed | 1/2 "
+                      b"[00:05<00:05,  5.00s/it]\n")
+    for path in (ready, stuck):
+        os.utime(path, (old, old))
+    day = time.strftime("%b %d", time.localtime(old))
+    res = watch(str(ready), "--no-history", "--gpu", "off", "--last", timeout=60)
+    assert f"the log has been idle since {day} " in res.stdout, res.stdout
+    res = watch(str(stuck), "--no-history", "--gpu", "off", "--last", timeout=60)
+    assert f"silent since {day} " in res.stdout, res.stdout

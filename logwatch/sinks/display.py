@@ -22,7 +22,7 @@ from ..rules.pack import REGEX_FLAGS
 from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..telemetry.gpu import preflight_note
-from ..units import fmt_duration
+from ..units import fmt_clock, fmt_duration
 from ..verdict import crash_text, ready_notes
 from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
@@ -59,7 +59,7 @@ def attach_note(view: TargetView, now: float, last: bool = False) -> str:
         s.phase, f"crashed ({reason})" if reason else "crashed")
     out = f"the latest startup in this log {what} {fmt_duration(s.ago)} ago"
     if s.idle_since is not None and now - s.idle_since >= 60:
-        out += f"; the log has been idle since {time.strftime('%H:%M:%S', time.localtime(s.idle_since))}"
+        out += f"; the log has been idle since {fmt_clock(s.idle_since, now)}"
     elif s.idle_since is not None:
         out += "; the log is still being written"
     return out + ("" if last else "; waiting for a new startup (--last: report it and exit)")
