@@ -60,6 +60,13 @@ def silent_receiver() -> Iterator[int]:
         c.close()
 
 
+def t1_crash():
+    """Target t1's crash, startup s1 (its alert key)."""
+    a = sample("crashed", "http://127.0.0.1:9105/")
+    a.target, a.key = "t1", "t1|s1|crashed"
+    return a
+
+
 def healthz_latencies(url: str, stop: threading.Event
                       ) -> tuple[list[tuple[float, float]], threading.Thread]:
     """GET /healthz every 20 ms in a thread until `stop`: (latency, when sent)."""
@@ -168,9 +175,7 @@ def test_a_checkpoint_never_carries_a_mark_the_alert_state_lacks(tmp_path: Path)
     async def go() -> None:
         r = AlertRouter(cfg, tmp_path)
         await r.start()
-        a = sample("crashed", "http://127.0.0.1:9105/")
-        a.target, a.key = "t1", "t1|s1|crashed"
-        r.fire(a)
+        r.fire(t1_crash())
         marks = r.marks_of("t1")
         assert marks is None or set(marks) <= on_disk(), (marks, on_disk())
         await r.saved()
@@ -260,9 +265,7 @@ def test_a_renamed_targets_checkpoint_waits_for_the_resolution_its_log_decided(
     async def go() -> None:
         r = AlertRouter(before, tmp_path)
         await r.start()
-        a = sample("crashed", "http://127.0.0.1:9105/")
-        a.target, a.key = "t1", "t1|s1|crashed"
-        r.fire(a)
+        r.fire(t1_crash())
         r.reconfigure(after)                  # t1's log is t2 now: the crash is t2's
         await r.saved()
         assert r.marks_of("t2") is not None

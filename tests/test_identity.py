@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from support.daemon import checkpoint
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     OOM_LINE, Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts,
     target, wait_for, write_config,
@@ -314,7 +315,7 @@ def test_a_log_copied_to_another_inode_while_stopped_is_read_on_from_the_positio
     import shutil
 
     from support.receivers import serving_crash
-    from support.daemon import checkpoint, count_lines
+    from support.daemon import count_lines
 
     rx = receivers()
     cfg, port, state, log = config(tmp_path, rx)
@@ -481,6 +482,17 @@ def _old_crashed_log(path: Path, serving_lines: int) -> None:
     os.utime(path, (old + 700, old + 700))
 
 
+def _paging_daemon(tmp_path: Path, log: Path, rx, daemons):
+    """A daemon (checkpoints every 1 s: support.daemon's config) on `log` as t1, crashes
+    paged to `rx`: (the daemon, its state_dir)."""
+    from support.daemon import write_config as write_cfg
+    port, state = free_port(), tmp_path / "state"
+    cfg = write_cfg(tmp_path / "logwatch.yaml", port, state,
+                    [target("t1", log, gpu=False, probe=False)],
+                    alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
+    return daemons(cfg, port).start(), state
+
+
 @pytest.mark.parametrize("when", ["during", "after"])
 def test_kill_9_around_the_first_attach_catch_up_pages_no_history(
         tmp_path: Path, receivers, daemons, when: str) -> None:
@@ -494,13 +506,7 @@ def test_kill_9_around_the_first_attach_catch_up_pages_no_history(
     rx = receivers()
     log = tmp_path / "server.log"
     _old_crashed_log(log, 300_000 if when == "during" else 2_000)
-    port = free_port()
-    state = tmp_path / "state"
-    from support.daemon import checkpoint, write_config as write_cfg     # checkpoints: 1 s
-    cfg = write_cfg(tmp_path / "logwatch.yaml", port, state,
-                    [target("t1", log, gpu=False, probe=False)],
-                    alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
-    d = daemons(cfg, port).start()
+    d, state = _paging_daemon(tmp_path, log, rx, daemons)
     if when == "during":
         seen = time.monotonic()
         d.wait_target("t1", lambda t: t["catching_up"] and t["lines"] > 0, "catching up")
@@ -540,13 +546,7 @@ def test_a_log_truncated_during_the_first_attach_catch_up_reads_the_relaunch_liv
     _old_crashed_log(log, 300_000)
     with open(log, "r+b") as f:      # the startup served until the relaunch: no crash, recent
         f.truncate(f.read().rfind(b"Scheduler hit an exception"))
-    port = free_port()
-    state = tmp_path / "state"
-    from support.daemon import checkpoint, write_config as write_cfg     # checkpoints: 1 s
-    cfg = write_cfg(tmp_path / "logwatch.yaml", port, state,
-                    [target("t1", log, gpu=False, probe=False)],
-                    alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}])
-    d = daemons(cfg, port).start()
+    d, state = _paging_daemon(tmp_path, log, rx, daemons)
     d.wait_target("t1", lambda t: t["catching_up"] and t["lines"] > 0, "catching up")
     with open(log, "w", encoding="utf-8") as f:          # `> server.log`: the relaunch
         f.write("".join(sim_texts(crash="oom", start=time.time())))
