@@ -736,23 +736,29 @@ def _grpc_port() -> tuple[socket.socket, threading.Thread]:
     return srv, th
 
 
-def test_a_vllm_grpc_server_is_not_probed_over_http(tmp_path: Path) -> None:
-    """`vllm serve --grpc` (0.34 launchers/grpc_server.py) serves gRPC on its `--port`: an HTTP
-    probe there never answers.  Once its log said ready (`vLLM gRPC server started on`),
-    `watch` waited for that port to answer HTTP: "ready in log, not answering", exit 3 at
-    its timeout (and the daemon paged `unreachable` for a server that served).  The pack's
-    `probe: {off_args: [grpc]}`: such a launch is not probed, the log's word stands."""
+@pytest.mark.parametrize("built, port_text, ready", [
+    ("vllm-034-grpc.log", "50051", "READY in 4m31s"),
+    ("sglang-0523-grpc.log", "30000", "READY in 4m01s")])
+def test_a_grpc_server_is_not_probed_over_http(tmp_path: Path, built: str, port_text: str,
+                                               ready: str) -> None:
+    """`vllm serve --grpc` (0.34 launchers/grpc_server.py) and SGLang `--smg-grpc-mode` (0.5.23
+    launch_server.py -> smg-grpc-servicer `serve_grpc`) serve gRPC on `--port`: an HTTP probe
+    there never answers.  Once its log said ready (`vLLM gRPC server started on`, SGLang's own
+    `fired up`), `watch` waited for that port to answer HTTP: "ready in log, not answering",
+    exit 3 at its timeout (and the daemon paged `unreachable` for a server that served).  The
+    packs' `probe: {off_args: [grpc]}` / `[smg_grpc_mode, grpc_mode]`: such a launch is not
+    probed, the log's word stands."""
     srv, th = _grpc_port()
     try:
         port = srv.getsockname()[1]
-        text = (ROOT / "tests/fixtures/built/vllm-034-grpc.log").read_text(encoding="utf-8")
+        text = (ROOT / "tests/fixtures/built" / built).read_text(encoding="utf-8")
         log = tmp_path / "grpc.log"
-        log.write_text(text.replace("port=50051", f"port={port}"), encoding="utf-8")
+        log.write_text(text.replace(port_text, str(port)), encoding="utf-8")
         res = subprocess.run(
             [sys.executable, "-m", "logwatch", "watch", str(log), "--timeout", "20s",
              "--no-history"], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
-        assert "READY in 4m31s" in res.stdout and "not answering" not in res.stdout, res.stdout
+        assert ready in res.stdout and "not answering" not in res.stdout, res.stdout
     finally:
         srv.close()
         th.join(5)
