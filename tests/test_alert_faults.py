@@ -16,8 +16,8 @@ import pytest
 from logwatch.pipeline import EXCERPT_BEFORE
 
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
-    Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts, target,
-    wait_for, write_config,
+    Got, Receiver, alert_state, append, crash_loop, daemons, free_port, hook, outbox, receivers,
+    sim_texts, target, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
@@ -33,22 +33,25 @@ def one_target(tmp_path: Path, sink: dict[str, Any]) -> tuple[Path, int, Path, P
     return cfg, port, state, log
 
 
-def crash_loop(n: int) -> str:
-    """`n` startups in one log, each dying of a CUDA OOM (a server in a restart loop)."""
-    return "".join("".join(sim_texts(crash="oom", start=1_767_261_600.0 + 3600 * i, seed=i))
-                   for i in range(n))
+def folded(state: Path, n: int) -> bool:
+    """The open OOM alert of the loop stands for `n` crashes (folded: not paged)."""
+    return any(d.get("crashes") == n and d["details"].get("reason") == "cuda_oom"
+               for d in alert_state(state).get("open", {}).values())
 
 
 def test_the_rate_limit_never_drops_a_crash_and_counts_what_it_drops(tmp_path, receivers,
                                                                      daemons) -> None:
+    """A restart loop: 24 OOM crashes, then one of an NCCL error, 24 restarts between them
+    (more than the 20 tokens).  The first crash is paged, the 23 repeats are folded into it,
+    the new reason is paged though the restarts spent the target's tokens."""
     rx = receivers()
     cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
                                                   "on": ["crashed", "restarted"]})
     d = daemons(cfg, port).start()
     d.wait_reading("t1")                   # read live: at attach only the latest startup counts
-    append(log, crash_loop(25))            # 25 crashes, 24 restarts: more than 20 tokens
-    rx.wait(hook("crashed", "firing"), n=25, timeout=90, alive=d.dead,
-            what="all 25 crash alerts")
+    append(log, crash_loop(25, nccl=(24,)))
+    rx.wait(hook("crashed", "firing"), n=2, timeout=90, alive=d.dead,
+            what="the first crash's page and the new reason's")
     wait_for(lambda: d.metric("logwatch_alerts_dropped_total", kind="restarted"), 10,
              "dropped restarted alerts counted", alive=d.dead)
     rx.assert_quiet(1.0, what="after the last crash")
@@ -57,11 +60,13 @@ def test_the_rate_limit_never_drops_a_crash_and_counts_what_it_drops(tmp_path, r
     assert d.metric("logwatch_alerts_dropped_total", kind="restarted") == float(24 - restarted)
     assert d.metric("logwatch_alerts_dropped_total", kind="crashed") == 0.0
     crashes = rx.requests(hook("crashed", "firing"))
-    assert len(crashes) == 25
-    for got in crashes:     # each traceback, not the next launch's lines read with it
-        excerpt = got.json["excerpt"]
-        assert any("CUDA out of memory" in line for line in excerpt)
-        assert not any("server_args=" in line for line in excerpt[EXCERPT_BEFORE:]), excerpt
+    assert [g.json["details"]["reason"] for g in crashes] == ["cuda_oom", "nccl_error"]
+    assert "(crash 25 since the last ready" in crashes[1].json["summary"], crashes[1].json
+    assert folded(state, 24)
+    for got, line in zip(crashes, ("CUDA out of memory", "NCCL error")):
+        excerpt = got.json["excerpt"]  # its traceback, not the next launch's lines read with it
+        assert any(line in x for x in excerpt)
+        assert not any("server_args=" in x for x in excerpt[EXCERPT_BEFORE:]), excerpt
 
 
 def test_a_receiver_that_answers_too_late_gets_a_bounded_number_of_copies(tmp_path, receivers,
@@ -162,7 +167,7 @@ def test_pages_queued_across_a_restart_arrive_in_the_order_decided(tmp_path, rec
     assert d.stop() == 0
     assert [e["attempts"] for e in outbox(state)] == [4], outbox(state)
     d.start()
-    append(log, "".join(sim_texts(crash="oom", start=1_767_261_600.0 + 3600, seed=2)))
+    append(log, crash_loop(1, nccl=(1,), first=1))   # another reason: a repeat is not paged
     rx.wait(lambda g: hook("crashed", "firing")(g) and g.json["startup"] != first, timeout=30,
             alive=d.dead, answered=True, what="startup 2's crash refused")
     up.set()
@@ -248,11 +253,12 @@ def test_a_receiver_that_never_accepts_the_connection_is_an_outage_not_a_lost_pa
 
 def test_a_restart_loop_ended_by_a_ready_is_one_slack_message_not_one_per_crash(
         tmp_path, receivers, daemons) -> None:
-    """A server crashes 6 times in a restart loop, then comes up.  Each crash is paged, and
-    the ready resolves them all: a webhook (automation) gets each key's resolution, Slack
-    (people) one message, the last crash's, saying that the loop is over.  Before: 6
-    `resolved:` messages in the channel at once (25 after a loop of 25, 1 a second under
-    Slack's rate limit)."""
+    """A server crashes 6 times in a restart loop (the 4th of an NCCL error), then comes
+    up.  The first crash and the new reason are paged, the other 4 folded into the first;
+    the ready resolves both: a webhook (automation) gets each open alert's resolution, the
+    OOM's saying it stood for 5 crashes, Slack (people) one message, saying that the loop
+    of 6 is over.  Before: 6 pages, and 6 `resolved:` messages in the channel at once (25
+    after a loop of 25, 1 a second under Slack's rate limit)."""
     slack, hook_rx = receivers(), receivers()
     log = tmp_path / "server.log"
     log.write_text("")
@@ -262,11 +268,13 @@ def test_a_restart_loop_ended_by_a_ready_is_one_slack_message_not_one_per_crash(
                         {"type": "webhook", "url": hook_rx.url("/hook"), "on": ["crashed"]}])
     d = daemons(cfg, port).start()
     d.wait_reading("t1")
-    append(log, crash_loop(6))
-    hook_rx.wait(hook("crashed", "firing"), n=6, timeout=60, alive=d.dead, what="6 crashes")
+    append(log, crash_loop(6, nccl=(3,)))
+    hook_rx.wait(hook("crashed", "firing"), n=2, timeout=60, alive=d.dead, what="2 pages")
+    wait_for(lambda: folded(tmp_path / "state", 5), 30, "the 6th crash folded", alive=d.dead)
     append(log, "".join(sim_texts(start=1_767_261_600.0 + 6 * 3600, seed=99, serve_lines=0)))
-    hook_rx.wait(hook("crashed", "resolved"), n=6, timeout=30, alive=d.dead,
-                 what="each crash resolved for the webhook")
+    done = hook_rx.wait(hook("crashed", "resolved"), n=2, timeout=30, alive=d.dead,
+                        what="each open crash alert resolved for the webhook")
+    assert sorted(g.json["details"].get("crashes", 1) for g in done) == [1, 5], hook_rx.brief()
 
     def resolved(g: Got) -> bool:
         return g.json["text"].startswith("t1: resolved: ")
@@ -275,7 +283,8 @@ def test_a_restart_loop_ended_by_a_ready_is_one_slack_message_not_one_per_crash(
     msgs = slack.requests(resolved)
     assert len(msgs) == 1, f"{len(msgs)} resolution messages: {slack.brief(msgs)}"
     assert "the 6 crashes since the last ready are over" in msgs[0].json["text"], msgs[0].json
-    assert len(slack.requests(lambda g: not resolved(g))) == 6, "each crash paged"
+    assert len(slack.requests(lambda g: not resolved(g))) == 2, "the first crash, the new reason"
+    assert len(hook_rx.requests(hook("crashed", "firing"))) == 2
 
 
 def test_a_slow_receiver_gets_a_fleets_crash_pages_side_by_side(tmp_path, receivers,
@@ -312,10 +321,10 @@ def test_a_slow_receiver_gets_a_fleets_crash_pages_side_by_side(tmp_path, receiv
 
 def test_a_restart_loop_ended_by_removing_its_target_is_one_slack_message(
         tmp_path, receivers, daemons) -> None:
-    """A server in a restart loop (4 crashes paged) is taken out of the config at a SIGHUP
-    (the operator gave up on it): every crash is resolved, `no longer watched`; a webhook
-    gets each key's resolution, Slack one message for the loop, as after a ready.  Before:
-    one `resolved:` message per crash of the loop (25 after a loop of 25)."""
+    """A server in a restart loop (4 crashes: one page, 3 folded into it) is taken out of
+    the config at a SIGHUP (the operator gave up on it): the loop is resolved, `no longer
+    watched`, one message for the loop in Slack and at the webhook, as after a ready.
+    Before: one `resolved:` message per crash of the loop (25 after a loop of 25)."""
     slack, hook_rx = receivers(), receivers()
     log = tmp_path / "server.log"
     log.write_text("")
@@ -329,11 +338,14 @@ def test_a_restart_loop_ended_by_removing_its_target_is_one_slack_message(
     d = daemons(cfg, port).start()
     d.wait_reading("t1")
     append(log, crash_loop(4))
-    hook_rx.wait(hook("crashed", "firing"), n=4, timeout=60, alive=d.dead, what="4 crashes")
+    hook_rx.wait(hook("crashed", "firing"), timeout=60, alive=d.dead, what="the first crash")
+    wait_for(lambda: folded(tmp_path / "state", 4), 30, "4 crashes folded", alive=d.dead)
     write_config(cfg, port, tmp_path / "state", [target("t2", other)], sinks)
     d.signal(signal.SIGHUP)
-    hook_rx.wait(hook("crashed", "resolved"), n=4, timeout=30, alive=d.dead,
-                 what="each crash resolved for the webhook")
+    [gone] = hook_rx.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead,
+                          what="the loop resolved for the webhook")
+    assert gone.json["details"]["crashes"] == 4 and \
+        "this resolves the 4 crashes since the last ready" in gone.json["summary"], gone.json
 
     def resolved(g: Got) -> bool:
         return g.json["text"].startswith("t1: resolved: ")

@@ -119,27 +119,80 @@ def test_delivery_is_retried_until_max_age_not_for_8_attempts() -> None:
     assert give_up_or_retry(entry, down, capped, Quiet()) is True
 
 
-def test_a_crash_in_a_restart_loop_says_it_is_one(tmp_path: Path) -> None:
-    """A server restarted every 20 s that crashes each time paged 30 identical crashes in
-    10 minutes.  Each is still paged (never rate-limited); from the second on, the page says
-    it is a loop: how many crashes since the last ready, and since when."""
+def crash(n: int, reason: str = "cuda_oom", at: float = 0.0):
+    a = alert("crashed", n)
+    a.details["reason"] = reason
+    a.starts_at = 1_767_261_600.0 + at
+    return a
+
+
+def test_a_restart_loop_pages_its_first_crash_and_each_new_reason_once(tmp_path: Path) -> None:
+    """A server restarted every 20 s that crashes each time paged every crash (30 in 10
+    minutes, 2,000 over a night), each open until a ready that may never come.  Now a
+    crash of a reason already open is folded into that alert (counted, not paged); a
+    crash of a new reason is paged and says it is part of a loop."""
     from logwatch.sinks.alerts.policy import Resolve
     r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
                            "on": ["crashed"]}])
-    t0 = 1_767_261_600.0
     for n in range(3):
-        a = alert("crashed", n)
-        a.starts_at = t0 + 20 * n
-        r.fire(a)
-    summaries = [e["alert"]["summary"] for e in queued(r, "oncall")]
-    assert "since the last ready" not in summaries[0]
-    assert summaries[1].endswith("(crash 2 since the last ready, the first 20s ago)")
-    assert summaries[2].endswith("(crash 3 since the last ready, the first 40s ago)")
-    assert queued(r, "oncall")[2]["alert"]["details"]["crashes_since_ready"] == 3
+        r.fire(crash(n, at=20 * n))
+    r.fire(crash(3, "nccl_error", at=60))
+    r.fire(crash(4, at=80))
+    pages = [e["alert"] for e in queued(r, "oncall")]
+    assert [p["key"] for p in pages] == ["t1|s0|crashed", "t1|s3|crashed"]
+    assert "since the last ready" not in pages[0]["summary"]
+    assert pages[1]["summary"].endswith("(crash 4 since the last ready, the first 1m00s ago)")
+    assert pages[1]["details"]["crashes_since_ready"] == 4
+    assert {k: d["crashes"] for k, d in r.store.open.items() if "crashes" in d} == \
+        {"t1|s0|crashed": 4}
+    r.store.outbox.clear()                                       # delivered
     r._apply([Resolve("t1", ("crashed",), "ready again", exclude="s9")])   # a startup ready
-    a = alert("crashed", 10)
-    r.fire(a)
+    done = {e["alert"]["key"]: e["alert"] for e in queued(r, "oncall")}
+    assert done["t1|s0|crashed"]["details"]["crashes"] == 4
+    assert "crashes" not in done["t1|s3|crashed"]["details"]
+    assert any("the 5 crashes since the last ready are over" in a["summary"]
+               for a in done.values()), done
+    r.fire(crash(10))                                            # a new loop: paged
     assert "since the last ready" not in queued(r, "oncall")[-1]["alert"]["summary"]
+
+
+def test_a_restart_loop_of_150_crashes_keeps_one_open_alert_and_a_small_state(
+        tmp_path: Path) -> None:
+    """Before: 150 open crash alerts, 150 pages queued per sink, `alerts/state.json` at
+    1.0 MB (2,000 crashes: 5.8 MB of open alerts; a fleet looping for days reached for the
+    file's 64 MiB cap).  Now the marks grow, ~90 bytes a crash, within `seen`'s cap."""
+    r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["crashed"]}])
+    for n in range(150):
+        a = crash(n, at=20 * n)
+        a.details["excerpt"] = [f"line {i} of the traceback " + "x" * 60 for i in range(30)]
+        r.fire(a)
+    assert len(r.store.open) == 1 and len(r.store.outbox) == 1
+    assert r.store.open["t1|s0|crashed"]["crashes"] == 150
+    assert all(f"t1|s{n}|crashed|firing" in r.store.seen for n in range(150))  # decided once
+    size = (tmp_path / "alerts" / "state.json").stat().st_size
+    assert size < 30_000, size                    # 13 KB: the marks, ~90 bytes a crash
+
+
+def test_a_loop_pages_a_receiver_again_that_never_had_its_open_alert(tmp_path: Path) -> None:
+    """A receiver down for its `max_age` when the loop's first crash came (the page given
+    up): the next crash of the loop pages it, under the open alert's key (its resolution
+    will match), and only it; the receiver that had it gets nothing new."""
+    r = router(tmp_path, [{"type": "webhook", "name": "a", "url": "http://127.0.0.1:9/a",
+                           "on": ["crashed"]},
+                          {"type": "webhook", "name": "b", "url": "http://127.0.0.1:9/b",
+                           "on": ["crashed"]}])
+    r.fire(crash(0))
+    r.delivery._given_up(r.sinks[1], queued(r, "b")[0])
+    r.store.outbox.clear()                                       # a's delivered
+    r.fire(crash(1, at=20))
+    assert queued(r, "a") == []
+    [again] = queued(r, "b")
+    assert again["alert"]["key"] == "t1|s0|crashed" and again["alert"]["details"]["crashes"] == 2
+    assert "(crash 2 of it since the last ready)" in again["alert"]["summary"]
+    r.store.outbox.clear()
+    r.fire(crash(2, at=40))
+    assert r.store.outbox == []                                  # both have it now
 
 
 def test_a_loops_end_reaches_slack_though_its_last_crash_page_was_given_up(
@@ -152,20 +205,18 @@ def test_a_loops_end_reaches_slack_though_its_last_crash_page_was_given_up(
     r = router(tmp_path, [{"type": "slack", "url": "http://127.0.0.1:9/s", "on": ["crashed"]},
                           {"type": "webhook", "url": "http://127.0.0.1:9/w", "on": ["crashed"]}])
     slack = r.sinks[0]
-    for n in range(3):
-        a = alert("crashed", n)
-        a.starts_at = 1_767_261_600.0 + 20 * n
-        r.fire(a)
-    last = next(e for e in queued(r, slack.name) if e["alert"]["key"] == "t1|s2|crashed")
+    for n, reason in enumerate(("cuda_oom", "cuda_oom", "nccl_error", "port_in_use")):
+        r.fire(crash(n, reason, at=20 * n))
+    last = next(e for e in queued(r, slack.name) if e["alert"]["key"] == "t1|s3|crashed")
     r.delivery._given_up(slack, last)              # Slack down when the last crash came
     r.store.outbox.clear()                         # the others delivered
     r._apply([Resolve("t1", ("crashed",), "ready again", exclude="s9")])
     told = queued(r, slack.name)
-    assert [e["alert"]["key"] for e in told] == ["t1|s1|crashed"], told
-    assert "(ready again; the 3 crashes since the last ready are over)" in \
+    assert [e["alert"]["key"] for e in told] == ["t1|s2|crashed"], told
+    assert "(ready again; the 4 crashes since the last ready are over)" in \
         told[0]["alert"]["summary"]
     assert sorted(e["alert"]["key"] for e in queued(r, r.sinks[1].name)) == \
-        ["t1|s0|crashed", "t1|s1|crashed", "t1|s2|crashed"]
+        ["t1|s0|crashed", "t1|s2|crashed", "t1|s3|crashed"]
 
 
 # -- a sink's order, on a clock of the test's -------------------------------------------------

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from support.receivers import (
-    OOM_LINE, Receiver, append, daemons, free_port, http_get, receivers,  # noqa: F401
-    serving_crash, target, wait_for, write_config,
+    OOM_LINE, Receiver, alert_state, append, crash_loop, daemons, free_port,  # noqa: F401
+    hook, http_get, receivers, serving_crash, sim_texts, target, wait_for, write_config,
 )
 from conftest import ROOT
 
@@ -256,3 +256,44 @@ def test_a_ready_event_ends_by_itself_and_is_not_active_beside_a_later_crash(
         return datetime.fromisoformat(a["endsAt"].replace("Z", "+00:00")).timestamp() - time.time()
     assert ends_in("LogwatchReady") <= EVENT_TTL + 5, "an event ends by itself"
     assert ends_in("LogwatchCrashed") > FIRING_TTL - 60, "the crash stays open"
+
+
+def test_a_restart_loop_is_one_alert_per_reason_in_alertmanager_and_at_a_webhook(
+        tmp_path, alertmanager, receivers, daemons):
+    """A server in a restart loop: 40 OOM crashes, then one of an NCCL error, then it
+    comes up.  Before: 41 pages at the webhook, 41 open alerts (re-sent to Alertmanager
+    one by one at every `resend`, all one alert there), 41 resolutions.  Now: the webhook
+    is paged for the first crash and for the new reason; Alertmanager has the loop's
+    OOM alert, its summary counting the crashes (re-sent); the ready resolves both."""
+    am, am_rx = alertmanager
+    hook_rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    state = tmp_path / "state"
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target("n1", log)],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed"],
+                         "resend": "1s"},
+                        {"type": "webhook", "url": hook_rx.url("/hook"), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("n1")
+    append(log, crash_loop(40))
+
+    def crashed() -> list[dict[str, Any]]:
+        return [x for x in am.alerts() if x["labels"].get("alertname") == "LogwatchCrashed"
+                and x["status"]["state"] == "active"]
+    wait_for(lambda: [x for x in crashed() if "40 crashes of it since the last ready"
+                      in x["annotations"]["summary"]], 60,
+             "the loop's count in Alertmanager", alive=d.dead)
+    assert len(alert_state(state)["open"]) == 1
+    append(log, crash_loop(1, nccl=(40,), first=40))
+    hook_rx.wait(hook("crashed", "firing"), n=2, timeout=30, alive=d.dead, what="2 pages")
+    wait_for(lambda: len(crashed()) == 2, 15, "the NCCL crash in Alertmanager", alive=d.dead)
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 41 * 3600, seed=99, serve_lines=0)))
+    wait_for(lambda: not crashed(), 30, "the loop resolved in Alertmanager", alive=d.dead)
+    done = hook_rx.wait(hook("crashed", "resolved"), n=2, timeout=30, alive=d.dead,
+                        what="both resolved at the webhook")
+    assert sorted(g.json["details"].get("crashes", 1) for g in done) == [1, 40]
+    pages = hook_rx.requests(hook("crashed", "firing"))
+    assert [g.json["details"]["reason"] for g in pages] == ["cuda_oom", "nccl_error"]
+    assert len(notified(am_rx, "LogwatchCrashed", "firing")) <= 2, am_rx.brief()

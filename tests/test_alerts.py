@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
-    OOM_LINE, T0, Got, Receiver, append, count_lines, daemons, serving_crash,
+    NCCL_LINE, OOM_LINE, T0, Got, Receiver, append, count_lines, daemons, serving_crash,
     free_port, hold, hook, outbox, receivers, sim_texts, split_at, target, wait_for, write_config,
 )
 from conftest import ROOT
@@ -588,7 +588,8 @@ def test_a_queued_alert_stays_with_its_receiver_across_renames_and_reorders(
     assert len(ok_firing(old, "crashed")) == 1 and new.requests() == []
     # a second crash waits; its sink is removed
     up.clear()
-    append(log, "".join(sim_texts(crash="oom", start=T0 + 600)))
+    append(log, "".join(sim_texts(crash="oom", start=T0 + 600))   # another reason: paged
+           .replace(OOM_LINE + ".", NCCL_LINE))
     wait_for(lambda: len(outbox(state)) == 1, 15, "the second crash queued", alive=d.dead)
     write_config(cfg, port, state, [target("t1", log, labels={"model": "Qwen3-235B"})],
                  alerts=[hooks["other"]])

@@ -35,6 +35,23 @@ OOM_LINE = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 G
 READY_LINE = "The server is fired up and ready to roll!"
 
 
+NCCL_LINE = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+             "NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details).")
+
+
+def crash_loop(n: int, nccl: tuple[int, ...] = (), first: int = 0) -> str:
+    """`n` startups in one log, each dying of a CUDA OOM (a server in a restart loop), but
+    the crashes numbered in `nccl` (from 0; `first` numbers the first of these), which die
+    of an NCCL error instead."""
+    out = []
+    for i in range(first, first + n):
+        text = "".join(sim_texts(crash="oom", start=1_767_261_600.0 + 3600 * i, seed=i))
+        if i in nccl:
+            text = text.replace(OOM_LINE + ".", NCCL_LINE)
+        out.append(text)
+    return "".join(out)
+
+
 def serving_crash(stamp: str = "2026-01-01 11:30:00") -> str:
     """A ready SGLang server's scheduler dying of a CUDA OOM, as 0.5.23 logs it: its
     exception announced, the traceback, the main process's SIGQUIT (a cause line alone,

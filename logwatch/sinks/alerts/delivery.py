@@ -43,6 +43,7 @@ from ... import clock
 from ... import log
 from ...shown import visible_all
 from .backoff import backoff
+from .loop import as_open
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, SENDING, AlertStore, went_to
 from .receivers import AlertmanagerSink, Outcome, Request, Sink, classify
@@ -225,7 +226,8 @@ class Delivery:
         for doc in list(self.store.open.values()):
             if went_to(doc, sink) and doc["key"] not in queued and \
                     sink.wants(Alert.from_json(doc)):
-                outcome = await deliver(self.session, sink, Alert.from_json(doc))
+                # a restart loop's alert says how many crashes it stands for by now
+                outcome = await deliver(self.session, sink, as_open(doc, clock.now()))
                 if not outcome.ok:
                     self.log.warning("open alerts not sent again to Alertmanager: next try "
                                      f"in {sink.resend:g}s", sink=sink.describe(),

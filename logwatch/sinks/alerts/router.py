@@ -17,15 +17,16 @@ import hashlib
 import itertools
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ... import clock
 from ... import log
 from ...machine import Event
-from ...units import fmt_duration
 from ...view import TargetView
 from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
+from .loop import (as_open, fold, folds_into, loop_size, loop_speakers, owner, repage,
+                   say_loop)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -73,21 +74,6 @@ class AlertRouter:
     def _source_of(self, target: str) -> str | None:   # a digest: it may hold a password
         return next((source_digest(getattr(t, "source", t.name)) for t in self.config.targets
                      if t.name == target), None)
-
-    def _crash_loop_note(self, alert: Alert) -> None:
-        """A crash while earlier crashes of the target are open (no startup ready since: a
-        restart loop) says so: `(crash 3 since the last ready, the first 4m10s ago)`, and
-        `details.crashes_since_ready`.  Each crash is still paged (never rate-limited); the
-        note tells the on-call it is a loop, not a new fault."""
-        earlier = [d["starts_at"] for d in self.store.open.values()
-                   if owner(d) == alert.target and d["kind"] == "crashed"
-                   and d["key"] != alert.key]
-        if not earlier:
-            return
-        n = len(earlier) + 1
-        ago = fmt_duration(max(0.0, alert.starts_at - min(earlier)))
-        alert.summary += f" (crash {n} since the last ready, the first {ago} ago)"
-        alert.details["crashes_since_ready"] = n
 
     async def start(self) -> None:
         self.store.file.start()          # saved off the loop from now on
@@ -164,9 +150,9 @@ class AlertRouter:
         a webhook and Alertmanager get each key (before: one Slack message per crash)."""
         loops, speaks = loop_speakers(taken, [s for s in self.sinks if s.chat])
         for doc in taken:
-            n = len(loops[owner(doc)]) if id(doc) in speaks else None
+            n = loop_size(loops[owner(doc)]) if id(doc) in speaks else None
             note = loop_note.format(n=n) if n else ""
-            self.fire(Alert.from_json(doc).resolved(why + note), doc,
+            self.fire(as_open(doc).resolved(why + note), doc,
                       chat=speaks.get(id(doc), set()) if owner(doc) in loops and
                       doc["kind"] == "crashed" else True)
 
@@ -182,6 +168,20 @@ class AlertRouter:
         self.store.adopt(marks)
 
     # -- the outbox ----------------------------------------------------------------------------
+    def _folded(self, alert: Alert, sinks: list[Sink]) -> bool:
+        """A crash of a restart loop, of a reason whose alert is open: folded into it, not
+        paged (loop.py), but to a receiver whose page of that alert was given up."""
+        doc = folds_into(self.store.open.values(), alert)
+        if doc is None:
+            return False
+        self.store.mark(alert.target, alert.mark, clock.now())
+        missing = fold(doc, alert, sinks)
+        enqueue(self.store, self._ids, repage(doc, alert), missing, self.delivery.poke)
+        self.store.save()
+        self.log.info("crash folded into its open alert (a restart loop)", alert=doc["key"],
+                      crashes=doc["crashes"], paged=[s.name for s in missing])
+        return True
+
     def fire(self, alert: Alert, opened: dict[str, Any] | None = None,
              chat: bool | set[str] = True) -> None:
         """Put a new mark in the outbox for every sink that takes it (a resolution: those
@@ -199,6 +199,8 @@ class AlertRouter:
                                            (isinstance(chat, set) and s.name in chat)) and
                  (s.wants(alert) if opened is None or opened.get("sinks") is None
                   else went_to(opened, s))]
+        if alert.kind == "crashed" and alert.status == FIRING and self._folded(alert, sinks):
+            return
         # decided by the log of the target the open alert is of now (renamed: not its own)
         self.store.mark(alert.target, mark, clock.now(),
                         owner(opened) if opened is not None else None)
@@ -218,44 +220,25 @@ class AlertRouter:
                 self.store.unmark(alert.target, mark)   # not sent: a later decision may
                 return
         if alert.kind == "crashed" and alert.status == FIRING:
-            self._crash_loop_note(alert)
+            say_loop(alert, self.store.open.values())
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks),
                                           "source": self._source_of(alert.target)}
-        now = clock.now()
-        for s in sinks:
-            self.store.outbox.append({"id": next(self._ids), "sink": s.name,
-                                      "dest": s.destination, "state": QUEUED,
-                                      "alert": alert.to_json(), "attempts": 0,
-                                      "first_at": now, "next_at": now})
+        enqueue(self.store, self._ids, alert, sinks, self.delivery.poke)
         self.store.save()
         self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
                       summary=alert.summary, sinks=[s.name for s in sinks])
-        for s in sinks:
-            self.delivery.poke(s.name)
 
 
-def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
-                  ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, set[str]]]:
-    """Of open alerts resolved together, the restart loops (a target's crashes, more than
-    one) and, by `id`, the crashes whose resolution says the loop is over and to which chat
-    sinks: the loop's last crash (to none where no chat sink had it), and for each chat sink
-    the latest crash it had.  Before, only the last crash's: where that page was given up
-    for Slack (down then), Slack, which had the loop's first crashes, never heard it end."""
-    loops: dict[str, list[dict[str, Any]]] = {}
-    for doc in taken:
-        if doc["kind"] == "crashed":
-            loops.setdefault(owner(doc), []).append(doc)
-    loops = {t: docs for t, docs in loops.items() if len(docs) > 1}
-    speaks: dict[int, set[str]] = {}
-    for docs in loops.values():
-        speaks[id(max(docs, key=lambda d: d["starts_at"]))] = set()
-        for sink in chats:
-            had = [d for d in docs if went_to(d, sink)]
-            if had:
-                speaks.setdefault(id(max(had, key=lambda d: d["starts_at"])),
-                                  set()).add(sink.name)
-    return loops, speaks
+def enqueue(store: AlertStore, ids: Iterator[int], alert: Alert, sinks: list[Sink],
+            poke: Callable[[str], None]) -> None:
+    """An outbox entry per sink, its worker woken (the caller saves)."""
+    now = clock.now()
+    for s in sinks:
+        store.outbox.append({"id": next(ids), "sink": s.name, "dest": s.destination,
+                             "state": QUEUED, "alert": alert.to_json(), "attempts": 0,
+                             "first_at": now, "next_at": now})
+        poke(s.name)
 
 
 def follow_renames(store: AlertStore, config: Any, logger: Any) -> None:
@@ -288,11 +271,6 @@ def follow_renames(store: AlertStore, config: Any, logger: Any) -> None:
 
 def source_digest(source: Any) -> str:
     return hashlib.sha256(str(source).encode()).hexdigest()[:16]
-
-
-def owner(doc: dict[str, Any]) -> str:
-    """The target an open alert is of now: its own, or the name it was renamed to."""
-    return str(doc.get("watched_as") or doc["target"])
 
 
 def said_dropped(logger: Any, dropped: dict[str, int], entry: dict[str, Any]) -> None:

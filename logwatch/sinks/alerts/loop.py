@@ -1,0 +1,143 @@
+"""A restart loop's crashes, folded: one open `crashed` alert per target and crash reason.
+
+A server in a restart loop (systemd `Restart=always`, a CrashLoopBackOff) crashes at every
+launch, each into the same log, and may never be ready again.  Its first crash of a reason
+is paged; a later crash of the same reason while that alert is open (no startup ready
+since) is folded into it: no new page, the open alert counts it (`crashes`, and the latest
+crash's time and startup).  A crash of another reason is news: paged, and open beside the
+first.  The ready that ends the loop resolves each open alert, saying how many crashes it
+stood for.  Before, each crash was paged and stayed open until that ready: a loop of 2,000
+crashes kept 2,000 open alerts (5.8 MB of `alerts/state.json`, and each POSTed again to
+Alertmanager at every `resend`), paged each receiver 2,000 times, and the state file's
+rewrites slowed delivery to under one page a second a receiver.
+
+Pure functions over the open alerts (`AlertStore.open`'s documents); the router (router.py)
+does the I/O.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
+
+from ...units import fmt_duration
+from .model import Alert
+from .outbox import sinks_record, went_to
+
+if TYPE_CHECKING:
+    from .receivers import Sink
+
+
+def owner(doc: dict[str, Any]) -> str:
+    """The target an open alert is of now: its own, or the name it was renamed to."""
+    return str(doc.get("watched_as") or doc["target"])
+
+
+def crashes_of(doc: dict[str, Any]) -> int:
+    """How many crashes an open `crashed` alert stands for (1 unless a loop folded more in;
+    the count read from the state file is trusted only as a positive int)."""
+    n = doc.get("crashes")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+
+
+def reason_of(doc: dict[str, Any]) -> str:
+    details = doc.get("details")
+    return str(details.get("reason") or "") if isinstance(details, dict) else ""
+
+
+def open_crashes(open_docs: Iterable[dict[str, Any]], target: str) -> list[dict[str, Any]]:
+    """The target's open `crashed` alerts (its restart loop, when there are any)."""
+    return [d for d in open_docs if d.get("kind") == "crashed" and owner(d) == target]
+
+
+def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
+    """The open alert a new crash is folded into: the target's open crash of the same
+    reason (another startup's), the latest if a restore left several; None: it is paged."""
+    same = [d for d in open_crashes(open_docs, alert.target)
+            if d.get("key") != alert.key and reason_of(d) == str(alert.details.get("reason") or "")]
+    return max(same, key=last_crash_at, default=None)
+
+
+def last_crash_at(doc: dict[str, Any]) -> float:
+    at = doc.get("last_crash_at", doc.get("starts_at"))
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else 0.0
+
+
+def fold(doc: dict[str, Any], alert: Alert, sinks: list[Sink]) -> list[Sink]:
+    """Count the crash `alert` in the open alert `doc`; of the `sinks` that take it, those
+    that never had `doc` (its page given up there, or added at a reload since), now
+    recorded in it: they are paged (`repage`).  Values are replaced, never changed in
+    place: the state writer's thread may be encoding the old ones."""
+    doc["crashes"] = crashes_of(doc) + 1
+    doc["last_crash_at"] = alert.starts_at
+    doc["last_startup"] = alert.startup
+    missing = [s for s in sinks if not went_to(doc, s)]
+    if missing:
+        doc["sinks"] = list(doc.get("sinks") or []) + sinks_record(missing)
+    return missing
+
+
+def loop_size(docs: Iterable[dict[str, Any]]) -> int:
+    """The crashes of a target's loop: what its open crash alerts stand for together."""
+    return sum(crashes_of(d) for d in docs)
+
+
+def as_open(doc: dict[str, Any], now: float | None = None) -> Alert:
+    """The open alert as a receiver should see it: `details.crashes`, the crashes folded
+    into it, where more than one; with `now` (Alertmanager's re-sends) its summary says
+    it too.  The dedupe key and `starts_at` stay the first crash's."""
+    alert = Alert.from_json(doc)
+    n = crashes_of(doc)
+    if n > 1:
+        alert.details = {**alert.details, "crashes": n}
+        if now is not None:
+            ago = fmt_duration(max(0.0, now - last_crash_at(doc)))
+            alert.summary += f" ({n} crashes of it since the last ready, the latest {ago} ago)"
+    return alert
+
+
+def say_loop(alert: Alert, open_docs: Iterable[dict[str, Any]]) -> None:
+    """A crash of a new reason while earlier crashes of the target are open (no startup
+    ready since: a restart loop) says so: `(crash 3 since the last ready, the first 4m10s
+    ago)`, and `details.crashes_since_ready` (a crash of a reason already open is folded
+    into it instead: `folds_into`)."""
+    earlier = [d for d in open_crashes(open_docs, alert.target) if d["key"] != alert.key]
+    if not earlier:
+        return
+    n = loop_size(earlier) + 1
+    ago = fmt_duration(max(0.0, alert.starts_at - min(d["starts_at"] for d in earlier)))
+    alert.summary += f" (crash {n} since the last ready, the first {ago} ago)"
+    alert.details["crashes_since_ready"] = n
+
+
+def repage(doc: dict[str, Any], alert: Alert) -> Alert:
+    """A folded crash for a receiver whose page of the open alert was given up (down for
+    its `max_age`): the open alert's key (its resolution will match), this crash's
+    evidence, and the loop's size.  Without it, the receiver would never hear of the
+    loop: the later crashes are not paged."""
+    out = Alert.from_json({**alert.to_json(), "key": doc["key"], "starts_at": doc["starts_at"]})
+    out.details = {**out.details, "crashes": crashes_of(doc)}
+    out.summary += f" (crash {crashes_of(doc)} of it since the last ready)"
+    return out
+
+
+def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
+                  ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, set[str]]]:
+    """Of open alerts resolved together, the restart loops (a target's crashes, more than
+    one, folded or not) and, by `id`, the crash alerts whose resolution says the loop is
+    over and to which chat sinks: the one of the loop's last crash (to none where no chat
+    sink had it), and for each chat sink the latest one it had.  Before, only the last
+    crash's: where that page was given up for Slack (down then), Slack, which had the
+    loop's first crashes, never heard it end."""
+    loops: dict[str, list[dict[str, Any]]] = {}
+    for doc in taken:
+        if doc["kind"] == "crashed":
+            loops.setdefault(owner(doc), []).append(doc)
+    loops = {t: docs for t, docs in loops.items() if loop_size(docs) > 1}
+    speaks: dict[int, set[str]] = {}
+    for docs in loops.values():
+        speaks[id(max(docs, key=last_crash_at))] = set()
+        for sink in chats:
+            had = [d for d in docs if went_to(d, sink)]
+            if had:
+                speaks.setdefault(id(max(had, key=last_crash_at)), set()).add(sink.name)
+    return loops, speaks
