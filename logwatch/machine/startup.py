@@ -371,6 +371,8 @@ class StartupMachine:
             return
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
+        if new_i > cur_i and ends_a_phase_left(self.pack, state, rule, obs.text):
+            return     # another rank's end of a phase a `begins` marker already left
         begins = begins_now(state, rule)
         if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
                 state.phase not in (WAITING, READY, *TERMINAL, rule.closes_as):
@@ -593,6 +595,24 @@ def confirms(pack: RulePack, state: State, rule: Rule) -> bool:
     if rule.begins and rule.id not in state.begun and rule.phase != state.phase:
         return True
     return pack.phase_index(rule.phase) > pack.phase_index(state.phase)
+
+
+def ends_a_phase_left(pack: RulePack, state: State, rule: Rule, text: str) -> bool:
+    """Is this end marker another rank's word on a phase the startup already left by a
+    `begins` marker?  vLLM 0.34 commits the KV cache after the capture (`Memory after
+    warmup`, allocating again): TP1's `Graph capturing finished`, a second after TP0's
+    commit, re-entered cuda_graph (cuda_graph, allocating 0 s, cuda_graph until ready).
+    Only where another rank had ended that phase: a pass that comes back by itself
+    (TensorRT-LLM's second capture after its memory profile) ends it again."""
+    if not rule.finishes or rule.phase is None or not pack.ranks or \
+            not any(sp.phase == rule.phase and not sp.beside for sp in state.spans):
+        return False
+    rank = pack.rank_of(text)
+    want = (pack.phase_index(rule.phase), True)
+    if not rank or not any(r != rank and (pack.phase_index(p.phase), p.finished) >= want
+                           for r, p in state.ranks.items()):
+        return False
+    return any(r.begins and r.phase == state.phase and r.id in state.begun for r in pack.rules)
 
 
 def begins_now(state: State, rule: Rule) -> bool:
