@@ -77,10 +77,14 @@ def test_a_vllm_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> 
     assert (a.ready_line is None) == (b.ready_line is None)
 
 
+# SGLang's JSON records carry no rank tag: `--dp` groups starting apart cannot be told apart
+# there (the startup follows whichever group printed last; its text form, the slowest group)
+APART_BY_RANK_ONLY = {"sglang-0523-dp2.log"}
 SGLANG_LOGS = [p for p in sorted([*FIXTURES.glob("sglang-*.log"),
                                   *(FIXTURES / "built").glob("sglang-*.log")])
-               if any(ln.startswith("{") for ln in sglang_json_lines(
-                   p.read_text(encoding="utf-8", errors="surrogateescape")))]
+               if p.name not in APART_BY_RANK_ONLY and any(
+                   ln.startswith("{") for ln in sglang_json_lines(
+                       p.read_text(encoding="utf-8", errors="surrogateescape")))]
 
 
 def test_most_logs_are_rewritten() -> None:

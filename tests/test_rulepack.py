@@ -845,3 +845,20 @@ def test_the_auto_fallback_is_the_pack_that_says_so(tmp_path: Path) -> None:
     with pytest.raises(PackError) as ei:
         load_pack(str(write(tmp_path, {**minimal_pack(), "fallback": "yes"}, "bad.yaml")))
     assert ei.value.key == "fallback"
+
+
+@pytest.mark.parametrize("value, key", [({"unless": "enable_dp_attention"}, "replicas.unless"),
+                                        ({"unless": [""]}, "replicas.unless")])
+def test_a_bad_replicas_key_is_a_pack_error_naming_it(tmp_path: Path, value: Any, key: str):
+    with pytest.raises(PackError) as ei:
+        load_pack(str(write(tmp_path, {**minimal_pack(), "replicas": value})))
+    assert ei.value.key == key
+
+
+def test_replicas_are_the_shipped_packs_and_a_pack_extending_them_inherits_it(tmp_path: Path):
+    """vLLM's engine cores are always replicas; SGLang's DP groups unless attention DP."""
+    assert load_pack("vllm").replicas_unless == ()
+    assert load_pack("sglang").replicas_unless == ("enable_dp_attention",)
+    assert load_pack("trtllm").replicas_unless is None
+    own = {"name": "own", "extends": "vllm", "rules": []}
+    assert load_pack(str(write(tmp_path, own))).replicas_unless == ()

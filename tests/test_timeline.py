@@ -113,6 +113,81 @@ def test_dp_supervisor_launch_crashes_when_one_engine_crashes_and_names_it():
     assert st_.crash is not None and st_.crash.rank == "DP1" and st_.crash.reason == "cuda_oom"
 
 
+# -- data-parallel replicas starting at their own paces -----------------------------------------
+
+def _phase_moves(lines: list[str], pack: str) -> list[str]:
+    """The phases a live reader announces, one line read a second."""
+    pipe = LogPipeline(load_pack(pack))
+    moves = []
+    for i, x in enumerate(lines):
+        moves += [e.new for e in pipe.feed((x + "\n").encode(), 1000.0 + i)
+                  if isinstance(e, PhaseChanged)]
+    return moves
+
+
+def test_vllm_dp_engines_move_the_startup_when_the_slowest_does():
+    """`vllm serve -dp 2`: engine core DP1 reads its weights 30 s longer than DP0, which
+    compiles, sizes and captures meanwhile (0.34 v1/engine/core.py, one engine per DP rank).
+    Before: DP0's capture and KV commit moved the startup, and DP1's own steps came back
+    after them: cuda_graph, allocating, cuda_graph (re-entered); loading 11 s of 41."""
+    path = BUILT / "vllm-034-dp2-slow-engine.log"
+    st_ = replay_file(str(path)).state
+    assert main_phases(st_) == ["launching", "loading_shards", "autotune", "allocating",
+                                "cuda_graph", "allocating", "ready"]
+    d = st_.durations()
+    # DP1's `Model loading took` at 10:00:49, its capture 10:01:07 -> 10:01:18
+    assert d["loading_shards"] == 41.0 and d["cuda_graph"] == 11.0, d
+    assert st_.ready_in() == 83.0
+    moves = _phase_moves(path.read_text().splitlines(), "vllm")
+    assert moves == main_phases(st_), moves
+
+
+def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():
+    """DP1 runs out of memory loading while DP0 already captured: the startup crashed
+    loading (before: `cuda_oom during cuda_graph`, DP0's phase)."""
+    src = (BUILT / "vllm-034-dp2-slow-engine.log").read_text().splitlines()
+    lines = []
+    for x in src:          # up to DP0's capture and KV commit; DP1 began its load
+        if "EngineCore_DP0" in x and "GPU KV cache size" in x:
+            break
+        if ("EngineCore_DP1" not in x or "10:00:0" in x) and "5/5 [00:39" not in x:
+            lines.append(x)
+    tag = "(EngineCore_DP1 pid=151) ERROR 12-01 10:00:47 [core.py:1757] "
+    lines += [tag + "EngineCore failed to start.",
+              tag + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                    "GPU 1 has a total capacity of 79.19 GiB of which 1.02 GiB is free."]
+    assert any("Graph capturing finished" in x for x in lines)
+    st_ = feed(lines, "vllm").state
+    assert st_.phase == "crashed" and st_.crash is not None
+    assert (st_.crash.reason, st_.crash.rank, st_.crash.during) == \
+        ("cuda_oom", "DP1", "loading_shards")
+
+
+def test_sglang_dp_groups_move_the_startup_when_the_slowest_does():
+    """SGLang `--dp 2`: group DP1 loads 40 s longer (each group its own schedulers, 0.5.23
+    data_parallel_controller.py `Launch DP1 starting at GPU #1.`).  Before: loading 10 s,
+    DP1's load timed as DP0's capture (cuda_graph 59 s)."""
+    st_ = replay("sglang-0523-dp2.log")
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "cuda_graph",
+                                "ready"]
+    d = st_.durations()
+    assert d["loading_shards"] == 50.0 and d["cuda_graph"] == 19.0, d
+
+
+def test_sglang_dp_attention_ranks_are_one_model_not_replicas():
+    """With `--enable-dp-attention` the DP ranks are one TP group and rank 0 alone prints
+    the KV pool, autotune and capture (scheduler.py's prefix `DP1 TP1`): compared as
+    replicas, the startup would wait at allocating for steps DP1 never prints."""
+    src = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    lines = [src[0].replace("'tp_size': 2", "'tp_size': 2, 'dp_size': 2, "
+                                            "'enable_dp_attention': True")]
+    lines += [x.replace(" TP0]", " DP0 TP0]").replace(" TP1]", " DP1 TP1]") for x in src[1:]]
+    want = main_phases(replay("sglang-0523-download.log"))
+    assert main_phases(feed(lines, "sglang").state) == want
+    lines[0] = lines[0].replace("True", "False")
+    assert "cuda_graph" not in main_phases(feed(lines, "sglang").state)
+
+
 def test_another_rank_s_capture_end_after_the_kv_commit_is_a_mention():
     """vLLM 0.34 commits the KV cache after the capture (allocating again): TP1's `Graph
     capturing finished` a second after TP0's commit re-entered cuda_graph (allocating 2 s of

@@ -173,7 +173,9 @@ def test_a_draft_loaded_by_two_dp_replicas_steps_back_once(tmp_path):
     lines += [f"[2026-12-01 10:05:11 {r}] Load weight end. elapsed=150.52 s, "
               f"type=Glm4MoeForCausalLMNextN, avail mem=106.71 GB, mem usage=0.90 GB." for r in ranks]
     kv = next(i for i, x in enumerate(src) if "KV Cache is allocated" in x)
-    lines += [x.replace(" TP0]", " DP0 TP0]") for x in src[kv:]]
+    # each group's TP0 sizes its KV pool and captures (each replica is its own TP group)
+    lines += [y for x in src[kv:] for y in ([x.replace(" TP0]", f" DP{d} TP0]") for d in (0, 1)]
+                                             if " TP0]" in x else [x])]
     pipe, changes = LogPipeline(load_pack("sglang")), []
     for i, x in enumerate(lines):
         changes += [(e.old, e.new) for e in pipe.feed((x + "\n").encode(), 1000.0 + i)

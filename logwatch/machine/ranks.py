@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -142,3 +143,48 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
     if pos > (pack.phase_index(rp.phase), rp.finished):
         rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
         rp.advances.append((pos[0], pos[1], now))
+
+
+
+# `DP1` leading a rank tag: vLLM's `EngineCore_DP1` / `Worker_DP1_TP0`, SGLang's `DP1 TP3`
+# (not SGLang's `MOE_DP1`, an expert group inside one replica)
+_REPLICA = re.compile(r"^(DP\d+)(?=[ _]|$)")
+
+
+def replica_of(rank: str) -> str:
+    """The data-parallel replica a rank belongs to (`DP1` of `DP1_TP0`), "" for none."""
+    m = _REPLICA.search(rank)
+    return m.group(1) if m else ""
+
+
+def replica_positions(pack: RulePack, ranks: dict[str, RankProgress]) -> dict[str, tuple[int, bool]]:
+    """How far each data-parallel replica got: the furthest of its ranks (a TP group moves
+    together).  A replica still in the first phase is left out: a dense model's engine core
+    with TP > 1 prints only its launch and, after the capture, its KV cache; its workers
+    carry no DP tag (0.34 `reconfigure_for_independent_dp_rank`: `Worker_TP0` in each)."""
+    out: dict[str, tuple[int, bool]] = {}
+    for rank, rp in ranks.items():
+        replica = replica_of(rank)
+        pos = (pack.phase_index(rp.phase), rp.finished)
+        if replica and pos[0] > 0 and pos > out.get(replica, (-1, False)):
+            out[replica] = pos
+    return out
+
+
+def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, rank: str) -> bool:
+    """May this line move the main line, with data-parallel replicas starting apart?  The
+    startup is where its slowest replica is: vLLM `-dp 2` engine cores load, compile and
+    capture at their own paces, and the fastest one's capture while another still loads
+    flipped the phase back and forth (cuda_graph, allocating, cuda_graph) and timed the slow
+    one's load as the fast one's phases.  Not past the slowest replica's phase; a `begins`
+    marker (the KV commit after the capture) only from the slowest; an untagged line (a
+    bar: no replica named) at most one phase past it, once it ended its phase."""
+    pos = replica_positions(pack, ranks)
+    if len(pos) < 2 or rule.phase is None:
+        return True
+    slowest = min(pos.values())
+    target = pack.phase_index(rule.phase)
+    mine = pos.get(replica_of(rank)) if rank else None
+    if mine is None:
+        return target <= slowest[0] + (1 if slowest[1] else 0)
+    return target <= slowest[0] and (not rule.begins or mine == slowest)

@@ -21,7 +21,7 @@ from .events import (
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
-from .ranks import advance_rank
+from .ranks import advance_rank, replicas_allow
 from .rates import next_progress
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
@@ -369,6 +369,9 @@ class StartupMachine:
             return
         if target == READY and not servers_ready(self.pack, state, obs):
             return
+        if target != READY and self._replicas_apart(state) and \
+                not replicas_allow(self.pack, state.ranks, rule, self.pack.rank_of(obs.text)):
+            return     # a faster data-parallel replica: the startup is where the slowest is
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
         if new_i > cur_i and ends_a_phase_left(self.pack, state, rule, obs.text):
@@ -404,6 +407,12 @@ class StartupMachine:
             # a rule that begins a phase moves there whatever the order (vLLM 0.34: the JIT
             # warmup after the KV estimate, the KV commit after capture)
             self._enter(state, target, obs, now, events)
+
+    def _replicas_apart(self, state: State) -> bool:
+        """Do this launch's data-parallel replicas start apart (the pack's `replicas:`)?"""
+        unless = self.pack.replicas_unless
+        return unless is not None and bool(self.pack.ranks) and \
+            not any(state.args.get(a) is True for a in unless)
 
     def _rank_went_past(self, state: State, rule: Rule, obs: Observation, new_i: int) -> bool:
         """A `reenter: own_rank` rule steps back only on a line whose rank had itself got

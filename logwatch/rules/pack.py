@@ -85,7 +85,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records", "prelaunch", "ready_hints", "roles", "gpus")
+             "user_content", "records", "prelaunch", "ready_hints", "roles", "gpus", "replicas")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -297,6 +297,10 @@ class RulePack:
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
     gpus: GpuCountSpec | None = None   # the GPUs of a node a launch uses, from its args
+    # data-parallel replicas (`DP1` ranks) start apart and the startup is where the slowest
+    # is (machine/ranks.py `replicas_allow`), unless one of these launch args is true; None:
+    # the pack's ranks are never compared so
+    replicas_unless: tuple[str, ...] | None = None
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -478,6 +482,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     follower = _follower(src, doc["follower"], rules, phases) \
         if doc.get("follower") is not None else (base.follower if base else None)
     gpus = _gpus(src, doc["gpus"]) if doc.get("gpus") is not None else (base.gpus if base else None)
+    replicas = _replicas(src, doc["replicas"]) if "replicas" in doc \
+        else (base.replicas_unless if base else None)
     envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
         else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
     user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
@@ -497,7 +503,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
         servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
-        gpus=gpus,
+        gpus=gpus, replicas_unless=replicas,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -897,6 +903,19 @@ def _probe(src: str, value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if not isinstance(off, list) or not all(isinstance(x, str) and x for x in off):
         raise PackError(src, "a list of argument names", key="probe.off_args")
     return tuple(paths), tuple(off)
+
+
+def _replicas(src: str, value: Any) -> tuple[str, ...]:
+    """`replicas: {unless: [enable_dp_attention]}`: the pack's `DP1` ranks are replicas that
+    start apart (vLLM's engine cores, SGLang's `--dp` groups), unless one of these launch
+    args is true (SGLang's attention data parallelism: the DP ranks are one model, and its
+    rank 0 alone prints some milestones)."""
+    if not isinstance(value, dict) or set(value) - {"unless"}:
+        raise PackError(src, "must be a mapping {unless: [ARG, ...]}", key="replicas")
+    unless = value.get("unless") or []
+    if not isinstance(unless, list) or not all(isinstance(x, str) and x for x in unless):
+        raise PackError(src, "a list of argument names", key="replicas.unless")
+    return tuple(unless)
 
 
 def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
