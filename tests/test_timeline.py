@@ -125,21 +125,55 @@ def _phase_moves(lines: list[str], pack: str) -> list[str]:
     return moves
 
 
+def _replayed_dp(name: str):
+    """A vLLM 0.34 DP startup replayed, its phases once each but the KV commit's."""
+    st_ = replay(name)
+    assert main_phases(st_) == ["launching", "loading_shards", "autotune", "allocating",
+                                "cuda_graph", "allocating", "ready"]
+    return st_, st_.durations()
+
+
 def test_vllm_dp_engines_move_the_startup_when_the_slowest_does():
     """`vllm serve -dp 2`: engine core DP1 reads its weights 30 s longer than DP0, which
     compiles, sizes and captures meanwhile (0.34 v1/engine/core.py, one engine per DP rank).
     Before: DP0's capture and KV commit moved the startup, and DP1's own steps came back
     after them: cuda_graph, allocating, cuda_graph (re-entered); loading 11 s of 41."""
     path = BUILT / "vllm-034-dp2-slow-engine.log"
-    st_ = replay_file(str(path)).state
-    assert main_phases(st_) == ["launching", "loading_shards", "autotune", "allocating",
-                                "cuda_graph", "allocating", "ready"]
-    d = st_.durations()
+    st_, d = _replayed_dp(path.name)
     # DP1's `Model loading took` at 10:00:49, its capture 10:01:07 -> 10:01:18
     assert d["loading_shards"] == 41.0 and d["cuda_graph"] == 11.0, d
     assert st_.ready_in() == 83.0
     moves = _phase_moves(path.read_text().splitlines(), "vllm")
     assert moves == main_phases(st_), moves
+
+
+def test_dense_vllm_dp_engines_with_tp_move_the_startup_when_the_slowest_does():
+    """`vllm serve -dp 2 -tp 2` of a dense model: each engine core is reconfigured to DP 1
+    (0.34 core.py:1727 `reconfigure_for_independent_dp_rank`), so both engines' workers
+    print `(Worker_TP0 pid=N)`; DP1's read their weights 30 s longer.  Before: loading 32 s
+    of 63, and DP1's capture bar after DP0's KV commit re-entered cuda_graph until ready
+    (the commit then never came back: DP1's was a mention)."""
+    path = BUILT / "vllm-034-dp2-tp2-dense.log"
+    st_, d = _replayed_dp(path.name)
+    # DP1's `Model loading took` at 10:01:11; its capture ends at 10:02:20, commit at :21
+    assert d["loading_shards"] == 63.0 and d["allocating"] == 5.0, d
+    assert sorted(st_.lanes) == ["TP0 pid=200", "TP0 pid=210", "TP1 pid=201", "TP1 pid=211"]
+    # a daemon restarted mid-startup goes on from its checkpoint
+    lines = path.read_text().splitlines()
+    half = next(i for i, x in enumerate(lines) if "Worker_TP0 pid=200" in x and "capturing" in x)
+    pipe = feed(lines[:half], "vllm")
+    again = LogPipeline(load_pack("vllm"))
+    again.state = state_from_json(state_to_json(pipe.state))
+    again.feed("".join(x + "\n" for x in lines[half:]).encode(), 1_000.0)
+    again.finish(1_000.0)
+    assert again.state.durations() == d
+
+
+def test_the_processes_kept_per_startup_are_bounded():
+    """One `Worker_TP0` process per line, 1000 of them (untrusted input): 64 kept."""
+    lines = [f"(Worker_TP0 pid={1000 + i}) INFO 12-01 10:00:{i % 60:02d} [model_runner.py:412] "
+             "Loading model from scratch..." for i in range(1000)]
+    assert len(feed(lines, "vllm").state.lanes) == 64
 
 
 def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():

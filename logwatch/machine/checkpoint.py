@@ -80,7 +80,7 @@ def state_from_json(d: dict[str, object]) -> State:
                                     _last(v.get("last")),  # type: ignore[union-attr]
                                     v.get("up") is True)  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
-        begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        lanes=_lanes(d.get("lanes")), begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
         ready_by_endpoint=bool(d.get("ready_by_endpoint", False)), mid_startup=bool(d.get("mid_startup", False)),
@@ -137,3 +137,11 @@ def _spans(items: list[dict[str, object]]) -> list[Span]:
         if cur.open:
             cur.close(nxt.at, nxt.log_time)
     return spans
+
+
+def _lanes(value: object) -> dict[str, tuple[int, bool]]:
+    """`State.lanes` from JSON (`{"TP0 pid=200": [3, false]}`); what is not that is left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): (int(v[0]), bool(v[1])) for k, v in value.items()
+            if isinstance(v, list) and len(v) == 2 and type(v[0]) is int}

@@ -157,12 +157,46 @@ def replica_of(rank: str) -> str:
     return m.group(1) if m else ""
 
 
-def replica_positions(pack: RulePack, ranks: dict[str, RankProgress]) -> dict[str, tuple[int, bool]]:
+# a rank's process, `(Worker_TP0 pid=200)`: where the tag alone does not say which replica
+# it serves, the process does (`State.lanes`)
+_PID = r"(?:\b|_)%s pid=(\d{1,10})[,)]"
+MAX_LANES = 64      # processes kept per startup (untrusted input: bounded)
+
+
+def lane_of(rank: str, text: str) -> str:
+    """`TP0 pid=200` for a line of `(Worker_TP0 pid=200)` whose rank names no replica; ""
+    otherwise (a replica's rank, or no pid in the tag)."""
+    if not rank or replica_of(rank) or " " in rank:
+        return ""
+    m = re.search(_PID % re.escape(rank), text[:256])
+    return f"{rank} pid={m.group(1)}" if m else ""
+
+
+def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line) -> None:
+    """How far each process of a replica-less rank got (its furthest marker)."""
+    rule = obs.rule
+    lane = lane_of(pack.rank_of(obs.text), obs.text) if rule.phase else ""
+    if not lane or (lane not in lanes and len(lanes) >= MAX_LANES):
+        return
+    pos = (pack.phase_index(rule.phase or ""), rule.finishes)
+    if pos > lanes.get(lane, (-1, False)):
+        lanes[lane] = pos
+
+
+def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
+                      lanes: dict[str, tuple[int, bool]] | None = None
+                      ) -> dict[str, tuple[int, bool]]:
     """How far each data-parallel replica got: the furthest of its ranks (a TP group moves
-    together).  A replica still in the first phase is left out: a dense model's engine core
-    with TP > 1 prints only its launch and, after the capture, its KV cache; its workers
-    carry no DP tag (0.34 `reconfigure_for_independent_dp_rank`: `Worker_TP0` in each)."""
-    out: dict[str, tuple[int, bool]] = {}
+    together).  A replica still in the first phase is left out.  A dense model's workers
+    carry no DP tag (0.34 `reconfigure_for_independent_dp_rank`: `Worker_TP0` in every
+    engine): where one rank tag has several processes (`lanes`), each process stands for
+    its replica, and the engine cores are left out (`EngineCore_DP1` prints its launch,
+    then only after its workers' capture: the KV cache size, `init engine`)."""
+    tags = [lane.split(" pid=")[0] for lane in lanes or {}]
+    out = {lane: pos for lane, pos in (lanes or {}).items()
+           if tags.count(lane.split(" pid=")[0]) > 1 and pos[0] > 0}
+    if out:
+        return out
     for rank, rp in ranks.items():
         replica = replica_of(rank)
         pos = (pack.phase_index(rp.phase), rp.finished)
@@ -171,7 +205,8 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress]) -> dict[st
     return out
 
 
-def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, rank: str) -> bool:
+def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, text: str,
+                   lanes: dict[str, tuple[int, bool]] | None = None) -> bool:
     """May this line move the main line, with data-parallel replicas starting apart?  The
     startup is where its slowest replica is: vLLM `-dp 2` engine cores load, compile and
     capture at their own paces, and the fastest one's capture while another still loads
@@ -179,12 +214,13 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, r
     one's load as the fast one's phases.  Not past the slowest replica's phase; a `begins`
     marker (the KV commit after the capture) only from the slowest; an untagged line (a
     bar: no replica named) at most one phase past it, once it ended its phase."""
-    pos = replica_positions(pack, ranks)
+    pos = replica_positions(pack, ranks, lanes)
     if len(pos) < 2 or rule.phase is None:
         return True
     slowest = min(pos.values())
     target = pack.phase_index(rule.phase)
-    mine = pos.get(replica_of(rank)) if rank else None
+    rank = pack.rank_of(text)
+    mine = pos.get(replica_of(rank)) or pos.get(lane_of(rank, text)) if rank else None
     if mine is None:
         return target <= slowest[0] + (1 if slowest[1] else 0)
     return target <= slowest[0] and (not rule.begins or mine == slowest)

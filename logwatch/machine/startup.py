@@ -21,7 +21,7 @@ from .events import (
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
-from .ranks import advance_rank, replicas_allow
+from .ranks import advance_lane, advance_rank, replicas_allow
 from .rates import next_progress
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
@@ -112,6 +112,7 @@ class StartupMachine:
         self._launch_facts(state, obs, parsed)
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now)
+            advance_lane(self.pack, state.lanes, obs)
         if state.phase == CRASHED and not self._while_crashed(state, obs, now, events):
             return events
         if state.phase == STOPPED and not (rule.crash and rule.when and STOPPED in rule.when):
@@ -370,7 +371,7 @@ class StartupMachine:
         if target == READY and not servers_ready(self.pack, state, obs):
             return
         if target != READY and self._replicas_apart(state) and \
-                not replicas_allow(self.pack, state.ranks, rule, self.pack.rank_of(obs.text)):
+                not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes):
             return     # a faster data-parallel replica: the startup is where the slowest is
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)

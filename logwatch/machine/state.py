@@ -158,6 +158,10 @@ class State:
     deferred: "PhaseChanged | None" = None  # the unannounced entry of a provisional phase
     endpoint: str | None = None           # the address the server said it listens on
     ranks: dict[str, RankProgress] = field(default_factory=dict)  # per rank tag, this startup
+    # per process of a rank that names no replica (`TP0 pid=200`): how far it got (phase
+    # index, finished); one tag in several processes is one process per replica (vLLM's
+    # dense `-dp 2 -tp 2`: `Worker_TP0` in each engine)
+    lanes: dict[str, tuple[int, bool]] = field(default_factory=dict)
     begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
     servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
     supervised: bool = False              # a launcher of several servers began this launch
