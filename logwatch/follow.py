@@ -227,14 +227,14 @@ class Follower:
         """Where to resume: after the last complete line handed to the rules."""
         if self.next_offset is None or self.pipe is None:
             return None
-        consumed = self.pipe.framer.consumed_offset
+        consumed, line_number = self.pipe.resume_at()
         held = self.next_offset - consumed
         tail_sha = None
         if 0 <= held and held + min(consumed, TAIL_BYTES) <= len(self._roll):
             end = len(self._roll) - held
             tail_sha = digest(bytes(self._roll[max(0, end - min(consumed, TAIL_BYTES)):end]))
         ident = getattr(self.source, "current_identity", None) or self.identity
-        return Position(consumed, self.pipe.framer.line_number, ident, tail_sha,
+        return Position(consumed, line_number, ident, tail_sha,
                         self.source.name)
 
     def handle(self, ev: object, now: float | None = None) -> list[Event]:

@@ -15,6 +15,7 @@ demand, into `Line`s.  Two consumers exist:
 from __future__ import annotations
 
 import bisect
+import copy
 import datetime
 import functools
 import json
@@ -408,6 +409,21 @@ class Framer:
 
     def _count_cut(self, n: int) -> None:
         self.cut_bytes_total += n
+
+
+def peek(framer: Framer, received_at: float) -> tuple[Block | None, int, int]:
+    """The block `framer.flush` would release now, its bytes still held: the next bytes
+    continue them, and the block that completes the line holds all of it again (before,
+    the unfinished line was released for good: a line cut mid-write and finished after a
+    quiet was read as two, neither matching its rule).  With the offset and line number
+    after it.  The caller tells the repeat from the news (`pipeline.ShownLine`).  Costs a
+    copy of the framer's small state and of the held bytes (at most `max_line_bytes`)."""
+    framer.settle()
+    trial = copy.copy(framer)
+    # (what a final block changes: whether the stream folds rows, is JSON records)
+    trial._folds, trial._json = copy.deepcopy(framer._folds), copy.deepcopy(framer._json)
+    block = trial.flush(received_at)
+    return block, trial.consumed_offset, trial.line_number
 
 
 _ANSI_B = re.compile(TERMINAL_ESCAPES.encode())

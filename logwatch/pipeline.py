@@ -7,11 +7,12 @@ and the daemon; sources only decide where the bytes come from.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass, field
 from typing import Callable
 
 from .counters import Counters, count_events
 from .lines import (
-    DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, segment_text, split_glued,
+    DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, peek, segment_text, split_glued,
 )
 from .machine import (
     Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupBegan,
@@ -198,6 +199,71 @@ class ExcerptCollector:
         return True
 
 
+@dataclass(slots=True)
+class ShownLine:
+    """What reading the unfinished last line (`LogPipeline.read_open_line`) took, until the
+    block that releases those bytes for good is read: its hits are not taken again, nor
+    its lines counted again; what the line says only once whole is taken then."""
+
+    held: tuple[int, int] | None = None  # the framer's held bytes when last read
+    end: tuple[int, int] = (-1, 0)       # the offset and line number after them
+    # (segment offset, rule id) -> hits taken there; and of the block read now, seen so far
+    hits: dict[tuple[int, str], int] = field(default_factory=dict)
+    nth: dict[tuple[int, str], int] = field(default_factory=dict)
+    lines: int = 0        # lines the shown block ended (newlines and joins), counted
+    newlines: int = 0     # of them newlines
+    # the unfinished last line was read and counted: the newline that ends it later (the
+    # writer went on) is not another line
+    open_counted: bool = False
+
+    def admit(self, hit: Hit, shown: bool) -> bool:
+        """Whether to take a hit (`shown`: of held bytes): not when it was taken as they
+        were shown (the same rule on the same segment, as often: the line went on)."""
+        if not self.hits and not shown:
+            return True
+        key = (hit.offset, hit.rule.id)
+        n = self.nth[key] = self.nth.get(key, 0) + 1
+        if n <= self.hits.get(key, 0):
+            return False
+        if shown:
+            self.hits[key] = n
+        return True
+
+    def peek(self, framer: Framer, now: float) -> Block | None:
+        """The framer's held bytes as a block (`lines.peek`), or None when there are none or
+        none new since the last time: a quiet log is read once, not at every tick."""
+        held = (framer.consumed_offset, len(framer.pending))
+        if not framer.pending or held == self.held:
+            return None
+        block, end, line_number = peek(framer, now)
+        self.held, self.end = held, (end, line_number)
+        return block
+
+    def count(self, block: Block, shown: bool, mid_line: bool) -> int:
+        """The lines `block` adds to the count: each physical line once (a block that
+        releases shown bytes begins with them; the lines they ended were counted when they
+        were shown, and so was the unfinished one: `mid_line`, the input ends inside it)."""
+        newlines = block.newlines()
+        lines = newlines + len(block.joins)
+        add = max(lines - self.lines, 0)
+        if shown:
+            self.lines, self.newlines = max(lines, self.lines), max(newlines, self.newlines)
+            if mid_line and not self.open_counted:
+                add += 1                   # read: a line, though its `\n` may come
+                self.open_counted = True
+            return add
+        if self.open_counted and newlines > self.newlines:
+            add -= 1                       # the line read after a quiet ends here: counted
+            self.open_counted = False
+        self.lines = self.newlines = 0
+        return add
+
+    def released(self, offset: int) -> None:
+        """Bytes before `offset` were read for good: forget what was shown of them."""
+        if self.hits:
+            self.hits = {k: v for k, v in self.hits.items() if k[0] >= offset}
+
+
 class LogPipeline:
     """Framing, matching and the startup machine for one log."""
 
@@ -225,9 +291,7 @@ class LogPipeline:
         self.counters = counters if counters is not None else Counters()
         self._count_own_reasons()
         self.excerpt = ExcerptCollector(self.matcher.withheld)
-        # the unfinished last line was read after a quiet (`tick`) and counted: the newline
-        # that ends it later (the writer went on) is not another line
-        self._open_line_counted = False
+        self._shown = ShownLine()    # what reading the unfinished line took (`tick`)
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
         self.on_step: Callable[[list[Event], State], None] | None = None
@@ -270,9 +334,9 @@ class LogPipeline:
         block = self.framer.flush(now)
         self.counters.lines_cut += self.framer.lines_cut_total - cut
         events = self._block(block, now) if block is not None else []
-        if self.framer.mid_line and not self._open_line_counted:
+        if self.framer.mid_line and not self._shown.open_counted:
             self.counters.lines += 1   # the last line had no `\n` (a bar's last `\r` frame too)
-        self._open_line_counted = False
+        self._shown = ShownLine()
         self.excerpt.finish()
         return events
 
@@ -282,6 +346,7 @@ class LogPipeline:
         on; what the old pack read stays read (the caller says whether this is a relaunch:
         `State.relaunched`)."""
         self.state, self.framer, self.counters = before.state, before.framer, before.counters
+        self._shown = before._shown    # (what was read of its unfinished line, by either)
         self._count_own_reasons()
 
     def _count_own_reasons(self) -> None:
@@ -293,6 +358,13 @@ class LogPipeline:
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=self.framer.max_line_bytes,
                              records=self.framer.records)
+
+    def resume_at(self) -> tuple[int, int]:
+        """Where a restart resumes (offset, line number): after the lines read, and after
+        the unfinished one shown (as before it was held): what it said is not said twice."""
+        if self._shown.end[0] > self.framer.consumed_offset:
+            return self._shown.end
+        return self.framer.consumed_offset, self.framer.line_number
 
     def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
         """The source moved to another file (rotation, truncation): close the old one's last
@@ -312,7 +384,7 @@ class LogPipeline:
         """Time passed (`reading`: the log can be read now, its silence is the server's:
         `StartupMachine.tick`)."""
         st = self.state
-        events = self.read_open_line(now) if self._last_line_is_all(now) else []
+        events = self.read_open_line(now) if open_line_due(self.machine, st, now) else []
         ticked = self.machine.tick(st, now, reading)
         if ticked and self.on_step is not None:
             self.on_step(ticked, st)
@@ -320,14 +392,13 @@ class LogPipeline:
 
     def read_open_line(self, now: float) -> list[Event]:
         """The unfinished last line read as a line now, its `\n` free to come (the log quiet
-        mid-line: `tick`, or a first attach to a file long unwritten: CatchUp.end)."""
-        if not self.framer.pending:
+        mid-line: `tick`, or a first attach to a file long unwritten: CatchUp.end).  Its bytes
+        stay held (`ShownLine.peek`): when the writer goes on, the whole line is read (before,
+        the rest was a line of its own: `Load weight be`, 6 s, `gin. avail ...`: no phase)."""
+        block = self._shown.peek(self.framer, now)
+        if block is None:
             return []
-        block = self.framer.flush(now)
-        events = self._block(block, now) if block is not None else []
-        if block is not None and not self._open_line_counted:
-            self.counters.lines += 1     # read: a line, though its `\n` may come
-            self._open_line_counted = True
+        events = self._block(block, now, shown=True)
         self.excerpt.finish()
         return self._counted(events)
 
@@ -339,41 +410,32 @@ class LogPipeline:
             self.on_step(events, self.state)
         return self._counted(events)
 
-    def _last_line_is_all(self, now: float) -> bool:
-        """The log's last line never got its newline: read it as a line once the log has
-        been quiet PARTIAL_LINE_QUIET (a server killed mid-line; TensorRT-LLM's crash record
-        glued to a bar frame: before, the daemon and watch never read it, and the crash was
-        never seen, where replay saw it), or sooner when a crash is about to be final (a
-        dead server writes nothing more: that line is often the exception message)."""
-        st = self.state
-        if st.phase == CRASHED and not st.crash_settled and self.machine.crash_is_final(st, now):
-            return True
-        return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
-
     def _counted(self, events: list[Event]) -> list[Event]:
         if events:   # startups, settled crashes, durations
             count_events(self.counters, events, self.counts_crash)
         return events
 
-    def _block(self, block: Block, now: float) -> list[Event]:
+    def _block(self, block: Block, now: float, shown: bool = False) -> list[Event]:
+        """The block's hits through the machine (`shown`: held bytes: `read_open_line`)."""
         self.excerpt.continue_block(block)
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
+        self._shown.nth = {}
         for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
             if self.halted:
                 break
-            events.extend(self._hit(hit, block, now))
+            events.extend(self._hit(hit, block, now, shown))
         self.counters.rule_errors += self.matcher.errors - errors_before
-        newlines = block.newlines()
-        self.counters.lines += newlines + len(block.joins)
-        if self._open_line_counted and newlines:
-            self.counters.lines -= 1       # the line read after a quiet ends here: counted
-            self._open_line_counted = False
-        self.excerpt.end_block(block)
+        self.counters.lines += self._shown.count(block, shown, self.framer.mid_line)
+        if not shown:      # (the shown bytes are in the block that releases them)
+            self._shown.released(self.framer.consumed_offset)
+            self.excerpt.end_block(block)
         return events
 
-    def _hit(self, hit: Hit, block: Block, now: float) -> list[Event]:
+    def _hit(self, hit: Hit, block: Block, now: float, shown: bool = False) -> list[Event]:
         rid = hit.rule.id
+        if not self._shown.admit(hit, shown):
+            return []                      # (taken when it was shown)
         matches = self.counters.rule_matches
         matches[rid] = matches.get(rid, 0) + 1
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
@@ -398,6 +460,17 @@ class LogPipeline:
         if events and self.on_step is not None:
             self.on_step(events, self.state)
         return events
+
+
+def open_line_due(machine: StartupMachine, st: State, now: float) -> bool:
+    """The log's last line never got its newline: read it as a line once the log has
+    been quiet PARTIAL_LINE_QUIET (a server killed mid-line; TensorRT-LLM's crash record
+    glued to a bar frame: before, the daemon and watch never read it, and the crash was
+    never seen, where replay saw it), or sooner when a crash is about to be final (a
+    dead server writes nothing more: that line is often the exception message)."""
+    if st.phase == CRASHED and not st.crash_settled and machine.crash_is_final(st, now):
+        return True
+    return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
 
 
 def step_keeping_verdict(pipe: LogPipeline, obs: Observation, now: float) -> list[Event]:
