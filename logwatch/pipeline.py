@@ -12,14 +12,15 @@ from typing import Callable
 
 from .counters import Counters, count_events
 from .lines import (
-    DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, peek, segment_text, split_glued,
+    DEFAULT_MAX_LINE_BYTES, RECORD_LINE_BREAK, Block, Framer, peek, progress_frame,
+    segment_text, split_glued,
 )
 from .machine import (
     Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupBegan,
     StartupMachine, State,
 )
 from .rules.matcher import Hit, shared_matcher
-from .rules.pack import CRASHED, STOPPED, RulePack, record_forms
+from .rules.pack import CRASHED, STOPPED, Rule, RulePack, record_forms
 from .rules.timestamps import LogClock
 
 EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
@@ -199,6 +200,21 @@ class ExcerptCollector:
         return True
 
 
+def cut_figures(rule: Rule, fields: dict[str, str], text: str) -> str:
+    """How much of a line read before its end (no `\\n` or `\\r` after it yet: a quiet
+    log's last line, a file's last bytes) a figures rule may take: "whole", "cut" (its
+    counts, not a rate: a bar frame cut inside its `[elapsed<left, rate]`) or "drop" (a
+    figure ends where the line does, so it may be cut short: `667/1` of `667/1417`).  A
+    phase or crash rule takes the line as it is: what it says matters more than a figure."""
+    if not (rule.progress or rule.stats):
+        return "whole"
+    if any(v and text.endswith(v) for v in fields.values()):
+        return "drop"
+    if rule.progress and progress_frame(text) is None:
+        return "cut"
+    return "whole"
+
+
 @dataclass(slots=True)
 class ShownLine:
     """What reading the unfinished last line (`LogPipeline.read_open_line`) took, until the
@@ -207,8 +223,9 @@ class ShownLine:
 
     held: tuple[int, int] | None = None  # the framer's held bytes when last read
     end: tuple[int, int] = (-1, 0)       # the offset and line number after them
-    # (segment offset, rule id) -> hits taken there; and of the block read now, seen so far
-    hits: dict[tuple[int, str], int] = field(default_factory=dict)
+    # (segment offset, rule id) -> per hit there: taken whole (False: its figures cut, None:
+    # not taken); and of the block read now, the hits seen so far
+    hits: dict[tuple[int, str], list[bool | None]] = field(default_factory=dict)
     nth: dict[tuple[int, str], int] = field(default_factory=dict)
     lines: int = 0        # lines the shown block ended (newlines and joins), counted
     newlines: int = 0     # of them newlines
@@ -216,18 +233,27 @@ class ShownLine:
     # writer went on) is not another line
     open_counted: bool = False
 
-    def admit(self, hit: Hit, shown: bool) -> bool:
-        """Whether to take a hit (`shown`: of held bytes): not when it was taken as they
-        were shown (the same rule on the same segment, as often: the line went on)."""
+    def admit(self, hit: Hit, open_end: bool, shown: bool) -> tuple[str, bool] | None:
+        """How to take a hit (`open_end`: on the block's unfinished last segment; `shown`:
+        of held bytes): None not now (taken as they were shown, the same rule on the same
+        segment; or a figure cut short, taken when whole), else how it reads
+        (`cut_figures`) and whether it is a new match (not a cut one taken again whole)."""
+        read = cut_figures(hit.rule, hit.fields, hit.text) if open_end else "whole"
         if not self.hits and not shown:
-            return True
+            return None if read == "drop" else (read, True)
         key = (hit.offset, hit.rule.id)
         n = self.nth[key] = self.nth.get(key, 0) + 1
-        if n <= self.hits.get(key, 0):
-            return False
+        seen = self.hits.get(key, [])
+        before = seen[n - 1] if n <= len(seen) else None   # True whole, False cut
+        if read == "drop" or before is True or (before is False and read == "cut"):
+            return None
         if shown:
-            self.hits[key] = n
-        return True
+            seen = self.hits.setdefault(key, seen)
+            seen.extend([None] * (n - len(seen)))
+            seen[n - 1] = read == "whole"
+        if read == "cut":
+            hit.fields = {k: v for k, v in hit.fields.items() if k != "rate"}
+        return read, before is None
 
     def peek(self, framer: Framer, now: float) -> Block | None:
         """The framer's held bytes as a block (`lines.peek`), or None when there are none or
@@ -421,10 +447,11 @@ class LogPipeline:
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
         self._shown.nth = {}
+        open_at = _open_segment(block.data) if shown or not self.framer.pending else None
         for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
             if self.halted:
                 break
-            events.extend(self._hit(hit, block, now, shown))
+            events.extend(self._hit(hit, block, now, hit.block_pos == open_at, shown))
         self.counters.rule_errors += self.matcher.errors - errors_before
         self.counters.lines += self._shown.count(block, shown, self.framer.mid_line)
         if not shown:      # (the shown bytes are in the block that releases them)
@@ -432,12 +459,15 @@ class LogPipeline:
             self.excerpt.end_block(block)
         return events
 
-    def _hit(self, hit: Hit, block: Block, now: float, shown: bool = False) -> list[Event]:
+    def _hit(self, hit: Hit, block: Block, now: float, open_end: bool = False,
+             shown: bool = False) -> list[Event]:
         rid = hit.rule.id
-        if not self._shown.admit(hit, shown):
-            return []                      # (taken when it was shown)
-        matches = self.counters.rule_matches
-        matches[rid] = matches.get(rid, 0) + 1
+        admitted = self._shown.admit(hit, open_end, shown)
+        if admitted is None:
+            return []
+        read, new = admitted
+        matches = self.counters.rule_matches   # (one match, though taken again whole)
+        matches[rid] = matches.get(rid, 0) + new
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
         hit.own_stamp = own = bool(stamp and stamp.own)
         pos, data = hit.block_pos, block.data
@@ -447,7 +477,7 @@ class LogPipeline:
             offset = block.raw_offset(data.rfind(b"\n", 0, pos) + 1)
         obs = Observation(hit.rule, hit.fields, hit.text, hit.line_number,
                           stamp.seconds if stamp else None, stamp.text if stamp else None,
-                          own, offset, hit.proc)
+                          own, offset, hit.proc, read == "cut")
         events = step_keeping_verdict(self, obs, now)
         for ev in events:
             if isinstance(ev, Crashed):
@@ -471,6 +501,14 @@ def open_line_due(machine: StartupMachine, st: State, now: float) -> bool:
     if st.phase == CRASHED and not st.crash_settled and machine.crash_is_final(st, now):
         return True
     return st.last_activity is not None and now - st.last_activity >= PARTIAL_LINE_QUIET
+
+
+def _open_segment(data: bytes) -> int | None:
+    """Where the block's last segment begins when it has no end yet (no `\\n` or `\\r`
+    after it: held bytes shown, or the final ones); None when it has one."""
+    if not data or data[-1] in b"\r\n":
+        return None
+    return max(data.rfind(b"\n"), data.rfind(b"\r")) + 1
 
 
 def step_keeping_verdict(pipe: LogPipeline, obs: Observation, now: float) -> list[Event]:

@@ -63,12 +63,14 @@ def parse_rate(text: str | None) -> float | None:
 
 
 def next_progress(prev: ProgressState | None, cur: int, total: int, rate_text: str | None,
-                  own_log: float | None, now: float) -> ProgressState:
+                  own_log: float | None, now: float, measure: bool = True) -> ProgressState:
     """The counter after a bar printed `cur/total` (with tqdm's rate when it had one): the
     rate is measured between frames (the log's clock when both had their own stamp) and
-    smoothed while the total stays the same."""
+    smoothed while the total stays the same.  `measure=False`: a frame read before its end
+    (its rate field cut off) keeps the rate as it was: measured against the frame before,
+    such a frame of a 10.00s/it bar read 0.669/s."""
     rate = parse_rate(rate_text)
-    if rate is None and prev is not None and cur > prev.current:
+    if rate is None and measure and prev is not None and cur > prev.current:
         if own_log is not None and prev.updated_log is not None:
             dt = own_log - prev.updated_log
         else:

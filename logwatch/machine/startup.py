@@ -674,7 +674,8 @@ def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, no
     except (KeyError, ValueError):
         return
     state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
-                                         obs.log_time if obs.own_time else None, now)
+                                         obs.log_time if obs.own_time else None, now,
+                                         measure=not obs.cut)
     state.phase_progress = True
     events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
 

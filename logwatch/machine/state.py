@@ -28,6 +28,8 @@ class Observation:
     own_time: bool = True      # False: log_time was carried forward from an earlier line
     offset: int = 0            # byte offset of the line's start in the log
     proc: str = ""             # the process a wrapper prefix named (compose service ...)
+    cut: bool = False          # read before its end (`pipeline.cut_figures`): a rate is not
+                               # measured from it
 
 
 def startup_id_of(obs: Observation) -> str:
