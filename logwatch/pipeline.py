@@ -93,6 +93,9 @@ class ExcerptCollector:
         # this block's read-ahead: (where a physical line taken ends in the block, the
         # excerpt's length after it), the first entry where the block's part began
         self.marks: list[tuple[int, int]] = []
+        # the unfinished line shown in it for now (`show`): its length, chars and withheld
+        # before that line
+        self.provisional: tuple[int, int, int] | None = None
 
     def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
         line_start = block.data.rfind(b"\n", 0, seg_start) + 1
@@ -107,7 +110,7 @@ class ExcerptCollector:
             before = last_lines(tail, block.data, line_start, EXCERPT_BEFORE)
         excerpt.clear()
         self.target = self.taken = excerpt
-        self.chars = 0
+        self.chars, self.provisional = 0, None
         for line in before:
             self._add(line)
         # the crash's own physical line, from its start (frames before the crash segment too);
@@ -118,8 +121,36 @@ class ExcerptCollector:
         self._take(head + block.data[seg_start:seg_start + _TAKE_BYTES], seg_start - len(head))
 
     def stop(self) -> None:
+        self._unshow()
         self.target = None
         self.pending = b""
+
+    def show(self, block: Block) -> None:
+        """Held bytes read before their end (`LogPipeline.read_open_line`): while an excerpt
+        is read, their lines are in it for now, until the block that releases them is read
+        (whole, and the lines after them; before, the excerpt ended at the line shown: a
+        traceback that paused 5 s mid-line lost the rest, its cause line too)."""
+        self.marks = []
+        if self.target is None:
+            return
+        self._unshow()
+        self.provisional = (len(self.target), self.chars, self.withheld)
+        for line in excerpt_lines(self.pending + block.data):
+            if not self._add(line):
+                break
+
+    def after_shown(self) -> None:
+        """After a shown block: an excerpt read on goes on (`show`); one begun in the shown
+        bytes ends with them (what it took of them would be taken again)."""
+        if self.provisional is None:
+            self.finish()
+
+    def _unshow(self) -> None:
+        """Take out the lines `show` put in for now."""
+        if self.provisional is not None and self.target is not None:
+            n, self.chars, self.withheld = self.provisional
+            del self.target[n:]
+        self.provisional = None
 
     def cut_at(self, block: Block, pos: int) -> None:
         """A new startup begins at `pos` of `block`: the lines read ahead from its physical
@@ -153,6 +184,7 @@ class ExcerptCollector:
 
     def finish(self) -> None:
         """End of input: the unfinished last line belongs to the excerpt too."""
+        self._unshow()
         if self.target is not None and self.pending:
             for line in excerpt_lines(self.pending):
                 if not self._add(line):
@@ -165,6 +197,7 @@ class ExcerptCollector:
         could hold them cost a restart loop most of its replay time."""
         if self.target is None:
             return
+        self._unshow()
         # bounded: look at no more bytes than the lines still wanted can hold
         room = EXCERPT_MAX_LINES - len(self.target)
         data = self.pending + raw[: room * _LINE_BYTES]
@@ -425,7 +458,7 @@ class LogPipeline:
         if block is None:
             return []
         events = self._block(block, now, shown=True)
-        self.excerpt.finish()
+        self.excerpt.after_shown()
         return self._counted(events)
 
     def endpoint_answers(self, now: float, said: str) -> list[Event]:
@@ -443,7 +476,7 @@ class LogPipeline:
 
     def _block(self, block: Block, now: float, shown: bool = False) -> list[Event]:
         """The block's hits through the machine (`shown`: held bytes: `read_open_line`)."""
-        self.excerpt.continue_block(block)
+        (self.excerpt.show if shown else self.excerpt.continue_block)(block)
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
         self._shown.nth = {}

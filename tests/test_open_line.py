@@ -78,6 +78,24 @@ def test_what_the_unfinished_line_said_is_not_said_again_when_it_ends() -> None:
     assert pipe.counters.lines == 3
 
 
+def test_a_traceback_that_pauses_mid_line_keeps_its_excerpt_whole() -> None:
+    """The crash's excerpt shows the line cut as it stands while the log is quiet, and
+    the whole line and what follows once the writer goes on.  Before, the excerpt ended at
+    `  File "y.py", li`: the cuda_oom crash's excerpt without its own line."""
+    pipe = LogPipeline(SGLANG)
+    pipe.feed(ARGS + LOAD, 0.0)
+    pipe.feed(b'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\n'
+              b'  File "y.py", li', 1.0)
+    quiet_after(pipe, 1.0)
+    assert pipe.state.crash is not None and pipe.state.crash.excerpt[-1] == '  File "y.py", li'
+    pipe.feed(b"ne 2, in f\n" + OOM + b"\n", 20.0)
+    pipe.tick(40.0)
+    crash = pipe.state.crash
+    assert crash is not None and crash.reason == "cuda_oom"
+    assert crash.excerpt[-3:] == ['  File "x.py", line 1, in <module>',
+                                  '  File "y.py", line 2, in f', OOM.decode()]
+
+
 def test_a_bar_frame_shown_after_a_quiet_is_taken_once_and_its_cut_rate_not_at_all() -> None:
     """The tick reads a stalled bar's last `\\r` frame (the progress shows while the bar
     waits); the next frame continues the bar, the shown one is not taken again.  A frame cut
