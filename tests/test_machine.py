@@ -1500,3 +1500,26 @@ def test_serving_figures_and_their_age_survive_a_restart() -> None:
     hostile["stats_seen"] = {"DP0": None, "DP1": True}
     back = state_from_json(hostile)
     assert back.stats_by == {"DP0": {"ok": 1.0}} and back.stats_seen == {}
+
+
+def test_a_crash_read_back_from_a_checkpoint_takes_the_rest_of_its_lines():
+    """A daemon killed -9 after a crash's `Received sigquit from a child process` line and
+    before the crash settled: its checkpoint's crash read back goes on taking evidence
+    (the exception after it).  Before, its `died` evidence came back as a dict and the next
+    crash line raised AttributeError ('dict' object has no attribute 'line_number'): the
+    restarted target failed, and failed again at each retry from the same checkpoint."""
+    from logwatch.app.simulate import script
+    from logwatch.machine import state_from_json, state_to_json
+    from logwatch.machine.state import Evidence
+    lines = [s.text for s in script(crash="oom", start=1_767_261_600.0)]
+    lines = "".join(lines).splitlines(keepends=True)
+    died = next(i for i, line in enumerate(lines) if "Received sigquit" in line)
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(lines[:died + 1]).encode(), 100.0)
+    assert pipe.state.crash is not None and pipe.state.crash.died is not None
+    again = LogPipeline(load_pack("sglang"))
+    again.state = state_from_json(json.loads(json.dumps(state_to_json(pipe.state))))
+    assert isinstance(again.state.crash.died, Evidence)
+    again.feed(b"[2026-01-01 10:00:43 TP0] Scheduler hit an exception: Traceback (most "
+               b"recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n", 101.0)
+    assert again.state.crash.reason == "cuda_oom", again.state.crash

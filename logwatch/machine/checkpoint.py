@@ -39,16 +39,21 @@ def state_to_json(state: State) -> dict[str, object]:
     return conv(state)  # type: ignore[return-value]
 
 
-def state_from_json(d: dict[str, object]) -> State:
+def crash_from_json(c: dict[str, Any]) -> Crash:
+    """A crash as `state_to_json` wrote it, its evidence back as `Evidence` (`died` too:
+    before, a dict, on which the next crash line after a restart raised AttributeError)."""
     def ev(x: object) -> Evidence | None:
         return known_fields(Evidence, x) if isinstance(x, dict) else None
 
-    crash = None
+    return known_fields(Crash, {**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),
+                                "marker_reason": ev(c.get("marker_reason")),
+                                "died": ev(c.get("died")),
+                                "excerpt": list(c.get("excerpt") or [])})
+
+
+def state_from_json(d: dict[str, object]) -> State:
     c = d.get("crash")
-    if isinstance(c, dict):
-        crash = known_fields(Crash, {**c, "cause": ev(c.get("cause")), "marker": ev(c.get("marker")),
-                                     "marker_reason": ev(c.get("marker_reason")),
-                                     "excerpt": list(c.get("excerpt") or [])})
+    crash = crash_from_json(c) if isinstance(c, dict) else None
     st = State(
         phase=str(d.get("phase", WAITING)), epoch=int(d.get("epoch", 0)),  # type: ignore[arg-type]
         startups=int(d.get("startups", 0)),  # type: ignore[arg-type]
