@@ -30,7 +30,7 @@ from logwatch.app.attachments.probe import ProbeAttachment, ProbePart
 from logwatch.app.config import TargetConfig
 from logwatch.app.target import EtaPart, Target
 from logwatch.machine import Ready, StartupBegan
-from logwatch.rules.pack import READY, load_all_shipped
+from logwatch.rules.pack import READY, load_all_shipped, load_pack
 from logwatch.sources.ssh import SSHPool
 from logwatch.view import TargetView
 from test_eta import T0, _feeder, hung_second_start, startup
@@ -204,3 +204,73 @@ def test_a_catch_up_holds_the_latest_serving_figures_not_one_per_line(
     assert 1 <= len(stats) <= 3, len(stats)
     view = runner.view(time.time())
     assert view.phase == READY and stats[-1].values == view.stats
+
+
+def _read_events(text: str) -> list[Any]:
+    """The machine's events of a whole log, its crash settled (as replay reads it)."""
+    from logwatch.pipeline import LogPipeline
+    pipe = LogPipeline(load_pack("sglang"))
+    return [*pipe.feed(text.encode(), 100.0), *pipe.finish(100.0)]
+
+
+def test_a_catch_up_under_way_is_kept_in_the_checkpoint_and_read_back() -> None:
+    """A checkpoint written while a first attach catches up keeps where the attach ends,
+    the file's last write then and every event held so far (a crash's evidence with it),
+    so that a restarted daemon goes on catching up from there and decides history or
+    news as the first run would have.  A damaged entry is refused (attached afresh, not
+    raised on); the checkpoint's file gone at the restart (attached afresh), what it held
+    is dropped and the new file's attach is caught up on.  Before, nothing was kept: a
+    daemon killed every 2 s read a 95 MB log from its latest startup at each start."""
+    import json
+
+    from logwatch.app.attachments.catchup import CatchUp
+    from logwatch.app.simulate import script
+    from logwatch.machine import CrashSettled
+    from logwatch.machine.state import Evidence
+    from logwatch.sources import Opened
+    events = _read_events("".join(s.text for s in script(crash="oom", start=T0)))
+    crashes = [e for e in events if isinstance(e, CrashSettled)]
+    assert crashes and len({type(e) for e in events}) >= 5, events
+    died = Evidence("child_process_died", "Received sigquit from a child process", 90)
+    crashes.append(dataclasses.replace(crashes[0], crash=dataclasses.replace(
+        crashes[0].crash, died=died)))
+    first = CatchUp()
+    first.opened(Opened(0, 1, None, "attach", True, size=48_000_000, mtime=T0))
+    first.hold(events)
+    first.held_crashes = crashes
+    doc = json.loads(json.dumps(first.saved()))       # as the checkpoint file has it
+    again = CatchUp()
+    again.resume(doc)
+    assert again.catching_up and again.attach_end == 48_000_000
+    assert again.attach_mtime == first.attach_mtime
+    assert again.held == first.held and again.held_crashes == crashes
+    assert again.held_crashes[-1].crash.died == died
+    again.opened(Opened(1_000_000, 5_000, None, "resume", False, size=48_000_000, mtime=T0))
+    assert again.catching_up and again.attach_end == 48_000_000, "a resume goes on"
+    again.opened(Opened(0, 1, None, "attach", True, size=3_000, mtime=T0 + 60))
+    assert again.catching_up and again.attach_end == 3_000 and again.held == []
+    for damage in ({"type": "PhaseChanged", "epoch": "1"}, {"type": "Nope"}, [1], None):
+        broken = json.loads(json.dumps(doc))
+        broken["catching_up"]["held"].append(damage)
+        refused = CatchUp()
+        refused.resume(broken)
+        assert not refused.catching_up and refused.held == [], damage
+
+
+def test_a_catch_up_holds_a_bars_latest_progress_not_one_per_frame() -> None:
+    """A checkpoint shard bar of 5,000 frames read in a catch-up: one `Progress` held, the
+    last (5000/5000), as a run of serving figures is one.  Before, 5,000 were held (memory
+    that grows with the bar, and more than a checkpoint keeps: MAX_SAVED_HELD)."""
+    from logwatch.app.attachments.catchup import CatchUp
+    from logwatch.app.simulate import script
+    from logwatch.machine import Progress
+    from logwatch.pipeline import LogPipeline
+    head = "".join(s.text for s in script(start=T0)).split("Loading safetensors")[0]
+    bar = "".join(f"\rLoading safetensors checkpoint shards: {i // 50:3d}% Completed | "
+                  f"{i}/5000 [00:10<00:00, 2.00it/s]" for i in range(1, 5001)) + "\n"
+    pipe, catchup = LogPipeline(load_pack("sglang")), CatchUp()
+    data = (head + bar).encode()
+    for i in range(0, len(data), 64 * 1024):
+        catchup.hold(pipe.feed(data[i:i + 64 * 1024], 100.0))
+    progress = [e for e in catchup.held if isinstance(e, Progress)]
+    assert [(e.current, e.total) for e in progress] == [(5000, 5000)], len(progress)

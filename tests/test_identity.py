@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from support.daemon import checkpoint
+from support.daemon import checkpoint, count_lines
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     OOM_LINE, Got, Receiver, append, daemons, free_port, hook, outbox, receivers, sim_texts,
     target, wait_for, write_config,
@@ -559,3 +559,47 @@ def test_a_log_truncated_during_the_first_attach_catch_up_reads_the_relaunch_liv
     assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 1.0
     wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state", {})
              .get("phase") == "crashed", 10, "the relaunch checkpointed", alive=d.dead)
+
+
+def _catch_up_checkpoint(state: Path, after: int) -> int | None:
+    """The offset of a checkpoint written while the first attach catches up, past `after`."""
+    doc = checkpoint(state, "t1") or {}
+    mid = (((doc.get("extra") or {}).get("attachments") or {}).get("catchup") or {})
+    offset = (doc.get("position") or {}).get("offset")
+    return offset if mid.get("catching_up") and isinstance(offset, int) and offset > after \
+        else None
+
+
+def test_kill_9_through_a_first_attach_catch_up_goes_on_from_its_checkpoint(
+        tmp_path: Path, receivers, daemons) -> None:
+    """A daemon killed -9 again and again while its first attach catches up on a 48 MB log
+    (systemd restarting it, the OOM killer) goes on from its last checkpoint each time: the
+    catch-up ends, each line is counted once, the crash of 3 days ago is still history (no
+    page, `logwatch_crashes_total` 0), and a relaunch's crash written after it pages once.
+    Before, no checkpoint was written while catching up: each start read the log again from
+    its latest startup, and a daemon killed every 2 s never got through a 95 MB one."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    _old_crashed_log(log, 300_000)
+    d, state = _paging_daemon(tmp_path, log, rx, daemons)
+    at = 0
+    for _ in range(3):     # killed each time a new checkpoint of the catch-up is on disk
+        at = wait_for(lambda: _catch_up_checkpoint(state, at), 20,
+                      f"a catch-up checkpoint past {at}", interval=0.02, alive=d.dead)
+        d.kill9()
+        d.start()
+    assert at > 1 << 20, at
+    d.wait_target("t1", lambda t: t["phase"] == "crashed" and not t["catching_up"],
+                  "caught up", timeout=60)
+    d.wait_metric("logwatch_lines_total", float(count_lines(log)), target="t1")
+    assert d.metric("logwatch_bytes_read_total", target="t1") == float(log.stat().st_size)
+    wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state", {})
+             .get("crash_settled"), 20, "the old crash settled", alive=d.dead)
+    assert d.target("t1")["seen_at_attach"]["reason"] == "cuda_oom"
+    rx.assert_quiet(1.0, hook("crashed"), "a page for a crash of 3 days ago")
+    assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 0.0
+    append(log, "".join(sim_texts(crash="oom", start=time.time())))     # a relaunch, live
+    got = rx.wait(hook("crashed"), timeout=30, what="the relaunch's crash", alive=d.dead)
+    rx.assert_quiet(2.0, hook("crashed"), "a second page")
+    assert len(rx.requests(hook("crashed"))) == 1 and "cuda_oom" in got[0].json["summary"]
+    d.wait_metric("logwatch_crashes_total", 1.0, target="t1", reason="cuda_oom")

@@ -173,7 +173,6 @@ class Target:
             kept = restored.kept.get(getattr(a, "saved_as", ""))
             if kept is not None:
                 a.resume(kept)
-        self._held_crashes: list[CrashSettled] = []   # settled while catching up: news?
         # where a log met for the first time is read from: its latest launch, by the markers
         # of the target's pack (every candidate's under `rules: auto`)
         packs = [restored.pack] if cfg.rules != "auto" and restored.pack else candidates
@@ -282,7 +281,11 @@ class Target:
 
     def hold_resume_times(self) -> None:
         """What a restart read again, or was written while the daemon was down, is as old as
-        the file's last write then (ResumedBytes)."""
+        the file's last write then (ResumedBytes); not while a catch-up resumed from its
+        checkpoint is read: its end dates what it held (a log quiet for days read as silent
+        while being read stalled before the catch-up said whether it was news)."""
+        if self.catching_up:
+            return
         self.last_line_at = self.resumed_bytes.hold(self.pipe, self.follower.next_offset,
                                                     self.last_line_at)
 
@@ -297,10 +300,10 @@ class Target:
         held = self.catchup.end(self.pipe, self.follower.next_offset)
         if held is None:
             return                  # not over (or no catch-up)
-        for ev in self._held_crashes:      # a crash that had ended before is not counted
+        for ev in self.catchup.held_crashes:   # a crash that had ended before is not counted
             if not self.catchup.ended_at_attach(ev.startup):
                 count_crash(self.counters, ev)
-        self._held_crashes = []
+        self.catchup.held_crashes = []
         mtime = self.catchup.attach_mtime
         if mtime is not None and self.last_line_at is not None:
             # what it held was written by the file's last write, not when we read it: the
@@ -328,7 +331,8 @@ class Target:
             a.tick(now)
         if self.pipe is not None:
             self.eta.step(self.pipe, now, dead=self.catchup.silent_since is not None)
-        if self.checkpoints.due(time.monotonic()):
+        if self.checkpoints.due(time.monotonic(), self.follower.next_offset
+                                if self.catching_up else None):
             self.checkpoint(durable=time.monotonic() >= self.checkpoints.next_durable)
 
     # -- reading (app/reading.py) ----------------------------------------------------------------
@@ -361,13 +365,13 @@ class Target:
         self.checkpoint(durable=True)
 
     def checkpoint(self, durable: bool = False) -> None:
-        """Position and state to the store; none while a first attach catches up: what the
-        log held then is decided history or news at its end (catchup.py), and a daemon
-        killed before that must attach afresh, not resume as if the rest were written live.
-        Before, a checkpoint 5 MB into a 95 MB startup that crashed 3 days ago, then
-        `kill -9`: the restart read the other 90 MB as news and paged that crash (and
-        counted it in `logwatch_crashes_total`)."""
-        if self.checkpoints.store is None or self.catching_up:
+        """Position and state to the store.  While a first attach catches up, with the
+        catch-up as it stands (CatchUp.saved: its end, the events it holds): what the log
+        held then is decided history or news at its end, and a restart goes on catching up
+        from the checkpoint, not as if the rest were written live (a checkpoint 5 MB into a
+        95 MB startup that crashed 3 days ago, then `kill -9`, read the other 90 MB as news
+        and paged that crash); none where the catch-up cannot be said (CatchUp.resumable)."""
+        if self.checkpoints.store is None or not self.catchup.resumable():
             return              # watch: no checkpoints
         self.count_bytes()
         self.checkpoints.write(self.follower, self.cfg.source, self.counters, self.last_line_at,
@@ -427,7 +431,7 @@ class Target:
         before logwatch attached (history: no page, so no `increase()` for a rule either;
         before, a target added with a 3-hour-old crash fired LogwatchServerCrashed)."""
         if self.catchup.catching_up:
-            self._held_crashes.append(ev)
+            self.catchup.held_crashes.append(ev)
             return False
         return not self.catchup.ended_at_attach(ev.startup)
 

@@ -6,6 +6,10 @@ import dataclasses
 from typing import Any, TypeVar
 
 from ..rules.pack import WAITING
+from .events import (
+    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
+    Restarted, StartupBegan, StatsUpdated, Stalled, Stopped,
+)
 from .ranks import RankProgress
 from .rates import ProgressState
 from .startup import MAX_STAT_SOURCES
@@ -150,3 +154,57 @@ def _lanes(value: object) -> dict[str, tuple[int, bool]]:
         return {}
     return {str(k): (int(v[0]), bool(v[1])) for k, v in value.items()
             if isinstance(v, list) and len(v) == 2 and type(v[0]) is int}
+
+
+# the machine's events by name, and what each field may hold (their annotations' text)
+EVENT_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    PhaseChanged, StartupBegan, Restarted, Ready, Crashed, CrashSettled, CrashUpdated,
+    CrashRetracted, Stopped, Stalled, Progress, StatsUpdated)}
+_NUMBER = (int, float)
+_FIELD_OK: dict[str, Any] = {
+    "int": lambda v: type(v) is int,
+    "str": lambda v: isinstance(v, str),
+    "float": lambda v: isinstance(v, _NUMBER) and not isinstance(v, bool),
+    "float | None": lambda v: v is None or isinstance(v, _NUMBER) and not isinstance(v, bool),
+    "str | None": lambda v: v is None or isinstance(v, str),
+    "dict[str, float]": lambda v: isinstance(v, dict) and all(
+        isinstance(x, _NUMBER) and not isinstance(x, bool) for x in v.values()),
+    "Crash": lambda v: isinstance(v, dict),
+}
+
+
+def event_to_json(ev: Event) -> dict[str, Any] | None:
+    """One of the machine's events as JSON (a first attach's catch-up keeps the events it
+    holds in its checkpoint); None for an event of another kind."""
+    if type(ev).__name__ not in EVENT_TYPES:
+        return None
+    doc = state_to_json(ev)  # type: ignore[arg-type]   (any dataclass: its fields)
+    return {"type": type(ev).__name__, **doc}
+
+
+def event_from_json(d: object) -> Event | None:
+    """An event as `event_to_json` wrote it; None where the entry is damaged (a field
+    missing or of another type): a checkpoint is a file, and a damaged one is refused, not
+    raised on."""
+    cls = EVENT_TYPES.get(d.get("type")) if isinstance(d, dict) else None  # type: ignore[arg-type]
+    if cls is None:
+        return None
+    kw: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in d:  # type: ignore[operator]
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                return None
+            continue
+        v = d[f.name]  # type: ignore[index]
+        ok = _FIELD_OK.get(str(f.type))
+        if ok is None or not ok(v):
+            return None
+        if f.type == "Crash":
+            try:
+                v = crash_from_json(v)
+            except (TypeError, ValueError):
+                return None
+        elif f.type == "dict[str, float]":
+            v = {str(k): float(x) for k, x in v.items()}
+        kw[f.name] = v
+    return cls(**kw)  # type: ignore[no-any-return]

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import clock
-from ...machine import Event, StatsUpdated, retime
+from ...machine import CrashSettled, Event, Progress, StatsUpdated, retime
+from ...machine.checkpoint import event_from_json, event_to_json
 from ...pipeline import PARTIAL_LINE_QUIET, LogPipeline
 from ...rules.pack import CRASHED, READY
 from ...sources import Data, Opened
@@ -66,6 +67,10 @@ class CatchUpPart:
     silent_since: float | None
 
 
+# events a catch-up holds that its checkpoint keeps (a startup's phases, its ready, its crash
+# and a serving figure are a few dozen); more, and no checkpoint is written until its end
+MAX_SAVED_HELD = 2000
+
 # seconds a node's clock may be behind ours when a `cmd:` log is dated by its wrapper's stamps
 # (kubectl's `--timestamps`, journald's): its latest startup is history only when it ended
 # more than FRESH_WINDOW + this before the attach (adv57: a node 90 s behind lost a page)
@@ -82,6 +87,8 @@ class CatchUp(Attachment):
         self.attach_mtime: float | None = None
         self.catching_up = False
         self.held: list[Event] = []
+        self.held_crashes: list[CrashSettled] = []   # settled while catching up: news?
+        self.resumed = False   # caught up on from a checkpoint written while catching up
         self.seen_at_attach: SeenAtAttach | None = None
         self.silent_since: float | None = None  # a startup silent past its budget at attach
         self.log: Any = None
@@ -96,6 +103,8 @@ class CatchUp(Attachment):
         the new file begins (`end`).  Before, it waited for the new file to pass the old
         one's size: a relaunch that crashed 2 s into a truncated 47 MB log was held (no page,
         no count, no checkpoint, `catching_up` true) until its log grew 47 MB."""
+        if self.resumed and ev.reason == "attach":
+            self._forget()     # the checkpoint's file was not found again: attached afresh
         if self.catching_up and ev.new_file:
             self.attach_end = ev.offset
             return
@@ -129,14 +138,14 @@ class CatchUp(Attachment):
         return [e for e in events if getattr(e, "startup", None) != historic]
 
     def hold(self, events: list[Event]) -> None:
-        """Held until the catch-up ends, a serving figure only as the latest of a run of
-        them: each carries every figure as it stands, so the one before it says nothing more
-        (before, a startup serving for days held one per batch line read: 600 MB for the 2M
-        lines of a 2 GB log's last launch, where the design keeps memory flat)."""
+        """Held until the catch-up ends, a serving figure or a counter's progress only as
+        the latest of a run of them: each carries the figures as they stand, so the one
+        before it says nothing more (before, a startup serving for days held one per batch
+        line read: 600 MB for the 2M lines of a 2 GB log's last launch, where the design
+        keeps memory flat; a 5,000-shard bar held 5,000, too many for its checkpoint)."""
         held = self.held
         for ev in events:
-            if type(ev) is StatsUpdated and held and type(held[-1]) is StatsUpdated and \
-                    held[-1].epoch == ev.epoch:
+            if held and _supersedes(ev, held[-1]):
                 held[-1] = ev
             else:
                 held.append(ev)
@@ -163,7 +172,7 @@ class CatchUp(Attachment):
             # rest (before, read 5 s later and timed then: a hung launch 19 minutes silent
             # read `launching 0.0s (total 0.0s)` beside `no new line for 19m07s`)
             self.hold(pipe.read_open_line(now))
-        self.catching_up = False
+        self.catching_up = self.resumed = False
         held, self.held = self.held, []
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         st = pipe.state
@@ -224,27 +233,93 @@ class CatchUp(Attachment):
     saved_as = "catchup"
 
     def saved(self) -> dict[str, Any] | None:
-        """The startup that had ended before the first attach, kept across a restart: its
-        crash settles ~2 s after the catch-up, and a daemon killed before that took it for
-        news at the restart (a crash of 3 days ago paged and counted)."""
-        s = self.seen_at_attach
-        return {"seen_at_attach": s.to_json()} if s is not None else None
+        """What a restart needs: while catching up, where the attach ended, the file's last
+        write then and the events held so far (`MidCatchUp`), so that a daemon killed every
+        few seconds through the catch-up of a 95 MB log goes on from its last checkpoint
+        (before, none was written then: it read the log again from its latest startup at
+        each start, and never got to its end); after it, the startup that had ended before
+        the first attach (its crash settles ~2 s later, and a daemon killed before that
+        took it for news at the restart: a crash of 3 days ago paged and counted)."""
+        doc: dict[str, Any] = {}
+        if self.seen_at_attach is not None:
+            doc["seen_at_attach"] = self.seen_at_attach.to_json()
+        if self.catching_up and self.resumable():
+            doc["catching_up"] = {"end": self.attach_end, "mtime": self.attach_mtime,
+                                  "held": _events_json(self.held),
+                                  "crashes": _events_json(self.held_crashes)}
+        return doc or None
+
+    def resumable(self) -> bool:
+        """A checkpoint can say where this catch-up stands (not holding more events than
+        MAX_SAVED_HELD: then it is read again from its start after a restart)."""
+        return not self.catching_up or self.attach_end is not None and \
+            len(self.held) + len(self.held_crashes) <= MAX_SAVED_HELD
 
     def resume(self, doc: dict[str, Any]) -> None:
-        s = doc.get("seen_at_attach")
-        if not isinstance(s, dict) or not isinstance(s.get("phase"), str):
-            return
-        sid, reason, idle = s.get("startup_id"), s.get("reason"), s.get("idle_since")
-        ago = s.get("ago")
-        if not (sid is None or isinstance(sid, str)) or not isinstance(ago, (int, float)) or \
-                not (reason is None or isinstance(reason, str)) or \
-                not (idle is None or isinstance(idle, (int, float))):
-            return
-        self.seen_at_attach = SeenAtAttach(s["phase"], sid, float(ago),
-                                           None if idle is None else float(idle), reason)
+        self.seen_at_attach = _seen_from_json(doc.get("seen_at_attach"))
+        mid = _mid_from_json(doc.get("catching_up"))
+        if mid is not None:
+            self.attach_end, self.attach_mtime, self.held, self.held_crashes = mid
+            self.catching_up = self.resumed = True
+
+    def _forget(self) -> None:
+        """A catch-up resumed from a checkpoint whose file is gone: what it held is dropped
+        (the new file's attach begins its own)."""
+        self.catching_up = self.resumed = False
+        self.attach_end = self.attach_mtime = None
+        self.held, self.held_crashes = [], []
 
     def view(self, now: float) -> CatchUpPart:
         return CatchUpPart(self.catching_up, self.seen_at_attach, self.silent_since)
 
     def key(self) -> Any:
         return (self.catching_up, self.silent_since)
+
+
+def _supersedes(ev: Event, before: Event) -> bool:
+    """`ev` says all that `before` said: the startup's serving figures, or the same
+    counter's progress, as they stand a line later."""
+    if type(ev) is StatsUpdated and type(before) is StatsUpdated:
+        return ev.epoch == before.epoch
+    if type(ev) is Progress and type(before) is Progress:
+        return ev.epoch == before.epoch and ev.counter == before.counter
+    return False
+
+
+def _events_json(events: list[Any]) -> list[dict[str, Any]]:
+    return [d for d in map(event_to_json, events) if d is not None]
+
+
+def _seen_from_json(s: object) -> SeenAtAttach | None:
+    """A checkpoint's `seen_at_attach` (None where it is missing or damaged)."""
+    if not isinstance(s, dict) or not isinstance(s.get("phase"), str):
+        return None
+    sid, reason, idle = s.get("startup_id"), s.get("reason"), s.get("idle_since")
+    ago = s.get("ago")
+    if not (sid is None or isinstance(sid, str)) or not isinstance(ago, (int, float)) or \
+            not (reason is None or isinstance(reason, str)) or \
+            not (idle is None or isinstance(idle, (int, float))):
+        return None
+    return SeenAtAttach(s["phase"], sid, float(ago), None if idle is None else float(idle),
+                        reason)
+
+
+MidCatchUp = tuple[int, float | None, list[Event], list[CrashSettled]]
+
+
+def _mid_from_json(c: object) -> MidCatchUp | None:
+    """A checkpoint's catch-up under way: (its end, the file's last write then, the events
+    held, the crashes settled); None where it is missing or damaged (an event that does not
+    read back drops it all: the log is then attached afresh, as before checkpoints were
+    written while catching up)."""
+    if not isinstance(c, dict) or type(c.get("end")) is not int or \
+            not (c.get("mtime") is None or isinstance(c.get("mtime"), (int, float))) or \
+            not isinstance(c.get("held"), list) or not isinstance(c.get("crashes"), list):
+        return None
+    held = [event_from_json(d) for d in c["held"]]
+    crashes = [event_from_json(d) for d in c["crashes"]]
+    if any(e is None for e in held) or not all(isinstance(e, CrashSettled) for e in crashes):
+        return None
+    mtime = c["mtime"]
+    return (c["end"], None if mtime is None else float(mtime),
+            [e for e in held if e is not None], [e for e in crashes if isinstance(e, CrashSettled)])
