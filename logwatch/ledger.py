@@ -21,7 +21,7 @@ from typing import Any
 from .machine import CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped
 from .rules.advice import Advice, advice_lines
 from .rules.args import changed_args, changed_text
-from .rules.pack import READY
+from .rules.pack import READY, TERMINAL
 
 WARMUP = 60.0          # seconds after ready that are warm-up, not the steady state
 MAX_SAMPLES = 20_000   # serving samples kept per startup (a day of stats lines at 4/s)
@@ -138,6 +138,10 @@ class StartupRecord:
     # its args hold a dump of every field (SGLang's `server_args=`): see `launch_changes`
     args_complete: bool = False
     version: str | None = None        # the engine's version, where the launch printed it
+    # phases read at a first attach from lines without a timestamp (tqdm's and the hub's
+    # bars only): how long they took is unknown, so they are not in `durations` (nor is
+    # `startup_seconds`), and `started_at` is the file's last write then, at the latest
+    untimed: list[str] = field(default_factory=list)
 
     @property
     def got_ready(self) -> bool:
@@ -241,7 +245,26 @@ class LedgerRecorder:
             self._sync_args(rec, state)
             rec.version = state.engine_version or rec.version
             if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
-                rec.durations = state.durations()
+                rec.durations = _timed(state.durations(), rec.untimed)
+
+    def caught_up(self, state: State) -> None:
+        """A first attach's lines are read and the state's spans retimed by the file's last
+        write (machine `retime`).  The open startup starts no later than its retimed first
+        line, and the phases whose spans have no stamp are `untimed`: before, a log of bars
+        only (sglang-042, silent 50 minutes in loading_shards) was recorded as started when
+        it was read, `loading_shards 0.0` (and a ready one `startup_seconds` ~0), where
+        `watch` said `silent since 15:31` and `loading_shards 50m44s`."""
+        rec = self._open
+        if rec is None or rec.startup != state.startup_id or not state.spans:
+            return
+        first = state.history[0]
+        if first.log_time is None and rec.started_at is not None:
+            rec.started_at = min(rec.started_at, first.at)
+        rec.untimed = sorted({sp.phase for sp in state.spans if sp.log_time is None
+                              and sp.phase != READY and sp.phase not in TERMINAL})
+        if rec.untimed:
+            rec.durations = _timed(rec.durations, rec.untimed)
+            rec.startup_seconds = None
 
     def resume(self, rec: StartupRecord) -> None:
         """Go on with a startup recorded before (a daemon restarted while it served): its
@@ -303,7 +326,7 @@ class LedgerRecorder:
 
     def _complete(self, rec: StartupRecord, state: State) -> None:
         if rec.outcome == "incomplete" and rec.startup == state.startup_id:
-            rec.durations = state.durations()
+            rec.durations = _timed(state.durations(), rec.untimed)
             self._sync_args(rec, state)
         # a startup that served, even briefly, before it crashed or stopped keeps its figures
         # (a window shorter than WARMUP is marked `warmup_only`: shown as short)
@@ -331,6 +354,11 @@ class LedgerRecorder:
         self.previous = rec
         self._open = None
         return rec
+
+
+def _timed(durations: dict[str, float], untimed: list[str]) -> dict[str, float]:
+    """The durations the log's times say (not the `untimed` phases')."""
+    return {k: v for k, v in durations.items() if k not in untimed} if untimed else durations
 
 
 def record_from_json(d: dict[str, Any]) -> StartupRecord:

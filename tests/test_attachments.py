@@ -274,3 +274,37 @@ def test_a_catch_up_holds_a_bars_latest_progress_not_one_per_frame() -> None:
         catchup.hold(pipe.feed(data[i:i + 64 * 1024], 100.0))
     progress = [e for e in catchup.held if isinstance(e, Progress)]
     assert [(e.current, e.total) for e in progress] == [(5000, 5000)], len(progress)
+
+
+def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger of a log of bars only (no stamps; sglang-042's form) last written 20
+    minutes before the attach: its startup began by that last write at the latest, and how
+    long its loading_shards took is unknown (`untimed`, not in `durations`).  Before, the
+    record (`logwatch history --json` after `watch --last` or the daemon's attach) said
+    started at the read time and `loading_shards: 0.0`, beside watch's `silent since` 20
+    minutes and `loading_shards 20m`."""
+    from logwatch.app.reading import handle
+    from logwatch.app.watch import WatchOptions, watch_runner
+    from logwatch.sources import Data, Opened
+    monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "state"))
+    data = (b"Loading safetensors checkpoint shards:  98% Completed | 160/163 [31:58<00:30, "
+            b"10.12s/it]\nLoading safetensors checkpoint shards:  99% Completed | 161/163 "
+            b"[32:07<00:19, 10.00s/it]\n")
+    written = time.time() - 20 * 60
+    runner = watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang",
+                                       last=True), on_events=lambda r, evs: None)
+    ledger = runner.part(LedgerAttachment)
+    assert ledger is not None
+
+    async def read() -> None:
+        await handle(runner, Opened(0, 1, None, "attach", True, size=len(data), mtime=written))
+        await handle(runner, Data(data, 0))
+        await ledger.close()
+    asyncio.run(read())
+    assert not runner.catching_up
+    rec = ledger.store.records(ledger.name, 3)[-1]
+    assert rec.outcome == "incomplete" and rec.started_at is not None
+    assert rec.started_at <= written + 1.0, rec.started_at - written
+    assert rec.untimed == ["loading_shards"] and rec.durations == {}, rec
+    assert rec.startup_seconds is None

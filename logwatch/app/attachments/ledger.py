@@ -132,7 +132,10 @@ class LedgerAttachment(Attachment):
 
     def caught_up(self, now: float) -> None:
         """The serving figures read with the catch-up (the save at its ready line had none):
-        a daemon attached to a finished log has them at once, not a minute later."""
+        a daemon attached to a finished log has them at once, not a minute later; its times
+        as the catch-up retimed them (LedgerRecorder.caught_up)."""
+        if self.recorder is not None and self.pipe is not None:
+            self.recorder.caught_up(self.pipe.state)
         self.save()
 
     def view(self, now: float) -> LedgerPart:
