@@ -34,6 +34,7 @@ from logwatch.sources import (
 from logwatch.sources import command
 from logwatch.sources.command import CommandSource
 from logwatch.sources.local import LocalFileSource
+from support.pump import EventPump
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -54,15 +55,13 @@ def wait_in_thread(pred: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.005)
 
 
-class Reader:
+class Reader(EventPump):
     """Runs `source.events()` in a task, keeps every event, feeds a Follower if given."""
 
     def __init__(self, source: Any, follower: Follower | None = None,
                  on_event: Callable[[Any], None] | None = None) -> None:
-        self.source = source
-        self.follower = follower
+        super().__init__(source, follower)
         self.on_event = on_event
-        self.events: list[Any] = []
         self.task: asyncio.Task[None] | None = None
         self.error: BaseException | None = None
 
@@ -70,14 +69,13 @@ class Reader:
         self.task = asyncio.create_task(self._pump())
         return self
 
+    def seen(self, ev: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(ev)
+
     async def _pump(self) -> None:
         try:
-            async for ev in self.source.events():
-                self.events.append(ev)
-                if self.follower is not None:
-                    self.follower.handle(ev)
-                if self.on_event is not None:
-                    self.on_event(ev)
+            await self.pump()
         except BaseException as e:  # noqa: BLE001 - surfaced by wait()
             self.error = e
             raise
@@ -125,13 +123,7 @@ class Reader:
         except BaseException:  # noqa: BLE001
             pass
 
-    # views -----------------------------------------------------------------------------------
-    def opened(self) -> list[Opened]:
-        return [e for e in self.events if isinstance(e, Opened)]
-
-    def states(self) -> list[SourceState]:
-        return [e for e in self.events if isinstance(e, SourceState)]
-
+    # views (and EventPump's) ---------------------------------------------------------------
     def data_bytes(self) -> int:
         return sum(len(e.data) for e in self.events if isinstance(e, Data))
 

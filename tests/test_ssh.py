@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -32,7 +32,9 @@ from logwatch.rules.pack import load_pack
 from logwatch.sources.base import Data, Opened, Position, SourceState
 from logwatch.sources.ssh import SSHFileSource, SSHOptions, SSHPool, SSHTarget
 from support.daemon import sim_texts, wait_for
-from support.sshd import SFTP_SERVER, SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.pump import EventPump
+from support.sshd import (SFTP_SERVER, SSHServer, keygen, ssh_agent,  # noqa: F401
+                          sshd_server)  # the fixture
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -55,14 +57,13 @@ def run(coro: Awaitable[Any], timeout: float = 50.0) -> Any:
     return asyncio.run(bounded())
 
 
-class Collector:
+class Collector(EventPump):
     """Consumes `source.events()` in a task: keeps every event, the bytes of each file opened,
-    and every break of the offset promise (a Data not at the previous offset + length)."""
+    and every break of the offset promise (a Data not at the previous offset + length).
+    Started and stopped by `collecting`."""
 
     def __init__(self, source: SSHFileSource, follower: Follower | None = None) -> None:
-        self.source = source
-        self.follower = follower
-        self.events: list[Any] = []
+        super().__init__(source, follower)
         self.files: list[tuple[Opened, bytearray]] = []
         self.errors: list[str] = []
         self.next_offset: int | None = None
@@ -78,45 +79,38 @@ class Collector:
 
     async def _pump(self) -> None:
         try:
-            async for ev in self.source.events():
-                self.events.append(ev)
-                if self.follower is not None:
-                    self.follower.handle(ev)
-                if isinstance(ev, Opened):
-                    if not ev.new_file and self.next_offset is not None and \
-                            ev.offset != self.next_offset:
-                        self.errors.append(f"{ev.reason} at {ev.offset}, expected {self.next_offset}")
-                    if ev.new_file or not self.files:
-                        self.files.append((ev, bytearray()))
-                    self.next_offset = ev.offset
-                elif isinstance(ev, Data):
-                    if ev.offset != self.next_offset:
-                        self.errors.append(f"Data at {ev.offset} ({len(ev.data)} bytes), "
-                                           f"expected {self.next_offset}")
-                    if not self.files:
-                        self.errors.append("Data before any Opened")
-                        self.files.append((Opened(ev.offset, 1, None, "?", True), bytearray()))
-                    self.files[-1][1].extend(ev.data)
-                    self.next_offset = ev.offset + len(ev.data)
-                    self.data_since_up = True
-                elif isinstance(ev, SourceState):
-                    if ev.up:
-                        self.up_since = time.monotonic()
-                        self.data_since_up = False
-                    else:
-                        self.up_since = None
-                        if not ev.fatal:
-                            self.downs += 1
+            await self.pump()
         finally:
             self.ended = True
 
-    # views
-    def states(self) -> list[SourceState]:
-        return [e for e in self.events if isinstance(e, SourceState)]
+    def seen(self, ev: Any) -> None:
+        if isinstance(ev, Opened):
+            if not ev.new_file and self.next_offset is not None and \
+                    ev.offset != self.next_offset:
+                self.errors.append(f"{ev.reason} at {ev.offset}, expected {self.next_offset}")
+            if ev.new_file or not self.files:
+                self.files.append((ev, bytearray()))
+            self.next_offset = ev.offset
+        elif isinstance(ev, Data):
+            if ev.offset != self.next_offset:
+                self.errors.append(f"Data at {ev.offset} ({len(ev.data)} bytes), "
+                                   f"expected {self.next_offset}")
+            if not self.files:
+                self.errors.append("Data before any Opened")
+                self.files.append((Opened(ev.offset, 1, None, "?", True), bytearray()))
+            self.files[-1][1].extend(ev.data)
+            self.next_offset = ev.offset + len(ev.data)
+            self.data_since_up = True
+        elif isinstance(ev, SourceState):
+            if ev.up:
+                self.up_since = time.monotonic()
+                self.data_since_up = False
+            else:
+                self.up_since = None
+                if not ev.fatal:
+                    self.downs += 1
 
-    def opened(self) -> list[Opened]:
-        return [e for e in self.events if isinstance(e, Opened)]
-
+    # views (and EventPump's)
     def fatal(self) -> SourceState | None:
         return next((e for e in self.states() if e.fatal), None)
 
@@ -149,6 +143,20 @@ class Collector:
             except asyncio.TimeoutError:
                 self.task.cancel()
                 raise AssertionError(f"the source did not end after close(): {self.describe()}")
+
+
+@contextlib.asynccontextmanager
+async def collecting(source: SSHFileSource,
+                     follower: Follower | None = None) -> AsyncIterator[Collector]:
+    """`source` read by a started Collector (events to `follower` too, if given); at exit,
+    even from a failed wait, the source is closed (its task awaited) and then its pool, so
+    that no connection outlives the test."""
+    col = Collector(source, follower).start()
+    try:
+        yield col
+    finally:
+        await col.stop()
+        await source.pool.close()
 
 
 def make_source(server: SSHServer, path: str | os.PathLike[str], pool: SSHPool | None = None,
@@ -219,9 +227,8 @@ def test_fault_tolerance_100k_lines_through_dropped_connections(sshd_server: SSH
     server = sshd_server
     path = tmp_path / "server.log"
     path.write_bytes(b"")
-    pool = SSHPool()
-    source = make_source(server, path, pool=pool, options=ssh_opts(server, poll_interval=0.05,
-                                                                   keepalive_interval=2.0))
+    source = make_source(server, path, options=ssh_opts(server, poll_interval=0.05,
+                                                        keepalive_interval=2.0))
     follower = make_follower(source)
     writer = Writer(path)
     faults: list[tuple[str, int, int]] = []   # (kind, lines written then, sessions killed)
@@ -245,19 +252,17 @@ def test_fault_tolerance_100k_lines_through_dropped_connections(sshd_server: SSH
             col.up_since = None   # dropped: wait for the next "up"
 
     async def main() -> Collector:
-        col = Collector(source, follower).start()
-        await col.wait(lambda: bool(col.opened()), "the first Opened")
-        writer.start()
-        try:
-            await inject(col)
-            await col.wait(lambda: not writer.is_alive(), "the writer to finish", timeout=40)
-            assert writer.error is None, writer.error
-            size = path.stat().st_size
-            await col.wait(lambda: col.next_offset == size, f"all {size} bytes", timeout=30)
-        finally:
-            writer.stop_flag.set()
-            await col.stop()
-            await pool.close()
+        async with collecting(source, follower) as col:
+            await col.wait(lambda: bool(col.opened()), "the first Opened")
+            writer.start()
+            try:
+                await inject(col)
+                await col.wait(lambda: not writer.is_alive(), "the writer to finish", timeout=40)
+                assert writer.error is None, writer.error
+                size = path.stat().st_size
+                await col.wait(lambda: col.next_offset == size, f"all {size} bytes", timeout=30)
+            finally:
+                writer.stop_flag.set()
         return col
 
     col = run(main(), timeout=100)
@@ -299,35 +304,43 @@ def test_fault_tolerance_100k_lines_through_dropped_connections(sshd_server: SSH
 # b. host keys
 
 def _other_host_key(tmp_path: Path) -> str:
-    key = tmp_path / "other_host_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                   check=True, capture_output=True, timeout=30)
+    key = keygen(tmp_path / "other_host_key")
     kind, blob = Path(str(key) + ".pub").read_text().split()[:2]
     return f"{kind} {blob}"
 
 
 async def _first_fatal(server: SSHServer, path: Path, known_hosts: Path,
                        timeout: float = 15, **kw: Any) -> tuple[SourceState, float]:
-    pool = SSHPool()
-    source = make_source(server, path, pool=pool, options=ssh_opts(server, known_hosts), **kw)
-    return await _fatal_of(source, pool, timeout)
+    source = make_source(server, path, options=ssh_opts(server, known_hosts), **kw)
+    return await _fatal_of(source, timeout)
 
 
-async def _fatal_of(source: Any, pool: SSHPool, timeout: float = 15
-                    ) -> tuple[SourceState, float]:
+async def _fatal_of(source: SSHFileSource, timeout: float = 15) -> tuple[SourceState, float]:
     """The source's fatal state (it reads nothing first; it ends), and how long it took."""
-    col = Collector(source).start()
-    t0 = time.monotonic()
-    try:
+    async with collecting(source) as col:
+        t0 = time.monotonic()
         await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=timeout)
         await col.wait_end(5)   # a fatal state ends the source
-    finally:
-        await col.stop()
-        await pool.close()
     assert not any(isinstance(e, (Data, Opened)) for e in col.events), col.describe()
     fatal = col.fatal()
     assert fatal is not None
     return fatal, time.monotonic() - t0
+
+
+async def _first_failure(source: SSHFileSource) -> SourceState:
+    """The first state in which `source` says it is not up (a failure, fatal or retried)."""
+    async with collecting(source) as col:
+        await col.wait(lambda: any(not s.up for s in col.states()), "a failure")
+        return next(s for s in col.states() if not s.up)
+
+
+async def _hello_or_failure(source: SSHFileSource) -> tuple[bytes, SourceState | None]:
+    """What `source` read once it read its `hello` line or failed, and the failure (None
+    for none): both outcomes of a login that may or may not go through."""
+    async with collecting(source) as col:
+        await col.wait(lambda: col.data() == b"hello\n" or any(
+            not s.up for s in col.states()), "the log, or a failure")
+        return col.data(), next((s for s in col.states() if not s.up), None)
 
 
 def test_unknown_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> None:
@@ -359,14 +372,9 @@ def test_unknown_host_key_is_refused(sshd_server: SSHServer, tmp_path: Path) -> 
         f.write(scan.stdout)
 
     async def trusted() -> bytes:
-        pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool,
-                                    options=ssh_opts(server, empty))).start()
-        try:
+        async with collecting(make_source(server, log_file,
+                                          options=ssh_opts(server, empty))) as col:
             await col.wait(lambda: col.data() == b"hello\n", "the log after trusting the key")
-        finally:
-            await col.stop()
-            await pool.close()
         return col.data()
     assert run(trusted()) == b"hello\n"
 
@@ -409,12 +417,11 @@ async def _alias_fatal(server: SSHServer, tmp_path: Path, known_hosts: Path | No
     """The fatal state of `ssh://gpu-alias/...` through `_alias_config`."""
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
-    pool = SSHPool()
     opts = SSHOptions(known_hosts=None if known_hosts is None else str(known_hosts),
                       client_keys=(str(server.client_key),),
                       config=(str(_alias_config(server, tmp_path, *extra)),))
     fatal, _ = await _fatal_of(SSHFileSource(f"ssh://gpu-alias{log_file}", options=opts,
-                                             pool=pool), pool)
+                                             pool=SSHPool()))
     return fatal
 
 
@@ -497,19 +504,6 @@ def test_watch_wait_waits_for_a_missing_directory_on_the_node(sshd_server: SSHSe
         out.read_text()
 
 
-async def _reading(server: SSHServer, log_file: Path,
-                   steps: Callable[[Collector], Awaitable[None]]) -> Collector:
-    """A source reading `log_file` on `server`, `steps` run on its collector, then stopped."""
-    pool = SSHPool()
-    col = Collector(make_source(server, log_file, pool=pool)).start()
-    try:
-        await steps(col)
-    finally:
-        await col.stop()
-        await pool.close()
-    return col
-
-
 def test_a_login_shell_that_exits_at_start_is_said_and_retried(tmp_path: Path) -> None:
     """A ~/.bashrc with `set -e` and a `source` of a file that is not there ends every ssh
     command before it runs (the streamed reader's, and an `sftp-server` subsystem's, which
@@ -523,14 +517,16 @@ def test_a_login_shell_that_exits_at_start_is_said_and_retried(tmp_path: Path) -
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
 
-    async def steps(col: Collector) -> None:
-        await col.wait(lambda: any("the login shell exits at start" in s.message
-                                   for s in col.states() if s.error), "the exit said")
-        (server.dir / ".bashrc").write_text("set -e\n")     # the filesystem is back
-        await col.wait(lambda: col.data() == b"hello\n", "the log read after it", 30)
+    async def main() -> Collector:
+        async with collecting(make_source(server, log_file)) as col:
+            await col.wait(lambda: any("the login shell exits at start" in s.message
+                                       for s in col.states() if s.error), "the exit said")
+            (server.dir / ".bashrc").write_text("set -e\n")     # the filesystem is back
+            await col.wait(lambda: col.data() == b"hello\n", "the log read after it", 30)
+        return col
 
     with server:
-        col = run(_reading(server, log_file, steps))
+        col = run(main())
     said = next(s.message for s in col.states() if "exits at start" in s.message)
     assert "/opt/no-conda/etc/profile.d/conda.sh" in said, said
     assert "the remote reader ended" not in said, said
@@ -546,13 +542,15 @@ def test_what_the_login_shell_said_is_not_a_later_losss_cause(tmp_path: Path) ->
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"".join(numbered(i) for i in range(1, 11)))
 
-    async def steps(col: Collector) -> None:
-        await col.wait(lambda: col.data() == log_file.read_bytes(), "the log read")
-        server.kill_sessions()
-        await col.wait(lambda: any(s.error for s in col.states()), "the loss said")
+    async def main() -> Collector:
+        async with collecting(make_source(server, log_file)) as col:
+            await col.wait(lambda: col.data() == log_file.read_bytes(), "the log read")
+            server.kill_sessions()
+            await col.wait(lambda: any(s.error for s in col.states()), "the loss said")
+        return col
 
     with server:
-        col = run(_reading(server, log_file, steps))
+        col = run(main())
     lost = next(s for s in col.states() if s.error)
     assert "connection lost" in lost.message and "conda" not in lost.message, lost.message
 
@@ -567,14 +565,9 @@ def test_a_hung_host_is_said_as_such(sshd_server: SSHServer, tmp_path: Path) -> 
     log_file.write_bytes(b"hello\n")
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool,
-                                    options=ssh_opts(server, connect_timeout=1.0))).start()
-        try:
+        async with collecting(make_source(server, log_file,
+                                          options=ssh_opts(server, connect_timeout=1.0))) as col:
             await col.wait(lambda: any(s.error for s in col.states()), "the failure said")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     os.kill(server.proc.pid, signal.SIGSTOP)
@@ -643,15 +636,9 @@ def test_unreadable_file_is_fatal_permission_denied(sshd_server: SSHServer, tmp_
     try:
         if os.geteuid() == 0 and user is None:
             # no way to be refused here: root reads a 0600 file, and so does the source
-            pool = SSHPool()
-
             async def read_as_root() -> bytes:
-                col = Collector(make_source(server, target, pool=pool)).start()
-                try:
+                async with collecting(make_source(server, target)) as col:
                     await col.wait(lambda: col.data() == target.read_bytes(), "the file")
-                finally:
-                    await col.stop()
-                    await pool.close()
                 return col.data()
             assert run(read_as_root()) == target.read_bytes()
             return
@@ -659,14 +646,9 @@ def test_unreadable_file_is_fatal_permission_denied(sshd_server: SSHServer, tmp_
         url = server.url(target, user)
 
         async def refused() -> SourceState:
-            pool = SSHPool()
-            source = SSHFileSource(url, options=ssh_opts(server), pool=pool)
-            col = Collector(source).start()
-            try:
+            source = SSHFileSource(url, options=ssh_opts(server), pool=SSHPool())
+            async with collecting(source) as col:
                 await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
-            finally:
-                await col.stop()
-                await pool.close()
             assert not any(isinstance(e, Data) for e in col.events)
             fatal = col.fatal()
             assert fatal is not None
@@ -704,22 +686,15 @@ def test_a_compressed_file_is_refused_by_name(sshd_server: SSHServer, tmp_path: 
 
 def test_rejected_client_key_is_fatal(sshd_server: SSHServer, tmp_path: Path) -> None:
     server = sshd_server
-    stranger = tmp_path / "stranger_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)],
-                   check=True, capture_output=True, timeout=30)
+    stranger = keygen(tmp_path / "stranger_key")
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
 
     async def main() -> tuple[SourceState, float]:
-        pool = SSHPool()
         options = SSHOptions(known_hosts=str(server.known_hosts), client_keys=(str(stranger),))
-        col = Collector(make_source(server, log_file, pool=pool, options=options)).start()
-        t0 = time.monotonic()
-        try:
+        async with collecting(make_source(server, log_file, options=options)) as col:
+            t0 = time.monotonic()
             await col.wait(lambda: col.fatal() is not None, "a fatal state", timeout=15)
-        finally:
-            await col.stop()
-            await pool.close()
         fatal = col.fatal()
         assert fatal is not None
         return fatal, time.monotonic() - t0
@@ -744,9 +719,7 @@ def test_missing_file_waits_then_reads(sshd_server: SSHServer, tmp_path: Path) -
     content = b"".join(numbered(i) for i in range(1, 51))
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool)).start()
-        try:
+        async with collecting(make_source(server, target)) as col:
             await col.wait(lambda: any(not s.up for s in col.states()), "a waiting state")
             waiting = next(s for s in col.states() if not s.up)
             assert not waiting.fatal, waiting
@@ -756,9 +729,6 @@ def test_missing_file_waits_then_reads(sshd_server: SSHServer, tmp_path: Path) -
             tmp.write_bytes(content)
             os.replace(tmp, target)
             await col.wait(lambda: col.data() == content, "the content of the new file")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -782,16 +752,11 @@ def test_a_path_under_tilde_is_in_the_logins_home(sshd_server: SSHServer, tmp_pa
     (home / rel / "server.log").write_bytes(content)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=pool,
+        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=SSHPool(),
                             options=ssh_opts(server, transport=transport))
-        col = Collector(src).start()
-        try:
+        async with collecting(src) as col:
             await col.wait(lambda: col.data() == content, "the log in the home directory")
             assert src.target.path == f"{home.resolve()}/{rel}/server.log"
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     try:
@@ -818,17 +783,12 @@ def test_a_path_under_tilde_is_in_the_home_whatever_bashrc_cds_to(tmp_path: Path
     server = SSHServer(str(tmp_path / "sshd"), bashrc=f"cd {scratch}", sftp=SFTP_SERVER)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=pool,
+        src = SSHFileSource(server.url(f"/~/{rel}/server.log"), pool=SSHPool(),
                             options=ssh_opts(server, transport=transport))
-        col = Collector(src).start()
-        try:
+        async with collecting(src) as col:
             await col.wait(lambda: len(col.data()) > 0, "the log read")
             assert server.bashrc_runs.exists()       # the login shell did run the `cd`
             assert src.target.path == f"{home.resolve()}/{rel}/server.log"
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     try:
@@ -850,15 +810,10 @@ def test_resume_at_saved_position_and_not_in_a_replaced_file(sshd_server: SSHSer
     target.write_bytes(part1)
 
     async def first_run() -> Position:
-        pool = SSHPool()
-        source = make_source(server, target, pool=pool)
+        source = make_source(server, target)
         follower = make_follower(source)
-        col = Collector(source, follower).start()
-        try:
+        async with collecting(source, follower) as col:
             await col.wait(lambda: col.next_offset == len(part1), "the first part")
-        finally:
-            await col.stop()
-            await pool.close()
         pos = follower.position()
         assert pos is not None
         return pos
@@ -874,16 +829,11 @@ def test_resume_at_saved_position_and_not_in_a_replaced_file(sshd_server: SSHSer
     whole = part1 + part2
 
     async def resumed(start: Position, pack: bool) -> Collector:
-        pool = SSHPool()
-        source = make_source(server, target, pool=pool, start=start,
+        source = make_source(server, target, start=start,
                              locator=startup_locator(load_pack("sglang")) if pack else None)
-        col = Collector(source).start()
-        size = target.stat().st_size
-        try:
+        async with collecting(source) as col:
+            size = target.stat().st_size
             await col.wait(lambda: col.next_offset == size and bool(col.files), "the whole file")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(resumed(pos, pack=True))
@@ -914,15 +864,10 @@ def test_no_resume_when_bytes_before_offset_changed(sshd_server: SSHServer,
     offset = len(old)
 
     async def first_run() -> Position:
-        pool = SSHPool()
-        source = make_source(server, target, pool=pool)
+        source = make_source(server, target)
         follower = make_follower(source)
-        col = Collector(source, follower).start()
-        try:
+        async with collecting(source, follower) as col:
             await col.wait(lambda: col.next_offset == offset, "the file")
-        finally:
-            await col.stop()
-            await pool.close()
         pos = follower.position()
         assert pos is not None and pos.offset == offset
         return pos
@@ -933,13 +878,8 @@ def test_no_resume_when_bytes_before_offset_changed(sshd_server: SSHServer,
     target.write_bytes(new)
 
     async def second() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool, start=saved)).start()
-        try:
+        async with collecting(make_source(server, target, start=saved)) as col:
             await col.wait(lambda: col.next_offset == len(new), "the whole new file")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(second())
@@ -975,13 +915,9 @@ def test_first_attach_starts_at_latest_startup(sshd_server: SSHServer, tmp_path:
     assert content[off:].startswith(b"[2026-01-01 11:00:01] server_args=")
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool, locator=startup_locator(load_pack("sglang")))).start()
-        try:
+        locator = startup_locator(load_pack("sglang"))
+        async with collecting(make_source(server, target, locator=locator)) as col:
             await col.wait(lambda: col.next_offset == len(content), "the log from its start")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1013,14 +949,9 @@ def test_a_node_clock_behind_ours_does_not_age_its_log_over_sftp(tmp_path: Path)
     os.utime(log, (written - 1200, written - 1200))     # the node's clock wrote it
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, log, pool=pool,
-                                    options=ssh_opts(server, transport="sftp"))).start()
-        try:
+        async with collecting(make_source(server, log,
+                                          options=ssh_opts(server, transport="sftp"))) as col:
             await col.wait(lambda: bool(col.opened()), "the log opened")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     with SSHServer(str(tmp_path / "sshd"), shell=str(shell)) as server:
@@ -1042,26 +973,23 @@ def test_rotation_by_rename_while_connected(sshd_server: SSHServer, tmp_path: Pa
     new = b"".join(b"new " + numbered(i) for i in range(1, 301))
 
     async def main() -> tuple[Collector, Follower]:
-        pool = SSHPool()
-        source = make_source(server, target, pool=pool)
+        source = make_source(server, target)
         follower = make_follower(source)
-        col = Collector(source, follower).start()
-        old_writer = open(target, "ab")
-        try:
-            old_writer.write(old_a)
-            old_writer.flush()
-            await col.wait(lambda: col.next_offset == len(old_a), "the old file")
-            os.rename(target, rotated)
-            old_writer.write(old_b)          # the writer still holds the old file
-            old_writer.flush()
-            with open(target, "wb") as nf:
-                nf.write(new)
-            await col.wait(lambda: len(col.files) == 2 and col.data() == new,
-                           "the new file after the rotation")
-        finally:
-            old_writer.close()
-            await col.stop()
-            await pool.close()
+        async with collecting(source, follower) as col:
+            old_writer = open(target, "ab")
+            try:
+                old_writer.write(old_a)
+                old_writer.flush()
+                await col.wait(lambda: col.next_offset == len(old_a), "the old file")
+                os.rename(target, rotated)
+                old_writer.write(old_b)          # the writer still holds the old file
+                old_writer.flush()
+                with open(target, "wb") as nf:
+                    nf.write(new)
+                await col.wait(lambda: len(col.files) == 2 and col.data() == new,
+                               "the new file after the rotation")
+            finally:
+                old_writer.close()
         return col, follower
 
     col, follower = run(main())
@@ -1092,11 +1020,9 @@ def test_a_pattern_follows_each_new_launch_file_over_ssh(sshd_server: SSHServer,
     third = b"".join(b"launch 3 " + numbered(i) for i in range(1, 101))
 
     async def main() -> Collector:
-        pool = SSHPool()
-        src = make_source(server, d / "server-*.log", pool=pool, rotate_wait=0.3,
+        src = make_source(server, d / "server-*.log", rotate_wait=0.3,
                           options=ssh_opts(server, transport=transport))
-        col = Collector(src).start()
-        try:
+        async with collecting(src) as col:
             await col.wait(lambda: col.data() == second, "the newest file at attach")
             (d / "server-3.log").write_bytes(third)
             await col.wait(lambda: len(col.files) == 2 and col.data() == third,
@@ -1107,9 +1033,6 @@ def test_a_pattern_follows_each_new_launch_file_over_ssh(sshd_server: SSHServer,
             with open(d / "server-3.log", "ab") as f:
                 f.write(b"launch 3 more\n")
             await col.wait(lambda: col.data().endswith(b"launch 3 more\n"), "launch 3 goes on")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1133,18 +1056,12 @@ def test_a_pattern_over_sftp_follows_a_rename_rotation_that_reuses_the_name(
     target.write_bytes(old)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, tmp_path / "server*.log", pool=pool,
-                                    rotate_wait=0.3,
-                                    options=ssh_opts(server, transport="sftp"))).start()
-        try:
+        async with collecting(make_source(server, tmp_path / "server*.log", rotate_wait=0.3,
+                                          options=ssh_opts(server, transport="sftp"))) as col:
             await col.wait(lambda: col.data() == old, "the log")
             os.rename(target, tmp_path / "server.log.1")
             target.write_bytes(new)
             await col.wait(lambda: len(col.files) == 2 and col.data() == new, "the new file")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1167,16 +1084,11 @@ def test_a_pattern_over_a_directory_of_many_outputs(sshd_server: SSHServer,
     nxt = b"".join(b"next job " + numbered(i) for i in range(1, 51))
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, d / "slurm-*.out", pool=pool, rotate_wait=0.2,
-                                    options=ssh_opts(server, transport="stream"))).start()
-        try:
+        async with collecting(make_source(server, d / "slurm-*.out", rotate_wait=0.2,
+                                          options=ssh_opts(server, transport="stream"))) as col:
             await col.wait(lambda: col.data() == b"the running job\n", "the running job")
             (d / "slurm-10000.out").write_bytes(nxt)
             await col.wait(lambda: len(col.files) == 2 and col.data() == nxt, "the next job")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1194,9 +1106,7 @@ def test_rotation_of_a_file_that_was_empty_at_attach(sshd_server: SSHServer,
     new = b"".join(b"new " + numbered(i) for i in range(1, 101))
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool)).start()
-        try:
+        async with collecting(make_source(server, target)) as col:
             await col.wait(lambda: bool(col.opened()), "the first Opened")
             with open(target, "ab") as f:
                 f.write(old)
@@ -1205,9 +1115,6 @@ def test_rotation_of_a_file_that_was_empty_at_attach(sshd_server: SSHServer,
             target.write_bytes(new)
             await col.wait(lambda: len(col.files) == 2 and col.data() == new,
                            "the new file after the rotation", timeout=10)
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1224,18 +1131,13 @@ def test_truncation_while_connected(sshd_server: SSHServer, tmp_path: Path) -> N
     target.write_bytes(old)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool)).start()
-        try:
+        async with collecting(make_source(server, target)) as col:
             await col.wait(lambda: col.next_offset == len(old), "the old content")
             with open(target, "r+b") as f:     # copytruncate: truncate in place, write again
                 f.truncate(0)
                 f.write(new)
             await col.wait(lambda: len(col.files) == 2 and col.data() == new,
                            "the content written after the truncation")
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1256,9 +1158,7 @@ def test_truncation_then_rewrite_past_the_old_offset(sshd_server: SSHServer,
     target.write_bytes(old)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool)).start()
-        try:
+        async with collecting(make_source(server, target)) as col:
             await col.wait(lambda: col.next_offset == len(old), "the old content")
             with open(target, "r+b") as f:
                 f.truncate(0)
@@ -1266,9 +1166,6 @@ def test_truncation_then_rewrite_past_the_old_offset(sshd_server: SSHServer,
             await col.wait(lambda: col.next_offset == len(new) and len(col.files) == 2
                            and col.data() == new,
                            "the new content from byte 0", timeout=8)
-        finally:
-            await col.stop()
-            await pool.close()
         return col
 
     col = run(main())
@@ -1288,25 +1185,22 @@ def test_silent_connection_is_detected_by_keepalive(sshd_server: SSHServer,
     options = ssh_opts(server, keepalive_interval=1.0, keepalive_count_max=2)
 
     async def main() -> Collector:
-        pool = SSHPool()
-        col = Collector(make_source(server, target, pool=pool, options=options)).start()
-        try:
-            await col.wait(lambda: col.next_offset == len(part1), "the first part")
-            frozen = await asyncio.to_thread(server.freeze_sessions)
-            assert frozen
-            with open(target, "ab") as f:
-                f.write(part2)
-            # 1 s x 2 unanswered keepalives, then a reconnect with backoff: well under 15 s
-            await col.wait(lambda: col.next_offset == len(part1 + part2),
-                           "the second part after the silent drop", timeout=15)
-            # counted now: the kill below (the frozen processes' cleanup) may be seen as a
-            # drop too before close() (the streamed reader notices a lost channel at once)
-            reconnects.append(col.source.reconnects)
-            opened.extend(col.opened())
-        finally:
-            await asyncio.to_thread(server.kill_sessions)
-            await col.stop()
-            await pool.close()
+        async with collecting(make_source(server, target, options=options)) as col:
+            try:
+                await col.wait(lambda: col.next_offset == len(part1), "the first part")
+                frozen = await asyncio.to_thread(server.freeze_sessions)
+                assert frozen
+                with open(target, "ab") as f:
+                    f.write(part2)
+                # 1 s x 2 unanswered keepalives, then a reconnect with backoff: well under 15 s
+                await col.wait(lambda: col.next_offset == len(part1 + part2),
+                               "the second part after the silent drop", timeout=15)
+                # counted now: the kill below (the frozen processes' cleanup) may be seen as a
+                # drop too before close() (the streamed reader notices a lost channel at once)
+                reconnects.append(col.source.reconnects)
+                opened.extend(col.opened())
+            finally:
+                await asyncio.to_thread(server.kill_sessions)
         return col
 
     reconnects: list[int] = []
@@ -1425,9 +1319,8 @@ def test_a_bastion_refused_on_a_proxyjump_is_named_never_the_node(sshd_server: S
                           config=(str(cfg),))
 
         def fatal() -> str:
-            pool = SSHPool()
             return run(_fatal_of(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
-                                               pool=pool), pool))[0].message
+                                               pool=SSHPool())))[0].message
 
         msg = fatal()
         assert "CHANGED" not in msg and "man-in-the-middle" not in msg, msg
@@ -1443,15 +1336,10 @@ def test_a_bastion_refused_on_a_proxyjump_is_named_never_the_node(sshd_server: S
         bastion.authorized_keys.write_text(node.client_key.with_suffix(".pub").read_text())
 
         async def through() -> tuple[bytes, int]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
-                                          pool=pool)).start()
-            try:
+            async with collecting(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
+                                                pool=SSHPool())) as col:
                 await col.wait(lambda: col.data() == b"hello\n", "the log through the bastion")
                 return col.data(), len(bastion.session_pids())
-            finally:
-                await col.stop()
-                await pool.close()
         data, sessions = run(through())
         assert data == b"hello\n" and sessions >= 1
         # closing the node's connection closed the bastion's too
@@ -1490,22 +1378,16 @@ def test_host_keys_in_the_global_known_hosts_are_trusted_as_ssh_trusts_them(
     assert ref.returncode == 0, ref.stderr
 
     async def read() -> bytes:
-        pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
-        try:
+        async with collecting(make_source(server, log_file, options=opts)) as col:
             await col.wait(lambda: col.data() == b"hello\n" or col.fatal() is not None,
                            "the log, or a refusal")
             assert col.fatal() is None, col.fatal()
             return col.data()
-        finally:
-            await col.stop()
-            await pool.close()
     assert run(read()) == b"hello\n"
 
     # the global file trusts another key for the node: CHANGED, never the advice to append
     fleet.write_text(f"[127.0.0.1]:{server.port} {_other_host_key(tmp_path)}\n")
-    pool = SSHPool()
-    msg = run(_fatal_of(make_source(server, log_file, pool=pool, options=opts), pool))[0].message
+    msg = run(_fatal_of(make_source(server, log_file, options=opts)))[0].message
     assert "CHANGED" in msg and f"-f {fleet}" in msg and ">>" not in msg, msg
 
 
@@ -1538,16 +1420,8 @@ def test_a_host_block_of_the_system_ssh_config_applies_as_ssh_applies_it(
     assert ref.returncode == 0, ref.stderr
 
     async def read(source_opts: SSHOptions) -> tuple[bytes, SourceState | None]:
-        pool = SSHPool()
-        col = Collector(SSHFileSource(f"ssh://gpu-sys{log_file}", options=source_opts,
-                                      pool=pool)).start()
-        try:
-            await col.wait(lambda: col.data() == b"hello\n" or any(
-                not s.up for s in col.states()), "the log, or a failure")
-            return col.data(), next((s for s in col.states() if not s.up), None)
-        finally:
-            await col.stop()
-            await pool.close()
+        return await _hello_or_failure(SSHFileSource(f"ssh://gpu-sys{log_file}",
+                                                     options=source_opts, pool=SSHPool()))
     data, failed = run(read(opts))
     assert failed is None and data == b"hello\n", failed
 
@@ -1581,8 +1455,7 @@ def test_an_ssh_config_made_for_interactive_logins_does_not_break_the_reads(
 
     async def read() -> tuple[bytes, bytes, str]:
         pool = SSHPool()
-        col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
-        try:
+        async with collecting(make_source(server, log_file, pool=pool, options=opts)) as col:
             await col.wait(lambda: col.data() == b"hello\n", "the log", timeout=15)
             conn, _ = await pool.get(SSHTarget.parse(server.url(log_file)), opts)
             plain = await conn.run("tty", check=False)
@@ -1592,9 +1465,6 @@ def test_an_ssh_config_made_for_interactive_logins_does_not_break_the_reads(
             finally:
                 proc.close()
             return col.data(), pty, str(plain.stdout)
-        finally:
-            await col.stop()
-            await pool.close()
     data, pty, plain = run(read())
     assert data == b"hello\n"
     assert pty.startswith(b"/dev/pts/") and plain.startswith("not a tty"), (pty, plain)
@@ -1609,16 +1479,8 @@ def test_forward_agent_in_the_ssh_config_does_not_hand_the_agent_to_the_node(
     logwatch runs needs it); the log is read as before."""
     server = sshd_server
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not sock.exists():
-            assert time.monotonic() < deadline and agent.poll() is None, "no ssh-agent"
-            time.sleep(POLL)
+    with ssh_agent(sock, [server.client_key]):
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        subprocess.run(["ssh-add", str(server.client_key)], check=True, capture_output=True,
-                       timeout=30)
         cfg = tmp_path / "ssh_config"
         cfg.write_text("Host *\n  ForwardAgent yes\n  ForwardX11 yes\n")
         log_file = tmp_path / "server.log"
@@ -1627,21 +1489,14 @@ def test_forward_agent_in_the_ssh_config_does_not_hand_the_agent_to_the_node(
 
         async def node_sees() -> tuple[bytes, str]:
             pool = SSHPool()
-            col = Collector(make_source(server, log_file, pool=pool, options=opts)).start()
-            try:
+            async with collecting(make_source(server, log_file, pool=pool, options=opts)) as col:
                 await col.wait(lambda: col.data() == b"hello\n", "the log")
                 conn, _ = await pool.get(SSHTarget.parse(server.url(log_file)), opts)
                 seen = await conn.run("printenv SSH_AUTH_SOCK DISPLAY", check=False)
                 return col.data(), str(seen.stdout)
-            finally:
-                await col.stop()
-                await pool.close()
         data, seen = run(node_sees())
         assert data == b"hello\n"
         assert seen.strip() == "", f"the node was handed {seen.strip()!r}"
-    finally:
-        agent.kill()
-        agent.wait(timeout=10)
 
 
 def test_a_proxycommand_that_ends_is_named_not_a_bare_connection_lost(
@@ -1670,16 +1525,9 @@ def test_a_proxycommand_that_ends_is_named_not_a_bare_connection_lost(
                           config=(str(cfg),))
 
         async def first() -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=opts,
-                                          pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
+            data, failed = await _hello_or_failure(SSHFileSource(
+                f"ssh://gpu-node{log_file}", options=opts, pool=SSHPool()))
+            return data, failed.message if failed else ""
         data, msg = run(first())
         assert data == b"" and "ProxyCommand for gpu-node" in msg, msg
         assert f"-W 127.0.0.1:{node.port} bastion" in msg and "run it by hand" in msg, msg
@@ -1740,15 +1588,9 @@ def test_a_refused_connection_names_the_address_the_ssh_config_gave(tmp_path: Pa
     assert f"127.0.0.1 port {closed}: Connection refused" in ref.stderr, ref.stderr
 
     async def said(host: str) -> str:
-        pool = SSHPool()
-        col = Collector(SSHFileSource(f"ssh://{host}/srv/server.log", options=SSHOptions(
-            config=(str(cfg),)), pool=pool)).start()
-        try:
-            await col.wait(lambda: any(not s.up for s in col.states()), "a failure")
-            return next(s.message for s in col.states() if not s.up)
-        finally:
-            await col.stop()
-            await pool.close()
+        return (await _first_failure(SSHFileSource(f"ssh://{host}/srv/server.log",
+                                                   options=SSHOptions(config=(str(cfg),)),
+                                                   pool=SSHPool()))).message
     msg = run(said("gpu-node"))
     assert f"connection refused by gpu-node (127.0.0.1:{closed})" in msg, msg
     msg = run(said("gpu-behind"))
@@ -1826,9 +1668,8 @@ def test_a_proxyjump_that_leads_back_to_its_jump_host_is_said(tmp_path: Path) ->
         "Host bastion", "  HostName 127.0.0.1", f"  Port {closed}",
         "Host gpu-node", "  HostName 127.0.0.1", f"  Port {closed}",
         "Host *", "  ProxyJump bastion", ""]))
-    pool = SSHPool()
     fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
-        config=(str(cfg),)), pool=pool), pool))
+        config=(str(cfg),)), pool=SSHPool())))
     assert "RecursionError" not in fatal.message, fatal.message
     assert "jump host bastion" in fatal.message, fatal.message
     assert "leads back to itself" in fatal.message and "ProxyJump none" in fatal.message, \
@@ -1896,10 +1737,9 @@ def test_a_bastion_that_does_not_forward_is_named_with_why(sshd_server: SSHServe
         ref = subprocess.run(["ssh", "-F", str(cfg), "gpu-node", "true"], capture_output=True,
                              text=True, timeout=30, stdin=subprocess.DEVNULL)
         assert ref.returncode != 0 and "administratively prohibited" in ref.stderr, ref.stderr
-        pool = SSHPool()
         fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log",
                                                options=SSHOptions(config=(str(cfg),)),
-                                               pool=pool), pool))
+                                               pool=SSHPool())))
         assert "jump host bastion" in fatal.message, fatal.message
         assert "AllowTcpForwarding" in fatal.message, fatal.message
         assert f"gpu-node (127.0.0.1:{node.port})" in fatal.message, fatal.message
@@ -1913,17 +1753,9 @@ def test_a_bastion_that_does_not_forward_is_named_with_why(sshd_server: SSHServe
             "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}",
             f"  UserKnownHostsFile {kh}", "  BatchMode yes", ""]))
 
-        async def said() -> SourceState:
-            pool = SSHPool()
-            col = Collector(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
-                config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: any(not s.up for s in col.states()), "a failure")
-                return next(s for s in col.states() if not s.up)
-            finally:
-                await col.stop()
-                await pool.close()
-        state = run(said())
+        state = run(_first_failure(SSHFileSource("ssh://gpu-node/srv/server.log",
+                                                 options=SSHOptions(config=(str(cfg),)),
+                                                 pool=SSHPool())))
         assert not state.fatal and "jump host bastion" in state.message, state
         assert f"could not connect to gpu-node (127.0.0.1:{closed})" in state.message, state
 
@@ -1942,15 +1774,8 @@ def test_identity_agent_ssh_auth_sock_is_the_agent_that_variable_names(
     log_file = tmp_path / "server.log"
     log_file.write_bytes(b"hello\n")
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(POLL)
+    with ssh_agent(sock, [server.client_key]):
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        subprocess.run(["ssh-add", "-q", str(server.client_key)], check=True, timeout=30,
-                       capture_output=True)
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host gpu-node", "  HostName 127.0.0.1", f"  Port {server.port}",
@@ -1962,9 +1787,6 @@ def test_identity_agent_ssh_auth_sock_is_the_agent_that_variable_names(
 
         data, msg = read_hello(cfg, log_file)
         assert data == b"hello\n" and msg == "", msg
-    finally:
-        agent.kill()
-        agent.wait(timeout=10)
 
 
 def test_a_bastion_login_refused_is_not_told_to_use_the_nodes_key_option(
@@ -1986,10 +1808,9 @@ def test_a_bastion_login_refused_is_not_told_to_use_the_nodes_key_option(
             "Host gpu-node", "  HostName 127.0.0.1", f"  Port {node.port}",
             "  ProxyJump bastion",
             "Host *", f"  User {node.user}", f"  UserKnownHostsFile {kh}", ""]))
-        pool = SSHPool()
         fatal, _ = run(_fatal_of(SSHFileSource(
             "ssh://gpu-node/srv/server.log", options=SSHOptions(
-                config=(str(cfg),), client_keys=(str(node.client_key),)), pool=pool), pool))
+                config=(str(cfg),), client_keys=(str(node.client_key),)), pool=SSHPool())))
         msg = fatal.message
         assert "jump host bastion" in msg and "SSH authentication to bastion failed" in msg, msg
         assert "-i / ssh.client_keys)" not in msg and "--ssh-key" not in msg, msg
@@ -2009,31 +1830,16 @@ def test_too_many_keys_is_a_refused_login_not_retried(sshd_server: SSHServer, tm
     (home / ".ssh").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(POLL)
+    with ssh_agent(sock, [keygen(tmp_path / f"other{i}") for i in range(7)]):
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
-        for i in range(7):
-            key = tmp_path / f"other{i}"
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                           check=True, capture_output=True, timeout=30)
-            subprocess.run(["ssh-add", "-q", str(key)], check=True, capture_output=True,
-                           timeout=30)
         cfg = tmp_path / "ssh_config"
         cfg.write_text("\n".join([
             "Host gpu-node", "  HostName 127.0.0.1", f"  Port {server.port}",
             f"  IdentityFile {server.client_key}", f"  User {server.user}", ""]))
-        pool = SSHPool()
         fatal, _ = run(_fatal_of(SSHFileSource("ssh://gpu-node/srv/server.log", options=SSHOptions(
-            known_hosts=str(server.known_hosts), config=(str(cfg),)), pool=pool), pool))
+            known_hosts=str(server.known_hosts), config=(str(cfg),)), pool=SSHPool())))
         assert "Too many authentication failures" in fatal.message, fatal.message
         assert "IdentitiesOnly yes" in fatal.message, fatal.message
-    finally:
-        agent.kill()
-        agent.wait(timeout=10)
 
 
 def test_a_bastion_in_the_global_known_hosts_is_trusted_beside_a_nodes_known_hosts(
@@ -2064,18 +1870,10 @@ def test_a_bastion_in_the_global_known_hosts_is_trusted_beside_a_nodes_known_hos
             "  ProxyJump bastion",
             "Host *", f"  User {node.user}", f"  IdentityFile {node.client_key}", ""]))
 
-        async def read() -> tuple[bytes, str]:
-            pool = SSHPool()
-            col = Collector(SSHFileSource(f"ssh://gpu-node{log_file}", options=SSHOptions(
-                known_hosts=str(node.known_hosts), config=(str(cfg),)), pool=pool)).start()
-            try:
-                await col.wait(lambda: col.data() == b"hello\n" or any(
-                    not s.up for s in col.states()), "the log, or a failure")
-                return col.data(), next((s.message for s in col.states() if not s.up), "")
-            finally:
-                await col.stop()
-                await pool.close()
-        data, msg = run(read())
+        data, failed = run(_hello_or_failure(SSHFileSource(
+            f"ssh://gpu-node{log_file}", options=SSHOptions(
+                known_hosts=str(node.known_hosts), config=(str(cfg),)), pool=SSHPool())))
+        msg = failed.message if failed else ""
         assert "CHANGED" not in msg and data == b"hello\n" and msg == "", msg
 
 
@@ -2089,18 +1887,9 @@ def ssh_reads_it(cfg: Path, host: str = "gpu-node") -> None:
 def read_hello(cfg: Path, log_file: Path, host: str = "gpu-node") -> tuple[bytes, str]:
     """`ssh://HOST/LOG` read through the ssh config `cfg` until its `hello` line or a
     failure: what came, and the failure's message ("" for none)."""
-    async def read() -> tuple[bytes, str]:
-        pool = SSHPool()
-        col = Collector(SSHFileSource(f"ssh://{host}{log_file}", options=SSHOptions(
-            config=(str(cfg),)), pool=pool)).start()
-        try:
-            await col.wait(lambda: col.data() == b"hello\n" or any(
-                not s.up for s in col.states()), "the log, or a failure")
-            return col.data(), next((s.message for s in col.states() if not s.up), "")
-        finally:
-            await col.stop()
-            await pool.close()
-    return run(read())
+    data, failed = run(_hello_or_failure(SSHFileSource(
+        f"ssh://{host}{log_file}", options=SSHOptions(config=(str(cfg),)), pool=SSHPool())))
+    return data, failed.message if failed else ""
 
 
 @contextlib.contextmanager

@@ -17,7 +17,7 @@ import pytest
 from logwatch.sources.ssh import SSHPool
 from logwatch.sources.sshstream import MARKER
 from support.sshd import SSHServer
-from test_ssh import Collector, make_source, numbered, run, ssh_opts
+from test_ssh import Collector, collecting, make_source, numbered, run, ssh_opts
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -164,26 +164,24 @@ def test_rotated_while_the_channel_was_down_the_old_file_is_drained_by_inode(
         pool = SSHPool()
 
         async def main() -> Collector:
-            col = Collector(make_source(server, log, pool=pool, rotate_wait=0.5)).start()
-            old = open(log, "ab")
-            try:
-                await col.wait(lambda: bool(col.opened()), "the first Opened")
-                old.write(old_a)
-                old.flush()
-                await col.wait(lambda: col.next_offset == len(old_a), "the old file")
-                await asyncio.to_thread(server.stop)
-                await col.wait(lambda: col.up_since is None, "the source to see the drop")
-                os.rename(log, log.with_name("server.log.1"))
-                old.write(old_b)
-                old.flush()
-                log.write_bytes(new)
-                await asyncio.to_thread(server.start)
-                await col.wait(lambda: len(col.files) == 2 and col.data() == new,
-                               "the new file after the drain", timeout=40)
-            finally:
-                old.close()
-                await col.stop()
-                await pool.close()
+            async with collecting(make_source(server, log, pool=pool, rotate_wait=0.5)) as col:
+                old = open(log, "ab")
+                try:
+                    await col.wait(lambda: bool(col.opened()), "the first Opened")
+                    old.write(old_a)
+                    old.flush()
+                    await col.wait(lambda: col.next_offset == len(old_a), "the old file")
+                    await asyncio.to_thread(server.stop)
+                    await col.wait(lambda: col.up_since is None, "the source to see the drop")
+                    os.rename(log, log.with_name("server.log.1"))
+                    old.write(old_b)
+                    old.flush()
+                    log.write_bytes(new)
+                    await asyncio.to_thread(server.start)
+                    await col.wait(lambda: len(col.files) == 2 and col.data() == new,
+                                   "the new file after the drain", timeout=40)
+                finally:
+                    old.close()
             return col
 
         col = run(main(), timeout=90)
@@ -204,8 +202,7 @@ def test_a_node_without_python3_is_read_over_sftp(tmp_path: Path) -> None:
         writers = Writers([log], lines, pace=0.005)
 
         async def main() -> Collector:
-            col = Collector(make_source(server, log, pool=pool)).start()
-            try:
+            async with collecting(make_source(server, log, pool=pool)) as col:
                 await col.wait(lambda: bool(col.opened()), "the first Opened")
                 writers.start()
                 await col.wait(lambda: (col.next_offset or 0) > 0, "some lines")
@@ -214,9 +211,6 @@ def test_a_node_without_python3_is_read_over_sftp(tmp_path: Path) -> None:
                 assert writers.error is None
                 size = log.stat().st_size
                 await col.wait(lambda: col.next_offset == size, "every line", timeout=30)
-            finally:
-                await col.stop()
-                await pool.close()
             return col
 
         col = run(main(), timeout=90)
@@ -233,13 +227,9 @@ def test_transport_stream_without_python3_is_fatal_and_says_why(tmp_path: Path) 
         pool = SSHPool()
 
         async def main() -> Collector:
-            col = Collector(make_source(server, log, pool=pool,
-                                        options=ssh_opts(server, transport="stream"))).start()
-            try:
+            async with collecting(make_source(server, log, pool=pool,
+                                              options=ssh_opts(server, transport="stream"))) as col:
                 await col.wait(lambda: col.fatal() is not None, "a fatal state")
-            finally:
-                await col.stop()
-                await pool.close()
             return col
 
         col = run(main())
@@ -255,17 +245,13 @@ def test_transport_sftp_reads_without_starting_the_reader(tmp_path: Path) -> Non
         pool = SSHPool()
 
         async def main() -> Collector:
-            col = Collector(make_source(server, log, pool=pool,
-                                        options=ssh_opts(server, transport="sftp"))).start()
-            try:
+            async with collecting(make_source(server, log, pool=pool,
+                                              options=ssh_opts(server, transport="sftp"))) as col:
                 await col.wait(lambda: col.data() == b"a\n", "the first line")
                 with open(log, "ab") as f:
                     f.write(b"b\n")
                 await col.wait(lambda: col.data() == b"a\nb\n", "the second line")
                 assert reader_pids(server) == []
-            finally:
-                await col.stop()
-                await pool.close()
             return col
 
         col = run(main())

@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from logwatch.sources.sshfail import ssh_file_problem, ssh_file_problems
 from support.daemon import daemons, free_port, sim_texts, target_cfg, write_config  # noqa: F401
-from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
+from support.sshd import SSHServer, keygen, ssh_agent, sshd_server  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.integration     # ssh-keygen writes the keys
 
@@ -184,12 +184,9 @@ def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
     why no agent, the fix; with a real ssh-agent holding the key, the log is read."""
     import os
     import sys
-    import time
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
-    key = tmp_path / "agent_key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                   check=True, capture_output=True, timeout=30)
+    key = keygen(tmp_path / "agent_key")
     (home / ".ssh" / "agent_key.pub").write_bytes(Path(f"{key}.pub").read_bytes())
     sshd_server.authorized_keys.write_bytes(Path(f"{key}.pub").read_bytes())
     sock = tmp_path / "agent.sock"
@@ -214,24 +211,13 @@ def test_a_login_that_offered_no_key_says_why_and_reads_with_the_agent(
     assert why in res.stderr and "set up ~/.ssh/config" not in res.stderr, res.stderr
 
     # the fix it names: the agent's socket, the key in it
-    proc = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not sock.exists():
-            assert time.monotonic() < deadline and proc.poll() is None, "ssh-agent did not start"
-            time.sleep(0.02)
-        subprocess.run(["ssh-add", str(key)], env=dict(env, SSH_AUTH_SOCK=str(sock)),
-                       check=True, capture_output=True, timeout=30)
+    with ssh_agent(sock, [key]):
         if agent != "identity-agent":
             env["SSH_AUTH_SOCK"] = str(sock)
         res = subprocess.run(args + ["--last"], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=60)
         assert "source up: reading" in res.stdout + res.stderr, (res.stdout, res.stderr)
         assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])   # ready
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 def test_a_system_ssh_config_line_only_ssh_reads_leaves_it_out_not_every_target_down(
@@ -316,22 +302,9 @@ def test_an_agent_of_many_keys_does_not_use_up_the_logins_tries(
     what happened and `IdentitiesOnly yes`."""
     import os
     import sys
-    import time
     sock = tmp_path / "agent.sock"
-    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not sock.exists():
-            assert time.monotonic() < deadline and agent.poll() is None, "no ssh-agent"
-            time.sleep(0.02)
+    with ssh_agent(sock, [keygen(tmp_path / f"other{i}") for i in range(7)]):
         env = dict(os.environ, SSH_AUTH_SOCK=str(sock), HOME=str(tmp_path))
-        for i in range(7):
-            key = tmp_path / f"other{i}"
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                           check=True, capture_output=True, timeout=30)
-            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True,
-                           capture_output=True, timeout=30)
         log = tmp_path / "server.log"
         log.write_text("".join(sim_texts(seed=3, port=free_port())), encoding="utf-8")
         base = [sys.executable, "-m", "logwatch", "watch", sshd_server.url(log), "--last",
@@ -345,6 +318,3 @@ def test_an_agent_of_many_keys_does_not_use_up_the_logins_tries(
                              capture_output=True, text=True, timeout=60)
         out = res.stdout + res.stderr
         assert "Too many authentication failures" in out and "IdentitiesOnly yes" in out, out
-    finally:
-        agent.kill()
-        agent.wait(timeout=10)

@@ -11,6 +11,7 @@ Use the `sshd_server` fixture (import it into the test module: `from support.ssh
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import shutil
@@ -20,7 +21,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import pytest
 
@@ -335,3 +336,31 @@ def sshd_server() -> Iterator[SSHServer]:
         yield server
     finally:
         server.cleanup()
+
+
+def keygen(path: Path) -> Path:
+    """A throwaway ed25519 key pair without a passphrase at `path` (and `path`.pub)."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+                   check=True, capture_output=True, timeout=30)
+    return path
+
+
+@contextlib.contextmanager
+def ssh_agent(sock: Path, keys: Sequence[Path] = ()) -> Iterator[Path]:
+    """A real ssh-agent listening on `sock`, holding `keys` (ssh-add), killed at exit.  The
+    test points SSH_AUTH_SOCK at `sock` where the daemon or ssh is to find it."""
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists():
+            assert time.monotonic() < deadline and agent.poll() is None, "no ssh-agent"
+            time.sleep(0.02)
+        env = dict(os.environ, SSH_AUTH_SOCK=str(sock))
+        for key in keys:
+            subprocess.run(["ssh-add", "-q", str(key)], env=env, check=True,
+                           capture_output=True, timeout=30)
+        yield sock
+    finally:
+        agent.kill()
+        agent.wait(timeout=10)
