@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Callable, Protocol
 
 from ..rules.pack import Rule, RulePack
@@ -151,8 +152,11 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
 _REPLICA = re.compile(r"^(DP\d+)(?=[ _]|$)")
 
 
+@lru_cache(maxsize=512)
 def replica_of(rank: str) -> str:
-    """The data-parallel replica a rank belongs to (`DP1` of `DP1_TP0`), "" for none."""
+    """The data-parallel replica a rank belongs to (`DP1` of `DP1_TP0`), "" for none.
+    Cached: asked for every rank at each milestone line (a launch has few rank tags; the
+    cache is bounded whatever a log holds)."""
     m = _REPLICA.search(rank)
     return m.group(1) if m else ""
 
@@ -166,7 +170,7 @@ MAX_LANES = 64      # processes kept per startup (untrusted input: bounded)
 def lane_of(rank: str, text: str) -> str:
     """`TP0 pid=200` for a line of `(Worker_TP0 pid=200)` whose rank names no replica; ""
     otherwise (a replica's rank, or no pid in the tag)."""
-    if not rank or replica_of(rank) or " " in rank:
+    if not rank or " pid=" not in text[:256] or replica_of(rank) or " " in rank:
         return ""
     m = re.search(_PID % re.escape(rank), text[:256])
     return f"{rank} pid={m.group(1)}" if m else ""
@@ -175,7 +179,9 @@ def lane_of(rank: str, text: str) -> str:
 def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line) -> None:
     """How far each process of a replica-less rank got (its furthest marker)."""
     rule = obs.rule
-    lane = lane_of(pack.rank_of(obs.text), obs.text) if rule.phase else ""
+    # most lines name no process (SGLang's `[... TP0]`): no rank to look up for them
+    lane = lane_of(pack.rank_of(obs.text), obs.text) \
+        if rule.phase and " pid=" in obs.text[:256] else ""
     if not lane or (lane not in lanes and len(lanes) >= MAX_LANES):
         return
     pos = (pack.phase_index(rule.phase or ""), rule.finishes)
@@ -192,15 +198,19 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
     engine): where one rank tag has several processes (`lanes`), each process stands for
     its replica, and the engine cores are left out (`EngineCore_DP1` prints its launch,
     then only after its workers' capture: the KV cache size, `init engine`)."""
-    tags = [lane.split(" pid=")[0] for lane in lanes or {}]
-    out = {lane: pos for lane, pos in (lanes or {}).items()
-           if tags.count(lane.split(" pid=")[0]) > 1 and pos[0] > 0}
-    if out:
-        return out
+    out: dict[str, tuple[int, bool]] = {}
+    if lanes:
+        tags = [lane.split(" pid=")[0] for lane in lanes]
+        out = {lane: pos for lane, pos in lanes.items()
+               if tags.count(lane.split(" pid=")[0]) > 1 and pos[0] > 0}
+        if out:
+            return out
     for rank, rp in ranks.items():
         replica = replica_of(rank)
+        if not replica:
+            continue           # most launches: no replica in any tag (asked at every milestone)
         pos = (pack.phase_index(rp.phase), rp.finished)
-        if replica and pos[0] > 0 and pos > out.get(replica, (-1, False)):
+        if pos[0] > 0 and pos > out.get(replica, (-1, False)):
             out[replica] = pos
     return out
 
