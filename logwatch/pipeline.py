@@ -16,9 +16,10 @@ from .lines import (
     segment_text, split_glued,
 )
 from .machine import (
-    Crashed, CrashRetracted, CrashSettled, Event, Observation, Restarted, StartupBegan,
-    StartupMachine, State,
+    Crashed, CrashRetracted, CrashSettled, CrashUpdated, Event, Observation, Restarted,
+    StartupBegan, StartupMachine, State,
 )
+from .machine.crash import read_whole
 from .rules.matcher import Hit, shared_matcher
 from .rules.pack import CRASHED, STOPPED, Rule, RulePack, record_forms
 from .rules.timestamps import LogClock
@@ -96,6 +97,9 @@ class ExcerptCollector:
         # the unfinished line shown in it for now (`show`): its length, chars and withheld
         # before that line
         self.provisional: tuple[int, int, int] | None = None
+        # an excerpt begun in the shown bytes and ended with them (`after_shown`): read again
+        # from its line once that is whole (`read_crash_whole`)
+        self.cut_short: list[str] | None = None
 
     def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
         line_start = block.data.rfind(b"\n", 0, seg_start) + 1
@@ -110,7 +114,7 @@ class ExcerptCollector:
             before = last_lines(tail, block.data, line_start, EXCERPT_BEFORE)
         excerpt.clear()
         self.target = self.taken = excerpt
-        self.chars, self.provisional = 0, None
+        self.chars, self.provisional, self.cut_short = 0, None, None
         for line in before:
             self._add(line)
         # the crash's own physical line, from its start (frames before the crash segment too);
@@ -143,7 +147,9 @@ class ExcerptCollector:
         """After a shown block: an excerpt read on goes on (`show`); one begun in the shown
         bytes ends with them (what it took of them would be taken again)."""
         if self.provisional is None:
+            target = self.target
             self.finish()
+            self.cut_short = target
 
     def _unshow(self) -> None:
         """Take out the lines `show` put in for now."""
@@ -172,6 +178,7 @@ class ExcerptCollector:
             self._take(block.data, 0)
 
     def end_block(self, block: Block) -> None:
+        self.cut_short = None     # (the block that released the shown bytes was read)
         # appended and trimmed now and then, not rebuilt from 16 KiB at every block (a live
         # log's blocks are a few lines)
         data = block.data
@@ -265,6 +272,8 @@ class ShownLine:
     # the unfinished last line was read and counted: the newline that ends it later (the
     # writer went on) is not another line
     open_counted: bool = False
+    # the lines (number -> segment offset) whose crash or hint hits were taken shown, cut
+    crash_lines: dict[int, int] = field(default_factory=dict)
 
     def admit(self, hit: Hit, open_end: bool, shown: bool) -> tuple[str, bool] | None:
         """How to take a hit (`open_end`: on the block's unfinished last segment; `shown`:
@@ -321,6 +330,19 @@ class ShownLine:
         """Bytes before `offset` were read for good: forget what was shown of them."""
         if self.hits:
             self.hits = {k: v for k, v in self.hits.items() if k[0] >= offset}
+        if self.crash_lines:
+            self.crash_lines = {n: at for n, at in self.crash_lines.items() if at >= offset}
+
+    def now_whole(self, hit: Hit, shown: bool) -> bool:
+        """Whether `hit` is a crash or hint rule's on a line shown cut and read now as the
+        block that releases it (whole, or as whole as the end of input leaves it); a shown
+        one's line is noted."""
+        if not (hit.rule.crash or hit.rule.hint):
+            return False
+        if shown:
+            self.crash_lines[hit.line_number] = hit.offset
+            return False
+        return hit.line_number in self.crash_lines
 
 
 class LogPipeline:
@@ -495,9 +517,8 @@ class LogPipeline:
     def _hit(self, hit: Hit, block: Block, now: float, open_end: bool = False,
              shown: bool = False) -> list[Event]:
         rid = hit.rule.id
-        admitted = self._shown.admit(hit, open_end, shown)
-        if admitted is None:
-            return []
+        if (admitted := self._shown.admit(hit, open_end, shown)) is None:  # (taken when shown)
+            return read_crash_whole(self, hit, block, now) if self._shown.now_whole(hit, shown) else []
         read, new = admitted
         matches = self.counters.rule_matches   # (one match, though taken again whole)
         matches[rid] = matches.get(rid, 0) + new
@@ -522,7 +543,27 @@ class LogPipeline:
         # (after the excerpt's part: the ledger records a crash's excerpt as it stands)
         if events and self.on_step is not None:
             self.on_step(events, self.state)
-        return events
+        return events + read_crash_whole(self, hit, block, now) \
+            if self._shown.now_whole(hit, shown) else events
+
+
+def read_crash_whole(pipe: LogPipeline, hit: Hit, block: Block, now: float) -> list[Event]:
+    """A crash line taken as it was shown, cut, is whole now: the crash quotes it whole, with
+    its cause (`crash.read_whole`), and an excerpt begun at it is read again from it, with
+    the lines after it (before, both ended at the cut: `RuntimeError: NCCL error: unh`, the
+    traceback's rest written 6 s later, before the crash settled, not in the page)."""
+    st = pipe.state
+    changed = read_whole(pipe.pack, st, hit.rule, hit.text, hit.line_number)
+    if st.crash is not None and not st.crash_settled and pipe.excerpt.cut_short is st.crash.excerpt:
+        pipe.excerpt.start(st.crash.excerpt, block, hit.block_pos)
+        changed = True
+    if not changed or st.crash is None:
+        return []
+    st.crash_changed_at = now
+    events: list[Event] = [CrashUpdated(st.epoch, st.crash)]
+    if pipe.on_step is not None:
+        pipe.on_step(events, st)
+    return events
 
 
 def open_line_due(machine: StartupMachine, st: State, now: float) -> bool:

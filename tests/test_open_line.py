@@ -15,7 +15,7 @@ import pytest
 
 from conftest import ROOT
 from logwatch.lines import Framer
-from logwatch.machine import Crashed, PhaseChanged, Progress
+from logwatch.machine import Crashed, CrashSettled, PhaseChanged, Progress
 from logwatch.pipeline import PARTIAL_LINE_QUIET, LogPipeline
 from logwatch.rules.locate import choose_pack
 from logwatch.rules.matcher import shared_matcher
@@ -114,6 +114,45 @@ def test_a_bar_frame_shown_after_a_quiet_is_taken_once_and_its_cut_rate_not_at_a
     assert [(e.current, round(e.rate, 3)) for e in of(events, Progress)] == [(3, 1.85)]
     assert pipe.counters.rule_matches["shard_bar"] == 2, pipe.counters.rule_matches
     assert pipe.counters.lines == 3
+
+
+NCCL_TB = (b"Traceback (most recent call last):\n"
+           b'  File "pynccl_wrapper.py", line 329, in NCCL_CHECK\n'
+           b'    raise RuntimeError(f"NCCL error: {error_str}")\n')
+NCCL = b"RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)"
+AFTER = b"[2026-12-04 10:00:09] Received sigquit from a child process. It usually means the child failed.\n"
+
+
+def test_a_crash_line_shown_cut_is_whole_in_the_crash_once_its_end_comes() -> None:
+    """`RuntimeError: NCCL error: unh` read after the quiet; its end and the next line come
+    before the crash settles: the settled crash (the page) quotes the whole line, and its
+    excerpt goes on past it.  Before, both ended at `unh`."""
+    pipe = LogPipeline(SGLANG)
+    crashed = of(pipe.feed(ARGS + LOAD + NCCL_TB + NCCL[:29], 1.0) + quiet_after(pipe, 1.0),
+                 Crashed)
+    assert len(crashed) == 1 and crashed[0].crash.line == "RuntimeError: NCCL error: unh"
+    pipe.feed(NCCL[29:] + b"\n" + AFTER, 8.0)
+    settled = of(pipe.tick(30.0), CrashSettled)
+    assert len(settled) == 1 and settled[0].crash.reason == "nccl_error"
+    assert settled[0].crash.line == NCCL.decode()
+    assert settled[0].crash.excerpt[-2:] == [NCCL.decode(), AFTER.decode().strip()]
+    assert pipe.counters.rule_matches["nccl_error"] == 1 and pipe.counters.lines == 7
+
+
+def test_a_cause_the_cut_line_gave_is_the_whole_lines() -> None:
+    """TensorRT-LLM's `[E] Error executing load_single_module with args (..., Lin` cut: read
+    as it stands, a weight loading error; whole, the line says CUDA out of memory, and so
+    does the crash.  Before, the cut's cause stayed (`weight_loading_error`)."""
+    line = (b"[07/23/2025-06:37:06] [TRT-LLM] [RANK 1] [E] Error executing load_single_module "
+            b"with args ('model.layers.29.mlp.gate_up_proj', Linear()): CUDA out of memory. "
+            b"Tried to allocate 126.00 MiB.\n")
+    pipe = LogPipeline(load_pack("trtllm"))
+    pipe.feed(line[:110], 1.0)
+    quiet_after(pipe, 1.0)
+    assert pipe.state.crash is not None and pipe.state.crash.reason == "weight_loading_error"
+    pipe.feed(line[110:], 8.0)
+    settled = of(pipe.tick(40.0), CrashSettled)
+    assert [(c.crash.reason, c.crash.line) for c in settled] == [("cuda_oom", line.decode().strip())]
 
 
 def test_an_attach_reads_the_unfinished_line_and_then_its_end_whole() -> None:

@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 from logwatch.pipeline import PARTIAL_LINE_QUIET
 from support.sshd import SSHServer, sshd_server  # noqa: F401  (the fixture)
-from test_open_line import ARGS, LOAD
+from test_open_line import AFTER, ARGS, LOAD, NCCL
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
 
@@ -75,3 +75,34 @@ def test_watch_over_ssh_reads_a_line_finished_after_a_quiet_whole(
     expect_whole(watch_a_line_cut_for_a_while(
         log, sshd_server.url(log), tmp_path, "--known-hosts", str(sshd_server.known_hosts),
         "-i", str(sshd_server.client_key)))
+
+
+def test_watch_pages_a_crash_line_cut_for_a_while_whole(tmp_path: Path) -> None:
+    """`watch` of an exception line that waits, cut, until it is read as it stands after
+    PARTIAL_LINE_QUIET (a crash), then ends: the crash it reports quotes the whole line, and
+    its excerpt the line after it.  Before, `root cause (line 3): RuntimeError: NCCL error:
+    unh`, the excerpt ending there."""
+    log, err = tmp_path / "server.log", tmp_path / "watch.err"
+    log.write_bytes(ARGS)
+    with open(err, "wb") as e:
+        proc = subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log), "--json",
+                                 "--rules", "sglang", "--timeout", "60", "--probe", "off"],
+                                cwd=ROOT, stdout=subprocess.PIPE, stderr=e,
+                                stdin=subprocess.DEVNULL)
+    try:
+        wait_for_text(err, "phase launching", 30)
+        with open(log, "ab") as f:
+            f.write(LOAD + NCCL[:29])                # `RuntimeError: NCCL error: unh`
+        # read after PARTIAL_LINE_QUIET as it stands: the crash; its end comes before the
+        # crash settles (crash_settle later)
+        wait_for_text(err, "phase crashed", 30)
+        with open(log, "ab") as f:
+            f.write(NCCL[29:] + b"\n" + AFTER)
+        out, _ = proc.communicate(timeout=40)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    crash = json.loads(out)["crash"]
+    assert crash["line"] == NCCL.decode(), crash
+    assert crash["excerpt"][-2:] == [NCCL.decode(), AFTER.decode().strip()], crash

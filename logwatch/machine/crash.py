@@ -41,12 +41,42 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         crash.died = ev
     elif reason == EXCEPTION and crash.first_exception is None:
         crash.first_exception = ev.line_number
+    conclude(pack, state, crash)
+
+
+def conclude(pack: RulePack, state: State, crash: Crash) -> None:
+    """The crash's reason and root-cause line from its evidence."""
     crash.reason = crash_reason(pack, state, crash)
     died = crash.died
     line = died if died is not None and died_first(crash) and crash.reason == died.reason \
         else crash.cause or crash.marker
     if line is not None:
         crash.line, crash.line_number = line.line, line.line_number
+
+
+def read_whole(pack: RulePack, state: State, rule: Rule, obs_text: str,
+               line_number: int) -> bool:
+    """The crash line at `line_number`, read before its end (a quiet log's unfinished last
+    line: `pipeline.read_open_line`), is whole now, `rule`'s: what quoted it cut quotes it
+    whole, and a cause the cut gave is the whole line's (`...load_single_module with args
+    (..., Lin` read `weight_loading_error`, the whole line `CUDA out of memory`).  True
+    when the crash changed.  Before, a writer that paused 6 s inside `RuntimeError: NCCL
+    error: unh` had that as the root cause of the page sent 2 s after the rest came.  A
+    settled crash stays as it was alerted."""
+    crash = state.crash
+    if crash is None or state.crash_settled:
+        return False
+    before = (crash.reason, crash.line)
+    text = obs_text.rstrip()
+    for ev in (crash.cause, crash.marker, crash.marker_reason, crash.died, *state.hints.values()):
+        if ev is not None and ev.line_number == line_number:
+            ev.line = text
+    cause = crash.cause
+    if rule.crash and not (rule.hint or rule.marker) and cause is not None and \
+            cause.line_number == line_number:
+        cause.reason = rule.crash
+    conclude(pack, state, crash)
+    return (crash.reason, crash.line) != before
 
 
 def place_crash(pack: RulePack, crash: Crash, rule: Rule) -> None:
