@@ -213,8 +213,9 @@ class LedgerRecorder:
                 rec = self._open
                 assert rec is not None
                 rec.outcome = "ready"
-                rec.durations = {k: v for k, v in ev.durations.items() if k != READY}
-                rec.startup_seconds = ev.took
+                rec.durations = _timed({k: v for k, v in ev.durations.items() if k != READY},
+                                       rec.untimed)
+                rec.startup_seconds = _took(ev.took, rec.untimed)
                 rec.slowest_phase = ev.slowest_phase
                 self._serving.ready_at = state.last_log_time
             elif isinstance(ev, StatsUpdated):
@@ -225,8 +226,8 @@ class LedgerRecorder:
                 if rec.outcome == "ready":      # a crash while serving: not a slow startup
                     rec.served_seconds = _served(rec.startup_seconds, ev.elapsed)
                 else:
-                    rec.durations = dict(ev.durations)
-                    rec.startup_seconds = ev.elapsed
+                    rec.durations = _timed(dict(ev.durations), rec.untimed)
+                    rec.startup_seconds = _took(ev.elapsed, rec.untimed)
                 rec.outcome, rec.reason = "crashed", ev.crash.reason
             elif isinstance(ev, Stopped):
                 rec = self._open
@@ -359,6 +360,14 @@ class LedgerRecorder:
 def _timed(durations: dict[str, float], untimed: list[str]) -> dict[str, float]:
     """The durations the log's times say (not the `untimed` phases')."""
     return {k: v for k, v in durations.items() if k not in untimed} if untimed else durations
+
+
+def _took(seconds: float | None, untimed: list[str]) -> float | None:
+    """Launch to ready (or to the crash), unknown where a phase of it is `untimed`: a startup
+    read at attach in a bar without stamps that got ready (or crashed) live after it was
+    recorded `loading_shards 1h00m05s` and `untimed: ["loading_shards"]` at once (the
+    phase's start is the file's last write at the latest, not a time the log gave)."""
+    return None if untimed else seconds
 
 
 def record_from_json(d: dict[str, Any]) -> StartupRecord:

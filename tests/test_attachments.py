@@ -276,22 +276,21 @@ def test_a_catch_up_holds_a_bars_latest_progress_not_one_per_frame() -> None:
     assert [(e.current, e.total) for e in progress] == [(5000, 5000)], len(progress)
 
 
-def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ledger of a log of bars only (no stamps; sglang-042's form) last written 20
-    minutes before the attach: its startup began by that last write at the latest, and how
-    long its loading_shards took is unknown (`untimed`, not in `durations`).  Before, the
-    record (`logwatch history --json` after `watch --last` or the daemon's attach) said
-    started at the read time and `loading_shards: 0.0`, beside watch's `silent since` 20
-    minutes and `loading_shards 20m`."""
+BARS = (b"Loading safetensors checkpoint shards:  98% Completed | 160/163 [31:58<00:30, "
+        b"10.12s/it]\nLoading safetensors checkpoint shards:  99% Completed | 161/163 "
+        b"[32:07<00:19, 10.00s/it]\n")
+
+
+def _read_bars_at_attach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bytes = b"",
+                         command: bytes = b"") -> tuple[Any, float]:
+    """`command` and a log of bars only (sglang-042's form) last written 20 minutes before
+    watch --last's runner attaches, then `live` written after the attach: the ledger's last
+    record, the file's last write."""
     from logwatch.app.reading import handle
     from logwatch.app.watch import WatchOptions, watch_runner
     from logwatch.sources import Data, Opened
     monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "state"))
-    data = (b"Loading safetensors checkpoint shards:  98% Completed | 160/163 [31:58<00:30, "
-            b"10.12s/it]\nLoading safetensors checkpoint shards:  99% Completed | 161/163 "
-            b"[32:07<00:19, 10.00s/it]\n")
-    written = time.time() - 20 * 60
+    data, written = command + BARS, time.time() - 20 * 60
     runner = watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang",
                                        last=True), on_events=lambda r, evs: None)
     ledger = runner.part(LedgerAttachment)
@@ -300,11 +299,42 @@ def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
     async def read() -> None:
         await handle(runner, Opened(0, 1, None, "attach", True, size=len(data), mtime=written))
         await handle(runner, Data(data, 0))
+        assert not runner.catching_up
+        if live:
+            await handle(runner, Data(live, len(data)))
+            runner.tick(time.time() + 60)       # a crash settles
         await ledger.close()
     asyncio.run(read())
-    assert not runner.catching_up
-    rec = ledger.store.records(ledger.name, 3)[-1]
+    return ledger.store.records(ledger.name, 3)[-1], written
+
+
+def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ledger of a log of bars only (no stamps; sglang-042's form) last written 20
+    minutes before the attach: its startup began by that last write at the latest, and how
+    long its loading_shards took is unknown (`untimed`, not in `durations`).  Before, the
+    record (`logwatch history --json` after `watch --last` or the daemon's attach) said
+    started at the read time and `loading_shards: 0.0`, beside watch's `silent since` 20
+    minutes and `loading_shards 20m`."""
+    rec, written = _read_bars_at_attach(tmp_path, monkeypatch)
     assert rec.outcome == "incomplete" and rec.started_at is not None
     assert rec.started_at <= written + 1.0, rec.started_at - written
+    assert rec.untimed == ["loading_shards"] and rec.durations == {}, rec
+    assert rec.startup_seconds is None
+
+
+@pytest.mark.parametrize("live, outcome", [
+    (b"The server is fired up and ready to roll!\n", "ready"),
+    (b"Traceback (most recent call last):\ntorch.OutOfMemoryError: CUDA out of memory.\n",
+     "crashed")])
+def test_an_untimed_phase_stays_untimed_when_its_startup_ends_live(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bytes, outcome: str) -> None:
+    """The bars read at attach, then the server gets ready (or crashes) live: how long its
+    loading_shards took is still unknown (it began by the file's last write, at the
+    latest).  Before, the ready (the crash) wrote its durations over the record's: the
+    daemon's `history --json` said `loading_shards: 3605.0` beside `untimed:
+    ["loading_shards"]` (the table: slowest phase `loading_shards 1h00m05s`)."""
+    rec, _ = _read_bars_at_attach(tmp_path, monkeypatch, live)
+    assert rec.outcome == outcome, rec
     assert rec.untimed == ["loading_shards"] and rec.durations == {}, rec
     assert rec.startup_seconds is None
