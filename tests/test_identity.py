@@ -603,3 +603,33 @@ def test_kill_9_through_a_first_attach_catch_up_goes_on_from_its_checkpoint(
     rx.assert_quiet(2.0, hook("crashed"), "a second page")
     assert len(rx.requests(hook("crashed"))) == 1 and "cuda_oom" in got[0].json["summary"]
     d.wait_metric("logwatch_crashes_total", 1.0, target="t1", reason="cuda_oom")
+
+
+def test_a_damaged_catch_up_checkpoint_attaches_afresh_and_pages_no_history(
+        tmp_path: Path, receivers, daemons) -> None:
+    """A daemon killed -9 while its first attach caught up, its checkpoint's catch-up then
+    unreadable (an event that does not read back: another version's fields, a damaged
+    file): the log is attached afresh, as the checkpoint's docstring says, and the crash of
+    3 days ago is still history (no page, `logwatch_crashes_total` 0).  Before, the catch-up
+    was dropped but its position kept: the rest of the log was read as live lines and the
+    old crash paged ("crashed: cuda_oom during ready after 9m59s") and counted."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    _old_crashed_log(log, 300_000)
+    d, state = _paging_daemon(tmp_path, log, rx, daemons)
+    wait_for(lambda: _catch_up_checkpoint(state, 0), 20, "a catch-up checkpoint",
+             interval=0.02, alive=d.dead)
+    d.kill9()
+    path = state / "positions" / "t1.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    held = doc["extra"]["attachments"]["catchup"]["catching_up"]["held"]
+    held[0]["epoch"] = "1"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    d.start()
+    d.wait_target("t1", lambda t: t["phase"] == "crashed" and not t["catching_up"],
+                  "caught up", timeout=60)
+    wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("state", {})
+             .get("crash_settled"), 20, "the old crash settled", alive=d.dead)
+    rx.assert_quiet(3.0, hook("crashed"), "a page for a crash of 3 days ago")
+    assert d.metric("logwatch_crashes_total", target="t1", reason="cuda_oom") == 0.0
+    assert d.metric("logwatch_bytes_read_total", target="t1") == float(log.stat().st_size)

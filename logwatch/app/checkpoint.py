@@ -25,6 +25,7 @@ from ..machine import State, state_from_json, state_to_json
 from ..rules.pack import CRASHED, RulePack, load_pack
 from ..sources import Position
 from ..state.positions import PositionStore
+from .attachments.catchup import mid_catch_up_unreadable
 from .config import TargetConfig
 
 FORMAT = 2                  # checkpoint format (see the module docstring)
@@ -95,6 +96,11 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
         out.silent_since = float(extra["silent_since"])
     if isinstance(extra.get("attachments"), dict):
         out.kept = {str(k): v for k, v in extra["attachments"].items() if isinstance(v, dict)}
+    if mid_catch_up_unreadable(out.kept.get("catchup")):
+        # written while a first attach caught up: without its catch-up the position would
+        # read the rest as news (a crash of days ago paged); what no checkpoint was, then
+        log.warning("saved catch-up unreadable: the log is attached afresh")
+        return Restored(pack=out.pack if cfg.rules != "auto" else None)
     if extra.get("state") and out.pack is not None and position is not None:
         try:
             out.state = state_from_json(extra["state"])

@@ -307,6 +307,15 @@ def _seen_from_json(s: object) -> SeenAtAttach | None:
 MidCatchUp = tuple[int, float | None, list[Event], list[CrashSettled]]
 
 
+def mid_catch_up_unreadable(kept: object) -> bool:
+    """A checkpoint written while a first attach caught up whose catch-up does not read back
+    (`kept`: its `catchup` entry): its position and state must go too, the log attached
+    afresh.  Before, the catch-up alone was dropped and the rest of the log read on from the
+    position as live lines: a crash of 3 days ago in it paged and counted."""
+    return isinstance(kept, dict) and "catching_up" in kept and \
+        _mid_from_json(kept["catching_up"]) is None
+
+
 def _mid_from_json(c: object) -> MidCatchUp | None:
     """A checkpoint's catch-up under way: (its end, the file's last write then, the events
     held, the crashes settled); None where it is missing or damaged (an event that does not
