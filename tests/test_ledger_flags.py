@@ -296,3 +296,24 @@ def test_sglang_decode_graphs_off_by_backend_flag_get_no_batch_advice() -> None:
     assert advice_lines(pack.advice, line.values, "ready", None, {"no_cuda_graph_share": 0.9}) \
         == ["CUDA graphs are off (cuda_graph_backend_decode=disabled): every decode batch runs "
             "eagerly, usually far slower"]
+
+
+def test_compare_says_a_phase_read_without_stamps_is_untimed_not_new() -> None:
+    """`compare` of a launch read at a first attach from bars without stamps (its
+    loading_shards `untimed`, 851dbf5) and the next, timed one: the phase is there in both,
+    its time unknown in the first.  Before, "-" beside "5m00s" and "new", as if the first
+    had loaded no shards (and a phase untimed in the second said "gone")."""
+    a = StartupRecord(startup="a", index=1, started_at=None, engine="sglang", model="m",
+                      args={}, args_partial=False, outcome="incomplete",
+                      untimed=["loading_shards"])
+    b = StartupRecord(**{**a.__dict__, "startup": "b", "index": 2, "outcome": "ready",
+                         "untimed": [], "durations": {"launching": 20.0,
+                                                      "loading_shards": 300.0},
+                         "startup_seconds": 320.0})
+    rows = {line.split()[0]: line.split()[1:] for line in compare_text(a, b).splitlines()[2:]
+            if line.strip()}
+    assert rows["loading_shards"] == ["untimed", "5m00s"], rows
+    assert rows["launching"] == ["-", "20s", "new"], rows
+    back = {line.split()[0]: line.split()[1:] for line in compare_text(b, a).splitlines()[2:]
+            if line.strip()}
+    assert back["loading_shards"] == ["5m00s", "untimed"], back

@@ -102,6 +102,15 @@ def rows_table(body: list[tuple[str, ...]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def _phase_cell(r: StartupRecord, phase: str, secs: float | None) -> str:
+    """A phase's time in `compare`: "untimed" where the log gave none (read at a first
+    attach from bars without stamps: before, "-" and the other launch's phase "new", as if
+    this one had not loaded its shards at all)."""
+    if secs is not None:
+        return fmt_duration(secs) + at_watts(r, phase)
+    return "untimed" if phase in r.untimed else "-"
+
+
 def compare_text(a: StartupRecord, b: StartupRecord) -> str:
     """Two startups side by side: flags changed, each phase with its delta, tok/s, watts."""
     out = [f"startup #{a.index} ({a.started_stamp or '?'}) vs #{b.index} ({b.started_stamp or '?'})"]
@@ -110,12 +119,12 @@ def compare_text(a: StartupRecord, b: StartupRecord) -> str:
         out.append(f"  {name:<22} {x:>18}  {y:>18}  {delta}")
     row("", f"#{a.index}", f"#{b.index}", "delta")
     row("outcome", a.outcome, b.outcome)
-    for phase in list(dict.fromkeys([*a.durations, *b.durations])):
+    for phase in list(dict.fromkeys([*a.durations, *a.untimed, *b.durations, *b.untimed])):
         x, y = a.durations.get(phase), b.durations.get(phase)
         delta = (f"{'+' if y - x >= 0 else '-'}{fmt_duration(abs(y - x))}"
-                 if x is not None and y is not None else "new" if x is None else "gone")
-        row(phase, fmt_duration(x) + at_watts(a, phase) if x is not None else "-",
-            fmt_duration(y) + at_watts(b, phase) if y is not None else "-", delta)
+                 if x is not None and y is not None else
+                 "" if phase in a.untimed or phase in b.untimed else "new" if x is None else "gone")
+        row(phase, _phase_cell(a, phase, x), _phase_cell(b, phase, y), delta)
     sx, sy = a.startup_seconds, b.startup_seconds
     row("startup", fmt_duration(sx) if sx is not None else "-",
         fmt_duration(sy) if sy is not None else "-",
