@@ -282,15 +282,15 @@ BARS = (b"Loading safetensors checkpoint shards:  98% Completed | 160/163 [31:58
 
 
 def _read_bars_at_attach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: bytes = b"",
-                         command: bytes = b"") -> tuple[Any, float]:
-    """`command` and a log of bars only (sglang-042's form) last written 20 minutes before
-    watch --last's runner attaches, then `live` written after the attach: the ledger's last
-    record, the file's last write."""
+                         command: bytes = b"", tail: bytes = b"") -> tuple[Any, float, Any]:
+    """`command`, a log of bars only (sglang-042's form) and `tail`, last written 20 minutes
+    before watch --last's runner attaches, then `live` written after the attach: the
+    ledger's last record, the file's last write, the runner."""
     from logwatch.app.reading import handle
     from logwatch.app.watch import WatchOptions, watch_runner
     from logwatch.sources import Data, Opened
     monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "state"))
-    data, written = command + BARS, time.time() - 20 * 60
+    data, written = command + BARS + tail, time.time() - 20 * 60
     runner = watch_runner(WatchOptions(target=str(tmp_path / "server.log"), rules="sglang",
                                        last=True), on_events=lambda r, evs: None)
     ledger = runner.part(LedgerAttachment)
@@ -305,7 +305,7 @@ def _read_bars_at_attach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: 
             runner.tick(time.time() + 60)       # a crash settles
         await ledger.close()
     asyncio.run(read())
-    return ledger.store.records(ledger.name, 3)[-1], written
+    return ledger.store.records(ledger.name, 3)[-1], written, runner
 
 
 def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
@@ -316,7 +316,7 @@ def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
     record (`logwatch history --json` after `watch --last` or the daemon's attach) said
     started at the read time and `loading_shards: 0.0`, beside watch's `silent since` 20
     minutes and `loading_shards 20m`."""
-    rec, written = _read_bars_at_attach(tmp_path, monkeypatch)
+    rec, written, _ = _read_bars_at_attach(tmp_path, monkeypatch)
     assert rec.outcome == "incomplete" and rec.started_at is not None
     assert rec.started_at <= written + 1.0, rec.started_at - written
     assert rec.untimed == ["loading_shards"] and rec.durations == {}, rec
@@ -334,7 +334,22 @@ def test_an_untimed_phase_stays_untimed_when_its_startup_ends_live(
     latest).  Before, the ready (the crash) wrote its durations over the record's: the
     daemon's `history --json` said `loading_shards: 3605.0` beside `untimed:
     ["loading_shards"]` (the table: slowest phase `loading_shards 1h00m05s`)."""
-    rec, _ = _read_bars_at_attach(tmp_path, monkeypatch, live)
+    rec, _, _ = _read_bars_at_attach(tmp_path, monkeypatch, live)
     assert rec.outcome == outcome, rec
     assert rec.untimed == ["loading_shards"] and rec.durations == {}, rec
     assert rec.startup_seconds is None
+
+
+def test_a_startup_read_at_attach_without_stamps_is_no_eta_basis(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrapper's bare command line, the shard bars and the ready line, none stamped, last
+    written 20 minutes before the attach: read at one moment, its phases' durations are
+    not how long they took, so the ETA's history does not learn them.  Before, it recorded
+    `{"launching": 0.0, "loading_shards": 0.0}`, total 0.0, and `typical` (the next
+    launch's ETA basis) said its loading takes 0 s."""
+    rec, _, runner = _read_bars_at_attach(
+        tmp_path, monkeypatch, command=b"python3 -m sglang.launch_server --model-path m\n",
+        tail=b"The server is fired up and ready to roll!\n")
+    hist = runner.part(HistoryAttachment)
+    assert hist is not None and rec.untimed == ["launching", "loading_shards"], rec
+    assert hist.history.records == [] and hist.typical() == {}, hist.history.records

@@ -224,6 +224,12 @@ class State:
     def _use_log(self) -> bool:
         return bool(self.spans) and all(e.log_time is not None for e in self.spans)
 
+    @property
+    def timed_by_log(self) -> bool:
+        """Its durations are the log's times (every span stamped), not when lines were read:
+        a first attach reads a whole startup at one moment."""
+        return self._use_log()
+
     def _until(self) -> tuple[float | None, float | None]:
         """Where an open span ends for now: the last line (it is still going on)."""
         return self.last_activity, self.last_log_time

@@ -41,6 +41,7 @@ class HistoryAttachment(Attachment):
         self.target = target
 
     def on_events(self, events: list[Event], now: float) -> None:
+        read_untimed = self._read_untimed()
         for ev in events:
             if isinstance(ev, StartupBegan):
                 if self.open is not None and self.open[0] != ev.startup:
@@ -48,21 +49,34 @@ class HistoryAttachment(Attachment):
                 self.open = (ev.startup, {})
             elif isinstance(ev, Ready):
                 self.open = None
-                if ev.took is not None:   # a log that began mid-startup (no launch: no took)
-                    # is no typical startup: before, its window (autotune, graphs 1m34s of a
-                    # 4m33s start) became the next ETA's basis, its missing phases as 0 s
+                # a log that began mid-startup (no launch: no took) is no typical startup:
+                # before, its window (autotune, graphs 1m34s of a 4m33s start) became the
+                # next ETA's basis, its missing phases as 0 s
+                if ev.took is not None and not read_untimed:
                     self.history.record_durations(ev.durations, "ready", ev.startup or "",
                                                   total=ev.took)
             elif isinstance(ev, CrashSettled):
                 self.open = None
-                self.history.record_durations(ev.durations, "crashed", ev.startup or "",
-                                              ev.crash.reason, ev.elapsed)
+                if not read_untimed:
+                    self.history.record_durations(ev.durations, "crashed", ev.startup or "",
+                                                  ev.crash.reason, ev.elapsed)
             elif isinstance(ev, Stopped):
                 self.open = None
         pipe = self.target.pipe if self.target is not None else None
         if self.open is not None and pipe is not None and \
                 pipe.state.startup_id == self.open[0]:
             self.open = (self.open[0], pipe.state.durations())
+
+    def _read_untimed(self) -> bool:
+        """A first attach reads a startup whose lines are not all stamped: its durations are
+        the moments they were read (all at once), not how long its phases took.  Before, a
+        log without stamps that got ready an hour before the attach was recorded
+        `{"launching": 0.0, "loading_shards": 0.0}`, total 0.0: the next launch's ETA
+        basis (`typical`) said its loading takes 0 s."""
+        t = self.target
+        pipe = t.pipe if t is not None else None
+        return t is not None and t.catching_up and pipe is not None and \
+            not pipe.state.timed_by_log
 
     def typical(self) -> dict[str, float]:
         """Median seconds per phase of the earlier ready startups (the ETA's basis)."""
