@@ -355,3 +355,26 @@ def test_a_restart_loop_ended_by_removing_its_target_is_one_slack_message(
     assert len(msgs) == 1, f"{len(msgs)} resolution messages: {slack.brief(msgs)}"
     text = msgs[0].json["text"]
     assert "no longer watched" in text and "this resolves the 4 crashes since the last ready" in text, text
+
+
+def test_a_relaunch_with_other_flags_that_crashes_again_is_paged(tmp_path, receivers,
+                                                                  daemons) -> None:
+    """An operator answers a loop of OOM crashes by relaunching with a lower
+    `--mem-fraction-static`, and it dies of an OOM again: news, paged (before: folded into
+    the loop's open alert, no page at any receiver).  Its own repeats are folded into it."""
+    rx = receivers()
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"]})
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_loop(2))
+    wait_for(lambda: folded(state, 2), 30, "the loop's repeat folded", alive=d.dead)
+    lower = "mem_fraction_static=0.8,"
+    append(log, crash_loop(2, first=2).replace("mem_fraction_static=0.88,", lower))
+    pages = rx.wait(hook("crashed", "firing"), n=2, timeout=30, alive=d.dead,
+                    what="the relaunch with other flags paged")
+    wait_for(lambda: sum(d.get("crashes", 1) for d in alert_state(state)["open"].values()) == 4,
+             30, "its repeat folded into it", alive=d.dead)
+    rx.assert_quiet(1.0, what="after its repeat")
+    assert len(rx.requests(hook("crashed", "firing"))) == 2
+    assert "(crash 3 since the last ready" in pages[1].json["summary"], pages[1].json

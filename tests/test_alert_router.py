@@ -174,6 +174,23 @@ def test_a_restart_loop_of_150_crashes_keeps_one_open_alert_and_a_small_state(
     assert size < 30_000, size                    # 13 KB: the marks, ~90 bytes a crash
 
 
+def test_a_relaunch_with_other_flags_is_paged_not_folded_into_the_loop(tmp_path: Path) -> None:
+    """The loop's crashes carry their launch's flags digest (`details.launch`); an operator
+    who relaunches with other flags and meets the same OOM is paged (before: folded into
+    the loop's alert, no page), and that attempt's own repeats are folded into it."""
+    r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["crashed"]}])
+    for n, launch in enumerate(("mem88", "mem88", "mem80", "mem80")):
+        a = crash(n, at=20 * n)
+        a.details["launch"] = launch
+        r.fire(a)
+    pages = [e["alert"] for e in queued(r, "oncall")]
+    assert [p["key"] for p in pages] == ["t1|s0|crashed", "t1|s2|crashed"]
+    assert pages[1]["summary"].endswith("(crash 3 since the last ready, the first 40s ago)")
+    assert {k: d.get("crashes") for k, d in r.store.open.items()} == \
+        {"t1|s0|crashed": 2, "t1|s2|crashed": 2}
+
+
 def test_a_loop_pages_a_receiver_again_that_never_had_its_open_alert(tmp_path: Path) -> None:
     """A receiver down for its `max_age` when the loop's first crash came (the page given
     up): the next crash of the loop pages it, under the open alert's key (its resolution

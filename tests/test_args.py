@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import FIXTURES, ROOT
 from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ArgsSpec, ParsedArgs,
-                                 changed_args, changed_text, flag_value_text,
+                                 changed_args, changed_text, flag_value_text, launch_digest,
                                  parse_args_line)
 from logwatch.rules.pack import PackError, load_pack
 
@@ -416,6 +416,21 @@ def test_changed_args_between_two_launches() -> None:
     assert old is not None and new is not None
     assert changed_args(old.values, new.values) == {"max_running_requests": (64, 2048),
                                                     "disable_cuda_graph": (False, True)}
+
+
+def test_a_launch_digest_is_equal_where_changed_args_finds_no_change() -> None:
+    """A restart loop's relaunches print other `random_seed`s and function addresses: one
+    digest (sinks/alerts/loop.py folds their crashes); other flags: another."""
+    base = ("[2025-10-06 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', "
+            "mem_fraction_static={mem}, random_seed={seed}, fn=<function f at 0x{addr}>, "
+            "cuda_graph_bs=[1, 2, 4], ratio=nan)")
+    runs = [parse(base.format(mem=m, seed=s, addr=a)) for m, s, a in
+            ((0.88, 1, "7f00aa"), (0.88, 2, "7f99bb"), (0.8, 1, "7f00aa"))]
+    digests = [launch_digest(r.values) for r in runs if r is not None]
+    assert digests[0] == digests[1] != digests[2] and len(digests) == 3
+    assert launch_digest({"l": [1, 2], "n": 8}) == launch_digest({"l": (1, 2), "n": 8.0})
+    assert launch_digest({"f": False}) != launch_digest({"f": 0})
+    assert launch_digest({}) == ""
 
 
 def test_changed_args_details() -> None:

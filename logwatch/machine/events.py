@@ -62,6 +62,8 @@ class CrashSettled:
     crash: Crash
     durations: dict[str, float]
     elapsed: float | None        # seconds from the startup's first line to the crash
+    launch: str = ""             # its flags' digest (`launch_digest`): a relaunch with others
+                                 # is not the restart loop (sinks/alerts/loop.py)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ import re
 
 from typing import Any
 
-from ..rules.args import ParsedArgs, parse_args_line
+from ..rules.args import ParsedArgs, launch_digest, parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence, note_phase_done
@@ -262,7 +262,7 @@ class StartupMachine:
         state.crash_settled = True
         start = state.launch_start()
         return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
-                             crash_elapsed(state.crash, start))]
+                             crash_elapsed(state.crash, start), launch_digest(state.args))]
 
     def stall_budget(self, phase: str) -> float:
         """Seconds of silence that make `phase` stalled: the target's setting (one value or

@@ -40,6 +40,7 @@ Values come out as JSON-friendly plain data (they are stored and shown by the le
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable
@@ -936,6 +937,26 @@ def changed_args(old: dict[str, Any], new: dict[str, Any], *,
             continue
         _changes(str(k), a, b, out, 0)
     return out
+
+
+def launch_digest(args: dict[str, Any]) -> str:
+    """A short digest of a launch's flags, equal for two launches that `changed_args` finds
+    no change between (`IGNORED_KEYS` aside, lists equal to tuples); "" for a launch whose
+    flags were never printed.  A restart loop relaunches with the same flags; an operator
+    who answers it with other flags (a lower `--mem-fraction-static` after an OOM) makes a
+    new attempt, whose crash is news (sinks/alerts/loop.py)."""
+    if not args:
+        return ""
+    kept = {k: v for k, v in args.items() if k not in IGNORED_KEYS}
+    return hashlib.sha256(repr(_whole(_canon(kept))).encode()).hexdigest()[:16]
+
+
+def _whole(v: Any) -> Any:
+    """`_canon`'s form with whole floats as ints: `8` and `8.0` compare equal, and must
+    digest alike (bools are tagged apart by `_canon`)."""
+    if isinstance(v, tuple):
+        return tuple(_whole(x) for x in v)
+    return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
 MAX_PATH_DEPTH = 8   # nested configs compared key by key this deep; below, as whole values

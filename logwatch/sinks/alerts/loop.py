@@ -2,10 +2,10 @@
 
 A server in a restart loop (systemd `Restart=always`, a CrashLoopBackOff) crashes at every
 launch, each into the same log, and may never be ready again.  Its first crash of a reason
-is paged; a later crash of the same reason while that alert is open (no startup ready
-since) is folded into it: no new page, the open alert counts it (`crashes`, and the latest
-crash's time and startup).  A crash of another reason is news: paged, and open beside the
-first.  The ready that ends the loop resolves each open alert, saying how many crashes it
+is paged; a later crash of the same reason and launch flags while that alert is open (no
+startup ready since) is folded into it: no new page, the open alert counts it (`crashes`,
+and the latest crash's time and startup).  A crash of another reason is news: paged, and
+open beside the first; so is one of a relaunch with other flags (an operator's attempt).  The ready that ends the loop resolves each open alert, saying how many crashes it
 stood for.  Before, each crash was paged and stayed open until that ready: a loop of 2,000
 crashes kept 2,000 open alerts (5.8 MB of `alerts/state.json`, and each POSTed again to
 Alertmanager at every `resend`), paged each receiver 2,000 times, and the state file's
@@ -51,10 +51,20 @@ def open_crashes(open_docs: Iterable[dict[str, Any]], target: str) -> list[dict[
 
 def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
     """The open alert a new crash is folded into: the target's open crash of the same
-    reason (another startup's), the latest if a restore left several; None: it is paged."""
+    reason (another startup's) launched with the same flags (`details.launch`, their
+    digest), the latest if a restore left several; None: it is paged.  A relaunch with
+    other flags is an operator's new attempt, not the loop: before, its crash of the same
+    reason was folded, and nobody was paged that the fix failed."""
     same = [d for d in open_crashes(open_docs, alert.target)
-            if d.get("key") != alert.key and reason_of(d) == str(alert.details.get("reason") or "")]
+            if d.get("key") != alert.key and facts_of(d) == facts_of(alert.to_json())]
     return max(same, key=last_crash_at, default=None)
+
+
+def facts_of(doc: dict[str, Any]) -> tuple[str, str]:
+    """What makes a crash a repeat of an open one: its reason, and its launch's flags."""
+    details = doc.get("details")
+    launch = details.get("launch") if isinstance(details, dict) else None
+    return reason_of(doc), str(launch or "")
 
 
 def last_crash_at(doc: dict[str, Any]) -> float:

@@ -134,7 +134,8 @@ class AlertPolicy:
                              "excerpt": list(c.excerpt),
                              **({"rank": c.rank} if c.rank else {}),
                              **({"endpoint": answers} if answers else {}),
-                             **({"gpu_preflight": held} if held else {})}, ev.epoch)]
+                             **({"gpu_preflight": held} if held else {}),
+                             **({"launch": ev.launch} if ev.launch else {})}, ev.epoch)]
 
     def _stalled(self, v: TargetView, ev: Stalled) -> Alert:
         """`stalled`, with the ranks behind and what the GPUs do in the silence."""
