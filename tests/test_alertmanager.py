@@ -5,6 +5,7 @@ annotations; the next startup becoming ready resolves it, and Alertmanager says 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -297,3 +298,41 @@ def test_a_restart_loop_is_one_alert_per_reason_in_alertmanager_and_at_a_webhook
     pages = hook_rx.requests(hook("crashed", "firing"))
     assert [g.json["details"]["reason"] for g in pages] == ["cuda_oom", "nccl_error"]
     assert len(notified(am_rx, "LogwatchCrashed", "firing")) <= 2, am_rx.brief()
+
+
+def test_alertmanager_added_mid_loop_at_a_rename_gets_the_loops_alert_and_its_end(
+        tmp_path, alertmanager, receivers, daemons):
+    """A loop paged at a webhook; a SIGHUP renames the target (t1 -> t1b, a new label) and
+    adds Alertmanager.  The next crash pages Alertmanager the open alert, which the ready
+    resolves.  Before: the page carried the new name and labels, the re-sends and the
+    resolution the open alert's: two alerts in Alertmanager, the page's active for 24 h
+    after the server was ready again."""
+    am, hook_rx = alertmanager[0], receivers()
+    webhook = {"type": "webhook", "url": hook_rx.url("/hook"), "on": ["crashed"]}
+    (log, port, state), cfg = [tmp_path / "server.log", free_port(), tmp_path / "state"], \
+        tmp_path / "logwatch.yaml"
+    log.write_text("")
+    d = daemons(write_config(cfg, port, state, [target("t1", log)], [webhook]), port).start()
+    d.wait_reading("t1")
+    append(log, crash_loop(2))
+    hook_rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the first crash")
+    write_config(cfg, port, state, [target("t1b", log, labels={"team": "ml"})],
+                 [webhook, {"type": "alertmanager", "url": am.base, "on": ["crashed"],
+                            "resend": "1s"}])
+    d.signal(signal.SIGHUP)
+    d.wait_target("t1b", lambda t: t, "the target renamed")
+    append(log, crash_loop(1, first=2))
+    wait_for(lambda: [x for x in am.alerts() if "3 crashes" in x["annotations"]["summary"]],
+             30, "the loop in Alertmanager", alive=d.dead)
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 3 * 3600, seed=99, serve_lines=0)))
+    hook_rx.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead, what="the ready")
+
+    def active() -> list[dict[str, Any]]:
+        return [(x["labels"]["target"], x["labels"].get("team")) for x in am.alerts()
+                if x["labels"].get("alertname") == "LogwatchCrashed"
+                and x["status"]["state"] == "active"]
+    try:
+        wait_for(lambda: not active(), 15, "no crash active in Alertmanager after the ready",
+                 alive=d.dead)
+    except AssertionError as e:
+        raise AssertionError(f"{e}: {active()}") from None

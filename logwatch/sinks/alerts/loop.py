@@ -119,12 +119,21 @@ def say_loop(alert: Alert, open_docs: Iterable[dict[str, Any]]) -> None:
     alert.details["crashes_since_ready"] = n
 
 
+# What names an open alert at a receiver (Alertmanager: its labels, `receivers.am_labels`):
+# kept from the first crash for as long as the alert is open, as a rename keeps them
+# (router.follow_renames), so that its re-sends and its resolution match what was paged.
+IDENTITY = ("key", "starts_at", "target", "engine", "labels")
+
+
 def repage(doc: dict[str, Any], alert: Alert) -> Alert:
     """A folded crash for a receiver whose page of the open alert was given up (down for
-    its `max_age`): the open alert's key (its resolution will match), this crash's
-    evidence, and the loop's size.  Without it, the receiver would never hear of the
-    loop: the later crashes are not paged."""
-    out = Alert.from_json({**alert.to_json(), "key": doc["key"], "starts_at": doc["starts_at"]})
+    its `max_age`), or a sink added since: the open alert's identity (`IDENTITY`: its
+    resolution will match), this crash's evidence, and the loop's size.  Without it, the
+    receiver would never hear of the loop: the later crashes are not paged.  Before, the
+    page had this crash's target and labels: after a rename or relabel at a reload,
+    Alertmanager got an alert that neither the re-sends nor the ready's resolution
+    matched, active for 24 h after the server was ready again."""
+    out = Alert.from_json({**alert.to_json(), **{k: doc[k] for k in IDENTITY if k in doc}})
     out.details = {**out.details, "crashes": crashes_of(doc)}
     out.summary += f" (crash {crashes_of(doc)} of it since the last ready)"
     return out
