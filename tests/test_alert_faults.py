@@ -357,16 +357,23 @@ def test_a_restart_loop_ended_by_removing_its_target_is_one_slack_message(
     assert "no longer watched" in text and "this resolves the 4 crashes since the last ready" in text, text
 
 
-def test_a_relaunch_with_other_flags_that_crashes_again_is_paged(tmp_path, receivers,
-                                                                  daemons) -> None:
-    """An operator answers a loop of OOM crashes by relaunching with a lower
-    `--mem-fraction-static`, and it dies of an OOM again: news, paged (before: folded into
-    the loop's open alert, no page at any receiver).  Its own repeats are folded into it."""
+def crash_pager(tmp_path: Path, receivers: Any, daemons: Any) -> tuple[Receiver, Any, Path, Path]:
+    """A daemon reading target t1's log (returned, with its state dir), paging a webhook
+    receiver (returned) its crashes."""
     rx = receivers()
     cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
                                                   "on": ["crashed"]})
     d = daemons(cfg, port).start()
     d.wait_reading("t1")
+    return rx, d, state, log
+
+
+def test_a_relaunch_with_other_flags_that_crashes_again_is_paged(tmp_path, receivers,
+                                                                  daemons) -> None:
+    """An operator answers a loop of OOM crashes by relaunching with a lower
+    `--mem-fraction-static`, and it dies of an OOM again: news, paged (before: folded into
+    the loop's open alert, no page at any receiver).  Its own repeats are folded into it."""
+    rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
     append(log, crash_loop(2))
     wait_for(lambda: folded(state, 2), 30, "the loop's repeat folded", alive=d.dead)
     lower = "mem_fraction_static=0.8,"
@@ -378,3 +385,24 @@ def test_a_relaunch_with_other_flags_that_crashes_again_is_paged(tmp_path, recei
     rx.assert_quiet(1.0, what="after its repeat")
     assert len(rx.requests(hook("crashed", "firing"))) == 2
     assert "(crash 3 since the last ready" in pages[1].json["summary"], pages[1].json
+
+
+def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,
+                                                            daemons) -> None:
+    """OOM; the operator's relaunch is stopped by Ctrl-C (a clean `stopped`); the next
+    launch, the same flags, dies of the OOM again: paged, "crash 2 since the last ready"
+    (before: folded into the first crash's open alert, 1 page for the 2 crashes); a
+    daemon killed -9 and started again keeps it so."""
+    rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
+    append(log, crash_loop(1))
+    rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the first crash")
+    launch = "".join(sim_texts(start=1_767_261_600.0 + 3600, seed=5)[:20])
+    append(log, launch + "[2026-01-01 11:00:00] KeyboardInterrupt\n")
+    d.wait_target("t1", lambda t: t.get("phase") == "stopped", "the launch stopped")
+    d.kill9()                  # (the stop saved, or read again: the checkpoint waits for it)
+    d.start()
+    append(log, crash_loop(1, first=2))
+    pages = rx.wait(hook("crashed", "firing"), n=2, timeout=30, alive=d.dead,
+                    what="the crash after the stop paged")
+    assert "(crash 2 since the last ready" in pages[1].json["summary"], pages[1].json
+    assert len(alert_state(state)["open"]) == 2

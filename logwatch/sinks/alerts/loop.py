@@ -56,8 +56,20 @@ def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, A
     other flags is an operator's new attempt, not the loop: before, its crash of the same
     reason was folded, and nobody was paged that the fix failed."""
     same = [d for d in open_crashes(open_docs, alert.target)
-            if d.get("key") != alert.key and facts_of(d) == facts_of(alert.to_json())]
+            if d.get("key") != alert.key and not d.get("loop_over")
+            and facts_of(d) == facts_of(alert.to_json())]
     return max(same, key=last_crash_at, default=None)
+
+
+def end_loop(open_docs: Iterable[dict[str, Any]], target: str) -> bool:
+    """A launch of `target` stopped cleanly (Ctrl-C, a SIGTERM: someone stopped it): its
+    open crashes are a loop no more; a later crash is paged, not folded into them (they
+    stay open until a ready).  Before, crash -> stop -> relaunch -> the same crash paged
+    nothing.  True where one changed (the caller saves)."""
+    ended = [d for d in open_crashes(open_docs, target) if not d.get("loop_over")]
+    for d in ended:
+        d["loop_over"] = True
+    return bool(ended)
 
 
 def facts_of(doc: dict[str, Any]) -> tuple[str, str]:

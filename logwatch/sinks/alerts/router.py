@@ -21,12 +21,12 @@ from typing import Any, Callable, Iterator
 
 from ... import clock
 from ... import log
-from ...machine import Event
+from ...machine import Event, Stopped
 from ...view import TargetView
 from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
-from .loop import (as_open, fold, folds_into, loop_size, loop_speakers, owner, repage,
-                   say_loop)
+from .loop import (as_open, end_loop, fold, folds_into, loop_size, loop_speakers, owner,
+                   repage, say_loop)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -100,7 +100,13 @@ class AlertRouter:
 
     # -- events -> alerts ----------------------------------------------------------------------
     def observe(self, view: TargetView, events: list[Event]) -> None:
-        self._apply(self.policy.observe(view, events))
+        """Each event's decisions in the order of the events: a clean stop between two
+        crashes (read in one batch or not) ends the restart loop before the second."""
+        for ev in events:
+            if isinstance(ev, Stopped) and end_loop(self.store.open.values(), view.name):
+                self.store.decided(view.name)     # its checkpoint waits for it (a kill -9)
+                self.store.save()
+            self._apply(self.policy.observe(view, [ev]))
 
     def observe_probe(self, view: TargetView) -> None:
         """A probe of the target's server answered (or did not): `unreachable` decisions."""
