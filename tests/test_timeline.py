@@ -197,6 +197,44 @@ def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():
         ("cuda_oom", "DP1", "loading_shards")
 
 
+def _dp8_capture(k: int) -> list[tuple[int, str]]:
+    """(second, line) of engine core DPk's steps in a `vllm serve -dp 8` (TP1): each
+    loads and compiles, then captures from second 80 + 5k for 24 s (a frame for each of 67
+    sizes)."""
+    tag = f"(EngineCore_DP{k} pid={150 + k}) INFO 12-01 10:{{:02d}}:{{:02d}} "
+    out = [(4, tag + "[core.py:154] Initializing a V1 LLM engine (v0.34.0) with config: "
+               "model='Qwen/Qwen3-8B'"),
+           (8, tag + "[model_runner.py:412] Loading model from scratch..."),
+           (40, tag + "[model_runner.py:442] Model loading took 15.3 GiB memory and 32.0 seconds"),
+           (41, tag + "[monitor.py:40] Starting torch.compile"),
+           (78 + 5 * k, tag + "[gpu_worker.py:796] Available KV cache memory: 52.1 GiB")]
+    out += [(80 + 5 * k + j * 24 // 67, f"Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): "
+             f"{j * 100 // 67:3d}%|     | {j}/67 [00:{j * 24 // 67:02d}<00:00,  2.80it/s]")
+            for j in range(68)]
+    return out + [(105 + 5 * k, tag + "[model_runner.py:1217] Graph capturing finished in 25 secs"),
+                  (106 + 5 * k, tag + "[extensible_kv_cache.py:694] Memory after warmup: 10.10 GiB "
+                   "free, 52.10 GiB committed to the KV cache")]
+
+
+def _dp8_lines() -> list[str]:
+    """The eight engines' lines in the order of their seconds, engine by engine in each."""
+    events = sorted((t, k, i, x) for k in range(8) for i, (t, x) in enumerate(_dp8_capture(k)))
+    lines = [x.replace("{:02d}:{:02d}", f"{t // 60:02d}:{t % 60:02d}") for t, _, _, x in events]
+    return lines + [READY_AT.format("12-01 10:02:25")]
+
+
+def test_dp_engines_capture_bars_printed_at_once_keep_the_log_s_clock():
+    """`vllm serve -dp 8`: the eight engine cores print their capture bars at once, their
+    frames interleaved (one description, elapsed times 5 s apart).  Before: the clock read
+    them as one bar begun again at each other engine's frame, and each moved it on by that
+    frame's elapsed time: allocating 18m27s and cuda_graph 0.0 s of a startup ready in 2m21s."""
+    st_ = feed(_dp8_lines(), "vllm").state
+    d = st_.durations()
+    assert st_.ready_in() == 141.0 and abs(sum(d.values()) - 141.0) <= 1.0, d   # from 10:00:04
+    # DP7's capture: 10:01:55 to 10:02:19, its KV commit at :21, ready at :25
+    assert 25.0 <= d["cuda_graph"] <= 31.0 and d["allocating"] <= 10.0, d
+
+
 def test_sglang_dp_groups_move_the_startup_when_the_slowest_does():
     """SGLang `--dp 2`: group DP1 loads 40 s longer (each group its own schedulers, 0.5.23
     data_parallel_controller.py `Launch DP1 starting at GPU #1.`).  Before: loading 10 s,

@@ -38,6 +38,8 @@ PATTERN_TIMEOUT = 0.01
 _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
+MAX_SAME_BARS = 16          # bars of one description running at once (`-dp 8`: 8 captures)
+_DONE = re.compile(r"(?<![\d.])100%")   # a frame of a bar that ended
 
 # A wrapper's absolute stamp at the start of a line: RFC 3339 with its zone (kubectl's and
 # docker's `--timestamps`, the kubelet's CRI records, journald JSON's read as those, `aws logs
@@ -111,7 +113,7 @@ class LogClock:
         # the newest wall time a wrapper's zone-bearing stamp gave (`zoned_seconds`): the log's
         # last write where its source has no file time (a `cmd:`), catchup.py
         self.newest_zoned: float | None = None
-        self._bars: dict[str, tuple[float, float]] = {}   # bar -> (its start, last elapsed)
+        self._bars: dict[str, list[list[Any]]] = {}   # bar -> [start, last elapsed, ended] each
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise); a format with
         # required literals (vLLM's level names): one of them must be in the line first
@@ -206,17 +208,14 @@ class LogClock:
         if frame is None:
             return None
         key, elapsed = frame
-        bar = self._bars.get(key)
-        if bar is None or elapsed < bar[1] - 2:      # a new bar (or the same one again)
+        runs = self._bars.get(key)
+        if runs is None:
             if len(self._bars) >= MAX_BARS:
                 self._bars.pop(next(iter(self._bars)))
-            # it began after the last thing the clock knows of: its first frame seen is
-            # its elapsed time after that (0 for a bar seen from its first frame)
-            bar = (self._now, elapsed)
-        start = bar[0]
-        self._bars[key] = (start, elapsed)
-        self._now = max(self._now, start + elapsed)
-        return start + elapsed
+            runs = self._bars[key] = []
+        bar = _frame_of(runs, elapsed, self._now, _DONE.search(text) is not None)
+        self._now = max(self._now, bar[0] + elapsed)
+        return bar[0] + elapsed
 
     def _seconds(self, g: dict[str, str | None]) -> float:
         h, mi, s = int(g["H"] or 0), int(g["M"] or 0), int(g["S"] or 0)
@@ -284,6 +283,38 @@ class LogClock:
         guess = self._year + self._year_offset
         return min((guess - 1, guess, guess + 1),
                    key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
+
+
+def _frame_of(runs: list[list[Any]], elapsed: int, now: float, done: bool) -> list[Any]:
+    """The bar (`bar_run`) this frame moves on, or a new one: it began after the last thing
+    the clock knows of, its first frame seen its elapsed time after that (0 for a bar seen
+    from its first frame).  The latest goes last; those that ended are let go (the latest
+    may show its end again)."""
+    bar = bar_run(runs, elapsed, now)
+    if bar is None:
+        bar = [now, elapsed, done]
+    else:
+        runs.remove(bar)
+    bar[1], bar[2] = elapsed, done
+    runs[:] = [r for r in runs if not r[2]][-(MAX_SAME_BARS - 1):] + [bar]
+    return bar
+
+
+def bar_run(runs: list[list[Any]], elapsed: int, now: float) -> list[Any] | None:
+    """Which bar of one description a frame of `elapsed` seconds is, of `runs` (each [its
+    start, last elapsed, ended], the latest last); None: a new bar.  The latest, as long as
+    the frame does not go back from it (by more than 2 s), unless another bar still running
+    puts the frame nearer where the clock stands (a frame is printed when it happens): the
+    DP engines of `vllm serve -dp 8` print their capture bars at once, interleaved, and read
+    as one bar, each other engine's frame began it again at the clock, which then moved on by
+    that frame's elapsed time (20 minutes of a 2.5-minute startup)."""
+    def off(run: list[Any]) -> float:
+        return abs(run[0] + elapsed - now)
+    latest = runs[-1] if runs and elapsed >= runs[-1][1] - 2 else None
+    best = min((r for r in runs if not r[2] and elapsed >= r[1] - 2), key=off, default=None)
+    if latest is not None and (best is None or off(latest) <= off(best)):
+        return latest
+    return best
 
 
 def _leap_year_before(year: int) -> int:
