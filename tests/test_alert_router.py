@@ -191,6 +191,22 @@ def test_a_relaunch_with_other_flags_is_paged_not_folded_into_the_loop(tmp_path:
         {"t1|s0|crashed": 2, "t1|s2|crashed": 2}
 
 
+def test_a_crash_long_after_the_loops_latest_is_paged_not_folded(tmp_path: Path) -> None:
+    """A loop's crashes come minutes apart (a relaunch, a startup that crashes again); the
+    server left down and relaunched the next day with the same flags, crashing the same
+    way, is a new attempt: paged (before: folded into the day-old open alert, 0 pages)."""
+    r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["crashed"]}])
+    r.fire(crash(0))
+    r.fire(crash(1, at=1800))                                    # 30 min later: the loop
+    r.fire(crash(2, at=1800 + 3600 + 1))                         # an hour after that: news
+    r.fire(crash(3, at=1800 + 3600 + 60))                        # its own loop
+    pages = [e["alert"] for e in queued(r, "oncall")]
+    assert [p["key"] for p in pages] == ["t1|s0|crashed", "t1|s2|crashed"]
+    assert {k: d.get("crashes") for k, d in r.store.open.items()} == \
+        {"t1|s0|crashed": 2, "t1|s2|crashed": 2}
+
+
 def test_a_loop_pages_a_receiver_again_that_never_had_its_open_alert(tmp_path: Path) -> None:
     """A receiver down for its `max_age` when the loop's first crash came (the page given
     up): the next crash of the loop pages it, under the open alert's key (its resolution

@@ -49,15 +49,24 @@ def open_crashes(open_docs: Iterable[dict[str, Any]], target: str) -> list[dict[
     return [d for d in open_docs if d.get("kind") == "crashed" and owner(d) == target]
 
 
+# A loop's crashes come at most this far apart: a relaunch (systemd's RestartSec, k8s's
+# CrashLoopBackOff, at most 5 minutes) and a startup that crashes again (a 400 GB model's
+# load and capture: minutes to half an hour).  A crash longer after the loop's latest one
+# is a new attempt (the server left down, relaunched the next day) and is paged.
+LOOP_GAP = 3600.0
+
+
 def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
     """The open alert a new crash is folded into: the target's open crash of the same
     reason (another startup's) launched with the same flags (`details.launch`, their
-    digest), the latest if a restore left several; None: it is paged.  A relaunch with
-    other flags is an operator's new attempt, not the loop: before, its crash of the same
-    reason was folded, and nobody was paged that the fix failed."""
+    digest), its latest crash no more than `LOOP_GAP` before, the latest if a restore left
+    several; None: it is paged.  A relaunch with other flags is an operator's new attempt,
+    not the loop: before, its crash of the same reason was folded, and nobody was paged
+    that the fix failed; so is one a day later (before: folded, 0 pages)."""
     same = [d for d in open_crashes(open_docs, alert.target)
             if d.get("key") != alert.key and not d.get("loop_over")
-            and facts_of(d) == facts_of(alert.to_json())]
+            and facts_of(d) == facts_of(alert.to_json())
+            and alert.starts_at - last_crash_at(d) <= LOOP_GAP]
     return max(same, key=last_crash_at, default=None)
 
 
