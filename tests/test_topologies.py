@@ -5,6 +5,7 @@ the topology review: the verdict logwatch gave before, and the truth."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
 from logwatch.rules.pack import READY
@@ -132,14 +133,30 @@ def test_an_sglang_draft_that_loads_before_the_kv_pool_is_timed_as_loading():
     assert (bar.current, bar.total) == (17, 17)
 
 
+def _live_changes(lines: list[str]) -> list[tuple[str, str]]:
+    """The phase changes a daemon following these lines announces, in order."""
+    from logwatch.machine import PhaseChanged
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe, changes = LogPipeline(load_pack("sglang")), []
+    for i, x in enumerate(lines):
+        changes += [(e.old, e.new) for e in pipe.feed((x + "\n").encode(), 1000.0 + i)
+                    if isinstance(e, PhaseChanged)]
+    return changes
+
+
 def test_a_straggler_rank_s_target_load_end_between_draft_loads_still_ends_in_allocating(tmp_path):
     """TP1's own `Load weight end.` (the target's) read after TP0's draft began: the draft
-    loads on, and the last rank's draft end opens the KV sizing."""
+    loads on, and the last rank's draft end opens the KV sizing.  TP0's draft steps back
+    (its group's barrier passed); TP1's late end is its own first arrival, no move on: it
+    flipped allocating / loading_shards again (live) once TP0's draft alone stepped back."""
     lines = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
     tp1_end = next(i for i, x in enumerate(lines) if "TP1] Load weight end. elapsed=151" in x)
     moved = lines.pop(tp1_end)
     draft = next(i for i, x in enumerate(lines) if "TP0] Load weight begin. avail mem=107" in x)
     lines.insert(draft + 1, moved)
+    assert _live_changes(lines)[2:6] == [("loading_shards", "allocating"), ("allocating", "loading_shards"),
+                                         ("loading_shards", "allocating"), ("allocating", "autotune")]
     st = replay_lines(tmp_path, "interleaved.log", lines)
     d = st.durations()
     assert st.phase == READY and d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
@@ -153,9 +170,6 @@ def test_a_draft_loaded_by_two_dp_replicas_steps_back_once(tmp_path):
     `phase loading_shards`, `phase allocating`, `phase loading_shards` for one draft load
     (the timeline three loading_shards rows).  Now the phase steps back once, when every
     rank has ended its target's load."""
-    from logwatch.machine import PhaseChanged
-    from logwatch.pipeline import LogPipeline
-    from logwatch.rules.pack import load_pack
     src = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
     lines = [src[0].replace("'tp_size': 2", "'tp_size': 2, 'dp_size': 2")]
     ranks = [f"DP{d} TP{t}" for d in (0, 1) for t in (0, 1)]
@@ -176,14 +190,52 @@ def test_a_draft_loaded_by_two_dp_replicas_steps_back_once(tmp_path):
     # each group's TP0 sizes its KV pool and captures (each replica is its own TP group)
     lines += [y for x in src[kv:] for y in ([x.replace(" TP0]", f" DP{d} TP0]") for d in (0, 1)]
                                              if " TP0]" in x else [x])]
-    pipe, changes = LogPipeline(load_pack("sglang")), []
-    for i, x in enumerate(lines):
-        changes += [(e.old, e.new) for e in pipe.feed((x + "\n").encode(), 1000.0 + i)
-                    if isinstance(e, PhaseChanged)]
+    changes = _live_changes(lines)
     assert changes[2:6] == [("loading_shards", "allocating"), ("allocating", "loading_shards"),
                             ("loading_shards", "allocating"), ("allocating", "autotune")], changes
     d = replay_lines(tmp_path, "dp2.log", lines).durations()
     assert d["loading_shards"] == 302.0 and d["allocating"] == 4.0, d
+
+
+def _nextn_ranks(ranks: list[str], ended: set[str], args: str, heads: list[str]) -> list[str]:
+    """sglang-0523-nextn.log's load with these ranks, only `ended` printing their target's
+    `Load weight end.`; each of `heads` (a TP group's rank 0) sizes its pool and captures."""
+    src = (BUILT / "sglang-0523-nextn.log").read_text().splitlines()
+    lines = [src[0].replace("'tp_size': 2", "'tp_size': 2" + args)]
+    lines += [f"[2026-12-01 10:00:0{s} {r}] {m}" for s, m in (
+        (4, "Init parallel begin."), (8, "Init parallel ends. elapsed=4.10 s"),
+        (9, "Load weight begin. avail mem=138.92 GB")) for r in ranks]
+    lines.append(next(x for x in src if "| 17/17 [00:30" in x))
+    lines += [f"[2026-12-01 10:02:40 {r}] Load weight end. elapsed=151.20 s, type=Glm4MoeForCausalLM,"
+              " avail mem=107.61 GB, mem usage=31.31 GB." for r in ranks if r in ended]
+    lines += [f"[2026-12-01 10:02:41 {r}] Load weight begin. avail mem=107.61 GB" for r in ranks]
+    lines.append(next(x for x in src if "| 17/17 [02:30" in x))
+    lines += [f"[2026-12-01 10:05:11 {r}] Load weight end. elapsed=150.52 s, "
+              "type=Glm4MoeForCausalLMNextN, avail mem=106.71 GB, mem usage=0.90 GB." for r in ranks]
+    kv = next(i for i, x in enumerate(src) if "KV Cache is allocated" in x)
+    return lines + [y for x in src[kv:] for y in ([x.replace(" TP0]", f" {h}]") for h in heads]
+                                                   if " TP0]" in x else [x])]
+
+
+_DPA = [f"DP{d} TP{d * 2 + t} EP{d * 2 + t}" for d in (0, 1) for t in (0, 1)]
+
+
+@pytest.mark.parametrize("ranks, lost, args", [
+    ([f"TP{i}" for i in range(8)], [f"TP{i}" for i in range(1, 8)], ", 'tp_size': 8"),
+    ([f"TP{i}" for i in range(8, 16)], ["TP9"], ", 'nnodes': 2, 'node_rank': 1"),
+    ([f"DP{d} TP{t}" for d in (0, 1) for t in (0, 1)], ["DP0 TP1"], ", 'dp_size': 2"),
+    (_DPA, [_DPA[3]], ", 'dp_size': 2, 'enable_dp_attention': True"),
+], ids=["tp8-only-tp0-ends", "tp16-node1-tp9-lost", "dp2-a-rank-lost", "dp-attention-a-rank-lost"])
+def test_an_sglang_draft_is_timed_as_loading_when_a_rank_s_end_is_missing(tmp_path, ranks, lost, args):
+    """A rank that never prints its target's `Load weight end.` (its line lost, TP > 0
+    printing less, another node's log): the draft's load was timed as allocating (2m35s,
+    DP2 2m31s, for a 4 s sizing).  Its group's draft begins after the group's barrier
+    (0.5.23 load_model_utils.py dist_barrier_after_load): the ranks that did print say so."""
+    heads = [r for r in ranks if r.endswith(" TP0")] if args == ", 'dp_size': 2" else ranks[:1]
+    st = replay_lines(tmp_path, "lost.log", _nextn_ranks(ranks, set(ranks) - set(lost), args, heads))
+    d = st.durations()
+    assert st.phase == READY and d["allocating"] == 4.0 and d["loading_shards"] >= 296.0, d
+    assert [e.phase for e in st.history].count("loading_shards") == 2
 
 
 def test_sglang_lora_adapters_loaded_before_the_kv_pool_are_timed_as_loading(tmp_path):

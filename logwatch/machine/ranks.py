@@ -32,6 +32,9 @@ class RankProgress:
     # (`ends_rank`: vLLM's engine core `init engine ... took`; with TP > 1 its workers
     # capture, and the engine core itself gets no further than sizing the KV cache)
     up: bool = False
+    # its latest marker moved it forward (a first arrival there): a rank catching up after
+    # the startup stepped back (machine/startup.py `_catching_up`); not kept in a checkpoint
+    moved: bool = True
 
 
 
@@ -140,8 +143,9 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
         ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)], last,
                                    rule.ends_rank)
         return
-    rp.last, rp.up = last, rule.ends_rank
+    rp.last, rp.up, rp.moved = last, rule.ends_rank, False
     if pos > (pack.phase_index(rp.phase), rp.finished):
+        rp.moved = True
         rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
         rp.advances.append((pos[0], pos[1], now))
 

@@ -21,7 +21,7 @@ from .events import (
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
-from .ranks import advance_lane, advance_rank, replicas_allow
+from .ranks import advance_lane, advance_rank, replica_of, replicas_allow
 from .rates import next_progress
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
@@ -377,6 +377,8 @@ class StartupMachine:
         new_i = self.pack.phase_index(target)
         if new_i > cur_i and ends_a_phase_left(self.pack, state, rule, obs.text):
             return     # another rank's end of a phase a `begins` marker already left
+        if new_i > cur_i and self._catching_up(state, obs, cur_i):
+            return     # a rank's late end of the load the others' draft stepped back past
         begins = begins_now(state, rule)
         if rule.closes_as and rule.id not in state.begun and cur_i <= new_i and \
                 state.phase not in (WAITING, READY, *TERMINAL, rule.closes_as):
@@ -419,17 +421,36 @@ class StartupMachine:
         """A `reenter: own_rank` rule steps back only on a line whose rank had itself got
         past that phase: a rank's second load (SGLang's speculative draft, after its own
         `Load weight end.`), not a slow rank's first while the others size the KV pool
-        (which flapped loading / allocating).  And only once every rank seen had: a TP
-        group loads its draft after its own barrier, and groups apart (DP replicas, PP
-        stages) end theirs at different times; before, each group's end and draft flipped
-        the phase again (DP2 x TP2 NextN: loading, allocating, loading, allocating,
-        loading, allocating)."""
+        (which flapped loading / allocating).  A TP group loads its draft after its own
+        barrier (0.5.23 load_model_utils.py dist_barrier_after_load), so that rank's draft
+        says its whole group ended: the others of its group need not have said so (a rank
+        whose end was lost, or that logs elsewhere, kept the draft timed as allocating,
+        2m35s for a 4 s sizing).  Groups apart (DP replicas) end at different times: each
+        must have a rank past, or each group's end and draft flipped the phase again."""
         if not rule.reenter_own_rank:
             return True
         rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         if not rank or rank not in state.ranks:
             return True
-        return all(self.pack.phase_index(rp.phase) > new_i for rp in state.ranks.values())
+        if self.pack.phase_index(state.ranks[rank].phase) <= new_i:
+            return False       # a slow rank's first load
+        apart = self._replicas_apart(state)
+        past = {replica_of(r) if apart else "" for r, rp in state.ranks.items()
+                if self.pack.phase_index(rp.phase) > new_i}
+        return all((replica_of(r) if apart else "") in past for r in state.ranks)
+
+    def _catching_up(self, state: State, obs: Observation, cur_i: int) -> bool:
+        """Is this line a rank's first arrival past the startup's phase while another rank
+        of its group was past it already?  The startup is there because it stepped back
+        (that group's draft began after its barrier): this is the rank's own first load
+        ending late, not the draft's end, and moving on flapped loading / allocating."""
+        rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        rp = state.ranks.get(rank) if rank else None
+        if rp is None or not rp.moved or len(rp.advances) < 2 or rp.advances[-2][0] > cur_i:
+            return False
+        group = replica_of(rank) if self._replicas_apart(state) else None
+        return any(r != rank and self.pack.phase_index(p.phase) > cur_i and
+                   (group is None or replica_of(r) == group) for r, p in state.ranks.items())
 
     def _closes(self, state: State, rule: Rule, obs: Observation, now: float,
                 events: list[Event]) -> None:

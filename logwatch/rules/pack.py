@@ -141,7 +141,8 @@ class Rule:
     tentative: bool = False
     reenter: bool = False
     # `reenter: own_rank`: only a line whose rank had itself got past that phase steps back
-    # (a rank's second load: a speculative draft), not a slow rank's first one
+    # (a rank's second load: a speculative draft), not a slow rank's first one; once each DP
+    # replica seen has a rank past it (machine/startup.py `_rank_went_past`)
     reenter_own_rank: bool = False
     provisional: bool = False
     frame: bool = False           # matches traceback frame lines (`File "...", line N, in f`)
