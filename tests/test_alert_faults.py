@@ -406,3 +406,49 @@ def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,
                     what="the crash after the stop paged")
     assert "(crash 2 since the last ready" in pages[1].json["summary"], pages[1].json
     assert len(alert_state(state)["open"]) == 2
+
+
+SYSLOG_CAP = 8192   # rsyslog's default maxMessageSize: a longer message is cut there
+
+
+def cut_dumps(text: str, seeds: tuple[int, ...]) -> str:
+    """`text`'s launches (crash_loop's), each server_args dump a long one, as SGLang 0.5.23
+    prints it, with the `random_seed` it drew (`random.randint(0, 1 << 30)`: 8 to 10 digits)
+    near its start, and cut at `SYSLOG_CAP` characters: the same command, whose cut falls a
+    character earlier or later as the seed's width moves it."""
+    parts = text.split("server_args=ServerArgs(")
+    assert len(parts) == len(seeds) + 1, len(parts)
+    out = parts[0]
+    for seed, rest in zip(seeds, parts[1:]):
+        line, tail = rest.split("\n", 1)
+        stamp = out[out.rfind("\n") + 1:]
+        out += dump(seed, line)[: SYSLOG_CAP - len(stamp)] + "\n" + tail
+    return out
+
+
+def dump(seed: int, rest: str, stamp: int = len("[2026-01-01 10:00:00] ")) -> str:
+    """A long dump (900 flags), its `download_dir` of a length that puts a 9-digit seed's
+    cut right after a flag's comma (the worst place: a seed a digit wider loses the flag)."""
+    def whole(seed: int, pad: int) -> str:
+        fields = "".join(f"flag_{i:03d}={i}, " for i in range(900))
+        return f"server_args=ServerArgs(random_seed={seed}, download_dir='{'d' * pad}', {fields}"
+    pad = next(k for k in range(16) if whole(123456789, k)[SYSLOG_CAP - stamp - 1] == ",")
+    return whole(seed, pad) + rest
+
+
+def test_a_restart_loop_whose_args_dumps_are_cut_pages_once(tmp_path, receivers,
+                                                            daemons) -> None:
+    """A restart loop of one command logged through syslog, whose 8 KiB cap cuts SGLang's
+    args dump: each relaunch's cut keeps one flag more or less as its random seed's digits
+    move it.  One page, the loop's 3 crashes folded into it (before: the launches digested
+    apart, `details.launch`, and the relaunch with the wider seed was paged again)."""
+    rx = receivers()
+    cfg, port, state, log = one_target(tmp_path, {"type": "webhook", "url": rx.url("/hook"),
+                                                  "on": ["crashed"]})
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, cut_dumps(crash_loop(3), (123456789, 1012345678, 234567891)))
+    rx.wait(hook("crashed", "firing"), n=1, timeout=30, alive=d.dead, what="the loop paged")
+    wait_for(lambda: folded(state, 3), 30, "the loop's 3 crashes in one alert", alive=d.dead)
+    rx.assert_quiet(1.0, what="after the loop")
+    assert len(rx.requests(hook("crashed", "firing"))) == 1

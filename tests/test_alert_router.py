@@ -433,3 +433,18 @@ def test_a_retry_after_for_one_servers_page_holds_no_other_servers_crash_page(
     o.run_until(1000 + 120, gateway)
     assert [k for _, k in o.sent] == ["Y"], o.sent
     assert o.sent[0][0] <= 1000 + 2.5, f"the crash page at +{o.sent[0][0] - 1000:.1f}s"
+
+
+def test_a_loop_crash_whose_launch_flags_are_unknown_is_folded(tmp_path: Path) -> None:
+    """A crash of the loop whose flags were not read (`details.launch` absent: a cut dump,
+    the launch line before an attach) is no new attempt: folded into the loop's open alert
+    of its reason (before: paged again, its "" unlike the loop's digest)."""
+    r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+                           "on": ["crashed"]}])
+    for n, launch in enumerate(("", "mem88", "", "mem88")):
+        a = crash(n, at=20 * n)
+        if launch:
+            a.details["launch"] = launch
+        r.fire(a)
+    assert [e["alert"]["key"] for e in queued(r, "oncall")] == ["t1|s0|crashed"]
+    assert {k: d.get("crashes") for k, d in r.store.open.items()} == {"t1|s0|crashed": 4}

@@ -262,7 +262,7 @@ class StartupMachine:
         state.crash_settled = True
         start = state.launch_start()
         return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
-                             crash_elapsed(state.crash, start), launch_digest(state.args))]
+                             crash_elapsed(state.crash, start), launch_of(state))]
 
     def stall_budget(self, phase: str) -> float:
         """Seconds of silence that make `phase` stalled: the target's setting (one value or
@@ -812,3 +812,14 @@ def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:
         fresh.restart_rules.add(f"{obs.proc}>{rid}")
     for slot in State.__slots__:  # type: ignore[attr-defined]
         setattr(state, slot, getattr(fresh, slot))
+
+
+def launch_of(state: State) -> str:
+    """The digest of a crashed launch's flags (`CrashSettled.launch`); "" (unknown: folded
+    by reason alone, sinks/alerts/loop.py) where a line of them was cut.  A cut dump keeps
+    the keys whose value ended before the cut, and where the cut falls moves with what
+    differs at every launch of one command: SGLang's `random_seed`, drawn anew when not
+    given (0.5.23 arg_groups/serving_hook.py: `random.randint(0, 1 << 30)`, 8 to 10
+    digits), a syslog tag's pid.  Before, two such relaunches could keep one key more or
+    less, digest apart, and page again: the loop's fold lost."""
+    return "" if state.args_partial else launch_digest(state.args)

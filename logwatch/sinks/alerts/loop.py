@@ -59,13 +59,13 @@ LOOP_GAP = 3600.0
 def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
     """The open alert a new crash is folded into: the target's open crash of the same
     reason (another startup's) launched with the same flags (`details.launch`, their
-    digest), its latest crash no more than `LOOP_GAP` before, the latest if a restore left
+    digest; unknown flags match any: `repeats`), its latest crash no more than `LOOP_GAP` before, the latest if a restore left
     several; None: it is paged.  A relaunch with other flags is an operator's new attempt,
     not the loop: before, its crash of the same reason was folded, and nobody was paged
     that the fix failed; so is one a day later (before: folded, 0 pages)."""
     same = [d for d in open_crashes(open_docs, alert.target)
             if d.get("key") != alert.key and not d.get("loop_over")
-            and facts_of(d) == facts_of(alert.to_json())
+            and repeats(facts_of(d), facts_of(alert.to_json()))
             and alert.starts_at - last_crash_at(d) <= LOOP_GAP]
     return max(same, key=last_crash_at, default=None)
 
@@ -86,6 +86,14 @@ def facts_of(doc: dict[str, Any]) -> tuple[str, str]:
     details = doc.get("details")
     launch = details.get("launch") if isinstance(details, dict) else None
     return reason_of(doc), str(launch or "")
+
+
+def repeats(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """Two crashes' `facts_of` are one loop's: the same reason, and the same launch flags
+    where both are known.  Flags unknown ("": none printed, a cut dump, the launch line
+    read before an attach or rotated away) tell no new attempt: before, such a crash of a
+    loop whose other launches' flags were read paged again."""
+    return a[0] == b[0] and (a[1] == b[1] or not a[1] or not b[1])
 
 
 def last_crash_at(doc: dict[str, Any]) -> float:
