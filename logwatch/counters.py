@@ -95,16 +95,19 @@ def _checked(key: str, default: Any, v: Any) -> Any:
 
 
 def count_events(counters: Counters, events: list[Event],
-                 counts_crash: Callable[[CrashSettled], bool] | None = None) -> None:
+                 counts_crash: Callable[[CrashSettled], bool] | None = None,
+                 counts_took: Callable[[Ready], bool] | None = None) -> None:
     """Startups, settled crashes and startup durations, from the machine's events; a crash
-    only where `counts_crash` says so (a live target's history is not counted)."""
+    only where `counts_crash` says so (a live target's history is not counted), a duration
+    only where `counts_took` says so (one the log cannot give is not observed)."""
     for ev in events:
         if isinstance(ev, StartupBegan):
             counters.startups += 1
         elif isinstance(ev, CrashSettled):
             if counts_crash is None or counts_crash(ev):
                 count_crash(counters, ev)
-        elif isinstance(ev, Ready) and ev.took is not None:
+        elif isinstance(ev, Ready) and ev.took is not None and \
+                (counts_took is None or counts_took(ev)):
             counters.observe_duration(ev.took)
 
 

@@ -16,7 +16,7 @@ from .lines import (
     segment_text, split_glued,
 )
 from .machine import (
-    Crashed, CrashRetracted, CrashSettled, CrashUpdated, Event, Observation, Restarted,
+    Crashed, CrashRetracted, CrashSettled, CrashUpdated, Event, Observation, Ready, Restarted,
     StartupBegan, StartupMachine, State,
 )
 from .machine.crash import read_whole
@@ -376,9 +376,9 @@ class LogPipeline:
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
         self.on_step: Callable[[list[Event], State], None] | None = None
-        # whether a settled crash is counted now (a live target's: not the crash that had
-        # ended before it attached, history; None: every one, as replay counts)
+        # whether a settled crash, a Ready's `took`, counts now (None: all, as replay counts)
         self.counts_crash: Callable[[CrashSettled], bool] | None = None
+        self.counts_took: Callable[[Ready], bool] | None = None
         # watch: a crash or stop of a startup it says is news stays the verdict, though a
         # relaunch begins in the same read (`step_keeping_verdict`); then the rest is not read
         self.keep_final: Callable[[State], bool] | None = None
@@ -493,7 +493,7 @@ class LogPipeline:
 
     def _counted(self, events: list[Event]) -> list[Event]:
         if events:   # startups, settled crashes, durations
-            count_events(self.counters, events, self.counts_crash)
+            count_events(self.counters, events, self.counts_crash, self.counts_took)
         return events
 
     def _block(self, block: Block, now: float, shown: bool = False) -> list[Event]:

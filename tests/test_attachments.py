@@ -308,6 +308,33 @@ def _read_bars_at_attach(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, live: 
     return ledger.store.records(ledger.name, 3)[-1], written, runner
 
 
+def test_a_startup_read_at_attach_without_stamps_observes_no_startup_duration(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bare command line, the shard bars and the ready line, none stamped, last written 20
+    minutes before the attach: its launch-to-ready is unknown (the ledger's `untimed`), so
+    `logwatch_startup_duration_seconds` observes nothing.  Before: `_count 1 _sum 0.0` (the
+    read time's `took`).  The same lines written after the attach are timed by when they
+    were read, as any stamp-less startup watched live: observed."""
+    from logwatch.app.reading import handle
+    from logwatch.app.watch import WatchOptions, watch_runner
+    from logwatch.sources import Data, Opened
+    command = b"python3 -m sglang.launch_server --model-path m\n"
+    ready = b"The server is fired up and ready to roll!\n"
+    _, _, runner = _read_bars_at_attach(tmp_path / "attach", monkeypatch, command=command,
+                                        tail=ready)
+    assert runner.counters.startups == 1
+    assert runner.counters.duration_count == 0, runner.counters.duration_sum
+    monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "live"))
+    live = watch_runner(WatchOptions(target=str(tmp_path / "live.log"), rules="sglang",
+                                     last=True), on_events=lambda r, evs: None)
+
+    async def read() -> None:
+        await handle(live, Opened(0, 1, None, "attach", True, size=0, mtime=time.time()))
+        await handle(live, Data(command + BARS + ready, 0))
+    asyncio.run(read())
+    assert live.counters.duration_count == 1
+
+
 def test_a_log_without_stamps_read_at_attach_is_recorded_with_untimed_phases(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ledger of a log of bars only (no stamps; sglang-042's form) last written 20

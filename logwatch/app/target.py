@@ -24,7 +24,7 @@ from ..counters import Counters, count_crash
 from ..eta import EtaSmoother, startup_eta
 from ..follow import Follower
 from ..machine import (
-    CrashSettled, Event, Stalled, StartupBegan, State, StatsUpdated, current_stats,
+    CrashSettled, Event, Ready, Stalled, StartupBegan, State, StatsUpdated, current_stats,
 )
 from ..pipeline import LogPipeline
 from ..rules.locate import startup_locator
@@ -190,6 +190,7 @@ class Target:
         that carries `carry`'s state and position on (Follower's `redetect`)."""
         pipe = LogPipeline(pack, stall_after=self.cfg.stall_after, counters=self.counters)
         pipe.counts_crash = self.counts_crash
+        pipe.counts_took = self.counts_took
         pipe.keep_final = self._news if self.keep_verdict else None
         if carry is not None:
             pipe.carry_on(carry)
@@ -434,6 +435,16 @@ class Target:
             self.catchup.held_crashes.append(ev)
             return False
         return not self.catchup.ended_at_attach(ev.startup)
+
+    def counts_took(self, ev: Ready) -> bool:
+        """Whether a Ready's launch-to-ready is observed (`logwatch_startup_duration_seconds`):
+        not one read while catching up from lines not all stamped, read at one moment (its
+        `took` is the read time's, ~0; the ledger says `untimed`).  Before, a stamp-less log
+        that got ready an hour before the attach added `_count 1 _sum 0.0`.  A stamp-less
+        startup watched live is timed by the read time, rightly: counted."""
+        pipe = self.pipe
+        return not (self.catchup.catching_up and pipe is not None
+                    and not pipe.state.timed_by_log)
 
     def starting(self) -> bool:
         """A startup is under way (not waiting, serving, crashed or stopped)."""
