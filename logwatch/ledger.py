@@ -188,6 +188,7 @@ class LedgerRecorder:
         self._serving = ServingWindow()
         self._seen_args: dict[str, Any] | None = None   # the state's args object last copied
         self._gpu: list[tuple[float, float, float | None, tuple[str, ...]]] = []  # serving
+        self._whole, self._written_at = False, None   # read_whole
 
     def observe(self, events: list[Event], state: State) -> list[StartupRecord]:
         """The records closed by these events (a new startup closes the one before).  Called
@@ -245,6 +246,8 @@ class LedgerRecorder:
         if rec is not None and rec.startup == state.startup_id:
             self._sync_args(rec, state)
             rec.version = state.engine_version or rec.version
+            if self._whole and state.spans:
+                _mark_untimed(rec, state, self._written_at)
             if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
                 rec.durations = _timed(state.durations(), rec.untimed)
 
@@ -256,16 +259,16 @@ class LedgerRecorder:
         it was read, `loading_shards 0.0` (and a ready one `startup_seconds` ~0), where
         `watch` said `silent since 15:31` and `loading_shards 50m44s`."""
         rec = self._open
-        if rec is None or rec.startup != state.startup_id or not state.spans:
-            return
-        first = state.history[0]
-        if first.log_time is None and rec.started_at is not None:
-            rec.started_at = min(rec.started_at, first.at)
-        rec.untimed = sorted({sp.phase for sp in state.spans if sp.log_time is None
-                              and sp.phase != READY and sp.phase not in TERMINAL})
-        if rec.untimed:
-            rec.durations = _timed(rec.durations, rec.untimed)
-            rec.startup_seconds = None
+        if rec is not None and rec.startup == state.startup_id and state.spans:
+            _mark_untimed(rec, state, None)
+
+    def read_whole(self, written_at: float | None) -> None:
+        """Every line is read at one moment (`logwatch history FILE`, offline: no catch-up
+        step): every record's phases without a stamp are `untimed`, as `caught_up` marks
+        the daemon's, and a stamp-less startup began by `written_at` (the file's last
+        write; None: unknown) at the latest.  Before, sglang-042 read so was dated by the
+        read time, `loading_shards: 0.0`, where the daemon's ledger said 15:31:46, untimed."""
+        self._whole, self._written_at = True, written_at
 
     def resume(self, rec: StartupRecord) -> None:
         """Go on with a startup recorded before (a daemon restarted while it served): its
@@ -355,6 +358,21 @@ class LedgerRecorder:
         self.previous = rec
         self._open = None
         return rec
+
+
+def _mark_untimed(rec: StartupRecord, state: State, written_at: float | None) -> None:
+    """`rec` (the state's startup) as its log times say: started by its first line's time
+    (`written_at` at the latest) where that line has no stamp, its phases of spans without
+    a stamp `untimed` (out of `durations`, and `startup_seconds` unknown)."""
+    hist = state.history
+    if hist and hist[0].log_time is None and rec.started_at is not None:
+        first = hist[0].at if written_at is None else min(hist[0].at, written_at)
+        rec.started_at = min(rec.started_at, first)
+    rec.untimed = sorted({sp.phase for sp in state.spans if sp.log_time is None
+                          and sp.phase != READY and sp.phase not in TERMINAL})
+    if rec.untimed:
+        rec.durations = _timed(rec.durations, rec.untimed)
+        rec.startup_seconds = None
 
 
 def _timed(durations: dict[str, float], untimed: list[str]) -> dict[str, float]:

@@ -317,3 +317,33 @@ def test_compare_says_a_phase_read_without_stamps_is_untimed_not_new() -> None:
     back = {line.split()[0]: line.split()[1:] for line in compare_text(b, a).splitlines()[2:]
             if line.strip()}
     assert back["loading_shards"] == ["5m00s", "untimed"], back
+
+
+def test_history_of_a_file_without_stamps_agrees_with_the_daemons_ledger(tmp_path: Path) -> None:
+    """`logwatch history FILE` reads a log at one moment, as a first attach does: a bare
+    command line, shard bars and the ready line, none stamped, last written an hour before,
+    began by that last write at the latest and its phases are `untimed`, not 0.0 s (the
+    daemon's ledger, 851dbf5).  Before: `started_at` the read time, durations
+    {"launching": 0.0, "loading_shards": 0.0}, `startup_seconds` 0.0.  A stamped file keeps
+    its figures."""
+    import os
+    import time
+
+    from logwatch import clock
+    log = tmp_path / "server.log"
+    log.write_bytes(b"python3 -m sglang.launch_server --model-path m\n" + b"".join(
+        b"Loading safetensors checkpoint shards: %d%% Completed | %d/4 [00:0%d<00:00, "
+        b"1.00it/s]\n" % (i * 25, i, i) for i in range(1, 5))
+        + b"The server is fired up and ready to roll!\n")
+    written = time.time() - 3600
+    os.utime(log, (written, written))
+    got: list[StartupRecord] = []
+    read_ledger(str(log), "sglang", got.append)
+    [rec] = got
+    assert rec.outcome == "ready" and rec.started_at is not None
+    assert rec.started_at <= clock.from_wall(written) + 1, rec.started_at - written
+    assert rec.untimed == ["launching", "loading_shards"], rec
+    assert rec.durations == {} and rec.startup_seconds is None, rec
+    stamped: list[StartupRecord] = []
+    read_ledger(str(BUILT / "sglang-0523-overlap.log"), "sglang", stamped.append)
+    assert stamped and all(not r.untimed and r.durations for r in stamped), stamped

@@ -10,10 +10,12 @@ progress bar are skipped as in replay (rules/bars.py: a record takes nothing fro
 from __future__ import annotations
 
 import json
+import os
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from .. import clock
 from ..ledger import ENGINE_VERSION, LedgerRecorder, StartupRecord, launch_changes
 from ..logfile import DamagedLog, open_log, start_offset
 from ..machine import Event, State
@@ -34,6 +36,7 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
         head = f.read(DETECT_BYTES)
         pack = choose_pack(spec, head)
         rec = LedgerRecorder(pack.name, advice=pack.advice, model_flags=pack.model_flags)
+        rec.read_whole(_written_at(path))
 
         def step(events: list[Event], state: State) -> None:
             for closed in rec.observe(events, state):
@@ -42,6 +45,17 @@ def read_ledger(path: str, spec: str, emit: Callable[[StartupRecord], None]) -> 
                              start=start)
         for closed in rec.finish(pipe.state):
             emit(closed)
+
+
+def _written_at(path: str) -> float | None:
+    """The file's last write on logwatch's clock (the records' `started_at`), None for
+    stdin or a file that cannot be stat'ed: a stamp-less startup began by then."""
+    if path == "-":
+        return None
+    try:
+        return clock.from_wall(os.stat(path).st_mtime)
+    except OSError:
+        return None
 
 
 SHORT = " (short)"    # a serving window under the ledger's WARMUP: figures of its warm-up
