@@ -312,8 +312,9 @@ def test_a_startup_read_at_attach_without_stamps_observes_no_startup_duration(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bare command line, the shard bars and the ready line, none stamped, last written 20
     minutes before the attach: its launch-to-ready is unknown (the ledger's `untimed`), so
-    `logwatch_startup_duration_seconds` observes nothing.  Before: `_count 1 _sum 0.0` (the
-    read time's `took`).  The same lines written after the attach are timed by when they
+    `logwatch_startup_duration_seconds` observes nothing, nor where the ready line comes
+    after the attach.  Before: `_count 1 _sum 0.0` (the read time's `took`), and the
+    seconds from the file's last write to the ready.  The same lines written after the attach are timed by when they
     were read, as any stamp-less startup watched live: observed."""
     from logwatch.app.reading import handle
     from logwatch.app.watch import WatchOptions, watch_runner
@@ -324,6 +325,9 @@ def test_a_startup_read_at_attach_without_stamps_observes_no_startup_duration(
                                         tail=ready)
     assert runner.counters.startups == 1
     assert runner.counters.duration_count == 0, runner.counters.duration_sum
+    _, _, late = _read_bars_at_attach(tmp_path / "late", monkeypatch, command=command,
+                                      live=ready)    # got ready after the attach
+    assert late.counters.duration_count == 0, late.counters.duration_sum
     monkeypatch.setenv("LOGWATCH_STATE_DIR", str(tmp_path / "live"))
     live = watch_runner(WatchOptions(target=str(tmp_path / "live.log"), rules="sglang",
                                      last=True), on_events=lambda r, evs: None)

@@ -440,9 +440,12 @@ class Target:
         """Whether a Ready's launch-to-ready is observed (`logwatch_startup_duration_seconds`):
         not one read while catching up from lines not all stamped, read at one moment (its
         `took` is the read time's, ~0; the ledger says `untimed`).  Before, a stamp-less log
-        that got ready an hour before the attach added `_count 1 _sum 0.0`.  A stamp-less
-        startup watched live is timed by the read time, rightly: counted."""
-        pipe = self.pipe
+        that got ready an hour before the attach added `_count 1 _sum 0.0`; nor the Ready,
+        read live, of a startup so read (from the file's last write: `_sum 3604.9`).  A
+        stamp-less startup watched live is timed by the read time, rightly: counted."""
+        pipe, untimed = self.pipe, self.catchup.untimed_startup
+        if untimed is not None and ev.startup == untimed:
+            return False
         return not (self.catchup.catching_up and pipe is not None
                     and not pipe.state.timed_by_log)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ... import clock
-from ...machine import CrashSettled, Event, Progress, StatsUpdated, retime
+from ...machine import CrashSettled, Event, Progress, State, StatsUpdated, retime
 from ...machine.checkpoint import event_from_json, event_to_json
 from ...pipeline import PARTIAL_LINE_QUIET, LogPipeline
 from ...rules.pack import CRASHED, READY
@@ -58,6 +58,12 @@ class ResumedBytes:
         return min(last_line_at, self.mtime) if last_line_at is not None else None
 
 
+def untimed_at_attach(st: State) -> str | None:
+    """The startup read at attach from lines not all stamped (read at one moment): how long
+    it takes is unknown, also when it gets ready live (the ledger's `untimed`)."""
+    return st.startup_id if st.spans and not st.timed_by_log else None
+
+
 @dataclass(frozen=True)
 class CatchUpPart:
     """The target view's catch-up fields."""
@@ -90,6 +96,7 @@ class CatchUp(Attachment):
         self.held_crashes: list[CrashSettled] = []   # settled while catching up: news?
         self.resumed = False   # caught up on from a checkpoint written while catching up
         self.seen_at_attach: SeenAtAttach | None = None
+        self.untimed_startup: str | None = None   # `untimed_at_attach`
         self.silent_since: float | None = None  # a startup silent past its budget at attach
         self.log: Any = None
 
@@ -176,6 +183,7 @@ class CatchUp(Attachment):
         held, self.held = self.held, []
         retime(pipe.state, self.attach_mtime)   # what it held is timed by its stamps
         st = pipe.state
+        self.untimed_startup = untimed_at_attach(st)
         if self.attach_mtime is not None and (st.phase == CRASHED and not st.crash_settled
                                               or st.phase in pipe.pack.startup_phases):
             # bytes written before: the log has been quiet since its last write, not since
