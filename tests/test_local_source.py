@@ -1304,6 +1304,7 @@ def test_missing_executable_is_fatal() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.serial    # a flood of 60 logs: beside 6 workers on 2 cores /metrics went unanswered 60 s
 def test_a_sigterm_stops_the_daemon_while_its_logs_are_written_fast(tmp_path: Path) -> None:
     """Every inotify event of a watched log (an append is an open, a write and a close)
     woke the loop from watchdog's thread with `call_soon_threadsafe`: one byte in the
