@@ -297,7 +297,11 @@ def test_a_restart_loop_is_one_alert_per_reason_in_alertmanager_and_at_a_webhook
     assert sorted(g.json["details"].get("crashes", 1) for g in done) == [1, 40]
     pages = hook_rx.requests(hook("crashed", "firing"))
     assert [g.json["details"]["reason"] for g in pages] == ["cuda_oom", "nccl_error"]
-    assert len(notified(am_rx, "LogwatchCrashed", "firing")) <= 2, am_rx.brief()
+    # Alertmanager notifies the whole group at each change, so an alert shows up in more than
+    # one notification as timing allows: count the distinct alerts it paged, not the entries.
+    paged = {json.dumps(a["labels"], sort_keys=True)
+             for a in notified(am_rx, "LogwatchCrashed", "firing")}
+    assert len(paged) <= 2, am_rx.brief()
 
 
 def test_alertmanager_added_mid_loop_at_a_rename_gets_the_loops_alert_and_its_end(
