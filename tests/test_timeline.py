@@ -197,6 +197,26 @@ def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():
         ("cuda_oom", "DP1", "loading_shards")
 
 
+@pytest.mark.parametrize("name,rank", [("sglang-0523-dp4-capture-oom.log", "DP1"),
+                                       ("vllm-034-dp4-capture-oom.log", "DP2")])
+def test_a_dp_replica_s_crash_ahead_of_the_slowest_is_placed_in_its_own_phase(name: str,
+                                                                              rank: str):
+    """`--dp 4`: one replica runs out of memory capturing its graphs while DP3 still reads
+    its weights (the startup waits at loading_shards for it).  Before: `cuda_oom during
+    loading_shards`, the slowest replica's phase, which points at the model's size, not at
+    the capture's memory.  vLLM's DP2 had printed its KV cache size (its capture bar names
+    no engine): the traceback's `capture_model` frame places it; live line by line the same."""
+    path = BUILT / name
+    st_ = replay(name)
+    assert st_.phase == "crashed" and st_.crash is not None
+    assert (st_.crash.reason, st_.crash.rank, st_.crash.during) == ("cuda_oom", rank, "cuda_graph")
+    assert main_phases(st_) == ["launching", "loading_shards", "crashed"]
+    pipe = LogPipeline(load_pack(name.split("-")[0]))
+    for i, x in enumerate(path.read_text().splitlines()):
+        pipe.feed((x + "\n").encode(), 1000.0 + i)
+    assert pipe.state.crash is not None and pipe.state.crash.during == "cuda_graph"
+
+
 def _dp8_capture(k: int) -> list[tuple[int, str]]:
     """(second, line) of engine core DPk's steps in a `vllm serve -dp 8` (TP1): each
     loads and compiles, then captures from second 80 + 5k for 24 s (a frame for each of 67

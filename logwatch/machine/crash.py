@@ -87,12 +87,16 @@ def place_crash(pack: RulePack, crash: Crash, rule: Rule) -> None:
     torch.compile, then PP1, still reading its weights, ran out of memory (`in load_model`):
     `during loading_shards`, not `during autotune` (DESIGN: where it happened is the
     crash's `during`).  Not after ready: a LoRA adapter's or a weight update's load then is
-    the server's own request."""
+    the server's own request.  Later only up to `Crash.reach` (its DP replica's next phase)."""
     if rule.during is None or crash.cause is not None:
         return
-    now = pack.phase_index(crash.during)
-    if 0 <= pack.phase_index(rule.during) < now < pack.phase_index(READY):
+    now, frame = pack.phase_index(crash.during), pack.phase_index(rule.during)
+    if 0 <= frame < now < pack.phase_index(READY):
         crash.during, crash.phase_done = rule.during, False   # its work was not over there
+    elif now < frame <= crash.reach:
+        # its DP replica had ended the phase the crash was put in: this frame is the work it
+        # went on to (vLLM `-dp 4`: DP2's capture, after its KV cache size, its bar untagged)
+        crash.during, crash.phase_done = rule.during, False
 
 
 def note_phase_done(pack: RulePack, state: State, rule: Rule) -> None:

@@ -233,8 +233,28 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, t
         return True
     slowest = min(pos.values())
     target = pack.phase_index(rule.phase)
-    rank = pack.rank_of(text)
-    mine = pos.get(replica_of(rank)) or pos.get(lane_of(rank, text)) if rank else None
+    mine = _own_replica(pack, pos, text)
     if mine is None:
         return target <= slowest[0] + (1 if slowest[1] else 0)
     return target <= slowest[0] and (not rule.begins or mine == slowest)
+
+
+def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str
+                 ) -> tuple[int, bool] | None:
+    """The position (`replica_positions`) of the replica this line's rank belongs to, by its
+    DP tag or, for a dense model's `Worker_TP0`, by its process; None for no rank."""
+    rank = pack.rank_of(text)
+    if not rank:
+        return None
+    return pos.get(replica_of(rank)) or pos.get(lane_of(rank, text))
+
+
+def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
+                  lanes: dict[str, tuple[int, bool]] | None = None) -> tuple[int, bool] | None:
+    """How far the data-parallel replica of this line's rank got, where replicas start apart
+    and there are two or more: a crash line's (machine/startup.py `_crash_phase`).  The
+    startup is where the slowest replica is; the replica that crashed may be phases ahead
+    (SGLang `--dp 4`: DP1 out of memory in its capture while DP3 still read its weights was
+    `cuda_oom during loading_shards`)."""
+    pos = replica_positions(pack, ranks, lanes)
+    return _own_replica(pack, pos, text) if len(pos) >= 2 else None

@@ -21,7 +21,7 @@ from .events import (
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
-from .ranks import advance_lane, advance_rank, replica_of, replicas_allow
+from .ranks import advance_lane, advance_rank, replica_of, replica_reach, replicas_allow
 from .rates import next_progress
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
@@ -514,11 +514,10 @@ class StartupMachine:
     def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rule = obs.rule
         assert rule.crash is not None
-        main = state.history
-        during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
+        during, done, reach = self._crash_phase(state, obs)
         crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
                       line_number=obs.line_number, at=now, log_time=obs.log_time,
-                      phase_done=state.phase_done and during == state.phase)
+                      phase_done=done, reach=reach)
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
         state.crash_settled = False
@@ -528,6 +527,25 @@ class StartupMachine:
         if not crash.rank and len(state.servers) > 1:
             crash.rank = self.pack.server_of(obs.text)   # which server of the launch
         events.append(Crashed(state.epoch, crash))
+
+    def _crash_phase(self, state: State, obs: Observation) -> tuple[str, bool, int]:
+        """The phase a crash line's process was in, whether its work there had ended, and
+        the furthest phase its frames may place it in (`Crash.reach`).  The launch's phase,
+        except where data-parallel replicas start apart and the crashing line's replica was
+        further: the startup waits for the slowest replica, and DP1 running out of memory in
+        its capture while DP3 still read its weights was `cuda_oom during loading_shards`
+        (DESIGN: where it happened is the crash's `during`)."""
+        main = state.history
+        during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
+        done = state.phase_done and during == state.phase
+        now = self.pack.phase_index(during)
+        mine = replica_reach(self.pack, state.ranks, obs.text, state.lanes) \
+            if self._replicas_apart(state) and during not in (READY, *TERMINAL) else None
+        if mine is None or not 0 <= now < mine[0] < self.pack.phase_index(READY):
+            return during, done, -1
+        # a replica that ended its phase was in the next one's work (its capture bar names
+        # no replica): a frame of it may place the crash there
+        return self.pack.phases[mine[0]], mine[1], mine[0] + (1 if mine[1] else 0)
 
     def _while_crashed(self, state: State, obs: Observation, now: float,
                        events: list[Event]) -> bool:

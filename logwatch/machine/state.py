@@ -119,6 +119,10 @@ class Crash:
     first_exception: int | None = None      # the line number of the first Python exception
     phase_done: bool = False                # the work of the phase it crashed in had ended
                                             # (State.phase_done): no `crash_by_phase` default
+    reach: int = -1                         # the furthest phase (index) its frames may place it
+                                            # in: its own DP replica's next phase, where that
+                                            # replica had ended one the startup is behind
+                                            # (machine/startup.py `_crash_phase`)
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
