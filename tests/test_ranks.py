@@ -120,6 +120,37 @@ def test_rank_lag_pure() -> None:
     assert lag.text.startswith("TP2, TP3 still in cuda_graph 1m10s after the other 3 ranks")
 
 
+def test_a_dp_replica_behind_the_others_is_named_even_when_half_the_ranks() -> None:
+    """SGLang `--dp 2 --tp 2`: group DP1 still reads its weights (4/17) while DP0 sized its
+    KV cache and captured: DP1's two ranks are half of four, and before nothing ever named
+    them (ten minutes on: `rank_lag` ""), in the view, the watch summary or a stall alert."""
+    data = (FIXTURES / "built" / "sglang-0523-dp2-tp2-stuck-load.log").read_bytes()
+    pipe = pipe_of(data)
+    assert pipe.state.phase == "loading_shards"
+    assert pipeline_view("x", pipe, now=1000.0).rank_lag == ""     # 16 s since DP0 loaded
+    # DP0's ranks ended their load at 10:00:36; the log's clock at 10:00:56 (DP1's bar, 00:50
+    # after its 10:00:06 start), 10 minutes ago
+    lag = pipeline_view("x", pipe, now=1600.0).rank_lag
+    assert lag == "DP1 still in loading_shards 10m20s after the other 1 replica finished it"
+    # with `--enable-dp-attention` the DP ranks are one model: half of them not named
+    flagged = data.replace(b"'dp_size': 2,", b"'dp_size': 2, 'enable_dp_attention': True,")
+    assert pipeline_view("x", pipe_of(flagged), now=1600.0).rank_lag == ""
+
+
+def test_replica_lag_pure() -> None:
+    """`--dp 2` (TP1): DP1 behind DP0 is named; within a replica, ranks as before."""
+    idx = load_pack("sglang").phase_index
+    g, ld = idx("cuda_graph"), idx("loading_shards")
+    ranks = {"DP0": RankProgress("cuda_graph", True, 50.0, [(ld, False, 5.0), (g, True, 50.0)]),
+             "DP1": RankProgress("loading_shards", False, 5.0, [(ld, False, 5.0)])}
+    assert rank_lag(ranks, idx, 500.0) is None                      # half: as ranks, nobody
+    lag = rank_lag(ranks, idx, 500.0, apart=True)
+    assert lag is not None and (lag.ranks, lag.unit, lag.others) == (("DP1",), "replica", 1)
+    assert round(lag.for_seconds) == 450                            # DP0 got past at 50 s
+    ranks["DP1"] = RankProgress("cuda_graph", True, 60.0, [(g, True, 60.0)])
+    assert rank_lag(ranks, idx, 500.0, apart=True) is None          # together again
+
+
 @pytest.mark.parametrize("name,rank,pack", [
     ("sglang-009", "TP2", "sglang"), ("sglang-205", "DP7 TP7", "sglang"),
     ("vllm-024", "TP2_EP2", "vllm"), ("vllm-204", "TP6_EP6", "vllm"),

@@ -43,13 +43,15 @@ RANK_LAG_AFTER = 60.0   # seconds the other ranks must have been past a rank bef
 
 @dataclass(frozen=True, slots=True)
 class RankLag:
-    """Ranks still at `phase` while every other rank got past it `for_seconds` ago."""
+    """Ranks (or data-parallel replicas) still at `phase` while every other one got past it
+    `for_seconds` ago."""
 
     ranks: tuple[str, ...]
     phase: str
     finished: bool             # they finished `phase` but went no further
     for_seconds: float
     others: int
+    unit: str = "rank"         # or "replica": `DP1` behind the other replicas
 
     @property
     def text(self) -> str:
@@ -58,7 +60,7 @@ class RankLag:
         who = ", ".join(self.ranks)
         where = f"at the end of {self.phase}" if self.finished else f"in {self.phase}"
         return (f"{who} still {where} {fmt_duration(self.for_seconds)} after the other "
-                f"{self.others} rank{'s' if self.others != 1 else ''} "
+                f"{self.others} {self.unit}{'s' if self.others != 1 else ''} "
                 f"{'moved on' if self.finished else 'finished it'}")
 
 
@@ -86,30 +88,42 @@ def rank_clock(state: _Clocked, now: float) -> float:
 
 
 def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], now: float,
-             after: float = RANK_LAG_AFTER) -> RankLag | None:
+             after: float = RANK_LAG_AFTER, apart: bool = False) -> RankLag | None:
     """The ranks that stayed behind: each other rank got past their position at least
     `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
     started).  The furthest-behind group is named when it is a minority (fewer than half the
     ranks): rank 0 alone prints some milestones (SGLang's autotune, the KV cache size), and
-    the other ranks are then not behind it; None when all move together."""
-    if len(ranks) < 2:
-        return None
-    pos = {r: (phase_index(p.phase), p.finished) for r, p in ranks.items()}
-    behind = min(pos.values())
-    stuck = sorted(r for r, p in pos.items() if p == behind)
-    if 2 * len(stuck) >= len(ranks):
-        return None
-    passed_at = []
+    the other ranks are then not behind it; None when all move together.  Where data-parallel
+    replicas start apart (`apart`), replicas are compared first, each as far as its furthest
+    rank, and one behind is named even if half of them are: `--dp 2` (half the ranks) with
+    DP1 still loading ten minutes after DP0 captured was never named."""
+    groups: dict[str, list[RankProgress]] = {}
     for r, p in ranks.items():
-        if pos[r] == behind:
-            continue
-        first = min((at for i, f, at in p.advances if (i, f) > behind), default=p.at)
-        passed_at.append(first)
+        if apart and replica_of(r):
+            groups.setdefault(replica_of(r), []).append(p)
+    lag = _lag(groups, phase_index, now, after, "replica") if len(groups) >= 2 else None
+    if lag is not None or len(ranks) < 2:
+        return lag
+    return _lag({r: [p] for r, p in ranks.items()}, phase_index, now, after, "rank")
+
+
+def _lag(units: dict[str, list[RankProgress]], phase_index: Callable[[str], int], now: float,
+         after: float, unit: str) -> RankLag | None:
+    """`rank_lag` over units (a rank, or a replica's ranks): a rank is behind when it is a
+    minority, a replica whenever another replica is ahead of it."""
+    pos = {u: max((phase_index(p.phase), p.finished) for p in ps) for u, ps in units.items()}
+    behind = min(pos.values())
+    stuck = sorted(u for u, p in pos.items() if p == behind)
+    if len(stuck) == len(units) or (unit == "rank" and 2 * len(stuck) >= len(units)):
+        return None
+    passed_at = [min((at for p in ps for i, f, at in p.advances if (i, f) > behind),
+                     default=min(p.at for p in ps))
+                 for u, ps in units.items() if pos[u] != behind]
     since = now - max(passed_at)
     if since < after:
         return None
-    p0 = ranks[stuck[0]]
-    return RankLag(tuple(stuck), p0.phase, p0.finished, since, len(ranks) - len(stuck))
+    p0 = max(units[stuck[0]], key=lambda p: (phase_index(p.phase), p.finished))
+    return RankLag(tuple(stuck), p0.phase, p0.finished, since, len(units) - len(stuck), unit)
 
 
 

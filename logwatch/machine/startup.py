@@ -370,7 +370,7 @@ class StartupMachine:
             return
         if target == READY and not servers_ready(self.pack, state, obs):
             return
-        if target != READY and self._replicas_apart(state) and \
+        if target != READY and self.replicas_apart(state) and \
                 not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes):
             return     # a faster data-parallel replica: the startup is where the slowest is
         cur_i = self.pack.phase_index(state.phase)
@@ -411,7 +411,7 @@ class StartupMachine:
             # warmup after the KV estimate, the KV commit after capture)
             self._enter(state, target, obs, now, events)
 
-    def _replicas_apart(self, state: State) -> bool:
+    def replicas_apart(self, state: State) -> bool:
         """Do this launch's data-parallel replicas start apart (the pack's `replicas:`)?"""
         unless = self.pack.replicas_unless
         return unless is not None and bool(self.pack.ranks) and \
@@ -434,7 +434,7 @@ class StartupMachine:
             return True
         if self.pack.phase_index(state.ranks[rank].phase) <= new_i:
             return False       # a slow rank's first load
-        apart = self._replicas_apart(state)
+        apart = self.replicas_apart(state)
         past = {replica_of(r) if apart else "" for r, rp in state.ranks.items()
                 if self.pack.phase_index(rp.phase) > new_i}
         return all((replica_of(r) if apart else "") in past for r in state.ranks)
@@ -448,7 +448,7 @@ class StartupMachine:
         rp = state.ranks.get(rank) if rank else None
         if rp is None or not rp.moved or len(rp.advances) < 2 or rp.advances[-2][0] > cur_i:
             return False
-        group = replica_of(rank) if self._replicas_apart(state) else None
+        group = replica_of(rank) if self.replicas_apart(state) else None
         return any(r != rank and self.pack.phase_index(p.phase) > cur_i and
                    (group is None or replica_of(r) == group) for r, p in state.ranks.items())
 
@@ -540,7 +540,7 @@ class StartupMachine:
         done = state.phase_done and during == state.phase
         now = self.pack.phase_index(during)
         mine = replica_reach(self.pack, state.ranks, obs.text, state.lanes) \
-            if self._replicas_apart(state) and during not in (READY, *TERMINAL) else None
+            if self.replicas_apart(state) and during not in (READY, *TERMINAL) else None
         if mine is None or not 0 <= now < mine[0] < self.pack.phase_index(READY):
             return during, done, -1
         # a replica that ended its phase was in the next one's work (its capture bar names
