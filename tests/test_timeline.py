@@ -266,6 +266,71 @@ def test_sglang_dp_groups_move_the_startup_when_the_slowest_does():
     assert d["loading_shards"] == 50.0 and d["cuda_graph"] == 19.0, d
 
 
+def _dp2_shard_bars() -> list[tuple[int, str]]:
+    """(second, line) of SGLang `--dp 2` loading 17 shards: DP0 a shard every 2 s, DP1 every
+    10 s, each group's untagged bar frames interleaved in one stream."""
+    out = [(0, "[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', "
+               "'tokenizer_path': 'Qwen/Qwen3-32B', 'dp_size': 2, 'port': 30000}")]
+    out += [(6, f"[2026-12-01 10:00:06 DP{d}] Load weight begin. avail mem=78.92 GB")
+            for d in range(2)]
+    for step in (2, 10):
+        out += [(6 + step * k, f"Loading safetensors checkpoint shards: {k * 100 // 17:3d}% "
+                 f"Completed | {k}/17 [{step * k // 60:02d}:{step * k % 60:02d}<00:00,  "
+                 f"{1 / step:.2f}it/s]") for k in range(18)]
+    out += [(40, "[2026-12-01 10:00:40 DP0] Load weight end. elapsed=34.00 s, "
+                 "type=Qwen3ForCausalLM, avail mem=47.61 GB, mem usage=31.31 GB.")]
+    return sorted(out, key=lambda tx: tx[0])
+
+
+def test_dp_groups_shard_bars_printed_at_once_show_the_slowest_s_count_and_eta():
+    """Each `--dp` group prints its own shard bar, untagged, into one stream.  Before, the
+    count flipped between them (5/17, 1/17, 6/17, ... 17/17 while DP1 had 3) and the rate
+    and ETA were the fast group's: at 20 s, 7/17 and 2m03s to go (DP1 loads until 3m56s: its
+    17 shards take 170 s).  Now the slowest group's bar: its count, its rate, its ETA."""
+    pipe = LogPipeline(load_pack("sglang"))
+    shown = []
+    for t, x in _dp2_shard_bars():
+        pipe.feed((x + "\n").encode(), 1000.0 + t)
+        v = pipeline_view("x", pipe, 1000.0 + t)
+        shown.append((t, v.shards.loaded if v.shards else None, v.eta_seconds))
+    after = [(t, n, eta) for t, n, eta in shown if 16 < t <= 176]
+    assert [n for _, n, _ in after] == sorted(n for _, n, _ in after)     # never back
+    assert next(n for t, n, _ in shown if t == 40) == 3                 # DP1's, at DP0's end
+    # DP1's last shard at 176 s: the ETA counts down to it, not to the fast group's 40 s
+    assert all(eta is not None and eta >= 176 - t for t, _, eta in after), after
+    # a daemon restarted mid-load goes on from its checkpoint: the bars apart still
+    lines = _dp2_shard_bars()
+    half = [tx for tx in lines if tx[0] <= 30]
+    pipe = LogPipeline(load_pack("sglang"))
+    for t, x in half:
+        pipe.feed((x + "\n").encode(), 1000.0 + t)
+    again = LogPipeline(load_pack("sglang"))
+    again.state = state_from_json(state_to_json(pipe.state))
+    for t, x in lines[len(half):]:
+        again.feed((x + "\n").encode(), 1000.0 + t)
+        v = pipeline_view("x", again, 1000.0 + t)
+        assert (t, v.shards.loaded if v.shards else None, v.eta_seconds) in shown
+
+
+def _bars_read(frames: list[int], total: int) -> tuple[list[int], list[int]]:
+    from logwatch.machine.rates import replica_bar
+    bars: list = []
+    shown = [replica_bar(bars, c, total, None, None, float(i)).current   # type: ignore[union-attr]
+             for i, c in enumerate(frames)]
+    return shown, sorted(b.current for b in bars)
+
+
+def test_replicas_bars_in_step_then_apart_and_an_end_printed_twice():
+    """Two replicas' bars in step (each count printed by both) are two bars, and one that
+    falls behind is not left stale: a count joins the furthest bar below it (taken as any
+    bar not past it, the one behind stayed at 4 for good: shown 4/17 after both ended);
+    both ending together end both."""
+    shown, held = _bars_read([0, 0, 1, 1, 2, 2, 3, 4, 3, 4, 5, 5, 6, 6, 17, 17], 17)
+    assert shown == [0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4, 5, 5, 6, 6, 17] and held == [17, 17]
+    shown, held = _bars_read([0, 0, 2, 1, 5, 2, 3, 5], 5)
+    assert shown == [0, 0, 0, 1, 1, 2, 3, 5] and held == [5, 5]
+
+
 def test_sglang_dp_attention_ranks_are_one_model_not_replicas():
     """With `--enable-dp-attention` the DP ranks are one TP group and rank 0 alone prints
     the KV pool, autotune and capture (scheduler.py's prefix `DP1 TP1`): compared as

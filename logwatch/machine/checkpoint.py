@@ -11,7 +11,7 @@ from .events import (
     Restarted, StartupBegan, StatsUpdated, Stalled, Stopped,
 )
 from .ranks import RankProgress
-from .rates import ProgressState
+from .rates import MAX_BARS, ProgressState
 from .startup import MAX_STAT_SOURCES
 from .state import Crash, Evidence, Span, State
 
@@ -71,6 +71,7 @@ def state_from_json(d: dict[str, object]) -> State:
         args_complete=bool(d.get("args_complete", False)),
         engine_version=d.get("engine_version") if isinstance(d.get("engine_version"), str) else None,
         progress={k: known_fields(ProgressState, v) for k, v in (d.get("progress") or {}).items()},  # type: ignore[union-attr, arg-type]
+        bars=_bars(d.get("bars")),
         phase_progress=bool(d.get("phase_progress", False)), crash=crash,
         ready_line=d.get("ready_line"), ready_at=d.get("ready_at"),  # type: ignore[arg-type]
         stats={k: float(v) for k, v in (d.get("stats") or {}).items()},  # type: ignore[union-attr]
@@ -146,6 +147,14 @@ def _spans(items: list[dict[str, object]]) -> list[Span]:
         if cur.open:
             cur.close(nxt.at, nxt.log_time)
     return spans
+
+
+def _bars(value: object) -> dict[str, list[ProgressState]]:
+    """`State.bars` from JSON (`{"shards": [{"current": 3, ...}]}`), bounded as it is kept."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): [known_fields(ProgressState, b) for b in v if isinstance(b, dict)][:MAX_BARS]
+            for k, v in value.items() if isinstance(v, list)}
 
 
 def _lanes(value: object) -> dict[str, tuple[int, bool]]:

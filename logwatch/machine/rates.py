@@ -81,3 +81,35 @@ def next_progress(prev: ProgressState | None, cur: int, total: int, rate_text: s
         rate = RATE_SMOOTHING * rate + (1 - RATE_SMOOTHING) * prev.rate
     return ProgressState(cur, total, rate if rate is not None else
                          (prev.rate if prev and prev.total == total else None), now, own_log)
+
+
+MAX_BARS = 16       # bars of one name running at once that are told apart (untrusted: bounded)
+
+
+def replica_bar(bars: list[ProgressState], cur: int, total: int, rate_text: str | None,
+                own_log: float | None, now: float, measure: bool = True) -> ProgressState | None:
+    """The counter to show after a frame `cur/total` where data-parallel replicas each print
+    their own bar under one name, untagged (SGLang `--dp 2`, vLLM `-dp 4`: every engine's
+    `Loading safetensors checkpoint shards`), interleaved.  A frame continues the furthest
+    bar of its total still below it (a bar counts up and prints a count once: bars in step,
+    each count printed by both, are two), else it is another bar (at most MAX_BARS, the
+    ended ones let go first; beyond, None: the frame is let go).  Which bar is which may
+    swap where one overtakes another; the counts they hold stay the bars'.  An end printed
+    twice ends the bar below it early, until that bar's next frame.  Shown: the slowest bar
+    still running (the startup waits for it), else the one just ended.  Before, the counter
+    and its rate flipped between the replicas' bars (5/17, 1/17, 6/17) and the ETA took the
+    fast one's rate."""
+    fits = [k for k, b in enumerate(bars) if b.total == total and b.current < cur]
+    i = max(fits, key=lambda k: bars[k].current, default=-1)
+    if i < 0 and len(bars) >= MAX_BARS:
+        bars[:] = [b for b in bars if b.current < b.total]
+        if len(bars) >= MAX_BARS:
+            return None
+    new = next_progress(bars[i] if i >= 0 else None, cur, total, rate_text, own_log, now,
+                        measure)
+    if i >= 0:
+        bars[i] = new
+    else:
+        bars.append(new)
+    running = [b for b in bars if b.current < b.total]
+    return min(running, key=lambda b: b.current) if running else new

@@ -21,8 +21,9 @@ from .events import (
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
-from .ranks import advance_lane, advance_rank, replica_of, replica_reach, replicas_allow
-from .rates import next_progress
+from .ranks import (advance_lane, advance_rank, replica_of, replica_positions, replica_reach,
+                    replicas_allow)
+from .rates import next_progress, replica_bar
 from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
     open_main, reattribute, retract, settle_float, start_clock, trust,
@@ -134,7 +135,8 @@ class StartupMachine:
             note_follower_done(self.pack, state, obs)    # no ready line will come
             note_phase_done(self.pack, state, rule)
         if rule.progress:
-            _note_progress(self.pack, state, rule.progress, obs, now, events)
+            _note_progress(self.pack, state, rule.progress, obs, now, events,
+                           self._replicas_seen(state))
         if rule.stats:
             self._stats(state, obs, now, events)
         return events
@@ -417,6 +419,12 @@ class StartupMachine:
         return unless is not None and bool(self.pack.ranks) and \
             not any(state.args.get(a) is True for a in unless)
 
+    def _replicas_seen(self, state: State) -> bool:
+        """Have two or more data-parallel replicas, starting apart, begun (each prints its own
+        bars then)?"""
+        return self.replicas_apart(state) and \
+            len(replica_positions(self.pack, state.ranks, state.lanes)) >= 2
+
     def _rank_went_past(self, state: State, rule: Rule, obs: Observation, new_i: int) -> bool:
         """A `reenter: own_rank` rule steps back only on a line whose rank had itself got
         past that phase: a rank's second load (SGLang's speculative draft, after its own
@@ -688,7 +696,7 @@ def _announce_ready(state: State, obs: Observation, now: float, events: list[Eve
 
 
 def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, now: float,
-                   events: list[Event]) -> None:
+                   events: list[Event], apart: bool = False) -> None:
     """A progress line (shards, a bar): its counter and rate, while the startup is starting.
     The main bar once complete and its phase over is the startup's: another model's bar
     after it (a speculative draft model's shards, SGLang 0.5.23's EAGLE draft runner after
@@ -712,11 +720,15 @@ def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, no
         total = int(obs.fields["total"])
     except (KeyError, ValueError):
         return
-    state.progress[name] = next_progress(prev, cur, total, obs.fields.get("rate"),
-                                         obs.log_time if obs.own_time else None, now,
-                                         measure=not obs.cut)
+    own = obs.log_time if obs.own_time else None
+    shown = replica_bar(state.bars.setdefault(name, []), cur, total, obs.fields.get("rate"),
+                        own, now, not obs.cut) if apart else \
+        next_progress(prev, cur, total, obs.fields.get("rate"), own, now, measure=not obs.cut)
+    if shown is None:
+        return
+    state.progress[name] = shown
     state.phase_progress = True
-    events.append(Progress(state.epoch, name, cur, total, state.progress[name].rate))
+    events.append(Progress(state.epoch, name, shown.current, shown.total, shown.rate))
 
 
 def _smaller_bar(obs: Observation, total: int) -> bool:

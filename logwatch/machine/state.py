@@ -146,6 +146,9 @@ class State:
     args_complete: bool = False           # a dump of every field (`ArgsSpec.complete`) is in them
     engine_version: str | None = None     # the version the launch printed (a rule's `version`)
     progress: dict[str, ProgressState] = field(default_factory=dict)
+    # each data-parallel replica's bar of a progress name, read apart (machine/rates.py
+    # `replica_bar`), checkpointed
+    bars: dict[str, list[ProgressState]] = field(default_factory=dict)
     phase_progress: bool = False          # a progress event since the current phase began
     crash: Crash | None = None
     ready_line: str | None = None
