@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from .counters import Counters, count_events
 from .lines import (
@@ -30,6 +30,7 @@ EXCERPT_MAX_LINE_CHARS = 2000
 EXCERPT_MAX_CHARS = 24_000
 _TAIL_KEEP = 16 * 1024     # bytes of the previous block kept for "lines before"
 PARTIAL_LINE_QUIET = 5.0   # seconds a log stays quiet mid-line before that line is read
+MAX_SAVED_HITS = 4096      # a shown line's hits a checkpoint may hold (a 64 KiB line of frames)
 _LINE_BYTES = EXCERPT_MAX_LINE_CHARS * 2      # bytes an excerpt line is read from, at most
 _TAKE_BYTES = EXCERPT_MAX_LINES * _LINE_BYTES  # bytes after a crash the excerpt looks at
 
@@ -100,6 +101,7 @@ class ExcerptCollector:
         # an excerpt begun in the shown bytes and ended with them (`after_shown`): read again
         # from its line once that is whole (`read_crash_whole`)
         self.cut_short: list[str] | None = None
+        self.crash_line_at = 0    # where the crash's own physical line is in the excerpt
 
     def start(self, excerpt: list[str], block: Block, seg_start: int) -> None:
         line_start = block.data.rfind(b"\n", 0, seg_start) + 1
@@ -117,6 +119,7 @@ class ExcerptCollector:
         self.chars, self.provisional, self.cut_short = 0, None, None
         for line in before:
             self._add(line)
+        self.crash_line_at = len(excerpt)
         # the crash's own physical line, from its start (frames before the crash segment too);
         # no more of the block than `_take` looks at (a restart loop crashes every few dozen
         # lines of a 2 MiB block: copying the rest of it at each crash cost ~50 us)
@@ -143,13 +146,29 @@ class ExcerptCollector:
             if not self._add(line):
                 break
 
-    def after_shown(self) -> None:
+    def after_shown(self) -> int | None:
         """After a shown block: an excerpt read on goes on (`show`); one begun in the shown
-        bytes ends with them (what it took of them would be taken again)."""
+        bytes ends with them (what it took of them would be taken again).  Where the shown
+        lines begin in it (`shown_from`)."""
         if self.provisional is None:
             target = self.target
             self.finish()
             self.cut_short = target
+        return self.shown_from()
+
+    def shown_from(self) -> int | None:
+        """Where the lines of the shown bytes begin in the excerpt (None: not in one)."""
+        if self.provisional is not None:
+            return self.provisional[0]
+        return self.crash_line_at if self.cut_short is not None else None
+
+    def resume(self, excerpt: list[str], keep: int) -> None:
+        """A restarted daemon reads the shown line again from its start (`LogPipeline.
+        start_at`): the unsettled crash's excerpt is read on from there, its lines of the
+        cut taken out (before, it ended at the cut: `RuntimeError: NCCL error: unh`)."""
+        del excerpt[keep:]
+        self.target = self.taken = excerpt
+        self.chars, self.pending, self.provisional = sum(map(len, excerpt)), b"", None
 
     def _unshow(self) -> None:
         """Take out the lines `show` put in for now."""
@@ -262,7 +281,6 @@ class ShownLine:
     its lines counted again; what the line says only once whole is taken then."""
 
     held: tuple[int, int] | None = None  # the framer's held bytes when last read
-    end: tuple[int, int] = (-1, 0)       # the offset and line number after them
     # (segment offset, rule id) -> per hit there: taken whole (False: its figures cut, None:
     # not taken); and of the block read now, the hits seen so far
     hits: dict[tuple[int, str], list[bool | None]] = field(default_factory=dict)
@@ -274,6 +292,7 @@ class ShownLine:
     open_counted: bool = False
     # the lines (number -> segment offset) whose crash or hint hits were taken shown, cut
     crash_lines: dict[int, int] = field(default_factory=dict)
+    excerpt_from: int | None = None   # ExcerptCollector.shown_from, when last shown
 
     def admit(self, hit: Hit, open_end: bool, shown: bool) -> tuple[str, bool] | None:
         """How to take a hit (`open_end`: on the block's unfinished last segment; `shown`:
@@ -303,9 +322,36 @@ class ShownLine:
         held = (framer.consumed_offset, len(framer.pending))
         if not framer.pending or held == self.held:
             return None
-        block, end, line_number = peek(framer, now)
-        self.held, self.end = held, (end, line_number)
-        return block
+        self.held = held
+        return peek(framer, now)[0]
+
+    def saved(self, offset: int) -> dict[str, Any] | None:
+        """What a checkpoint at `offset` (`LogPipeline.resume_at`) keeps of the line shown
+        there, as JSON; None when nothing held there was shown."""
+        if self.held is None or self.held[0] != offset:
+            return None
+        return {"held": list(self.held), "lines": self.lines, "newlines": self.newlines,
+                "open_counted": self.open_counted,
+                "hits": [[at, rid, seen] for (at, rid), seen in self.hits.items()],
+                "crash_lines": [[n, at] for n, at in self.crash_lines.items()],
+                "excerpt_from": self.excerpt_from}
+
+    @classmethod
+    def restored(cls, doc: object) -> "ShownLine":
+        """`saved`'s JSON read back (a restarted daemon); a damaged one is nothing shown: the
+        line is read again as new, as before this was kept."""
+        try:
+            assert isinstance(doc, dict) and len(doc["hits"]) <= MAX_SAVED_HITS
+            held = (int(doc["held"][0]), int(doc["held"][1]))
+            hits = {(int(at), str(rid)): [None if v is None else bool(v) for v in seen]
+                    for at, rid, seen in doc["hits"]}
+            keep = doc.get("excerpt_from")
+            return cls(held, hits, {}, int(doc["lines"]), int(doc["newlines"]),
+                       bool(doc["open_counted"]),
+                       {int(n): int(at) for n, at in doc["crash_lines"]},
+                       None if keep is None else max(int(keep), 0))
+        except (AssertionError, KeyError, IndexError, TypeError, ValueError, OverflowError):
+            return cls()
 
     def count(self, block: Block, shown: bool, mid_line: bool) -> int:
         """The lines `block` adds to the count: each physical line once (a block that
@@ -372,7 +418,7 @@ class LogPipeline:
         self.counters = counters if counters is not None else Counters()
         self._count_own_reasons()
         self.excerpt = ExcerptCollector(self.matcher.withheld)
-        self._shown = ShownLine()    # what reading the unfinished line took (`tick`)
+        self.shown = ShownLine()    # what reading the unfinished line took (`tick`)
         # called with each step's events and the state right after them (the launch ledger
         # needs the state of that moment, not of the end of a 2 MiB block)
         self.on_step: Callable[[list[Event], State], None] | None = None
@@ -415,9 +461,9 @@ class LogPipeline:
         block = self.framer.flush(now)
         self.counters.lines_cut += self.framer.lines_cut_total - cut
         events = self._block(block, now) if block is not None else []
-        if self.framer.mid_line and not self._shown.open_counted:
+        if self.framer.mid_line and not self.shown.open_counted:
             self.counters.lines += 1   # the last line had no `\n` (a bar's last `\r` frame too)
-        self._shown = ShownLine()
+        self.shown = ShownLine()
         self.excerpt.finish()
         return events
 
@@ -427,7 +473,7 @@ class LogPipeline:
         on; what the old pack read stays read (the caller says whether this is a relaunch:
         `State.relaunched`)."""
         self.state, self.framer, self.counters = before.state, before.framer, before.counters
-        self._shown = before._shown    # (what was read of its unfinished line, by either)
+        self.shown = before.shown    # (what was read of its unfinished line, by either)
         self._count_own_reasons()
 
     def _count_own_reasons(self) -> None:
@@ -435,16 +481,16 @@ class LogPipeline:
             self.counters.crashes.setdefault(reason, 0)
 
     def start_at(self, offset: int, line_number: int) -> None:
-        """Before the first byte: frame from this position of the log."""
+        """Before the first byte: frame from this position of the log (`resume_shown`)."""
+        resume_shown(self, offset)
         self.framer = Framer(offset=offset, line_number=line_number,
                              max_line_bytes=self.framer.max_line_bytes,
                              records=self.framer.records)
 
     def resume_at(self) -> tuple[int, int]:
-        """Where a restart resumes (offset, line number): after the lines read, and after
-        the unfinished one shown (as before it was held): what it said is not said twice."""
-        if self._shown.end[0] > self.framer.consumed_offset:
-            return self._shown.end
+        """Where a restart resumes (offset, line number): before an unfinished line shown
+        (`shown.saved` keeps what it said from being said again; before, the rest of it,
+        written after the restart, was read as a line of its own)."""
         return self.framer.consumed_offset, self.framer.line_number
 
     def new_file(self, offset: int, line_number: int, now: float) -> list[Event]:
@@ -476,11 +522,11 @@ class LogPipeline:
         mid-line: `tick`, or a first attach to a file long unwritten: CatchUp.end).  Its bytes
         stay held (`ShownLine.peek`): when the writer goes on, the whole line is read (before,
         the rest was a line of its own: `Load weight be`, 6 s, `gin. avail ...`: no phase)."""
-        block = self._shown.peek(self.framer, now)
+        block = self.shown.peek(self.framer, now)
         if block is None:
             return []
         events = self._block(block, now, shown=True)
-        self.excerpt.after_shown()
+        self.shown.excerpt_from = self.excerpt.after_shown()
         return self._counted(events)
 
     def endpoint_answers(self, now: float, said: str) -> list[Event]:
@@ -501,24 +547,24 @@ class LogPipeline:
         (self.excerpt.show if shown else self.excerpt.continue_block)(block)
         events: list[Event] = []
         errors_before = self.matcher.errors  # the matcher is shared: count this block's own
-        self._shown.nth = {}
+        self.shown.nth = {}
         open_at = _open_segment(block.data) if shown or not self.framer.pending else None
         for hit in self.matcher.scan(block, self.collapse_stats, self.bar_runs):
             if self.halted:
                 break
             events.extend(self._hit(hit, block, now, hit.block_pos == open_at, shown))
         self.counters.rule_errors += self.matcher.errors - errors_before
-        self.counters.lines += self._shown.count(block, shown, self.framer.mid_line)
+        self.counters.lines += self.shown.count(block, shown, self.framer.mid_line)
         if not shown:      # (the shown bytes are in the block that releases them)
-            self._shown.released(self.framer.consumed_offset)
+            self.shown.released(self.framer.consumed_offset)
             self.excerpt.end_block(block)
         return events
 
     def _hit(self, hit: Hit, block: Block, now: float, open_end: bool = False,
              shown: bool = False) -> list[Event]:
         rid = hit.rule.id
-        if (admitted := self._shown.admit(hit, open_end, shown)) is None:  # (taken when shown)
-            return read_crash_whole(self, hit, block, now) if self._shown.now_whole(hit, shown) else []
+        if (admitted := self.shown.admit(hit, open_end, shown)) is None:  # (taken when shown)
+            return read_crash_whole(self, hit, block, now) if self.shown.now_whole(hit, shown) else []
         read, new = admitted
         matches = self.counters.rule_matches   # (one match, though taken again whole)
         matches[rid] = matches.get(rid, 0) + new
@@ -544,7 +590,7 @@ class LogPipeline:
         if events and self.on_step is not None:
             self.on_step(events, self.state)
         return events + read_crash_whole(self, hit, block, now) \
-            if self._shown.now_whole(hit, shown) else events
+            if self.shown.now_whole(hit, shown) else events
 
 
 def read_crash_whole(pipe: LogPipeline, hit: Hit, block: Block, now: float) -> list[Event]:
@@ -564,6 +610,19 @@ def read_crash_whole(pipe: LogPipeline, hit: Hit, block: Block, now: float) -> l
     if pipe.on_step is not None:
         pipe.on_step(events, st)
     return events
+
+
+def resume_shown(pipe: LogPipeline, offset: int) -> None:
+    """A restarted daemon's reading begins at `offset`: what its checkpoint said was shown
+    of the line there holds only if that is where the line begins; an unsettled crash's
+    excerpt cut there is read on from it.  The line is shown again if it stays cut (what it
+    said not taken again): the excerpt's lines of it too (a server dead mid-line)."""
+    if pipe.shown.held is not None and pipe.shown.held[0] != offset:
+        pipe.shown = ShownLine()
+    pipe.shown.held = None
+    crash, keep = pipe.state.crash, pipe.shown.excerpt_from
+    if crash is not None and not pipe.state.crash_settled and keep is not None:
+        pipe.excerpt.resume(crash.excerpt, keep)
 
 
 def open_line_due(machine: StartupMachine, st: State, now: float) -> bool:

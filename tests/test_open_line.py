@@ -9,6 +9,7 @@ and its lines are counted once.  A bar frame cut before its end gives no figure 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -218,3 +219,74 @@ def _reads_as(got: tuple | None, before: tuple | None, whole: tuple | None) -> b
     sides = [x for x in (before, whole) if x is not None]
     return any(got[:2] == x[:2] for x in sides) and (
         any(got[2] == x[2] for x in sides) or (got[2] is None and (before or (0, 0, None))[2] is None))
+
+
+def restarted(pipe: LogPipeline, log: bytes) -> tuple[LogPipeline, bytes]:
+    """A daemon restarted from a checkpoint of `pipe` (app/checkpoint.py: the position, the
+    machine state and the shown line as JSON): the new pipeline, and the bytes of `log` it
+    reads again from the position."""
+    from logwatch.machine import state_from_json, state_to_json
+    from logwatch.pipeline import ShownLine
+    offset, line_number = pipe.resume_at()
+    again = LogPipeline(SGLANG)
+    again.state = state_from_json(state_to_json(pipe.state))
+    again.counters = pipe.counters
+    saved = pipe.shown.saved(offset)
+    if saved is not None:     # (what the checkpoint keeps of the line shown at `offset`)
+        again.shown = ShownLine.restored(json.loads(json.dumps(saved)))
+    again.start_at(offset, line_number)
+    return again, log[offset:]
+
+
+@pytest.mark.parametrize("traceback", [b"", b"Traceback (most recent call last):\n"])
+def test_a_crash_line_shown_cut_before_a_restart_is_read_whole_after_it(traceback: bytes) -> None:
+    """The crash line shown cut (`RuntimeError: NCCL error: unh`; the crash begun there, or
+    at a traceback before it), the daemon restarted before the crash settles, then the rest
+    of the line and the next: one crash, its line and its excerpt whole, each line counted
+    once.  Before, the excerpt ended at the cut and the rest was a line of its own."""
+    log = ARGS + LOAD + traceback + NCCL[:29]
+    pipe = LogPipeline(SGLANG)
+    pipe.feed(log, 0.0)
+    quiet_after(pipe, 0.0)
+    assert pipe.state.crash is not None and pipe.state.crash.line == NCCL[:29].decode()
+    matches = dict(pipe.counters.rule_matches)
+    pipe, again = restarted(pipe, log + NCCL[29:] + b"\n" + AFTER)
+    events = pipe.feed(again, 7.0) + pipe.tick(8.0) + pipe.tick(20.0)
+    assert not of(events, Crashed)
+    assert {k: pipe.counters.rule_matches[k] for k in matches} == matches   # (none again)
+    crash = pipe.state.crash
+    assert crash is not None and crash.line == NCCL.decode() and of(events, CrashSettled)
+    assert crash.excerpt[-2:] == [NCCL.decode(), AFTER.decode().strip()], crash.excerpt
+    assert pipe.counters.lines == 4 + bool(traceback)
+
+
+def test_a_crash_line_shown_cut_and_never_ended_keeps_its_cut_line_after_a_restart() -> None:
+    """The same crash line shown cut, the daemon restarted, and the server never writes the
+    rest (it died mid-line): the crash settles with the cut line in its excerpt, the line
+    counted and matched once."""
+    log = ARGS + LOAD + NCCL[:29]
+    pipe = LogPipeline(SGLANG)
+    pipe.feed(log, 0.0)
+    quiet_after(pipe, 0.0)
+    lines, matches = pipe.counters.lines, dict(pipe.counters.rule_matches)
+    pipe, again = restarted(pipe, log)
+    events = pipe.feed(again, 7.0) + pipe.tick(7.5) + pipe.tick(20.0) + pipe.tick(21.0)
+    crash = pipe.state.crash
+    assert crash is not None and of(events, CrashSettled), events
+    assert crash.excerpt[-1] == NCCL[:29].decode(), crash.excerpt
+    assert pipe.counters.lines == lines and dict(pipe.counters.rule_matches) == matches
+
+
+@pytest.mark.parametrize("doc", [
+    None, [], "x", {}, {"held": [0, 1], "hits": "abc"}, {"held": [1e400, 1], "hits": [],
+     "lines": 0, "newlines": 0, "open_counted": False, "crash_lines": []},
+    {"held": [0, 1], "hits": [[0, "r", 5]], "lines": 0, "newlines": 0, "open_counted": False,
+     "crash_lines": []},
+    {"held": [0, 1], "hits": [[0, "r", [True]]] * 5000, "lines": 0, "newlines": 0,
+     "open_counted": False, "crash_lines": []},
+])
+def test_a_damaged_shown_line_in_a_checkpoint_is_nothing_shown(doc: object) -> None:
+    """A checkpoint's `shown` of the wrong shape, a number past int, or more hits than a
+    line holds: read as nothing shown (the line read again as new), never an error."""
+    from logwatch.pipeline import ShownLine
+    assert ShownLine.restored(doc) == ShownLine()

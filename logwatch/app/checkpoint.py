@@ -22,6 +22,7 @@ from .. import clock
 from ..counters import Counters
 from ..follow import Follower
 from ..machine import State, state_from_json, state_to_json
+from ..pipeline import ShownLine
 from ..rules.pack import CRASHED, RulePack, load_pack
 from ..sources import Position
 from ..state.positions import PositionStore
@@ -66,6 +67,7 @@ class Restored:
     last_line_at: float | None = None
     silent_since: float | None = None   # a startup silent past its budget at the first attach
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # attachments' `saved`
+    shown: ShownLine | None = None      # what was read of the line cut at the position
 
 
 def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[RulePack],
@@ -109,6 +111,8 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
         except (TypeError, ValueError, KeyError, AttributeError, IndexError) as e:
             # a state of the wrong shape (a list for an object) failed the target, for good
             log.warning("saved machine state unreadable: phase starts over", error=str(e))
+    if out.state is not None and "shown" in extra:
+        out.shown = ShownLine.restored(extra["shown"])
     if out.state is None and extra.get("state") is None and position is not None \
             and out.pack is None:
         position = None
@@ -165,6 +169,8 @@ class Checkpoints:
                  "saved_at": clock.now()}
         if silent_since is not None:
             extra["silent_since"] = silent_since
+        if (shown := pipe.shown.saved(pos.offset)) is not None:
+            extra["shown"] = shown      # the line cut there, read again at a restart
         if kept:
             extra["attachments"] = kept
         if not self.store.save(self.name, pos, extra, durable=durable):

@@ -166,7 +166,7 @@ class Target:
         self.counters: Counters = restored.counters
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
         self.last_line_at = restored.last_line_at
-        self._restored_state = restored.state
+        self._restored_state, self._restored_shown = restored.state, restored.shown
         if restored.state is not None:     # silent since before the first attach, and still
             self.catchup.silent_since = restored.silent_since
         for a in self.attachments:
@@ -196,6 +196,7 @@ class Target:
             pipe.carry_on(carry)
         elif self._restored_state is not None:
             pipe.state, self._restored_state = self._restored_state, None
+            pipe.shown = self._restored_shown or pipe.shown
             self.stalls.restored(pipe.state)
         for a in self.attachments:
             a.on_pipeline(pipe)
