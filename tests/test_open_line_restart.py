@@ -10,10 +10,12 @@ is the input here, not a synchronisation: the other waits poll a condition with 
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import yaml
 
 from logwatch.pipeline import PARTIAL_LINE_QUIET
 from support.daemon import Daemon, checkpoint, daemons, free_port, target_cfg, wait_for  # noqa: F401
@@ -25,7 +27,21 @@ from test_open_line_live import READY
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers: `make test` only
 
 Stop = Callable[[Daemon], Any]
-STOPS: dict[str, Stop] = {"SIGTERM": Daemon.stop, "kill -9": Daemon.kill9}
+
+
+def reload_changed(d: Daemon) -> None:
+    """The target's config changed (`stall_after`), SIGHUP: the daemon re-creates the target
+    from its checkpoint, as at a restart."""
+    doc = yaml.safe_load(d.config.read_text(encoding="utf-8"))
+    doc["targets"][0]["stall_after"] = "30m"
+    d.config.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: any(e.get("event") == "reloaded" for e in d.log_events()), 20, "reloaded",
+             alive=d.dead)
+
+
+STOPS: dict[str, Stop] = {"SIGTERM": Daemon.stop, "kill -9": Daemon.kill9,
+                          "SIGHUP": reload_changed}
 
 
 def source_of(where: str, log: Path, request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -50,8 +66,9 @@ def restart_while_shown(d: Daemon, log: Path, state: Path, cut: bytes, stop: Sto
     stop(d)
 
 
-@pytest.mark.parametrize("where", ["local", "ssh"])
-@pytest.mark.parametrize("how", ["SIGTERM", "kill -9"])
+@pytest.mark.parametrize("where, how", [
+    ("local", "SIGTERM"), ("ssh", "SIGTERM"), ("local", "kill -9"), ("ssh", "kill -9"),
+    ("local", "SIGHUP")])
 def test_a_restart_while_a_line_is_shown_cut_reads_it_whole_once(
         where: str, how: str, tmp_path: Path, daemons: Any, receivers: Any,  # noqa: F811
         request: pytest.FixtureRequest) -> None:
@@ -59,7 +76,8 @@ def test_a_restart_while_a_line_is_shown_cut_reads_it_whole_once(
     show that changed nothing is written at the stop), then `gin. avail mem=70.1 GB` and the
     ready line.  Before: no `loading_shards` (`launching 5.0s`), 4 lines.  The line shown
     whole but for its `\n` (a show that moved the phase: checkpointed), `kill -9`: before,
-    the `\n` a line of its own."""
+    the `\n` a line of its own.  A SIGHUP that re-creates the target (its config changed)
+    restores it from the checkpoint: the same as SIGTERM."""
     rx = receivers()
     log, state, port = tmp_path / "server.log", tmp_path / "state", free_port()
     log.write_bytes(ARGS)
@@ -68,11 +86,12 @@ def test_a_restart_while_a_line_is_shown_cut_reads_it_whole_once(
                        checkpoint={"interval": "1s"})
     d = daemons(cfg, port).start()
     d.wait_target("t", lambda t: t["phase"] == "launching", "launching", timeout=30)
-    cut = 40 if how == "SIGTERM" else -1     # `Load weight be` / all but its `\n`
+    cut = -1 if how == "kill -9" else 40     # all but its `\n` / `Load weight be`
     restart_while_shown(d, log, state, LOAD[:cut], STOPS[how], 2)
     with open(log, "ab") as f:
         f.write(LOAD[cut:] + READY)
-    d.start()
+    if how != "SIGHUP":
+        d.start()
     rx.wait(hook("ready", "firing", "t"), timeout=30, alive=d.dead, what="ready")
     t = d.wait_target("t", lambda t: t["phase"] == "ready", "ready")
     assert t["lines"] == 3, t["lines"]
