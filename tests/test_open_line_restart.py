@@ -126,3 +126,32 @@ def test_a_crash_line_shown_cut_and_settled_is_not_paged_again_after_kill_9(
     rx.assert_quiet(3.0, hook("crashed"), "after the restart")
     assert len(rx.requests(hook("crashed", "firing", "t"))) == 1
     assert d.target("t")["lines"] == 4
+
+
+def test_a_crash_line_shown_cut_and_unsettled_is_paged_whole_after_kill_9(
+        tmp_path: Path, daemons: Any, receivers: Any) -> None:  # noqa: F811
+    """The same crash line shown cut, `kill -9` before the crash settles (a pack that waits
+    12 s for a crash to settle, so the kill is not a race), then the rest and the next line:
+    one page, its line and excerpt whole, 4 lines.  Before: `line: RuntimeError: NCCL
+    error: unh`, the excerpt ending there, 5 lines."""
+    rx = receivers()
+    log, state, port = tmp_path / "server.log", tmp_path / "state", free_port()
+    pack = tmp_path / "slow.yaml"
+    pack.write_text("name: slow\nextends: sglang\ncrash_settle: 12s\n", encoding="utf-8")
+    log.write_bytes(ARGS + LOAD)
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target_cfg("t", log, probe=False, gpu=False, rules=str(pack))],
+                       alerts=[{"type": "webhook", "url": rx.url(), "on": ["crashed"]}],
+                       checkpoint={"interval": "1s"})
+    d = daemons(cfg, port).start()
+    d.wait_target("t", lambda t: t["phase"] == "loading_shards", "loading", timeout=30)
+    restart_while_shown(d, log, state, NCCL[:29], Daemon.kill9, 3)
+    with open(log, "ab") as f:
+        f.write(NCCL[29:] + b"\n" + AFTER)
+    d.start()
+    got = rx.wait(hook("crashed", "firing", "t"), timeout=40, alive=d.dead, what="the crash")
+    assert got[0].json["details"]["line"] == NCCL.decode(), got[0].json
+    assert got[0].json["excerpt"][-2:] == [NCCL.decode(), AFTER.decode().strip()], got[0].json
+    assert d.target("t")["lines"] == 4
+    rx.assert_quiet(2.0, hook("crashed"), "after the first page")
+    assert len(rx.requests(hook("crashed", "firing", "t"))) == 1
