@@ -15,6 +15,8 @@ import pytest
 
 from logwatch.pipeline import EXCERPT_BEFORE
 
+from test_clock_step import libfaketime
+
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
     Got, Receiver, alert_state, append, crash_loop, daemons, free_port, hook, outbox, receivers,
     sim_texts, target, wait_for, write_config,
@@ -396,8 +398,8 @@ def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,
     rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
     append(log, crash_loop(1))
     rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the first crash")
-    launch = "".join(sim_texts(start=1_767_261_600.0 + 3600, seed=5)[:20])
-    append(log, launch + "[2026-01-01 11:00:00] KeyboardInterrupt\n")
+    launch = "".join(sim_texts(start=1_767_261_600.0 + 600, seed=5)[:20])
+    append(log, launch + "[2026-01-01 10:15:00] KeyboardInterrupt\n")
     d.wait_target("t1", lambda t: t.get("phase") == "stopped", "the launch stopped")
     d.kill9()                  # (the stop saved, or read again: the checkpoint waits for it)
     d.start()
@@ -407,6 +409,31 @@ def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,
     assert "(crash 2 since the last ready" in pages[1].json["summary"], pages[1].json
     assert len(alert_state(state)["open"]) == 2
 
+
+
+@pytest.mark.parametrize("later, clock_on, pages", [(11 * 3600, "", 2), (300, "+2h", 1)],
+                         ids=["relaunched-the-next-day", "the-loop-read-after-2h-down"])
+def test_a_crash_read_after_the_daemon_was_down_is_timed_by_the_log(
+        tmp_path, receivers, daemons, later, clock_on, pages) -> None:
+    """The daemon is stopped after a loop's first crash (paged); the next crash, of the same
+    flags, is read when it starts again.  Relaunched 11 h on by the log's stamps: a new
+    attempt, paged (before: decided seconds after the first, folded into the day-old
+    alert: 1 page for both).  5 minutes on by the log, but read with the daemon's clock
+    2 h on (libfaketime: it was down 2 h): the loop, folded (before: 2 pages)."""
+    rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
+    append(log, crash_loop(1))
+    rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the first crash")
+    d.stop()
+    append(log, "".join(sim_texts(crash="oom", start=1_767_261_600.0 + later, seed=1)))
+    if clock_on:
+        d.env.update({"LD_PRELOAD": libfaketime(), "FAKETIME": clock_on,
+                      "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    d.start()
+    wait_for(lambda: len(rx.requests(hook("crashed", "firing"))) == 2 or any(
+        e.get("event", "").startswith("crash folded") for e in d.log_events()), 30,
+        "the second crash paged or folded", alive=d.dead)
+    rx.assert_quiet(1.0, what="after the second crash")
+    assert len(rx.requests(hook("crashed", "firing"))) == pages, rx.brief()
 
 SYSLOG_CAP = 8192   # rsyslog's default maxMessageSize: a longer message is cut there
 

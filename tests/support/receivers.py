@@ -39,13 +39,17 @@ NCCL_LINE = ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/d
              "NCCLUtils.hpp:268, unhandled system error (run with NCCL_DEBUG=INFO for details).")
 
 
+LOOP_EVERY = 600.0   # a restart loop's launches, by their stamps: 10 minutes apart
+
+
 def crash_loop(n: int, nccl: tuple[int, ...] = (), first: int = 0) -> str:
     """`n` startups in one log, each dying of a CUDA OOM (a server in a restart loop), but
     the crashes numbered in `nccl` (from 0; `first` numbers the first of these), which die
-    of an NCCL error instead."""
+    of an NCCL error instead.  Launch i is stamped `LOOP_EVERY` * i after 10:00 (a loop's
+    crashes come minutes apart: one an hour after the last is a new attempt)."""
     out = []
     for i in range(first, first + n):
-        text = "".join(sim_texts(crash="oom", start=1_767_261_600.0 + 3600 * i, seed=i))
+        text = "".join(sim_texts(crash="oom", start=1_767_261_600.0 + LOOP_EVERY * i, seed=i))
         if i in nccl:
             text = text.replace(OOM_LINE + ".", NCCL_LINE)
         out.append(text)

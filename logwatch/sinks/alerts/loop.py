@@ -52,22 +52,46 @@ def open_crashes(open_docs: Iterable[dict[str, Any]], target: str) -> list[dict[
 # A loop's crashes come at most this far apart: a relaunch (systemd's RestartSec, k8s's
 # CrashLoopBackOff, at most 5 minutes) and a startup that crashes again (a 400 GB model's
 # load and capture: minutes to half an hour).  A crash longer after the loop's latest one
-# is a new attempt (the server left down, relaunched the next day) and is paged.
+# is a new attempt (the server left down, relaunched the next day) and is paged.  By the
+# log's stamps where both crashes have one (`crash_gap`).
 LOOP_GAP = 3600.0
 
 
 def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
     """The open alert a new crash is folded into: the target's open crash of the same
     reason (another startup's) launched with the same flags (`details.launch`, their
-    digest; unknown flags match any: `repeats`), its latest crash no more than `LOOP_GAP` before, the latest if a restore left
-    several; None: it is paged.  A relaunch with other flags is an operator's new attempt,
-    not the loop: before, its crash of the same reason was folded, and nobody was paged
-    that the fix failed; so is one a day later (before: folded, 0 pages)."""
+    digest; unknown flags match any: `repeats`), its latest crash no more than `LOOP_GAP`
+    before (`crash_gap`), the latest if a restore left several; None: it is paged.  A
+    relaunch with other flags is an operator's new attempt, not the loop: before, its
+    crash of the same reason was folded, and nobody was paged that the fix failed; so is
+    one a day later (before: folded, 0 pages)."""
     same = [d for d in open_crashes(open_docs, alert.target)
             if d.get("key") != alert.key and not d.get("loop_over")
             and repeats(facts_of(d), facts_of(alert.to_json()))
-            and alert.starts_at - last_crash_at(d) <= LOOP_GAP]
+            and crash_gap(d, alert) <= LOOP_GAP]
     return max(same, key=last_crash_at, default=None)
+
+
+def logged_at(doc: dict[str, Any], key: str = "logged_at") -> float | None:
+    """The log's own time of a crash (`details.logged_at`: its line's stamp), or of an
+    open alert's latest crash (`last_logged_at`, with `key`); None where the log had none."""
+    details = doc.get("details")
+    at = doc.get(key) if key in doc else (
+        details.get("logged_at") if isinstance(details, dict) else None)
+    return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
+
+
+def crash_gap(doc: dict[str, Any], alert: Alert) -> float:
+    """How long after the open alert's latest crash `alert`'s came: by the log's stamps
+    where both have one, else by when each was decided.  A crash read after the daemon was
+    down (stopped overnight, its host rebooted) is decided seconds after the last one it
+    read, whatever the log says: before, a relaunch 11 h on (the log's stamps) read at the
+    restart was folded into the day-old alert, nobody paged; and a loop's next crash, 5
+    minutes on by the log, read after 2 h down was paged as a new attempt."""
+    was, now = logged_at(doc, "last_logged_at"), logged_at(alert.to_json())
+    if was is not None and now is not None:
+        return now - was
+    return alert.starts_at - last_crash_at(doc)
 
 
 def end_loop(open_docs: Iterable[dict[str, Any]], target: str) -> bool:
@@ -108,6 +132,7 @@ def fold(doc: dict[str, Any], alert: Alert, sinks: list[Sink]) -> list[Sink]:
     place: the state writer's thread may be encoding the old ones."""
     doc["crashes"] = crashes_of(doc) + 1
     doc["last_crash_at"] = alert.starts_at
+    doc["last_logged_at"] = logged_at(alert.to_json())
     doc["last_startup"] = alert.startup
     missing = [s for s in sinks if not went_to(doc, s)]
     if missing:

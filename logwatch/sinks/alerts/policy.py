@@ -135,7 +135,9 @@ class AlertPolicy:
                              **({"rank": c.rank} if c.rank else {}),
                              **({"endpoint": answers} if answers else {}),
                              **({"gpu_preflight": held} if held else {}),
-                             **({"launch": ev.launch} if ev.launch else {})}, ev.epoch)]
+                             **({"launch": ev.launch} if ev.launch else {}),
+                             **({"logged_at": c.log_time} if c.log_time is not None else {})},
+                            ev.epoch)]
 
     def _stalled(self, v: TargetView, ev: Stalled) -> Alert:
         """`stalled`, with the ranks behind and what the GPUs do in the silence."""
