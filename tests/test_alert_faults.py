@@ -479,3 +479,38 @@ def test_a_restart_loop_whose_args_dumps_are_cut_pages_once(tmp_path, receivers,
     wait_for(lambda: folded(state, 3), 30, "the loop's 3 crashes in one alert", alive=d.dead)
     rx.assert_quiet(1.0, what="after the loop")
     assert len(rx.requests(hook("crashed", "firing"))) == 1
+
+
+def cut_after(text: str, seeds: tuple[int, ...]) -> str:
+    """`text`'s launches (crash_loop's), each server_args dump as long as SGLang 0.5.23's
+    (its flags, then 900 more, the `random_seed` it drew among them) and cut at
+    `SYSLOG_CAP` characters: the first flags whole, the cut moved by the seed's width."""
+    parts = text.split("server_args=ServerArgs(")
+    out = parts[0]
+    for seed, rest in zip(seeds, parts[1:]):
+        line, tail = rest.split("\n", 1)
+        stamp = out[out.rfind("\n") + 1:]
+        more = "".join(f", flag_{i:03d}={i}" for i in range(900))
+        whole = f"server_args=ServerArgs({line[:-1]}, random_seed={seed}{more})"
+        out += whole[: SYSLOG_CAP - len(stamp)] + "\n" + tail
+    return out
+
+
+def test_a_relaunch_with_other_flags_is_paged_though_syslog_cuts_its_dump(
+        tmp_path, receivers, daemons) -> None:
+    """A restart loop logged through rsyslog (8 KiB: SGLang's args dump cut at each launch,
+    where its random seed's width moves the cut); the operator relaunches with a lower
+    `--mem-fraction-static` (a flag the cut leaves whole), and it dies of the OOM again:
+    paged (before: a cut dump told no flags, `details.launch` none: folded, 1 page for the
+    4 crashes).  Each launch's repeat is folded: 2 pages."""
+    rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
+    seeds = (123456789, 1012345678, 234567891, 98765432)
+    text = crash_loop(2) + crash_loop(2, first=2).replace("mem_fraction_static=0.88,",
+                                                         "mem_fraction_static=0.8,")
+    append(log, cut_after(text, seeds))
+    rx.wait(hook("crashed", "firing"), n=2, timeout=30, alive=d.dead,
+            what="the relaunch with other flags paged")
+    wait_for(lambda: sum(d.get("crashes", 1) for d in alert_state(state)["open"].values()) == 4,
+             30, "each launch's repeat folded", alive=d.dead)
+    rx.assert_quiet(1.0, what="after the loop")
+    assert len(rx.requests(hook("crashed", "firing"))) == 2, rx.brief()

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from conftest import FIXTURES, ROOT
 from logwatch.rules.args import (IGNORED_KEYS, MAX_DEPTH, MAX_INPUT, ArgsSpec, ParsedArgs,
                                  changed_args, changed_text, flag_value_text, launch_digest,
-                                 parse_args_line)
+                                 launch_prefixes, parse_args_line)
 from logwatch.rules.pack import PackError, load_pack
 
 
@@ -432,6 +432,23 @@ def test_a_launch_digest_is_equal_where_changed_args_finds_no_change() -> None:
     assert launch_digest({"f": False}) != launch_digest({"f": 0})
     assert launch_digest({}) == ""
 
+
+
+def test_dumps_cut_apart_compare_on_the_flags_both_have_whole() -> None:
+    """A line cap cuts a long dump where each launch's `random_seed` width puts it: the
+    digests of the first 32, 64, ... flags agree on the flags both have whole; a flag
+    among them changed (`mem_fraction_static`) digests apart."""
+    def cut(mem: float, seed: int, at: int) -> str:
+        flags = "".join(f", flag_{i:03d}={i}" for i in range(200))
+        line = (f"[2025-10-06 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', "
+                f"mem_fraction_static={mem}, random_seed={seed}{flags})")
+        return line[:at]
+    runs = [parse(cut(m, s, at)) for m, s, at in
+            ((0.88, 123456789, 2000), (0.88, 1012345678, 2600), (0.8, 98765432, 2600))]
+    assert all(r is not None and r.partial for r in runs)
+    a, b, c = (launch_prefixes(r.values).split(",") for r in runs if r is not None)
+    assert len(a) < len(b) == len(c) and b[: len(a)] == a and c[0] != a[0]
+    assert launch_prefixes({"k": 1}) == ""
 
 def test_changed_args_details() -> None:
     assert "random_seed" in IGNORED_KEYS and "port" not in IGNORED_KEYS

@@ -64,6 +64,7 @@ class CrashSettled:
     elapsed: float | None        # seconds from the startup's first line to the crash
     launch: str = ""             # its flags' digest (`launch_digest`): a relaunch with others
                                  # is not the restart loop (sinks/alerts/loop.py)
+    launch_prefix: str = ""      # its first flags' digests (`launch_prefixes`), cut or not
 
 
 @dataclass(frozen=True, slots=True)

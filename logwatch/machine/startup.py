@@ -10,7 +10,7 @@ import re
 
 from typing import Any
 
-from ..rules.args import ParsedArgs, launch_digest, parse_args_line
+from ..rules.args import ParsedArgs, launch_digest, launch_prefixes, parse_args_line
 from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence, note_phase_done
@@ -264,7 +264,8 @@ class StartupMachine:
         state.crash_settled = True
         start = state.launch_start()
         return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
-                             crash_elapsed(state.crash, start), launch_of(state))]
+                             crash_elapsed(state.crash, start), launch_of(state),
+                             launch_prefixes(state.args))]
 
     def stall_budget(self, phase: str) -> float:
         """Seconds of silence that make `phase` stalled: the target's setting (one value or
@@ -851,5 +852,6 @@ def launch_of(state: State) -> str:
     differs at every launch of one command: SGLang's `random_seed`, drawn anew when not
     given (0.5.23 arg_groups/serving_hook.py: `random.randint(0, 1 << 30)`, 8 to 10
     digits), a syslog tag's pid.  Before, two such relaunches could keep one key more or
-    less, digest apart, and page again: the loop's fold lost."""
+    less, digest apart, and page again: the loop's fold lost.  Such a launch is compared
+    by the flags before its cut (`launch_prefixes`)."""
     return "" if state.args_partial else launch_digest(state.args)

@@ -951,6 +951,28 @@ def launch_digest(args: dict[str, Any]) -> str:
     return hashlib.sha256(repr(_whole(_canon(kept))).encode()).hexdigest()[:16]
 
 
+LAUNCH_STEP = 32        # flags a `launch_prefixes` digest covers more than the one before
+MAX_PREFIXES = 32       # digests kept: a launch's first 1,024 flags
+
+
+def launch_prefixes(args: dict[str, Any]) -> str:
+    """Digests of a launch's first `LAUNCH_STEP`, 2 x `LAUNCH_STEP`, ... flags in the order
+    printed (`IGNORED_KEYS` aside), comma-separated; "" for fewer.  Two dumps cut apart (a
+    line cap, whose cut moves with `random_seed`'s digits) compare on the longest run of
+    flags both have whole: a relaunch with another `--mem-fraction-static` (SGLang's 23rd
+    flag) digests apart from the loop's though both dumps were cut at 8 KiB.  Before, a
+    cut dump told no flags (`launch_digest` not taken): every relaunch of a loop logged
+    through syslog was folded, whatever its flags."""
+    h = hashlib.sha256()
+    out: list[str] = []
+    kept = [(k, v) for k, v in args.items() if k not in IGNORED_KEYS]
+    for i, (k, v) in enumerate(kept[:LAUNCH_STEP * MAX_PREFIXES], 1):
+        h.update(repr((k, _whole(_canon(v)))).encode())
+        if i % LAUNCH_STEP == 0:
+            out.append(h.copy().hexdigest()[:8])
+    return ",".join(out)
+
+
 def _whole(v: Any) -> Any:
     """`_canon`'s form with whole floats as ints: `8` and `8.0` compare equal, and must
     digest alike (bools are tagged apart by `_canon`)."""

@@ -105,19 +105,32 @@ def end_loop(open_docs: Iterable[dict[str, Any]], target: str) -> bool:
     return bool(ended)
 
 
-def facts_of(doc: dict[str, Any]) -> tuple[str, str]:
-    """What makes a crash a repeat of an open one: its reason, and its launch's flags."""
+Facts = tuple[str, str, tuple[str, ...]]
+
+
+def facts_of(doc: dict[str, Any]) -> Facts:
+    """What makes a crash a repeat of an open one: its reason, its launch's flags (their
+    digest), and the digests of its first flags (`launch_prefixes`: of a cut dump too)."""
     details = doc.get("details")
-    launch = details.get("launch") if isinstance(details, dict) else None
-    return reason_of(doc), str(launch or "")
+    details = details if isinstance(details, dict) else {}
+    prefix = details.get("launch_prefix")
+    return (reason_of(doc), str(details.get("launch") or ""),
+            tuple(prefix.split(",")) if isinstance(prefix, str) and prefix else ())
 
 
-def repeats(a: tuple[str, str], b: tuple[str, str]) -> bool:
+def repeats(a: Facts, b: Facts) -> bool:
     """Two crashes' `facts_of` are one loop's: the same reason, and the same launch flags
-    where both are known.  Flags unknown ("": none printed, a cut dump, the launch line
-    read before an attach or rotated away) tell no new attempt: before, such a crash of a
+    where both are known: whole, all of them; else the longest run of first flags both
+    have (a dump cut by a line cap, rsyslog's 8 KiB, where the cut moves with each
+    launch's `random_seed` digits).  Flags unknown (none printed, the launch line read
+    before an attach or rotated away) tell no new attempt: before, such a crash of a
     loop whose other launches' flags were read paged again."""
-    return a[0] == b[0] and (a[1] == b[1] or not a[1] or not b[1])
+    if a[0] != b[0]:
+        return False
+    if a[1] and b[1]:
+        return a[1] == b[1]
+    n = min(len(a[2]), len(b[2]))
+    return n == 0 or a[2][n - 1] == b[2][n - 1]
 
 
 def last_crash_at(doc: dict[str, Any]) -> float:

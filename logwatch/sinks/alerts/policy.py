@@ -136,6 +136,7 @@ class AlertPolicy:
                              **({"endpoint": answers} if answers else {}),
                              **({"gpu_preflight": held} if held else {}),
                              **({"launch": ev.launch} if ev.launch else {}),
+                             **({"launch_prefix": ev.launch_prefix} if ev.launch_prefix else {}),
                              **({"logged_at": c.log_time} if c.log_time is not None else {})},
                             ev.epoch)]
 
