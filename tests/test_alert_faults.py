@@ -417,9 +417,10 @@ def test_a_crash_read_after_the_daemon_was_down_is_timed_by_the_log(
         tmp_path, receivers, daemons, later, clock_on, pages) -> None:
     """The daemon is stopped after a loop's first crash (paged); the next crash, of the same
     flags, is read when it starts again.  Relaunched 11 h on by the log's stamps: a new
-    attempt, paged (before: decided seconds after the first, folded into the day-old
-    alert: 1 page for both).  5 minutes on by the log, but read with the daemon's clock
-    2 h on (libfaketime: it was down 2 h): the loop, folded (before: 2 pages)."""
+    attempt, paged, "the first 11h00m00s ago" (before: decided seconds after the first,
+    folded into the day-old alert: 1 page for both).  5 minutes on by the log, but read
+    with the daemon's clock 2 h on (libfaketime: it was down 2 h): the loop, folded
+    (before: 2 pages)."""
     rx, d, state, log = crash_pager(tmp_path, receivers, daemons)
     append(log, crash_loop(1))
     rx.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the first crash")
@@ -433,7 +434,11 @@ def test_a_crash_read_after_the_daemon_was_down_is_timed_by_the_log(
         e.get("event", "").startswith("crash folded") for e in d.log_events()), 30,
         "the second crash paged or folded", alive=d.dead)
     rx.assert_quiet(1.0, what="after the second crash")
-    assert len(rx.requests(hook("crashed", "firing"))) == pages, rx.brief()
+    got = rx.requests(hook("crashed", "firing"))
+    assert len(got) == pages, rx.brief()
+    if pages == 2:     # how long ago by the log too (before: "the first 2s ago")
+        assert "(crash 2 since the last ready, the first 11h00m00s ago)" in \
+            got[1].json["summary"], got[1].json
 
 SYSLOG_CAP = 8192   # rsyslog's default maxMessageSize: a longer message is cut there
 

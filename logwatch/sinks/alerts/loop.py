@@ -176,12 +176,18 @@ def say_loop(alert: Alert, open_docs: Iterable[dict[str, Any]]) -> None:
     """A crash of a new reason while earlier crashes of the target are open (no startup
     ready since: a restart loop) says so: `(crash 3 since the last ready, the first 4m10s
     ago)`, and `details.crashes_since_ready` (a crash of a reason already open is folded
-    into it instead: `folds_into`)."""
+    into it instead: `folds_into`).  How long ago by the log's stamps where both crashes
+    have one (`crash_gap`): before, a crash read at a restart said "the first 3s ago" of
+    a first crash 11 h before it."""
     earlier = [d for d in open_crashes(open_docs, alert.target) if d["key"] != alert.key]
     if not earlier:
         return
     n = loop_size(earlier) + 1
-    ago = fmt_duration(max(0.0, alert.starts_at - min(d["starts_at"] for d in earlier)))
+    first = min(earlier, key=lambda d: float(d["starts_at"]))
+    was, now = logged_at(first), logged_at(alert.to_json())
+    since = now - was if was is not None and now is not None else \
+        alert.starts_at - float(first["starts_at"])
+    ago = fmt_duration(max(0.0, since))
     alert.summary += f" (crash {n} since the last ready, the first {ago} ago)"
     alert.details["crashes_since_ready"] = n
 
