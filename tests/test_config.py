@@ -454,6 +454,26 @@ def test_what_check_passed_and_the_daemon_died_of(tmp_path: Path, fn: Any, key: 
     assert_config_error(mutate(tmp_path, fn), key, says)
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("how", ["symlink", "dir-symlink", "hardlink"])
+def test_one_log_under_another_path_is_the_same_log(tmp_path: Path, how: str) -> None:
+    """Another target's log through a symlink (to it, or to its directory) or a hard link:
+    before, `--check` ok and each line read, each crash paged, once per target."""
+    log = tmp_path / "node1.log"
+    log.write_text("")
+    alias = {"symlink": tmp_path / "latest.log", "hardlink": tmp_path / "hard.log",
+             "dir-symlink": tmp_path / "logs" / "node1.log"}[how]
+    if how == "symlink":
+        alias.symlink_to(log)
+    elif how == "hardlink":
+        alias.hardlink_to(log)
+    else:
+        alias.parent.symlink_to(tmp_path, target_is_directory=True)
+    path = mutate(tmp_path, lambda d: d["targets"].append({"name": "again",
+                                                            "source": str(alias)}))
+    assert_config_error(path, "targets[3].source", "the same log as target 'node1'")
+
+
 def test_routing_and_ssh_values_as_users_write_them(tmp_path: Path) -> None:
     """What stays a config: routing on a label, the name, the engine; one key file as a
     string; a port and `max_attempts` from `${VAR}` (text)."""

@@ -281,10 +281,17 @@ def _targets(path: str, doc: dict[str, Any], written: Any, defaults: dict[str, A
 
 
 def _same_log(source: str) -> str:
-    """What names one log whichever way it is written (a local path: absolute, normalised)."""
-    if source_kind(source) == "file":
-        return os.path.normpath(os.path.expanduser(source))
-    return source.strip()
+    """What names one log whichever way it is written: a local path absolute, normalised and
+    its symlinks resolved, an existing file by its device and inode (a hard link).  Before,
+    a symlink to another target's log (or to its directory) passed: each crash paged twice."""
+    if source_kind(source) != "file":
+        return source.strip()
+    path = os.path.realpath(os.path.expanduser(source))
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return path
+    return f"{st.st_dev}:{st.st_ino}"
 
 
 def _checkpoint_interval(path: str, ck: Any) -> float:
