@@ -346,10 +346,10 @@ class ShownLine:
             hits = {(int(at), str(rid)): [None if v is None else bool(v) for v in seen]
                     for at, rid, seen in doc["hits"]}
             keep = doc.get("excerpt_from")
-            return cls(held, hits, {}, int(doc["lines"]), int(doc["newlines"]),
-                       bool(doc["open_counted"]),
-                       {int(n): int(at) for n, at in doc["crash_lines"]},
-                       None if keep is None else max(int(keep), 0))
+            return cls(held=held, hits=hits, lines=int(doc["lines"]),
+                       newlines=int(doc["newlines"]), open_counted=bool(doc["open_counted"]),
+                       crash_lines={int(n): int(at) for n, at in doc["crash_lines"]},
+                       excerpt_from=None if keep is None else max(int(keep), 0))
         except (AssertionError, KeyError, IndexError, TypeError, ValueError, OverflowError):
             return cls()
 

@@ -65,33 +65,46 @@ def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, A
     relaunch with other flags is an operator's new attempt, not the loop: before, its
     crash of the same reason was folded, and nobody was paged that the fix failed; so is
     one a day later (before: folded, 0 pages)."""
+    facts = facts_of(alert.to_json())
     same = [d for d in open_crashes(open_docs, alert.target)
             if d.get("key") != alert.key and not d.get("loop_over")
-            and repeats(facts_of(d), facts_of(alert.to_json()))
-            and crash_gap(d, alert) <= LOOP_GAP]
+            and repeats(facts_of(d), facts) and crash_gap(d, alert) <= LOOP_GAP]
     return max(same, key=last_crash_at, default=None)
 
 
-def logged_at(doc: dict[str, Any], key: str = "logged_at") -> float | None:
-    """The log's own time of a crash (`details.logged_at`: its line's stamp), or of an
-    open alert's latest crash (`last_logged_at`, with `key`); None where the log had none."""
-    details = doc.get("details")
-    at = doc.get(key) if key in doc else (
-        details.get("logged_at") if isinstance(details, dict) else None)
+def _seconds(at: Any) -> float | None:
     return float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) else None
 
 
+def logged_at(doc: dict[str, Any]) -> float | None:
+    """The log's own time of an alert's (first) crash: `details.logged_at`, its line's
+    stamp; None where the log had none."""
+    details = doc.get("details")
+    return _seconds(details.get("logged_at")) if isinstance(details, dict) else None
+
+
+def latest_logged_at(doc: dict[str, Any]) -> float | None:
+    """The log's time of an open alert's latest crash (`last_logged_at`, set by `fold`:
+    None where that crash had no stamp), its first's until one is folded in."""
+    return _seconds(doc["last_logged_at"]) if "last_logged_at" in doc else logged_at(doc)
+
+
+def since_crash(was_logged: float | None, was_decided: float, alert: Alert) -> float:
+    """Seconds from an earlier crash to `alert`'s: by the log's stamps where both have one,
+    else by when each was decided.  A crash read after the daemon was down (stopped
+    overnight, its host rebooted) is decided seconds after the last one it read, whatever
+    the log says: before, a relaunch 11 h on (the log's stamps) read at the restart was
+    folded into the day-old alert, nobody paged, and said "the first 3s ago"; a loop's next
+    crash, 5 minutes on by the log, read after 2 h down was paged as a new attempt."""
+    now = _seconds(alert.details.get("logged_at"))
+    if was_logged is not None and now is not None:
+        return now - was_logged
+    return alert.starts_at - was_decided
+
+
 def crash_gap(doc: dict[str, Any], alert: Alert) -> float:
-    """How long after the open alert's latest crash `alert`'s came: by the log's stamps
-    where both have one, else by when each was decided.  A crash read after the daemon was
-    down (stopped overnight, its host rebooted) is decided seconds after the last one it
-    read, whatever the log says: before, a relaunch 11 h on (the log's stamps) read at the
-    restart was folded into the day-old alert, nobody paged; and a loop's next crash, 5
-    minutes on by the log, read after 2 h down was paged as a new attempt."""
-    was, now = logged_at(doc, "last_logged_at"), logged_at(alert.to_json())
-    if was is not None and now is not None:
-        return now - was
-    return alert.starts_at - last_crash_at(doc)
+    """How long after the open alert's latest crash `alert`'s came (`since_crash`)."""
+    return since_crash(latest_logged_at(doc), last_crash_at(doc), alert)
 
 
 def end_loop(open_docs: Iterable[dict[str, Any]], target: str) -> bool:
@@ -145,7 +158,7 @@ def fold(doc: dict[str, Any], alert: Alert, sinks: list[Sink]) -> list[Sink]:
     place: the state writer's thread may be encoding the old ones."""
     doc["crashes"] = crashes_of(doc) + 1
     doc["last_crash_at"] = alert.starts_at
-    doc["last_logged_at"] = logged_at(alert.to_json())
+    doc["last_logged_at"] = _seconds(alert.details.get("logged_at"))
     doc["last_startup"] = alert.startup
     missing = [s for s in sinks if not went_to(doc, s)]
     if missing:
@@ -177,16 +190,13 @@ def say_loop(alert: Alert, open_docs: Iterable[dict[str, Any]]) -> None:
     ready since: a restart loop) says so: `(crash 3 since the last ready, the first 4m10s
     ago)`, and `details.crashes_since_ready` (a crash of a reason already open is folded
     into it instead: `folds_into`).  How long ago by the log's stamps where both crashes
-    have one (`crash_gap`): before, a crash read at a restart said "the first 3s ago" of
-    a first crash 11 h before it."""
+    have one (`since_crash`)."""
     earlier = [d for d in open_crashes(open_docs, alert.target) if d["key"] != alert.key]
     if not earlier:
         return
     n = loop_size(earlier) + 1
     first = min(earlier, key=lambda d: float(d["starts_at"]))
-    was, now = logged_at(first), logged_at(alert.to_json())
-    since = now - was if was is not None and now is not None else \
-        alert.starts_at - float(first["starts_at"])
+    since = since_crash(logged_at(first), float(first["starts_at"]), alert)
     ago = fmt_duration(max(0.0, since))
     alert.summary += f" (crash {n} since the last ready, the first {ago} ago)"
     alert.details["crashes_since_ready"] = n
