@@ -18,8 +18,8 @@ from logwatch.pipeline import EXCERPT_BEFORE
 from test_clock_step import libfaketime
 
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
-    Got, Receiver, alert_state, append, crash_loop, daemons, free_port, hook, outbox, receivers,
-    sim_texts, target, wait_for, write_config,
+    Got, Receiver, alert_state, append, crash_loop, daemons, free_port, hook, hung_launch, outbox,
+    receivers, sim_texts, target, wait_for, write_config,
 )
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
@@ -387,6 +387,56 @@ def test_a_relaunch_with_other_flags_that_crashes_again_is_paged(tmp_path, recei
     rx.assert_quiet(1.0, what="after its repeat")
     assert len(rx.requests(hook("crashed", "firing"))) == 2
     assert "(crash 3 since the last ready" in pages[1].json["summary"], pages[1].json
+
+
+def loop_counts(state: Path) -> tuple[int, int]:
+    """The crashes and the stalls the target's open crash alerts stand for."""
+    docs = [d for d in alert_state(state).get("open", {}).values() if d["kind"] == "crashed"]
+    return sum(d.get("crashes", 1) for d in docs), sum(d.get("stalls", 0) for d in docs)
+
+
+def test_a_restart_loop_whose_launches_stall_before_they_crash_pages_its_first_stall_only(
+        tmp_path, receivers, daemons) -> None:
+    """4 launches of a restart loop each hang past `stall_after` (2 s) in CUDA graph
+    capture, then die of an OOM; then a launch is ready.  The first stall is paged (no
+    crash yet: it may be the only sign), resolved by its crash, paged; the relaunches'
+    stalls are counted in the loop's open crash alert, not paged, and its resolution says
+    them.  A sink on `[stalled]` alone, which never had the crash, still gets each stall.
+    Before: the pager and Slack got 9 notifications each for one broken server (4 stalls,
+    4 resolutions, 1 crash)."""
+    slack, pager, stalls = receivers(), receivers(), receivers()
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    both = ["crashed", "stalled"]
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("t1", log, stall_after="2s")],
+                       [{"type": "slack", "url": slack.url("/slack"), "on": both},
+                        {"type": "webhook", "url": pager.url("/pager"), "on": both},
+                        {"type": "webhook", "url": stalls.url("/stalls"), "on": ["stalled"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    for i in range(4):
+        head, rest = hung_launch(i)
+        append(log, head)
+        d.wait_target("t1", lambda t: t.get("stalled"), f"launch {i + 1} stalled", timeout=30)
+        # decided for every sink at once: the one on `[stalled]` alone has each
+        stalls.wait(hook("stalled", "firing"), n=i + 1, alive=d.dead, what=f"stall {i + 1}")
+        append(log, rest)
+        wait_for(lambda: loop_counts(state)[0] == i + 1, 30, f"crash {i + 1}", alive=d.dead)
+    wait_for(lambda: not outbox(state), 15, "every delivery done", alive=d.dead)
+    assert [(g.json["kind"], g.json["status"]) for g in pager.requests()] == [
+        ("stalled", "firing"), ("stalled", "resolved"), ("crashed", "firing")], pager.brief()
+    assert len(slack.requests()) == 3, slack.brief()
+    assert len(stalls.requests(hook("stalled", "resolved"))) == 4, stalls.brief()
+    assert loop_counts(state) == (4, 3)
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 5 * 3600, seed=99, serve_lines=0)))
+    [done] = pager.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead, what="the ready")
+    assert (done.json["details"]["crashes"], done.json["details"]["stalls"]) == (4, 3), done.json
+    over = "the 4 crashes and 3 stalls since the last ready are over"
+    assert over in slack.wait(lambda g: "resolved: crashed" in g.json["text"], alive=d.dead,
+                              what="Slack's resolution")[0].json["text"]
+    wait_for(lambda: not outbox(state), 15, "every delivery done", alive=d.dead)
+    assert len(slack.requests()) == 4 and len(pager.requests()) == 4, slack.brief()
 
 
 def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,

@@ -17,7 +17,7 @@ import yaml
 
 from support.receivers import (
     OOM_LINE, Receiver, alert_state, append, crash_loop, daemons, free_port,  # noqa: F401
-    hook, http_get, receivers, serving_crash, sim_texts, target, wait_for, write_config,
+    hook, http_get, hung_launch, receivers, serving_crash, sim_texts, target, wait_for, write_config,
 )
 from conftest import ROOT
 
@@ -340,3 +340,45 @@ def test_alertmanager_added_mid_loop_at_a_rename_gets_the_loops_alert_and_its_en
                  alive=d.dead)
     except AssertionError as e:
         raise AssertionError(f"{e}: {active()}") from None
+
+
+def test_a_restart_loop_whose_launches_stall_is_one_stall_and_one_crash_in_alertmanager(
+        tmp_path, alertmanager, daemons):
+    """3 launches of a restart loop each hang past `stall_after` (2 s), then die of an
+    OOM.  Alertmanager gets the first stall (resolved by its crash) and the loop's crash,
+    whose re-sends say that its relaunch stalled; the relaunches' stalls are no alert of
+    their own.  Before: LogwatchStalled fired and resolved again at every launch."""
+    am, am_rx = alertmanager
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("n1", log, stall_after="2s")],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed", "stalled"],
+                         "resend": "1s"}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("n1")
+
+    def active(name: str) -> list[dict[str, Any]]:
+        return [x for x in am.alerts() if x["labels"].get("alertname") == name
+                and x["status"]["state"] == "active"]
+    for i in range(3):
+        head, rest = hung_launch(i)
+        append(log, head)
+        d.wait_target("n1", lambda t: t.get("stalled"), f"launch {i + 1} stalled", timeout=30)
+        if i == 0:
+            wait_for(lambda: active("LogwatchStalled"), 15, "the first stall", alive=d.dead)
+        else:
+            wait_for(lambda: [x for x in active("LogwatchCrashed") if "its relaunch since "
+                              "stalled in cuda_graph" in x["annotations"]["summary"]], 15,
+                     f"the loop's alert saying stall {i + 1}", alive=d.dead)
+            assert not active("LogwatchStalled"), active("LogwatchStalled")
+        append(log, rest)
+        wait_for(lambda: sum(x.get("crashes", 1) for x in alert_state(state)["open"].values()
+                             if x["kind"] == "crashed") == i + 1, 30, f"crash {i + 1}",
+                 alive=d.dead)
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 5 * 3600, seed=99, serve_lines=0)))
+    wait_for(lambda: notified(am_rx, "LogwatchCrashed", "resolved"), 30,
+             "the loop's resolution notified", alive=d.dead)
+    stalls = {a["startsAt"] for a in notified(am_rx, "LogwatchStalled", "firing")}
+    assert len(stalls) <= 1, f"LogwatchStalled fired {len(stalls)} times: {am_rx.brief()}"
+    assert len(active("LogwatchCrashed")) == len(active("LogwatchStalled")) == 0

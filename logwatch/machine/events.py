@@ -94,6 +94,8 @@ class Stalled:
     silent_for: float
     startup: str | None = None
     budget: float | None = None
+    launch: str = ""             # its launch's flags, as `CrashSettled`'s: a relaunch of a
+    launch_prefix: str = ""      # restart loop stalls into the loop's alert (alerts/loop.py)
 
 
 @dataclass(frozen=True, slots=True)

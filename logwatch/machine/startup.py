@@ -191,7 +191,8 @@ class StartupMachine:
         silent = now - state.last_activity
         if silent >= budget:
             state.stalled = True
-            return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget)]
+            return [Stalled(state.epoch, state.phase, silent, state.startup_id, budget,
+                            launch_of(state), launch_prefixes(state.args))]
         return []
 
     def endpoint_answers(self, state: State, now: float, said: str) -> list[Event]:

@@ -56,6 +56,14 @@ def crash_loop(n: int, nccl: tuple[int, ...] = (), first: int = 0) -> str:
     return "".join(out)
 
 
+def hung_launch(i: int) -> tuple[str, str]:
+    """Launch `i` of `crash_loop` (an OOM) split where it hangs: up to the start of its CUDA
+    graph capture, and the rest (its crash), for a loop whose launches each stall first."""
+    texts = sim_texts(crash="oom", start=1_767_261_600.0 + LOOP_EVERY * i, seed=i)
+    cut = split_at(texts, "Capture cuda graph begin")
+    return "".join(texts[:cut + 1]), "".join(texts[cut + 1:])
+
+
 def serving_crash(stamp: str = "2026-01-01 11:30:00") -> str:
     """A ready SGLang server's scheduler dying of a CUDA OOM, as 0.5.23 logs it: its
     exception announced, the traceback, the main process's SIGQUIT (a cause line alone,

@@ -9,7 +9,9 @@ open beside the first; so is one of a relaunch with other flags (an operator's a
 stood for.  Before, each crash was paged and stayed open until that ready: a loop of 2,000
 crashes kept 2,000 open alerts (5.8 MB of `alerts/state.json`, and each POSTed again to
 Alertmanager at every `resend`), paged each receiver 2,000 times, and the state file's
-rewrites slowed delivery to under one page a second a receiver.
+rewrites slowed delivery to under one page a second a receiver.  A relaunch that hangs past `stall_after` before it crashes is
+the loop too: its stall is counted in the loop's open crash alert (`stall_of_loop`,
+`fold_stall`), not paged again at each launch with its resolution.
 
 Pure functions over the open alerts (`AlertStore.open`'s documents); the router (router.py)
 does the I/O.
@@ -17,7 +19,7 @@ does the I/O.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ...units import fmt_duration
 from .model import Alert
@@ -66,10 +68,52 @@ def folds_into(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, A
     crash of the same reason was folded, and nobody was paged that the fix failed; so is
     one a day later (before: folded, 0 pages)."""
     facts = facts_of(alert.to_json())
-    same = [d for d in open_crashes(open_docs, alert.target)
-            if d.get("key") != alert.key and not d.get("loop_over")
-            and repeats(facts_of(d), facts) and crash_gap(d, alert) <= LOOP_GAP]
-    return max(same, key=last_crash_at, default=None)
+    return _latest_of_loop(open_docs, alert, lambda d: d.get("key") != alert.key
+                           and repeats(facts_of(d), facts))
+
+
+def stall_of_loop(open_docs: Iterable[dict[str, Any]], alert: Alert) -> dict[str, Any] | None:
+    """The open crash alert of the restart loop a `stalled` alert's startup is a relaunch
+    of: the target's open crash of another startup, launched with the same flags (as
+    `folds_into`, whatever its reason), its latest crash no more than `LOOP_GAP` before;
+    the latest.  None: no loop (no crash since the last ready, a clean stop since, an
+    operator's relaunch with other flags): the stall is paged."""
+    facts = facts_of(alert.to_json())
+    return _latest_of_loop(open_docs, alert, lambda d: d.get("startup") != alert.startup
+                           and repeats(facts_of(d), (reason_of(d), *facts[1:])))
+
+
+def _latest_of_loop(open_docs: Iterable[dict[str, Any]], alert: Alert,
+                    same: Callable[[dict[str, Any]], bool]) -> dict[str, Any] | None:
+    loop = [d for d in open_crashes(open_docs, alert.target)
+            if not d.get("loop_over") and same(d) and crash_gap(d, alert) <= LOOP_GAP]
+    return max(loop, key=last_crash_at, default=None)
+
+
+def stalls_of(doc: dict[str, Any]) -> int:
+    """How many relaunches of a loop stalled into its open crash alert (`fold_stall`;
+    trusted from the state file only as a positive int)."""
+    n = doc.get("stalls")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def fold_stall(doc: dict[str, Any], alert: Alert) -> None:
+    """Count the stall `alert` of a loop's relaunch in the loop's open crash alert `doc`,
+    with its phase and time (its re-sends say it: `as_open`).  Values replaced (`fold`)."""
+    doc["stalls"] = stalls_of(doc) + 1
+    doc["last_stall"] = {"at": alert.starts_at, "phase": str(alert.details.get("phase") or ""),
+                         "startup": alert.startup}
+
+
+def stalled_since(doc: dict[str, Any], now: float) -> str:
+    """` (its relaunch since stalled in cuda_graph 3m ago)` where the latest stall folded
+    into `doc` came after its latest crash (the loop hangs now), else ""."""
+    st = doc.get("last_stall")
+    at = _seconds(st.get("at")) if isinstance(st, dict) else None
+    if at is None or at < last_crash_at(doc):
+        return ""
+    return f" (its relaunch since stalled in {st.get('phase')} " \
+           f"{fmt_duration(max(0.0, now - at))} ago)"
 
 
 def _seconds(at: Any) -> float | None:
@@ -171,17 +215,29 @@ def loop_size(docs: Iterable[dict[str, Any]]) -> int:
     return sum(crashes_of(d) for d in docs)
 
 
+def loop_words(docs: Iterable[dict[str, Any]]) -> str:
+    """What a loop's open crash alerts stood for, for its resolution's note: `25 crashes`,
+    `4 crashes and 3 stalls` where relaunches stalled into it (`fold_stall`)."""
+    docs = list(docs)
+    stalls = sum(stalls_of(d) for d in docs)
+    return f"{loop_size(docs)} crashes" + (f" and {stalls} stalls" if stalls else "")
+
+
 def as_open(doc: dict[str, Any], now: float | None = None) -> Alert:
     """The open alert as a receiver should see it: `details.crashes`, the crashes folded
-    into it, where more than one; with `now` (Alertmanager's re-sends) its summary says
-    it too.  The dedupe key and `starts_at` stay the first crash's."""
+    into it, where more than one, and `details.stalls`, its relaunches' stalls folded
+    into it, where any; with `now` (Alertmanager's re-sends) its summary says them too.
+    The dedupe key and `starts_at` stay the first crash's."""
     alert = Alert.from_json(doc)
-    n = crashes_of(doc)
-    if n > 1:
-        alert.details = {**alert.details, "crashes": n}
-        if now is not None:
-            ago = fmt_duration(max(0.0, now - last_crash_at(doc)))
-            alert.summary += f" ({n} crashes of it since the last ready, the latest {ago} ago)"
+    n, stalls = crashes_of(doc), stalls_of(doc)
+    if n > 1 or stalls:
+        alert.details = {**alert.details, **({"crashes": n} if n > 1 else {}),
+                         **({"stalls": stalls} if stalls else {})}
+    if now is not None and n > 1:
+        ago = fmt_duration(max(0.0, now - last_crash_at(doc)))
+        alert.summary += f" ({n} crashes of it since the last ready, the latest {ago} ago)"
+    if now is not None:
+        alert.summary += stalled_since(doc, now)
     return alert
 
 

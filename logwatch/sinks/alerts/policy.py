@@ -161,7 +161,11 @@ class AlertPolicy:
                             **({"ranks_behind": v.rank_lag} if v.rank_lag else {}),
                             **({"gpu": gpu} if gpu else {}),
                             **({"gpu_silence": (v.gpu or {})["silence"]}
-                               if gpu else {})}, ev.epoch, extra=where)
+                               if gpu else {}),
+                            # its launch's flags: a restart loop's relaunch (loop.py)
+                            **({"launch": ev.launch} if ev.launch else {}),
+                            **({"launch_prefix": ev.launch_prefix} if ev.launch_prefix else {})},
+                           ev.epoch, extra=where)
 
     def probe(self, v: TargetView) -> list[Decision]:
         """After a probe of the server: `unreachable` once the log says ready and the probe

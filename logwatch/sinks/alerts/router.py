@@ -25,8 +25,8 @@ from ...machine import Event, Stopped
 from ...view import TargetView
 from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
-from .loop import (as_open, end_loop, fold, folds_into, loop_size, loop_speakers, owner,
-                   repage, say_loop)
+from .loop import (as_open, end_loop, fold, fold_stall, folds_into, loop_speakers, loop_words,
+                   open_crashes, owner, repage, say_loop, stall_of_loop)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -67,7 +67,7 @@ class AlertRouter:
         follow_renames(self.store, config, self.log)
         self._resolve_taken(self.store.take_open(lambda doc: owner(doc) not in watched),
                             "no longer watched: removed from the config",
-                            "; this resolves the {n} crashes since the last ready")
+                            "; this resolves the {n} since the last ready")
         if self.delivery.started:
             self.delivery.start_workers()
 
@@ -148,7 +148,7 @@ class AlertRouter:
             return owner(doc) == r.target and doc["kind"] in r.kinds and \
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
         self._resolve_taken(self.store.take_open(resolves), r.why,
-                            "; the {n} crashes since the last ready are over")
+                            "; the {n} since the last ready are over")
 
     def _resolve_taken(self, taken: list[dict[str, Any]], why: str, loop_note: str) -> None:
         """Resolve open alerts taken together; a restart loop's crashes (a ready, or the
@@ -156,8 +156,8 @@ class AlertRouter:
         a webhook and Alertmanager get each key (before: one Slack message per crash)."""
         loops, speaks = loop_speakers(taken, [s for s in self.sinks if s.chat])
         for doc in taken:
-            n = loop_size(loops[owner(doc)]) if id(doc) in speaks else None
-            note = loop_note.format(n=n) if n else ""
+            note = loop_note.format(n=loop_words(loops[owner(doc)])) if id(doc) in speaks \
+                else ""
             self.fire(as_open(doc).resolved(why + note), doc,
                       chat=speaks.get(id(doc), set()) if owner(doc) in loops and
                       doc["kind"] == "crashed" else True)
@@ -174,20 +174,6 @@ class AlertRouter:
         self.store.adopt(marks)
 
     # -- the outbox ----------------------------------------------------------------------------
-    def _folded(self, alert: Alert, sinks: list[Sink]) -> bool:
-        """A crash of a restart loop, of a reason whose alert is open: folded into it, not
-        paged (loop.py), but to a receiver whose page of that alert was given up."""
-        doc = folds_into(self.store.open.values(), alert)
-        if doc is None:
-            return False
-        self.store.mark(alert.target, alert.mark, clock.now())
-        missing = fold(doc, alert, sinks)
-        enqueue(self.store, self._ids, repage(doc, alert), missing, self.delivery.poke)
-        self.store.save()
-        self.log.info("crash folded into its open alert (a restart loop)", alert=doc["key"],
-                      crashes=doc["crashes"], paged=[s.name for s in missing])
-        return True
-
     def fire(self, alert: Alert, opened: dict[str, Any] | None = None,
              chat: bool | set[str] = True) -> None:
         """Put a new mark in the outbox for every sink that takes it (a resolution: those
@@ -205,7 +191,11 @@ class AlertRouter:
                                            (isinstance(chat, set) and s.name in chat)) and
                  (s.wants(alert) if opened is None or opened.get("sinks") is None
                   else went_to(opened, s))]
-        if alert.kind == "crashed" and alert.status == FIRING and self._folded(alert, sinks):
+        if alert.kind == "crashed" and alert.status == FIRING and \
+                fold_crash(self.store, self._ids, alert, sinks, self.delivery.poke, self.log):
+            return
+        if alert.kind == "stalled" and alert.status == FIRING and \
+                (sinks := stall_in_loop(self.store, alert, sinks, self.log)) is None:
             return
         # decided by the log of the target the open alert is of now (renamed: not its own)
         self.store.mark(alert.target, mark, clock.now(),
@@ -234,6 +224,48 @@ class AlertRouter:
         self.store.save()
         self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
                       summary=alert.summary, sinks=[s.name for s in sinks])
+
+
+def fold_crash(store: AlertStore, ids: Iterator[int], alert: Alert, sinks: list[Sink],
+               poke: Callable[[str], None], logger: Any) -> bool:
+    """A crash of a restart loop, of a reason whose alert is open: folded into it, not
+    paged (loop.py), but to a receiver whose page of that alert was given up, or a sink
+    added since (`fold`).  False: no such alert, it is paged."""
+    doc = folds_into(store.open.values(), alert)
+    if doc is None:
+        return False
+    store.mark(alert.target, alert.mark, clock.now())
+    missing = fold(doc, alert, sinks)
+    enqueue(store, ids, repage(doc, alert), missing, poke)
+    store.save()
+    logger.info("crash folded into its open alert (a restart loop)", alert=doc["key"],
+                crashes=doc["crashes"], paged=[s.name for s in missing])
+    return True
+
+
+def stall_in_loop(store: AlertStore, alert: Alert, sinks: list[Sink],
+                  logger: Any) -> list[Sink] | None:
+    """A stall of a restart loop's relaunch (`stall_of_loop`: a crash of the target is
+    open, no ready since) is no new incident for the sinks that have the loop's crash
+    alert: it is counted in that alert (`fold_stall`: its re-sends and its resolution say
+    it), not paged to them.  The `sinks` still to page (those that never had the loop's
+    crash: a sink on `[stalled]` alone); None where none is left (decided: marked).
+    Before, each relaunch that hung before it crashed paged `stalled` and its resolution:
+    4 launches, 9 notifications for one broken server (4 stalls, 4 resolutions, 1 crash),
+    and Alertmanager's LogwatchStalled flapped at each launch."""
+    doc = stall_of_loop(store.open.values(), alert)
+    if doc is None:
+        return sinks
+    loop = open_crashes(store.open.values(), owner(doc))
+    rest = [s for s in sinks if not any(went_to(d, s) for d in loop)]
+    fold_stall(doc, alert)
+    logger.info("stall of a restart loop's relaunch: counted in the loop's open alert",
+                alert=doc["key"], stalls=doc["stalls"], paged=[s.name for s in rest])
+    if rest:
+        return rest
+    store.mark(alert.target, alert.mark, clock.now())
+    store.save()
+    return None
 
 
 def enqueue(store: AlertStore, ids: Iterator[int], alert: Alert, sinks: list[Sink],
