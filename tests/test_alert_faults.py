@@ -18,8 +18,9 @@ from logwatch.pipeline import EXCERPT_BEFORE
 from test_clock_step import libfaketime
 
 from support.receivers import (  # noqa: F401 (daemons, receivers: fixtures)
-    Got, Receiver, alert_state, append, crash_loop, daemons, free_port, hook, hung_launch, outbox,
-    receivers, sim_texts, target, wait_for, write_config,
+    IN_FLIGHT, Got, Receiver, alert_state, append, crash_loop, daemons, down_until, free_port,
+    hook, hung_launch, outbox, receivers, reload_with, sim_texts, target, wait_for,
+    write_config,
 )
 
 pytestmark = pytest.mark.integration  # daemons, sshd, receivers or subprocesses: `make test` only
@@ -437,6 +438,43 @@ def test_a_restart_loop_whose_launches_stall_before_they_crash_pages_its_first_s
                               what="Slack's resolution")[0].json["text"]
     wait_for(lambda: not outbox(state), 15, "every delivery done", alive=d.dead)
     assert len(slack.requests()) == 4 and len(pager.requests()) == 4, slack.brief()
+
+
+@pytest.mark.parametrize("again", [True, False], ids=["crash-again", "ready-next"])
+def test_a_sink_removed_while_its_crash_page_is_queued_and_added_again_is_paged_at_the_next_crash(
+        tmp_path, receivers, daemons, again) -> None:
+    """Slack answers 503 to a loop's crash page; a SIGHUP takes Slack out of the config
+    (its queued page dropped), a later one puts it back, answering now.  The loop's next
+    crash pages Slack (the open alert, "crash 2 of it"), and the ready resolves it there;
+    with no crash in between, Slack gets no resolution of a page it never had.  Before:
+    the open alert still named Slack: not paged at the next crash, and the ready's
+    resolution was the first Slack heard of the loop."""
+    up = threading.Event()
+    slack, pager = receivers(down_until(up)), receivers()
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    sinks = [{"type": "slack", "url": slack.url("/slack"), "on": ["crashed"]},
+             {"type": "webhook", "url": pager.url("/pager"), "on": ["crashed"]}]
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target("t1", log)], sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, crash_loop(1))
+    slack.wait(lambda g: True, answered=True, status=503, alive=d.dead, what="Slack's 503")
+    reload_with(d, cfg, port, state, [target("t1", log)], sinks[1:], 1)    # Slack out
+    reload_with(d, cfg, port, state, [target("t1", log)], sinks, 2)        # and back
+    wait_for(lambda: not outbox(state), 10, "Slack's queued page dropped", alive=d.dead)
+    up.set()
+    if again:
+        append(log, crash_loop(1, first=1))
+        [page] = slack.wait(lambda g: g.json["text"].startswith("t1: crashed"), answered=True,
+                            status=200, alive=d.dead, what="the loop's next crash at Slack")
+        assert "(crash 2 of it since the last ready)" in page.json["text"], page.json
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 3 * 3600, seed=99, serve_lines=0)))
+    pager.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead, what="the ready")
+    wait_for(lambda: not outbox(state), 10, "every delivery done", alive=d.dead)
+    slack.assert_quiet(IN_FLIGHT, what="after the ready")
+    had = [g.json["text"].split(": ")[1] for g in slack.requests(lambda g: g.status == 200)]
+    assert had == (["crashed", "resolved"] if again else []), slack.brief()
 
 
 def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -17,7 +18,8 @@ import yaml
 
 from support.receivers import (
     OOM_LINE, Receiver, alert_state, append, crash_loop, daemons, free_port,  # noqa: F401
-    hook, http_get, hung_launch, receivers, serving_crash, sim_texts, target, wait_for, write_config,
+    down_until, hook, http_get, hung_launch, receivers, reload_with, serving_crash, sim_texts,
+    target, wait_for, write_config,
 )
 from conftest import ROOT
 
@@ -382,3 +384,42 @@ def test_a_restart_loop_whose_launches_stall_is_one_stall_and_one_crash_in_alert
     stalls = {a["startsAt"] for a in notified(am_rx, "LogwatchStalled", "firing")}
     assert len(stalls) <= 1, f"LogwatchStalled fired {len(stalls)} times: {am_rx.brief()}"
     assert len(active("LogwatchCrashed")) == len(active("LogwatchStalled")) == 0
+
+
+def test_sinks_removed_while_a_crash_page_is_queued_and_added_again(
+        tmp_path, alertmanager, receivers, daemons):
+    """Alertmanager down and Slack answering 503 when a server crashes; a SIGHUP takes both
+    out of the config (their queued pages dropped), a later one puts them back, up.
+    Alertmanager has the open crash back at its next re-send (the re-sends are its
+    retries), and the ready resolves it there; Slack, which never had the page, gets no
+    resolution.  Before: Slack's first message was `resolved:` of a crash it never had."""
+    am, _ = alertmanager
+    am.stop()
+    up = threading.Event()
+    slack, pager = receivers(down_until(up)), receivers()
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    sinks = [{"type": "webhook", "url": pager.url("/pager"), "on": ["crashed"]},
+             {"type": "alertmanager", "url": am.base, "on": ["crashed"], "resend": "1s"},
+             {"type": "slack", "url": slack.url("/slack"), "on": ["crashed"]}]
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, [target("n1", log)], sinks)
+    d = daemons(cfg, port).start()
+    d.wait_reading("n1")
+    append(log, crash_loop(1))
+    wait_for(lambda: {e["sink"].split("-")[0] for e in alert_state(state).get("outbox", [])
+                      if e["attempts"]} == {"alertmanager", "slack"}, 15,
+             "Alertmanager's and Slack's pages refused", alive=d.dead)
+    reload_with(d, cfg, port, state, [target("n1", log)], sinks[:1], 1)   # both out
+    am.start()
+    up.set()
+    reload_with(d, cfg, port, state, [target("n1", log)], sinks, 2)       # and back, up
+
+    def crashed() -> list[dict[str, Any]]:
+        return [x for x in am.alerts() if x["labels"].get("alertname") == "LogwatchCrashed"
+                and x["status"]["state"] == "active"]
+    wait_for(crashed, 15, "the open crash re-sent to Alertmanager", alive=d.dead)
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 3 * 3600, seed=99, serve_lines=0)))
+    pager.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead, what="the ready")
+    wait_for(lambda: not crashed(), 15, "the crash resolved in Alertmanager", alive=d.dead)
+    wait_for(lambda: not alert_state(state)["outbox"], 10, "every delivery done", alive=d.dead)
+    assert not slack.requests(lambda g: g.status == 200), slack.brief()

@@ -11,6 +11,7 @@ wait for).
 from __future__ import annotations
 
 import json
+import signal
 import ssl
 import threading
 import time
@@ -114,6 +115,11 @@ def hold(ev: threading.Event, rx: "Receiver", timeout: float = 25.0) -> None:
 
 def ok(got: Got, rx: "Receiver") -> Answer:
     return 200, {}, b"ok"
+
+
+def down_until(up: threading.Event) -> Responder:
+    """A receiver that answers 503 until `up` is set, then 200 (Slack down, then back)."""
+    return lambda got, rx: ok(got, rx) if up.is_set() else (503, {}, b"down")
 
 
 class Receiver:
@@ -286,6 +292,16 @@ def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str,
     extra.setdefault("checkpoint", None)
     return daemon.write_config(path, port, state_dir, targets, bare_on=True,
                                    alerts=alerts, **extra)
+
+
+def reload_with(d: Daemon, cfg: Path, port: int, state_dir: Path,
+                targets: list[dict[str, Any]], alerts: list[dict[str, Any]], n: int) -> None:
+    """Write the config with these targets and sinks, SIGHUP the daemon, and wait for its
+    `n`-th reload since it started."""
+    write_config(cfg, port, state_dir, targets, alerts)
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: len([e for e in d.log_events() if e.get("event") == "reloaded"]) == n,
+             10, f"reload {n}", alive=d.dead)
 
 
 # the same target entry as support.daemon's, under the name the alert tests use

@@ -41,7 +41,7 @@ from ... import clock, log
 from ...state.coalesce import CoalescedFile
 from ...state.files import copy_aside, read_state_json, remove_left_temps, set_aside
 from ...state.formats import StoreFormat
-from .model import Alert
+from .model import FIRING, Alert
 
 if TYPE_CHECKING:
     from .receivers import Sink
@@ -56,8 +56,34 @@ SAVE_EVERY = 0.2       # seconds: at most one write of the file per this (coales
 
 
 def sinks_record(sinks: list[Sink]) -> list[dict[str, str]]:
-    """What an open alert keeps of the sinks its firing went to: name and destination."""
-    return [{"name": s.name, "dest": s.destination} for s in sinks]
+    """What an open alert keeps of the sinks its firing went to: name, destination and type
+    (`unrecord_dropped` keeps an Alertmanager's)."""
+    return [{"name": s.name, "dest": s.destination, "type": s.type} for s in sinks]
+
+
+def unrecord_dropped(open_docs: dict[str, dict[str, Any]], dropped: list[dict[str, Any]]
+                     ) -> bool:
+    """The firings dropped undelivered because their sink is no longer configured
+    (`AlertStore.rebind`): their open alerts no longer record that sink, so that, added
+    again at a later reload, it is paged at the loop's next crash (loop.fold) and gets no
+    resolution of a page it never had.  One on its way or unanswered (the receiver may
+    have it) stays recorded, and so does an Alertmanager, whose re-sends of the open
+    alerts are its retries (re-added, it has the alert back at the next `resend`).
+    Before, a sink removed at a SIGHUP while its crash page was queued (Slack answering
+    503), re-added at the next, was not paged at the loop's next crash, and got the
+    ready's resolution of a crash it never had.  True where one changed."""
+    changed = False
+    for e in dropped:
+        doc = open_docs.get(e["alert"]["key"])
+        if doc is None or e["alert"]["status"] != FIRING or e.get("state") == SENDING or \
+                e.get("unknown") or not isinstance(doc.get("sinks"), list):
+            continue
+        kept = [r for r in doc["sinks"] if not isinstance(r, dict) or
+                r.get("type") == "alertmanager" or
+                (r.get("dest") != e.get("dest") if r.get("dest") else r.get("name") != e["sink"])]
+        changed = changed or len(kept) < len(doc["sinks"])
+        doc["sinks"] = kept
+    return changed
 
 
 def went_to(doc: dict[str, Any], sink: Sink) -> bool:

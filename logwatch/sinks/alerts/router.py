@@ -28,7 +28,7 @@ from .kinds import RESOLVABLE, kind_of
 from .loop import (as_open, end_loop, fold, fold_stall, folds_into, loop_speakers, loop_words,
                    open_crashes, owner, repage, say_loop, stall_of_loop)
 from .model import FIRING, Alert, AlertCounts
-from .outbox import QUEUED, AlertStore, sinks_record, went_to
+from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Sink, make_sinks
 
@@ -61,8 +61,11 @@ class AlertRouter:
         c.sent = {k: n for k, n in c.sent.items() if k[0] in names}
         c.failed = {k: n for k, n in c.failed.items() if k in names}
         self.policy.generator_url = f"http://{config.listen_host}:{config.listen_port}/"
-        for e in self.store.rebind(self.sinks):      # their sink is gone
+        dropped = self.store.rebind(self.sinks)      # their sink is gone
+        for e in dropped:
             said_dropped(self.log, c.dropped, e)
+        if unrecord_dropped(self.store.open, dropped):
+            self.store.save()
         watched = {t.name for t in config.targets}   # removed at a reload, or while down:
         follow_renames(self.store, config, self.log)
         self._resolve_taken(self.store.take_open(lambda doc: owner(doc) not in watched),
