@@ -142,6 +142,11 @@ class StartupRecord:
     # bars only): how long they took is unknown, so they are not in `durations` (nor is
     # `startup_seconds`), and `started_at` is the file's last write then, at the latest
     untimed: list[str] = field(default_factory=list)
+    # crashed: the phase it crashed in (the crash's `during`), and the data-parallel replica
+    # whose phase that was where it ran ahead of the startup's (`DP2` out of memory capturing
+    # while DP3 still loaded: durations end at loading_shards, `during` cuda_graph)
+    during: str | None = None
+    replica: str | None = None
 
     @property
     def got_ready(self) -> bool:
@@ -230,6 +235,7 @@ class LedgerRecorder:
                     rec.durations = _timed(dict(ev.durations), rec.untimed)
                     rec.startup_seconds = _took(ev.elapsed, rec.untimed)
                 rec.outcome, rec.reason = "crashed", ev.crash.reason
+                rec.during, rec.replica = ev.crash.during, ev.crash.ahead or None
             elif isinstance(ev, Stopped):
                 rec = self._open
                 assert rec is not None

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Iterable
+from typing import Any, Iterable
 
 from .units import fmt_duration
 
@@ -107,16 +107,40 @@ def ready_notes(ready_line: str | None, follower: bool) -> list[str]:
 
 
 def crash_text(reason: str | None, during: str | None = None, after: float | None = None,
-               notes: Iterable[str] = ()) -> str:
+               notes: Iterable[str] = (), replica: str = "", startup: str = "") -> str:
     """The one crash sentence: `crashed: cuda_oom during cuda_graph after 6m12s (TP3 first)`.
     Each part is left out when unknown; `notes` (rank first, the preflight, the endpoint
-    still answering) go in one parenthesis."""
+    still answering) go in one parenthesis.  A data-parallel `replica` that crashed ahead of
+    the `startup`'s phase (the slowest replica's, where its phases line ends) is named with
+    its phase: `crashed: cuda_oom during cuda_graph in DP2 after 40s (the slowest replica
+    still in loading_shards)` (before, `during cuda_graph` beside phases that never reached
+    it); its rank's `DP2 first` then says nothing more and is left out."""
     text = "crashed" + (f": {reason}" if reason else "")
     if during:
-        text += f" during {during}"
+        text += f" during {during}" + (f" in {replica}" if replica else "")
     if after:
         text += f" after {fmt_duration(after)}"
-    said = [n for n in notes if n]
+    said = [n for n in notes if n and n != f"{replica} first"]
+    if replica and startup:
+        said.insert(0, f"the slowest replica still in {startup}")
     if said:
         text += f" ({'; '.join(said)})"
     return text
+
+
+def crash_sentence(crash: dict[str, Any], after: float | None = None,
+                   notes: Iterable[str] = ()) -> str:
+    """`crash_text` of a crash as `/api/status` has it (`Crash.to_json`): its replica ahead
+    of the startup, where it has one, with the rank's `first`."""
+    rank = crash.get("rank")
+    return crash_text(crash.get("reason"), crash.get("during"), after,
+                      [f"{rank} first" if rank else "", *notes],
+                      crash.get("replica") or "", crash.get("startup_phase") or "")
+
+
+def replica_phase(crash: dict[str, Any] | None) -> str:
+    """What the phases line adds for a crash ahead of the startup (a crash's JSON, as
+    `/api/status` has it): `DP2 in cuda_graph`; "" for any other."""
+    if not crash or not crash.get("replica"):
+        return ""
+    return f"{crash['replica']} in {crash.get('during')}"

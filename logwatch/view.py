@@ -23,7 +23,7 @@ from .pipeline import LogPipeline
 from .rules.advice import advice_lines
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
-from .verdict import crash_text
+from .verdict import crash_sentence
 
 @functools.lru_cache(maxsize=1)
 def unknown_phases() -> tuple[str, ...]:
@@ -469,7 +469,7 @@ def _crash_json(c: Crash, elapsed: float | None) -> dict[str, Any]:
     """The crash as `/api/status` shows it, with its sentence (`text`: the one the alert and
     `watch` say, less what only they know, the GPUs' preflight)."""
     doc = c.to_json()
-    doc["text"] = crash_text(c.reason, c.during, elapsed, [f"{c.rank} first" if c.rank else ""])
+    doc["text"] = crash_sentence(doc, elapsed)
     return doc
 
 

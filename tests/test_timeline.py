@@ -195,6 +195,7 @@ def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():
     assert st_.phase == "crashed" and st_.crash is not None
     assert (st_.crash.reason, st_.crash.rank, st_.crash.during) == \
         ("cuda_oom", "DP1", "loading_shards")
+    assert st_.crash.ahead == ""     # the startup's own phase: no replica to name
 
 
 @pytest.mark.parametrize("name,rank", [("sglang-0523-dp4-capture-oom.log", "DP1"),
@@ -215,6 +216,46 @@ def test_a_dp_replica_s_crash_ahead_of_the_slowest_is_placed_in_its_own_phase(na
     for i, x in enumerate(path.read_text().splitlines()):
         pipe.feed((x + "\n").encode(), 1000.0 + i)
     assert pipe.state.crash is not None and pipe.state.crash.during == "cuda_graph"
+
+
+@pytest.mark.parametrize("name,rank", [("sglang-0523-dp4-capture-oom.log", "DP1"),
+                                       ("vllm-034-dp4-capture-oom.log", "DP2")])
+def test_a_dp_replica_s_crash_ahead_is_said_with_its_replica_and_the_startup_s_phase(
+        name: str, rank: str):
+    """The same crash as an operator reads it: `replay`, `watch`'s summary, the `crashed`
+    alert and `history` name the replica whose phase `during` is, and the startup's phase
+    (the slowest replica's, where the phases line ends).  Before: `crashed: cuda_oom during
+    cuda_graph` beside `phases launching > loading_shards > crashed`, and `history`'s
+    `crashed: cuda_oom` beside durations that end at loading_shards.  The replay contract
+    (`--json`) is as it was."""
+    from logwatch.app.history import history_row, read_ledger
+    from logwatch.machine import CrashSettled
+    from logwatch.sinks.alerts.policy import AlertPolicy
+    from logwatch.sinks.display import summary_block
+    from logwatch.sinks.summary import human, summary
+    pipe = replay_file(str(BUILT / name))
+    view = pipeline_view(name, pipe)
+    doc = summary(view)
+    assert doc["phases_seen"] == ["launching", "loading_shards", "crashed"]
+    assert set(doc["crash"]) == {"reason", "during", "line", "line_number", "excerpt"}
+    said = f"crashed: cuda_oom during cuda_graph in {rank}"
+    behind = "(the slowest replica still in loading_shards)"
+    text = human(doc, view.ready_in, view.follower, view.crash)
+    assert f"{said} {behind}" in text, text
+    assert f"phases launching > loading_shards > crashed ({rank} in cuda_graph)" in text, text
+    assert view.crash is not None and view.crash["text"].startswith(said)
+    assert any(x.startswith("phases: ") and f"· crashed ({rank} in cuda_graph)" in x
+               for x in summary_block(view)), summary_block(view)
+    st_ = pipe.state
+    settled = CrashSettled(st_.epoch, st_.startup_id, st_.crash, st_.durations(), 40.0)
+    alert = next(d for d in AlertPolicy().observe(view, [settled])
+                 if getattr(d, "kind", "") == "crashed")
+    assert alert.summary == f"{said} after 40s {behind}", alert.summary
+    assert (alert.details["replica"], alert.details["startup_phase"]) == (rank, "loading_shards")
+    records: list = []
+    read_ledger(str(BUILT / name), "auto", records.append)
+    assert (records[0].during, records[0].replica) == ("cuda_graph", rank)
+    assert history_row(records[0])[2] == f"crashed: cuda_oom ({rank} in cuda_graph)"
 
 
 def _dp8_capture(k: int) -> list[tuple[int, str]]:

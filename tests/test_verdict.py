@@ -166,5 +166,9 @@ def test_one_crash_sentence() -> None:
     assert crash_text("cuda_oom", "cuda_graph") == "crashed: cuda_oom during cuda_graph"
     assert crash_text("cuda_oom", "cuda_graph", 372.0, ["TP3 first", ""]) == \
         "crashed: cuda_oom during cuda_graph after 6m12s (TP3 first)"
+    # a DP replica ahead of the startup: named with the startup's phase, its `first` once
+    assert crash_text("cuda_oom", "cuda_graph", 40.0, ["DP2 first"], "DP2", "loading_shards") == \
+        "crashed: cuda_oom during cuda_graph in DP2 after 40s " \
+        "(the slowest replica still in loading_shards)"
     # the alert's sample summary (alerts test, README's payload) is the same sentence
     assert ALERT_KINDS["crashed"].sample_summary == crash_text("cuda_oom", "cuda_graph", 372.0)

@@ -38,6 +38,8 @@ def verdict_alert(code: int, outcome: str, views: list[TargetView]) -> Alert:
                        excerpt=list(c.get("excerpt") or []))
         if c.get("rank"):
             details["rank"] = c["rank"]
+        if c.get("replica"):      # it crashed ahead of the startup's (slowest replica's) phase
+            details.update(replica=c["replica"], startup_phase=c.get("startup_phase"))
     now = clock.now()
     return Alert(key=f"watch|{names}|{kind}|{now:.0f}", kind=kind, status=FIRING,
                  target=names if len(views) > 1 else views[0].name, engine=main.engine,

@@ -264,11 +264,16 @@ def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str
 
 
 def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
-                  lanes: dict[str, tuple[int, bool]] | None = None) -> tuple[int, bool] | None:
-    """How far the data-parallel replica of this line's rank got, where replicas start apart
-    and there are two or more: a crash line's (machine/startup.py `_crash_phase`).  The
+                  lanes: dict[str, tuple[int, bool]] | None = None
+                  ) -> tuple[str, tuple[int, bool]] | None:
+    """Which data-parallel replica this line's rank is of (`DP1`, or for a dense model's
+    worker its process, `TP0 pid=210`) and how far it got, where replicas start apart and
+    there are two or more: a crash line's (machine/startup.py `_crash_phase`).  The
     startup is where the slowest replica is; the replica that crashed may be phases ahead
     (SGLang `--dp 4`: DP1 out of memory in its capture while DP3 still read its weights was
     `cuda_oom during loading_shards`)."""
     pos = replica_positions(pack, ranks, lanes)
-    return _own_replica(pack, pos, text) if len(pos) >= 2 else None
+    rank = pack.rank_of(text) if len(pos) >= 2 else ""
+    name = replica_of(rank) if rank else ""
+    name = name if name in pos else lane_of(rank, text) if rank else ""
+    return (name, pos[name]) if name in pos else None

@@ -524,10 +524,12 @@ class StartupMachine:
     def _crash(self, state: State, obs: Observation, now: float, events: list[Event]) -> None:
         rule = obs.rule
         assert rule.crash is not None
-        during, done, reach = self._crash_phase(state, obs)
+        during, done, reach, replica = self._crash_phase(state, obs)
         crash = Crash(reason=rule.crash, during=during, line=obs.text.rstrip(),
                       line_number=obs.line_number, at=now, log_time=obs.log_time,
                       phase_done=done, reach=reach)
+        if replica:       # placed ahead of the startup's phase, by its own replica's
+            crash.replica, crash.startup_phase = replica, state.phase
         self._enter(state, CRASHED, obs, now, events)
         state.crash = crash
         state.crash_settled = False
@@ -538,24 +540,26 @@ class StartupMachine:
             crash.rank = self.pack.server_of(obs.text)   # which server of the launch
         events.append(Crashed(state.epoch, crash))
 
-    def _crash_phase(self, state: State, obs: Observation) -> tuple[str, bool, int]:
-        """The phase a crash line's process was in, whether its work there had ended, and
-        the furthest phase its frames may place it in (`Crash.reach`).  The launch's phase,
-        except where data-parallel replicas start apart and the crashing line's replica was
-        further: the startup waits for the slowest replica, and DP1 running out of memory in
-        its capture while DP3 still read its weights was `cuda_oom during loading_shards`
-        (DESIGN: where it happened is the crash's `during`)."""
+    def _crash_phase(self, state: State, obs: Observation) -> tuple[str, bool, int, str]:
+        """The phase a crash line's process was in, whether its work there had ended, the
+        furthest phase its frames may place it in (`Crash.reach`), and the replica whose
+        phase that is ("" for the launch's).  The launch's phase, except where data-parallel
+        replicas start apart and the crashing line's replica was further: the startup waits
+        for the slowest replica, and DP1 running out of memory in its capture while DP3 still
+        read its weights was `cuda_oom during loading_shards` (DESIGN: where it happened is
+        the crash's `during`)."""
         main = state.history
         during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
         done = state.phase_done and during == state.phase
         now = self.pack.phase_index(during)
-        mine = replica_reach(self.pack, state.ranks, obs.text, state.lanes) \
+        own = replica_reach(self.pack, state.ranks, obs.text, state.lanes) \
             if self.replicas_apart(state) and during not in (READY, *TERMINAL) else None
-        if mine is None or not 0 <= now < mine[0] < self.pack.phase_index(READY):
-            return during, done, -1
+        if own is None or not 0 <= now < own[1][0] < self.pack.phase_index(READY):
+            return during, done, -1, ""
         # a replica that ended its phase was in the next one's work (its capture bar names
         # no replica): a frame of it may place the crash there
-        return self.pack.phases[mine[0]], mine[1], mine[0] + (1 if mine[1] else 0)
+        name, (mine, ended) = own
+        return self.pack.phases[mine], ended, mine + (1 if ended else 0), name
 
     def _while_crashed(self, state: State, obs: Observation, now: float,
                        events: list[Event]) -> bool:

@@ -123,11 +123,24 @@ class Crash:
                                             # in: its own DP replica's next phase, where that
                                             # replica had ended one the startup is behind
                                             # (machine/startup.py `_crash_phase`)
+    # the replica whose own phase placed it (`DP2`), ahead of the startup's (the slowest
+    # replica's, `startup_phase`): "" where the crash is in the startup's phase
+    replica: str = ""
+    startup_phase: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
                 "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
-                "excerpt": list(self.excerpt), "rank": self.rank}
+                "excerpt": list(self.excerpt), "rank": self.rank,
+                **({"replica": self.replica, "startup_phase": self.startup_phase}
+                   if self.ahead else {})}
+
+    @property
+    def ahead(self) -> str:
+        """The replica that crashed ahead of the startup's phase (`DP2` out of memory
+        capturing while DP3, the slowest, still loads: `during` is DP2's cuda_graph, the
+        startup's phases end at loading_shards); "" where `during` is the startup's own."""
+        return self.replica if self.replica and self.during != self.startup_phase else ""
 
 
 

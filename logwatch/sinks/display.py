@@ -23,7 +23,7 @@ from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..telemetry.gpu import preflight_note
 from ..units import fmt_clock, fmt_duration
-from ..verdict import crash_text, ready_notes
+from ..verdict import crash_sentence, crash_text, ready_notes, replica_phase
 from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
 
@@ -326,8 +326,9 @@ class PlainDisplay:
             return
         if view.crash is not None:
             c = view.crash     # after: launch -> crash, as the alert says (not the startup's time)
-            after = f" after {fmt_duration(view.crash_elapsed)}" if view.crash_elapsed else ""
-            self._say(f"CRASHED: {c['reason']} during {c['during']}{after}")
+            said = crash_text(c["reason"], c["during"], view.crash_elapsed, (),
+                              c.get("replica") or "", c.get("startup_phase") or "")
+            self._say("CRASHED" + said[len("crashed"):])
             if c.get("rank"):
                 print(f"  first rank to crash: {c['rank']}", file=self.out)
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
@@ -393,8 +394,10 @@ def summary_block(view: TargetView) -> list[str]:
     """What a person wants at the end: per-phase times, the total, shards, serving speed."""
     d = {k: v for k, v in view.durations.items() if k != "ready"}
     out = []
-    if d:
+    ahead = replica_phase(view.crash) if view.phase == "crashed" else ""
+    if d:     # (a replica that crashed ahead of them: where it was, as `replay` says)
         out.append("phases: " + " · ".join(f"{k} {fmt_duration(v)}" for k, v in d.items())
+                   + (f" · crashed ({ahead})" if ahead else "")
                    + f"  (total {fmt_duration(startup_seconds(view) or 0.0)})")
     if view.shards and view.shards.total:
         out.append(f"shards: {view.shards.loaded}/{view.shards.total}")
@@ -594,8 +597,7 @@ class MultiDisplay:
                 continue
             if v.crash:
                 c = v.crash
-                head = crash_text(c["reason"], c["during"], v.crash_elapsed,
-                                  [f"{c['rank']} first" if c.get("rank") else ""])
+                head = crash_sentence(c, v.crash_elapsed)
             elif v.phase == "ready" and v.ready_in is not None:
                 notes = ready_notes(v.ready_line, v.follower)
                 head = f"ready in {fmt_duration(v.ready_in)}" + \

@@ -160,7 +160,7 @@ function lane(label,parts,scale,totalText,outcome,outcomeCls,col){
   row.append(ln,el("span","total",totalText),el("span","outcome"+(outcomeCls?" "+outcomeCls:""),outcome||""));return row}
 function brief(t){const s=t.source_state||{},c=t.crash;
   if(t.silent)return t.silent;if(s.error||s.fatal)return "source: "+(s.message||"down");
-  if(c)return c.reason+" during "+c.during;if(t.status==="unreachable"&&t.probe)return "endpoint: "+(t.probe.verdict||"not answering");
+  if(c)return c.reason+" during "+c.during+(c.replica?" in "+c.replica:"");if(t.status==="unreachable"&&t.probe)return "endpoint: "+(t.probe.verdict||"not answering");
   if(t.rank_lag)return t.rank_lag;if(!s.up)return s.message||"";return t.last_line||""}
 function update(r,t,now){
   r.t=t;r.root.classList.toggle("bad",(t.status||"") in PIN);set(r.brief,brief(t));

@@ -7,7 +7,7 @@ from typing import Any
 from ..rules.pack import CRASHED, READY, STOPPED, WAITING
 from ..shown import visible
 from ..units import fmt_duration
-from ..verdict import crash_text, ready_notes
+from ..verdict import crash_text, ready_notes, replica_phase
 from ..view import TargetView
 
 
@@ -23,24 +23,31 @@ def summary(view: TargetView) -> dict[str, Any]:
     if doc["crash"]:
         # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
         # (and the rank and the sentence are the status's, `/api/status`, not the contract's)
+        # (nor the replica it crashed in ahead of the startup: `human` has it from the view)
         doc["crash"] = {k: v for k, v in doc["crash"].items()
-                        if k not in ("at", "log_time", "rank", "text")}
+                        if k not in ("at", "log_time", "rank", "text", "replica",
+                                     "startup_phase")}
     return doc
 
 
 NO_STARTUP = "no startup in this log (no launch line of the engine)"
 
 
-def human(doc: dict[str, Any], total: float | None = None, follower: bool = False) -> str:
+def human(doc: dict[str, Any], total: float | None = None, follower: bool = False,
+          crash: dict[str, Any] | None = None) -> str:
     """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
     launch-to-ready time (the view's `ready_in`); None where the log has no launch to count
     from (it begins mid-startup or while serving): no "after" (before, the phases the window
     showed: `ready after 1.0s` for a window that began at graph capture).  `follower`: a
-    follower node's launch."""
+    follower node's launch.  `crash`: the view's (`/api/status`'s), whose replica, where it
+    crashed ahead of the startup, the sentence and the phases line name (before: `during
+    cuda_graph` beside phases `launching > loading_shards > crashed`)."""
     phase = doc["phase"]
+    ahead = replica_phase(crash) if phase == CRASHED else ""
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
-        head = crash_text(c["reason"], c["during"])
+        head = crash_text(c["reason"], c["during"], replica=(crash or {}).get("replica") or "",
+                          startup=(crash or {}).get("startup_phase") or "")
     elif phase == READY:
         notes = ready_notes(doc.get("ready_line"), follower)
         head = "ready" + (f" after {fmt_duration(total)}" if total else "") + \
@@ -56,7 +63,7 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
     if doc["shards_total"]:
         facts.append(f"shards {doc['shards_loaded']}/{doc['shards_total']}")
     if doc["phases_seen"]:
-        facts.append("phases " + " > ".join(doc["phases_seen"]))
+        facts.append("phases " + " > ".join(doc["phases_seen"]) + (f" ({ahead})" if ahead else ""))
     out.append("  " + " · ".join(facts))
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
