@@ -169,6 +169,43 @@ def test_dense_vllm_dp_engines_with_tp_move_the_startup_when_the_slowest_does():
     assert again.state.durations() == d
 
 
+@pytest.mark.parametrize("bar", [True, False])
+def test_a_dense_vllm_replica_behind_is_named_in_its_workers_phase(bar: bool):
+    """`-dp 2 -tp 2`, a dense model, cut at DP0's `init engine`; DP1's workers (pid 210,
+    211) print nothing after `Loading model from scratch...` (with and without DP1's shard
+    bar at 17/17).  EngineCore_DP1 prints its launch, then nothing until its workers
+    captured, and those workers name no engine (`Worker_TP0`, 0.34 core.py:1727): by
+    elimination they are DP1's.  Seen 10 minutes on, before: "DP1 still in launching
+    10m01s after the other 1 replica finished it" while its workers loaded."""
+    src = (BUILT / "vllm-034-dp2-tp2-dense.log").read_text().splitlines()
+    end = next(i for i, x in enumerate(src) if "EngineCore_DP0" in x and "init engine" in x)
+    lines = [x for i, x in enumerate(src[: end + 1])
+             if not (re.search(r"pid=21[01]\)", x) and "Loading model" not in x)
+             and (bar or "17/17 [00:60" not in x)]
+    pipe = feed(lines, "vllm")
+    assert pipe.state.phase == "loading_shards"
+    view = pipeline_view("x", pipe, now=1000.0 + 600)
+    assert view.rank_lag == "DP1 still in loading_shards 10m01s after the other 1 replica " \
+        "finished it", view.rank_lag
+
+
+def test_dense_engine_cores_behind_at_different_places_are_not_named_wrong():
+    """Two dense engine cores still silent whose workers are in different phases: which is
+    where is unknown, so neither is named (before: both "still in launching")."""
+    from logwatch.machine import RankProgress, rank_lag
+    idx = load_pack("vllm").phase_index
+    phases = tuple(load_pack("vllm").phases)
+    core = lambda ph, at: RankProgress(ph, ph != "launching", at, [(idx(ph), ph != "launching", at)])  # noqa: E731
+    ranks = {"DP0": core("allocating", 100.0), "DP1": core("launching", 4.0),
+             "DP2": core("launching", 4.0)}
+    lanes = {f"TP{t} pid={p}": pos for p, pos in ((200, (5, True)), (210, (2, False)),
+                                                   (220, (5, False))) for t in (0, 1)}
+    assert rank_lag(ranks, idx, 900.0, apart=True, lanes=lanes, phases=phases) is None
+    lanes.update({"TP0 pid=220": (2, False), "TP1 pid=220": (2, False)})  # both loading
+    lag = rank_lag(ranks, idx, 900.0, apart=True, lanes=lanes, phases=phases)
+    assert lag is not None and (lag.ranks, lag.phase) == (("DP1", "DP2"), "loading_shards")
+
+
 def test_the_processes_kept_per_startup_are_bounded():
     """One `Worker_TP0` process per line, 1000 of them (untrusted input): 64 kept."""
     lines = [f"(Worker_TP0 pid={1000 + i}) INFO 12-01 10:00:{i % 60:02d} [model_runner.py:412] "

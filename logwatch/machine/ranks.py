@@ -88,7 +88,9 @@ def rank_clock(state: _Clocked, now: float) -> float:
 
 
 def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], now: float,
-             after: float = RANK_LAG_AFTER, apart: bool = False) -> RankLag | None:
+             after: float = RANK_LAG_AFTER, apart: bool = False,
+             lanes: dict[str, tuple[int, bool]] | None = None,
+             phases: tuple[str, ...] = ()) -> RankLag | None:
     """The ranks that stayed behind: each other rank got past their position at least
     `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
     started).  The furthest-behind group is named when it is a minority (fewer than half the
@@ -96,15 +98,52 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
     the other ranks are then not behind it; None when all move together.  Where data-parallel
     replicas start apart (`apart`), replicas are compared first, each as far as its furthest
     rank, and one behind is named even if half of them are: `--dp 2` (half the ranks) with
-    DP1 still loading ten minutes after DP0 captured was never named."""
+    DP1 still loading ten minutes after DP0 captured was never named.  A dense model's
+    replicas are their engine cores, whose workers speak for them (`dense_replica`)."""
     groups: dict[str, list[RankProgress]] = {}
     for r, p in ranks.items():
         if apart and replica_of(r):
             groups.setdefault(replica_of(r), []).append(p)
+    if len(groups) >= 2 and lanes and phases and not dense_replica(groups, lanes, phase_index,
+                                                                    phases):
+        return None            # engine cores behind whose workers cannot be told apart
     lag = _lag(groups, phase_index, now, after, "replica") if len(groups) >= 2 else None
     if lag is not None or len(ranks) < 2:
         return lag
     return _lag({r: [p] for r, p in ranks.items()}, phase_index, now, after, "rank")
+
+
+def dense_replica(groups: dict[str, list[RankProgress]], lanes: dict[str, tuple[int, bool]],
+                  phase_index: Callable[[str], int], phases: tuple[str, ...]) -> bool:
+    """A dense model's engine cores (`EngineCore_DP1`) print their launch, then nothing
+    until their workers captured (0.34: the workers are `(Worker_TP0 pid=N)` in every
+    engine, core.py:1727 `reconfigure_for_independent_dp_rank`; before their parallel
+    groups exist, `(Worker pid=N)`: no line of theirs names the engine), so a replica still
+    loading read "DP1 still in launching".  Its workers are the slowest processes of each
+    tag (`lanes`): the other engine cores said they were past launching only after their
+    own workers' capture.  The engine cores still at the first phase get, in `groups`,
+    the position of those processes (as far as the furthest of them, no further than the
+    other replicas).  False where that cannot be told: several such engine cores whose
+    slowest processes are at different positions (which engine is where is unknown)."""
+    tags = [lane.split(" pid=")[0] for lane in lanes]
+    dense = sorted(pos for lane, pos in lanes.items()
+                   if tags.count(lane.split(" pid=")[0]) > 1)
+    if not dense:
+        return True            # no tag of several processes: the DP tags say it all
+    at = {u: max((phase_index(p.phase), p.finished) for p in ps) for u, ps in groups.items()}
+    quiet = [u for u, pos in at.items() if pos[0] == 0]
+    if not quiet or len(quiet) == len(at):
+        return True
+    slow = dense[: len(quiet) * len({t for t in tags if tags.count(t) > 1})]
+    if len(quiet) > 1 and len(set(slow)) > 1:
+        return False
+    pos = min(max(slow), min(p for u, p in at.items() if u not in quiet))
+    if not 0 <= pos[0] < len(phases):
+        return True            # (a position no phase of the pack names: left as it was)
+    for u in quiet:
+        first = groups[u][0]
+        groups[u].append(RankProgress(phases[pos[0]], pos[1], first.at, [(*pos, first.at)]))
+    return True
 
 
 def _lag(units: dict[str, list[RankProgress]], phase_index: Callable[[str], int], now: float,
