@@ -1390,3 +1390,25 @@ def test_a_log_on_a_socket_is_dated_by_now_not_1969():
         with a.makefile("rb") as f:
             st_ = replay_stream(f, load_pack("vllm")).state
     assert time.gmtime(st_.spans[0].log_time).tm_year >= 2026
+
+
+def test_sglang_hicache_host_pool_after_the_capture_is_allocating():
+    """`--enable-hierarchical-cache`: the scheduler pins its host pool after the capture
+    (0.5.23 managers/scheduler.py: `init_model_worker`, then `build_kv_cache`).  Before, the
+    78 s of pinning 200 GB were the capture's: cuda_graph 1m35s for a 12 s capture."""
+    st_ = replay("sglang-0523-hicache.log")
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "cuda_graph",
+                                "allocating", "ready"]
+    d = st_.durations()
+    assert d["cuda_graph"] == 12.0 and d["allocating"] == 3.0 + 83.0, d
+    assert st_.ready_in() == pytest.approx(138.0)
+
+
+def test_sglang_hicache_host_pool_too_big_crashes_while_allocating_not_capturing():
+    """`Not enough host memory available ... reduce the size of the hierarchical cache`
+    (mem_cache/pool_host/base.py:252), raised after the capture ended: before, `during
+    cuda_graph`."""
+    st_ = replay("sglang-0523-hicache-host-oom.log")
+    assert st_.phase == "crashed" and st_.crash is not None
+    assert st_.crash.during == "allocating", st_.crash
+    assert st_.crash.line.startswith("ValueError: Not enough host memory available.")
