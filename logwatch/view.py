@@ -486,7 +486,8 @@ def _rank_lag(pipe: LogPipeline, now: float) -> str:
         return ""
     after = min(RANK_LAG_AFTER, pipe.machine.stall_budget(st.phase) / 4)
     lag = rank_lag(st.ranks, pipe.pack.phase_index, rank_clock(st, now), after,
-                   pipe.machine.replicas_apart(st), st.lanes, pipe.pack.phases)
+                   pipe.machine.replicas_apart(st), st.lanes, pipe.pack.phases,
+                   pipe.pack.replica_stage)
     if lag is None:
         return ""
     return dataclasses.replace(lag, ranks=tuple(sorted(lag.ranks, key=rank_key))).text

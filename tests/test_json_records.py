@@ -77,10 +77,12 @@ def test_a_vllm_log_in_json_reads_as_the_text_log(src: Path, tmp_path: Path) -> 
     assert (a.ready_line is None) == (b.ready_line is None)
 
 
-# SGLang's JSON records carry no rank tag: `--dp` groups starting apart cannot be told apart
-# there (the startup follows whichever group printed last; its text form, the slowest group)
+# SGLang's JSON records carry no rank tag: `--dp` groups and `--pp-size` stages starting apart
+# cannot be told apart there (the startup follows whichever group printed last; its text
+# form, the slowest group)
 APART_BY_RANK_ONLY = {"sglang-0523-dp2.log", "sglang-0523-dp4-capture-oom.log",
-                      "sglang-0523-dp2-tp2-stuck-load.log"}
+                      "sglang-0523-dp2-tp2-stuck-load.log", "sglang-0523-pp2.log",
+                      "sglang-0523-pp2-last-stage-oom.log"}
 SGLANG_LOGS = [p for p in sorted([*FIXTURES.glob("sglang-*.log"),
                                   *(FIXTURES / "built").glob("sglang-*.log")])
                if p.name not in APART_BY_RANK_ONLY and any(

@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import ROOT
+from logwatch.machine.ranks import replica_of
 from logwatch.rules.pack import (
     CRASH_REASONS,
     GENERIC_REASONS,
@@ -848,7 +849,9 @@ def test_the_auto_fallback_is_the_pack_that_says_so(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value, key", [({"unless": "enable_dp_attention"}, "replicas.unless"),
-                                        ({"unless": [""]}, "replicas.unless")])
+                                        ({"unless": [""]}, "replicas.unless"),
+                                        ({"stage": "PP(\\d+"}, "replicas.stage"),
+                                        ({"stage": "PP\\d+"}, "replicas.stage")])
 def test_a_bad_replicas_key_is_a_pack_error_naming_it(tmp_path: Path, value: Any, key: str):
     with pytest.raises(PackError) as ei:
         load_pack(str(write(tmp_path, {**minimal_pack(), "replicas": value})))
@@ -862,3 +865,11 @@ def test_replicas_are_the_shipped_packs_and_a_pack_extending_them_inherits_it(tm
     assert load_pack("trtllm").replicas_unless is None
     own = {"name": "own", "extends": "vllm", "rules": []}
     assert load_pack(str(write(tmp_path, own))).replicas_unless == ()
+
+
+def test_sglang_pipeline_stages_are_groups_of_their_replica():
+    """`replicas.stage`: a rank's PP stage joins its DP replica in the group it moves with."""
+    stage = load_pack("sglang").replica_stage
+    assert [replica_of(r, stage) for r in ("PP1 TP3", "DP1 PP0 TP3 EP3", "TP0", "DP1 TP0",
+                                           "MOE_DP1 TP0")] == ["PP1", "DP1 PP0", "", "DP1", ""]
+    assert load_pack("vllm").replica_stage is None and replica_of("PP1_TP0") == ""

@@ -1412,3 +1412,24 @@ def test_sglang_hicache_host_pool_too_big_crashes_while_allocating_not_capturing
     assert st_.phase == "crashed" and st_.crash is not None
     assert st_.crash.during == "allocating", st_.crash
     assert st_.crash.line.startswith("ValueError: Not enough host memory available.")
+
+
+def test_sglang_pipeline_stages_move_the_startup_when_the_slowest_does():
+    """`--pp-size 2 --tp 4`: stage 1 (`PP1 TP0`..) reads its layers 20 s longer, and every
+    rank waits for it before the KV cache is sized (0.5.23 kv_cache_configurator.py:3003, a
+    minimum over the world group).  Before, stage 0's `Load weight end.` moved the startup
+    on: loading 1m20s (truth 1m40s), allocating 23 s (truth 3 s)."""
+    st_ = replay("sglang-0523-pp2.log")
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "cuda_graph",
+                                "ready"]
+    d = st_.durations()
+    assert d["loading_shards"] == 100.0 and d["allocating"] == 3.0, d
+
+
+def test_sglang_last_pipeline_stage_oom_is_the_startup_s_crash_while_loading():
+    """Stage 1 (the lm_head) runs out of memory while it loads, stage 0 loaded and waits:
+    the startup never left loading (before: `launching > loading_shards > allocating`)."""
+    st_ = replay("sglang-0523-pp2-last-stage-oom.log")
+    assert st_.crash is not None and st_.crash.reason == "cuda_oom"
+    assert st_.crash.during == "loading_shards"
+    assert main_phases(st_) == ["launching", "loading_shards", "crashed"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from ..rules.pack import Rule, RulePack
 
@@ -90,7 +90,7 @@ def rank_clock(state: _Clocked, now: float) -> float:
 def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], now: float,
              after: float = RANK_LAG_AFTER, apart: bool = False,
              lanes: dict[str, tuple[int, bool]] | None = None,
-             phases: tuple[str, ...] = ()) -> RankLag | None:
+             phases: tuple[str, ...] = (), stage: Any = None) -> RankLag | None:
     """The ranks that stayed behind: each other rank got past their position at least
     `after` seconds ago (`now` on `rank_clock`; a rank is never compared with ranks that never
     started).  The furthest-behind group is named when it is a minority (fewer than half the
@@ -102,8 +102,8 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
     replicas are their engine cores, whose workers speak for them (`dense_replica`)."""
     groups: dict[str, list[RankProgress]] = {}
     for r, p in ranks.items():
-        if apart and replica_of(r):
-            groups.setdefault(replica_of(r), []).append(p)
+        if apart and replica_of(r, stage):
+            groups.setdefault(replica_of(r, stage), []).append(p)
     if len(groups) >= 2 and lanes and phases and not dense_replica(groups, lanes, phase_index,
                                                                     phases):
         return None            # engine cores behind whose workers cannot be told apart
@@ -210,12 +210,15 @@ _REPLICA = re.compile(r"^(DP\d+)(?=[ _]|$)")
 
 
 @lru_cache(maxsize=512)
-def replica_of(rank: str) -> str:
-    """The data-parallel replica a rank belongs to (`DP1` of `DP1_TP0`), "" for none.
-    Cached: asked for every rank at each milestone line (a launch has few rank tags; the
-    cache is bounded whatever a log holds)."""
+def replica_of(rank: str, stage: Any = None) -> str:
+    """The data-parallel replica a rank belongs to (`DP1` of `DP1_TP0`), "" for none; with
+    the pack's `stage` pattern (`RulePack.replica_stage`), its pipeline stage in it too
+    (`PP1` of `PP1 TP3`, `DP1 PP0` of `DP1 PP0 TP3`).  Cached: asked for every rank at each
+    milestone line (a launch has few rank tags; the cache is bounded whatever a log holds)."""
     m = _REPLICA.search(rank)
-    return m.group(1) if m else ""
+    replica = m.group(1) if m else ""
+    s = stage.search(rank) if stage is not None else None
+    return f"{replica} {s.group('stage')}".lstrip() if s else replica
 
 
 # a rank's process, `(Worker_TP0 pid=200)`: where the tag alone does not say which replica
@@ -263,7 +266,7 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
         if out:
             return out
     for rank, rp in ranks.items():
-        replica = replica_of(rank)
+        replica = replica_of(rank, pack.replica_stage)
         if not replica:
             continue           # most launches: no replica in any tag (asked at every milestone)
         pos = (pack.phase_index(rp.phase), rp.finished)
@@ -299,7 +302,7 @@ def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str
     rank = pack.rank_of(text)
     if not rank:
         return None
-    return pos.get(replica_of(rank)) or pos.get(lane_of(rank, text))
+    return pos.get(replica_of(rank, pack.replica_stage)) or pos.get(lane_of(rank, text))
 
 
 def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,

@@ -445,9 +445,10 @@ class StartupMachine:
         if self.pack.phase_index(state.ranks[rank].phase) <= new_i:
             return False       # a slow rank's first load
         apart = self.replicas_apart(state)
-        past = {replica_of(r) if apart else "" for r, rp in state.ranks.items()
+        stage = self.pack.replica_stage
+        past = {replica_of(r, stage) if apart else "" for r, rp in state.ranks.items()
                 if self.pack.phase_index(rp.phase) > new_i}
-        return all((replica_of(r) if apart else "") in past for r in state.ranks)
+        return all((replica_of(r, stage) if apart else "") in past for r in state.ranks)
 
     def _catching_up(self, state: State, obs: Observation, cur_i: int) -> bool:
         """Is this line a rank's first arrival past the startup's phase while another rank
@@ -458,9 +459,10 @@ class StartupMachine:
         rp = state.ranks.get(rank) if rank else None
         if rp is None or not rp.moved or len(rp.advances) < 2 or rp.advances[-2][0] > cur_i:
             return False
-        group = replica_of(rank) if self.replicas_apart(state) else None
+        stage = self.pack.replica_stage
+        group = replica_of(rank, stage) if self.replicas_apart(state) else None
         return any(r != rank and self.pack.phase_index(p.phase) > cur_i and
-                   (group is None or replica_of(r) == group) for r, p in state.ranks.items())
+                   (group is None or replica_of(r, stage) == group) for r, p in state.ranks.items())
 
     def _closes(self, state: State, rule: Rule, obs: Observation, now: float,
                 events: list[Event]) -> None:

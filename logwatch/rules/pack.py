@@ -302,6 +302,9 @@ class RulePack:
     # is (machine/ranks.py `replicas_allow`), unless one of these launch args is true; None:
     # the pack's ranks are never compared so
     replicas_unless: tuple[str, ...] | None = None
+    # a rank's pipeline stage (group 1: `PP1` of `[... PP1 TP3]`): each stage of a replica
+    # loads, sizes and captures at its own pace too (`replicas: {stage: REGEX}`)
+    replica_stage: Any = None
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -483,8 +486,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     follower = _follower(src, doc["follower"], rules, phases) \
         if doc.get("follower") is not None else (base.follower if base else None)
     gpus = _gpus(src, doc["gpus"]) if doc.get("gpus") is not None else (base.gpus if base else None)
-    replicas = _replicas(src, doc["replicas"]) if "replicas" in doc \
-        else (base.replicas_unless if base else None)
+    replicas, stage = _replicas(src, doc["replicas"]) if "replicas" in doc \
+        else ((base.replicas_unless, base.replica_stage) if base else (None, None))
     envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
         else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
     user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
@@ -504,7 +507,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
         servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
-        gpus=gpus, replicas_unless=replicas,
+        gpus=gpus, replicas_unless=replicas, replica_stage=stage,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -906,17 +909,25 @@ def _probe(src: str, value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(paths), tuple(off)
 
 
-def _replicas(src: str, value: Any) -> tuple[str, ...]:
-    """`replicas: {unless: [enable_dp_attention]}`: the pack's `DP1` ranks are replicas that
-    start apart (vLLM's engine cores, SGLang's `--dp` groups), unless one of these launch
-    args is true (SGLang's attention data parallelism: the DP ranks are one model, and its
-    rank 0 alone prints some milestones)."""
-    if not isinstance(value, dict) or set(value) - {"unless"}:
-        raise PackError(src, "must be a mapping {unless: [ARG, ...]}", key="replicas")
+def _replicas(src: str, value: Any) -> tuple[tuple[str, ...], Any]:
+    """`replicas: {unless: [enable_dp_attention], stage: REGEX}`: the pack's `DP1` ranks are
+    replicas that start apart (vLLM's engine cores, SGLang's `--dp` groups), unless one of
+    these launch args is true (SGLang's attention data parallelism: the DP ranks are one
+    model, and its rank 0 alone prints some milestones).  `stage` (a group `stage`) finds a
+    rank's pipeline stage in its tag: the stages of a replica load their own layers at
+    their own paces and wait for each other before the KV cache is sized, so each is a
+    group apart too."""
+    if not isinstance(value, dict) or set(value) - {"unless", "stage"}:
+        raise PackError(src, "must be a mapping {unless: [ARG, ...], stage: REGEX}", key="replicas")
     unless = value.get("unless") or []
     if not isinstance(unless, list) or not all(isinstance(x, str) and x for x in unless):
         raise PackError(src, "a list of argument names", key="replicas.unless")
-    return tuple(unless)
+    if value.get("stage") is None:
+        return tuple(unless), None
+    stage = _compile(src, value["stage"], None, "replicas.stage")
+    if "stage" not in stage.group_names:
+        raise PackError(src, "needs a group `stage`", key="replicas.stage")
+    return tuple(unless), stage
 
 
 def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
