@@ -1433,3 +1433,23 @@ def test_sglang_last_pipeline_stage_oom_is_the_startup_s_crash_while_loading():
     assert st_.crash is not None and st_.crash.reason == "cuda_oom"
     assert st_.crash.during == "loading_shards"
     assert main_phases(st_) == ["launching", "loading_shards", "crashed"]
+
+
+def test_sglang_deepgemm_jit_inside_the_capture_is_autotune():
+    """DeepEP + DeepGEMM (DeepSeek-V3, TP8 EP8): the JIT pre-compile runs at the capture's
+    first batch (0.5.23 compile_utils.py `_deep_gemm_execution_hook`), 11m45s of the 11m49s
+    from `Capture cuda graph begin.` to its end.  Before, all of it read cuda_graph (11m56s)."""
+    st_ = replay("sglang-0523-deepep-deepgemm.log")
+    assert main_phases(st_) == ["launching", "loading_shards", "allocating", "cuda_graph",
+                                "autotune", "cuda_graph", "ready"]
+    d = st_.durations()
+    assert close(d["autotune"], 707.0) and d["cuda_graph"] < 15.0, d
+    assert st_.ready_in() == pytest.approx(971.0)
+
+
+def test_sglang_deepgemm_without_nvcc_is_a_kernel_compile_failure():
+    """sgl-deep-gemm's `NVCC compiler is not executable` (an image without the CUDA toolkit)
+    raised inside the capture: before, `cuda_graph_capture_failed during cuda_graph`."""
+    st_ = replay("sglang-0523-deepgemm-no-nvcc.log")
+    assert st_.crash is not None
+    assert (st_.crash.reason, st_.crash.during) == ("kernel_compile_failed", "autotune")
