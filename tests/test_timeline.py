@@ -1453,3 +1453,17 @@ def test_sglang_deepgemm_without_nvcc_is_a_kernel_compile_failure():
     st_ = replay("sglang-0523-deepgemm-no-nvcc.log")
     assert st_.crash is not None
     assert (st_.crash.reason, st_.crash.during) == ("kernel_compile_failed", "autotune")
+
+
+def test_a_span_opened_by_a_bar_placed_after_the_last_stamp_shows_no_stamp():
+    """The capture bar after DeepGEMM's compile carries the last stamp (10:13:41, the last
+    `Try DeepGEMM JIT Compiling`), but its frames place it at +16m03s: before, the timeline
+    showed `cuda_graph 2026-12-01 10:13:41 +16m03s`.  A bar at its carried stamp keeps it."""
+    rows = timeline(pipeline_view("x", replay_file(str(BUILT / "sglang-0523-deepep-deepgemm.log"))))
+    capture = [r.split() for r in rows.splitlines() if r.split()[:1] == ["cuda_graph"]]
+    assert [r[1] for r in capture] == ["2026-12-01", "-"], rows
+    assert capture[1][2] == "+16m03s", rows
+    lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
+    lines = [x for x in lines if "Capture cuda graph begin" not in x]   # the bar opens it
+    rows = timeline(pipeline_view("y", feed(lines, "sglang")))
+    assert "cuda_graph      2026-12-01 10:03:42" in rows, rows

@@ -21,8 +21,17 @@ CLOCK_JUMP = 183 * 86400.0     # a stamp further ahead than this is not the log'
 LATE = 5.0                     # a line read this long after its stamp says: written earlier
 
 
-def new_span(phase: str, obs: Observation, now: float, beside: bool = False) -> Span:
-    return Span(phase, now, obs.log_time, obs.log_stamp, obs.text[:LINE_KEEP], beside=beside)
+def new_span(phase: str, obs: Observation, now: float, beside: bool = False,
+             last_own: float | None = None) -> Span:
+    """A span opened by `obs`.  A line with no stamp of its own (a tqdm bar) carries the last
+    one, which says when it began only where the bar's frames did not place it later than
+    that stamp (`last_own`, the log's last own time): the timeline showed `cuda_graph
+    10:13:41 +16m03s` for a bar that began 2m22s after that stamp."""
+    stamp = obs.log_stamp
+    if not obs.own_time and (obs.log_time is None or last_own is None or
+                             abs(obs.log_time - last_own) > CLOCK_SLACK):
+        stamp = None
+    return Span(phase, now, obs.log_time, stamp, obs.text[:LINE_KEEP], beside=beside)
 
 
 def open_main(state: State, phase: str, obs: Observation, now: float,
@@ -30,7 +39,7 @@ def open_main(state: State, phase: str, obs: Observation, now: float,
     """The main line moves to `phase`: its open span closes here, a new one opens (at ready
     or an end, every span beside it closes too).  A span that opens at an unstamped line
     right after a `silent` phase floats (see `settle_float`)."""
-    span = new_span(phase, obs, now)
+    span = new_span(phase, obs, now, last_own=state.last_own_time)
     ending = phase == READY or phase in TERMINAL
     for sp in reversed(state.spans):
         if sp.open and (ending or not sp.beside):
@@ -72,7 +81,8 @@ def beside(state: State, rule: Rule, obs: Observation, now: float) -> None:
     per phase), `beside: close` closes it; the current phase does not change."""
     open_ = [sp for sp in state.spans if sp.beside and sp.open and sp.phase == rule.phase]
     if rule.beside == "open" and not open_:
-        state.spans.append(new_span(rule.phase or "", obs, now, beside=True))
+        state.spans.append(new_span(rule.phase or "", obs, now, beside=True,
+                                    last_own=state.last_own_time))
     elif rule.beside == "close":
         for sp in open_:
             sp.close(now, obs.log_time)
