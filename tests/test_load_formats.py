@@ -4,14 +4,29 @@ test is one finding: the verdict logwatch gave before, and the truth."""
 
 from __future__ import annotations
 
+import calendar
+import re
+
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
+from logwatch.eta import startup_eta
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import load_pack
 
 BUILT = FIXTURES / "built"
+STAMP = re.compile(r" (\d\d)-(\d\d) (\d\d):(\d\d):(\d\d) ")
 
 
 def replay(name: str):
     return replay_file(str(BUILT / name)).state
+
+
+def stamp_of(line: str, last: float) -> float:
+    """The epoch seconds of a vLLM line's `MM-DD HH:MM:SS` (2026), else `last` (a bar)."""
+    m = STAMP.search(line)
+    if m is None:
+        return last
+    return float(calendar.timegm((2026, *(int(g) for g in m.groups()))))
 
 
 def test_a_load_format_0_34_has_no_loader_for_is_a_bad_argument():
@@ -24,3 +39,27 @@ def test_a_load_format_0_34_has_no_loader_for_is_a_bad_argument():
     assert st.crash is not None
     assert (st.crash.reason, st.crash.during) == ("bad_argument", "launching"), st.crash
     assert "Load format `bitsandbytes` is not supported" in st.crash.line
+
+
+def test_the_fastsafetensors_bar_is_the_loading_s_progress_not_the_shard_count():
+    """`--load-format fastsafetensors`, TP2: the fastsafetensors package draws its own bar
+    (0.5 parallel_loader.py `_consumer_worker`), one step per batch of world-size files: 9
+    for Qwen3-32B's 17.  Before: no rule matched it, so no progress while loading, and a
+    first-start ETA that counted the typical load's 120 s where the bar had 17 s left (220 s
+    in all, 117 s now).  It is the loading's clock, not a shard count."""
+    st = replay("vllm-034-fastsafetensors.log")
+    assert st.phase == "ready" and "shards" not in st.progress, st.progress.keys()
+    bar = st.progress["file_batches"]
+    assert (bar.current, bar.total) == (9, 9)
+    lines = (BUILT / "vllm-034-fastsafetensors.log").read_text().splitlines(keepends=True)
+    at = next(i for i, x in enumerate(lines) if "| 4/9 [" in x)
+    pipe = LogPipeline(load_pack("vllm"))
+    t = 0.0
+    for x in lines[:at + 1]:
+        t = stamp_of(x, t)
+        pipe.feed(x.encode(), t)
+    # 5 of 9 batches left at 0.30/s: the bar's ~17 s, then the pack's typical later phases
+    eta = startup_eta(pipe.pack, pipe.state, t, {})
+    later = sum(v for k, v in pipe.pack.typical_seconds.items()
+                if pipe.pack.phases.index(k) > pipe.pack.phases.index("loading_shards"))
+    assert eta < later + 30, (eta, later)
