@@ -63,3 +63,31 @@ def test_the_fastsafetensors_bar_is_the_loading_s_progress_not_the_shard_count()
     later = sum(v for k, v in pipe.pack.typical_seconds.items()
                 if pipe.pack.phases.index(k) > pipe.pack.phases.index("loading_shards"))
     assert eta < later + 30, (eta, later)
+
+
+def _eta_at(name: str, marker: str) -> tuple[float, float]:
+    """(a first start's ETA, the true seconds left) at the first line holding `marker` of a
+    built log, `now` its own stamp."""
+    lines = (BUILT / name).read_text().splitlines(keepends=True)
+    ready = next(stamp_of(x, 0.0) for x in lines if "Starting vLLM server" in x)
+    pipe, t = LogPipeline(load_pack("vllm")), 0.0
+    for x in lines:
+        t = stamp_of(x, t)
+        pipe.feed(x.encode(), t)
+        if marker in x:
+            return startup_eta(pipe.pack, pipe.state, t, {}), ready - t
+    raise AssertionError(marker)
+
+
+def test_an_eager_launch_s_eta_counts_no_capture_ahead():
+    """`--enforce-eager`: no torch.compile, no JIT warmup, no capture (0.34 config/vllm.py:1709,
+    :1917); the KV cache sized, it serves.  Before: the first start's ETA in allocating
+    counted the capture's typical 30 s (40 s at the profiling run's end, 7 s left); the
+    pack's `follower.eager.skips` says no capture comes, for a head as for a follower."""
+    eta, left = _eta_at("vllm-034-eager.log", "Initial profiling/warmup run took")
+    assert left == 7.0 and eta <= 10.0, eta
+    st = replay("vllm-034-eager.log")
+    assert st.phase == "ready" and "cuda_graph" not in st.phases_seen
+    # graphs on, the same point counts the capture still
+    eta, left = _eta_at("vllm-034-default.log", "Initial profiling/warmup run took")
+    assert eta >= 30.0, eta

@@ -416,6 +416,10 @@ FOLLOWER = "name: mine\nextends: sglang\nfollower:\n  args: {node_rank: 1}\n  re
     ("eager: {args: {disable_cuda_graph: true}, ready: loading_shards}", "follower.eager.ready"),
     ("eager: {args: {disable_cuda_graph: true}}", "follower.eager"),
     ("eager: {args: {disable_cuda_graph: true}, ready: allocating, when: x}", "follower.eager"),
+    ("eager: {args: {disable_cuda_graph: true}, ready: allocating, skips: [launching]}",
+     "follower.eager.skips"),
+    ("eager: {args: {disable_cuda_graph: true}, ready: allocating, skips: cuda_graph}",
+     "follower.eager.skips"),
     ("nodes: {rank: node_rank}", "follower.nodes"),
     ("nodes: {rank: node_rank, count: 2}", "follower.nodes"),
     ("nodes: {rank: node_rank, count: nnodes, same: dist_init_addr}", "follower.nodes.same"),
@@ -426,7 +430,8 @@ def test_a_bad_follower_entry_is_one_error_naming_the_key(tmp_path: Path, entry:
                                                           key: str) -> None:
     """`follower.eager` (a follower that captures no graphs): a flag that is not `true`, a
     rule the pack lacks, a phase no `finishes: true` rule ends (loading_shards), the ready
-    phase itself, a missing or unknown key; `follower.nodes` (the arguments that name a
+    phase itself, a missing or unknown key, `skips` that is no list of phases after its
+    ready; `follower.nodes` (the arguments that name a
     node of a launch of several): a missing or non-name `rank` / `count`, a `same` that is
     no list, an unknown key; `follower.head` (the lines only a head prints): a rule the
     pack lacks."""

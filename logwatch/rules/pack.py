@@ -224,6 +224,7 @@ class FollowerSpec:
     eager_rules: frozenset[str] = frozenset()
     eager_args: tuple[str, ...] = ()
     eager_ready: str = ""
+    eager_skips: frozenset[str] = frozenset()   # phases such a launch never enters
     # the nodes of one launch (`nodes: {rank: ARG, count: ARG, same: [ARG, ...]}`): the
     # launch arguments that say which node of how many printed a dump, and those every node
     # of one launch shares (where the launch meets); "" where the pack has none
@@ -239,6 +240,13 @@ class FollowerSpec:
                 launch_args.get(key) is True for key in self.eager_args)):
             return self.eager_ready
         return self.ready
+
+    def skipped(self, launch_args: dict[str, Any], graphs_off: bool) -> frozenset[str]:
+        """The phases a launch with graphs off never enters (`eager.skips`: the capture),
+        head or follower alike; none while its graphs are on."""
+        if self.eager_skips and self.ready_for(launch_args, graphs_off) == self.eager_ready:
+            return self.eager_skips
+        return frozenset()
 
     def node_of(self, line_args: dict[str, Any]) -> tuple[int, int] | None:
         """(node rank, node count) a launch line's arguments name, for a launch of several
@@ -805,7 +813,7 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
 def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
               ) -> FollowerSpec:
     """`follower: {rules: [ID, ...], head: [ID, ...], args: {FLAG: N | true}, ready: PHASE,
-    eager: {args: {FLAG: true}, ready: PHASE}, nodes: {rank: ARG, count: ARG, same: [ARG,
+    eager: {args: {FLAG: true}, ready: PHASE, skips: [PHASE]}, nodes: {rank: ARG, count: ARG, same: [ARG,
     ...]}}` (FollowerSpec)."""
     if not isinstance(value, dict) or \
             set(value) - {"rules", "head", "args", "ready", "eager", "nodes"}:
@@ -848,15 +856,16 @@ def _follower_nodes(src: str, value: Any) -> tuple[str, str, tuple[str, ...]]:
 
 
 def _follower_eager(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
-                    ) -> tuple[frozenset[str], tuple[str, ...], str]:
-    """`follower.eager: {rules: [ID], args: {FLAG: true}, ready: PHASE}`: the lines and
-    flags that say graphs are off, and the phase a rank has done its last step in then."""
+                    ) -> tuple[frozenset[str], tuple[str, ...], str, frozenset[str]]:
+    """`follower.eager: {rules: [ID], args: {FLAG: true}, ready: PHASE, skips: [PHASE]}`:
+    the lines and flags that say graphs are off, the phase a rank has done its last step in
+    then, and the phases after it such a launch never enters."""
     if value is None:
-        return frozenset(), (), ""
+        return frozenset(), (), "", frozenset()
     if not isinstance(value, dict) or "ready" not in value or \
-            set(value) - {"rules", "args", "ready"}:
-        raise PackError(src, "must be a mapping {rules: [...], args: {FLAG: true}, ready: PHASE}",
-                        key="follower.eager")
+            set(value) - {"rules", "args", "ready", "skips"}:
+        raise PackError(src, "must be a mapping {rules: [...], args: {FLAG: true}, ready: PHASE, "
+                        "skips: [PHASE, ...]}", key="follower.eager")
     named = value.get("rules") or []
     if not isinstance(named, list) or any(x not in {r.id for r in rules} for x in named):
         raise PackError(src, "must be a list of this pack's rule ids",
@@ -867,7 +876,12 @@ def _follower_eager(src: str, value: Any, rules: list[Rule], phases: tuple[str, 
         raise PackError(src, "must map argument names to true (or give rules)",
                         key="follower.eager.args")
     _follower_ready(src, value["ready"], rules, phases, "follower.eager.ready")
-    return frozenset(named), tuple(args), value["ready"]
+    skips = value.get("skips") or []
+    after = phases[phases.index(value["ready"]) + 1: phases.index(READY)]
+    if not isinstance(skips, list) or any(x not in after for x in skips):
+        raise PackError(src, f"must be a list of phases after eager.ready ({', '.join(after)})",
+                        key="follower.eager.skips")
+    return frozenset(named), tuple(args), value["ready"], frozenset(skips)
 
 
 def _follower_ready(src: str, ready: Any, rules: list[Rule], phases: tuple[str, ...],
