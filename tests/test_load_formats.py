@@ -91,3 +91,26 @@ def test_an_eager_launch_s_eta_counts_no_capture_ahead():
     # graphs on, the same point counts the capture still
     eta, left = _eta_at("vllm-034-default.log", "Initial profiling/warmup run took")
     assert eta >= 30.0, eta
+
+
+def test_a_rejected_config_s_root_cause_is_pydantic_s_message_not_its_header(tmp_path):
+    """`--quantization bitsandbytes` and a `.gguf` file (0.34 has neither): the API server's
+    ModelConfig rejects them (config/model.py:1486; transformers_utils/config.py:948, no
+    config.json), pydantic's `ValidationError: 1 validation error for ModelConfig` and under
+    it the message.  Before: the root cause shown (watch, the page, replay) was the header,
+    which names no argument; now the `Value error, ...` line, the header where pydantic
+    gives no such line."""
+    for name, said in (("vllm-034-quant-bnb.log", "Unknown quantization method: bitsandbytes"),
+                       ("vllm-034-gguf.log", "Invalid repository ID or local directory")):
+        st = replay(name)
+        assert st.crash is not None and st.crash.reason == "bad_argument", (name, st.crash)
+        assert said in st.crash.line and st.crash.line.lstrip().startswith("Value error, ")
+    lines = (BUILT / "vllm-034-quant-bnb.log").read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if "validation error for ModelConfig" in x) + 1
+    log = tmp_path / "int.log"
+    log.write_text("\n".join(lines[:cut] + [
+        "max_model_len", "  Input should be a valid integer, unable to parse string as an "
+        "integer [type=int_parsing, input_value='40k', input_type=str]"]) + "\n")
+    st = replay_file(str(log)).state
+    assert st.crash is not None and st.crash.reason == "bad_argument"
+    assert st.crash.line.endswith("1 validation error for ModelConfig")
