@@ -7,6 +7,7 @@ from __future__ import annotations
 import calendar
 import re
 
+import pytest
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
 from logwatch.eta import startup_eta
@@ -114,3 +115,28 @@ def test_a_rejected_config_s_root_cause_is_pydantic_s_message_not_its_header(tmp
     st = replay_file(str(log)).state
     assert st.crash is not None and st.crash.reason == "bad_argument"
     assert st.crash.line.endswith("1 validation error for ModelConfig")
+
+
+@pytest.mark.parametrize("name, phase, crash", [
+    ("vllm-034-pp2.log", "ready", None),
+    ("vllm-034-pp2-ray.log", "ready", None),
+    ("vllm-034-pp2-last-stage-oom.log", "crashed", ("cuda_oom", "allocating", "PP1")),
+    ("vllm-034-pp2-capture-oom.log", "crashed", ("cuda_oom", "cuda_graph", "PP1")),
+    ("vllm-034-compile-aot-hit.log", "ready", None),
+    ("vllm-034-tensorizer-missing.log", "crashed", ("weight_loading_error", "loading_shards", "")),
+    ("vllm-034-sleep.log", "ready", None),
+    ("vllm-034-multimodal.log", "ready", None),
+])
+def test_the_shapes_that_held_keep_their_labels(name, phase, crash):
+    """The built shapes logwatch read right when they were built (helper adv75; their truths
+    in tests/fixtures/built/README.md): pipeline stages (mp and Ray over two nodes, the
+    last stage out of memory profiling or capturing: PP1 named), a torch.compile AOT cache
+    hit, a missing tensorizer file, sleep / wake / reload after ready (no phase moves back),
+    a multimodal model's encoder profiling and processor warmup."""
+    st = replay(name)
+    assert st.phase == phase, (name, st.phase)
+    got = st.crash and (st.crash.reason, st.crash.during, st.crash.rank)
+    assert got == crash, (name, got)
+    if phase == "ready":
+        assert st.phases_seen == ["launching", "loading_shards", "autotune", "allocating",
+                                  "cuda_graph", "ready"], st.phases_seen
