@@ -140,3 +140,17 @@ def test_the_shapes_that_held_keep_their_labels(name, phase, crash):
     if phase == "ready":
         assert st.phases_seen == ["launching", "loading_shards", "autotune", "allocating",
                                   "cuda_graph", "ready"], st.phases_seen
+
+
+def test_a_multimodal_encoder_s_profiling_is_allocating():
+    """A multimodal model's profiling run (0.34 gpu_worker.py `determine_available_memory` ->
+    model_runner `profile_run`) profiles its encoder first (model_runner.py:1075,
+    `Encoder cache will be initialized with a budget of ...`), before the decoder's dummy run
+    compiles.  An out-of-memory there (an image budget too large for the GPU) read `cuda_oom
+    during autotune` before, torch.compile's phase (`-O0` would not help); now `during
+    allocating`, the memory profiling it was."""
+    st = replay("vllm-034-multimodal-encoder-oom.log")
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("cuda_oom", "allocating"), st.crash
+    st = replay("vllm-034-multimodal.log")
+    assert st.phase == "ready" and st.phases_seen[3] == "allocating", st.phases_seen
