@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import FIXTURES
+from conftest import FIXTURES, ROOT
 from logwatch.app.replay import replay_file
 from logwatch.machine import PhaseChanged, state_from_json, state_to_json
 from logwatch.pipeline import LogPipeline
@@ -30,6 +30,8 @@ from logwatch.sinks.summary import timeline
 from logwatch.view import pipeline_view
 
 BUILT = FIXTURES / "built"
+README_PHASES = {"launching", "loading_shards", "autotune", "allocating", "cuda_graph",
+                 "ready"}
 
 
 def replay(name: str):
@@ -812,6 +814,20 @@ def test_replay_timeline_prints_one_row_per_span():
     assert "total 4m33s" in rows[-1] and "autotune 3m14s in all" in rows[-1]
     overlap = timeline(pipeline_view("y", replay_file(str(BUILT / "sglang-0523-overlap.log"))))
     assert "+loading_shards" in overlap, overlap
+
+
+@pytest.mark.parametrize("name", ["vllm-034-default.log", "sglang-0523-overlap.log"])
+def test_the_readme_s_timeline_examples_are_what_replay_prints(name: str):
+    """The README shows `replay --timeline` of these two built logs; each of its rows is
+    the row replay prints (before: the README said loading 31s, autotune 44s, 3m15s in
+    all where replay printed 32s, 43s, 3m14s since the loading's end moved)."""
+    readme = (ROOT / "README.md").read_text()
+    head = readme.index(f"(tests/fixtures/built/{name})")
+    shown = [ln.strip() for ln in readme[head:].split("\n\n", 2)[1].splitlines()]
+    rows = timeline(pipeline_view("x", replay_file(str(BUILT / name)))).splitlines()
+    printed = [r.strip() for r in rows]
+    assert [r for r in shown if r.split()[0].lstrip("+") in README_PHASES or
+            r.startswith("(total")] == printed
 
 
 # -- one clock per log --------------------------------------------------------------------------
