@@ -488,7 +488,8 @@ def test_a_vllm_draft_model_is_timed_as_loading():
     st = replay("vllm-034-spec-draft.log")
     assert st.phase == READY
     d = st.durations()
-    assert d["loading_shards"] == 91 + 3 and d["autotune"] == 39, d
+    # autotune: the compile only (the profiling run after it is allocating since helper adv77)
+    assert d["loading_shards"] == 91 + 3 and d["autotune"] == 34, d
     assert (st.progress["shards"].current, st.progress["shards"].total) == (30, 30)
 
 
