@@ -208,3 +208,36 @@ def test_the_crash_excerpt_folds_ranks_by_the_packs_rank_tags(pack_name, lines) 
     tags = tuple(rx.pattern for rx in load_pack(pack_name).ranks)
     assert fold_ranks(lines + ["other"], tags) == [f"{lines[0]} (x2 ranks)", "other"]
     assert fold_ranks([lines[0], lines[1] + "!"], tags) == [lines[0], lines[1] + "!"]
+
+
+PP2_STUCK = FIXTURES / "built" / "vllm-034-pp2-stuck.log"
+
+
+def test_a_stuck_pipeline_stage_of_two_is_named() -> None:
+    """vLLM `-pp 2` (mp): PP0 loads its layers; PP1 (local rank 1: no `info_once` line, no
+    bar) says only its distributed init, then hangs while loading (0.34 multiproc_executor.py
+    :822, in the worker's constructor; the engine core waits for every worker's READY before
+    the first collective RPC).  Before: no rank named (PP1 is half the ranks, and stages
+    were not groups); the view, the watch summary and the stalled page now name it."""
+    pipe = pipe_of(PP2_STUCK.read_bytes(), "vllm")
+    st = pipe.state
+    assert pipeline_view("x", pipe, now=st.last_activity).rank_lag == ""    # 0 s: not yet
+    view = pipeline_view("x", pipe, now=st.last_activity + 600.0)
+    want = "PP1 still in launching 10m32s after the other 1 stage finished it"
+    assert view.rank_lag == want
+    assert f"ranks: {want}" in summary_block(view)
+    alert = next(d for d in AlertPolicy().observe(view, [Stalled(
+        view.epoch, st.phase, 600.0, view.startup_id, 600.0)])
+        if getattr(d, "kind", "") == "stalled")
+    assert alert.summary.endswith(f"; {want}") and alert.details["ranks_behind"] == want
+
+
+@pytest.mark.integration
+def test_watch_names_the_stuck_pipeline_stage_when_it_stalls() -> None:
+    res = subprocess.run([sys.executable, "-m", "logwatch", "watch", str(PP2_STUCK),
+                          "--stall-after", "2s", "--timeout", "60s", "--no-history",
+                          "--gpu", "off", "--probe", "off"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert res.returncode == 3, (res.stdout, res.stderr)
+    assert "ranks: PP1 still in launching" in res.stdout, res.stdout
+    assert "after the other 1 stage finished it" in res.stdout

@@ -872,4 +872,12 @@ def test_sglang_pipeline_stages_are_groups_of_their_replica():
     stage = load_pack("sglang").replica_stage
     assert [replica_of(r, stage) for r in ("PP1 TP3", "DP1 PP0 TP3 EP3", "TP0", "DP1 TP0",
                                            "MOE_DP1 TP0")] == ["PP1", "DP1 PP0", "", "DP1", ""]
-    assert load_pack("vllm").replica_stage is None and replica_of("PP1_TP0") == ""
+    assert replica_of("PP1_TP0") == ""
+
+
+def test_vllm_pipeline_stages_are_groups_of_their_replica():
+    """vLLM's workers (`Worker_PP1_TP0`, `Worker_DP1_PP0_TP3`: 0.34 multiproc_executor.py
+    :1248) name their stage too (before helper adv77: no stage pattern)."""
+    stage = load_pack("vllm").replica_stage
+    assert [replica_of(r, stage) for r in ("PP1", "PP1_TP0", "DP1_PP0_TP3", "TP0", "DP1_TP0",
+                                           "DP1")] == ["PP1", "PP1", "DP1 PP0", "", "DP1", "DP1"]

@@ -107,7 +107,8 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
     if len(groups) >= 2 and lanes and phases and not dense_replica(groups, lanes, phase_index,
                                                                     phases):
         return None            # engine cores behind whose workers cannot be told apart
-    lag = _lag(groups, phase_index, now, after, "replica") if len(groups) >= 2 else None
+    unit = "stage" if stage is not None and _one_replica_s_stages(groups) else "replica"
+    lag = _lag(groups, phase_index, now, after, unit) if len(groups) >= 2 else None
     if lag is not None or len(ranks) < 2:
         return lag
     return _lag({r: [p] for r, p in ranks.items()}, phase_index, now, after, "rank")
@@ -291,8 +292,19 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, t
     target = pack.phase_index(rule.phase)
     mine = _own_replica(pack, pos, text)
     if mine is None:
-        return target <= slowest[0] + (1 if slowest[1] else 0)
+        return target <= slowest[0] + (1 if slowest[1] else 0) or _one_replica_s_stages(pos)
     return target <= slowest[0] and (not rule.begins or mine == slowest)
+
+
+def _one_replica_s_stages(pos: dict[str, tuple[int, bool]]) -> bool:
+    """Are the groups the pipeline stages of one replica (`PP0`, `PP1`: no DP part, no
+    process lane)?  Its untagged lines (rank 0's shard and capture bars) then move the main
+    line: the stages meet at each step's end (vLLM 0.34: the engine core's collective RPCs,
+    `determine_available_memory` then `compile_or_warm_up_model`; SGLang: the KV sizing over
+    the world group), so rank 0 capturing means every stage is past the KV sizing, even one
+    whose own lines stop earlier (vLLM prints `Available KV cache memory` on each node's
+    first local rank only: `info_once`)."""
+    return all(" " not in k and not _REPLICA.search(k) for k in pos)
 
 
 def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str
