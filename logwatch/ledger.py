@@ -147,6 +147,8 @@ class StartupRecord:
     # while DP3 still loaded: durations end at loading_shards, `during` cuda_graph)
     during: str | None = None
     replica: str | None = None
+    # ready with a part of it failed (State.degraded: a PD prefill server's bootstrap server)
+    degraded: str | None = None
 
     @property
     def got_ready(self) -> bool:
@@ -223,6 +225,7 @@ class LedgerRecorder:
                                        rec.untimed)
                 rec.startup_seconds = _took(ev.took, rec.untimed)
                 rec.slowest_phase = ev.slowest_phase
+                rec.degraded = state.degraded
                 self._serving.ready_at = state.last_log_time
             elif isinstance(ev, StatsUpdated):
                 self._serving.add(ev.at, ev.values)

@@ -98,9 +98,12 @@ FOLLOWER = "a follower node: the head node serves"
 BY_ENDPOINT = "no ready line in the log; the endpoint answers"
 
 
-def ready_notes(ready_line: str | None, follower: bool) -> list[str]:
-    """What the ready sentence adds: a follower node's, or ready by the endpoint."""
+def ready_notes(ready_line: str | None, follower: bool, degraded: str | None = None) -> list[str]:
+    """What the ready sentence adds: a follower node's, ready by the endpoint, a part of the
+    server that failed while it went on (`State.degraded`: SGLang's PD bootstrap server)."""
     notes = [FOLLOWER] if follower else []
+    if degraded:
+        notes.append(degraded)
     if (ready_line or "").startswith(f"({BY_ENDPOINT}"):
         notes.append(BY_ENDPOINT)
     return notes

@@ -178,6 +178,7 @@ class TargetView:
     startup_started_at: float | None = None
     ready_in: float | None = None  # launch-to-ready seconds of this startup once ready
     follower: bool = False         # a follower node's launch: ready without a server of its own
+    degraded: str | None = None    # a part that failed while the server went on (State.degraded)
     phases_seen: list[str] = field(default_factory=list)
     timeline: list[SpanView] = field(default_factory=list)   # the startup's spans, in order
     total_seconds: float | None = None   # wall time the spans cover (overlap counted once)
@@ -285,6 +286,7 @@ class TargetView:
             "ready_in_seconds": None if self.ready_in is None else round(self.ready_in, 3),
             "ready_line": self.ready_line,
             "follower": self.follower,
+            "degraded": self.degraded,
             "crash": self.crash,
             "stalled": self.stalled,
             "silent_since": self.silent_since,
@@ -437,6 +439,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "startup_started_at": first.at if first else None,
         "ready_in": st.ready_in(),
         "follower": st.follower is True,
+        "degraded": st.degraded,
         "phases_seen": st.phases_seen,
         "timeline": span_views(st, now if now else None),
         "total_seconds": live_total(st, now) if st.spans else None,

@@ -94,6 +94,8 @@ def history_row(r: StartupRecord) -> tuple[str, ...]:
     outcome = r.outcome + (f": {r.reason}" if r.reason else "")
     if r.replica:     # crashed ahead of the startup's phases (the row's durations end before)
         outcome += f" ({r.replica} in {r.during})"
+    if r.outcome == "ready" and r.degraded:
+        outcome += " (degraded)"      # a part failed while it served (StartupRecord.degraded)
     if r.outcome != "ready" and r.served_seconds is not None:
         outcome += f" after serving {fmt_duration(r.served_seconds)}"
     slow = f"{r.slowest_phase} {fmt_duration(r.durations.get(r.slowest_phase))}" \

@@ -107,6 +107,8 @@ def state_from_json(d: dict[str, object]) -> State:
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
         gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
+        degraded=_text(d.get("degraded")), absorbing=_text(d.get("absorbing")),
+        absorbing_from=int(d.get("absorbing_from") or 0),  # type: ignore[call-overload]
     )
     return st
 
@@ -217,3 +219,8 @@ def event_from_json(d: object) -> Event | None:
             v = {str(k): float(x) for k, x in v.items()}
         kw[f.name] = v
     return cls(**kw)  # type: ignore[no-any-return]
+
+
+def _text(v: object) -> str | None:
+    """A string field of a checkpoint, or None (a hand-edited or foreign file)."""
+    return v if isinstance(v, str) else None

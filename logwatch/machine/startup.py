@@ -18,6 +18,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
+from .degraded import part_failed
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
@@ -124,8 +125,9 @@ class StartupMachine:
             self._enter(state, STOPPED, obs, now, events)
             events.append(Stopped(state.epoch, obs.text))
             return events
-        if rule.crash:
-            self._crash_line(state, obs, now, events)
+        if rule.crash or rule.degrades:     # (a part that failed: machine/degraded.py)
+            if not part_failed(state, rule, obs):
+                self._crash_line(state, obs, now, events)
             return events
         if rule.hint:
             ev = Evidence(rule.hint, obs.text, obs.line_number)

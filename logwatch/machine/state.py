@@ -195,6 +195,11 @@ class State:
                                           # read as it was written); see spans.event_time
     floating: float | None = None         # the current span began at an unstamped bar after a
                                           # silent phase: the log time of its latest line
+    # a part of the server that failed while the server went on (`degrades` rules,
+    # machine/degraded.py): said beside its ready, never a crash
+    degraded: str | None = None
+    absorbing: str | None = None          # the reason of that part's traceback still to come
+    absorbing_from: int = 0               # the line number of the `degrades` line
     follower: bool | None = None          # a follower node's launch (True), a head's (False),
                                           # not said (None): machine/follower.py
     follower_line: str | None = None      # the line every rank of a follower had ended at

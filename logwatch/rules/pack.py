@@ -17,6 +17,10 @@ servers interleaved in one stream are told apart), and ordered rules.  Each rule
   stats: serving    numeric groups become serving gauges
   stop: true        clean shutdown
   chain: true       "During handling of the above exception": the next cause line supersedes
+  degrades: TEXT    the server goes on without a part of itself (SGLang's PD bootstrap server
+                    whose port was taken): TEXT is said beside its ready, never a crash; the
+                    traceback the line was logged with (its `hint`: the exception's reason)
+                    is that part's, not the server's
   withdraws: true   after ready, the exceptions just logged went back to a caller (vLLM's
                     `Invocation of add_lora method failed`): a crash not yet final is taken back
 
@@ -75,7 +79,7 @@ GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")
 SPECIFIC_RANK = len(GENERIC_REASONS)
 
 ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop", "chain",
-               "endpoint", "withdraws")
+               "endpoint", "withdraws", "degrades")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
@@ -136,6 +140,7 @@ class Rule:
     stop: bool = False
     chain: bool = False
     withdraws: bool = False       # after ready: a crash not yet final is taken back (action)
+    degrades: str | None = None   # serving on without a part of itself: said, not a crash
     when: frozenset[str] | None = None
     marker: bool = False
     tentative: bool = False
@@ -1174,7 +1179,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
         ready_by_endpoint=bool(d.get("ready_by_endpoint")),
-        withdraws=bool(d.get("withdraws")),
+        withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
@@ -1229,7 +1234,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                 not (key == "reenter" and d[key] == "own_rank"):
             raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
                                                             else ""), rule=rid, key=key)
-    for key in ("progress", "stats"):
+    for key in ("progress", "stats", "degrades"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
 

@@ -342,7 +342,7 @@ class PlainDisplay:
         elif view.phase == "ready" and view.status != "unreachable":  # deaf: not READY
             slow = max(d, key=d.get) if d else None  # type: ignore[arg-type]
             notes = ([f"slowest phase: {slow} {fmt_duration(d[slow])}"] if slow else []) + \
-                ready_notes(view.ready_line, view.follower)
+                ready_notes(view.ready_line, view.follower, view.degraded)
             self._say(f"READY{' in ' + fmt_duration(total) if total else ''}"
                       f"{' (' + '; '.join(notes) + ')' if notes else ''}"
                       f"{'; ' + outcome if outcome and outcome != 'ready' else ''}")
@@ -599,7 +599,7 @@ class MultiDisplay:
                 c = v.crash
                 head = crash_sentence(c, v.crash_elapsed)
             elif v.phase == "ready" and v.ready_in is not None:
-                notes = ready_notes(v.ready_line, v.follower)
+                notes = ready_notes(v.ready_line, v.follower, v.degraded)
                 head = f"ready in {fmt_duration(v.ready_in)}" + \
                     (f" ({'; '.join(notes)})" if notes else "")
             print(f"  {v.name}: {head}", file=self.out)

@@ -20,6 +20,8 @@ def summary(view: TargetView) -> dict[str, Any]:
     shards = status["shards"] or {}
     doc["shards_loaded"], doc["shards_total"] = shards.get("loaded"), shards.get("total")
     doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
+    if status.get("degraded"):
+        doc["degraded"] = status["degraded"]   # a part that failed while it served on
     if doc["crash"]:
         # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
         # (and the rank and the sentence are the status's, `/api/status`, not the contract's)
@@ -49,7 +51,7 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
         head = crash_text(c["reason"], c["during"], replica=(crash or {}).get("replica") or "",
                           startup=(crash or {}).get("startup_phase") or "")
     elif phase == READY:
-        notes = ready_notes(doc.get("ready_line"), follower)
+        notes = ready_notes(doc.get("ready_line"), follower, doc.get("degraded"))
         head = "ready" + (f" after {fmt_duration(total)}" if total else "") + \
             (f" ({'; '.join(notes)})" if notes else "")
     elif phase == STOPPED:

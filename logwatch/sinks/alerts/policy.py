@@ -92,7 +92,7 @@ class AlertPolicy:
                 slow = ev.slowest_phase
                 took = f" in {fmt_duration(ev.took)}" if ev.took is not None else ""
                 notes = ([f"slowest phase: {slow} {fmt_duration(durations.get(slow))}"]
-                         if slow in durations else []) + ready_notes(ev.line, v.follower)
+                         if slow in durations else []) + ready_notes(ev.line, v.follower, v.degraded)
                 summ = f"ready{took}" + (f" ({'; '.join(notes)})" if notes else "")
                 out.append(self._alert(v, "ready", ev.startup, summ,
                                        {"took": ev.took, "durations": durations,

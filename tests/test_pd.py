@@ -1,0 +1,94 @@
+"""SGLang 0.5.23 PD disaggregation: a prefill server whose KV bootstrap server could not
+start (its port taken) serves on; that is said beside its ready, never a crash."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import FIXTURES, ROOT
+from logwatch.app.replay import replay_file
+from logwatch.machine import state_from_json, state_to_json
+from logwatch.rules.pack import READY
+from logwatch.sinks.summary import human, summary
+from logwatch.view import pipeline_view
+from support.receivers import daemons, free_port, hook, receivers, target, write_config  # noqa: F401
+
+BUILT = FIXTURES / "built"
+TAKEN = BUILT / "sglang-0523-pd-bootstrap-port-taken.log"
+NOTE = "KV bootstrap server down"
+
+
+def test_a_bootstrap_server_whose_port_is_taken_is_said_beside_the_ready_not_a_crash():
+    """0.5.23 disaggregation/common/conn.py `_run_server`: the thread logs `Server error:
+    [Errno 98] ...` with its traceback and ends; the server loads, captures and says it is
+    fired up at 1m02s.  Before: `crashed: port_in_use during launching` at 3 s."""
+    pipe = replay_file(str(TAKEN))
+    st, view = pipe.state, pipeline_view(TAKEN.name, pipe)
+    assert st.phase == READY and st.crash is None, (st.phase, st.crash)
+    assert st.degraded is not None and st.degraded.startswith(NOTE) and "line 2" in st.degraded
+    assert state_from_json(state_to_json(st)).degraded == st.degraded   # a daemon restart
+    doc = summary(view)
+    assert doc["degraded"] == st.degraded and doc["phase"] == READY
+    assert f"ready after 1m02s ({NOTE}" in human(doc, view.ready_in)
+
+
+def test_the_bootstrap_failure_does_not_hide_a_crash_that_follows(tmp_path):
+    """The process dying after it (a rank out of memory while loading) is its crash."""
+    lines = TAKEN.read_text().splitlines()
+    cut = next(i for i, x in enumerate(lines) if "Load weight end" in x)
+    oom = ("[2026-12-01 10:00:30 TP1] Scheduler hit an exception: Traceback (most recent call "
+           "last):\n  File \"/usr/local/lib/python3.11/dist-packages/sglang/srt/managers/"
+           "scheduler.py\", line 6372, in run_scheduler_process\ntorch.OutOfMemoryError: CUDA "
+           "out of memory. Tried to allocate 2.00 GiB.\n[2026-12-01 10:00:31] Received sigquit "
+           "from a child process. It usually means the child failed.").split("\n")
+    path = tmp_path / "prefill.log"
+    path.write_text("\n".join(lines[:cut] + oom) + "\n")
+    st = replay_file(str(path)).state
+    assert st.crash is not None and st.crash.reason == "cuda_oom", st.crash
+    assert "OutOfMemoryError" in st.crash.line
+
+
+def test_a_port_taken_traceback_of_the_server_itself_is_still_a_crash(tmp_path):
+    """Only the traceback logged with the bootstrap's message is the thread's: the same
+    exception line far after it is the server's own."""
+    lines = TAKEN.read_text().splitlines()
+    head, thread = lines[:1], lines[1:12]
+    later = ["[2026-12-01 10:00:05] ERROR:    [Errno 98] error while attempting to bind on "
+             "address ('0.0.0.0', 30000): address already in use"]
+    path = tmp_path / "prefill.log"
+    path.write_text("\n".join(head + thread + ["filler"] * 50 + later) + "\n")
+    st = replay_file(str(path)).state
+    assert st.crash is not None and st.crash.reason == "port_in_use", st.crash
+    assert "30000" in st.crash.line
+
+
+@pytest.mark.integration
+def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records_it(
+        tmp_path: Path, receivers: Any, daemons: Any) -> None:  # noqa: F811
+    """A real daemon following the log, a webhook receiver: one `ready` alert that says the
+    bootstrap server is down, no `crashed`; the ledger's record says it too.  Before: a
+    `crashed` page (port_in_use) and no `ready`."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text(TAKEN.read_text())
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("p1", log, from_start=True)],
+                       alerts=[{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed", "ready"]}])
+    d = daemons(cfg, port).start()
+    got = rx.wait(hook("ready", "firing"), status=200, timeout=20, alive=d.dead)[0]
+    assert NOTE in got.json["summary"], got.json["summary"]
+    rx.assert_quiet(2.5, what="after the ready")
+    assert [g.json["kind"] for g in rx.requests()] == ["ready"]
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", "-c", str(cfg),
+                          "--target", "p1", "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    rec = json.loads(res.stdout.splitlines()[-1])
+    assert rec["outcome"] == "ready" and rec["degraded"].startswith(NOTE), rec
