@@ -92,3 +92,12 @@ def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout.splitlines()[-1])
     assert rec["outcome"] == "ready" and rec["degraded"].startswith(NOTE), rec
+
+
+def test_a_missing_rdma_device_is_named_by_mooncake_s_line():
+    """`--disaggregation-ib-device mlx5_0` on a node without it: Mooncake's glog `No matched
+    device found: mlx5_0`, then SGLang's bare `RuntimeError: Mooncake Transfer Engine
+    initialization failed.`  Before: `python_exception`, that RuntimeError the root cause."""
+    st = replay_file(str(BUILT / "sglang-0523-pd-rdma-missing.log")).state
+    assert st.crash is not None and st.crash.reason == "distributed_error", st.crash
+    assert st.crash.line.endswith("No matched device found: mlx5_0") and st.crash.during == "launching"
