@@ -4,6 +4,7 @@ start (its port taken) serves on; that is said beside its ready, never a crash."
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,3 +102,56 @@ def test_a_missing_rdma_device_is_named_by_mooncake_s_line():
     st = replay_file(str(BUILT / "sglang-0523-pd-rdma-missing.log")).state
     assert st.crash is not None and st.crash.reason == "distributed_error", st.crash
     assert st.crash.line.endswith("No matched device found: mlx5_0") and st.crash.during == "launching"
+
+
+def _stamp_after(line: str, by: int) -> str:
+    """`line` with its `[YYYY-mm-dd HH:MM:SS` stamp `by` seconds later, from 10:00:10 on."""
+    import datetime as dt
+    m = re.match(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)", line)
+    if not m:
+        return line
+    t = dt.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S")
+    t += dt.timedelta(seconds=by if t.minute or t.second >= 10 else 0)
+    return f"[{t:%Y-%m-%d %H:%M:%S}" + line[m.end():]
+
+
+def _compose(*servers: tuple[str, Path, int]) -> list[str]:
+    """Servers' logs in one docker compose stream (`name  | line`), in the order of their
+    stamps (an unstamped bar goes with the line before it), each shifted `by` seconds."""
+    rows = []
+    for name, path, by in servers:
+        at = ""
+        for ln in path.read_text().splitlines():
+            ln = _stamp_after(ln, by)
+            at = ln[1:20] if ln.startswith("[") else at
+            rows.append((at, len(rows), f"{name}  | {ln}"))
+    return [r[2] for r in sorted(rows)]
+
+
+def test_a_prefill_and_a_decode_server_in_one_stream_are_timed_by_the_slower(tmp_path):
+    """docker compose's PD pair in one stream, the decode server's weights read 27 s longer:
+    each server's ranks are `TP0`, `TP1`; the stream's prefix names the server, so the
+    startup is where the slower server is (as DP replicas).  Before: loading 31 s (the
+    prefill's), cuda_graph 46 s (the prefill's capture and the decode's load in it)."""
+    lines = _compose(("prefill-1", BUILT / "sglang-0523-pd-prefill.log", 0),
+                     ("decode-1", BUILT / "sglang-0523-pd-decode.log", 27))
+    path = tmp_path / "compose.log"
+    path.write_text("\n".join(lines) + "\n")
+    pipe = replay_file(str(path))
+    d = {k: round(v) for k, v in summary(pipeline_view("c", pipe))["durations"].items()}
+    assert pipe.state.phase == READY
+    assert (d["loading_shards"], d["allocating"], d["cuda_graph"]) == (58, 3, 19), d
+
+
+def test_the_decode_server_dying_in_its_load_is_placed_in_its_load(tmp_path):
+    """The same stream, the decode server out of memory while it still reads its weights
+    (the prefill server fired up).  Before: `during cuda_graph` (the prefill's phase)."""
+    lines = _compose(("prefill-1", BUILT / "sglang-0523-pd-prefill.log", 0),
+                     ("decode-1", BUILT / "sglang-0523-pd-decode.log", 27))
+    cut = next(i for i, x in enumerate(lines) if x.startswith("prefill-1") and "fired up" in x)
+    oom = ["decode-1  | [2026-12-01 10:01:03 TP1] Scheduler hit an exception: Traceback (most "
+           "recent call last):", "decode-1  | torch.OutOfMemoryError: CUDA out of memory."]
+    path = tmp_path / "compose.log"
+    path.write_text("\n".join(lines[:cut + 1] + oom) + "\n")
+    crash = replay_file(str(path)).state.crash
+    assert crash is not None and (crash.reason, crash.during) == ("cuda_oom", "loading_shards")

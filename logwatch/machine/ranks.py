@@ -228,21 +228,41 @@ _PID = r"(?:\b|_)%s pid=(\d{1,10})[,)]"
 MAX_LANES = 64      # processes kept per startup (untrusted input: bounded)
 
 
-def lane_of(rank: str, text: str) -> str:
-    """`TP0 pid=200` for a line of `(Worker_TP0 pid=200)` whose rank names no replica; ""
-    otherwise (a replica's rank, or no pid in the tag)."""
-    if not rank or " pid=" not in text[:256] or replica_of(rank) or " " in rank:
+def lane_of(rank: str, text: str, proc: str = "") -> str:
+    """`TP0 pid=200` for a line of `(Worker_TP0 pid=200)` whose rank names no replica;
+    `TP0 in decode-1` for one a wrapper named the process of (`proc`: two servers in one
+    compose stream, a PD prefill and decode server, each with its own `TP0`); ""
+    otherwise (a replica's rank, or no process said)."""
+    if not rank or replica_of(rank) or " " in rank:
         return ""
-    m = re.search(_PID % re.escape(rank), text[:256])
-    return f"{rank} pid={m.group(1)}" if m else ""
+    m = re.search(_PID % re.escape(rank), text[:256]) if " pid=" in text[:256] else None
+    if m:
+        return f"{rank} pid={m.group(1)}"
+    return f"{rank}{IN_PROC}{proc}" if proc else ""
+
+
+IN_PROC = " in "     # a lane's rank, then the process a wrapper named
+
+
+def lane_tag(lane: str) -> str:
+    """The rank tag of a lane (`TP0` of `TP0 pid=200`, of `TP0 in decode-1`)."""
+    return lane.split(" pid=")[0].split(IN_PROC)[0]
+
+
+def lane_replica(lane: str) -> str:
+    """The replica a lane stands for: a worker process its own (`TP0 pid=200`), a wrapped
+    server's ranks their server (`decode-1` of `TP0 in decode-1`: the furthest of its ranks,
+    as a DP replica's TP group; only its rank 0 prints the capture's begin)."""
+    return lane.split(IN_PROC, 1)[1] if IN_PROC in lane else lane
 
 
 def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line) -> None:
     """How far each process of a replica-less rank got (its furthest marker)."""
     rule = obs.rule
     # most lines name no process (SGLang's `[... TP0]`): no rank to look up for them
-    lane = lane_of(pack.rank_of(obs.text), obs.text) \
-        if rule.phase and " pid=" in obs.text[:256] else ""
+    proc = getattr(obs, "proc", "")
+    lane = lane_of(pack.rank_of(obs.text), obs.text, proc) \
+        if rule.phase and (proc or " pid=" in obs.text[:256]) else ""
     if not lane or (lane not in lanes and len(lanes) >= MAX_LANES):
         return
     pos = (pack.phase_index(rule.phase or ""), rule.finishes)
@@ -261,9 +281,11 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
     then only after its workers' capture: the KV cache size, `init engine`)."""
     out: dict[str, tuple[int, bool]] = {}
     if lanes:
-        tags = [lane.split(" pid=")[0] for lane in lanes]
-        out = {lane: pos for lane, pos in lanes.items()
-               if tags.count(lane.split(" pid=")[0]) > 1 and pos[0] > 0}
+        tags = [lane_tag(lane) for lane in lanes]
+        for lane, pos in lanes.items():
+            if tags.count(lane_tag(lane)) > 1 and pos[0] > 0 and \
+                    pos > out.get(lane_replica(lane), (-1, False)):
+                out[lane_replica(lane)] = pos
         if out:
             return out
     for rank, rp in ranks.items():
@@ -277,7 +299,7 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
 
 
 def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, text: str,
-                   lanes: dict[str, tuple[int, bool]] | None = None) -> bool:
+                   lanes: dict[str, tuple[int, bool]] | None = None, proc: str = "") -> bool:
     """May this line move the main line, with data-parallel replicas starting apart?  The
     startup is where its slowest replica is: vLLM `-dp 2` engine cores load, compile and
     capture at their own paces, and the fastest one's capture while another still loads
@@ -290,35 +312,39 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, t
         return True
     slowest = min(pos.values())
     target = pack.phase_index(rule.phase)
-    mine = _own_replica(pack, pos, text)
+    mine = _own_replica(pack, pos, text, proc)
     if mine is None:
-        return target <= slowest[0] + (1 if slowest[1] else 0) or _one_replica_s_stages(pos)
+        return target <= slowest[0] + (1 if slowest[1] else 0) or \
+            _one_replica_s_stages(pos, pack.replica_stage)
     return target <= slowest[0] and (not rule.begins or mine == slowest)
 
 
-def _one_replica_s_stages(pos: dict[str, tuple[int, bool]]) -> bool:
+def _one_replica_s_stages(pos: dict[str, tuple[int, bool]], stage: Any) -> bool:
     """Are the groups the pipeline stages of one replica (`PP0`, `PP1`: no DP part, no
     process lane)?  Its untagged lines (rank 0's shard and capture bars) then move the main
     line: the stages meet at each step's end (vLLM 0.34: the engine core's collective RPCs,
     `determine_available_memory` then `compile_or_warm_up_model`; SGLang: the KV sizing over
     the world group), so rank 0 capturing means every stage is past the KV sizing, even one
     whose own lines stop earlier (vLLM prints `Available KV cache memory` on each node's
-    first local rank only: `info_once`)."""
-    return all(" " not in k and not _REPLICA.search(k) for k in pos)
+    first local rank only: `info_once`).  Only groups the pack's `stage` pattern names:
+    two servers of one compose stream (`decode-1`, a PD pair) are no stages of one model."""
+    return stage is not None and all(" " not in k and not _REPLICA.search(k) and
+                                     stage.search(k) for k in pos)
 
 
-def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str
+def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str, proc: str = ""
                  ) -> tuple[int, bool] | None:
     """The position (`replica_positions`) of the replica this line's rank belongs to, by its
     DP tag or, for a dense model's `Worker_TP0`, by its process; None for no rank."""
     rank = pack.rank_of(text)
     if not rank:
         return None
-    return pos.get(replica_of(rank, pack.replica_stage)) or pos.get(lane_of(rank, text))
+    return pos.get(replica_of(rank, pack.replica_stage)) or \
+        pos.get(lane_replica(lane_of(rank, text, proc)))
 
 
 def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
-                  lanes: dict[str, tuple[int, bool]] | None = None
+                  lanes: dict[str, tuple[int, bool]] | None = None, proc: str = ""
                   ) -> tuple[str, tuple[int, bool]] | None:
     """Which data-parallel replica this line's rank is of (`DP1`, or for a dense model's
     worker its process, `TP0 pid=210`) and how far it got, where replicas start apart and
@@ -329,5 +355,5 @@ def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
     pos = replica_positions(pack, ranks, lanes)
     rank = pack.rank_of(text) if len(pos) >= 2 else ""
     name = replica_of(rank) if rank else ""
-    name = name if name in pos else lane_of(rank, text) if rank else ""
+    name = name if name in pos else lane_replica(lane_of(rank, text, proc)) if rank else ""
     return (name, pos[name]) if name in pos else None

@@ -377,7 +377,7 @@ class StartupMachine:
         if target == READY and not servers_ready(self.pack, state, obs):
             return
         if target != READY and self.replicas_apart(state) and \
-                not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes):
+                not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes, obs.proc):
             return     # a faster data-parallel replica: the startup is where the slowest is
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
@@ -556,7 +556,7 @@ class StartupMachine:
         during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
         done = state.phase_done and during == state.phase
         now = self.pack.phase_index(during)
-        own = replica_reach(self.pack, state.ranks, obs.text, state.lanes) \
+        own = replica_reach(self.pack, state.ranks, obs.text, state.lanes, obs.proc) \
             if self.replicas_apart(state) and during not in (READY, *TERMINAL) else None
         if own is None or not 0 <= now < own[1][0] < self.pack.phase_index(READY):
             return during, done, -1, ""
