@@ -488,7 +488,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(doc, ensure_ascii=False), flush=True)
         else:
-            print(human(doc, view.ready_in, follower=view.follower, crash=view.crash))
+            print(human(doc, view.ready_in, follower=view.follower, crash=view.crash,
+                        degraded=view.degraded))
         if args.timeline:
             out = sys.stderr if args.json else sys.stdout
             print(timeline(view), file=out, flush=True)

@@ -107,7 +107,7 @@ def rank_lag(ranks: dict[str, RankProgress], phase_index: Callable[[str], int], 
     if len(groups) >= 2 and lanes and phases and not dense_replica(groups, lanes, phase_index,
                                                                     phases):
         return None            # engine cores behind whose workers cannot be told apart
-    unit = "stage" if stage is not None and _one_replica_s_stages(groups) else "replica"
+    unit = "stage" if _one_replica_s_stages(groups, stage) else "replica"
     lag = _lag(groups, phase_index, now, after, unit) if len(groups) >= 2 else None
     if lag is not None or len(ranks) < 2:
         return lag
@@ -319,7 +319,7 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, t
     return target <= slowest[0] and (not rule.begins or mine == slowest)
 
 
-def _one_replica_s_stages(pos: dict[str, tuple[int, bool]], stage: Any) -> bool:
+def _one_replica_s_stages(pos: dict[str, Any], stage: Any) -> bool:
     """Are the groups the pipeline stages of one replica (`PP0`, `PP1`: no DP part, no
     process lane)?  Its untagged lines (rank 0's shard and capture bars) then move the main
     line: the stages meet at each step's end (vLLM 0.34: the engine core's collective RPCs,

@@ -20,8 +20,8 @@ def summary(view: TargetView) -> dict[str, Any]:
     shards = status["shards"] or {}
     doc["shards_loaded"], doc["shards_total"] = shards.get("loaded"), shards.get("total")
     doc.update((k, status[k]) for k in ("crash", "ready_line", "durations"))
-    if status.get("degraded"):
-        doc["degraded"] = status["degraded"]   # a part that failed while it served on
+    # (a part that failed while it served on, `degraded`, is not the contract's: `human` has
+    # it from the view, `/api/status` and the history keep it)
     if doc["crash"]:
         # the contract's crash: when it was seen (`at`, wall clock) says nothing of a replayed log
         # (and the rank and the sentence are the status's, `/api/status`, not the contract's)
@@ -36,14 +36,15 @@ NO_STARTUP = "no startup in this log (no launch line of the engine)"
 
 
 def human(doc: dict[str, Any], total: float | None = None, follower: bool = False,
-          crash: dict[str, Any] | None = None) -> str:
+          crash: dict[str, Any] | None = None, degraded: str | None = None) -> str:
     """A few lines a person reads: outcome first, then the evidence.  `total`: the startup's
     launch-to-ready time (the view's `ready_in`); None where the log has no launch to count
     from (it begins mid-startup or while serving): no "after" (before, the phases the window
     showed: `ready after 1.0s` for a window that began at graph capture).  `follower`: a
     follower node's launch.  `crash`: the view's (`/api/status`'s), whose replica, where it
     crashed ahead of the startup, the sentence and the phases line name (before: `during
-    cuda_graph` beside phases `launching > loading_shards > crashed`)."""
+    cuda_graph` beside phases `launching > loading_shards > crashed`).  `degraded`: the
+    view's note of a part that failed while the server went on (said beside the ready)."""
     phase = doc["phase"]
     ahead = replica_phase(crash) if phase == CRASHED else ""
     if phase == CRASHED and doc["crash"]:
@@ -51,7 +52,7 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
         head = crash_text(c["reason"], c["during"], replica=(crash or {}).get("replica") or "",
                           startup=(crash or {}).get("startup_phase") or "")
     elif phase == READY:
-        notes = ready_notes(doc.get("ready_line"), follower, doc.get("degraded"))
+        notes = ready_notes(doc.get("ready_line"), follower, degraded)
         head = "ready" + (f" after {fmt_duration(total)}" if total else "") + \
             (f" ({'; '.join(notes)})" if notes else "")
     elif phase == STOPPED:
