@@ -20,7 +20,9 @@ from .machine import (
     RANK_LAG_AFTER, Crash, State, crash_elapsed, current_stats, rank_clock, rank_lag,
 )
 from .pipeline import LogPipeline
+from .machine.startup import launch_of
 from .rules.advice import advice_lines
+from .rules.args import launch_prefixes
 from .rules.pack import CRASHED, READY, TERMINAL, WAITING, load_pack
 from .eta import startup_eta
 from .verdict import crash_sentence
@@ -199,6 +201,7 @@ class TargetView:
     history: list[dict[str, Any]] = field(default_factory=list)
     previous_startup: dict[str, Any] | None = None
     typical_total: float | None = None   # median launch-to-ready of past startups
+    launch: dict[str, Any] = field(default_factory=dict)   # `launch_facts`: a `slow` alert's
     source_up: bool = False
     source_message: str = ""
     source_fatal: bool = False     # the source gave up (its message says why, once)
@@ -412,6 +415,17 @@ def launch_advice(pipe: LogPipeline) -> tuple[str, ...]:
     return tuple(advice_lines(pipe.pack.advice, st.args, st.phase, reason, {}))
 
 
+def launch_facts(st: State) -> dict[str, Any]:
+    """The startup's flags (their digests, as `Stalled` carries them) and its launch's stamp
+    in the log: a `slow` startup of a restart loop's relaunch is counted in the loop's open
+    crash alert (sinks/alerts/loop.py), by the log's time from the loop's latest crash."""
+    first = st.launch_start()
+    out: dict[str, Any] = {"launch": launch_of(st), "launch_prefix": launch_prefixes(st.args)}
+    if first is not None and first.log_time is not None:
+        out["launch_logged_at"] = first.log_time
+    return {k: v for k, v in out.items() if v}
+
+
 def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[str, Any]:
     """The view's fields that the pipeline's state gives (the phase, its spans, the crash...);
     `values`: the parts' (a silence at attach counts only while the startup is stalled)."""
@@ -437,6 +451,7 @@ def _pipe_fields(pipe: LogPipeline, now: float, values: dict[str, Any]) -> dict[
         "startup_id": st.startup_id,
         "phase_entered_at": entered.at if entered else None,
         "startup_started_at": first.at if first else None,
+        "launch": launch_facts(st),
         "ready_in": st.ready_in(),
         "follower": st.follower is True,
         "degraded": st.degraded,

@@ -396,6 +396,26 @@ def loop_counts(state: Path) -> tuple[int, int]:
     return sum(d.get("crashes", 1) for d in docs), sum(d.get("stalls", 0) for d in docs)
 
 
+def loop_watched(tmp_path: Path, receivers: Any, daemons: Any,
+                 more: list[dict[str, Any]] | None = None, on: tuple[str, ...] = (
+                     "crashed", "stalled"), env: dict[str, str] | None = None,
+                 **target_kw: Any) -> tuple[Any, Path, Path, Receiver, Receiver]:
+    """A daemon reading an empty log `t1` (stall_after 2 s, or `target_kw`), paging Slack
+    and a webhook (`on` these kinds; and the sinks `more`): the daemon, the log, the state
+    dir, Slack, the webhook (`env`: the daemon's)."""
+    slack, pager = receivers(), receivers()
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("t1", log, **{"stall_after": "2s", **target_kw})],
+                       [{"type": "slack", "url": slack.url("/slack"), "on": list(on)},
+                        {"type": "webhook", "url": pager.url("/pager"), "on": list(on)},
+                        *(more or [])])
+    d = daemons(cfg, port, env=env).start()
+    d.wait_reading("t1")
+    return d, log, state, slack, pager
+
+
 def test_a_restart_loop_whose_launches_stall_before_they_crash_pages_its_first_stall_only(
         tmp_path, receivers, daemons) -> None:
     """4 launches of a restart loop each hang past `stall_after` (2 s) in CUDA graph
@@ -405,17 +425,10 @@ def test_a_restart_loop_whose_launches_stall_before_they_crash_pages_its_first_s
     them.  A sink on `[stalled]` alone, which never had the crash, still gets each stall.
     Before: the pager and Slack got 9 notifications each for one broken server (4 stalls,
     4 resolutions, 1 crash)."""
-    slack, pager, stalls = receivers(), receivers(), receivers()
-    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
-    log.write_text("")
-    both = ["crashed", "stalled"]
-    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
-                       [target("t1", log, stall_after="2s")],
-                       [{"type": "slack", "url": slack.url("/slack"), "on": both},
-                        {"type": "webhook", "url": pager.url("/pager"), "on": both},
-                        {"type": "webhook", "url": stalls.url("/stalls"), "on": ["stalled"]}])
-    d = daemons(cfg, port).start()
-    d.wait_reading("t1")
+    stalls = receivers()
+    d, log, state, slack, pager = loop_watched(
+        tmp_path, receivers, daemons,
+        [{"type": "webhook", "url": stalls.url("/stalls"), "on": ["stalled"]}])
     for i in range(4):
         head, rest = hung_launch(i)
         append(log, head)
@@ -475,6 +488,72 @@ def test_a_sink_removed_while_its_crash_page_is_queued_and_added_again_is_paged_
     slack.assert_quiet(IN_FLIGHT, what="after the ready")
     had = [g.json["text"].split(": ")[1] for g in slack.requests(lambda g: g.status == 200)]
     assert had == (["crashed", "resolved"] if again else []), slack.brief()
+
+
+def ready_ends_loop(d: Any, log: Path, slack: Receiver, pager: Receiver,
+                    words: str) -> dict[str, Any]:
+    """A launch gets ready (5 h after the loop's first, by its stamps): the webhook's
+    resolution of the loop's crash (its JSON) and Slack's say `words ... are over`."""
+    append(log, "".join(sim_texts(start=1_767_261_600.0 + 5 * 3600, seed=99, serve_lines=0)))
+    [done] = pager.wait(hook("crashed", "resolved"), timeout=30, alive=d.dead, what="the ready")
+    over = f"{words} since the last ready are over"
+    assert over in done.json["summary"], done.json
+    assert over in slack.wait(lambda g: "resolved: crashed" in g.json["text"], alive=d.dead,
+                              what="Slack's resolution")[0].json["text"]
+    return done.json
+
+
+def test_one_crash_and_its_relaunchs_stall_are_said_at_the_ready(tmp_path, receivers,
+                                                                  daemons) -> None:
+    """A loop of one crash (paged) and a relaunch that hangs past `stall_after` (counted in
+    the crash's open alert), then a launch is ready: the resolution says both, in Slack and
+    the webhook.  Before: `details.stalls: 1` and no word of the stall (a loop said itself
+    only from 2 crashes on)."""
+    d, log, state, slack, pager = loop_watched(tmp_path, receivers, daemons)
+    append(log, crash_loop(1))
+    pager.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the crash")
+    append(log, hung_launch(1)[0])
+    wait_for(lambda: loop_counts(state) == (1, 1), 30, "the stall folded", alive=d.dead)
+    done = ready_ends_loop(d, log, slack, pager, "the 1 crash and 1 stall")
+    assert done["details"]["stalls"] == 1, done
+
+
+def test_a_restart_loop_whose_launches_are_slow_pages_its_first_slow_startup_only(
+        tmp_path, receivers, daemons) -> None:
+    """A ready startup (the target's usual time), then 4 launches of a restart loop each
+    run past `slow_factor` x that (the daemon's clock stepped 2 h on in each: libfaketime)
+    and die of an OOM; then a launch is ready.  The first `slow` is paged, resolved by its
+    crash, which is paged; the relaunches' are counted in the loop's open crash alert (as
+    its stalls are), and its resolution says them.  Before: 9 notifications each to the
+    pager and Slack (4 slow, 4 resolutions, 1 crash), as stalls were before."""
+    spec = tmp_path / "faketime.spec"
+    spec.write_text("+0\n")
+    d, log, state, slack, pager = loop_watched(
+        tmp_path, receivers, daemons, on=("crashed", "slow"), stall_after="24h",
+        env={"LD_PRELOAD": libfaketime(), "FAKETIME_NO_CACHE": "1",
+             "FAKETIME_TIMESTAMP_FILE": str(spec), "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    append(log, "".join(sim_texts(start=1_767_261_600.0 - 3600, seed=98, serve_lines=0)))
+    d.wait_target("t1", lambda t: t.get("phase") == "ready", "the usual startup", timeout=30)
+    def decided(kind: str, folded: str) -> int:    # paged, or counted in the loop's alert
+        # (by the daemon's log: under libfaketime its state file is not saved)
+        return len(pager.requests(hook(kind, "firing"))) + len(
+            [e for e in d.log_events() if str(e.get("event")).startswith(folded)])
+    for i in range(4):
+        head, rest = hung_launch(i)
+        append(log, head)
+        d.wait_target("t1", lambda t: t.get("phase") == "cuda_graph", f"launch {i + 1}")
+        spec.write_text(f"+{7200 * (i + 1)}\n")
+        wait_for(lambda: decided("slow", "slow of a restart loop") == i + 1, 30,
+                 f"launch {i + 1} slow", alive=d.dead)
+        append(log, rest)
+        wait_for(lambda: decided("crashed", "crash folded") == i + 1, 30, f"crash {i + 1}",
+                 alive=d.dead)
+    pager.assert_quiet(IN_FLIGHT, what="after the loop")
+    assert [(g.json["kind"], g.json["status"]) for g in pager.requests()] == [
+        ("slow", "firing"), ("slow", "resolved"), ("crashed", "firing")], pager.brief()
+    assert len(slack.requests()) == 3, slack.brief()
+    done = ready_ends_loop(d, log, slack, pager, "the 4 crashes and 3 slow startups")
+    assert done["details"]["slows"] == 3, done
 
 
 def test_a_crash_after_a_clean_stop_and_a_relaunch_is_paged(tmp_path, receivers,

@@ -90,16 +90,20 @@ def _latest_of_loop(open_docs: Iterable[dict[str, Any]], alert: Alert,
     return max(loop, key=last_crash_at, default=None)
 
 
-def stalls_of(doc: dict[str, Any]) -> int:
-    """How many relaunches of a loop stalled into its open crash alert (`fold_stall`;
-    trusted from the state file only as a positive int)."""
-    n = doc.get("stalls")
+def stalls_of(doc: dict[str, Any], field: str = "stalls") -> int:
+    """How many relaunches of a loop stalled (`field` "slows": were slow) into its open
+    crash alert (`fold_stall`; trusted from the state file only as a positive int)."""
+    n = doc.get(field)
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
 def fold_stall(doc: dict[str, Any], alert: Alert) -> None:
     """Count the stall `alert` of a loop's relaunch in the loop's open crash alert `doc`,
-    with its phase and time (its re-sends say it: `as_open`).  Values replaced (`fold`)."""
+    with its phase and time (its re-sends say it: `as_open`); a `slow` one in `slows`.
+    Values replaced (`fold`)."""
+    if alert.kind == "slow":
+        doc["slows"] = stalls_of(doc, "slows") + 1
+        return
     doc["stalls"] = stalls_of(doc) + 1
     doc["last_stall"] = {"at": alert.starts_at, "phase": str(alert.details.get("phase") or ""),
                          "startup": alert.startup}
@@ -140,7 +144,8 @@ def since_crash(was_logged: float | None, was_decided: float, alert: Alert) -> f
     the log says: before, a relaunch 11 h on (the log's stamps) read at the restart was
     folded into the day-old alert, nobody paged, and said "the first 3s ago"; a loop's next
     crash, 5 minutes on by the log, read after 2 h down was paged as a new attempt."""
-    now = _seconds(alert.details.get("logged_at"))
+    # a `slow` startup is of the loop where it was launched within the gap (`launch_facts`)
+    now = _seconds(alert.details.get("logged_at", alert.details.get("launch_logged_at")))
     if was_logged is not None and now is not None:
         return now - was_logged
     return alert.starts_at - was_decided
@@ -215,12 +220,26 @@ def loop_size(docs: Iterable[dict[str, Any]]) -> int:
     return sum(crashes_of(d) for d in docs)
 
 
+def loop_stalls(docs: Iterable[dict[str, Any]]) -> int:
+    """The stalls (and slow startups) of a target's loop: its relaunches' folded into its
+    open crash alerts (`fold_stall`)."""
+    return sum(stalls_of(d) + stalls_of(d, "slows") for d in docs)
+
+
+def counted(n: int, what: str) -> str:
+    """`1 crash`, `4 crashes`."""
+    return f"{n} {what}" if n == 1 else f"{n} {what}es" if what.endswith("sh") else f"{n} {what}s"
+
+
 def loop_words(docs: Iterable[dict[str, Any]]) -> str:
     """What a loop's open crash alerts stood for, for its resolution's note: `25 crashes`,
-    `4 crashes and 3 stalls` where relaunches stalled into it (`fold_stall`)."""
+    `4 crashes and 3 stalls` where relaunches stalled into it (`fold_stall`), `1 crash and
+    1 stall`, `4 crashes, 1 stall and 2 slow startups`."""
     docs = list(docs)
-    stalls = sum(stalls_of(d) for d in docs)
-    return f"{loop_size(docs)} crashes" + (f" and {stalls} stalls" if stalls else "")
+    parts = [counted(loop_size(docs), "crash")] + [
+        counted(n, what) for n, what in ((sum(stalls_of(d) for d in docs), "stall"), (
+            sum(stalls_of(d, "slows") for d in docs), "slow startup")) if n]
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
 
 
 def as_open(doc: dict[str, Any], now: float | None = None) -> Alert:
@@ -229,10 +248,11 @@ def as_open(doc: dict[str, Any], now: float | None = None) -> Alert:
     into it, where any; with `now` (Alertmanager's re-sends) its summary says them too.
     The dedupe key and `starts_at` stay the first crash's."""
     alert = Alert.from_json(doc)
-    n, stalls = crashes_of(doc), stalls_of(doc)
-    if n > 1 or stalls:
+    n, stalls, slows = crashes_of(doc), stalls_of(doc), stalls_of(doc, "slows")
+    if n > 1 or stalls or slows:
         alert.details = {**alert.details, **({"crashes": n} if n > 1 else {}),
-                         **({"stalls": stalls} if stalls else {})}
+                         **({"stalls": stalls} if stalls else {}),
+                         **({"slows": slows} if slows else {})}
     if now is not None and n > 1:
         ago = fmt_duration(max(0.0, now - last_crash_at(doc)))
         alert.summary += f" ({n} crashes of it since the last ready, the latest {ago} ago)"
@@ -281,7 +301,8 @@ def repage(doc: dict[str, Any], alert: Alert) -> Alert:
 def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
                   ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, set[str]]]:
     """Of open alerts resolved together, the restart loops (a target's crashes, more than
-    one, folded or not) and, by `id`, the crash alerts whose resolution says the loop is
+    one, folded or not, or one crash and its relaunch's stall: before, `details.stalls: 1`
+    and no word of it, where 2 crashes and a stall said `2 crashes and 1 stalls`) and, by `id`, the crash alerts whose resolution says the loop is
     over and to which chat sinks: the one of the loop's last crash (to none where no chat
     sink had it), and for each chat sink the latest one it had.  Before, only the last
     crash's: where that page was given up for Slack (down then), Slack, which had the
@@ -290,7 +311,7 @@ def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
     for doc in taken:
         if doc["kind"] == "crashed":
             loops.setdefault(owner(doc), []).append(doc)
-    loops = {t: docs for t, docs in loops.items() if loop_size(docs) > 1}
+    loops = {t: docs for t, docs in loops.items() if loop_size(docs) + loop_stalls(docs) > 1}
     speaks: dict[int, set[str]] = {}
     for docs in loops.values():
         speaks[id(max(docs, key=last_crash_at))] = set()

@@ -225,5 +225,6 @@ class AlertPolicy:
         return self._alert(v, "slow", v.startup_id,
                            f"slow startup: {fmt_duration(elapsed)} and still in {v.phase} "
                            f"(usually ready after {fmt_duration(v.typical_total)})",
-                           {"elapsed": elapsed, "typical": v.typical_total, "phase": v.phase},
+                           {"elapsed": elapsed, "typical": v.typical_total, "phase": v.phase,
+                            **v.launch},     # a restart loop's relaunch (loop.py)
                            v.epoch)

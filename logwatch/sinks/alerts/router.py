@@ -26,7 +26,7 @@ from ...view import TargetView
 from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
 from .loop import (as_open, end_loop, fold, fold_stall, folds_into, loop_speakers, loop_words,
-                   open_crashes, owner, repage, say_loop, stall_of_loop)
+                   open_crashes, owner, repage, say_loop, stall_of_loop, stalls_of)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -197,7 +197,7 @@ class AlertRouter:
         if alert.kind == "crashed" and alert.status == FIRING and \
                 fold_crash(self.store, self._ids, alert, sinks, self.delivery.poke, self.log):
             return
-        if alert.kind == "stalled" and alert.status == FIRING and \
+        if alert.kind in ("stalled", "slow") and alert.status == FIRING and \
                 (sinks := stall_in_loop(self.store, alert, sinks, self.log)) is None:
             return
         # decided by the log of the target the open alert is of now (renamed: not its own)
@@ -262,8 +262,9 @@ def stall_in_loop(store: AlertStore, alert: Alert, sinks: list[Sink],
     loop = open_crashes(store.open.values(), owner(doc))
     rest = [s for s in sinks if not any(went_to(d, s) for d in loop)]
     fold_stall(doc, alert)
-    logger.info("stall of a restart loop's relaunch: counted in the loop's open alert",
-                alert=doc["key"], stalls=doc["stalls"], paged=[s.name for s in rest])
+    logger.info(f"{alert.kind} of a restart loop's relaunch: counted in the loop's open "
+                "alert", alert=doc["key"], stalls=stalls_of(doc), slows=stalls_of(doc, "slows"),
+                paged=[s.name for s in rest])
     if rest:
         return rest
     store.mark(alert.target, alert.mark, clock.now())
