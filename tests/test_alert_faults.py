@@ -518,6 +518,25 @@ def test_one_crash_and_its_relaunchs_stall_are_said_at_the_ready(tmp_path, recei
     assert done["details"]["stalls"] == 1, done
 
 
+def test_a_relaunch_that_hangs_for_good_after_the_loops_crash_is_said_once_in_chat(
+        tmp_path, receivers, daemons) -> None:
+    """A loop's crash (paged), then its relaunch hangs past `stall_after` (2 s) and prints
+    nothing more: its stall is folded into the open crash alert; a stall budget later,
+    still silent, Slack has the crash alert once more, saying the relaunch hangs; the
+    webhook (one firing per key) has nothing more.  Before: Slack heard nothing after the
+    crash page while the server hung."""
+    d, log, state, slack, pager = loop_watched(tmp_path, receivers, daemons)
+    append(log, crash_loop(1))
+    pager.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the crash")
+    append(log, hung_launch(1)[0])
+    [_, said] = slack.wait(lambda g: True, n=2, timeout=30, alive=d.dead, what="the hang said")
+    assert "crashed: cuda_oom" in said.json["text"] and \
+        "its relaunch since stalled in cuda_graph" in said.json["text"], said.json
+    wait_for(lambda: not outbox(state), 15, "every delivery done", alive=d.dead)
+    slack.assert_quiet(5.5, what="after the hang was said (a tick of the daemon's checks)")
+    assert len(pager.requests()) == 1 and len(slack.requests()) == 2, pager.brief()
+
+
 def test_a_restart_loop_whose_launches_are_slow_pages_its_first_slow_startup_only(
         tmp_path, receivers, daemons) -> None:
     """A ready startup (the target's usual time), then 4 launches of a restart loop each

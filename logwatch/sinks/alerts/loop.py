@@ -106,7 +106,27 @@ def fold_stall(doc: dict[str, Any], alert: Alert) -> None:
         return
     doc["stalls"] = stalls_of(doc) + 1
     doc["last_stall"] = {"at": alert.starts_at, "phase": str(alert.details.get("phase") or ""),
-                         "startup": alert.startup}
+                         "startup": alert.startup,
+                         "budget": _seconds(alert.details.get("stall_after")) or 0.0}
+
+
+def hang_to_say(doc: dict[str, Any], startup: str | None, now: float) -> bool:
+    """The stall folded into `doc` is `startup`'s, still silent (the caller knows), not said
+    yet, after the loop's latest crash, and has lasted its budget again since it was
+    folded: the relaunch hangs for good, not on its way to the loop's next crash (which,
+    within that time, keeps it folded: `fold_stall`).  Chat sinks hear it once, as an
+    update of the open crash alert (`as_open`): before, Slack heard nothing after the
+    loop's crash page while the server hung in its relaunch."""
+    st = doc.get("last_stall")
+    if not isinstance(st, dict) or st.get("said") or st.get("startup") != startup:
+        return False
+    at, budget = _seconds(st.get("at")), _seconds(st.get("budget")) or 0.0
+    return at is not None and at >= last_crash_at(doc) and now - at >= budget
+
+
+def said_hang(doc: dict[str, Any]) -> None:
+    """`hang_to_say` said: never again for this stall (saved with the open alert)."""
+    doc["last_stall"] = {**doc["last_stall"], "said": True}
 
 
 def stalled_since(doc: dict[str, Any], now: float) -> str:

@@ -27,6 +27,7 @@ from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
 from .loop import (as_open, end_loop, fold, fold_stall, folds_into, loop_speakers, loop_words,
                    open_crashes, owner, repage, say_loop, stall_of_loop, stalls_of)
+from .loop import hang_to_say, said_hang
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -130,6 +131,9 @@ class AlertRouter:
             alert = self.policy.slow(v, slow_factor.get(v.name, SLOW_FACTOR))
             if alert is not None:
                 self.fire(alert)
+            if v.stalled:
+                say_hang(self.store, self._ids, v, [s for s in self.sinks if s.chat],
+                         self.delivery.poke)
 
     def _apply(self, decisions: list[Decision]) -> None:
         for d in decisions:
@@ -270,6 +274,21 @@ def stall_in_loop(store: AlertStore, alert: Alert, sinks: list[Sink],
     store.mark(alert.target, alert.mark, clock.now())
     store.save()
     return None
+
+
+def say_hang(store: AlertStore, ids: Iterator[int], v: TargetView, chats: list[Sink],
+             poke: Callable[[str], None]) -> None:
+    """A loop's relaunch still stalled a stall budget after its stall was folded into the
+    loop's open crash alert (`hang_to_say`): the chat sinks that had that alert get it
+    once more, saying the relaunch hangs (`as_open`: `(its relaunch since stalled in
+    cuda_graph 4m ago)`).  A webhook's firing is sent once per key (its Idempotency-Key);
+    Alertmanager's re-sends say it already."""
+    now = clock.now()
+    for doc in open_crashes(store.open.values(), v.name):
+        if hang_to_say(doc, v.startup_id, now):
+            said_hang(doc)
+            enqueue(store, ids, as_open(doc, now), [s for s in chats if went_to(doc, s)], poke)
+            store.save()
 
 
 def enqueue(store: AlertStore, ids: Iterator[int], alert: Alert, sinks: list[Sink],
