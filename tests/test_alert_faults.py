@@ -537,6 +537,29 @@ def test_a_relaunch_that_hangs_for_good_after_the_loops_crash_is_said_once_in_ch
     assert len(pager.requests()) == 1 and len(slack.requests()) == 2, pager.brief()
 
 
+def test_a_relaunch_that_stalls_an_hour_after_the_loops_crash_is_the_loop(
+        tmp_path, receivers, daemons) -> None:
+    """A loop's crash (paged); its relaunch, 10 minutes on by the log, stalls, decided 2 h
+    later by the daemon's clock (stepped: libfaketime; a big model's load before its hang):
+    the stall is the loop's, timed from the relaunch's launch by the log, and folded.
+    Before: timed from when it was decided, 2 h after the crash: paged as news."""
+    spec = tmp_path / "faketime.spec"
+    spec.write_text("+0\n")
+    d, log, state, slack, pager = loop_watched(
+        tmp_path, receivers, daemons, stall_after="1h",
+        env={"LD_PRELOAD": libfaketime(), "FAKETIME_NO_CACHE": "1",
+             "FAKETIME_TIMESTAMP_FILE": str(spec), "FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    append(log, crash_loop(1))
+    pager.wait(hook("crashed", "firing"), timeout=30, alive=d.dead, what="the crash")
+    append(log, hung_launch(1)[0])
+    d.wait_target("t1", lambda t: t.get("phase") == "cuda_graph", "the relaunch")
+    spec.write_text("+7200\n")
+    wait_for(lambda: pager.requests(hook("stalled")) or any(str(e.get("event")).startswith(
+        "stalled of a restart loop") for e in d.log_events()), 30, "the stall", alive=d.dead)
+    pager.assert_quiet(IN_FLIGHT, what="after the stall")
+    assert len(pager.requests()) == 1, pager.brief()
+
+
 def test_a_restart_loop_whose_launches_are_slow_pages_its_first_slow_startup_only(
         tmp_path, receivers, daemons) -> None:
     """A ready startup (the target's usual time), then 4 launches of a restart loop each

@@ -167,7 +167,10 @@ class AlertPolicy:
                                if gpu else {}),
                             # its launch's flags: a restart loop's relaunch (loop.py)
                             **({"launch": ev.launch} if ev.launch else {}),
-                            **({"launch_prefix": ev.launch_prefix} if ev.launch_prefix else {})},
+                            **({"launch_prefix": ev.launch_prefix} if ev.launch_prefix else {}),
+                            # timed from its launch by the log (a 400 GB load's stall an
+                            # hour after the loop's crash is still the loop's: loop.py)
+                            **({k: v.launch[k] for k in ("launch_logged_at",) if k in v.launch})},
                            ev.epoch, extra=where)
 
     def probe(self, v: TargetView) -> list[Decision]:
