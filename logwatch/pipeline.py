@@ -22,7 +22,7 @@ from .machine import (
 from .machine.crash import read_whole
 from .rules.matcher import Hit, shared_matcher
 from .rules.pack import CRASHED, STOPPED, Rule, RulePack, record_forms
-from .rules.timestamps import LogClock
+from .rules.timestamps import LogClock, Stamp
 
 EXCERPT_BEFORE = 12        # physical lines kept before the first crash line
 EXCERPT_MAX_LINES = 80     # lines in an excerpt, in all
@@ -569,7 +569,7 @@ class LogPipeline:
         matches = self.counters.rule_matches   # (one match, though taken again whole)
         matches[rid] = matches.get(rid, 0) + new
         stamp = self.clock.stamp(hit.text, hit.wrapped, hit.ts)
-        hit.own_stamp = own = bool(stamp and stamp.own)
+        own = mark_timed(hit, stamp)
         pos, data = hit.block_pos, block.data
         if pos == 0 or data[pos - 1] == 10:   # the segment starts its line (most do)
             offset = hit.offset
@@ -591,6 +591,15 @@ class LogPipeline:
             self.on_step(events, self.state)
         return events + read_crash_whole(self, hit, block, now) \
             if self.shown.now_whole(hit, shown) else events
+
+
+def mark_timed(hit: Hit, stamp: Stamp | None) -> bool:
+    """Note on a hit how the clock timed it, for the matcher's `BarRun` (which resumes once
+    the pipeline has): whether it had its own stamp (returned), and whether it is a frame of
+    one of several live bars of its description."""
+    hit.own_stamp = own = bool(stamp and stamp.own)
+    hit.shared_bar = bool(stamp and stamp.shared_bar)
+    return own
 
 
 def read_crash_whole(pipe: LogPipeline, hit: Hit, block: Block, now: float) -> list[Event]:

@@ -180,12 +180,17 @@ VLLM_START = ("INFO 11-30 10:00:00 [api_server.py:1] vLLM API server version 0.3
 @given(frames_of(sorted(VLLM_FRAMES)))
 @example(frames=[("capture", 0, 0, "\n"), ("rank_shard", 0, 0, "\n"),
                  ("rank_shard", 0, 784, "\n"), ("rank_shard", 0, 0, "\n")])
+@example(frames=[("capture", 1, 0, "\n"), ("capture", 3, 0, "\n"), ("rank_shard", 3, 0, "\n"),
+                 ("capture", 0, 0, "\n"), ("capture", 2, 0, "\n"), ("capture", 4, 0, "\n")])
 def test_no_sequence_of_vllm_rank_frames_replays_differently(frames):
     """Two ranks' bars interleaved behind their `(Worker_TPn pid=...)` tags: each rank's
     position is the exact pipeline's (the run's bytes up to its literal name the rank).
     The example: a shard bar complete after capture began, then drawn again from 0 (a
     draft model's): the machine keeps the complete count (0d6c73e), so the run ends where
-    the count goes back (before: 0/4 read collapsed, 4/4 exact)."""
+    the count goes back (before: 0/4 read collapsed, 4/4 exact).  The second: the capture
+    bar drawn again from 0 while the clock still follows the first; the frame at 4 s goes to
+    whichever lies nearer the clock, which the 2 s frame moved (before: cuda_graph 3 s read
+    with the run skipped, 9 s without)."""
     assert_same_report((VLLM_START + body_of(VLLM_FRAMES, frames) + "\n").encode(), "vllm")
 
 

@@ -16,7 +16,9 @@ moves nowhere from its own phase; the same bytes up to the rule's literal name t
 process and rank), and the last frame's counter wins.  The clock places a frame at its bar's
 start plus its elapsed time: frames of the same bar (`bar_frame`'s description) whose
 elapsed time never goes back keep the bar's start, and the clock ends at the last frame's
-time either way.  What the frames between would have changed is the bar's smoothed rate,
+time either way; unless the clock follows another live bar of that description (two DP
+engines' captures): then each frame goes to the bar it lies nearer the clock with, which the
+frames between move, so no run opens at a frame the clock placed so (`Stamp.shared_bar`).  What the frames between would have changed is the bar's smoothed rate,
 its `Progress` events and the rule's match count, which neither reports; `watch` and the
 daemon read every frame (their rate and ETA need them).  A frame with its own timestamp
 opens no run (the machine checks stamps between lines); a run ends at the first segment that
@@ -45,6 +47,7 @@ class TimedHit(Protocol):
     text: str
     wrapped: tuple[str, ...]
     own_stamp: bool | None
+    shared_bar: bool
 
 
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
@@ -102,11 +105,13 @@ class BarRun:
         """The run the hits of the segment [start, end) open (`first`: where its first
         literal ends), or None:
         one hit, of a rule that `runs_through`, on a line read as written (no wrapper came
-        off) without a timestamp of its own, that is a tqdm frame."""
+        off) without a timestamp of its own, that is a tqdm frame the clock placed on the
+        only live bar of its description (`Stamp.shared_bar`)."""
         if len(hits) != 1:
             return None
         hit = hits[0]
-        if hit.wrapped or hit.own_stamp is not False or not runs_through(hit.rule):
+        if hit.wrapped or hit.own_stamp is not False or hit.shared_bar \
+                or not runs_through(hit.rule):
             return None
         frame = bar_frame(hit.text)
         if frame is None:

@@ -59,6 +59,8 @@ class Hit:
                         # the format's groups), or None for no match
     own_stamp: bool | None = None  # set by the pipeline once timed: the line had its own
                                    # stamp (a `BarRun` opens only at a frame without one)
+    shared_bar: bool = False  # set with it: the clock placed the frame on one of several
+                              # live bars of its description (no `BarRun` opens there)
 
 
 def _literal_parts(rules: list[Rule]) -> list[tuple[str, bool]]:

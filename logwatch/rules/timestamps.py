@@ -85,6 +85,10 @@ class Stamp:
     seconds: float
     text: str
     own: bool = True   # False: carried forward from an earlier line
+    # a bar frame placed on one of several live bars of its description: where the bar's
+    # later frames go (`bar_run`: the nearest to the clock) depends on every frame between,
+    # so a `BarRun` may not skip them (rules/bars.py)
+    shared_bar: bool = False
 
 
 class LogClock:
@@ -159,12 +163,12 @@ class LogClock:
                     return stamp
         if self.last is None:
             return None
-        placed = self._bar_time(text)
+        placed, shared = self._bar_time(text)
         if placed is None:
             # where the clock stands: after a bar, its end (a bare `Model init total -- 49s`
             # printed when an unstamped 46 s bar finished is not at the stamp before the bar)
             placed = self.last.seconds if self._now is None else max(self.last.seconds, self._now)
-        return Stamp(placed, self.last.text, own=False)
+        return Stamp(placed, self.last.text, own=False, shared_bar=shared)
 
     def _note_zoned(self, wrapped: tuple[str, ...]) -> None:
         """The newest absolute stamp of a wrapper (the outermost that has one)."""
@@ -199,14 +203,15 @@ class LogClock:
         self._now = secs
         return self.last
 
-    def _bar_time(self, text: str) -> float | None:
+    def _bar_time(self, text: str) -> tuple[float | None, bool]:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
-        showed) plus its elapsed time."""
+        showed) plus its elapsed time (None: not a frame, or no clock yet); and whether
+        another bar of its description is live beside its own (`Stamp.shared_bar`)."""
         if self._now is None:
-            return None
+            return None, False
         frame = bar_frame(text)
         if frame is None:
-            return None
+            return None, False
         key, elapsed = frame
         runs = self._bars.get(key)
         if runs is None:
@@ -215,7 +220,7 @@ class LogClock:
             runs = self._bars[key] = []
         bar = _frame_of(runs, elapsed, self._now, _DONE.search(text) is not None)
         self._now = max(self._now, bar[0] + elapsed)
-        return bar[0] + elapsed
+        return bar[0] + elapsed, len(runs) > 1
 
     def _seconds(self, g: dict[str, str | None]) -> float:
         h, mi, s = int(g["H"] or 0), int(g["M"] or 0), int(g["S"] or 0)
