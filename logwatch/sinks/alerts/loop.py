@@ -5,13 +5,16 @@ launch, each into the same log, and may never be ready again.  Its first crash o
 is paged; a later crash of the same reason and launch flags while that alert is open (no
 startup ready since) is folded into it: no new page, the open alert counts it (`crashes`,
 and the latest crash's time and startup).  A crash of another reason is news: paged, and
-open beside the first; so is one of a relaunch with other flags (an operator's attempt).  The ready that ends the loop resolves each open alert, saying how many crashes it
-stood for.  Before, each crash was paged and stayed open until that ready: a loop of 2,000
+open beside the first; so is one of a relaunch with other flags (an operator's attempt).
+The ready that ends the loop resolves each open alert, saying how many crashes it stood
+for.  Before, each crash was paged and stayed open until that ready: a loop of 2,000
 crashes kept 2,000 open alerts (5.8 MB of `alerts/state.json`, and each POSTed again to
 Alertmanager at every `resend`), paged each receiver 2,000 times, and the state file's
-rewrites slowed delivery to under one page a second a receiver.  A relaunch that hangs past `stall_after` before it crashes is
-the loop too: its stall is counted in the loop's open crash alert (`stall_of_loop`,
-`fold_stall`), not paged again at each launch with its resolution.
+rewrites slowed delivery to under one page a second a receiver.  A relaunch that hangs
+past `stall_after` (or runs slow) before it crashes is the loop too: its stall is counted
+in the loop's open crash alert (`stall_of_loop`, `fold_stall`), not paged again at each
+launch with its resolution; one that hangs for good is said once more in chat
+(`hang_to_say`).
 
 Pure functions over the open alerts (`AlertStore.open`'s documents); the router (router.py)
 does the I/O.
@@ -322,9 +325,10 @@ def loop_speakers(taken: list[dict[str, Any]], chats: list[Sink]
                   ) -> tuple[dict[str, list[dict[str, Any]]], dict[int, set[str]]]:
     """Of open alerts resolved together, the restart loops (a target's crashes, more than
     one, folded or not, or one crash and its relaunch's stall: before, `details.stalls: 1`
-    and no word of it, where 2 crashes and a stall said `2 crashes and 1 stalls`) and, by `id`, the crash alerts whose resolution says the loop is
-    over and to which chat sinks: the one of the loop's last crash (to none where no chat
-    sink had it), and for each chat sink the latest one it had.  Before, only the last
+    and no word of it, where 2 crashes and a stall said `2 crashes and 1 stalls`) and, by
+    `id`, the crash alerts whose resolution says the loop is over and to which chat sinks:
+    the one of the loop's last crash (to none where no chat sink had it), and for each chat
+    sink the latest one it had.  Before, only the last
     crash's: where that page was given up for Slack (down then), Slack, which had the
     loop's first crashes, never heard it end."""
     loops: dict[str, list[dict[str, Any]]] = {}

@@ -25,9 +25,9 @@ from ...machine import Event, Stopped
 from ...view import TargetView
 from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
-from .loop import (as_open, end_loop, fold, fold_stall, folds_into, loop_speakers, loop_words,
-                   open_crashes, owner, repage, say_loop, stall_of_loop, stalls_of)
-from .loop import hang_to_say, said_hang
+from .loop import (as_open, end_loop, fold, fold_stall, folds_into, hang_to_say, loop_speakers,
+                   loop_words, open_crashes, owner, repage, said_hang, say_loop, stall_of_loop,
+                   stalls_of)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
