@@ -18,9 +18,10 @@ start plus its elapsed time: frames of the same bar (`bar_frame`'s description) 
 elapsed time never goes back keep the bar's start, and the clock ends at the last frame's
 time either way; unless the clock follows another live bar of that description (two DP
 engines' captures): then each frame goes to the bar it lies nearer the clock with, which the
-frames between move, so no run opens at a frame the clock placed so (`Stamp.shared_bar`).  What the frames between would have changed is the bar's smoothed rate,
-its `Progress` events and the rule's match count, which neither reports; `watch` and the
-daemon read every frame (their rate and ETA need them).  A frame with its own timestamp
+frames between move, so no run opens at a frame the clock placed so (`Stamp.shared_bar`).
+What the frames between would have changed is the bar's smoothed rate, its `Progress` events
+and the rule's match count, which neither reports; `watch` and the daemon read every frame
+(their rate and ETA need them).  A frame with its own timestamp
 opens no run (the machine checks stamps between lines); a run ends at the first segment that
 is not such a frame, and, where every serving line is read (history), at a serving line
 (it is read in its place, at the clock the frames before it set); when the last segment

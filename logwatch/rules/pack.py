@@ -818,8 +818,8 @@ def _servers(src: str, value: Any) -> tuple[tuple[Any, ...], tuple[str, ...]]:
 def _follower(src: str, value: Any, rules: list[Rule], phases: tuple[str, ...]
               ) -> FollowerSpec:
     """`follower: {rules: [ID, ...], head: [ID, ...], args: {FLAG: N | true}, ready: PHASE,
-    eager: {args: {FLAG: true}, ready: PHASE, skips: [PHASE]}, nodes: {rank: ARG, count: ARG, same: [ARG,
-    ...]}}` (FollowerSpec)."""
+    eager: {args: {FLAG: true}, ready: PHASE, skips: [PHASE]}, nodes: {rank: ARG, count: ARG,
+    same: [ARG, ...]}}` (FollowerSpec)."""
     if not isinstance(value, dict) or \
             set(value) - {"rules", "head", "args", "ready", "eager", "nodes"}:
         raise PackError(src, "must be a mapping {rules: [...], head: [...], args: {...}, "
