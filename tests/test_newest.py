@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from logwatch.sources import SourceError, make_source
 from logwatch.sources.newest import (
-    Match, NewestFile, check_pattern, is_pattern, matching, pattern_problem,
+    Match, NewestFile, check_pattern, is_pattern, matching, newest_order, pattern_problem,
 )
 
 S = 1_000_000_000   # a second in nanoseconds
@@ -16,6 +16,31 @@ S = 1_000_000_000   # a second in nanoseconds
 
 def m(name: str, ino: int, t: int) -> Match:
     return Match(name, 1, ino, t * S)
+
+
+def choose(n: NewestFile, matches: list[Match]) -> Match | None:
+    """`n.choose` over the matches as a listing gives them (newest first)."""
+    return n.choose(newest_order(matches))
+
+
+def every_match_weighed(n: NewestFile, matches: list[Match]) -> Match | None:
+    """What `choose` decides, the long way: the newest of every match that may be read
+    (the walk it replaced, which held the event loop over 60,000 files)."""
+    reading = n.reading
+    floor = n._floor
+    if n._reading_mtime is not None:
+        floor = n._reading_mtime if floor is None else max(floor, n._reading_mtime)
+    best = None
+    for x in matches:
+        if x.key in n._left:
+            continue
+        ours = reading is not None and x.key == reading.key
+        if not ours and floor is not None and (x.mtime_ns < floor if x.ino is None
+                                               else x.mtime_ns <= floor):
+            continue
+        if best is None or (x.mtime_ns, x.name) > (best.mtime_ns, best.name):
+            best = x
+    return best
 
 
 def test_what_is_a_pattern() -> None:
@@ -42,9 +67,9 @@ def test_matching_names_hide_dot_files_as_a_shell_does() -> None:
 
 def test_the_newest_is_the_last_written_then_the_name_sorting_last() -> None:
     n = NewestFile()
-    assert n.choose([]) is None
-    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 30), m("c.log", 3, 20)]).name == "b.log"
-    assert n.choose([m("a.log", 1, 30), m("b.log", 2, 30)]).name == "b.log"
+    assert choose(n, []) is None
+    assert choose(n, [m("a.log", 1, 10), m("b.log", 2, 30), m("c.log", 3, 20)]).name == "b.log"
+    assert choose(n, [m("a.log", 1, 30), m("b.log", 2, 30)]).name == "b.log"
 
 
 def test_a_newer_file_takes_over_and_the_left_one_is_never_chosen_again() -> None:
@@ -52,23 +77,23 @@ def test_a_newer_file_takes_over_and_the_left_one_is_never_chosen_again() -> Non
     a = m("a.log", 1, 10)
     n.read(a)
     # the file read, written on: still the one
-    assert n.choose([m("a.log", 1, 20)]) == m("a.log", 1, 20)
+    assert choose(n, [m("a.log", 1, 20)]) == m("a.log", 1, 20)
     # a relaunch writes b: b is the newest
     b = m("b.log", 2, 25)
-    assert n.choose([m("a.log", 1, 20), b]) == b
+    assert choose(n, [m("a.log", 1, 20), b]) == b
     n.left(a)
     n.read(b)
     # the old server writes to a again: a was left, b stays
-    assert n.choose([m("a.log", 1, 40), m("b.log", 2, 30)]).name == "b.log"
+    assert choose(n, [m("a.log", 1, 40), m("b.log", 2, 30)]).name == "b.log"
 
 
 def test_an_older_file_is_never_taken_for_the_newest() -> None:
     """The followed file deleted: an old launch's log is not the newest (it waits)."""
     n = NewestFile()
     n.read(m("c.log", 3, 50))
-    assert n.choose([m("c.log", 3, 60), m("a.log", 1, 10)]).name == "c.log"
-    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 55)]) is None   # c deleted
-    assert n.choose([m("a.log", 1, 10), m("d.log", 4, 61)]).name == "d.log"
+    assert choose(n, [m("c.log", 3, 60), m("a.log", 1, 10)]).name == "c.log"
+    assert choose(n, [m("a.log", 1, 10), m("b.log", 2, 55)]) is None   # c deleted
+    assert choose(n, [m("a.log", 1, 10), m("d.log", 4, 61)]).name == "d.log"
 
 
 def test_found_again_after_a_restart_the_rest_are_read_in_order() -> None:
@@ -81,7 +106,7 @@ def test_found_again_after_a_restart_the_rest_are_read_in_order() -> None:
     n.left(ours)
     n.read(between)
     n.left(between)
-    assert n.choose([ours, between, newest]) == newest
+    assert choose(n, [ours, between, newest]) == newest
 
 
 def test_files_left_are_remembered_within_a_bound() -> None:
@@ -90,7 +115,7 @@ def test_files_left_are_remembered_within_a_bound() -> None:
         n.left(m(f"{i}.log", i, i))
     assert len(n._left) <= 256
     # the bound forgets the oldest, and the floor still keeps them out
-    assert n.choose([m("0.log", 0, 0)]) is None
+    assert choose(n, [m("0.log", 0, 0)]) is None
 
 
 def test_without_inodes_a_name_left_may_name_a_new_file() -> None:
@@ -100,14 +125,14 @@ def test_without_inodes_a_name_left_may_name_a_new_file() -> None:
     n = NewestFile()
     a, b = Match("a.log", None, None, 10 * S), Match("b.log", None, None, 20 * S)
     n.read(a)
-    assert n.choose([a, b]) == b
+    assert choose(n, [a, b]) == b
     n.left(a)
     n.read(b)
     n.left(b)
     # b.log of b's second may be a new file of that name (whole seconds): taken; a.log is older
-    assert n.choose([Match("a.log", None, None, 15 * S), b]) == b
-    assert n.choose([Match("a.log", None, None, 15 * S)]) is None
-    assert n.choose([Match("b.log", None, None, 30 * S)]) == Match("b.log", None, None, 30 * S)
+    assert choose(n, [Match("a.log", None, None, 15 * S), b]) == b
+    assert choose(n, [Match("a.log", None, None, 15 * S)]) is None
+    assert choose(n, [Match("b.log", None, None, 30 * S)]) == Match("b.log", None, None, 30 * S)
 
 
 def test_a_kept_listing_serves_while_the_directory_is_unchanged() -> None:
@@ -132,9 +157,9 @@ def test_a_fresh_stat_of_the_file_read_keeps_the_floor_while_the_listing_is_old(
     n.read(m("a.log", 1, 10))
     n.wrote(m("a.log", 1, 50))
     n.wrote(m("b.log", 2, 70))                     # not the file read: no effect
-    assert n.choose([m("a.log", 1, 10), m("b.log", 2, 30)]).name == "a.log"
-    assert n.choose([m("b.log", 2, 30)]) is None
-    assert n.choose([m("b.log", 2, 30), m("c.log", 3, 60)]).name == "c.log"
+    assert choose(n, [m("a.log", 1, 10), m("b.log", 2, 30)]).name == "a.log"
+    assert choose(n, [m("b.log", 2, 30)]) is None
+    assert choose(n, [m("b.log", 2, 30), m("c.log", 3, 60)]).name == "c.log"
 
 
 @settings(max_examples=300, deadline=None)
@@ -154,7 +179,9 @@ def test_never_back_to_a_file_left_nor_to_an_older_one(steps: list[tuple[str, in
         elif op == "delete":
             files.pop(ino, None)
         matches = [m(f"{i}.log", i, t) for i, t in files.items()]
-        chosen = n.choose(matches)
+        expected = every_match_weighed(n, matches)
+        chosen = choose(n, matches)
+        assert chosen == expected
         if chosen is not None:
             assert chosen in matches
             assert chosen.ino not in left
@@ -170,3 +197,40 @@ def test_never_back_to_a_file_left_nor_to_an_older_one(steps: list[tuple[str, in
             seen_read = max(seen_read, r.mtime_ns)
         elif n.reading is not None and n.reading.ino in files and n.reading.ino not in left:
             seen_read = max(seen_read, files[n.reading.ino] * S)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["read", "leave", "delete", "write"]),
+                          st.integers(0, 5), st.integers(1, 40)), max_size=40))
+def test_by_name_alone_the_walk_decides_as_every_match_weighed(
+        steps: list[tuple[str, int, int]]) -> None:
+    """SFTP without inodes (a name is the file; whole seconds, so ties at the floor): the
+    walk that stops at the first file that may be read chooses what weighing all did."""
+    files: dict[int, int] = {}
+    n = NewestFile()
+    for op, i, t in steps:
+        if op == "write":
+            files[i] = max(files.get(i, 0), t)
+        elif op == "delete":
+            files.pop(i, None)
+        matches = [Match(f"{k}.log", None, None, v * S) for k, v in files.items()]
+        expected = every_match_weighed(n, matches)
+        chosen = choose(n, matches)
+        assert chosen == expected
+        if op == "read" and chosen is not None:
+            n.read(chosen)
+        elif op == "leave" and n.reading is not None:
+            n.left(n.reading)
+
+
+def test_sixty_thousand_matches_are_decided_without_walking_them() -> None:
+    """A SLURM directory of 60,000 outputs, the newest read: a look decides at the top of
+    the listing (the walk of them all held the event loop 40-200 ms on every look)."""
+    import time
+    n = NewestFile()
+    listing = newest_order([m(f"slurm-{i}.out", i, 1000 + i) for i in range(60_000)])
+    n.read(listing[0])
+    t0 = time.perf_counter()
+    for _ in range(100):
+        assert n.choose(listing) == listing[0]
+    assert time.perf_counter() - t0 < 0.5     # the whole walk: ~2 s for 100 looks here

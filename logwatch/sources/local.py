@@ -43,7 +43,7 @@ from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
 )
-from .newest import Match, NewestFile, check_pattern, is_pattern, matching
+from .newest import Match, NewestFile, check_pattern, is_pattern, matching, newest_order
 from .archive import MAX_ARCHIVES, compressed_rotated_names, pread, unpack
 
 READ_SIZE = 1 << 20
@@ -331,7 +331,7 @@ class LocalFileSource(FollowsWithCursor):
                 continue
             if stat.S_ISREG(st.st_mode):
                 out.append(Match(name, st.st_dev, st.st_ino, st.st_mtime_ns))
-        return out
+        return newest_order(out)
 
     async def named(self) -> Path | None:
         """The file the target names now: its path, or the newest match of its pattern."""

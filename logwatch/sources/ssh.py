@@ -69,7 +69,7 @@ from .sshjump import (
     Hop, JumpFailed, JumpLoop, ProxyLost, forward_failed, jump_hops, open_jumps,
     proxy_command_first,
 )
-from .newest import Match, NewestFile, check_pattern, is_pattern, matching
+from .newest import Match, NewestFile, check_pattern, is_pattern, matching, newest_order
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
 )
@@ -1139,9 +1139,9 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
                 except asyncssh.SFTPError:
                     continue
             found.append((n, a))
-    out = [Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
-                 int((a.mtime or 0) * 1_000_000_000))
-           for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR]
+    out = newest_order([Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
+                              int((a.mtime or 0) * 1_000_000_000))
+                        for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR])
     newest.keep(dir_mtime, now, out, time.monotonic() - now)
     return out
 
