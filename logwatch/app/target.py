@@ -352,6 +352,13 @@ class Target:
         """The source ended: the unfinished last line is a line, a crash is final."""
         self.follower.finish(now)
 
+    def halt_reading(self) -> None:
+        """Read no more (the daemon stops): what was read is decided and checkpointed by
+        `stop`, the rest is read after the restart."""
+        self.stop_reading = True
+        if self.task is not None:
+            self.task.cancel()
+
     async def stop(self) -> None:
         for a in reversed(self.attachments):   # last-first: see attachments/base.py
             try:
