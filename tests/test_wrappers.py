@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -497,3 +498,66 @@ def test_the_latest_launch_among_journald_json_entries_is_found(form: str) -> No
     extra = 1 if form == "json-ssh-notice" else 0
     assert latest(plain) > 1
     assert latest(wrapped) == latest(plain) + extra
+
+
+def zoned_wrapped_copy(src: Path, dst: Path, engine_zone_h: float) -> None:
+    """`kubectl logs --timestamps` over a server printing its own zone's time: each line
+    behind the UTC moment the log's clock places it at (a bar frame by its bar's start and
+    elapsed time; a line before the first stamp at that stamp)."""
+    from logwatch.rules.locate import choose_pack
+    from logwatch.rules.timestamps import LogClock
+    data = src.read_bytes()
+    clock = LogClock(choose_pack("auto", data[: 1 << 20]).timestamps, 2025)
+    lines = data.decode("utf-8", "surrogateescape").split("\n")
+    stamps = [clock.stamp(ln) for ln in lines]
+    first = next((s.seconds for s in stamps if s is not None), 0.0)
+    out = []
+    for ln, st in zip(lines, stamps):
+        if not ln.strip():
+            out.append(ln)
+            continue
+        wall = (st.seconds if st is not None else first) - engine_zone_h * 3600
+        out.append(time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(wall))
+                   + f".{int(wall % 1 * 1e9):09d}Z {ln}")
+    dst.write_text("\n".join(out), encoding="utf-8", errors="surrogateescape")
+
+
+@pytest.mark.parametrize("engine_zone_h", [-7, 8, 5.5])
+@pytest.mark.parametrize("name", CASES)
+def test_a_wrapper_s_utc_clock_beside_the_server_s_local_one_keeps_the_durations(
+        name: str, engine_zone_h: float, tmp_path: Path) -> None:
+    """The server prints its zone's local time (Pacific: UTC-7, Beijing: UTC+8, India: UTC+5:30;
+    a container with TZ set, or the host's zone mounted), kubectl stamps every line in UTC: a
+    line without a stamp of its own (a tqdm bar) has only kubectl's, hours from the server's
+    clock.  Read as is, a Pacific server's bars were 7 hours ahead of its own lines (the
+    built sglang-0523-download: "ready after 7h03m54s" for a 4-minute start; 27 of these 210
+    replays had a phase off by hours).  Each phase lasts what it lasts in the log itself,
+    within a minute: the wrapper's clock places what the log left without a time (lines
+    before its first stamp; a log with no stamp of its own at all)."""
+    src = FIXTURES / f"{name}.log"
+    dst = tmp_path / f"{name}.kubectl-zoned.log"
+    zoned_wrapped_copy(src, dst, engine_zone_h)
+    got, want = verdict(dst, True), verdict(src, True)
+    got_d, want_d = got.pop("durations") or {}, want.pop("durations") or {}
+    assert got == want
+    assert set(got_d) == set(want_d)
+    off = {p: round(got_d[p] - want_d[p], 2) for p in want_d if abs(got_d[p] - want_d[p]) >= 60}
+    assert not off, f"phases off by a minute or more: {off}"
+
+
+def test_a_pacific_server_under_kubectl_s_utc_is_ready_after_its_own_four_minutes(
+        tmp_path: Path) -> None:
+    """The built SGLang 0.5.23 download (4m01s to ready, its bars without stamps) under
+    kubectl's UTC, the server on Pacific time: before, "ready after 7h03m54s"; the
+    timeline shows every phase's start in the server's own time."""
+    from logwatch.sinks.summary import timeline
+    src = FIXTURES / "built" / "sglang-0523-download.log"
+    dst = tmp_path / "pacific.log"
+    zoned_wrapped_copy(src, dst, -7)
+    view = pipeline_view(dst.name, replay_file(str(dst)))
+    doc = summary(view)
+    assert (doc["phase"], round(doc["durations"]["cuda_graph"])) == ("ready", 18)
+    assert round(view.total_seconds) == 241
+    rows = timeline(view)
+    assert "loading_shards  2026-12-01 10:00:09 " in rows, rows
+    assert "Z " not in rows and "T" not in rows.replace("(total", ""), rows

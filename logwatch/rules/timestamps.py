@@ -40,6 +40,7 @@ _HALF_DAY = 12 * 3600.0
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 MAX_SAME_BARS = 16          # bars of one description running at once (`-dp 8`: 8 captures)
 _DONE = re.compile(r"(?<![\d.])100%")   # a frame of a bar that ended
+ZONE_SLACK = 60.0           # seconds a line's engine stamp may be from its wrapper's zone
 
 # A wrapper's absolute stamp at the start of a line: RFC 3339 with its zone (kubectl's and
 # docker's `--timestamps`, the kubelet's CRI records, journald JSON's read as those, `aws logs
@@ -117,6 +118,7 @@ class LogClock:
         # the newest wall time a wrapper's zone-bearing stamp gave (`zoned_seconds`): the log's
         # last write where its source has no file time (a `cmd:`), catchup.py
         self.newest_zoned: float | None = None
+        self._zone = WrapperZone()    # a zoned wrapper's clock and the engine's local one
         self._bars: dict[str, list[list[Any]]] = {}   # bar -> [start, last elapsed, ended] each
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise); a format with
@@ -135,8 +137,7 @@ class LogClock:
         it with the rule (`Hit.ts`: (raw, groups) or None), instead of a search of its own."""
         # the pack's order of formats first (it prefers a stamp with a year), then outermost
         places = (*wrapped, text) if wrapped else (text,)
-        if wrapped:
-            self._note_zoned(wrapped)
+        zoned = self._note_zoned(wrapped) if wrapped else None
         for k, (rx, head, lits) in enumerate(self._plan):
             if k == 0 and first is not NO_STAMP and not wrapped:
                 if first is not None:
@@ -158,7 +159,15 @@ class LogClock:
                 if m is None:
                     continue
                 raw = m.group(0)
-                stamp = self._repeated(raw) or self._stamped(raw, m.groupdict())
+                if zoned is not None and m.start() == 0 and where is not text and \
+                        zoned_seconds(where) is not None:
+                    stamp = self._repeated(raw) or self._taken(self._zone.alone(zoned), raw)
+                else:
+                    stamp = self._repeated(raw)
+                    if stamp is None:
+                        stamp = self._stamped(raw, m.groupdict())
+                        if stamp is not None and zoned is not None and stamp is self.last:
+                            stamp = self._taken(self._zone.both(stamp, zoned))
                 if stamp is not None:
                     return stamp
         if self.last is None:
@@ -170,15 +179,25 @@ class LogClock:
             placed = self.last.seconds if self._now is None else max(self.last.seconds, self._now)
         return Stamp(placed, self.last.text, own=False, shared_bar=shared)
 
-    def _note_zoned(self, wrapped: tuple[str, ...]) -> None:
-        """The newest absolute stamp of a wrapper (the outermost that has one)."""
+    def _note_zoned(self, wrapped: tuple[str, ...]) -> float | None:
+        """The wall time of the line's wrapper stamp (the outermost that has one), kept when
+        it is the newest."""
         for where in wrapped:
             if where[:1].isdigit():
                 t = zoned_seconds(where)
                 if t is not None:
                     if self.newest_zoned is None or t > self.newest_zoned:
                         self.newest_zoned = t
-                    return
+                    return t
+        return None
+
+    def _taken(self, stamp: Stamp, raw: str | None = None) -> Stamp:
+        """`stamp` is where the clock stands now (`raw`: the match it came from)."""
+        self.last = stamp
+        if raw is not None:
+            self._last_raw = raw
+        self._now = stamp.seconds
+        return stamp
 
     def _repeated(self, raw: str) -> Stamp | None:
         """The last stamp again when `raw` (a format's whole match) is the one it came from:
@@ -236,7 +255,8 @@ class LogClock:
                 if not self._year_known:
                     self._year_known = True
                     if self._yearless and last is not None:
-                        self._year_shift = self._frame_year(month, day, tod, last) - year
+                        guess = self._year + self._year_offset
+                        self._year_shift = frame_year(guess, month, day, tod, last) - year
                 framed = year + self._year_shift
                 if abs(framed - (self._year + self._year_offset)) <= 1:
                     self._year, self._year_offset = framed, 0
@@ -247,7 +267,8 @@ class LogClock:
                 midnight = calendar.timegm((framed, month, day, 0, 0, 0))
             else:
                 if not self._yearless and last is None and self._place_first:
-                    self._first_year(month, day, tod)
+                    self._year = first_year(self._year, month, day, tod, self._written
+                                            if self._written is not None else time.time())
                 self._yearless = True
                 year = self._year + self._year_offset
                 if (month, day) == (2, 29) and not calendar.isleap(year):
@@ -268,26 +289,26 @@ class LogClock:
         return secs
 
 
-    def _first_year(self, month: int, day: int, tod: float) -> None:
-        """The log's first stamp, year-less, in the year the log was last written (the
-        file's mtime; now): where that puts it half a year or more after the write, it is of
-        the year before: a December log copied or read in January (it was dated 11 months
-        ahead: `history` 2027-12-04 for a launch of 2026-12-04).  Not for less: an mtime a
-        few days before the lines (`touch -d`, an archive's) is no year's change."""
-        written = self._written if self._written is not None else time.time()
-        if (month, day) == (2, 29) or not 1 <= month <= 12 or not 1 <= day <= 31:
-            return
-        try:
-            if calendar.timegm((self._year, month, day, 0, 0, 0)) + tod > written + _HALF_YEAR:
-                self._year -= 1
-        except (ValueError, OverflowError):
-            pass
+def first_year(year: int, month: int, day: int, tod: float, written: float) -> int:
+    """The year of a log's first stamp, year-less, guessed as `year` (the one the log was
+    last written: the file's mtime; now): where that puts it half a year or more after the
+    write, it is of the year before: a December log copied or read in January (it was dated
+    11 months ahead: `history` 2027-12-04 for a launch of 2026-12-04).  Not for less: an
+    mtime a few days before the lines (`touch -d`, an archive's) is no year's change."""
+    if (month, day) == (2, 29) or not 1 <= month <= 12 or not 1 <= day <= 31:
+        return year
+    try:
+        if calendar.timegm((year, month, day, 0, 0, 0)) + tod > written + _HALF_YEAR:
+            return year - 1
+    except (ValueError, OverflowError):
+        pass
+    return year
 
-    def _frame_year(self, month: int, day: int, tod: float, last: float) -> int:
-        """The year, near the guessed one, in which month-day-time is nearest to `last`."""
-        guess = self._year + self._year_offset
-        return min((guess - 1, guess, guess + 1),
-                   key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
+
+def frame_year(guess: int, month: int, day: int, tod: float, last: float) -> int:
+    """The year, near the guessed one, in which month-day-time is nearest to `last`."""
+    return min((guess - 1, guess, guess + 1),
+               key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
 
 
 def _frame_of(runs: list[list[Any]], elapsed: int, now: float, done: bool) -> list[Any]:
@@ -327,6 +348,38 @@ def _leap_year_before(year: int) -> int:
     while not calendar.isleap(year):
         year -= 1
     return year
+
+
+class WrapperZone:
+    """One clock for a log whose wrapper stamps every line in RFC 3339 with a zone (kubectl's
+    and docker's `--timestamps`, CRI records) while the engine prints its zone's local time
+    with none: the wrapper's.  A line with both tells how far apart they are (the engine's
+    zone); a line with only the wrapper's (a tqdm bar) is then shown in the engine's time.
+    Read as two clocks, a server printing Pacific time under kubectl's UTC had its bars 7
+    hours ahead of its own lines: "ready after 7h03m54s" for a 4-minute start."""
+
+    def __init__(self) -> None:
+        self.offset: float | None = None     # the engine's local time minus the wrapper's
+
+    def alone(self, zoned: float) -> Stamp:
+        """A line stamped only by its wrapper, at `zoned` (its wall time)."""
+        shown = zoned if self.offset is None else zoned + self.offset
+        text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(shown))
+        return Stamp(zoned, text if self.offset is not None else text + "Z")
+
+    def both(self, stamp: Stamp, zoned: float) -> Stamp:
+        """The engine's own stamp of a line its wrapper stamped at `zoned`, on the wrapper's
+        clock (its text the engine's)."""
+        self.offset = _zone_offset(stamp.seconds - zoned)
+        return Stamp(stamp.seconds - self.offset, stamp.text)
+
+
+def _zone_offset(diff: float) -> float:
+    """The engine's zone-less clock minus a wrapper's wall time, as one line with both says
+    it: a zone's offset (a quarter hour's multiple) less the part of a second the engine's
+    stamp leaves out and the wrapper's moment after; taken as the offset when that near."""
+    zone = round(diff / 900.0) * 900.0
+    return zone if abs(diff - zone) < ZONE_SLACK else diff
 
 
 def _stamp_text(g: dict[str, str | None]) -> str:
