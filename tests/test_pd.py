@@ -156,3 +156,68 @@ def test_the_decode_server_dying_in_its_load_is_placed_in_its_load(tmp_path):
     path.write_text("\n".join(lines[:cut + 1] + oom) + "\n")
     crash = replay_file(str(path)).state.crash
     assert crash is not None and (crash.reason, crash.during) == ("cuda_oom", "loading_shards")
+
+
+TWO = BUILT / "sglang-0523-two-servers.log"
+
+
+def _two_servers() -> list[str]:
+    """TWO as it is built: two unrelated servers of one compose file (not a PD pair), the
+    TP2 launch of sglang-0523-download.log as `llama-1` (ready at 4m01s) and the server of
+    sglang-0523-pd-decode.log as `qwen-1` (ready at 1m02s)."""
+    return _compose(("llama-1", BUILT / "sglang-0523-download.log", 0),
+                    ("qwen-1", BUILT / "sglang-0523-pd-decode.log", 0))
+
+
+def test_two_unrelated_servers_in_one_stream_are_ready_when_the_slower_is():
+    """A server with no PD role (no `disaggregation_mode`) prints a ready line as any server
+    not a follower node does, and the launch waits for it.  Before: `ready after 1m02s`, at
+    the qwen server's ready line, while llama still read its weights (its ready at 4m01s)."""
+    assert TWO.read_text().splitlines() == _two_servers()
+    pipe = replay_file(str(TWO))
+    view = pipeline_view(TWO.name, pipe)
+    doc = summary(view)
+    assert (doc["phase"], doc["startups"], round(view.ready_in or 0)) == (READY, 1, 241), doc
+    assert doc["ready_line"].endswith("10:04:01] The server is fired up and ready to roll!")
+    assert round(doc["durations"]["loading_shards"]) == 151, doc["durations"]   # llama's
+    assert "ready after 4m01s" in human(doc, view.ready_in)
+
+
+def test_at_the_first_server_s_ready_the_launch_is_where_the_slower_is(tmp_path):
+    """Cut at qwen's ready line: still starting, in llama's phase (its weights), llama
+    waited for."""
+    lines = _two_servers()
+    cut = next(i for i, x in enumerate(lines) if x.startswith("qwen-1") and "fired up" in x)
+    path = tmp_path / "two.log"
+    path.write_text("\n".join(lines[:cut + 1]) + "\n")
+    st = replay_file(str(path)).state
+    assert (st.phase, st.procs_waiting) == ("loading_shards", {"llama-1"}), st.phase
+
+
+def test_the_second_server_crashing_is_the_launch_s_crash(tmp_path):
+    """After qwen's ready, llama runs out of memory reading its weights: the launch crashed,
+    in llama's load.  Before: ready at qwen's ready line, and llama's crash after it."""
+    lines = _two_servers()
+    cut = next(i for i, x in enumerate(lines) if x.startswith("qwen-1") and "fired up" in x)
+    oom = ["llama-1  | [2026-12-01 10:01:30 TP1] Scheduler hit an exception: Traceback (most "
+           "recent call last):", "llama-1  | torch.OutOfMemoryError: CUDA out of memory.",
+           "llama-1  | [2026-12-01 10:01:31] Received sigquit from a child process. It "
+           "usually means the child failed."]
+    path = tmp_path / "two.log"
+    path.write_text("\n".join(lines[:cut + 1] + oom) + "\n")
+    pipe = replay_file(str(path))
+    crash = pipe.state.crash
+    assert crash is not None and (crash.reason, crash.during, crash.rank) == \
+        ("cuda_oom", "loading_shards", "TP1"), crash
+
+
+def test_a_follower_node_beside_its_head_is_not_waited_for(tmp_path):
+    """A follower node (`--node-rank 1`: no HTTP server, no ready line) in the stream of a
+    server: the launch is ready at the server's ready line, not held for the follower."""
+    lines = _compose(("head-1", BUILT / "sglang-0523-download.log", 0),
+                     ("node1-1", BUILT / "sglang-0523-follower.log", 0))
+    path = tmp_path / "nodes.log"
+    path.write_text("\n".join(lines) + "\n")
+    st = replay_file(str(path)).state
+    assert (st.phase, st.startups, st.procs_waiting) == (READY, 1, set()), st.phase
+    assert st.ready_line is not None and st.ready_line.endswith("ready to roll!")

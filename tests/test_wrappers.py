@@ -279,15 +279,7 @@ def test_prefill_and_decode_in_one_compose_stream_are_ready_when_both_are(
     whole = state(mixed)
     assert (whole.startups, whole.phase) == (1, "ready"), (whole.startups, whole.phase)
     assert whole.procs == {"prefill-1", "decode-1"} and not whole.procs_waiting
-    # a batch job's launch line beside them (`vllm run-batch`, an offline `sglang.Engine`:
-    # no role, no ready line) is not waited for; another service's uvicorn line (a gateway's)
-    # is not the launch's ready line
-    job = [x.replace("prefill-1  |", "batch-job-1 |").replace("disaggregation_mode='prefill', ", "")
-           .replace("'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', "
-                    "kv_role='kv_both'), ", "") for x in mixed[:2]]
-    with_job = state(job + mixed)
-    assert (with_job.startups, with_job.phase) == (1, "ready"), (with_job.startups,
-                                                                 with_job.phase)
+    # another service's uvicorn line (a gateway's) is not the launch's ready line
     gateway = "gateway-1  | INFO:     Application startup complete."
     assert state(mixed[:prefill_done // 3] + [gateway]).phase != "ready"
     oom = "decode-1   | torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
@@ -310,6 +302,52 @@ def test_prefill_and_decode_in_one_compose_stream_are_ready_when_both_are(
         assert latest_startup([pack], [data]) == (offsets[want - 1], want)
         grepped = [(offsets[n], n + 1, x) for n, x in enumerate(lines)]
         assert loc.latest_start(grepped) == (offsets[want - 1], want)
+
+
+# what vLLM 0.34 prints where no server starts: `vllm run-batch` (launchers/run_batch.py
+# :1166-1167) and an offline `LLM` (entrypoints/llm.py:350, its non-default args alone)
+RUN_BATCH = ["batch-job-1 | INFO 12-01 10:00:00 [run_batch.py:1166] vLLM batch processing API "
+             "version 0.34.0", "batch-job-1 | INFO 12-01 10:00:00 [run_batch.py:1167] args: "
+             "Namespace(input_file='batch.jsonl', output_file='out.jsonl', model='Qwen/Qwen3-8B')"]
+OFFLINE_LLM = ["offline-1 | INFO 12-01 10:00:00 [startup.py:96] non-default args: "
+               "{'model': 'Qwen/Qwen3-8B', 'disable_log_stats': True}"]
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_a_process_beside_the_servers_is_waited_for_only_if_it_is_a_server(engine: str) -> None:
+    """Which processes of a compose stream print a ready line: each server that is not a
+    follower node.  SGLang's `server_args` dump is a server's (`launch_server`; the offline
+    `Engine` logs at `error` unless asked), with a PD role or not; vLLM's API server prints
+    its version line first, a `vllm run-batch` job or an offline `LLM` never does, and no
+    ready line: those are not waited for.  Before, only a process with a PD role was waited
+    for: a third server without one read ready at the others' ready lines."""
+    from logwatch.app.replay import replay_stream
+    from logwatch.rules.pack import load_pack
+    src = "".join(sim_texts(seed=9)).split("\n") if engine == "sglang" else \
+        (FIXTURES / "built" / "vllm-034-default.log").read_text().splitlines()
+    src = src[:next(i for i, x in enumerate(src) if "fired up" in x) + 2] \
+        if engine == "sglang" else src
+    mixed, _ = _compose(src, 6)
+    pack = load_pack(engine)
+
+    def state(lines: list[str]):
+        return replay_stream(io.BytesIO("".join(x + "\n" for x in lines).encode()), pack).state
+
+    third = [x.replace("prefill-1  |", "third-1    |").replace("disaggregation_mode='prefill', ", "")
+             .replace("'kv_transfer_config': KVTransferConfig(kv_connector='NixlConnector', "
+                      "kv_role='kv_both'), ", "") for x in mixed[:2]]
+    said = "fired up" if engine == "sglang" else "Application startup complete"
+    ready = [x.replace("prefill-1  |", "third-1    |") for x in mixed
+             if x.startswith("prefill-1") and said in x][:1]
+    alone = state(third + mixed)
+    assert (alone.startups, alone.phase != "ready") == (1, True), (alone.startups, alone.phase)
+    assert alone.procs_waiting == {"third-1"}, alone.procs_waiting
+    assert state(third + mixed + ready).phase == "ready"
+    if engine == "vllm":
+        for job in (RUN_BATCH, OFFLINE_LLM):
+            with_job = state(job + mixed)
+            assert (with_job.startups, with_job.phase, with_job.procs_waiting) == \
+                (1, "ready", set()), (with_job.startups, with_job.phase)
 
 
 # ----------------------------------------------------------------------------------------------

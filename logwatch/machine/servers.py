@@ -5,9 +5,9 @@ The pack's `servers:` patterns name the server process a line comes from
 (`RulePack.server_of`); a wrapper's `proc` prefix names a process of one stream (compose's
 `prefill-1  | `, `srun --label`'s ` 1: `).  A launch of several is one startup: another
 server's launch lines join it, it is ready when every one of them printed its ready line (of
-a stream's processes, those whose arguments give them a role, the pack's `roles:`; a follower
-node prints none: it is not waited for), and it crashed when one crashed (the crash's rank
-names the engine).  Only the machine calls these.
+a stream's processes, each server: its launch line only a server prints, the pack's `serves:`,
+or its arguments give it a role, `roles:`; a follower node or a batch job prints none: it is
+not waited for), and it crashed when one crashed (the crash's rank names the engine).  Only the machine calls these.
 """
 
 from __future__ import annotations
@@ -73,15 +73,19 @@ def note_proc(state: State, proc: str, rid: str) -> None:
 
 def note_role(pack: RulePack, state: State, proc: str, rule_id: str,
               line_args: dict[str, Any]) -> None:
-    """A process of the launch whose arguments give it a role in one deployment (the pack's
-    `roles:`: SGLang's `disaggregation_mode`, vLLM's `kv_transfer_config`): the launch waits
-    for its ready line.  Only such a one: a batch job or an offline engine in the same
-    compose stream prints a launch line too, and never a ready line; nor a follower node
-    (its line or its arguments say so: it prints no ready line)."""
+    """A process of the launch that will print a ready line: the launch waits for it.  One
+    whose launch line only a server prints (the pack's `serves:`: SGLang's `server_args`,
+    vLLM's version line), or whose arguments give it a role in one deployment (`roles:`:
+    SGLang's `disaggregation_mode`, vLLM's `kv_transfer_config`).  Before, only the latter:
+    two unrelated servers of one compose stream read ready at the first one's ready line
+    (1m02s, the other still loading until 4m01s).  Not a batch job or an offline engine
+    (`vllm run-batch`, `LLM`: a launch line, no ready line), nor a follower node (its line or
+    its arguments say so: it prints no ready line)."""
     if not proc or proc not in state.procs:
         return
-    if any(line_args.get(k) not in (None, False, "", "null", "None") for k in pack.roles
-           if k in line_args):
+    if rule_id in pack.serves or any(
+            line_args.get(k) not in (None, False, "", "null", "None")
+            for k in pack.roles if k in line_args):
         state.procs_waiting.add(proc)
     if pack.follower is not None and pack.follower.says(rule_id, line_args):
         state.procs_waiting.discard(proc)
@@ -102,3 +106,4 @@ def all_ready(pack: RulePack, state: State, obs: Observation) -> bool:
     if server in state.servers:
         state.servers[server] = True
     return all(state.servers.values())
+

@@ -89,7 +89,8 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
-             "user_content", "records", "prelaunch", "ready_hints", "roles", "gpus", "replicas")
+             "user_content", "records", "prelaunch", "ready_hints", "roles", "serves", "gpus",
+             "replicas")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -307,6 +308,7 @@ class RulePack:
     # `huggingface-cli download`): a launch line then begins the server in that startup
     prelaunch: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()   # launch args naming a process's role in one deployment (PD)
+    serves: tuple[str, ...] = ()  # launch rules only a server (which prints a ready line) prints
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
@@ -494,6 +496,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     silent = _phase_list(src, doc, "silent", phases, base.silent if base else ())
     prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
     roles = _names(src, doc, "roles", base.roles if base else ())
+    serves = _rule_ids(src, doc, "serves", rules, base.serves if base else ())
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
     follower = _follower(src, doc["follower"], rules, phases) \
@@ -519,7 +522,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
         servers=servers, silent=silent,
-        prelaunch=prelaunch, roles=roles, server_count_args=count_args, follower=follower,
+        prelaunch=prelaunch, roles=roles, serves=serves, server_count_args=count_args,
+        follower=follower,
         gpus=gpus, replicas_unless=replicas, replica_stage=stage,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
@@ -791,6 +795,17 @@ def _names(src: str, doc: dict[str, Any], key: str, inherited: tuple[str, ...]) 
     value = doc[key]
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise PackError(src, "must be a list of argument names", key=key)
+    return tuple(value)
+
+
+def _rule_ids(src: str, doc: dict[str, Any], key: str, rules: list[Rule],
+              inherited: tuple[str, ...]) -> tuple[str, ...]:
+    """A pack key that lists rule ids of this pack (`serves:`), or the base's."""
+    if doc.get(key) is None:
+        return inherited
+    value, ids = doc[key], {r.id for r in rules}
+    if not isinstance(value, list) or any(v not in ids for v in value):
+        raise PackError(src, "must be a list of this pack's rule ids", key=key)
     return tuple(value)
 
 
