@@ -134,11 +134,17 @@ def crash_text(reason: str | None, during: str | None = None, after: float | Non
 def crash_sentence(crash: dict[str, Any], after: float | None = None,
                    notes: Iterable[str] = ()) -> str:
     """`crash_text` of a crash as `/api/status` has it (`Crash.to_json`): its replica ahead
-    of the startup, where it has one, with the rank's `first`."""
+    of the startup, or its process of several, where it has one, with the rank's `first`."""
     rank = crash.get("rank")
     return crash_text(crash.get("reason"), crash.get("during"), after,
                       [f"{rank} first" if rank else "", *notes],
-                      crash.get("replica") or "", crash.get("startup_phase") or "")
+                      crash_where(crash), crash.get("startup_phase") or "")
+
+
+def crash_where(crash: dict[str, Any] | None) -> str:
+    """What a crash's sentence names it in (a crash's JSON, `Crash.where`): its replica ahead
+    of the startup, else the process of several in one stream that crashed (`llama-1`)."""
+    return str((crash or {}).get("replica") or (crash or {}).get("proc") or "")
 
 
 def replica_phase(crash: dict[str, Any] | None) -> str:

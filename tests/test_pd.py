@@ -194,9 +194,9 @@ def test_at_the_first_server_s_ready_the_launch_is_where_the_slower_is(tmp_path)
     assert (st.phase, st.procs_waiting) == ("loading_shards", {"llama-1"}), st.phase
 
 
-def test_the_second_server_crashing_is_the_launch_s_crash(tmp_path):
+def test_the_second_server_crashing_is_the_launch_s_crash_and_named(tmp_path):
     """After qwen's ready, llama runs out of memory reading its weights: the launch crashed,
-    in llama's load.  Before: ready at qwen's ready line, and llama's crash after it."""
+    in llama's load, and the sentence names llama (each server has a `TP1`)."""
     lines = _two_servers()
     cut = next(i for i, x in enumerate(lines) if x.startswith("qwen-1") and "fired up" in x)
     oom = ["llama-1  | [2026-12-01 10:01:30 TP1] Scheduler hit an exception: Traceback (most "
@@ -207,8 +207,16 @@ def test_the_second_server_crashing_is_the_launch_s_crash(tmp_path):
     path.write_text("\n".join(lines[:cut + 1] + oom) + "\n")
     pipe = replay_file(str(path))
     crash = pipe.state.crash
-    assert crash is not None and (crash.reason, crash.during, crash.rank) == \
-        ("cuda_oom", "loading_shards", "TP1"), crash
+    assert crash is not None and (crash.reason, crash.during, crash.proc, crash.rank) == \
+        ("cuda_oom", "loading_shards", "llama-1", "TP1"), crash
+    view = pipeline_view(path.name, pipe)
+    said = human(summary(view), view.ready_in, crash=view.crash)
+    assert "crashed: cuda_oom during loading_shards in llama-1" in said, said
+    from logwatch.verdict import crash_sentence      # `/api/status`'s, the alert's
+    assert crash_sentence(view.crash) == \
+        "crashed: cuda_oom during loading_shards in llama-1 (TP1 first)", view.crash
+    assert state_from_json(state_to_json(pipe.state)).crash.proc == "llama-1"  # a restart
+    assert "proc" not in summary(view)["crash"]    # DESIGN.md's `replay --json` keys
 
 
 def test_a_follower_node_beside_its_head_is_not_waited_for(tmp_path):
@@ -221,3 +229,24 @@ def test_a_follower_node_beside_its_head_is_not_waited_for(tmp_path):
     st = replay_file(str(path)).state
     assert (st.phase, st.startups, st.procs_waiting) == (READY, 1, set()), st.phase
     assert st.ready_line is not None and st.ready_line.endswith("ready to roll!")
+
+
+def test_another_server_going_on_does_not_take_back_a_bare_traceback(tmp_path):
+    """llama's bare traceback (no engine announcement: unconfirmed) while it reads its
+    weights, then only qwen's lines: qwen's later phases say nothing of llama.  Before:
+    taken back at qwen's `Load weight end.` (a later phase), `loading_shards` and no crash."""
+    lines = _two_servers()
+    at = next(i for i, x in enumerate(lines) if x.startswith("llama-1") and "Load weight begin" in x)
+    tb = ["llama-1  | [2026-12-01 10:00:20] Traceback (most recent call last):",
+          'llama-1  |   File "/usr/local/lib/python3.11/dist-packages/sglang/srt/model_loader/'
+          'loader.py", line 412, in load_model',
+          "llama-1  | KeyError: 'model.layers.12.mlp.gate_proj.weight'"]
+    path = tmp_path / "two.log"
+    path.write_text("\n".join(lines[:at + 2] + tb + [x for x in lines[at + 2:]
+                                                    if x.startswith("qwen-1")]) + "\n")
+    crash = replay_file(str(path)).state.crash
+    assert crash is not None and (crash.during, crash.proc, crash.confirmed) == \
+        ("loading_shards", "llama-1", False), crash
+    # llama's own later line does take it back (it lives)
+    path.write_text("\n".join(lines[:at + 2] + tb + lines[at + 2:]) + "\n")
+    assert replay_file(str(path)).state.phase == READY

@@ -40,6 +40,8 @@ def verdict_alert(code: int, outcome: str, views: list[TargetView]) -> Alert:
             details["rank"] = c["rank"]
         if c.get("replica"):      # it crashed ahead of the startup's (slowest replica's) phase
             details.update(replica=c["replica"], startup_phase=c.get("startup_phase"))
+        if c.get("proc"):         # the process of several in one stream that crashed
+            details["proc"] = c["proc"]
     now = clock.now()
     return Alert(key=f"watch|{names}|{kind}|{now:.0f}", kind=kind, status=FIRING,
                  target=names if len(views) > 1 else views[0].name, engine=main.engine,

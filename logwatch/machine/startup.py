@@ -542,6 +542,7 @@ class StartupMachine:
         crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         if not crash.rank and len(state.servers) > 1:
             crash.rank = self.pack.server_of(obs.text)   # which server of the launch
+        crash.proc = obs.proc if len(state.procs) > 1 else ""   # which process of the stream
         events.append(Crashed(state.epoch, crash))
 
     def _crash_phase(self, state: State, obs: Observation) -> tuple[str, bool, int, str]:
@@ -585,8 +586,8 @@ class StartupMachine:
             crash.chain_pending = True
             return False
         if rule.crash or rule.hint:
-            if not crash.rank and self.pack.ranks:   # the first crash line had no rank tag
-                crash.rank = self.pack.rank_of(obs.text)
+            if not crash.rank and self.pack.ranks and obs.proc == (crash.proc or obs.proc):
+                crash.rank = self.pack.rank_of(obs.text)    # (its first line had no rank tag)
             before = (crash.reason, crash.line, crash.confirmed)
             add_evidence(self.pack, state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
             if (crash.reason, crash.line, crash.confirmed) != before:
@@ -627,9 +628,10 @@ def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
     line; a bar of the crash's own phase moving, where the traceback was the first rank's
     (what a traceback logged and survived is followed by: the loader it fell back to
     counting shards; rank 0's bar says nothing of rank 3); or a line of the crash's phase
-    from the rank whose traceback it was (that process lives)."""
+    from the rank whose traceback it was (that process lives).  Only a line of the process
+    that crashed, where one stream has several (another server going on says nothing)."""
     rule = obs.rule
-    if not rule.phase:
+    if not rule.phase or crash.proc and obs.proc != crash.proc:
         return False
     if pack.phase_index(rule.phase) > pack.phase_index(crash.during):
         return True

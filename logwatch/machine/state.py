@@ -127,13 +127,23 @@ class Crash:
     # replica's, `startup_phase`): "" where the crash is in the startup's phase
     replica: str = ""
     startup_phase: str = ""
+    # the process whose line crashed, where one stream has several (compose's `llama-1`: two
+    # servers each with its own `TP1`); "" where it has one
+    proc: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
                 "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
                 "excerpt": list(self.excerpt), "rank": self.rank,
                 **({"replica": self.replica, "startup_phase": self.startup_phase}
-                   if self.ahead else {})}
+                   if self.ahead else {}), **({"proc": self.proc} if self.proc else {})}
+
+    @property
+    def where(self) -> str:
+        """What the crash sentence names it in: its replica ahead of the startup, else the
+        process of several that crashed (`crashed: cuda_oom during loading_shards in
+        llama-1`)."""
+        return self.ahead or self.proc
 
     @property
     def ahead(self) -> str:

@@ -23,7 +23,7 @@ from ..shown import visible, visible_out
 from ..silence import SERVING, Resumed, phase_watts_text
 from ..telemetry.gpu import preflight_note
 from ..units import fmt_clock, fmt_duration
-from ..verdict import crash_sentence, crash_text, ready_notes, replica_phase
+from ..verdict import crash_sentence, crash_text, crash_where, ready_notes, replica_phase
 from ..view import TargetView, beside_now, gpu_activity, gpu_working, startup_seconds
 
 
@@ -327,7 +327,7 @@ class PlainDisplay:
         if view.crash is not None:
             c = view.crash     # after: launch -> crash, as the alert says (not the startup's time)
             said = crash_text(c["reason"], c["during"], view.crash_elapsed, (),
-                              c.get("replica") or "", c.get("startup_phase") or "")
+                              crash_where(c), c.get("startup_phase") or "")
             self._say("CRASHED" + said[len("crashed"):])
             if c.get("rank"):
                 print(f"  first rank to crash: {c['rank']}", file=self.out)

@@ -7,7 +7,7 @@ from typing import Any
 from ..rules.pack import CRASHED, READY, STOPPED, WAITING
 from ..shown import visible
 from ..units import fmt_duration
-from ..verdict import crash_text, ready_notes, replica_phase
+from ..verdict import crash_text, crash_where, ready_notes, replica_phase
 from ..view import TargetView
 
 
@@ -28,7 +28,7 @@ def summary(view: TargetView) -> dict[str, Any]:
         # (nor the replica it crashed in ahead of the startup: `human` has it from the view)
         doc["crash"] = {k: v for k, v in doc["crash"].items()
                         if k not in ("at", "log_time", "rank", "text", "replica",
-                                     "startup_phase")}
+                                     "startup_phase", "proc")}
     return doc
 
 
@@ -49,7 +49,7 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
     ahead = replica_phase(crash) if phase == CRASHED else ""
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
-        head = crash_text(c["reason"], c["during"], replica=(crash or {}).get("replica") or "",
+        head = crash_text(c["reason"], c["during"], replica=crash_where(crash),
                           startup=(crash or {}).get("startup_phase") or "")
     elif phase == READY:
         notes = ready_notes(doc.get("ready_line"), follower, degraded)

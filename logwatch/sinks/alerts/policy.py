@@ -128,11 +128,11 @@ class AlertPolicy:
         return [Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
                         only=ev.startup, drop_undelivered=True),
                 self._alert(v, "crashed", ev.startup,
-                            crash_text(c.reason, c.during, ev.elapsed, notes, c.ahead,
+                            crash_text(c.reason, c.during, ev.elapsed, notes, c.where,
                                        c.startup_phase if c.ahead else ""),
                             {"reason": c.reason, "during": c.during, "line": c.line,
                              **({"replica": c.ahead, "startup_phase": c.startup_phase}
-                                if c.ahead else {}),
+                                if c.ahead else {}), **({"proc": c.proc} if c.proc else {}),
                              "line_number": c.line_number, "elapsed": ev.elapsed,
                              "excerpt": list(c.excerpt),
                              **({"rank": c.rank} if c.rank else {}),
