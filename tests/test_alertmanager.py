@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from support.receivers import (
-    OOM_LINE, Receiver, alert_state, append, crash_loop, daemons, free_port,  # noqa: F401
-    down_until, hook, http_get, hung_launch, receivers, reload_with, serving_crash, sim_texts,
-    target, wait_for, write_config,
+    LOOP_EVERY, OOM_LINE, Receiver, alert_state, append, crash_loop, daemons,  # noqa: F401
+    down_until, free_port, hook, http_get, hung_launch, receivers, reload_with, serving_crash,
+    sim_texts, split_at, target, wait_for, write_config,
 )
 from conftest import ROOT
 
@@ -423,3 +423,40 @@ def test_sinks_removed_while_a_crash_page_is_queued_and_added_again(
     wait_for(lambda: not crashed(), 15, "the crash resolved in Alertmanager", alive=d.dead)
     wait_for(lambda: not alert_state(state)["outbox"], 10, "every delivery done", alive=d.dead)
     assert not slack.requests(lambda g: g.status == 200), slack.brief()
+
+
+def test_a_loops_relaunch_that_stalled_and_went_on_is_not_said_stalled_in_alertmanager(
+        tmp_path, alertmanager, daemons):
+    """A restart loop's relaunch hangs mid shard load past `stall_after` (2 s), counted in
+    the loop's open crash alert (its re-sends say `its relaunch since stalled in
+    loading_shards`), then loads on into its CUDA graph capture.  The re-sends stop saying
+    it stalled (`details.stalls` still counts it).  Before: they said `since stalled in
+    loading_shards ...ago` until the loop's next crash or ready, while the relaunch ran."""
+    am, _ = alertmanager
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state,
+                       [target("n1", log, stall_after={"loading_shards": "2s"})],
+                       [{"type": "alertmanager", "url": am.base, "on": ["crashed", "stalled"],
+                         "resend": "1s"}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("n1")
+
+    def summary() -> str:
+        return " | ".join(x["annotations"]["summary"] for x in am.alerts()
+                          if x["labels"].get("alertname") == "LogwatchCrashed"
+                          and x["status"]["state"] == "active")
+    append(log, crash_loop(1))
+    wait_for(lambda: "cuda_oom" in summary(), 30, "the loop's crash", alive=d.dead)
+    texts = sim_texts(crash="oom", start=1_767_261_600.0 + LOOP_EVERY, seed=1)
+    hang, on = split_at(texts, "Completed | 6/24"), split_at(texts, "Capture cuda graph begin")
+    append(log, "".join(texts[:hang + 1]))
+    wait_for(lambda: "since stalled in loading_shards" in summary(), 30,
+             "the relaunch's stall said in the loop's alert", alive=d.dead)
+    append(log, "".join(texts[hang + 1:on + 1]))
+    d.wait_target("n1", lambda t: t["phase"] == "cuda_graph" and not t.get("stalled"),
+                  "the relaunch loading on", timeout=30)
+    wait_for(lambda: "stalled" not in summary(), 15,
+             "the re-sends to stop saying the relaunch stalled", alive=d.dead)
+    assert "cuda_oom" in summary()
+    assert [x.get("stalls") for x in alert_state(state)["open"].values()] == [1]

@@ -132,9 +132,25 @@ def said_hang(doc: dict[str, Any]) -> None:
     doc["last_stall"] = {**doc["last_stall"], "said": True}
 
 
+def stall_over(open_docs: Iterable[dict[str, Any]], target: str,
+               ended: Callable[[str], bool]) -> bool:
+    """The stall of a loop's relaunch folded into `target`'s open crash alerts is over
+    where its startup (`-`: none known) is `ended`'s (lines again, a new startup): it is
+    no more said (`stalled_since`, `hang_to_say`) and stays counted (`stalls`).  Before,
+    a relaunch that stalled mid load and then loaded on had every re-send to Alertmanager
+    say `(its relaunch since stalled in loading_shards 5m ago)` until the loop's next crash
+    or ready.  True where one changed (the caller saves)."""
+    over = [d for d in open_crashes(open_docs, target) if isinstance(d.get("last_stall"), dict)
+            and ended(str(d["last_stall"].get("startup") or "-"))]
+    for d in over:
+        del d["last_stall"]
+    return bool(over)
+
+
 def stalled_since(doc: dict[str, Any], now: float) -> str:
     """` (its relaunch since stalled in cuda_graph 3m ago)` where the latest stall folded
-    into `doc` came after its latest crash (the loop hangs now), else ""."""
+    into `doc` came after its latest crash and lasts (the loop hangs now; `stall_over`
+    ends it), else ""."""
     st = doc.get("last_stall")
     at = _seconds(st.get("at")) if isinstance(st, dict) else None
     if at is None or at < last_crash_at(doc):

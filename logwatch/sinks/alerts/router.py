@@ -27,7 +27,7 @@ from .delivery import Delivery
 from .kinds import RESOLVABLE, kind_of
 from .loop import (as_open, end_loop, fold, fold_stall, folds_into, hang_to_say, loop_speakers,
                    loop_words, open_crashes, owner, repage, said_hang, say_loop, stall_of_loop,
-                   stalls_of)
+                   stall_over, stalls_of)
 from .model import FIRING, Alert, AlertCounts
 from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
@@ -156,6 +156,10 @@ class AlertRouter:
                 (r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)
         self._resolve_taken(self.store.take_open(resolves), r.why,
                             "; the {n} since the last ready are over")
+        if "stalled" in r.kinds and stall_over(self.store.open.values(), r.target, lambda sid: (
+                r.exclude is None or sid != r.exclude) and (r.only is None or sid == r.only)):
+            self.store.decided(r.target)      # a loop's relaunch's stall, folded, is over
+            self.store.save()
 
     def _resolve_taken(self, taken: list[dict[str, Any]], why: str, loop_note: str) -> None:
         """Resolve open alerts taken together; a restart loop's crashes (a ready, or the
