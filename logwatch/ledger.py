@@ -259,6 +259,8 @@ class LedgerRecorder:
                 _mark_untimed(rec, state, self._written_at)
             if rec.outcome == "incomplete":   # kept: the next startup's reset would lose them
                 rec.durations = _timed(state.durations(), rec.untimed)
+            elif rec.outcome == "ready" and state.degraded:   # a part failed while it served
+                rec.degraded = state.degraded
 
     def caught_up(self, state: State) -> None:
         """A first attach's lines are read and the state's spans retimed by the file's last

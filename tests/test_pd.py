@@ -18,7 +18,9 @@ from logwatch.machine import state_from_json, state_to_json
 from logwatch.rules.pack import READY
 from logwatch.sinks.summary import human, summary
 from logwatch.view import pipeline_view
-from support.receivers import daemons, free_port, hook, receivers, target, write_config  # noqa: F401
+from support.receivers import (  # noqa: F401
+    append, daemons, free_port, hook, receivers, target, write_config,
+)
 
 BUILT = FIXTURES / "built"
 TAKEN = BUILT / "sglang-0523-pd-bootstrap-port-taken.log"
@@ -94,6 +96,61 @@ def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records
     assert res.returncode == 0, res.stderr
     rec = json.loads(res.stdout.splitlines()[-1])
     assert rec["outcome"] == "ready" and rec["degraded"].startswith(NOTE), rec
+
+
+def _degraded_while_serving() -> tuple[str, str]:
+    """TAKEN's server ready (its bootstrap thread's lines taken out), and those lines as
+    logged two minutes on, while it serves (the thread's bind failing late)."""
+    lines = TAKEN.read_text().splitlines()
+    thread = [x.replace("10:00:03", "10:02:03") for x in lines[1:12]]
+    return "\n".join(lines[:1] + lines[12:]) + "\n", "\n".join(thread) + "\n"
+
+
+def test_a_bootstrap_failure_logged_while_serving_is_a_degrade_not_a_relaunch(tmp_path):
+    """Its traceback's `OSError: [Errno 98] ...` is a line only a launch prints otherwise
+    (`launch_only`): within the degrade's traceback it is no relaunch.  Before: a new
+    startup, `crashed: port_in_use during launching`, the note lost."""
+    serving, thread = _degraded_while_serving()
+    path = tmp_path / "prefill.log"
+    path.write_text(serving + thread)
+    pipe = replay_file(str(path))
+    st = pipe.state
+    assert (st.phase, st.crash, st.epoch) == (READY, None, 1), (st.phase, st.crash, st.epoch)
+    assert st.degraded is not None and st.degraded.startswith(NOTE), st.degraded
+    assert "degraded" not in summary(pipeline_view(path.name, pipe))     # the contract's keys
+
+
+@pytest.mark.integration
+def test_a_degrade_while_serving_is_alerted_shown_and_recorded_not_paged_as_a_crash(
+        tmp_path: Path, receivers: Any, daemons: Any) -> None:  # noqa: F811
+    """The daemon reads the server ready, then the bootstrap failure logged while it serves:
+    a `degraded` alert (to a sink on `[crashed, ready]`: a degrade before the ready is in
+    the ready's alert), `/api/status` `degraded`, the history's record.  Before: `crashed:
+    port_in_use during launching` paged, the target `crashed`, a second history record."""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text("")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [target("p1", log)],
+                       alerts=[{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed", "ready"]}])
+    d = daemons(cfg, port).start()
+    d.wait_reading("p1")
+    serving, thread = _degraded_while_serving()
+    append(log, serving)
+    rx.wait(hook("ready", "firing"), status=200, timeout=20, alive=d.dead)
+    append(log, thread)
+    got = rx.wait(hook("degraded", "firing"), status=200, timeout=20, alive=d.dead)[0]
+    assert got.json["summary"].startswith(f"degraded while serving: {NOTE}"), got.json
+    rx.assert_quiet(2.5, what="after the degrade")
+    assert [g.json["kind"] for g in rx.requests()] == ["ready", "degraded"]
+    t = d.target("p1")
+    assert t is not None and t["phase"] == READY and t["degraded"].startswith(NOTE), t
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", "-c", str(cfg),
+                          "--target", "p1", "--json"], capture_output=True, text=True,
+                         cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    recs = [json.loads(x) for x in res.stdout.splitlines()]
+    assert [(r["outcome"], (r["degraded"] or "")[:len(NOTE)]) for r in recs] == [("ready", NOTE)]
 
 
 def test_a_missing_rdma_device_is_named_by_mooncake_s_line():

@@ -21,7 +21,7 @@ from aiohttp import web
 from .. import clock
 from .. import log
 from .config import Config, ConfigError, TargetConfig, load_config, select_shard
-from ..machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
+from ..machine import CrashSettled, Degraded, Event, PhaseChanged, Ready, Restarted, Stalled
 from ..silence import Resumed
 from ..state.positions import PositionStore
 from ..rules.pack import (
@@ -56,7 +56,7 @@ SLOW_CHECK_EVERY = 5.0
 # A checkpoint only bounds what is read again after a kill -9; nothing is lost or alerted
 # twice either way.
 CHECKPOINTS_PER_SECOND = 25.0
-ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged, Resumed)  # the policy's
+ALERTING = (CrashSettled, Ready, Restarted, Stalled, PhaseChanged, Resumed, Degraded)  # the policy's
 
 
 def pack_signature(cfg: TargetConfig) -> tuple[Any, ...]:

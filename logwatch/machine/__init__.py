@@ -54,8 +54,8 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
 from .checkpoint import state_from_json, state_to_json
 from .crash import HINT_WINDOW_LINES
 from .events import (
-    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
-    Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
+    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Degraded, Event, PhaseChanged, Progress,
+    Ready, Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
 from .ranks import RANK_LAG_AFTER, RankLag, RankProgress, rank_clock, rank_lag
 from .rates import RATE_SMOOTHING, ProgressState, parse_rate, phase_left
@@ -66,7 +66,7 @@ from .state import (
 )
 
 __all__ = [
-    "Crash", "CrashRetracted", "CrashSettled", "CrashUpdated", "Crashed", "DEFAULT_STALL_AFTER",
+    "Crash", "CrashRetracted", "CrashSettled", "CrashUpdated", "Crashed", "DEFAULT_STALL_AFTER", "Degraded",
     "Event", "Evidence", "HINT_WINDOW_LINES", "LATE", "Observation", "PROVISIONAL_FOR", "PhaseChanged",
     "PhaseEntry", "Progress", "ProgressState", "RANK_LAG_AFTER", "RATE_SMOOTHING", "RankLag",
     "RankProgress", "Ready", "Restarted", "Stalled", "StartupBegan", "StartupMachine", "State",

@@ -7,49 +7,57 @@ server loads, captures and says it is fired up.  Before, that traceback was the 
 crash (`port_in_use` at 3 s, the ready line after it never read).  Now it is what the line is:
 a failure of one part, said beside the ready (and in the ready alert and the history), and
 the traceback logged with it (its `Traceback` header, then the exception line of the rule's
-`hint` reason) is that part's.  The process dying later is a crash like any other.
+`hint` reason) is that part's.  The process dying later is a crash like any other.  One logged
+after the ready (the server serving) is a `Degraded` event (its own alert: the ready's went),
+and its traceback's exception line, which only a launch prints otherwise (`launch_only`: a
+port taken), is no relaunch: before, it began a new startup and paged `crashed: port_in_use
+during launching` for the server that served on, and the note was lost.
 """
 
 from __future__ import annotations
 
-from ..rules.pack import Rule
+from ..rules.pack import READY, Rule
+from .events import Degraded, Event
 from .state import Observation, State
 
 ABSORB_LINES = 40          # the part's traceback ends within this many lines of its message
 MAX_NOTE = 200             # characters of the note kept (the line is untrusted input)
 
 
-def part_failed(state: State, rule: Rule, obs: Observation) -> bool:
-    """Does this line say a part failed (noted), or belong to that part's traceback?  Then
-    it is no crash of the server's."""
+def part_failed(state: State, rule: Rule, obs: Observation, events: list[Event]) -> bool:
+    """Does this line say a part failed (noted; after the ready, a `Degraded` in `events`),
+    or belong to that part's traceback?  Then it is no crash of the server's."""
     if rule.degrades:
-        note_degraded(state, rule, obs)
+        note_degraded(state, rule, obs, events)
         return True
     return bool(rule.crash) and absorbs(state, rule, obs)
 
 
-def note_degraded(state: State, rule: Rule, obs: Observation) -> None:
-    """`obs` says a part of the server failed: the first such note of the startup is kept,
-    and the traceback logged with it is expected next."""
+def note_degraded(state: State, rule: Rule, obs: Observation, events: list[Event]) -> None:
+    """`obs` says a part of the server failed: the first such note of the startup is kept
+    (said on its own where the server is ready: the ready's notes were said), and the
+    traceback logged with it is expected next."""
     if state.degraded is None:
         state.degraded = f"{rule.degrades}, line {obs.line_number}"[:MAX_NOTE]
+        if state.phase == READY:
+            events.append(Degraded(state.epoch, state.degraded, state.startup_id))
     if rule.hint:
         state.absorbing, state.absorbing_from = rule.hint, obs.line_number
 
 
-def absorbs(state: State, rule: Rule, obs: Observation) -> bool:
-    """Is this crash line part of the traceback a `degrades` line was logged with?  Its bare
+def claims(state: State, rule: Rule, obs: Observation) -> bool:
+    """Is this line part of the traceback a `degrades` line was logged with?  Its bare
     `Traceback` header (a tentative marker) and its exception line (a cause of the expected
-    reason), within ABSORB_LINES; the exception line ends it.  Anything else is not."""
-    reason = state.absorbing
-    if reason is None:
+    reason), within ABSORB_LINES.  Anything else is not.  Pure: `absorbs` ends it."""
+    if state.absorbing is None or obs.line_number - state.absorbing_from > ABSORB_LINES:
         return False
-    if obs.line_number - state.absorbing_from > ABSORB_LINES:
+    return rule.tentative if rule.marker else rule.crash == state.absorbing
+
+
+def absorbs(state: State, rule: Rule, obs: Observation) -> bool:
+    """`claims`, and the traceback is over past ABSORB_LINES or at its exception line."""
+    claimed = claims(state, rule, obs)
+    if state.absorbing is not None and (claimed and not rule.marker or
+                                        obs.line_number - state.absorbing_from > ABSORB_LINES):
         state.absorbing = None
-        return False
-    if rule.marker:
-        return rule.tentative
-    if rule.crash == reason:
-        state.absorbing = None
-        return True
-    return False
+    return claimed

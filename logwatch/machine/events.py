@@ -99,6 +99,17 @@ class Stalled:
 
 
 @dataclass(frozen=True, slots=True)
+class Degraded:
+    """A part of the serving server failed and it went on (`degrades` rules, after its
+    ready: a degrade before it is said in the ready's notes): `note`, the state's
+    `degraded`.  Once per startup (its first note)."""
+
+    epoch: int
+    note: str
+    startup: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Progress:
     epoch: int
     counter: str
@@ -115,5 +126,5 @@ class StatsUpdated:
 
 
 Event = (PhaseChanged | StartupBegan | Restarted | Ready | Crashed | CrashUpdated | CrashSettled
-         | CrashRetracted | Stopped | Stalled | Progress | StatsUpdated)
+         | CrashRetracted | Stopped | Stalled | Degraded | Progress | StatsUpdated)
 

@@ -18,7 +18,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .degraded import part_failed
+from .degraded import claims, part_failed
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
@@ -105,8 +105,8 @@ class StartupMachine:
         if state.deferred is not None and confirms(self.pack, state, rule):
             events.append(state.deferred)
             state.deferred = None
-        if rule.launch_only and state.phase == READY:
-            state.relaunched = True    # only a launch prints it: the serving server's is over
+        if rule.launch_only and state.phase == READY and not claims(state, rule, obs):
+            state.relaunched = True    # only a launch prints it (or a degrade's traceback)
         parsed = parse_args_line(obs.text, rule.args_specs) if rule.args else None
         line_args = parsed.values if parsed is not None else {}
         if rule.restart or state.relaunched:
@@ -126,7 +126,7 @@ class StartupMachine:
             events.append(Stopped(state.epoch, obs.text))
             return events
         if rule.crash or rule.degrades:     # (a part that failed: machine/degraded.py)
-            if not part_failed(state, rule, obs):
+            if not part_failed(state, rule, obs, events):
                 self._crash_line(state, obs, now, events)
             return events
         if rule.hint:

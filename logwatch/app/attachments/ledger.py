@@ -1,7 +1,8 @@
 """The launch ledger of a target: one record per startup (ledger.py), kept in the store.
 
 It follows the machine step by step (`LogPipeline.on_step`: the arguments as they were at
-each step), saves a startup's record when it gets ready, crashes or stops, every
+each step), saves a startup's record when it gets ready, crashes or stops (or a part of it
+fails while it serves: `Degraded`, in the record's `degraded`), every
 LEDGER_EVERY seconds while it serves (with the GPUs' serving figures) and when the target
 stops; a daemon restarted mid-startup goes on with the stored record.  Its view: the last
 ready startup's launch-to-ready and, at ready, this launch against the one before.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ...ledger import LedgerRecorder, StartupRecord, vs_previous_text
-from ...machine import CrashSettled, Event, Ready, State, StatsUpdated, Stopped
+from ...machine import CrashSettled, Degraded, Event, Ready, State, StatsUpdated, Stopped
 from ...pipeline import LogPipeline
 from ...rules.pack import READY
 from ...state.ledger import LedgerStore
@@ -93,7 +94,7 @@ class LedgerAttachment(Attachment):
             self._save(closed)
         if len(events) == 1 and type(events[0]) is StatsUpdated:
             return      # a serving line (most steps): nothing to save
-        if any(isinstance(e, (Ready, CrashSettled, Stopped)) for e in events):
+        if any(isinstance(e, (Ready, CrashSettled, Stopped, Degraded)) for e in events):
             cur = rec.current(state)
             if cur is not None:
                 self._save(cur)

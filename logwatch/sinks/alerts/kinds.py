@@ -24,6 +24,9 @@ class AlertKind:
     alertname: str          # Alertmanager's `alertname` label
     sample_summary: str     # what `logwatch alerts test --kind NAME` sends
     sample_details: dict[str, Any] = field(default_factory=dict)
+    # also sent by a sink whose `on:` names this kind: what was said in its alerts
+    # (`degraded` while serving: a degrade before the ready is in the `ready` alert)
+    with_kind: str = ""
 
 
 SAMPLE_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a "
@@ -52,6 +55,11 @@ ALERT_KINDS: dict[str, AlertKind] = {k.name: k for k in (
     AlertKind("ready", False, True, True, ":large_green_circle:", "LogwatchReady",
               "ready in 4m10s (slowest phase: loading_shards 2m05s)",
               {"took": 250.0, "slowest_phase": "loading_shards"}),
+    AlertKind("degraded", False, False, True, ":warning:", "LogwatchDegraded",
+              "degraded while serving: KV bootstrap server down (its port taken): decode "
+              "servers reach whoever holds that port, line 4120",
+              {"note": "KV bootstrap server down (its port taken), line 4120"},
+              with_kind="ready"),
     AlertKind("restarted", False, False, True, ":arrows_counterclockwise:", "LogwatchRestarted",
               "restarted (startup #2)",
               {"line": "[2026-12-02 10:00:00] server_args=ServerArgs(...)"}),
@@ -62,6 +70,14 @@ ALERT_KINDS: dict[str, AlertKind] = {k.name: k for k in (
 KIND_NAMES: tuple[str, ...] = tuple(ALERT_KINDS)
 DEFAULT_ON: tuple[str, ...] = tuple(k.name for k in ALERT_KINDS.values() if k.default_on)
 RESOLVABLE: frozenset[str] = frozenset(k.name for k in ALERT_KINDS.values() if k.resolvable)
+
+
+def kinds_taken(on: "list[str] | tuple[str, ...]") -> tuple[str, ...]:
+    """The kinds a sink whose `on:` is `on` sends: those, and the kinds that go with one of
+    them (`with_kind`: a sink on `[crashed, ready]` hears a degrade after the ready as it
+    would have in the ready's alert)."""
+    return tuple(on) + tuple(k.name for k in ALERT_KINDS.values()
+                             if k.with_kind in on and k.name not in on)
 
 
 def kind_of(name: str) -> AlertKind | None:

@@ -17,6 +17,8 @@ outbox, which sends each mark once.
 * `source_down` when the target's source has failed (error or fatal: a refused key, a host
   down, a command that keeps failing; not a log that is not there yet) for the target's
   `source_down_after`, keyed on the outage; resolved once the source is up again.
+* `degraded` when a part of the serving server failed (`Degraded`: a degrade before the ready
+  is said in the `ready` alert), once per startup; an event, not a crash.
 * `restarted` and `phase` for the sinks that ask for them.
 """
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ... import clock
-from ...machine import CrashSettled, Event, PhaseChanged, Ready, Restarted, Stalled
+from ...machine import CrashSettled, Degraded, Event, PhaseChanged, Ready, Restarted, Stalled
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
@@ -111,6 +113,10 @@ class AlertPolicy:
                                    only=ev.startup))
             elif isinstance(ev, Stalled):
                 out.append(self._stalled(v, ev))
+            elif isinstance(ev, Degraded):      # after its ready: no crash (machine/degraded.py)
+                out.append(self._alert(v, "degraded", ev.startup,
+                                       f"degraded while serving: {ev.note}", {"note": ev.note},
+                                       ev.epoch))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
                                        {"phase": ev.new, "previous": ev.old}, ev.epoch,

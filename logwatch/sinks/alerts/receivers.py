@@ -28,7 +28,7 @@ from typing import Any
 from ... import clock
 from ...rules.reasons import reason_text
 from ..display import fold_ranks   # the same line from 8 ranks: once, (x8 ranks)
-from .kinds import DEFAULT_ON, kind_of
+from .kinds import DEFAULT_ON, kind_of, kinds_taken
 from .model import FIRING, RESOLVED, Alert, iso, webhook_body
 
 SLACK_TEXT = 3000      # a section's text
@@ -92,7 +92,7 @@ class Sink:
     def __init__(self, name: str, spec: dict[str, Any]) -> None:
         self.name = name
         self.spec = spec
-        self.kinds = tuple(spec.get("on") or DEFAULT_ON)
+        self.kinds = kinds_taken(spec.get("on") or DEFAULT_ON)
         self.selector = {k: re.compile(v) for k, v in (spec.get("targets") or {}).items()}
         self.timeout = float(spec.get("timeout", 10))
         # None: retried until max_age (8 attempts ran out in ~4 minutes of a receiver's outage)
