@@ -44,3 +44,18 @@ def test_an_encoder_only_capture_reads_autotune_until_its_end_line():
             assert pipe.state.phase == "autotune", pipe.state.phase
     assert pipe.state.phase == "cuda_graph"
 
+
+def test_the_decoder_s_compile_after_a_compiled_encoder_is_autotune():
+    """`compile_mm_encoder`: the profiling run profiles the encoder first (encoder_runner.py
+    :131), each encoder class compiling and running once under its own tag
+    (`[Qwen2_5_VisionBlock] Starting torch.compile` .. `Initial profiling/warmup run took`,
+    compilation/decorators.py:434 `_compile_tag`), then the decoder compiles under
+    `[backbone] ` (backends.py:808 `model_tag`).  Before: the first encoder class's
+    profiling run read allocating, and the other encoder compiles and the decoder's (34 s)
+    stayed there: allocating 56 s in all, autotune 34 s; `[backbone] torch.compile took`
+    did not end the compile.  Now autotune 1m21s (15 s of encoder compiles, the decoder's
+    34 s, the JIT warmup's 30 s), allocating 9 s (the profiling run, the KV commit)."""
+    st = replay("vllm-034-compile-mm-encoder.log")
+    assert st.phase == "ready"
+    d = st.durations()
+    assert (d["autotune"], d["allocating"]) == (81.0, 9.0), d
