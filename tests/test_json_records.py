@@ -42,7 +42,8 @@ def record_text(raw: bytes) -> str | None:
 # (nor do vLLM's name a worker's pipeline stage: `VllmWorker-1`, a process's name, for
 # `Worker_PP1`; `-pp 2` stages starting apart read as ranks of one group there)
 VLLM_STAGES = {"vllm-034-pp2.log", "vllm-034-pp2-capture-oom.log",
-               "vllm-034-pp2-last-stage-oom.log"}
+               "vllm-034-pp2-last-stage-oom.log", "vllm-034-pp2-stuck.log",
+               "vllm-034-pp2-profile-oom-ahead.log"}
 VLLM_LOGS = [p for p in sorted([*FIXTURES.glob("vllm-*.log"),
                                 *(FIXTURES / "built").glob("vllm-*.log")])
              if p.name not in VLLM_STAGES and any(ln.startswith("{") for ln in vllm_json_lines(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES, ROOT
+from logwatch.app.replay import replay_file
 from logwatch.machine import RankProgress, Stalled, rank_lag
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
@@ -218,18 +219,45 @@ def test_a_stuck_pipeline_stage_of_two_is_named() -> None:
     bar) says only its distributed init, then hangs while loading (0.34 multiproc_executor.py
     :822, in the worker's constructor; the engine core waits for every worker's READY before
     the first collective RPC).  Before: no rank named (PP1 is half the ranks, and stages
-    were not groups); the view, the watch summary and the stalled page now name it."""
+    were not groups); the view, the watch summary and the stalled page now name it.  Before
+    helper adv83 it was named `still in launching` and the startup read PP0's `autotune`:
+    PP1 loads from its distributed init on, though only PP0 (local rank 0) says so."""
     pipe = pipe_of(PP2_STUCK.read_bytes(), "vllm")
     st = pipe.state
+    assert st.phase == "loading_shards"
     assert pipeline_view("x", pipe, now=st.last_activity).rank_lag == ""    # 0 s: not yet
     view = pipeline_view("x", pipe, now=st.last_activity + 600.0)
-    want = "PP1 still in launching 10m32s after the other 1 stage finished it"
+    want = "PP1 still in loading_shards 10m00s after the other 1 stage finished it"
     assert view.rank_lag == want
     assert f"ranks: {want}" in summary_block(view)
     alert = next(d for d in AlertPolicy().observe(view, [Stalled(
         view.epoch, st.phase, 600.0, view.startup_id, 600.0)])
         if getattr(d, "kind", "") == "stalled")
     assert alert.summary.endswith(f"; {want}") and alert.details["ranks_behind"] == want
+
+
+def test_pipeline_stages_load_together() -> None:
+    """vLLM `-pp 2` (mp): PP1 (local rank 1) says nothing of its load but its end (`Model
+    loading took`, 4 s after PP0's), and compiles only once every stage loaded (the engine
+    core's first collective RPC).  Before helper adv83 its load was left out (a stage still
+    `launching`): loading_shards ended at PP0's load, 32 s (over Ray, where PP1 says it
+    loads, 36 s); now 36 s both ways."""
+    for name in ("vllm-034-pp2.log", "vllm-034-pp2-ray.log"):
+        st = replay_file(str(FIXTURES / "built" / name)).state
+        assert st.phase == "ready" and st.durations()["loading_shards"] == 36.0, name
+
+
+def test_a_stage_s_crash_ahead_of_the_others_is_in_its_own_phase() -> None:
+    """vLLM `-pp 2`: PP1 compiles in 26 s and runs out of memory in its profiling run
+    (`_dummy_sampler_run`, allocating) while PP0 still compiles.  The startup is where the
+    slowest stage is (autotune); the crash is where PP1 was.  Before helper adv83 it read
+    `cuda_oom during autotune`: the crashing line's group was looked up without its stage
+    (machine/ranks.py `replica_reach`), and `[backbone] torch.compile took` (0.34's tag on
+    the model's own compile) did not end the compile."""
+    st = replay_file(str(FIXTURES / "built" / "vllm-034-pp2-profile-oom-ahead.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during, st.crash.rank) == ("cuda_oom", "allocating", "PP1")
+    assert st.crash.startup_phase == "autotune"
 
 
 @pytest.mark.integration
@@ -239,5 +267,5 @@ def test_watch_names_the_stuck_pipeline_stage_when_it_stalls() -> None:
                           "--gpu", "off", "--probe", "off"],
                          cwd=ROOT, capture_output=True, text=True, timeout=90)
     assert res.returncode == 3, (res.stdout, res.stderr)
-    assert "ranks: PP1 still in launching" in res.stdout, res.stdout
+    assert "ranks: PP1 still in loading_shards" in res.stdout, res.stdout
     assert "after the other 1 stage finished it" in res.stdout

@@ -851,7 +851,10 @@ def test_the_auto_fallback_is_the_pack_that_says_so(tmp_path: Path) -> None:
 @pytest.mark.parametrize("value, key", [({"unless": "enable_dp_attention"}, "replicas.unless"),
                                         ({"unless": [""]}, "replicas.unless"),
                                         ({"stage": "PP(\\d+"}, "replicas.stage"),
-                                        ({"stage": "PP\\d+"}, "replicas.stage")])
+                                        ({"stage": "PP\\d+"}, "replicas.stage"),
+                                        ({"stage": "(?P<stage>PP\\d+)", "together": "loadin"},
+                                         "replicas.together"),
+                                        ({"together": "loading_shards"}, "replicas.together")])
 def test_a_bad_replicas_key_is_a_pack_error_naming_it(tmp_path: Path, value: Any, key: str):
     with pytest.raises(PackError) as ei:
         load_pack(str(write(tmp_path, {**minimal_pack(), "replicas": value})))
@@ -865,6 +868,7 @@ def test_replicas_are_the_shipped_packs_and_a_pack_extending_them_inherits_it(tm
     assert load_pack("trtllm").replicas_unless is None
     own = {"name": "own", "extends": "vllm", "rules": []}
     assert load_pack(str(write(tmp_path, own))).replicas_unless == ()
+    assert load_pack(str(write(tmp_path, own))).stages_together == "loading_shards"
 
 
 def test_sglang_pipeline_stages_are_groups_of_their_replica():

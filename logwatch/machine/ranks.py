@@ -196,13 +196,34 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
     if rp is None:
         ranks[rank] = RankProgress(rule.phase, rule.finishes, now, [(pos[0], pos[1], now)], last,
                                    rule.ends_rank)
+        lift_stages(pack, ranks, rank, now)
         return
     rp.last, rp.up, rp.moved = last, rule.ends_rank, False
     if pos > (pack.phase_index(rp.phase), rp.finished):
         rp.moved = True
         rp.phase, rp.finished, rp.at = rule.phase, rule.finishes, now
         rp.advances.append((pos[0], pos[1], now))
+        lift_stages(pack, ranks, rank, now)
 
+
+
+def lift_stages(pack: RulePack, ranks: dict[str, RankProgress], rank: str, now: float) -> None:
+    """A rank of a pipeline stage just entered the phase its replica's stages begin at once
+    (`RulePack.stages_together`): the ranks of its replica's stages still before it are
+    there too, from now.  vLLM 0.34 loads each stage in its worker's constructor right after
+    distributed init (multiproc_executor.py:813-822), and only a node's first local rank
+    says so (`Loading model from scratch...`: `info_once`): PP1 hung in its load stayed
+    `launching` and, being there, was left out of the stages compared, so the startup read
+    PP0's `autotune` and its loading_shards ended at PP0's load (32 s, not PP1's 36)."""
+    phase, stage = pack.stages_together, pack.replica_stage
+    if not phase or stage is None or ranks[rank].phase != phase or not stage.search(rank):
+        return
+    want, replica = pack.phase_index(phase), replica_of(rank)
+    for other, op in ranks.items():
+        if other != rank and pack.phase_index(op.phase) < want and \
+                replica_of(other) == replica and stage.search(other):
+            op.phase, op.finished, op.at = phase, False, now
+            op.advances.append((want, False, now))
 
 
 # `DP1` leading a rank tag: vLLM's `EngineCore_DP1` / `Worker_DP1_TP0`, SGLang's `DP1 TP3`
@@ -354,6 +375,8 @@ def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
     `cuda_oom during loading_shards`)."""
     pos = replica_positions(pack, ranks, lanes)
     rank = pack.rank_of(text) if len(pos) >= 2 else ""
-    name = replica_of(rank) if rank else ""
+    # its pipeline stage too, as `replica_positions` groups them (before helper adv83 a
+    # stage's crash ahead of the others was placed at the slowest stage's phase)
+    name = replica_of(rank, pack.replica_stage) if rank else ""
     name = name if name in pos else lane_replica(lane_of(rank, text, proc)) if rank else ""
     return (name, pos[name]) if name in pos else None

@@ -320,6 +320,9 @@ class RulePack:
     # a rank's pipeline stage (group 1: `PP1` of `[... PP1 TP3]`): each stage of a replica
     # loads, sizes and captures at its own pace too (`replicas: {stage: REGEX}`)
     replica_stage: Any = None
+    # the phase a replica's stages enter at once, which one stage alone may print
+    # (`replicas: {together: PHASE}`; machine/ranks.py `lift_stages`)
+    stages_together: str = ""
     crash_by_phase: dict[str, str] = field(default_factory=dict)
     typical_seconds: dict[str, float] = field(default_factory=dict)
     stall_after: dict[str, float] = field(default_factory=dict)
@@ -502,8 +505,9 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     follower = _follower(src, doc["follower"], rules, phases) \
         if doc.get("follower") is not None else (base.follower if base else None)
     gpus = _gpus(src, doc["gpus"]) if doc.get("gpus") is not None else (base.gpus if base else None)
-    replicas, stage = _replicas(src, doc["replicas"]) if "replicas" in doc \
-        else ((base.replicas_unless, base.replica_stage) if base else (None, None))
+    replicas, stage, together = _replicas(src, doc["replicas"], phases) if "replicas" in doc \
+        else ((base.replicas_unless, base.replica_stage, base.stages_together) if base
+              else (None, None, ""))
     envelope, lead, anchor = _envelope(src, doc["envelope"]) if doc.get("envelope") is not None \
         else ((base.envelope, base.envelope_lead, base.anchor) if base else (None, None, frozenset()))
     user_content = (base.user_content if base else ()) + _user_content(src, doc.get("user_content"))
@@ -524,7 +528,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, serves=serves, server_count_args=count_args,
         follower=follower,
-        gpus=gpus, replicas_unless=replicas, replica_stage=stage,
+        gpus=gpus, replicas_unless=replicas, replica_stage=stage, stages_together=together,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
         else (base.model_flags if base else ()),
@@ -943,25 +947,34 @@ def _probe(src: str, value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(paths), tuple(off)
 
 
-def _replicas(src: str, value: Any) -> tuple[tuple[str, ...], Any]:
+def _replicas(src: str, value: Any, phases: tuple[str, ...] | list[str]
+              ) -> tuple[tuple[str, ...], Any, str]:
     """`replicas: {unless: [enable_dp_attention], stage: REGEX}`: the pack's `DP1` ranks are
     replicas that start apart (vLLM's engine cores, SGLang's `--dp` groups), unless one of
     these launch args is true (SGLang's attention data parallelism: the DP ranks are one
     model, and its rank 0 alone prints some milestones).  `stage` (a group `stage`) finds a
     rank's pipeline stage in its tag: the stages of a replica load their own layers at
     their own paces and wait for each other before the KV cache is sized, so each is a
-    group apart too."""
-    if not isinstance(value, dict) or set(value) - {"unless", "stage"}:
-        raise PackError(src, "must be a mapping {unless: [ARG, ...], stage: REGEX}", key="replicas")
+    group apart too.  `together` (a phase) is the step a replica's stages begin at once,
+    where only one stage may say so (vLLM: every worker loads in its constructor right
+    after its distributed init, and only a node's first local rank prints `Loading model
+    from scratch...`): one stage's entry places the stages still before it there."""
+    if not isinstance(value, dict) or set(value) - {"unless", "stage", "together"}:
+        raise PackError(src, "must be a mapping {unless: [ARG, ...], stage: REGEX, together: PHASE}",
+                        key="replicas")
     unless = value.get("unless") or []
     if not isinstance(unless, list) or not all(isinstance(x, str) and x for x in unless):
         raise PackError(src, "a list of argument names", key="replicas.unless")
+    together = value.get("together") or ""
+    if together and (together not in phases or value.get("stage") is None):
+        raise PackError(src, "a phase of the pack's `phases:`, with a `stage`",
+                        key="replicas.together")
     if value.get("stage") is None:
-        return tuple(unless), None
+        return tuple(unless), None, ""
     stage = _compile(src, value["stage"], None, "replicas.stage")
     if "stage" not in stage.group_names:
         raise PackError(src, "needs a group `stage`", key="replicas.stage")
-    return tuple(unless), stage
+    return tuple(unless), stage, together
 
 
 def _envelope(src: str, value: Any) -> tuple[Any, Any, frozenset[str]]:
