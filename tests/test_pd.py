@@ -307,3 +307,36 @@ def test_another_server_going_on_does_not_take_back_a_bare_traceback(tmp_path):
     # llama's own later line does take it back (it lives)
     path.write_text("\n".join(lines[:at + 2] + tb + lines[at + 2:]) + "\n")
     assert replay_file(str(path)).state.phase == READY
+
+
+TIMEOUT = BUILT / "sglang-0523-pd-bootstrap-timeout.log"
+TIMEOUT_NOTE = "PD KV transfer failing: requests timed out bootstrapping"
+
+
+def test_requests_that_time_out_bootstrapping_are_said_while_the_server_serves_on():
+    """0.5.23 disaggregation/common/conn.py:2397 `_check_bootstrap_timeout`: 300 s after a
+    request's KV transfer should have been set up, each rank says so once (`warning_once`)
+    and fails it with 500 (prefill.py `handle_bootstrap_failure`); the server serves on.
+    Before: no rule, `ready after 1m02s` and nothing said."""
+    pipe = replay_file(str(TIMEOUT))
+    st, view = pipe.state, pipeline_view(TIMEOUT.name, pipe)
+    assert st.phase == READY and st.crash is None, (st.phase, st.crash)
+    assert st.degraded is not None and st.degraded.startswith(TIMEOUT_NOTE), st.degraded
+    assert st.degraded.endswith("line 47"), st.degraded          # TP0's, the first
+    assert view.degraded == st.degraded
+    assert f"ready after 1m02s ({TIMEOUT_NOTE}" in human(summary(view), view.ready_in,
+                                                         degraded=view.degraded)
+
+
+def test_a_decode_server_whose_kv_never_arrives_is_said_while_it_serves_on(tmp_path):
+    """conn.py:2895 `_check_waiting_timeout`, the decode side: the same, its own words."""
+    lines = (BUILT / "sglang-0523-pd-decode.log").read_text().splitlines()
+    lines.append("[2026-12-01 10:07:20 TP0] Some requests fail to receive KV Cache transfer done "
+                 "signal after bootstrapping. If a greater mean TTFT is acceptable, you can "
+                 "'export SGLANG_DISAGGREGATION_WAITING_TIMEOUT=600' (10 minutes) to relax the "
+                 "timeout condition. ")
+    path = tmp_path / "decode.log"
+    path.write_text("\n".join(lines) + "\n")
+    st = replay_file(str(path)).state
+    assert st.phase == READY and st.crash is None, (st.phase, st.crash)
+    assert st.degraded is not None and "no KV cache from the prefill server" in st.degraded
