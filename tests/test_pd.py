@@ -160,6 +160,31 @@ def test_a_missing_rdma_device_is_named_by_mooncake_s_line():
     st = replay_file(str(BUILT / "sglang-0523-pd-rdma-missing.log")).state
     assert st.crash is not None and st.crash.reason == "distributed_error", st.crash
     assert st.crash.line.endswith("No matched device found: mlx5_0") and st.crash.during == "launching"
+    # what is wrong, in the rule's words (`meaning:`), not distributed_error's rendezvous
+    assert st.crash.meaning.startswith("RDMA device mlx5_0 not found"), st.crash.meaning
+    assert state_from_json(state_to_json(st)).crash.meaning == st.crash.meaning  # a restart
+
+
+@pytest.mark.integration
+def test_the_crash_page_of_a_missing_rdma_device_says_so_not_a_rendezvous(
+        tmp_path: Path, receivers: Any, daemons: Any) -> None:  # noqa: F811
+    """A real daemon, a Slack receiver and a webhook one: the `crashed` message's sentence is
+    the rule's (the device, where to look), the webhook's details carry it.  Before: Slack
+    said `torch.distributed rendezvous failed (address, port, a rank that never joined).`"""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text((BUILT / "sglang-0523-pd-rdma-missing.log").read_text())
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
+                       [target("p1", log, from_start=True)],
+                       alerts=[{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]},
+                               {"type": "slack", "url": rx.url("/slack"), "on": ["crashed"]}])
+    d = daemons(cfg, port).start()
+    got = rx.wait(hook("crashed", "firing"), status=200, timeout=20, alive=d.dead)[0]
+    assert got.json["details"]["meaning"].startswith("RDMA device mlx5_0 not found"), got.json
+    slack = rx.wait(lambda g: g.path == "/slack", status=200, timeout=20, alive=d.dead)[0]
+    texts = " ".join(b["text"]["text"] for b in slack.json["blocks"] if b["type"] == "section")
+    assert "RDMA device mlx5_0 not found" in texts and "rendezvous" not in texts, texts
 
 
 def _stamp_after(line: str, by: int) -> str:

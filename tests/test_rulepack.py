@@ -885,3 +885,29 @@ def test_vllm_pipeline_stages_are_groups_of_their_replica():
     stage = load_pack("vllm").replica_stage
     assert [replica_of(r, stage) for r in ("PP1", "PP1_TP0", "DP1_PP0_TP3", "TP0", "DP1_TP0",
                                            "DP1")] == ["PP1", "PP1", "DP1 PP0", "", "DP1", "DP1"]
+
+
+@pytest.mark.parametrize("rule, says", [
+    ({"pattern": r"no device (?P<dev>\S+)", "crash": "distributed_error",
+      "meaning": "device {device} missing"}, "names device, not named groups"),
+    ({"pattern": r"no device (?P<dev>\S+)", "phase": "launching",
+      "meaning": "device {dev} missing"}, "only a crash rule"),
+    ({"pattern": r"no device", "crash": "distributed_error", "meaning": ""}, "a sentence"),
+])
+def test_a_meaning_is_a_crash_rule_s_sentence_of_its_own_groups(
+        tmp_path: Path, rule: dict[str, Any], says: str) -> None:
+    """`meaning:` replaces the reason's sentence in the crash page: on a crash rule only, and
+    what it quotes of the line is a named group of its pattern (a typo would say `?`)."""
+    doc = minimal_pack()
+    doc["rules"].append({"id": "nodev", **rule})
+    with pytest.raises(PackError) as ei:
+        load_pack(str(write(tmp_path, doc)))
+    assert ei.value.key == "meaning" and ei.value.rule == "nodev" and says in str(ei.value)
+
+
+def test_a_meaning_quotes_its_groups_clipped() -> None:
+    """The line is untrusted: a group the sentence quotes is cut, a missing one says `?`."""
+    from logwatch.rules.reasons import FIELD_KEEP, fill_meaning
+    out = fill_meaning("device {dev} ({other}) missing", {"dev": "x" * 10_000})
+    assert out.startswith("device x") and out.endswith("… (?) missing")
+    assert len(out) < FIELD_KEEP + 30

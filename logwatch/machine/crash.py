@@ -8,6 +8,7 @@ lines a rule names), the engine's announcements (`marker: true`), hints seen sho
 from __future__ import annotations
 
 from ..rules.pack import READY, SPECIFIC_RANK, Rule, RulePack, reason_rank
+from ..rules.reasons import fill_meaning
 from .ranks import rank_ended
 from .state import Crash, Evidence, Observation, State
 
@@ -19,7 +20,8 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
                  obs: Observation) -> None:
     """Add a crash line (cause, announcement or hint) to what is known of `crash`, and
     recompute its reason and root-cause line."""
-    ev = Evidence(reason, obs.text.rstrip(), obs.line_number)
+    ev = Evidence(reason, obs.text.rstrip(), obs.line_number,
+                  fill_meaning(rule.meaning, obs.fields) if rule.crash == reason else "")
     place_crash(pack, crash, rule)
     if rule.hint:
         state.hints.setdefault(reason, ev)
@@ -52,6 +54,8 @@ def conclude(pack: RulePack, state: State, crash: Crash) -> None:
         else crash.cause or crash.marker
     if line is not None:
         crash.line, crash.line_number = line.line, line.line_number
+    # the root-cause line's rule's sentence, where it gave the crash its reason
+    crash.meaning = line.meaning if line is not None and line.reason == crash.reason else ""
 
 
 def read_whole(pack: RulePack, state: State, rule: Rule, obs_text: str,

@@ -91,6 +91,7 @@ class Evidence:
     reason: str
     line: str
     line_number: int
+    meaning: str = ""          # its rule's own sentence (`meaning:`), filled from the line
 
     @property
     def rank(self) -> int:
@@ -130,13 +131,17 @@ class Crash:
     # the process whose line crashed, where one stream has several (compose's `llama-1`: two
     # servers each with its own `TP1`); "" where it has one
     proc: str = ""
+    # what the root-cause line's rule says the crash means (`meaning:`, machine/crash.py
+    # `conclude`): said instead of the reason's sentence; "" where it has none
+    meaning: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
                 "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
                 "excerpt": list(self.excerpt), "rank": self.rank,
                 **({"replica": self.replica, "startup_phase": self.startup_phase}
-                   if self.ahead else {}), **({"proc": self.proc} if self.proc else {})}
+                   if self.ahead else {}), **({"proc": self.proc} if self.proc else {}),
+                **({"meaning": self.meaning} if self.meaning else {})}
 
     @property
     def where(self) -> str:

@@ -24,7 +24,9 @@ servers interleaved in one stream are told apart), and ordered rules.  Each rule
   withdraws: true   after ready, the exceptions just logged went back to a caller (vLLM's
                     `Invocation of add_lora method failed`): a crash not yet final is taken back
 
-and modifiers: `when` (phases the rule acts in), `marker` (a crash announcement, not a
+and modifiers: `meaning` (a crash rule's own sentence for the crash it gives, `{group}`s of
+its pattern filled in: said instead of the reason's where its line is the root cause),
+`when` (phases the rule acts in), `marker` (a crash announcement, not a
 root-cause line), `tentative` (crash evidence that a later phase marker can retract),
 `reenter` (may step back into an earlier, still empty phase; `own_rank`: only on a line whose
 rank had itself got past it), `provisional` (the phase it
@@ -83,7 +85,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
-                 "ends_rank", "ready_by_endpoint")
+                 "ends_rank", "ready_by_endpoint", "meaning")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -94,6 +96,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
+MEANING_FIELD = regex.compile(r"\{(\w+)\}")     # a `meaning:` sentence's `{group}`
 
 
 def reason_rank(reason: str) -> int:
@@ -142,6 +145,7 @@ class Rule:
     chain: bool = False
     withdraws: bool = False       # after ready: a crash not yet final is taken back (action)
     degrades: str | None = None   # serving on without a part of itself: said, not a crash
+    meaning: str = ""             # a crash rule's own sentence for its crash ({group}s filled)
     when: frozenset[str] | None = None
     marker: bool = False
     tentative: bool = False
@@ -1187,6 +1191,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
     _check_values(src, rid, d, phases, reasons)
     scale = _check_groups(src, rid, d, groups)
     _check_applies(src, rid, d, phases)
+    _check_meaning(src, rid, d, groups)
 
     literals = _prefilter(src, rid, d.get("prefilter"), d["pattern"])
     samples = _samples(src, rid, d.get("samples"))
@@ -1208,7 +1213,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
         ready_by_endpoint=bool(d.get("ready_by_endpoint")),
         withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
-        literals=literals, samples=samples, description=str(d.get("description") or ""),
+        meaning=str(d.get("meaning") or ""), literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
 
@@ -1265,6 +1270,24 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
     for key in ("progress", "stats", "degrades"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
+
+
+def _check_meaning(src: str, rid: str, d: dict[str, Any], groups: set[str]) -> None:
+    """`meaning:` is a crash rule's sentence, its `{name}`s the pattern's named groups: a
+    sentence that names what its line found (Mooncake's missing RDMA device) where the
+    reason's own (rules/reasons.py) would say something else of the same reason."""
+    v = d.get("meaning")
+    if v is None:
+        return
+    if not isinstance(v, str) or not v.strip():
+        raise PackError(src, "must be a sentence", rule=rid, key="meaning")
+    if not d.get("crash"):
+        raise PackError(src, "only a crash rule says what its crash means", rule=rid,
+                        key="meaning")
+    unknown = sorted(set(MEANING_FIELD.findall(v)) - groups)
+    if unknown:
+        raise PackError(src, f"names {', '.join(unknown)}, not named groups of the pattern",
+                        rule=rid, key="meaning")
 
 
 def _check_groups(src: str, rid: str, d: dict[str, Any], groups: set[str]) -> dict[str, Any]:

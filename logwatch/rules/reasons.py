@@ -4,6 +4,8 @@ README table).  The names are `pack.CRASH_REASONS` (stable label values of
 
 from __future__ import annotations
 
+import re
+
 REASON_TEXT: dict[str, str] = {
     "cuda_oom": "The GPU ran out of memory (lower --mem-fraction-static / --gpu-memory-utilization, "
                 "or use more GPUs).",
@@ -37,3 +39,16 @@ REASON_TEXT: dict[str, str] = {
 def reason_text(reason: str) -> str:
     """The sentence for `reason`, "" for a pack's own reason that has none."""
     return REASON_TEXT.get(reason, "")
+
+
+MEANING_FIELD = re.compile(r"\{(\w+)\}")
+FIELD_KEEP = 80            # characters of a field a sentence quotes (the line is untrusted)
+
+
+def fill_meaning(template: str, fields: dict[str, str]) -> str:
+    """A rule's `meaning:` sentence with its `{group}`s from the line (clipped: log text);
+    "" when the rule has none."""
+    def one(m: re.Match[str]) -> str:
+        v = fields.get(m.group(1)) or "?"
+        return v if len(v) <= FIELD_KEEP else v[:FIELD_KEEP - 1] + "…"
+    return MEANING_FIELD.sub(one, template)

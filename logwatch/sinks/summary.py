@@ -28,7 +28,7 @@ def summary(view: TargetView) -> dict[str, Any]:
         # (nor the replica it crashed in ahead of the startup: `human` has it from the view)
         doc["crash"] = {k: v for k, v in doc["crash"].items()
                         if k not in ("at", "log_time", "rank", "text", "replica",
-                                     "startup_phase", "proc")}
+                                     "startup_phase", "proc", "meaning")}
     return doc
 
 
@@ -71,6 +71,8 @@ def human(doc: dict[str, Any], total: float | None = None, follower: bool = Fals
     if phase == CRASHED and doc["crash"]:
         c = doc["crash"]
         out.append(f"  root cause (line {c['line_number']}): {_clip(c['line'], 300)}")
+        if (crash or {}).get("meaning"):      # its rule's sentence (`meaning:`): what is wrong
+            out.append(f"  meaning: {_clip(str((crash or {})['meaning']), 300)}")
     elif doc.get("ready_line"):
         out.append(f"  ready: {_clip(doc['ready_line'], 200)}")
     return visible("\n".join(out))     # quoted log lines: shown, not obeyed (shown.py)

@@ -142,6 +142,7 @@ class AlertPolicy:
                              "line_number": c.line_number, "elapsed": ev.elapsed,
                              "excerpt": list(c.excerpt),
                              **({"rank": c.rank} if c.rank else {}),
+                             **({"meaning": c.meaning} if c.meaning else {}),
                              **({"endpoint": answers} if answers else {}),
                              **({"gpu_preflight": held} if held else {}),
                              **({"launch": ev.launch} if ev.launch else {}),

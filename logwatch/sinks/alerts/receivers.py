@@ -175,7 +175,9 @@ class SlackSink(Sink):
             {"type": "section", "text": {"type": "mrkdwn",
                                          "text": _cut(f"{icon} *{slack_escape(title)}*", SLACK_TEXT)}},
         ]
-        meaning = reason_text(str(alert.details.get("reason") or ""))
+        # the root-cause rule's own sentence (`meaning:`) where it has one, else the reason's
+        meaning = str(alert.details.get("meaning") or "") or \
+            reason_text(str(alert.details.get("reason") or ""))
         if meaning and alert.kind == "crashed" and alert.status == FIRING:
             blocks.append({"type": "section", "text": {"type": "mrkdwn",
                                                        "text": _cut(slack_escape(meaning), SLACK_TEXT)}})
