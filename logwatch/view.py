@@ -52,12 +52,14 @@ class SpanView:
     seconds: float | None      # how long it lasted (so far, for the open one)
     beside: bool = False       # it ran beside the main line (not the current phase then)
     open: bool = False         # still going on (the startup has not ended)
+    label: str = ""            # what a second span of its phase was (`Span.label`)
 
     def to_json(self) -> dict[str, Any]:
         return {"phase": self.phase, "stamp": self.stamp,
                 "start": None if self.start is None else round(self.start, 3),
                 "seconds": None if self.seconds is None else round(self.seconds, 3),
-                "beside": self.beside, "open": self.open}
+                "beside": self.beside, "open": self.open,
+                **({"label": self.label} if self.label else {})}
 
 
 def beside_now(view: "TargetView") -> list[SpanView]:
@@ -96,7 +98,7 @@ def span_views(st: State, now: float | None = None) -> list[SpanView]:
                 st.phase not in (READY, *TERMINAL, WAITING):
             d = max(d or 0.0, now - sp.at)
         out.append(SpanView(sp.phase, sp.log_stamp, None if a is None or t0 is None else a - t0,
-                            d, sp.beside, sp.open))
+                            d, sp.beside, sp.open, sp.label))
     return out
 
 

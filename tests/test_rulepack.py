@@ -911,3 +911,13 @@ def test_a_meaning_quotes_its_groups_clipped() -> None:
     out = fill_meaning("device {dev} ({other}) missing", {"dev": "x" * 10_000})
     assert out.startswith("device x") and out.endswith("… (?) missing")
     assert len(out) < FIELD_KEEP + 30
+
+
+def test_a_label_names_a_span_of_the_phase_its_rule_enters(tmp_path: Path) -> None:
+    """`label:` names the second span of a phase its rule opens: a rule that enters none
+    has nothing to name."""
+    doc = minimal_pack()
+    doc["rules"].append({"id": "x", "pattern": "adapters", "crash": "unknown", "label": "LoRA"})
+    with pytest.raises(PackError) as ei:
+        load_pack(str(write(tmp_path, doc)))
+    assert ei.value.key == "label" and ei.value.rule == "x"

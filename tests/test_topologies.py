@@ -261,6 +261,30 @@ def test_sglang_lora_adapters_loaded_before_the_kv_pool_are_timed_as_loading(tmp
     assert (bar.current, bar.total) == (17, 17)
 
 
+
+@pytest.mark.integration
+@pytest.mark.parametrize("log, rows", [
+    ("sglang-0523-lora-start.log", [("loading_shards", "32s", ""),
+                                    ("loading_shards", "32s", "(LoRA adapters)")]),
+    ("sglang-0523-nextn.log", [("loading_shards", "2m32s", ""),
+                               ("loading_shards", "2m30s", "(draft model)")]),
+])
+def test_the_timeline_names_the_second_load_of_the_weights(log, rows):
+    """`logwatch replay --timeline`: the target's weights, then (0.5.23 model_runner.py
+    `initialize`: `maybe_init_lora_manager` after `load_model`, before any KV pool) the
+    `--lora-paths` adapters, or (scheduler.py `init_model_worker`) the draft model: two
+    `loading_shards` rows, the second named by its rule's `label`.  Before: two rows alike,
+    `loading_shards 32s` twice, read as a glitch; the phases have no word for adapters,
+    and one row for both would hide which of them took the time."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    res = subprocess.run([sys.executable, "-m", "logwatch", "replay", "--timeline",
+                          str(BUILT / log)], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert res.returncode == 0, res.stderr
+    got = [ln.split() for ln in res.stdout.splitlines() if ln.startswith("  loading_shards ")]
+    assert [(r[0], r[4], " ".join(r[5:])) for r in got] == rows, res.stdout
+
 # -- vLLM's gRPC server: its own ready line ---------------------------------------------------
 
 def test_a_vllm_grpc_server_is_ready_when_its_grpc_server_starts():

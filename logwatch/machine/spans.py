@@ -40,6 +40,7 @@ def open_main(state: State, phase: str, obs: Observation, now: float,
     or an end, every span beside it closes too).  A span that opens at an unstamped line
     right after a `silent` phase floats (see `settle_float`)."""
     span = new_span(phase, obs, now, last_own=state.last_own_time)
+    span.label = second_label(state, phase, obs)
     ending = phase == READY or phase in TERMINAL
     for sp in reversed(state.spans):
         if sp.open and (ending or not sp.beside):
@@ -52,6 +53,16 @@ def open_main(state: State, phase: str, obs: Observation, now: float,
     state.floating = obs.log_time if not obs.own_time and obs.log_time is not None and \
         prev is not None and prev.phase in silent and not ending else None
     state.spans.append(span)
+
+
+def second_label(state: State, phase: str, obs: Observation) -> str:
+    """The name of the span `obs` opens, where its rule has a `label` and the startup had a
+    span of that phase before (SGLang's LoRA adapters, read after the weights: two rows
+    `loading_shards`, the second one unnamed, read as a glitch); "" otherwise."""
+    label = obs.rule.label
+    if not label or obs.rule.phase != phase:
+        return ""
+    return label if any(sp.phase == phase and not sp.beside for sp in state.spans) else ""
 
 
 def drop_last(state: State) -> None:

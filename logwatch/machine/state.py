@@ -64,6 +64,7 @@ class Span:
     end_at: float | None = None
     end_log: float | None = None
     beside: bool = False       # runs beside the main line (not the current phase)
+    label: str = ""            # what a second span of its phase was (its rule's `label`)
 
     @property
     def open(self) -> bool:

@@ -26,7 +26,8 @@ servers interleaved in one stream are told apart), and ordered rules.  Each rule
 
 and modifiers: `meaning` (a crash rule's own sentence for the crash it gives, `{group}`s of
 its pattern filled in: said instead of the reason's where its line is the root cause),
-`when` (phases the rule acts in), `marker` (a crash announcement, not a
+`label` (on a phase rule: a second span of its phase that it opens is named so in the
+timeline, SGLang's LoRA adapters loaded after the weights), `when` (phases the rule acts in), `marker` (a crash announcement, not a
 root-cause line), `tentative` (crash evidence that a later phase marker can retract),
 `reenter` (may step back into an earlier, still empty phase; `own_rank`: only on a line whose
 rank had itself got past it), `provisional` (the phase it
@@ -85,7 +86,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
-                 "ends_rank", "ready_by_endpoint", "meaning")
+                 "ends_rank", "ready_by_endpoint", "meaning", "label")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -146,6 +147,7 @@ class Rule:
     withdraws: bool = False       # after ready: a crash not yet final is taken back (action)
     degrades: str | None = None   # serving on without a part of itself: said, not a crash
     meaning: str = ""             # a crash rule's own sentence for its crash ({group}s filled)
+    label: str = ""               # names a second span of its phase it opens (timeline)
     when: frozenset[str] | None = None
     marker: bool = False
     tentative: bool = False
@@ -1213,7 +1215,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
         ready_by_endpoint=bool(d.get("ready_by_endpoint")),
         withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
-        meaning=str(d.get("meaning") or ""), literals=literals, samples=samples, description=str(d.get("description") or ""),
+        meaning=str(d.get("meaning") or ""), label=str(d.get("label") or ""),
+        literals=literals, samples=samples, description=str(d.get("description") or ""),
     )
 
 
@@ -1267,9 +1270,12 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                 not (key == "reenter" and d[key] == "own_rank"):
             raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
                                                             else ""), rule=rid, key=key)
-    for key in ("progress", "stats", "degrades"):
+    for key in ("progress", "stats", "degrades", "label"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
+    if d.get("label") and not phase:
+        raise PackError(src, "names a span of the phase it enters: give it `phase:`",
+                        rule=rid, key="label")
 
 
 def _check_meaning(src: str, rid: str, d: dict[str, Any], groups: set[str]) -> None:

@@ -90,7 +90,8 @@ def timeline(view: TargetView) -> str:
         mark = "+" if sp.beside else " "
         d = fmt_duration(sp.seconds) if sp.seconds is not None else ""
         at = f"+{fmt_duration(sp.start)}" if sp.start is not None else ""
-        rows.append(f" {mark}{sp.phase:<15} {when:<24} {at:>8}  {d}".rstrip())
+        name = f"  ({sp.label})" if sp.label else ""
+        rows.append(f" {mark}{sp.phase:<15} {when:<24} {at:>8}  {d}{name}".rstrip())
     if not rows:
         return "  (no phase seen)"
     repeated = [p for p in dict.fromkeys(sp.phase for sp in view.timeline)
