@@ -552,3 +552,44 @@ def test_a_prefill_server_that_cannot_register_with_its_bootstrap_server_is_flag
     ok = [x for x in reg if "attempt 1/5" in x]
     st = replay_lines(tmp_path, "prefill-ok.log", lines[:cut] + ok + tail)
     assert st.phase == READY and st.crash is None
+
+
+# -- SGLang 0.5.23 command lines the engine refuses: bad_argument, in the rule's words -------
+
+def test_a_context_length_above_the_model_s_is_the_command_line_not_an_exception():
+    """`--context-length 262144` for a 40960 model: 0.5.23 configs/model_config.py:1313
+    raises while the arguments are resolved (an arg hook builds the ModelConfig), before
+    any `server_args=` dump.  Before: `python_exception`; vLLM's twin was bad_argument."""
+    st = replay("sglang-0523-context-length-too-long.log")
+    assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+    assert st.crash.meaning.startswith("--context-length 262144 is longer than the model's own "
+                                       "(40960"), st.crash.meaning
+
+
+def test_the_same_words_as_a_warning_are_no_crash(tmp_path):
+    """With SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 the same message is logged as a
+    warning (no `To allow overriding this maximum`) and the server starts."""
+    src = (BUILT / "sglang-0523-lora-start.log").read_text().splitlines()
+    warn = ("[2026-12-01 10:00:01] Warning: User-specified context_length (262144) is greater "
+            "than the derived context_length (40960). This may lead to incorrect model outputs "
+            "or CUDA errors. Note that the derived context_length may differ from "
+            "max_position_embeddings in the model's config.")
+    st = replay_lines(tmp_path, "warned.log", src[:1] + [warn] + src[1:])
+    assert st.phase == READY and st.crash is None, st.crash
+
+
+def test_fa3_on_a_gpu_it_does_not_run_on_is_the_command_line(tmp_path):
+    """`--attention-backend fa3` on Blackwell: attention_registry.py:243's assert in each
+    scheduler.  Before: `python_exception` with the assert as the root cause."""
+    src = (BUILT / "sglang-0523-lora-start.log").read_text().splitlines()
+    cut = next(i for i, x in enumerate(src) if "KV Cache is allocated" in x)
+    crash = ["[2026-12-01 10:01:13 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+             '  File "/usr/local/lib/python3.11/dist-packages/sglang/srt/layers/attention/'
+             'attention_registry.py", line 243, in create_flashattention_v3_backend',
+             "AssertionError: FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use "
+             "`--attention-backend flashinfer`.",
+             "[2026-12-01 10:01:14] Received sigquit from a child process. It usually means the "
+             "child failed."]
+    st = replay_lines(tmp_path, "fa3.log", src[:cut] + crash)
+    assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+    assert st.crash.meaning.startswith("--attention-backend fa3 runs on Ampere"), st.crash.meaning
