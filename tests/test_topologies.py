@@ -593,3 +593,26 @@ def test_fa3_on_a_gpu_it_does_not_run_on_is_the_command_line(tmp_path):
     st = replay_lines(tmp_path, "fa3.log", src[:cut] + crash)
     assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
     assert st.crash.meaning.startswith("--attention-backend fa3 runs on Ampere"), st.crash.meaning
+
+
+def test_a_model_with_its_own_code_loaded_without_trust_remote_code_is_the_command_line():
+    """transformers 5.19 (0.5.23's pin) dynamic_module_utils.py:788: a repository with its
+    own code and no --trust-remote-code; a server cannot answer the y/N prompt.  Before:
+    `python_exception`.  The rule is base.yaml's: vLLM and TensorRT-LLM load configs alike."""
+    st = replay("sglang-0523-trust-remote-code.log")
+    assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+    assert "moonshotai/Kimi-K3" in st.crash.line and "--trust-remote-code" in st.crash.meaning
+
+
+def test_vllm_s_api_server_meets_the_same_words(tmp_path):
+    """The same ValueError under vLLM 0.34's API server prefix."""
+    lines = ["(APIServer pid=1) INFO 12-01 10:00:00 [utils.py:253] non-default args: "
+             "{'model': 'moonshotai/Kimi-K3'}",
+             "(APIServer pid=1) Traceback (most recent call last):",
+             "(APIServer pid=1) ValueError: The repository moonshotai/Kimi-K3 contains custom code "
+             "which must be executed to correctly load the model. You can inspect the repository "
+             "content at https://hf.co/moonshotai/Kimi-K3 ."]
+    path = tmp_path / "vllm.log"
+    path.write_text("\n".join(lines) + "\n")
+    st = replay_file(str(path), "vllm").state
+    assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
