@@ -43,7 +43,7 @@ from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
 )
-from .newest import Match, NewestFile, check_pattern, is_pattern, matching, newest_order
+from .newest import Listing, Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import MAX_ARCHIVES, compressed_rotated_names, pread, unpack
 
 READ_SIZE = 1 << 20
@@ -300,7 +300,7 @@ class LocalFileSource(FollowsWithCursor):
                 timer.cancel()
         self._wake.clear()
 
-    async def matches(self) -> list[Match]:
+    async def matches(self) -> Listing:
         """The files matching the target's pattern now (regular files, symlinks followed):
         the listing kept (NewestFile.cached), or a new one, made in a thread (a directory of
         100,000 SLURM outputs takes ~0.6 s of stats: not on the event loop)."""
@@ -308,7 +308,7 @@ class LocalFileSource(FollowsWithCursor):
         try:     # before the listing: a file created after it changes the directory's mtime
             dir_mtime = os.stat(self.path.parent).st_mtime_ns
         except OSError:
-            return []
+            return Listing([])
         cached = self.newest.cached(dir_mtime, time.monotonic())
         if cached is not None:
             return cached
@@ -317,21 +317,22 @@ class LocalFileSource(FollowsWithCursor):
         self.newest.keep(dir_mtime, t0, out, time.monotonic() - t0)
         return out
 
-    def _listing(self) -> list[Match]:
+    def _listing(self) -> Listing:
         try:
             with os.scandir(self.path.parent) as it:
                 names = [e.name for e in it]
         except OSError:
-            return []
-        out = []
+            return Listing([])
+        rows = []
         for name in matching(self.path.name, names):
             try:
                 st = os.stat(self.path.parent / name)
             except OSError:
                 continue
             if stat.S_ISREG(st.st_mode):
-                out.append(Match(name, st.st_dev, st.st_ino, st.st_mtime_ns))
-        return newest_order(out)
+                rows.append((st.st_mtime_ns, name, st.st_dev, st.st_ino))
+        rows.sort(reverse=True)
+        return Listing(rows)
 
     async def named(self) -> Path | None:
         """The file the target names now: its path, or the newest match of its pattern."""

@@ -69,7 +69,7 @@ from .sshjump import (
     Hop, JumpFailed, JumpLoop, ProxyLost, forward_failed, jump_hops, open_jumps,
     proxy_command_first,
 )
-from .newest import Match, NewestFile, check_pattern, is_pattern, matching, newest_order
+from .newest import Listing, Match, NewestFile, check_pattern, is_pattern, matching
 from .archive import (
     HEAD_PROBE, MAX_ARCHIVES, MAX_UNPACKED, compressed_rotated_names, head_of, pread, unpack,
 )
@@ -1110,7 +1110,7 @@ async def find_start(source: SSHFileSource, conn: Any, f: Any) -> tuple[int, int
         pos += len(data)
 
 
-async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Match]:
+async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> Listing:
     """The files on the node matching a target's pattern now: the streamed reader lists and
     stats them in one request, SFTP reads the directory with its attributes (no command
     either way); kept while the directory is unchanged (`NewestFile.cached`)."""
@@ -1119,7 +1119,7 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
     try:
         dir_mtime = (await sftp.stat(parent)).mtime
     except asyncssh.SFTPNoSuchFile:
-        return []     # the directory is gone: nothing matches (said where it matters)
+        return Listing([])  # the directory is gone: nothing matches (said where it matters)
     now = time.monotonic()
     cached = newest.cached(dir_mtime, now)
     if cached is not None:
@@ -1139,9 +1139,9 @@ async def remote_matches(sftp: Any, pattern: str, newest: NewestFile) -> list[Ma
                 except asyncssh.SFTPError:
                     continue
             found.append((n, a))
-    out = newest_order([Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
-                              int((a.mtime or 0) * 1_000_000_000))
-                        for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR])
+    out = Listing.of(Match(n, getattr(a, "dev", None), getattr(a, "ino", None),
+                           int((a.mtime or 0) * 1_000_000_000))
+                     for n, a in found if a.type == asyncssh.FILEXFER_TYPE_REGULAR)
     newest.keep(dir_mtime, now, out, time.monotonic() - now)
     return out
 
