@@ -616,3 +616,67 @@ def test_vllm_s_api_server_meets_the_same_words(tmp_path):
     path.write_text("\n".join(lines) + "\n")
     st = replay_file(str(path), "vllm").state
     assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+
+
+# -- the command line asking what the model or the node cannot give -----------------------------
+
+SCHED = '  File "/usr/local/lib/python3.11/dist-packages/sglang/srt/managers/scheduler.py", ' \
+        'line 3201, in run_scheduler_process'
+SIGQUIT = "[2026-12-01 10:00:21] Received sigquit from a child process. It usually means the " \
+          "child failed."
+WORKER = "(Worker_TP1 pid=202) ERROR 12-01 10:00:30 [multiproc_executor.py:750] "
+
+
+def _sglang_scheduler_crash(exception: list[str]) -> tuple[str, str, list[str]]:
+    return ("sglang-0523-download.log", "Load weight begin",
+            ["[2026-12-01 10:00:20 TP1] Scheduler hit an exception: Traceback (most recent call "
+             "last):", SCHED, *exception, "", SIGQUIT])
+
+
+@pytest.mark.parametrize("base, cut_at, crash, meaning", [
+    # SGLang 0.5.23 distributed/utils.py:70 `ensure_divisibility`, as each rank builds its
+    # layers (`--tp-size 3` for Qwen3-32B's 64 query heads and 8 KV heads)
+    (*_sglang_scheduler_crash([
+        '  File "/usr/local/lib/python3.11/dist-packages/sglang/srt/distributed/utils.py", '
+        'line 70, in ensure_divisibility', "AssertionError: 8 is not divisible by 3"]),
+     "A size the model splits across GPUs (8) is not divisible by the parallel size asked for (3)"),
+    # SGLang 0.5.23 model_loader/utils.py:155: neither SGLang nor Transformers has the class
+    (*_sglang_scheduler_crash([
+        "ValueError: Cannot find model module. 'FooForCausalLM' is not a registered model in "
+        "the Transformers library (only relevant if the model is meant to be in Transformers) "
+        "and 'AutoModel' is not present in the model config's 'auto_map' (relevant if the "
+        "model is custom)."]),
+     "Neither this engine version nor its Transformers fallback implements FooForCausalLM"),
+    # `--tp-size 4` on a node whose CUDA_VISIBLE_DEVICES shows 2 GPUs: torch's set_device
+    (*_sglang_scheduler_crash([
+        "torch.AcceleratorError: CUDA error: invalid device ordinal",
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect."]),
+     "A rank was given a GPU this process does not see"),
+    # vLLM 0.34 config/model.py:1580, before any engine starts: the API server's traceback
+    ("vllm-034-default.log", "Initializing a V1 LLM engine",
+     ["Traceback (most recent call last):", '  File "/usr/local/bin/vllm", line 10, in <module>',
+      "ValueError: Total number of attention heads (64) must be divisible by tensor parallel "
+      "size (3)."],
+     "The model has 64 attention heads, which --tensor-parallel-size 3 does not divide"),
+    # vLLM 0.34 models/registry.py:1329
+    ("vllm-034-default.log", "Loading model from scratch",
+     ["(EngineCore_DP0 pid=201) ERROR 12-01 10:00:30 [core.py:1110] ValueError: Model "
+      "architectures ['FooForCausalLM'] are not supported for now. Supported architectures: "
+      "dict_keys(['LlamaForCausalLM'])"],
+     "This engine version has no implementation of the model's architecture ('FooForCausalLM')"),
+    ("vllm-034-default.log", "Loading model from scratch",
+     [WORKER + "WorkerProc failed to start.", WORKER + "Traceback (most recent call last):",
+      WORKER + "torch.AcceleratorError: CUDA error: invalid device ordinal"],
+     "A rank was given a GPU this process does not see"),
+])
+def test_the_command_line_asking_what_the_model_or_node_cannot_give_is_bad_argument(
+        tmp_path, base: str, cut_at: str, crash: list[str], meaning: str) -> None:
+    """A parallel size that does not divide the model's heads, an architecture the engine
+    does not implement, more ranks than visible GPUs: each the command line (or the model
+    chosen), said with its fix.  Before: `python_exception`, as if the engine had a bug."""
+    src = (BUILT / base).read_text().splitlines()
+    cut = next(i for i, x in enumerate(src) if cut_at in x)
+    st = replay_lines(tmp_path, "crash.log", src[:cut] + crash)
+    assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+    assert st.crash.meaning.startswith(meaning), st.crash.meaning
