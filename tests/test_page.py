@@ -429,3 +429,43 @@ def test_page_timeline_draws_spans_and_what_ran_beside_them(tmp_path: Path) -> N
     finally:
         daemon.terminate()
         daemon.wait(timeout=20)
+
+
+@pytest.mark.parametrize("fixture, lines, selector, said", [
+    # a PD prefill server whose KV bootstrap port was taken: ready, one part of it failed
+    ("sglang-0523-pd-bootstrap-port-taken.log", [], ".degraded",
+     "degraded: KV bootstrap server down"),
+    # a crash whose rule says what it means and how to fix it (`meaning:`)
+    ("sglang-0523-download.log",
+     ["[2026-12-01 10:00:20 TP1] Scheduler hit an exception: Traceback (most recent call last):",
+      "AssertionError: 8 is not divisible by 3", "",
+      "[2026-12-01 10:00:21] Received sigquit from a child process. It usually means the child "
+      "failed."], ".crash .meaning",
+     "A size the model splits across GPUs (8) is not divisible by the parallel size asked for"),
+])
+def test_the_page_says_a_degrade_and_what_a_crash_means(tmp_path: Path, fixture: str,
+                                                       lines: list[str], selector: str,
+                                                       said: str) -> None:
+    """What /api/status had and the page never showed: a server ready with a part of it
+    failed (`degraded`), and the sentence a crash's rule gives with its fix (`meaning`)."""
+    src = (FIXTURES / "built" / fixture).read_text().splitlines()
+    if lines:
+        src = src[:next(i for i, x in enumerate(src) if "Load weight begin" in x)] + lines
+    log = tmp_path / "src" / fixture
+    log.parent.mkdir()
+    log.write_text("\n".join(src) + "\n")
+    port, daemon = _one_target_daemon(tmp_path, "node-a", log)
+    try:
+        wait_until(lambda: next((x for x in status(port)["targets"]
+                                 if x["phase"] in ("ready", "crashed")), None), what="a verdict")
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            box = page.locator(f"section[data-target='node-a'] {selector}")
+            expect(box).to_be_visible()
+            expect(box).to_contain_text(said)
+            browser.close()
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)

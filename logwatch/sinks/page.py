@@ -55,6 +55,8 @@ pre{max-height:22em;overflow:auto;background:#f6f8fa;padding:.5em;margin:.3em 0 
 .src{font-size:.85em;color:var(--warn)}.src.bad{color:var(--bad);font-weight:600}
 .probe{font-size:.85em;color:var(--mute)}.probe.ok{color:var(--ok)}.probe.bad{color:var(--bad);font-weight:600}.probe[hidden],.ranks[hidden]{display:none}
 .ranks{font-size:.85em;color:var(--warn);font-weight:600}
+.degraded{font-size:.85em;color:var(--warn);border-left:3px solid var(--warn);padding:.1em .6em}.degraded[hidden],.crash .meaning:empty{display:none}
+.crash .meaning{margin:.2em 0}
 #err{color:var(--bad);padding:0 1.2em}
 body.stale #targets{opacity:.45}
 .tools{display:flex;gap:.6em;align-items:center;padding:.5em 1.2em;background:#fff;border-bottom:1px solid var(--line);font-size:.9em}
@@ -112,8 +114,9 @@ function makeRow(name){
   r.since=el("div","since");r.tps=el("div","tps");h.append(r.name,r.engine,r.phase,r.bar,r.since,r.tps,r.brief);
   r.src=el("div","src");r.crash=el("div","crash");r.crash.hidden=true;
   r.probe=el("div","probe");r.probe.hidden=true;r.ranks=el("div","ranks");r.ranks.hidden=true;
+  r.degraded=el("div","degraded");r.degraded.hidden=true;r.meaning=el("div","meaning");
   r.reason=el("div","reason");r.when=el("div","when");r.line=el("div","line");r.det=el("details");r.det.append(el("summary",null,"excerpt"));
-  r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.when,r.line,r.det);
+  r.pre=el("pre");r.det.append(r.pre);r.crash.append(r.reason,r.meaning,r.when,r.line,r.det);
   r.timeline=el("div","timeline");r.last=el("div","last");
   r.gpu=el("div","gpu");r.gpu.hidden=true;r.gputxt=el("span","gputxt");
   r.spark=el("div","spark");r.spark.title="total GPU power, last samples (full height: the power limit)";
@@ -121,7 +124,7 @@ function makeRow(name){
   r.launches=el("details","launches");r.launches.append(el("summary",null,"launches"));
   r.ltable=el("table");r.launches.append(r.ltable);
   r.launches.addEventListener("toggle",()=>{if(r.launches.open)launches(name,r.ltable)});
-  r.root.append(h,r.src,r.probe,r.ranks,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
+  r.root.append(h,r.src,r.probe,r.ranks,r.degraded,r.gpu,r.crash,r.timeline,r.last,r.launches);return r}
 // a flag's value as the engine prints it (args.flag_value_text): None, True, 64, a plain string bare
 function pyQuote(s){return s.includes("'")&&!s.includes('"')?'"'+s.replace(/\\/g,"\\\\")+'"':"'"+s.replace(/\\/g,"\\\\").replace(/'/g,"\\'")+"'"}
 function pyRepr(v){if(v===null||v===undefined)return "None";if(typeof v==="boolean")return v?"True":"False";
@@ -173,6 +176,8 @@ function update(r,t,now){
   r.probe.hidden=!(pr&&pr.verdict);
   if(pr&&pr.verdict){set(r.probe,"endpoint: "+pr.verdict);r.probe.className="probe"+(pr.up===true&&t.phase!=="crashed"?" ok":pr.up===false&&(t.phase==="ready"||deaf)?" bad":"")}
   r.ranks.hidden=!t.rank_lag;set(r.ranks,t.rank_lag?"ranks: "+t.rank_lag:"");
+  // a part of the server that failed while it starts or serves (a PD bootstrap server): not a crash
+  r.degraded.hidden=!t.degraded;set(r.degraded,t.degraded?"degraded: "+t.degraded:"");
   set(r.labels,Object.entries(t.labels||{}).map(([k,v])=>k+"="+v).join(" "));
   const sh=t.shards,p=t.progress&&t.progress.shards;
   if(sh&&sh.total){const pct=Math.min(100,100*sh.loaded/sh.total);r.fill.style.width=pct+"%";
@@ -186,7 +191,7 @@ function update(r,t,now){
   r.src.className="src"+(s.error?" bad":"");
   if(t.crash){r.crash.hidden=false;set(r.reason,(t.crash.text||"crashed: "+t.crash.reason)+" · line "+t.crash.line_number);
     set(r.when,t.crash.at!=null?"crashed "+clock(t.crash.at)+", "+ago(now-t.crash.at)+" ago":"");
-    set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
+    set(r.meaning,t.crash.meaning||"");set(r.line,t.crash.line);set(r.pre,(t.crash.excerpt||[]).join("\n"))}else{r.crash.hidden=true}
   const prev=t.previous_startup,cur=t.durations||{},spans=t.spans||[];
   const key=JSON.stringify([cur,spans,t.phase,t.ready_in_seconds,prev&&prev.at]);
   if(r.tlkey!==key){r.tlkey=key;r.timeline.replaceChildren();
