@@ -137,7 +137,7 @@ class LogClock:
         it with the rule (`Hit.ts`: (raw, groups) or None), instead of a search of its own."""
         # the pack's order of formats first (it prefers a stamp with a year), then outermost
         places = (*wrapped, text) if wrapped else (text,)
-        zoned = self._note_zoned(wrapped) if wrapped else None
+        zoned, zoned_at = self._note_zoned(wrapped) if wrapped else (None, None)
         for k, (rx, head, lits) in enumerate(self._plan):
             if k == 0 and first is not NO_STAMP and not wrapped:
                 if first is not None:
@@ -159,8 +159,7 @@ class LogClock:
                 if m is None:
                     continue
                 raw = m.group(0)
-                if zoned is not None and m.start() == 0 and where is not text and \
-                        zoned_seconds(where) is not None:
+                if zoned is not None and m.start() == 0 and where is zoned_at:
                     stamp = self._repeated(raw) or self._taken(self._zone.alone(zoned), raw)
                 else:
                     stamp = self._repeated(raw)
@@ -179,17 +178,17 @@ class LogClock:
             placed = self.last.seconds if self._now is None else max(self.last.seconds, self._now)
         return Stamp(placed, self.last.text, own=False, shared_bar=shared)
 
-    def _note_zoned(self, wrapped: tuple[str, ...]) -> float | None:
-        """The wall time of the line's wrapper stamp (the outermost that has one), kept when
-        it is the newest."""
+    def _note_zoned(self, wrapped: tuple[str, ...]) -> tuple[float | None, str | None]:
+        """The wall time of the line's wrapper stamp and the place it starts (the outermost
+        that has one), kept when it is the newest."""
         for where in wrapped:
             if where[:1].isdigit():
                 t = zoned_seconds(where)
                 if t is not None:
                     if self.newest_zoned is None or t > self.newest_zoned:
                         self.newest_zoned = t
-                    return t
-        return None
+                    return t, where
+        return None, None
 
     def _taken(self, stamp: Stamp, raw: str | None = None) -> Stamp:
         """`stamp` is where the clock stands now (`raw`: the match it came from)."""
