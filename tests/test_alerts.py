@@ -700,7 +700,8 @@ def test_a_renamed_target_keeps_its_open_crash_neither_resolved_nor_paged_again(
     its source unchanged, at a SIGHUP or across a restart: the crash stays open, is not
     paged again, and the next ready resolves it once, with the key the receiver had.
     Before: `resolved: ... (no longer watched: removed from the config)` while the server
-    was still down, then the same crash paged again as `t1-renamed`."""
+    was still down, then the same crash paged again as `t1-renamed`.  The new name goes on
+    from the old one's checkpoint (its lines counted on, none read again)."""
     rx = receivers()
     sinks = [{"type": "webhook", "url": rx.url("/hook"), "on": ["crashed"]}]
     cfg, port, state, log = setup(tmp_path, sinks)
@@ -715,8 +716,12 @@ def test_a_renamed_target_keeps_its_open_crash_neither_resolved_nor_paged_again(
     else:
         assert d.stop() == 0
         d.start()
-    rx.assert_not_sent_again(d, "crashed", hook("crashed"), since_start=how == "restart",
-                             timeout=30, what="after the rename")
+    wait_for(lambda: [e for e in d.log_events() if e.get("event") ==
+                      "target renamed: its checkpoint goes with it"
+                      and (e["was"], e["now"]) == ("t1", "t1-renamed")],
+             15, "the checkpoint carried to the new name", alive=d.dead)
+    d.wait_lines("t1-renamed", count_lines(log), timeout=15)   # went on: nothing read again
+    rx.assert_quiet(1.0, hook("crashed"), what="after the rename")
     append(log, ready_log(start=T0 + 3600))
     got = rx.wait(hook("crashed", "resolved"), answered=True, timeout=30, alive=d.dead)[0]
     assert "ready again" in got.json["summary"], got.json

@@ -24,6 +24,7 @@ from .config import Config, ConfigError, TargetConfig, load_config, select_shard
 from ..machine import CrashSettled, Degraded, Event, PhaseChanged, Ready, Restarted, Stalled
 from ..silence import Resumed
 from ..state.positions import PositionStore
+from ..state.renames import carry_renamed
 from ..rules.pack import (
     PackError, RulePack, load_all_shipped, load_pack, resolve_pack_path, search_path,
 )
@@ -125,6 +126,7 @@ class Daemon:
         self._site = web.TCPSite(self._runner, self.config.listen_host, self.config.listen_port,
                                  backlog=HTTP_BACKLOG)
         await self._site.start()
+        self._carry_renamed(self.config.targets)
         for t in self.config.targets:
             self._start_target(t)
         self.log.info("logwatch running", listen=f"http://{self.config.listen_host}:"
@@ -157,6 +159,18 @@ class Daemon:
         self._spread_checkpoints()
         self.signatures[cfg.name] = pack_signature(cfg)
         runner.start()
+
+    def _carry_renamed(self, starting: list[TargetConfig]) -> None:
+        """A target renamed (its source once another name's) goes on from the old name's
+        checkpoint, with its history (state/renames.py)."""
+        try:
+            moved = carry_renamed(self.config.state_dir, {t.name: t.source for t in starting},
+                                  {t.name for t in self.config.targets})
+        except OSError as e:     # (a read-only state_dir: the new name attaches afresh)
+            self.log.warning("renamed targets' checkpoints not carried", error=str(e))
+            return
+        for old, new in moved.items():
+            self.log.info("target renamed: its checkpoint goes with it", was=old, now=new)
 
     def _attachments(self, cfg: TargetConfig) -> list[Attachment]:
         """What hangs off each of the daemon's targets (app/attachments/), one line each."""
@@ -281,10 +295,16 @@ class Daemon:
         changed = [n for n in fresh if n in old and n in self.runners and
                    (fresh[n] != old[n] or pack_signature(fresh[n]) != self.signatures.get(n))]
         self.config = new
+        going = [n for n in removed + changed if n in self.runners]
+        for n in going:                # their last checkpoints say all they read (as at a
+            self.runners[n].halt_reading()   # stop): a renamed one goes on from there
+        if going and self.alerts is not None:
+            await self.alerts.saved()
         for n in removed + changed:
             await self._stop_target(n)
         if self.alerts is not None:   # before the targets start: a renamed one's open
             self.alerts.reconfigure(new)   # alerts are its own before it reads its log
+        self._carry_renamed([fresh[n] for n in added])
         for n in changed + added:
             self._start_target(fresh[n])
         for n in fresh:  # a target that failed to start before gets another try (one: an

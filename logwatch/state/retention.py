@@ -1,6 +1,7 @@
 """What `state_dir` keeps of targets that are no longer watched: for `state_retention`.
 
-A target removed from the config (or renamed: a new name is a new target) leaves its
+A target removed from the config (or renamed to a name of another source: state/renames.py
+moves a plain rename's files to the new name) leaves its
 checkpoint (`positions/NAME.json`), its startup history (`history/NAME.json`) and its
 launch-ledger rows.  They are kept `state_retention` (default 30 days) after the name was
 last watched, so a target put back resumes where it was and `history --target OLD-NAME`
