@@ -206,7 +206,6 @@ def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
         lift_stages(pack, ranks, rank, now)
 
 
-
 def lift_stages(pack: RulePack, ranks: dict[str, RankProgress], rank: str, now: float) -> None:
     """A rank of a pipeline stage just entered the phase its replica's stages begin at once
     (`RulePack.stages_together`): the ranks of its replica's stages still before it are

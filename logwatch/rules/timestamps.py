@@ -214,12 +214,8 @@ class LogClock:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):
             return None
-        if self._outlier:
-            return Stamp(secs, _stamp_text(fields))
-        self.last = Stamp(secs, _stamp_text(fields))
-        self._last_raw = raw
-        self._now = secs
-        return self.last
+        stamp = Stamp(secs, _stamp_text(fields))
+        return stamp if self._outlier else self._taken(stamp, raw)
 
     def _bar_time(self, text: str) -> tuple[float | None, bool]:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
