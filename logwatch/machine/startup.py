@@ -29,7 +29,7 @@ from .spans import (
     CLOCK_JUMP, CLOCK_SLACK, FLOAT_GAP, beside as beside_span, drop_last, event_time, new_span,
     open_main, reattribute, retract, settle_float, start_clock, trust,
 )
-from .state import Crash, Evidence, Observation, State, crash_elapsed, startup_id_of
+from .state import Crash, Evidence, Observation, Span, State, crash_elapsed, startup_id_of
 
 DEFAULT_STALL_AFTER = 300.0
 PROVISIONAL_FOR = 2.0          # seconds a provisional phase waits to be replaced (wall clock)
@@ -57,7 +57,7 @@ RATE_STATS = frozenset({"gen_throughput", "prompt_throughput", "input_throughput
 ENDPOINT_READY = Rule(id="endpoint_answers", pattern="", source="logwatch", phase=READY)
 
 __all__ = ["CLOCK_JUMP", "CLOCK_SLACK", "DEFAULT_STALL_AFTER", "FLOAT_GAP", "HINT_WINDOW_LINES",
-           "PROVISIONAL_FOR", "StartupMachine"]
+           "PROVISIONAL_FOR", "StartupMachine", "crashed_at_launch"]
 
 
 class StartupMachine:
@@ -265,8 +265,9 @@ class StartupMachine:
         if state.phase != CRASHED or state.crash is None or state.crash_settled:
             return []
         state.crash_settled = True
+        began = crashed_at_launch(self.pack, state)
         start = state.launch_start()
-        return [CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
+        return [*began, CrashSettled(state.epoch, state.startup_id, state.crash, state.durations(),
                              crash_elapsed(state.crash, start), launch_of(state),
                              launch_prefixes(state.args))]
 
@@ -854,6 +855,30 @@ def _start_over(state: State, obs: Observation, rid: str, server: str) -> None:
         fresh.restart_rules.add(f"{obs.proc}>{rid}")
     for slot in State.__slots__:  # type: ignore[attr-defined]
         setattr(state, slot, getattr(fresh, slot))
+
+
+def crashed_at_launch(pack: RulePack, state: State) -> list[Event]:
+    """A crash settled in a log that showed no startup, whose root cause only a launch meets
+    before its server's own launch line (its rule's `at_launch`: argparse, a --config file,
+    an import, the model's config or its hub repository): the startup that crashed at
+    launch, counted, in the pack's first phase.  Before, `crashed: bad_argument during
+    waiting` with 0 startups (the same failure read `during launching`, 1 startup, where a
+    line such as vLLM's platform or a wrapper's echoed command came first).  Not another
+    cause, nor a rank's (`TP0`: a server that ran): a log that begins inside a traceback (an
+    excerpt, a log read from its middle) says nothing of its launch.  Decided at the settle: the cause line that names the reason
+    comes after the traceback's first line."""
+    crash = state.crash
+    if crash is None or state.epoch or crash.during != WAITING or crash.rank or not any(
+            e is not None and e.at_launch and e.reason == crash.reason and
+            e.line_number == crash.line_number for e in (crash.cause, crash.marker_reason)):
+        return []
+    state.epoch, state.startups, state.mid_startup = 1, state.startups + 1, False
+    crash.during = pack.phases[0]
+    first = state.spans[0] if state.spans else None
+    if first is not None:     # its launch, from the crash's first line: `launching > crashed`
+        state.spans.insert(0, Span(crash.during, first.at, first.log_time, first.log_stamp,
+                                   first.line, end_at=first.at, end_log=first.log_time))
+    return [StartupBegan(state.epoch, state.startup_id, crash.line)]  # type: ignore[arg-type]
 
 
 def launch_of(state: State) -> str:

@@ -93,6 +93,8 @@ class Evidence:
     line: str
     line_number: int
     meaning: str = ""          # its rule's own sentence (`meaning:`), filled from the line
+    at_launch: bool = False    # its rule's `at_launch`: only a launch meets it, before its
+                               # launch line (machine/startup.py `crashed_at_launch`)
 
     @property
     def rank(self) -> int:

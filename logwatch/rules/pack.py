@@ -85,7 +85,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
                "endpoint", "withdraws", "degrades")
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
-                 "closes_as", "supervisor", "primary", "launch_only", "ready_hint", "during",
+                 "closes_as", "supervisor", "primary", "launch_only", "at_launch", "ready_hint", "during",
                  "ends_rank", "ready_by_endpoint", "meaning", "label")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
@@ -171,6 +171,9 @@ class Rule:
     primary: bool = False         # its progress is the startup's main bar (the view's `shards`)
     launch_only: bool = False     # only a launch prints it (argparse's error): after a ready,
                                   # a relaunch's line (it begins a startup)
+    at_launch: bool = False       # a crash a launch meets before its server's own launch line
+                                  # (argparse, an import): in a log with no startup, a
+                                  # startup that crashed at launch (machine `crashed_at_launch`)
     ready_hint: bool = False      # after a ready, a hint of its reason, not a crash (a
                                   # request's exception: the server serves on)
     # this launch prints no ready line: its endpoint answering is its ready (SGLang's
@@ -1213,6 +1216,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         ends_rank=bool(d.get("ends_rank")),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
+        at_launch=bool(d.get("at_launch")),
         ready_by_endpoint=bool(d.get("ready_by_endpoint")),
         withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
         meaning=str(d.get("meaning") or ""), label=str(d.get("label") or ""),
@@ -1265,7 +1269,7 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                         key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
-                "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint"):
+                "at_launch", "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint"):
         if key in d and not isinstance(d[key], bool) and \
                 not (key == "reenter" and d[key] == "own_rank"):
             raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
