@@ -46,3 +46,33 @@ def test_the_cpp_runtime_s_failed_kv_cache_allocation_is_an_oom(tmp_path):
     other = cpp.replace("out of memory", "an illegal memory access was encountered")
     st = replay_lines(tmp_path, head + [FAIL + other] + TAIL)
     assert st.crash is not None and st.crash.reason != "cuda_oom", st.crash
+
+
+def test_a_model_architecture_trtllm_does_not_implement_is_the_command_line(tmp_path):
+    """The PyTorch backend's model registry, and Transformers not knowing the checkpoint's
+    model type: the model (or the versions) to change, said with the architecture.  Before:
+    `python_exception`."""
+    head = upto("Use 63.32 GB for model weights.")
+    cases = {"Qwen3_5ForCausalLM": [FAIL + "Unknown architecture for AutoModelForCausalLM: "
+                                    "Qwen3_5ForCausalLM"] + TAIL,
+             "qwen3_5": ["ValueError: The checkpoint you are trying to load has model type "
+                         "`qwen3_5` but Transformers does not recognize this architecture. This "
+                         "could be because of an issue with the checkpoint, or because your "
+                         "version of Transformers is out of date."]}
+    for arch, crash in cases.items():
+        st = replay_lines(tmp_path, head + crash)
+        assert st.crash is not None and st.crash.reason == "bad_argument", st.crash
+        assert f"({arch})" in st.crash.meaning, st.crash.meaning
+
+
+def test_a_kernel_with_no_build_for_this_gpu_is_no_tuning_fault(tmp_path):
+    """CUDA's `no kernel image is available` and TRT-LLM's `Only SM100 is supported by FP4
+    block scale MOE` in the autotuner's first forward: the GPU, build or quantization to
+    change.  Before: `autotune_failed` (the phase's default)."""
+    head = upto("[Autotuner] Autotuning process starts")
+    for text in ("CUDA error: no kernel image is available for execution on the device",
+                 "Only SM100 is supported by FP4 block scale MOE"):
+        st = replay_lines(tmp_path, head + [FAIL + text] + TAIL)
+        assert st.crash is not None, text
+        assert (st.crash.reason, st.crash.during) == ("bad_argument", "autotune"), st.crash
+        assert "architecture" in st.crash.meaning
