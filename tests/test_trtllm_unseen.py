@@ -76,3 +76,21 @@ def test_a_kernel_with_no_build_for_this_gpu_is_no_tuning_fault(tmp_path):
         assert st.crash is not None, text
         assert (st.crash.reason, st.crash.during) == ("bad_argument", "autotune"), st.crash
         assert "architecture" in st.crash.meaning
+
+
+def test_mpirun_reporting_a_rank_it_lost_is_a_crash(tmp_path):
+    """OpenMPI's `mpirun noticed that process rank N ... exited on signal 9 (Killed)` (the
+    host's OOM killer while the weights load) ends the start.  Before: no crash, the start
+    stayed `loading_shards`.  Another signal is a rank that died, and a rank's own cause
+    printed above it (an NCCL error) stays the reason."""
+    head = upto("Loading safetensors weights in parallel")
+    mpi = "mpirun noticed that process rank 1 with PID 0 on node gpu-1 exited on signal {}."
+    st = replay_lines(tmp_path, head + [mpi.format("9 (Killed)")])
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("host_oom_killed", "loading_shards")
+    st = replay_lines(tmp_path, head + [mpi.format("11 (Segmentation fault)")])
+    assert st.crash is not None and st.crash.reason == "child_process_died", st.crash
+    nccl = FAIL + "[TensorRT-LLM][ERROR] Assertion failed: Failed, NCCL error " \
+                  "../tensorrt_llm/runtime/ncclCommunicator.cpp:90 'unhandled system error'"
+    st = replay_lines(tmp_path, head + [nccl, mpi.format("6 (Aborted)")])
+    assert st.crash is not None and st.crash.reason == "nccl_error", st.crash
