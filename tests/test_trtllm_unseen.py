@@ -94,3 +94,25 @@ def test_mpirun_reporting_a_rank_it_lost_is_a_crash(tmp_path):
                   "../tensorrt_llm/runtime/ncclCommunicator.cpp:90 'unhandled system error'"
     st = replay_lines(tmp_path, head + [nccl, mpi.format("6 (Aborted)")])
     assert st.crash is not None and st.crash.reason == "nccl_error", st.crash
+
+
+def test_an_engine_build_that_ran_out_of_memory_is_an_oom_and_one_that_recovered_serves(
+        tmp_path):
+    """The TensorRT-engine path (trtllm-001, 0.18) builds its engine; TensorRT's builder logs
+    an allocation it could not make at [E] and may skip the tactic and go on.  A build that
+    then fails (`Engine building failed, please check the error log.`) failed for memory.
+    Before: `autotune_failed`; the same [E] lines before the engine loads are no crash."""
+    head = upto("Building TRT-LLM engine", ENGINE)
+    trt = ["[05/01/2025-14:44:40] [TRT] [E] [defaultAllocator.cpp::allocate::31] Error Code 1: "
+           "Cuda Runtime (out of memory)",
+           "[05/01/2025-14:44:40] [TRT] [E] [globWriter.cpp::makeResizableGpuMemory::433] "
+           "Error Code 2: OutOfMemory (Requested size was 17179869184 bytes.)"]
+    failed = ["Traceback (most recent call last):",
+              '  File "/usr/local/lib/python3.12/dist-packages/tensorrt_llm/builder.py", '
+              "line 1219, in build",
+              "AssertionError: Engine building failed, please check the error log."]
+    st = replay_lines(tmp_path, head + trt + failed)
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("cuda_oom", "autotune"), st.crash
+    st = replay_lines(tmp_path, head + trt + ENGINE[len(head):])
+    assert st.crash is None and st.phase == replay_lines(tmp_path, ENGINE).phase, st.phase
