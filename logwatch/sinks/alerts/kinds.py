@@ -55,7 +55,9 @@ ALERT_KINDS: dict[str, AlertKind] = {k.name: k for k in (
     AlertKind("ready", False, True, True, ":large_green_circle:", "LogwatchReady",
               "ready in 4m10s (slowest phase: loading_shards 2m05s)",
               {"took": 250.0, "slowest_phase": "loading_shards"}),
-    AlertKind("degraded", False, False, True, ":warning:", "LogwatchDegraded",
+    # open while its startup serves on (a part that failed does not come back by itself):
+    # resolved when the startup ends (policy.py)
+    AlertKind("degraded", True, False, True, ":warning:", "LogwatchDegraded",
               "degraded while serving: KV bootstrap server down (its port taken): decode "
               "servers reach whoever holds that port, line 4120",
               {"note": "KV bootstrap server down (its port taken), line 4120"},

@@ -18,7 +18,11 @@ outbox, which sends each mark once.
   down, a command that keeps failing; not a log that is not there yet) for the target's
   `source_down_after`, keyed on the outage; resolved once the source is up again.
 * `degraded` when a part of the serving server failed (`Degraded`: a degrade before the ready
-  is said in the `ready` alert), once per startup; an event, not a crash.
+  is said in the `ready` alert), once per startup; not a crash.  Open while that startup
+  serves on (nothing in the log says the part came back), resolved when it ends: its crash
+  (paged as `crashed`), a clean stop, a new startup.  Before, an event that Alertmanager
+  ended 5 minutes on (a `resolved` notification for a server still degraded), never sent
+  again, and active beside the same startup's crash.
 * `restarted` and `phase` for the sinks that ask for them.
 """
 
@@ -28,7 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ... import clock
-from ...machine import CrashSettled, Degraded, Event, PhaseChanged, Ready, Restarted, Stalled
+from ...machine import (CrashSettled, Degraded, Event, PhaseChanged, Ready, Restarted, Stalled,
+                        Stopped)
 from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
@@ -100,10 +105,11 @@ class AlertPolicy:
                                        {"took": ev.took, "durations": durations,
                                         "slowest_phase": slow, "line": ev.line}, ev.epoch))
                 out.append(Resolve(v.name, ("stalled", "slow"), "ready"))
-                out.append(Resolve(v.name, ("crashed",), "ready again", exclude=ev.startup))
-            elif isinstance(ev, Restarted):
-                out.append(Resolve(v.name, ("stalled", "slow", "unreachable"), "restarted",
+                out.append(Resolve(v.name, ("crashed", "degraded"), "ready again",
                                    exclude=ev.startup))
+            elif isinstance(ev, Restarted):
+                out.append(Resolve(v.name, ("stalled", "slow", "unreachable", "degraded"),
+                                   "restarted", exclude=ev.startup))
                 out.append(self._alert(v, "restarted", ev.startup,
                                        f"restarted (startup #{ev.epoch})", {"line": ev.line},
                                        ev.epoch))
@@ -113,6 +119,8 @@ class AlertPolicy:
                                    only=ev.startup))
             elif isinstance(ev, Stalled):
                 out.append(self._stalled(v, ev))
+            elif isinstance(ev, Stopped):       # the server stopped: none of it is degraded
+                out.append(Resolve(v.name, ("degraded",), "stopped"))
             elif isinstance(ev, Degraded):      # after its ready: no crash (machine/degraded.py)
                 out.append(self._alert(v, "degraded", ev.startup,
                                        f"degraded while serving: {ev.note}", {"note": ev.note},
@@ -126,7 +134,7 @@ class AlertPolicy:
     def _crashed(self, v: TargetView, ev: CrashSettled) -> list[Decision]:
         """`crashed`, with what else is known (the rank that went first, GPU memory held before
         the launch, an endpoint that still answers); the startup's stall / slow / unreachable
-        are over."""
+        are over, and its degrade (resolved after the page)."""
         c = ev.crash
         held = preflight_note(v.gpu, c.reason)
         answers = _still_answers(v)
@@ -148,7 +156,10 @@ class AlertPolicy:
                              **({"launch": ev.launch} if ev.launch else {}),
                              **({"launch_prefix": ev.launch_prefix} if ev.launch_prefix else {}),
                              **({"logged_at": c.log_time} if c.log_time is not None else {})},
-                            ev.epoch)]
+                            ev.epoch),
+                # after the crash's page (what the degrade said is still news beside it):
+                # resolved, not dropped where undelivered
+                Resolve(v.name, ("degraded",), "crashed", only=ev.startup)]
 
     def _stalled(self, v: TargetView, ev: Stalled) -> Alert:
         """`stalled`, with the ranks behind and what the GPUs do in the silence."""
