@@ -106,8 +106,10 @@ def test_a_degrade_is_paged_once_kept_open_and_resolved_by_the_crash_after_its_p
     ready, degrade = serving_then_degrade()
     append(log, ready)
     rx.wait(hook("ready", "firing"), timeout=20, alive=d.dead)
+    assert d.metric("logwatch_degraded", target="p1") == 0.0
     append(log, degrade)
     fired = check_firing(rx, am, d)
+    assert d.metric("logwatch_degraded", target="p1") == 1.0    # LogwatchServerDegraded
     check_still_open(rx, am, d)
     reload_with(d, cfg, port, state, targets, alerts, 1)     # a SIGHUP: not paged again
     d.signal(signal.SIGTERM)
@@ -140,6 +142,7 @@ def check_crash_ends_degrade(rx: Receiver, am: Alertmanager, d: Daemon,
     wait_for(lambda: notified(rx, "LogwatchDegraded", "resolved"), 20, "AM's resolution")
     wait_for(lambda: not am_active(am, "LogwatchDegraded"), 15, "the degrade over in AM")
     assert am_active(am, "LogwatchCrashed"), am.alerts()
+    assert d.metric("logwatch_degraded", target="p1") == 0.0
     for sink in ("webhook-0", "slack-1", "alertmanager-2"):    # this run's: the resolution
         wait_for(lambda: d.metric("logwatch_alerts_sent_total", kind="degraded",
                                   sink=sink) == 1.0, 10, f"the resolution counted ({sink})")
@@ -163,6 +166,7 @@ def test_a_degrade_ends_with_its_startup_a_relaunch_a_clean_stop_or_the_target_r
         d.wait_reading(n)
         append(log, "".join(serving_then_degrade()))
     rx.wait(hook("degraded", "firing"), n=3, timeout=20, alive=d.dead)
+    assert [d.metric("logwatch_degraded", target=n) for n in logs] == [1.0] * 3
     ready, _ = serving_then_degrade()
     append(logs["p1"], ready.replace("2026-12-01 10:0", "2026-12-01 11:0"))   # relaunched
     append(logs["p2"], "[2026-12-01 10:30:00] SIGTERM received. signum=None frame=None. "
@@ -174,4 +178,5 @@ def test_a_degrade_ends_with_its_startup_a_relaunch_a_clean_stop_or_the_target_r
     assert why == {"p1": "restarted", "p2": "stopped",
                    "p3": "no longer watched: removed from the config"}, why
     rx.assert_quiet(1.0, hook("degraded"), "after the resolutions")
+    assert [d.metric("logwatch_degraded", target=n) for n in ("p1", "p2")] == [0.0, 0.0]
     assert len(rx.requests(hook("degraded"))) == 6

@@ -190,6 +190,7 @@ def test_alert_rules_cover_the_brief() -> None:
     # not logwatch_source_up == 0: that is also a node not launched yet (`waiting`)
     assert 'logwatch_source_state{state=~"error|fatal"}' in down["expr"] and down["for"] == "5m"
     assert "logwatch_stalled == 1" in by_name["LogwatchStartupStalled"]["expr"]
+    assert by_name["LogwatchServerDegraded"]["expr"] == "logwatch_degraded == 1"
     # a crashed server keeps its alert until relaunched; logwatch itself down is an alert
     # (for the reason of the crash it is in: adv27 M5)
     assert "on (target, instance, job, reason) (logwatch_crash_reason == 1)" in crash["expr"]

@@ -90,6 +90,9 @@ def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records
     assert NOTE in got.json["summary"], got.json["summary"]
     rx.assert_quiet(2.5, what="after the ready")
     assert [g.json["kind"] for g in rx.requests()] == ["ready"]
+    # Prometheus sees it too (the shipped LogwatchServerDegraded rule): no alert of its own
+    # here, the ready's said it
+    assert d.metric("logwatch_degraded", target="p1") == 1.0
     res = subprocess.run([sys.executable, "-m", "logwatch", "history", "-c", str(cfg),
                           "--target", "p1", "--json"], capture_output=True, text=True,
                          cwd=ROOT, timeout=60)

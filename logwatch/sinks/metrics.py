@@ -208,6 +208,10 @@ def _phase_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
     add("logwatch_startup_started_timestamp_seconds",
         f"logwatch_startup_started_timestamp_seconds{one} {val(v.startup_started_at or 0.0)}")
     add("logwatch_ready", f"logwatch_ready{one} {'1.0' if cur == READY else '0.0'}")
+    # serving without a part of itself (a `degrades` line, before or after the ready): the
+    # `degraded` of /api/status, for the shipped LogwatchServerDegraded rule
+    add("logwatch_degraded", f"logwatch_degraded{one} "
+        f"{'1.0' if cur == READY and v.degraded else '0.0'}")
     reason = v.crash.get("reason") if cur == CRASHED and v.crash else None
     if reason:
         add("logwatch_crash_reason", f'logwatch_crash_reason{{reason="{_esc(str(reason))}",'
@@ -273,6 +277,9 @@ def _families() -> list[tuple[str, str, str]]:
         ("logwatch_startup_started_timestamp_seconds", "gauge",
          "when the current startup began (unix time; 0 before any)"),
         ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),
+        ("logwatch_degraded", "gauge", "1 while the server serves without a part of itself "
+         "(a degrades rule's line: SGLang PD's KV bootstrap server down, its KV transfers "
+         "timing out; /api/status degraded)"),
         ("logwatch_crash_reason", "gauge", "1 for the reason of the crash the server is in "
          "now (no series unless crashed): the shipped LogwatchServerCrashed rule joins "
          "crashes_total on it"),
