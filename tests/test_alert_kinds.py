@@ -44,7 +44,7 @@ def test_a_sink_without_on_takes_the_documented_default() -> None:
     assert DEFAULT_ON == ("crashed", "stalled", "source_down", "ready")   # README "Alerts"
     spec = {"type": "webhook", "url": "http://127.0.0.1:9/hook"}
     validate_alerts("logwatch.yaml", [spec])
-    # `ready` brings `degraded` (a degrade before the ready is said in the ready's alert)
+    # `ready` brings `degraded` (the ready server without a part of itself)
     assert make_sinks([spec])[0].kinds == (*DEFAULT_ON, "degraded")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import signal
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,33 @@ def check_still_open(rx: Receiver, am: Alertmanager, d: Daemon) -> None:
     assert not notified(rx, "LogwatchDegraded", "resolved")
 
 
+@dataclass
+class Watched:
+    """A daemon watching one target, p1, on an empty log: what a SIGHUP needs again."""
+
+    d: Daemon
+    log: Path
+    cfg: Path
+    port: int
+    state: Path
+    targets: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+
+    def reload(self) -> None:
+        reload_with(self.d, self.cfg, self.port, self.state, self.targets, self.alerts, 1)
+
+
+def watch_p1(tmp_path: Path, am: Alertmanager, rx: Receiver, daemons: Any) -> Watched:  # noqa: F811
+    """A daemon reading p1's empty log, sending to the three receivers (`sinks`)."""
+    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
+    log.write_text("")
+    targets, alerts = [target("p1", log, labels=LABELS)], sinks(rx, am)
+    cfg = write_config(tmp_path / "logwatch.yaml", port, state, targets, alerts)
+    d = daemons(cfg, port).start()
+    d.wait_reading("p1")
+    return Watched(d, log, cfg, port, state, targets, alerts)
+
+
 def test_a_degrade_is_paged_once_kept_open_and_resolved_by_the_crash_after_its_page(
         tmp_path: Path, alertmanager: Any, daemons: Any) -> None:  # noqa: F811
     """Before: LogwatchDegraded was an event (endsAt 5 min after its one send): never sent
@@ -97,12 +125,8 @@ def test_a_degrade_is_paged_once_kept_open_and_resolved_by_the_crash_after_its_p
     the server was still degraded; and active beside the same startup's crash, the webhook
     and Slack never told it was over."""
     am, rx = alertmanager
-    log, port, state = tmp_path / "server.log", free_port(), tmp_path / "state"
-    log.write_text("")
-    targets, alerts = [target("p1", log, labels=LABELS)], sinks(rx, am)
-    cfg = write_config(tmp_path / "logwatch.yaml", port, state, targets, alerts)
-    d = daemons(cfg, port).start()
-    d.wait_reading("p1")
+    p1 = watch_p1(tmp_path, am, rx, daemons)
+    d, log = p1.d, p1.log
     ready, degrade = serving_then_degrade()
     append(log, ready)
     rx.wait(hook("ready", "firing"), timeout=20, alive=d.dead)
@@ -111,7 +135,7 @@ def test_a_degrade_is_paged_once_kept_open_and_resolved_by_the_crash_after_its_p
     fired = check_firing(rx, am, d)
     assert d.metric("logwatch_degraded", target="p1") == 1.0    # LogwatchServerDegraded
     check_still_open(rx, am, d)
-    reload_with(d, cfg, port, state, targets, alerts, 1)     # a SIGHUP: not paged again
+    p1.reload()                                             # a SIGHUP: not paged again
     d.signal(signal.SIGTERM)
     assert d.wait_exit() == 0
     d.start()                                               # a restart: not paged again
@@ -180,3 +204,45 @@ def test_a_degrade_ends_with_its_startup_a_relaunch_a_clean_stop_or_the_target_r
     rx.assert_quiet(1.0, hook("degraded"), "after the resolutions")
     assert [d.metric("logwatch_degraded", target=n) for n in ("p1", "p2")] == [0.0, 0.0]
     assert len(rx.requests(hook("degraded"))) == 6
+
+
+TAKEN = FIXTURES / "built" / "sglang-0523-pd-bootstrap-port-taken.log"
+TAKEN_NOTE = "KV bootstrap server down (its port taken)"
+
+
+def test_a_degrade_logged_before_the_ready_is_the_same_open_alert_fired_at_the_ready(
+        tmp_path: Path, alertmanager: Any, daemons: Any) -> None:  # noqa: F811
+    """The bootstrap port taken while the server starts, then its ready: the `ready` page and
+    one open `degraded` (as for a degrade after the ready), at every receiver, never again
+    across a SIGHUP, a clean restart or a kill -9 restart; resolved by the crash.  Before:
+    the ready's note only, an event: nothing open in Alertmanager 5 minutes on, the webhook
+    and Slack never told the degrade was over."""
+    am, rx = alertmanager
+    p1 = watch_p1(tmp_path, am, rx, daemons)
+    d, log = p1.d, p1.log
+    append(log, TAKEN.read_text())
+    got = rx.wait(hook("degraded", "firing"), timeout=20, alive=d.dead)[0].json
+    assert got["summary"].startswith(f"degraded while serving: {TAKEN_NOTE}"), got
+    assert got["dedupe_key"] == f"p1|{got['startup']}|degraded", got
+    assert [g.json["kind"] for g in rx.requests(hook())] == ["ready", "degraded"]
+    wait_for(lambda: notified(rx, "LogwatchDegraded", "firing"), 20, "AM's notification")
+    check_still_open(rx, am, d)
+    p1.reload()                                             # a SIGHUP
+    d.signal(signal.SIGTERM)
+    assert d.wait_exit() == 0
+    d.start()                                               # a clean restart
+    d.wait_reading("p1")
+    d.kill9()
+    d.start()                                               # a kill -9 restart
+    d.wait_reading("p1")
+    rx.assert_quiet(2.0, hook("degraded"), "after the restarts")
+    assert len(rx.requests(hook("degraded"))) == 1 and len(slack(rx, "degraded")) == 1
+    assert len(notified(rx, "LogwatchDegraded", "firing")) >= 1
+    assert d.metric("logwatch_degraded", target="p1") == 1.0
+    append(log, serving_crash("2026-12-01 10:20:00"))
+    res = rx.wait(hook("degraded", "resolved"), timeout=30, alive=d.dead)[0].json
+    assert res["details"]["resolved_by"] == "crashed" and res["dedupe_key"] == got["dedupe_key"]
+    wait_for(lambda: not am_active(am, "LogwatchDegraded"), 15, "the degrade over in AM")
+    texts = [g.json["text"] for g in rx.requests(lambda g: g.path == "/slack")]
+    assert [t.split(":")[1].split()[0] for t in texts] == [
+        "ready", "degraded", "crashed", "resolved"], texts

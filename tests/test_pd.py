@@ -76,8 +76,9 @@ def test_a_port_taken_traceback_of_the_server_itself_is_still_a_crash(tmp_path):
 def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records_it(
         tmp_path: Path, receivers: Any, daemons: Any) -> None:  # noqa: F811
     """A real daemon following the log, a webhook receiver: one `ready` alert that says the
-    bootstrap server is down, no `crashed`; the ledger's record says it too.  Before: a
-    `crashed` page (port_in_use) and no `ready`."""
+    bootstrap server is down and the open `degraded` (test_degraded_alerts.py), no
+    `crashed`; the ledger's record says it too.  Before: a `crashed` page (port_in_use) and
+    no `ready`."""
     rx = receivers()
     log = tmp_path / "server.log"
     log.write_text(TAKEN.read_text())
@@ -88,10 +89,10 @@ def test_the_daemon_alerts_the_ready_once_with_the_bootstrap_failure_and_records
     d = daemons(cfg, port).start()
     got = rx.wait(hook("ready", "firing"), status=200, timeout=20, alive=d.dead)[0]
     assert NOTE in got.json["summary"], got.json["summary"]
-    rx.assert_quiet(2.5, what="after the ready")
-    assert [g.json["kind"] for g in rx.requests()] == ["ready"]
-    # Prometheus sees it too (the shipped LogwatchServerDegraded rule): no alert of its own
-    # here, the ready's said it
+    rx.wait(hook("degraded", "firing"), status=200, timeout=20, alive=d.dead)
+    rx.assert_quiet(2.5, what="after the degrade")
+    assert [g.json["kind"] for g in rx.requests()] == ["ready", "degraded"]
+    # Prometheus sees it too (the shipped LogwatchServerDegraded rule)
     assert d.metric("logwatch_degraded", target="p1") == 1.0
     res = subprocess.run([sys.executable, "-m", "logwatch", "history", "-c", str(cfg),
                           "--target", "p1", "--json"], capture_output=True, text=True,
@@ -127,8 +128,7 @@ def test_a_bootstrap_failure_logged_while_serving_is_a_degrade_not_a_relaunch(tm
 def test_a_degrade_while_serving_is_alerted_shown_and_recorded_not_paged_as_a_crash(
         tmp_path: Path, receivers: Any, daemons: Any) -> None:  # noqa: F811
     """The daemon reads the server ready, then the bootstrap failure logged while it serves:
-    a `degraded` alert (to a sink on `[crashed, ready]`: a degrade before the ready is in
-    the ready's alert), `/api/status` `degraded`, the history's record.  Before: `crashed:
+    a `degraded` alert (to a sink on `[crashed, ready]`: it takes `degraded`), `/api/status` `degraded`, the history's record.  Before: `crashed:
     port_in_use during launching` paged, the target `crashed`, a second history record."""
     rx = receivers()
     log = tmp_path / "server.log"

@@ -7,8 +7,11 @@ server loads, captures and says it is fired up.  Before, that traceback was the 
 crash (`port_in_use` at 3 s, the ready line after it never read).  Now it is what the line is:
 a failure of one part, said beside the ready (and in the ready alert and the history), and
 the traceback logged with it (its `Traceback` header, then the exception line of the rule's
-`hint` reason) is that part's.  The process dying later is a crash like any other.  One logged
-after the ready (the server serving) is a `Degraded` event (its own alert: the ready's went),
+`hint` reason) is that part's.  The process dying later is a crash like any other.  A startup
+that is ready without a part is a `Degraded` event (the open `degraded` alert): at the ready
+for a degrade logged before it (startup.py; before, only the `ready` alert's note, a one-off
+event, and nothing open in Alertmanager while the server was degraded), else at the degrade
+logged after the ready (the server serving),
 and its traceback's exception line, which only a launch prints otherwise (`launch_only`: a
 port taken), is no relaunch: before, it began a new startup and paged `crashed: port_in_use
 during launching` for the server that served on, and the note was lost.
@@ -40,9 +43,14 @@ def note_degraded(state: State, rule: Rule, obs: Observation, events: list[Event
     if state.degraded is None:
         state.degraded = f"{rule.degrades}, line {obs.line_number}"[:MAX_NOTE]
         if state.phase == READY:
-            events.append(Degraded(state.epoch, state.degraded, state.startup_id))
+            events.append(degraded_event(state))
     if rule.hint:
         state.absorbing, state.absorbing_from = rule.hint, obs.line_number
+
+
+def degraded_event(state: State) -> Degraded:
+    """`Degraded` for the state's note (the server ready without that part)."""
+    return Degraded(state.epoch, state.degraded or "", state.startup_id)
 
 
 def claims(state: State, rule: Rule, obs: Observation) -> bool:

@@ -100,9 +100,10 @@ class Stalled:
 
 @dataclass(frozen=True, slots=True)
 class Degraded:
-    """A part of the serving server failed and it went on (`degrades` rules, after its
-    ready: a degrade before it is said in the ready's notes): `note`, the state's
-    `degraded`.  Once per startup (its first note)."""
+    """The ready server serves without a part of itself (`degrades` rules): at the ready
+    where the part failed while it started (after `Ready`, whose notes say it too), else
+    when it fails while serving.  `note`, the state's `degraded`.  Once per startup (its
+    first note)."""
 
     epoch: int
     note: str

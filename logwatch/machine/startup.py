@@ -15,10 +15,10 @@ from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RuleP
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence, note_phase_done
 from .events import (
-    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
-    Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
+    CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress,
+    Ready, Restarted, Stalled, StartupBegan, StatsUpdated, Stopped,
 )
-from .degraded import claims, part_failed
+from .degraded import claims, degraded_event, part_failed
 from .follower import FOLLOWER_QUIET, follower_ready, node_joins, note_follower, note_follower_done, note_node
 from .servers import all_ready as servers_ready, joins as server_joins, note_proc, note_role, \
     proc_joins
@@ -698,7 +698,9 @@ def begins_now(state: State, rule: Rule) -> bool:
 
 
 def _announce_ready(state: State, obs: Observation, now: float, events: list[Event]) -> None:
-    """The startup is ready: `Ready`, with its duration and slowest phase."""
+    """The startup is ready: `Ready`, with its duration and slowest phase; and `Degraded`
+    where a part of it failed while it started (it serves without that part from now on:
+    the same open alert as a part that fails while it serves)."""
     state.ready_line = obs.text
     state.ready_at = now
     took = state.ready_in()
@@ -706,6 +708,8 @@ def _announce_ready(state: State, obs: Observation, now: float, events: list[Eve
     slowest = max(durations, key=lambda p: durations[p]) if durations else None
     state.stalled = False
     events.append(Ready(state.epoch, took, slowest, obs.text, state.startup_id, durations))
+    if state.degraded is not None:
+        events.append(degraded_event(state))
 
 
 def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, now: float,

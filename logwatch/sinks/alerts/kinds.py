@@ -25,7 +25,7 @@ class AlertKind:
     sample_summary: str     # what `logwatch alerts test --kind NAME` sends
     sample_details: dict[str, Any] = field(default_factory=dict)
     # also sent by a sink whose `on:` names this kind: what was said in its alerts
-    # (`degraded` while serving: a degrade before the ready is in the `ready` alert)
+    # (`degraded`: the ready server without a part of itself, as the `ready` alert says)
     with_kind: str = ""
 
 

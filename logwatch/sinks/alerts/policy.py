@@ -17,8 +17,9 @@ outbox, which sends each mark once.
 * `source_down` when the target's source has failed (error or fatal: a refused key, a host
   down, a command that keeps failing; not a log that is not there yet) for the target's
   `source_down_after`, keyed on the outage; resolved once the source is up again.
-* `degraded` when a part of the serving server failed (`Degraded`: a degrade before the ready
-  is said in the `ready` alert), once per startup; not a crash.  Open while that startup
+* `degraded` when the ready server serves without a part of itself (`Degraded`: at the ready
+  for a part that failed while it started, else when the part fails), once per startup; not
+  a crash.  Open while that startup
   serves on (nothing in the log says the part came back), resolved when it ends: its crash
   (paged as `crashed`), a clean stop, a new startup.  Before, an event that Alertmanager
   ended 5 minutes on (a `resolved` notification for a server still degraded), never sent
@@ -121,7 +122,7 @@ class AlertPolicy:
                 out.append(self._stalled(v, ev))
             elif isinstance(ev, Stopped):       # the server stopped: none of it is degraded
                 out.append(Resolve(v.name, ("degraded",), "stopped"))
-            elif isinstance(ev, Degraded):      # after its ready: no crash (machine/degraded.py)
+            elif isinstance(ev, Degraded):      # ready without a part: no crash (machine/degraded.py)
                 out.append(self._alert(v, "degraded", ev.startup,
                                        f"degraded while serving: {ev.note}", {"note": ev.note},
                                        ev.epoch))
