@@ -236,6 +236,14 @@ class TargetView:
         return probe_verdict(self.probe, self.phase, self.startup_id, self.now)
 
     @property
+    def serving_degraded(self) -> str | None:
+        """`degraded` while the server serves without that part (ready); None once its
+        startup crashed or stopped: the crash is what the target is now, the degrade that
+        startup's history (its ledger record keeps it).  Before, /api/status and the page
+        said `degraded` on a crashed target while `logwatch_degraded` said 0."""
+        return self.degraded if self.phase == READY else None
+
+    @property
     def historic(self) -> bool:
         """The current startup is the one that had ended before logwatch attached."""
         return self.seen_at_attach is not None and \
@@ -291,7 +299,7 @@ class TargetView:
             "ready_in_seconds": None if self.ready_in is None else round(self.ready_in, 3),
             "ready_line": self.ready_line,
             "follower": self.follower,
-            "degraded": self.degraded,
+            "degraded": self.serving_degraded,
             "crash": self.crash,
             "stalled": self.stalled,
             "silent_since": self.silent_since,

@@ -167,6 +167,7 @@ def check_crash_ends_degrade(rx: Receiver, am: Alertmanager, d: Daemon,
     wait_for(lambda: not am_active(am, "LogwatchDegraded"), 15, "the degrade over in AM")
     assert am_active(am, "LogwatchCrashed"), am.alerts()
     assert d.metric("logwatch_degraded", target="p1") == 0.0
+    assert d.target("p1")["degraded"] is None     # the crash is what it is now (the page's)
     for sink in ("webhook-0", "slack-1", "alertmanager-2"):    # this run's: the resolution
         wait_for(lambda: d.metric("logwatch_alerts_sent_total", kind="degraded",
                                   sink=sink) == 1.0, 10, f"the resolution counted ({sink})")
@@ -203,6 +204,7 @@ def test_a_degrade_ends_with_its_startup_a_relaunch_a_clean_stop_or_the_target_r
                    "p3": "no longer watched: removed from the config"}, why
     rx.assert_quiet(1.0, hook("degraded"), "after the resolutions")
     assert [d.metric("logwatch_degraded", target=n) for n in ("p1", "p2")] == [0.0, 0.0]
+    assert [d.target(n)["degraded"] for n in ("p1", "p2")] == [None, None]   # as the gauge
     assert len(rx.requests(hook("degraded"))) == 6
 
 

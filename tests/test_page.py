@@ -469,3 +469,33 @@ def test_the_page_says_a_degrade_and_what_a_crash_means(tmp_path: Path, fixture:
     finally:
         daemon.terminate()
         daemon.wait(timeout=20)
+
+
+def test_a_degraded_server_that_crashed_shows_its_crash_not_the_degrade(tmp_path: Path) -> None:
+    """A PD prefill server degraded while serving (its KV transfers timing out), then its
+    scheduler dying: the row says the crash, not `degraded` (the degrade was that startup's,
+    in its history); /api/status and `logwatch_degraded` say the same.  Before: the crashed
+    row still said `degraded: PD KV transfer failing ...` under its crash box."""
+    from support.receivers import serving_crash
+    src = (FIXTURES / "built" / "sglang-0523-pd-bootstrap-timeout.log").read_text()
+    log = tmp_path / "src" / "prefill.log"
+    log.parent.mkdir()
+    log.write_text(src + serving_crash("2026-12-01 10:20:00"))
+    port, daemon = _one_target_daemon(tmp_path, "node-a", log)
+    try:
+        t = wait_until(lambda: next((x for x in status(port)["targets"]
+                                     if x["phase"] == "crashed"), None), what="the crash")
+        assert t["degraded"] is None, t["degraded"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            assert 'logwatch_degraded{target="node-a"} 0.0' in r.read().decode()
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            row = page.locator("section[data-target='node-a']")
+            expect(row.locator(".crash")).to_contain_text("cuda_oom")
+            expect(row.locator(".degraded")).to_be_hidden()
+            browser.close()
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=20)

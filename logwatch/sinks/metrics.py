@@ -211,7 +211,7 @@ def _phase_lines(add: Add, v: TargetView, tl: str, one: str) -> None:
     # serving without a part of itself (a `degrades` line, before or after the ready): the
     # `degraded` of /api/status, for the shipped LogwatchServerDegraded rule
     add("logwatch_degraded", f"logwatch_degraded{one} "
-        f"{'1.0' if cur == READY and v.degraded else '0.0'}")
+        f"{'1.0' if v.serving_degraded else '0.0'}")
     reason = v.crash.get("reason") if cur == CRASHED and v.crash else None
     if reason:
         add("logwatch_crash_reason", f'logwatch_crash_reason{{reason="{_esc(str(reason))}",'
