@@ -63,9 +63,13 @@ def check_firing(rx: Receiver, am: Alertmanager, d: Daemon) -> dict[str, Any]:
     got = rx.wait(hook("degraded", "firing"), timeout=20, alive=d.dead)[0].json
     assert got["summary"].startswith(f"degraded while serving: {NOTE}"), got
     assert got["details"]["note"].startswith(NOTE) and got["ends_at"] is None, got
+    line = got["details"]["line"]              # the line itself, as a crash's root cause
+    assert line.startswith("[2026-12-01 10:07:20 TP0] Some requests timed out when "
+                           "bootstrapping"), line
     assert got["dedupe_key"] == f"p1|{got['startup']}|degraded" and got["labels"] == LABELS
     said = wait_for(lambda: slack(rx, "degraded while serving"), 20, "Slack's degrade")[0]
     assert said["blocks"][0]["text"]["text"].startswith(":warning: *p1: degraded while serving")
+    assert any(line[:60] in b.get("text", {}).get("text", "") for b in said["blocks"]), said
     context = said["blocks"][-1]["elements"][0]["text"]
     assert "&lt;!channel&gt; &amp; co" in context and "<!channel>" not in json.dumps(said)
     a = wait_for(lambda: notified(rx, "LogwatchDegraded", "firing"), 20, "AM's notification")[0]
@@ -73,6 +77,7 @@ def check_firing(rx: Receiver, am: Alertmanager, d: Daemon) -> dict[str, Any]:
         {"target": "p1", "kind": "degraded", "engine": "sglang", "model": LABELS["model"],
          "source": "logwatch"}, a["labels"]
     assert a["annotations"]["summary"] == got["summary"], a["annotations"]
+    assert a["annotations"]["root_cause"] == line, a["annotations"]
     return got
 
 
@@ -226,6 +231,7 @@ def test_a_degrade_logged_before_the_ready_is_the_same_open_alert_fired_at_the_r
     got = rx.wait(hook("degraded", "firing"), timeout=20, alive=d.dead)[0].json
     assert got["summary"].startswith(f"degraded while serving: {TAKEN_NOTE}"), got
     assert got["dedupe_key"] == f"p1|{got['startup']}|degraded", got
+    assert got["details"]["line"].startswith("[2026-12-01 10:00:03] Server error: [Errno 98]")
     assert [g.json["kind"] for g in rx.requests(hook())] == ["ready", "degraded"]
     wait_for(lambda: notified(rx, "LogwatchDegraded", "firing"), 20, "AM's notification")
     check_still_open(rx, am, d)

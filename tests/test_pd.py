@@ -35,7 +35,9 @@ def test_a_bootstrap_server_whose_port_is_taken_is_said_beside_the_ready_not_a_c
     st, view = pipe.state, pipeline_view(TAKEN.name, pipe)
     assert st.phase == READY and st.crash is None, (st.phase, st.crash)
     assert st.degraded is not None and st.degraded.startswith(NOTE) and "line 2" in st.degraded
-    assert state_from_json(state_to_json(st)).degraded == st.degraded   # a daemon restart
+    back = state_from_json(state_to_json(st))                         # a daemon restart
+    assert (back.degraded, back.degraded_line) == (st.degraded, st.degraded_line)
+    assert st.degraded_line and "[Errno 98]" in st.degraded_line
     doc = summary(view)
     assert view.degraded == st.degraded and doc["phase"] == READY
     assert "degraded" not in doc      # DESIGN.md's `replay --json` keys are a contract

@@ -107,7 +107,8 @@ def state_from_json(d: dict[str, object]) -> State:
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
         gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
         relaunched=bool(d.get("relaunched", False)),
-        degraded=_text(d.get("degraded")), absorbing=_text(d.get("absorbing")),
+        degraded=_text(d.get("degraded")), degraded_line=_text(d.get("degraded_line")),
+        absorbing=_text(d.get("absorbing")),
         absorbing_from=int(d.get("absorbing_from") or 0),  # type: ignore[call-overload]
     )
     return st

@@ -25,6 +25,7 @@ from .state import Observation, State
 
 ABSORB_LINES = 40          # the part's traceback ends within this many lines of its message
 MAX_NOTE = 200             # characters of the note kept (the line is untrusted input)
+MAX_LINE = 2000            # characters of its line kept, for the alert (Slack, root_cause)
 
 
 def part_failed(state: State, rule: Rule, obs: Observation, events: list[Event]) -> bool:
@@ -42,6 +43,7 @@ def note_degraded(state: State, rule: Rule, obs: Observation, events: list[Event
     traceback logged with it is expected next."""
     if state.degraded is None:
         state.degraded = f"{rule.degrades}, line {obs.line_number}"[:MAX_NOTE]
+        state.degraded_line = obs.text[:MAX_LINE]
         if state.phase == READY:
             events.append(degraded_event(state))
     if rule.hint:
@@ -49,8 +51,9 @@ def note_degraded(state: State, rule: Rule, obs: Observation, events: list[Event
 
 
 def degraded_event(state: State) -> Degraded:
-    """`Degraded` for the state's note (the server ready without that part)."""
-    return Degraded(state.epoch, state.degraded or "", state.startup_id)
+    """`Degraded` for the state's note and line (the server ready without that part)."""
+    return Degraded(state.epoch, state.degraded or "", state.startup_id,
+                    state.degraded_line or "")
 
 
 def claims(state: State, rule: Rule, obs: Observation) -> bool:

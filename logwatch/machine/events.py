@@ -108,6 +108,7 @@ class Degraded:
     epoch: int
     note: str
     startup: str | None = None
+    line: str = ""               # the line that said it (clipped): the alert shows it
 
 
 @dataclass(frozen=True, slots=True)

@@ -216,6 +216,7 @@ class State:
     # a part of the server that failed while the server went on (`degrades` rules,
     # machine/degraded.py): said beside its ready, never a crash
     degraded: str | None = None
+    degraded_line: str | None = None      # its line (clipped): the alert's, as a crash's line
     absorbing: str | None = None          # the reason of that part's traceback still to come
     absorbing_from: int = 0               # the line number of the `degrades` line
     follower: bool | None = None          # a follower node's launch (True), a head's (False),

@@ -60,7 +60,9 @@ ALERT_KINDS: dict[str, AlertKind] = {k.name: k for k in (
     AlertKind("degraded", True, False, True, ":warning:", "LogwatchDegraded",
               "degraded while serving: KV bootstrap server down (its port taken): decode "
               "servers reach whoever holds that port, line 4120",
-              {"note": "KV bootstrap server down (its port taken), line 4120"},
+              {"note": "KV bootstrap server down (its port taken), line 4120",
+               "line": "[2026-12-02 10:00:03] Server error: [Errno 98] error while attempting "
+                       "to bind on address ('0.0.0.0', 8998): address already in use"},
               with_kind="ready"),
     AlertKind("restarted", False, False, True, ":arrows_counterclockwise:", "LogwatchRestarted",
               "restarted (startup #2)",

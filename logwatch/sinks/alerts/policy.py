@@ -124,7 +124,8 @@ class AlertPolicy:
                 out.append(Resolve(v.name, ("degraded",), "stopped"))
             elif isinstance(ev, Degraded):      # ready without a part: no crash (machine/degraded.py)
                 out.append(self._alert(v, "degraded", ev.startup,
-                                       f"degraded while serving: {ev.note}", {"note": ev.note},
+                                       f"degraded while serving: {ev.note}",
+                                       {"note": ev.note, **({"line": ev.line} if ev.line else {})},
                                        ev.epoch))
             elif isinstance(ev, PhaseChanged) and self.wants_phase():
                 out.append(self._alert(v, "phase", ev.startup, f"phase {ev.new}",
