@@ -41,6 +41,8 @@ DESIGN_REASONS = {
     "cuda_graph_capture_failed", "autotune_failed", "kernel_compile_failed",
     # added by the engine-inventory issue (README "Crash reasons")
     "startup_timeout", "shm_too_small", "hang",
+    # added by the unseen-GPU trial (README "Crash reasons")
+    "gpu_unavailable",
 }
 DESIGN_PHASES = {"launching", "downloading", "loading_shards", "allocating", "autotune",
                  "cuda_graph", "ready"}

@@ -68,13 +68,16 @@ def test_a_model_architecture_trtllm_does_not_implement_is_the_command_line(tmp_
 def test_a_kernel_with_no_build_for_this_gpu_is_no_tuning_fault(tmp_path):
     """CUDA's `no kernel image is available` and TRT-LLM's `Only SM100 is supported by FP4
     block scale MOE` in the autotuner's first forward: the GPU, build or quantization to
-    change.  Before: `autotune_failed` (the phase's default)."""
+    change.  Before: `autotune_failed` (the phase's default).  CUDA's is base's
+    `gpu_unavailable` (the card and the build, as in SGLang and vLLM: test_gpu_unavailable.py),
+    TRT-LLM's the quantization chosen (`bad_argument`)."""
     head = upto("[Autotuner] Autotuning process starts")
-    for text in ("CUDA error: no kernel image is available for execution on the device",
-                 "Only SM100 is supported by FP4 block scale MOE"):
+    for text, reason in (("CUDA error: no kernel image is available for execution on the device",
+                          "gpu_unavailable"),
+                         ("Only SM100 is supported by FP4 block scale MOE", "bad_argument")):
         st = replay_lines(tmp_path, head + [FAIL + text] + TAIL)
         assert st.crash is not None, text
-        assert (st.crash.reason, st.crash.during) == ("bad_argument", "autotune"), st.crash
+        assert (st.crash.reason, st.crash.during) == (reason, "autotune"), st.crash
         assert "architecture" in st.crash.meaning
 
 

@@ -30,6 +30,8 @@ REASON_TEXT: dict[str, str] = {
     "shm_too_small": "/dev/shm is too small for the inter-process queues (docker --shm-size or "
                      "--ipc=host).",
     "hang": "The server stopped making progress (watchdog timeout, failed health checks).",
+    "gpu_unavailable": "No GPU the engine can use: the driver, the CUDA runtime or the card "
+                       "does not fit (the container, the host or the image).",
     "child_process_died": "A worker or scheduler process died; the log does not say why.",
     "python_exception": "An uncaught Python exception; the root-cause line says which.",
     "unknown": "The server died without saying why (a native crash or a kill).",
