@@ -207,3 +207,46 @@ def test_a_logits_processor_that_touches_cuda_on_import_is_no_missing_gpu(
     doc = replay(tmp_path, lines, "vllm")
     assert doc["crash"]["reason"] == "bad_argument", doc["crash"]
     assert "logits processor" in doc["meaning"], doc["meaning"]
+
+
+SMI = "RuntimeError: nvidia-smi failed (exit code {}: {})."
+
+
+@pytest.mark.parametrize("exc,fix", [
+    # SGLang 0.5.23 utils/common.py:813: nvidia-smi's own words in ServerArgs, before
+    # `server_args=`; its torch fallback's (`Found no NVIDIA driver`) on the same line
+    ([SMI.format(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                    "driver. Make sure that the latest NVIDIA driver is installed and running")],
+     "--gpus"),
+    ([SMI.format(18, "Failed to initialize NVML: Driver/library version mismatch")[:-2]
+      + "). torch.cuda.mem_get_info() fallback also failed: " + NO_DRIVER[len("RuntimeError: "):]],
+     "reboot the host"),
+    (["pynvml.NVMLError_LibraryNotFound: NVML Shared Library Not Found"], "--gpus"),
+    # Triton at import with no GPU backend (triton/runtime/driver.py)
+    (["RuntimeError: 0 active drivers ([]). There should only be one."], "--gpus"),
+    (["RuntimeError: Failed to get device count: CUDA_ERROR_NO_DEVICE: no CUDA-capable device "
+      "is detected"], "--gpus"),
+], ids=["smi-no-driver", "smi-mismatch", "nvml-no-library", "triton-no-driver", "cuda-python"])
+def test_the_other_programs_words_for_no_usable_gpu(tmp_path: Path, exc: list[str],
+                                                    fix: str) -> None:
+    """nvidia-smi, NVML, Triton and cuda-python say it in their own words; a driver upgraded
+    without a reboot has its own fix, though torch's `Found no NVIDIA driver` follows on the
+    line.  Before: python_exception (`during waiting`, 0 startups), the mismatch the
+    container's fix."""
+    doc = replay(tmp_path, RUNPY + exc)
+    assert doc["crash"]["reason"] == "gpu_unavailable", doc["crash"]
+    assert (doc["crash"]["during"], doc["startups"]) == ("launching", 1), doc
+    assert fix in doc["meaning"], doc["meaning"]
+
+
+def test_trtllm_s_cpp_runtime_finding_no_gpu_is_gpu_unavailable(tmp_path: Path) -> None:
+    """The C++ runtime's CUDA check (`CUDA runtime error in ::cudaGetDeviceCount(...): no
+    CUDA-capable device is detected`) on the executor's crash line.  Before:
+    python_exception."""
+    doc = replay(tmp_path, ["[12/20/2025-04:21:52] [TRT-LLM] [E] Failed to initialize executor "
+                            "on rank 0: [TensorRT-LLM][ERROR] CUDA runtime error in "
+                            "::cudaGetDeviceCount(&count): no CUDA-capable device is detected "
+                            "(/src/tensorrt_llm/cpp/include/tensorrt_llm/common/cudaUtils.h:265)"],
+                 "trtllm")
+    assert doc["crash"]["reason"] == "gpu_unavailable", doc["crash"]
+    assert "--gpus" in doc["meaning"], doc["meaning"]
