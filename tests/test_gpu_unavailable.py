@@ -4,7 +4,9 @@ CPU-only torch, a card the wheel has no kernels for.  Each is `gpu_unavailable` 
 (`meaning:`), in every engine, whether it comes before the launch line (a startup that crashed
 at launch) or in a rank.  Before: `python_exception` (27 of 27 such logs), `during waiting`
 with 0 startups where nothing came before it.  The strings are torch's, CUDA's, SGLang
-0.5.23's and vLLM 0.34's own (paths of a pip install)."""
+0.5.23's and vLLM 0.34's own (paths of a pip install).  A GPU that works but is too old for the
+quantization or the dtype asked is the command line (`bad_argument`), as is a logits processor
+that touched CUDA."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -250,3 +252,33 @@ def test_trtllm_s_cpp_runtime_finding_no_gpu_is_gpu_unavailable(tmp_path: Path) 
                  "trtllm")
     assert doc["crash"]["reason"] == "gpu_unavailable", doc["crash"]
     assert "--gpus" in doc["meaning"], doc["meaning"]
+
+
+QUANT = ("ValueError: The quantization method fp8 is not supported for the current GPU. Minimum "
+         "capability: 89. Current capability: 80.")
+
+
+@pytest.mark.parametrize("lines,rules,fix", [
+    # vLLM 0.34 config/vllm.py:893, as the API server builds its config (an A100 for FP8)
+    (["(APIServer pid=1) Traceback (most recent call last):", "(APIServer pid=1) " + QUANT],
+     "vllm", "compute capability 89 or more, and this one is 80"),
+    # SGLang 0.5.23 model_loader/loader.py:260, in the rank loading the model
+    (sglang_rank([QUANT]), "sglang", "compute capability 89 or more, and this one is 80"),
+    # vLLM 0.34 compressed_tensors.py:411
+    (vllm_core(["RuntimeError: Quantization scheme is not supported for the current GPU. Min "
+                "capability: 89. Current capability: 75."]), "vllm", "this one is 75"),
+    # vLLM 0.34 platforms/cuda.py:691 (a T4 for a bfloat16 model)
+    (["(APIServer pid=1) Traceback (most recent call last):",
+      "(APIServer pid=1) ValueError: Bfloat16 is only supported on GPUs with compute capability "
+      "of at least 8.0. Your Tesla T4 GPU has compute capability 7.5. You can use float16 "
+      "instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half."],
+     "vllm", "(Tesla T4)"),
+], ids=["vllm-quant", "sglang-quant", "vllm-ct-scheme", "vllm-bf16"])
+def test_a_quantization_or_dtype_the_gpu_is_too_old_for_is_the_command_line(
+        tmp_path: Path, lines: list[str], rules: str, fix: str) -> None:
+    """The GPU works; the command line (or the checkpoint) asks what it lacks: bad_argument,
+    with the capabilities.  Before: python_exception."""
+    doc = replay(tmp_path, lines, rules)
+    assert doc["crash"]["reason"] == "bad_argument", doc["crash"]
+    assert doc["startups"] == 1, doc
+    assert fix in doc["meaning"], doc["meaning"]
