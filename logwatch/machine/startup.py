@@ -869,8 +869,10 @@ def crashed_at_launch(pack: RulePack, state: State) -> list[Event]:
     waiting` with 0 startups (the same failure read `during launching`, 1 startup, where a
     line such as vLLM's platform or a wrapper's echoed command came first).  Not another
     cause, nor a rank's (`TP0`: a server that ran): a log that begins inside a traceback (an
-    excerpt, a log read from its middle) says nothing of its launch.  Decided at the settle: the cause line that names the reason
-    comes after the traceback's first line."""
+    excerpt, a log read from its middle) says nothing of its launch.  Decided at the settle:
+    the cause line that names the reason comes after the traceback's first line.  Such a
+    startup has no StartupId (no line of it is known to be its first: its alerts are keyed
+    `-`, as a crash before any startup was)."""
     crash = state.crash
     if crash is None or state.epoch or crash.during != WAITING or crash.rank or not any(
             e is not None and e.at_launch and e.reason == crash.reason and

@@ -19,8 +19,8 @@ outbox, which sends each mark once.
   `source_down_after`, keyed on the outage; resolved once the source is up again.
 * `degraded` when the ready server serves without a part of itself (`Degraded`: at the ready
   for a part that failed while it started, else when the part fails), once per startup; not
-  a crash.  Open while that startup
-  serves on (nothing in the log says the part came back), resolved when it ends: its crash
+  a crash.  Open while that startup serves on (nothing in the log says the part came back),
+  resolved when it ends: its crash
   (paged as `crashed`), a clean stop, a new startup.  Before, an event that Alertmanager
   ended 5 minutes on (a `resolved` notification for a server still degraded), never sent
   again, and active beside the same startup's crash.
