@@ -73,6 +73,12 @@ WATCHED = {
         "vllm/compilation/decorators.py", "vllm/distributed/parallel_state.py",
         "vllm/distributed/device_communicators/shm_broadcast.py", "vllm/v1/metrics/loggers.py",
         "vllm/platforms/__init__.py", "vllm/config/model.py", "vllm/config/scheduler.py",
+        # the same paths before the move to entrypoints/launchers, entrypoints/common and
+        # v1/worker/gpu/ (vLLM 0.22 and 0.28 print their startup from these)
+        "vllm/entrypoints/openai/api_server.py", "vllm/entrypoints/openai/dp_supervisor.py",
+        "vllm/entrypoints/openai/server_utils.py", "vllm/entrypoints/launcher.py",
+        "vllm/entrypoints/utils.py", "vllm/entrypoints/serve/utils/api_utils.py",
+        "vllm/v1/worker/gpu_model_runner.py",
     ],
 }
 
@@ -478,7 +484,8 @@ def print_score(rows: list[dict[str, Any]], verbose: bool) -> None:
 
 def _carry(entry: dict[str, Any], sts: list[Statement],
            by_format: dict[str, list[Statement]]) -> dict[str, Any]:
-    """A previous entry in the new release: the same format string (its new file:line), or a
+    """A previous entry in the new release: the same format string (its new file:line; one cut
+    short with `...` by its beginning), or a
     statement of the same file whose wording is close (`changed:` the old format, to review),
     or none (`gone: true`).  Third-party lines (`source: (torch)`) and frames are kept as
     they are."""
@@ -491,6 +498,9 @@ def _carry(entry: dict[str, Any], sts: list[Statement],
     old_file, _, old_line = source.rpartition(":")
     near = lambda c: (c.file != old_file, abs(c.line - int(old_line or 0)))  # noqa: E731
     exact = sorted(by_format.get(fmt, []), key=near)
+    if not exact and fmt.endswith("..."):     # a format cut short by hand: its beginning
+        head = fmt[:-3].rstrip()
+        exact = sorted((c for c in sts if c.format.startswith(head)), key=near)
     if exact:
         entry["source"], entry["kind"] = exact[0].source, exact[0].kind
         return entry

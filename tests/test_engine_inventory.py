@@ -146,3 +146,33 @@ def test_score_counts_by_tier(tmp_path: Path) -> None:
     assert g["all"][0] == g["P1"][0] + g["P2"][0] + g["P3"][0]
     assert g["P1"][0] == g["P1 phase changes"][0] + g["P1 crash markers / causes"][0]
     assert g["all"][1] + g["all"][2] + g["all"][3] == g["all"][0]
+
+
+def test_the_older_vllm_layout_is_watched() -> None:
+    """vLLM 0.22 and 0.28 print their startup from the V1 runner and the OpenAI entrypoints,
+    not from v1/worker/gpu/ and entrypoints/launchers|common: their drafts saw 104 and 106
+    fewer statements (`Starting vLLM API server`, the runner's `Model loading took`...)."""
+    for path in ("vllm/v1/worker/gpu_model_runner.py", "vllm/entrypoints/openai/api_server.py",
+                 "vllm/entrypoints/utils.py", "vllm/entrypoints/serve/utils/api_utils.py",
+                 "vllm/entrypoints/launcher.py", "vllm/entrypoints/openai/dp_supervisor.py"):
+        assert ei.watched("vllm", path), path
+    assert not ei.watched("vllm", "vllm/entrypoints/openai/chat_completion/serving.py")
+
+
+def test_a_format_cut_short_is_carried_by_its_beginning() -> None:
+    """An inventory's format shortened by hand (`... Waited {T}s (configured by X). ...`) is
+    the statement whose format begins so, not `gone` (0.28: 2 such P1 timeouts were)."""
+    full = ("Timed out waiting for new engine core processes to start. Waited {T}s "
+            "(configured by VLLM_ENGINE_READY_TIMEOUT_S). To increase the timeout, set the "
+            "environment variable: VLLM_ENGINE_READY_TIMEOUT_S=<seconds>")
+    sts = [ei.Statement("vllm/v1/engine/core_client.py", 1671, "raise TimeoutError", full),
+           ei.Statement("vllm/v1/engine/core_client.py", 1690, "raise TimeoutError", "Timed out.")]
+    entry = {"id": "new_core_timeout", "source": "vllm/v1/engine/core_client.py:2063",
+             "kind": "raise TimeoutError", "expect": ["crash:startup_timeout"],
+             "format": "Timed out waiting for new engine core processes to start. Waited {T}s "
+                       "(configured by VLLM_ENGINE_READY_TIMEOUT_S). ..."}
+    got = ei._carry(entry, sts, {s.format: [s] for s in sts})
+    assert "gone" not in got and "changed" not in got and got["format"] == entry["format"]
+    assert got["source"] == "vllm/v1/engine/core_client.py:1671"
+    entry["format"] = "Timed out waiting for old engine core processes. ..."
+    assert ei._carry(entry, sts, {s.format: [s] for s in sts})["gone"] is True
