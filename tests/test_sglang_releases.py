@@ -5,10 +5,32 @@ those releases' source: the verdict logwatch gave before, and the truth."""
 
 from __future__ import annotations
 
+import calendar
+import re
+
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
+from logwatch.eta import startup_eta
+from logwatch.pipeline import LogPipeline
+from logwatch.rules.pack import load_pack
 
 BUILT = FIXTURES / "built"
+STAMP = re.compile(r"^\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
+EAGLE = "sglang-0510-eagle-fastsafetensors.log"
+
+
+def fed_until(name: str, marker: str) -> tuple[LogPipeline, float]:
+    """A pipeline fed a built SGLang log up to the first line holding `marker`, and the
+    stamp it had reached (a bar has none: the last record's)."""
+    pipe, t = LogPipeline(load_pack("sglang")), 0.0
+    for line in (BUILT / name).read_text().splitlines(keepends=True):
+        m = STAMP.search(line)
+        if m:
+            t = float(calendar.timegm(tuple(int(g) for g in m.groups())))
+        pipe.feed(line.encode(), t)
+        if marker in line:
+            return pipe, t
+    raise AssertionError(marker)
 
 
 def test_the_pool_too_small_assertion_is_a_kv_cache_too_small():
@@ -20,3 +42,15 @@ def test_the_pool_too_small_assertion_is_a_kv_cache_too_small():
     assert st.crash is not None
     assert (st.crash.reason, st.crash.during) == ("kv_cache_too_small", "allocating"), st.crash
     assert st.crash.line == "AssertionError: Memory pool size is too small"
+
+
+def test_sglang_s_fastsafetensors_bar_is_the_loading_s_progress():
+    """`--load-format fastsafetensors`, TP2: SGLang's own bar (0.5.10 :764 to 0.5.23 :1306
+    model_loader/weight_utils.py), one step per batch of world-size files: 9 for
+    Qwen3-32B's 17.  Before: no rule, no progress while loading, and a first start's ETA of
+    the typical load (220 s at 4 of 9; 120 s now)."""
+    pipe, t = fed_until(EAGLE, "| 4/9 [")
+    assert pipe.state.phase == "loading_shards"
+    bar = pipe.state.progress["file_batches"]
+    assert (bar.current, bar.total) == (4, 9) and "shards" not in pipe.state.progress
+    assert startup_eta(pipe.pack, pipe.state, t, {}) < 150
