@@ -54,3 +54,15 @@ def test_sglang_s_fastsafetensors_bar_is_the_loading_s_progress():
     bar = pipe.state.progress["file_batches"]
     assert (bar.current, bar.total) == (4, 9) and "shards" not in pipe.state.progress
     assert startup_eta(pipe.pack, pipe.state, t, {}) < 150
+
+
+def test_an_eagle_draft_s_capture_is_capture_work_again():
+    """0.5.10 builds the EAGLE draft after the target's whole init (managers/scheduler.py
+    `init_model_worker`): the target's `Capture cuda graph end.`, then the draft's weights
+    and `Capture draft cuda graph begin.` (speculative/eagle_worker.py:250), 21 s of
+    capture.  Before: no rule read that begin, so the machine held the capture's work done
+    (`phase_done`: a crash there got no capture default) through the draft's capture."""
+    pipe, _ = fed_until(EAGLE, "TP1] Capture draft cuda graph begin.")
+    assert pipe.state.phase == "cuda_graph" and not pipe.state.phase_done
+    st = replay_file(str(BUILT / EAGLE)).state
+    assert st.phase == "ready" and st.startups == 1
