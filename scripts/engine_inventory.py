@@ -58,6 +58,9 @@ WATCHED = {
         "sglang/srt/distributed/device_communicators/pynccl.py", "sglang/srt/utils/watchdog.py",
         "sglang/srt/weight_cache/*.py", "sglang/srt/layers/deep_gemm_wrapper/compile_utils.py",
         "sglang/srt/compilation/backend.py", "sglang/srt/speculative/*worker*.py",
+        # releases before scheduler_components/ (0.5.10 and older): the scheduler's mixins
+        "sglang/srt/managers/scheduler_*mixin.py",
+        "sglang/srt/observability/scheduler_metrics_mixin.py",
     ],
     "vllm": [
         "vllm/entrypoints/cli/serve.py", "vllm/entrypoints/launchers/*.py",
