@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import re
 import subprocess
 import sys
 
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from conftest import FIXTURES, ROOT
 from logwatch.app.replay import replay_stream
 from logwatch.ledger import LedgerRecorder
-from logwatch.rules.bars import bar_frame
+from logwatch.rules import bars
+from logwatch.rules.bars import bar_frame, frame_count
 from logwatch.rules.locate import choose_pack
 from logwatch.sinks.summary import human, summary, timeline
 from logwatch.view import pipeline_view
@@ -228,3 +230,23 @@ def test_bar_frame_reads_the_bar_and_its_elapsed_time():
     assert bar_frame("Capturing batches (bs=64 avail_mem=5.50 GB):  40%|█| 3/8 [1:02:03<00:04]") == \
         ("Capturing batches (bs=# avail_mem=# GB)", 3723)
     assert bar_frame("[2026-11-30 10:00:00 TP0] Load weight begin.") is None
+
+
+# frame_count's definition: the leftmost `k/N [` (it finds it with `find('/')` instead)
+_COUNT = re.compile(r"(\d+)/(\d+)\s*\[")
+
+
+@given(st.lists(st.sampled_from(["1", "23", "/", " ", "[", "\u0663", "\u3000", "G", "/s", "]",
+                                 "12/163 [", "4.2G/8.0G [", "|"]), max_size=14).map("".join))
+@example("٣/٤ [")            # Arabic-Indic digits: `\d` and int() read them
+@example("/2 [1/2 [")
+@settings(max_examples=400, deadline=None)
+def test_frame_count_is_the_leftmost_count_a_search_finds(text: str) -> None:
+    m = _COUNT.search(text)
+    assert frame_count(text) == ((int(m.group(1)), int(m.group(2))) if m else None)
+
+
+def test_bar_keys_stay_bounded_and_right_for_any_number_of_bars() -> None:
+    for i in range(bars._KEYS_MAX + 10):
+        assert bar_frame(f"bar {i} x{i}:  5%|| 1/9 [00:0{i % 10}<00:01]") == ("bar # x#", i % 10)
+    assert len(bars._KEYS) <= bars._KEYS_MAX

@@ -54,7 +54,11 @@ class TimedHit(Protocol):
 # a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
 _TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
-_COUNT = re.compile(r"(\d+)/(\d+)\s*\[")     # a frame's `k/N [`
+_COUNT_TAIL = re.compile(r"(\d+)\s*\[")     # a frame's `N [`, after the `k/` of `k/N [`
+# a description as a frame writes it -> its key: a bar's frames repeat it (a shard bar's
+# hundreds of frames), and the number substitution cost ~1 us of a skipped frame's ~6 us
+_KEYS: dict[str, str] = {}
+_KEYS_MAX = 1024
 
 
 def bar_frame(text: str) -> tuple[str, int] | None:
@@ -66,14 +70,32 @@ def bar_frame(text: str) -> tuple[str, int] | None:
     m = _TQDM.match(text)
     if m is None:
         return None
-    return (_DIGITS.sub("#", m.group(1).strip()),
-            int(m.group(2) or 0) * 3600 + int(m.group(3)) * 60 + int(m.group(4)))
+    desc, hours, minutes, seconds = m.groups()
+    key = _KEYS.get(desc)
+    if key is None:
+        key = _DIGITS.sub("#", desc.strip())
+        if len(_KEYS) >= _KEYS_MAX:      # any input: bounded (a new bar's keys come back)
+            _KEYS.clear()
+        _KEYS[desc] = key
+    return key, int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
 
 
 def frame_count(text: str) -> tuple[int, int] | None:
-    """A tqdm frame's `k/N` (None where it shows none)."""
-    m = _COUNT.search(text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
+    """A tqdm frame's `k/N` (None where it shows none): the first `/` with a digit before
+    it and `N [` after it, the digits before it back to the first (what a search for
+    `(\\d+)/(\\d+)\\s*\\[` finds, the leftmost; a `find` of `/` first costs a skipped frame
+    a third of that search: most of a line is no digit before a `/`)."""
+    slash = text.find("/", 1)
+    while slash > 0:
+        if text[slash - 1].isdecimal():     # `\d`: a Unicode decimal digit, as isdecimal
+            tail = _COUNT_TAIL.match(text, slash + 1)
+            if tail is not None:
+                start = slash - 1
+                while start > 0 and text[start - 1].isdecimal():
+                    start -= 1
+                return int(text[start:slash]), int(tail.group(1))
+        slash = text.find("/", slash + 1)
+    return None
 
 
 def runs_through(rule: Rule) -> bool:
