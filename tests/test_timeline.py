@@ -1486,3 +1486,28 @@ def test_a_span_opened_by_a_bar_placed_after_the_last_stamp_shows_no_stamp():
     lines = [x for x in lines if "Capture cuda graph begin" not in x]   # the bar opens it
     rows = timeline(pipeline_view("y", feed(lines, "sglang")))
     assert "cuda_graph      2026-12-01 10:03:42" in rows, rows
+
+
+_STAMPS = ["2026-11-30 10:00:11", "2026-11-30 10:00:11.5", "2026-11-30 23:59:59",
+           "2026-12-01 00:00:01", "1999-01-01 10:00:11", "10:00:11", "00:00:02",
+           "2026-02-29 10:00:00", "2027-01-01 10:00:11"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(_STAMPS), st.sampled_from(["", " TP0", " TP3"])),
+                max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_a_stamp_taken_again_for_its_fields_is_what_reading_it_afresh_gives(
+        lines: list[tuple[str, str]]) -> None:
+    """Another rank's line in the same second is the last stamp again (`LogClock._stamped`
+    keeps the fields it came from): the same as computing it, after an outlier year, a
+    time-only stamp, midnight, an invalid date."""
+    from logwatch.rules.pack import load_pack
+    from logwatch.rules.timestamps import LogClock
+    formats = load_pack("sglang").timestamps
+    kept, fresh = LogClock(formats, 2026), LogClock(formats, 2026)
+    for stamp, rank in lines:
+        line = f"[{stamp}{rank}] Load weight begin."
+        fresh._fields = None      # every stamp computed from its fields
+        a, b = kept.stamp(line), fresh.stamp(line)
+        assert (a is None) == (b is None)
+        assert a is None or b is None or (a.seconds, a.text, a.own) == (b.seconds, b.text, b.own)

@@ -100,6 +100,7 @@ class LogClock:
         self.formats = formats
         self.last: Stamp | None = None
         self._last_raw: str | None = None
+        self._fields: tuple[dict[str, str | None], Stamp] | None = None   # `_stamped`'s last
         # the year of MM-DD stamps: the last explicit year seen, else the one given, else the
         # year the file was last `written` (its mtime), else now's
         self._year = year if year is not None else \
@@ -208,14 +209,23 @@ class LogClock:
 
     def _stamped(self, raw: str, fields: dict[str, str | None]) -> Stamp | None:
         """The stamp a format's match gives (None: not a valid date or time): `raw` the
-        whole match, `fields` its named groups."""
+        whole match, `fields` its named groups.  The last stamp taken again for its fields
+        (`_seconds` of them, the clock where they put it, changes nothing): another rank's
+        line in the same second, `[... TP3]` after `[... TP5]`, which `_repeated` misses."""
         self._outlier = False
+        last = self._fields
+        if last is not None and self.last is last[1] and fields == last[0]:
+            return self._taken(last[1], raw)
+        self._fields = None
         try:
             secs = self._seconds(fields)
         except (ValueError, OverflowError):
             return None
         stamp = Stamp(secs, _stamp_text(fields))
-        return stamp if self._outlier else self._taken(stamp, raw)
+        if self._outlier:
+            return stamp
+        self._fields = (fields, stamp)    # (the caller's own dict: built for this call)
+        return self._taken(stamp, raw)
 
     def _bar_time(self, text: str) -> tuple[float | None, bool]:
         """A tqdm frame's time: its bar's start (where the clock stood when the bar first
