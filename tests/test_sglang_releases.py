@@ -1,4 +1,4 @@
-"""Older SGLang releases a fleet still runs (0.5.10, 0.5.17: tests/inventory/), as a user
+"""Older SGLang releases a fleet still runs (0.5.8, 0.5.10, 0.5.17: tests/inventory/), as a user
 meets them: whole startups built from the release's own statements in its order
 (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs against
 those releases' source: the verdict logwatch gave before, and the truth."""
@@ -66,3 +66,16 @@ def test_an_eagle_draft_s_capture_is_capture_work_again():
     assert pipe.state.phase == "cuda_graph" and not pipe.state.phase_done
     st = replay_file(str(BUILT / EAGLE)).state
     assert st.phase == "ready" and st.startups == 1
+
+
+def test_0_5_8_s_two_line_scheduler_death_with_exit_code_minus_9_is_the_oom_killer():
+    """0.5.8 reports a scheduler that died during init in two lines (entrypoints/engine.py:850
+    `Rank 0 scheduler is dead. Please check if there are relevant logs.`, :853 `Exit code:
+    -9`), then the EOFError of its pipe; 0.5.10 and later say it in one line, naming the OOM
+    killer.  Before: `child_process_died` (nothing says why); -9 is SIGKILL, the kernel's
+    OOM killer (a 32B checkpoint read on a host short of RAM)."""
+    st = replay_file(str(BUILT / "sglang-058-load-oom-killed.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("host_oom_killed", "loading_shards"), st.crash
+    assert st.crash.line == "[2026-02-10 10:00:23] Exit code: -9"
+    assert st.phases_seen == ["launching", "loading_shards", "crashed"]
