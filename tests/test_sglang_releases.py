@@ -79,3 +79,45 @@ def test_0_5_8_s_two_line_scheduler_death_with_exit_code_minus_9_is_the_oom_kill
     assert (st.crash.reason, st.crash.during) == ("host_oom_killed", "loading_shards"), st.crash
     assert st.crash.line == "[2026-02-10 10:00:23] Exit code: -9"
     assert st.phases_seen == ["launching", "loading_shards", "crashed"]
+
+
+DRAFT_OOM = "sglang-0510-eagle-draft-oom.log"
+
+
+def test_an_eagle_draft_s_load_after_the_capture_is_loading_again():
+    """0.5.10 loads the draft's weights after the target's capture (each rank's own second
+    `Load weight begin.`, after its `Capture cuda graph end.`): loading again, named
+    `(draft model)` as 0.5.23's draft row is, then the draft's KV pool and capture.  Before:
+    the load was capture (cuda_graph 53 s, phase `cuda_graph` while its shards loaded)."""
+    pipe, _ = fed_until(EAGLE, "| 0/1 [")
+    assert pipe.state.phase == "loading_shards"
+    st = replay_file(str(BUILT / EAGLE)).state
+    rows = [(sp.phase, sp.label, sp.end_log - sp.log_time) for sp in st.spans
+            if sp.end_log is not None and sp.log_time is not None]
+    assert rows[3:-1] == [("cuda_graph", "", 13.0), ("loading_shards", "draft model", 2.0),
+                        ("allocating", "", 1.0), ("cuda_graph", "", 37.0)], rows
+    assert st.durations()["cuda_graph"] == 50.0 and st.ready_in() == 103.0
+
+
+def test_a_crash_in_the_draft_s_load_is_during_loading():
+    """The draft's weights run the GPU out of memory (`--mem-fraction-static 0.95` left
+    1.5 GB after the target's capture): its traceback's `load_model` frame says where, and so
+    does the timeline now (a `(draft model)` row up to the crash); the scheduler killed by the
+    kernel there instead (0.5.10 entrypoints/engine.py:1186) says nothing of where: before,
+    `host_oom_killed during cuda_graph`, the capture's advice for a load's failure."""
+    st = replay_file(str(BUILT / DRAFT_OOM)).state
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == ("cuda_oom",
+                                                                          "loading_shards")
+    assert [(sp.phase, sp.label) for sp in st.spans][-2:] == [("loading_shards", "draft model"),
+                                                             ("crashed", "")]
+    lines = (BUILT / DRAFT_OOM).read_text().splitlines(keepends=True)
+    cut = next(i for i, x in enumerate(lines) if "TP1] Load weight begin. avail mem=1.54" in x)
+    killed = lines[:cut + 1] + [
+        "[2026-03-02 10:01:10] Rank 0 scheduler died during initialization (exit code: -9). "
+        "If exit code is -9 (SIGKILL), a common cause is the OS OOM killer.\n"]
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(killed).encode(), 0.0)
+    pipe.finish(0.0)
+    crash = pipe.state.crash
+    assert crash is not None and (crash.reason, crash.during) == ("host_oom_killed",
+                                                                  "loading_shards")

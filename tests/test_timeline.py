@@ -1006,7 +1006,8 @@ def _spans(pack, data: bytes):
 
 RANKED = ["sglang-024.log", "sglang-030.log", "sglang-211.log", "sglang-214.log",
           "built/sglang-0523-download.log", "built/vllm-034-default.log",
-          "built/vllm-034-dp-supervisor.log", "built/sglang-0523-weight-cache.log"]
+          "built/vllm-034-dp-supervisor.log", "built/sglang-0523-weight-cache.log",
+          "built/sglang-0510-eagle-fastsafetensors.log", "built/sglang-0510-eagle-draft-oom.log"]
 
 
 @pytest.mark.parametrize("name", RANKED)

@@ -19,7 +19,8 @@ Only the generic meaning of phases lives here; the engine knowledge comes from t
   phases; a marker of an earlier phase (another TP rank printing the same milestone late, a
   summary line) only mentions it, unless its rule `begins` the phase: the first time such
   a rule fires in a startup it moves there whatever the order (vLLM 0.34: autotune ->
-  allocating -> autotune -> cuda_graph -> allocating);
+  allocating -> autotune -> cuda_graph -> allocating); `begins: own_rank`, once, on a line
+  of a rank that had itself ended a later phase (SGLang 0.5.10's draft load after capture);
 * `closes_as` re-attributes the span an end marker closes (vLLM's `Time spent downloading
   weights`); several servers of one launch (`servers:`, a `supervisor` rule) are one startup,
   ready when all are; one clock per log: a stamp that would run it backwards or years ahead

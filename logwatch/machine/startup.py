@@ -405,6 +405,11 @@ class StartupMachine:
             state.phase, state.phase_progress = target, False
             d, state.deferred = state.deferred, None
             events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
+        elif new_i < cur_i and begins_again(self.pack, state, rule, obs.text, new_i) and \
+                self._rank_went_past(state, rule, obs, new_i):
+            # a rank's second pass after it ended a later phase (`begins: own_rank`)
+            state.begun.add(again_key(rule))
+            self._enter(state, target, obs, now, events)
         elif new_i < cur_i and rule.reenter and not state.phase_progress and \
                 state.phase != READY and self._rank_went_past(state, rule, obs, new_i):
             # the current phase was entered too early and is still empty: correct it
@@ -682,7 +687,8 @@ def ends_a_phase_left(pack: RulePack, state: State, rule: Rule, text: str) -> bo
     if not rank or not any(r != rank and (pack.phase_index(p.phase), p.finished) >= want
                            for r, p in state.ranks.items()):
         return False
-    return any(r.begins and r.phase == state.phase and r.id in state.begun for r in pack.rules)
+    return any(r.phase == state.phase and (r.begins and r.id in state.begun or
+                                           again_key(r) in state.begun) for r in pack.rules)
 
 
 def begins_now(state: State, rule: Rule) -> bool:
@@ -695,6 +701,32 @@ def begins_now(state: State, rule: Rule) -> bool:
         return False
     state.begun.add(rule.id)
     return True
+
+
+def again_key(rule: Rule) -> str:
+    """`State.begun`'s entry for a `begins: own_rank` rule that began its phase again."""
+    return rule.id + "#again"
+
+
+def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int) -> bool:
+    """Does this `begins: own_rank` line begin its (earlier) phase again?  Only on a line of
+    a rank that had itself ended a later phase (its furthest marker an end): SGLang 0.5.10
+    builds the speculative draft after the target's whole init (managers/scheduler.py
+    `init_model_worker`), so a rank's draft `Load weight begin.` follows its own `Capture
+    cuda graph end.`; the load was timed as capture, and a crash in it said `during
+    cuda_graph`.  Not a slow rank's first load, nor one whose later phase is still under way
+    (0.5.23's draft, before any KV pool, steps back by `reenter` instead); once per startup
+    (the other ranks' copies mention it).  A line with no rank (SGLang's JSON records):
+    where the phase it leaves had work of its own (its bar moved), not one still empty (the
+    draft before any KV pool, `reenter`'s)."""
+    if not rule.begins_own_rank or again_key(rule) in state.begun or \
+            state.phase in (READY, *TERMINAL, WAITING):
+        return False
+    rank = pack.rank_of(text) if pack.ranks else ""
+    if not rank:
+        return state.phase_progress
+    rp = state.ranks.get(rank)
+    return rp is not None and rp.finished and pack.phase_index(rp.phase) > new_i
 
 
 def _announce_ready(state: State, obs: Observation, now: float, events: list[Event]) -> None:

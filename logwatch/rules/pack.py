@@ -34,7 +34,8 @@ rank had itself got past it), `provisional` (the phase it
 enters is announced once confirmed: an earlier phase's `reenter` rule coming first takes its
 place without a flip, e.g. SGLang's download inside weight loading), `scale` (multiply a field),
 `prefilter` (explicit literals when none can be derived from the pattern), `begins` (the
-line begins its phase: moves there whatever the order, the first time in a startup),
+line begins its phase: moves there whatever the order, the first time in a startup;
+`own_rank`: back there on a line of a rank that had itself ended a later phase, once),
 `beside: open|close` (a span of the phase beside the main line), `closes_as: PHASE` (the
 span this end marker closes was PHASE), `ends_rank` (the rank that prints it is done
 starting, whatever phase its line is of), `supervisor` (a restart rule of a launcher whose
@@ -163,6 +164,10 @@ class Rule:
     endpoint: bool = False        # the line names the server's address (group `url`)
     finishes: bool = False        # the rank that prints it is done with the rule's phase
     begins: bool = False          # the line begins its phase: moves there whatever the order
+    # `begins: own_rank`: back to its phase on a line of a rank that had itself ended a later
+    # one, once per startup (a rank's second pass: SGLang 0.5.10's draft load after the
+    # target's capture; machine/startup.py `begins_again`); not a `begins` marker otherwise
+    begins_own_rank: bool = False
     beside: str | None = None     # "open" / "close" a span of its phase beside the main line
     closes_as: str | None = None  # the span this end marker closes was this phase
     during: str | None = None     # a frame: its process crashed in this phase (machine/crash.py)
@@ -1211,7 +1216,8 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         frame=d.get("frame") is not None, scale={k: float(v) for k, v in scale.items()},
         args=bool(d.get("args")), args_specs=_args_specs(src, rid, d.get("args")),
         endpoint=bool(d.get("endpoint")),
-        finishes=bool(d.get("finishes")), begins=bool(d.get("begins")),
+        finishes=bool(d.get("finishes")), begins=d.get("begins") is True,
+        begins_own_rank=d.get("begins") == "own_rank",
         beside=d.get("beside"), closes_as=d.get("closes_as"), during=d.get("during"),
         ends_rank=bool(d.get("ends_rank")),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
@@ -1271,9 +1277,9 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
                 "at_launch", "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint"):
         if key in d and not isinstance(d[key], bool) and \
-                not (key == "reenter" and d[key] == "own_rank"):
-            raise PackError(src, "must be true or false" + (" or own_rank" if key == "reenter"
-                                                            else ""), rule=rid, key=key)
+                not (key in ("reenter", "begins") and d[key] == "own_rank"):
+            raise PackError(src, "must be true or false" + (" or own_rank" if key in (
+                "reenter", "begins") else ""), rule=rid, key=key)
     for key in ("progress", "stats", "degrades", "label"):
         if key in d and (not isinstance(d[key], str) or not d[key]):
             raise PackError(src, "must be a name", rule=rid, key=key)
