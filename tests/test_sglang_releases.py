@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import calendar
 import re
+import time
 
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
@@ -121,3 +122,35 @@ def test_a_crash_in_the_draft_s_load_is_during_loading():
     crash = pipe.state.crash
     assert crash is not None and (crash.reason, crash.during) == ("host_oom_killed",
                                                                   "loading_shards")
+
+
+def _dp2(lines: list[str]) -> list[str]:
+    """The TP2 log as `--dp 2` (tp 1 each): TP1's lines DP1's, 8 s later; a bar stays after
+    the stamped line before it; in stamp order."""
+    out, t = [], ""
+    for i, line in enumerate(lines):
+        m = STAMP.search(line)
+        if m:
+            stamp = calendar.timegm(tuple(int(g) for g in m.groups()))
+            dp = "DP1" if " TP1]" in line else "DP0"
+            stamp += 8 if dp == "DP1" else 0
+            t = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(stamp))
+            tag = f" {dp} TP0" if " TP" in line[:26] else ""
+            line = re.sub(r"^\[[^\]]*?(?: TP\d)?\]", f"[{t}{tag}]", line)
+        out.append((t, i, line))
+    return [x[2] for x in sorted(out)]
+
+
+def test_a_replica_s_draft_waits_for_the_slowest_replica_s_capture():
+    """`--dp 2`, DP1 8 s behind: DP0's draft loads while DP1 still captures the target's
+    graphs; the startup is where the slowest replica is (pack `replicas:`), so cuda_graph
+    until DP1's capture ends, then DP1's draft load.  (Checked while writing this: moving at
+    DP0's draft read loading 7 s early; letting `reenter` act there dropped the capture span.)"""
+    lines = _dp2((BUILT / EAGLE).read_text().splitlines(keepends=True))
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed("".join(lines).encode(), 0.0)
+    pipe.finish(0.0)
+    rows = [(sp.phase, sp.label, sp.end_log - sp.log_time) for sp in pipe.state.spans
+            if sp.end_log is not None and sp.log_time is not None]
+    assert rows[3:-1] == [("cuda_graph", "", 13.0), ("loading_shards", "draft model", 2.0),
+                          ("allocating", "", 1.0), ("cuda_graph", "", 29.0)], rows

@@ -405,8 +405,8 @@ class StartupMachine:
             state.phase, state.phase_progress = target, False
             d, state.deferred = state.deferred, None
             events.append(PhaseChanged(state.epoch, old, target, d.at, d.line, state.startup_id))
-        elif new_i < cur_i and begins_again(self.pack, state, rule, obs.text, new_i) and \
-                self._rank_went_past(state, rule, obs, new_i):
+        elif new_i < cur_i and begins_again(self.pack, state, rule, obs.text, new_i,
+                                            self.replicas_apart(state)):
             # a rank's second pass after it ended a later phase (`begins: own_rank`)
             state.begun.add(again_key(rule))
             self._enter(state, target, obs, now, events)
@@ -450,8 +450,12 @@ class StartupMachine:
         rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
         if not rank or rank not in state.ranks:
             return True
-        if self.pack.phase_index(state.ranks[rank].phase) <= new_i:
+        rp = state.ranks[rank]
+        if self.pack.phase_index(rp.phase) <= new_i:
             return False       # a slow rank's first load
+        if rule.begins_own_rank and rp.finished and \
+                self.pack.phase_index(rp.phase) >= self.pack.phase_index(state.phase):
+            return False       # it ended the phase it would leave: `begins_again`'s
         apart = self.replicas_apart(state)
         stage = self.pack.replica_stage
         past = {replica_of(r, stage) if apart else "" for r, rp in state.ranks.items()
@@ -708,7 +712,8 @@ def again_key(rule: Rule) -> str:
     return rule.id + "#again"
 
 
-def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int) -> bool:
+def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int,
+                 apart: bool = False) -> bool:
     """Does this `begins: own_rank` line begin its (earlier) phase again?  Only on a line of
     a rank that had itself ended a later phase (its furthest marker an end): SGLang 0.5.10
     builds the speculative draft after the target's whole init (managers/scheduler.py
@@ -716,7 +721,9 @@ def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int
     cuda graph end.`; the load was timed as capture, and a crash in it said `during
     cuda_graph`.  Not a slow rank's first load, nor one whose later phase is still under way
     (0.5.23's draft, before any KV pool, steps back by `reenter` instead); once per startup
-    (the other ranks' copies mention it).  A line with no rank (SGLang's JSON records):
+    (the other ranks' copies mention it).  Data-parallel replicas starting apart: once each
+    has a rank that ended it (the startup is where the slowest is: DP0's draft while DP1
+    still captured moved it).  A line with no rank (SGLang's JSON records):
     where the phase it leaves had work of its own (its bar moved), not one still empty (the
     draft before any KV pool, `reenter`'s)."""
     if not rule.begins_own_rank or again_key(rule) in state.begun or \
@@ -725,8 +732,13 @@ def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int
     rank = pack.rank_of(text) if pack.ranks else ""
     if not rank:
         return state.phase_progress
-    rp = state.ranks.get(rank)
-    return rp is not None and rp.finished and pack.phase_index(rp.phase) > new_i
+    done = {r for r, rp in state.ranks.items()
+            if rp.finished and pack.phase_index(rp.phase) > new_i}
+    if rank not in done:
+        return False
+    stage = pack.replica_stage
+    replicas = {replica_of(r, stage) for r in done}
+    return not apart or all(replica_of(r, stage) in replicas for r in state.ranks)
 
 
 def _announce_ready(state: State, obs: Observation, now: float, events: list[Event]) -> None:
