@@ -135,6 +135,18 @@ def split_glued(text: str) -> list[str]:
     return [p for p in parts if p.strip()]
 
 
+def glued(text: str) -> bool:
+    """Whether a record is glued after a tqdm frame in `text` (`split_glued` splits it in
+    two or more).  A frame whose only `]` is its last character holds none (a tail is a
+    `]` with something after it), the answer of most frames at the cost of a `find`: a bar
+    run asks it of every frame it skips (rules/bars.py)."""
+    s = text.rstrip()
+    first = s.find("]")
+    if first < 0 or first == len(s) - 1:
+        return False
+    return _TQDM_TAIL_RE.search(text) is not None
+
+
 def progress_frame(text: str) -> str | None:
     """A tqdm progress frame: "moving" (below 100 %), "done" (100 %); None for any other line."""
     if "%" not in text or "]" not in text:

@@ -122,6 +122,11 @@ FRAMES = {
     "rank_bar": lambda k, e: f"[2026-11-30 10:00:{e:02d} TP{k % 2}] " + shard(k % 5, 4, e),
     "capture_begin": lambda k, e: f"[2026-11-30 10:01:{e:02d} TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=20.00 GB",
     "plain": lambda k, e: "some other output",
+    "compile": lambda k, e: f"Compiling num tokens (num_tokens={k % 3}):   0%|    | 0/5 [00:{e:02d}<?, ?it/s]",
+    # a record glued after a frame, and a frame of the same bar glued after that record
+    "glued": lambda k, e: (f"Compiling num tokens (num_tokens={k % 3}):   0%|    | 0/5 [00:{e:02d}<?, ?it/s]"
+                           f"[2026-11-30 10:{k % 60:02d}:{e:02d} TP0] Initializing SGLangBackend"
+                           + ("" if k % 2 else f"Compiling num tokens (num_tokens=1):   0%|    | 0/5 [00:{e:02d}<?, ?it/s]")),
     "ready": lambda k, e: f"[2026-11-30 10:03:{e:02d}] The server is fired up and ready to roll!",
     "decode": lambda k, e: (f"[2026-11-30 10:04:{e:02d} TP0] Decode batch. #running-req: {k % 9}, "
                             f"#token: 4078, token usage: 0.0{k % 10}, gen throughput (token/s): "
@@ -154,10 +159,13 @@ def body_of(table: dict, frames: list[tuple[str, int, int, str]]) -> str:
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(frames_of(sorted(FRAMES)), st.booleans())
+@example(frames=[("compile", 0, 0, "\n"), ("glued", 1, 0, "\n"), ("compile", 2, 1, "\n")], crash=False)
 def test_no_sequence_of_frames_replays_differently(frames, crash):
     """Bars that restart at the same description, other bars and ranks between, frames that
     fire nothing, stamps: the collapsed replay reports what the exact one does (an
-    unstamped crash right after the bars is placed by the clock the frames moved)."""
+    unstamped crash right after the bars is placed by the clock the frames moved).  The
+    example: a frame with a stamped `TP0` record glued after it, inside a run of its bar
+    (before: skipped, TP0 never seen; `lines.glued`)."""
     body = body_of(FRAMES, frames)
     tail = "torch.OutOfMemoryError: CUDA out of memory.\n" if crash else ""
     assert_same_report((START + body + "\n" + tail).encode(), "sglang")
@@ -223,6 +231,30 @@ def test_a_bar_that_starts_over_ends_the_run():
     log = START + "\n".join(first + second) + "\n[2026-11-30 10:02:00] The server is fired up and ready to roll!\n"
     assert_same_report(log.encode(), "sglang")
     assert "loading_shards" in reported(log.encode(), True, "sglang")[2]
+
+
+GLUED = (b"\rLoading safetensors checkpoint shards:  48% Completed | 40/83 [00:14<00:13,  3.13it/s]"
+         b"\rCompiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+         b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend\n"
+         b"Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+         b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend"
+         b"Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+         b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend\r\n"
+         b"Compiling num tokens (num_tokens=20):   0%|          | 0/5 [00:00<?, ?it/s]"
+         b"[2026-03-17 07:16:46 TP0] Initializing SGLangBackend\n"
+         b"Loading safetensors checkpoint shards: 10% Completed | 3/30 [00:01<00:09, 2.77it/s]\r")
+
+
+def test_a_frame_with_a_record_glued_after_it_ends_the_run():
+    """The third segment is a frame, a stamped record and another frame glued on: two hits,
+    the second with its own stamp (07:16:46), which the clock takes.  Before, the run
+    opened at the frame before it took it as one more frame of its bar: neither hit was
+    read, no stamp reached the clock, and replay said cuda_graph 0 s where every reading
+    without the shortcut (and the same bytes fed in two chunks) says 1 s
+    (test_lines.py's chunking property found it)."""
+    assert_same_as_every_line(GLUED, "sglang")
+    doc = reported(GLUED, True, "sglang")[0]
+    assert "'durations': {'loading_shards': 0.0, 'cuda_graph': 1.0}" in doc
 
 
 def test_bar_frame_reads_the_bar_and_its_elapsed_time():

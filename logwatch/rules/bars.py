@@ -22,7 +22,9 @@ frames between move, so no run opens at a frame the clock placed so (`Stamp.shar
 What the frames between would have changed is the bar's smoothed rate, its `Progress` events
 and the rule's match count, which neither reports; `watch` and the daemon read every frame
 (their rate and ETA need them).  A frame with its own timestamp
-opens no run (the machine checks stamps between lines); a run ends at the first segment that
+opens no run (the machine checks stamps between lines), and a frame with a record glued
+after it (`lines.glued`) is no frame of a run: the record is matched and timed apart, its
+stamp moves the clock, and the frame part, where it fires alone, opens a run again; a run ends at the first segment that
 is not such a frame, and, where every serving line is read (history), at a serving line
 (it is read in its place, at the clock the frames before it set); when the last segment
 skipped does not fire the run's rule alone, every segment skipped is matched after all, as
@@ -35,7 +37,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, Sequence
 
-from ..lines import segment_text
+from ..lines import glued, segment_text
 
 if TYPE_CHECKING:
     from .pack import Rule
@@ -144,7 +146,9 @@ class BarRun:
 
     def takes(self, data: bytes, start: int, end: int, bits: int) -> bool:
         """Skip the segment [start, end) as a frame of this bar, if it is one: the same
-        literals, the same bytes up to the first of them, the same bar, not earlier, its
+        literals, the same bytes up to the first of them, the same bar, not earlier, no
+        record glued after it (one would be a hit of its own, with its own stamp: a frame
+        `...?it/s][2026-03-17 07:16:46 TP0] Initializing ...Compiling num tokens ...`), its
         count not going back nor to another total (a bar drawn again from 0, or another
         model's: a speculative draft's 1 shard after the target's 17 is not skipped
         between them, as the machine keeps the target's count: `_note_progress`)."""
@@ -152,7 +156,7 @@ class BarRun:
             return False
         text = segment_text(data[start:end], self.max_line_bytes)
         frame = bar_frame(text)
-        if frame is None or frame[0] != self.key or frame[1] < self.elapsed:
+        if frame is None or frame[0] != self.key or frame[1] < self.elapsed or glued(text):
             return False
         count = frame_count(text)
         if self.count is not None and (count is None or count[1] != self.count[1]
