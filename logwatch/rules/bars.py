@@ -21,10 +21,10 @@ engines' captures): then each frame goes to the bar it lies nearer the clock wit
 frames between move, so no run opens at a frame the clock placed so (`Stamp.shared_bar`).
 What the frames between would have changed is the bar's smoothed rate, its `Progress` events
 and the rule's match count, which neither reports; `watch` and the daemon read every frame
-(their rate and ETA need them).  A frame with its own timestamp
-opens no run (the machine checks stamps between lines), and a frame with a record glued
-after it (`lines.glued`) is no frame of a run: the record is matched and timed apart, its
-stamp moves the clock, and the frame part, where it fires alone, opens a run again; a run ends at the first segment that
+(their rate and ETA need them).  A frame with its own timestamp opens no run (the machine
+checks stamps between lines), and a frame with a record glued after it (`lines.glued`) is no
+frame of a run: the record is matched and timed apart, its stamp moves the clock, and the
+frame part, where it fires alone, opens a run again.  A run ends at the first segment that
 is not such a frame, and, where every serving line is read (history), at a serving line
 (it is read in its place, at the clock the frames before it set); when the last segment
 skipped does not fire the run's rule alone, every segment skipped is matched after all, as
