@@ -6,7 +6,9 @@
 
 where "typical" is the median over past startups of the same model on this target (a phase
 a startup skipped counts as 0 s; state/history.py), and the pack's `typical_seconds` on a
-first start.
+first start.  A first start's second pass (SGLang 0.5.10's draft model, begun again after
+the target's capture) is guessed from this startup's first pass instead, and a phase it
+passed over (a later one came, no rule can still bring it) counts 0 s.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import math
 
 from .machine import State, phase_left
+from .machine.startup import again_key
 from .rules.pack import READY, RulePack
 
 
@@ -71,27 +74,31 @@ def startup_eta(pack: RulePack, state: State, now: float,
     eta = 0.0
     known = False
     entered = state.phase_entered
+    # a second pass (SGLang 0.5.10's draft model after the target's whole init) is guessed
+    # from this startup's first pass on a first start: the pack's default less what the
+    # first pass spent read 168 s where 40 s were left (the draft's load)
+    second = not have_history and _second_pass(pack, state)
+    again = second and state.closed_seconds(phase) > 0
     # a phase the startup is in again (vLLM 0.34's second autotune) has already had some of
     # its typical time (a typical duration is the sum of a phase's spans)
-    elapsed = max(0.0, now - entered.at) + state.closed_seconds(phase) \
+    elapsed = max(0.0, now - entered.at) + (0.0 if again else state.closed_seconds(phase)) \
         if entered is not None else 0.0
-    # the current phase's own bar (shards, files fetched, autotuner, graph capture), if moving
-    bar_left = next((left for left in (state.progress[n].remaining_seconds(now)
-                                       for n in _progress_of(pack, phase) if n in state.progress)
-                     if left is not None), None)
-    t_phase = typical_of(phase)
+    bar_left = _bar_left(pack, state, phase, now, entered.at if again and entered else None)
+    t_phase = state.closed_seconds(phase) if again else typical_of(phase)
     if bar_left is not None:
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
         # then its end lines) is known from history: whichever ends later
         eta += max(bar_left, t_phase - elapsed) if have_history and t_phase else bar_left
         known = True
-    else:
-        t = typical_of(phase)
-        if t is not None:
-            eta += phase_left(t, elapsed)
-            known = True
+    elif t_phase is not None:
+        eta += phase_left(t_phase, elapsed)
+        known = True
     for p in _ahead(pack, state, phase):
         t = typical_of(p)
+        guess = None if have_history else _from_this_startup(pack, state, p, second)
+        if guess is not None:
+            eta, known = eta + guess, known or guess > 0
+            continue
         if t is None:
             if not have_history:
                 return eta if known else math.nan
@@ -104,6 +111,54 @@ def startup_eta(pack: RulePack, state: State, now: float,
     if have_history:
         eta += _coming_back(pack, state, phase, typ)
     return eta if known else math.nan
+
+
+def _bar_left(pack: RulePack, state: State, phase: str, now: float,
+              since: float | None) -> float | None:
+    """Seconds left by the current phase's own bar (shards, files fetched, autotuner, graph
+    capture), if one is moving; with `since` (a second pass's span began then), not a bar
+    that last moved before it: the target's finished bar is no clock of the draft's load or
+    capture (it read 0 s left there, where 40 s and 37 s were)."""
+    bars = (state.progress[n] for n in _progress_of(pack, phase) if n in state.progress)
+    return next((left for left in (b.remaining_seconds(now) for b in bars
+                                   if since is None or b.updated_at >= since)
+                 if left is not None), None)
+
+
+def _second_pass(pack: RulePack, state: State) -> bool:
+    """Has this startup stepped back for a second model's pass (a `begins: own_rank` rule
+    began its phase again: SGLang 0.5.10's draft `Load weight begin.` after the target's
+    capture)?  Not vLLM 0.34's phases that come twice in one model's init (autotune, then
+    allocating): guessing those from their first span read worse (compile-mm-encoder's
+    median error 10 s -> 55 s)."""
+    return any(again_key(r) in state.begun for r in pack.rules if r.begins_own_rank)
+
+
+def _from_this_startup(pack: RulePack, state: State, p: str, second: bool) -> float | None:
+    """A first start's guess for phase `p` ahead from this startup itself, where it tells:
+    0 s for a phase it passed over, and in a second pass the first pass's time of a phase
+    that pass went through (None: the pack's default)."""
+    if _passed_over(pack, state, p, second):
+        return 0.0
+    done = state.closed_seconds(p)
+    return done if second and done > 0 else None
+
+
+def _passed_over(pack: RulePack, state: State, p: str, second: bool) -> bool:
+    """A phase this startup went past without entering it (a later phase already came) and
+    that no `begins` rule still to fire can bring: it is not coming (0.5.10's draft pass
+    skipped autotune as the target's did: 30 s counted).  In a second pass (`second`) a
+    `begins` rule the first pass never fired is taken as not firing in it either: the
+    second model's init runs the same code (SGLang's `deepgemm_jit`, for a target that did
+    not JIT, is no draft's)."""
+    seen = state.phases_seen
+    if p in seen:
+        return False
+    at = pack.phase_index(p)
+    if not any(q in pack.startup_phases and pack.phase_index(q) > at for q in seen):
+        return False
+    return second or not any(r.begins and r.phase == p and r.id not in state.begun
+                            for r in pack.rules)
 
 
 def _ahead(pack: RulePack, state: State, phase: str) -> list[str]:

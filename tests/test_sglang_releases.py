@@ -18,6 +18,7 @@ from logwatch.rules.pack import load_pack
 BUILT = FIXTURES / "built"
 STAMP = re.compile(r"^\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)")
 EAGLE = "sglang-0510-eagle-fastsafetensors.log"
+READY_AT = float(calendar.timegm((2026, 3, 2, 10, 1, 43)))   # EAGLE's ready line
 
 
 def fed_until(name: str, marker: str) -> tuple[LogPipeline, float]:
@@ -98,6 +99,34 @@ def test_an_eagle_draft_s_load_after_the_capture_is_loading_again():
     assert rows[3:-1] == [("cuda_graph", "", 13.0), ("loading_shards", "draft model", 2.0),
                         ("allocating", "", 1.0), ("cuda_graph", "", 37.0)], rows
     assert st.durations()["cuda_graph"] == 50.0 and st.ready_in() == 103.0
+
+
+def test_a_first_start_eta_in_the_draft_s_pass_comes_from_the_target_s_pass():
+    """No history (the pack's `typical_seconds`): in the draft's second pass the default
+    less what the target's pass spent was counted for each phase, and autotune's 30 s
+    too, a phase both passes went without.  Before: 168 s at the draft's first bar frame
+    and 85 s at its `Load weight begin.` (the target's finished bar read as the draft's
+    load done), where 40 s were left; now the target's own times (loading 37 s, allocating
+    2 s, capture 13 s): 52 s."""
+    for marker in ("TP1] Load weight begin. avail mem=20.49", "| 0/1 ["):
+        pipe, now = fed_until(EAGLE, marker)
+        entered = pipe.state.phase_entered
+        assert entered is not None and (entered.phase, entered.label) == ("loading_shards",
+                                                                          "draft model")
+        left = READY_AT - now
+        assert abs(startup_eta(pipe.pack, pipe.state, now, {}) - left) <= 15, marker
+
+
+def test_a_draft_s_capture_is_guessed_from_the_target_s_capture():
+    """At the draft's `Capture draft cuda graph begin.` a first start guessed the pack's
+    capture default less the target's 13 s (47 s); a second pass's phase is now guessed
+    from its first pass, counted down from its own span's start (13 s, then 8 s 5 s on).
+    Here that is short (this draft's capture, EAGLE's steps and its extend graph, took
+    37 s), as it is long for the draft's load (37 s guessed, 2 s taken): both are this
+    startup's own evidence, and the draft's capture bar takes over at its first frame."""
+    pipe, now = fed_until(EAGLE, "TP1] Capture draft cuda graph begin.")
+    assert startup_eta(pipe.pack, pipe.state, now, {}) == 13.0
+    assert startup_eta(pipe.pack, pipe.state, now + 5, {}) == 8.0
 
 
 def test_a_crash_in_the_draft_s_load_is_during_loading():

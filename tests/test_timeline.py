@@ -1158,6 +1158,27 @@ def test_a_first_start_eta_does_not_count_a_phase_already_done_again():
     assert abs(eta - (273.0 - at)) <= pack.typical_seconds["allocating"], (at, eta)
 
 
+def test_vllm_034_s_second_autotune_is_no_second_model_s_pass():
+    """vLLM 0.34 comes back to autotune (the JIT warmup after the KV estimate) in one
+    model's init: a first start keeps the pack's autotune default less what the compile
+    had of it, not the compile's own time as for SGLang's draft pass (eta.py
+    `_second_pass`): taken as one, compile-mm-encoder's median error rose from 10 s to
+    55 s.  Here 43 s at the warmup's start, where 53 s were left (30 s of warmup, 20 s of
+    capture); taken as a second pass it read 34 s further off."""
+    from logwatch.eta import startup_eta
+    pack = load_pack("vllm")
+    lines = (BUILT / "vllm-034-compile-mm-encoder.log").read_text().splitlines()
+    pipe, t0 = LogPipeline(pack), 10_000.0
+    for line in lines:
+        at = _built_seconds(line)
+        pipe.feed((line + "\n").encode(), t0 + at)
+        if "JIT kernel warmup starting" in line:
+            break
+    assert pipe.state.phase == "autotune" and pipe.state.closed_seconds("autotune") > 0
+    left = 143.0 - at      # ready at 10:02:23
+    assert abs(startup_eta(pack, pipe.state, t0 + at, {}) - left) <= 15, left
+
+
 def _built_seconds(line: str) -> float:
     """Seconds after 10:00:00 of a built line's stamp (unstamped lines: the last one's)."""
     import re as _re
