@@ -1,0 +1,44 @@
+"""Older vLLM releases a fleet still runs (0.11.0, October 2025: tests/inventory/vllm-0.11.0.yaml),
+as a user meets them: whole startups built from the release's own statements in its order and
+envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
+against the release's source: the verdict logwatch gave before, and the truth."""
+
+from __future__ import annotations
+
+from conftest import FIXTURES
+from logwatch.app.replay import replay_file
+
+BUILT = FIXTURES / "built"
+DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
+
+
+def test_0_11_s_deepgemm_warmup_after_the_kv_sizing_is_autotune_again():
+    """0.11 warms DeepGEMM up (VLLM_USE_DEEP_GEMM=1 by default; a block-FP8 model on Hopper)
+    in kernel_warmup, after the KV cache is sized and before the capture, one bar per weight
+    shape on every rank: `DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([5120, 5120])): ...`.
+    Before: no rule read them, and the capture's span took the warmup's 37 s (cuda_graph
+    66 s).  The startup's first line is 0.11's `vLLM API server version 0.11.0`."""
+    st = replay_file(str(BUILT / DEEPGEMM)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
+        "ready"]
+    # compile 10:00:43 -> 10:01:22; the KV estimate -> 10:01:26; the warmup's bars (8 + 6 +
+    # 14 + 9 s, the ranks side by side); capture and the sampler warmup to ready at 10:02:32
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
+        "cuda_graph": 29}
+    assert st.ready_in() == 152.0
+    assert st.startups == 1
+
+
+def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
+    """0.11 refuses to start a worker whose GPU has less free memory than
+    --gpu-memory-utilization asks for (v1/worker/gpu_worker.py:188 `init_device`: another
+    process holds 18 GiB of GPU 1); later releases only log it.  The rank fails before its
+    log prefix is set (multiproc_executor.py:430 then :433), so its traceback has no
+    `(Worker_TP1 pid=N)` tag.  Before: python_exception, as if vLLM had a bug."""
+    st = replay_file(str(BUILT / "vllm-011-gpu-busy.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("cuda_oom", "launching"), st.crash
+    assert "Free memory on device (61.23/79.19 GiB) on startup" in st.crash.line
+    assert st.phases_seen == ["launching", "crashed"]
