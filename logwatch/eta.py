@@ -157,8 +157,13 @@ def _passed_over(pack: RulePack, state: State, p: str, second: bool) -> bool:
     at = pack.phase_index(p)
     if not any(q in pack.startup_phases and pack.phase_index(q) > at for q in seen):
         return False
-    return second or not any(r.begins and r.phase == p and r.id not in state.begun
-                            for r in pack.rules)
+    return second or not _may_begin(pack, state, p)
+
+
+def _may_begin(pack: RulePack, state: State, p: str) -> bool:
+    """Can a `begins` rule of phase `p` that has not fired yet still bring it in this
+    startup (vLLM 0.34's JIT warmup, autotune again after the KV estimate)?"""
+    return any(r.begins and r.phase == p and r.id not in state.begun for r in pack.rules)
 
 
 def _ahead(pack: RulePack, state: State, phase: str) -> list[str]:
@@ -179,6 +184,6 @@ def _coming_back(pack: RulePack, state: State, phase: str, typ: dict[str, float]
     out = 0.0
     earlier = pack.phases[: pack.phases.index(phase)]
     for p in earlier:
-        if any(r.begins and r.phase == p and r.id not in state.begun for r in pack.rules):
+        if _may_begin(pack, state, p):
             out += max(typ.get(p, 0.0) - state.closed_seconds(p), 0.0)
     return out
