@@ -1293,7 +1293,12 @@ SIGTERM_DRAIN = ("SIGTERM received. signum=15 frame=None. Draining requests and 
     ("Signal SIGTERM received while health check failed. Force exiting.", "hang"),
     # tokenizer_manager.py:3529: the operator's SGL_FORCE_SHUTDOWN: a stop
     ("Signal SIGTERM received while force shutdown flag set. Force exiting.", None),
-], ids=["liveness-kill", "force-shutdown-flag"])
+    # 0.4.10.post2 tokenizer_manager.py:1471, :1480: its own words (before: no rule, a stop)
+    ("Signal SIGTERM received while health check failed. Exiting... remaining number of "
+     "requests: 3", "hang"),
+    ("Signal SIGTERM received while force shutdown flag set. Force exiting... remaining "
+     "number of requests: 3", None),
+], ids=["liveness-kill", "force-shutdown-flag", "liveness-kill-0.4.10", "force-shutdown-0.4.10"])
 def test_a_liveness_kill_of_a_hung_sglang_server_is_a_hang(last: str, reason: str | None) -> None:
     """Kubernetes kills a hung server: `Health check failed` (http_server.py:793), the
     signal handler's `SIGTERM received ... Draining` (tokenizer_manager.py:4068: a stop),

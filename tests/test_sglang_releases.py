@@ -1,7 +1,8 @@
-"""Older SGLang releases a fleet still runs (0.5.8, 0.5.10, 0.5.17: tests/inventory/), as a user
-meets them: whole startups built from the release's own statements in its order
-(tests/fixtures/built/README.md).  Each test is one finding of scoring the packs against
-those releases' source: the verdict logwatch gave before, and the truth."""
+"""Older SGLang releases a fleet still runs (0.4.10, 0.5.8, 0.5.10, 0.5.17:
+tests/inventory/), as a user meets them: whole startups built from the release's own
+statements in its order (tests/fixtures/built/README.md).  Each test is one finding of
+scoring the packs against those releases' source: the verdict logwatch gave before, and the
+truth."""
 
 from __future__ import annotations
 
@@ -183,3 +184,35 @@ def test_a_replica_s_draft_waits_for_the_slowest_replica_s_capture():
             if sp.end_log is not None and sp.log_time is not None]
     assert rows[3:-1] == [("cuda_graph", "", 13.0), ("loading_shards", "draft model", 2.0),
                           ("allocating", "", 1.0), ("cuda_graph", "", 29.0)], rows
+
+
+DP_ATTN = "sglang-0410-dp-attention-deepgemm.log"
+
+
+
+def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
+    """SGLang 0.4.10.post2, DeepSeek-V3 `--tp 8 --dp 8 --enable-dp-attention` from its hub id,
+    weights cached: every rank tagged `DP3 TP3` (managers/scheduler.py:2504), one model (not
+    8 replicas: `replicas: unless enable_dp_attention`); `Using model weights format` after
+    `Load weight begin.` on every rank (weight_utils.py:274: a hub check, 4 s); the DeepGEMM
+    compile inside the capture's first batch, 5 shapes in 12 min; the ready line after the
+    warmup request (the timeline was right before too).  Each shape's configs compile under
+    `thread_map` (deep_gemm_wrapper/compile_utils.py:297), a bar with no description on every
+    rank.  Before: no rule, no progress through the 12 minutes; now the autotune's
+    `deepgemm` progress.  The capture bar's bare first frame (cuda_graph_runner.py:468,
+    before `set_description`) is not it."""
+    st = replay_file(str(BUILT / DP_ATTN)).state
+    assert st.crash is None and st.startups == 1 and st.ready_in() == 920.0
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "downloading", "loading_shards", "allocating", "cuda_graph", "autotune",
+        "cuda_graph", "ready"]
+    d = st.durations()
+    assert (d["downloading"], d["loading_shards"], d["allocating"]) == (4.0, 160.0, 5.0), d
+    assert d["autotune"] == 728.0 and d["cuda_graph"] == 11.0, d
+    assert (st.progress["shards"].current, st.progress["shards"].total) == (163, 163)
+    pipe, _ = fed_until(DP_ATTN, "| 110/221 [")
+    assert pipe.state.phase == "autotune"
+    bar = pipe.state.progress["deepgemm"]
+    assert (bar.current, bar.total) == (110, 221)
+    pipe, _ = fed_until(DP_ATTN, "  0%|          | 0/19 [")
+    assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
