@@ -1,4 +1,4 @@
-"""Older SGLang releases a fleet still runs (0.4.10, 0.5.8, 0.5.10, 0.5.17:
+"""Older SGLang releases a fleet still runs (0.4.6, 0.4.10, 0.5.8, 0.5.10, 0.5.17:
 tests/inventory/), as a user meets them: whole startups built from the release's own
 statements in its order (tests/fixtures/built/README.md).  Each test is one finding of
 scoring the packs against those releases' source: the verdict logwatch gave before, and the
@@ -216,3 +216,43 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     assert (bar.current, bar.total) == (110, 221)
     pipe, _ = fed_until(DP_ATTN, "  0%|          | 0/19 [")
     assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
+
+
+OOM_KILLED_046 = "sglang-046-tp4-load-oom-killed.log"
+SIGKILLED = "Child process unexpectedly failed with an exit code 9. pid=4247"
+
+
+def test_0_4_6_s_sigkilled_rank_while_loading_is_the_oom_killer():
+    """SGLang 0.4.6.post5, TP4: the kernel kills TP2 while the shards load.  The main process's
+    SIGCHLD handler says so (entrypoints/engine.py:517, os.waitpid's raw status: 9 is SIGKILL);
+    the other ranks load on and fail in the KV sizing's all-reduce (gloo `Connection closed by
+    peer`, model_runner.py:786).  Before: no rule for the handler's line, `kv_cache_too_small
+    during allocating` (the all-reduce's `profile_max_num_token` frame), advice to raise
+    --mem-fraction-static; now host_oom_killed during loading_shards, at the kill."""
+    st = replay_file(str(BUILT / OOM_KILLED_046)).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("host_oom_killed", "loading_shards"), st.crash
+    assert st.crash.line == f"[2025-06-02 12:00:28] {SIGKILLED}"
+
+
+def _after_ready(*lines: str) -> LogPipeline:
+    """The 0.4.10 DP-attention startup (ready), then `lines` stamped after it."""
+    pipe = LogPipeline(load_pack("sglang"))
+    text = (BUILT / DP_ATTN).read_text() + "".join(f"[2025-08-01 10:20:00] {x}\n" for x in lines)
+    pipe.feed(text.encode(), 0.0)
+    pipe.finish(0.0)
+    return pipe
+
+
+def test_0_4_6_s_sigchld_line_after_a_stop_is_no_crash():
+    """SGLang's kill_process_tree SIGKILLs the children on a planned stop (and after a crash):
+    the SIGCHLD line after the stop is no OOM kill.  While serving, with no stop before it,
+    it is; an exit(1) (raw status 256) is a child that died."""
+    st = _after_ready("SIGTERM received. signum=15 frame=None. Draining requests and shutting "
+                      "down...", SIGKILLED).state
+    assert st.phase == "stopped" and st.crash is None
+    st = _after_ready(SIGKILLED).state
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == ("host_oom_killed",
+                                                                           "ready")
+    st = _after_ready(SIGKILLED.replace("code 9.", "code 256.")).state
+    assert st.crash is not None and st.crash.reason == "child_process_died"
