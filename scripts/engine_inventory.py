@@ -61,6 +61,11 @@ WATCHED = {
         # releases before scheduler_components/ (0.5.10 and older): the scheduler's mixins
         "sglang/srt/managers/scheduler_*mixin.py",
         "sglang/srt/observability/scheduler_metrics_mixin.py",
+        # 0.4.x: DeepGEMM's JIT under layers/quantization/ (0.4.6 deep_gemm.py, 0.4.10
+        # deep_gemm_wrapper/), the HiCache host pool (0.4.10 memory_pool_host.py), LoRA's backend
+        "sglang/srt/layers/quantization/deep_gemm.py",
+        "sglang/srt/layers/quantization/deep_gemm_wrapper/compile_utils.py",
+        "sglang/srt/mem_cache/memory_pool_host.py", "sglang/srt/lora/lora_manager.py",
     ],
     "vllm": [
         "vllm/entrypoints/cli/serve.py", "vllm/entrypoints/launchers/*.py",

@@ -176,3 +176,15 @@ def test_a_format_cut_short_is_carried_by_its_beginning() -> None:
     assert got["source"] == "vllm/v1/engine/core_client.py:1671"
     entry["format"] = "Timed out waiting for old engine core processes. ..."
     assert ei._carry(entry, sts, {s.format: [s] for s in sts})["gone"] is True
+
+
+def test_the_sglang_0_4_layout_is_watched() -> None:
+    """SGLang 0.4.x keeps DeepGEMM's JIT under layers/quantization/ (0.4.6 deep_gemm.py, 0.4.10
+    deep_gemm_wrapper/compile_utils.py), the HiCache host pool in mem_cache/memory_pool_host.py
+    (0.4.10) and LoRA's backend line in lora/lora_manager.py: both 0.4 inventories placed those
+    by hand; now their drafts read them."""
+    for path in ("sglang/srt/layers/quantization/deep_gemm.py",
+                 "sglang/srt/layers/quantization/deep_gemm_wrapper/compile_utils.py",
+                 "sglang/srt/mem_cache/memory_pool_host.py", "sglang/srt/lora/lora_manager.py"):
+        assert ei.watched("sglang", path), path
+    assert not ei.watched("sglang", "sglang/srt/layers/quantization/fp8.py")
