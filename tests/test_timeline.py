@@ -1536,3 +1536,14 @@ def test_a_stamp_taken_again_for_its_fields_is_what_reading_it_afresh_gives(
         a, b = kept.stamp(line), fresh.stamp(line)
         assert (a is None) == (b is None)
         assert a is None or b is None or (a.seconds, a.text, a.own) == (b.seconds, b.text, b.own)
+
+
+def test_sglang_tp_memory_imbalance_is_a_gpu_memory_shortfall():
+    """`--tp 2` with another process holding memory on GPU 1: the rank whose GPU has more
+    free memory than the group's minimum / 0.9 refuses to start (0.5.23 bootstrap.py:450,
+    0.4's model_runner.py `init_torch_distributed`).  Read as vLLM 0.11's free-memory refusal
+    is: cuda_oom; before, python_exception."""
+    st_ = replay("sglang-0523-tp-memory-unbalanced.log")
+    assert st_.crash is not None
+    assert (st_.crash.reason, st_.crash.during) == ("cuda_oom", "launching"), st_.crash
+    assert st_.crash.line.startswith("RuntimeError: The memory capacity is unbalanced.")
