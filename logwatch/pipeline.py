@@ -408,7 +408,7 @@ class LogPipeline:
         self.machine = StartupMachine(pack, stall_after)
         self.state = State()
         # year-less stamps: of `year`, else placed by when the file was last `written`
-        self.clock = LogClock(pack.timestamps, year, written)
+        self.clock = LogClock(pack.timestamps, year, written, pack.ranks)
         self.collapse_stats = collapse_stats
         # a finished log's reading: the frames inside a run of one bar are not matched
         # (rules/bars.py; by default with collapse_stats, as replay reads)

@@ -5,6 +5,8 @@ against the release's source: the verdict logwatch gave before, and the truth.""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
 
@@ -29,6 +31,34 @@ def test_0_11_s_deepgemm_warmup_after_the_kv_sizing_is_autotune_again():
         "cuda_graph": 29}
     assert st.ready_in() == 152.0
     assert st.startups == 1
+
+
+def _in_turn(tmp_path: Path, between: str = "") -> Path:
+    """The DeepGEMM startup with TP0's four warmup bars printed before TP1's four, not
+    interleaved, and `between` them (a stamped line, or nothing)."""
+    lines = (BUILT / DEEPGEMM).read_text(encoding="utf-8").splitlines(keepends=True)
+    bars = [ln for ln in lines if "DeepGemm(fp8_gemm_nt) warmup" in ln]
+    at = lines.index(bars[0])
+    rest = [ln for ln in lines if ln not in bars]
+    tp0 = [ln for ln in bars if "Worker_TP0" in ln]
+    tp1 = [ln for ln in bars if "Worker_TP1" in ln]
+    log = tmp_path / "in-turn.log"
+    log.write_text("".join(rest[:at] + tp0 + [between] + tp1 + rest[at:]), encoding="utf-8")
+    return log
+
+
+def test_0_11_s_warmup_bars_of_one_rank_after_the_other_s_are_one_wall_clock_span(
+        tmp_path: Path):
+    """The bars carry no stamp: the clock places each frame at its bar's start plus its
+    elapsed time.  Printed one rank's after the other's, each rank's bar of a weight shape
+    began with the other's, as printed side by side.  Before: eight bars end to end,
+    autotune 1m14s, the capture placed 8 s after ready (cuda_graph 0 s) and the phases
+    summing to 2m40s for a startup ready at 2m32s."""
+    side = replay_file(str(BUILT / DEEPGEMM)).state
+    st = replay_file(str(_in_turn(tmp_path))).state
+    assert st.durations() == side.durations()
+    assert sum(st.durations().values()) == st.ready_in() == 152.0
+    assert [sp.log_time for sp in st.spans] == [sp.log_time for sp in side.spans]
 
 
 def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():

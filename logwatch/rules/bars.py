@@ -82,6 +82,13 @@ def bar_frame(text: str) -> tuple[str, int] | None:
     return key, int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
 
 
+def bar_title(text: str) -> str | None:
+    """A tqdm frame's description as written, numbers kept (one weight shape's warmup bar is
+    not another's), or None for a line that is not one."""
+    m = _TQDM.match(text)
+    return None if m is None else m.group(1).strip()
+
+
 def frame_count(text: str) -> tuple[int, int] | None:
     """A tqdm frame's `k/N` (None where it shows none): the first `/` with a digit before
     it and `N [` after it, the digits before it back to the first (what a search for

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import bounded
-from .bars import bar_frame
+from .bars import bar_frame, bar_title
 from .literals import anchored_head
 from .matcher import NO_STAMP, STAMP_WITHIN, char_test
 from .pack import TimestampFormat, pattern_literals
@@ -39,6 +39,7 @@ _HALF_YEAR = 183 * 86400.0
 _HALF_DAY = 12 * 3600.0
 MAX_BARS = 64               # bars whose start is remembered (a log may print many)
 MAX_SAME_BARS = 16          # bars of one description running at once (`-dp 8`: 8 captures)
+MAX_RANK_BARS = 1024        # ranks whose bar of one description is remembered (BarClock)
 _DONE = re.compile(r"(?<![\d.])100%")   # a frame of a bar that ended
 ZONE_SLACK = 60.0           # seconds a line's engine stamp may be from its wrapper's zone
 
@@ -96,7 +97,7 @@ class LogClock:
     """Parses timestamps and carries the last one forward to lines that have none."""
 
     def __init__(self, formats: tuple[TimestampFormat, ...], year: int | None = None,
-                 written: float | None = None) -> None:
+                 written: float | None = None, ranks: tuple[Any, ...] = ()) -> None:
         self.formats = formats
         self.last: Stamp | None = None
         self._last_raw: str | None = None
@@ -120,7 +121,7 @@ class LogClock:
         # last write where its source has no file time (a `cmd:`), catchup.py
         self.newest_zoned: float | None = None
         self._zone = WrapperZone()    # a zoned wrapper's clock and the engine's local one
-        self._bars: dict[str, list[list[Any]]] = {}   # bar -> [start, last elapsed, ended] each
+        self._bars = BarClock(ranks)  # where each bar began (`ranks`: the pack's rank tags)
         # a format anchored at the start: the class of its first character (one cheap call
         # rules out a line's other formats, each a bounded search otherwise); a format with
         # required literals (vLLM's level names): one of them must be in the line first
@@ -228,23 +229,15 @@ class LogClock:
         return self._taken(stamp, raw)
 
     def _bar_time(self, text: str) -> tuple[float | None, bool]:
-        """A tqdm frame's time: its bar's start (where the clock stood when the bar first
-        showed) plus its elapsed time (None: not a frame, or no clock yet); and whether
-        another bar of its description is live beside its own (`Stamp.shared_bar`)."""
-        if self._now is None:
+        """A tqdm frame's time (`BarClock.place`; None: not a frame, or no clock yet); and
+        whether another bar of its description is live beside its own (`Stamp.shared_bar`)."""
+        if self._now is None or self.last is None:
             return None, False
-        frame = bar_frame(text)
-        if frame is None:
+        placed = self._bars.place(text, self._now, self.last.seconds)
+        if placed is None:
             return None, False
-        key, elapsed = frame
-        runs = self._bars.get(key)
-        if runs is None:
-            if len(self._bars) >= MAX_BARS:
-                self._bars.pop(next(iter(self._bars)))
-            runs = self._bars[key] = []
-        bar = _frame_of(runs, elapsed, self._now, _DONE.search(text) is not None)
-        self._now = max(self._now, bar[0] + elapsed)
-        return bar[0] + elapsed, len(runs) > 1
+        self._now = max(self._now, placed[0])
+        return placed
 
     def _seconds(self, g: dict[str, str | None]) -> float:
         h, mi, s = int(g["H"] or 0), int(g["M"] or 0), int(g["S"] or 0)
@@ -316,14 +309,14 @@ def frame_year(guess: int, month: int, day: int, tod: float, last: float) -> int
                key=lambda y: abs(calendar.timegm((y, month, day, 0, 0, 0)) + tod - last))
 
 
-def _frame_of(runs: list[list[Any]], elapsed: int, now: float, done: bool) -> list[Any]:
-    """The bar (`bar_run`) this frame moves on, or a new one: it began after the last thing
-    the clock knows of, its first frame seen its elapsed time after that (0 for a bar seen
-    from its first frame).  The latest goes last; those that ended are let go (the latest
-    may show its end again)."""
-    bar = bar_run(runs, elapsed, now)
+def _frame_of(runs: list[list[Any]], bar: list[Any] | None, elapsed: int, start: float,
+              done: bool) -> list[Any]:
+    """The bar this frame moves on (`bar`, `bar_run`'s), or a new one that began at `start`,
+    its first frame seen its elapsed time after that (0 for a bar seen from its first
+    frame).  The latest goes last; those that ended are let go (the latest may show its end
+    again)."""
     if bar is None:
-        bar = [now, elapsed, done]
+        bar = [start, elapsed, done]
     else:
         runs.remove(bar)
     bar[1], bar[2] = elapsed, done
@@ -353,6 +346,68 @@ def _leap_year_before(year: int) -> int:
     while not calendar.isleap(year):
         year -= 1
     return year
+
+
+class BarClock:
+    """Where a tqdm frame happened: its bar's start plus its elapsed time.  A bar begins where
+    the clock stands (`now`: the last stamp, or the end of the bar before it), unless another
+    rank drew the same bar (its description word for word past the rank's tag, `ranks`: the
+    pack's patterns) since the last stamped line (`floor`): the ranks ran it side by side,
+    printed interleaved or one rank's bars after the other's, and it began with theirs.
+    Before, vLLM 0.11's DeepGEMM warmup (a bar per weight shape on every rank) printed TP0's
+    four bars before TP1's four was read as eight in a row: autotune 1m14s for 37 s, and the
+    capture placed after ready (cuda_graph 0 s, total 2m40s for a startup ready at 2m32s)."""
+
+    def __init__(self, ranks: tuple[Any, ...] = ()) -> None:
+        self.ranks = ranks
+        self.runs: dict[str, list[list[Any]]] = {}  # bar -> [start, last elapsed, ended] each
+        self.peers: dict[str, dict[str, float]] = {}  # description past the tag -> rank -> start
+
+    def place(self, text: str, now: float, floor: float) -> tuple[float, bool] | None:
+        """The frame's time, and whether another bar of its description is live beside its
+        own; None: not a frame."""
+        frame = bar_frame(text)
+        if frame is None:
+            return None
+        key, elapsed = frame
+        runs = self.runs.get(key)
+        if runs is None:
+            if len(self.runs) >= MAX_BARS:
+                self.runs.pop(next(iter(self.runs)))
+            runs = self.runs[key] = []
+        found = bar_run(runs, elapsed, now)
+        start = now if found is not None else self._begins(text, now, floor)
+        bar = _frame_of(runs, found, elapsed, start, _DONE.search(text) is not None)
+        return bar[0] + elapsed, len(runs) > 1
+
+    def _begins(self, text: str, now: float, floor: float) -> float:
+        """Where a new bar of `text` began: where another rank's same bar began, if it began
+        at `floor` or after (no stamped line since) and this rank drew none of it since; else
+        `now`, and the bar starts a round of its own."""
+        tagged = self._tagged(text)
+        if tagged is None:
+            return now
+        rank, title = tagged
+        seen = self.peers.get(title)
+        if seen is not None and rank not in seen and len(seen) < MAX_RANK_BARS:
+            start = min(seen.values())
+            if start >= floor:
+                seen[rank] = start
+                return start
+        if seen is None and len(self.peers) >= MAX_BARS:
+            self.peers.pop(next(iter(self.peers)))
+        self.peers[title] = {rank: now}
+        return now
+
+    def _tagged(self, text: str) -> tuple[str, str] | None:
+        """The rank `text` is from and its bar's description past the rank's tag; None where
+        it names no rank."""
+        for rx in self.ranks:
+            m = rx.match(text)
+            if m is not None and m.group("rank"):
+                title = bar_title(text[m.end():])
+                return None if title is None else (m.group("rank"), title)
+        return None
 
 
 class WrapperZone:
