@@ -61,6 +61,18 @@ def test_0_11_s_warmup_bars_of_one_rank_after_the_other_s_are_one_wall_clock_spa
     assert [sp.log_time for sp in st.spans] == [sp.log_time for sp in side.spans]
 
 
+def test_a_bar_placed_after_a_later_stamped_line_ends_there(tmp_path: Path):
+    """A stamped line between the two ranks' bars (TP1's then begin at it: no telling they
+    ran beside TP0's) puts TP1's 37 s past ready at 10:02:32, stamped: the spans the clock
+    placed after that stamp end at it, so the phases still sum to the wall time.  Before:
+    autotune 1m14s, cuda_graph 0 s opening 8 s after ready, 2m40s in all."""
+    kv = "(Worker_TP0 pid=200) INFO 10-21 10:02:03 [gpu_worker.py:298] Available KV cache memory: 33.42 GiB\n"
+    st = replay_file(str(_in_turn(tmp_path, kv))).state
+    assert sum(st.durations().values()) == st.ready_in() == 152.0
+    assert st.durations()["cuda_graph"] == 0.0
+    assert max(sp.log_time for sp in st.spans) == st.spans[-1].log_time    # ready's
+
+
 def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
     """0.11 refuses to start a worker whose GPU has less free memory than
     --gpu-memory-utilization asks for (v1/worker/gpu_worker.py:188 `init_device`: another
