@@ -90,7 +90,7 @@ def state_from_json(d: dict[str, object]) -> State:
                                     _last(v.get("last")),  # type: ignore[union-attr]
                                     v.get("up") is True)  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
-        lanes=_lanes(d.get("lanes")), begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        lanes=_lanes(d.get("lanes")), rank_pids=_rank_pids(d.get("rank_pids")), begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
         ready_by_endpoint=bool(d.get("ready_by_endpoint", False)), mid_startup=bool(d.get("mid_startup", False)),
@@ -166,6 +166,14 @@ def _lanes(value: object) -> dict[str, tuple[int, bool]]:
         return {}
     return {str(k): (int(v[0]), bool(v[1])) for k, v in value.items()
             if isinstance(v, list) and len(v) == 2 and type(v[0]) is int}
+
+
+def _rank_pids(value: object) -> dict[str, tuple[int, str]]:
+    """`State.rank_pids` from JSON (`{"200": [3, "0"]}`); what is not that is left out."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): (v[0], v[1]) for k, v in value.items()
+            if isinstance(v, list) and len(v) == 2 and type(v[0]) is int and isinstance(v[1], str)}
 
 
 # the machine's events by name, and what each field may hold (their annotations' text)

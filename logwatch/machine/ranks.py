@@ -182,10 +182,10 @@ def rank_ended(rp: RankProgress, want: tuple[int, bool], pack: RulePack) -> bool
 
 
 def advance_rank(pack: RulePack, ranks: dict[str, RankProgress], obs: _Line,
-                 now: float) -> None:
+                 now: float, names: dict[str, tuple[int, str]] | None = None) -> None:
     """Per rank, how far it got: the phase of its latest marker (only forward), at the log's
     time when its line had its own stamp."""
-    rank = pack.rank_of(obs.text)
+    rank = pack.rank_of(obs.text, names)
     rule = obs.rule
     if not rank or rule.phase is None:
         return
@@ -276,12 +276,13 @@ def lane_replica(lane: str) -> str:
     return lane.split(IN_PROC, 1)[1] if IN_PROC in lane else lane
 
 
-def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line) -> None:
+def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line,
+                 names: dict[str, tuple[int, str]] | None = None) -> None:
     """How far each process of a replica-less rank got (its furthest marker)."""
     rule = obs.rule
     # most lines name no process (SGLang's `[... TP0]`): no rank to look up for them
     proc = getattr(obs, "proc", "")
-    lane = lane_of(pack.rank_of(obs.text), obs.text, proc) \
+    lane = lane_of(pack.rank_of(obs.text, names), obs.text, proc) \
         if rule.phase and (proc or " pid=" in obs.text[:256]) else ""
     if not lane or (lane not in lanes and len(lanes) >= MAX_LANES):
         return
@@ -319,7 +320,8 @@ def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
 
 
 def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, text: str,
-                   lanes: dict[str, tuple[int, bool]] | None = None, proc: str = "") -> bool:
+                   lanes: dict[str, tuple[int, bool]] | None = None, proc: str = "",
+                   names: dict[str, tuple[int, str]] | None = None) -> bool:
     """May this line move the main line, with data-parallel replicas starting apart?  The
     startup is where its slowest replica is: vLLM `-dp 2` engine cores load, compile and
     capture at their own paces, and the fastest one's capture while another still loads
@@ -332,7 +334,7 @@ def replicas_allow(pack: RulePack, ranks: dict[str, RankProgress], rule: Rule, t
         return True
     slowest = min(pos.values())
     target = pack.phase_index(rule.phase)
-    mine = _own_replica(pack, pos, text, proc)
+    mine = _own_replica(pack, pos, text, proc, names)
     if mine is None:
         return target <= slowest[0] + (1 if slowest[1] else 0) or \
             _one_replica_s_stages(pos, pack.replica_stage)
@@ -352,11 +354,11 @@ def _one_replica_s_stages(pos: dict[str, Any], stage: Any) -> bool:
                                      stage.search(k) for k in pos)
 
 
-def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str, proc: str = ""
-                 ) -> tuple[int, bool] | None:
+def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str, proc: str = "",
+                 names: dict[str, tuple[int, str]] | None = None) -> tuple[int, bool] | None:
     """The position (`replica_positions`) of the replica this line's rank belongs to, by its
     DP tag or, for a dense model's `Worker_TP0`, by its process; None for no rank."""
-    rank = pack.rank_of(text)
+    rank = pack.rank_of(text, names)
     if not rank:
         return None
     return pos.get(replica_of(rank, pack.replica_stage)) or \
@@ -364,7 +366,8 @@ def _own_replica(pack: RulePack, pos: dict[str, tuple[int, bool]], text: str, pr
 
 
 def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
-                  lanes: dict[str, tuple[int, bool]] | None = None, proc: str = ""
+                  lanes: dict[str, tuple[int, bool]] | None = None, proc: str = "",
+                  names: dict[str, tuple[int, str]] | None = None
                   ) -> tuple[str, tuple[int, bool]] | None:
     """Which data-parallel replica this line's rank is of (`DP1`, or for a dense model's
     worker its process, `TP0 pid=210`) and how far it got, where replicas start apart and
@@ -373,7 +376,7 @@ def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
     (SGLang `--dp 4`: DP1 out of memory in its capture while DP3 still read its weights was
     `cuda_oom during loading_shards`)."""
     pos = replica_positions(pack, ranks, lanes)
-    rank = pack.rank_of(text) if len(pos) >= 2 else ""
+    rank = pack.rank_of(text, names) if len(pos) >= 2 else ""
     # its pipeline stage too, as `replica_positions` groups them (before helper adv83 a
     # stage's crash ahead of the others was placed at the slowest stage's phase)
     name = replica_of(rank, pack.replica_stage) if rank else ""

@@ -113,8 +113,8 @@ class StartupMachine:
             self._launch(state, obs, now, events, line_args)
         self._launch_facts(state, obs, parsed)
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
-            advance_rank(self.pack, state.ranks, obs, now)
-            advance_lane(self.pack, state.lanes, obs)
+            advance_rank(self.pack, state.ranks, obs, now, state.rank_pids)
+            advance_lane(self.pack, state.lanes, obs, state.rank_pids)
         if state.phase == CRASHED and not self._while_crashed(state, obs, now, events):
             return events
         if state.phase == STOPPED and not (rule.crash and rule.when and STOPPED in rule.when):
@@ -378,7 +378,8 @@ class StartupMachine:
         if target == READY and not servers_ready(self.pack, state, obs):
             return
         if target != READY and self.replicas_apart(state) and \
-                not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes, obs.proc):
+                not replicas_allow(self.pack, state.ranks, rule, obs.text, state.lanes, obs.proc,
+                                   state.rank_pids):
             return     # a faster data-parallel replica: the startup is where the slowest is
         cur_i = self.pack.phase_index(state.phase)
         new_i = self.pack.phase_index(target)
@@ -447,7 +448,7 @@ class StartupMachine:
         must have a rank past, or each group's end and draft flipped the phase again."""
         if not rule.reenter_own_rank:
             return True
-        rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        rank = self.pack.rank_of(obs.text, state.rank_pids) if self.pack.ranks else ""
         if not rank or rank not in state.ranks:
             return True
         rp = state.ranks[rank]
@@ -467,7 +468,7 @@ class StartupMachine:
         of its group was past it already?  The startup is there because it stepped back
         (that group's draft began after its barrier): this is the rank's own first load
         ending late, not the draft's end, and moving on flapped loading / allocating."""
-        rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        rank = self.pack.rank_of(obs.text, state.rank_pids) if self.pack.ranks else ""
         rp = state.ranks.get(rank) if rank else None
         if rp is None or not rp.moved or len(rp.advances) < 2 or rp.advances[-2][0] > cur_i:
             return False
@@ -549,7 +550,7 @@ class StartupMachine:
         state.crash_settled = False
         state.crash_changed_at = state.crash_read_at = self._read_at
         add_evidence(self.pack, state, crash, rule, rule.crash, obs)
-        crash.rank = self.pack.rank_of(obs.text) if self.pack.ranks else ""
+        crash.rank = self.pack.rank_of(obs.text, state.rank_pids) if self.pack.ranks else ""
         if not crash.rank and len(state.servers) > 1:
             crash.rank = self.pack.server_of(obs.text)   # which server of the launch
         crash.proc = obs.proc if len(state.procs) > 1 else ""   # which process of the stream
@@ -567,7 +568,8 @@ class StartupMachine:
         during = main[-2].phase if state.phase == STOPPED and len(main) > 1 else state.phase
         done = state.phase_done and during == state.phase
         now = self.pack.phase_index(during)
-        own = replica_reach(self.pack, state.ranks, obs.text, state.lanes, obs.proc) \
+        own = replica_reach(self.pack, state.ranks, obs.text, state.lanes, obs.proc,
+                            state.rank_pids) \
             if self.replicas_apart(state) and during not in (READY, *TERMINAL) else None
         if own is None or not 0 <= now < own[1][0] < self.pack.phase_index(READY):
             return during, done, -1, ""
@@ -597,14 +599,14 @@ class StartupMachine:
             return False
         if rule.crash or rule.hint:
             if not crash.rank and self.pack.ranks and obs.proc == (crash.proc or obs.proc):
-                crash.rank = self.pack.rank_of(obs.text)    # (its first line had no rank tag)
+                crash.rank = self.pack.rank_of(obs.text, state.rank_pids)  # (its first line: no tag)
             before = (crash.reason, crash.line, crash.confirmed)
             add_evidence(self.pack, state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
             if (crash.reason, crash.line, crash.confirmed) != before:
                 state.crash_changed_at = self._read_at
                 events.append(CrashUpdated(state.epoch, crash))
             return False
-        if crash.confirmed or not carries_on(self.pack, crash, obs):
+        if crash.confirmed or not carries_on(self.pack, crash, obs, state.rank_pids):
             return False
         # the startup carried on: the traceback was not fatal (a `logger.exception` of a
         # fallback: vLLM's weight-cache IPC loader, then the disk loader's shard bar)
@@ -633,7 +635,8 @@ class StartupMachine:
         events.append(CrashRetracted(state.epoch, crash.during))
 
 
-def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
+def carries_on(pack: RulePack, crash: Crash, obs: Observation,
+               names: dict[str, tuple[int, str]] | None = None) -> bool:
     """Does this line, after an unconfirmed crash, say the startup went on?  A later phase's
     line; a bar of the crash's own phase moving, where the traceback was the first rank's
     (what a traceback logged and survived is followed by: the loader it fell back to
@@ -647,7 +650,7 @@ def carries_on(pack: RulePack, crash: Crash, obs: Observation) -> bool:
         return True
     if rule.phase != crash.during:
         return False
-    rank = pack.rank_of(obs.text) if pack.ranks else ""
+    rank = pack.rank_of(obs.text, names) if pack.ranks else ""
     if rule.progress and not rank:
         # an untagged bar: the engines print it on the first rank only (SGLang 0.5.23
         # model_loader/weight_utils.py:1154, vLLM's likewise): news of that rank alone
@@ -686,7 +689,7 @@ def ends_a_phase_left(pack: RulePack, state: State, rule: Rule, text: str) -> bo
     if not rule.finishes or rule.phase is None or not pack.ranks or \
             not any(sp.phase == rule.phase and not sp.beside for sp in state.spans):
         return False
-    rank = pack.rank_of(text)
+    rank = pack.rank_of(text, state.rank_pids)
     want = (pack.phase_index(rule.phase), True)
     if not rank or not any(r != rank and (pack.phase_index(p.phase), p.finished) >= want
                            for r, p in state.ranks.items()):
@@ -729,7 +732,7 @@ def begins_again(pack: RulePack, state: State, rule: Rule, text: str, new_i: int
     if not rule.begins_own_rank or again_key(rule) in state.begun or \
             state.phase in (READY, *TERMINAL, WAITING):
         return False
-    rank = pack.rank_of(text) if pack.ranks else ""
+    rank = pack.rank_of(text, state.rank_pids) if pack.ranks else ""
     if not rank:
         return state.phase_progress
     done = {r for r, rp in state.ranks.items()

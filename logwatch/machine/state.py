@@ -202,6 +202,9 @@ class State:
     # index, finished); one tag in several processes is one process per replica (vLLM's
     # dense `-dp 2 -tp 2`: `Worker_TP0` in each engine)
     lanes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # per process id a rank tag gave: (the pack's `ranks:` pattern that first named it, the
+    # rank it named): one process is one rank whatever its tag's form (`RulePack.rank_of`)
+    rank_pids: dict[str, tuple[int, str]] = field(default_factory=dict)
     begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
     servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
     supervised: bool = False              # a launcher of several servers began this launch

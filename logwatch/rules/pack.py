@@ -70,6 +70,7 @@ CRASHED = "crashed"
 STOPPED = "stopped"
 READY = "ready"
 TERMINAL = (CRASHED, STOPPED)
+MAX_RANK_PIDS = 1024    # processes whose rank name a startup keeps (`RulePack.rank_of`)
 
 CRASH_REASONS = (
     "cuda_oom", "host_oom_killed", "kv_cache_too_small", "nccl_error", "distributed_error",
@@ -379,12 +380,25 @@ class RulePack:
             return self.phases[: self.phases.index(READY)]
         return self.phases
 
-    def rank_of(self, text: str) -> str:
-        """The rank a line comes from (`TP5`, `DP1 TP3 EP3`, `TP2_EP2`), "" when untagged."""
-        for rx in self.ranks:
+    def rank_of(self, text: str, names: dict[str, tuple[int, str]] | None = None) -> str:
+        """The rank a line comes from (`TP5`, `DP1 TP3 EP3`, `TP2_EP2`), "" when untagged.
+        `names` (a startup's, `State.rank_pids`): the rank each process id a pattern's group
+        `pid` read was first named, and by which pattern; a process another pattern names
+        is that rank still (vLLM's JSON records name a worker as multiprocessing did,
+        `VllmWorker-0`, while its tqdm bars keep the text tag, `Worker_TP0`: two ranks of
+        one process, one of them left behind at the KV sizing, held the capture's begin
+        back 15 s).  Two processes of one pid and one pattern (Ray's nodes) stay apart."""
+        for form, rx in enumerate(self.ranks):
             m = rx.match(text)
             if m is not None and m.group("rank"):
-                return " ".join(m.group("rank").split())
+                rank = " ".join(m.group("rank").split())
+                pid = m.group("pid") if names is not None and "pid" in rx.group_names else None
+                if not pid:
+                    return rank
+                first = names.get(pid)
+                if first is None and len(names) < MAX_RANK_PIDS:
+                    names[pid] = (form, rank)
+                return first[1] if first is not None and first[0] != form else rank
         return ""
 
     def server_of(self, text: str) -> str:
