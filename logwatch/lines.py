@@ -468,9 +468,14 @@ def clean_bytes(data: bytes) -> bytes:
 FOLD_PAD_MIN = 20            # spaces a terminal pads a folded row with, at least
 FOLD_WIDTH_MIN = 40          # the narrowest terminal row taken for a fold
 _PAD_PROBE = b" " * FOLD_PAD_MIN
-# a run of padding between two characters of text (not before a bar's closing `|`): the
+# a run of padding between two characters of text (not before a bar's closing `|`, nor before
+# a traceback's carets that end the line: their indent points them at a column): the
 # definition; `pad_runs` finds the same runs faster
-PAD_RUN = re.compile(rb"(?<=[^ \r\n]) {%d,}(?=[^ \r\n|])" % FOLD_PAD_MIN)
+PAD_RUN = re.compile(rb"(?<=[^ \r\n]) {%d,}(?=[^ \r\n|])(?![\^~]+ *(?:[\r\n]|\Z))"
+                     % FOLD_PAD_MIN)
+# Python's caret markers under a traceback's source line (`^^^^`, 3.11's `~~~^^^~~`) to the
+# line's end: the spaces before them are the line's own indent, never a terminal's padding
+_CARET_TAIL = re.compile(rb"[\^~]+ *(?:[\r\n]|\Z)")
 _NOT_SPACE = re.compile(rb"[^ ]")
 _PAD_SCAN_MIN = 1 << 16      # blocks this large are probed by Hyperscan where it is installed
 _pad_finder: object = None   # the Hyperscan probe: None = not tried yet, False = unavailable
@@ -513,7 +518,8 @@ def pad_runs(data: bytes) -> list[tuple[int, int]]:
         m = _NOT_SPACE.search(data, i + FOLD_PAD_MIN)
         end = m.start() if m else n
         # `find` from a non-space (or from 0) returns a run's first space
-        if i > 0 and data[i - 1] not in b" \r\n" and end < n and data[end] not in b" \r\n|":
+        if i > 0 and data[i - 1] not in b" \r\n" and end < n and data[end] not in b" \r\n|" \
+                and _CARET_TAIL.match(data, end) is None:
             runs.append((i, end))
         if end >= n:
             break
@@ -527,7 +533,9 @@ def unfold_padding(data: bytes) -> bytes:
     text, 27 spaces, the rest): the padding goes, so words and markers are whole again.
 
     Unambiguous cases only: a run of at least FOLD_PAD_MIN spaces between two non-blank
-    characters (a tqdm bar's run before its closing `|` is not one), and in a segment with
+    characters (a tqdm bar's run before its closing `|` is not one, nor the indent of a
+    traceback's carets after a log prefix: `[core.py:708]` then 27 spaces and `^^^^`, whose
+    carets it pointed at the wrong column: 6 of the fixtures' 92 caret lines), and in a segment with
     several runs, every run ends at a multiple of the first run's end column (the row width).
     Per segment, so the result does not depend on how the input was split.
     """

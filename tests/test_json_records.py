@@ -47,9 +47,9 @@ VLLM_STAGES = {"vllm-034-pp2.log", "vllm-034-pp2-capture-oom.log",
 # vLLM 0.11 ships no JSON formatter (its vllm/logger.py has no JSON_FORMAT: 0.34's); its built
 # startups are read in 0.34's JSON form all the same: the same startup, the same timeline (the
 # DeepGEMM one's JSON records name a worker `VllmWorker-0`, its bars `Worker_TP0`: one rank,
-# rules/pack.py `rank_of`; before helper adv100 autotune 52 s for 37 s).  The crashed one's
-# excerpt is left out until its text form keeps a caret line's indent.
-NO_JSON_FORM = {"vllm-011-gpu-busy.log"}
+# rules/pack.py `rank_of`; before helper adv100 autotune 52 s for 37 s), the same excerpt
+# (the text form's caret lines keep their indent, lines.py `PAD_RUN`)
+NO_JSON_FORM: set[str] = set()
 VLLM_LOGS = [p for p in sorted([*FIXTURES.glob("vllm-*.log"),
                                 *(FIXTURES / "built").glob("vllm-*.log")])
              if p.name not in VLLM_STAGES | NO_JSON_FORM and any(ln.startswith("{") for ln in vllm_json_lines(

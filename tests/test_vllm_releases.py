@@ -73,6 +73,18 @@ def test_a_bar_placed_after_a_later_stamped_line_ends_there(tmp_path: Path):
     assert max(sp.log_time for sp in st.spans) == st.spans[-1].log_time    # ready's
 
 
+def test_a_caret_line_of_the_crash_excerpt_keeps_its_indent():
+    """The engine core's traceback (`[core.py:708]`, then the source line, then its carets
+    indented to the call: 27 spaces) as the crash excerpt shows it (`watch`, the alert).
+    Before: the indent was taken for a terminal's padding of a folded row and removed
+    (`[core.py:708]^^^^...`), the carets pointing at the prefix; the JSON form kept it."""
+    raw = (BUILT / "vllm-011-gpu-busy.log").read_text(encoding="utf-8").splitlines()
+    carets = [ln for ln in replay_file(str(BUILT / "vllm-011-gpu-busy.log")).state.crash.excerpt
+              if ln.rstrip().endswith("^")]
+    assert len(carets) >= 4 and all(ln in raw for ln in carets), carets
+    assert any(ln.endswith("[core.py:708]" + " " * 27 + "^" * 27) for ln in carets)
+
+
 def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
     """0.11 refuses to start a worker whose GPU has less free memory than
     --gpu-memory-utilization asks for (v1/worker/gpu_worker.py:188 `init_device`: another
