@@ -7,8 +7,9 @@
 where "typical" is the median over past startups of the same model on this target (a phase
 a startup skipped counts as 0 s; state/history.py), and the pack's `typical_seconds` on a
 first start.  A first start's second pass (SGLang 0.5.10's draft model, begun again after
-the target's capture) is guessed from this startup's first pass instead, and a phase it
-passed over (a later one came, no rule can still bring it) counts 0 s.
+the target's capture) is guessed from this startup's first pass instead, and so is a step of
+its phase begun after the phase's end (the draft's extend capture after its capture); a phase
+it passed over (a later one came, no rule can still bring it) counts 0 s.
 """
 
 from __future__ import annotations
@@ -73,17 +74,13 @@ def startup_eta(pack: RulePack, state: State, now: float,
 
     eta = 0.0
     known = False
-    entered = state.phase_entered
     # a second pass (SGLang 0.5.10's draft model after the target's whole init) is guessed
     # from this startup's first pass on a first start: the pack's default less what the
     # first pass spent read 168 s where 40 s were left (the draft's load)
     second = not have_history and _second_pass(pack, state)
     again = second and state.closed_seconds(phase) > 0
-    # a phase the startup is in again (vLLM 0.34's second autotune) has already had some of
-    # its typical time (a typical duration is the sum of a phase's spans)
-    elapsed = max(0.0, now - entered.at) + (0.0 if again else state.closed_seconds(phase)) \
-        if entered is not None else 0.0
-    bar_left = _bar_left(pack, state, phase, now, entered.at if again and entered else None)
+    since, elapsed = _phase_clock(state, phase, now, again)
+    bar_left = _bar_left(pack, state, phase, now, since)
     t_phase = state.closed_seconds(phase) if again else typical_of(phase)
     if bar_left is not None:
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
@@ -113,6 +110,25 @@ def startup_eta(pack: RulePack, state: State, now: float,
     return eta if known else math.nan
 
 
+def _phase_clock(state: State, phase: str, now: float, again: bool) -> tuple[float | None, float]:
+    """Since when the current phase's work is timed (None: its whole span, the bars of it
+    included) and how long it has run.  A phase the startup is in again (vLLM 0.34's second
+    autotune) has already had some of its typical time (a typical duration is the sum of a
+    phase's spans); in a second pass (`again`) its span is timed alone, and a step of it
+    begun after the phase's work ended (EAGLE's draft extend capture after the draft's)
+    from that begin (not on a first pass: there the pack's default, for a line that only
+    follows an end, SGLang's weights committed after the capture, read 60 s where 5 s were
+    left)."""
+    entered = state.phase_entered
+    if entered is None:
+        return None, 0.0
+    resumed = _resumed(state) if again else None
+    if resumed is not None:
+        return resumed, max(0.0, now - resumed)
+    elapsed = max(0.0, now - entered.at) + (0.0 if again else state.closed_seconds(phase))
+    return (entered.at if again else None), elapsed
+
+
 def _bar_left(pack: RulePack, state: State, phase: str, now: float,
               since: float | None) -> float | None:
     """Seconds left by the current phase's own bar (shards, files fetched, autotuner, graph
@@ -123,6 +139,18 @@ def _bar_left(pack: RulePack, state: State, phase: str, now: float,
     return next((left for left in (b.remaining_seconds(now) for b in bars
                                    if since is None or b.updated_at >= since)
                  if left is not None), None)
+
+
+def _resumed(state: State) -> float | None:
+    """When the current phase's work began again after every rank had ended it (a marker of
+    the phase after its `finishes` end, in the same span: SGLang 0.5.10's `Capture draft
+    extend cuda graph begin.` after `Capture draft cuda graph end.`), while it goes on; None
+    otherwise.  Its bar before that is no clock of it: a first start read 0 s left through
+    the draft's 12 s extend capture, the draft capture's finished bar its only clock."""
+    entered, at = state.phase_entered, state.work_again_at
+    if entered is None or at is None or at < entered.at or state.phase_done:
+        return None
+    return at
 
 
 def _second_pass(pack: RulePack, state: State) -> bool:

@@ -130,6 +130,20 @@ def test_a_draft_s_capture_is_guessed_from_the_target_s_capture():
     assert startup_eta(pipe.pack, pipe.state, now + 5, {}) == 8.0
 
 
+def test_a_draft_s_extend_capture_after_its_capture_s_end_is_not_0_s_left():
+    """0.5.10's EAGLE worker captures the draft's graphs, then its extend graphs
+    (speculative/eagle_worker.py:250, :265), each between its own begin and end lines: the
+    extend capture's begin is the capture's work begun again, 12 s of it, with no bar.
+    Before: the draft capture's finished bar was the phase's clock through the extend
+    capture, 16 s before ready: 0 s left read as the lines came (`watch`), 6 s here (its
+    frames fed at the last stamp: a bar late); now the first pass's capture (13 s), counted
+    down from that begin."""
+    pipe, now = fed_until(EAGLE, "TP1] Capture draft extend cuda graph begin.")
+    assert READY_AT - now == 16.0
+    assert startup_eta(pipe.pack, pipe.state, now, {}) == 13.0
+    assert startup_eta(pipe.pack, pipe.state, now + 6, {}) == 7.0
+
+
 def test_a_crash_in_the_draft_s_load_is_during_loading():
     """The draft's weights run the GPU out of memory (`--mem-fraction-static 0.95` left
     1.5 GB after the target's capture): its traceback's `load_model` frame says where, and so

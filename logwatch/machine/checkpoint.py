@@ -103,6 +103,7 @@ def state_from_json(d: dict[str, object]) -> State:
         follower_log_time=d.get("follower_log_time"),  # type: ignore[arg-type]
         graphs_off=bool(d.get("graphs_off", False)),
         phase_done=bool(d.get("phase_done", False)),
+        work_again_at=_seconds(d.get("work_again_at")),
         nodes={x for x in d.get("nodes") or [] if type(x) is int},  # type: ignore[union-attr]
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
         gpu_buses={x for x in d.get("gpu_buses") or [] if type(x) is int},  # type: ignore[union-attr]
@@ -228,6 +229,11 @@ def event_from_json(d: object) -> Event | None:
             v = {str(k): float(x) for k, x in v.items()}
         kw[f.name] = v
     return cls(**kw)  # type: ignore[no-any-return]
+
+
+def _seconds(v: object) -> float | None:
+    """A time field of a checkpoint, or None (a hand-edited or foreign file)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def _text(v: object) -> str | None:

@@ -133,9 +133,7 @@ class StartupMachine:
             ev = Evidence(rule.hint, obs.text, obs.line_number)
             state.hints.setdefault(rule.hint, ev)
         if rule.phase:
-            self._advance(state, rule, obs, now, events)
-            note_follower_done(self.pack, state, obs)    # no ready line will come
-            note_phase_done(self.pack, state, rule)
+            self._phase_marker(state, rule, obs, now, events)
         if rule.progress:
             _note_progress(self.pack, state, rule.progress, obs, now, events,
                            self._replicas_seen(state))
@@ -363,6 +361,17 @@ class StartupMachine:
         events.append(StartupBegan(state.epoch, sid, obs.text))  # type: ignore[arg-type]
         events.append(Restarted(state.epoch, obs.text, sid))
         events.append(PhaseChanged(state.epoch, WAITING, state.phase, now, obs.text, sid))
+
+    def _phase_marker(self, state: State, rule: Rule, obs: Observation, now: float,
+                      events: list[Event]) -> None:
+        """A line of a phase: the startup moves (`_advance`), and whether the phase's work
+        is done now, or began again after it was (`State.work_again_at`, for the ETA)."""
+        was = (state.phase, state.phase_done)
+        self._advance(state, rule, obs, now, events)
+        note_follower_done(self.pack, state, obs)    # no ready line will come
+        note_phase_done(self.pack, state, rule)
+        if was == (state.phase, True) and not state.phase_done:
+            state.work_again_at = now
 
     def _first_phase(self) -> str:
         return self.pack.phases[0]

@@ -230,6 +230,8 @@ class State:
                                           # pack's `follower.eager.rules`)
     phase_done: bool = False              # the launch's latest phase marker ended the phase's
                                           # work on every rank (machine/crash.py note_phase_done)
+    work_again_at: float | None = None    # when the phase's work last began again after that,
+                                          # in the same phase (EAGLE's draft extend capture)
     nodes: set[int] = field(default_factory=set)  # the node ranks whose launch line this
                                           # launch of several nodes printed (follower.nodes)
     gpus: set[int] = field(default_factory=set)   # GPUs its lines name (NCCL's nvmlDev)
