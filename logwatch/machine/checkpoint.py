@@ -90,7 +90,8 @@ def state_from_json(d: dict[str, object]) -> State:
                                     _last(v.get("last")),  # type: ignore[union-attr]
                                     v.get("up") is True)  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
-        lanes=_lanes(d.get("lanes")), rank_pids=_rank_pids(d.get("rank_pids")), begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        lanes=_lanes(d.get("lanes")), rank_pids=_rank_pids(d.get("rank_pids")),
+        begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
         ready_by_endpoint=bool(d.get("ready_by_endpoint", False)), mid_startup=bool(d.get("mid_startup", False)),
