@@ -1547,3 +1547,15 @@ def test_sglang_tp_memory_imbalance_is_a_gpu_memory_shortfall():
     assert st_.crash is not None
     assert (st_.crash.reason, st_.crash.during) == ("cuda_oom", "launching"), st_.crash
     assert st_.crash.line.startswith("RuntimeError: The memory capacity is unbalanced.")
+
+
+def test_the_total_is_the_startup_s_wall_time_whatever_comes_after_ready():
+    """A LoRA adapter that fails to load 1m27s after ready (vLLM 0.34, its worker's and
+    engine core's tracebacks): the startup's total is still launch to ready.  Before, ready's
+    span counted on to the last line, `total 6m10s` for a startup ready at 4m33s (the
+    timeline's last row, /api/status `total_seconds`, the page)."""
+    st_ = replay("vllm-034-lora-load-fail.log")
+    assert st_.ready_in() == pytest.approx(273.0)
+    assert st_.total() == pytest.approx(273.0)
+    rows = timeline(pipeline_view("x", replay_file(str(BUILT / "vllm-034-lora-load-fail.log"))))
+    assert "(total 4m33s" in rows, rows

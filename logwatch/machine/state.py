@@ -307,11 +307,16 @@ class State:
                    if sp.phase == phase and not sp.open and not sp.beside)
 
     def total(self) -> float:
-        """Wall time the startup's spans cover (their union: overlapping spans once)."""
+        """Wall time the startup's spans cover (their union: overlapping spans once).  Ready
+        and an end are points, not phases: before, an error after ready (a LoRA adapter that
+        failed to load) kept ready's span counting, `total 6m10s` for a startup ready at
+        4m33s."""
         use_log = self._use_log()
         until = self._until()
         cover: list[tuple[float, float]] = []
         for sp in self.spans:
+            if sp.phase == READY or sp.phase in TERMINAL:
+                continue
             a = sp.log_time if use_log else sp.at
             d = sp.seconds(use_log, until)
             if a is not None and d is not None:
