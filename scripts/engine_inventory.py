@@ -87,6 +87,11 @@ WATCHED = {
         "vllm/entrypoints/openai/server_utils.py", "vllm/entrypoints/launcher.py",
         "vllm/entrypoints/utils.py", "vllm/entrypoints/serve/utils/api_utils.py",
         "vllm/v1/worker/gpu_model_runner.py",
+        # the V0 engine beside V1 (0.8.x; a fallback up to 0.10): its engine, GPU worker and
+        # runner, executors; the config in one module (vllm/config.py, then config/__init__.py)
+        "vllm/engine/llm_engine.py", "vllm/engine/async_llm_engine.py",
+        "vllm/engine/multiprocessing/*.py", "vllm/worker/worker.py", "vllm/worker/worker_base.py",
+        "vllm/worker/model_runner.py", "vllm/executor/*.py", "vllm/config.py",
     ],
 }
 

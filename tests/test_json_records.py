@@ -44,11 +44,11 @@ def record_text(raw: bytes) -> str | None:
 VLLM_STAGES = {"vllm-034-pp2.log", "vllm-034-pp2-capture-oom.log",
                "vllm-034-pp2-last-stage-oom.log", "vllm-034-pp2-stuck.log",
                "vllm-034-pp2-profile-oom-ahead.log"}
-# vLLM 0.11 ships no JSON formatter (its vllm/logger.py has no JSON_FORMAT: 0.34's); its built
-# startups are read in 0.34's JSON form all the same: the same startup, the same timeline (the
-# DeepGEMM one's JSON records name a worker `VllmWorker-0`, its bars `Worker_TP0`: one rank,
-# rules/pack.py `rank_of`; before helper adv100 autotune 52 s for 37 s), the same excerpt
-# (the text form's caret lines keep their indent, lines.py `PAD_RUN`)
+# vLLM 0.11 and 0.8.5 ship no JSON formatter (their vllm/logger.py has no JSON_FORMAT: 0.34's);
+# their built startups (0.8.5's V0 too) are read in 0.34's JSON form all the same: the same
+# startup, the same timeline (the DeepGEMM one's JSON records name a worker `VllmWorker-0`, its
+# bars `Worker_TP0`: one rank, rules/pack.py `rank_of`; before helper adv100 autotune 52 s for
+# 37 s), the same excerpt (the text form's caret lines keep their indent, lines.py `PAD_RUN`)
 NO_JSON_FORM: set[str] = set()
 VLLM_LOGS = [p for p in sorted([*FIXTURES.glob("vllm-*.log"),
                                 *(FIXTURES / "built").glob("vllm-*.log")])

@@ -1,4 +1,5 @@
-"""Older vLLM releases a fleet still runs (0.11.0, October 2025: tests/inventory/vllm-0.11.0.yaml),
+"""Older vLLM releases a fleet still runs (0.11.0, October 2025, and 0.8.5.post1, April 2025:
+tests/inventory/vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -96,3 +97,42 @@ def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
     assert (st.crash.reason, st.crash.during) == ("cuda_oom", "launching"), st.crash
     assert "Free memory on device (61.23/79.19 GiB) on startup" in st.crash.line
     assert st.phases_seen == ["launching", "crashed"]
+
+
+# vLLM 0.8.5.post1 (April 2025): V1 by default, V0 beside it (VLLM_USE_V1=0, or a fallback)
+
+def test_0_8_s_v0_engine_profiles_memory_right_after_the_weights():
+    """V0 (worker/model_runner.py) compiles nothing by default: after `Model loading took`
+    the worker profiles memory (worker.py determine_num_available_blocks), sizes the cache,
+    then captures.  Before: the model runner's line read as V1's, the 5 s before `Memory
+    profiling takes` as a compile (autotune 5 s, allocating 4 s)."""
+    st = replay_file(str(BUILT / "vllm-085-v0-tp2.log")).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "allocating", "cuda_graph", "ready"]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 26, "loading_shards": 41, "allocating": 9, "cuda_graph": 22}
+    assert st.ready_in() == 98.0
+    assert st.startups == 1 and st.crash is None
+
+
+def test_0_8_s_v0_kv_refusal_is_kv_cache_too_small():
+    """V0's own words for a KV cache that cannot hold one max-length request (worker.py:566
+    `raise_if_cache_size_invalid`), logged by the engine process and raised again by the
+    API server's `Engine process failed to start`.  Before: python_exception."""
+    st = replay_file(str(BUILT / "vllm-085-v0-kv-too-small.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during) == ("kv_cache_too_small", "allocating"), st.crash
+    assert "The model's max seq len (131072) is larger than" in st.crash.line
+    assert st.phases_seen == ["launching", "loading_shards", "allocating", "crashed"]
+
+
+def test_0_8_s_v1_engine_captures_silently():
+    """0.8.5's V1: `(VllmWorker rank=N pid=N)` tags, no capture begin line nor bar; the
+    silent capture is closed by `Graph capturing finished in 22 secs`."""
+    st = replay_file(str(BUILT / "vllm-085-v1-tp2.log")).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "cuda_graph", "ready"]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 25, "loading_shards": 42, "autotune": 43, "allocating": 4,
+        "cuda_graph": 23}
+    assert st.ready_in() == 137.0
