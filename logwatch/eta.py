@@ -6,7 +6,8 @@
 
 where "typical" is the median over past startups of the same model on this target (a phase
 a startup skipped counts as 0 s; state/history.py), and the pack's `typical_seconds` on a
-first start.  A first start's second pass (SGLang 0.5.10's draft model, begun again after
+first start, or what a line of this startup said of its phase (a rule's `typical`: SGLang's
+DeepGEMM JIT compile, `typically 10-20 mins`, whose bars time one shape each).  A first start's second pass (SGLang 0.5.10's draft model, begun again after
 the target's capture) is guessed from this startup's first pass instead, and so is a step of
 its phase begun after the phase's end (the draft's extend capture after its capture); a phase
 it passed over (a later one came, no rule can still bring it) counts 0 s.
@@ -64,8 +65,8 @@ def startup_eta(pack: RulePack, state: State, now: float,
     if phase not in pack.startup_phases:
         return math.nan
     typ = typical if typical else {}
-    defaults = pack.typical_seconds
     have_history = bool(typ)
+    defaults = pack.typical_seconds if have_history else _first_start_typical(pack, state)
 
     def typical_of(p: str) -> float | None:
         if have_history:
@@ -86,6 +87,10 @@ def startup_eta(pack: RulePack, state: State, now: float,
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
         # then its end lines) is known from history: whichever ends later
         eta += max(bar_left, t_phase - elapsed) if have_history and t_phase else bar_left
+        if not again and phase in _stated(pack, state):
+            # one bar of many the engine says take long (a DeepGEMM shape's): the bar is no
+            # clock of the phase (88 s read at the first shape's half, 12 minutes left)
+            eta = max(eta, phase_left(defaults[phase], elapsed))
         known = True
     elif t_phase is not None:
         eta += phase_left(t_phase, elapsed)
@@ -108,6 +113,20 @@ def startup_eta(pack: RulePack, state: State, now: float,
     if have_history:
         eta += _coming_back(pack, state, phase, typ)
     return eta if known else math.nan
+
+
+def _stated(pack: RulePack, state: State) -> dict[str, float]:
+    """The phases whose typical time a line of this startup stated (a fired `begins` rule's
+    `typical`: SGLang's DeepGEMM JIT `typically 10-20 mins`, where the pack's autotune
+    default is 30 s)."""
+    return {r.phase: r.typical for r in pack.rules
+            if r.typical is not None and r.phase and r.id in state.begun}
+
+
+def _first_start_typical(pack: RulePack, state: State) -> dict[str, float]:
+    """A first start's typical time per phase: the pack's, but what the engine's own lines
+    of this startup said (`_stated`)."""
+    return {**pack.typical_seconds, **_stated(pack, state)}
 
 
 def _phase_clock(state: State, phase: str, now: float, again: bool) -> tuple[float | None, float]:

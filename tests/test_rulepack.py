@@ -220,13 +220,27 @@ def during_on_a_pattern_rule(d):
     return "b", "during"
 
 
+def _typical_rule(d, **keys):
+    d["rules"].append({"id": "b", "pattern": "JIT compile", "phase": "launching", **keys})
+    return "b", "typical"
+
+
+def typical_without_begins(d):
+    return _typical_rule(d, typical="15m")
+
+
+def typical_not_a_duration(d):
+    return _typical_rule(d, begins=True, typical="a while")
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
                  begins_without_phase, beside_not_open_or_close, closes_as_unknown_phase,
                  supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
                  follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
-                 ready_hint_without_crash, during_on_a_pattern_rule]
+                 ready_hint_without_crash, during_on_a_pattern_rule, typical_without_begins,
+                 typical_not_a_duration]
 
 
 @pytest.mark.integration

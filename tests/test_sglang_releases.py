@@ -10,6 +10,8 @@ import calendar
 import re
 import time
 
+import pytest
+
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
 from logwatch.eta import startup_eta
@@ -230,6 +232,28 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     assert (bar.current, bar.total) == (110, 221)
     pipe, _ = fed_until(DP_ATTN, "  0%|          | 0/19 [")
     assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
+
+
+def _ready_at(name: str) -> float:
+    """The stamp of a built log's ready line (its truth: the time left is up to it)."""
+    ready = [sp for sp in replay_file(str(BUILT / name)).state.spans if sp.phase == "ready"]
+    assert ready and ready[0].log_time is not None
+    return ready[0].log_time
+
+
+@pytest.mark.parametrize("name, marker", [(DP_ATTN, "| 110/221 ["),
+                                          ("sglang-0523-deepep-deepgemm.log", "2048/4096 [")])
+def test_a_first_start_eta_in_a_deepgemm_compile_is_the_engine_s_own_typical(name, marker):
+    """No history: the DeepGEMM JIT compile's first shape, half-way.  Its bar times that
+    shape alone, and how many follow is in no line (each compiles at its GEMM's first
+    forward: compile_utils.py `_deep_gemm_execution_hook`); the engine's `Entering DeepGEMM
+    JIT Pre-Compile session` says `typically 10-20 mins` (the rule's `typical: 15m`).
+    Before: 88 s (the bar's 70 s and the capture's default) where 11 minutes were left;
+    now 15 minutes less the compile's time so far, and the capture's."""
+    pipe, now = fed_until(name, marker)
+    assert pipe.state.phase == "autotune"
+    left, eta = _ready_at(name) - now, startup_eta(pipe.pack, pipe.state, now, {})
+    assert left > 600 and 0.6 * left <= eta <= 1.5 * left, (eta, left)
 
 
 OOM_KILLED_046 = "sglang-046-tp4-load-oom-killed.log"

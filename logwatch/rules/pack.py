@@ -39,7 +39,8 @@ line begins its phase: moves there whatever the order, the first time in a start
 `beside: open|close` (a span of the phase beside the main line), `closes_as: PHASE` (the
 span this end marker closes was PHASE), `ends_rank` (the rank that prints it is done
 starting, whatever phase its line is of), `supervisor` (a restart rule of a launcher whose
-servers join its launch).  Pack keys `servers:` and `silent:`: README "Rule packs".
+servers join its launch), `typical` (on a `begins` rule: how long its phase takes, as the
+engine's line says; a first start's ETA).  Pack keys `servers:` and `silent:`: README "Rule packs".
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
 """
@@ -88,7 +89,7 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "at_launch", "ready_hint", "during",
-                 "ends_rank", "ready_by_endpoint", "meaning", "label")
+                 "ends_rank", "ready_by_endpoint", "meaning", "label", "typical")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -185,6 +186,9 @@ class Rule:
     # this launch prints no ready line: its endpoint answering is its ready (SGLang's
     # embedded Rust server keeps /health at 503 until its own warmup passed)
     ready_by_endpoint: bool = False
+    # on a `begins` rule: how long its phase takes, as the engine's own line says (SGLang's
+    # DeepGEMM JIT `typically 10-20 mins`): a first start's guess for the phase once it fired
+    typical: float | None = None
     scale: dict[str, float] = field(default_factory=dict)
     literals: Literals | None = None
     samples: tuple[Sample, ...] = ()
@@ -1241,7 +1245,22 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
         meaning=str(d.get("meaning") or ""), label=str(d.get("label") or ""),
         literals=literals, samples=samples, description=str(d.get("description") or ""),
+        typical=_typical(src, rid, d),
     )
+
+
+def _typical(src: str, rid: str, d: dict[str, Any]) -> float | None:
+    """`typical: 15m`: a duration, on a `begins: true` rule (the startup remembers that it
+    fired: machine/state.py `begun`)."""
+    v = d.get("typical")
+    if v is None:
+        return None
+    if d.get("begins") is not True:
+        raise PackError(src, "only applies to `begins: true` rules", rule=rid, key="typical")
+    try:
+        return parse_duration(v)
+    except (ValueError, TypeError):
+        raise PackError(src, f"not a duration: {v!r} (e.g. 15m)", rule=rid, key="typical") from None
 
 
 ARGS_KEYS = ("start", "form", "aliases", "positional", "negatable", "source", "complete")
