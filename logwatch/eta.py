@@ -112,6 +112,8 @@ def startup_eta(pack: RulePack, state: State, now: float,
         known = True
     if have_history:
         eta += _coming_back(pack, state, phase, typ)
+    elif not second:
+        eta += _draft_pass(pack, state)
     return eta if known else math.nan
 
 
@@ -179,6 +181,33 @@ def _second_pass(pack: RulePack, state: State) -> bool:
     allocating): guessing those from their first span read worse (compile-mm-encoder's
     median error 10 s -> 55 s)."""
     return any(again_key(r) in state.begun for r in pack.rules if r.begins_own_rank)
+
+
+def _draft_pass(pack: RulePack, state: State) -> float:
+    """A first start's guess for a draft model's pass still to come: the launch names a
+    draft (a pack's `drafts:` arg set), the startup is past the phase by which an in-pass
+    draft loads (`drafts.by`: SGLang 0.5.23's, right after the target's weights) and no load
+    of it came (the span a `begins: own_rank` rule labels).  Its phases, from that rule's on, as long as the first pass's
+    closed spans of them (before: SGLang 0.5.10's EAGLE read 0 s at the target's last
+    capture frame, 43 s before ready: the draft's load and capture uncounted)."""
+    again = [r for r in pack.rules if r.begins_own_rank and r.phase]
+    if not again or not any(_is_set(state.args.get(a)) for a in pack.drafts) or \
+            state.phase not in pack.startup_phases or \
+            pack.phase_index(state.phase) <= pack.phase_index(pack.draft_by):
+        return 0.0
+    labels = {r.label for r in again if r.label}
+    if any(sp.label in labels for sp in state.spans):
+        return 0.0
+    start = min(pack.phase_index(r.phase) for r in again if r.phase)
+    skipped = pack.follower.skipped(state.args, state.graphs_off) if pack.follower \
+        else frozenset()
+    return sum(state.closed_seconds(p) for p in pack.startup_phases
+               if pack.phase_index(p) >= start and p not in skipped)
+
+
+def _is_set(value: object) -> bool:
+    """A launch argument given a value (SGLang's dump writes an unset one `None`)."""
+    return value not in (None, False, "", "None", "none")
 
 
 def _from_this_startup(pack: RulePack, state: State, p: str, second: bool) -> float | None:

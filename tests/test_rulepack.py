@@ -233,6 +233,11 @@ def typical_not_a_duration(d):
     return _typical_rule(d, begins=True, typical="a while")
 
 
+def drafts_by_unknown_phase(d):
+    d["drafts"] = {"args": ["speculative_algorithm"], "by": "drafting"}
+    return None, "drafts"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
@@ -240,7 +245,7 @@ SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, mi
                  supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
                  follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
                  ready_hint_without_crash, during_on_a_pattern_rule, typical_without_begins,
-                 typical_not_a_duration]
+                 typical_not_a_duration, drafts_by_unknown_phase]
 
 
 @pytest.mark.integration

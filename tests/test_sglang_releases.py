@@ -146,6 +146,37 @@ def test_a_draft_s_extend_capture_after_its_capture_s_end_is_not_0_s_left():
     assert startup_eta(pipe.pack, pipe.state, now + 6, {}) == 7.0
 
 
+def test_a_first_start_eta_at_the_target_s_last_capture_frame_counts_the_draft_s_pass():
+    """`speculative_algorithm='EAGLE'` in the launch's server_args: 0.5.10 loads and captures
+    the draft after the target's capture (the pack's `drafts:`).  Before: 0 s left at the
+    target's `10/10` frame, 43 s before ready; now the target's own load, KV pool and
+    capture times again (39 s).  0.5.23's EAGLE3 loads its draft inside the first pass, and
+    its ETA at the same point counts no second pass."""
+    pipe, now = fed_live(EAGLE, "| 10/10 [")
+    left = READY_AT - now
+    assert pipe.state.phase == "cuda_graph" and left == 43.0
+    assert abs(startup_eta(pipe.pack, pipe.state, now, {}) - left) <= 10
+    pipe, now = fed_live("sglang-0523-eagle3.log", "| 52/52 [")
+    assert startup_eta(pipe.pack, pipe.state, now, {}) < 30
+
+
+def fed_live(name: str, marker: str) -> tuple[LogPipeline, float]:
+    """`fed_until` as `watch` meets the log: each line at the time it was written, a bar
+    frame's too (the time its own elapsed field places it at: the pipeline's
+    `last_log_time` of a first read), not the last stamp's."""
+    lines = (BUILT / name).read_text().splitlines(keepends=True)
+    first, times = LogPipeline(load_pack("sglang")), []
+    for line in lines:
+        first.feed(line.encode(), 0.0)
+        times.append(first.state.last_log_time or 0.0)
+    pipe = LogPipeline(load_pack("sglang"))
+    for line, t in zip(lines, times):
+        pipe.feed(line.encode(), t)
+        if marker in line:
+            return pipe, t
+    raise AssertionError(marker)
+
+
 def test_a_crash_in_the_draft_s_load_is_during_loading():
     """The draft's weights run the GPU out of memory (`--mem-fraction-static 0.95` left
     1.5 GB after the target's capture): its traceback's `load_model` frame says where, and so

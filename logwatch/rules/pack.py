@@ -96,7 +96,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
              "user_content", "records", "prelaunch", "ready_hints", "roles", "serves", "gpus",
-             "replicas")
+             "replicas", "drafts")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -328,6 +328,8 @@ class RulePack:
     prelaunch: tuple[str, ...] = ()
     roles: tuple[str, ...] = ()   # launch args naming a process's role in one deployment (PD)
     serves: tuple[str, ...] = ()  # launch rules only a server (which prints a ready line) prints
+    drafts: tuple[str, ...] = ()  # launch args that, set, say a second (draft) model loads too
+    draft_by: str = ""    # the phase by whose end a draft loaded in the first pass (`drafts.by`)
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
@@ -532,6 +534,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
     prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
     roles = _names(src, doc, "roles", base.roles if base else ())
     serves = _rule_ids(src, doc, "serves", rules, base.serves if base else ())
+    drafts, draft_by = _drafts(src, doc, phases, base)
     servers, count_args = _servers(src, doc["servers"]) if doc.get("servers") is not None \
         else ((base.servers, base.server_count_args) if base else ((), ()))
     follower = _follower(src, doc["follower"], rules, phases) \
@@ -559,7 +562,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
         servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, serves=serves, server_count_args=count_args,
-        follower=follower,
+        follower=follower, drafts=drafts, draft_by=draft_by,
         gpus=gpus, replicas_unless=replicas, replica_stage=stage, stages_together=together,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
@@ -832,6 +835,23 @@ def _names(src: str, doc: dict[str, Any], key: str, inherited: tuple[str, ...]) 
     if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
         raise PackError(src, "must be a list of argument names", key=key)
     return tuple(value)
+
+
+def _drafts(src: str, doc: dict[str, Any], phases: tuple[str, ...],
+            base: "RulePack | None") -> tuple[tuple[str, ...], str]:
+    """`drafts: {args: [ARG, ...], by: PHASE}`: launch args that, set, say a draft model
+    loads too, and the phase by whose end a draft loaded in the first pass (eta.py); or
+    the base's."""
+    value = doc.get("drafts")
+    if value is None:
+        return (base.drafts, base.draft_by) if base else ((), "")
+    if not isinstance(value, dict) or set(value) != {"args", "by"}:
+        raise PackError(src, "must be {args: [argument names], by: PHASE}", key="drafts")
+    args = _names(src, value, "args", ())
+    if not args or value["by"] not in phases:
+        raise PackError(src, f"needs argument names and a phase of {', '.join(phases)}",
+                        key="drafts")
+    return args, value["by"]
 
 
 def _rule_ids(src: str, doc: dict[str, Any], key: str, rules: list[Rule],
