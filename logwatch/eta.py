@@ -7,10 +7,11 @@
 where "typical" is the median over past startups of the same model on this target (a phase
 a startup skipped counts as 0 s; state/history.py), and the pack's `typical_seconds` on a
 first start, or what a line of this startup said of its phase (a rule's `typical`: SGLang's
-DeepGEMM JIT compile, `typically 10-20 mins`, whose bars time one shape each).  A first start's second pass (SGLang 0.5.10's draft model, begun again after
-the target's capture) is guessed from this startup's first pass instead, and so is a step of
-its phase begun after the phase's end (the draft's extend capture after its capture); a phase
-it passed over (a later one came, no rule can still bring it) counts 0 s.
+DeepGEMM JIT compile, `typically 10-20 mins`, whose bars time one shape each).  A first
+start's second pass (SGLang 0.5.10's draft model, begun again after the target's capture) is
+guessed from this startup's first pass instead, and so is a step of its phase begun after the
+phase's end (the draft's extend capture after its capture); a phase it passed over (a later
+one came, no rule can still bring it) counts 0 s.
 """
 
 from __future__ import annotations
@@ -187,8 +188,8 @@ def _draft_pass(pack: RulePack, state: State) -> float:
     """A first start's guess for a draft model's pass still to come: the launch names a
     draft (a pack's `drafts:` arg set), the startup is past the phase by which an in-pass
     draft loads (`drafts.by`: SGLang 0.5.23's, right after the target's weights) and no load
-    of it came (the span a `begins: own_rank` rule labels).  Its phases, from that rule's on, as long as the first pass's
-    closed spans of them (before: SGLang 0.5.10's EAGLE read 0 s at the target's last
+    of it came (the span a `begins: own_rank` rule labels).  Its phases, from that rule's on,
+    as long as the first pass's closed spans of them (before: SGLang 0.5.10's EAGLE read 0 s at the target's last
     capture frame, 43 s before ready: the draft's load and capture uncounted)."""
     again = [r for r in pack.rules if r.begins_own_rank and r.phase]
     if not again or not any(_is_set(state.args.get(a)) for a in pack.drafts) or \
