@@ -238,6 +238,19 @@ def drafts_by_unknown_phase(d):
     return None, "drafts"
 
 
+def unless_seen_unknown_rule(d):
+    # a typo in the id would leave the rule acting in every startup, silently
+    d["rules"].append({"id": "b", "pattern": "weights format", "phase": "ready",
+                       "unless_seen": ["strat"]})
+    return "b", "unless_seen"
+
+
+def unless_seen_not_a_list(d):
+    d["rules"].append({"id": "b", "pattern": "weights format", "phase": "ready",
+                       "unless_seen": "start"})
+    return "b", "unless_seen"
+
+
 SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, missing_pattern,
                  missing_id, duplicate_id, progress_without_groups, progress_with_one_group,
                  unknown_top_level_key, missing_phases, bad_crash_settle,
@@ -245,7 +258,8 @@ SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, mi
                  supervisor_without_restart, server_pattern_without_group, silent_unknown_phase,
                  follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
                  ready_hint_without_crash, during_on_a_pattern_rule, typical_without_begins,
-                 typical_not_a_duration, drafts_by_unknown_phase]
+                 typical_not_a_duration, drafts_by_unknown_phase, unless_seen_unknown_rule,
+                 unless_seen_not_a_list]
 
 
 @pytest.mark.integration

@@ -241,7 +241,8 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     """SGLang 0.4.10.post2, DeepSeek-V3 `--tp 8 --dp 8 --enable-dp-attention` from its hub id,
     weights cached: every rank tagged `DP3 TP3` (managers/scheduler.py:2504), one model (not
     8 replicas: `replicas: unless enable_dp_attention`); `Using model weights format` after
-    `Load weight begin.` on every rank (weight_utils.py:274: a hub check, 4 s); the DeepGEMM
+    `Load weight begin.` on every rank (weight_utils.py:274: a hub check, 4 s, part of the
+    load: it was `downloading 4.0s`, see the test below); the DeepGEMM
     compile inside the capture's first batch, 5 shapes in 12 min; the ready line after the
     warmup request (the timeline was right before too).  Each shape's configs compile under
     `thread_map` (deep_gemm_wrapper/compile_utils.py:297), a bar with no description on every
@@ -251,10 +252,10 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     st = replay_file(str(BUILT / DP_ATTN)).state
     assert st.crash is None and st.startups == 1 and st.ready_in() == 920.0
     assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "downloading", "loading_shards", "allocating", "cuda_graph", "autotune",
+        "launching", "loading_shards", "allocating", "cuda_graph", "autotune",
         "cuda_graph", "ready"]
     d = st.durations()
-    assert (d["downloading"], d["loading_shards"], d["allocating"]) == (4.0, 160.0, 5.0), d
+    assert (d["loading_shards"], d["allocating"]) == (164.0, 5.0), d
     assert d["autotune"] == 728.0 and d["cuda_graph"] == 11.0, d
     assert (st.progress["shards"].current, st.progress["shards"].total) == (163, 163)
     pipe, _ = fed_until(DP_ATTN, "| 110/221 [")
@@ -285,6 +286,71 @@ def test_a_first_start_eta_in_a_deepgemm_compile_is_the_engine_s_own_typical(nam
     assert pipe.state.phase == "autotune"
     left, eta = _ready_at(name) - now, startup_eta(pipe.pack, pipe.state, now, {})
     assert left > 600 and 0.6 * left <= eta <= 1.5 * left, (eta, left)
+
+
+def hub_start(init_end: str, bars: int) -> list[str]:
+    """A TP1 start from a hub id in 0.4.10.post2's order (model_runner.py: distributed init,
+    `Load weight begin.`; weight_utils.py:274 the format before snapshot_download), `bars`
+    files fetched with huggingface_hub < 1.0's per-file bar (file_download.py http_get, 33 s
+    each), then the shard bar and `Load weight end.` 13 s after the last line before."""
+    head = ["[2025-08-01 10:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', "
+            "tokenizer_path='Qwen/Qwen3-8B', tp_size=1, port=30000)",
+            "[2025-08-01 10:00:04] Init torch distributed begin.",
+            f"[2025-08-01 10:00:05] {init_end}",
+            "[2025-08-01 10:00:06] Load weight begin. avail mem=78.50 GB",
+            "[2025-08-01 10:00:06] Using model weights format ['*.safetensors']"]
+    fetched = [f"model-0000{i}-of-00005.safetensors: 100%|██████████| 3.99G/3.99G "
+               "[00:33<00:00, 120MB/s]" for i in range(1, bars + 1)]
+    end = time.strftime("%H:%M:%S", time.gmtime(10 * 3600 + 19 + 33 * bars))
+    return head + fetched + [
+        "Loading safetensors checkpoint shards:   0% Completed | 0/5 [00:00<?, ?it/s]",
+        "Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:10<00:00,  0.50it/s]",
+        f"[2025-08-01 {end}] Load weight end. "
+        "type=Qwen3ForCausalLM, dtype=torch.bfloat16, avail mem=63.10 GB, mem usage=15.40 GB."]
+
+
+def phases_of(lines: list[str]) -> list[tuple[str, float]]:
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(("\n".join(lines) + "\n").encode(), 0.0)
+    pipe.finish(0.0)
+    return [(sp.phase, sp.end_log - sp.log_time) for sp in pipe.state.spans
+            if not sp.beside and sp.end_log is not None and sp.log_time is not None]
+
+
+def test_0_4_s_weights_format_on_a_cached_start_is_no_download():
+    """0.4.x .. 0.5.2 log `Using model weights format` on every start from a hub id, cached
+    or not (0.4.10.post2 weight_utils.py:274, no local-snapshot check before 0.5.3); their
+    hub (< 1.0: transformers 4.x) draws a bar per file on a real download.  Told by their
+    distributed init's end (`mem usage=` alone, 0.4.x .. 0.5.8).  Before: a cached start read
+    `downloading 3.0s` (the hub check), the DP-attention one above 4.0 s.  A real download
+    still reads downloading from its bars; 0.5.10+ (`elapsed=`, hub >= 1.0: no bars, the
+    line only before a real download, weight_utils.py:692) from the line itself."""
+    old = "Init torch distributed ends. mem usage=0.00 GB"
+    assert phases_of(hub_start(old, 0))[1:] == [("loading_shards", 13.0)]
+    assert phases_of(hub_start(old, 4))[1:] == [("downloading", 132.0 + 3.0),
+                                                ("loading_shards", 10.0)]
+    new = "Init torch distributed ends. elapsed=1.00 s, mem usage=0.00 GB"
+    assert phases_of(hub_start(new, 0))[1][0] == "downloading"
+
+
+def test_a_daemon_restarted_after_the_init_line_still_knows_the_release():
+    """`State.seen` is checkpointed: a daemon killed after 0.4.10's `Init torch distributed
+    ends. mem usage=` and started again from its checkpoint still reads the cached start's
+    weights format as no download (a checkpoint without the key, or a hostile one, reads
+    nothing seen)."""
+    import json
+    from logwatch.machine import state_from_json, state_to_json
+    lines = hub_start("Init torch distributed ends. mem usage=0.00 GB", 0)
+    pipe = LogPipeline(load_pack("sglang"))
+    pipe.feed(("\n".join(lines[:3]) + "\n").encode(), 0.0)
+    again = LogPipeline(load_pack("sglang"))
+    again.state = state_from_json(json.loads(json.dumps(state_to_json(pipe.state))))
+    assert again.state.seen == {"dist_init_mem"}
+    again.feed(("\n".join(lines[3:]) + "\n").encode(), 1.0)
+    assert "downloading" not in [sp.phase for sp in again.state.spans]
+    hostile = state_to_json(pipe.state)
+    hostile.pop("seen")
+    assert state_from_json(hostile).seen == set()
 
 
 OOM_KILLED_046 = "sglang-046-tp4-load-oom-killed.log"

@@ -92,6 +92,7 @@ def state_from_json(d: dict[str, object]) -> State:
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
         lanes=_lanes(d.get("lanes")), rank_pids=_rank_pids(d.get("rank_pids")),
         begun=set(d.get("begun", [])),  # type: ignore[arg-type]
+        seen={str(x) for x in d.get("seen") or []},  # type: ignore[union-attr]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
         supervised=bool(d.get("supervised", False)),
         ready_by_endpoint=bool(d.get("ready_by_endpoint", False)), mid_startup=bool(d.get("mid_startup", False)),

@@ -112,6 +112,8 @@ class StartupMachine:
         if rule.restart or state.relaunched:
             self._launch(state, obs, now, events, line_args)
         self._launch_facts(state, obs, parsed)
+        if passed_over(self.pack, state, rule):
+            return events       # an older release's words: the line means less there
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now, state.rank_pids)
             advance_lane(self.pack, state.lanes, obs, state.rank_pids)
@@ -672,6 +674,16 @@ def first_rank(rank: str) -> bool:
     printed by); `TP3` is not."""
     numbers = re.findall(r"\d+", rank)
     return bool(numbers) and all(int(n) == 0 for n in numbers)
+
+
+def passed_over(pack: RulePack, state: State, rule: Rule) -> bool:
+    """Notes a rule some `unless_seen` names that matched in this startup (`State.seen`), and
+    says whether `rule` does nothing here: one it names matched before (SGLang 0.4.x's
+    `Init torch distributed ends. mem usage=`, then its `Using model weights format` on a
+    cached start)."""
+    if rule.id in pack.watched:
+        state.seen.add(rule.id)
+    return bool(rule.unless_seen & state.seen)
 
 
 def confirms(pack: RulePack, state: State, rule: Rule) -> bool:

@@ -206,6 +206,8 @@ class State:
     # rank it named): one process is one rank whatever its tag's form (`RulePack.rank_of`)
     rank_pids: dict[str, tuple[int, str]] = field(default_factory=dict)
     begun: set[str] = field(default_factory=set)  # `begins` rules that fired in this startup
+    seen: set[str] = field(default_factory=set)   # rules an `unless_seen` names that matched
+                                                  # in this startup (the pack's `watched`)
     servers: dict[str, bool] = field(default_factory=dict)  # server tag -> ready (this launch)
     supervised: bool = False              # a launcher of several servers began this launch
     ready_by_endpoint: bool = False       # a line said this launch's ready is its endpoint's

@@ -89,7 +89,8 @@ ACTION_KEYS = ("phase", "progress", "crash", "hint", "restart", "stats", "stop",
 MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale", "prefilter", "samples",
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "at_launch", "ready_hint", "during",
-                 "ends_rank", "ready_by_endpoint", "meaning", "label", "typical")
+                 "ends_rank", "ready_by_endpoint", "meaning", "label", "typical",
+                 "unless_seen")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -152,6 +153,9 @@ class Rule:
     meaning: str = ""             # a crash rule's own sentence for its crash ({group}s filled)
     label: str = ""               # names a second span of its phase it opens (timeline)
     when: frozenset[str] | None = None
+    # does nothing in a startup where one of these rules matched a line before it: an older
+    # release's own words say the line means less there (machine/startup.py `step`)
+    unless_seen: frozenset[str] = frozenset()
     marker: bool = False
     tentative: bool = False
     reenter: bool = False
@@ -417,6 +421,12 @@ class RulePack:
                 return m.group("server")
         return ""
 
+    @functools.cached_property
+    def watched(self) -> frozenset[str]:
+        """The rules some rule's `unless_seen` names: the machine notes each that matched
+        in a startup (`State.seen`), and only those."""
+        return frozenset().union(*(r.unless_seen for r in self.rules))
+
     def rule(self, rule_id: str) -> Rule:
         for r in self.rules:
             if r.id == rule_id:
@@ -644,7 +654,29 @@ def _pack_rules(src: str, doc: dict[str, Any], base: "RulePack | None",
                                     rule=r.id, key="phase" if p == r.phase else "when")
     if not rules:
         raise PackError(src, "the pack has no rules", key="rules")
+    _check_unless_seen(src, rules)
     return rules
+
+
+def _unless_seen(src: str, rid: str, value: Any) -> frozenset[str]:
+    """`unless_seen: [RULE_ID, ...]` (the ids are checked once the pack is merged)."""
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list) or not value or \
+            not all(isinstance(x, str) and x for x in value):
+        raise PackError(src, "must be a list of rule ids", rule=rid, key="unless_seen")
+    return frozenset(value)
+
+
+def _check_unless_seen(src: str, rules: list[Rule]) -> None:
+    """Each id an `unless_seen` names is a rule of the merged pack, not the rule itself (a
+    typo would leave the rule acting everywhere, silently)."""
+    ids = {r.id for r in rules}
+    for r in rules:
+        for other in sorted(r.unless_seen):
+            if other not in ids or other == r.id:
+                raise PackError(src, f"no other rule '{other}' in this pack", rule=r.id,
+                                key="unless_seen")
 
 
 def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
@@ -1248,6 +1280,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         progress=d.get("progress"), crash=d.get("crash"), hint=d.get("hint"),
         restart=bool(d.get("restart")), stats=d.get("stats"), stop=bool(d.get("stop")),
         chain=bool(d.get("chain")), when=_when(src, rid, d.get("when"), phases),
+        unless_seen=_unless_seen(src, rid, d.get("unless_seen")),
         marker=bool(d.get("marker")), tentative=bool(d.get("tentative")),
         reenter=bool(d.get("reenter")), reenter_own_rank=d.get("reenter") == "own_rank",
         provisional=bool(d.get("provisional")),
