@@ -264,6 +264,17 @@ def test_bar_frame_reads_the_bar_and_its_elapsed_time():
     assert bar_frame("[2026-11-30 10:00:00 TP0] Load weight begin.") is None
 
 
+def test_bar_frame_counts_process_tags_apart_from_the_description():
+    """vLLM 0.11 forked: a worker's frame under its parents' tags too (126 characters before
+    the percentage); before, no frame."""
+    tags = "(APIServer pid=100) (EngineCore_DP0 pid=150) (Worker_TP0 pid=200) "
+    bar = "DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([25600, 5120]))"
+    assert bar_frame(f"{tags}{bar}:  50%|#    | 4096/8192 [00:07<00:07, 585.14it/s]") == (
+        "(APIServer pid=#) (EngineCore_DP# pid=#) (Worker_TP# pid=#) "
+        "DeepGemm(fp#_gemm_nt) warmup (W=torch.Size([#, #]))", 7)
+    assert bar_frame("x" * 121 + ":  50%|#    | 4096/8192 [00:07<00:07, 585.14it/s]") is None
+
+
 # frame_count's definition: the leftmost `k/N [` (it finds it with `find('/')` instead)
 _COUNT = re.compile(r"(\d+)/(\d+)\s*\[")
 

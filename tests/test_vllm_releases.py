@@ -99,6 +99,46 @@ def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
     assert st.phases_seen == ["launching", "crashed"]
 
 
+
+FORK = "vllm-011-fork-tp2.log"
+
+
+def test_0_11_forked_workers_nested_tags_time_as_spawned_ones():
+    """`VLLM_WORKER_MULTIPROC_METHOD=fork` (the CLI sets spawn only when unset,
+    entrypoints/utils.py:162): the engine core, forked from the decorated API server
+    (api_server.py:1881), and its workers, forked from it, keep their parents' stdout
+    wrappers (utils/__init__.py:3460 `_add_prefix` wraps what it finds): a worker's line is
+    `(APIServer pid=100) (EngineCore_DP0 pid=150) (Worker_TP0 pid=200) ...`.  The same
+    startup as DEEPGEMM's, times and all.  Before: a DeepGEMM bar's description with three
+    tags passed 120 characters, no frame was placed by its elapsed time, and the warmup's
+    37 s went to the capture (autotune 0 s, cuda_graph 66 s)."""
+    fork = replay_file(str(BUILT / FORK)).state
+    spawn = replay_file(str(BUILT / DEEPGEMM)).state
+    assert [sp.phase for sp in fork.spans if not sp.beside] == [
+        sp.phase for sp in spawn.spans if not sp.beside]
+    assert {k: round(v) for k, v in fork.durations().items()} == {
+        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
+        "cuda_graph": 29}
+    assert fork.ready_in() == spawn.ready_in() == 152.0
+    assert (fork.progress["shards"].current, fork.progress["shards"].total) == (17, 17)
+
+
+def test_0_11_forked_tp1_capture_oom_is_tp1s():
+    """The forked launch with TP1 out of memory in its capture: its traceback under three
+    tags, then the engine core's `EngineCore failed to start.` under two.  The first rank to
+    crash is TP1 (the innermost tag), not the engine core's DP0 before it.  Before: the
+    same crash, but the capture began at the KV sizing (cuda_graph 43 s for 6 s)."""
+    st = replay_file(str(BUILT / "vllm-011-fork-tp2-capture-oom.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during, st.crash.rank) == ("cuda_oom", "cuda_graph", "TP1")
+    assert st.crash.line.startswith(
+        "(APIServer pid=100) (EngineCore_DP0 pid=150) (Worker_TP1 pid=201) ERROR ")
+    assert "torch.OutOfMemoryError: CUDA out of memory" in st.crash.line
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
+        "cuda_graph": 6}
+    assert (st.progress["shards"].current, st.progress["shards"].total) == (17, 17)
+
 # vLLM 0.8.5.post1 (April 2025): V1 by default, V0 beside it (VLLM_USE_V1=0, or a fallback)
 
 def test_0_8_s_v0_engine_profiles_memory_right_after_the_weights():

@@ -53,8 +53,16 @@ class TimedHit(Protocol):
     shared_bar: bool
 
 
-# a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<
-_TQDM = re.compile(r"^\s*(.{0,120}?):?\s*\d{1,3}%.{0,200}?\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
+# a tqdm frame: its description (up to the percentage) and its elapsed time [MM:SS< / [H:MM:SS<.
+# The process tags before it (`(Worker_TP0 pid=200) `, up to 4) count apart from the
+# description's 120 characters: vLLM 0.11 forked (VLLM_WORKER_MULTIPROC_METHOD=fork) tags a
+# worker's line with its parents' tags too, `(APIServer pid=100) (EngineCore_DP0 pid=150)
+# (Worker_TP0 pid=200) DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([25600, 5120])): ...`,
+# 126 characters, and a frame no longer read as one was not placed by its elapsed time.
+# Possessive: the tags are never given back to the description (a line that is no frame
+# costs what it did, ~8 us, not twice that).
+_TQDM = re.compile(r"^\s*((?:\([^()\n]{1,96}\) ){0,4}+.{0,120}?):?\s*\d{1,3}%.{0,200}?"
+                   r"\[(?:(\d+):)?(\d{1,3}):(\d\d)<")
 _DIGITS = re.compile(r"\d+(?:\.\d+)?")
 _COUNT_TAIL = re.compile(r"(\d+)\s*\[")     # a frame's `N [`, after the `k/` of `k/N [`
 # a description as a frame writes it -> its key: a bar's frames repeat it (a shard bar's
