@@ -189,8 +189,9 @@ def _draft_pass(pack: RulePack, state: State) -> float:
     draft (a pack's `drafts:` arg set), the startup is past the phase by which an in-pass
     draft loads (`drafts.by`: SGLang 0.5.23's, right after the target's weights) and no load
     of it came (the span a `begins: own_rank` rule labels).  Its phases, from that rule's on,
-    as long as the first pass's closed spans of them (before: SGLang 0.5.10's EAGLE read 0 s at the target's last
-    capture frame, 43 s before ready: the draft's load and capture uncounted)."""
+    as long as the first pass's closed spans of them (before: SGLang 0.5.10's EAGLE read 0 s
+    at the target's last capture frame, 43 s before ready: the draft's load and capture
+    uncounted)."""
     again = [r for r in pack.rules if r.begins_own_rank and r.phase]
     if not again or not any(_is_set(state.args.get(a)) for a in pack.drafts) or \
             state.phase not in pack.startup_phases or \
