@@ -391,3 +391,21 @@ def test_0_4_6_s_sigchld_line_after_a_stop_is_no_crash():
                                                                            "ready")
     st = _after_ready(SIGKILLED.replace("code 9.", "code 256.")).state
     assert st.crash is not None and st.crash.reason == "child_process_died"
+
+
+def test_a_first_start_eta_after_the_capture_counts_no_capture_again():
+    """0.5.23 builds the HiCache host pool in the scheduler's init after the model worker's,
+    capture included (managers/scheduler.py `init_model_worker`, then
+    `kv_cache_builder.build_kv_cache`): `allocating` again after `cuda_graph`, and no rule
+    can bring the capture back.  Before, the capture's typical 60 s less its 12 s was
+    still counted ahead: 85 s at the pool's start and 117 s at the warmup's `Prefill
+    batch`, 1 s before ready; now only allocating (the pack's 10 s less the first span's
+    3 s, then growing as it runs late) and autotune (DeepGEMM's compile may still begin)."""
+    name = "sglang-0523-hicache.log"
+    typical = load_pack("sglang").typical_seconds
+    pipe, now = fed_until(name, "TP1] Allocating kv hierarchical KV host pool")
+    assert pipe.state.phase == "allocating" and pipe.state.closed_seconds("cuda_graph") == 12
+    assert startup_eta(pipe.pack, pipe.state, now, {}) == \
+        typical["allocating"] - 3 + typical["autotune"]
+    pipe, now = fed_until(name, "Prefill batch")
+    assert startup_eta(pipe.pack, pipe.state, now, {}) < 70
