@@ -91,6 +91,19 @@ def follow(tmp_path: Path, src: Path, engine: str, d_make: Any, rx: Any) -> tupl
     return d, tmp_path / "state"
 
 
+def test_a_crash_line_without_a_tag_takes_no_rank_from_a_victim_seconds_later() -> None:
+    """sglang-046: the main process's SIGCHLD line (12:00:28, no rank tag) is the root cause;
+    TP0's gloo failure 22 s later is a victim's.  A daemon following the log as it was written
+    settles the crash in between (crash_settle, 2 s) and pages no rank; replay gave it TP0's,
+    `(TP0 first)` (and the rank killed was TP2).  An untagged crash line still takes the rank
+    of its own record's next lines (vllm-011-gpu-busy: DP0, the same second)."""
+    def crash(name: str) -> dict[str, Any]:
+        return pipeline_view(name, replay_file(str(BUILT / name))).crash or {}
+    c = crash("sglang-046-tp4-load-oom-killed.log")
+    assert (c["reason"], c["line_number"], c["rank"]) == ("host_oom_killed", 26, ""), c
+    assert crash("vllm-011-gpu-busy.log")["rank"] == "DP0"
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("name", FIXTURES)
 def test_the_daemon_following_a_built_startup_says_what_replay_says(

@@ -609,7 +609,8 @@ class StartupMachine:
             crash.chain_pending = True
             return False
         if rule.crash or rule.hint:
-            if not crash.rank and self.pack.ranks and obs.proc == (crash.proc or obs.proc):
+            if not crash.rank and self.pack.ranks and obs.proc == (crash.proc or obs.proc) \
+                    and same_record(crash, obs, self.pack.crash_settle):
                 crash.rank = self.pack.rank_of(obs.text, state.rank_pids)  # (its first line: no tag)
             before = (crash.reason, crash.line, crash.confirmed)
             add_evidence(self.pack, state, crash, rule, rule.crash or rule.hint, obs)  # type: ignore[arg-type]
@@ -965,3 +966,15 @@ def launch_of(state: State) -> str:
     less, digest apart, and page again: the loop's fold lost.  Such a launch is compared
     by the flags before its cut (`launch_prefixes`)."""
     return "" if state.args_partial else launch_digest(state.args)
+
+
+def same_record(crash: Crash, obs: Observation, settle: float) -> bool:
+    """Is `obs` still the crash's own record (a traceback whose first line had no tag), by the
+    server's clock: stamped within `settle` of the crash line, or unstamped?  A later rank's
+    line is a victim's, not the crash's: a live daemon has settled the crash by then (quiet
+    `crash_settle`).  Before, replay of sglang-046-tp4-load-oom-killed gave the SIGCHLD line
+    (12:00:28, no tag) TP0's gloo failure 22 s later, `(TP0 first)`, where the daemon that
+    followed the log as it was written paged no rank (and the rank killed was TP2)."""
+    if crash.log_time is None or obs.log_time is None or not obs.own_time:
+        return True
+    return obs.log_time - crash.log_time <= settle
