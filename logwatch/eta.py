@@ -69,7 +69,8 @@ def startup_eta(pack: RulePack, state: State, now: float,
         return math.nan
     typ = typical if typical else {}
     have_history = bool(typ)
-    defaults = pack.typical_seconds if have_history else _first_start_typical(pack, state)
+    stated = {} if have_history else _stated(pack, state)     # a first start's own words
+    defaults = {**pack.typical_seconds, **stated}
 
     def typical_of(p: str) -> float | None:
         if have_history:
@@ -90,7 +91,7 @@ def startup_eta(pack: RulePack, state: State, now: float,
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
         # then its end lines) is known from history: whichever ends later
         eta += max(bar_left, t_phase - elapsed) if have_history and t_phase else bar_left
-        if not again and phase in _stated(pack, state):
+        if not again and phase in stated:
             # one bar of many the engine says take long (a DeepGEMM shape's): the bar is no
             # clock of the phase (88 s read at the first shape's half, 12 minutes left)
             eta = max(eta, phase_left(defaults[phase], elapsed))
@@ -126,12 +127,6 @@ def _stated(pack: RulePack, state: State) -> dict[str, float]:
     default is 30 s)."""
     return {r.phase: r.typical for r in pack.rules
             if r.typical is not None and r.phase and r.id in state.begun}
-
-
-def _first_start_typical(pack: RulePack, state: State) -> dict[str, float]:
-    """A first start's typical time per phase: the pack's, but what the engine's own lines
-    of this startup said (`_stated`)."""
-    return {**pack.typical_seconds, **_stated(pack, state)}
 
 
 def _phase_clock(state: State, phase: str, now: float, again: bool) -> tuple[float | None, float]:
