@@ -107,14 +107,31 @@ def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text) if "\x1b" in text else text
 
 
+# Colour codes that lost their ESC byte on the way (a log pasted into an issue or a ticket, a
+# web log viewer's export): `[1;36m(APIServer pid=100)[0;0m INFO ...`, vLLM's coloured tag;
+# or whose ESC became U+FFFD (vllm-214, a paste in vLLM's issue 21713).  Removed where the
+# line holds a reset (`[0m`, `[0;0m`): a line with none is not coloured.
+_BARE_RESET_RE = re.compile(r"\[0(?:;0)?m")
+_BARE_SGR_RE = re.compile(r"\ufffd?\[\d{1,3}(?:;\d{1,3}){0,4}m")
+
+
+def strip_bare_sgr(text: str) -> str:
+    """Remove ESC-less colour codes from a line that holds a bare reset (the gate, `[0`, is a
+    substring test: most lines pay nothing more)."""
+    if "[0" in text and _BARE_RESET_RE.search(text):
+        return _BARE_SGR_RE.sub("", text)
+    return text
+
+
 def segment_text(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> str:
-    """Decode one raw segment: cap it, UTF-8 with replacement, strip ANSI, drop NULs."""
+    """Decode one raw segment: cap it, UTF-8 with replacement, strip ANSI (and the colour codes
+    that lost their ESC), drop NULs."""
     if len(raw) > max_line_bytes:
         raw = raw[:max_line_bytes]
     text = raw.decode("utf-8", "replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
-    return strip_ansi(text)
+    return strip_bare_sgr(strip_ansi(text))
 
 
 def split_glued(text: str) -> list[str]:

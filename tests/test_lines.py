@@ -35,6 +35,7 @@ from logwatch.lines import (
     segment_text,
     split_glued,
     strip_ansi,
+    strip_bare_sgr,
 )
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
@@ -91,7 +92,7 @@ def reference_lines(data: bytes, max_line_bytes: int):
     for end, sep in bounds:
         if end > start:
             raw = clean_bytes(data[start:end][:max_line_bytes])  # cap raw bytes, then clean
-            text = raw.decode("utf-8", "replace")
+            text = strip_bare_sgr(raw.decode("utf-8", "replace"))  # (ESC-less colour codes)
             for part in split_glued(text):
                 if part.strip():
                     out.append((part, start, line_number))

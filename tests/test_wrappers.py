@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import time
 from pathlib import Path
 from typing import Callable
@@ -599,3 +600,33 @@ def test_a_pacific_server_under_kubectl_s_utc_is_ready_after_its_own_four_minute
     rows = timeline(view)
     assert "loading_shards  2026-12-01 10:00:09 " in rows, rows
     assert "Z " not in rows and "T" not in rows.replace("(total", ""), rows
+
+
+# vLLM colours the tag it puts before a child's lines (decorate_logs: `\x1b[1;36m(EngineCore
+# pid=N)\x1b[0;0m `), a forked grandchild's tag inside its parent's.  Pasted into an issue or a
+# ticket, or exported by a web log viewer, the codes lose their ESC byte and keep their text.
+_VLLM_TAG = re.compile(r"\((?:[\w.-]{1,64} )(?:rank=\d+ )?pid=\d+\) ")
+TAGGED = sorted(p for d in (FIXTURES, FIXTURES / "built") for p in d.glob("*.log")
+                if _VLLM_TAG.match(p.read_text(errors="replace")))
+
+
+def coloured_tags(line: str, esc: str) -> str:
+    """`line` with each of its leading vLLM tags coloured as decorate_logs colours it."""
+    out, rest = [], line
+    while m := _VLLM_TAG.match(rest):
+        out.append(f"{esc}[1;36m{m.group()[:-1]}{esc}[0;0m ")
+        rest = rest[m.end():]
+    return "".join(out) + rest
+
+
+@pytest.mark.parametrize("esc", ["\x1b", "", "\ufffd"],
+                         ids=["colours", "colours-without-esc", "colours-esc-replaced"])
+@pytest.mark.parametrize("src", TAGGED, ids=lambda p: p.name)
+def test_vllm_s_coloured_tags_read_as_the_log_with_or_without_their_esc(
+        src: Path, esc: str, tmp_path: Path) -> None:
+    """Before, a vLLM 0.11 fork-mode log whose codes had lost their ESC (or had it replaced by
+    U+FFFD, as in vllm-214) was never ready: the reset after the tag, `)[0;0m INFO`, kept every
+    tag-anchored rule from matching (42 of the 49 tagged logs read otherwise)."""
+    dst = tmp_path / src.name
+    wrapped_copy(src, dst, lambda ln: coloured_tags(ln, esc))
+    assert verdict(dst, True) == verdict(src, True)
