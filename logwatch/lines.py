@@ -125,12 +125,16 @@ def strip_bare_sgr(text: str) -> str:
 
 def segment_text(raw: bytes, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> str:
     """Decode one raw segment: cap it, UTF-8 with replacement, strip ANSI (and the colour codes
-    that lost their ESC), drop NULs."""
+    that lost their ESC), drop NULs, and read a no-break space as a space (a log copied through
+    a chat or a wiki page comes back with `\xa0 ` for each run of blanks: before, 10 of 146
+    logs so copied read otherwise, one a phase, uvicorn's `INFO:     ` no envelope)."""
     if len(raw) > max_line_bytes:
         raw = raw[:max_line_bytes]
     text = raw.decode("utf-8", "replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if "\xa0" in text:
+        text = text.replace("\xa0", " ")
     return strip_bare_sgr(strip_ansi(text))
 
 

@@ -92,7 +92,8 @@ def reference_lines(data: bytes, max_line_bytes: int):
     for end, sep in bounds:
         if end > start:
             raw = clean_bytes(data[start:end][:max_line_bytes])  # cap raw bytes, then clean
-            text = strip_bare_sgr(raw.decode("utf-8", "replace"))  # (ESC-less colour codes)
+            text = raw.decode("utf-8", "replace").replace("\xa0", " ")
+            text = strip_bare_sgr(text)  # (ESC-less colour codes)
             for part in split_glued(text):
                 if part.strip():
                     out.append((part, start, line_number))
@@ -1041,8 +1042,8 @@ def cri_log(draw):
         off = len(data)
     if pending is not None:
         lines.append(pending[1:])
-    return data, [(b.decode("utf-8", "replace"), o, ln) for b, o, ln in lines
-                  if b.decode("utf-8", "replace").strip()]
+    texts = [(b.decode("utf-8", "replace").replace("\xa0", " "), o, ln) for b, o, ln in lines]
+    return data, [(t, o, ln) for t, o, ln in texts if t.strip()]
 
 
 @settings(max_examples=300, **SETTINGS)
