@@ -324,7 +324,7 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 21
+    assert filters is not None and len(filters) == 22
     # `aws logs tail`'s stream after its stamp: a digit first, a `/` in the line
     cloudwatch = filters[1]
     assert cloudwatch.head == r"[\d]" and "+00:00 " in cloudwatch.literals
@@ -352,11 +352,13 @@ def test_start_filters_of_the_shipped_prefixes() -> None:
     assert ts_time.head == ts_year.head == r"[\d]" and ":" in ts_time.chars
     # output glued before a record: a line that starts with the record itself (its `[` stamp,
     # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
-    glued_sglang, glued_vllm = filters[18], filters[19]
+    quote = filters[18]        # a reply's `> `: by its first character
+    assert quote.head == ">" and quote.literals == {"> "}
+    glued_sglang, glued_vllm = filters[19], filters[20]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
     # VLLM_LOGGING_PREFIX before an untagged record: a record's level among the literals
-    vllm_prefix = filters[20]
+    vllm_prefix = filters[21]
     assert "INFO " in vllm_prefix.literals and "-" in vllm_prefix.chars
 
 

@@ -47,6 +47,9 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # fixture replays ended in another phase)
     "kubectl-prefix": (lambda ln: f"[pod/vllm-7d9c8b6f4-x2k9q/vllm] {ln}", False),
     "ansi-remnant": (lambda ln: f"[0;36m{ln}", False),
+    # a log quoted in a reply (an email, an issue comment): before, 5 of 146 logs so quoted
+    # read otherwise (vllm-209 never ready)
+    "reply-quote": (lambda ln: f"> {ln}", False),
     "kubectl-timestamps": (lambda ln: f"2025-08-18T14:15:04.123456789Z {ln}", True),
     # a container's log file as the kubelet writes it (CRI: /var/log/pods/.../0.log)
     "kubelet-cri": (lambda ln: f"2025-08-18T14:15:04.123456789Z stderr F {ln}", True),
