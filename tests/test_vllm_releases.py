@@ -1,5 +1,5 @@
-"""Older vLLM releases a fleet still runs (0.11.0, October 2025, and 0.8.5.post1, April 2025:
-tests/inventory/vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
+"""Older vLLM releases a fleet still runs (0.13.0, December 2025, 0.11.0, October 2025, and
+0.8.5.post1, April 2025: tests/inventory/vllm-0.13.0.yaml, vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -138,6 +138,36 @@ def test_0_11_forked_tp1_capture_oom_is_tp1s():
         "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
         "cuda_graph": 6}
     assert (st.progress["shards"].current, st.progress["shards"].total) == (17, 17)
+
+# vLLM 0.13.0 (December 2025): 0.11's startup order and envelope in 0.16's words
+
+DEEPGEMM_13 = "vllm-013-tp2-fp8-deepgemm.log"
+
+
+def test_0_13_s_bracketed_deepgemm_bars_are_the_warmup_not_the_capture(tmp_path: Path):
+    """0.13 ends each DeepGEMM warmup bar's description with a bracket (deep_gemm_warmup.py
+    :204 `DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([5120, 5120])) [all tokens]`, the
+    default VLLM_DEEP_GEMM_WARMUP=full; `[relaxed]`; the grouped kernel's `[64 values,
+    block_m=128]`, :269).  The same launch as DEEPGEMM's in 0.13's words (`Model loading
+    took ... GiB memory`, `compile range (1, 8192)`, `Supported tasks:`): the same phases and
+    times.  Before: no frame matched past the bracket, so the warmup's 37 s went to the
+    capture (cuda_graph 66 s) and, mid-warmup, the phase was allocating with no progress."""
+    st = replay_file(str(BUILT / DEEPGEMM_13)).state
+    old = replay_file(str(BUILT / DEEPGEMM)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        sp.phase for sp in old.spans if not sp.beside]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
+        "cuda_graph": 29}
+    assert st.ready_in() == old.ready_in() == 152.0
+    lines = (BUILT / DEEPGEMM_13).read_text(encoding="utf-8").splitlines(keepends=True)
+    at = next(i for i, x in enumerate(lines) if "[all tokens]:  50%" in x)
+    half = tmp_path / "mid-warmup.log"
+    half.write_text("".join(lines[:at + 1]), encoding="utf-8")
+    mid = replay_file(str(half)).state
+    assert mid.phase == "autotune"
+    assert (mid.progress["deepgemm"].current, mid.progress["deepgemm"].total) == (4096, 8192)
+
 
 # vLLM 0.8.5.post1 (April 2025): V1 by default, V0 beside it (VLLM_USE_V1=0, or a fallback)
 
