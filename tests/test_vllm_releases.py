@@ -1,5 +1,6 @@
-"""Older vLLM releases a fleet still runs (0.13.0, December 2025, 0.11.0, October 2025, and
-0.8.5.post1, April 2025: tests/inventory/vllm-0.13.0.yaml, vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
+"""Older vLLM releases a fleet still runs (0.25.1, July 2026, 0.13.0, December 2025, 0.11.0,
+October 2025, and 0.8.5.post1, April 2025: tests/inventory/vllm-0.25.1.yaml, vllm-0.13.0.yaml,
+vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -13,6 +14,28 @@ from logwatch.app.replay import replay_file
 
 BUILT = FIXTURES / "built"
 DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
+CUTEDSL = "vllm-0251-mla-cutedsl.log"
+
+
+def test_0_25_s_cutedsl_warmup_of_an_mla_model_is_autotune_again():
+    """0.25.1 compiles the FA4 MLA prefill kernels with CuTeDSL before serving
+    (kernel_config.enable_cutedsl_warmup, on by default; an MLA model on Blackwell), the last
+    step of kernel_warmup, after the KV cache is sized and before the capture:
+    `Warming up CuTeDSL compile_units=6 names=['fa4_mla_prefill'].` .. `CuTeDSL warmup
+    compiled 6 units in 48.30 s.` (model_executor/warmup/cutedsl_warmup.py:102, :110).
+    Before: no rule read either line, and the capture's span took the compile's 48 s
+    (allocating 3 s, cuda_graph 1m05s for a 14 s capture)."""
+    st = replay_file(str(BUILT / CUTEDSL)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
+        "ready"]
+    # torch.compile 10:00:19 -> 10:00:52; profiling and the KV estimate -> 10:00:56; the
+    # CuTeDSL compile -> 10:01:44; the capture's bars (8 + 6 s) and engine up to 10:02:00
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 6, "loading_shards": 13, "autotune": 33 + 48, "allocating": 4,
+        "cuda_graph": 16}
+    assert st.ready_in() == 120.0
+    assert st.startups == 1
 
 
 def test_0_11_s_deepgemm_warmup_after_the_kv_sizing_is_autotune_again():
