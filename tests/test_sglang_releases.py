@@ -266,6 +266,20 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
 
 
+def test_0_5_1_s_quantization_without_vllm_is_a_missing_module_not_the_checkpoint():
+    """SGLang 0.4.x .. 0.5.x run nine quantization methods on vLLM's operators; in an image
+    without vllm the weights' load refuses the checkpoint's method: `ValueError: aqlm
+    quantization requires some operators from vllm. Please install vllm by ...` (0.5.1.post3
+    layers/quantization/__init__.py:131, via model_loader/weight_utils.py:139
+    `get_quant_config`), then `Import error: No module named 'vllm'`, in the scheduler's
+    traceback.  The checkpoint is fine; the image lacks a module.  Before: `weight_loading_error
+    during loading_shards` (the load phase read the generic ValueError as the checkpoint's)."""
+    st = replay_file(str(BUILT / "sglang-051-aqlm-no-vllm.log")).state
+    assert st.crash is not None and st.startups == 1
+    assert (st.crash.reason, st.crash.during) == ("import_error", "loading_shards"), st.crash
+    assert st.crash.line.startswith("ValueError: aqlm quantization requires some operators from vllm.")
+
+
 def _ready_at(name: str) -> float:
     """The stamp of a built log's ready line (its truth: the time left is up to it)."""
     ready = [sp for sp in replay_file(str(BUILT / name)).state.spans if sp.phase == "ready"]
