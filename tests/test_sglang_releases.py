@@ -1,4 +1,4 @@
-"""Older SGLang releases a fleet still runs (0.4.6, 0.4.10, 0.5.8, 0.5.10, 0.5.17:
+"""Older SGLang releases a fleet still runs (0.4.6, 0.4.10, 0.5.1, 0.5.8, 0.5.10, 0.5.17:
 tests/inventory/), as a user meets them: whole startups built from the release's own
 statements in its order (tests/fixtures/built/README.md).  Each test is one finding of
 scoring the packs against those releases' source: the verdict logwatch gave before, and the
@@ -266,6 +266,37 @@ def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
     assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
 
 
+TP8_051 = "sglang-051-tp8-deepgemm.log"
+
+
+def test_0_5_1_s_deepgemm_compile_runs_on_the_node_s_first_rank_under_its_named_bar():
+    """SGLang 0.5.1.post3 (tests/inventory/sglang-0.5.1.post3.yaml), DeepSeek-V3 `--tp 8` from
+    its hub id, weights cached: 0.4.10's order and words (`Using model weights format` on
+    every rank after `Load weight begin.`, weight_utils.py:274: a hub check inside the load,
+    not a download), but 0.5.4's DeepGEMM JIT: only the node's first rank compiles
+    (layers/quantization/deep_gemm_wrapper/compile_utils.py:58 `_DO_COMPILE_ALL =
+    _IS_FIRST_RANK_ON_NODE`; in 0.4.10 every rank did), TP0's `Try DeepGEMM JIT Compiling
+    for` and one `DeepGEMM warmup` bar per shape over every M (:136, 16384 steps) while TP1-TP7
+    wait in the capture's barrier, silent for 12 minutes.  The packs of 2c398a8 read it so
+    already (held: no change): the compile is autotune inside the capture, its bar the
+    `deepgemm` progress, the capture's last frame and `Capture cuda graph end.` cuda_graph."""
+    st = replay_file(str(BUILT / TP8_051)).state
+    assert st.crash is None and st.startups == 1 and st.ready_in() == 901.0
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "allocating", "cuda_graph", "autotune",
+        "cuda_graph", "ready"]
+    d = st.durations()
+    assert "downloading" not in d and (d["loading_shards"], d["allocating"]) == (164.0, 5.0), d
+    assert d["autotune"] == 711.0 and d["cuda_graph"] == 9.0, d
+    assert (st.progress["shards"].current, st.progress["shards"].total) == (163, 163)
+    pipe, _ = fed_until(TP8_051, "| 8192/16384 [")
+    assert pipe.state.phase == "autotune"
+    bar = pipe.state.progress["deepgemm"]
+    assert (bar.current, bar.total) == (8192, 16384)
+    pipe, _ = fed_until(TP8_051, "Capturing batches (bs=1 ")
+    assert pipe.state.phase == "cuda_graph"
+
+
 def test_0_5_1_s_quantization_without_vllm_is_a_missing_module_not_the_checkpoint():
     """SGLang 0.4.x .. 0.5.x run nine quantization methods on vLLM's operators; in an image
     without vllm the weights' load refuses the checkpoint's method: `ValueError: aqlm
@@ -288,6 +319,7 @@ def _ready_at(name: str) -> float:
 
 
 @pytest.mark.parametrize("name, marker", [(DP_ATTN, "| 110/221 ["),
+                                          (TP8_051, "| 8192/16384 ["),
                                           ("sglang-0523-deepep-deepgemm.log", "2048/4096 [")])
 def test_a_first_start_eta_in_a_deepgemm_compile_is_the_engine_s_own_typical(name, marker):
     """No history: the DeepGEMM JIT compile's first shape, half-way.  Its bar times that
