@@ -578,6 +578,41 @@ def test_the_same_words_as_a_warning_are_no_crash(tmp_path):
     assert st.phase == READY and st.crash is None, st.crash
 
 
+@pytest.mark.parametrize("name", ["sglang-0523-arg-hook-refused.log",
+                                  "vllm-034-engine-args-refused.log"])
+def test_a_bare_exception_while_the_arguments_resolve_is_the_command_line_at_launch(name):
+    """SGLang 0.5.23's arg hooks (`resolve_once` -> arg_groups/parallel_hook.py:128, `DeepSeek
+    V3.2 prefill CP does not support --cp-strategy zigzag`) and vLLM 0.34's
+    `create_engine_config` (arg_utils.py:2418, hybrid and external DP load balancing
+    together) refuse the command line with a bare ValueError (the packs' frame rules, `hint:
+    bad_argument`, `at_launch`).  Before: `python_exception`, SGLang's `during waiting` with
+    0 startups."""
+    st = replay(name)
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == (
+        "bad_argument", "launching"), st.crash
+    assert st.startups == 1 and st.crash.line.startswith("ValueError: ")
+
+
+def test_a_cause_of_its_own_inside_the_engine_args_still_wins(tmp_path):
+    """The hub's refusal met while the engine config is built (its model config fetched) is
+    the hub's, not the command line's: a cause line wins over the frame's hint."""
+    src = (BUILT / "vllm-034-engine-args-refused.log").read_text().splitlines()
+    gated = ("huggingface_hub.errors.GatedRepoError: 403 Client Error. (Request ID: Root=1-65) "
+             "Cannot access gated repo for url https://huggingface.co/meta-llama/Llama-3.1-8B/"
+             "resolve/main/config.json.")
+    st = replay_lines(tmp_path, "gated.log", src[:-1] + [gated])
+    assert st.crash is not None and st.crash.reason == "hub_download_failed", st.crash
+
+
+def test_the_same_bare_exception_in_a_scheduler_is_no_argument_error(tmp_path):
+    """A scheduler's own ValueError (its traceback passes through no argument resolution)
+    stays `python_exception`: the frame, not the words, says where it was raised."""
+    src = (BUILT / "sglang-0523-arg-hook-refused.log").read_text().splitlines()
+    body = [x for x in src if "server_args.py" not in x and "resolve_once" not in x]
+    st = replay_lines(tmp_path, "scheduler.log", body)
+    assert st.crash is not None and st.crash.reason == "python_exception", st.crash
+
+
 def test_fa3_on_a_gpu_it_does_not_run_on_is_the_command_line(tmp_path):
     """`--attention-backend fa3` on Blackwell: attention_registry.py:243's assert in each
     scheduler.  Before: `python_exception` with the assert as the root cause."""

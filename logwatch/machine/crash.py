@@ -20,7 +20,7 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
                  obs: Observation) -> None:
     """Add a crash line (cause, announcement or hint) to what is known of `crash`, and
     recompute its reason and root-cause line."""
-    own = rule.crash == reason
+    own = (rule.crash or rule.hint) == reason
     ev = Evidence(reason, obs.text.rstrip(), obs.line_number,
                   fill_meaning(rule.meaning, obs.fields) if own else "", own and rule.at_launch)
     place_crash(pack, crash, rule)

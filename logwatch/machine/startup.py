@@ -132,7 +132,7 @@ class StartupMachine:
                 self._crash_line(state, obs, now, events)
             return events
         if rule.hint:
-            ev = Evidence(rule.hint, obs.text, obs.line_number)
+            ev = Evidence(rule.hint, obs.text, obs.line_number, at_launch=rule.at_launch)
             state.hints.setdefault(rule.hint, ev)
         if rule.phase:
             self._phase_marker(state, rule, obs, now, events)
@@ -943,9 +943,10 @@ def crashed_at_launch(pack: RulePack, state: State) -> list[Event]:
     startup has no StartupId (no line of it is known to be its first: its alerts are keyed
     `-`, as a crash before any startup was)."""
     crash = state.crash
-    if crash is None or state.epoch or crash.during != WAITING or crash.rank or not any(
+    if crash is None or state.epoch or crash.during != WAITING or crash.rank or not (any(
             e is not None and e.at_launch and e.reason == crash.reason and
-            e.line_number == crash.line_number for e in (crash.cause, crash.marker_reason)):
+            e.line_number == crash.line_number for e in (crash.cause, crash.marker_reason))
+            or _launch_frame(state, crash)):
         return []
     state.epoch, state.startups, state.mid_startup = 1, state.startups + 1, False
     crash.during = pack.phases[0]
@@ -954,6 +955,17 @@ def crashed_at_launch(pack: RulePack, state: State) -> list[Event]:
         state.spans.insert(0, Span(crash.during, first.at, first.log_time, first.log_stamp,
                                    first.line, end_at=first.at, end_log=first.log_time))
     return [StartupBegan(state.epoch, state.startup_id, crash.line)]  # type: ignore[arg-type]
+
+
+def _launch_frame(state: State, crash: Crash) -> bool:
+    """The crash's reason came from a frame only a launch runs (its rule's `at_launch`: the
+    arguments resolved before the server starts, SGLang's arg hooks, vLLM's
+    `create_engine_config`) and its root cause is a bare exception (`ValueError: ...`), no
+    cause of its own."""
+    hint = state.hints.get(crash.reason)
+    cause = crash.cause
+    return hint is not None and hint.at_launch and cause is not None and \
+        cause.reason != crash.reason and cause.line_number == crash.line_number
 
 
 def launch_of(state: State) -> str:
