@@ -1,6 +1,6 @@
-"""Older vLLM releases a fleet still runs (0.25.1, July 2026, 0.13.0, December 2025, 0.11.0,
-October 2025, and 0.8.5.post1, April 2025: tests/inventory/vllm-0.25.1.yaml, vllm-0.13.0.yaml,
-vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
+"""Older vLLM releases a fleet still runs (0.31.0, October 2026, 0.25.1, July 2026, 0.13.0,
+December 2025, 0.11.0, October 2025, and 0.8.5.post1, April 2025: tests/inventory/vllm-0.31.0.yaml,
+vllm-0.25.1.yaml, vllm-0.13.0.yaml, vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -15,6 +15,28 @@ from logwatch.app.replay import replay_file
 BUILT = FIXTURES / "built"
 DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
 CUTEDSL = "vllm-0251-mla-cutedsl.log"
+JIT_031 = "vllm-031-tp2-jit-warmup.log"
+
+
+def test_0_31_s_jit_warmup_after_the_sized_kv_cache_is_autotune_and_nothing_follows_capture():
+    """0.31 is 0.28's order with 0.34's JIT warmup: the engine core prints `GPU KV cache size`
+    after the profiling run (no extensible KV cache), then each worker's kernel_warmup opens
+    with `JIT kernel warmup starting.` (kernel_warmup.py:172, on by default), FlashInfer's
+    autotune follows, then the V2 runner's capture; no KV commit after it (0.34 commits the
+    KV cache after the capture: allocating twice).  Every line is 0.31's (its file:line, its
+    `(Worker_TP0 pid=N)` record tag); the packs read it right as they are."""
+    st = replay_file(str(BUILT / JIT_031)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
+        "ready"]
+    # compile 10:00:44 -> 10:01:24; profiling and the KV sizing -> 10:01:30; JIT warmup and
+    # FlashInfer autotune -> 10:04:01; the capture's bars (15 + 9 s) and engine up to 10:04:31
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 12, "loading_shards": 32, "autotune": 40 + 151, "allocating": 6,
+        "cuda_graph": 30}
+    assert st.ready_in() == 271.0
+    assert st.startups == 1
+    assert st.crash is None
 
 
 def test_0_25_s_cutedsl_warmup_of_an_mla_model_is_autotune_again():
