@@ -593,6 +593,25 @@ def test_a_bare_exception_while_the_arguments_resolve_is_the_command_line_at_lau
     assert st.startups == 1 and st.crash.line.startswith("ValueError: ")
 
 
+def test_the_serve_command_s_own_checks_refuse_the_command_line_at_launch(tmp_path):
+    """`vllm serve ... --enable-auto-tool-choice` without `--tool-call-parser`: 0.34
+    entrypoints/common/cli_args.py:563 `validate_parsed_serve_args` raises a bare TypeError
+    before any engine config.  Before: `python_exception`."""
+    src = (BUILT / "vllm-034-engine-args-refused.log").read_text().splitlines()
+    head = src[:src.index("Traceback (most recent call last):") + 6]   # to main.py `main`
+    tail = ['  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/cli/serve.py", '
+            'line 159, in cmd',
+            "    validate_parsed_serve_args(args)",
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/entrypoints/common/cli_args.py",'
+            ' line 563, in validate_parsed_serve_args',
+            '    raise TypeError("Error: --enable-auto-tool-choice requires --tool-call-parser")',
+            "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser"]
+    st = replay_lines(tmp_path, "tool-choice.log", head + tail)
+    assert st.crash is not None and (st.crash.reason, st.crash.during) == (
+        "bad_argument", "launching"), st.crash
+    assert st.crash.line.startswith("TypeError: Error: --enable-auto-tool-choice")
+
+
 def test_a_cause_of_its_own_inside_the_engine_args_still_wins(tmp_path):
     """The hub's refusal met while the engine config is built (its model config fetched) is
     the hub's, not the command line's: a cause line wins over the frame's hint."""
