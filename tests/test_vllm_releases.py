@@ -1,6 +1,7 @@
-"""Older vLLM releases a fleet still runs (0.31.0, October 2026, 0.25.1, July 2026, 0.13.0,
-December 2025, 0.11.0, October 2025, and 0.8.5.post1, April 2025: tests/inventory/vllm-0.31.0.yaml,
-vllm-0.25.1.yaml, vllm-0.13.0.yaml, vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
+"""Older vLLM releases a fleet still runs (0.31.0, October 2026, 0.25.1, July 2026, 0.19.1,
+0.13.0, December 2025, 0.11.0, October 2025, and 0.8.5.post1, April 2025:
+tests/inventory/vllm-0.31.0.yaml, vllm-0.25.1.yaml, vllm-0.19.1.yaml, vllm-0.13.0.yaml,
+vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -16,6 +17,7 @@ BUILT = FIXTURES / "built"
 DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
 CUTEDSL = "vllm-0251-mla-cutedsl.log"
 JIT_031 = "vllm-031-tp2-jit-warmup.log"
+CG_PROFILE = "vllm-0191-tp2-cg-profile.log"
 
 
 def test_0_31_s_jit_warmup_after_the_sized_kv_cache_is_autotune_and_nothing_follows_capture():
@@ -57,6 +59,28 @@ def test_0_25_s_cutedsl_warmup_of_an_mla_model_is_autotune_again():
         "launching": 6, "loading_shards": 13, "autotune": 33 + 48, "allocating": 4,
         "cuda_graph": 16}
     assert st.ready_in() == 120.0
+    assert st.startups == 1
+
+
+def test_0_19_s_flashinfer_autotune_after_the_kv_sizing_is_autotune_again():
+    """0.19.1 autotunes FlashInfer in kernel_warmup (Hopper and Blackwell; FlashInfer is a
+    dependency of the wheel) after the KV cache is sized and before the capture, and prints
+    no line of its own for it: only FlashInfer's `[Autotuner]: Autotuning process starts ...`
+    .. `ends` (flashinfer 0.6.6 autotuner.py:262, :268), on each worker's stderr behind its
+    `(Worker_TP0 pid=N)` tag.  Before: the tagged FlashInfer stamps were unread and its
+    autotuner named autotune without beginning it, so the KV allocation's and the autotune's
+    seconds were the capture's (allocating 8 s, cuda_graph 33 s for a 24 s capture)."""
+    st = replay_file(str(BUILT / CG_PROFILE)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
+        "ready"]
+    # torch.compile 10:00:44 -> 10:01:24; the profiling run, the CUDA graph memory profile
+    # and the KV sizing -> 10:01:34.123; FlashInfer's autotune -> 10:01:37.470; the capture's
+    # bars (15 + 9 s) and engine up -> 10:02:05
+    assert {k: round(v, 1) for k, v in st.durations().items()} == {
+        "launching": 12.0, "loading_shards": 32.0, "autotune": 40.0 + 3.3, "allocating": 10.1,
+        "cuda_graph": 27.5}
+    assert st.ready_in() == 125.0
     assert st.startups == 1
 
 
