@@ -234,67 +234,59 @@ def test_a_replica_s_draft_waits_for_the_slowest_replica_s_capture():
 
 
 DP_ATTN = "sglang-0410-dp-attention-deepgemm.log"
-
-
-
-def test_0_4_10_s_dp_attention_startup_and_its_bare_deepgemm_bar():
-    """SGLang 0.4.10.post2, DeepSeek-V3 `--tp 8 --dp 8 --enable-dp-attention` from its hub id,
-    weights cached: every rank tagged `DP3 TP3` (managers/scheduler.py:2504), one model (not
-    8 replicas: `replicas: unless enable_dp_attention`); `Using model weights format` after
-    `Load weight begin.` on every rank (weight_utils.py:274: a hub check, 4 s, part of the
-    load: it was `downloading 4.0s`, see the test below); the DeepGEMM
-    compile inside the capture's first batch, 5 shapes in 12 min; the ready line after the
-    warmup request (the timeline was right before too).  Each shape's configs compile under
-    `thread_map` (deep_gemm_wrapper/compile_utils.py:297), a bar with no description on every
-    rank.  Before: no rule, no progress through the 12 minutes; now the autotune's
-    `deepgemm` progress.  The capture bar's bare first frame (cuda_graph_runner.py:468,
-    before `set_description`) is not it."""
-    st = replay_file(str(BUILT / DP_ATTN)).state
-    assert st.crash is None and st.startups == 1 and st.ready_in() == 920.0
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "loading_shards", "allocating", "cuda_graph", "autotune",
-        "cuda_graph", "ready"]
-    d = st.durations()
-    assert (d["loading_shards"], d["allocating"]) == (164.0, 5.0), d
-    assert d["autotune"] == 728.0 and d["cuda_graph"] == 11.0, d
-    assert (st.progress["shards"].current, st.progress["shards"].total) == (163, 163)
-    pipe, _ = fed_until(DP_ATTN, "| 110/221 [")
-    assert pipe.state.phase == "autotune"
-    bar = pipe.state.progress["deepgemm"]
-    assert (bar.current, bar.total) == (110, 221)
-    pipe, _ = fed_until(DP_ATTN, "  0%|          | 0/19 [")
-    assert pipe.state.phase == "cuda_graph" and "deepgemm" not in pipe.state.progress
-
-
 TP8_051 = "sglang-051-tp8-deepgemm.log"
 
+# DeepSeek-V3 starts whose DeepGEMM JIT compile runs inside the capture's first batch, from
+# its hub id, weights cached.  name -> (log, ready in, autotune and cuda_graph seconds, the
+# deepgemm bar's frame to stop at and its k/N, a line of the capture after it, whether the
+# capture's bar replaces the bare one: 0.5.1's is named and stays, done, beside it)
+DEEPGEMM_IN_CAPTURE: dict[str, tuple[str, float, tuple[float, float], str, tuple[int, int],
+                                     str, bool]] = {
+    # 0.4.10.post2, `--tp 8 --dp 8 --enable-dp-attention`: every rank tagged `DP3 TP3`
+    # (managers/scheduler.py:2504), one model (not 8 replicas: `replicas: unless
+    # enable_dp_attention`); `Using model weights format` after `Load weight begin.` on every
+    # rank (weight_utils.py:274: a hub check, 4 s, part of the load: it was `downloading
+    # 4.0s`, see the test below); 5 shapes in 12 min, each shape's configs compiled under
+    # `thread_map` (deep_gemm_wrapper/compile_utils.py:297), a bar with no description on
+    # every rank.  Before: no rule, no progress through the 12 minutes; now the autotune's
+    # `deepgemm` progress.  The capture bar's bare first frame (cuda_graph_runner.py:468,
+    # before `set_description`) is not it.
+    "0.4.10-dp-attention": (DP_ATTN, 920.0, (728.0, 11.0), "| 110/221 [", (110, 221),
+                            "  0%|          | 0/19 [", True),
+    # 0.5.1.post3 (tests/inventory/sglang-0.5.1.post3.yaml), `--tp 8`: 0.4.10's order and words,
+    # but 0.5.4's DeepGEMM JIT: only the node's first rank compiles
+    # (layers/quantization/deep_gemm_wrapper/compile_utils.py:58 `_DO_COMPILE_ALL =
+    # _IS_FIRST_RANK_ON_NODE`; in 0.4.10 every rank did), TP0's `Try DeepGEMM JIT Compiling
+    # for` and one `DeepGEMM warmup` bar per shape over every M (:136, 16384 steps) while
+    # TP1-TP7 wait in the capture's barrier, silent for 12 minutes.  The packs of 2c398a8
+    # read it so already (held: no change).
+    "0.5.1-first-rank-compiles": (TP8_051, 901.0, (711.0, 9.0), "| 8192/16384 [",
+                                  (8192, 16384), "Capturing batches (bs=1 ", False),
+}
 
-def test_0_5_1_s_deepgemm_compile_runs_on_the_node_s_first_rank_under_its_named_bar():
-    """SGLang 0.5.1.post3 (tests/inventory/sglang-0.5.1.post3.yaml), DeepSeek-V3 `--tp 8` from
-    its hub id, weights cached: 0.4.10's order and words (`Using model weights format` on
-    every rank after `Load weight begin.`, weight_utils.py:274: a hub check inside the load,
-    not a download), but 0.5.4's DeepGEMM JIT: only the node's first rank compiles
-    (layers/quantization/deep_gemm_wrapper/compile_utils.py:58 `_DO_COMPILE_ALL =
-    _IS_FIRST_RANK_ON_NODE`; in 0.4.10 every rank did), TP0's `Try DeepGEMM JIT Compiling
-    for` and one `DeepGEMM warmup` bar per shape over every M (:136, 16384 steps) while TP1-TP7
-    wait in the capture's barrier, silent for 12 minutes.  The packs of 2c398a8 read it so
-    already (held: no change): the compile is autotune inside the capture, its bar the
-    `deepgemm` progress, the capture's last frame and `Capture cuda graph end.` cuda_graph."""
-    st = replay_file(str(BUILT / TP8_051)).state
-    assert st.crash is None and st.startups == 1 and st.ready_in() == 901.0
+
+@pytest.mark.parametrize("case", sorted(DEEPGEMM_IN_CAPTURE))
+def test_a_deepgemm_compile_inside_the_capture_is_autotune_with_its_bar(case: str) -> None:
+    """The compile is autotune inside the capture (its bar the `deepgemm` progress), the
+    capture's last frame and `Capture cuda graph end.` cuda_graph; no download."""
+    log, ready_in, (autotune, capture), bar_at, (k, n), capture_at, cleared = \
+        DEEPGEMM_IN_CAPTURE[case]
+    st = replay_file(str(BUILT / log)).state
+    assert st.crash is None and st.startups == 1 and st.ready_in() == ready_in
     assert [sp.phase for sp in st.spans if not sp.beside] == [
         "launching", "loading_shards", "allocating", "cuda_graph", "autotune",
         "cuda_graph", "ready"]
     d = st.durations()
     assert "downloading" not in d and (d["loading_shards"], d["allocating"]) == (164.0, 5.0), d
-    assert d["autotune"] == 711.0 and d["cuda_graph"] == 9.0, d
+    assert (d["autotune"], d["cuda_graph"]) == (autotune, capture), d
     assert (st.progress["shards"].current, st.progress["shards"].total) == (163, 163)
-    pipe, _ = fed_until(TP8_051, "| 8192/16384 [")
+    pipe, _ = fed_until(log, bar_at)
     assert pipe.state.phase == "autotune"
     bar = pipe.state.progress["deepgemm"]
-    assert (bar.current, bar.total) == (8192, 16384)
-    pipe, _ = fed_until(TP8_051, "Capturing batches (bs=1 ")
+    assert (bar.current, bar.total) == (k, n)
+    pipe, _ = fed_until(log, capture_at)
     assert pipe.state.phase == "cuda_graph"
+    assert ("deepgemm" not in pipe.state.progress) == cleared
 
 
 def test_0_5_1_s_quantization_without_vllm_is_a_missing_module_not_the_checkpoint():

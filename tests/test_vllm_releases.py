@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
 
@@ -20,87 +22,65 @@ JIT_031 = "vllm-031-tp2-jit-warmup.log"
 CG_PROFILE = "vllm-0191-tp2-cg-profile.log"
 
 
-def test_0_31_s_jit_warmup_after_the_sized_kv_cache_is_autotune_and_nothing_follows_capture():
-    """0.31 is 0.28's order with 0.34's JIT warmup: the engine core prints `GPU KV cache size`
-    after the profiling run (no extensible KV cache), then each worker's kernel_warmup opens
-    with `JIT kernel warmup starting.` (kernel_warmup.py:172, on by default), FlashInfer's
-    autotune follows, then the V2 runner's capture; no KV commit after it (0.34 commits the
-    KV cache after the capture: allocating twice).  Every line is 0.31's (its file:line, its
-    `(Worker_TP0 pid=N)` record tag); the packs read it right as they are."""
-    st = replay_file(str(BUILT / JIT_031)).state
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
-        "ready"]
-    # compile 10:00:44 -> 10:01:24; profiling and the KV sizing -> 10:01:30; JIT warmup and
-    # FlashInfer autotune -> 10:04:01; the capture's bars (15 + 9 s) and engine up to 10:04:31
-    assert {k: round(v) for k, v in st.durations().items()} == {
-        "launching": 12, "loading_shards": 32, "autotune": 40 + 151, "allocating": 6,
-        "cuda_graph": 30}
-    assert st.ready_in() == 271.0
-    assert st.startups == 1
-    assert st.crash is None
-
-
-def test_0_25_s_cutedsl_warmup_of_an_mla_model_is_autotune_again():
-    """0.25.1 compiles the FA4 MLA prefill kernels with CuTeDSL before serving
-    (kernel_config.enable_cutedsl_warmup, on by default; an MLA model on Blackwell), the last
-    step of kernel_warmup, after the KV cache is sized and before the capture:
-    `Warming up CuTeDSL compile_units=6 names=['fa4_mla_prefill'].` .. `CuTeDSL warmup
-    compiled 6 units in 48.30 s.` (model_executor/warmup/cutedsl_warmup.py:102, :110).
-    Before: no rule read either line, and the capture's span took the compile's 48 s
-    (allocating 3 s, cuda_graph 1m05s for a 14 s capture)."""
-    st = replay_file(str(BUILT / CUTEDSL)).state
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
-        "ready"]
+# Warmups after the KV cache is sized and before the capture, each a finding of one release's
+# inventory: each is autotune again, so the startup reads `launching > loading_shards >
+# autotune > allocating > autotune > cuda_graph > ready`.  name -> (log, durations, ready in)
+SECOND_AUTOTUNE: dict[str, tuple[str, dict[str, float], float]] = {
+    # 0.31 is 0.28's order with 0.34's JIT warmup: the engine core prints `GPU KV cache size`
+    # after the profiling run (no extensible KV cache), then each worker's kernel_warmup opens
+    # with `JIT kernel warmup starting.` (kernel_warmup.py:172, on by default), FlashInfer's
+    # autotune follows, then the V2 runner's capture; no KV commit after it (0.34 commits the
+    # KV cache after the capture: allocating twice).  Every line is 0.31's (its file:line, its
+    # `(Worker_TP0 pid=N)` record tag); the packs read it right as they are.  compile 10:00:44
+    # -> 10:01:24; profiling and the KV sizing -> 10:01:30; JIT warmup and FlashInfer autotune
+    # -> 10:04:01; the capture's bars (15 + 9 s) and engine up to 10:04:31
+    "0.31-jit-warmup": (JIT_031, {"launching": 12, "loading_shards": 32, "autotune": 40 + 151.5,
+                                  "allocating": 6, "cuda_graph": 29.5}, 271.0),
+    # 0.25.1 compiles the FA4 MLA prefill kernels with CuTeDSL before serving
+    # (kernel_config.enable_cutedsl_warmup, on by default; an MLA model on Blackwell), the last
+    # step of kernel_warmup: `Warming up CuTeDSL compile_units=6 names=['fa4_mla_prefill'].`
+    # .. `CuTeDSL warmup compiled 6 units in 48.30 s.` (model_executor/warmup/
+    # cutedsl_warmup.py:102, :110).  Before: no rule read either line, and the capture's span
+    # took the compile's 48 s (allocating 3 s, cuda_graph 1m05s for a 14 s capture).
     # torch.compile 10:00:19 -> 10:00:52; profiling and the KV estimate -> 10:00:56; the
     # CuTeDSL compile -> 10:01:44; the capture's bars (8 + 6 s) and engine up to 10:02:00
-    assert {k: round(v) for k, v in st.durations().items()} == {
-        "launching": 6, "loading_shards": 13, "autotune": 33 + 48, "allocating": 4,
-        "cuda_graph": 16}
-    assert st.ready_in() == 120.0
-    assert st.startups == 1
-
-
-def test_0_19_s_flashinfer_autotune_after_the_kv_sizing_is_autotune_again():
-    """0.19.1 autotunes FlashInfer in kernel_warmup (Hopper and Blackwell; FlashInfer is a
-    dependency of the wheel) after the KV cache is sized and before the capture, and prints
-    no line of its own for it: only FlashInfer's `[Autotuner]: Autotuning process starts ...`
-    .. `ends` (flashinfer 0.6.6 autotuner.py:262, :268), on each worker's stderr behind its
-    `(Worker_TP0 pid=N)` tag.  Before: the tagged FlashInfer stamps were unread and its
-    autotuner named autotune without beginning it, so the KV allocation's and the autotune's
-    seconds were the capture's (allocating 8 s, cuda_graph 33 s for a 24 s capture)."""
-    st = replay_file(str(BUILT / CG_PROFILE)).state
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
-        "ready"]
+    "0.25-cutedsl": (CUTEDSL, {"launching": 6, "loading_shards": 13, "autotune": 33 + 48,
+                               "allocating": 4, "cuda_graph": 16}, 120.0),
+    # 0.19.1 autotunes FlashInfer in kernel_warmup (Hopper and Blackwell) and prints no line of
+    # its own for it: only FlashInfer's `[Autotuner]: Autotuning process starts ...` .. `ends`
+    # (flashinfer 0.6.6 autotuner.py:262, :268), on each worker's stderr behind its
+    # `(Worker_TP0 pid=N)` tag.  Before: the tagged FlashInfer stamps were unread and its
+    # autotuner named autotune without beginning it, so the KV allocation's and the autotune's
+    # seconds were the capture's (allocating 8 s, cuda_graph 33 s for a 24 s capture).
     # torch.compile 10:00:44 -> 10:01:24; the profiling run, the CUDA graph memory profile
     # and the KV sizing -> 10:01:34.123; FlashInfer's autotune -> 10:01:37.470; the capture's
     # bars (15 + 9 s) and engine up -> 10:02:05
-    assert {k: round(v, 1) for k, v in st.durations().items()} == {
-        "launching": 12.0, "loading_shards": 32.0, "autotune": 40.0 + 3.3, "allocating": 10.1,
-        "cuda_graph": 27.5}
-    assert st.ready_in() == 125.0
-    assert st.startups == 1
+    "0.19-flashinfer": (CG_PROFILE, {"launching": 12.0, "loading_shards": 32.0,
+                                     "autotune": 40.0 + 3.3, "allocating": 10.1,
+                                     "cuda_graph": 27.5}, 125.0),
+    # 0.11 warms DeepGEMM up (VLLM_USE_DEEP_GEMM=1 by default; a block-FP8 model on Hopper),
+    # one bar per weight shape on every rank: `DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([5120,
+    # 5120])): ...`.  Before: no rule read them, and the capture's span took the warmup's 37 s
+    # (cuda_graph 66 s).  The startup's first line is 0.11's `vLLM API server version 0.11.0`.
+    # compile 10:00:43 -> 10:01:22; the KV estimate -> 10:01:26; the warmup's bars (8 + 6 + 14
+    # + 9 s, the ranks side by side); capture and the sampler warmup to ready at 10:02:32
+    "0.11-deepgemm": (DEEPGEMM, {"launching": 11, "loading_shards": 32, "autotune": 39 + 37,
+                                 "allocating": 4, "cuda_graph": 29}, 152.0),
+}
 
 
-def test_0_11_s_deepgemm_warmup_after_the_kv_sizing_is_autotune_again():
-    """0.11 warms DeepGEMM up (VLLM_USE_DEEP_GEMM=1 by default; a block-FP8 model on Hopper)
-    in kernel_warmup, after the KV cache is sized and before the capture, one bar per weight
-    shape on every rank: `DeepGemm(fp8_gemm_nt) warmup (W=torch.Size([5120, 5120])): ...`.
-    Before: no rule read them, and the capture's span took the warmup's 37 s (cuda_graph
-    66 s).  The startup's first line is 0.11's `vLLM API server version 0.11.0`."""
-    st = replay_file(str(BUILT / DEEPGEMM)).state
+@pytest.mark.parametrize("case", sorted(SECOND_AUTOTUNE))
+def test_a_warmup_after_the_kv_sizing_is_autotune_again(case: str) -> None:
+    """Each release's warmup after the KV sizing reads as a second autotune, timed as its own
+    (the durations from the log's stamps), the capture only the capture's."""
+    log, durations, ready_in = SECOND_AUTOTUNE[case]
+    st = replay_file(str(BUILT / log)).state
     assert [sp.phase for sp in st.spans if not sp.beside] == [
         "launching", "loading_shards", "autotune", "allocating", "autotune", "cuda_graph",
         "ready"]
-    # compile 10:00:43 -> 10:01:22; the KV estimate -> 10:01:26; the warmup's bars (8 + 6 +
-    # 14 + 9 s, the ranks side by side); capture and the sampler warmup to ready at 10:02:32
-    assert {k: round(v) for k, v in st.durations().items()} == {
-        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
-        "cuda_graph": 29}
-    assert st.ready_in() == 152.0
-    assert st.startups == 1
+    assert {k: round(v, 1) for k, v in st.durations().items()} == durations
+    assert st.ready_in() == ready_in
+    assert st.startups == 1 and st.crash is None
 
 
 def _in_turn(tmp_path: Path, between: str = "") -> Path:
@@ -172,6 +152,20 @@ def test_0_11_s_gpu_short_of_free_memory_at_start_is_a_gpu_memory_crash():
 FORK = "vllm-011-fork-tp2.log"
 
 
+def reads_as_the_deepgemm_startup(name: str):
+    """`name`, DEEPGEMM's launch in another envelope or another release's words, read as that
+    launch: the same phases, times and ready."""
+    st = replay_file(str(BUILT / name)).state
+    old = replay_file(str(BUILT / DEEPGEMM)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        sp.phase for sp in old.spans if not sp.beside]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
+        "cuda_graph": 29}
+    assert st.ready_in() == old.ready_in() == 152.0
+    return st
+
+
 def test_0_11_forked_workers_nested_tags_time_as_spawned_ones():
     """`VLLM_WORKER_MULTIPROC_METHOD=fork` (the CLI sets spawn only when unset,
     entrypoints/utils.py:162): the engine core, forked from the decorated API server
@@ -181,14 +175,7 @@ def test_0_11_forked_workers_nested_tags_time_as_spawned_ones():
     startup as DEEPGEMM's, times and all.  Before: a DeepGEMM bar's description with three
     tags passed 120 characters, no frame was placed by its elapsed time, and the warmup's
     37 s went to the capture (autotune 0 s, cuda_graph 66 s)."""
-    fork = replay_file(str(BUILT / FORK)).state
-    spawn = replay_file(str(BUILT / DEEPGEMM)).state
-    assert [sp.phase for sp in fork.spans if not sp.beside] == [
-        sp.phase for sp in spawn.spans if not sp.beside]
-    assert {k: round(v) for k, v in fork.durations().items()} == {
-        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
-        "cuda_graph": 29}
-    assert fork.ready_in() == spawn.ready_in() == 152.0
+    fork = reads_as_the_deepgemm_startup(FORK)
     assert (fork.progress["shards"].current, fork.progress["shards"].total) == (17, 17)
 
 
@@ -221,14 +208,7 @@ def test_0_13_s_bracketed_deepgemm_bars_are_the_warmup_not_the_capture(tmp_path:
     took ... GiB memory`, `compile range (1, 8192)`, `Supported tasks:`): the same phases and
     times.  Before: no frame matched past the bracket, so the warmup's 37 s went to the
     capture (cuda_graph 66 s) and, mid-warmup, the phase was allocating with no progress."""
-    st = replay_file(str(BUILT / DEEPGEMM_13)).state
-    old = replay_file(str(BUILT / DEEPGEMM)).state
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        sp.phase for sp in old.spans if not sp.beside]
-    assert {k: round(v) for k, v in st.durations().items()} == {
-        "launching": 11, "loading_shards": 32, "autotune": 39 + 37, "allocating": 4,
-        "cuda_graph": 29}
-    assert st.ready_in() == old.ready_in() == 152.0
+    reads_as_the_deepgemm_startup(DEEPGEMM_13)
     lines = (BUILT / DEEPGEMM_13).read_text(encoding="utf-8").splitlines(keepends=True)
     at = next(i for i, x in enumerate(lines) if "[all tokens]:  50%" in x)
     half = tmp_path / "mid-warmup.log"
