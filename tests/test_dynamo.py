@@ -79,3 +79,23 @@ def test_the_main_process_refusing_the_engine_args_is_bad_argument_at_launch() -
     assert d["engine"] == "vllm" and d["phase"] == "crashed" and d["startups"] == 1
     assert (d["crash"]["reason"], d["crash"]["during"]) == ("bad_argument", "launching")
     assert d["crash"]["line"].startswith("ValueError: Invalid data-parallel launch options")
+
+
+SGLANG_WORKER = BUILT / "sglang-0523-dynamo-worker.log"
+SGLANG_PLAIN = BUILT / "sglang-0523-download.log"
+
+
+def test_a_dynamo_sglang_worker_is_ready_when_dynamo_lets_requests_through() -> None:
+    """`python -m dynamo.sglang`: SGLang's records through Dynamo's Rust line, `%(message)s`
+    (no `[ts TPn]`), no HTTP server and no "fired up".  Ready at register.py:761's line, in
+    the plain start's phases (its download read as one: the weights-format line in Dynamo's
+    envelope).  Before: `still starting: cuda_graph`, no downloading, launching from the
+    first `Init parallel begin.` (the `server_args=` dump was not at a message start)."""
+    d = doc(SGLANG_WORKER)
+    assert d["engine"] == "sglang" and d["phase"] == "ready" and d["startups"] == 1
+    assert d["ready_line"].endswith("Model registration succeeded; processing queued requests")
+    assert d["phases_seen"] == doc(SGLANG_PLAIN)["phases_seen"]
+    st = replay_file(str(SGLANG_WORKER)).state
+    assert st.spans[0].log_time is not None and st.spans[-1].log_time is not None
+    assert round(st.spans[-1].log_time - st.spans[0].log_time, 3) == 237.411
+    assert round(st.durations()["downloading"]) == 121
