@@ -81,6 +81,21 @@ def test_the_main_process_refusing_the_engine_args_is_bad_argument_at_launch() -
     assert d["crash"]["line"].startswith("ValueError: Invalid data-parallel launch options")
 
 
+
+def test_a_worker_relaunched_after_its_crash_is_a_new_startup(tmp_path: Path) -> None:
+    """The refused launch, then the worker launched again into the same file (`>>`, ten
+    minutes later): Dynamo's first line (`dynamo_launch`) begins the second startup.  Before:
+    one startup, the crash taken over by the relaunch's lines, `still starting: allocating`."""
+    again = [x.replace("2026-12-01T10:0", "2026-12-01T10:1").replace("12-01 10:0", "12-01 10:1")
+             for x in WORKER.read_text().splitlines()]
+    log = tmp_path / "relaunch.log"
+    log.write_text(REFUSED.read_text() + "\n".join(again) + "\n")
+    st = replay_file(str(log)).state
+    assert st.startups == 2 and st.phase == "ready"
+    assert st.spans[0].log_time is not None
+    assert round(st.spans[-1].log_time - st.spans[0].log_time, 2) == 252.46
+
+
 SGLANG_WORKER = BUILT / "sglang-0523-dynamo-worker.log"
 SGLANG_PLAIN = BUILT / "sglang-0523-download.log"
 
