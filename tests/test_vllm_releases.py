@@ -1,7 +1,7 @@
 """Older vLLM releases a fleet still runs (0.31.0, October 2026, 0.25.1, July 2026, 0.19.1,
-0.13.0, December 2025, 0.11.0, October 2025, and 0.8.5.post1, April 2025:
+0.13.0, December 2025, 0.11.0, October 2025, 0.9.2, July 2025, and 0.8.5.post1, April 2025:
 tests/inventory/vllm-0.31.0.yaml, vllm-0.25.1.yaml, vllm-0.19.1.yaml, vllm-0.13.0.yaml,
-vllm-0.11.0.yaml, vllm-0.8.5.post1.yaml),
+vllm-0.11.0.yaml, vllm-0.9.2.yaml, vllm-0.8.5.post1.yaml),
 as a user meets them: whole startups built from the release's own statements in its order and
 envelope (tests/fixtures/built/README.md).  Each test is one finding of scoring the packs
 against the release's source: the verdict logwatch gave before, and the truth."""
@@ -20,6 +20,7 @@ DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
 CUTEDSL = "vllm-0251-mla-cutedsl.log"
 JIT_031 = "vllm-031-tp2-jit-warmup.log"
 CG_PROFILE = "vllm-0191-tp2-cg-profile.log"
+V1_092 = "vllm-092-v1-tp2.log"
 
 
 # Warmups after the KV cache is sized and before the capture, each a finding of one release's
@@ -299,3 +300,30 @@ def test_0_8_s_v1_engine_captures_silently():
         "launching": 25, "loading_shards": 42, "autotune": 43, "allocating": 4,
         "cuda_graph": 23}
     assert st.ready_in() == 137.0
+
+
+# vLLM 0.9.2 (July 2025): 0.8.5's envelope (no decorate_logs), V1 by default, V0 beside it
+
+def test_0_9_s_v1_capture_bar_behind_the_worker_tag_is_the_capture(tmp_path: Path):
+    """0.9.2's V1 capture has no begin line (as 0.8.5's) but rank 0 draws V0's `Capturing CUDA
+    graph shapes` bar (v1/worker/gpu_model_runner.py:2309, is_global_first_rank) on its stderr,
+    behind `(VllmWorker rank=0 pid=N) ` (executor/multiproc_worker_utils.py:263 `_add_prefix`)
+    and then tqdm's `\r` redraws, one physical line.  The 0.8.5 V1 launch in 0.9.2's words
+    (`non-default args:`, cli_args.py:325; `Starting vLLM API server 0 on`): the same phases
+    and times, and the capture now shows its progress mid-way (0.8.5: allocating, silent)."""
+    st = replay_file(str(BUILT / V1_092)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "autotune", "allocating", "cuda_graph", "ready"]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 25, "loading_shards": 42, "autotune": 43, "allocating": 4,
+        "cuda_graph": 23}
+    assert st.ready_in() == 137.0
+    assert (st.progress["cuda_graph"].current, st.progress["cuda_graph"].total) == (67, 67)
+    text = (BUILT / V1_092).read_bytes().decode("utf-8")  # keeps tqdm's carriage returns
+    cut = text.index("\r", text.index("| 30/67 "))
+    mid_log = tmp_path / "mid-capture.log"
+    mid_log.write_text(text[:cut] + "\n", encoding="utf-8")
+    mid = replay_file(str(mid_log)).state
+    assert mid.phase == "cuda_graph"
+    assert (mid.progress["cuda_graph"].current, mid.progress["cuda_graph"].total) == (30, 67)
+
