@@ -14,6 +14,8 @@ import pytest
 
 from conftest import FIXTURES
 from logwatch.app.replay import replay_file
+from logwatch.rules.check import line_meaning
+from logwatch.rules.pack import load_pack
 
 BUILT = FIXTURES / "built"
 DEEPGEMM = "vllm-011-tp2-fp8-deepgemm.log"
@@ -327,3 +329,17 @@ def test_0_9_s_v1_capture_bar_behind_the_worker_tag_is_the_capture(tmp_path: Pat
     assert mid.phase == "cuda_graph"
     assert (mid.progress["cuda_graph"].current, mid.progress["cuda_graph"].total) == (30, 67)
 
+
+def test_0_9_s_neuron_loader_retry_is_no_crash():
+    """The Neuron loader logs the error of a compiled artifact it cannot load at WARNING and
+    compiles again (0.9.2 model_loader/neuronx_distributed.py:189 `logger.warning("Exception:
+    %s", e)`, then `Failed to load the model from %s, Recompiling...`).  Before: base's
+    exception_line read `] Exception: ` as python_exception.  A bare `Exception:` summary line or
+    an ERROR record's still is one."""
+    pack = load_pack("vllm")
+    retry = ("(VllmWorker rank=0 pid=200) WARNING 07-01 10:00:00 [neuronx_distributed.py:189] "
+             "Exception: [Errno 2] No such file or directory: '/models/neuron/model.pt'")
+    assert line_meaning(pack, retry) == {"rule": None}
+    for line in ("Exception: Error setting CUDA_VISIBLE_DEVICES: local range: [2, 4)",
+                 "(VllmWorker rank=0 pid=200) ERROR 07-01 10:00:00 [core.py:522] Exception: boom"):
+        assert line_meaning(pack, line)["crash"] == "python_exception", line
