@@ -295,13 +295,20 @@ def test_0_8_s_v0_kv_refusal_is_kv_cache_too_small():
 def test_0_8_s_v1_engine_captures_silently():
     """0.8.5's V1: `(VllmWorker rank=N pid=N)` tags, no capture begin line nor bar; the
     silent capture is closed by `Graph capturing finished in 22 secs`."""
-    st = replay_file(str(BUILT / "vllm-085-v1-tp2.log")).state
+    reads_as_the_0_8_v1_startup("vllm-085-v1-tp2.log")
+
+
+def reads_as_the_0_8_v1_startup(name: str):
+    """`name`, 0.8.5's V1 `-tp 2` launch (or it in a later release's words): its phases, times
+    and ready."""
+    st = replay_file(str(BUILT / name)).state
     assert [sp.phase for sp in st.spans if not sp.beside] == [
         "launching", "loading_shards", "autotune", "allocating", "cuda_graph", "ready"]
     assert {k: round(v) for k, v in st.durations().items()} == {
         "launching": 25, "loading_shards": 42, "autotune": 43, "allocating": 4,
         "cuda_graph": 23}
     assert st.ready_in() == 137.0
+    return st
 
 
 # vLLM 0.9.2 (July 2025): 0.8.5's envelope (no decorate_logs), V1 by default, V0 beside it
@@ -313,13 +320,7 @@ def test_0_9_s_v1_capture_bar_behind_the_worker_tag_is_the_capture(tmp_path: Pat
     and then tqdm's `\r` redraws, one physical line.  The 0.8.5 V1 launch in 0.9.2's words
     (`non-default args:`, cli_args.py:325; `Starting vLLM API server 0 on`): the same phases
     and times, and the capture now shows its progress mid-way (0.8.5: allocating, silent)."""
-    st = replay_file(str(BUILT / V1_092)).state
-    assert [sp.phase for sp in st.spans if not sp.beside] == [
-        "launching", "loading_shards", "autotune", "allocating", "cuda_graph", "ready"]
-    assert {k: round(v) for k, v in st.durations().items()} == {
-        "launching": 25, "loading_shards": 42, "autotune": 43, "allocating": 4,
-        "cuda_graph": 23}
-    assert st.ready_in() == 137.0
+    st = reads_as_the_0_8_v1_startup(V1_092)
     assert (st.progress["cuda_graph"].current, st.progress["cuda_graph"].total) == (67, 67)
     text = (BUILT / V1_092).read_bytes().decode("utf-8")  # keeps tqdm's carriage returns
     cut = text.index("\r", text.index("| 30/67 "))
