@@ -13,7 +13,7 @@ from logwatch.sinks.alerts.model import FIRING, RESOLVED, Alert
 from logwatch.sinks.alerts.receivers import SlackSink
 from logwatch.verdict import crash_text
 
-NEW_2026 = ("startup_timeout", "shm_too_small", "hang")
+NEW_2026 = ("startup_timeout", "shm_too_small", "hang", "disk_full")
 
 
 def test_every_reason_has_its_sentence() -> None:

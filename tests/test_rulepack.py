@@ -43,6 +43,8 @@ DESIGN_REASONS = {
     "startup_timeout", "shm_too_small", "hang",
     # added by the unseen-GPU trial (README "Crash reasons")
     "gpu_unavailable",
+    # added by the full-disk task (README "Crash reasons")
+    "disk_full",
 }
 DESIGN_PHASES = {"launching", "downloading", "loading_shards", "allocating", "autotune",
                  "cuda_graph", "ready"}

@@ -32,6 +32,8 @@ REASON_TEXT: dict[str, str] = {
     "hang": "The server stopped making progress (watchdog timeout, failed health checks).",
     "gpu_unavailable": "No GPU the engine can use: the driver, the CUDA runtime or the card "
                        "does not fit (the container, the host or the image).",
+    "disk_full": "A disk filled up (weights, a JIT or compile cache): free space, or point the "
+                 "cache (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) at a larger volume.",
     "child_process_died": "A worker or scheduler process died; the log does not say why.",
     "python_exception": "An uncaught Python exception; the root-cause line says which.",
     "unknown": "The server died without saying why (a native crash or a kill).",
