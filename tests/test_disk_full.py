@@ -13,24 +13,13 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from logwatch.app.replay import replay_file
 from logwatch.rules.reasons import reason_text
-from logwatch.sinks.summary import summary
-from logwatch.view import pipeline_view
+from test_gpu_unavailable import replay
 from test_origin import sglang_request_lines
 
 SP = "/usr/local/lib/python3.11/dist-packages"
 ENOSPC = "OSError: [Errno 28] No space left on device"
 BUILT = FIXTURES / "built"
-
-
-def replay(tmp_path: Path, lines: list[str], rules: str = "auto") -> dict:
-    log = tmp_path / "server.log"
-    log.write_text("\n".join(lines) + "\n")
-    st = replay_file(str(log), rules)
-    doc = summary(pipeline_view(log.name, st))
-    doc["meaning"] = st.state.crash.meaning if st.state.crash else ""
-    return doc
 
 
 def built(name: str) -> list[str]:
