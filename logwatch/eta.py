@@ -13,7 +13,9 @@ guessed from this startup's first pass instead, and so is a step of its phase be
 phase's end (the draft's extend capture after its capture); a phase it passed over (a later
 one came, no rule can still bring it) counts 0 s, and so does one it already ran and ended
 before a `begins` rule took it back to an earlier phase (SGLang's HiCache host pool after the
-capture) where no rule can bring it again.
+capture) where no rule can bring it again.  A phase the engine's own code runs again after
+a later one (a pack's `again:`: vLLM 0.31+'s kernel warmup after the KV estimate) is counted
+on a first start at its typical time until it begins again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import math
 
 from .machine import State, phase_left
 from .machine.startup import again_key
-from .rules.pack import READY, RulePack
+from .rules.pack import READY, AgainSpec, RulePack
 
 
 MAX_ETA_STEP = 0.30     # an ETA moves at most this fraction between two updates in a phase
@@ -117,8 +119,38 @@ def startup_eta(pack: RulePack, state: State, now: float,
     if have_history:
         eta += _coming_back(pack, state, phase, typ)
     elif not second:
-        eta += _draft_pass(pack, state)
+        eta += _draft_pass(pack, state) + _again_ahead(pack, state, phase, defaults)
     return eta if known else math.nan
+
+
+def _again_specs(pack: RulePack, state: State) -> list[AgainSpec]:
+    """The pack's `again:` statements this launch runs (its release, its args)."""
+    return [a for a in pack.again if a.applies(state.engine_version, state.args)]
+
+
+def _again_ahead(pack: RulePack, state: State, phase: str,
+                 defaults: dict[str, float]) -> float:
+    """A first start's time for a phase the engine runs again after the current one came
+    (a pack's `again:`: vLLM 0.31+'s kernel warmup, `JIT kernel warmup starting.` after
+    `Available KV cache memory`, 0.34 v1/worker/gpu_worker.py `compile_or_warm_up_model`,
+    `enable_jit_warmup` true by default): its typical time, while it has not come again.
+    Before, 0.34's KV estimate read 40 s left where 189 s were."""
+    out = 0.0
+    for a in _again_specs(pack, state):
+        if phase == a.after and not _came_again(state, a.phase, a.after):
+            out += defaults.get(a.phase, 0.0)
+    return out
+
+
+def _came_again(state: State, phase: str, after: str) -> bool:
+    """Has `phase` begun on the main line after a span of `after`?"""
+    seen_after = False
+    for sp in state.history:
+        if sp.phase == after:
+            seen_after = True
+        elif sp.phase == phase and seen_after:
+            return True
+    return False
 
 
 def _stated(pack: RulePack, state: State) -> dict[str, float]:

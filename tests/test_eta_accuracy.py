@@ -8,6 +8,7 @@ the whole corpora's figures: `scripts/eta_accuracy.py`).
 from __future__ import annotations
 
 import importlib.util
+import math
 import sys
 
 import pytest
@@ -19,6 +20,8 @@ assert spec is not None and spec.loader is not None
 ea = importlib.util.module_from_spec(spec)
 sys.modules["eta_accuracy"] = ea
 spec.loader.exec_module(ea)
+
+from logwatch.rules.pack import AgainSpec, load_pack, release_of  # noqa: E402
 
 # one real start (trtllm-012, the only log of either corpus that goes from launch to ready
 # with its lines stamped) and built ones of each engine and shape: a fixed list, so a new
@@ -38,12 +41,13 @@ def results() -> list:  # type: ignore[type-arg]
 
 
 def test_first_start_figure_holds(results) -> None:  # type: ignore[no-untyped-def]
-    """No history: measured 53 of 81 samples within 0.5x-2x (65 %), median ratio 1.25.
-    Bounds: at least 53 of 81, median between 1.0 and 1.4 (the first start errs long: the
-    pack's typical launching and loading, 30 s and 120 s, for starts of a minute)."""
+    """No history: measured 55 of 81 samples within 0.5x-2x (68 %), median ratio 1.25; on
+    origin/main before the pack's `again:` 53 of 81 (65 %), median 1.25.  Bounds: at least
+    55 of 81, median between 1.0 and 1.4 (the first start errs long: the pack's typical
+    launching and loading, 30 s and 120 s, for starts of a minute)."""
     s = ea.summary([x for r in results for x in r.first])
     assert s["samples"] == 81 and s["no_eta"] == 0, s
-    assert sum(ea.within(x) for r in results for x in r.first) >= 53, s
+    assert sum(ea.within(x) for r in results for x in r.first) >= 55, s
     assert 1.0 <= s["median_ratio"] <= 1.4, s
 
 
@@ -54,3 +58,35 @@ def test_second_start_is_within_20_percent(results) -> None:  # type: ignore[no-
         s = ea.summary(r.second)
         assert abs(s["median_ratio"] - 1.0) <= 0.20, (r.path, s)
         assert s["within_0.5x_2x"] == 1.0, (r.path, s)
+
+
+def test_vllm_034_kv_estimate_counts_the_kernel_warmup(results) -> None:  # type: ignore[no-untyped-def]
+    """The known miss: vLLM 0.34's first start at `Available KV cache memory` read 40 s left
+    where 189 s were (x0.21): the JIT kernel warmup and FlashInfer's autotune after it, which
+    0.34 runs by default (vllm.yaml `again:`), were not counted.  Now 100 s (x0.53)."""
+    r = next(r for r in results if r.path.endswith("vllm-034-default.log"))
+    kv = next(s for s in r.first if s.label == "-> allocating")
+    assert kv.truth == pytest.approx(189.0) and kv.ratio >= 0.5, kv
+
+
+def test_again_is_the_releases_that_run_it() -> None:
+    """`again:` holds from the release that runs the phase again: vLLM 0.31's JIT warmup
+    (kernel_warmup.py:172), not 0.28's (its `enable_jit_warmup` gates a few models' Triton
+    warmups only) nor 0.8.5; not a launch that printed no version, nor `--enforce-eager`."""
+    (spec_,) = load_pack("vllm").again
+    assert spec_ == AgainSpec("autotune", "allocating", (0, 31), ("enforce_eager",))
+    assert spec_.applies("0.34.0", {}) and spec_.applies("0.31.0rc1", {"model": "m"})
+    assert not spec_.applies("0.28.0", {}) and not spec_.applies("0.8.5.post1", {})
+    assert not spec_.applies(None, {})
+    assert not spec_.applies("0.34.0", {"enforce_eager": True})
+    assert release_of("v0.34.1") == (0, 34, 1) and release_of("dev") is None
+    assert load_pack("sglang").again == () and load_pack("trtllm").again == ()
+
+
+def test_eager_vllm_034_first_start_is_unchanged() -> None:
+    """`--enforce-eager` turns 0.34's JIT warmup off (config/vllm.py:1715): its first start
+    counts no second autotune (the pack's 60 s): 10 s left at its KV estimate, 7 s true."""
+    r = ea.measure(str(ROOT / "tests" / "fixtures" / "built" / "vllm-034-eager.log"))
+    assert r is not None
+    kv = [s for s in r.first if s.phase == "allocating"]
+    assert kv and all(math.isfinite(s.predicted) and s.predicted < 60.0 for s in kv), kv

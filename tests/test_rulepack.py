@@ -240,6 +240,23 @@ def drafts_by_unknown_phase(d):
     return None, "drafts"
 
 
+def again_unknown_phase(d):
+    d["again"] = [{"phase": "warming", "after": "launching", "since": "0.31"}]
+    return None, "again"
+
+
+def again_without_since(d):
+    # a statement true of every release would count the phase for engines that never run it
+    d["again"] = [{"phase": "launching", "after": "launching"}]
+    return None, "again"
+
+
+def again_since_not_quoted(d):
+    # YAML reads 0.30 as the number 0.3: release 0.3, not 0.30
+    d["again"] = [{"phase": "launching", "after": "launching", "since": 0.30}]
+    return None, "again"
+
+
 def unless_seen_unknown_rule(d):
     # a typo in the id would leave the rule acting in every startup, silently
     d["rules"].append({"id": "b", "pattern": "weights format", "phase": "ready",
@@ -261,7 +278,8 @@ SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, mi
                  follower_ready_without_a_finish, follower_unknown_rule, follower_bad_args,
                  ready_hint_without_crash, during_on_a_pattern_rule, typical_without_begins,
                  typical_not_a_duration, drafts_by_unknown_phase, unless_seen_unknown_rule,
-                 unless_seen_not_a_list]
+                 unless_seen_not_a_list, again_unknown_phase, again_without_since,
+                 again_since_not_quoted]
 
 
 @pytest.mark.integration

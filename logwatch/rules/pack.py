@@ -97,7 +97,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
              "user_content", "records", "prelaunch", "ready_hints", "roles", "serves", "gpus",
-             "replicas", "drafts")
+             "replicas", "drafts", "again")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -334,6 +334,9 @@ class RulePack:
     serves: tuple[str, ...] = ()  # launch rules only a server (which prints a ready line) prints
     drafts: tuple[str, ...] = ()  # launch args that, set, say a second (draft) model loads too
     draft_by: str = ""    # the phase by whose end a draft loaded in the first pass (`drafts.by`)
+    # phases the engine's own code runs again after another one, from a release on (vLLM
+    # 0.31+'s kernel warmup after the KV estimate): a first start's ETA counts them (eta.py)
+    again: tuple["AgainSpec", ...] = ()
     servers: tuple[Any, ...] = ()  # patterns whose group `server` names the server of a line
     server_count_args: tuple[str, ...] = ()   # launch args that say how many servers start
     follower: FollowerSpec | None = None   # a follower node's launch, and its ready
@@ -572,7 +575,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
         servers=servers, silent=silent,
         prelaunch=prelaunch, roles=roles, serves=serves, server_count_args=count_args,
-        follower=follower, drafts=drafts, draft_by=draft_by,
+        follower=follower, drafts=drafts, draft_by=draft_by, again=_again(src, doc, phases, base),
         gpus=gpus, replicas_unless=replicas, replica_stage=stage, stages_together=together,
         advice=_advice(src, doc.get("advice"), base), fallback=_fallback(src, doc.get("fallback")),
         model_flags=_model_flags(src, doc["model_flags"]) if doc.get("model_flags") is not None
@@ -884,6 +887,59 @@ def _drafts(src: str, doc: dict[str, Any], phases: tuple[str, ...],
         raise PackError(src, f"needs argument names and a phase of {', '.join(phases)}",
                         key="drafts")
     return args, value["by"]
+
+
+@dataclass(frozen=True)
+class AgainSpec:
+    """`again: [{phase: P, after: Q, since: VERSION, unless: [ARG, ...]}]`: from engine
+    release VERSION on (the launch's version line), the engine's code runs phase P again
+    once Q has come, unless one of the launch args is set.  What only history told before:
+    a first start of vLLM 0.34 read 40 s left at the KV estimate where 189 s were (its
+    kernel warmup, autotune again, not counted)."""
+
+    phase: str
+    after: str
+    since: tuple[int, ...]
+    unless: tuple[str, ...] = ()
+
+    def applies(self, version: str | None, args: dict[str, Any]) -> bool:
+        """Whether the launch (its printed `version`, its `args`) runs the phase again: a
+        release at or after `since` (none printed: not known, not counted), none of
+        `unless` set."""
+        v = release_of(version)
+        return v is not None and v >= self.since and \
+            not any(args.get(a) not in (None, False, "", "None", "none") for a in self.unless)
+
+
+def release_of(version: str | None) -> tuple[int, ...] | None:
+    """`0.34.0` -> (0, 34, 0); `0.8.5.post1`, `0.31.0rc1` -> their leading numbers; None for
+    none or no number."""
+    nums = regex.match(r"v?(\d+(?:\.\d+)*)", version or "")
+    return tuple(int(x) for x in nums.group(1).split(".")) if nums else None
+
+
+def _again(src: str, doc: dict[str, Any], phases: tuple[str, ...],
+           base: "RulePack | None") -> tuple[AgainSpec, ...]:
+    """A pack's `again:` list (AgainSpec), or the base's."""
+    value = doc.get("again")
+    if value is None:
+        return base.again if base else ()
+    form = "must be a list of {phase: PHASE, after: PHASE, since: 'VERSION', unless: [ARG]}"
+    if not isinstance(value, list):
+        raise PackError(src, form, key="again")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or not {"phase", "after", "since"} <= set(item) or \
+                not set(item) <= {"phase", "after", "since", "unless"} or \
+                item["phase"] not in phases or item["after"] not in phases or \
+                READY in (item["phase"], item["after"]) or not isinstance(item["since"], str) \
+                or release_of(item["since"]) is None:
+            raise PackError(src, form, key="again")     # (a YAML 0.30 would be 0.3: quoted)
+        since = release_of(item["since"])
+        assert since is not None
+        out.append(AgainSpec(item["phase"], item["after"], since,
+                             _names(src, item, "unless", ())))
+    return tuple(out)
 
 
 def _rule_ids(src: str, doc: dict[str, Any], key: str, rules: list[Rule],
