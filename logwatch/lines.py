@@ -955,14 +955,17 @@ class JsonRecords:
 
     def read(self, clean: bytes) -> bytes | None:
         """`clean` as the kubelet's (CRI) records, or None where the stream is not records
-        (a notice before them is left as it is)."""
+        (a notice before them is left as it is).  Cleaned again (`clean_bytes`): the JSON
+        held a line's colour codes as `\\u001b[...m`, which only undoing it makes escapes
+        (before, a coloured line kept them: a Dynamo worker's stamp behind its colour code
+        was not read, nor its download's phase)."""
         if self.on is None and clean:
             self.looked += clean.count(b"\n")
             if is_json_log_record(clean):
                 self.on = True
             elif self.looked >= RECORD_LOOK:
                 self.on = False
-        return records_to_cri(clean) if self.on else None
+        return clean_bytes(records_to_cri(clean)) if self.on else None
 
 
 def records_to_cri(data: bytes) -> bytes:

@@ -190,6 +190,23 @@ def test_a_docker_json_file_log_reads_as_the_log(name: str, tmp_path: Path) -> N
     assert verdict(dst, False) == verdict(src, False)
 
 
+COLOURED = sorted(p for p in (FIXTURES / "built").glob("*.log") if b"\x1b[" in p.read_bytes())
+
+
+@pytest.mark.parametrize("src", COLOURED, ids=lambda p: p.name)
+def test_a_coloured_log_in_docker_s_records_reads_as_the_log(src: Path, tmp_path: Path) -> None:
+    """Docker's JSON holds a line's colour codes as `\\u001b[2m`: once the JSON is undone the
+    line is cleaned again, as the plain log's is.  Before: the codes stayed, and Dynamo's
+    stamp behind them was no stamp (sglang-0523-dynamo-worker lost its download's phase)."""
+    assert len(COLOURED) >= 4
+    lines = src.read_text(encoding="utf-8", errors="surrogateescape").split("\n")
+    dst = tmp_path / src.name
+    dst.write_text("\n".join(docker_records(ln, 40) for ln in lines if ln) + "\n",
+                   encoding="utf-8", errors="surrogateescape")
+    assert b"\\u001b[" in dst.read_bytes()
+    assert verdict(dst, False) == verdict(src, False)
+
+
 def test_a_docker_json_file_log_fed_in_pieces_reads_as_replay(tmp_path: Path) -> None:
     """Live (the daemon, watch): the same records fed 97 bytes at a time, lines cut anywhere,
     a bar's `\\r` frames and `\\u003c` escapes included."""
