@@ -270,6 +270,7 @@ class Framer:
                  records: tuple[RecordForm, ...] = ()) -> None:
         self.max_line_bytes = max_line_bytes
         self.records = records    # how JSON logging records read (`json_records_to_text`)
+        self._marks = record_marks(records)     # what such a record holds, at least
         self._tail = b""
         self._tail_raw = 0        # raw log bytes the tail stands for (cleaning shrinks it)
         self._tail_offset = offset
@@ -367,10 +368,10 @@ class Framer:
         if held:  # the held tail's dropped bytes come before every cut made here
             at, extra = held[0]
             cuts = ((at, extra),) + tuple((p, c + extra) for p, c in cuts)
-        clean = clean_bytes(capped)
+        clean = clean_bytes(capped, self._marks)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
-        if (rec := self._json.read(clean)) is not None:   # (inner offsets approximate)
+        if (rec := self._json.read(clean, self._marks)) is not None:  # (inner offsets approx.)
             clean, cleaned, self._cri, self._folds.off = rec, True, True, True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
@@ -408,7 +409,7 @@ class Framer:
             clean = unfolded
             if keep == 0 and raw_len == 0:  # all of it waits for the next line
                 return None
-        if JSON_RECORD_MARK in clean:    # logging records as JSON, once their parts are joined
+        if any(m in clean for m in self._marks):  # logging records as JSON, parts joined
             decoded, joins = json_records_to_text(clean, self.records, joins)
             clean, cleaned = decoded, cleaned or decoded is not clean
         block = Block(clean, self._tail_offset, self.line_number, received_at,
@@ -461,10 +462,19 @@ def peek(framer: Framer, received_at: float) -> tuple[Block | None, int, int]:
 
 _ANSI_B = re.compile(TERMINAL_ESCAPES.encode())
 
+# Python logging records written as JSON, one a line (python-json-logger): vLLM 0.34's
+# `--logging-config.formatter json` (vllm/logger.py, `JSON_FORMAT`: asctime, levelname, name,
+# processName, process, message; `exc_info` after a logged exception; uvicorn's lines through
+# the same formatter: vllm/logging_utils/uvicorn_logging.py).  json.dumps writes `": "`.
+# Records of another shape (NVIDIA Dynamo's jsonl: `time`, `level`, `target`, `message`) name
+# their keys in their pack's form (`RecordForm.keys`); each shape's level key is its mark.
+JSON_RECORD_MARK = b'"levelname":'
 
-def clean_bytes(data: bytes) -> bytes:
+
+def clean_bytes(data: bytes, marks: tuple[bytes, ...] = (JSON_RECORD_MARK,)) -> bytes:
     """Remove NUL bytes and ANSI escape sequences (C speed; a no-op on clean input), and the
-    padding a terminal copy puts where it folded a long line (`unfold_padding`).
+    padding a terminal copy puts where it folded a long line (`unfold_padding`; not in a JSON
+    logging record, a segment holding one of `marks`: `record_marks`).
 
     Repeated until nothing changes, so cleaning is idempotent and the same whether a line
     arrives whole or in pieces (removing one code can join the bytes of another, and removing
@@ -480,7 +490,7 @@ def clean_bytes(data: bytes) -> bytes:
             data = cleaned
         if not has_pad_probe(data):
             return data
-        unfolded = unfold_padding(data)
+        unfolded = unfold_padding(data, marks)
         if unfolded is data or b"\x1b" not in unfolded:     # (unchanged: the same object)
             return unfolded
         data = unfolded
@@ -548,7 +558,7 @@ def pad_runs(data: bytes) -> list[tuple[int, int]]:
     return runs
 
 
-def unfold_padding(data: bytes) -> bytes:
+def unfold_padding(data: bytes, marks: tuple[bytes, ...] = (JSON_RECORD_MARK,)) -> bytes:
     """Rejoin lines a terminal copy hard-wrapped by padding each row to the terminal's width
     (`... {'embed', 'classify', 'rew                           ard', ...`: 114 characters of
     text, 27 spaces, the rest): the padding goes, so words and markers are whole again.
@@ -558,7 +568,8 @@ def unfold_padding(data: bytes) -> bytes:
     traceback's carets after a log prefix: `[core.py:708]` then 27 spaces and `^^^^`, whose
     carets it pointed at the wrong column: 6 of the fixtures' 92 caret lines), and in a segment with
     several runs, every run ends at a multiple of the first run's end column (the row width).
-    Per segment, so the result does not depend on how the input was split.
+    Per segment, so the result does not depend on how the input was split.  A segment that
+    holds one of `marks` is a JSON logging record's line (`record_marks`): left as it is.
     """
     out: list[bytes] = []
     copied = 0
@@ -573,7 +584,7 @@ def unfold_padding(data: bytes) -> bytes:
         group = runs[i:j]
         i = j
         seg = data[seg_start:seg_end]
-        if JSON_RECORD_MARK in seg:     # a program wrote it, no terminal: its spaces are its
+        if any(m in seg for m in marks):  # a program wrote it, no terminal: its spaces are its
             continue                    # message's (a traceback's carets after `\n`)
         ends = [len(seg[:e - seg_start].decode("utf-8", "replace")) for _, e in group]
         width = ends[0]
@@ -953,19 +964,19 @@ class JsonRecords:
     on: bool | None = None
     looked: int = 0               # lines seen while undecided
 
-    def read(self, clean: bytes) -> bytes | None:
+    def read(self, clean: bytes, marks: tuple[bytes, ...] = (JSON_RECORD_MARK,)) -> bytes | None:
         """`clean` as the kubelet's (CRI) records, or None where the stream is not records
-        (a notice before them is left as it is).  Cleaned again (`clean_bytes`): the JSON
-        held a line's colour codes as `\\u001b[...m`, which only undoing it makes escapes
-        (before, a coloured line kept them: a Dynamo worker's stamp behind its colour code
-        was not read, nor its download's phase)."""
+        (a notice before them is left as it is).  Cleaned again (`clean_bytes`, `marks` its
+        JSON logging records): the JSON held a line's colour codes as `\\u001b[...m`, which
+        only undoing it makes escapes (before, a coloured line kept them: a Dynamo worker's
+        stamp behind its colour code was not read, nor its download's phase)."""
         if self.on is None and clean:
             self.looked += clean.count(b"\n")
             if is_json_log_record(clean):
                 self.on = True
             elif self.looked >= RECORD_LOOK:
                 self.on = False
-        return clean_bytes(records_to_cri(clean)) if self.on else None
+        return clean_bytes(records_to_cri(clean), marks) if self.on else None
 
 
 def records_to_cri(data: bytes) -> bytes:
@@ -1091,11 +1102,7 @@ def _removal_positions(removed: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
     return tuple(out)
 
 
-# Python logging records written as JSON, one a line (python-json-logger): vLLM 0.34's
-# `--logging-config.formatter json` (vllm/logger.py, `JSON_FORMAT`: asctime, levelname, name,
-# processName, process, message; `exc_info` after a logged exception; uvicorn's lines through
-# the same formatter: vllm/logging_utils/uvicorn_logging.py).  json.dumps writes `": "`.
-JSON_RECORD_MARK = b'"levelname":'
+# Python logging records written as JSON, one a line: `JSON_RECORD_MARK` (above), `RecordForm`.
 # Between the lines of one record: a carriage return, then ECMA-48's NEL ("next line"), which
 # every reader of segments drops with the other escapes (`strip_ansi`).  The record stays one
 # physical line (line numbers are the file's) and each of its lines a segment, as a bar's
@@ -1111,6 +1118,13 @@ _CUT_ESCAPE = re.compile(rb"(?:\\u[0-9A-Fa-f]{0,3}|\\)$")
 # the fields a form's envelope may name (`RecordForm`)
 RECORD_FIELDS = ("asctime", "levelname", "levelprefix", "name", "module", "process",
                  "processName")
+# the fields a record of another shape may name a key for (`RecordForm.keys`), and those it
+# must name (the rest is derived, or left out where the shape has no key for it)
+RECORD_KEYED = ("asctime", "levelname", "name", "message")
+RECORD_KEYED_NEEDED = ("levelname", "message")
+# a record's time taken as it is written (`RecordForm.datefmt` None): an RFC 3339 / ISO 8601
+# stamp, nothing else (the text goes before the message as it is)
+_STAMP = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -1122,12 +1136,19 @@ class RecordForm:
     `module` the logger name's last part, `levelprefix` uvicorn's padded `INFO:`); a piece
     naming a field the record lacks is left out.  `each_line`: the envelope goes before every
     line of a message of several (vLLM's `NewLineFormatter`), not only the first (Python's
-    `logging.Formatter`: a traceback's lines bare, as SGLang's text log shows them)."""
+    `logging.Formatter`: a traceback's lines bare, as SGLang's text log shows them).
+
+    `keys`: for a record shape other than python-json-logger's, the record's own key of each
+    field it has (`RECORD_KEYED`: NVIDIA Dynamo's jsonl writes `time`, `level`, `target`,
+    `message`); a record is read by such a form only when it holds each of those keys as a
+    string, and by python-json-logger's forms only when it holds `levelname`.  `datefmt`
+    None: the record's time as it is written (a stamp: `_STAMP`), not formatted again."""
 
     loggers: tuple[str, ...]
     envelope: tuple[str, ...]
-    datefmt: str = "%Y-%m-%d %H:%M:%S"
+    datefmt: str | None = "%Y-%m-%d %H:%M:%S"
     each_line: bool = False
+    keys: tuple[tuple[str, str], ...] = ()
 
     def serves(self, name: str) -> int:
         """How well this form fits a logger: the length of the logger name it names (0 for
@@ -1156,14 +1177,15 @@ def json_records_to_text(data: bytes, forms: tuple[RecordForm, ...],
     `NewLineFormatter` writes them), separated by `\\r`: the record stays one physical line,
     a traceback's source lines are each a line the `ignore` patterns see, and a request
     log's prompt stays under the request logger's name, line by line."""
-    if JSON_RECORD_MARK not in data or not forms:
+    marks = record_marks(forms)
+    if not forms or not any(m in data for m in marks):
         return data, joins
     lines = data.split(b"\n")
     spans: list[tuple[int, int, int, int]] = []   # per changed line: old start, new start,
     #                                                new length, old length
     old = new = 0
     for i, line in enumerate(lines):
-        text = _line_record(line, forms) if JSON_RECORD_MARK in line else None
+        text = _line_record(line, forms) if any(m in line for m in marks) else None
         if text is not None:
             lines[i] = text
             spans.append((old, new, len(text), len(line)))
@@ -1213,18 +1235,18 @@ def record_segments(raw: bytes, forms: tuple[RecordForm, ...]) -> list[str] | No
     d = json_object(raw)
     if d is None and not raw.endswith(b"}"):      # cut: close its last string
         d = json_object(_CUT_ESCAPE.sub(b"", raw) + b'"}')
+        if d is None and (k := raw.rfind(b',"')) > 0:  # or cut in a later field: up to it
+            d = json_object(raw[:k] + b"}")             # (Dynamo's follow its message)
     if d is None:
         return None
-    message, level, name = d.get("message"), d.get("levelname"), d.get("name")
-    if not isinstance(message, str) or not isinstance(level, str) or len(level) > 16:
+    for keys, family in _families(forms):
+        got = _record_fields(d, keys)
+        if got is not None:
+            break
+    else:
         return None
-    name = name if isinstance(name, str) else ""
-    exc = d.get("exc_info")
-    if isinstance(exc, list):                   # `exc_info_as_array`
-        exc = "\n".join(x for x in exc if isinstance(x, str))
-    if isinstance(exc, str) and exc:
-        message = f"{message}\n{exc}" if message else exc
-    form = _form_for(forms, name)
+    message, level, name = got
+    form = _form_for(family, name)
     head = _envelope(d, level, name, form)
     parts = message.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     limit = max(2 * len(raw), 4096)
@@ -1254,14 +1276,60 @@ def _ends(parts: list[str], most: int, room: int) -> list[str]:
     return head + tail[::-1]
 
 
+@functools.lru_cache(maxsize=64)
+def record_marks(forms: tuple[RecordForm, ...]) -> tuple[bytes, ...]:
+    """The bytes a line must hold to be a record of one of `forms`: each shape's level key
+    (python-json-logger's `"levelname":`, always)."""
+    keys = [dict(f.keys).get("levelname", "levelname") for f in forms]
+    return tuple(dict.fromkeys([JSON_RECORD_MARK] + [b'"%s":' % k.encode() for k in keys]))
+
+
+@functools.lru_cache(maxsize=64)
+def _families(forms: tuple[RecordForm, ...]
+              ) -> tuple[tuple[tuple[tuple[str, str], ...], tuple[RecordForm, ...]], ...]:
+    """`forms` by record shape (`RecordForm.keys`), python-json-logger's first (also when no
+    form of it is given: its records then read `LEVEL: message`)."""
+    out: dict[tuple[tuple[str, str], ...], list[RecordForm]] = {(): []}
+    for f in forms:
+        out.setdefault(f.keys, []).append(f)
+    return tuple((k, tuple(v)) for k, v in out.items())
+
+
+def _record_fields(d: dict, keys: tuple[tuple[str, str], ...]) -> tuple[str, str, str] | None:
+    """(message, level, logger name) of a record of the shape `keys` names; None when `d`
+    is not one.  python-json-logger's (no keys): `levelname` and `message`, a logged
+    exception's `exc_info` after the message."""
+    if keys:
+        k = dict(keys)
+        if not all(isinstance(d.get(key), str) for key in k.values()):
+            return None
+        level = d.get(k.get("levelname", "levelname"))
+        message, name = d.get(k.get("message", "message")), d.get(k.get("name", ""), "")
+        if not isinstance(level, str) or not isinstance(message, str) or len(level) > 16:
+            return None
+        return message, level, name if isinstance(name, str) else ""
+    message, level, name = d.get("message"), d.get("levelname"), d.get("name")
+    if not isinstance(message, str) or not isinstance(level, str) or len(level) > 16:
+        return None
+    name = name if isinstance(name, str) else ""
+    exc = d.get("exc_info")
+    if isinstance(exc, list):                   # `exc_info_as_array`
+        exc = "\n".join(x for x in exc if isinstance(x, str))
+    if isinstance(exc, str) and exc:
+        message = f"{message}\n{exc}" if message else exc
+    return message, level, name
+
+
 def _envelope(d: dict, level: str, name: str, form: RecordForm | None) -> str:
     """What the record's form (`_form_for`) writes before its message: the pieces whose
     fields the record has (`_head`, its time put in); no form: `LEVEL: `."""
     if form is None:
         return f"{level}: "
-    t = d.get("asctime", d.get("timestamp"))
+    if form.keys:     # another shape: its time under its own key; no process named
+        t, proc, pid = d.get(dict(form.keys).get("asctime", "")), None, None
+    else:
+        t, proc, pid = d.get("asctime", d.get("timestamp")), d.get("processName"), d.get("process")
     at = _asctime(t, form.datefmt) if isinstance(t, str) else None
-    proc, pid = d.get("processName"), d.get("process")
     if isinstance(pid, str) and pid.isdigit():
         pid = int(pid)
     if not (isinstance(proc, str) and _PROCESS_NAME.fullmatch(proc) and isinstance(pid, int)
@@ -1303,9 +1371,11 @@ def _head(form: RecordForm, level: str, name: str, timed: bool, proc: str | None
 
 
 @functools.lru_cache(maxsize=1024)
-def _asctime(text: str, datefmt: str) -> str | None:
-    """A record's time as `datefmt` writes it; None when it is not one, or when the format
-    wants the year and the record's time has none."""
+def _asctime(text: str, datefmt: str | None) -> str | None:
+    """A record's time as `datefmt` writes it (None: as the record wrote it, a stamp); None
+    when it is not one, or when the format wants the year and the record's time has none."""
+    if datefmt is None:
+        return text if _STAMP.fullmatch(text) else None
     m = _RECORD_TIME.match(text)
     if m is None or (m.group(1) is None and "%Y" in datefmt):
         return None

@@ -56,7 +56,7 @@ from typing import Any, Iterable
 
 import regex
 
-from ..lines import RECORD_FIELDS, RecordForm
+from ..lines import RECORD_FIELDS, RECORD_KEYED, RECORD_KEYED_NEEDED, RecordForm
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from .advice import Advice, AdviceError, parse_advice
@@ -704,26 +704,32 @@ def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
 
 def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
     """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME,
-    each_line: BOOL}]`: how the engine's text formatter writes a logging record
-    (`lines.RecordForm`), so that its JSON records (python-json-logger) read as its text.
-    Each piece is checked here: a `%`-format naming only `RECORD_FIELDS`."""
+    each_line: BOOL, keys: {FIELD: KEY}}]`: how the engine's text formatter writes a logging
+    record (`lines.RecordForm`), so that its JSON records (python-json-logger's, or a shape
+    whose `keys` name its own: NVIDIA Dynamo's jsonl) read as its text.  Each piece is
+    checked here: a `%`-format naming only `RECORD_FIELDS`; `datefmt: null` keeps the
+    record's time as written."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise PackError(src, "must be a list of {loggers, envelope, datefmt, each_line}", key="records")
+        raise PackError(src, "must be a list of {loggers, envelope, datefmt, each_line, keys}",
+                        key="records")
     out = []
     for i, item in enumerate(value):
         key = f"records[{i}]"
-        if not isinstance(item, dict) or set(item) - {"loggers", "envelope", "datefmt", "each_line"} or \
+        if not isinstance(item, dict) or \
+                set(item) - {"loggers", "envelope", "datefmt", "each_line", "keys"} or \
                 "envelope" not in item:
-            raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt, each_line}",
-                            key=key)
+            raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt, "
+                            "each_line, keys}", key=key)
         loggers, pieces = item.get("loggers") or [], item["envelope"]
         datefmt = item.get("datefmt", "%Y-%m-%d %H:%M:%S")
         if not isinstance(loggers, list) or not all(isinstance(x, str) and x for x in loggers):
             raise PackError(src, "must be a list of logger names", key=f"{key}.loggers")
-        if not isinstance(datefmt, str) or not datefmt:
-            raise PackError(src, "must be a strftime format", key=f"{key}.datefmt")
+        if datefmt is not None and (not isinstance(datefmt, str) or not datefmt):
+            raise PackError(src, "must be a strftime format, or null (the time as written)",
+                            key=f"{key}.datefmt")
+        keys = _record_keys(src, item.get("keys"), f"{key}.keys")
         every = dict.fromkeys(RECORD_FIELDS, 1)
         if not isinstance(pieces, list) or not pieces:
             raise PackError(src, "must be a list of %-format pieces", key=f"{key}.envelope")
@@ -738,8 +744,21 @@ def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
         each_line = item.get("each_line", False)
         if not isinstance(each_line, bool):
             raise PackError(src, "must be true or false", key=f"{key}.each_line")
-        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt, each_line))
+        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt, each_line, keys))
     return tuple(out)
+
+
+def _record_keys(src: str, value: Any, key: str) -> tuple[tuple[str, str], ...]:
+    """A records entry's `keys: {FIELD: KEY}` (`lines.RecordForm.keys`): the JSON key of
+    each of `RECORD_KEYED` the shape has, `levelname` and `message` among them."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or not value or set(value) - set(RECORD_KEYED) or \
+            not all(isinstance(v, str) and v for v in value.values()) or \
+            any(f not in value for f in RECORD_KEYED_NEEDED):
+        raise PackError(src, f"must map {', '.join(RECORD_KEYED_NEEDED)} (and any of "
+                        f"{', '.join(RECORD_KEYED)}) to the record's own keys", key=key)
+    return tuple((f, value[f]) for f in RECORD_KEYED if f in value)
 
 
 def record_forms(pack: RulePack) -> tuple[RecordForm, ...]:
