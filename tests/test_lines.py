@@ -28,6 +28,7 @@ from logwatch.lines import (
     clean_bytes,
     count_newlines,
     has_pad_probe,
+    holds_mark,
     iter_lines,
     line_texts,
     pad_runs,
@@ -281,6 +282,25 @@ def test_pad_runs_are_the_definitions_runs(raw):
     big = raw * (70_000 // max(len(raw), 1) + 1)
     assert has_pad_probe(big) == (b" " * 20 in big)
     assert has_pad_probe(raw) == (b" " * 20 in raw)
+
+
+@pytest.mark.parametrize("where", [None, 0, 40_000, -1])
+def test_a_block_holds_a_record_mark_where_in_finds_one(where):
+    """`holds_mark` (one Hyperscan pass for all of a pack's record marks in a large block)
+    says what `in` says for each mark: none, at the start, in the middle, at the very end."""
+    marks = (b'"levelname":', b'"level":')
+    line = b"[2026-12-02 12:10:54 TP0] Decode batch. #running-req: 304, level: 3\n"
+    block = line * (140_000 // len(line))
+    for mark in marks:
+        if where is None:
+            data = block
+        elif where == -1:
+            data = block + mark
+        else:
+            data = block[:where] + mark + block[where:]
+        assert len(data) > 1 << 16
+        assert holds_mark(data, marks) == any(m in data for m in marks) == (where is not None)
+        assert holds_mark(data[:200], marks) == any(m in data[:200] for m in marks)
 
 
 def test_offset_of_line_after_a_line_cut_across_chunks():
