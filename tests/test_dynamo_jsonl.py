@@ -35,7 +35,7 @@ WORKERS = ["vllm-034-dynamo-worker.log", "vllm-034-dynamo-args-refused.log",
 # the records each rewritten log holds (the rest of its lines stay text: tqdm, the engine
 # core's, TensorRT-LLM's own, vLLM's main process's through `VllmColorFormatter`)
 RECORDS = {"vllm-034-dynamo-worker.log": 4, "vllm-034-dynamo-args-refused.log": 1,
-           "sglang-0523-dynamo-worker.log": 23, "trtllm-dynamo-worker.log": 10}
+           "sglang-0523-dynamo-worker.log": 30, "trtllm-dynamo-worker.log": 10}
 FORMS = record_forms(load_pack("sglang"))
 
 
@@ -91,14 +91,15 @@ def test_the_rewrite_is_the_formatter_s_shape() -> None:
 
 
 SGLANG = BUILT / "sglang-0523-dynamo-worker.log"
-CAPTURE = "Capture cuda graph begin."
-# SGLang 0.5.23 managers/scheduler.py: `logger.error(f"Scheduler hit an exception:
-# {traceback}")`, a record whose message holds the traceback (the words of
-# sglang-0523-dp4-capture-oom.log's)
+CAPTURE = "Capture target decode CUDA graph begin."
+# SGLang 0.5.21 (Dynamo 1.6.1's pin) managers/scheduler.py:6092: `logger.error(f"Scheduler hit an
+# exception: {traceback}")`, a record whose message holds the traceback (the words of
+# sglang-0523-dp4-capture-oom.log's, at 0.5.21's lines: decode_cuda_graph_runner.py:490,
+# scheduler.py:6082)
 SCHEDULER_CRASH = [
     "Scheduler hit an exception: Traceback (most recent call last):",
     '  File "/usr/local/lib/python3.11/dist-packages/sglang/srt/model_executor/runner/'
-    'decode_cuda_graph_runner.py", line 601, in __init__',
+    'decode_cuda_graph_runner.py", line 490, in __init__',
     "    self.capture()",
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total "
     "capacity of 79.19 GiB of which 1.02 GiB is free.",
@@ -107,7 +108,7 @@ SCHEDULER_CRASH = [
     "",
     "Traceback (most recent call last):",
     '  File "/usr/local/lib/python3.11/dist-packages/sglang/srt/managers/scheduler.py", '
-    "line 6364, in run_scheduler_process",
+    "line 6082, in run_scheduler_process",
     "    scheduler = Scheduler(server_args, port_args)",
     "    " + " " * 24 + "^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
     "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB.",
