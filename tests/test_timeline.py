@@ -1508,7 +1508,7 @@ def test_a_span_opened_by_a_bar_placed_after_the_last_stamp_shows_no_stamp():
     assert [r[1] for r in capture] == ["2026-12-01", "-"], rows
     assert capture[1][2] == "+16m03s", rows
     lines = (BUILT / "sglang-0523-download.log").read_text().splitlines()
-    lines = [x for x in lines if "Capture cuda graph begin" not in x]   # the bar opens it
+    lines = [x for x in lines if "CUDA graph begin" not in x]   # the bar opens it
     rows = timeline(pipeline_view("y", feed(lines, "sglang")))
     assert "cuda_graph      2026-12-01 10:03:42" in rows, rows
 
