@@ -92,6 +92,9 @@ WATCHED = {
         "vllm/engine/llm_engine.py", "vllm/engine/async_llm_engine.py",
         "vllm/engine/multiprocessing/*.py", "vllm/worker/worker.py", "vllm/worker/worker_base.py",
         "vllm/worker/model_runner.py", "vllm/executor/*.py", "vllm/config.py",
+        # V0's own launch and serving (0.7 and older run it by default): the engine arguments'
+        # defaults and refusals before the engine starts, the stats line
+        "vllm/engine/arg_utils.py", "vllm/engine/metrics.py",
     ],
 }
 
@@ -264,16 +267,32 @@ def _is_exception(name: str) -> bool:
     return name.split(".")[-1].endswith(("Error", "Exception", "Exit", "Failure"))
 
 
+def _logger_aliases(tree: ast.AST) -> dict[str, str]:
+    """Names a logger's method is put in (`log_fn = logger.info`, then `log_fn(...)`), with the
+    level: V0's stats line (vLLM 0.7 / 0.8 engine/metrics.py) picks info or debug so, and a
+    reader of `logger.<level>(` calls alone never saw it.  Of two levels the one not debug."""
+    out: dict[str, str] = {}
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Attribute) \
+                and n.value.attr in LEVELS and "log" in _receiver(n.value).lower():
+            for t in n.targets:
+                if isinstance(t, ast.Name) and "debug" in out.get(t.id, "debug"):
+                    out[t.id] = n.value.attr        # the level it logs at when not quiet
+    return out
+
+
 def statements_of(path: str, src: str) -> Iterator[Statement]:
-    """The statements of one module, in source order: logging calls, prints, tqdm bars (their
-    `desc=` or `set_description`), exceptions raised or built (`return RuntimeError(...)`);
-    a message first put in a local variable is followed to its assignment."""
+    """The statements of one module, in source order: logging calls (also through a name the
+    logger's method was put in, `log_fn = logger.info`), prints, tqdm bars (their `desc=` or
+    `set_description`), exceptions raised or built (`return RuntimeError(...)`); a message
+    first put in a local variable is followed to its assignment."""
     try:
         tree = ast.parse(src)
     except SyntaxError:
         return
     scopes = _scopes(tree)
     local = _Locals(src)
+    aliases = _logger_aliases(tree)
 
     def template_of(arg: ast.AST, call: ast.AST) -> tuple[str, int] | None:
         fmt = _template(arg, src)
@@ -302,6 +321,8 @@ def statements_of(path: str, src: str) -> Iterator[Statement]:
         if isinstance(func, ast.Attribute) and func.attr in LEVELS \
                 and "log" in _receiver(func).lower() and node.args:
             kind, arg = f"logger.{func.attr}", node.args[0]
+        elif isinstance(func, ast.Name) and func.id in aliases and node.args:
+            kind, arg = f"logger.{aliases[func.id]}", node.args[0]
         elif isinstance(func, ast.Name) and func.id in ("log_info_on_rank0", "print_warning_once",
                                                          "print_info_once") and node.args:
             kind, arg = func.id, node.args[-1] if func.id == "log_info_on_rank0" else node.args[0]
@@ -383,8 +404,17 @@ def render_message(st: Statement) -> str:
 STAMP = "2026-12-01 10:00:00"
 
 
-def envelope(engine: str, st: Statement) -> str:
-    """The prefix the engine's logger puts before the message of this statement's process."""
+def _older(version: str, than: tuple[int, ...]) -> bool:
+    """Whether a release (`0.7.3`, `0.8.5.post1`) is older than `than`; unknown: no."""
+    nums = tuple(int(x) for x in re.findall(r"\d+", version.split("post")[0])[:3])
+    return bool(nums) and nums < than
+
+
+def envelope(engine: str, st: Statement, version: str = "") -> str:
+    """The prefix the engine's logger puts before the message of this statement's process.
+    vLLM before 0.8 writes `INFO 12-01 10:00:00 file.py:N] ` (no `[`: its logger.py _FORMAT)
+    and runs V0 by default: the engine, the driver worker, the executors and the config print
+    in the engine process untagged (only the other ranks' `(VllmWorkerProcess pid=N)`)."""
     if st.kind in ("print", "tqdm") or st.kind.startswith("raise"):
         return ""
     f = st.file
@@ -394,6 +424,11 @@ def envelope(engine: str, st: Statement) -> str:
         return f"[{STAMP} TP0] " if rank_side else f"[{STAMP}] "
     level = {"exception": "ERROR", "warn": "WARNING", "fatal": "CRITICAL"}.get(
         st.kind.split(".")[-1].replace("_once", ""), st.kind.split(".")[-1].replace("_once", "").upper())
+    if engine == "vllm" and _older(version, (0, 8)):
+        # V1 (opt-in) tags only its workers (v1/executor/multiproc_executor.py `_add_prefix`;
+        # the executor itself runs in the untagged engine core)
+        tag = "(VllmWorker rank=0 pid=200) " if f.startswith("vllm/v1/worker/") else ""
+        return f"{tag}{level} 12-01 10:00:00 {Path(f).name}:{st.line}] "
     if re.search(r"entrypoints/|core_client|async_llm|v1/utils\.py|metrics/", f):
         proc = "APIServer pid=100"
     elif re.search(r"v1/engine/|v1/core/|v1/executor/", f):
@@ -403,13 +438,14 @@ def envelope(engine: str, st: Statement) -> str:
     return f"({proc}) {level} 12-01 10:00:00 [{Path(f).name}:{st.line}] "
 
 
-def render(engine: str, st: Statement) -> str:
+def render(engine: str, st: Statement, version: str = "") -> str:
+    """A statement's line as the release prints it (a draft: its values made up)."""
     msg = render_message(st)
     if st.kind.startswith("raise"):
         return f"{st.kind.split()[-1].split('.')[-1]}: {msg}"
     if st.kind == "tqdm":
         return f"{msg}:  50%|█████     | 2/4 [00:01<00:01,  1.50it/s]"
-    return envelope(engine, st) + msg
+    return envelope(engine, st, version) + msg
 
 
 # ----------------------------------------------------------------------------------------------
@@ -551,7 +587,8 @@ def draft(spec: str, previous: Path | None) -> dict[str, Any]:
         taken.add(st.format)
         entries.append({"id": f"new_{Path(st.file).stem}_{st.line}", "tier": "P3",
                         "source": st.source, "kind": st.kind, "format": st.format,
-                        "line": render(engine, st), "expect": ["info"], "review": True})
+                        "line": render(engine, st, version), "expect": ["info"],
+                        "review": True})
     return {"engine": engine, "version": version, "pack": prev.get("pack", engine),
             "wheel": fetch(spec).name, "statements": entries}
 

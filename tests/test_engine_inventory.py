@@ -188,3 +188,41 @@ def test_the_sglang_0_4_layout_is_watched() -> None:
                  "sglang/srt/mem_cache/memory_pool_host.py", "sglang/srt/lora/lora_manager.py"):
         assert ei.watched("sglang", path), path
     assert not ei.watched("sglang", "sglang/srt/layers/quantization/fp8.py")
+
+
+V0_METRICS = '''
+import logging
+logger = logging.getLogger(__name__)
+
+class LoggingStatLogger:
+    def log(self, stats, prompt, gen):
+        log_fn = logger.info
+        if not any((prompt, gen)):
+            log_fn = logger.debug       # an idle server: quiet
+        log_fn("Avg prompt throughput: %.1f tokens/s, "
+               "Avg generation throughput: %.1f tokens/s", prompt, gen)
+'''
+
+
+def test_the_v0_engines_own_statements_are_read() -> None:
+    """vLLM 0.7 runs the V0 engine by default: its stats line is logged through a name the
+    logger's method was put in (engine/metrics.py `log_fn = logger.info`), which a reader of
+    `logger.<level>(` calls missed (0.8.5's inventory placed it by hand); the engine arguments'
+    refusals and defaults (engine/arg_utils.py) are on its launch path; and its lines are drafted
+    in 0.7's envelope (`file.py:N]`, no `[`; the driver untagged)."""
+    got = [(s.kind, s.format) for s in ei.statements_of("vllm/engine/metrics.py", V0_METRICS)]
+    assert got == [("logger.info", "Avg prompt throughput: %.1f tokens/s, "
+                    "Avg generation throughput: %.1f tokens/s")]
+    for path in ("vllm/engine/metrics.py", "vllm/engine/arg_utils.py", "vllm/worker/worker.py",
+                 "vllm/engine/llm_engine.py", "vllm/executor/mp_distributed_executor.py"):
+        assert ei.watched("vllm", path), path
+    st = ei.Statement("vllm/worker/model_runner.py", 1096, "logger.info", "Starting to load model %s...")
+    assert ei.render("vllm", st, "0.7.3") == ("INFO 12-01 10:00:00 model_runner.py:1096] "
+                                              "Starting to load model x...")
+    assert ei.render("vllm", st, "0.8.5.post1").startswith("(Worker_TP0 pid=200) INFO 12-01 "
+                                                           "10:00:00 [model_runner.py:1096]")
+    st = ei.Statement("vllm/v1/worker/gpu_model_runner.py", 1060, "logger.info", "Loading model "
+                      "weights took %.4f GB")
+    assert ei.render("vllm", st, "0.7.3") == ("(VllmWorker rank=0 pid=200) INFO 12-01 10:00:00 "
+                                              "gpu_model_runner.py:1060] Loading model weights "
+                                              "took 1.5000 GB")
