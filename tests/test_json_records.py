@@ -146,7 +146,9 @@ def _message(line: str) -> str:
     """An excerpt line without what a record has not (a rank tag, a process tag, a source
     line number)."""
     line = re.sub(r"^(?:\([\w.-]+ (?:rank=\d+ )?pid=\d+\) )+", "", line)
-    line = re.sub(r"\[([\w./-]+?\.py):\d+\] ", r"[\1] ", line)
+    # `[file.py:N] `, before vLLM 0.8 ` file.py:N] ` (no `[`; an empty last line of a record
+    # with a traceback ends there)
+    line = re.sub(r"(?:\[|(?<= ))([\w./-]+?\.py):\d+\](?= |$)", r"[\1]", line)
     return re.sub(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?(?: [A-Za-z_]+\d+)*\] ",
                   r"[\1] ", line)
 

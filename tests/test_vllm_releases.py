@@ -344,3 +344,53 @@ def test_0_9_s_neuron_loader_retry_is_no_crash():
     for line in ("Exception: Error setting CUDA_VISIBLE_DEVICES: local range: [2, 4)",
                  "(VllmWorker rank=0 pid=200) ERROR 07-01 10:00:00 [core.py:522] Exception: boom"):
         assert line_meaning(pack, line)["crash"] == "python_exception", line
+
+
+# vLLM 0.7.3 (February 2025): V0 by default (V1 with VLLM_USE_V1=1), the envelope before 0.8
+# (`INFO 02-20 10:00:00 file.py:N] `, no `[`), only the workers tagged, in ANSI cyan
+
+V1_073 = "vllm-073-v1-tp2.log"
+
+
+def test_0_7_s_v1_engine_core_prints_untagged():
+    """0.7.3's V1 (`VLLM_USE_V1=1`): the engine core prints untagged (no `(EngineCore_0 pid=N)`
+    before 0.8), its workers `(VllmWorker rank=N pid=N)` in ANSI cyan (executor/
+    multiproc_worker_utils.py:259 `_add_prefix`); the runner says `Loading model weights took`
+    (v1/worker/gpu_model_runner.py:1060), the engine core `# GPU blocks:` (v1/core/
+    kv_cache_utils.py:522); the capture is silent, closed by `Graph capturing finished`.  The
+    0.8.5 V1 launch in 0.7.3's words: the same phases and times (the packs read it as they are)."""
+    st = reads_as_the_0_8_v1_startup(V1_073)
+    assert st.startups == 1 and st.crash is None
+    assert "\x1b[1;36m(VllmWorker rank=0 pid=1500)\x1b[0;0m " in (BUILT / V1_073).read_text("utf-8")
+
+
+V073_FATAL = {
+    # the API server's SIGUSR1 handler (v1/engine/core_client.py:191): the engine core, or a
+    # worker through it, hit an exception; it kills its own process tree
+    "CRITICAL 02-20 14:01:52 core_client.py:191] Got fatal signal from worker processes, shutting "
+    "down. See stack trace above for root cause issue.": "child_process_died",
+    # the engine core's (v1/executor/multiproc_executor.py:49, its name misspelt): a worker
+    # failed outside an RPC (its start, its message queue) and sent SIGUSR1
+    "CRITICAL 02-20 14:01:52 multiproc_executor.py:49] MulitprocExecutor got fatal signal from "
+    "worker processes, shutting down. See stack trace above for root cause issue.": "child_process_died",
+    # the API server's output loop (v1/engine/async_llm.py:289), then kill_process_tree
+    "ERROR 02-20 14:05:00 async_llm.py:289] EngineCore output handler hit an error: Resource "
+    "temporarily unavailable": "child_process_died",
+}
+
+
+def test_0_7_s_v1_fatal_signal_lines_are_deaths():
+    """0.7.3's V1 passes a death up by SIGUSR1, each process saying so in its own words (0.8
+    replaced them: `Worker proc %s died unexpectedly`, `AsyncLLM output_handler failed.`).
+    Before: no rule read any of them (the crash below had no `died` evidence).  A worker's profile-run OOM (tests/fixtures/built/vllm-073-v1-profile-oom.log:
+    `WorkerProc hit an exception: %s`, the `%s` printed as is, multiproc_executor.py:374; the
+    engine core's `EngineCore hit an exception: Traceback ...`, core.py:291, one record; the API
+    server's fatal signal) is still the OOM, rank 1's, now with the death beside it."""
+    pack = load_pack("vllm")
+    got = {line: line_meaning(pack, line).get("crash") for line in V073_FATAL}
+    assert got == V073_FATAL
+    st = replay_file(str(BUILT / "vllm-073-v1-profile-oom.log")).state
+    assert st.crash is not None
+    assert (st.crash.reason, st.crash.during, st.crash.rank) == ("cuda_oom", "allocating", "rank=1")
+    assert st.crash.died is not None and "Got fatal signal" in st.crash.died.line
+    assert st.phases_seen == ["launching", "loading_shards", "autotune", "allocating", "crashed"]
