@@ -394,3 +394,52 @@ def test_0_7_s_v1_fatal_signal_lines_are_deaths():
     assert (st.crash.reason, st.crash.during, st.crash.rank) == ("cuda_oom", "allocating", "rank=1")
     assert st.crash.died is not None and "Got fatal signal" in st.crash.died.line
     assert st.phases_seen == ["launching", "loading_shards", "autotune", "allocating", "crashed"]
+
+
+V0_073 = "vllm-073-v0-start.log"
+
+
+def test_0_7_s_v0_start_reads_in_v0_s_order():
+    """0.7.3's default engine, V0, `vllm serve Qwen/Qwen2.5-32B-Instruct -tp 2`: the API server
+    starts the engine process and builds its own config (api_server.py:209, :220), the engine
+    (`Initializing a V0 LLM engine`, llm_engine.py:234) starts rank 1 (`(VllmWorkerProcess
+    pid=N)` in ANSI cyan) and loads on both ranks (`Loading model weights took`, worker/
+    model_runner.py:1115), profiles memory (worker.py:267, one record of three lines joined by
+    `\\r\\n` and the prefix), sizes the cache (`# cuda blocks:`, executor_base.py:111), captures
+    (model_runner.py:1434, rank 0's bar), `init engine ... took`, then the API server.  Read
+    right by the packs as they are: V0 compiles nothing, the capture's 35 graphs counted."""
+    st = replay_file(str(BUILT / V0_073)).state
+    assert [sp.phase for sp in st.spans if not sp.beside] == [
+        "launching", "loading_shards", "allocating", "cuda_graph", "ready"]
+    assert {k: round(v) for k, v in st.durations().items()} == {
+        "launching": 22, "loading_shards": 41, "allocating": 9, "cuda_graph": 22}
+    assert st.ready_in() == 94.0
+    assert st.startups == 1 and st.crash is None
+    assert (st.progress["shards"].current, st.progress["shards"].total) == (17, 17)
+    assert (st.progress["cuda_graph"].current, st.progress["cuda_graph"].total) == (35, 35)
+    text = (BUILT / V0_073).read_bytes().decode("utf-8")
+    assert "\x1b[1;36m(VllmWorkerProcess pid=1301)\x1b[0;0m INFO 02-20 10:01:08 worker.py:267] " \
+           "Memory profiling takes 4.58 seconds\r\n" in text
+
+
+def test_0_7_s_v0_cuda_oom_in_the_profile_run_and_in_the_capture():
+    """V0's two out-of-memory places at start: rank 1's profile run (worker.py:229
+    `profile_run`, its `Exception in worker VllmWorkerProcess while processing method
+    determine_num_available_blocks.` and traceback behind its tag, multiproc_worker_utils.py:242;
+    the engine process re-raises it from `output.get()` and logs it bare, `logger.exception(e)`,
+    engine/multiprocessing/engine.py:400) and rank 0's capture (model_runner.py:1552, the
+    engine process's record alone, rank 1 waits).  Both end in `Process SpawnProcess-1:` and the
+    API server's `Engine process failed to start.` (api_server.py:233)."""
+    got = {}
+    for name in ("vllm-073-v0-profile-oom.log", "vllm-073-v0-capture-oom.log"):
+        st = replay_file(str(BUILT / name)).state
+        assert st.crash is not None and st.startups == 1, name
+        got[name] = (st.crash.reason, st.crash.during, st.phases_seen[-2])
+    assert got == {"vllm-073-v0-profile-oom.log": ("cuda_oom", "allocating", "allocating"),
+                   "vllm-073-v0-capture-oom.log": ("cuda_oom", "cuda_graph", "cuda_graph")}
+    st = replay_file(str(BUILT / "vllm-073-v0-profile-oom.log")).state
+    # the cause is rank 1's own line (V0's worker tag names no rank: `(VllmWorkerProcess pid=N)`)
+    assert st.crash.line.startswith("(VllmWorkerProcess pid=1301) ERROR 02-20 10:01:06 "
+                                    "multiproc_worker_utils.py:242] torch.OutOfMemoryError: ")
+    st = replay_file(str(BUILT / "vllm-073-v0-capture-oom.log")).state
+    assert (st.progress["cuda_graph"].current, st.progress["cuda_graph"].total) == (2, 35)
