@@ -581,11 +581,16 @@ def draft(spec: str, previous: Path | None) -> dict[str, Any]:
     old_formats: set[str] = set()
     if previous and prev.get("version"):
         old_formats = {st.format for st in read_wheel(fetch(f"{engine}=={prev['version']}"), engine)}
+    ids = {e.get("id") for e in entries}
     for st in sts:
         if st.format in taken or st.format in old_formats or "debug" in st.kind:
             continue
         taken.add(st.format)
-        entries.append({"id": f"new_{Path(st.file).stem}_{st.line}", "tier": "P3",
+        sid = f"new_{Path(st.file).stem}_{st.line}"
+        while sid in ids:           # a carried entry drafted at that file:line of its release
+            sid += "_"
+        ids.add(sid)
+        entries.append({"id": sid, "tier": "P3",
                         "source": st.source, "kind": st.kind, "format": st.format,
                         "line": render(engine, st, version), "expect": ["info"],
                         "review": True})

@@ -136,6 +136,12 @@ def test_draft_of_the_next_release(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert by["oom"] == prev["statements"][3]                                   # third party: kept
     new = [e for e in doc["statements"] if e.get("review")]
     assert [e["format"] for e in new] == ["Memory baseline taken. mem usage={m:.2f} GB"]
+    # a carried entry drafted as `new_engine_6` by its own release keeps its id; the new
+    # statement at engine.py:6 gets another (vLLM 0.6.6's draft gave two entries one id)
+    prev["statements"][2]["id"] = "new_engine_6"
+    (tmp_path / "sglang-9.9.0.yaml").write_text("# header kept\n" + yaml.safe_dump(prev))
+    ids = [e["id"] for e in ei.draft("sglang==9.9.1", tmp_path / "sglang-9.9.0.yaml")["statements"]]
+    assert len(ids) == len(set(ids)) and "new_engine_6" in ids and "new_engine_6_" in ids
     assert new[0]["line"] == "[2026-12-01 10:00:00] Memory baseline taken. mem usage=1.50 GB"
     assert ei.header(tmp_path / "sglang-9.9.0.yaml") == "# header kept\n"
 
