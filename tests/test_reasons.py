@@ -13,7 +13,8 @@ from logwatch.sinks.alerts.model import FIRING, RESOLVED, Alert
 from logwatch.sinks.alerts.receivers import SlackSink
 from logwatch.verdict import crash_text
 
-NEW_2026 = ("startup_timeout", "shm_too_small", "hang", "disk_full")
+NEW_2026 = ("startup_timeout", "shm_too_small", "hang", "disk_full",
+            "discovery_unreachable")
 
 
 def test_every_reason_has_its_sentence() -> None:

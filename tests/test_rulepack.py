@@ -45,6 +45,8 @@ DESIGN_REASONS = {
     "gpu_unavailable",
     # added by the full-disk task (README "Crash reasons")
     "disk_full",
+    # added by the Dynamo-failures task (README "Crash reasons")
+    "discovery_unreachable",
 }
 DESIGN_PHASES = {"launching", "downloading", "loading_shards", "allocating", "autotune",
                  "cuda_graph", "ready"}

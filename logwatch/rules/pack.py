@@ -78,7 +78,7 @@ CRASH_REASONS = (
     "import_error", "bad_argument", "hub_download_failed", "weight_loading_error",
     "warmup_failed", "port_in_use", "cuda_graph_capture_failed", "autotune_failed",
     "kernel_compile_failed", "startup_timeout", "shm_too_small", "hang", "gpu_unavailable",
-    "disk_full", "child_process_died", "python_exception", "unknown",
+    "disk_full", "discovery_unreachable", "child_process_died", "python_exception", "unknown",
 )
 # Generic reasons, least to most informative; every other reason is specific.
 GENERIC_REASONS = ("unknown", "child_process_died", "python_exception")

@@ -34,6 +34,9 @@ REASON_TEXT: dict[str, str] = {
                        "does not fit (the container, the host or the image).",
     "disk_full": "A disk filled up (weights, a JIT or compile cache): free space, or point the "
                  "cache (HF_HOME, TORCHINDUCTOR_CACHE_DIR, TRITON_CACHE_DIR) at a larger volume.",
+    "discovery_unreachable": "A worker under NVIDIA Dynamo could not reach the deployment's "
+                             "etcd or NATS (discovery, the event plane): check ETCD_ENDPOINTS / "
+                             "NATS_SERVER and that both services are up.",
     "child_process_died": "A worker or scheduler process died; the log does not say why.",
     "python_exception": "An uncaught Python exception; the root-cause line says which.",
     "unknown": "The server died without saying why (a native crash or a kill).",
