@@ -24,7 +24,7 @@ import math
 
 from .machine import State, phase_left
 from .machine.startup import again_key
-from .rules.pack import READY, AgainSpec, RulePack
+from .rules.pack import READY, AgainSpec, RulePack, arg_is_set
 
 
 MAX_ETA_STEP = 0.30     # an ETA moves at most this fraction between two updates in a phase
@@ -222,7 +222,7 @@ def _draft_pass(pack: RulePack, state: State) -> float:
     at the target's last capture frame, 43 s before ready: the draft's load and capture
     uncounted)."""
     again = [r for r in pack.rules if r.begins_own_rank and r.phase]
-    if not again or not any(_is_set(state.args.get(a)) for a in pack.drafts) or \
+    if not again or not any(arg_is_set(state.args.get(a)) for a in pack.drafts) or \
             state.phase not in pack.startup_phases or \
             pack.phase_index(state.phase) <= pack.phase_index(pack.draft_by):
         return 0.0
@@ -234,11 +234,6 @@ def _draft_pass(pack: RulePack, state: State) -> float:
         else frozenset()
     return sum(state.closed_seconds(p) for p in pack.startup_phases
                if pack.phase_index(p) >= start and p not in skipped)
-
-
-def _is_set(value: object) -> bool:
-    """A launch argument given a value (SGLang's dump writes an unset one `None`)."""
-    return value not in (None, False, "", "None", "none")
 
 
 def _from_this_startup(pack: RulePack, state: State, p: str, second: bool) -> float | None:

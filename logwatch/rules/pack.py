@@ -927,7 +927,12 @@ class AgainSpec:
         `unless` set."""
         v = release_of(version)
         return v is not None and v >= self.since and \
-            not any(args.get(a) not in (None, False, "", "None", "none") for a in self.unless)
+            not any(arg_is_set(args.get(a)) for a in self.unless)
+
+
+def arg_is_set(value: object) -> bool:
+    """A launch argument given a value (SGLang's dump writes an unset one `None`)."""
+    return value not in (None, False, "", "None", "none")
 
 
 def release_of(version: str | None) -> tuple[int, ...] | None:
