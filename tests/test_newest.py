@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from logwatch.sources import SourceError, make_source
 from logwatch.sources.newest import (
-    Listing, Match, NewestFile, check_pattern, is_pattern, matching, pattern_problem,
+    SORT_RUN, Listing, Match, NewestFile, check_pattern, is_pattern, matching, newest_first,
+    pattern_problem,
 )
 
 S = 1_000_000_000   # a second in nanoseconds
@@ -70,6 +71,23 @@ def test_the_newest_is_the_last_written_then_the_name_sorting_last() -> None:
     assert choose(n, []) is None
     assert choose(n, [m("a.log", 1, 10), m("b.log", 2, 30), m("c.log", 3, 20)]).name == "b.log"
     assert choose(n, [m("a.log", 1, 30), m("b.log", 2, 30)]).name == "b.log"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10**6)), max_size=3 * SORT_RUN + 7,
+                unique_by=lambda t: t[1]))
+def test_a_listing_sorted_in_runs_is_the_one_sort_s_order(keys: list[tuple[int, int]]) -> None:
+    """`newest_first` merges runs (a long sort held the event loop's thread): the order is the
+    one a single sort gives, ties in time to the name sorting last, across runs too."""
+    rows = [(t * S, f"slurm-{n}.out", 1, i) for i, (t, n) in enumerate(keys)]
+    assert newest_first(rows) == sorted(rows, reverse=True)
+
+
+def test_a_listing_of_many_runs_is_the_one_sort_s_order() -> None:
+    rows = [((i * 7919) % 97 * S, f"slurm-{(i * 104729) % 100_003}.out", 1, i)
+            for i in range(5 * SORT_RUN + 11)]
+    assert newest_first(rows) == sorted(rows, reverse=True)
+    assert newest_first(rows)[0][0] == 96 * S
 
 
 def test_a_newer_file_takes_over_and_the_left_one_is_never_chosen_again() -> None:

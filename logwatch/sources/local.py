@@ -43,7 +43,8 @@ from .cursor import (
     ROTATE_WAIT, Cursor, CursorIO, FindRotated, FollowsWithCursor, Hold, PathFacts, Reopen,
     before_range, drive, is_ours, later_files, rotated_names,
 )
-from .newest import Listing, Match, NewestFile, check_pattern, is_pattern, matching
+from .newest import (Listing, Match, NewestFile, check_pattern, is_pattern, matching,
+                     newest_first)
 from .archive import MAX_ARCHIVES, compressed_rotated_names, pread, unpack
 
 READ_SIZE = 1 << 20
@@ -331,8 +332,7 @@ class LocalFileSource(FollowsWithCursor):
                 continue
             if stat.S_ISREG(st.st_mode):
                 rows.append((st.st_mtime_ns, name, st.st_dev, st.st_ino))
-        rows.sort(reverse=True)
-        return Listing(rows)
+        return Listing(newest_first(rows))
 
     async def named(self) -> Path | None:
         """The file the target names now: its path, or the newest match of its pattern."""
