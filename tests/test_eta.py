@@ -176,6 +176,37 @@ def test_second_start_eta_within_20_percent(tmp_path: Path, pack) -> None:  # ty
     assert not problems, "\n".join(problems)
 
 
+def test_a_running_daemon_writes_the_history_off_its_event_loop(tmp_path: Path,
+                                                                  monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A record is two fsyncs and a rename (~10 ms here, an NFS state_dir more): started on
+    a loop, the history is written by a task in a thread, the loop not waiting; each record
+    is on disk once `saved`, and the last one at `close`."""
+    import asyncio
+    import threading
+
+    from logwatch.state import files
+    writers: list[str] = []
+    real = files.atomic_write_bytes
+
+    def noted(*a, **k):  # type: ignore[no-untyped-def]
+        writers.append(threading.current_thread().name)
+        return real(*a, **k)
+    monkeypatch.setattr("logwatch.state.coalesce.atomic_write_bytes", noted)
+
+    async def main() -> None:
+        history = StartupHistory(tmp_path, "gpu1", "Qwen3-235B")
+        history.start()
+        history.record_durations({"loading_shards": 100.0}, "ready", "s1", total=100.0)
+        assert not history.path.exists()            # not written on the loop
+        await history.file.saved()
+        assert [r.startup for r in StartupHistory(tmp_path, "gpu1").records] == ["s1"]
+        history.record_durations({"loading_shards": 90.0}, "ready", "s2", total=90.0)
+        await history.close()
+        assert [r.startup for r in StartupHistory(tmp_path, "gpu1").records] == ["s1", "s2"]
+    asyncio.run(main())
+    assert writers and threading.main_thread().name not in writers, writers
+
+
 def test_second_epoch_eta_through_target_runner(tmp_path: Path) -> None:
     """The daemon's own path: a Target fed source events records the first startup on
     ready; a second `server_args=` in the same log starts a new epoch whose ETA

@@ -40,6 +40,12 @@ class HistoryAttachment(Attachment):
     def bind(self, target: LiveTarget) -> None:
         self.target = target
 
+    def start(self) -> None:
+        self.history.start()
+
+    async def close(self) -> None:
+        await self.history.close()
+
     def on_events(self, events: list[Event], now: float) -> None:
         read_untimed = self._read_untimed()
         for ev in events:
