@@ -1,10 +1,13 @@
-"""NVIDIA Dynamo's own failures (ai-dynamo 1.6.1): a worker that cannot join its deployment.
-Every engine's worker joins through the Rust runtime (`DistributedRuntime(...)`,
+"""NVIDIA Dynamo's own failures (ai-dynamo 1.6.1): a worker that cannot join its deployment,
+or leaves it.  Every engine's worker joins through the Rust runtime (`DistributedRuntime(...)`,
 common/utils/runtime.py:83) before it builds its engine; with etcd or NATS down the runtime
 retries (`... not reachable yet; retrying startup connection`, WARN), gives up and raises.
-Its request plane binds as the worker serves, after Dynamo's ready line.  The logs are built
-from Dynamo's source and binary (tests/fixtures/built/README.md), read by base.yaml's rules
-`dynamo_discovery_unreachable`, `dynamo_discovery_retry`, `dynamo_request_plane_port_taken`."""
+Its request plane binds, and its endpoint registers, as the worker serves, after Dynamo's
+ready line; its etcd lease (which its registrations hang on) is kept alive from the start to
+the end, and a lease lost stops the worker.  The logs are built from Dynamo's source and
+binary (tests/fixtures/built/README.md), read by base.yaml's rules
+`dynamo_discovery_unreachable`, `dynamo_discovery_retry`, `dynamo_request_plane_port_taken`,
+`dynamo_lease_lost`, `dynamo_lease_keepalive_failing`, `dynamo_endpoint_register_failed`."""
 
 from __future__ import annotations
 
@@ -19,10 +22,18 @@ ETCD_DOWN = BUILT / "vllm-034-dynamo-etcd-down.log"
 NATS_DOWN = BUILT / "sglang-0523-dynamo-nats-down.log"
 PORT_TAKEN = BUILT / "vllm-034-dynamo-port-taken.log"
 WORKER = BUILT / "vllm-034-dynamo-worker.log"
+LEASE_LOST = BUILT / "vllm-034-dynamo-lease-lost.log"
+LEASE_REVOKED = BUILT / "sglang-0523-dynamo-lease-revoked.log"
+SGLANG_WORKER = BUILT / "sglang-0523-dynamo-worker.log"
+LEASE_MEANING = "The worker lost its etcd lease"
 
 
 def doc(path: Path) -> dict:
-    return summary(pipeline_view(path.name, replay_file(str(path))))
+    """replay --json's document, and the crash rule's sentence (`meaning`, the status's)."""
+    st = replay_file(str(path))
+    d = summary(pipeline_view(path.name, st))
+    d["meaning"] = st.state.crash.meaning if st.state.crash else ""
+    return d
 
 
 def test_a_vllm_worker_whose_etcd_is_down_is_discovery_unreachable_at_launch() -> None:
@@ -81,3 +92,75 @@ def test_the_runtime_losing_nats_while_serving_is_no_crash(tmp_path: Path) -> No
     log = tmp_path / "serving.log"
     log.write_text(WORKER.read_text() + lost + "\n")
     assert doc(log)["phase"] == "ready"
+
+
+def test_a_vllm_worker_that_loses_its_etcd_lease_while_serving_crashed() -> None:
+    """Ready at 4m12s; 17 minutes later the keep-alive stream ends, the runtime reconnects
+    until the lease's deadline, then `Unable to maintain lease` (lease.rs:49) and the runtime
+    stops the worker.  Before: `ready`, the worker gone from its deployment unsaid."""
+    d = doc(LEASE_LOST)
+    assert d["engine"] == "vllm" and d["phase"] == "crashed" and d["startups"] == 1
+    assert (d["crash"]["reason"], d["crash"]["during"]) == ("discovery_unreachable", "ready")
+    assert d["crash"]["line"].endswith(
+        "Unable to maintain lease. Check etcd server status "
+        "error=Unable to reconnect to ETCD cluster: deadline exceeded")
+    assert d["meaning"].startswith(LEASE_MEANING)
+    assert d["ready_line"].endswith("worker for Qwen/Qwen3-8B has been initialized")
+
+
+def test_an_sglang_worker_whose_etcd_restarted_empty_lost_its_lease() -> None:
+    """The runtime reconnects (INFO `Successfully reconnected`), but etcd no longer knows the
+    lease (`Keep-alive lease expired`, ERROR): the lease-lost line is the crash, not the
+    reconnect's lines before it.  Before: `ready`."""
+    d = doc(LEASE_REVOKED)
+    assert d["engine"] == "sglang" and d["phase"] == "crashed" and d["startups"] == 1
+    assert (d["crash"]["reason"], d["crash"]["during"]) == ("discovery_unreachable", "ready")
+    assert d["crash"]["line"].endswith("error=Unable to maintain lease - expired or revoked. "
+                                       "Check etcd server status")
+    assert d["meaning"].startswith(LEASE_MEANING)
+
+
+def test_a_keepalive_that_reconnects_in_time_is_no_crash(tmp_path: Path) -> None:
+    """The keep-alive's WARNs and the reconnect are hints: etcd may answer within the lease's
+    TTL, and the worker serves on."""
+    lines = LEASE_REVOKED.read_text().splitlines(keepends=True)
+    reconnected = [x for x in lines if "Keep-alive lease expired" not in x
+                   and "Unable to maintain lease" not in x]
+    assert len(reconnected) == len(lines) - 2
+    log = tmp_path / "reconnected.log"
+    log.write_text("".join(reconnected))
+    d = doc(log)
+    assert d["phase"] == "ready" and d["crash"] is None
+
+
+def test_a_lease_lost_as_the_engine_loads_is_a_crash_there_too(tmp_path: Path) -> None:
+    """The lease is kept alive from the runtime's start, before the engine: its loss during
+    the load is the startup's crash, read the same."""
+    lines = SGLANG_WORKER.read_text().splitlines(keepends=True)
+    lost = [x for x in LEASE_LOST.read_text().splitlines(keepends=True)
+            if "dynamo_runtime::transports::etcd" in x]
+    assert len(lost) == 3
+    log = tmp_path / "loading.log"
+    log.write_text("".join(lines[:12] + lost))
+    d = doc(log)
+    assert d["phase"] == "crashed" and d["crash"]["reason"] == "discovery_unreachable"
+    assert d["crash"]["during"] not in ("ready", "launching")
+
+
+def test_an_endpoint_that_cannot_register_in_discovery_is_discovery_unreachable(
+        tmp_path: Path) -> None:
+    """`serve_endpoint` cannot put the worker's instance in discovery (component/endpoint.rs:
+    ERROR, then the context it returns, raised by worker_factory.py:1634's re-raise): the
+    frontend never sees the worker, which exits.  Before: `ready`, the traceback after the
+    ready line not read as the worker's end."""
+    bind = "Failed to bind to address 0.0.0.0:9345: Address already in use (os error 98)"
+    refused = "Unable to register service for discovery. Check discovery service status"
+    text = PORT_TAKEN.read_text()
+    assert text.count(bind) == 2
+    log = tmp_path / "unregistered.log"
+    log.write_text(text.replace(bind, refused))
+    d = doc(log)
+    assert d["engine"] == "vllm" and d["phase"] == "crashed" and d["startups"] == 1
+    assert d["crash"]["reason"] == "discovery_unreachable"
+    assert d["crash"]["line"].endswith("Failed to serve endpoints: " + refused)
+    assert "never saw it" in d["meaning"]
