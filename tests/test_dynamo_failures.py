@@ -7,7 +7,9 @@ ready line; its etcd lease (which its registrations hang on) is kept alive from 
 the end, and a lease lost stops the worker.  The logs are built from Dynamo's source and
 binary (tests/fixtures/built/README.md), read by base.yaml's rules
 `dynamo_discovery_unreachable`, `dynamo_discovery_retry`, `dynamo_request_plane_port_taken`,
-`dynamo_lease_lost`, `dynamo_lease_keepalive_failing`, `dynamo_endpoint_register_failed`."""
+`dynamo_lease_lost`, `dynamo_lease_keepalive_failing`, `dynamo_endpoint_register_failed`;
+a disaggregated worker's KV transfers are vLLM's (NixlConnector), read by vllm.yaml's
+`nixl_transfer_failed` and `kv_load_failed` as a degraded serve."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ WORKER = BUILT / "vllm-034-dynamo-worker.log"
 LEASE_LOST = BUILT / "vllm-034-dynamo-lease-lost.log"
 LEASE_REVOKED = BUILT / "sglang-0523-dynamo-lease-revoked.log"
 SGLANG_WORKER = BUILT / "sglang-0523-dynamo-worker.log"
+NIXL_FAILED = BUILT / "vllm-034-dynamo-nixl-handshake-failed.log"
+NIXL_NOTE = "PD KV transfer failing (NIXL)"
 LEASE_MEANING = "The worker lost its etcd lease"
 
 
@@ -33,6 +37,7 @@ def doc(path: Path) -> dict:
     st = replay_file(str(path))
     d = summary(pipeline_view(path.name, st))
     d["meaning"] = st.state.crash.meaning if st.state.crash else ""
+    d["degraded"] = st.state.degraded or ""
     return d
 
 
@@ -164,3 +169,31 @@ def test_an_endpoint_that_cannot_register_in_discovery_is_discovery_unreachable(
     assert d["crash"]["reason"] == "discovery_unreachable"
     assert d["crash"]["line"].endswith("Failed to serve endpoints: " + refused)
     assert "never saw it" in d["meaning"]
+
+
+def test_a_decode_worker_whose_prefill_worker_does_not_answer_serves_degraded() -> None:
+    """A Dynamo decode worker (vLLM 0.34's NixlConnector) whose prefill worker's side channel
+    does not answer: two `NIXL transfer failure: handshake_...` records with their tracebacks
+    (`zmq.error.Again`), the request failed by the scheduler, and the worker serving on.
+    Before: `ready`, nothing said.  The tracebacks are the transfer's, no crash."""
+    d = doc(NIXL_FAILED)
+    assert d["engine"] == "vllm" and d["phase"] == "ready" and d["crash"] is None
+    assert d["startups"] == 1 and d["durations"] == doc(WORKER)["durations"]
+    lines = NIXL_FAILED.read_text().splitlines()
+    first = next(n for n, x in enumerate(lines, 1) if "NIXL transfer failure:" in x)
+    assert d["degraded"] == f"{NIXL_NOTE}: requests whose KV cache could not be read from " \
+        "their prefill worker fail (kv_load_failure_policy=fail) or are prefilled again " \
+        f"here, line {first}"
+    assert sum("zmq.error.Again" in x for x in lines) == 2
+
+
+def test_a_kv_load_failure_alone_is_a_degrade_too(tmp_path: Path) -> None:
+    """The scheduler's line says it for any KV connector (LMCache, Mooncake, offloading):
+    `recompute` serves the request slower, `fail` fails it; either way no crash."""
+    failing = [x for x in NIXL_FAILED.read_text().splitlines(keepends=True)
+               if "NIXL transfer failure" not in x and "base_worker.py:15" not in x]
+    assert any("Failing 1 request(s) due to KV load failure" in x for x in failing)
+    log = tmp_path / "kv-load.log"
+    log.write_text("".join(failing))
+    d = doc(log)
+    assert d["phase"] == "ready" and d["degraded"].startswith("KV load failing")
