@@ -278,8 +278,9 @@ def _families() -> list[tuple[str, str, str]]:
          "when the current startup began (unix time; 0 before any)"),
         ("logwatch_ready", "gauge", "1 when the server is ready (serving)"),
         ("logwatch_degraded", "gauge", "1 while the server serves without a part of itself "
-         "(a degrades rule's line: SGLang PD's KV bootstrap server down, its KV transfers "
-         "timing out; /api/status degraded)"),
+         "(a degrades rule's line: SGLang PD's KV bootstrap server down or its KV "
+         "transfers timing out, vLLM's NIXL transfers or KV loads failing; /api/status "
+         "degraded)"),
         ("logwatch_crash_reason", "gauge", "1 for the reason of the crash the server is in "
          "now (no series unless crashed): the shipped LogwatchServerCrashed rule joins "
          "crashes_total on it"),
