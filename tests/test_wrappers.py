@@ -46,6 +46,11 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # `kubectl logs -f --prefix` (before, only a JSON record behind it was read: 22 of 124
     # fixture replays ended in another phase)
     "kubectl-prefix": (lambda ln: f"[pod/vllm-7d9c8b6f4-x2k9q/vllm] {ln}", False),
+    # stern (`cmd:stern -l app=vllm`): `POD CONTAINER ` (its default template where stdout is
+    # no terminal), `-t`'s RFC3339 stamp after them.  Before, 82 of the 238 fixture logs so
+    # wrapped read otherwise, 20 in phase, reason or engine
+    "stern": (lambda ln: f"vllm-7d9c8b6f4-x2k9q vllm {ln}", False),
+    "stern-timestamps": (lambda ln: f"vllm-0 vllm 2026-12-07T10:00:00.123456789Z {ln}", True),
     "ansi-remnant": (lambda ln: f"[0;36m{ln}", False),
     # a log quoted in a reply (an email, an issue comment): before, 5 of 146 logs so quoted
     # read otherwise (vllm-209 never ready)
@@ -239,7 +244,9 @@ def test_a_wrapped_log_reads_as_the_log_itself(name: str, wrapper: str, tmp_path
 
 
 @pytest.mark.parametrize("tags", [("prefill-1  | ", "decode-1   | "),
-                                  ("[pod/sglang-0/sglang] ", "[pod/sglang-1/sglang] ")])
+                                  ("[pod/sglang-0/sglang] ", "[pod/sglang-1/sglang] "),
+                                  ("sglang-0 sglang ", "sglang-1 sglang "),
+                                  ("inference sglang-0 sglang ", "inference sglang-1 sglang ")])
 def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(
         tmp_path: Path, tags: tuple[str, str]) -> None:
     """Prefill and decode servers of one compose file (or two pods under `kubectl logs -l
@@ -455,7 +462,8 @@ def test_a_hostile_line_in_a_docker_log_is_a_line_not_a_crash() -> None:
 
 @pytest.mark.parametrize("tags", [("", ""), ("vllm-1  | ", "vllm-1  | "),
                                   ("vllm-1  | ", "vllm-2  | "),
-                                  ("[pod/sglang-5d8f-abcde/sglang] ", "[pod/sglang-5d8f-fghij/sglang] ")])
+                                  ("[pod/sglang-5d8f-abcde/sglang] ", "[pod/sglang-5d8f-fghij/sglang] "),
+                                  ("sglang-5d8f-abcde sglang ", "sglang-5d8f-fghij sglang ")])
 def test_another_process_launched_after_the_crash_is_a_new_startup(
         tmp_path: Path, tags: tuple[str, str]) -> None:
     """A server crashed; a replacement under another process name (a Deployment's new pod,
@@ -681,3 +689,96 @@ def test_a_log_pasted_as_plain_text_reads_as_the_log(src: Path, paste: str,
     if paste == "collapsed-indent" and want["crash"] and got["crash"]:  # the line as pasted
         want["crash"] = want["crash"][:2] + (collapsed_indent(want["crash"][2]),)
     assert got == want
+
+
+# ----------------------------------------------------------------------------------------------
+# stern (a `cmd:` target on Kubernetes)
+
+STERN_LOGS = ["vllm-034-default", "sglang-0523-download", "trtllm-dynamo-worker"]
+
+
+@pytest.mark.parametrize("name", STERN_LOGS)
+def test_two_pods_under_stern_are_one_launch_and_a_pod_s_relaunch_a_new_startup(
+        name: str, tmp_path: Path) -> None:
+    """`stern -l app=...` over two replicas, each printing a whole startup (a built log:
+    its tracebacks' frames, bars without stamps), their lines interleaved: one launch of two
+    processes, ready when both are; one pod printing its launch again is a new startup (a
+    container restarted), the other's lines no relaunch."""
+    from logwatch.rules.locate import choose_pack
+    src = [ln for ln in (FIXTURES / "built" / f"{name}.log").read_text(
+        encoding="utf-8", errors="surrogateescape").split("\n") if ln.strip()]
+    a = [f"{name[:6]}-0 server {ln}" for ln in src]
+    b = [f"{name[:6]}-1 server {ln}" for ln in src]
+    mixed = [x for pair in zip(a, b) for x in pair]
+    path = tmp_path / "pods.log"
+    path.write_text("\n".join(mixed) + "\n", encoding="utf-8", errors="surrogateescape")
+    alone = verdict(FIXTURES / "built" / f"{name}.log", False)
+    doc = verdict(path, False)
+    assert (doc["phase"], doc["startups"], doc["engine"]) == ("ready", 1, alone["engine"]), doc
+    state = replay_file(str(path)).state
+    assert state.procs == {f"{name[:6]}-0", f"{name[:6]}-1"} and not state.procs_waiting
+    path.write_text("\n".join(mixed + a) + "\n", encoding="utf-8", errors="surrogateescape")
+    assert verdict(path, False)["startups"] == 2
+    assert choose_pack("auto", path.read_bytes()[: 1 << 16]).name == alone["engine"]
+
+
+def _known_lines() -> list[tuple[str, str]]:
+    """(pack, line): every rule's samples and every statement of tests/inventory."""
+    import yaml
+    from logwatch.rules.pack import load_pack
+    out = [(name, s.line) for name in ("sglang", "vllm", "trtllm")
+           for r in load_pack(name).rules for s in r.samples]
+    for inv in sorted((FIXTURES.parent / "inventory").glob("*.yaml")):
+        doc = yaml.safe_load(inv.read_text())
+        out += [(doc["pack"], st["line"]) for st in doc["statements"] if st.get("line")]
+    return list(dict.fromkeys(out))
+
+
+def test_every_line_the_packs_know_reads_the_same_behind_stern() -> None:
+    """Every rule sample and every statement the inventories list (the engines' own format
+    strings), behind stern's names (a controller's pod, `-A`'s namespace first), means what
+    it means bare.  Behind a pod name without a `-`
+    (a bare pod, `kubectl run vllm`) the names come off only before what the engines begin
+    a line with, not before any capitalised word: those lines keep them.  Before, 736 of the
+    3772 lines read otherwise behind `vllm-0 vllm `."""
+    from logwatch.rules.check import line_meaning
+    from logwatch.rules.pack import load_pack
+    packs = {name: load_pack(name) for name in ("sglang", "vllm", "trtllm")}
+    lines = _known_lines()
+    assert len(lines) > 3000
+    for tag in ("vllm-0 vllm ", "inference vllm-0 vllm "):
+        differ = [ln for name, ln in lines if line_meaning(packs[name], tag + ln)
+                  != line_meaning(packs[name], ln)]
+        assert not differ, (tag, len(differ), differ[:5])
+    bare_pod = [ln for name, ln in lines if line_meaning(packs[name], f"vllm vllm {ln}")
+                != line_meaning(packs[name], ln)]
+    assert all(re.match(r"[A-Z][a-z]+ ", ln) for ln in bare_pod), bare_pod
+    assert len(bare_pod) < 10, bare_pod
+
+
+def _k8s_prefixes() -> list[re.Pattern]:
+    """stern's patterns of rules/base.yaml's `prefixes:`, each alone."""
+    import regex
+    import yaml
+    doc = yaml.safe_load((FIXTURES.parents[1] / "rules" / "base.yaml").read_text())
+    pats = [p for p in doc["prefixes"]
+            if p.startswith("(?P<proc>[a-z0-9](?:[a-z0-9-]{0,62}+ [a-z0-9])?")]
+    assert len(pats) == 2
+    return [regex.compile(p) for p in pats]
+
+
+def test_stern_s_prefixes_take_no_line_of_an_unwrapped_log() -> None:
+    """Two lower-case names and a blank begin many a line (`rank 0 using MpiPoolSession`,
+    `sglang serve --model-path ...`): no line of the fixture logs is taken for stern's
+    names, so a bare log reads as it did (its replay byte-identical)."""
+    rxs = _k8s_prefixes()
+    logs = sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "built").glob("*.log"))
+    taken, seen = [], 0
+    for path in logs:
+        for ln in path.read_text(encoding="utf-8", errors="replace").replace("\r", "\n") \
+                .split("\n"):
+            seen += 1
+            taken += [(path.name, ln) for rx in rxs if rx.match(ln)]
+    assert seen > 6000 and not taken, taken[:5]
+    assert all(any(rx.match(w + "INFO 12-07 10:00:00 [x.py:1] up") for rx in rxs)
+               for w in ("vllm-0 vllm ", "vllm vllm "))
