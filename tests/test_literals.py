@@ -324,45 +324,49 @@ PREFIX_PATTERNS = [load_pack("base").prefixes.pattern]  # type: ignore[union-att
 
 def test_start_filters_of_the_shipped_prefixes() -> None:
     filters = start_filters(PREFIX_PATTERNS[0])
-    assert filters is not None and len(filters) == 24
+    assert filters is not None and len(filters) == 26
     # `aws logs tail`'s stream after its stamp: a digit first, a `/` in the line
     cloudwatch = filters[1]
     assert cloudwatch.head == r"[\d]" and "+00:00 " in cloudwatch.literals
-    compose = filters[3]       # (after journald, CloudWatch's and kubectl's stamps)
+    # logcli's stamp and labels: by a digit first, its pod label (or a closing brace)
+    logcli_pod, logcli_labels = filters[2], filters[3]
+    assert logcli_pod.head == logcli_labels.head == r"[\d]" and "pod=\"" in logcli_pod.literals
+    assert logcli_labels.literals == {"} "}
+    compose = filters[5]       # (after journald, CloudWatch's, logcli's and kubectl's stamps)
     assert compose.chars == {"|"} and compose.literals == {" |", "\t|"}
     # srun's task label: by its first character, a digit or a blank (the alternatives share
     # the group name `proc`, which the analysis reads past)
-    kubectl_prefix = filters[4]    # `[pod/NAME/CONTAINER] `
+    kubectl_prefix = filters[6]    # `[pod/NAME/CONTAINER] `
     assert kubectl_prefix.head == r"\[" and "[pod/" in kubectl_prefix.literals
     # stern's `POD CONTAINER `: a lower-case letter or a digit first (a record's `[`, `(`,
     # level and a bar's capital are ruled out by it), a blank; the controller's pod a `-`
-    stern_pod, stern = filters[5], filters[6]
+    stern_pod, stern = filters[7], filters[8]
     assert stern_pod.head == stern.head == "[a-z0-9]" and "-" in stern_pod.chars
-    srun, srun_padded = filters[7], filters[8]
+    srun, srun_padded = filters[9], filters[10]
     assert srun.head == r"[\d]" and srun.literals == {": "}
     assert srun_padded.head == r"\ " and srun_padded.literals == {": "}
     # a node's name (pdsh): a lower-case letter first (`RuntimeError: ` is ruled out by it),
     # or an address; Open MPI's `[1,0]<stdout>:` by its stream's name
-    pdsh, pdsh_address, mpi = filters[9], filters[10], filters[11]
+    pdsh, pdsh_address, mpi = filters[11], filters[12], filters[13]
     assert pdsh.head == "[a-z]" and pdsh_address.head == r"[\d]" and "." in pdsh_address.chars
     assert mpi.head == r"\[" and "]<stdout>:" in mpi.literals
-    skypilot = filters[12]     # `(task, pid=N) `: by its `pid=` and `,`
+    skypilot = filters[14]     # `(task, pid=N) `: by its `pid=` and `,`
     assert skypilot.head == r"\(" and "pid=" in skypilot.literals and "," in skypilot.chars
-    ansi = filters[14]      # `[0;36m`: a line without an `m` is no colour code
+    ansi = filters[16]      # `[0;36m`: a line without an `m` is no colour code
     assert ansi.head == r"\[" and ansi.chars == {"[", "m"}
     # moreutils' `ts`: its month names, or a digit first
-    ts_month, ts_time, ts_year = filters[16], filters[17], filters[18]
+    ts_month, ts_time, ts_year = filters[18], filters[19], filters[20]
     assert "Dec " in ts_month.literals and len(ts_month.literals) == 12
     assert ts_time.head == ts_year.head == r"[\d]" and ":" in ts_time.chars
     # output glued before a record: a line that starts with the record itself (its `[` stamp,
     # its `(Proc pid=N)` tag) is ruled out by its first character, others by the record's literals
-    quote = filters[20]        # a reply's `> `: by its first character
+    quote = filters[22]        # a reply's `> `: by its first character
     assert quote.head == ">" and quote.literals == {"> "}
-    glued_sglang, glued_vllm = filters[21], filters[22]
+    glued_sglang, glued_vllm = filters[23], filters[24]
     assert glued_sglang.head == r"[^\[\s]" and glued_sglang.literals == {"] "}
     assert glued_vllm.head == r"[^\(\s]" and ") INFO " in glued_vllm.literals
     # VLLM_LOGGING_PREFIX before an untagged record: a record's level among the literals
-    vllm_prefix = filters[23]
+    vllm_prefix = filters[25]
     assert "INFO " in vllm_prefix.literals and "-" in vllm_prefix.chars
 
 

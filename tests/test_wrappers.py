@@ -93,6 +93,11 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
 }
 
 
+# Loki's `logcli query --tail '{app="vllm"}'`: its stamp, the stream's labels, the line
+LOGCLI_TAIL = ('2026-12-07T10:00:00Z {{app="vllm", container="vllm", namespace="default", '
+               'pod="{pod}", stream="stderr"}} ')
+
+
 def journal_entry(message: str | list[int] | None, spaced: bool = False) -> str:
     """One entry as `journalctl -o json` writes it for a unit's standard output."""
     entry = {"__CURSOR": "s=6f1e;i=2a;b=9d;m=1c;t=63e;x=77", "__REALTIME_TIMESTAMP":
@@ -246,7 +251,9 @@ def test_a_wrapped_log_reads_as_the_log_itself(name: str, wrapper: str, tmp_path
 @pytest.mark.parametrize("tags", [("prefill-1  | ", "decode-1   | "),
                                   ("[pod/sglang-0/sglang] ", "[pod/sglang-1/sglang] "),
                                   ("sglang-0 sglang ", "sglang-1 sglang "),
-                                  ("inference sglang-0 sglang ", "inference sglang-1 sglang ")])
+                                  ("inference sglang-0 sglang ", "inference sglang-1 sglang "),
+                                  (LOGCLI_TAIL.format(pod="sglang-0"),
+                                   LOGCLI_TAIL.format(pod="sglang-1"))])
 def test_two_servers_interleaved_in_one_compose_stream_are_one_launch(
         tmp_path: Path, tags: tuple[str, str]) -> None:
     """Prefill and decode servers of one compose file (or two pods under `kubectl logs -l
@@ -463,7 +470,9 @@ def test_a_hostile_line_in_a_docker_log_is_a_line_not_a_crash() -> None:
 @pytest.mark.parametrize("tags", [("", ""), ("vllm-1  | ", "vllm-1  | "),
                                   ("vllm-1  | ", "vllm-2  | "),
                                   ("[pod/sglang-5d8f-abcde/sglang] ", "[pod/sglang-5d8f-fghij/sglang] "),
-                                  ("sglang-5d8f-abcde sglang ", "sglang-5d8f-fghij sglang ")])
+                                  ("sglang-5d8f-abcde sglang ", "sglang-5d8f-fghij sglang "),
+                                  (LOGCLI_TAIL.format(pod="sglang-5d8f-abcde"),
+                                   LOGCLI_TAIL.format(pod="sglang-5d8f-fghij"))])
 def test_another_process_launched_after_the_crash_is_a_new_startup(
         tmp_path: Path, tags: tuple[str, str]) -> None:
     """A server crashed; a replacement under another process name (a Deployment's new pod,
@@ -692,7 +701,29 @@ def test_a_log_pasted_as_plain_text_reads_as_the_log(src: Path, paste: str,
 
 
 # ----------------------------------------------------------------------------------------------
-# stern (a `cmd:` target on Kubernetes)
+# stern and Loki's logcli (`cmd:` targets on Kubernetes)
+
+@pytest.mark.parametrize("name", CASES)
+def test_a_logcli_log_reads_as_the_log_it_prints(name: str, tmp_path: Path) -> None:
+    """logcli's default output trims each line (a traceback's indent goes), so the wrapped
+    log reads as the log so trimmed: `--tail`'s full label set with the pod, and a query's
+    (the labels every stream shares left out, the rest padded to the longest set; `{}` when
+    none is left), in its zone's offset.  Before, kubectl's stamp came off and the labels
+    stayed: 94 of the 238 fixture logs read otherwise, 29 in phase, reason or engine."""
+    lines = (FIXTURES / f"{name}.log").read_text(encoding="utf-8",
+                                                 errors="surrogateescape").split("\n")
+    trimmed = tmp_path / "trimmed.log"
+    trimmed.write_text("\n".join(ln.strip() for ln in lines), encoding="utf-8",
+                       errors="surrogateescape")
+    want = verdict(trimmed, False)
+    for i, tag in enumerate((LOGCLI_TAIL.format(pod="vllm-0"),
+                             '2026-12-07T11:00:00+01:00 {stream="stderr"}  ',
+                             "2026-12-07T10:00:00.5Z {} ")):
+        dst = tmp_path / f"{name}.logcli-{i}.log"
+        dst.write_text("\n".join(tag + ln.strip() if ln.strip() else ln for ln in lines),
+                       encoding="utf-8", errors="surrogateescape")
+        assert verdict(dst, False) == want, tag
+
 
 STERN_LOGS = ["vllm-034-default", "sglang-0523-download", "trtllm-dynamo-worker"]
 
@@ -734,10 +765,10 @@ def _known_lines() -> list[tuple[str, str]]:
     return list(dict.fromkeys(out))
 
 
-def test_every_line_the_packs_know_reads_the_same_behind_stern() -> None:
+def test_every_line_the_packs_know_reads_the_same_behind_stern_and_logcli() -> None:
     """Every rule sample and every statement the inventories list (the engines' own format
-    strings), behind stern's names (a controller's pod, `-A`'s namespace first), means what
-    it means bare.  Behind a pod name without a `-`
+    strings), behind stern's names (a controller's pod, `-A`'s namespace first) and
+    logcli's stamp and labels, means what it means bare.  Behind a pod name without a `-`
     (a bare pod, `kubectl run vllm`) the names come off only before what the engines begin
     a line with, not before any capitalised word: those lines keep them.  Before, 736 of the
     3772 lines read otherwise behind `vllm-0 vllm `."""
@@ -746,7 +777,8 @@ def test_every_line_the_packs_know_reads_the_same_behind_stern() -> None:
     packs = {name: load_pack(name) for name in ("sglang", "vllm", "trtllm")}
     lines = _known_lines()
     assert len(lines) > 3000
-    for tag in ("vllm-0 vllm ", "inference vllm-0 vllm "):
+    for tag in ("vllm-0 vllm ", "inference vllm-0 vllm ", LOGCLI_TAIL.format(pod="vllm-0"),
+                "2026-12-07T10:00:00Z {}   "):
         differ = [ln for name, ln in lines if line_meaning(packs[name], tag + ln)
                   != line_meaning(packs[name], ln)]
         assert not differ, (tag, len(differ), differ[:5])
@@ -757,20 +789,21 @@ def test_every_line_the_packs_know_reads_the_same_behind_stern() -> None:
 
 
 def _k8s_prefixes() -> list[re.Pattern]:
-    """stern's patterns of rules/base.yaml's `prefixes:`, each alone."""
+    """stern's and logcli's patterns of rules/base.yaml's `prefixes:`, each alone."""
     import regex
     import yaml
     doc = yaml.safe_load((FIXTURES.parents[1] / "rules" / "base.yaml").read_text())
     pats = [p for p in doc["prefixes"]
-            if p.startswith("(?P<proc>[a-z0-9](?:[a-z0-9-]{0,62}+ [a-z0-9])?")]
-    assert len(pats) == 2
+            if p.startswith("(?P<proc>[a-z0-9](?:[a-z0-9-]{0,62}+ [a-z0-9])?")
+            or p.startswith(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d) \{")]
+    assert len(pats) == 4
     return [regex.compile(p) for p in pats]
 
 
-def test_stern_s_prefixes_take_no_line_of_an_unwrapped_log() -> None:
+def test_stern_s_and_logcli_s_prefixes_take_no_line_of_an_unwrapped_log() -> None:
     """Two lower-case names and a blank begin many a line (`rank 0 using MpiPoolSession`,
     `sglang serve --model-path ...`): no line of the fixture logs is taken for stern's
-    names, so a bare log reads as it did (its replay byte-identical)."""
+    names or logcli's labels, so a bare log reads as it did (its replay byte-identical)."""
     rxs = _k8s_prefixes()
     logs = sorted(FIXTURES.glob("*.log")) + sorted((FIXTURES / "built").glob("*.log"))
     taken, seen = [], 0
@@ -781,4 +814,4 @@ def test_stern_s_prefixes_take_no_line_of_an_unwrapped_log() -> None:
             taken += [(path.name, ln) for rx in rxs if rx.match(ln)]
     assert seen > 6000 and not taken, taken[:5]
     assert all(any(rx.match(w + "INFO 12-07 10:00:00 [x.py:1] up") for rx in rxs)
-               for w in ("vllm-0 vllm ", "vllm vllm "))
+               for w in ("vllm-0 vllm ", LOGCLI_TAIL.format(pod="vllm-0"), "1970-01-01T00:00:00Z {} "))
