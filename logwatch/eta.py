@@ -15,7 +15,9 @@ one came, no rule can still bring it) counts 0 s, and so does one it already ran
 before a `begins` rule took it back to an earlier phase (SGLang's HiCache host pool after the
 capture) where no rule can bring it again.  A phase the engine's own code runs again after
 a later one (a pack's `again:`: vLLM 0.31+'s kernel warmup after the KV estimate) is counted
-on a first start at its typical time until it begins again.
+on a first start at its typical time until it begins again.  A finished bar of a phase the
+engine goes on in after it (a pack's `after_bar`: the capture) is no end of the phase: a
+first start reads a tenth of its typical time left, growing after (`_after_bar`).
 """
 
 from __future__ import annotations
@@ -87,8 +89,8 @@ def startup_eta(pack: RulePack, state: State, now: float,
     second = not have_history and _second_pass(pack, state)
     again = second and state.closed_seconds(phase) > 0
     since, elapsed = _phase_clock(state, phase, now, again)
-    bar_left = _bar_left(pack, state, phase, now, since)
     t_phase = state.closed_seconds(phase) if again else typical_of(phase)
+    bar_left = _bar_left(pack, state, phase, now, since, None if have_history else t_phase)
     if bar_left is not None:
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
         # then its end lines) is known from history: whichever ends later
@@ -181,15 +183,43 @@ def _phase_clock(state: State, phase: str, now: float, again: bool) -> tuple[flo
 
 
 def _bar_left(pack: RulePack, state: State, phase: str, now: float,
-              since: float | None) -> float | None:
+              since: float | None, typical: float | None = None) -> float | None:
     """Seconds left by the current phase's own bar (shards, files fetched, autotuner, graph
     capture), if one is moving; with `since` (a second pass's span began then), not a bar
     that last moved before it: the target's finished bar is no clock of the draft's load or
-    capture (it read 0 s left there, where 40 s and 37 s were)."""
-    bars = (state.progress[n] for n in _progress_of(pack, phase) if n in state.progress)
-    return next((left for left in (b.remaining_seconds(now) for b in bars
-                                   if since is None or b.updated_at >= since)
-                 if left is not None), None)
+    capture (it read 0 s left there, where 40 s and 37 s were).  With `typical` (a first
+    start's typical time of the phase), in a phase the engine goes on in after its bar (a
+    pack's `after_bar`), a finished bar is not the phase's end (`_after_bar`), and one that
+    had ended before the phase's current span began is no clock of it: another replica's or
+    server's capture (SGLang `--dp 2`: DP0's finished bar read 0 s at DP1's capture begin,
+    19 s before ready; now the typical 60 s, as at any capture's begin)."""
+    entered = state.phase_entered
+    if phase not in pack.after_bar:
+        typical = None
+    for n in _progress_of(pack, phase):
+        b = state.progress.get(n)
+        if b is None or (since is not None and b.updated_at < since):
+            continue
+        left = b.remaining_seconds(now)
+        if left is None:
+            continue
+        if typical is not None and b.current >= b.total:
+            if entered is not None and b.updated_at < entered.at:
+                continue        # ended before this span: another replica's or server's
+            return _after_bar(typical or 0.0, now - b.updated_at)
+        return left
+    return None
+
+
+def _after_bar(typical: float, since: float) -> float:
+    """A first start's time left in a phase whose bar finished `since` seconds ago, where
+    the engine goes on after it with work no line begins (a pack's `after_bar`: the capture,
+    then SGLang 0.5.23's scheduler init end, HTTP server and warmup request, vLLM 0.34's
+    FULL bar after the PIECEWISE one and its API server).  Taken as a phase whose clock has
+    run out (`phase_left` at nine tenths of its typical time): a tenth of the typical time,
+    then half of every further second.  Before, 0 s: three SGLang DeepGEMM starts and
+    `--enable-weights-cpu-backup`'s overlap read 0 s where 7 to 15 s were left."""
+    return phase_left(typical, 0.9 * typical + max(since, 0.0))
 
 
 def _resumed(state: State) -> float | None:

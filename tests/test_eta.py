@@ -488,3 +488,66 @@ def test_a_launch_killed_while_it_loaded_is_the_previous_one(tmp_path: Path,
     assert view.previous_startup is not None and view.previous_startup["outcome"] == "incomplete"
     assert view.previous_startup["phases"], view.previous_startup   # its durations so far
     assert _history(runner).basis() == 2
+
+
+CAPTURE = [
+    (0, "[{}] server_args=ServerArgs(model_path='Qwen/Qwen3-8B', tp_size=1, port=30000)"),
+    (6, "[{} TP0] Load weight begin. avail mem=78.92 GB"),
+    (16, "[{} TP0] Load weight end. elapsed=10.00 s, type=Qwen3ForCausalLM, avail mem=62.61 GB, "
+         "mem usage=16.31 GB."),
+    (17, "[{} TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 405920, K size: 23.75 "
+         "GB, V size: 23.75 GB"),
+    (18, "[{} TP0] Memory pool end. avail mem=12.10 GB"),
+    (19, "[{} TP0] Capture target decode CUDA graph begin. backend=flashinfer, "
+         "num_tokens_per_req=1, avail mem=11.40 GB"),
+    (19, "Capturing batches (bs=256 avail_mem=11.20 GB):   0%|          | 0/52 [00:00<?, ?it/s]"),
+    (25, "Capturing batches (bs=64 avail_mem=10.60 GB):  50%|#####     | 26/52 [00:06<00:06,  "
+         "4.33it/s]"),
+    (31, "Capturing batches (bs=1 avail_mem=10.10 GB): 100%|##########| 52/52 [00:12<00:00,  "
+         "4.33it/s]"),
+]
+
+
+def _captured(pack) -> LogPipeline:  # type: ignore[no-untyped-def]
+    pipe = LogPipeline(pack)
+    for t, text in CAPTURE:
+        pipe.feed((text.format(stamp(t)) + "\n").encode(), T0 + t)
+    assert pipe.state.phase == "cuda_graph"
+    bar = pipe.state.progress["cuda_graph"]
+    assert (bar.current, bar.total) == (52, 52)
+    return pipe
+
+
+def test_a_finished_capture_bar_is_not_the_end_of_its_phase(pack) -> None:  # type: ignore[no-untyped-def]
+    """SGLang goes on after its capture bar (the scheduler's init end, the HTTP server, the
+    warmup request: the base pack's `after_bar: [cuda_graph]`): a first start reads a tenth
+    of the capture's typical 60 s left at the bar's last frame and half of every further
+    second after it (a phase whose clock has run out, as `phase_left` counts one).  Before,
+    0 s: six built SGLang starts read 0 s where 7 to 19 s were left.  With history, the
+    phase's own time decides, as before; a pack without `after_bar` keeps the bar's 0 s."""
+    assert pack.after_bar == ("cuda_graph",)
+    pipe = _captured(pack)
+    typ = pack.typical_seconds["cuda_graph"]
+    assert startup_eta(pack, pipe.state, T0 + 31) == pytest.approx(0.1 * typ)
+    assert startup_eta(pack, pipe.state, T0 + 35) == pytest.approx(0.1 * typ + 2.0)
+    assert startup_eta(pack, pipe.state, T0 + 40, {"cuda_graph": 20.0}) == pytest.approx(0.0)
+    assert startup_eta(pack, pipe.state, T0 + 31, {"cuda_graph": 30.0}) == pytest.approx(18.0)
+    bare = dataclasses.replace(pack, after_bar=())
+    assert startup_eta(bare, pipe.state, T0 + 35) == 0.0
+
+
+def test_another_replicas_finished_capture_bar_is_no_clock(pack) -> None:  # type: ignore[no-untyped-def]
+    """A capture bar that ended before the phase's current span began is another replica's
+    or server's (SGLang `--dp 2`: DP0 captured, then DP1 begins): a first start reads the
+    capture's typical time, as at any capture's begin, not what is left after DP0's bar.
+    Before, 0 s at DP1's capture begin, 19 s before ready (built sglang-0523-dp2)."""
+    pipe = _captured(pack)
+    pipe.feed(f"[{stamp(40)} TP0] Capture target decode CUDA graph end. bs=[1, 2, 4, 8], "
+              f"elapsed=21 s\n".encode(), T0 + 40)
+    state = dataclasses.replace(pipe.state)
+    entered = state.phase_entered
+    assert entered is not None
+    # the same state, its capture span begun after the bar's last frame (DP1's begin)
+    state.spans = [dataclasses.replace(sp, at=T0 + 45) if sp is entered else sp
+                   for sp in state.spans]
+    assert startup_eta(pack, state, T0 + 45) == pytest.approx(pack.typical_seconds["cuda_graph"])

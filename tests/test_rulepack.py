@@ -259,6 +259,12 @@ def again_since_not_quoted(d):
     return None, "again"
 
 
+def after_bar_ready(d):
+    # ready has no bar and no time left: a typo'd or misplaced phase is an error, not ignored
+    d["after_bar"] = ["ready"]
+    return None, "after_bar"
+
+
 def unless_seen_unknown_rule(d):
     # a typo in the id would leave the rule acting in every startup, silently
     d["rules"].append({"id": "b", "pattern": "weights format", "phase": "ready",
@@ -281,7 +287,7 @@ SCHEMA_ERRORS = [bad_regex, bad_phase, bad_crash, bad_hint, unknown_rule_key, mi
                  ready_hint_without_crash, during_on_a_pattern_rule, typical_without_begins,
                  typical_not_a_duration, drafts_by_unknown_phase, unless_seen_unknown_rule,
                  unless_seen_not_a_list, again_unknown_phase, again_without_since,
-                 again_since_not_quoted]
+                 again_since_not_quoted, after_bar_ready]
 
 
 @pytest.mark.integration

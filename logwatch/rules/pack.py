@@ -40,7 +40,8 @@ line begins its phase: moves there whatever the order, the first time in a start
 span this end marker closes was PHASE), `ends_rank` (the rank that prints it is done
 starting, whatever phase its line is of), `supervisor` (a restart rule of a launcher whose
 servers join its launch), `typical` (on a `begins` rule: how long its phase takes, as the
-engine's line says; a first start's ETA).  Pack keys `servers:` and `silent:`: README "Rule packs".
+engine's line says; a first start's ETA).  Pack keys `servers:`, `silent:` and `after_bar:`:
+README "Rule packs".
 
 Every problem is reported as one `PackError` naming the file, the rule id and the key.
 """
@@ -97,7 +98,7 @@ PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "t
              "rules", "crash_by_phase", "disable", "typical_seconds", "stall_after",
              "crash_settle", "advice", "model_flags", "fallback", "silent", "envelope", "colours",
              "user_content", "records", "prelaunch", "ready_hints", "roles", "serves", "gpus",
-             "replicas", "drafts", "again")
+             "replicas", "drafts", "again", "after_bar")
 DEFAULT_CRASH_SETTLE = 2.0   # seconds a crash's evidence must stay unchanged to be final
 TIMESTAMP_GROUPS = ("Y", "m", "d", "H", "M", "S", "f")
 REGEX_FLAGS = regex.V0
@@ -327,6 +328,9 @@ class RulePack:
     probe_paths: tuple[str, ...] = ()   # the server's HTTP paths a probe asks (telemetry/probe.py)
     probe_off_args: tuple[str, ...] = ()   # launch args that, true, say it serves no HTTP
     silent: tuple[str, ...] = ()   # phases that may print nothing (a silent hub download)
+    # phases the engine goes on in after their bar's last frame, with work no line begins
+    # (the capture: the server's start and warmup before ready): a first start's ETA
+    after_bar: tuple[str, ...] = ()
     # phases a wrapper's lines may show before the server's own launch line (an entrypoint's
     # `huggingface-cli download`): a launch line then begins the server in that startup
     prelaunch: tuple[str, ...] = ()
@@ -543,8 +547,8 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         else (base.ranks if base else ())
     probe_paths, probe_off = _probe(src, doc["probe"]) if doc.get("probe") is not None \
         else ((base.probe_paths, base.probe_off_args) if base else ((), ()))
-    silent = _phase_list(src, doc, "silent", phases, base.silent if base else ())
-    prelaunch = _phase_list(src, doc, "prelaunch", phases, base.prelaunch if base else ())
+    silent, prelaunch, after_bar = (_phase_list(src, doc, k, phases, getattr(base, k, ()))
+                                    for k in ("silent", "prelaunch", "after_bar"))
     roles = _names(src, doc, "roles", base.roles if base else ())
     serves = _rule_ids(src, doc, "serves", rules, base.serves if base else ())
     drafts, draft_by = _drafts(src, doc, phases, base)
@@ -573,7 +577,7 @@ def _load(path: Path, chain: tuple[str, ...]) -> RulePack:
         prefixes=_prefix_regex(tuple(prefix_src)), crash_by_phase=crash_by_phase, typical_seconds=typical,
         stall_after=stall, crash_settle=settle, description=str(doc.get("description") or ""),
         reasons=reasons, ranks=ranks, probe_paths=probe_paths, probe_off_args=probe_off,
-        servers=servers, silent=silent,
+        servers=servers, silent=silent, after_bar=after_bar,
         prelaunch=prelaunch, roles=roles, serves=serves, server_count_args=count_args,
         follower=follower, drafts=drafts, draft_by=draft_by, again=_again(src, doc, phases, base),
         gpus=gpus, replicas_unless=replicas, replica_stage=stage, stages_together=together,
@@ -1084,7 +1088,8 @@ def _follower_ready(src: str, ready: Any, rules: list[Rule], phases: tuple[str, 
 
 def _phase_list(src: str, doc: dict[str, Any], key: str, phases: tuple[str, ...],
                 inherited: tuple[str, ...]) -> tuple[str, ...]:
-    """A pack key that lists some of its phases (`silent:`, `prelaunch:`), or the base's."""
+    """A pack key that lists some of its phases (`silent:`, `prelaunch:`, `after_bar:`), or
+    the base's."""
     value = doc.get(key)
     if value is None:
         return inherited
