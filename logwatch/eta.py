@@ -17,7 +17,9 @@ capture) where no rule can bring it again.  A phase the engine's own code runs a
 a later one (a pack's `again:`: vLLM 0.31+'s kernel warmup after the KV estimate) is counted
 on a first start at its typical time until it begins again.  A finished bar of a phase the
 engine goes on in after it (a pack's `after_bar`: the capture) is no end of the phase: a
-first start reads a tenth of its typical time left, growing after (`_after_bar`).
+first start reads a tenth of its typical time left, growing after (`_after_bar`).  Where
+data-parallel replicas start apart, a first start times what the slowest has still to run by
+what the replicas ahead took for it (`_replicas_took`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 
 from .machine import State, phase_left
+from .machine.ranks import lane_tag, replica_of, replica_took
 from .machine.startup import again_key
 from .rules.pack import READY, AgainSpec, RulePack, arg_is_set
 
@@ -76,10 +79,10 @@ def startup_eta(pack: RulePack, state: State, now: float,
     stated = {} if have_history else _stated(pack, state)     # a first start's own words
     defaults = {**pack.typical_seconds, **stated}
 
+    took = {} if have_history else _replicas_took(pack, state, defaults)  # replicas ahead
+
     def typical_of(p: str) -> float | None:
-        if have_history:
-            return typ.get(p, 0.0)
-        return defaults.get(p)
+        return typ.get(p, 0.0) if have_history else defaults.get(p)
 
     eta = 0.0
     known = False
@@ -101,10 +104,10 @@ def startup_eta(pack: RulePack, state: State, now: float,
             eta = max(eta, phase_left(defaults[phase], elapsed))
         known = True
     elif t_phase is not None:
-        eta += phase_left(t_phase, elapsed)
+        eta += phase_left(took.get(phase, t_phase), elapsed)
         known = True
     for p in _ahead(pack, state, phase):
-        t = typical_of(p)
+        t = took.get(p, typical_of(p))
         guess = None if have_history else _from_this_startup(pack, state, p, second)
         if guess is not None:
             eta, known = eta + guess, known or guess > 0
@@ -121,8 +124,48 @@ def startup_eta(pack: RulePack, state: State, now: float,
     if have_history:
         eta += _coming_back(pack, state, phase, typ)
     elif not second:
-        eta += _draft_pass(pack, state) + _again_ahead(pack, state, phase, defaults)
+        eta += _draft_pass(pack, state) + _again_ahead(pack, state, phase, defaults, took)
     return eta if known else math.nan
+
+
+def _replicas_took(pack: RulePack, state: State, defaults: dict[str, float]) -> dict[str, float]:
+    """A first start's times, from the data-parallel replicas ahead, of the phases the
+    startup (where its slowest replica is) has still to run: per phase, the longest a
+    replica took through it (`replica_took`), for the current phase and those ahead that the
+    main line has not been in before (vLLM 0.34's KV commit after the capture is no part of
+    a replica's first `allocating`: it moves no replica forward).  A phase a replica ended
+    but did not leave (the capture, its last) is timed to its end plus what a finished bar
+    of a phase the engine goes on in reads (`_after_bar`: SGLang's HTTP server and warmup
+    request come after the last replica's capture).  Why: SGLang `--dp 2`'s DP1 at its
+    allocating read 100 s, the pack's typical allocating, autotune and capture, where DP0
+    had taken 15 s through them and 22 s were left.  Not with history: its times are the
+    slowest replica's own, the work after the last replica's end included.  {} where
+    replicas do not start apart (the pack's `replicas:`) or fewer than two have a rank, and
+    for a dense vLLM model's engines (`Worker_TP0` in each: no line of a worker names its
+    engine, and the engine core, silent until its workers captured, times nothing).
+    Pipeline stages are grouped so too; a stage ahead waits for the others at each step's
+    end, so it has left no phase but the one the slowest is in."""
+    unless = pack.replicas_unless
+    if unless is None or any(state.args.get(a) is True for a in unless) or \
+            len({lane_tag(lane) for lane in state.lanes}) < len(state.lanes):
+        return {}              # (a dense model's engines: their workers' lines name none)
+    groups: dict[str, list[list[tuple[int, bool, float]]]] = {}
+    for rank, rp in state.ranks.items():
+        if (g := replica_of(rank, pack.replica_stage)):
+            groups.setdefault(g, []).append(rp.advances)
+    if len(groups) < 2:
+        return {}
+    spans = [sp.phase for sp in state.history]
+    out: dict[str, float] = {}
+    for advances in groups.values():
+        for i, (secs, left) in replica_took(advances).items():
+            p = pack.phases[i]
+            if spans.count(p) > (p == state.phase) or p not in pack.startup_phases:
+                continue
+            if not left and p in pack.after_bar:
+                secs += _after_bar(defaults.get(p, 0.0), 0.0)
+            out[p] = max(out.get(p, 0.0), secs)
+    return out
 
 
 def _again_specs(pack: RulePack, state: State) -> list[AgainSpec]:
@@ -131,16 +174,19 @@ def _again_specs(pack: RulePack, state: State) -> list[AgainSpec]:
 
 
 def _again_ahead(pack: RulePack, state: State, phase: str,
-                 defaults: dict[str, float]) -> float:
+                 defaults: dict[str, float], took: dict[str, float]) -> float:
     """A first start's time for a phase the engine runs again after the current one came
     (a pack's `again:`: vLLM 0.31+'s kernel warmup, `JIT kernel warmup starting.` after
     `Available KV cache memory`, 0.34 v1/worker/gpu_worker.py `compile_or_warm_up_model`,
     `enable_jit_warmup` true by default): its typical time, while the startup has not left
-    `after` since (`_left_since`).
+    `after` since (`_left_since`), and no replica ahead timed the phases after `after`
+    (`took`: their times hold the warmup, which moves no replica forward).
     Before, 0.34's KV estimate read 40 s left where 189 s were."""
     out = 0.0
     for a in _again_specs(pack, state):
-        if phase == a.after and not _left_since(state, a.after):
+        later = pack.phases[pack.phase_index(a.after) + 1:]
+        if phase == a.after and not _left_since(state, a.after) and \
+                not any(p in took for p in later):
             out += defaults.get(a.phase, 0.0)
     return out
 

@@ -551,3 +551,48 @@ def test_another_replicas_finished_capture_bar_is_no_clock(pack) -> None:  # typ
     state.spans = [dataclasses.replace(sp, at=T0 + 45) if sp is entered else sp
                    for sp in state.spans]
     assert startup_eta(pack, state, T0 + 45) == pytest.approx(pack.typical_seconds["cuda_graph"])
+
+
+DP2 = [
+    (0, "[{}] server_args={{'model_path': 'Qwen/Qwen3-8B', 'dp_size': 2, 'port': 30000}}"),
+    (3, "[{} DP0] Init parallel begin."),
+    (3, "[{} DP1] Init parallel begin."),
+    (6, "[{} DP0] Load weight begin. avail mem=78.92 GB"),
+    (6, "[{} DP1] Load weight begin. avail mem=78.92 GB"),
+    (16, "[{} DP0] Load weight end. elapsed=10.00 s, type=Qwen3ForCausalLM, avail mem=62.61 GB, "
+         "mem usage=16.31 GB."),
+    (18, "[{} DP0] Memory pool end. avail mem=12.10 GB"),
+    (19, "[{} DP0] Capture target decode CUDA graph begin. backend=flashinfer, "
+         "num_tokens_per_req=1, avail mem=11.40 GB"),
+    (31, "[{} DP0] Capture target decode CUDA graph end. bs=[1, 2, 4, 8], avail_mem=10.00 GB, "
+         "elapsed=11 s"),
+    (56, "[{} DP1] Load weight end. elapsed=50.00 s, type=Qwen3ForCausalLM, avail mem=62.61 GB, "
+         "mem usage=16.31 GB."),
+]
+
+
+def test_a_replica_behind_is_timed_by_the_replicas_ahead(pack) -> None:  # type: ignore[no-untyped-def]
+    """SGLang `--dp 2`: DP1 ends its load at 56 s, 40 s after DP0, which then took 3 s to
+    size its KV cache, went past autotune and captured for 12 s.  The startup is where DP1
+    is (allocating), and a first start reads what DP0 took for what DP1 has still to run,
+    21 s (the capture's 12 s and a tenth of its typical 60 s: SGLang's HTTP server and
+    warmup request come after the last replica's capture), not the pack's typical 100 s
+    (10 s allocating, 30 s autotune, 60 s capture: built sglang-0523-dp2 read 100 s where
+    22 s were left).  With history, the history's times, as before; with
+    `--enable-dp-attention` (its DP ranks are one model, `replicas: {unless: ...}`) the
+    pack's typical times (the same state read so)."""
+    pipe = LogPipeline(pack)
+    for t, text in DP2:
+        pipe.feed((text.format(stamp(t)) + "\n").encode(), T0 + t)
+    assert pipe.state.phase == "allocating"
+    typ = pack.typical_seconds
+    tail = 0.1 * typ["cuda_graph"]
+    assert startup_eta(pack, pipe.state, T0 + 56) == pytest.approx(3.0 + 12.0 + tail)
+    # 2 s on, DP1 still allocating: DP0's 3 s counted down (the capture's time after it)
+    assert startup_eta(pack, pipe.state, T0 + 58) == pytest.approx(1.0 + 12.0 + tail)
+    history = {"allocating": 4.0, "autotune": 0.0, "cuda_graph": 20.0}
+    assert startup_eta(pack, pipe.state, T0 + 56, history) == pytest.approx(24.0)
+    one_model = dataclasses.replace(pipe.state, args={**pipe.state.args,
+                                                      "enable_dp_attention": True})
+    assert startup_eta(pack, one_model, T0 + 56) == pytest.approx(
+        typ["allocating"] + typ["autotune"] + typ["cuda_graph"])

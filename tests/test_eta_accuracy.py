@@ -118,3 +118,18 @@ def test_the_kv_commit_after_the_capture_counts_no_kernel_warmup(name: str) -> N
     assert r is not None
     commit = [s for s in r.first if s.phase == "allocating"][-1]
     assert commit.truth == pytest.approx(5.0) and commit.predicted <= 10.0, commit
+
+
+@pytest.mark.parametrize("name", ["sglang-0523-dp2.log", "vllm-034-dp2-slow-engine.log"])
+def test_a_replica_behind_is_timed_by_the_replicas_ahead(name: str) -> None:
+    """`--dp 2` starts whose DP1 loads 40 s after DP0 (the built starts): the startup is
+    where DP1 is, and a first start read the pack's typical times for what DP1 had still to
+    run, which DP0 had already run in 15 s (SGLang: allocating, the capture) and 27 s (vLLM:
+    torch.compile, the KV estimate, the capture): 100 s read where 22 and 18 s were (x4.55,
+    x5.56), eight readings of the two above 2x.  Now DP0's times (eta.py `_replicas_took`):
+    every reading after the launch's first (220 s at the load's begin, where no replica is
+    ahead yet) within 0.5x-2x."""
+    r = ea.measure(str(ROOT / "tests" / "fixtures" / "built" / name))
+    assert r is not None
+    later = r.first[1:]
+    assert len(later) >= 5 and all(ea.within(s) for s in later), later

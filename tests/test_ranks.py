@@ -18,6 +18,7 @@ import pytest
 from conftest import FIXTURES, ROOT
 from logwatch.app.replay import replay_file
 from logwatch.machine import RankProgress, Stalled, rank_lag
+from logwatch.machine.ranks import replica_took
 from logwatch.pipeline import LogPipeline
 from logwatch.rules.pack import load_pack
 from logwatch.sinks.alerts.policy import AlertPolicy
@@ -150,6 +151,33 @@ def test_replica_lag_pure() -> None:
     assert round(lag.for_seconds) == 450                            # DP0 got past at 50 s
     ranks["DP1"] = RankProgress("cuda_graph", True, 60.0, [(g, True, 60.0)])
     assert rank_lag(ranks, idx, 500.0, apart=True) is None          # together again
+
+
+def test_replica_took_pure() -> None:
+    """What one replica took through each phase, from its ranks' advances (eta.py times the
+    replicas behind by it): SGLang's DP0 of `--dp 2` (built sglang-0523-dp2) loaded 10 s,
+    sized its KV cache 3 s, went past downloading and autotune (0 s) and captured 12 s, ending the capture
+    without leaving it (its last phase: False).  A phase still under way has no time."""
+    idx = load_pack("sglang").phase_index
+    la, dl, ld, al, au, g = (idx(p) for p in ("launching", "downloading", "loading_shards",
+                                              "allocating", "autotune", "cuda_graph"))
+    dp0 = [(la, False, 3.0), (ld, False, 6.0), (al, False, 16.0), (al, True, 18.0),
+           (g, False, 19.0), (g, True, 31.0)]
+    assert replica_took([dp0]) == {la: (3.0, True), dl: (0.0, True), ld: (10.0, True),
+                                   al: (3.0, True), au: (0.0, True), g: (12.0, False)}
+    assert replica_took([dp0[:5]]) == {la: (3.0, True), dl: (0.0, True), ld: (10.0, True),
+                                       al: (3.0, True), au: (0.0, True)}
+    # its TP1 says only some steps (rank 0 alone sizes the KV cache): the replica is where
+    # its furthest rank is, so TP1's late load end moves no phase's time
+    tp1 = [(la, False, 3.0), (ld, False, 6.0), (al, False, 17.0), (g, True, 31.0)]
+    assert replica_took([dp0, tp1]) == replica_took([dp0])
+    # vLLM: the capture's first tagged line is its end (the bar names no engine): it began
+    # at the KV estimate's end, 2 s after the estimate began, and took the 10 s after it
+    vi = load_pack("vllm").phase_index
+    va, vk, vg = vi("autotune"), vi("allocating"), vi("cuda_graph")
+    eng = [(va, False, 19.0), (vk, False, 34.0), (vk, True, 36.0), (vg, True, 46.0)]
+    assert replica_took([eng]) == {va: (15.0, True), vk: (2.0, True), vg: (10.0, False)}
+    assert replica_took([]) == {}
 
 
 @pytest.mark.parametrize("name,rank,pack", [

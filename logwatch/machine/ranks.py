@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -382,3 +383,45 @@ def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
     name = replica_of(rank, pack.replica_stage) if rank else ""
     name = name if name in pos else lane_replica(lane_of(rank, text, proc)) if rank else ""
     return (name, pos[name]) if name in pos else None
+
+
+Advance = tuple[int, bool, float]      # (phase index, finished, time): `RankProgress.advances`
+
+
+def replica_took(ranks: list[list[Advance]]) -> dict[int, tuple[float, bool]]:
+    """Per phase index, the seconds one data-parallel replica took through it, from its ranks'
+    `RankProgress.advances`, and whether it left the phase (False: the phase it ended last
+    and went no further, timed to its end).  A phase it went past without a line of it
+    took 0 s (SGLang's autotune without DeepGEMM).  Why: the replicas run the same code on
+    the same hardware, so what one ahead took is this startup's own evidence of what the
+    ones behind still have to do (eta.py `_replicas_took`).
+
+    The replica is where its furthest rank is (rank 0 alone prints some steps): it reached a
+    position when one of its ranks reached it or one past it.  A phase whose first line is
+    its end (vLLM's capture: the bar names no replica, `Graph capturing finished` does) began
+    at the end of the phase before it where that was said (the KV estimate), so the capture
+    is not timed 0 s and its time counted in the phase before.  A phase still under way has
+    no time yet."""
+    reached: dict[tuple[int, bool], float] = {}
+    for adv in ranks:
+        for i, fin, at in adv:
+            if at < reached.get((i, fin), math.inf):
+                reached[(i, fin)] = at
+    pos = sorted(reached)
+    for k in range(len(pos) - 2, -1, -1):      # reached when any rank got there or further
+        reached[pos[k]] = min(reached[pos[k]], reached[pos[k + 1]])
+    begin: dict[int, float] = {}
+    for k, (i, fin) in enumerate(pos):
+        if i in begin:
+            continue
+        prev = pos[k - 1] if k else None
+        begin[i] = reached[prev] if fin and prev is not None and prev[1] else reached[(i, fin)]
+    phases = sorted(begin)
+    out: dict[int, tuple[float, bool]] = {}
+    for a, b in zip(phases, phases[1:]):
+        out[a] = (max(begin[b] - begin[a], 0.0), True)
+        out.update({j: (0.0, True) for j in range(a + 1, b)})
+    if phases and (phases[-1], True) in reached:
+        last = phases[-1]
+        out[last] = (max(reached[(last, True)] - begin[last], 0.0), False)
+    return out
