@@ -41,7 +41,8 @@ def test_a_hub_download_that_fills_the_disk_is_disk_full(tmp_path: Path) -> None
 def test_enospc_alone_is_the_cause_and_the_hub_warning_alone_a_hint(tmp_path: Path) -> None:
     """Without the warning the ENOSPC line names the crash by itself; with the warning and a
     download that then fails otherwise (no cause line of its own), the warning is the reason
-    (the earliest hint, before the loader's and the hub's frames)."""
+    (the earliest hint, before the loader's and the hub's frames); with neither, the hub's
+    frame (the network dropped the download)."""
     lines = built("sglang-0523-download-disk-full.log")
     no_warning = [x for x in lines if "UserWarning" not in x and "warnings.warn(" not in x]
     assert len(no_warning) == len(lines) - 2
@@ -49,9 +50,10 @@ def test_enospc_alone_is_the_cause_and_the_hub_warning_alone_a_hint(tmp_path: Pa
     other = [("httpx.RemoteProtocolError: peer closed connection without sending complete "
               "message body (incomplete chunked read)") if x == ENOSPC else x for x in lines]
     assert replay(tmp_path, other)["crash"]["reason"] == "disk_full"
-    # neither: the frames say what the start was doing (the loader's load_weights first)
+    # neither: the frames say what failed, the hub's under the loader's (its load_weights
+    # `yields`: tests/test_crash_precedence.py); before, weight_loading_error
     neither = [x for x in other if "UserWarning" not in x and "warnings.warn(" not in x]
-    assert replay(tmp_path, neither)["crash"]["reason"] == "weight_loading_error"
+    assert replay(tmp_path, neither)["crash"]["reason"] == "hub_download_failed"
 
 
 INDUCTOR = [  # torch 2.x inductor writing its FX graph cache (frames' line numbers not checked)
@@ -107,8 +109,13 @@ def test_a_full_disk_while_sglang_resolves_its_arguments_is_no_bad_argument(
     doc = replay(tmp_path, lines, "sglang")
     assert doc["crash"]["reason"] == "disk_full", doc["crash"]
     assert (doc["crash"]["during"], doc["startups"]) == ("launching", 1), doc
-    # the same frames with a bare ValueError stay the command line
+    # the same frames with a bare ValueError are the hub's, raised in its deeper frame
+    # (huggingface_hub 2.4.0 file_download.py:381, `http_get` refusing a file over 50 GB
+    # without hf_xet; tests/test_crash_precedence.py); before, bad_argument.  Without the
+    # hub's frame the resolution raised it: the command line
     doc = replay(tmp_path, lines[:-1] + ["ValueError: bad value"], "sglang")
+    assert doc["crash"]["reason"] == "hub_download_failed", doc["crash"]
+    doc = replay(tmp_path, lines[:-2] + ["ValueError: bad value"], "sglang")
     assert doc["crash"]["reason"] == "bad_argument", doc["crash"]
 
 

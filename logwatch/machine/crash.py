@@ -22,7 +22,8 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
     recompute its reason and root-cause line."""
     own = (rule.crash or rule.hint) == reason
     ev = Evidence(reason, obs.text.rstrip(), obs.line_number,
-                  fill_meaning(rule.meaning, obs.fields) if own else "", own and rule.at_launch)
+                  fill_meaning(rule.meaning, obs.fields) if own else "", own and rule.at_launch,
+                  own and rule.yields)
     place_crash(pack, crash, rule)
     if rule.hint:
         state.hints.setdefault(reason, ev)
@@ -38,6 +39,7 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         if best is None or ev.rank > best.rank or (ev.rank == best.rank and crash.chain_pending):
             crash.cause = ev
         crash.chain_pending = False
+        crash.exception_lines.append(ev.line_number)
     if rule.crash and (not rule.tentative or reason_rank(reason) == SPECIFIC_RANK):
         crash.confirmed = True
     if crash.died is None and (reason == DIED or rule.marker and reason == KILLED):
@@ -137,6 +139,28 @@ def died_first(crash: Crash) -> bool:
                                  or died.line_number < crash.first_exception)
 
 
+def first_hint(hints: list[Evidence], crash: Crash) -> Evidence:
+    """The hint that classifies a crash: the earliest, as a cause said before its traceback
+    (huggingface_hub's `Not enough free disk space` warning) is what the frames after it ran
+    into; but not a hint whose rule `yields` where another follows it in the same traceback
+    (no exception line of the crash between them).  Such a hint is an outer frame whose
+    meaning is "a bare exception raised somewhere in here": the arguments resolved before
+    the launch (`frame_server_args`, `frame_engine_args`: bad_argument), a phase's work
+    (the loader's `load_weights`, the capture, the autotune, the KV sizing).  A traceback
+    lists its frames outermost first, so a hint after it is deeper in the same call, nearer
+    the raise, and says what failed: SGLang 0.5.23 resolving a GGUF reference downloads the
+    file inside the resolution (arg_groups/model_path_hook.py:50 -> huggingface_hub's
+    `http_get`), and a download cut short there (`OSError: Consistency check failed ...
+    This is usually due to network issues`) read bad_argument, which sends on-call to the
+    command line for a network fault: it is the hub frame's `hub_download_failed`.  Not
+    across tracebacks: another process's later frames are not deeper in this call."""
+    def deeper(h: Evidence, o: Evidence) -> bool:
+        return o.line_number > h.line_number and not any(
+            h.line_number < e < o.line_number for e in crash.exception_lines)
+    kept = [h for h in hints if not (h.yields and any(deeper(h, o) for o in hints))]
+    return min(kept or hints, key=lambda h: h.line_number)
+
+
 def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
     """The most specific reason the evidence gives (the order is in docs/architecture.md)."""
     if crash.cause is not None and crash.cause.rank == SPECIFIC_RANK:
@@ -148,7 +172,7 @@ def crash_reason(pack: RulePack, state: State, crash: Crash) -> str:
     hints = [h for h in state.hints.values()
              if h.rank == SPECIFIC_RANK and first_line - h.line_number <= HINT_WINDOW_LINES]
     if hints:
-        return min(hints, key=lambda h: h.line_number).reason
+        return first_hint(hints, crash).reason
     by_phase = None if crash.phase_done else pack.crash_by_phase.get(crash.during)
     if by_phase:
         return by_phase

@@ -11,7 +11,8 @@ import re
 from typing import Any
 
 from ..rules.args import ParsedArgs, launch_digest, launch_prefixes, parse_args_line
-from ..rules.pack import CRASHED, READY, STOPPED, TERMINAL, WAITING, Rule, RulePack
+from ..rules.pack import (CRASHED, READY, SPECIFIC_RANK, STOPPED, TERMINAL, WAITING, Rule,
+                          RulePack)
 from ..verdict import BY_ENDPOINT
 from .crash import HINT_WINDOW_LINES, add_evidence, note_phase_done
 from .events import (
@@ -132,7 +133,7 @@ class StartupMachine:
                 self._crash_line(state, obs, now, events)
             return events
         if rule.hint:
-            ev = Evidence(rule.hint, obs.text, obs.line_number, at_launch=rule.at_launch)
+            ev = Evidence(rule.hint, obs.text, obs.line_number, "", rule.at_launch, rule.yields)
             state.hints.setdefault(rule.hint, ev)
         if rule.phase:
             self._phase_marker(state, rule, obs, now, events)
@@ -958,14 +959,17 @@ def crashed_at_launch(pack: RulePack, state: State) -> list[Event]:
 
 
 def _launch_frame(state: State, crash: Crash) -> bool:
-    """The crash's reason came from a frame only a launch runs (its rule's `at_launch`: the
-    arguments resolved before the server starts, SGLang's arg hooks, vLLM's
-    `create_engine_config`) and its root cause is a bare exception (`ValueError: ...`), no
-    cause of its own."""
-    hint = state.hints.get(crash.reason)
+    """The crash's traceback passed through a frame only a launch runs (its rule's
+    `at_launch`: the arguments resolved before the server starts, SGLang's arg hooks, vLLM's
+    `create_engine_config`) and its root cause is a bare exception (`OSError: ...`), no cause
+    of its own.  The frame need not give the reason: one deeper in the call may (its hint
+    `yields`: SGLang 0.5.23's GGUF reference downloaded by huggingface_hub inside the
+    argument resolution, cut short, is `hub_download_failed`), and it is a launch all the
+    same."""
     cause = crash.cause
-    return hint is not None and hint.at_launch and cause is not None and \
-        cause.reason != crash.reason and cause.line_number == crash.line_number
+    return cause is not None and cause.reason != crash.reason and \
+        cause.line_number == crash.line_number and \
+        any(h.at_launch and h.rank == SPECIFIC_RANK for h in state.hints.values())
 
 
 def launch_of(state: State) -> str:

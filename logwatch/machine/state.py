@@ -95,6 +95,8 @@ class Evidence:
     meaning: str = ""          # its rule's own sentence (`meaning:`), filled from the line
     at_launch: bool = False    # its rule's `at_launch`: only a launch meets it, before its
                                # launch line (machine/startup.py `crashed_at_launch`)
+    yields: bool = False       # its rule's `yields`: a hint that gives way to a later one
+                               # (machine/crash.py `crash_reason`)
 
     @property
     def rank(self) -> int:
@@ -121,6 +123,9 @@ class Crash:
     rank: str = ""                          # the rank whose line crashed first (`TP3`)
     died: Evidence | None = None            # the first line saying a process died
     first_exception: int | None = None      # the line number of the first Python exception
+    # the line numbers of its exception lines (cause lines): where one traceback ends, so
+    # a hint after one is another traceback's (machine/crash.py `first_hint`)
+    exception_lines: list[int] = field(default_factory=list)
     phase_done: bool = False                # the work of the phase it crashed in had ended
                                             # (State.phase_done): no `crash_by_phase` default
     reach: int = -1                         # the furthest phase (index) its frames may place it

@@ -91,7 +91,7 @@ MODIFIER_KEYS = ("when", "marker", "tentative", "reenter", "provisional", "scale
                  "description", "before", "after", "args", "finishes", "begins", "beside",
                  "closes_as", "supervisor", "primary", "launch_only", "at_launch", "ready_hint", "during",
                  "ends_rank", "ready_by_endpoint", "meaning", "label", "typical",
-                 "unless_seen")
+                 "unless_seen", "yields")
 RULE_KEYS = ("id", "pattern", "frame") + ACTION_KEYS + MODIFIER_KEYS
 PACK_KEYS = ("name", "extends", "description", "phases", "reasons", "detect", "timestamps",
              "ignore", "prefixes", "ranks", "probe", "servers", "follower",
@@ -188,6 +188,9 @@ class Rule:
                                   # startup that crashed at launch (machine `crashed_at_launch`)
     ready_hint: bool = False      # after a ready, a hint of its reason, not a crash (a
                                   # request's exception: the server serves on)
+    # on a hint: an outer frame, which gives way to a hint after it in the same traceback (a
+    # frame deeper in the call: the hub's download inside the argument resolution's)
+    yields: bool = False
     # this launch prints no ready line: its endpoint answering is its ready (SGLang's
     # embedded Rust server keeps /health at 503 until its own warmup passed)
     ready_by_endpoint: bool = False
@@ -1378,7 +1381,7 @@ def _rule(src: str, index: int, d: Any, phases: tuple[str, ...],
         ends_rank=bool(d.get("ends_rank")),
         supervisor=bool(d.get("supervisor")), primary=bool(d.get("primary")),
         launch_only=bool(d.get("launch_only")), ready_hint=bool(d.get("ready_hint")),
-        at_launch=bool(d.get("at_launch")),
+        at_launch=bool(d.get("at_launch")), yields=bool(d.get("yields")),
         ready_by_endpoint=bool(d.get("ready_by_endpoint")),
         withdraws=bool(d.get("withdraws")), degrades=d.get("degrades"),
         meaning=str(d.get("meaning") or ""), label=str(d.get("label") or ""),
@@ -1441,12 +1444,14 @@ def _check_values(src: str, rid: str, d: dict[str, Any], phases: tuple[str, ...]
                             "pack may declare its own under `reasons:`)", rule=rid, key=key)
     if d.get("crash") and d.get("hint"):
         raise PackError(src, "a rule is either a crash or a hint, not both", rule=rid, key="hint")
+    if d.get("yields") and not d.get("hint"):
+        raise PackError(src, "only a hint gives way to a later hint", rule=rid, key="yields")
     if d.get("ready_hint") and not d.get("crash"):
         raise PackError(src, "only a crash rule can be a hint after ready", rule=rid,
                         key="ready_hint")
     for key in ("restart", "stop", "chain", "marker", "tentative", "reenter", "provisional",
                 "endpoint", "finishes", "begins", "supervisor", "primary", "launch_only",
-                "at_launch", "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint"):
+                "at_launch", "ready_hint", "withdraws", "ends_rank", "ready_by_endpoint", "yields"):
         if key in d and not isinstance(d[key], bool) and \
                 not (key in ("reenter", "begins") and d[key] == "own_rank"):
             raise PackError(src, "must be true or false" + (" or own_rank" if key in (

@@ -1,0 +1,129 @@
+"""Which clue names a crash when its traceback holds several: an outer frame that means "a
+bare exception raised in here" (the argument resolution's, a phase's) gives way to a frame
+deeper in the same call (`yields:`), which is nearer the raise and says what failed; a cause
+line still wins over every frame, and another traceback's frames are no deeper call.
+
+The chains are the engines' own (SGLang 0.5.23, vLLM 0.34.0, huggingface_hub 2.4.0,
+transformers 5.19.0, read in their wheels): tests/fixtures/built/sglang-0523-gguf-download-cut.log
+(a GGUF reference downloaded while the arguments resolve, cut short), the download under the
+loader of built sglang-0523-download-disk-full.log, the DeepGEMM JIT inside the capture of
+built sglang-0523-deepgemm-no-nvcc.log."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from logwatch.machine.crash import first_hint
+from logwatch.machine.state import Crash, Evidence
+from logwatch.rules.pack import PackError, load_pack
+from test_gpu_unavailable import replay
+from test_rulepack import minimal_pack, write
+
+BUILT = FIXTURES / "built"
+CUT = ("OSError: Consistency check failed: file should be of size 5027783488 but has size "
+       "1853358080 (Qwen3-8B-Q4_K_M.gguf).")
+
+
+def built(name: str) -> list[str]:
+    return (BUILT / name).read_text().splitlines()
+
+
+def test_a_download_cut_while_the_arguments_resolve_is_the_hub(tmp_path: Path) -> None:
+    """`--model-path unsloth/Qwen3-8B-GGUF/Qwen3-8B-Q4_K_M.gguf`: the resolution downloads
+    the file (model_path_hook.py:50 -> common.py:460 `hf_hub_download`) and the hub's
+    `http_get` finds it short (file_download.py:491), no cause line of the hub's.  Before:
+    `bad_argument` (frame_server_args, the earliest frame), the command line blamed for a
+    network fault; still a startup that crashed at launch."""
+    doc = replay(tmp_path, built("sglang-0523-gguf-download-cut.log"))
+    assert doc["crash"]["reason"] == "hub_download_failed", doc["crash"]
+    assert (doc["crash"]["during"], doc["startups"]) == ("launching", 1), doc
+    assert doc["crash"]["line"] == CUT
+
+
+def test_a_bare_exception_of_the_resolution_itself_is_still_the_command_line(
+        tmp_path: Path) -> None:
+    """The same traceback without the hub's frames, the resolution raising itself (a repo
+    with several .gguf files, common.py:480): nothing is deeper than the argument
+    resolution's frame, which names it."""
+    lines = built("sglang-0523-gguf-download-cut.log")
+    cut = next(i for i, x in enumerate(lines) if "huggingface_hub/" in x)
+    own = ("ValueError: unsloth/Qwen3-8B-GGUF contains 2 .gguf files; name the one to serve:")
+    doc = replay(tmp_path, lines[:cut] + [own])
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == ("bad_argument", "launching")
+    assert doc["startups"] == 1
+
+
+def test_a_network_fault_under_the_loader_is_the_hub(tmp_path: Path) -> None:
+    """SGLang 0.5.23's TP0 downloading under its loader (`load_weights` ->
+    `download_weights_from_hf` -> the hub's `http_get`), the connection dropped mid-body:
+    the hub's frame, deeper, names it.  Before: `weight_loading_error` (the loader's frame
+    the earliest), which sends on-call to the checkpoint's files."""
+    lines = built("sglang-0523-download-disk-full.log")
+    cut = [("httpx.RemoteProtocolError: peer closed connection without sending complete "
+            "message body (incomplete chunked read)")
+           if x == "OSError: [Errno 28] No space left on device" else x for x in lines
+           if "UserWarning" not in x and "warnings.warn(" not in x]
+    doc = replay(tmp_path, cut)
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == (
+        "hub_download_failed", "downloading"), doc["crash"]
+
+
+def test_a_jit_build_inside_the_capture_is_the_build(tmp_path: Path) -> None:
+    """SGLang 0.5.23's DeepGEMM JIT compiles inside the capture's first batch
+    (decode_cuda_graph_runner.py:598 -> deep_gemm_wrapper/compile_utils.py:256); its failure
+    said in words of no rule (a bare RuntimeError) is the build's, as its own line is
+    (`NVCC compiler is not executable`).  Before: `cuda_graph_capture_failed`."""
+    lines = built("sglang-0523-deepgemm-no-nvcc.log")
+    bare = ["RuntimeError: deep_gemm: kernel build returned 1" if "NVCC compiler is not" in x
+            else x for x in lines]
+    assert bare != lines
+    assert replay(tmp_path, lines)["crash"]["reason"] == "kernel_compile_failed"
+    doc = replay(tmp_path, bare)
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == (
+        "kernel_compile_failed", "autotune"), doc["crash"]
+
+
+def test_a_cause_line_still_wins_over_the_deeper_frame(tmp_path: Path) -> None:
+    """The hub's own exception at the end of the cut download is the cause: it names the
+    crash whichever frames came before it (cause lines over hints, as before)."""
+    lines = built("sglang-0523-gguf-download-cut.log")
+    enospc = [x if not x.startswith("OSError: Consistency") else
+              "OSError: [Errno 28] No space left on device" for x in lines]
+    assert replay(tmp_path, enospc)["crash"]["reason"] == "disk_full"
+
+
+def _ev(reason: str, line: int, yields: bool = False) -> Evidence:
+    return Evidence(reason, f"frame {line}", line, yields=yields)
+
+
+def _crash(exceptions: list[int]) -> Crash:
+    return Crash("python_exception", "launching", "", 0, 0.0, None,
+                 exception_lines=exceptions)
+
+
+def test_a_yielding_hint_gives_way_only_inside_its_own_traceback() -> None:
+    """The hint after a yielding one wins where no exception line lies between them (one
+    traceback); where one does, the later frame is another traceback's (another process, a
+    chained exception) and the earliest hint stands; a hint that does not yield is never
+    passed over; with nothing after it a yielding hint names the crash."""
+    outer, inner = _ev("bad_argument", 10, yields=True), _ev("hub_download_failed", 20)
+    assert first_hint([outer, inner], _crash([30])).reason == "hub_download_failed"
+    assert first_hint([outer, inner], _crash([15])).reason == "bad_argument"
+    assert first_hint([_ev("disk_full", 5), outer, inner], _crash([30])).reason == "disk_full"
+    assert first_hint([outer], _crash([30])).reason == "bad_argument"
+    both = [outer, _ev("weight_loading_error", 20, yields=True)]
+    assert first_hint(both, _crash([30])).reason == "weight_loading_error"
+
+
+def test_yields_is_a_hint_s_key(tmp_path: Path) -> None:
+    """`yields` says how a hint ranks among hints: on a crash rule it is a pack error."""
+    doc = minimal_pack()
+    doc["rules"].append({"id": "boom", "pattern": "boom", "crash": "python_exception",
+                         "yields": True, "samples": ["boom"]})
+    with pytest.raises(PackError, match="yields"):
+        load_pack(str(write(tmp_path, doc)))
+    doc["rules"][-1] = {"id": "boom", "frame": ", in boom", "hint": "bad_argument",
+                        "yields": True, "samples": ['  File "x.py", line 1, in boom']}
+    assert load_pack(str(write(tmp_path, doc))).rule("boom").yields is True
