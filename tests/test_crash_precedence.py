@@ -127,3 +127,46 @@ def test_yields_is_a_hint_s_key(tmp_path: Path) -> None:
     doc["rules"][-1] = {"id": "boom", "frame": ", in boom", "hint": "bad_argument",
                         "yields": True, "samples": ['  File "x.py", line 1, in boom']}
     assert load_pack(str(write(tmp_path, doc))).rule("boom").yields is True
+
+
+MISSING = ("OSError: Repo id must be in the form 'repo_name' or 'namespace/repo_name': "
+           "'/models/Qwen3-8B'. Use `repo_type` argument if needed.")
+
+
+def test_a_model_path_that_is_not_there_is_the_command_line(tmp_path: Path) -> None:
+    """`vllm serve /models/Qwen3-8B` where nothing is mounted: the speculators check asks
+    transformers for the config (arg_utils.py:2303 -> config.py:864), huggingface_hub
+    refuses the path as a repo id before asking the hub (`HFValidationError`, the first of
+    the chain) and transformers re-raises it (hub.py:595).  Before: `hub_download_failed`
+    (the hub's error class the cause), though no hub was asked."""
+    doc = replay(tmp_path, built("vllm-034-model-path-missing.log"))
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == ("bad_argument", "launching")
+    assert doc["startups"] == 1 and doc["crash"]["line"] == MISSING
+    assert "mount the path" in doc["meaning"]
+
+
+def test_sglang_s_config_of_a_path_that_is_not_there_is_the_command_line(
+        tmp_path: Path) -> None:
+    """SGLang 0.5.23's ModelConfig, built while the arguments resolve, asks transformers for
+    the config the same way (built sglang-0523-trust-remote-code.log's frames, the hub's
+    traceback chained before them): the same words, the same reason, a startup that
+    crashed at launch (nothing precedes the traceback).  Before: hub_download_failed."""
+    vllm = built("vllm-034-model-path-missing.log")
+    inner = vllm[2:vllm.index("The above exception was the direct cause of the following "
+                              "exception:") + 2]
+    lines = built("sglang-0523-trust-remote-code.log")
+    end = next(i for i, x in enumerate(lines) if x.startswith("ValueError: "))
+    doc = replay(tmp_path, inner + lines[:end - 1] + [MISSING])
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == ("bad_argument", "launching")
+    assert doc["startups"] == 1
+
+
+def test_a_repo_the_hub_does_not_know_stays_the_hub_s(tmp_path: Path) -> None:
+    """A well-formed id the hub answers for (`RepositoryNotFoundError`, transformers'
+    `is not a local folder and is not a valid model identifier`) was asked of the hub:
+    hub_download_failed, as before."""
+    lines = built("vllm-034-model-path-missing.log")
+    asked = [x for x in lines if "HFValidationError" not in x]
+    asked[-1] = ("OSError: Qwen/Qwen3-8B-typo is not a local folder and is not a valid model "
+                 "identifier listed on 'https://huggingface.co/models'")
+    assert replay(tmp_path, asked)["crash"]["reason"] == "hub_download_failed"
