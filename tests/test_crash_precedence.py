@@ -170,3 +170,42 @@ def test_a_repo_the_hub_does_not_know_stays_the_hub_s(tmp_path: Path) -> None:
     asked[-1] = ("OSError: Qwen/Qwen3-8B-typo is not a local folder and is not a valid model "
                  "identifier listed on 'https://huggingface.co/models'")
     assert replay(tmp_path, asked)["crash"]["reason"] == "hub_download_failed"
+
+
+def _cache_denied(with_inner: bool) -> list[str]:
+    """`vllm serve Qwen/Qwen3-8B` as a user who cannot write the hub's cache: huggingface_hub
+    2.4.0's makedirs (file_download.py:1233) raises PermissionError, transformers 5.19
+    re-raises it in its words (utils/hub.py:582), under built
+    vllm-034-model-path-missing.log's outer frames."""
+    src = built("vllm-034-model-path-missing.log")
+    sp = "/usr/local/lib/python3.12/dist-packages"
+    cause = src.index("The above exception was the direct cause of the following exception:")
+    inner = ["Traceback (most recent call last):",
+             f'  File "{sp}/transformers/utils/hub.py", line 537, in cached_files',
+             "    hf_hub_download(",
+             f'  File "{sp}/huggingface_hub/file_download.py", line 1233, in '
+             "_hf_hub_download_to_cache_dir",
+             "    os.makedirs(os.path.dirname(blob_path), exist_ok=True)",
+             "PermissionError: [Errno 13] Permission denied: "
+             "'/root/.cache/huggingface/hub/models--Qwen--Qwen3-8B'", ""] + src[cause:cause + 2]
+    outer = src[cause + 2:-3] + [
+        f'  File "{sp}/transformers/utils/hub.py", line 582, in cached_files',
+        "    raise OSError(",
+        "OSError: PermissionError at /root/.cache/huggingface/hub/models--Qwen--Qwen3-8B when "
+        "downloading Qwen/Qwen3-8B. Check cache directory permissions. Common causes: 1) "
+        "another user is downloading the same model (please wait); 2) a previous download "
+        "was canceled and the lock file needs manual removal."]
+    return src[:2] + (inner if with_inner else []) + outer
+
+
+@pytest.mark.parametrize("with_inner", [True, False])
+def test_a_hub_cache_the_server_cannot_write_says_so(tmp_path: Path, with_inner: bool) -> None:
+    """transformers' own line is the cause (`hub_cache_not_writable`): hub_download_failed
+    with the cache's fix as its sentence.  Before: the same reason from the hub's frame
+    with the hub's sentence (token, gated repo, network); without the hub's traceback (a
+    paste of the last one) `bad_argument`, the engine-args frame the only hint."""
+    doc = replay(tmp_path, _cache_denied(with_inner))
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == (
+        "hub_download_failed", "launching"), doc["crash"]
+    assert doc["crash"]["line"].startswith("OSError: PermissionError at /root/.cache/")
+    assert "HF_HOME" in doc["meaning"]
