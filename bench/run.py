@@ -18,6 +18,8 @@ latency: bench/latency.py (a line appended -> processed by the watcher, local an
 scale: bench/scale.py (N targets in one daemon, 20 lines/s each: CPU, RSS, lines lost).
 metrics: bench/metrics_scrape.py (GET /metrics from a daemon with 1,000 targets, 100 of them
   growing: first and steady scrape times, body size).
+overload: bench/overload.py (60 targets behind their logs, a backlog at the daemon's start and
+  a live flood: /healthz and /metrics latency, the drain, slices matched a loop iteration).
 
 Results go to bench/out/results.json; BENCHMARKS.md records them with the machine.
 """
@@ -202,13 +204,15 @@ def machine() -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--only", choices=["replay", "restarts", "latency", "scale", "gpu", "metrics"],
+    ap.add_argument("--only", choices=["replay", "restarts", "latency", "scale", "gpu", "metrics",
+                             "overload"],
                     action="append",
                     help="run only these sections (default: all)")
     ap.add_argument("--scale-seconds", type=float, default=30.0,
                     help="writing time per scale run (default 30)")
     args = ap.parse_args()
-    sections = args.only or ["replay", "restarts", "latency", "scale", "gpu", "metrics"]
+    sections = args.only or ["replay", "restarts", "latency", "scale", "gpu", "metrics",
+                             "overload"]
     results: dict = {"machine": machine()}
     if "replay" in sections:
         results["replay"] = r = bench_replay(args.rounds)
@@ -277,6 +281,14 @@ def main() -> int:
         print(f"  first scrape {m['first_scrape_s'] * 1000:7.0f} ms   steady median "
               f"{m['median_scrape_s'] * 1000:6.0f} ms   max {m['max_scrape_s'] * 1000:6.0f} ms   "
               f"{m['bytes'] / 1e6:.1f} MB")
+    if "overload" in sections:
+        import overload
+        results["overload"] = ov = {}
+        for shape in ("backlog", "flood"):
+            runs = [overload.one_run(ROOT, shape, 60, 20.0, 30, 4) for _ in range(args.rounds)]
+            ov[shape] = {"runs": runs, "summary": overload.summary(runs)}
+            print(f"\noverload, {shape}: 60 targets behind their logs, median (min-max) of "
+                  f"{args.rounds} rounds:\n    {overload.fmt(ov[shape]['summary'])}")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=1))
     return 0
