@@ -43,7 +43,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from support.daemon import (  # noqa: E402
-    append, free_port, http_get, sim_texts, target_cfg, write_config,
+    append, fleet_config, free_port, http_get, sim_texts,
 )
 
 # Run `logwatch run` of the tree argv[1] with the counters; at exit, the JSON to argv[2].
@@ -234,13 +234,8 @@ def one_run(tree: Path, shape: str, n: int, seconds: float, backlog: int,
     per_startup = startup.count("\n")
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as td:
         tmp = Path(td)
-        logs = [tmp / f"s{i}.log" for i in range(n)]
-        for p in logs:
-            p.write_text("")
         port = free_port()
-        cfg = write_config(tmp / "logwatch.yaml", port, tmp / "state",
-                           [target_cfg(f"s{i}", p) for i, p in enumerate(logs)],
-                           checkpoint={"interval": "60s"})
+        logs, cfg = fleet_config(tmp, n, port)
         stats = tmp / "stats.json"
         written = 0
         if shape == "backlog":

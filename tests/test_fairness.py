@@ -15,7 +15,8 @@ import yaml
 import pytest
 
 from support.daemon import (  # noqa: F401 (daemons: the fixture)
-    append, daemons, free_port, http_get, sim_texts, target_cfg, wait_for, write_config,
+    append, daemons, fleet_config, free_port, http_get, sim_texts, target_cfg, wait_for,
+    write_config,
 )
 
 # integration, and serial: /healthz and /metrics latency budgets hold on an otherwise idle machine
@@ -108,13 +109,8 @@ def test_many_targets_behind_do_not_hold_the_endpoint(tmp_path: Path, daemons) -
     slices, ~1.5 s) and a request needs three iterations: /healthz 7 s (one probe answered in
     the whole catch-up)."""
     n, backlog = 40, 15
-    logs = [tmp_path / f"s{i}.log" for i in range(n)]
-    for p in logs:
-        p.write_text("")
     port = free_port()
-    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
-                       [target_cfg(f"s{i}", p) for i, p in enumerate(logs)],
-                       checkpoint={"interval": "60s"})
+    logs, cfg = fleet_config(tmp_path, n, port)
     d = daemons(cfg, port).start()
     for i in range(n):
         d.wait_reading(f"s{i}")

@@ -1314,16 +1314,10 @@ def test_a_sigterm_stops_the_daemon_while_its_logs_are_written_fast(tmp_path: Pa
     the signal lost, the daemon running on at 100% CPU minutes later (systemd's kill -9)."""
     import signal
     import subprocess
-    from support.daemon import (Daemon, append, free_port, sim_texts, target_cfg, wait_for,
-                                write_config)
+    from support.daemon import Daemon, append, fleet_config, free_port, sim_texts, wait_for
     n = 60
-    logs = [tmp_path / f"s{i}.log" for i in range(n)]
-    for p in logs:
-        p.write_text("")
     port = free_port()
-    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state",
-                       [target_cfg(f"s{i}", p) for i, p in enumerate(logs)],
-                       checkpoint={"interval": "60s"})
+    logs, cfg = fleet_config(tmp_path, n, port)
     d = Daemon(cfg, port, tmp_path).start()
     texts = sim_texts()
     stop = threading.Event()

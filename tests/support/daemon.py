@@ -166,6 +166,18 @@ def write_config(path: Path, port: int, state_dir: Path, targets: list[dict[str,
     return path
 
 
+def fleet_config(tmp: Path, n: int, port: int) -> tuple[list[Path], Path]:
+    """`n` empty local logs `s0.log` ... and a daemon config following them as targets `s0`
+    ... (checkpoints every 60 s): the many-targets scenes (a flood, a fleet behind)."""
+    logs = [tmp / f"s{i}.log" for i in range(n)]
+    for p in logs:
+        p.write_text("")
+    cfg = write_config(tmp / "logwatch.yaml", port, tmp / "state",
+                       [target_cfg(f"s{i}", p) for i, p in enumerate(logs)],
+                       checkpoint={"interval": "60s"})
+    return logs, cfg
+
+
 class Daemon:
     """One `python -m logwatch run -c CONFIG` subprocess (cwd the repository); its stdout and
     stderr go to a file (never a pipe that could fill up and block it).
