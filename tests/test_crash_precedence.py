@@ -209,3 +209,19 @@ def test_a_hub_cache_the_server_cannot_write_says_so(tmp_path: Path, with_inner:
         "hub_download_failed", "launching"), doc["crash"]
     assert doc["crash"]["line"].startswith("OSError: PermissionError at /root/.cache/")
     assert "HF_HOME" in doc["meaning"]
+
+
+def test_a_crash_that_goes_on_printing_tracebacks_keeps_a_bounded_state() -> None:
+    """A crashed server spewing the same traceback for good: the exception lines the crash
+    keeps for `first_hint` stop at MAX_EXCEPTION_LINES (its state and checkpoint bounded),
+    and the reason stays the first traceback's."""
+    from logwatch.machine.crash import MAX_EXCEPTION_LINES
+    from logwatch.pipeline import LogPipeline
+    pipe = LogPipeline(load_pack("sglang"))
+    text = "[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m')\n"
+    text += ("Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n"
+             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n") * 2000
+    pipe.feed(text.encode(), 1000.0)
+    crash = pipe.state.crash
+    assert crash is not None and crash.reason == "cuda_oom"
+    assert len(crash.exception_lines) == MAX_EXCEPTION_LINES

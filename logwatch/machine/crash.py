@@ -16,6 +16,11 @@ HINT_WINDOW_LINES = 2000      # a hint this many lines before a crash still clas
 DIED, KILLED, EXCEPTION = "child_process_died", "host_oom_killed", "python_exception"
 
 
+# exception lines a crash keeps for `first_hint` (the hints it weighs are at its start): a
+# crashed server that goes on printing tracebacks must not grow its state, nor its checkpoint
+MAX_EXCEPTION_LINES = 256
+
+
 def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason: str,
                  obs: Observation) -> None:
     """Add a crash line (cause, announcement or hint) to what is known of `crash`, and
@@ -39,7 +44,8 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
         if best is None or ev.rank > best.rank or (ev.rank == best.rank and crash.chain_pending):
             crash.cause = ev
         crash.chain_pending = False
-        crash.exception_lines.append(ev.line_number)
+        if len(crash.exception_lines) < MAX_EXCEPTION_LINES:   # (a crash spewing on)
+            crash.exception_lines.append(ev.line_number)
     if rule.crash and (not rule.tentative or reason_rank(reason) == SPECIFIC_RANK):
         crash.confirmed = True
     if crash.died is None and (reason == DIED or rule.marker and reason == KILLED):
