@@ -384,3 +384,32 @@ def test_a_startup_read_at_attach_without_stamps_is_no_eta_basis(
     hist = runner.part(HistoryAttachment)
     assert hist is not None and rec.untimed == ["launching", "loading_shards"], rec
     assert hist.history.records == [] and hist.typical() == {}, hist.history.records
+
+
+@pytest.mark.parametrize("again", ["reconnect", "rotated"])
+def test_what_a_restart_reads_again_stays_old_across_a_lost_connection(again: str) -> None:
+    """A restart resumes at the saved offset of a log last written 30 s before: the bytes up
+    to the file's size then are as old as that write.  The SSH connection is lost right after
+    (under load) and opened again on the same file: what it reads on up to that size is still
+    old, so a hung server's silence is not restarted by them.  Before, any open but a resume
+    forgot it (a stall page said "no new line for 4.3s" after ~9 s, ci72).  Another file (a
+    rotation) is news: its lines are live."""
+    from logwatch import clock
+    from logwatch.app.attachments.catchup import ResumedBytes
+    from logwatch.pipeline import LogPipeline
+    from logwatch.sources import Opened
+    written = time.time() - 30
+    resumed = ResumedBytes()
+    resumed.opened(Opened(100, 5, None, "resume", False, size=180, mtime=written))
+    resumed.opened(Opened(100 if again == "reconnect" else 0, 5, None, again,
+                          again != "reconnect"))
+    pipe = LogPipeline(load_pack("sglang"))
+    now = clock.now()
+    pipe.feed(b"[2026-12-07 10:00:00] Load weight begin. avail mem=78.00 GB\n", now)
+    assert pipe.state.last_activity == now
+    last_line_at = resumed.hold(pipe, 150, now)
+    if again == "reconnect":
+        assert last_line_at is not None and last_line_at < now - 25
+        assert pipe.state.last_activity is not None and pipe.state.last_activity < now - 25
+    else:
+        assert last_line_at == now and pipe.state.last_activity == now

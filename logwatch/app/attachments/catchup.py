@@ -38,10 +38,16 @@ class ResumedBytes:
     mtime: float | None = None    # its last write (our clock)
 
     def opened(self, ev: Opened) -> None:
-        self.end = self.mtime = None
+        """Armed by a resume; kept while the same byte stream goes on (`new_file` false: an
+        SSH connection lost and opened again reads on at its offset, and what it reads up to
+        `end` was still written before the restart).  Before, any other open ended it: a
+        connection that failed once under load right after the restart had the frame read
+        again counted as a new line (a stall page "no new line for 4.3s" after ~9 s)."""
         if ev.reason == "resume" and ev.size is not None and ev.mtime is not None and \
                 ev.size > ev.offset:
             self.end, self.mtime = ev.size, clock.from_wall(ev.mtime)
+        elif ev.reason == "resume" or ev.new_file or ev.reason == "attach":
+            self.end = self.mtime = None
 
     def hold(self, pipe: LogPipeline | None, offset: int | None,
              last_line_at: float | None) -> float | None:
