@@ -29,6 +29,7 @@ LEASE_REVOKED = BUILT / "sglang-0523-dynamo-lease-revoked.log"
 SGLANG_WORKER = BUILT / "sglang-0523-dynamo-worker.log"
 NIXL_FAILED = BUILT / "vllm-034-dynamo-nixl-handshake-failed.log"
 NIXL_NOTE = "PD KV transfer failing (NIXL)"
+REGISTRATION_FAILED = BUILT / "sglang-0523-dynamo-registration-failed.log"
 LEASE_MEANING = "The worker lost its etcd lease"
 
 
@@ -197,3 +198,49 @@ def test_a_kv_load_failure_alone_is_a_degrade_too(tmp_path: Path) -> None:
     log.write_text("".join(failing))
     d = doc(log)
     assert d["phase"] == "ready" and d["degraded"].startswith("KV load failing")
+
+
+def test_an_sglang_worker_whose_model_registration_fails_names_the_error_not_the_capture(
+        ) -> None:
+    """Dynamo 1.6.1's SGLang worker registers its model card once the engine is up
+    (register.py:268); the exception's text is on `Failed to register with runtime config:`
+    alone, then `Model registration failed; shutting down` and a bare `RuntimeError: Model
+    registration failed`.  Before: `cuda_graph_capture_failed` (the phase's default: the
+    capture had ended, its lines untagged) with the bare RuntimeError as the root cause."""
+    d = doc(REGISTRATION_FAILED)
+    assert d["engine"] == "sglang" and d["phase"] == "crashed" and d["startups"] == 1
+    assert d["crash"]["reason"] == "python_exception"
+    assert d["crash"]["line"].endswith(
+        "Failed to register with runtime config: Failed to read tokenizer_config.json: "
+        "No such file or directory (os error 2)")
+    assert "Failed to read tokenizer_config.json" in d["meaning"]
+    assert "Dynamo could not register the model" in d["meaning"]
+
+
+def test_a_registration_refused_by_discovery_stays_discovery_unreachable(
+        tmp_path: Path) -> None:
+    """The registration's words that a specific rule knows keep that rule's reason: the
+    generic registration rule comes after them."""
+    text = REGISTRATION_FAILED.read_text().replace(
+        "Failed to read tokenizer_config.json: No such file or directory (os error 2)",
+        "Unable to register service for discovery. Check discovery service status")
+    log = tmp_path / "registration-discovery.log"
+    log.write_text(text)
+    d = doc(log)
+    assert d["crash"]["reason"] == "discovery_unreachable"
+    assert "Unable to register service for discovery" in d["crash"]["line"]
+
+
+def test_a_crash_after_the_sglang_engine_is_up_is_not_the_capture_s(tmp_path: Path) -> None:
+    """`Registering model with endpoint types` (init_llm.py:170) says `sgl.Engine` returned:
+    a bare exception after it is no capture failure, the plain worker still ready."""
+    lines = REGISTRATION_FAILED.read_text().splitlines()
+    keep = [x for x in lines if "register" not in x or "Registering model" in x]
+    log = tmp_path / "bare.log"
+    log.write_text("\n".join(keep) + "\n")
+    d = doc(log)
+    assert d["phase"] == "crashed" and d["crash"]["reason"] == "python_exception"
+    assert d["crash"]["line"] == "RuntimeError: Model registration failed"
+    log.write_text("\n".join(x for x in keep if "Registering model" not in x) + "\n")
+    assert doc(log)["crash"]["reason"] == "cuda_graph_capture_failed"
+    assert doc(SGLANG_WORKER)["phase"] == "ready"
