@@ -225,3 +225,41 @@ def test_a_crash_that_goes_on_printing_tracebacks_keeps_a_bounded_state() -> Non
     crash = pipe.state.crash
     assert crash is not None and crash.reason == "cuda_oom"
     assert len(crash.exception_lines) == MAX_EXCEPTION_LINES
+
+
+HUB_CAUSES = [  # transformers 5.19 utils/hub.py's re-raises (first lines), where vLLM 0.34's
+    # speculators check (engine/arg_utils.py:2303) reads the config before ModelConfig
+    ("not-found-private-typo", "OSError: Qwen/Qwen3-8B-Instrct is not a local folder and is not "
+     "a valid model identifier listed on 'https://huggingface.co/models'"),
+    ("gated", "OSError: You are trying to access a gated repo."),
+    ("unreachable", "OSError: We couldn't connect to 'https://huggingface.co' to load the files, "
+     "and couldn't find them in the cached files."),
+]
+
+
+@pytest.mark.parametrize("line", [c[1] for c in HUB_CAUSES], ids=[c[0] for c in HUB_CAUSES])
+def test_the_hub_s_causes_end_before_vllm_s_pydantic_message(tmp_path: Path, line: str) -> None:
+    """vLLM 0.34 asks transformers for the config before its pydantic ModelConfig, whose
+    `Invalid repository ID or local directory specified` drops the chain: a repo not found,
+    private or typo'd, a gated one and the hub unreachable end there in transformers' words,
+    each hub_download_failed (the last traceback alone, under the engine-args frame)."""
+    lines = built("vllm-034-model-path-missing.log")
+    cause = lines.index("The above exception was the direct cause of the following exception:")
+    last = lines[:2] + lines[cause + 2:-1] + [line]
+    doc = replay(tmp_path, last)
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == (
+        "hub_download_failed", "launching"), doc["crash"]
+
+
+def test_vllm_s_pydantic_message_names_the_model_path_it_read_no_config_at(
+        tmp_path: Path) -> None:
+    """What passes the speculators check and ends in pydantic's message is a path or repo
+    that exists and holds no config.json (built vllm-034-gguf.log: a single .gguf file):
+    bad_argument as before, now with the sentence that says so and, for releases before
+    0.11 (no such check), that the log cannot tell the hub's causes from it."""
+    doc = replay(tmp_path, built("vllm-034-gguf.log"))
+    assert (doc["crash"]["reason"], doc["crash"]["during"]) == ("bad_argument", "launching")
+    assert "Invalid repository ID or local directory" in doc["crash"]["line"]
+    assert doc["meaning"].startswith(
+        "vLLM read no model config at /models/Qwen3-8B-Q4_K_M.gguf.")
+    assert "the log cannot tell which" in doc["meaning"]
