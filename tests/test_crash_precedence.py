@@ -263,3 +263,35 @@ def test_vllm_s_pydantic_message_names_the_model_path_it_read_no_config_at(
     assert doc["meaning"].startswith(
         "vLLM read no model config at /models/Qwen3-8B-Q4_K_M.gguf.")
     assert "the log cannot tell which" in doc["meaning"]
+
+
+def _trtllm_autotune_crash(deeper: list[str]) -> list[str]:
+    """trtllm-012.log (TensorRT-LLM 1.1, PyTorch backend) to FlashInfer's JIT of `norm` in
+    the autotune, then a bare exception under the autotuner's frames and `deeper` ones."""
+    head = (FIXTURES / "trtllm-012.log").read_text().splitlines()
+    head = head[:next(i for i, x in enumerate(head) if "Loading JIT ops: norm" in x) + 1]
+    sp = "/usr/local/lib/python3.12/dist-packages"
+    return head + [
+        "Traceback (most recent call last):",
+        f'  File "{sp}/tensorrt_llm/_torch/pyexecutor/py_executor_creator.py", line 522, '
+        "in create_py_executor",
+        f'  File "{sp}/tensorrt_llm/_torch/autotuner.py", line 402, in choose_one',
+        "    runner.forward(inputs, tactic=tac)",
+        *deeper,
+        "RuntimeError: Ninja build failed."]
+
+
+def test_a_jit_build_under_tensorrt_llm_s_autotuner_is_the_build(tmp_path: Path) -> None:
+    """trtllm.yaml's frame_trt_autotune `yields` as base's frame_autotune does: FlashInfer's
+    JIT (flashinfer/jit/core.py build_and_load, cpp_ext.py run_ninja) deeper in the same
+    traceback names the crash.  Before: autotune_failed, the autotuner's frame the earliest
+    hint; without the deeper frames it still is."""
+    fi = "/usr/local/lib/python3.12/dist-packages/flashinfer/jit"
+    jit = [f'  File "{fi}/core.py", line 309, in build_and_load',
+           f'  File "{fi}/cpp_ext.py", line 344, in run_ninja',
+           "    raise RuntimeError(msg) from e"]
+    doc = replay(tmp_path, _trtllm_autotune_crash(jit), "trtllm")
+    assert doc["crash"]["reason"] == "kernel_compile_failed", doc["crash"]
+    assert replay(tmp_path, _trtllm_autotune_crash([]), "trtllm")["crash"]["reason"] == \
+        "autotune_failed"
+    assert load_pack("trtllm").rule("frame_trt_weights").yields
