@@ -1,0 +1,114 @@
+"""Eight tensor-parallel ranks failing at once print their tracebacks at once: vLLM 0.34's
+workers log each line of a record with their prefix (`(Worker_TP3 pid=203) ERROR ...
+[multiproc_executor.py:1223] `), so the eight tracebacks arrive with their lines mixed.  The
+crash's reason must be what each rank's own traceback says, whatever the mix (the hints
+are the first of each reason, and an outer frame's `yields` is weighed against the next
+exception line of any rank), and the rank it names the first that printed.
+
+The shapes are vLLM 0.34's (v1/executor/multiproc_executor.py:1223 `WorkerProc hit an
+exception.` from `worker_busy_loop`, v1/worker/gpu_worker.py:673 `determine_available_memory`,
+the engine core's `EngineCore failed to start.`) and FlashInfer's JIT (jit/core.py
+`build_and_load`, cpp_ext.py `run_ninja` raising `RuntimeError: Ninja build failed.`); the
+launch is built/vllm-034-default.log's, its ranks widened to eight."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from logwatch.app.replay import replay_file
+
+SP = "/usr/local/lib/python3.12/dist-packages"
+TP = 8
+
+
+def launch() -> list[str]:
+    """vllm-034-default.log to its `Available KV cache memory` lines, each worker line
+    written for eight ranks (pid 200 + rank)."""
+    out = []
+    for line in (FIXTURES / "built" / "vllm-034-default.log").read_text().splitlines()[:25]:
+        if line.startswith("(Worker_TP0 pid=200) "):
+            body = line[len("(Worker_TP0 pid=200) "):].replace("world_size=2", f"world_size={TP}")
+            out += [f"(Worker_TP{r} pid={200 + r}) " + body.replace("rank=0", f"rank={r}")
+                    for r in range(TP)]
+        elif not line.startswith("(Worker_TP1 "):
+            out.append(line.replace("'tensor_parallel_size': 2", f"'tensor_parallel_size': {TP}"))
+    return out
+
+
+def traceback(rank: int, deeper: bool, exc: str) -> list[str]:
+    """One worker's record: the KV profile's frames, FlashInfer's JIT under them."""
+    w = f"(Worker_TP{rank} pid={200 + rank}) ERROR 12-01 10:01:30 [multiproc_executor.py:1223] "
+    frames = [
+        f'  File "{SP}/vllm/v1/executor/multiproc_executor.py", line 1217, in worker_busy_loop',
+        "    output = func(*args, **kwargs)",
+        f'  File "{SP}/vllm/v1/worker/gpu_worker.py", line 700, in determine_available_memory',
+        "    self.model_runner.profile_run()",
+    ]
+    if deeper:
+        frames += [f'  File "{SP}/flashinfer/jit/core.py", line 309, in build_and_load',
+                   f'  File "{SP}/flashinfer/jit/cpp_ext.py", line 344, in run_ninja',
+                   "    raise RuntimeError(msg) from e"]
+    return [w + x for x in ["WorkerProc hit an exception.", "Traceback (most recent call last):",
+                            *frames, exc]]
+
+
+def mixed(records: list[list[str]], order: str) -> list[str]:
+    """The ranks' records as they may reach the log: whole one after another (`blocks`), a
+    line of each in turn (`round`), or each rank starting two lines after the one before
+    (`stagger`: the first rank's exception line comes before the last one's deep frames)."""
+    if order == "blocks":
+        return [x for r in records for x in r]
+    start = {"round": 0, "stagger": 2}[order]
+    timed = [(i + start * k, k, x) for k, r in enumerate(records) for i, x in enumerate(r)]
+    return [x for _, _, x in sorted(timed)]
+
+
+def engine_core() -> list[str]:
+    c = "(EngineCore pid=150) ERROR 12-01 10:01:30 [core.py:1757] "
+    return [c + "EngineCore failed to start.", c + "Traceback (most recent call last):",
+            c + "RuntimeError: Worker failed with error 'Ninja build failed.', please check the "
+                "stack trace above for the root cause",
+            "RuntimeError: Engine core initialization failed. See root cause above. Failed core "
+            "proc(s): {}"]
+
+
+def crash_of(tmp_path: Path, lines: list[str]) -> tuple[str, str, str]:
+    log = tmp_path / "tp8.log"
+    log.write_text("\n".join(lines) + "\n")
+    crash = replay_file(str(log), "vllm").state.crash
+    assert crash is not None
+    return crash.reason, crash.during, crash.rank
+
+
+FIRST = [3, 0, 1, 2, 4, 5, 6, 7]   # rank 3 printed first
+
+
+@pytest.mark.parametrize("order", ["blocks", "round", "stagger"])
+def test_eight_ranks_failing_alike_read_as_one_rank_s_traceback(tmp_path: Path,
+                                                                order: str) -> None:
+    """Every rank's JIT build fails under the KV profile: kernel_compile_failed (the deeper
+    frame), in whatever mix, the rank named the first that printed (TP3)."""
+    records = [traceback(r, True, "RuntimeError: Ninja build failed.") for r in FIRST]
+    reason, during, rank = crash_of(tmp_path, launch() + mixed(records, order) + engine_core())
+    assert (reason, rank) == ("kernel_compile_failed", "TP3"), order
+    assert during == crash_of(tmp_path, launch() + records[0] + engine_core())[1]
+
+
+@pytest.mark.parametrize("order", ["blocks", "round", "stagger"])
+def test_a_cause_line_of_one_rank_names_the_crash_in_any_mix(tmp_path: Path,
+                                                             order: str) -> None:
+    """One rank runs out of memory in the profile (a cause line), the others fail bare:
+    cuda_oom whatever the order of the lines, the root cause TP5's line.  The rank named
+    (the page's `TP3 first`) is the first that printed, as its docstring says: in one
+    instant's mix that need not be the rank of the root cause, whose line names its own."""
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has "
+           "a total capacity of 79.19 GiB of which 1.02 GiB is free.")
+    records = [traceback(r, False, oom if r == 5 else "RuntimeError: profile run failed")
+               for r in FIRST]
+    log = tmp_path / "tp8.log"
+    log.write_text("\n".join(launch() + mixed(records, order) + engine_core()) + "\n")
+    crash = replay_file(str(log), "vllm").state.crash
+    assert crash is not None and crash.reason == "cuda_oom", order
+    assert crash.line.startswith("(Worker_TP5 pid=205) ") and crash.rank == "TP3"
