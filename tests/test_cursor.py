@@ -637,3 +637,50 @@ def test_a_held_file_gone_after_a_reconnect_is_a_skip_of_its_size() -> None:
     skipped = [e for e in evs if isinstance(e, Skipped)]
     assert len(skipped) == 1 and skipped[0].nbytes == 300
     assert "/var/log/l" in skipped[0].message and "removed before it was read" in skipped[0].message
+
+
+@pytest.mark.parametrize("away", ["restart", "reconnect"])
+def test_the_file_at_the_path_after_an_absence_is_held_with_the_rotated_ones(away: str) -> None:
+    """While we were not reading (the daemon down: `restart`; the connection lost:
+    `reconnect`) A was rotated twice: B beside it, C at the path.  A is found and drained,
+    then B; C is rotated away meanwhile and D made.  C is read between B and D: it was held
+    (Hold) when A was found.  Before, only B was held, the path was looked at a second after
+    B was opened, named D by then, and C was never read (adv128's composite trial: 2,415
+    lines of an SSH log rotated at 500 lines/s, after a restart under an SSH outage)."""
+    disk = Disk()
+    a = disk.create(lines(1, 10, "a"))
+    first = Cursor("/l", can_hold=True, can_find=True, check_every=1.0, rotate_wait=5.0)
+    disk.open(first)
+    disk.poll(first, a, 0.0)
+    a.data += lines(11, 12, "a")                       # written after the last read
+    disk.rename_away()
+    b = disk.create(lines(1, 5, "b"))
+    disk.rename_away()
+    c = disk.create(lines(1, 3, "c"))
+    if away == "restart":
+        cur = Cursor("/l", saved=position(first, 10 * len(lines(1, 1, "a")), 11, a),
+                     can_hold=True, can_find=True, check_every=1.0, rotate_wait=5.0)
+    else:
+        cur = first
+        disk.held.clear()
+    act = cur.opened(1, c.ino, len(c.data), bytes(c.data[:HEAD_BYTES]))
+    assert isinstance(act, FindRotated) and act.identity.ino == a.ino
+    disk.held.append(b.ino)                           # the source holds B, found after A
+    act, evs = disk.answer(cur, cur.found(True, [(1, b.ino, len(b.data))]), a)
+    assert disk.held == [b.ino, c.ino]                # C too, as the path named it
+    assert act == Reopen("rotated") and data_of(evs) == lines(11, 12, "a")
+    disk.rename_away()                                # C rotated away while B is read
+    d = disk.create(lines(1, 2, "d"))
+    got = []
+    for now in (0.1, 1.2, 2.3, 3.4, 4.5):
+        f, act, evs = disk.reopen(cur)
+        got.append(f.ino)
+        while not isinstance(act, Reopen) and now < 9:
+            act, more = disk.poll(cur, f, now)
+            evs += more
+            now += 1.1
+        contiguous(evs)
+        assert data_of(evs) == bytes(f.data), f"{f.ino}: read {len(data_of(evs))} bytes"
+        if f is d:
+            break
+    assert got == [b.ino, c.ino, d.ino]

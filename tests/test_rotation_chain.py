@@ -162,6 +162,43 @@ def test_local_two_rotations_while_the_daemon_was_down(tmp_path: Path) -> None:
     assert run(second()) == list(range(1001, n + 1))
 
 
+def test_a_rotation_while_the_files_rotated_during_a_restart_drain_loses_nothing(
+        tmp_path: Path) -> None:
+    """Two rotations while the daemon was down (ours is `server.log.2`, then `.1`, then the
+    file at the path), and a third while `.1` is read after the restart: the file the path
+    named at the restart is read between them (held when ours was found), 0 of 4,000 lost.
+    Before, it was never read: the path was looked at a second after `.1` was opened, and
+    named the next file by then (adv128's composite trial: 2,415 lines of a log rotated at
+    500 lines/s, after a restart under an SSH outage; nothing counted)."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
+    pos = read_all_and_stop(log)
+    n = 1000
+    for _ in range(2):                       # written, rotated, written, rotated: all unread
+        with open(log, "ab") as f:
+            f.write(b"".join(numbered(i) for i in range(n + 1, n + 501)))
+        n += 500
+        time.sleep(0.02)                     # distinct mtimes (ns clocks: far more than needed)
+        shift(log)
+    with open(log, "ab") as f:               # the file at the path at the restart
+        f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+    n += 1000
+
+    async def second() -> list[int]:
+        nonlocal n
+        async with Reader(LocalFileSource(str(log), start=pos)) as r:
+            # `.1` opened: its path is looked at a second later (check_every)
+            await r.wait(lambda: len(r.opened()) == 2, 10, "the rotated file after ours")
+            shift(log)                       # rotated again: the next file at the path
+            with open(log, "ab") as f:
+                f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
+            n += 1000
+            await r.wait(lambda: unique(r) == n - 1000, 30, f"lines 1,001 to {n}")
+            return all_lines(r)
+
+    assert run(second()) == list(range(1001, n + 1))
+
+
 def test_fast_symlink_swaps_lose_nothing(tmp_path: Path) -> None:
     """`current.log -> run-K.log`, swapped every 0.5 s; the writer moves to the new target
     0.3 s later."""
