@@ -8,6 +8,7 @@ not come has no event to wait for).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -213,4 +214,94 @@ def test_a_relaunch_with_the_same_first_kib_is_read_over_sftp(tmp_path: Path, da
         log.write_text(crash)
         rx.wait(hook("crashed", "firing", "n"), timeout=30, alive=d.dead, what="the crash")
     finally:
+        server.cleanup()
+
+
+@pytest.mark.serial    # /healthz under 1 s throughout, a writer at 500 lines/s
+def test_a_daemon_killed_during_an_ssh_outage_under_a_running_fleet(
+        tmp_path: Path, daemons: Any, receivers: Any) -> None:  # noqa: F811
+    """Issue 30's faults together, as an operator's restart meets them (adv128's composite
+    trial, smallest): a node whose ~/.bashrc takes 0.3 s and prints a conda banner on
+    stderr, MaxSessions 10; on it a server up an hour before the attach (probed), one whose
+    log is renamed every 3 s at 500 lines/s (the writer reopening 1 s late), one that
+    crashes while the daemon is down.  sshd stopped, the daemon killed -9 and started again
+    while it is down (systemd's restart), sshd back.  Every line counted once (no loss said
+    either), the crash paged once, nothing else paged (no `unreachable` for the outage, no
+    `ready` of history), the server probed up, /healthz under 1 s whenever it answered."""
+    from support.receivers import Receiver, serving_crash
+    from test_rotation_chain import RenamingWriter
+
+    banner = 'sleep 0.3\necho "==> WARNING: A newer version of conda exists. <==" >&2'
+    server = SSHServer(str(tmp_path / "sshd"), bashrc=banner, max_sessions=10)
+    server.start()
+    rx = receivers()
+    an_hour_ago = time.time() - 3600
+    logs, apps, texts = {}, {}, {}
+    for name in ("up", "rot", "crash"):
+        apps[name] = free_port()
+        texts[name] = "".join(sim_texts(seed=len(name), port=apps[name]))
+        logs[name] = tmp_path / f"{name}.log"
+        logs[name].write_text(texts[name], encoding="utf-8")
+        os.utime(logs[name], (an_hour_ago, an_hour_ago))
+    https = {n: Receiver(port=apps[n]).start() for n in ("up", "crash")}
+    probe = {"interval": "1s", "timeout": "2s", "fail_after": "3s"}
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        {**ssh_target(server, n, logs[n]), "probe": probe if n != "rot" else False}
+        for n in logs],
+        alerts=[{"type": "webhook", "url": rx.url(),
+                 "on": ["crashed", "ready", "restarted", "unreachable", "stalled"]}])
+    d = daemons(cfg, port).start()
+    worst = [0.0]
+    done = threading.Event()
+
+    def poll() -> None:          # /healthz whenever the daemon is up (the poller's pace)
+        while not done.is_set():
+            if d.dead() is None:
+                t0 = time.monotonic()
+                try:
+                    if d.get("/healthz")[0] == 200:
+                        worst[0] = max(worst[0], time.monotonic() - t0)
+                except OSError:
+                    pass         # not listening yet: the restart
+            done.wait(0.1)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    writer = RenamingWriter(logs["rot"], duration=14.0, rate=500, every=3.0, late=1.0)
+    try:
+        for n in logs:
+            d.wait_lines(n, texts[n].count("\n"), timeout=30)
+        poller.start()
+        writer.start()
+        wait_for(lambda: writer.rotations >= 1 and writer.written > 2000, 20, "two rotations")
+        server.stop()                                          # the SSH outage
+        d.kill9()
+        crash = serving_crash()
+        with open(logs["crash"], "a", encoding="utf-8") as f:  # while the daemon is down
+            f.write(crash)
+        https.pop("crash").close()
+        d.start()
+        d.wait_target("rot", lambda t: t["source_state"]["state"] != "up", "the outage seen")
+        server.start()
+        writer.join(timeout=40)
+        assert writer.error is None and writer.rotations >= 4, (writer.error, writer.rotations)
+        want = {"up": texts["up"].count("\n"), "crash": (texts["crash"] + crash).count("\n"),
+                "rot": texts["rot"].count("\n") + writer.written}
+        for n, lines in want.items():
+            d.wait_lines(n, lines, timeout=30)
+        got = rx.wait(hook("crashed", "firing", "crash"), timeout=30, alive=d.dead,
+                      what="the crash")
+        d.wait_metric("logwatch_probe_up", 1.0, timeout=15, target="up")
+        rx.assert_quiet(2.0, what="after the crash")
+        assert [(g.json["kind"], g.json["target"]) for g in rx.requests()] == \
+            [("crashed", "crash")], rx.brief()
+        assert "cuda_oom" in got[0].json["summary"], got[0].json
+        for n in logs:
+            assert not d.metric("logwatch_source_losses_total", target=n), n
+            assert not d.metric("logwatch_bytes_skipped_total", target=n), n
+        assert worst[0] < 1.0, f"/healthz took {worst[0]:.2f}s"
+    finally:
+        done.set()
+        for h in https.values():
+            h.close()
         server.cleanup()
