@@ -61,8 +61,9 @@ Why it decides what it decides:
   the same identity, at least our offset long, the same bytes before our offset).  Found: it
   is drained from our offset, then the rotated files written after it (by mtime), then the
   new file is read from byte 0: the file the path named when we came back is held with the
-  rotated ones (Hold), so a rotation while they drain does not step over it.  A file held before a lost connection that is neither found
-  again nor at the path was removed unread: a `Skipped` with its size.  Not found: what it held
+  rotated ones (Hold), so a rotation while they drain does not step over it.  A file held
+  before a lost connection that is neither found again nor at the path was removed unread: a
+  `Skipped` with its size.  Not found: what it held
   past our offset is lost: a `Skipped` says so (with the bytes known to be unread), and the
   new file is read from byte 0.
 * An identity taken while the file was shorter than HEAD_BYTES is completed as the file grows,
