@@ -19,7 +19,8 @@ on a first start at its typical time until it begins again.  A finished bar of a
 engine goes on in after it (a pack's `after_bar`: the capture) is no end of the phase: a
 first start reads a tenth of its typical time left, growing after (`_after_bar`).  Where
 data-parallel replicas start apart, a first start times what the slowest has still to run by
-what the replicas ahead took for it (`_replicas_took`).
+what the replicas ahead took for it (`_replicas_took`), the current phase too once one ahead
+ended it: a finished bar is then no clock of it (`_bar_left`, the one ahead's).
 """
 
 from __future__ import annotations
@@ -84,8 +85,7 @@ def startup_eta(pack: RulePack, state: State, now: float,
     def typical_of(p: str) -> float | None:
         return typ.get(p, 0.0) if have_history else defaults.get(p)
 
-    eta = 0.0
-    known = False
+    eta, known = 0.0, False
     # a second pass (SGLang 0.5.10's draft model after the target's whole init) is guessed
     # from this startup's first pass on a first start: the pack's default less what the
     # first pass spent read 168 s where 40 s were left (the draft's load)
@@ -93,7 +93,8 @@ def startup_eta(pack: RulePack, state: State, now: float,
     again = second and state.closed_seconds(phase) > 0
     since, elapsed = _phase_clock(state, phase, now, again)
     t_phase = state.closed_seconds(phase) if again else typical_of(phase)
-    bar_left = _bar_left(pack, state, phase, now, since, None if have_history else t_phase)
+    bar_left = _bar_left(pack, state, phase, now, since, None if have_history else t_phase,
+                         phase in took)
     if bar_left is not None:
         # the bar is the phase's own clock; a phase that goes on after its bar (capture,
         # then its end lines) is known from history: whichever ends later
@@ -235,7 +236,8 @@ def _phase_clock(state: State, phase: str, now: float, again: bool) -> tuple[flo
 
 
 def _bar_left(pack: RulePack, state: State, phase: str, now: float,
-              since: float | None, typical: float | None = None) -> float | None:
+              since: float | None, typical: float | None = None,
+              ahead: bool = False) -> float | None:
     """Seconds left by the current phase's own bar (shards, files fetched, autotuner, graph
     capture), if one is moving; with `since` (a second pass's span began then), not a bar
     that last moved before it: the target's finished bar is no clock of the draft's load or
@@ -244,7 +246,13 @@ def _bar_left(pack: RulePack, state: State, phase: str, now: float,
     pack's `after_bar`), a finished bar is not the phase's end (`_after_bar`), and one that
     had ended before the phase's current span began is no clock of it: another replica's or
     server's capture (SGLang `--dp 2`: DP0's finished bar read 0 s at DP1's capture begin,
-    19 s before ready; now the typical 60 s, as at any capture's begin)."""
+    19 s before ready; now the typical 60 s, as at any capture's begin).  With `ahead` (a
+    replica or pipeline stage ahead has ended the phase the startup is still in), a
+    finished bar of a phase without `after_bar` is no clock of it either: it is the one
+    ahead's, or the slowest's own just before its end line, and no frame says which
+    (SGLang `--pp-size 2` prints one bar, global rank 0's, PP0's: its end read 0 s left
+    while PP1 loaded 20 s more).  The phase is then timed by what the ones ahead took
+    (`_replicas_took`)."""
     entered = state.phase_entered
     if phase not in pack.after_bar:
         typical = None
@@ -253,7 +261,7 @@ def _bar_left(pack: RulePack, state: State, phase: str, now: float,
         if b is None or (since is not None and b.updated_at < since):
             continue
         left = b.remaining_seconds(now)
-        if left is None:
+        if left is None or (ahead and typical is None and b.current >= b.total):
             continue
         if typical is not None and b.current >= b.total:
             if entered is not None and b.updated_at < entered.at:

@@ -22,6 +22,7 @@ from logwatch.app.config import TargetConfig
 from logwatch.eta import startup_eta
 from logwatch.state.history import StartupHistory
 from logwatch.machine import Ready, Restarted, State
+from logwatch.machine.rates import phase_left
 from logwatch.pipeline import LogPipeline
 from logwatch.state.positions import PositionStore
 from logwatch.rules.pack import READY, load_all_shipped, load_pack
@@ -596,3 +597,50 @@ def test_a_replica_behind_is_timed_by_the_replicas_ahead(pack) -> None:  # type:
                                                       "enable_dp_attention": True})
     assert startup_eta(pack, one_model, T0 + 56) == pytest.approx(
         typ["allocating"] + typ["autotune"] + typ["cuda_graph"])
+
+
+PP2 = [
+    (0, "[{}] server_args={{'model_path': 'meta-llama/Llama-3.1-405B-Instruct-FP8', "
+        "'tp_size': 1, 'pp_size': 2, 'port': 30000}}"),
+    (4, "[{} PP0 TP0] Init parallel begin."),
+    (4, "[{} PP1 TP0] Init parallel begin."),
+    (10, "[{} PP0 TP0] Load weight begin. avail mem=78.92 GB"),
+    (10, "[{} PP1 TP0] Load weight begin. avail mem=78.92 GB"),
+    (10, "Loading safetensors checkpoint shards:   0% Completed | 0/109 [00:00<?, ?it/s]"),
+    (50, "Loading safetensors checkpoint shards:  50% Completed | 55/109 [00:40<00:40,  "
+         "1.36it/s]"),
+    (90, "Loading safetensors checkpoint shards: 100% Completed | 109/109 [01:20<00:00,  "
+         "1.36it/s]"),
+    (90, "[{} PP0 TP0] Load weight end. elapsed=80.10 s, type=LlamaForCausalLM, "
+         "avail mem=21.30 GB, mem usage=57.62 GB."),
+]
+
+
+def test_a_bar_ended_by_the_stage_ahead_is_no_clock_of_the_one_behind(pack) -> None:  # type: ignore[no-untyped-def]
+    """SGLang `--pp-size 2` prints one shard bar, global rank 0's (PP0's: weight_utils.py
+    `enable_tqdm`); PP1 loads its layers 20 s longer and says nothing until its own `Load
+    weight end.`.  The startup is in loading_shards until then, and a first start read 0 s
+    left in it from PP0's finished bar, the ETA frozen at the phases after (built
+    sglang-0523-pp2: 100 s from 90 s to 110 s).  Now the stage behind is timed by what the
+    stage ahead took (80 s) as a phase running late: 15.75 s at 97.5 s (12.5 s true),
+    growing while it goes on.  Where no stage is ahead (PP1 ended too), a finished bar is
+    the phase's end as before; with history, the history's time."""
+    pipe = LogPipeline(pack)
+    for t, text in PP2:
+        pipe.feed((text.format(stamp(t)) + "\n").encode(), T0 + t)
+    assert pipe.state.phase == "loading_shards"
+    typ = pack.typical_seconds
+    rest = typ["allocating"] + typ["autotune"] + typ["cuda_graph"]
+    alone = LogPipeline(pack)      # the bar ended, no stage's end yet: the phase's own end
+    for t, text in PP2[:-1]:
+        alone.feed((text.format(stamp(t)) + "\n").encode(), T0 + t)
+    assert startup_eta(pack, alone.state, T0 + 90.5) == pytest.approx(rest)
+    assert startup_eta(pack, pipe.state, T0 + 97.5) == pytest.approx(
+        phase_left(80.0, 87.5) + rest)
+    assert startup_eta(pack, pipe.state, T0 + 103.5) > startup_eta(pack, pipe.state, T0 + 97.5)
+    history = {"loading_shards": 100.0, "allocating": 3.0, "autotune": 0.0, "cuda_graph": 17.0}
+    assert startup_eta(pack, pipe.state, T0 + 97.5, history) == pytest.approx(12.5 + 20.0)
+    pipe.feed(f"[{stamp(110)} PP1 TP0] Load weight end. elapsed=100.20 s, "
+              "type=LlamaForCausalLM, avail mem=19.10 GB, mem usage=59.82 GB.\n".encode(),
+              T0 + 110)
+    assert pipe.state.phase == "allocating"

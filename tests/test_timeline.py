@@ -1559,3 +1559,40 @@ def test_the_total_is_the_startup_s_wall_time_whatever_comes_after_ready():
     assert st_.total() == pytest.approx(273.0)
     rows = timeline(pipeline_view("x", replay_file(str(BUILT / "vllm-034-lora-load-fail.log"))))
     assert "(total 4m33s" in rows, rows
+
+
+def test_the_first_replica_s_bar_begun_before_the_others_is_one_of_the_bars():
+    """SGLang `--dp 2`: DP0 prints its first shard frame before DP1's `Load weight begin.`
+    (each DP replica's rank 0 draws its own bar).  That frame was read while one replica had
+    begun, as the only bar; DP1's frames then began the bars read apart, and DP0's end
+    continued DP1's: `5/5`, 0 s left in the load, while DP1 loaded 40 s more (built
+    sglang-0523-dp2: 21 s read at 39 s, 39 s true).  Now DP0's bar is one of them: after its
+    end the count is DP1's, 0/5, then its frames' rate times the load."""
+    stamp = "[2026-12-01 10:00:{:02d}{}] {}"
+    lines = [(0, stamp.format(0, "", "server_args={'model_path': 'Qwen/Qwen3-8B', "
+                                     "'dp_size': 2, 'port': 30000}")),
+             (3, stamp.format(3, " DP0", "Init parallel begin.")),
+             (3, stamp.format(3, " DP1", "Init parallel begin.")),
+             (6, stamp.format(6, " DP0", "Load weight begin. avail mem=78.92 GB")),
+             (6, "Loading safetensors checkpoint shards:   0% Completed | 0/5 [00:00<?, ?it/s]"),
+             (6, stamp.format(6, " DP1", "Load weight begin. avail mem=78.92 GB")),
+             (6, "Loading safetensors checkpoint shards:   0% Completed | 0/5 [00:00<?, ?it/s]"),
+             (16, "Loading safetensors checkpoint shards: 100% Completed | 5/5 [00:10<00:00,  "
+                  "0.50it/s]"),
+             (16, stamp.format(16, " DP0", "Load weight end. elapsed=10.00 s, "
+                                           "type=Qwen3ForCausalLM, avail mem=62.61 GB, "
+                                           "mem usage=16.31 GB.")),
+             (26, "Loading safetensors checkpoint shards:  20% Completed | 1/5 [00:20<01:20,  "
+                  "0.05it/s]")]
+    pipe = LogPipeline(load_pack("sglang"))
+    shown = {}
+    for t, x in lines:
+        pipe.feed((x + "\n").encode(), 1000.0 + t)
+        v = pipeline_view("x", pipe, 1000.0 + t)
+        shown[t] = (v.shards.loaded if v.shards else None, v.eta_seconds)
+    assert pipe.state.phase == "loading_shards"
+    assert shown[16][0] == 0 and shown[26][0] == 1
+    # at DP1's frame, its 4 shards left at 0.05/s: 80 s, with the phases after
+    assert shown[26][1] is not None and shown[26][1] >= 80.0
+    bar = pipe.state.progress["shards"]
+    assert (bar.current, bar.total) == (1, 5)

@@ -808,6 +808,11 @@ def _note_progress(pack: RulePack, state: State, name: str, obs: Observation, no
     except (KeyError, ValueError):
         return
     own = obs.log_time if obs.own_time else None
+    if apart and not state.bars.get(name) and prev is not None and prev.current < prev.total:
+        # the bar of the replica that began first, read while it was the only one: it is
+        # one of the bars (before, the next replica's frames continued it and its end read
+        # as the slow one's: `5/5`, 0 s left, while DP1 had its whole load ahead)
+        state.bars[name] = [prev]
     shown = replica_bar(state.bars.setdefault(name, []), cur, total, obs.fields.get("rate"),
                         own, now, not obs.cut) if apart else \
         next_progress(prev, cur, total, obs.fields.get("rate"), own, now, measure=not obs.cut)
