@@ -20,7 +20,8 @@ engine goes on in after it (a pack's `after_bar`: the capture) is no end of the 
 first start reads a tenth of its typical time left, growing after (`_after_bar`).  Where
 data-parallel replicas start apart, a first start times what the slowest has still to run by
 what the replicas ahead took for it (`_replicas_took`), the current phase too once one ahead
-ended it: a finished bar is then no clock of it (`_bar_left`, the one ahead's).
+ended it: a finished bar is then no clock of it (`_bar_left`, the one ahead's); a dense vLLM
+model's engines by their workers' processes (`_dense_groups`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 
 from .machine import State, phase_left
-from .machine.ranks import lane_tag, replica_of, replica_took
+from .machine.ranks import IN_PROC, Advance, lane_tag, replica_of, replica_took
 from .machine.startup import again_key
 from .rules.pack import READY, AgainSpec, RulePack, arg_is_set
 
@@ -141,19 +142,18 @@ def _replicas_took(pack: RulePack, state: State, defaults: dict[str, float]) -> 
     allocating read 100 s, the pack's typical allocating, autotune and capture, where DP0
     had taken 15 s through them and 22 s were left.  Not with history: its times are the
     slowest replica's own, the work after the last replica's end included.  {} where
-    replicas do not start apart (the pack's `replicas:`) or fewer than two have a rank, and
-    for a dense vLLM model's engines (`Worker_TP0` in each: no line of a worker names its
-    engine, and the engine core, silent until its workers captured, times nothing).
+    replicas do not start apart (the pack's `replicas:`) or fewer than two have a rank.
+    A dense vLLM model's engines are timed by their workers' processes (`_dense_groups`).
     Pipeline stages are grouped so too; a stage ahead waits for the others at each step's
     end, so it has left no phase but the one the slowest is in."""
     unless = pack.replicas_unless
-    if unless is None or any(state.args.get(a) is True for a in unless) or \
-            len({lane_tag(lane) for lane in state.lanes}) < len(state.lanes):
-        return {}              # (a dense model's engines: their workers' lines name none)
-    groups: dict[str, list[list[tuple[int, bool, float]]]] = {}
-    for rank, rp in state.ranks.items():
-        if (g := replica_of(rank, pack.replica_stage)):
-            groups.setdefault(g, []).append(rp.advances)
+    if unless is None or any(state.args.get(a) is True for a in unless):
+        return {}
+    tags = [lane_tag(lane) for lane in state.lanes]
+    repeated = [lane for lane, tag in zip(state.lanes, tags) if tags.count(tag) > 1]
+    if any(IN_PROC in lane for lane in repeated):
+        return {}      # servers of one stream (compose's `decode-1`): none times another
+    groups = _dense_groups(state, repeated) if repeated else _replica_groups(pack, state)
     if len(groups) < 2:
         return {}
     spans = [sp.phase for sp in state.history]
@@ -167,6 +167,28 @@ def _replicas_took(pack: RulePack, state: State, defaults: dict[str, float]) -> 
                 secs += _after_bar(defaults.get(p, 0.0), 0.0)
             out[p] = max(out.get(p, 0.0), secs)
     return out
+
+
+def _replica_groups(pack: RulePack, state: State) -> dict[str, list[list[Advance]]]:
+    """Each data-parallel replica's (or pipeline stage's) ranks' advances, by their tags."""
+    groups: dict[str, list[list[Advance]]] = {}
+    for rank, rp in state.ranks.items():
+        if (g := replica_of(rank, pack.replica_stage)):
+            groups.setdefault(g, []).append(rp.advances)
+    return groups
+
+
+def _dense_groups(state: State, repeated: list[str]) -> dict[str, list[list[Advance]]]:
+    """A dense vLLM model's replicas, timed by their workers' processes: each process of a
+    rank tag that several processes print (`Worker_TP0` in every engine, 0.34 core.py
+    `reconfigure_for_independent_dp_rank`) stands for its engine, as `replica_positions`
+    places them, with when it got further (`State.lane_times`).  The engine cores' own
+    lines are left out: `EngineCore_DP1` prints its launch, then nothing until its workers
+    captured, so it would time its whole load, compile and capture as launching.  Which
+    `TP1` is of which engine no line says: each process is a group of its own (a TP group
+    moves together, so the longest per phase is its engine's).  `repeated`: the lanes
+    whose tag several processes print."""
+    return {lane: [adv] for lane in repeated if (adv := state.lane_times.get(lane))}
 
 
 def _again_specs(pack: RulePack, state: State) -> list[AgainSpec]:

@@ -133,3 +133,25 @@ def test_a_replica_behind_is_timed_by_the_replicas_ahead(name: str) -> None:
     assert r is not None
     later = r.first[1:]
     assert len(later) >= 5 and all(ea.within(s) for s in later), later
+
+
+def test_a_dense_model_s_replica_behind_is_timed_by_its_workers_ahead() -> None:
+    """vLLM 0.34 `-dp 2 -tp 2` with a dense model: every engine's workers are `Worker_TP0`,
+    `Worker_TP1` (core.py `reconfigure_for_independent_dp_rank`), told apart only by their
+    processes, whose lanes recorded where each got, not when: no replica was timed, and a
+    first start read the pack's typical times for what engine 1 had still to run after its
+    compile, which engine 0 had run in 28 s: 100 s at its KV estimate where 33 s were (x3.03),
+    61.5 s in its compile at 75 % where 36.5 s were.  Now the workers' processes ahead are
+    timed (State.lane_times): 31 s and 35.9 s, every reading from engine 1's compile on within
+    0.5x-2x, and the log's first-start median ratio 1.64 -> 1.34.  Two servers of one compose
+    stream (`TP0 in qwen-1`) are no replicas of one model: still none times the other."""
+    r = ea.measure(str(ROOT / "tests" / "fixtures" / "built" / "vllm-034-dp2-tp2-dense.log"))
+    assert r is not None
+    kv = next(s for s in r.first if s.label == "-> allocating")
+    assert kv.truth == pytest.approx(33.0) and 0.8 <= kv.ratio <= 1.25, kv
+    late = [s for s in r.first if s.at >= 71.0]
+    assert len(late) >= 5 and all(ea.within(s) for s in late), late
+    two = ea.measure(str(ROOT / "tests" / "fixtures" / "built" / "sglang-0523-two-servers.log"))
+    assert two is not None
+    cap = next(s for s in two.first if s.label == "-> cuda_graph")
+    assert cap.predicted == pytest.approx(60.0), cap     # the pack's capture, not qwen-1's

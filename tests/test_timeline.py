@@ -172,6 +172,12 @@ def test_dense_vllm_dp_engines_with_tp_move_the_startup_when_the_slowest_does():
     again.feed("".join(x + "\n" for x in lines[half:]).encode(), 1_000.0)
     again.finish(1_000.0)
     assert again.state.durations() == d
+    # when each worker process got further (the ETA's replica times), kept across it too
+    assert again.state.lane_times == st_.lane_times and len(st_.lane_times) == 4
+    slow = [(i, f) for i, f, _ in st_.lane_times["TP0 pid=210"]]
+    assert slow[0] == (load_pack("vllm").phase_index("loading_shards"), False), slow
+    bad = {"lane_times": {"TP0 pid=1": [[2, False, 1.0], ["x"], [1, 2, "3"]], "TP1": 5}}
+    assert state_from_json(bad).lane_times == {"TP0 pid=1": [(2, False, 1.0)]}
 
 
 @pytest.mark.parametrize("bar", [True, False])
@@ -215,7 +221,8 @@ def test_the_processes_kept_per_startup_are_bounded():
     """One `Worker_TP0` process per line, 1000 of them (untrusted input): 64 kept."""
     lines = [f"(Worker_TP0 pid={1000 + i}) INFO 12-01 10:00:{i % 60:02d} [model_runner.py:412] "
              "Loading model from scratch..." for i in range(1000)]
-    assert len(feed(lines, "vllm").state.lanes) == 64
+    st_ = feed(lines, "vllm").state
+    assert len(st_.lanes) == 64 and len(st_.lane_times) == 64
 
 
 def test_a_dp_engine_crash_is_the_startup_crash_in_the_slow_engine_s_phase():

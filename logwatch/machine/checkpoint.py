@@ -10,7 +10,7 @@ from .events import (
     CrashRetracted, CrashSettled, CrashUpdated, Crashed, Event, PhaseChanged, Progress, Ready,
     Restarted, StartupBegan, StatsUpdated, Stalled, Stopped,
 )
-from .ranks import RankProgress
+from .ranks import MAX_LANES, RankProgress
 from .rates import MAX_BARS, ProgressState
 from .startup import MAX_STAT_SOURCES
 from .state import Crash, Evidence, Span, State
@@ -90,7 +90,8 @@ def state_from_json(d: dict[str, object]) -> State:
                                     _last(v.get("last")),  # type: ignore[union-attr]
                                     v.get("up") is True)  # type: ignore[union-attr]
                for k, v in (d.get("ranks") or {}).items()},  # type: ignore[union-attr]
-        lanes=_lanes(d.get("lanes")), rank_pids=_rank_pids(d.get("rank_pids")),
+        lanes=_lanes(d.get("lanes")), lane_times=_lane_times(d.get("lane_times")),
+        rank_pids=_rank_pids(d.get("rank_pids")),
         begun=set(d.get("begun", [])),  # type: ignore[arg-type]
         seen={str(x) for x in d.get("seen") or []},  # type: ignore[union-attr]
         servers={str(k): bool(v) for k, v in (d.get("servers") or {}).items()},  # type: ignore[union-attr]
@@ -103,8 +104,7 @@ def state_from_json(d: dict[str, object]) -> State:
         follower=d.get("follower") if d.get("follower") in (True, False) else None,  # type: ignore[arg-type]
         follower_line=d.get("follower_line"),  # type: ignore[arg-type]
         follower_log_time=d.get("follower_log_time"),  # type: ignore[arg-type]
-        graphs_off=bool(d.get("graphs_off", False)),
-        phase_done=bool(d.get("phase_done", False)),
+        graphs_off=bool(d.get("graphs_off", False)), phase_done=bool(d.get("phase_done", False)),
         work_again_at=_seconds(d.get("work_again_at")),
         nodes={x for x in d.get("nodes") or [] if type(x) is int},  # type: ignore[union-attr]
         gpus={x for x in d.get("gpus") or [] if type(x) is int},  # type: ignore[union-attr]
@@ -169,6 +169,27 @@ def _lanes(value: object) -> dict[str, tuple[int, bool]]:
         return {}
     return {str(k): (int(v[0]), bool(v[1])) for k, v in value.items()
             if isinstance(v, list) and len(v) == 2 and type(v[0]) is int}
+
+
+MAX_LANE_ADVANCES = 32     # a lane's advances read back (two a phase: begun, finished)
+
+
+def _lane_times(value: object) -> dict[str, list[tuple[int, bool, float]]]:
+    """`State.lane_times` from JSON (`{"TP0 pid=200": [[2, false, 8.0]]}`), bounded as it is
+    kept (MAX_LANES processes; a lane's positions only go forward, two a phase at most);
+    what is not that is left out (a checkpoint from before them: none, so a dense model's
+    replicas ahead are timed again from their next advance on)."""
+    if not isinstance(value, dict):
+        return {}
+    out = {}
+    for k, v in list(value.items())[:MAX_LANES]:
+        if not isinstance(v, list):
+            continue
+        rows = [x for x in v[:MAX_LANE_ADVANCES] if isinstance(x, list) and len(x) == 3]
+        out[str(k)] = [(a, b, float(c)) for a, b, c in rows
+                       if type(a) is int and type(b) is bool and
+                       isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return out
 
 
 def _rank_pids(value: object) -> dict[str, tuple[int, str]]:

@@ -39,6 +39,8 @@ class RankProgress:
 
 
 
+Advance = tuple[int, bool, float]      # (phase index, finished, time): `RankProgress.advances`
+
 RANK_LAG_AFTER = 60.0   # seconds the other ranks must have been past a rank before it is named
 
 
@@ -278,8 +280,12 @@ def lane_replica(lane: str) -> str:
 
 
 def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line,
-                 names: dict[str, tuple[int, str]] | None = None) -> None:
-    """How far each process of a replica-less rank got (its furthest marker)."""
+                 names: dict[str, tuple[int, str]] | None = None,
+                 times: dict[str, list[Advance]] | None = None, now: float = 0.0) -> None:
+    """How far each process of a replica-less rank got (its furthest marker), and in
+    `times` when (the log's clock where its line had a stamp, as `advance_rank`): a dense
+    model's engines are told apart only by their processes, so only these say what the
+    replica ahead took through a phase (eta.py `_replicas_took`; before, none was timed)."""
     rule = obs.rule
     # most lines name no process (SGLang's `[... TP0]`): no rank to look up for them
     proc = getattr(obs, "proc", "")
@@ -290,6 +296,9 @@ def advance_lane(pack: RulePack, lanes: dict[str, tuple[int, bool]], obs: _Line,
     pos = (pack.phase_index(rule.phase or ""), rule.finishes)
     if pos > lanes.get(lane, (-1, False)):
         lanes[lane] = pos
+        if times is not None:
+            at = obs.log_time if obs.log_time is not None and obs.own_time else now
+            times.setdefault(lane, []).append((pos[0], pos[1], at))
 
 
 def replica_positions(pack: RulePack, ranks: dict[str, RankProgress],
@@ -383,9 +392,6 @@ def replica_reach(pack: RulePack, ranks: dict[str, RankProgress], text: str,
     name = replica_of(rank, pack.replica_stage) if rank else ""
     name = name if name in pos else lane_replica(lane_of(rank, text, proc)) if rank else ""
     return (name, pos[name]) if name in pos else None
-
-
-Advance = tuple[int, bool, float]      # (phase index, finished, time): `RankProgress.advances`
 
 
 def replica_took(ranks: list[list[Advance]]) -> dict[int, tuple[float, bool]]:

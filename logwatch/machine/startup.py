@@ -117,7 +117,7 @@ class StartupMachine:
             return events       # an older release's words: the line means less there
         if self.pack.ranks and rule.phase and state.phase not in TERMINAL:
             advance_rank(self.pack, state.ranks, obs, now, state.rank_pids)
-            advance_lane(self.pack, state.lanes, obs, state.rank_pids)
+            advance_lane(self.pack, state.lanes, obs, state.rank_pids, state.lane_times, now)
         if state.phase == CRASHED and not self._while_crashed(state, obs, now, events):
             return events
         if state.phase == STOPPED and not (rule.crash and rule.when and STOPPED in rule.when):

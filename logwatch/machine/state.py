@@ -207,6 +207,9 @@ class State:
     # index, finished); one tag in several processes is one process per replica (vLLM's
     # dense `-dp 2 -tp 2`: `Worker_TP0` in each engine)
     lanes: dict[str, tuple[int, bool]] = field(default_factory=dict)
+    # per such process, when it got further (`RankProgress.advances`: phase index, finished,
+    # time): a dense model's replica times for the ETA (eta.py `_replicas_took`)
+    lane_times: dict[str, list[tuple[int, bool, float]]] = field(default_factory=dict)
     # per process id a rank tag gave: (the pack's `ranks:` pattern that first named it, the
     # rank it named): one process is one rank whatever its tag's form (`RulePack.rank_of`)
     rank_pids: dict[str, tuple[int, str]] = field(default_factory=dict)
