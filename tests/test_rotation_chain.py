@@ -124,6 +124,18 @@ def assert_exact(r: Reader, writer: RenamingWriter) -> None:
     assert not [e for e in r.events if isinstance(e, Skipped)]
 
 
+def rotated_twice_while_down(log: Path, n: int, per_file: int) -> int:
+    """While the daemon is down: `per_file` numbered lines written after line `n`, the log
+    rotated, twice (all of it unread).  The last line's number."""
+    for _ in range(2):
+        with open(log, "ab") as f:
+            f.write(b"".join(numbered(i) for i in range(n + 1, n + per_file + 1)))
+        n += per_file
+        time.sleep(0.02)                     # distinct mtimes (ns clocks: far more than needed)
+        shift(log)
+    return n
+
+
 @pytest.mark.parametrize("create", [False, True], ids=["rename", "logrotate-create"])
 def test_local_rename_every_2s_writer_1s_late_loses_nothing(tmp_path: Path,
                                                             create: bool) -> None:
@@ -141,13 +153,7 @@ def test_local_two_rotations_while_the_daemon_was_down(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
     pos = read_all_and_stop(log)
-    n = 1000
-    for _ in range(2):                       # written, rotated, written, rotated: all unread
-        with open(log, "ab") as f:
-            f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
-        n += 1000
-        time.sleep(0.02)                     # distinct mtimes (ns clocks: far more than needed)
-        shift(log)
+    n = rotated_twice_while_down(log, 1000, 1000)
     with open(log, "ab") as f:
         f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
     n += 1000
@@ -173,13 +179,7 @@ def test_a_rotation_while_the_files_rotated_during_a_restart_drain_loses_nothing
     log = tmp_path / "server.log"
     log.write_bytes(b"".join(numbered(i) for i in range(1, 1001)))
     pos = read_all_and_stop(log)
-    n = 1000
-    for _ in range(2):                       # written, rotated, written, rotated: all unread
-        with open(log, "ab") as f:
-            f.write(b"".join(numbered(i) for i in range(n + 1, n + 501)))
-        n += 500
-        time.sleep(0.02)                     # distinct mtimes (ns clocks: far more than needed)
-        shift(log)
+    n = rotated_twice_while_down(log, 1000, 500)
     with open(log, "ab") as f:               # the file at the path at the restart
         f.write(b"".join(numbered(i) for i in range(n + 1, n + 1001)))
     n += 1000
