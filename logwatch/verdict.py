@@ -109,6 +109,17 @@ def ready_notes(ready_line: str | None, follower: bool, degraded: str | None = N
     return notes
 
 
+def rank_notes(rank: str | None, first: str | None = None) -> list[str]:
+    """What a crash sentence says of its rank (`Crash.named_rank`, `Crash.printed_first`):
+    `TP3 first`; where the root-cause line is another rank's than the first that printed,
+    both, the root cause's first (on-call goes to the rank named: its GPU, its node):
+    `root cause on TP5; TP3 printed first`.  One function for the alert, `watch` and
+    `/api/status`, so the three name the same rank."""
+    if not rank:
+        return []
+    return [f"root cause on {rank}", f"{first} printed first"] if first else [f"{rank} first"]
+
+
 def crash_text(reason: str | None, during: str | None = None, after: float | None = None,
                notes: Iterable[str] = (), replica: str = "", startup: str = "") -> str:
     """The one crash sentence: `crashed: cuda_oom during cuda_graph after 6m12s (TP3 first)`.
@@ -123,7 +134,7 @@ def crash_text(reason: str | None, during: str | None = None, after: float | Non
         text += f" during {during}" + (f" in {replica}" if replica else "")
     if after:
         text += f" after {fmt_duration(after)}"
-    said = [n for n in notes if n and n != f"{replica} first"]
+    said = [n for n in notes if n and n not in (f"{replica} first", f"root cause on {replica}")]
     if replica and startup:
         said.insert(0, f"the slowest replica still in {startup}")
     if said:
@@ -135,9 +146,8 @@ def crash_sentence(crash: dict[str, Any], after: float | None = None,
                    notes: Iterable[str] = ()) -> str:
     """`crash_text` of a crash as `/api/status` has it (`Crash.to_json`): its replica ahead
     of the startup, or its process of several, where it has one, with the rank's `first`."""
-    rank = crash.get("rank")
     return crash_text(crash.get("reason"), crash.get("during"), after,
-                      [f"{rank} first" if rank else "", *notes],
+                      [*rank_notes(crash.get("rank"), crash.get("first_rank")), *notes],
                       crash_where(crash), crash.get("startup_phase") or "")
 
 

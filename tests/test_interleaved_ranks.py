@@ -3,7 +3,8 @@ workers log each line of a record with their prefix (`(Worker_TP3 pid=203) ERROR
 [multiproc_executor.py:1223] `), so the eight tracebacks arrive with their lines mixed.  The
 crash's reason must be what each rank's own traceback says, whatever the mix (the hints
 are the first of each reason, and an outer frame's `yields` is weighed against the next
-exception line of any rank), and the rank it names the first that printed.
+exception line of any rank), and the rank it names that of its root-cause line (the first
+that printed where that line has no rank, and said beside it where it is another).
 
 The shapes are vLLM 0.34's (v1/executor/multiproc_executor.py:1223 `WorkerProc hit an
 exception.` from `worker_busy_loop`, v1/worker/gpu_worker.py:673 `determine_available_memory`,
@@ -100,9 +101,10 @@ def test_eight_ranks_failing_alike_read_as_one_rank_s_traceback(tmp_path: Path,
 def test_a_cause_line_of_one_rank_names_the_crash_in_any_mix(tmp_path: Path,
                                                              order: str) -> None:
     """One rank runs out of memory in the profile (a cause line), the others fail bare:
-    cuda_oom whatever the order of the lines, the root cause TP5's line.  The rank named
-    (the page's `TP3 first`) is the first that printed, as its docstring says: in one
-    instant's mix that need not be the rank of the root cause, whose line names its own."""
+    cuda_oom whatever the order of the lines, the root cause TP5's line.  The rank named is
+    TP5, the root cause's (on-call goes to its GPU), TP3, the first that printed, beside it:
+    in one instant's mix the first printer need not be the rank that ran out of memory
+    (before, the page said `TP3 first`)."""
     oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 5 has "
            "a total capacity of 79.19 GiB of which 1.02 GiB is free.")
     records = [traceback(r, False, oom if r == 5 else "RuntimeError: profile run failed")
@@ -112,3 +114,63 @@ def test_a_cause_line_of_one_rank_names_the_crash_in_any_mix(tmp_path: Path,
     crash = replay_file(str(log), "vllm").state.crash
     assert crash is not None and crash.reason == "cuda_oom", order
     assert crash.line.startswith("(Worker_TP5 pid=205) ") and crash.rank == "TP3"
+    assert (crash.named_rank, crash.printed_first) == ("TP5", "TP3"), order
+    doc = crash.to_json()
+    assert (doc["rank"], doc["first_rank"]) == ("TP5", "TP3")
+
+
+def test_the_first_printer_s_own_cause_names_it_alone(tmp_path: Path) -> None:
+    """TP3, the first that printed, is the one out of memory: TP3 is named, nothing beside
+    it (`first_rank` only where another rank printed first)."""
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    records = [traceback(r, False, oom if r == 3 else "RuntimeError: profile run failed")
+               for r in FIRST]
+    log = tmp_path / "tp8.log"
+    log.write_text("\n".join(launch() + mixed(records, "round") + engine_core()) + "\n")
+    crash = replay_file(str(log), "vllm").state.crash
+    assert crash is not None and crash.reason == "cuda_oom"
+    assert (crash.named_rank, crash.printed_first) == ("TP3", "")
+    assert "first_rank" not in crash.to_json() and crash.to_json()["rank"] == "TP3"
+
+
+SGL = "/usr/local/lib/python3.11/dist-packages/sglang/srt"
+
+
+def sglang_tp8(cause_rank: int) -> list[str]:
+    """SGLang 0.5.23 at TP8 (built/sglang-0523-tp-memory-unbalanced.log's launch), every
+    scheduler failing in its model load, TP3's record first: `Scheduler hit an exception:
+    {traceback}` is one logger record (scheduler.py:6372), written whole, only its first line
+    prefixed `[... TP3]`; `cause_rank`'s traceback ends out of memory, the others bare."""
+    out = ["[2026-12-01 10:00:00] server_args={'model_path': 'Qwen/Qwen3-32B', 'tp_size': 8, "
+           "'port': 30000, 'mem_fraction_static': 0.85}"]
+    out += [f"[2026-12-01 10:00:04 TP{r}] Init parallel begin." for r in range(8)]
+    out += [f"[2026-12-01 10:00:09 TP{r}] Load weight begin. avail mem=78.06 GB"
+            for r in range(8)]
+    for r in FIRST:
+        out += [f"[2026-12-01 10:00:30 TP{r}] Scheduler hit an exception: Traceback (most "
+                "recent call last):",
+                f'  File "{SGL}/managers/scheduler.py", line 6362, in run_scheduler_process',
+                "    scheduler = Scheduler(server_args, port_args)",
+                f'  File "{SGL}/model_executor/model_runner.py", line 1391, in load_model',
+                "    self.model = self.loader.load_model(",
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU "
+                f"{r} has a total capacity of 79.19 GiB of which 1.02 GiB is free."
+                if r == cause_rank else "RuntimeError: load_model failed", ""]
+    return out + ["[2026-12-01 10:00:31] Received sigquit from a child process. It usually "
+                  "means the child failed."]
+
+
+def test_sglang_s_untagged_cause_line_is_its_record_s_rank(tmp_path: Path) -> None:
+    """SGLang's exception line has no tag of its own: it is its record's (the last tagged
+    line before it, of the same process, it having no stamp): TP5's out of memory under
+    TP5's header names TP5, TP3 printed first; the main process's stamped, untagged line
+    after is no rank's."""
+    log = tmp_path / "sgl.log"
+    log.write_text("\n".join(sglang_tp8(5)) + "\n")
+    crash = replay_file(str(log), "sglang").state.crash
+    assert crash is not None and crash.reason == "cuda_oom"
+    assert "GPU 5 " in crash.line and crash.rank == "TP3"
+    assert (crash.named_rank, crash.printed_first) == ("TP5", "TP3")
+    log.write_text("\n".join(sglang_tp8(3)) + "\n")
+    crash = replay_file(str(log), "sglang").state.crash
+    assert crash is not None and (crash.named_rank, crash.printed_first) == ("TP3", "")

@@ -297,3 +297,55 @@ def test_watch_names_the_stuck_pipeline_stage_when_it_stalls() -> None:
     assert res.returncode == 3, (res.stdout, res.stderr)
     assert "ranks: PP1 still in loading_shards" in res.stdout, res.stdout
     assert "after the other 1 stage finished it" in res.stdout
+
+
+def test_page_status_and_watch_name_the_root_cause_s_rank(tmp_path: Path) -> None:
+    """Eight ranks failing at once, TP3 printing first, TP5's line the out of memory (the
+    built log of tests/test_interleaved_ranks.py): the alert's sentence, its details, the
+    Slack message, the webhook body, Alertmanager's annotations and `/api/status`'s crash
+    name TP5 as the root cause's rank and TP3 as the first that printed, in the same words
+    (verdict.py `rank_notes`); no Alertmanager label names a rank (a label is the alert's
+    identity)."""
+    import json
+
+    from logwatch.sinks.alerts.receivers import AlertmanagerSink, SlackSink, WebhookSink
+    from test_interleaved_ranks import FIRST, engine_core, launch, mixed, traceback
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    records = [traceback(r, False, oom if r == 5 else "RuntimeError: profile run failed")
+               for r in FIRST]
+    data = ("\n".join(launch() + mixed(records, "round") + engine_core()) + "\n").encode()
+    pipe = pipe_of(data, "vllm")
+    pipe.finish(1000.0)
+    view = pipeline_view("tp8", pipe, now=1000.0)
+    said = "(root cause on TP5; TP3 printed first)"
+    assert view.crash is not None and said in view.crash["text"], view.crash
+    assert (view.crash["rank"], view.crash["first_rank"]) == ("TP5", "TP3")
+    alert = next(d for d in AlertPolicy().observe(view, [_settled(pipe)])
+                 if getattr(d, "kind", "") == "crashed")
+    assert said in alert.summary, alert.summary
+    assert (alert.details["rank"], alert.details["first_rank"]) == ("TP5", "TP3")
+    url = {"url": "http://127.0.0.1:9/hook"}
+    slack = json.loads(SlackSink("s", {"type": "slack", **url}).request(alert).body)
+    assert said in slack["text"]
+    hook = json.loads(WebhookSink("w", {"type": "webhook", **url}).request(alert).body)
+    assert said in json.dumps(hook) and '"first_rank": "TP3"' in json.dumps(hook)
+    am = json.loads(AlertmanagerSink("a", {"type": "alertmanager", **url}).request(alert).body)
+    assert am[0]["annotations"]["rank"] == "TP5" and am[0]["annotations"]["first_rank"] == "TP3"
+    assert said in am[0]["annotations"]["summary"] and "rank" not in am[0]["labels"]
+
+
+@pytest.mark.integration
+def test_watch_names_the_root_cause_s_rank(tmp_path: Path) -> None:
+    """`watch` on the same log: its summary names TP5 and TP3 as the alert does."""
+    from test_interleaved_ranks import FIRST, engine_core, launch, mixed, traceback
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    records = [traceback(r, False, oom if r == 5 else "RuntimeError: profile run failed")
+               for r in FIRST]
+    log = tmp_path / "tp8.log"
+    log.write_text("\n".join(launch() + mixed(records, "stagger") + engine_core()) + "\n")
+    res = subprocess.run([sys.executable, "-m", "logwatch", "watch", str(log), "--timeout",
+                          "60s", "--no-history", "--gpu", "off", "--probe", "off"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=90)
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "  rank of the root cause: TP5 (TP3 printed first)" in res.stdout, res.stdout
+    assert "first rank to crash" not in res.stdout

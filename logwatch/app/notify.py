@@ -36,8 +36,10 @@ def verdict_alert(code: int, outcome: str, views: list[TargetView]) -> Alert:
         c = main.crash
         details.update(reason=c["reason"], during=c["during"], line=c["line"],
                        excerpt=list(c.get("excerpt") or []))
-        if c.get("rank"):
+        if c.get("rank"):         # the root-cause line's rank, else the first that printed
             details["rank"] = c["rank"]
+        if c.get("first_rank"):   # the first that printed, where it is another
+            details["first_rank"] = c["first_rank"]
         if c.get("replica"):      # it crashed ahead of the startup's (slowest replica's) phase
             details.update(replica=c["replica"], startup_phase=c.get("startup_phase"))
         if c.get("proc"):         # the process of several in one stream that crashed

@@ -28,7 +28,7 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
     own = (rule.crash or rule.hint) == reason
     ev = Evidence(reason, obs.text.rstrip(), obs.line_number,
                   fill_meaning(rule.meaning, obs.fields) if own else "", own and rule.at_launch,
-                  own and rule.yields)
+                  own and rule.yields, record_rank(pack, state, crash, obs))
     place_crash(pack, crash, rule)
     if rule.hint:
         state.hints.setdefault(reason, ev)
@@ -55,6 +55,24 @@ def add_evidence(pack: RulePack, state: State, crash: Crash, rule: Rule, reason:
     conclude(pack, state, crash)
 
 
+def record_rank(pack: RulePack, state: State, crash: Crash, obs: Observation) -> str:
+    """The rank whose record a crash line is, and the record an untagged line after it
+    continues: its own tag; an untagged line without a stamp of its own, of the same
+    process, continues the record before it (SGLang 0.5.23 logs `Scheduler hit an
+    exception: {traceback}` as one record, scheduler.py:6372: only its first line has the
+    `[... TP5]` prefix, the `torch.OutOfMemoryError` under it none); an untagged stamped line
+    is another process's (vLLM's `(EngineCore pid=N)`, SGLang's main process): no rank."""
+    if not pack.ranks:
+        return ""
+    tag = pack.rank_of(obs.text, state.rank_pids)
+    if not tag and (obs.own_time and obs.log_time is not None or obs.proc != crash.record_proc):
+        crash.record_rank = ""
+    elif tag:
+        crash.record_rank = tag
+    crash.record_proc = obs.proc
+    return crash.record_rank
+
+
 def conclude(pack: RulePack, state: State, crash: Crash) -> None:
     """The crash's reason and root-cause line from its evidence."""
     crash.reason = crash_reason(pack, state, crash)
@@ -63,6 +81,7 @@ def conclude(pack: RulePack, state: State, crash: Crash) -> None:
         else crash.cause or crash.marker
     if line is not None:
         crash.line, crash.line_number = line.line, line.line_number
+        crash.cause_rank = line.who
     # the root-cause line's rule's sentence, where it gave the crash its reason
     crash.meaning = line.meaning if line is not None and line.reason == crash.reason else ""
 

@@ -97,6 +97,8 @@ class Evidence:
                                # launch line (machine/startup.py `crashed_at_launch`)
     yields: bool = False       # its rule's `yields`: a hint that gives way to a later one
                                # (machine/crash.py `crash_reason`)
+    who: str = ""              # the rank whose line (or record) it is (machine/crash.py
+                               # `record_rank`), "" for none
 
     @property
     def rank(self) -> int:
@@ -121,6 +123,13 @@ class Crash:
     chain_pending: bool = False
     marker_tentative: bool = False          # the marker is a bare traceback header
     rank: str = ""                          # the rank whose line crashed first (`TP3`)
+    # the rank of the root-cause line (its tag, or its record's: machine/crash.py
+    # `record_rank`), "" where it has none: the rank the crash names (`named_rank`)
+    cause_rank: str = ""
+    # the rank of the latest crash line and the process it came from: an untagged line with
+    # no stamp of its own continues that record (SGLang's traceback under its tagged header)
+    record_rank: str = ""
+    record_proc: str = ""
     died: Evidence | None = None            # the first line saying a process died
     first_exception: int | None = None      # the line number of the first Python exception
     # the line numbers of its exception lines (cause lines): where one traceback ends, so
@@ -146,10 +155,27 @@ class Crash:
     def to_json(self) -> dict[str, object]:
         return {"reason": self.reason, "during": self.during, "line": self.line,
                 "line_number": self.line_number, "at": self.at, "log_time": self.log_time,
-                "excerpt": list(self.excerpt), "rank": self.rank,
+                "excerpt": list(self.excerpt), "rank": self.named_rank,
+                **({"first_rank": self.rank} if self.printed_first else {}),
                 **({"replica": self.replica, "startup_phase": self.startup_phase}
                    if self.ahead else {}), **({"proc": self.proc} if self.proc else {}),
                 **({"meaning": self.meaning} if self.meaning else {})}
+
+    @property
+    def named_rank(self) -> str:
+        """The rank the crash names: its root-cause line's, where that line (or its record)
+        carries a tag, else the first that printed.  On-call goes to that rank's GPU: eight
+        ranks failing in one instant print in any order, and the first printer's bare
+        `RuntimeError` is not where TP5's `CUDA out of memory` (the reason) happened."""
+        return self.cause_rank or self.rank
+
+    @property
+    def printed_first(self) -> str:
+        """The rank that printed first where it is not the one named ("" otherwise): said
+        beside it (`root cause on TP5; TP3 printed first`), as a rank that died first may
+        have made the others fail (the log cannot always tell)."""
+        return self.rank if self.cause_rank and self.rank and self.rank != self.cause_rank \
+            else ""
 
     @property
     def where(self) -> str:

@@ -329,7 +329,10 @@ class PlainDisplay:
             said = crash_text(c["reason"], c["during"], view.crash_elapsed, (),
                               crash_where(c), c.get("startup_phase") or "")
             self._say("CRASHED" + said[len("crashed"):])
-            if c.get("rank"):
+            if c.get("first_rank"):   # the root-cause line is another rank's
+                print(f"  rank of the root cause: {c['rank']} ({c['first_rank']} printed first)",
+                      file=self.out)
+            elif c.get("rank"):
                 print(f"  first rank to crash: {c['rank']}", file=self.out)
             print(f"  root cause (line {c['line_number']}): {c['line']}", file=self.out)
             held = preflight_note(view.gpu, c.get("reason"))

@@ -27,7 +27,7 @@ def summary(view: TargetView) -> dict[str, Any]:
         # (and the rank and the sentence are the status's, `/api/status`, not the contract's)
         # (nor the replica it crashed in ahead of the startup: `human` has it from the view)
         doc["crash"] = {k: v for k, v in doc["crash"].items()
-                        if k not in ("at", "log_time", "rank", "text", "replica",
+                        if k not in ("at", "log_time", "rank", "first_rank", "text", "replica",
                                      "startup_phase", "proc", "meaning")}
     return doc
 

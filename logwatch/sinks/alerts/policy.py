@@ -39,7 +39,7 @@ from ...rules.pack import READY, TERMINAL, WAITING
 from ...units import fmt_duration
 from ...silence import Resumed
 from ...telemetry.gpu import preflight_note
-from ...verdict import crash_text, ready_notes
+from ...verdict import crash_text, rank_notes, ready_notes
 from ...view import TargetView, gpu_activity, probe_down_for
 from .model import FIRING, Alert
 
@@ -140,7 +140,7 @@ class AlertPolicy:
         c = ev.crash
         held = preflight_note(v.gpu, c.reason)
         answers = _still_answers(v)
-        notes = [n for n in (f"{c.rank} first" if c.rank else "", held, answers) if n]
+        notes = [n for n in (*rank_notes(c.named_rank, c.printed_first), held, answers) if n]
         return [Resolve(v.name, ("stalled", "slow", "unreachable"), "crashed",
                         only=ev.startup, drop_undelivered=True),
                 self._alert(v, "crashed", ev.startup,
@@ -151,7 +151,8 @@ class AlertPolicy:
                                 if c.ahead else {}), **({"proc": c.proc} if c.proc else {}),
                              "line_number": c.line_number, "elapsed": ev.elapsed,
                              "excerpt": list(c.excerpt),
-                             **({"rank": c.rank} if c.rank else {}),
+                             **({"rank": c.named_rank} if c.named_rank else {}),
+                             **({"first_rank": c.printed_first} if c.printed_first else {}),
                              **({"meaning": c.meaning} if c.meaning else {}),
                              **({"endpoint": answers} if answers else {}),
                              **({"gpu_preflight": held} if held else {}),

@@ -252,7 +252,12 @@ class AlertmanagerSink(Sink):
         base = self.url().rstrip("/")
         annotations = {"summary": alert.summary,
                        "excerpt": "\n".join(alert.excerpt),
-                       "root_cause": str(alert.details.get("line") or "")}
+                       "root_cause": str(alert.details.get("line") or ""),
+                       # the crash's rank (its root-cause line's) and, where another printed
+                       # first, that one: as the summary says them (annotations, not labels:
+                       # a label is the alert's identity)
+                       "rank": str(alert.details.get("rank") or ""),
+                       "first_rank": str(alert.details.get("first_rank") or "")}
         # Alertmanager compares endsAt with its own clock: the wall's (logwatch's may be
         # taking up a step of the wall clock: clock.py)
         now = clock.wall()
