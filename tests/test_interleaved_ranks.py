@@ -174,3 +174,39 @@ def test_sglang_s_untagged_cause_line_is_its_record_s_rank(tmp_path: Path) -> No
     log.write_text("\n".join(sglang_tp8(3)) + "\n")
     crash = replay_file(str(log), "sglang").state.crash
     assert crash is not None and (crash.named_rank, crash.printed_first) == ("TP3", "")
+
+
+def test_the_root_cause_s_rank_survives_a_checkpoint(tmp_path: Path) -> None:
+    """A daemon restarted between the crash and its page names the same ranks: the crash's
+    `cause_rank` and its evidence's `who` are in the checkpoint (machine/checkpoint.py)."""
+    from logwatch.machine.checkpoint import state_from_json, state_to_json
+    log = tmp_path / "sgl.log"
+    log.write_text("\n".join(sglang_tp8(5)) + "\n")
+    state = replay_file(str(log), "sglang").state
+    back = state_from_json(state_to_json(state)).crash
+    assert back is not None and back.cause is not None and back.cause.who == "TP5"
+    assert (back.named_rank, back.printed_first) == ("TP5", "TP3")
+
+
+def test_a_scheduler_failing_before_its_logger_names_no_replica(tmp_path: Path) -> None:
+    """SGLang 0.5.23 `--dp 2`: DP1's scheduler fails before `configure_scheduler_process`
+    gives its logger the `DP1` prefix (scheduler.py:6323 `publish`), so multiprocessing
+    prints its traceback bare, unstamped; DP0 goes on loading.  No rank is named: DP0's
+    progress lines after it are no crash lines, and the traceback is no rank's (before any
+    tag, it continues no record)."""
+    head = (FIXTURES / "built" / "sglang-0523-dp2.log").read_text().splitlines()[:4]
+    lines = head + [
+        "Process SpawnProcess-3:", "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.11/multiprocessing/process.py", line 314, in _bootstrap',
+        f'  File "{SGL}/managers/scheduler.py", line 6323, in run_scheduler_process',
+        "RuntimeError: CUDA error: out of memory",
+        "[2026-12-01 10:00:05 DP0] Init parallel ends. elapsed=2.10 s",
+        "[2026-12-01 10:00:06 DP0] Load weight begin. avail mem=78.92 GB",
+        "[2026-12-01 10:00:07] Received sigquit from a child process. It usually means the "
+        "child failed."]
+    log = tmp_path / "dp2.log"
+    log.write_text("\n".join(lines) + "\n")
+    crash = replay_file(str(log), "sglang").state.crash
+    assert crash is not None and crash.reason == "cuda_oom"
+    assert (crash.rank, crash.named_rank) == ("", "") and "rank" in crash.to_json()
+    assert crash.to_json()["rank"] == ""
