@@ -371,7 +371,8 @@ class Framer:
         clean = clean_bytes(capped, self._marks)
         cleaned = clean is not capped
         joins: tuple[int, ...] = ()
-        if (rec := self._json.read(clean, self._marks)) is not None:  # (inner offsets approx.)
+        # (inner offsets approximate)
+        if (rec := self._json.read(clean, self._marks, self.records)) is not None:
             clean, cleaned, self._cri, self._folds.off = rec, True, True, True
         if self._cri is None and clean:
             # a container's log file as the kubelet writes it: records that may be partial
@@ -911,7 +912,7 @@ _JOURNAL_HEAD = re.compile(rb'(?:\x1e|data: )?\{ ?"__CURSOR" ?: ?"')
 RECORD_LOOK = 8     # lines a stream's first JSON record may come after (a notice before it)
 
 
-def is_json_log_record(data: bytes) -> bool:
+def is_json_log_record(data: bytes, forms: tuple[RecordForm, ...] = ()) -> bool:
     """Is one of the first `RECORD_LOOK` lines of `data` (a command's notice may come first:
     ssh's `Warning: Permanently added ...`, journalctl's `Hint: You are currently not seeing
     messages from other users ...`, on the stderr read with its output) a record of Docker's
@@ -921,12 +922,16 @@ def is_json_log_record(data: bytes) -> bool:
     `log`, `stream`, `attrs`, `time`, in that order; `log` left out when empty), or of
     `journalctl -o json` (`{"__CURSOR":"...","__REALTIME_TIMESTAMP":"1755515704123456",
     ...,"MESSAGE":"..."}`: a systemd unit's output read as `cmd:journalctl -u vllm -f -o
-    json`)?  Before, only the first line was looked at: one notice before the entries, and
-    every line was read as its JSON (35 of the 54 shared logs otherwise)."""
+    json`)?  Or of a form of `forms` that `wraps` (stern's and logcli's JSON lines,
+    rules/base.yaml).  Before, only the first line was looked at: one notice before the
+    entries, and every line was read as its JSON (35 of the 54 shared logs otherwise)."""
+    wrappers = tuple(f for f in forms if f.wraps)
     for line in data.split(b"\n", RECORD_LOOK)[:RECORD_LOOK]:
         if _DOCKER_HEAD.match(line) is not None and _docker_fields(line) is not None:
             return True
         if _JOURNAL_HEAD.match(line) is not None and _journal_fields(line) is not None:
+            return True
+        if wrappers and line.startswith(b'{"') and wrapped_line(line, wrappers) is not None:
             return True
     return False
 
@@ -974,6 +979,83 @@ def _journal_fields(line: bytes) -> tuple[str, str, str] | None:
     return t, "stdout", msg + "\n"
 
 
+# The names `kubectl logs --prefix`'s `[pod/P/C] ` holds (Kubernetes' DNS-1123 names), and
+# the stamp its `--timestamps` writes: what a wrapper's record may put in its envelope
+WRAPPER_FIELDS = {"processName": re.compile(r"[a-z0-9][a-z0-9.-]{0,252}"),
+                  "container": re.compile(r"[a-z0-9][a-z0-9-]{0,62}"),
+                  "asctime": re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?"
+                                        r"(?:Z|[+-]\d\d:\d\d)")}
+
+
+def wrapped_line(line: bytes, forms: tuple[RecordForm, ...]) -> bytes | None:
+    """A wrapper's JSON line (`RecordForm.wraps`: stern's `-o json`, logcli's `-o jsonl`) as
+    the text its form's envelope writes before the line it holds, for the first form whose
+    every key path the record holds (`_path`), each value a string of its field's shape
+    (`WRAPPER_FIELDS`), the message any JSON value; None when no form reads it (untrusted:
+    fields of other types, nesting past the parser's depth, a cut line).  A message that is
+    no string is the wrapped line itself, JSON (stern's `extjson`): its text as written."""
+    d = json_object(line)
+    if d is None:
+        return None
+    for form in forms:
+        got: dict[str, str] = {}
+        for field, key in form.keys:
+            value = _path(d, key)
+            if value is _MISSING:
+                break
+            if field == "message":
+                got[field] = value if isinstance(value, str) else _raw_value(line, key, value)
+            elif not isinstance(value, str) or not WRAPPER_FIELDS[field].fullmatch(value):
+                break
+            else:
+                got[field] = value
+        else:
+            head = []
+            for piece in form.envelope:
+                try:
+                    head.append(piece % got)
+                except (KeyError, TypeError, ValueError):
+                    continue
+            text = got["message"].replace("\n", " ")   # one record, one line (as Docker's)
+            return ("".join(head) + text).encode("utf-8", "replace")
+    return None
+
+
+_MISSING = object()
+
+
+def _path(d: dict, key: str) -> object:
+    """The value at a key path of `d`, `_MISSING` where it has none.  A path's parts are
+    parted by `.`: logcli's `-o jsonl` holds the stream's labels as one object (`labels`:
+    Loki's label set, its names `[A-Za-z_]\\w*`), the pod one of them (`labels.pod`)."""
+    value: object = d
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+def _raw_value(line: bytes, key: str, value: object) -> str:
+    """The text of a record's last value, after its key's first mention (stern's `extjson`
+    ends with its message, written as the line was), or the value as JSON where the text
+    is not found so."""
+    at = line.find(b'"%s":' % key.rsplit(".", 1)[-1].encode())
+    if at >= 0:
+        raw = line[at + len(key.rsplit(".", 1)[-1]) + 3:].strip()
+        if raw.endswith(b"}"):
+            raw = raw[:-1].rstrip()
+            try:
+                if json.loads(raw) == value:
+                    return raw.decode("utf-8", "replace")
+            except (ValueError, RecursionError):
+                pass
+    try:
+        return json.dumps(value)
+    except (ValueError, RecursionError):     # (untrusted: as deep as the parser allowed)
+        return ""
+
+
 @dataclass
 class JsonRecords:
     """Whether a stream is Docker's or journald's JSON records, decided by its first lines:
@@ -983,27 +1065,31 @@ class JsonRecords:
     on: bool | None = None
     looked: int = 0               # lines seen while undecided
 
-    def read(self, clean: bytes, marks: tuple[bytes, ...] = (JSON_RECORD_MARK,)) -> bytes | None:
+    def read(self, clean: bytes, marks: tuple[bytes, ...] = (JSON_RECORD_MARK,),
+             forms: tuple[RecordForm, ...] = ()) -> bytes | None:
         """`clean` as the kubelet's (CRI) records, or None where the stream is not records
         (a notice before them is left as it is).  Cleaned again (`clean_bytes`, `marks` its
         JSON logging records): the JSON held a line's colour codes as `\\u001b[...m`, which
         only undoing it makes escapes (before, a coloured line kept them: a Dynamo worker's
-        stamp behind its colour code was not read, nor its download's phase)."""
+        stamp behind its colour code was not read, nor its download's phase).  `forms`:
+        the wrappers' among them are read so (`wrapped_line`)."""
         if self.on is None and clean:
             self.looked += clean.count(b"\n")
-            if is_json_log_record(clean):
+            if is_json_log_record(clean, forms):
                 self.on = True
             elif self.looked >= RECORD_LOOK:
                 self.on = False
-        return clean_bytes(records_to_cri(clean), marks) if self.on else None
+        return clean_bytes(records_to_cri(clean, forms), marks) if self.on else None
 
 
-def records_to_cri(data: bytes) -> bytes:
+def records_to_cri(data: bytes, forms: tuple[RecordForm, ...] = ()) -> bytes:
     """Docker's json-file records (and journald's JSON entries) as the kubelet's (CRI)
     records, line for line: `TIME STREAM F message` for a line, `P` for a part of one (the
     driver splits a line over 16 KiB into records whose `log` has no newline:
     `join_partial_records` joins them again).  The JSON escapes are undone (`\\u003c`,
-    `\\r` of a bar's frames, `\\"`); a line that is not a record is left as it is."""
+    `\\r` of a bar's frames, `\\"`); a line that is not a record is left as it is.  A wrapper's
+    record (`forms` that `wraps`) as its envelope writes it (`wrapped_line`)."""
+    wrappers = tuple(f for f in forms if f.wraps)
     out: list[bytes] = []
     for line in data.split(b"\n"):
         rec = None
@@ -1011,6 +1097,9 @@ def records_to_cri(data: bytes) -> bytes:
             rec = _journal_fields(line)
         elif line.startswith(b"{"):
             rec = _docker_fields(line)
+            if rec is None and wrappers and line.startswith(b'{"'):
+                out.append(wrapped_line(line, wrappers) or line)
+                continue
         if rec is None:
             out.append(line)
             continue
@@ -1161,13 +1250,20 @@ class RecordForm:
     field it has (`RECORD_KEYED`: NVIDIA Dynamo's jsonl writes `time`, `level`, `target`,
     `message`); a record is read by such a form only when it holds each of those keys as a
     string, and by python-json-logger's forms only when it holds `levelname`.  `datefmt`
-    None: the record's time as it is written (a stamp: `_STAMP`), not formatted again."""
+    None: the record's time as it is written (a stamp: `_STAMP`), not formatted again.
+
+    `wraps`: the record is a wrapper's, not a logging record: its message is a line of the
+    log itself (stern's `-o json`, logcli's `-o jsonl`), read where Docker's and journald's
+    records are (`JsonRecords`, `wrapped_line`), before any logging record the line holds;
+    its keys are paths (`_path`: logcli's labels are a nested object) of `WRAPPER_FIELDS`
+    and `message`, its envelope the text a wrapper the `prefixes` read writes."""
 
     loggers: tuple[str, ...]
     envelope: tuple[str, ...]
     datefmt: str | None = "%Y-%m-%d %H:%M:%S"
     each_line: bool = False
     keys: tuple[tuple[str, str], ...] = ()
+    wraps: bool = False
 
     def serves(self, name: str) -> int:
         """How well this form fits a logger: the length of the logger name it names (0 for
@@ -1299,7 +1395,7 @@ def _ends(parts: list[str], most: int, room: int) -> list[str]:
 def record_marks(forms: tuple[RecordForm, ...]) -> tuple[bytes, ...]:
     """The bytes a line must hold to be a record of one of `forms`: each shape's level key
     (python-json-logger's `"levelname":`, always)."""
-    keys = [dict(f.keys).get("levelname", "levelname") for f in forms]
+    keys = [dict(f.keys).get("levelname", "levelname") for f in forms if not f.wraps]
     return tuple(dict.fromkeys([JSON_RECORD_MARK] + [b'"%s":' % k.encode() for k in keys]))
 
 
@@ -1310,7 +1406,8 @@ def _families(forms: tuple[RecordForm, ...]
     form of it is given: its records then read `LEVEL: message`)."""
     out: dict[tuple[tuple[str, str], ...], list[RecordForm]] = {(): []}
     for f in forms:
-        out.setdefault(f.keys, []).append(f)
+        if not f.wraps:           # (a wrapper's records were read before: `wrapped_line`)
+            out.setdefault(f.keys, []).append(f)
     return tuple((k, tuple(v)) for k, v in out.items())
 
 

@@ -447,6 +447,14 @@ def test_a_bad_follower_entry_is_one_error_naming_the_key(tmp_path: Path, entry:
     ("[{envelope: ['x'], datefmt: 3}]", "records[0].datefmt"),
     ("[{envelope: ['x'], each_line: 1}]", "records[0].each_line"),
     ("[{envelope: ['x'], when: 1}]", "records[0]"),
+    # a wrapper's form (`wraps`): its fields (`lines.WRAPPER_FIELDS`), `message` among its
+    # keys, each a key path
+    ("[{envelope: ['x'], wraps: 1, keys: {message: m}}]", "records[0].wraps"),
+    ("[{envelope: ['x'], wraps: true, keys: {processName: p}}]", "records[0].keys"),
+    ("[{envelope: ['x'], wraps: true, keys: {message: m, levelname: l}}]", "records[0].keys"),
+    ("[{envelope: ['x'], wraps: true, keys: {message: 'labels..pod'}}]", "records[0].keys"),
+    ("[{envelope: ['%(levelname)s '], wraps: true, keys: {message: m}}]",
+     "records[0].envelope[0]"),
 ])
 def test_a_bad_records_entry_is_one_error_naming_the_key(tmp_path: Path, records: str,
                                                          key: str) -> None:

@@ -90,7 +90,45 @@ WRAPPERS: dict[str, tuple[Callable[[str], str], bool]] = {
     # blank line after): before, each line was its JSON, 35 of the 54 shared logs otherwise
     "journald-json-seq": (lambda ln: "\x1e" + journal_entry(ln), True),
     "journald-json-sse": (lambda ln: "data: " + journal_entry(ln) + "\n", True),
+    # stern's `-o json`, `-o extjson` (with `-A`: the namespace first) and Loki's logcli
+    # `-o jsonl`, with its labels and with `--no-labels` (`tailer_json`)
+    "stern-json": (lambda ln: tailer_json("stern-json", ln), False),
+    "stern-extjson": (lambda ln: tailer_json("stern-extjson", ln), False),
+    "stern-extjson-all-namespaces": (lambda ln: tailer_json("stern-extjson-A", ln), False),
+    "logcli-jsonl": (lambda ln: tailer_json("logcli-jsonl", ln), True),
+    "logcli-jsonl-no-labels": (lambda ln: tailer_json("logcli-jsonl-no-labels", ln), True),
 }
+
+
+def go_json(value: object) -> str:
+    """`value` as Go's encoding/json writes it: compact, `<>&` escaped as `\\u003c`..., text
+    not valid UTF-8 as U+FFFD, other text raw."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def tailer_json(shape: str, line: str) -> str:
+    """A line as stern (`-o json`: `{{json .}}` of its `Log`; `-o extjson`: its template, the
+    line itself where it is valid JSON) or logcli (`-o jsonl`: a Go map, sorted keys) print
+    it (lines.py `_TAILER_HEAD` says where each shape comes from)."""
+    line = line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    if shape == "stern-json":
+        return go_json({"message": line, "nodeName": "gpu-node-1", "namespace": "default",
+                        "podName": "vllm-7d9c8b6f4-x2k9q", "containerName": "vllm",
+                        "labels": {"app": "vllm"}})
+    if shape.startswith("stern-extjson"):
+        try:
+            json.loads(line)
+            message = line
+        except ValueError:
+            message = go_json(line)
+        ns = '"namespace": "default", ' if shape.endswith("-A") else ""
+        return f'{{{ns}"pod": "vllm-0", "container": "vllm", "message": {message}}}'
+    entry: dict = {"line": line, "timestamp": "2026-12-07T10:00:00.123456789Z"}
+    if shape == "logcli-jsonl":
+        entry["labels"] = {"app": "vllm", "container": "vllm", "namespace": "default",
+                           "pod": "vllm-0", "stream": "stderr"}
+    return go_json(dict(sorted(entry.items())))
 
 
 # Loki's `logcli query --tail '{app="vllm"}'`: its stamp, the stream's labels, the line
@@ -815,3 +853,80 @@ def test_stern_s_and_logcli_s_prefixes_take_no_line_of_an_unwrapped_log() -> Non
     assert seen > 6000 and not taken, taken[:5]
     assert all(any(rx.match(w + "INFO 12-07 10:00:00 [x.py:1] up") for rx in rxs)
                for w in ("vllm-0 vllm ", LOGCLI_TAIL.format(pod="vllm-0"), "1970-01-01T00:00:00Z {} "))
+
+
+@pytest.mark.parametrize("shape", ["stern-json", "stern-extjson", "logcli-jsonl"])
+def test_a_tailer_s_json_lines_fed_in_pieces_read_as_replay(shape: str, tmp_path: Path) -> None:
+    """Live (the daemon, `cmd:stern ... -o json`): stern's and logcli's JSON lines fed 97
+    bytes at a time, lines cut anywhere, a bar's `\\r` frames and `\\u003c` escapes
+    included: the crash and its line as replay reads them, the line as the log's own."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.locate import choose_pack
+    texts = [t for t in "".join(sim_texts(seed=5, crash="oom")).split("\n") if t]
+    path = tmp_path / "tailer.log"
+    path.write_text("\n".join(tailer_json(shape, t) for t in texts) + "\n", encoding="utf-8")
+    data = path.read_bytes()
+    assert b"\\r" in data or b"\\u003c" in data or b"\\u003e" in data
+    pipe = LogPipeline(choose_pack("auto", data))
+    for i in range(0, len(data), 97):
+        pipe.feed(data[i:i + 97], 1000.0)
+    pipe.finish(1000.0)
+    replayed = replay_file(str(path)).state
+    bare = tmp_path / "bare.log"
+    bare.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    own = replay_file(str(bare)).state
+    assert pipe.state.phase == replayed.phase == own.phase == "crashed"
+    assert pipe.state.crash is not None and pipe.state.crash.reason == own.crash.reason
+    assert pipe.state.crash.line == replayed.crash.line
+    assert pipe.state.crash.line.endswith(own.crash.line) and "{" not in pipe.state.crash.line
+
+
+def test_json_logging_records_inside_a_tailer_s_json_lines_read_as_records() -> None:
+    """vLLM's `--logging-config.formatter json` under stern: `-o json` holds the record as
+    a string, `-o extjson` as the object itself (`extjson`: a line valid as JSON stands as
+    written); logcli's `line` as a string.  Each reads as the record, the pod a process."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    rec = json.dumps({"asctime": "2026-12-01 10:04:33,000", "levelname": "INFO",
+                      "name": "vllm.entry", "processName": "MainProcess", "process": 100,
+                      "message": "Starting vLLM server on http://0.0.0.0:8000"})
+    for shape in ("stern-json", "stern-extjson", "stern-extjson-A", "logcli-jsonl"):
+        wrapped = tailer_json(shape, rec)
+        assert ("levelname" in wrapped) and (shape != "stern-extjson" or rec in wrapped)
+        pipe = LogPipeline(load_pack("vllm"))
+        pipe.feed(wrapped.encode() + b"\n", 1.0)
+        pipe.finish(1.0)
+        assert pipe.state.phase == "ready", shape
+        assert pipe.state.ready_line.endswith("[entry.py] Starting vLLM server on "
+                                              "http://0.0.0.0:8000"), shape
+        assert pipe.state.procs <= {"vllm-0", "vllm-7d9c8b6f4-x2k9q"}, shape
+
+
+HOSTILE_TAILER_LINES = [
+    b'{"pod": "' + b'[' * 60000,                           # nested past the parser's depth
+    b'{"podName":"vllm-0","containerName":"vllm","message":["x"]}',   # another type
+    b'{"pod": "vllm-0", "container": 7, "message": "x"}',
+    b'{"pod": "vllm-0", "container": "vllm", "message": {"a": [' + b'[' * 5000 + b']]}}',
+    b'{"labels":"pod","line":"x","timestamp":"2026-12-07T10:00:00Z"}',
+    b'{"labels":{"pod":["vllm-0"]},"line":"x","timestamp":"2026-12-07T10:00:00Z"}',
+    b'{"line":"x","timestamp":"yesterday"}',
+    b'{"pod": "VLLM 0] Killed", "container": "vllm", "message": "x"}',
+]
+
+
+@pytest.mark.parametrize("line", HOSTILE_TAILER_LINES, ids=range(len(HOSTILE_TAILER_LINES)))
+def test_a_hostile_line_among_a_tailer_s_json_lines_is_a_line_not_a_crash(line: bytes) -> None:
+    """Untrusted input: a line of a tailer's shape that is no record of it (fields of other
+    types, nesting past the parser's depth, a stamp that is none, a pod name that is no
+    pod's) is left as the line it is, or read from what it holds; the records around it
+    read, and the pod name never becomes a prefix a rule sees."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.pack import load_pack
+    pipe = LogPipeline(load_pack("sglang"))
+    rec = tailer_json("stern-json", "[2026-12-01 10:00:00] Load weight begin. "
+                                    "avail mem=78.92 GB").encode() + b"\n"
+    pipe.feed(rec + line + b"\n" + rec + b'{"message":"[2026-12-01 10:00:0', 1.0)
+    pipe.finish(1.0)
+    assert pipe.state.phase == "loading_shards" and pipe.counters.lines == 4
+    assert pipe.state.crash is None and pipe.state.spans[-1].line == \
+        "[2026-12-01 10:00:00] Load weight begin. avail mem=78.92 GB"

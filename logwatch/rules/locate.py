@@ -165,7 +165,8 @@ class StartupFinder:
         # as the framer reads them: journald's entries as lines (line for line; before, a
         # `cmd:journalctl -u sglang -f -o json -n 1000` was read from its first entry, and a
         # crash of an earlier launch in it paged and counted at the attach)
-        read = json_records_to_text(self.json.read(data) or data, self.records)[0]
+        read = json_records_to_text(self.json.read(data, forms=self.records) or data,
+                                    self.records)[0]
         block = Block(read, self.offset, self.line_number, 0.0)
         for m in self.markers:
             assert m.matcher is not None
@@ -276,12 +277,13 @@ def detect_scores(head: bytes, packs: list[RulePack], complete_lines: bool = Fal
     removed)."""
     if complete_lines:
         head = head[: max(head.rfind(b"\n"), head.rfind(b"\r")) + 1]
-    if is_json_log_record(head):   # Docker's / journald's JSON records, as the framer reads them
-        head = records_to_cri(head)
+    forms = _forms(packs)
+    if is_json_log_record(head, forms):   # Docker's / journald's / a wrapper's JSON records,
+        head = records_to_cri(head, forms)    # as the framer reads them
     if CRI_RECORD.match(head):     # the lines as the framer gives them: records rejoined
         head = join_partial_records(head, True, DEFAULT_MAX_LINE_BYTES)[0]
     # logging records as JSON, as the framer reads them (every pack's forms: by logger name)
-    head = json_records_to_text(head, _forms(packs))[0]
+    head = json_records_to_text(head, forms)[0]
     lines = line_texts(head)
     raw = "\n".join(lines)
     present = _literals_in(raw, tuple(sorted(

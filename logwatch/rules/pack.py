@@ -57,7 +57,8 @@ from typing import Any, Iterable
 
 import regex
 
-from ..lines import RECORD_FIELDS, RECORD_KEYED, RECORD_KEYED_NEEDED, RecordForm
+from ..lines import (RECORD_FIELDS, RECORD_KEYED, RECORD_KEYED_NEEDED, WRAPPER_FIELDS,
+                     RecordForm)
 from ..units import parse_duration
 from ..yamlload import YAMLTooLarge, load_yaml
 from .advice import Advice, AdviceError, parse_advice
@@ -711,11 +712,13 @@ def _ignore_and_prefixes(src: str, doc: dict[str, Any], base: "RulePack | None"
 
 def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
     """`records: [{loggers: [NAME, ...], envelope: [PIECE, ...], datefmt: STRFTIME,
-    each_line: BOOL, keys: {FIELD: KEY}}]`: how the engine's text formatter writes a logging
-    record (`lines.RecordForm`), so that its JSON records (python-json-logger's, or a shape
-    whose `keys` name its own: NVIDIA Dynamo's jsonl) read as its text.  Each piece is
-    checked here: a `%`-format naming only `RECORD_FIELDS`; `datefmt: null` keeps the
-    record's time as written."""
+    each_line: BOOL, keys: {FIELD: KEY}, wraps: BOOL}]`: how the engine's text formatter
+    writes a logging record (`lines.RecordForm`), so that its JSON records (python-json-
+    logger's, or a shape whose `keys` name its own: NVIDIA Dynamo's jsonl) read as its text;
+    with `wraps: true`, how a wrapper's JSON line (stern's, logcli's) reads as the text of a
+    wrapper the `prefixes` read (its fields `WRAPPER_FIELDS` and `message`, its keys paths).
+    Each piece is checked here: a `%`-format naming only those fields; `datefmt: null`
+    keeps the record's time as written."""
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -725,10 +728,10 @@ def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
     for i, item in enumerate(value):
         key = f"records[{i}]"
         if not isinstance(item, dict) or \
-                set(item) - {"loggers", "envelope", "datefmt", "each_line", "keys"} or \
+                set(item) - {"loggers", "envelope", "datefmt", "each_line", "keys", "wraps"} or \
                 "envelope" not in item:
             raise PackError(src, "must be a mapping {loggers: [...], envelope: [...], datefmt, "
-                            "each_line, keys}", key=key)
+                            "each_line, keys, wraps}", key=key)
         loggers, pieces = item.get("loggers") or [], item["envelope"]
         datefmt = item.get("datefmt", "%Y-%m-%d %H:%M:%S")
         if not isinstance(loggers, list) or not all(isinstance(x, str) and x for x in loggers):
@@ -736,8 +739,11 @@ def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
         if datefmt is not None and (not isinstance(datefmt, str) or not datefmt):
             raise PackError(src, "must be a strftime format, or null (the time as written)",
                             key=f"{key}.datefmt")
-        keys = _record_keys(src, item.get("keys"), f"{key}.keys")
-        every = dict.fromkeys(RECORD_FIELDS, 1)
+        wraps = item.get("wraps", False)
+        if not isinstance(wraps, bool):
+            raise PackError(src, "must be true or false", key=f"{key}.wraps")
+        keys = (_wrapper_keys if wraps else _record_keys)(src, item.get("keys"), f"{key}.keys")
+        every = dict.fromkeys(WRAPPER_FIELDS if wraps else RECORD_FIELDS, 1)
         if not isinstance(pieces, list) or not pieces:
             raise PackError(src, "must be a list of %-format pieces", key=f"{key}.envelope")
         for j, piece in enumerate(pieces):
@@ -746,13 +752,25 @@ def _records(src: str, value: Any) -> tuple[RecordForm, ...]:
             except (KeyError, ValueError, TypeError):
                 piece = None
             if not isinstance(piece, str):
-                raise PackError(src, f"must be a %-format of {', '.join(RECORD_FIELDS)}",
+                raise PackError(src, f"must be a %-format of {', '.join(every)}",
                                 key=f"{key}.envelope[{j}]")
         each_line = item.get("each_line", False)
         if not isinstance(each_line, bool):
             raise PackError(src, "must be true or false", key=f"{key}.each_line")
-        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt, each_line, keys))
+        out.append(RecordForm(tuple(loggers), tuple(pieces), datefmt, each_line, keys, wraps))
     return tuple(out)
+
+
+def _wrapper_keys(src: str, value: Any, key: str) -> tuple[tuple[str, str], ...]:
+    """A wrapper's `keys: {FIELD: PATH}`: `message` and any of `WRAPPER_FIELDS`, each a key
+    path (`a.b`: logcli's labels are a nested object, `lines._path`)."""
+    fields = ("message", *WRAPPER_FIELDS)
+    if not isinstance(value, dict) or "message" not in value or set(value) - set(fields) or \
+            not all(isinstance(v, str) and v and "" not in v.split(".")
+                    for v in value.values()):
+        raise PackError(src, f"must map message (and any of {', '.join(WRAPPER_FIELDS)}) to "
+                        "the record's own key paths", key=key)
+    return tuple((f, value[f]) for f in fields if f in value)
 
 
 def _record_keys(src: str, value: Any, key: str) -> tuple[tuple[str, str], ...]:
