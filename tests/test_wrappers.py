@@ -258,22 +258,28 @@ def test_a_coloured_log_in_docker_s_records_reads_as_the_log(src: Path, tmp_path
 def test_a_docker_json_file_log_fed_in_pieces_reads_as_replay(tmp_path: Path) -> None:
     """Live (the daemon, watch): the same records fed 97 bytes at a time, lines cut anywhere,
     a bar's `\\r` frames and `\\u003c` escapes included."""
-    from logwatch.pipeline import LogPipeline
-    from logwatch.rules.locate import choose_pack
     texts = "".join(sim_texts(seed=5, crash="oom")).split("\n")
     path = tmp_path / "ID-json.log"
     path.write_text("\n".join(docker_records(t, 60) for t in texts if t) + "\n",
                     encoding="utf-8")
+    live, replayed = fed_in_pieces(path)
+    assert live.phase == replayed.phase == "crashed"
+    assert live.crash is not None and live.crash.reason == "cuda_oom"
+    assert live.crash.line == replayed.crash.line and "{" not in live.crash.line[:2]
+
+
+def fed_in_pieces(path: Path) -> tuple[Any, Any]:
+    """The log at `path` (JSON records with a bar's `\\r` frames or `<` `>` escaped) fed
+    97 bytes at a time, lines cut anywhere: the live state and replay's."""
+    from logwatch.pipeline import LogPipeline
+    from logwatch.rules.locate import choose_pack
     data = path.read_bytes()
     assert b"\\r" in data or b"\\u003c" in data or b"\\u003e" in data
     pipe = LogPipeline(choose_pack("auto", data))
     for i in range(0, len(data), 97):
         pipe.feed(data[i:i + 97], 1000.0)
     pipe.finish(1000.0)
-    replayed = replay_file(str(path)).state
-    assert pipe.state.phase == replayed.phase == "crashed"
-    assert pipe.state.crash is not None and pipe.state.crash.reason == "cuda_oom"
-    assert pipe.state.crash.line == replayed.crash.line and "{" not in pipe.state.crash.line[:2]
+    return pipe.state, replay_file(str(path)).state
 
 
 @pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
@@ -860,25 +866,17 @@ def test_a_tailer_s_json_lines_fed_in_pieces_read_as_replay(shape: str, tmp_path
     """Live (the daemon, `cmd:stern ... -o json`): stern's and logcli's JSON lines fed 97
     bytes at a time, lines cut anywhere, a bar's `\\r` frames and `\\u003c` escapes
     included: the crash and its line as replay reads them, the line as the log's own."""
-    from logwatch.pipeline import LogPipeline
-    from logwatch.rules.locate import choose_pack
     texts = [t for t in "".join(sim_texts(seed=5, crash="oom")).split("\n") if t]
     path = tmp_path / "tailer.log"
     path.write_text("\n".join(tailer_json(shape, t) for t in texts) + "\n", encoding="utf-8")
-    data = path.read_bytes()
-    assert b"\\r" in data or b"\\u003c" in data or b"\\u003e" in data
-    pipe = LogPipeline(choose_pack("auto", data))
-    for i in range(0, len(data), 97):
-        pipe.feed(data[i:i + 97], 1000.0)
-    pipe.finish(1000.0)
-    replayed = replay_file(str(path)).state
+    live, replayed = fed_in_pieces(path)
     bare = tmp_path / "bare.log"
     bare.write_text("\n".join(texts) + "\n", encoding="utf-8")
     own = replay_file(str(bare)).state
-    assert pipe.state.phase == replayed.phase == own.phase == "crashed"
-    assert pipe.state.crash is not None and pipe.state.crash.reason == own.crash.reason
-    assert pipe.state.crash.line == replayed.crash.line
-    assert pipe.state.crash.line.endswith(own.crash.line) and "{" not in pipe.state.crash.line
+    assert live.phase == replayed.phase == own.phase == "crashed"
+    assert live.crash is not None and live.crash.reason == own.crash.reason
+    assert live.crash.line == replayed.crash.line
+    assert live.crash.line.endswith(own.crash.line) and "{" not in live.crash.line
 
 
 def test_json_logging_records_inside_a_tailer_s_json_lines_read_as_records() -> None:
