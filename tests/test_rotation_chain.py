@@ -382,3 +382,34 @@ def test_a_copytruncate_loses_nothing_its_copy_holds(tmp_path: Path) -> None:
     windows = [copytruncate_window(tmp_path / str(k), 0.1) for k in range(5)]
     print("copytruncate window (ms):", windows)
     assert windows == [0.0] * 5, windows
+
+
+@pytest.mark.parametrize("next_file", [False, True], ids=["path-empty", "next-file-there"])
+def test_a_file_renamed_between_the_look_and_the_hold_is_held_where_it_went(
+        tmp_path: Path, next_file: bool) -> None:
+    """The cursor saw the path name a file after ours (a look), and asked to hold it; the log
+    was renamed again before the hold opened the path (over SSH several round trips apart):
+    the file is held where the rename took it, among the rotated names beside the path.
+    Before, the hold failed and that file was never read, nothing counted (CI ci76: 1,495 of
+    7,110 lines of a log renamed every 3 s, a restart under an SSH outage)."""
+    from logwatch.sources.cursor import Hold
+    from logwatch.sources.local import _OpenFile
+    log = tmp_path / "server.log"
+    log.write_bytes(b"ours\n")
+    ours = os.open(log, os.O_RDONLY)
+    shift(log)                                  # ours is server.log.1 now
+    log.write_bytes(b"the next file\n")
+    st = os.stat(log)                           # the look: the path names it
+    shift(log)                                  # renamed before the hold
+    if next_file:
+        log.write_bytes(b"the one after\n")
+    src = LocalFileSource(str(log))
+    io = _OpenFile(src, ours)
+    try:
+        assert run(io.hold(Hold(st.st_dev, st.st_ino))) == (True, len(b"the next file\n"))
+        fd = src._held[-1]
+        assert os.pread(fd, 100, 0) == b"the next file\n"
+        assert src._held_path[fd] == Path(f"{log}.1")
+    finally:
+        src._held and os.close(src._held.pop())
+        os.close(ours)

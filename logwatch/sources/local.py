@@ -416,6 +416,19 @@ def _beside(path: Path | None) -> list[tuple[Path, str]]:
     return out
 
 
+def _open_if(path: Path, ask: Hold) -> tuple[int, int] | None:
+    """`path` opened (its descriptor and size) if it is `ask`'s file (dev:inode), else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) == (ask.dev, ask.ino):
+        return fd, st.st_size
+    os.close(fd)
+    return None
+
+
 def _find_unpacked(beside: list[tuple[Path, str]], ask: FindRotated) -> IO[bytes] | None:
     """Ours among the newest compressed copies of the log (`beside`: where its rotated
     copies are, `_beside`), unpacked (archive.py)."""
@@ -524,21 +537,27 @@ class _OpenFile(CursorIO):
         return ours is not None, held
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
-        """Open the file the path names and keep it, if it is still `ask`'s."""
+        """Open the file the path names and keep it, if it is still `ask`'s; renamed away
+        since the look (a rotation in between), among the rotated names beside the path
+        (before, the hold failed and that file was never read)."""
         named = await self.source.named()
-        try:
-            if named is None:
-                raise FileNotFoundError(str(self.source.path))
-            fd = os.open(named, os.O_RDONLY)
-        except OSError:
+        got = _open_if(named, ask) if named is not None else None
+        if got is None:
+            try:
+                cands = [d / n for d, base in _beside(named or self.source.path)
+                         for n in rotated_names(base, os.listdir(d))]
+            except OSError:
+                cands = []
+            for cand in cands:
+                if (got := _open_if(cand, ask)) is not None:
+                    named = cand
+                    break
+        if got is None or named is None:
             return False, 0
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (ask.dev, ask.ino):
-            os.close(fd)
-            return False, 0
+        fd, size = got
         self.source._held.append(fd)
         self.source._held_path[fd] = named
-        return True, st.st_size
+        return True, size
 
     async def read(self, pos: int, n: int) -> bytes:
         return os.pread(self.fd, n, pos)

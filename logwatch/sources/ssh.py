@@ -1362,21 +1362,38 @@ class _RemoteFile(CursorIO):
 
     async def hold(self, ask: Hold) -> tuple[bool, int]:
         """Open the file the path names and keep it, if it is still `ask`'s (only asked
-        where a look told dev:inode: the streamed reader)."""
+        where a look told dev:inode: the streamed reader); renamed away since the look (a
+        rotation between the look and this, several round trips apart), among the rotated
+        names beside the path: before, the hold failed and that file was never read (one
+        file of a log renamed every 3 s lost, unsaid, after a restart under an SSH outage)."""
         try:
             named = await self.source.named(self.sftp)
-            if named is None:
-                return False, 0
-            f = await self.sftp.open(named, "rb")
-        except asyncssh.SFTPNoSuchFile:
+            f = await self._open_if(named, ask) if named is not None else None
+            if f is None:
+                names, _ = await self._rotated_candidates(matches=False)
+                for name in names:
+                    if (f := await self._open_if(name, ask)) is not None:
+                        named = name
+                        break
+        except asyncssh.SFTPError:
             return False, 0
-        attrs = await f.stat()
-        if (getattr(attrs, "dev", None), getattr(attrs, "ino", None)) != (ask.dev, ask.ino):
-            await f.close()
+        if f is None:
             return False, 0
         self.source._held.append(f)
         self.source._held_path[id(f)] = named
-        return True, attrs.size or 0
+        return True, (await f.stat()).size or 0
+
+    async def _open_if(self, name: str, ask: Hold) -> Any:
+        """`name` opened if it is `ask`'s file (dev:inode), else None."""
+        try:
+            f = await self.sftp.open(name, "rb")
+        except asyncssh.SFTPNoSuchFile:
+            return None
+        attrs = await f.stat()
+        if (getattr(attrs, "dev", None), getattr(attrs, "ino", None)) == (ask.dev, ask.ino):
+            return f
+        await f.close()
+        return None
 
     async def wait(self, idle: float, within: float | None = None) -> None:
         if isinstance(self.f, ExecFile) and not self.f.closed:
