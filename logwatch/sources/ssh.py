@@ -1368,30 +1368,31 @@ class _RemoteFile(CursorIO):
         file of a log renamed every 3 s lost, unsaid, after a restart under an SSH outage)."""
         try:
             named = await self.source.named(self.sftp)
-            f = await self._open_if(named, ask) if named is not None else None
-            if f is None:
+            got = await self._open_if(named, ask) if named is not None else None
+            if got is None:
                 names, _ = await self._rotated_candidates(matches=False)
                 for name in names:
-                    if (f := await self._open_if(name, ask)) is not None:
+                    if (got := await self._open_if(name, ask)) is not None:
                         named = name
                         break
         except asyncssh.SFTPError:
             return False, 0
-        if f is None:
+        if got is None:
             return False, 0
+        f, size = got
         self.source._held.append(f)
         self.source._held_path[id(f)] = named
-        return True, (await f.stat()).size or 0
+        return True, size
 
-    async def _open_if(self, name: str, ask: Hold) -> Any:
-        """`name` opened if it is `ask`'s file (dev:inode), else None."""
+    async def _open_if(self, name: str, ask: Hold) -> tuple[Any, int] | None:
+        """`name` opened (the handle and its size) if it is `ask`'s file (dev:inode)."""
         try:
             f = await self.sftp.open(name, "rb")
         except asyncssh.SFTPNoSuchFile:
             return None
         attrs = await f.stat()
         if (getattr(attrs, "dev", None), getattr(attrs, "ino", None)) == (ask.dev, ask.ino):
-            return f
+            return f, attrs.size or 0
         await f.close()
         return None
 
