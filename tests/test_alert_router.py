@@ -14,6 +14,7 @@ import pytest
 from logwatch.app.alerttest import sample
 from logwatch.sinks.alerts.delivery import give_up_or_retry, heads
 from logwatch.sinks.alerts.model import FIRING
+from logwatch.sinks.alerts.outbox import forget_marks
 from logwatch.sinks.alerts.receivers import Outcome, make_sinks
 from logwatch.sinks.alerts.router import BUCKET_SIZE, AlertRouter
 
@@ -160,7 +161,8 @@ def test_a_restart_loop_of_150_crashes_keeps_one_open_alert_and_a_small_state(
         tmp_path: Path) -> None:
     """Before: 150 open crash alerts, 150 pages queued per sink, `alerts/state.json` at
     1.0 MB (2,000 crashes: 5.8 MB of open alerts; a fleet looping for days reached for the
-    file's 64 MiB cap).  Now the marks grow, ~90 bytes a crash, within `seen`'s cap."""
+    file's 64 MiB cap).  Now the marks grow, ~90 bytes a crash, up to the target's newest
+    64 (`alert_marks`; before helper adv134, up to `seen`'s 20,000 of all targets)."""
     r = router(tmp_path, [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
                            "on": ["crashed"]}])
     for n in range(150):
@@ -169,9 +171,10 @@ def test_a_restart_loop_of_150_crashes_keeps_one_open_alert_and_a_small_state(
         r.fire(a)
     assert len(r.store.open) == 1 and len(r.store.outbox) == 1
     assert r.store.open["t1|s0|crashed"]["crashes"] == 150
-    assert all(f"t1|s{n}|crashed|firing" in r.store.seen for n in range(150))  # decided once
+    assert [m for m in r.store.seen if m.startswith("t1|")] == \
+        [f"t1|s{n}|crashed|firing" for n in range(150 - 64, 150)]    # the newest 64
     size = (tmp_path / "alerts" / "state.json").stat().st_size
-    assert size < 30_000, size                    # 13 KB: the marks, ~90 bytes a crash
+    assert size < 30_000, size                    # 8 KB: the marks, ~90 bytes a crash
 
 
 def test_a_relaunch_with_other_flags_is_paged_not_folded_into_the_loop(tmp_path: Path) -> None:
@@ -448,3 +451,63 @@ def test_a_loop_crash_whose_launch_flags_are_unknown_is_folded(tmp_path: Path) -
         r.fire(a)
     assert [e["alert"]["key"] for e in queued(r, "oncall")] == ["t1|s0|crashed"]
     assert {k: d.get("crashes") for k, d in r.store.open.items()} == {"t1|s0|crashed": 4}
+
+
+def reload_cfg(sinks: list[dict[str, Any]], names: list[str], **kw: Any) -> SimpleNamespace:
+    return SimpleNamespace(alerts=sinks, listen_host="127.0.0.1", listen_port=9105,
+                           targets=[SimpleNamespace(name=n) for n in names], **kw)
+
+
+def test_a_target_keeps_its_newest_alert_marks_not_every_mark_of_its_history(
+        tmp_path: Path) -> None:
+    """A server restarting every few seconds makes a few marks a startup (restarted,
+    crashed, its resolution, ready); every one was kept up to 20,000 in all, the whole file
+    rewritten up to 5 times a second: adv134's fleet of 40 (500 startups a minute) grew
+    `alerts/state.json` to 1.1 MB in 11 minutes and the daemon's CPU from 24 to 37 s a
+    minute at the same load.  Now each target keeps its newest `alert_marks` (64: what
+    its checkpoint carries), and a log read again still finds them."""
+    hook = [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+             "on": ["crashed"]}]
+    r = router(tmp_path, hook)
+    for n in range(1000):             # `restarted`: decided, taken by no sink (no tokens)
+        r.fire(alert("restarted", n))
+        r.fire(alert("restarted", n, target="t2"))
+    mine = [m for m in r.store.seen if m.startswith("t1|")]
+    assert mine == [f"t1|s{n}|restarted|firing" for n in range(1000 - 64, 1000)], len(mine)
+    assert len(r.store.seen) == 128
+    r.fire(alert("restarted", 999))                   # the latest startup read again
+    assert r.counts().repeated == {"restarted": 1}
+    assert list(r.marks_of("t1") or {}) == mine       # its checkpoint's, the same
+    size = (tmp_path / "alerts" / "state.json").stat().st_size
+    assert size < 15_000, size                        # 1000 of each: 96 KB before
+    r.reconfigure(reload_cfg(hook, ["t1", "t2"], alert_marks=16))   # fewer, at a reload
+    assert len([m for m in r.store.seen if m.startswith("t1|")]) == 16
+    again = router(tmp_path, hook)                    # a restart: as it was saved
+    assert sorted(again.store.seen) == sorted(r.store.seen)
+
+
+def test_a_removed_target_leaves_no_rate_limit_and_its_marks_go_with_its_state(
+        tmp_path: Path) -> None:
+    """A fleet whose names churn (a name per job): each name that ever had an alert kept
+    its rate-limit bucket for the daemon's life, and its marks until 20,000 of them.  A
+    removed name's bucket goes at the reload; its marks stay while its checkpoint does
+    (put back, it pages nothing twice) and go when `state_retention` prunes its state."""
+    hook = [{"type": "webhook", "name": "oncall", "url": "http://127.0.0.1:9/o",
+             "on": ["ready"]}]
+    r = router(tmp_path, hook)
+    for job in range(50):
+        name = f"job-{job}"
+        r.reconfigure(reload_cfg(hook, ["t1", name]))
+        for n in range(3):
+            r.fire(alert("ready", n, target=name))
+        r.store.outbox.clear()                         # delivered
+    r.reconfigure(reload_cfg(hook, ["t1"]))
+    assert r._buckets._buckets == {}, list(r._buckets._buckets)[:3]
+    assert len(r.store.seen) == 150                    # kept: their checkpoints have them
+    r.fire(alert("ready", 2, target="job-49"))         # put back, its log read again
+    assert r.counts().repeated == {"ready": 1} and r.store.outbox == []
+    assert forget_marks(r.store, {f"job-{j}" for j in range(49)}) == 147   # retention
+    assert sorted(r.store.seen) == [f"job-49|s{n}|ready|firing" for n in range(3)]
+    assert r.marks_of("job-0") == {}
+    again = router(tmp_path, hook)
+    assert sorted(again.store.seen) == sorted(r.store.seen)

@@ -67,6 +67,10 @@ def test_the_state_of_targets_removed_long_ago_is_removed_at_start(tmp_path: Pat
     db.close()
     stale(state, "recent", 2)
     stale(state, "live", 40, ledger=False)        # watched: never pruned, however old
+    marks = {f"{n}|s1|crashed|firing": time.time() - 40 * DAY for n in ("gone-1", "recent", "live")}
+    (state / "alerts").mkdir()
+    (state / "alerts" / "state.json").write_text(json.dumps(
+        {"version": 2, "seen": marks, "open": {}, "outbox": []}), encoding="utf-8")
     log = tmp_path / "live.log"
     log.write_text("".join(sim_texts(seed=1)), encoding="utf-8")
     port = free_port()
@@ -81,7 +85,11 @@ def test_the_state_of_targets_removed_long_ago_is_removed_at_start(tmp_path: Pat
     assert left >= {"positions/recent.json", "history/recent.json", "history/live.json"}, left
     assert not {"history/gone-1.json", "positions/node%3A1.json", "history/node%3A1.json"} & left
     assert ledger_targets(state) >= {"recent"} and not {"gone-1", "node:1"} & ledger_targets(state)
+    assert said[0]["alert_marks"] == 1, said     # gone-1's marks with its state (adv134)
     assert d.stop() == 0
+    seen = json.loads((state / "alerts" / "state.json").read_text("utf-8"))["seen"]
+    assert not [m for m in seen if m.startswith("gone-1|")], seen
+    assert {"recent|s1|crashed|firing", "live|s1|crashed|firing"} <= set(seen), seen
 
 
 def test_state_retention_is_a_duration_in_days_or_zero(tmp_path: Path) -> None:
@@ -100,6 +108,20 @@ def test_state_retention_is_a_duration_in_days_or_zero(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match="state_retention: .* is shorter than 10m"):
             load(short)
     assert load("10m") == 600.0
+
+
+def test_alert_marks_is_a_whole_number_of_at_least_16(tmp_path: Path) -> None:
+    p = tmp_path / "c.yaml"
+
+    def marks(value: object) -> int:
+        p.write_text(json.dumps({"targets": [], "alert_marks": value}), encoding="utf-8")
+        return load_config(str(p)).alert_marks
+    assert marks(64) == 64 and marks(1000) == 1000
+    p.write_text(json.dumps({"targets": []}), encoding="utf-8")
+    assert load_config(str(p)).alert_marks == 64
+    for bad in (8, "64", 64.5, True, None):
+        with pytest.raises(ConfigError, match=r"alert_marks: a whole number of at least 16"):
+            marks(bad)
 
 
 def test_a_name_watched_until_a_crash_is_kept(tmp_path: Path) -> None:

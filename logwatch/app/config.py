@@ -33,7 +33,7 @@ from ..telemetry.probe import ProbeConfig, parse_probe_config
 from ..sources.ssh import SSHOptions, SSHTarget
 
 TOP_KEYS = ("listen", "state_dir", "targets", "alerts", "defaults", "log_level", "checkpoint",
-            "state_retention")
+            "state_retention", "alert_marks")
 TARGET_KEYS = ("name", "source", "rules", "labels", "stall_after", "slow_factor", "ssh", "poll",
                "from_start", "rotate_wait", "gpu", "probe", "source_down_after")
 SOURCE_DOWN_AFTER = 60.0    # a source failing this long is a `source_down` alert
@@ -91,6 +91,8 @@ class Config:
     checkpoint_interval: float = 5.0
     # seconds the state of a target no longer in the config is kept (0: for ever)
     state_retention: float = 30 * 86400.0
+    # the newest alert marks kept per target (the dedupe of a log read again: outbox.py)
+    alert_marks: int = 64
 
     def target(self, name: str) -> TargetConfig:
         for t in self.targets:
@@ -217,12 +219,15 @@ def parse_config(doc: Any, path: str = "logwatch.yaml") -> Config:
     retention = 30 * 86400.0
     with errors.part():
         retention = _retention(path, doc.get("state_retention", "30d"))
+    marks = 64
+    with errors.part():
+        marks = _alert_marks(path, doc.get("alert_marks", 64))
     with errors.part():
         # the alert schema lives with the alerts
         validate_alerts(path, alerts, {k for t in targets for k in t.labels})
     errors.raise_if_any()
     return Config(path, host, port, state_dir, tuple(targets), tuple(alerts), level, interval,
-                  retention)
+                  retention, marks)
 
 
 def _state_dir(path: str, value: Any, errors: ErrorCollector) -> Path:
@@ -299,6 +304,20 @@ def _checkpoint_interval(path: str, ck: Any) -> float:
         raise ConfigError(path, "checkpoint", "a mapping ({interval: 1s})")
     _keys(path, "checkpoint", ck, ("interval",))
     return _duration(path, "checkpoint.interval", ck.get("interval", "5s"))
+
+
+ALERT_MARKS_MIN = 16      # `alert_marks` below this is refused (a startup decides several)
+
+
+def _alert_marks(path: str, value: Any) -> int:
+    """`alert_marks`: how many of a target's newest alert marks the daemon keeps, the dedupe
+    of a log read again (a SIGHUP, a restart, a lost checkpoint: its latest startup).  Each
+    startup makes a few (restarted, crashed, its resolution, ready), so fewer than
+    ALERT_MARKS_MIN would page a startup read again twice."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < ALERT_MARKS_MIN:
+        raise ConfigError(path, "alert_marks", f"a whole number of at least {ALERT_MARKS_MIN} "
+                          f"(the newest alert marks kept per target; default 64), not {value!r}")
+    return value
 
 
 RETENTION_MIN = 600.0     # seconds: `state_retention` below this (but 0) is refused

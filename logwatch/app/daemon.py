@@ -350,8 +350,10 @@ async def prune_state(daemon: Daemon) -> None:
             retention.prune, Path(cfg.state_dir).expanduser(), {t.name for t in cfg.targets},
             cfg.state_retention, clock.now(), daemon.ledger.forget_unwatched)
         if gone:
+            marks = (outbox.forget_marks(daemon.alerts.store, set(gone))
+                     if daemon.alerts is not None else 0)
             daemon.log.info("state of targets no longer watched removed (state_retention)",
-                            targets=len(gone), names=gone[:20],
+                            targets=len(gone), names=gone[:20], alert_marks=marks,
                             retention=f"{cfg.state_retention / 86400:g}d")
     except Exception as e:  # noqa: BLE001 - housekeeping never stops the daemon
         daemon.log.error("pruning the state of removed targets failed", error=repr(e))

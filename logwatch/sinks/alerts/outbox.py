@@ -3,9 +3,14 @@
 `state_dir/alerts/state.json`, written atomically after every change, off the event loop
 and at most once per `SAVE_EVERY` (state/coalesce.py: 500 servers crashing with a dead
 receiver rewrote 4-6 MB on the loop at every decision and attempt, /healthz 5.7 s late):
-* `seen`: every alert mark (key + status) ever put in the outbox -> when.  A mark is put in
+* `seen`: the alert marks (key + status) put in the outbox -> when: each target's newest
+  `alert_marks` (64; what its checkpoint carries too), 20,000 in all.  A mark is put in
   the outbox once; a policy that decides the same alert again (after a restart, a re-read
-  of the log, a SIGHUP) finds it here and does nothing.
+  of the log, a SIGHUP) finds it here and does nothing.  Before, every target's marks
+  were kept up to the 20,000: a fleet of 40 servers restarting every few seconds grew the
+  file to 1.1 MB in 11 minutes, rewritten up to 5 times a second (the daemon's CPU 24 ->
+  37 s a minute at the same load; adv134).  A target no longer watched keeps its marks
+  until `state_retention` prunes its state (`forget`).
 * `outbox`: one entry per (alert, sink) still to deliver.  Two-phase: an entry is marked
   `sending` and saved before its POST, and removed (recorded in `sent`) after the receiver
   said yes.  After a kill -9 an entry still `sending` may have arrived or not: it is sent
@@ -50,9 +55,15 @@ VERSION = 2            # 1: without the two-phase `state` of entries (read as qu
 FORMAT = StoreFormat("alert state", "alerts/state.json", VERSION)   # a newer one: formats.py
 SEEN_KEEP = 20000
 SEEN_SLACK = 1000      # marks past SEEN_KEEP before the oldest are trimmed (to SEEN_KEEP)
-MARKS_KEPT = 64        # marks per target carried in its checkpoint
+MARKS_KEPT = 64        # marks per target kept (`alert_marks`'s default), and in its checkpoint
 QUEUED, SENDING = "queued", "sending"
 SAVE_EVERY = 0.2       # seconds: at most one write of the file per this (coalesce.py)
+
+
+def target_of(mark: str) -> str:
+    """The target a mark is of: its key begins with the target's name (`name|startup|..`;
+    a name has no `|`)."""
+    return mark.split("|", 1)[0]
 
 
 def sinks_record(sinks: list[Sink]) -> list[dict[str, str]]:
@@ -164,15 +175,80 @@ class Decisions:
         return gen is not None
 
 
+class TargetMarks:
+    """Each target's marks in the store's `seen`, oldest first, at most `per_target` of
+    them (`alert_marks`): as a newer one comes, the oldest leaves `seen` too.  The marks a
+    target's checkpoint carries (`AlertStore.marks_of`)."""
+
+    def __init__(self, per_target: int) -> None:
+        self.per_target = per_target
+        self.of: dict[str, dict[str, float]] = {}
+
+    def index(self, seen: dict[str, float], target: str | None = None) -> None:
+        """Built from `seen` (for one target, or all), the older marks left out of it."""
+        mine: dict[str, list[tuple[float, str]]] = {}
+        for m, at in seen.items():
+            t = target_of(m)
+            if target is None or t == target:
+                mine.setdefault(t, []).append((at, m))
+        if target is None:
+            self.of = {}
+        for t, marks in mine.items():
+            marks.sort()
+            for _, m in marks[:-self.per_target]:
+                del seen[m]
+            self.of[t] = {m: at for at, m in marks[-self.per_target:]}
+
+    def add(self, seen: dict[str, float], mark: str, at: float) -> None:
+        mine = self.of.setdefault(target_of(mark), {})
+        mine.pop(mark, None)
+        mine[mark] = at
+        while len(mine) > self.per_target:
+            old = next(iter(mine))
+            del mine[old]
+            seen.pop(old, None)
+
+    def drop(self, mark: str) -> None:
+        mine = self.of.get(target_of(mark))
+        if mine is not None:
+            mine.pop(mark, None)
+
+    def forget(self, seen: dict[str, float], targets: set[str]) -> int:
+        gone = [m for m in seen if target_of(m) in targets]
+        for m in gone:
+            del seen[m]
+        for t in targets:
+            self.of.pop(t, None)
+        return len(gone)
+
+
+def keep_marks(store: "AlertStore", per_target: int) -> None:
+    """`alert_marks` set (again, at a reload): each target's older marks go now."""
+    if per_target != store.marks.per_target:
+        before, store.marks.per_target = len(store.seen), per_target
+        store.marks.index(store.seen)
+        if len(store.seen) < before:
+            store.save()
+
+
+def forget_marks(store: "AlertStore", targets: set[str]) -> int:
+    """The marks of targets whose state `state_retention` removed (daemon.py `prune_state`:
+    their checkpoints, with the marks they carried, are gone too): how many went."""
+    gone = store.marks.forget(store.seen, targets)
+    if gone:
+        store.save()
+    return gone
+
+
 class AlertStore:
     """Dedupe marks, open alerts and the outbox, persisted together."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, per_target: int = MARKS_KEPT) -> None:
         self.path = Path(state_dir).expanduser() / "alerts" / "state.json"
         self.seen: dict[str, float] = {}
         self.open: dict[str, dict[str, Any]] = {}
         self.outbox: list[dict[str, Any]] = []
-        self._recent: dict[str, dict[str, float]] = {}   # target -> its latest marks, in order
+        self.marks = TargetMarks(per_target)   # each target's newest marks (`alert_marks`)
         self.decisions = Decisions()         # which target's decisions are not on disk yet
         self.file = CoalescedFile("alerts", self.path, self._snapshot, SAVE_EVERY)
         self.log = log.get("alerts")
@@ -188,6 +264,7 @@ class AlertStore:
                 raise ValueError(f"unknown version {doc.get('version')!r}"
                                  if isinstance(doc, dict) else "not a JSON object")
             self.seen = {str(k): float(v) for k, v in doc.get("seen", {}).items()}
+            self.marks.index(self.seen)
             self.open, bad_open = _usable_open(doc.get("open", {}))
             self.outbox, bad_entries = _usable_outbox(doc.get("outbox", []))
             if bad_open or bad_entries:
@@ -233,19 +310,20 @@ class AlertStore:
 
     def adopt(self, marks: dict[str, float]) -> None:
         """Marks a target's checkpoint recorded: alerts decided before, never to repeat."""
+        touched = set()
         for m, at in marks.items():
-            self.seen.setdefault(m, at)
-            self._recent.pop(m.split("|", 1)[0], None)   # rebuilt with them when next read
+            if m not in self.seen:
+                self.seen[m] = at
+                touched.add(target_of(m))
+        for target in touched:
+            self.marks.index(self.seen, target)
 
     def mark(self, target: str, mark: str, at: float, decided_by: str | None = None) -> None:
         """Record a mark as decided (sent, or being sent); written with the next save.
         `decided_by`: the target whose log decided it, if not `target` (`decided`)."""
         self.seen[mark] = at
         self.decided(decided_by or target)
-        mine = self._recent.setdefault(target, {})
-        mine[mark] = at
-        if len(mine) > MARKS_KEPT:
-            del mine[next(iter(mine))]
+        self.marks.add(self.seen, mark, at)
 
     def decided(self, target: str) -> None:
         """`target`'s log decided a change the next save writes: its checkpoint (past the
@@ -269,15 +347,11 @@ class AlertStore:
         """A mark taken back before its save (the rate limit: router.py)."""
         self.decisions.deciding.discard(target)   # (its others were saved: `fire` saves each)
         self.seen.pop(mark, None)
-        self._recent.get(target, {}).pop(mark, None)
+        self.marks.drop(mark)
 
     def marks_of(self, target: str) -> dict[str, float]:
         """The latest marks of one target (kept in its checkpoint, read at every one)."""
-        if target not in self._recent:   # after a load: from `seen`, once
-            prefix = f"{target}|"
-            mine = sorted((at, m) for m, at in self.seen.items() if m.startswith(prefix))
-            self._recent[target] = {m: at for at, m in mine[-MARKS_KEPT:]}
-        return dict(self._recent[target])
+        return dict(self.marks.of.get(target, {}))
 
     def take_open(self, which: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
         """Remove the open alerts `which` picks and return them (to be resolved)."""
@@ -355,6 +429,7 @@ class AlertStore:
         if len(self.seen) > SEEN_KEEP + SEEN_SLACK:
             for k in sorted(self.seen, key=self.seen.get)[: len(self.seen) - SEEN_KEEP]:  # type: ignore[arg-type]
                 del self.seen[k]
+                self.marks.drop(k)
         return self.decisions.saved_as(self.file.changed(urgent))
 
     def _snapshot(self) -> dict[str, Any]:

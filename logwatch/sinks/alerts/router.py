@@ -29,7 +29,8 @@ from .loop import (as_open, end_loop, fold, fold_stall, folds_into, hang_to_say,
                    loop_words, open_crashes, owner, repage, said_hang, say_loop, stall_of_loop,
                    stall_over, stalls_of)
 from .model import FIRING, Alert, AlertCounts
-from .outbox import QUEUED, AlertStore, sinks_record, unrecord_dropped, went_to
+from .outbox import (MARKS_KEPT, QUEUED, AlertStore, keep_marks, sinks_record,
+                     unrecord_dropped, went_to)
 from .policy import SLOW_FACTOR, AlertPolicy, Decision, Resolve, startup_of
 from .receivers import Sink, make_sinks
 
@@ -41,7 +42,7 @@ class AlertRouter:
 
     def __init__(self, config: Any, state_dir: Path) -> None:
         self.log = log.get("alerts")
-        self.store = AlertStore(state_dir)
+        self.store = AlertStore(state_dir, getattr(config, "alert_marks", MARKS_KEPT))
         self.sinks: list[Sink] = []
         self.policy = AlertPolicy(wants_phase=lambda: any("phase" in s.kinds for s in self.sinks))
         self._counts = AlertCounts()
@@ -57,6 +58,7 @@ class AlertRouter:
     def reconfigure(self, config: Any) -> None:
         self.config = config
         self.sinks = make_sinks(list(config.alerts))
+        keep_marks(self.store, getattr(config, "alert_marks", MARKS_KEPT))
         names = {s.name for s in self.sinks}       # a removed sink's series go with it
         c = self._counts
         c.sent = {k: n for k, n in c.sent.items() if k[0] in names}
@@ -67,8 +69,8 @@ class AlertRouter:
             said_dropped(self.log, c.dropped, e)
         if unrecord_dropped(self.store.open, dropped):
             self.store.save()
-        watched = {t.name for t in config.targets}   # removed at a reload, or while down:
-        follow_renames(self.store, config, self.log)
+        self._buckets.keep(watched := {t.name for t in config.targets}, names)   # removed at
+        follow_renames(self.store, config, self.log)                 # a reload, or while down:
         self._resolve_taken(self.store.take_open(lambda doc: owner(doc) not in watched),
                             "no longer watched: removed from the config",
                             "; this resolves the {n} since the last ready")
@@ -353,6 +355,13 @@ class TokenBuckets:
 
     def __init__(self) -> None:
         self._buckets: dict[str, tuple[float, float]] = {}
+
+    def keep(self, targets: set[str], sinks: set[str]) -> None:
+        """Only the buckets of targets and sinks still configured (a reload): before, each
+        name that ever had an alert kept its bucket for the daemon's life (a fleet whose
+        names churn, a name per job)."""
+        self._buckets = {k: v for k, v in self._buckets.items()
+                         if k.split("\0", 1)[0] in targets and k.split("\0", 1)[-1] in sinks}
 
     def allow(self, target: str) -> bool:
         now = time.monotonic()
