@@ -69,8 +69,9 @@ class AlertRouter:
             said_dropped(self.log, c.dropped, e)
         if unrecord_dropped(self.store.open, dropped):
             self.store.save()
-        self._buckets.keep(watched := {t.name for t in config.targets}, names)   # removed at
-        follow_renames(self.store, config, self.log)                 # a reload, or while down:
+        watched = {t.name for t in config.targets}   # removed at a reload, or while down:
+        self._buckets.keep(watched, names)
+        follow_renames(self.store, config, self.log)
         self._resolve_taken(self.store.take_open(lambda doc: owner(doc) not in watched),
                             "no longer watched: removed from the config",
                             "; this resolves the {n} since the last ready")
