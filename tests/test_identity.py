@@ -186,6 +186,58 @@ def test_a_damaged_state_file_is_named_and_nothing_is_sent_again(tmp_path: Path,
     assert len(rx.requests(hook("crashed", "firing"))) == 1, rx.brief()
 
 
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_page_the_receiver_had_not_taken_survives_a_lost_alert_state(
+        tmp_path: Path, receivers, daemons, damage: str) -> None:
+    """The receiver down (503) at a crash: its page waits in `alerts/state.json`'s outbox.
+    That file is then lost (deleted) or damaged, the daemon killed -9, the receiver back.
+    Before, the checkpoint's marks said the crash was alerted: never delivered, nothing
+    counted, and a deleted file not even named (the page lost unsaid).  Now the checkpoint
+    carries the target's undelivered pages too: the crash is delivered after the restart,
+    with the Idempotency-Key of its refused attempts, and the loss of the file is said.  A
+    page delivered since is not carried: a second loss sends nothing again."""
+    up = threading.Event()
+
+    def down_until_up(got: Got, rx: Receiver) -> tuple[int, dict[str, str], bytes]:
+        return (200, {}, b"ok") if up.is_set() else (503, {}, b"down")
+
+    rx = receivers(down_until_up)
+    cfg, port, state, log = config(tmp_path, rx)
+    d = daemons(cfg, port).start()
+    d.wait_reading("t1")
+    append(log, "".join(sim_texts(crash="oom")))
+    refused = rx.wait(hook("crashed", "firing"), answered=True, timeout=30, alive=d.dead,
+                      what="the crash page, refused")
+    wait_for(lambda: ((checkpoint(state, "t1") or {}).get("extra") or {}).get("alerts_pending"),
+             10, "a checkpoint carrying the undelivered page", alive=d.dead)
+    d.kill9()
+    f = state / "alerts" / "state.json"
+
+    def lose() -> None:
+        if damage == "deleted":
+            f.unlink()
+        else:
+            f.write_bytes(f.read_bytes()[:40])
+    lose()
+    up.set()
+    d.start()
+    got = rx.wait(hook("crashed", "firing"), status=200, timeout=30, alive=d.dead,
+                  what="the crash page after the restart")
+    assert got[0].header("Idempotency-Key") == refused[0].header("Idempotency-Key")
+    wait_for(lambda: str(f) in d.stderr() and "undelivered" in d.stderr(), 10,
+             f"the loss of {f} said", alive=d.dead)
+    wait_for(lambda: not outbox(state), 10, "the outbox to empty", alive=d.dead)
+    wait_for(lambda: not ((checkpoint(state, "t1") or {}).get("extra") or {})
+             .get("alerts_pending"), 10, "a checkpoint without the delivered page",
+             alive=d.dead)
+    d.kill9()
+    lose()
+    d.start()
+    d.wait_target("t1", lambda t: t["phase"] == "crashed", "crashed after the second restart")
+    rx.assert_quiet(3.0, what="after the second loss of the alert state")
+    assert len(rx.requests(hook("crashed", "firing", "t1"))) == len(refused) + 1, rx.brief()
+
+
 @pytest.mark.parametrize("counters", [[1], {"lines": "abc"}], ids=["a-list", "a-string-count"])
 def test_a_checkpoints_counters_of_the_wrong_shape_start_over(tmp_path: Path, receivers,
                                                                daemons, counters: Any) -> None:

@@ -64,6 +64,7 @@ class Restored:
     state: State | None = None
     counters: Counters = field(default_factory=Counters)
     alert_marks: dict[str, float] = field(default_factory=dict)   # what was alerted
+    alert_pending: list[dict[str, Any]] = field(default_factory=list)   # ... not delivered
     last_line_at: float | None = None
     silent_since: float | None = None   # a startup silent past its budget at the first attach
     kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # attachments' `saved`
@@ -92,6 +93,8 @@ def restore(store: PositionStore | None, cfg: TargetConfig, candidates: list[Rul
     if isinstance(extra.get("alerts_seen"), dict):
         out.alert_marks = {str(k): float(v) for k, v in extra["alerts_seen"].items()
                            if isinstance(v, (int, float))}
+    if isinstance(extra.get("alerts_pending"), list):
+        out.alert_pending = [e for e in extra["alerts_pending"] if isinstance(e, dict)]
     if isinstance(extra.get("last_line_at"), (int, float)):
         out.last_line_at = float(extra["last_line_at"])
     if isinstance(extra.get("silent_since"), (int, float)):
@@ -150,13 +153,15 @@ class Checkpoints:
     def write(self, follower: Follower, source: str, counters: Counters,
               last_line_at: float | None, alert_marks: dict[str, float] | None,
               durable: bool = False, silent_since: float | None = None,
-              kept: dict[str, dict[str, Any]] | None = None) -> None:
+              kept: dict[str, dict[str, Any]] | None = None,
+              alert_pending: list[dict[str, Any]] | None = None) -> None:
         """The position and the state, with the counters, in one atomic file (`durable`:
         fsynced).  Nothing before the pack is chosen or the first bytes.  `silent_since`: the
         log's last write, when it was silent past its budget at the first attach and still
         is (a restarted daemon says "probably dead" on, not a plain `stalled`).  `kept`: what
         its attachments keep across a restart, by their `saved_as`.  `alert_marks` None:
-        an alert this target decided is not on disk yet; not now (tried at the next tick)."""
+        an alert this target decided is not on disk yet; not now (tried at the next tick).
+        `alert_pending`: its pages no receiver has taken yet, for a lost alert state."""
         pipe = follower.pipe
         if alert_marks is None:
             return
@@ -173,6 +178,8 @@ class Checkpoints:
             extra["shown"] = shown      # the line cut there, read again at a restart
         if kept:
             extra["attachments"] = kept
+        if alert_pending:
+            extra["alerts_pending"] = alert_pending
         if not self.store.save(self.name, pos, extra, durable=durable):
             return        # the disk refused it: counted, said once, tried again next time
         now = time.monotonic()

@@ -141,7 +141,8 @@ class Daemon:
             runner = Target(cfg, store=self.store, candidates=self.candidates, pool=self.pool,
                             attachments=self._attachments(cfg), on_events=self._on_events,
                             checkpoint_interval=self.config.checkpoint_interval,
-                            alert_marks=self.alerts.marks_of if self.alerts else None)
+                            alert_marks=self.alerts.marks_of if self.alerts else None,
+                            alert_pending=self.alerts.store.pending_of if self.alerts else None)
         except Exception as e:  # noqa: BLE001 - a broken target must not stop the others
             delay = self.supervisor.schedule_retry(cfg.name, clock.now())
             self.log.error("target not started", target=cfg.name, error=str(e),
@@ -154,7 +155,7 @@ class Daemon:
             return
         self.unstarted.pop(cfg.name, None)
         if self.alerts is not None:   # what was alerted stays alerted, whatever file was lost
-            self.alerts.adopt(runner.saved_alert_marks)
+            self.alerts.adopt(runner.saved_alert_marks, runner.saved_alert_pending)
         self.runners[cfg.name] = runner
         self._spread_checkpoints()
         self.signatures[cfg.name] = pack_signature(cfg)
@@ -247,6 +248,12 @@ class Daemon:
                     r.tick(now)     # its events reach _on_events through the runner
                 except Exception as e:  # noqa: BLE001
                     self.log.exception("tick failed", target=r.name, error=repr(e))
+            if self.alerts is not None:
+                # a page delivered or given up: its target's checkpoint is written again
+                # without it (a crashed server writes no line to make one)
+                for name in self.alerts.store.take_pending_changed():
+                    if (r := self.runners.get(name)) is not None:
+                        r.checkpoints.dirty = True
             if self.alerts is not None and now - self._slow_checked >= SLOW_CHECK_EVERY:
                 self._slow_checked = now
                 # only a startup under way can be slow: no view of the serving ones (500

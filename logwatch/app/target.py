@@ -137,11 +137,13 @@ class Target:
                  on_events: Callable[["Target", list[Event]], None] | None = None,
                  checkpoint_interval: float = 5.0,
                  alert_marks: Callable[[str], dict[str, float] | None] | None = None,
+                 alert_pending: Callable[[str], list[dict[str, Any]]] | None = None,
                  batch_interval: float = BATCH_INTERVAL, log_sources: bool = True,
                  report_history: bool = False, keep_verdict: bool = False) -> None:
         self.cfg, self.name = cfg, cfg.name
         self.on_events_cb = on_events or (lambda r, e: None)
         self.alert_marks = alert_marks
+        self.alert_pending = alert_pending   # its undelivered pages, in its checkpoint
         self.log_sources = log_sources    # watch shows the source state on its display instead
         self.log = log.get("target").bind(target=cfg.name)
         self.ended = asyncio.Event()      # the source ended (a command exited, a fatal error)
@@ -165,6 +167,7 @@ class Target:
         restored = restore(store, cfg, candidates, self.log)
         self.counters: Counters = restored.counters
         self.saved_alert_marks = restored.alert_marks   # what its checkpoint says was alerted
+        self.saved_alert_pending = restored.alert_pending   # ... and not delivered
         self.last_line_at = restored.last_line_at
         self._restored_state, self._restored_shown = restored.state, restored.shown
         if restored.state is not None:     # silent since before the first attach, and still
@@ -386,7 +389,8 @@ class Target:
         self.checkpoints.write(self.follower, self.cfg.source, self.counters, self.last_line_at,
                                self.alert_marks(self.name) if self.alert_marks else {}, durable,
                                self.catchup.silent_since if self._silent_since_attach() else None,
-                               self._kept())
+                               self._kept(),
+                               self.alert_pending(self.name) if self.alert_pending else None)
 
     def _kept(self) -> dict[str, dict[str, Any]]:
         """What the attachments keep across a daemon restart, by their `saved_as`."""

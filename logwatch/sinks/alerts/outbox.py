@@ -30,7 +30,9 @@ An entry names its sink and the sink's destination (a digest of its type and URL
 that renames or reorders the sinks leaves each alert with its receiver (`rebind`).
 
 An unreadable file is reported with its path and set aside (`state.json.corrupt`); the
-marks the targets' checkpoints carry (`adopt`) keep what was sent from being sent again.
+marks the targets' checkpoints carry (`adopt`) keep what was sent from being sent again, and
+the undelivered pages they carry (`pending_of`) are queued again (`restore_pending`): the
+marks alone took a page still waiting for a receiver as sent, and it was lost unsaid.
 A newer version's file is not unreadable: the daemon refuses that state_dir at start
 (state/formats.py), before this store reads it.
 """
@@ -148,6 +150,30 @@ def _usable_outbox(raw: Any) -> tuple[list[dict[str, Any]], int]:
     return good, len(raw) - len(good)
 
 
+def carried_back(outbox: list[dict[str, Any]], entries: list[dict[str, Any]],
+                 ids: Any) -> list[dict[str, Any]]:
+    """The pages a checkpoint carried as undelivered (`AlertStore.pending_of`) as outbox
+    entries again, each due now with its mark: the same Idempotency-Key, so a receiver that
+    had it before the file was lost drops the copy; those already queued are not doubled.
+    Should this file be lost or damaged, the checkpoint's marks say what was decided, and
+    these are what the receivers had not taken yet.  Before, only the marks were carried:
+    a crash page waiting for a receiver that was down was lost unsaid."""
+    queued = {(e["alert"]["key"], e["alert"]["status"], e.get("dest")) for e in outbox}
+    now = clock.now()
+    given = [{**{k: v for k, v in e.items() if v is not None}, "id": 0}
+             for e in entries if isinstance(e, dict)]
+    back = []
+    for e in _usable_outbox(given)[0]:
+        which = (e["alert"]["key"], e["alert"]["status"], e.get("dest"))
+        if which in queued:
+            continue
+        queued.add(which)
+        back.append({"id": next(ids), "sink": e["sink"], "dest": e.get("dest"),
+                     "state": QUEUED, "alert": e["alert"], "attempts": 0,
+                     "first_at": e["first_at"], "next_at": now})
+    return back
+
+
 @dataclass
 class Decisions:
     """Which targets' decisions are not on disk yet (their checkpoints wait, `unsaved`).
@@ -241,13 +267,19 @@ def forget_marks(store: "AlertStore", targets: set[str]) -> int:
 
 
 class AlertStore:
-    """Dedupe marks, open alerts and the outbox, persisted together."""
+    """Dedupe marks, open alerts and the outbox, persisted together.
+
+    Long because: the three are one file, written atomically; every change to any of them
+    (and the pages a target's checkpoint carries back when that file is lost) goes through
+    this one object, which knows what is on disk and what waits for it (`Decisions`)."""
 
     def __init__(self, state_dir: Path, per_target: int = MARKS_KEPT) -> None:
         self.path = Path(state_dir).expanduser() / "alerts" / "state.json"
         self.seen: dict[str, float] = {}
         self.open: dict[str, dict[str, Any]] = {}
-        self.outbox: list[dict[str, Any]] = []
+        self._outbox: list[dict[str, Any]] = []
+        self.pending_changed: set[str] = set()   # targets whose undelivered pages went
+        self.loaded = self.said_lost = False     # read from its file (else: lost, or new)
         self.marks = TargetMarks(per_target)   # each target's newest marks (`alert_marks`)
         self.decisions = Decisions()         # which target's decisions are not on disk yet
         self.file = CoalescedFile("alerts", self.path, self._snapshot, SAVE_EVERY)
@@ -267,6 +299,7 @@ class AlertStore:
             self.marks.index(self.seen)
             self.open, bad_open = _usable_open(doc.get("open", {}))
             self.outbox, bad_entries = _usable_outbox(doc.get("outbox", []))
+            self.loaded = True
             if bad_open or bad_entries:
                 self._said_damaged(bad_open, bad_entries)
             self._due_at_start()
@@ -283,6 +316,42 @@ class AlertStore:
             self.log.error("alert state unreadable: starting without it (what the targets' "
                            "checkpoints record as alerted is not sent again)",
                            file=str(self.path), kept_as=str(aside), error=str(e))
+
+    @property
+    def outbox(self) -> list[dict[str, Any]]:
+        """One entry per (alert, sink) still to deliver."""
+        return self._outbox
+
+    @outbox.setter
+    def outbox(self, entries: list[dict[str, Any]]) -> None:
+        """Entries taken out (delivered, given up, dropped): their targets' checkpoints are
+        written again without them (`pending_of`), so a page delivered is never carried
+        back by a checkpoint of before (a crashed server writes no more lines to make one)."""
+        if self._outbox:
+            kept = {id(e) for e in entries}
+            self.pending_changed.update(str(e["alert"].get("target")) for e in self._outbox
+                                        if id(e) not in kept)
+        self._outbox = entries
+
+    def pending_of(self, target: str) -> list[dict[str, Any]]:
+        """The target's undelivered pages, for its checkpoint (`restore_pending`)."""
+        return [{"sink": e["sink"], "dest": e.get("dest"), "alert": e["alert"],
+                 "first_at": e.get("first_at")}
+                for e in self._outbox if e["alert"].get("target") == target]
+
+    def take_pending_changed(self) -> set[str]:
+        changed, self.pending_changed = self.pending_changed, set()
+        return changed
+
+    def restore_pending(self, entries: list[dict[str, Any]], ids: Any) -> list[dict[str, Any]]:
+        """Pages a checkpoint carried (`carried_back`) put back, saved; those put back."""
+        back = carried_back(self._outbox, entries, ids)
+        for e in back:
+            self.seen.setdefault(f"{e['alert']['key']}|{e['alert']['status']}", clock.now())
+        if back:
+            self._outbox.extend(back)
+            self.save()
+        return back
 
     def _said_damaged(self, bad_open: int, bad_entries: int) -> None:
         """Entries of a readable file that are not what this version writes (a hand edit, a

@@ -184,8 +184,9 @@ class AlertRouter:
             return None
         return self.store.marks_of(target)
 
-    def adopt(self, marks: dict[str, float]) -> None:
-        self.store.adopt(marks)
+    def adopt(self, marks: dict[str, float], pending: list[dict[str, Any]] | None = None) -> None:
+        """A target's checkpoint at its start: its marks and pages (`restore_carried`)."""
+        restore_carried(self, marks, pending or [])
 
     # -- the outbox ----------------------------------------------------------------------------
     def fire(self, alert: Alert, opened: dict[str, Any] | None = None,
@@ -238,6 +239,44 @@ class AlertRouter:
         self.store.save()
         self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
                       summary=alert.summary, sinks=[s.name for s in sinks])
+
+
+def restore_carried(router: AlertRouter, marks: dict[str, float],
+                    pending: list[dict[str, Any]]) -> None:
+    """Where `alerts/state.json` was lost or unreadable (its outbox with it), the pages a
+    target's checkpoint carries as undelivered are queued again, to the sinks that had them
+    to take, and their open alerts opened again (a ready resolves them); a sink gone since:
+    dropped and counted.  The loss is said once, with the file.  Before, the marks alone
+    took a page still waiting for a receiver as sent: lost, and a deleted file not named."""
+    store = router.store
+    store.adopt(marks)
+    if store.loaded or not (marks or pending):
+        return
+    if not store.said_lost:
+        store.said_lost = True
+        router.log.warning("alert state lost or unreadable: the undelivered pages the "
+                           "targets' checkpoints carry are sent again (same Idempotency-Key); "
+                           "what they record as alerted is not", file=str(store.path))
+    by_dest = {s.destination: s for s in router.sinks}
+    back = store.restore_pending([e for e in pending if e.get("dest") in by_dest], router._ids)
+    for e in back:
+        alert, sink = e["alert"], by_dest[e["dest"]]
+        if alert.get("kind") in RESOLVABLE and alert.get("status") == FIRING:
+            doc = store.open.setdefault(alert["key"], {
+                **alert, "sinks": [], "source": router._source_of(str(alert.get("target")))})
+            if not went_to(doc, sink):
+                doc["sinks"] = [*doc["sinks"], *sinks_record([sink])]
+        router.delivery.poke(sink.name)
+    if back:
+        store.save()
+        router.log.warning("undelivered alerts carried by a checkpoint queued again",
+                           pages=[f"{e['alert']['key']}|{e['alert']['status']} -> {e['sink']}"
+                                  for e in back])
+    for e in pending:
+        a = e.get("alert")
+        if isinstance(a, dict) and e.get("dest") not in by_dest and \
+                all(isinstance(x, str) for x in (e.get("sink"), a.get("kind"), a.get("target"))):
+            said_dropped(router.log, router._counts.dropped, e)
 
 
 def fold_crash(store: AlertStore, ids: Iterator[int], alert: Alert, sinks: list[Sink],
