@@ -174,6 +174,45 @@ def test_a_server_that_hangs_mid_bar_while_the_daemon_is_down_is_stalled_at_the_
     assert len(rx.requests(hook("stalled", "firing"))) == 1
 
 
+def test_a_node_down_pages_source_down_once_per_outage(
+        sshd_server: SSHServer, tmp_path: Path, daemons: Any, receivers: Any) -> None:  # noqa: F811
+    """README Alerts, `source_down`: "One per outage", resolved once the log reads again.
+    The node's sshd stopped (its connection dropped, each reconnect refused) for longer than
+    `source_down_after` and several retries: one page, however many retries fail; sshd back,
+    one resolution, and the lines written meanwhile read.  (Before, only a refused key and a
+    failing command were tested; a host down is the usual outage.)"""
+    rx = receivers()
+    log = tmp_path / "server.log"
+    log.write_text("".join(sim_texts(serve_lines=5)), encoding="utf-8")
+    port = free_port()
+    cfg = write_config(tmp_path / "logwatch.yaml", port, tmp_path / "state", [
+        ssh_target(sshd_server, "node", log, source_down_after="2s"),
+    ], alerts=[{"type": "webhook", "url": rx.url(), "on": ["source_down"]}])
+    d = daemons(cfg, port).start()
+    size = log.stat().st_size
+    d.wait_target("node", lambda t: t["source_state"]["state"] == "up" and
+                  t["source_state"]["offset"] == size, "the log read", timeout=30)
+    lines = d.metric("logwatch_lines_total", target="node") or 0.0
+    sshd_server.stop()
+    rx.wait(hook("source_down", "firing", "node"), timeout=30, alive=d.dead,
+            what="source_down for the node down")
+    def refused() -> int:
+        return sum(1 for e in d.log_events() if e.get("event") == "source" and
+                   "cannot connect" in str(e.get("message")))
+    tries = refused()
+    with open(log, "a", encoding="utf-8") as f:
+        f.write("written while the node could not be read\n")
+    wait_for(lambda: refused() >= tries + 2, 30, "two more reconnects refused", alive=d.dead)
+    assert len(rx.requests(hook("source_down", "firing"))) == 1, rx.brief()
+    sshd_server.start()
+    rx.wait(hook("source_down", "resolved", "node"), timeout=90, alive=d.dead,
+            what="source_down resolved once the log reads again")
+    d.wait_lines("node", int(lines) + 1, timeout=30)
+    rx.assert_quiet(1.0, hook("source_down"), "after the outage")
+    assert [g.json["status"] for g in rx.requests(hook("source_down"))] == \
+        ["firing", "resolved"], rx.brief()
+
+
 def outage(sshd: SSHServer, d: Any, rx: Any, seconds: float) -> None:
     """sshd stopped (every connection dropped, new ones refused) for `seconds`, during which
     no `stalled` page may come; then started again on its port."""
