@@ -347,7 +347,9 @@ class AlertStore:
         """Pages a checkpoint carried (`carried_back`) put back, saved; those put back."""
         back = carried_back(self._outbox, entries, ids)
         for e in back:
-            self.seen.setdefault(f"{e['alert']['key']}|{e['alert']['status']}", clock.now())
+            if (mark := f"{e['alert']['key']}|{e['alert']['status']}") not in self.seen:
+                self.seen[mark] = clock.now()
+                self.marks.add(self.seen, mark, self.seen[mark])
         if back:
             self._outbox.extend(back)
             self.save()
