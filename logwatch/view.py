@@ -117,10 +117,12 @@ class SeenAtAttach:
     ago: float
     idle_since: float | None
     reason: str | None = None      # the crash's, when crashed
+    writer: int | None = None      # a fresh verdict's: the relaunch writing the log (pid)
 
     def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase, "startup_id": self.startup_id, "ago": round(self.ago, 1),
-                "idle_since": self.idle_since, "reason": self.reason}
+        doc = {"phase": self.phase, "startup_id": self.startup_id, "ago": round(self.ago, 1),
+               "idle_since": self.idle_since, "reason": self.reason}
+        return doc if self.writer is None else {**doc, "writer": self.writer}
 
 
 def seen_at_attach(st: State, mtime: float | None, now: float,

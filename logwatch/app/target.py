@@ -36,7 +36,7 @@ from ..sources.ssh import SSHPool
 from ..state.positions import PositionStore
 from ..view import TargetView, build_view, copy_counters
 from .attachments import Attachment
-from .attachments.catchup import CatchUp, ResumedBytes
+from .attachments.catchup import CatchUp, ResumedBytes, relaunched
 from .attachments.probe import ProbeAttachment
 from . import reading
 from .checkpoint import Checkpoints, checkpoint_phase, restore
@@ -155,6 +155,8 @@ class Target:
         self.task: asyncio.Task[None] | None = None
         self.checkpoints = Checkpoints(store, cfg.name, checkpoint_interval)
         self.catchup = CatchUp(report_history=report_history, log_sources=log_sources)
+        if keep_verdict and cfg.kind == "file":     # watch: a relaunch not yet printed
+            self.catchup.judge_attach = relaunched(cfg.source)
         self.attachments: list[Attachment] = [self.catchup, *attachments]
         self.resumed_bytes = ResumedBytes()   # read again at a restart: written before
         self.eta = LiveEta(next((a for a in attachments if isinstance(a, EtaBasis)), None))

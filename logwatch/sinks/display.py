@@ -58,7 +58,9 @@ def attach_note(view: TargetView, now: float, last: bool = False) -> str:
     what = {"ready": "became ready", "stopped": "stopped"}.get(
         s.phase, f"crashed ({reason})" if reason else "crashed")
     out = f"the latest startup in this log {what} {fmt_duration(s.ago)} ago"
-    if s.idle_since is not None and now - s.idle_since >= 60:
+    if s.writer is not None:
+        out += f"; pid {s.writer}, started since, writes the log: a relaunch"
+    elif s.idle_since is not None and now - s.idle_since >= 60:
         out += f"; the log has been idle since {fmt_clock(s.idle_since, now)}"
     elif s.idle_since is not None:
         out += "; the log is still being written"

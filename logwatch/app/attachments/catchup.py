@@ -10,8 +10,10 @@ Every target has one (`Target.catchup`); the other attachments read `target.catc
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ... import clock
 from ...machine import CrashSettled, Event, Progress, State, StatsUpdated, retime
@@ -19,8 +21,12 @@ from ...machine.checkpoint import event_from_json, event_to_json
 from ...pipeline import PARTIAL_LINE_QUIET, LogPipeline
 from ...rules.pack import CRASHED, READY
 from ...sources import Data, Opened
+from ...sources.writers import relaunched_writer
 from ...view import SeenAtAttach, seen_at_attach, silent_at_attach, silent_text
 from .base import Attachment, LiveTarget
+
+# what the bytes before the attach were: an ended startup (history), or None (`seen_at_attach`)
+JudgeAttach = Callable[[State, float | None, float], SeenAtAttach | None]
 
 
 @dataclass
@@ -93,6 +99,7 @@ class CatchUp(Attachment):
     """The attach boundary, the events held before it, and what they turned out to be."""
 
     def __init__(self, *, report_history: bool = False, log_sources: bool = True) -> None:
+        self.judge_attach: JudgeAttach = seen_at_attach   # watch of a local file: `relaunched`
         self.report_history = report_history   # the owner wants an ended startup's events too
         self.log_sources = log_sources         # watch says a silence as its verdict instead
         self.attach_end: int | None = None
@@ -197,7 +204,7 @@ class CatchUp(Attachment):
             # machine; a stall counts from there: `_silent_at_attach`)
             st.last_activity = min(st.last_activity or self.attach_mtime, self.attach_mtime)
             held += pipe.machine.quiet_before(st, st.last_activity, now)
-        self.seen_at_attach = seen_at_attach(pipe.state, self.attach_mtime, now)
+        self.seen_at_attach = self.judge_attach(pipe.state, self.attach_mtime, now)
         if self.seen_at_attach is None:
             self._silent_at_attach(pipe, now)
             return held
@@ -316,6 +323,28 @@ def _seen_from_json(s: object) -> SeenAtAttach | None:
         return None
     return SeenAtAttach(s["phase"], sid, float(ago), None if idle is None else float(idle),
                         reason)
+
+
+def relaunched(path: str) -> JudgeAttach:
+    """`seen_at_attach` for `watch` of the local file `path`, and more: the latest startup's
+    verdict came seconds before the attach, and a process that started after it writes the
+    log (`relaunched_writer`): the operator relaunched into the same file (`>>`, `nohup`),
+    and that launch has not printed yet (its imports take seconds).  Its verdict is history, so watch waits for the
+    relaunch's own.  Before, watch run at once after an appending relaunch exited 1 on the
+    crash of the launch before it, 0 on a ready one killed -9 (adv132's relaunch loops)."""
+    def seen(st: State, mtime: float | None, now: float) -> SeenAtAttach | None:
+        old = seen_at_attach(st, mtime, now)
+        ended = seen_at_attach(st, mtime, now, fresh=0.0) if mtime is not None else None
+        if old is not None or ended is None:
+            return old
+        try:
+            f = os.stat(os.path.expanduser(path))
+        except OSError:
+            return None
+        pid = relaunched_writer(f.st_dev, f.st_ino, clock.wall() - ended.ago,
+                                alive=ended.phase == READY)
+        return None if pid is None else dataclasses.replace(ended, writer=pid)
+    return seen
 
 
 MidCatchUp = tuple[int, float | None, list[Event], list[CrashSettled]]

@@ -1,0 +1,124 @@
+"""The operator's relaunch loop: a server crashes (or is killed), is relaunched at once into the
+same log, and `logwatch watch server.log` is run right after, as a person or a script does.
+
+An appending relaunch (`>> server.log`, `nohup`) prints nothing for the seconds its imports
+take: at that moment the log's latest startup is the one that just ended, and only the
+process holding the file open for writing, started after that verdict, says a relaunch is
+under way (logwatch/sources/writers.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from logwatch.app.simulate import script
+from logwatch.sources.writers import file_writers, relaunched_writer
+
+pytestmark = pytest.mark.integration  # subprocesses: `make test` only
+
+# the relaunched server: holds the log open from its start (the shell's `>>`), prints its
+# startup only when told (its imports), as a real one prints nothing for seconds
+RELAUNCH = ("import sys\n"
+            "sys.stdin.readline()\n"
+            "sys.stdout.write(sys.argv[1])\n"
+            "sys.stdout.flush()\n"
+            "sys.stdin.readline()\n")
+
+
+def _launch_text(crash: str | None, start: float, tp: int) -> str:
+    return "".join(s.text for s in script(crash=crash, start=start, tp=tp, serve_lines=3))
+
+
+def _relaunch(log: Path, text: str) -> subprocess.Popen[str]:
+    """`python -m ... >> server.log 2>&1 &`: the shell opens the log appending, then execs."""
+    return subprocess.Popen(["sh", "-c", f'exec "$0" -c "$1" "$2" >> "$3" 2>&1',
+                             sys.executable, RELAUNCH, text, str(log)],
+                            stdin=subprocess.PIPE, text=True)
+
+
+def _watch(log: Path, state: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "LOGWATCH_STATE_DIR": str(state)}
+    return subprocess.Popen([sys.executable, "-m", "logwatch", "watch", str(log), "--json",
+                             "--probe", "off", "--gpu", "off", "--timeout", "60s", *extra],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, env=env)
+
+
+@pytest.mark.parametrize("ended", ["crashed", "ready"])
+def test_an_appending_relaunch_not_yet_printed_is_watched_not_the_launch_before(
+        tmp_path: Path, ended: str) -> None:
+    """The launch before crashed 3 s ago (or was ready and killed -9: no line says so), the
+    relaunch appends to the same log and has printed nothing yet; watch is run at once.  It
+    waits for the relaunch's startup and exits on that one's verdict.  Before, it exited 1
+    at once on the crash before (0 on the ready before): the verdict of a launch the
+    operator had already replaced, which a script reads as the new launch's."""
+    log, state = tmp_path / "server.log", tmp_path / "state"
+    now = time.time()
+    before = _launch_text("oom" if ended == "crashed" else None, now - 40, tp=4)
+    log.write_text(before, encoding="utf-8")
+    os.utime(log, (now - 3, now - 3))
+    new = _launch_text(None, now, tp=2)
+    server = _relaunch(log, new)
+    try:
+        p = _watch(log, state, "--no-history")
+        assert p.stderr is not None and server.stdin is not None
+        said = ""
+        while "waiting for a new startup" not in said:
+            line = p.stderr.readline()
+            assert line, (p.wait(), said, p.stdout.read() if p.stdout else "")
+            said += line
+        assert "a relaunch" in said, said
+        server.stdin.write("go\n")          # its imports are done: it prints its startup
+        server.stdin.flush()
+        out, err = p.communicate(timeout=60)
+    finally:
+        for proc in (server,):
+            proc.kill()
+            proc.wait()
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert p.returncode == 0 and doc["phase"] == "ready", (p.returncode, doc, err[-800:])
+    assert doc["ready_line"] in new and doc["ready_line"] not in before, doc["ready_line"]
+
+
+def test_without_a_relaunch_the_fresh_crash_is_the_verdict(tmp_path: Path) -> None:
+    """The same fresh crash, nothing writing the log since: watch reports it (exit 1), as
+    README promises for a verdict less than a minute old."""
+    log, state = tmp_path / "server.log", tmp_path / "state"
+    log.write_text(_launch_text("oom", time.time() - 40, tp=4), encoding="utf-8")
+    p = _watch(log, state, "--no-history")
+    out, err = p.communicate(timeout=60)
+    doc = json.loads(out.strip().splitlines()[-1])
+    assert p.returncode == 1 and doc["crash"]["reason"] == "cuda_oom", (out, err[-800:])
+
+
+def test_the_writers_of_a_file_are_found_with_their_start(tmp_path: Path) -> None:
+    """A process appending to the file is found, with a start time after the moment before
+    it was started; a reader is not a writer; a verdict after its start finds no relaunch."""
+    log = tmp_path / "server.log"
+    log.write_text("x\n")
+    st = log.stat()
+    t0 = time.time() - 0.05          # /proc's start times are in clock ticks (10 ms)
+    reader = subprocess.Popen(["sh", "-c", 'exec cat > /dev/null < "$0"', str(log)],
+                              stdin=subprocess.DEVNULL)
+    server = _relaunch(log, "")
+    try:
+        deadline = time.monotonic() + 10
+        found: list[tuple[int, float]] = []
+        while not found and time.monotonic() < deadline:
+            found = file_writers(st.st_dev, st.st_ino)   # the shell's open, then its exec
+        assert [pid for pid, _ in found] == [server.pid], found
+        assert found[0][1] > t0 - 1.0
+        assert relaunched_writer(st.st_dev, st.st_ino, t0 - 1.0, alive=False) == server.pid
+        assert relaunched_writer(st.st_dev, st.st_ino, time.time() + 1.0, alive=False) is None
+    finally:
+        for proc in (server, reader):
+            proc.kill()
+            proc.wait()
