@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from array import array
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from .machine import CrashSettled, Event, Ready, StartupBegan, State, StatsUpdated, Stopped
 from .rules.advice import Advice, advice_lines
@@ -185,12 +185,14 @@ class LedgerRecorder:
     that started once (a 20,001-startup loop kept 450 MiB of records)."""
 
     def __init__(self, engine: str, previous: StartupRecord | None = None,
-                 advice: tuple[Advice, ...] = (), model_flags: tuple[str, ...] = ()) -> None:
+                 advice: tuple[Advice, ...] = (), model_flags: tuple[str, ...] = (),
+                 previous_of: Callable[[str | None], StartupRecord | None] | None = None) -> None:
         self.engine = engine
         self.advice = advice            # the pack's `advice:` (engine knowledge as data)
         self.model_flags = model_flags  # the pack's `model_flags:`
         self.closed = 0                 # records closed so far
         self.previous = previous        # the last record closed (or known before)
+        self.previous_of = previous_of  # the store's record before a startup (`_begin`)
         self._open: StartupRecord | None = None
         self._serving = ServingWindow()
         self._seen_args: dict[str, Any] | None = None   # the state's args object last copied
@@ -319,9 +321,12 @@ class LedgerRecorder:
 
     # -- internals -----------------------------------------------------------------------------
     def _begin(self, ev: StartupBegan | None, state: State) -> None:
+        startup = ev.startup if ev is not None else state.startup_id
+        if self.closed == 0 and self.previous_of is not None:   # not itself, if read again
+            self.previous = self.previous_of(startup)
         self._gpu = []
         self._open = StartupRecord(
-            startup=ev.startup if ev is not None else state.startup_id,
+            startup=startup,
             index=self.closed + 1,
             started_at=state.history[0].log_time if state.history and
             state.history[0].log_time is not None else

@@ -122,3 +122,26 @@ def test_the_writers_of_a_file_are_found_with_their_start(tmp_path: Path) -> Non
         for proc in (server, reader):
             proc.kill()
             proc.wait()
+
+
+def test_a_startup_watched_twice_keeps_its_changed_flags(tmp_path: Path) -> None:
+    """`watch` run twice on a log whose latest startup just crashed (the second time at once
+    after an appending relaunch, before it printed) reads that startup again.  Its ledger
+    record keeps the flags it changed against the launch before.  Before, the second run
+    compared it with itself and saved `changed` {}: `history --watched` showed no flag
+    changed on any row of a `>>` loop."""
+    log, state = tmp_path / "server.log", tmp_path / "state"
+    now = time.time()
+    log.write_text(_launch_text("oom", now - 90, tp=4), encoding="utf-8")
+    env = {**os.environ, "LOGWATCH_STATE_DIR": str(state)}
+    for k in range(3):
+        if k == 1:                              # the relaunch with another TP size
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(_launch_text("oom", now - 40, tp=2))
+        p = _watch(log, state, *(["--last"] if k == 0 else []))
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 1, (k, out, err[-800:])
+    res = subprocess.run([sys.executable, "-m", "logwatch", "history", "--watched", str(log),
+                          "--json"], cwd=ROOT, capture_output=True, text=True, env=env)
+    rows = [json.loads(line) for line in res.stdout.splitlines()]
+    assert [r["changed"] for r in rows] == [{}, {"tp_size": [4, 2]}], res.stdout

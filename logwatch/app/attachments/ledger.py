@@ -63,8 +63,11 @@ class LedgerAttachment(Attachment):
             self.recorder.model_flags = pipe.pack.model_flags
             return
         self.pipe = pipe
-        self.recorder = LedgerRecorder(pipe.pack.name, previous=self._previous(pipe.state),
-                                       advice=pipe.pack.advice, model_flags=pipe.pack.model_flags)
+        state = pipe.state
+        self.recorder = LedgerRecorder(
+            pipe.pack.name, previous=self._previous(state), advice=pipe.pack.advice,
+            model_flags=pipe.pack.model_flags,
+            previous_of=lambda startup: self._previous(state, exclude=startup))
         stored = self._stored(pipe.state.startup_id)
         if stored is not None:        # restarted mid-startup or while serving
             self.recorder.resume(stored)
