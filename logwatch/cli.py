@@ -14,7 +14,7 @@ import os
 import re
 import stat
 import sys
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from . import __version__
 from .app.replay import replay_file
@@ -201,6 +201,9 @@ def _add_compare(sub: Subparsers) -> None:
                       help="compare two startups of the daemon's launch ledger (with --target): "
                            "with the GPUs' watts per phase, which a log file does not hold")
     cmp_.add_argument("--target", metavar="NAME", help="with -c: the target")
+    cmp_.add_argument("--watched", metavar="TARGET",
+                      help="compare two launches `logwatch watch TARGET` recorded (A B, no "
+                           "FILE): a log each relaunch truncated (`>`, tee) holds only the last")
     cmp_.set_defaults(func=cmd_compare)
 
 
@@ -371,6 +374,7 @@ watts and the flags that differ.  By default the last two.
 
   logwatch compare server.log          # the last two startups
   logwatch compare server.log 1 3      # the first and the third
+  logwatch compare --watched server.log   # the last two launches `logwatch watch` recorded
 
 exit status: 0 compared, 1 nothing to compare (fewer than two startups), 2 usage error (no
 such startup number, a missing file).
@@ -453,16 +457,52 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except LookupError as e:
             print(f"logwatch: {e}", file=sys.stderr)
             return Exit.USAGE
+    if args.watched:
+        from .state.history import watch_state_dir
+        a, b = args.file or "-2", args.a or "-1"       # no FILE: the positionals are A and B
+        if args.b is not None:
+            print("logwatch: compare --watched TARGET takes A B, no FILE", file=sys.stderr)
+            return Exit.USAGE
+        try:
+            return run_compare_store(watch_state_dir(), args.watched, a, b, out)
+        except LookupError as e:
+            print(f"logwatch: {e}", file=sys.stderr)
+            return Exit.USAGE
     if args.file is None:
-        print("logwatch: compare needs a FILE, or -c CONFIG --target NAME", file=sys.stderr)
+        print("logwatch: compare needs a FILE, -c CONFIG --target NAME, or --watched TARGET",
+              file=sys.stderr)
         return Exit.USAGE
     if args.rules != "auto":
         load_pack(args.rules)
     try:
-        return run_compare(args.file, args.a or "-2", args.b or "-1", args.rules, out)
+        code = run_compare(args.file, args.a or "-2", args.b or "-1", args.rules, out)
     except LookupError as e:
         print(f"logwatch: {e}", file=sys.stderr)
         return Exit.USAGE
+    if code == Exit.FAILED and args.file != "-":
+        _watched_hint(args.file, out)
+    return code
+
+
+def _watched_hint(path: str, out: Callable[[str], None]) -> None:
+    """A log each relaunch truncated (`> server.log`, tee) holds one launch: where `watch`
+    recorded more of that path, say how to compare those (adv132's `>` loop: `compare
+    server.log` said "1 startup(s): nothing to compare" after five watched launches)."""
+    import sqlite3
+    from pathlib import Path
+    from .app.history import stored_records
+    from .state.history import watch_state_dir
+    from .state.ledger import FILE
+    state_dir = watch_state_dir()
+    if not (Path(state_dir) / FILE).is_file():
+        return              # watch never kept a ledger here: none is made by looking
+    try:
+        n = len(stored_records(state_dir, path))
+    except (OSError, sqlite3.Error):   # unreadable: no hint, the verdict stands
+        return
+    if n >= 2:
+        out(f"logwatch watch recorded {n} launches of {path}: "
+            f"logwatch compare --watched {path}")
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

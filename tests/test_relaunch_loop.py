@@ -145,3 +145,26 @@ def test_a_startup_watched_twice_keeps_its_changed_flags(tmp_path: Path) -> None
                           "--json"], cwd=ROOT, capture_output=True, text=True, env=env)
     rows = [json.loads(line) for line in res.stdout.splitlines()]
     assert [r["changed"] for r in rows] == [{}, {"tp_size": [4, 2]}], res.stdout
+
+
+def test_a_truncating_loop_is_compared_from_what_watch_recorded(tmp_path: Path) -> None:
+    """`> server.log` relaunches: the file holds the last launch only, so `compare FILE` has
+    nothing to compare; it says how, and `compare --watched FILE` shows the changed flag.
+    Before, there was no way but `history --watched` (no side by side)."""
+    log, state = tmp_path / "server.log", tmp_path / "state"
+    env = {**os.environ, "LOGWATCH_STATE_DIR": str(state)}
+    now = time.time()
+    for k, tp in enumerate((4, 2)):
+        log.write_text(_launch_text("oom", now - 50 + 5 * k, tp=tp), encoding="utf-8")
+        p = _watch(log, state)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 1, (k, out, err[-800:])
+
+    def compare(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "logwatch", "compare", *args], cwd=ROOT,
+                              capture_output=True, text=True, env=env)
+    res = compare(str(log))
+    assert res.returncode == 1 and "1 startup(s): nothing to compare" in res.stdout, res
+    assert f"logwatch compare --watched {log}" in res.stdout, res.stdout
+    res = compare("--watched", str(log))
+    assert res.returncode == 0 and "tp_size 4 -> 2" in res.stdout, (res.stdout, res.stderr)
