@@ -329,9 +329,10 @@ def relaunched(path: str) -> JudgeAttach:
     """`seen_at_attach` for `watch` of the local file `path`, and more: the latest startup's
     verdict came seconds before the attach, and a process that started after it writes the
     log (`relaunched_writer`): the operator relaunched into the same file (`>>`, `nohup`),
-    and that launch has not printed yet (its imports take seconds).  Its verdict is history, so watch waits for the
-    relaunch's own.  Before, watch run at once after an appending relaunch exited 1 on the
-    crash of the launch before it, 0 on a ready one killed -9 (adv132's relaunch loops)."""
+    and that launch has not printed yet (its imports take seconds).  Its verdict is history,
+    so watch waits for the relaunch's own.  Before, watch run at once after an appending
+    relaunch exited 1 on the crash of the launch before it, 0 on a ready one killed -9
+    (adv132's relaunch loops)."""
     def seen(st: State, mtime: float | None, now: float) -> SeenAtAttach | None:
         old = seen_at_attach(st, mtime, now)
         ended = seen_at_attach(st, mtime, now, fresh=0.0) if mtime is not None else None
