@@ -572,6 +572,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (ConfigError, PackError) as e:
             print(f"logwatch: {e}", file=sys.stderr)
             return Exit.USAGE
+        from .app.config import listen_problem
+        if (problem := listen_problem(cfg)) is not None:
+            print(f"logwatch: {cfg.path}: listen: {problem}", file=sys.stderr)
+            return Exit.USAGE
         from .sinks.alerts.config import max_attempts_notes
         for note in max_attempts_notes(cfg.path, cfg.alerts):   # a warning: still ok
             print(f"logwatch: warning: {note}", file=sys.stderr)

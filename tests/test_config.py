@@ -282,6 +282,26 @@ def test_listen_port_in_use(tmp_path: Path) -> None:
     msg = [ln for ln in res.stderr.splitlines() if f"127.0.0.1:{port}" in ln]
     assert msg, f"no stderr line names 127.0.0.1:{port}: {res.stderr!r}"
     assert "in use" in msg[0].lower(), f"not a clear message: {msg[0]!r}"
+    # the file and the key, as every config problem (before: the address alone)
+    assert msg[0].startswith(f"logwatch: {path}: listen: "), msg[0]
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("listen, why", [("192.0.2.1:9105", "cannot listen on 192.0.2.1"),
+                                         ("no-such-host.invalid:9105", "does not resolve")])
+def test_a_listen_address_run_refuses_fails_the_check(tmp_path: Path, listen: str,
+                                                      why: str) -> None:
+    """An address not this machine's (TEST-NET-1) or a host that does not resolve: `run`
+    refuses them, and `--check` says so as `run` would, naming the file and `listen`
+    (before: `--check` said ok, then `run` exited 2 naming neither)."""
+    path = mutate(tmp_path, lambda d: d.update(listen=listen))
+    for args in (("-c", str(path), "--check"), ("-c", str(path))):
+        res = run(*args)
+        assert res.returncode == 2, f"{args}: exit {res.returncode}: {res.stderr}"
+        lines = [ln for ln in res.stderr.splitlines() if ln.startswith("logwatch: ")]
+        assert len(lines) == 1 and lines[0].startswith(f"logwatch: {path}: listen: "), \
+            res.stderr
+        assert why in lines[0] or "cannot listen" in lines[0], lines[0]
 
 
 @pytest.mark.integration

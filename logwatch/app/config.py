@@ -374,6 +374,24 @@ def _listen(path: str, value: Any) -> tuple[str, int]:
     return host, int(port)
 
 
+def listen_problem(cfg: "Config") -> str | None:
+    """What stops the daemon listening on `listen`'s host, tried without its port (a daemon
+    running on it holds that): a host that does not resolve, an address not this machine's.
+    `run --check` says it as `run` would; before, it passed what `run` then refused."""
+    import socket
+    try:
+        infos = socket.getaddrinfo(cfg.listen_host, 0, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as e:
+        return f"{cfg.listen_host!r} does not resolve: {getattr(e, 'strerror', None) or e}"
+    family, kind, proto, _, addr = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as s:
+            s.bind(addr[:1] + (0,) + tuple(addr[2:]))
+    except OSError as e:
+        return f"cannot listen on {cfg.listen_host}: {e.strerror or e}"
+    return None
+
+
 def _duration(path: str, key: str, value: Any) -> float:
     try:
         return parse_duration(value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import signal
 import time
 from pathlib import Path
@@ -425,8 +426,9 @@ async def run_daemon(config_path: str, shard: tuple[int, int] | None = None) -> 
     try:
         await daemon.start()
     except OSError as e:
-        print(f"logwatch: cannot listen on {cfg.listen_host}:{cfg.listen_port}: {e.strerror}",
-              file=__import__("sys").stderr, flush=True)
+        why = (os.strerror(e.errno) if e.errno and e.errno > 0 else e.strerror) or e
+        print(f"logwatch: {config_path}: listen: cannot listen on {cfg.listen_host}:"
+              f"{cfg.listen_port}: {why}", file=__import__("sys").stderr, flush=True)
         await daemon.shutdown()
         return Exit.USAGE
     try:

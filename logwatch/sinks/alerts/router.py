@@ -78,10 +78,6 @@ class AlertRouter:
         if self.delivery.started:
             self.delivery.start_workers()
 
-    def _source_of(self, target: str) -> str | None:   # a digest: it may hold a password
-        return next((source_digest(getattr(t, "source", t.name)) for t in self.config.targets
-                     if t.name == target), None)
-
     async def start(self) -> None:
         self.store.file.start()          # saved off the loop from now on
         await self.delivery.start()
@@ -234,11 +230,17 @@ class AlertRouter:
             say_loop(alert, self.store.open.values())
         if alert.kind in RESOLVABLE and alert.status == FIRING:
             self.store.open[alert.key] = {**alert.to_json(), "sinks": sinks_record(sinks),
-                                          "source": self._source_of(alert.target)}
+                                          "source": source_of(self.config, alert.target)}
         enqueue(self.store, self._ids, alert, sinks, self.delivery.poke)
         self.store.save()
         self.log.info("alert", target=alert.target, kind=alert.kind, status=alert.status,
                       summary=alert.summary, sinks=[s.name for s in sinks])
+
+
+def source_of(config: Any, target: str) -> str | None:
+    """The target's source, as a digest (it may hold a password)."""
+    return next((source_digest(getattr(t, "source", t.name)) for t in config.targets
+                 if t.name == target), None)
 
 
 def restore_carried(router: AlertRouter, marks: dict[str, float],
@@ -263,7 +265,7 @@ def restore_carried(router: AlertRouter, marks: dict[str, float],
         alert, sink = e["alert"], by_dest[e["dest"]]
         if alert.get("kind") in RESOLVABLE and alert.get("status") == FIRING:
             doc = store.open.setdefault(alert["key"], {
-                **alert, "sinks": [], "source": router._source_of(str(alert.get("target")))})
+                **alert, "sinks": [], "source": source_of(router.config, str(alert.get("target")))})
             if not went_to(doc, sink):
                 doc["sinks"] = [*doc["sinks"], *sinks_record([sink])]
         router.delivery.poke(sink.name)
