@@ -461,6 +461,12 @@ def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user:
     (lambda d: d["targets"][1]["ssh"].update(username=["a", "b"]), "targets[1].ssh.username",
      "a string"),
     (lambda d: d["targets"][1]["ssh"].update(config=5), "targets[1].ssh.config", "file path"),
+    # a connect that never times out (asyncssh reads 0 as none: a host that takes the TCP
+    # connection and never answers held the target for ever); an SFTP poll in a busy loop
+    (lambda d: d["targets"][1]["ssh"].update(connect_timeout="0s"),
+     "targets[1].ssh.connect_timeout", "above 0"),
+    (lambda d: d["targets"][1]["ssh"].update(poll_interval=0), "targets[1].ssh.poll_interval",
+     "above 0"),
     # a shell pipeline in a `cmd:` (run without a shell: `|` an argument of docker, silently)
     (lambda d: d["targets"][2].update(source="cmd:docker logs -f sglang 2>&1 | grep -v GET"),
      "targets[2].source", "cmd:sh -c 'docker logs -f sglang 2>&1 | grep -v GET'"),
@@ -468,7 +474,8 @@ def test_an_ssh_user_name_with_shell_characters_is_refused(tmp_path: Path, user:
     (lambda d: d["targets"].append({"name": "again", "source": d["targets"][0]["source"]}),
      "targets[3].source", "the same log as target 'node1'"),
 ], ids=["route-regex", "route-label", "ssh-port", "ssh-known-hosts", "ssh-keepalive",
-        "ssh-username", "ssh-config", "cmd-pipeline", "same-log"])
+        "ssh-username", "ssh-config", "ssh-connect-timeout-0", "ssh-poll-0", "cmd-pipeline",
+        "same-log"])
 def test_what_check_passed_and_the_daemon_died_of(tmp_path: Path, fn: Any, key: str,
                                                   says: str) -> None:
     assert_config_error(mutate(tmp_path, fn), key, says)

@@ -576,11 +576,22 @@ def _ssh(path: str, key: str, ssh_doc: Any) -> SSHOptions:
             values[k] = _duration(path, f"{key}.ssh.{k}", v) \
                 if k in ("connect_timeout", "keepalive_interval", "poll_interval",
                          "idle_poll_interval") else _ssh_value(path, f"{key}.ssh.{k}", k, v)
+            if k in SSH_ABOVE_ZERO and not values[k] > 0:
+                raise ConfigError(path, f"{key}.ssh.{k}", f"a duration above 0, not {v!r} "
+                                  f"({SSH_ABOVE_ZERO[k]})")
     errors.raise_if_any()
     try:
         return SSHOptions.from_dict(values)
     except TypeError as e:
         raise ConfigError(path, f"{key}.ssh", str(e)) from None
+
+
+# what 0 would do (keepalive_interval 0 is asyncssh's "no keepalives": allowed)
+_BUSY_POLL = "0 polls SFTP in a busy loop"
+SSH_ABOVE_ZERO = {
+    "connect_timeout": "asyncssh reads 0 as no timeout: a host that takes the TCP connection "
+                       "and never answers would hold the target for ever",
+    "poll_interval": _BUSY_POLL, "idle_poll_interval": _BUSY_POLL}
 
 
 def _ssh_value(path: str, key: str, name: str, v: Any) -> Any:
