@@ -23,6 +23,9 @@ from support.daemon import daemons, target_cfg, write_config, free_port  # noqa:
 from support.receivers import hook, receivers  # noqa: F401  (the fixture)
 from support.sshd import sshd_server  # noqa: F401  (the fixture)
 
+# `silent since 17:23`, or `Dec 07 23:51` once that was yesterday (a run after midnight)
+SINCE = r"silent since (?:\w\w\w \d\d )?\d\d:\d\d"
+
 STARTUP = ("launching", "downloading", "loading_shards")
 
 
@@ -67,7 +70,7 @@ def test_watch_on_a_log_dead_for_an_hour_exits_3_probably_dead(tmp_path: Path) -
     res = run_cli("watch", "--gpu", "off", "--timeout", "60s", str(dead_log(tmp_path)))
     assert res.returncode == 3, (res.stdout, res.stderr)
     last = [ln for ln in res.stdout.splitlines() if re.match(r"\d\d:\d\d:\d\d ", ln)][-1]
-    assert re.search(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead$", last), \
+    assert re.search(SINCE + r" \(1h0[45]m\d\ds\): server probably dead$", last), \
         res.stdout
     assert "ready in ~" not in res.stdout, res.stdout        # no ETA for a dead server
     assert res.stderr == "", res.stderr                       # no log record in the terminal
@@ -107,7 +110,7 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
     t = d.wait_target("node1", lambda t: t["status"] == "silent", "silent")
     assert t["eta_seconds"] is None and t["phase"] == "loading_shards", t
     assert all(p["eta_seconds"] is None for p in t["progress"].values()), t["progress"]
-    assert re.fullmatch(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead",
+    assert re.fullmatch(SINCE + r" \(1h0[45]m\d\ds\): server probably dead",
                         t["silent"]), t["silent"]
     said = [e for e in d.log_events() if "probably dead" in str(e.get("event"))]
     assert len(said) == 1, said
@@ -117,7 +120,7 @@ def test_the_daemon_says_a_dead_log_once_and_shows_no_eta(tmp_path: Path, daemon
     d = daemons(cfg, port).start()
     t = d.wait_target("node1", lambda t: t["source_state"]["state"] == "up", "reading again")
     assert t["status"] == "silent" and t["eta_seconds"] is None, t
-    assert re.fullmatch(r"silent since \d\d:\d\d \(1h0[45]m\d\ds\): server probably dead",
+    assert re.fullmatch(SINCE + r" \(1h0[45]m\d\ds\): server probably dead",
                         t["silent"]), t["silent"]
     with open(path, "a") as f:           # it writes again: not dead any more
         f.write("[2026-01-01 10:00:00 TP0] Load weight end. type=Qwen3ForCausalLM\n")
