@@ -176,6 +176,33 @@ def test_a_reload_tries_a_target_that_cannot_start_once(tmp_path: Path, monkeypa
     assert asyncio.run(run()) == (1, 1)
 
 
+def test_a_target_removed_by_a_reload_leaves_no_supervision_behind(tmp_path: Path) -> None:
+    """A removed target's refusal and outage records go at the reload: before, each name
+    that ever failed stayed in the supervisor for the daemon's life (names that churn)."""
+    log = tmp_path / "a.log"
+    log.write_text("".join(sim_texts(seed=3)), encoding="utf-8")
+    cfg_path = tmp_path / "logwatch.yaml"
+    doc = {"listen": f"127.0.0.1:{free_port()}", "state_dir": str(tmp_path / "state"),
+           "targets": [{"name": "job1", "source": str(log)}]}
+    cfg_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+
+    async def run() -> tuple[set[str], set[str], set[str]]:
+        d = daemon_mod.Daemon(load_config(cfg_path), str(cfg_path))
+        await d.start()
+        try:
+            sup = d.supervisor
+            sup.fatal["job1"], sup.retry["job1"] = (2, 0.0), (1, 0.0)
+            sup.source_down.add("job1")
+            doc["targets"] = [{"name": "job2", "source": str(log)}]
+            cfg_path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+            await d.reload()
+            return set(sup.fatal), set(sup.retry), sup.source_down
+        finally:
+            await d.shutdown()
+
+    assert asyncio.run(run()) == (set(), set(), set())
+
+
 def test_an_unstarted_target_is_down_since_its_first_failure(tmp_path: Path, monkeypatch) -> None:
     """Each retry of a target that cannot start keeps the time of its first failure (its
     `source_down_since` in /api/status).  Before (helper adv37, low): each retry restarted

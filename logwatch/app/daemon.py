@@ -310,6 +310,7 @@ class Daemon:
             await self.alerts.saved()
         for n in removed + changed:
             await self._stop_target(n)
+        self.supervisor.forget(removed)
         if self.alerts is not None:   # before the targets start: a renamed one's open
             self.alerts.reconfigure(new)   # alerts are its own before it reads its log
         self._carry_renamed([fresh[n] for n in added])

@@ -52,6 +52,15 @@ class Supervisor:
         self.retry[name] = (failures, now + delay)
         return delay
 
+    def forget(self, names: list[str]) -> None:
+        """Targets a reload removed: their retries, refusals and outages go with them (each
+        name that ever failed was kept for the daemon's life: a fleet whose names churn, a
+        name per job; adv134's trial)."""
+        for name in names:
+            self.retry.pop(name, None)
+            self.fatal.pop(name, None)
+            self.source_down.discard(name)
+
     def pending(self, runners: Mapping[str, Target]) -> bool:
         return bool(self.retry) or any(r.failed_at is not None for r in runners.values())
 
