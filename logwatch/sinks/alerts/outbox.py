@@ -210,20 +210,22 @@ class TargetMarks:
         self.per_target = per_target
         self.of: dict[str, dict[str, float]] = {}
 
-    def index(self, seen: dict[str, float], target: str | None = None) -> None:
-        """Built from `seen` (for one target, or all), the older marks left out of it."""
-        mine: dict[str, list[tuple[float, str]]] = {}
+    def index(self, seen: dict[str, float]) -> None:
+        """Built from `seen`, each target's older marks left out of it."""
+        mine: dict[str, dict[str, float]] = {}
         for m, at in seen.items():
-            t = target_of(m)
-            if target is None or t == target:
-                mine.setdefault(t, []).append((at, m))
-        if target is None:
-            self.of = {}
+            mine.setdefault(target_of(m), {})[m] = at
+        self.of = {}
         for t, marks in mine.items():
-            marks.sort()
-            for _, m in marks[:-self.per_target]:
-                del seen[m]
-            self.of[t] = {m: at for at, m in marks[-self.per_target:]}
+            self.merge(seen, t, marks)
+
+    def merge(self, seen: dict[str, float], target: str, marks: dict[str, float]) -> None:
+        """`marks` (in `seen`) joined to the target's, the newest kept, the rest out of `seen`:
+        a checkpoint's, adopted (the target's alone walked, not the 20,000)."""
+        ordered = sorted((at, m) for m, at in {**self.of.get(target, {}), **marks}.items())
+        for _, m in ordered[:-self.per_target]:
+            seen.pop(m, None)
+        self.of[target] = {m: at for at, m in ordered[-self.per_target:]}
 
     def add(self, seen: dict[str, float], mark: str, at: float) -> None:
         mine = self.of.setdefault(target_of(mark), {})
@@ -381,13 +383,13 @@ class AlertStore:
 
     def adopt(self, marks: dict[str, float]) -> None:
         """Marks a target's checkpoint recorded: alerts decided before, never to repeat."""
-        touched = set()
+        new: dict[str, dict[str, float]] = {}
         for m, at in marks.items():
             if m not in self.seen:
                 self.seen[m] = at
-                touched.add(target_of(m))
-        for target in touched:
-            self.marks.index(self.seen, target)
+                new.setdefault(target_of(m), {})[m] = at
+        for target, theirs in new.items():
+            self.marks.merge(self.seen, target, theirs)
 
     def mark(self, target: str, mark: str, at: float, decided_by: str | None = None) -> None:
         """Record a mark as decided (sent, or being sent); written with the next save.
